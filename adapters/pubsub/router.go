@@ -1,0 +1,170 @@
+package pubsub
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"hearth/app/event"
+)
+
+// Projection is a read model fed from one topic. Name is also its consumer
+// group, so each projection keeps its own offset.
+type Projection struct {
+	Name   string
+	Topic  string
+	Decode event.Decoder
+	Apply  func(ctx context.Context, r event.Recorded) error
+}
+
+// Retry budget of every projection handler: 200 ms doubling to 5 s, 10
+// retries (about 31 s of sleeping). AckDeadline is set well above it, so a
+// message is never cancelled half-way through its budget (past the
+// deadline watermill-sql cancels the context, the offset does not move and
+// the message would loop for ever); MaxElapsedTime bounds the budget in
+// case attempts themselves are slow.
+const (
+	RetryInitial    = 200 * time.Millisecond
+	RetryMultiplier = 2
+	RetryMax        = 5 * time.Second
+	RetryCount      = 10
+	RetryMaxElapsed = 60 * time.Second
+	AckDeadline     = 2 * time.Minute
+	// AttemptTimeout bounds one attempt of a handler.
+	AttemptTimeout = 10 * time.Second
+)
+
+// RouterConfig is what NewRouter needs.
+type RouterConfig struct {
+	// Subscriber makes the subscriber of one consumer group: watermill-sql
+	// in production (SQLSubscribers), gochannel in handler-level tests.
+	Subscriber func(consumerGroup string) (message.Subscriber, error)
+	// Poison receives messages whose retry budget ran out, on TopicPoison.
+	Poison message.Publisher
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+	// RetryInitial overrides the first retry interval (tests shorten the
+	// budget with it). Defaults to RetryInitial.
+	RetryInitial time.Duration
+}
+
+// NewRouter builds a router that feeds the projections. Routers are
+// single-use: build a new one for each leadership term.
+func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, error) {
+	if cfg.Subscriber == nil || cfg.Poison == nil {
+		return nil, errors.New("pubsub.NewRouter: Subscriber and Poison are required")
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	wlog := watermill.NewSlogLogger(log.With("component", "router"))
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, wlog)
+	if err != nil {
+		return nil, err
+	}
+	poison, err := middleware.PoisonQueueWithFilter(cfg.Poison, TopicPoison, func(err error) bool {
+		return !errors.As(err, new(*cancelledError))
+	})
+	if err != nil {
+		return nil, err
+	}
+	router.AddMiddleware(
+		poison,
+		markCancelled,
+		middleware.Retry{
+			MaxRetries:      RetryCount,
+			InitialInterval: cmp.Or(cfg.RetryInitial, RetryInitial),
+			Multiplier:      RetryMultiplier,
+			MaxInterval:     RetryMax,
+			MaxElapsedTime:  RetryMaxElapsed,
+			ShouldRetry: func(p middleware.RetryParams) bool {
+				return !errors.As(p.Err, new(*permanentError))
+			},
+			Logger: wlog,
+		}.Middleware,
+		middleware.Recoverer,
+	)
+	for _, p := range projections {
+		sub, err := cfg.Subscriber(p.Name)
+		if err != nil {
+			return nil, fmt.Errorf("subscriber for %s: %w", p.Name, err)
+		}
+		router.AddConsumerHandler(p.Name, p.Topic, sub, handler(p))
+	}
+	return router, nil
+}
+
+func handler(p Projection) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		rec, err := event.Unmarshal(msg.Payload, p.Decode)
+		if err != nil {
+			// A payload that does not parse will not parse on a retry.
+			return &permanentError{err: fmt.Errorf("message %s: %w", msg.UUID, err)}
+		}
+		ctx, cancel := context.WithTimeout(msg.Context(), AttemptTimeout)
+		defer cancel()
+		if err := p.Apply(ctx, rec); err != nil {
+			return fmt.Errorf("%s: apply %s v%d of %s: %w", p.Name, rec.Type, rec.Version, rec.StreamID, err)
+		}
+		return nil
+	}
+}
+
+// permanentError fails without retries.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// cancelledError is a handler error seen after the message's context ended:
+// the router is closing or the ack deadline passed. Such a message must not
+// be poisoned: it is redelivered.
+type cancelledError struct{ err error }
+
+func (e *cancelledError) Error() string { return "cancelled: " + e.err.Error() }
+func (e *cancelledError) Unwrap() error { return e.err }
+
+func markCancelled(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		if err != nil && msg.Context().Err() != nil {
+			return out, &cancelledError{err: err}
+		}
+		return out, err
+	}
+}
+
+// SQLSubscribers returns a factory of watermill-sql subscribers on the
+// event-store database. PollInterval is the fallback when no message is
+// waiting.
+func SQLSubscribers(db *sql.DB, log *slog.Logger, pollInterval time.Duration) func(string) (message.Subscriber, error) {
+	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
+	deadline := AckDeadline
+	return func(group string) (message.Subscriber, error) {
+		return wsql.NewSubscriber(db, wsql.SubscriberConfig{
+			ConsumerGroup:  group,
+			AckDeadline:    &deadline,
+			PollInterval:   pollInterval,
+			ResendInterval: 200 * time.Millisecond,
+			RetryInterval:  time.Second,
+			SchemaAdapter:  Schema,
+			OffsetsAdapter: Offsets,
+		}, wlog)
+	}
+}
+
+// SQLPublisher returns a publisher on db outside any transaction, for the
+// poison queue.
+func SQLPublisher(db *sql.DB, log *slog.Logger) (message.Publisher, error) {
+	return wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: Schema}, watermill.NewSlogLogger(log.With("component", "publisher")))
+}

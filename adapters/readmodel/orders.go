@@ -1,0 +1,266 @@
+// Package readmodel keeps the read-model tables up to date from events
+// (projections) and answers the queries of app/query from them.
+//
+// Every projection applies one event in one read-model transaction: it
+// locks the row, skips an event it has already applied (version <= row
+// version), refuses one that does not follow the row (a gap: a missing
+// predecessor), applies the event through the same fold that write
+// responses use, and writes exactly one change-log row. Redelivery is
+// therefore harmless, and nothing is ever silently skipped.
+package readmodel
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"hearth/app/apperr"
+	"hearth/app/event"
+	"hearth/app/query"
+)
+
+type orderRow struct {
+	bun.BaseModel `bun:"table:orders"`
+
+	ID                 string     `bun:"id,pk,type:uuid"`
+	MerchantID         string     `bun:"merchant_id,type:uuid"`
+	RequestID          *string    `bun:"request_id,type:uuid"`
+	CustomerID         string     `bun:"customer_id,type:uuid"`
+	AmountCents        int64      `bun:"amount_cents"`
+	Status             string     `bun:"status"`
+	ScheduledStartAt   *time.Time `bun:"scheduled_start_at"`
+	ScheduledEndAt     *time.Time `bun:"scheduled_end_at"`
+	StaffID            *string    `bun:"staff_id,type:uuid"`
+	DispatchNote       string     `bun:"dispatch_note"`
+	CancellationReason string     `bun:"cancellation_reason"`
+	CompletedAt        *time.Time `bun:"completed_at"`
+	SettlementStatus   string     `bun:"settlement_status"`
+	PaidAmountCents    int64      `bun:"paid_amount_cents"`
+	PaymentMethod      string     `bun:"payment_method"`
+	PaidAt             *time.Time `bun:"paid_at"`
+	SettlementNote     string     `bun:"settlement_note"`
+	Notes              string     `bun:"notes"`
+	CreatedAt          time.Time  `bun:"created_at"`
+	UpdatedAt          time.Time  `bun:"updated_at"`
+	Version            int        `bun:"version"`
+}
+
+func (r orderRow) view() query.Order {
+	return query.Order{
+		ID: r.ID, MerchantID: r.MerchantID, RequestID: r.RequestID, CustomerID: r.CustomerID,
+		AmountCents: r.AmountCents, Status: r.Status, ScheduledStartAt: utc(r.ScheduledStartAt),
+		ScheduledEndAt: utc(r.ScheduledEndAt), StaffID: r.StaffID, DispatchNote: r.DispatchNote,
+		CancellationReason: r.CancellationReason, CompletedAt: utc(r.CompletedAt),
+		SettlementStatus: r.SettlementStatus, PaidAmountCents: r.PaidAmountCents, PaymentMethod: r.PaymentMethod,
+		PaidAt: utc(r.PaidAt), SettlementNote: r.SettlementNote, Notes: r.Notes,
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), Version: r.Version,
+	}
+}
+
+func orderRowOf(o query.Order) orderRow {
+	return orderRow{
+		ID: o.ID, MerchantID: o.MerchantID, RequestID: o.RequestID, CustomerID: o.CustomerID,
+		AmountCents: o.AmountCents, Status: o.Status, ScheduledStartAt: o.ScheduledStartAt,
+		ScheduledEndAt: o.ScheduledEndAt, StaffID: o.StaffID, DispatchNote: o.DispatchNote,
+		CancellationReason: o.CancellationReason, CompletedAt: o.CompletedAt,
+		SettlementStatus: o.SettlementStatus, PaidAmountCents: o.PaidAmountCents, PaymentMethod: o.PaymentMethod,
+		PaidAt: o.PaidAt, SettlementNote: o.SettlementNote, Notes: o.Notes,
+		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Version: o.Version,
+	}
+}
+
+type changeRow struct {
+	bun.BaseModel `bun:"table:change_log"`
+
+	ID            int64           `bun:"id,pk,autoincrement"`
+	MerchantID    string          `bun:"merchant_id,type:uuid"`
+	AggregateType string          `bun:"aggregate_type"`
+	AggregateID   string          `bun:"aggregate_id,type:uuid"`
+	EventID       string          `bun:"event_id,type:uuid"`
+	Version       int             `bun:"version"`
+	Action        string          `bun:"action"`
+	Actor         string          `bun:"actor"`
+	Before        json.RawMessage `bun:"before,type:jsonb,nullzero"`
+	After         json.RawMessage `bun:"after,type:jsonb"`
+	OccurredAt    time.Time       `bun:"occurred_at"`
+}
+
+// GapError is an event that does not follow the row's version: its
+// predecessor has not been applied. It is never skipped.
+type GapError struct {
+	AggregateID string
+	RowVersion  int
+	Version     int
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("aggregate %s: event version %d does not follow row version %d", e.AggregateID, e.Version, e.RowVersion)
+}
+
+// Orders is the orders projection and the order read model.
+type Orders struct {
+	db *bun.DB
+}
+
+// NewOrders returns the orders projection on the read-model database.
+func NewOrders(db *bun.DB) (*Orders, error) {
+	if db == nil {
+		return nil, errors.New("readmodel.NewOrders: nil db")
+	}
+	return &Orders{db: db}, nil
+}
+
+// Name names the projection (and its consumer group).
+func (p *Orders) Name() string { return "orders" }
+
+// Apply applies one order event. It returns nil without changing anything
+// for an event already applied, and a *GapError for one whose predecessor is
+// missing.
+func (p *Orders) Apply(ctx context.Context, r event.Recorded) error {
+	return p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var row orderRow
+		err := tx.NewSelect().Model(&row).Where("id = ?", r.StreamID).For("UPDATE").Scan(ctx)
+		exists := err == nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("lock order %s: %w", r.StreamID, err)
+		}
+		if exists && row.MerchantID != r.MerchantID {
+			return fmt.Errorf("order %s belongs to merchant %s, event %s says %s", r.StreamID, row.MerchantID, r.ID, r.MerchantID)
+		}
+		if r.Version <= row.Version {
+			return nil // already applied: redelivery changes nothing
+		}
+		if r.Version != row.Version+1 {
+			return &GapError{AggregateID: r.StreamID, RowVersion: row.Version, Version: r.Version}
+		}
+		var before []byte
+		view := row.view()
+		if exists {
+			if before, err = json.Marshal(view); err != nil {
+				return err
+			}
+		}
+		if err := view.Apply(r); err != nil {
+			return err
+		}
+		after, err := json.Marshal(view)
+		if err != nil {
+			return err
+		}
+		next := orderRowOf(view)
+		if exists {
+			_, err = tx.NewUpdate().Model(&next).WherePK().Exec(ctx)
+		} else {
+			_, err = tx.NewInsert().Model(&next).Exec(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("write order %s: %w", r.StreamID, err)
+		}
+		return insertChange(ctx, tx, r, before, after)
+	})
+}
+
+func insertChange(ctx context.Context, tx bun.Tx, r event.Recorded, before, after []byte) error {
+	c := changeRow{
+		MerchantID: r.MerchantID, AggregateType: r.StreamType, AggregateID: r.StreamID, EventID: r.ID,
+		Version: r.Version, Action: r.Type, Actor: r.Actor, Before: before, After: after, OccurredAt: r.OccurredAt,
+	}
+	if _, err := tx.NewInsert().Model(&c).Exec(ctx); err != nil {
+		return fmt.Errorf("change log for event %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Order returns one order visible to scope.
+func (p *Orders) Order(ctx context.Context, scope query.Scope, id string) (query.Order, error) {
+	var row orderRow
+	sel := p.db.NewSelect().Model(&row).Where("merchant_id = ? AND id = ?", scope.MerchantID, id)
+	if scope.StaffID != "" {
+		sel = sel.Where("staff_id = ?", scope.StaffID)
+	}
+	err := sel.Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return query.Order{}, apperr.ErrNotFound
+	}
+	if err != nil {
+		return query.Order{}, fmt.Errorf("select order: %w", err)
+	}
+	return row.view(), nil
+}
+
+// Orders returns a page of orders visible to scope. With a time range the
+// order is by scheduled start (earliest first), otherwise newest first.
+func (p *Orders) Orders(ctx context.Context, scope query.Scope, f query.OrderFilter, pg query.Page) ([]query.Order, int, error) {
+	var rows []orderRow
+	sel := p.db.NewSelect().Model(&rows).Where("merchant_id = ?", scope.MerchantID)
+	if scope.StaffID != "" {
+		sel = sel.Where("staff_id = ?", scope.StaffID)
+	}
+	if len(f.Statuses) > 0 {
+		sel = sel.Where("status IN (?)", bun.In(f.Statuses))
+	}
+	if f.SettlementStatus != "" {
+		sel = sel.Where("settlement_status = ?", f.SettlementStatus)
+	}
+	if f.CustomerID != "" {
+		sel = sel.Where("customer_id = ?", f.CustomerID)
+	}
+	if f.StaffID != "" {
+		sel = sel.Where("staff_id = ?", f.StaffID)
+	}
+	if f.From != nil {
+		sel = sel.Where("scheduled_start_at >= ?", *f.From)
+	}
+	if f.To != nil {
+		sel = sel.Where("scheduled_start_at < ?", *f.To)
+	}
+	if f.From != nil || f.To != nil {
+		sel = sel.OrderExpr("scheduled_start_at ASC, id ASC")
+	} else {
+		sel = sel.OrderExpr("created_at DESC, id DESC")
+	}
+	total, err := sel.Limit(int64(pg.Size)).Offset(int64(pg.Offset())).ScanAndCount(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list orders: %w", err)
+	}
+	out := make([]query.Order, len(rows))
+	for i, r := range rows {
+		out[i] = r.view()
+	}
+	return out, int(total), nil
+}
+
+// Changes returns the change log of one aggregate in version order.
+func (p *Orders) Changes(ctx context.Context, scope query.Scope, aggregateType, id string) ([]query.Change, error) {
+	var rows []changeRow
+	err := p.db.NewSelect().Model(&rows).
+		Where("merchant_id = ? AND aggregate_type = ? AND aggregate_id = ?", scope.MerchantID, aggregateType, id).
+		OrderExpr("version ASC").Scan(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("select change log: %w", err)
+	}
+	out := make([]query.Change, len(rows))
+	for i, r := range rows {
+		out[i] = query.Change{
+			EventID: r.EventID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, Version: r.Version,
+			Action: r.Action, Actor: r.Actor, Before: r.Before, After: r.After, OccurredAt: r.OccurredAt.UTC(),
+		}
+		if r.Before == nil {
+			out[i].Before = nil
+		}
+	}
+	return out, nil
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

@@ -1,0 +1,35 @@
+// Package access describes who is calling: the merchant and role of an API
+// key.
+package access
+
+// Role is what a key may do.
+type Role string
+
+const (
+	// Operator has full access to the merchant's CRM data.
+	Operator Role = "operator"
+	// Worker is bound to one staff member and sees only its schedules and orders.
+	Worker Role = "worker"
+	// Admin runs platform operations under /admin and sees no CRM data.
+	Admin Role = "admin"
+)
+
+// ParseRole checks a role name.
+func ParseRole(s string) (Role, bool) {
+	switch r := Role(s); r {
+	case Operator, Worker, Admin:
+		return r, true
+	}
+	return "", false
+}
+
+// Principal is an authenticated API key.
+type Principal struct {
+	KeyID      string
+	MerchantID string
+	Role       Role
+	StaffID    string // set for workers
+}
+
+// Subject names the principal in events and change-log rows.
+func (p Principal) Subject() string { return "key:" + p.KeyID }

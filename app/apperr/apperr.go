@@ -1,0 +1,76 @@
+// Package apperr holds the error types that cross the boundary between the
+// application and its ports. The HTTP port maps each to a problem+json
+// answer; nothing here knows about HTTP.
+package apperr
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrNotFound means the entity does not exist for the caller's merchant. A
+// foreign merchant's id is reported exactly like a missing one.
+var ErrNotFound = errors.New("not found")
+
+// ErrForbidden means the caller's key is known but its role may not do this.
+var ErrForbidden = errors.New("forbidden")
+
+// FieldError names one offending input field.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// ValidationError is input that breaks a field rule (required, range,
+// format). It answers 422 and lists every offending field.
+type ValidationError struct {
+	Fields []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Message
+	}
+	return "invalid input: " + strings.Join(parts, "; ")
+}
+
+// Invalid returns a ValidationError for one field.
+func Invalid(field, format string, args ...any) *ValidationError {
+	return &ValidationError{Fields: []FieldError{{Field: field, Message: fmt.Sprintf(format, args...)}}}
+}
+
+// Fields collects field errors; Err returns nil when there are none.
+type Fields []FieldError
+
+// Add records a field error.
+func (f *Fields) Add(field, format string, args ...any) {
+	*f = append(*f, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// Err returns the collected errors as a *ValidationError, or nil.
+func (f Fields) Err() error {
+	if len(f) == 0 {
+		return nil
+	}
+	return &ValidationError{Fields: f}
+}
+
+// RuleError is a command that breaks a business rule of the aggregate (an
+// illegal transition, a change to a final entity). It answers 422; Rule is
+// a stable, dotted identifier such as "order.invalid_transition".
+type RuleError struct {
+	Rule   string
+	Detail string
+}
+
+func (e *RuleError) Error() string { return e.Rule + ": " + e.Detail }
+
+// ConflictError is a write that lost a race or stated a stale version. It
+// answers 409.
+type ConflictError struct {
+	Detail string
+}
+
+func (e *ConflictError) Error() string { return "conflict: " + e.Detail }

@@ -1,0 +1,80 @@
+// Package event defines what every event-sourced aggregate shares: the event
+// interface, the envelope an event is stored and delivered in, and the
+// metadata of the command that caused it.
+package event
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Event is a domain event payload. Its type name is stable: it is stored.
+type Event interface {
+	EventType() string
+}
+
+// Meta describes the command that causes events: who, for which merchant,
+// when, and in which chain of causes.
+type Meta struct {
+	MerchantID    string
+	Actor         string // the acting key's subject, e.g. "key:<id>"
+	CorrelationID string
+	CausationID   string // empty when the command has no causing event
+	OccurredAt    time.Time
+}
+
+// Envelope is an event as stored in the event store and delivered to
+// projections.
+type Envelope struct {
+	ID            string          `json:"event_id"`
+	Type          string          `json:"type"`
+	StreamType    string          `json:"stream_type"`
+	StreamID      string          `json:"stream_id"`
+	Version       int             `json:"version"`
+	MerchantID    string          `json:"merchant_id"`
+	OccurredAt    time.Time       `json:"occurred_at"`
+	CorrelationID string          `json:"correlation_id"`
+	CausationID   string          `json:"causation_id,omitempty"`
+	Actor         string          `json:"actor"`
+	Data          json.RawMessage `json:"data"`
+}
+
+// Decoder turns a stored payload back into a typed event.
+type Decoder func(eventType string, data []byte) (Event, error)
+
+// Recorded is a stored event with its payload decoded.
+type Recorded struct {
+	Envelope
+	Event Event
+}
+
+// Unmarshal parses and checks an envelope read back from the store or the
+// bus and decodes its payload. Anything missing or malformed is an error
+// that names the field: a corrupt event must never be applied as zero values.
+func Unmarshal(payload []byte, decode Decoder) (Recorded, error) {
+	var env Envelope
+	if err := json.Unmarshal(payload, &env); err != nil {
+		return Recorded{}, fmt.Errorf("event envelope: %w", err)
+	}
+	switch {
+	case env.ID == "":
+		return Recorded{}, errors.New("event envelope: event_id is missing")
+	case env.Type == "":
+		return Recorded{}, fmt.Errorf("event %s: type is missing", env.ID)
+	case env.StreamID == "":
+		return Recorded{}, fmt.Errorf("event %s: stream_id is missing", env.ID)
+	case env.Version < 1:
+		return Recorded{}, fmt.Errorf("event %s: version %d is not positive", env.ID, env.Version)
+	case env.MerchantID == "":
+		return Recorded{}, fmt.Errorf("event %s: merchant_id is missing", env.ID)
+	case env.OccurredAt.IsZero():
+		return Recorded{}, fmt.Errorf("event %s: occurred_at is missing", env.ID)
+	}
+	e, err := decode(env.Type, env.Data)
+	if err != nil {
+		return Recorded{}, fmt.Errorf("event %s: %w", env.ID, err)
+	}
+	return Recorded{Envelope: env, Event: e}, nil
+}

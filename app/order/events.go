@@ -1,0 +1,114 @@
+package order
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"hearth/app/event"
+)
+
+// StreamType names the order stream in the event store.
+const StreamType = "order"
+
+// Created starts an order's stream.
+type Created struct {
+	OrderID          string     `json:"order_id"`
+	RequestID        string     `json:"request_id,omitempty"`
+	CustomerID       string     `json:"customer_id"`
+	AmountCents      int64      `json:"amount_cents"`
+	Notes            string     `json:"notes"`
+	ScheduledStartAt *time.Time `json:"scheduled_start_at,omitempty"`
+	ScheduledEndAt   *time.Time `json:"scheduled_end_at,omitempty"`
+	Status           Status     `json:"status"`
+}
+
+// DetailsUpdated carries the new customer, amount and notes.
+type DetailsUpdated struct {
+	CustomerID  string `json:"customer_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Notes       string `json:"notes"`
+}
+
+// StatusChanged moves the order along its life cycle. CompletedAt is set
+// when To is completed.
+type StatusChanged struct {
+	From        Status     `json:"from"`
+	To          Status     `json:"to"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+}
+
+// Cancelled ends the order with a reason.
+type Cancelled struct {
+	From   Status `json:"from"`
+	Reason string `json:"reason"`
+}
+
+// AssignmentUpdated sets who goes and when.
+type AssignmentUpdated struct {
+	StaffID      string    `json:"staff_id"`
+	StartAt      time.Time `json:"start_at"`
+	EndAt        time.Time `json:"end_at"`
+	DispatchNote string    `json:"dispatch_note"`
+}
+
+// SettlementUpdated records payment.
+type SettlementUpdated struct {
+	SettlementStatus SettlementStatus `json:"settlement_status"`
+	PaidAmountCents  int64            `json:"paid_amount_cents"`
+	PaymentMethod    string           `json:"payment_method"`
+	PaidAt           *time.Time       `json:"paid_at,omitempty"`
+	SettlementNote   string           `json:"settlement_note"`
+}
+
+func (Created) EventType() string           { return "OrderCreated" }
+func (DetailsUpdated) EventType() string    { return "OrderDetailsUpdated" }
+func (StatusChanged) EventType() string     { return "OrderStatusChanged" }
+func (Cancelled) EventType() string         { return "OrderCancelled" }
+func (AssignmentUpdated) EventType() string { return "OrderAssignmentUpdated" }
+func (SettlementUpdated) EventType() string { return "OrderSettlementUpdated" }
+
+// Decode turns a stored order event back into its type. It rejects unknown
+// types and payloads that do not parse, so that a corrupt event is reported
+// rather than applied as zero values.
+func Decode(eventType string, data []byte) (event.Event, error) {
+	var e event.Event
+	switch eventType {
+	case "OrderCreated":
+		e = &Created{}
+	case "OrderDetailsUpdated":
+		e = &DetailsUpdated{}
+	case "OrderStatusChanged":
+		e = &StatusChanged{}
+	case "OrderCancelled":
+		e = &Cancelled{}
+	case "OrderAssignmentUpdated":
+		e = &AssignmentUpdated{}
+	case "OrderSettlementUpdated":
+		e = &SettlementUpdated{}
+	default:
+		return nil, fmt.Errorf("unknown order event type %q", eventType)
+	}
+	if err := json.Unmarshal(data, e); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", eventType, err)
+	}
+	return deref(e), nil
+}
+
+func deref(e event.Event) event.Event {
+	switch e := e.(type) {
+	case *Created:
+		return *e
+	case *DetailsUpdated:
+		return *e
+	case *StatusChanged:
+		return *e
+	case *Cancelled:
+		return *e
+	case *AssignmentUpdated:
+		return *e
+	case *SettlementUpdated:
+		return *e
+	}
+	return e
+}

@@ -1,0 +1,406 @@
+// Package order is the Order aggregate: its statuses, rules and events.
+//
+// An Order is rebuilt from its events (Rehydrate) and decides new ones
+// (UpdateDetails, ChangeStatus, ...). A decision that would change nothing
+// records nothing; one that breaks a rule returns an error and records
+// nothing. Recorded events are read with Changes and appended by the caller
+// at Version()+1 onwards.
+package order
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"hearth/app/apperr"
+	"hearth/app/event"
+	"hearth/app/uuid"
+)
+
+// Status is where an order is in its life cycle.
+type Status string
+
+const (
+	StatusPending     Status = "pending"
+	StatusConfirmed   Status = "confirmed"
+	StatusDispatching Status = "dispatching"
+	StatusInService   Status = "in_service"
+	StatusCompleted   Status = "completed"
+	StatusCancelled   Status = "cancelled"
+)
+
+// Statuses lists every status, in life-cycle order.
+var Statuses = []Status{StatusPending, StatusConfirmed, StatusDispatching, StatusInService, StatusCompleted, StatusCancelled}
+
+var transitions = map[Status][]Status{
+	StatusPending:     {StatusConfirmed, StatusDispatching, StatusInService},
+	StatusConfirmed:   {StatusDispatching, StatusInService},
+	StatusDispatching: {StatusConfirmed, StatusInService},
+	StatusInService:   {StatusCompleted},
+}
+
+// ParseStatus checks a status name.
+func ParseStatus(s string) (Status, bool) {
+	for _, st := range Statuses {
+		if string(st) == s {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// Final reports whether no change can follow this status.
+func (s Status) Final() bool { return s == StatusCompleted || s == StatusCancelled }
+
+// CanMoveTo reports whether the life cycle allows s -> to (cancellation is a
+// separate command and is not included).
+func (s Status) CanMoveTo(to Status) bool {
+	for _, t := range transitions[s] {
+		if t == to {
+			return true
+		}
+	}
+	return false
+}
+
+// SettlementStatus says whether the order has been paid for.
+type SettlementStatus string
+
+const (
+	Unsettled SettlementStatus = "unsettled"
+	Settled   SettlementStatus = "settled"
+)
+
+// InvalidTransitionError is a status change the life cycle does not allow.
+type InvalidTransitionError struct {
+	From, To Status
+}
+
+func (e *InvalidTransitionError) Error() string {
+	return fmt.Sprintf("order cannot move from %s to %s", e.From, e.To)
+}
+
+// Rule names the broken rule.
+func (e *InvalidTransitionError) Rule() string { return "order.invalid_transition" }
+
+// Order is the aggregate. Its fields are what decisions need.
+type Order struct {
+	id          string
+	customerID  string
+	amountCents int64
+	notes       string
+	status      Status
+
+	staffID      string
+	startAt      *time.Time
+	endAt        *time.Time
+	dispatchNote string
+
+	settlement Settlement
+
+	version int
+	changes []event.Event
+}
+
+// NewOrder is the input of New.
+type NewOrder struct {
+	ID               string
+	RequestID        string
+	CustomerID       string
+	AmountCents      int64
+	Notes            string
+	ScheduledStartAt *time.Time
+	ScheduledEndAt   *time.Time
+}
+
+// Limits on free text, in characters.
+const (
+	MaxNotes  = 2000
+	MaxReason = 500
+)
+
+// New decides a new order and records OrderCreated.
+func New(in NewOrder) (*Order, error) {
+	var errs apperr.Fields
+	if !uuid.Valid(in.ID) {
+		errs.Add("id", "must be a UUID")
+	}
+	if in.RequestID != "" && !uuid.Valid(in.RequestID) {
+		errs.Add("request_id", "must be a UUID")
+	}
+	checkDetails(&errs, Details{CustomerID: in.CustomerID, AmountCents: in.AmountCents, Notes: in.Notes})
+	if (in.ScheduledStartAt == nil) != (in.ScheduledEndAt == nil) {
+		errs.Add("scheduled_end_at", "scheduled_start_at and scheduled_end_at go together")
+	} else if in.ScheduledStartAt != nil && in.ScheduledEndAt.Before(*in.ScheduledStartAt) {
+		errs.Add("scheduled_end_at", "must not be before scheduled_start_at")
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	o := &Order{}
+	o.record(Created{
+		OrderID:          in.ID,
+		RequestID:        in.RequestID,
+		CustomerID:       in.CustomerID,
+		AmountCents:      in.AmountCents,
+		Notes:            in.Notes,
+		ScheduledStartAt: utc(in.ScheduledStartAt),
+		ScheduledEndAt:   utc(in.ScheduledEndAt),
+		Status:           StatusPending,
+	})
+	return o, nil
+}
+
+// Rehydrate rebuilds an order from its stored events, in version order.
+func Rehydrate(events []event.Event) (*Order, error) {
+	o := &Order{}
+	for i, e := range events {
+		if i == 0 {
+			if _, ok := e.(Created); !ok {
+				return nil, fmt.Errorf("order stream starts with %s, not OrderCreated", e.EventType())
+			}
+		}
+		o.apply(e)
+		o.version++
+	}
+	return o, nil
+}
+
+// ID returns the order's id.
+func (o *Order) ID() string { return o.id }
+
+// Status returns the current status.
+func (o *Order) Status() Status { return o.status }
+
+// CustomerID returns the ordering customer.
+func (o *Order) CustomerID() string { return o.customerID }
+
+// Version returns the stream version the order was loaded at (0 for a new
+// order): changes are appended from Version()+1.
+func (o *Order) Version() int { return o.version }
+
+// Changes returns the events decided since loading.
+func (o *Order) Changes() []event.Event { return o.changes }
+
+// Details are the fields OrderDetailsUpdated carries.
+type Details struct {
+	CustomerID  string
+	AmountCents int64
+	Notes       string
+}
+
+func checkDetails(errs *apperr.Fields, d Details) {
+	if d.CustomerID == "" {
+		errs.Add("customer_id", "is required")
+	} else if !uuid.Valid(d.CustomerID) {
+		errs.Add("customer_id", "must be a UUID")
+	}
+	if d.AmountCents < 0 {
+		errs.Add("amount_cents", "must be >= 0")
+	}
+	if n := len([]rune(d.Notes)); n > MaxNotes {
+		errs.Add("notes", "must be at most %d characters, got %d", MaxNotes, n)
+	}
+}
+
+// Details returns the current details.
+func (o *Order) Details() Details {
+	return Details{CustomerID: o.customerID, AmountCents: o.amountCents, Notes: o.notes}
+}
+
+// UpdateDetails changes customer, amount and notes; not allowed once final.
+func (o *Order) UpdateDetails(d Details) error {
+	var errs apperr.Fields
+	checkDetails(&errs, d)
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	if d == o.Details() {
+		return nil
+	}
+	if o.status.Final() {
+		return o.finalError("update details")
+	}
+	o.record(DetailsUpdated{CustomerID: d.CustomerID, AmountCents: d.AmountCents, Notes: d.Notes})
+	return nil
+}
+
+// ChangeStatus moves the order to status to. Cancellation goes through
+// Cancel, which needs a reason.
+func (o *Order) ChangeStatus(to Status, now time.Time) error {
+	if to == o.status {
+		return nil
+	}
+	if to == StatusCancelled {
+		return &apperr.RuleError{Rule: "order.cancel_needs_reason", Detail: "cancel an order with POST /v1/orders/{id}/cancel and a reason"}
+	}
+	if !o.status.CanMoveTo(to) {
+		return &InvalidTransitionError{From: o.status, To: to}
+	}
+	ev := StatusChanged{From: o.status, To: to}
+	if to == StatusCompleted {
+		at := now.UTC()
+		ev.CompletedAt = &at
+	}
+	o.record(ev)
+	return nil
+}
+
+// Cancel ends the order with a non-empty reason; not allowed once final.
+// Cancelling a cancelled order again changes nothing.
+func (o *Order) Cancel(reason string) error {
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		return apperr.Invalid("reason", "is required")
+	}
+	if n := len([]rune(reason)); n > MaxReason {
+		return apperr.Invalid("reason", "must be at most %d characters, got %d", MaxReason, n)
+	}
+	if o.status == StatusCancelled {
+		return nil
+	}
+	if o.status.Final() {
+		return &InvalidTransitionError{From: o.status, To: StatusCancelled}
+	}
+	o.record(Cancelled{From: o.status, Reason: reason})
+	return nil
+}
+
+// Assignment is who goes and when.
+type Assignment struct {
+	StaffID      string
+	StartAt      time.Time
+	EndAt        time.Time
+	DispatchNote string
+}
+
+// Validate checks the assignment fields.
+func (o Assignment) Validate() error {
+	var errs apperr.Fields
+	if o.StaffID == "" {
+		errs.Add("staff_id", "is required")
+	} else if !uuid.Valid(o.StaffID) {
+		errs.Add("staff_id", "must be a UUID")
+	}
+	if o.StartAt.IsZero() {
+		errs.Add("start_at", "is required")
+	}
+	if o.EndAt.IsZero() {
+		errs.Add("end_at", "is required")
+	}
+	if !o.StartAt.IsZero() && !o.EndAt.IsZero() && !o.EndAt.After(o.StartAt) {
+		errs.Add("end_at", "must be after start_at")
+	}
+	if n := len([]rune(o.DispatchNote)); n > MaxNotes {
+		errs.Add("dispatch_note", "must be at most %d characters, got %d", MaxNotes, n)
+	}
+	return errs.Err()
+}
+
+// Assign sets the staff member and window (only while pending, confirmed or
+// dispatching) and moves a pending or confirmed order to dispatching.
+func (o *Order) Assign(a Assignment) error {
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	a.StartAt, a.EndAt = a.StartAt.UTC(), a.EndAt.UTC()
+	switch o.status {
+	case StatusPending, StatusConfirmed, StatusDispatching:
+	default:
+		return &apperr.RuleError{Rule: "order.assignment_not_allowed",
+			Detail: fmt.Sprintf("an order can be assigned only while pending, confirmed or dispatching; it is %s", o.status)}
+	}
+	same := o.staffID == a.StaffID && o.dispatchNote == a.DispatchNote &&
+		o.startAt != nil && o.startAt.Equal(a.StartAt) && o.endAt != nil && o.endAt.Equal(a.EndAt)
+	if !same {
+		o.record(AssignmentUpdated{StaffID: a.StaffID, StartAt: a.StartAt, EndAt: a.EndAt, DispatchNote: a.DispatchNote})
+	}
+	if o.status != StatusDispatching {
+		o.record(StatusChanged{From: o.status, To: StatusDispatching})
+	}
+	return nil
+}
+
+// Settlement is the payment state of an order.
+type Settlement struct {
+	Status          SettlementStatus
+	PaidAmountCents int64
+	PaymentMethod   string
+	PaidAt          *time.Time
+	Note            string
+}
+
+func (s Settlement) equal(t Settlement) bool {
+	samePaidAt := (s.PaidAt == nil && t.PaidAt == nil) ||
+		(s.PaidAt != nil && t.PaidAt != nil && s.PaidAt.Equal(*t.PaidAt))
+	return s.Status == t.Status && s.PaidAmountCents == t.PaidAmountCents &&
+		s.PaymentMethod == t.PaymentMethod && s.Note == t.Note && samePaidAt
+}
+
+// Settle records the payment state. It is allowed in every status, since a
+// cancelled order may still have to be refunded or written off.
+func (o *Order) Settle(s Settlement) error {
+	var errs apperr.Fields
+	if s.Status != Unsettled && s.Status != Settled {
+		errs.Add("settlement_status", "must be unsettled or settled")
+	}
+	if s.PaidAmountCents < 0 {
+		errs.Add("paid_amount_cents", "must be >= 0")
+	}
+	if len([]rune(s.PaymentMethod)) > 100 {
+		errs.Add("payment_method", "must be at most 100 characters")
+	}
+	if n := len([]rune(s.Note)); n > MaxNotes {
+		errs.Add("settlement_note", "must be at most %d characters, got %d", MaxNotes, n)
+	}
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	s.PaidAt = utc(s.PaidAt)
+	if s.equal(o.settlement) {
+		return nil
+	}
+	o.record(SettlementUpdated{
+		SettlementStatus: s.Status, PaidAmountCents: s.PaidAmountCents,
+		PaymentMethod: s.PaymentMethod, PaidAt: s.PaidAt, SettlementNote: s.Note,
+	})
+	return nil
+}
+
+func (o *Order) finalError(action string) error {
+	return &apperr.RuleError{Rule: "order.final", Detail: fmt.Sprintf("cannot %s: the order is %s", action, o.status)}
+}
+
+func (o *Order) record(e event.Event) {
+	o.apply(e)
+	o.changes = append(o.changes, e)
+}
+
+func (o *Order) apply(e event.Event) {
+	switch e := e.(type) {
+	case Created:
+		o.id, o.customerID, o.amountCents, o.notes, o.status = e.OrderID, e.CustomerID, e.AmountCents, e.Notes, e.Status
+		o.startAt, o.endAt = e.ScheduledStartAt, e.ScheduledEndAt
+		o.settlement = Settlement{Status: Unsettled}
+	case DetailsUpdated:
+		o.customerID, o.amountCents, o.notes = e.CustomerID, e.AmountCents, e.Notes
+	case StatusChanged:
+		o.status = e.To
+	case Cancelled:
+		o.status = StatusCancelled
+	case AssignmentUpdated:
+		o.staffID, o.dispatchNote = e.StaffID, e.DispatchNote
+		o.startAt, o.endAt = &e.StartAt, &e.EndAt
+	case SettlementUpdated:
+		o.settlement = Settlement{Status: e.SettlementStatus, PaidAmountCents: e.PaidAmountCents,
+			PaymentMethod: e.PaymentMethod, PaidAt: e.PaidAt, Note: e.SettlementNote}
+	}
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

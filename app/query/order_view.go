@@ -1,0 +1,103 @@
+// Package query answers reads from the read models. Each query declares the
+// read-model interface it needs; adapters/readmodel implements them.
+package query
+
+import (
+	"fmt"
+	"time"
+
+	"hearth/app/event"
+	"hearth/app/order"
+)
+
+// Order is the read model of one order, as the API shows it and as the
+// change log snapshots it.
+type Order struct {
+	ID                 string     `json:"id"`
+	MerchantID         string     `json:"-"`
+	RequestID          *string    `json:"request_id"`
+	CustomerID         string     `json:"customer_id"`
+	AmountCents        int64      `json:"amount_cents"`
+	Status             string     `json:"status"`
+	ScheduledStartAt   *time.Time `json:"scheduled_start_at"`
+	ScheduledEndAt     *time.Time `json:"scheduled_end_at"`
+	StaffID            *string    `json:"staff_id"`
+	DispatchNote       string     `json:"dispatch_note"`
+	CancellationReason string     `json:"cancellation_reason"`
+	CompletedAt        *time.Time `json:"completed_at"`
+	SettlementStatus   string     `json:"settlement_status"`
+	PaidAmountCents    int64      `json:"paid_amount_cents"`
+	PaymentMethod      string     `json:"payment_method"`
+	PaidAt             *time.Time `json:"paid_at"`
+	SettlementNote     string     `json:"settlement_note"`
+	Notes              string     `json:"notes"`
+	CreatedAt          time.Time  `json:"created_at"`
+	UpdatedAt          time.Time  `json:"updated_at"`
+	Version            int        `json:"version"`
+}
+
+// Apply folds one order event into the view. It does not check versions:
+// the projection does that before calling it. The same fold serves the
+// projection, write responses and verification, so they cannot disagree.
+func (o *Order) Apply(r event.Recorded) error {
+	at := r.OccurredAt.UTC()
+	switch e := r.Event.(type) {
+	case order.Created:
+		*o = Order{
+			ID: e.OrderID, MerchantID: r.MerchantID, CustomerID: e.CustomerID,
+			AmountCents: e.AmountCents, Status: string(e.Status), Notes: e.Notes,
+			ScheduledStartAt: e.ScheduledStartAt, ScheduledEndAt: e.ScheduledEndAt,
+			SettlementStatus: string(order.Unsettled), CreatedAt: at,
+		}
+		if e.RequestID != "" {
+			o.RequestID = &e.RequestID
+		}
+	case order.DetailsUpdated:
+		o.CustomerID, o.AmountCents, o.Notes = e.CustomerID, e.AmountCents, e.Notes
+	case order.StatusChanged:
+		o.Status = string(e.To)
+		if e.CompletedAt != nil {
+			o.CompletedAt = e.CompletedAt
+		}
+	case order.Cancelled:
+		o.Status, o.CancellationReason = string(order.StatusCancelled), e.Reason
+	case order.AssignmentUpdated:
+		o.StaffID = &e.StaffID
+		o.ScheduledStartAt, o.ScheduledEndAt = &e.StartAt, &e.EndAt
+		o.DispatchNote = e.DispatchNote
+	case order.SettlementUpdated:
+		o.SettlementStatus, o.PaidAmountCents = string(e.SettlementStatus), e.PaidAmountCents
+		o.PaymentMethod, o.PaidAt, o.SettlementNote = e.PaymentMethod, e.PaidAt, e.SettlementNote
+	default:
+		return fmt.Errorf("order view: unexpected event %T", r.Event)
+	}
+	if o.ID == "" {
+		return fmt.Errorf("order view: %s %s before OrderCreated", r.Type, r.ID)
+	}
+	o.UpdatedAt, o.Version = at, r.Version
+	return nil
+}
+
+// FoldOrder builds the view from a whole stream.
+func FoldOrder(stream []event.Recorded) (Order, error) {
+	var o Order
+	for _, r := range stream {
+		if err := o.Apply(r); err != nil {
+			return Order{}, err
+		}
+	}
+	return o, nil
+}
+
+// Change is one change-log row: what one event did to a row.
+type Change struct {
+	EventID       string    `json:"event_id"`
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   string    `json:"aggregate_id"`
+	Version       int       `json:"version"`
+	Action        string    `json:"action"`
+	Actor         string    `json:"actor"`
+	Before        any       `json:"before"`
+	After         any       `json:"after"`
+	OccurredAt    time.Time `json:"occurred_at"`
+}

@@ -1,0 +1,63 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// OrderReadModel is what the order queries need from the read model.
+type OrderReadModel interface {
+	Order(ctx context.Context, scope Scope, id string) (Order, error)
+	Orders(ctx context.Context, scope Scope, f OrderFilter, p Page) ([]Order, int, error)
+	Changes(ctx context.Context, scope Scope, aggregateType, id string) ([]Change, error)
+}
+
+// OrderFilter narrows GET /v1/orders. Zero fields do not filter.
+type OrderFilter struct {
+	Statuses         []string
+	SettlementStatus string
+	CustomerID       string
+	StaffID          string
+	From, To         *time.Time // on scheduled_start_at, [From, To)
+}
+
+// Orders answers the order reads.
+type Orders struct {
+	rm OrderReadModel
+}
+
+// NewOrders returns the order queries.
+func NewOrders(rm OrderReadModel) (Orders, error) {
+	if rm == nil {
+		return Orders{}, errors.New("query.NewOrders: nil read model")
+	}
+	return Orders{rm: rm}, nil
+}
+
+// Get returns one order, or apperr.ErrNotFound.
+func (q Orders) Get(ctx context.Context, scope Scope, id string) (Order, error) {
+	return q.rm.Order(ctx, scope, id)
+}
+
+// List returns a page of orders, newest first (by scheduled start when a
+// time range is given).
+func (q Orders) List(ctx context.Context, scope Scope, f OrderFilter, p Page) (List[Order], error) {
+	items, total, err := q.rm.Orders(ctx, scope, f, p)
+	if err != nil {
+		return List[Order]{}, err
+	}
+	if items == nil {
+		items = []Order{}
+	}
+	return List[Order]{Items: items, Total: total, Page: p.Number, PageSize: p.Size}, nil
+}
+
+// Changes returns an order's change log in version order, or
+// apperr.ErrNotFound when the order is not visible to scope.
+func (q Orders) Changes(ctx context.Context, scope Scope, id string) ([]Change, error) {
+	if _, err := q.rm.Order(ctx, scope, id); err != nil {
+		return nil, err
+	}
+	return q.rm.Changes(ctx, scope, "order", id)
+}

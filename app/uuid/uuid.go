@@ -1,0 +1,61 @@
+// Package uuid creates and checks the identifiers Hearth uses for every
+// entity and event: RFC 9562 version 4 UUIDs in their canonical lower-case
+// text form. The domain keeps ids as strings; this package is the one place
+// that knows their shape.
+package uuid
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// New returns a new random (version 4) UUID.
+func New() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}
+
+// Parse checks that s is a UUID in the canonical 8-4-4-4-12 hex form (any
+// case) and returns it in lower case.
+func Parse(s string) (string, bool) {
+	if len(s) != 36 {
+		return "", false
+	}
+	out := []byte(s)
+	for i, c := range out {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return "", false
+			}
+			continue
+		}
+		switch {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
+		case 'A' <= c && c <= 'F':
+			out[i] = c + ('a' - 'A')
+		default:
+			return "", false
+		}
+	}
+	return string(out), true
+}
+
+// Valid reports whether s is a UUID in canonical form.
+func Valid(s string) bool {
+	_, ok := Parse(s)
+	return ok
+}

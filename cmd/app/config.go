@@ -1,0 +1,153 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Config is every setting of Hearth. It is read here, from the environment
+// and flags, and nowhere else.
+type Config struct {
+	// DatabaseURL is the event store: events, Watermill tables, keys and
+	// reference data (DATABASE_URL). Required, except for `app dev`, which
+	// starts a throwaway cluster when it is unset.
+	DatabaseURL string
+	// ReadModelDatabaseURL holds the read models (READMODEL_DATABASE_URL).
+	// Defaults to DatabaseURL.
+	ReadModelDatabaseURL string
+	// HTTPAddr is where the HTTP server listens (HTTP_ADDR or --http-addr).
+	// Defaults to ":8080".
+	HTTPAddr string
+	// Mode is api (HTTP only), worker (projections, plus health endpoints) or
+	// all (both) (MODE or --mode). Defaults to "all".
+	Mode string
+	// LogFormat is text or json (LOG_FORMAT). Defaults to "text".
+	LogFormat string
+	// LogLevel is debug, info, warn or error (LOG_LEVEL). Defaults to "info".
+	LogLevel string
+	// PollInterval is how often an idle projection subscriber looks for new
+	// events (POLL_INTERVAL, a Go duration). Defaults to 100ms.
+	PollInterval time.Duration
+	// ShutdownTimeout bounds the graceful shutdown (SHUTDOWN_TIMEOUT).
+	// Defaults to 20s.
+	ShutdownTimeout time.Duration
+}
+
+// Modes.
+const (
+	ModeAPI    = "api"
+	ModeWorker = "worker"
+	ModeAll    = "all"
+)
+
+// loadConfig reads the environment, then the flags (which win), fills the
+// defaults and validates everything once. Every error names its setting.
+func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, []string, error) {
+	cfg := Config{
+		DatabaseURL:          getenv("DATABASE_URL"),
+		ReadModelDatabaseURL: getenv("READMODEL_DATABASE_URL"),
+		HTTPAddr:             getenv("HTTP_ADDR"),
+		Mode:                 getenv("MODE"),
+		LogFormat:            getenv("LOG_FORMAT"),
+		LogLevel:             getenv("LOG_LEVEL"),
+	}
+	var errs []error
+	duration := func(name string, def time.Duration) time.Duration {
+		s := getenv(name)
+		if s == "" {
+			return def
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q: must be a positive Go duration such as 250ms or 5s", name, s))
+			return def
+		}
+		return d
+	}
+	cfg.PollInterval = duration("POLL_INTERVAL", 100*time.Millisecond)
+	cfg.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", 20*time.Second)
+
+	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, nil, fmt.Errorf("%w\n%s", err, usage)
+	}
+
+	cfg.ReadModelDatabaseURL = cmp.Or(cfg.ReadModelDatabaseURL, cfg.DatabaseURL)
+	cfg.HTTPAddr = cmp.Or(cfg.HTTPAddr, ":8080")
+	cfg.Mode = cmp.Or(cfg.Mode, ModeAll)
+	cfg.LogFormat = cmp.Or(cfg.LogFormat, "text")
+	cfg.LogLevel = cmp.Or(cfg.LogLevel, "info")
+
+	switch cfg.Mode {
+	case ModeAPI, ModeWorker, ModeAll:
+	default:
+		errs = append(errs, fmt.Errorf("MODE (--mode) = %q: must be api, worker or all", cfg.Mode))
+	}
+	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
+		errs = append(errs, fmt.Errorf("HTTP_ADDR (--http-addr) = %q: must be host:port, such as :8080", cfg.HTTPAddr))
+	}
+	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("LOG_FORMAT=%q: must be text or json", cfg.LogFormat))
+	}
+	if _, err := parseLevel(cfg.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	for name, url := range map[string]string{"DATABASE_URL": cfg.DatabaseURL, "READMODEL_DATABASE_URL": cfg.ReadModelDatabaseURL} {
+		if url == "" {
+			continue // required-ness is checked by the commands that need it
+		}
+		if _, err := pgx.ParseConfig(url); err != nil {
+			errs = append(errs, fmt.Errorf("%s: not a valid Postgres URL: %v", name, redact(err, url)))
+		}
+	}
+	return cfg, fs.Args(), errors.Join(errs...)
+}
+
+// requireDatabase checks that DATABASE_URL is set.
+func (c Config) requireDatabase() error {
+	if c.DatabaseURL == "" {
+		return errors.New("DATABASE_URL is not set: point it at Postgres 13 or newer, e.g. postgres://user:pass@localhost:5432/hearth (or use `make run`, which starts a throwaway cluster)")
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("LOG_LEVEL=%q: must be debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(cfg.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// redact keeps a password out of an error message.
+func redact(err error, url string) string {
+	msg := err.Error()
+	if i := strings.Index(url, "://"); i >= 0 {
+		if at := strings.LastIndex(url, "@"); at > i {
+			if colon := strings.Index(url[i+3:at], ":"); colon >= 0 {
+				msg = strings.ReplaceAll(msg, url[i+3+colon+1:at], "xxxxx")
+			}
+		}
+	}
+	return msg
+}

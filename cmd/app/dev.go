@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"hearth/adapters/refdata"
+	"hearth/app/access"
+	"hearth/internal/database"
+	"hearth/internal/pgcluster"
+)
+
+// devDir holds the throwaway cluster of `app dev`.
+const devDir = ".data/postgres"
+
+// dev is `make run`: without DATABASE_URL it starts a fresh throwaway
+// cluster under .data/, creates a demo merchant with an operator key, an
+// admin key and a staff member, prints them with a curl example, serves
+// until Ctrl-C, and then stops the cluster.
+func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (err error) {
+	if cfg.DatabaseURL == "" {
+		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		cluster, err := pgcluster.Start(startCtx, pgcluster.Options{Dir: devDir, Fresh: true, Install: true, Log: log})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("throwaway Postgres: %w", err)
+		}
+		defer func() {
+			log.Info("stopping the throwaway Postgres cluster")
+			err = errors.Join(err, cluster.Stop())
+		}()
+		if err := createDatabase(ctx, cluster.URL("postgres"), "hearth"); err != nil {
+			return err
+		}
+		cfg.DatabaseURL = cluster.URL("hearth")
+		cfg.ReadModelDatabaseURL = cfg.DatabaseURL
+		log.Info("throwaway Postgres started", "url", cfg.DatabaseURL, "dir", devDir)
+	}
+	if err := migrate(ctx, cfg, log); err != nil {
+		return err
+	}
+	if err := seedDemo(ctx, cfg, stdout); err != nil {
+		return err
+	}
+	return serve(ctx, cfg, log)
+}
+
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	db, err := database.Open(ctx, adminURL, 1)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = ?)`, name).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err = db.ExecContext(ctx, "CREATE DATABASE "+name)
+	return err
+}
+
+func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
+	db, err := database.Open(ctx, cfg.DatabaseURL, 2)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	store, err := refdata.New(db)
+	if err != nil {
+		return err
+	}
+	op, err := store.CreateKey(ctx, "demo", access.Operator, "")
+	if err != nil {
+		return err
+	}
+	admin, err := store.CreateKey(ctx, "demo", access.Admin, "")
+	if err != nil {
+		return err
+	}
+	staffID, err := demoStaff(ctx, db.DB, store, op.MerchantID)
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	base := "http://" + net.JoinHostPort(host, port)
+	fmt.Fprintf(stdout, `
+Hearth demo merchant "demo" (%s)
+  operator key: %s
+  admin key:    %s
+  staff member: %s (Demo Worker; use it in PUT /v1/orders/{id}/assignment)
+
+Try:
+  export KEY=%s
+  curl -s -X POST %s/v1/customers -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -d '{"name":"Ada Lovelace","phone":"+44 20 7946 0000"}'
+  curl -s -X POST %s/v1/orders -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -d '{"customer_id":"<customer id>","amount_cents":12000}'
+  curl -s %s/v1/orders -H "Authorization: Bearer $KEY"
+
+`, op.MerchantID, op.Secret, admin.Secret, staffID, op.Secret, base, base, base)
+	return nil
+}
+
+func demoStaff(ctx context.Context, db *sql.DB, store *refdata.Store, merchantID string) (string, error) {
+	var id string
+	err := db.QueryRowContext(ctx, `SELECT id FROM staff WHERE merchant_id = $1 AND name = 'Demo Worker'`, merchantID).Scan(&id)
+	if err == nil {
+		return id, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return "", err
+	}
+	return store.CreateStaff(ctx, merchantID, "Demo Worker")
+}

@@ -1,0 +1,101 @@
+// Command app is Hearth: one binary that serves the HTTP API, runs the
+// projections, or both, and carries the operator's subcommands.
+//
+//	app [serve] [--mode api|worker|all] [--http-addr :8080]
+//	app migrate
+//	app keys create --merchant NAME --role operator|worker|admin [--staff ID]
+//	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage:
+  app [serve] [--mode api|worker|all] [--http-addr ADDR]   run Hearth (default)
+  app migrate                                              apply migrations and exit
+  app keys create --merchant NAME --role operator|worker|admin [--staff ID]
+  app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset
+settings come from the environment: DATABASE_URL, READMODEL_DATABASE_URL, HTTP_ADDR, MODE,
+LOG_FORMAT, LOG_LEVEL, POLL_INTERVAL, SHUTDOWN_TIMEOUT (see README.md)`
+
+// usageError is a bad command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg + "\n" + usage }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hearth:", err)
+		if errors.As(err, new(usageError)) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// run dispatches a subcommand. stdout carries only what scripts capture
+// (keys); logs go to stderr.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve", "dev", "migrate":
+	case "keys":
+		if len(args) == 0 || args[0] != "create" {
+			return usageError{"keys: the only subcommand is `keys create`"}
+		}
+		args = args[1:]
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	default:
+		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	var keyArgs keyFlags
+	if cmd == "keys" {
+		keyArgs.register(fs)
+	}
+	cfg, rest, err := loadConfig(getenv, fs, args)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if len(rest) > 0 {
+		return usageError{fmt.Sprintf("%s: unexpected arguments %q", cmd, rest)}
+	}
+	log := newLogger(cfg, stderr)
+	slog.SetDefault(log)
+	switch cmd {
+	case "migrate":
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		return migrate(ctx, cfg, log)
+	case "keys":
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		return createKey(ctx, cfg, keyArgs, stdout)
+	case "dev":
+		return dev(ctx, cfg, log, stdout)
+	default:
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		return serve(ctx, cfg, log)
+	}
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/uptrace/bun"
+	"golang.org/x/sync/errgroup"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
+	"hearth/adapters/refdata"
+	"hearth/app"
+	"hearth/app/command"
+	"hearth/app/order"
+	"hearth/app/query"
+	"hearth/internal/database"
+	"hearth/leader"
+	"hearth/migrations"
+	httpport "hearth/ports/http"
+)
+
+// databases are the two pools; rm == es when one database holds both.
+type databases struct {
+	es, rm *bun.DB
+}
+
+func openDatabases(ctx context.Context, cfg Config) (databases, error) {
+	es, err := database.Open(ctx, cfg.DatabaseURL, 20)
+	if err != nil {
+		return databases{}, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if cfg.ReadModelDatabaseURL == cfg.DatabaseURL {
+		return databases{es: es, rm: es}, nil
+	}
+	rm, err := database.Open(ctx, cfg.ReadModelDatabaseURL, 20)
+	if err != nil {
+		_ = es.Close()
+		return databases{}, fmt.Errorf("READMODEL_DATABASE_URL: %w", err)
+	}
+	return databases{es: es, rm: rm}, nil
+}
+
+func (d databases) close() {
+	_ = d.es.Close()
+	if d.rm != d.es {
+		_ = d.rm.Close()
+	}
+}
+
+func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
+	for _, step := range []struct {
+		db  *bun.DB
+		set migrations.Set
+	}{{d.es, migrations.EventStore}, {d.rm, migrations.ReadModel}} {
+		n, err := migrations.Apply(ctx, step.db.DB, step.set)
+		if err != nil {
+			return err
+		}
+		log.Info("migrations applied", "set", step.set, "new", n)
+	}
+	return nil
+}
+
+func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
+	dbs, err := openDatabases(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	return dbs.migrate(ctx, log)
+}
+
+// wiring is the application and the projections built on the databases.
+type wiring struct {
+	app         app.Application
+	refdata     *refdata.Store
+	projections []pubsub.Projection
+}
+
+func wire(dbs databases, log *slog.Logger) (wiring, error) {
+	store, err := pubsub.NewStore(dbs.es, watermill.NewSlogLogger(log.With("component", "publisher")))
+	if err != nil {
+		return wiring{}, err
+	}
+	ref, err := refdata.New(dbs.es)
+	if err != nil {
+		return wiring{}, err
+	}
+	orderRepo, err := pubsub.NewOrderRepository(store)
+	if err != nil {
+		return wiring{}, err
+	}
+	orders, err := readmodel.NewOrders(dbs.rm)
+	if err != nil {
+		return wiring{}, err
+	}
+	var a app.Application
+	var errs []error
+	collect := func(err error) { errs = append(errs, err) }
+	a.Commands.CreateCustomer, err = command.NewCreateCustomerHandler(ref)
+	collect(err)
+	a.Commands.CreateOrder, err = command.NewCreateOrderHandler(orderRepo, ref)
+	collect(err)
+	a.Commands.Orders, err = command.NewOrderHandlers(orderRepo, ref)
+	collect(err)
+	a.Queries.Customers, err = query.NewCustomers(ref)
+	collect(err)
+	a.Queries.Orders, err = query.NewOrders(orders)
+	collect(err)
+	if err := errors.Join(errs...); err != nil {
+		return wiring{}, err
+	}
+	return wiring{app: a, refdata: ref, projections: []pubsub.Projection{
+		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply},
+	}}, nil
+}
+
+// serve runs Hearth in its mode until ctx is done, then shuts down
+// gracefully: the HTTP server drains, the projections finish or abort the
+// message in flight, and the leadership lock is released.
+func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	dbs, err := openDatabases(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	if err := dbs.migrate(ctx, log); err != nil {
+		return err
+	}
+	w, err := wire(dbs, log)
+	if err != nil {
+		return err
+	}
+
+	var elector *leader.Elector
+	if cfg.Mode != ModeAPI {
+		elector, err = leader.New(leader.Config{ConnString: cfg.DatabaseURL, Log: log})
+		if err != nil {
+			return err
+		}
+	}
+	handler, err := httpport.NewHandler(httpport.Config{
+		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
+		Ready: readiness(cfg, dbs, elector),
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	log.Info("hearth started", "mode", cfg.Mode, "http_addr", ln.Addr().String(), "split_databases", dbs.rm != dbs.es)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(gctx), cfg.ShutdownTimeout)
+		defer cancel()
+		return srv.Shutdown(shutdownCtx)
+	})
+	if elector != nil {
+		g.Go(func() error {
+			return elector.Run(gctx, func(leadCtx context.Context) error {
+				return runProjections(leadCtx, cfg, dbs, w.projections, log)
+			})
+		})
+	}
+	err = g.Wait()
+	log.Info("hearth stopped")
+	return err
+}
+
+// runProjections builds a fresh router for one leadership term and runs it
+// until leadCtx ends.
+func runProjections(ctx context.Context, cfg Config, dbs databases, projections []pubsub.Projection, log *slog.Logger) error {
+	poison, err := pubsub.SQLPublisher(dbs.es.DB, log)
+	if err != nil {
+		return err
+	}
+	defer poison.Close()
+	router, err := pubsub.NewRouter(pubsub.RouterConfig{
+		Subscriber: pubsub.SQLSubscribers(dbs.es.DB, log, cfg.PollInterval),
+		Poison:     poison,
+		Log:        log,
+	}, projections...)
+	if err != nil {
+		return err
+	}
+	return router.Run(ctx)
+}
+
+func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {
+	return func(ctx context.Context) (map[string]any, error) {
+		details := map[string]any{"mode": cfg.Mode}
+		if elector != nil {
+			st := elector.Status()
+			details["role"] = st.Role
+			if !st.Since.IsZero() {
+				details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
+			}
+		}
+		if err := dbs.es.PingContext(ctx); err != nil {
+			return details, fmt.Errorf("event store: %w", err)
+		}
+		if err := dbs.rm.PingContext(ctx); err != nil {
+			return details, fmt.Errorf("read model: %w", err)
+		}
+		return details, nil
+	}
+}

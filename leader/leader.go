@@ -1,0 +1,498 @@
+package leader
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+)
+
+// LockName is the documented name the projections lock key derives from
+// (see [Key]).
+const LockName = "hearth/projections"
+
+const (
+	// ApplicationName is the application_name of every lock connection, so an
+	// operator can find it in pg_stat_activity.
+	ApplicationName = "hearth-leader"
+
+	defaultRetryInterval  = 200 * time.Millisecond
+	defaultCheckInterval  = 500 * time.Millisecond
+	defaultCheckTimeout   = time.Second
+	defaultConnectTimeout = 5 * time.Second
+
+	// maxBackoffFactor caps the reconnect backoff at RetryInterval*maxBackoffFactor.
+	maxBackoffFactor = 5
+
+	// serverLease is the shortest time after which the server ends the
+	// session of a lock connection whose client went silent (host death,
+	// network partition), given the runtime parameters set below: 5 s idle
+	// + 3 probes 1 s apart (and tcp_user_timeout 9 s for unacknowledged
+	// data). A leader must notice a dead connection well before that.
+	serverLease = 8 * time.Second
+)
+
+// leaseParams are session settings sent in the startup packet of every lock
+// connection. They act on the server's end of the socket: when the client
+// machine goes silent, the server ends the session (and so frees the lock)
+// after about 8-9 s instead of the kernel default of hours. They have no
+// effect on Unix-socket connections.
+var leaseParams = map[string]string{
+	"application_name":        ApplicationName,
+	"tcp_keepalives_idle":     "5",    // seconds of silence before the first probe
+	"tcp_keepalives_interval": "1",    // seconds between probes
+	"tcp_keepalives_count":    "3",    // unanswered probes before the server drops the session
+	"tcp_user_timeout":        "9000", // ms a sent packet may stay unacknowledged (PostgreSQL 12+)
+}
+
+// ErrLockLost is the cause (see [context.Cause]) of a lead context cancelled
+// because the lock connection failed a check: the session, and with it the
+// lock, may already be gone.
+var ErrLockLost = errors.New("leader: lock connection lost")
+
+// errLeadReturned is the cause of a lead context cancelled because lead returned.
+var errLeadReturned = errors.New("leader: lead returned")
+
+// Key returns the int64 advisory-lock key for name: the first 8 bytes of
+// SHA-256(name), read as a big-endian two's-complement int64. For [LockName]
+// it is -3139509515664720772 (bytes d46e38bab5d87c7c).
+//
+// An operator can compute it in SQL:
+//
+//	SELECT ('x' || left(encode(sha256(convert_to('hearth/projections', 'UTF8')), 'hex'), 16))::bit(64)::bigint;
+//
+// pg_locks shows a bigint advisory key split into two oid columns, with
+// objsubid = 1: classid holds the high 32 bits and objid the low 32 bits
+// (for LockName, classid 3563993274 and objid 3050863740). To find the
+// holder:
+//
+//	SELECT l.pid, a.application_name, a.client_addr, a.backend_start
+//	FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+//	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+//	  AND l.classid::bigint = 3563993274 AND l.objid::bigint = 3050863740;
+//
+// Advisory locks are per database: the lock is only exclusive among
+// sessions connected to the same database.
+func Key(name string) int64 {
+	sum := sha256.Sum256([]byte(name))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// keyHalves returns the classid and objid under which pg_locks shows key.
+func keyHalves(key int64) (classid, objid uint32) {
+	return uint32(uint64(key) >> 32), uint32(uint64(key))
+}
+
+// Config configures an [Elector].
+type Config struct {
+	// ConnString is the PostgreSQL URL or keyword/value string of the lock
+	// connection. It must reach PostgreSQL directly (or through a pooler in
+	// session mode): a session advisory lock does not survive a pooler in
+	// transaction mode such as PgBouncer's. application_name and the TCP
+	// keepalive settings are overridden; connect_timeout defaults to 5 s.
+	// Required.
+	ConnString string
+
+	// Name is the lock name; the advisory-lock key is [Key](Name).
+	// Defaults to [LockName].
+	Name string
+
+	// RetryInterval is how often a standby tries to take the lock, and how
+	// long Run waits after a leadership term before campaigning again.
+	// Reconnection after a failure backs off from it up to 5 times it.
+	// Defaults to 200ms.
+	RetryInterval time.Duration
+
+	// CheckInterval is how often the leader verifies, on the lock
+	// connection, that its session still holds the lock. (A connection that
+	// the server closes is noticed at once, without waiting for a check.)
+	// Defaults to 500ms.
+	CheckInterval time.Duration
+
+	// CheckTimeout bounds each database call: a check, a lock attempt, the
+	// unlock. CheckInterval + CheckTimeout must stay below the 8 s
+	// server-side lease so that a cut-off leader fences itself before the
+	// server frees its lock. Defaults to 1s.
+	CheckTimeout time.Duration
+
+	// Log receives state transitions and failures; the Elector adds
+	// component=leader. Defaults to slog.Default().
+	Log *slog.Logger
+}
+
+// Role is an Elector's current state.
+type Role string
+
+const (
+	// RoleStandby: not holding the lock; trying to take it every RetryInterval.
+	RoleStandby Role = "standby"
+	// RoleLeader: holding the lock; lead is running.
+	RoleLeader Role = "leader"
+)
+
+// Status is a snapshot of an Elector's state.
+type Status struct {
+	Role  Role
+	Since time.Time // when the Elector entered Role
+}
+
+// Elector campaigns for a PostgreSQL session-level advisory lock and runs a
+// function while it holds it. See the package documentation.
+type Elector struct {
+	cfg      Config
+	connCfg  *pgx.ConnConfig
+	key      int64
+	classid  uint32
+	objid    uint32
+	log      *slog.Logger
+	running  atomic.Bool
+	statusMu sync.Mutex
+	status   Status
+}
+
+// New validates cfg, fills in its defaults and returns an Elector in the
+// standby role. Errors name the offending Config field.
+func New(cfg Config) (*Elector, error) {
+	cfg.Name = cmp.Or(cfg.Name, LockName)
+	cfg.RetryInterval = cmp.Or(cfg.RetryInterval, defaultRetryInterval)
+	cfg.CheckInterval = cmp.Or(cfg.CheckInterval, defaultCheckInterval)
+	cfg.CheckTimeout = cmp.Or(cfg.CheckTimeout, defaultCheckTimeout)
+	cfg.Log = cmp.Or(cfg.Log, slog.Default())
+
+	if cfg.ConnString == "" {
+		return nil, errors.New("leader: Config.ConnString is required")
+	}
+	connCfg, err := pgx.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("leader: Config.ConnString: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"RetryInterval", cfg.RetryInterval},
+		{"CheckInterval", cfg.CheckInterval},
+		{"CheckTimeout", cfg.CheckTimeout},
+	} {
+		if f.d < 0 {
+			return nil, fmt.Errorf("leader: Config.%s must be positive, got %v", f.name, f.d)
+		}
+	}
+	if sum := cfg.CheckInterval + cfg.CheckTimeout; sum >= serverLease {
+		return nil, fmt.Errorf("leader: Config.CheckInterval + Config.CheckTimeout (%v) must be below the server-side lease of %v", sum, serverLease)
+	}
+
+	for k, v := range leaseParams {
+		connCfg.RuntimeParams[k] = v
+	}
+	connCfg.ConnectTimeout = cmp.Or(connCfg.ConnectTimeout, defaultConnectTimeout)
+
+	key := Key(cfg.Name)
+	classid, objid := keyHalves(key)
+	return &Elector{
+		cfg:     cfg,
+		connCfg: connCfg,
+		key:     key,
+		classid: classid,
+		objid:   objid,
+		log:     cfg.Log.With("component", "leader", "lock", cfg.Name),
+		status:  Status{Role: RoleStandby, Since: time.Now()},
+	}, nil
+}
+
+// Status returns the Elector's current role and since when it holds it.
+// It is safe for concurrent use.
+func (e *Elector) Status() Status {
+	e.statusMu.Lock()
+	defer e.statusMu.Unlock()
+	return e.status
+}
+
+// setStatus records a transition to role; it does nothing if the role is unchanged.
+func (e *Elector) setStatus(role Role) {
+	e.statusMu.Lock()
+	defer e.statusMu.Unlock()
+	if e.status.Role != role {
+		e.status = Status{Role: role, Since: time.Now()}
+	}
+}
+
+// Run campaigns for the lock until ctx is done. Whenever it holds the lock
+// it calls lead with a context that is cancelled when ctx is done or when
+// the lock connection fails (context.Cause then wraps [ErrLockLost]); lead
+// should stop all leader-only work promptly when it is. When lead returns,
+// for any reason, Run unlocks, closes the lock connection, waits
+// RetryInterval and campaigns again. An error from lead is logged, not
+// returned.
+//
+// Run returns nil once ctx is done. Only one Run may be active per Elector.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error) error {
+	if lead == nil {
+		return errors.New("leader: Run: lead is nil")
+	}
+	if !e.running.CompareAndSwap(false, true) {
+		return errors.New("leader: Run called while already running")
+	}
+	defer e.running.Store(false)
+
+	e.log.Debug("campaigning", "key", e.key, "retry_interval", e.cfg.RetryInterval)
+	var (
+		conn   *pgx.Conn // standby connection, reused between lock attempts
+		streak failureStreak
+		bo     = e.newBackoff()
+	)
+	defer func() {
+		if conn != nil {
+			e.closeConn(ctx, conn)
+		}
+	}()
+
+	for ctx.Err() == nil {
+		if conn == nil {
+			c, err := e.connect(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				e.logFailure(&streak, "connect", err)
+				sleep(ctx, bo.NextBackOff())
+				continue
+			}
+			conn = c
+		}
+
+		acquired, err := e.tryLock(ctx, conn)
+		if err != nil {
+			// The attempt may have taken the lock on the server without us
+			// seeing the answer: closing the session frees it in that case.
+			e.closeConn(ctx, conn)
+			conn = nil
+			if ctx.Err() != nil {
+				break
+			}
+			e.logFailure(&streak, "try lock", err)
+			sleep(ctx, bo.NextBackOff())
+			continue
+		}
+		if streak.failures > 0 {
+			e.log.Info("lock connection restored", "failures", streak.failures, "after", time.Since(streak.since).Round(time.Millisecond))
+			streak = failureStreak{}
+		}
+		bo.Reset()
+
+		if !acquired {
+			sleep(ctx, e.cfg.RetryInterval)
+			continue
+		}
+		if ctx.Err() != nil {
+			// Shutting down: give the lock back without leading.
+			e.release(ctx, conn)
+			conn = nil
+			break
+		}
+		e.term(ctx, conn, lead)
+		conn = nil // term released and closed it
+		sleep(ctx, e.cfg.RetryInterval)
+	}
+	e.setStatus(RoleStandby)
+	return nil
+}
+
+// term runs one leadership term on conn, which holds the lock: it calls
+// lead while watching the connection, then releases the lock and closes conn.
+func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx context.Context) error) {
+	start := time.Now()
+	e.setStatus(RoleLeader)
+	e.log.Info("acquired leadership", "key", e.key, "backend_pid", conn.PgConn().PID())
+
+	leadCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var fenced atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := e.watch(leadCtx, conn); err != nil {
+			// Self-fence: stop leading before a standby can take over.
+			fenced.Store(true)
+			e.setStatus(RoleStandby)
+			e.log.Info("lost leadership", "reason", "lock connection failed", "err", err, "held_for", time.Since(start).Round(time.Millisecond))
+			cancel(fmt.Errorf("%w: %w", ErrLockLost, err))
+		}
+	})
+
+	err := lead(leadCtx)
+	cancel(errLeadReturned)
+	wg.Wait() // the watcher no longer uses conn
+
+	stopping := ctx.Err() != nil || fenced.Load()
+	benign := err == nil || (stopping && errors.Is(err, context.Canceled))
+	switch {
+	case fenced.Load():
+		if !benign {
+			e.log.Warn("lead failed after losing leadership", "err", err)
+		}
+	case stopping:
+		attrs := []any{"reason", "shutting down", "held_for", time.Since(start).Round(time.Millisecond)}
+		level := slog.LevelInfo
+		if !benign {
+			level = slog.LevelWarn
+			attrs = append(attrs, "err", err)
+		}
+		e.setStatus(RoleStandby)
+		e.log.Log(ctx, level, "lost leadership", attrs...)
+	case err != nil:
+		e.setStatus(RoleStandby)
+		e.log.Error("lost leadership", "reason", "lead failed", "err", err, "held_for", time.Since(start).Round(time.Millisecond))
+	default:
+		e.setStatus(RoleStandby)
+		e.log.Info("lost leadership", "reason", "lead returned", "held_for", time.Since(start).Round(time.Millisecond))
+	}
+	e.release(ctx, conn)
+}
+
+// watch returns nil once ctx is done, or an error as soon as the lock
+// connection fails. Between checks it blocks reading the connection, so a
+// session the server ends (pg_terminate_backend, server shutdown, crash)
+// is noticed at once; every CheckInterval it verifies in pg_locks that the
+// session still holds the lock, which also catches a silent network.
+func (e *Elector) watch(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, e.cfg.CheckInterval)
+		_, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case err == nil:
+			continue // a notification; nothing LISTENs on this connection, ignore it
+		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			// Quiet for CheckInterval: time for an active check.
+		default:
+			return fmt.Errorf("wait on lock connection: %w", err)
+		}
+		if err := e.check(ctx, conn); err != nil {
+			return err
+		}
+	}
+}
+
+// checkSQL reports whether this session holds the advisory lock ($1, $2 =
+// classid, objid of the key).
+const checkSQL = `SELECT EXISTS (
+	SELECT FROM pg_locks
+	WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+	  AND classid = $1 AND objid = $2 AND objsubid = 1 AND granted)`
+
+// check verifies that conn's session still holds the lock. It is not cut
+// short by ctx (that would break the connection), only by CheckTimeout.
+func (e *Elector) check(ctx context.Context, conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckTimeout)
+	defer cancel()
+	var held bool
+	if err := conn.QueryRow(ctx, checkSQL, e.classid, e.objid).Scan(&held); err != nil {
+		return fmt.Errorf("check lock: %w", err)
+	}
+	if !held {
+		return errors.New("check lock: session no longer holds the advisory lock")
+	}
+	return nil
+}
+
+// connect opens a lock connection.
+func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, e.connCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return conn, nil
+}
+
+// tryLock makes one non-blocking attempt to take the lock on conn.
+func (e *Elector) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.CheckTimeout)
+	defer cancel()
+	var acquired bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", e.key).Scan(&acquired); err != nil {
+		return false, fmt.Errorf("try lock: %w", err)
+	}
+	return acquired, nil
+}
+
+// release unlocks explicitly, so that a standby can take over at once
+// rather than when the server gets round to ending the session, then closes
+// conn. It runs even when ctx is done.
+func (e *Elector) release(ctx context.Context, conn *pgx.Conn) {
+	if !conn.IsClosed() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckTimeout)
+		var released bool
+		err := conn.QueryRow(uctx, "SELECT pg_advisory_unlock($1)", e.key).Scan(&released)
+		cancel()
+		switch {
+		case err != nil:
+			e.log.Warn("unlock failed; closing the connection frees the lock", "err", err)
+		case !released:
+			e.log.Warn("unlock: session did not hold the lock")
+		default:
+			e.log.Debug("released lock")
+		}
+	}
+	e.closeConn(ctx, conn)
+}
+
+// closeConn closes conn, even when ctx is done.
+func (e *Elector) closeConn(ctx context.Context, conn *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckTimeout)
+	defer cancel()
+	if err := conn.Close(cctx); err != nil {
+		e.log.Debug("close lock connection", "err", err)
+	}
+}
+
+// failureStreak tracks consecutive connection failures while standby.
+type failureStreak struct {
+	failures int
+	since    time.Time
+}
+
+// logFailure logs the first failure of a streak at Warn and the rest at Debug.
+func (e *Elector) logFailure(s *failureStreak, op string, err error) {
+	s.failures++
+	if s.failures == 1 {
+		s.since = time.Now()
+		e.log.Warn("lock connection failed; retrying", "op", op, "err", err)
+		return
+	}
+	e.log.Debug("lock connection still failing", "op", op, "err", err, "failures", s.failures)
+}
+
+// newBackoff returns the reconnect backoff: RetryInterval doubling up to
+// maxBackoffFactor*RetryInterval, with jitter, never giving up.
+func (e *Elector) newBackoff() *backoff.ExponentialBackOff {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = e.cfg.RetryInterval
+	bo.MaxInterval = maxBackoffFactor * e.cfg.RetryInterval
+	bo.Multiplier = 2
+	bo.RandomizationFactor = 0.2
+	bo.MaxElapsedTime = 0
+	bo.Reset()
+	return bo
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

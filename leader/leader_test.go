@@ -1,0 +1,413 @@
+package leader
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"hearth/internal/pgcluster"
+)
+
+// cluster is the one PostgreSQL server of this test run; each test gets its
+// own database in it (advisory locks are per database).
+var cluster *pgcluster.Cluster
+
+// mainRunner starts the cluster around the tests so that it is stopped
+// before goleak looks for leftover goroutines.
+type mainRunner struct{ m *testing.M }
+
+func (r mainRunner) Run() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leader tests: start PostgreSQL:", err)
+		return 1
+	}
+	cluster = c
+	defer func() {
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "leader tests: stop PostgreSQL:", err)
+		}
+	}()
+	return r.m.Run()
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(mainRunner{m})
+}
+
+var dbSeq atomic.Int64
+
+// testDB creates a fresh database and returns its URL.
+func testDB(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	name := fmt.Sprintf("leader_%d_%d", os.Getpid(), dbSeq.Add(1))
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	return cluster.URL(name)
+}
+
+// testLogger writes to the test's output.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// candidate is one Elector running in the background, with a lead function
+// that records what happens to it.
+type candidate struct {
+	e      *Elector
+	cancel context.CancelFunc
+	done   chan error
+
+	terms   atomic.Int64 // lead calls started
+	leading atomic.Bool
+	mu      sync.Mutex
+	causes  []error // context.Cause of each ended term's lead context
+}
+
+// hooks are what all candidates of one test share.
+type hooks struct {
+	active  atomic.Int64 // lead calls running right now, all candidates together
+	overlap atomic.Bool  // active exceeded 1 at some point
+	// hold is how long lead runs before returning nil; 0 means until its
+	// context is done.
+	hold time.Duration
+}
+
+func (h *hooks) start(t *testing.T, cfg Config) *candidate {
+	t.Helper()
+	if cfg.Log == nil {
+		cfg.Log = testLogger(t)
+	}
+	e, err := New(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	c := &candidate{e: e, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		c.done <- e.Run(ctx, func(ctx context.Context) error {
+			if h.active.Add(1) > 1 {
+				h.overlap.Store(true)
+			}
+			defer h.active.Add(-1)
+			c.terms.Add(1)
+			c.leading.Store(true)
+			defer c.leading.Store(false)
+			if s := e.Status(); s.Role != RoleLeader {
+				t.Errorf("Status inside lead = %v, want leader", s)
+			}
+			if h.hold > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(h.hold):
+					return nil
+				}
+			}
+			<-ctx.Done()
+			c.mu.Lock()
+			c.causes = append(c.causes, context.Cause(ctx))
+			c.mu.Unlock()
+			return ctx.Err()
+		})
+	}()
+	t.Cleanup(func() { c.stop(t) })
+	return c
+}
+
+// stop cancels the candidate's Run and requires it to return nil promptly.
+// Calling it again is harmless.
+func (c *candidate) stop(t *testing.T) {
+	t.Helper()
+	c.cancel()
+	select {
+	case err, ok := <-c.done:
+		if ok {
+			require.NoError(t, err)
+			close(c.done)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+}
+
+func (c *candidate) lastCause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.causes) == 0 {
+		return nil
+	}
+	return c.causes[len(c.causes)-1]
+}
+
+func TestExclusive(t *testing.T) {
+	t.Parallel()
+	url := testDB(t)
+	// Each term lasts 30 ms, so leadership changes hands many times.
+	h := &hooks{hold: 30 * time.Millisecond}
+	cfg := Config{ConnString: url, RetryInterval: 20 * time.Millisecond, CheckInterval: 10 * time.Millisecond}
+	a := h.start(t, cfg)
+	b := h.start(t, cfg)
+
+	require.Eventually(t, func() bool {
+		return a.terms.Load() >= 3 && b.terms.Load() >= 3
+	}, 20*time.Second, 10*time.Millisecond, "both electors should lead several times")
+	a.stop(t)
+	b.stop(t)
+	require.False(t, h.overlap.Load(), "two lead functions ran at the same time")
+	require.Equal(t, RoleStandby, a.e.Status().Role)
+	require.Equal(t, RoleStandby, b.e.Status().Role)
+}
+
+func TestTakeoverOnShutdown(t *testing.T) {
+	t.Parallel()
+	url := testDB(t)
+	h := &hooks{}
+	cfg := Config{ConnString: url} // default timings: the documented takeover time
+	a := h.start(t, cfg)
+	require.Eventually(t, a.leading.Load, 10*time.Second, 5*time.Millisecond)
+	before := time.Now()
+	require.Equal(t, RoleLeader, a.e.Status().Role)
+	require.False(t, a.e.Status().Since.After(before))
+
+	b := h.start(t, cfg)
+	require.Never(t, b.leading.Load, 500*time.Millisecond, 10*time.Millisecond, "standby led while the leader held the lock")
+	require.Equal(t, RoleStandby, b.e.Status().Role)
+
+	a.stop(t)
+	stopped := time.Now()
+	require.ErrorIs(t, a.lastCause(), context.Canceled, "the old leader's lead context should have been cancelled")
+	require.Equal(t, RoleStandby, a.e.Status().Role)
+
+	require.Eventually(t, b.leading.Load, 5*time.Second, time.Millisecond)
+	took := time.Since(stopped)
+	t.Logf("takeover after shutdown: %v", took)
+	require.Less(t, took, time.Second)
+	require.Equal(t, RoleLeader, b.e.Status().Role)
+	require.False(t, h.overlap.Load())
+}
+
+// terminateLockHolder ends the session holding an advisory lock in the
+// database of url, as an operator would, and returns how many it ended.
+func terminateLockHolder(t *testing.T, url string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	err = conn.QueryRow(ctx, `
+		SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'hearth-leader' AND datname = current_database()
+		  AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)`).Scan(&n)
+	require.NoError(t, err)
+	return n
+}
+
+func TestSelfFencing(t *testing.T) {
+	t.Parallel()
+	for _, electors := range []int{1, 2} {
+		t.Run(fmt.Sprintf("electors=%d", electors), func(t *testing.T) {
+			t.Parallel()
+			url := testDB(t)
+			h := &hooks{}
+			cfg := Config{ConnString: url, RetryInterval: 50 * time.Millisecond}
+			var cs []*candidate
+			for range electors {
+				cs = append(cs, h.start(t, cfg))
+			}
+			var old *candidate
+			require.Eventually(t, func() bool {
+				for _, c := range cs {
+					if c.leading.Load() {
+						old = c
+						return true
+					}
+				}
+				return false
+			}, 10*time.Second, 5*time.Millisecond)
+			termsBefore := h.totalTerms(cs)
+
+			killed := time.Now()
+			require.Equal(t, 1, terminateLockHolder(t, url))
+
+			// The old leader's lead context is cancelled because its lock
+			// connection failed, not because Run was stopped.
+			require.Eventually(t, func() bool { return old.lastCause() != nil }, 5*time.Second, time.Millisecond)
+			t.Logf("fenced %v after the backend was terminated", time.Since(killed))
+			require.ErrorIs(t, old.lastCause(), ErrLockLost)
+			require.Less(t, time.Since(killed), 2*time.Second)
+
+			// Someone (the other elector, or the same one after reconnecting) leads again.
+			require.Eventually(t, func() bool {
+				return h.totalTerms(cs) > termsBefore && h.active.Load() == 1
+			}, 10*time.Second, 5*time.Millisecond)
+		})
+	}
+}
+
+func (h *hooks) totalTerms(cs []*candidate) int64 {
+	var n int64
+	for _, c := range cs {
+		n += c.terms.Load()
+	}
+	return n
+}
+
+// TestKeyDocumentation checks what Key's documentation tells operators: the
+// SQL that computes the key, and where the lock shows in pg_locks.
+func TestKeyDocumentation(t *testing.T) {
+	t.Parallel()
+	url := testDB(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	require.Equal(t, int64(-3139509515664720772), Key(LockName))
+	classid, objid := keyHalves(Key(LockName))
+	require.Equal(t, uint32(3563993274), classid)
+	require.Equal(t, uint32(3050863740), objid)
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	var sqlKey int64
+	require.NoError(t, conn.QueryRow(ctx,
+		`SELECT ('x' || left(encode(sha256(convert_to('hearth/projections', 'UTF8')), 'hex'), 16))::bit(64)::bigint`).Scan(&sqlKey))
+	require.Equal(t, Key(LockName), sqlKey)
+
+	h := &hooks{}
+	c := h.start(t, Config{ConnString: url})
+	require.Eventually(t, c.leading.Load, 10*time.Second, 5*time.Millisecond)
+	var app string
+	require.NoError(t, conn.QueryRow(ctx, `
+		SELECT a.application_name
+		FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.classid::bigint = 3563993274 AND l.objid::bigint = 3050863740`).Scan(&app))
+	require.Equal(t, ApplicationName, app)
+}
+
+func TestNewValidation(t *testing.T) {
+	t.Parallel()
+	const url = "postgres://u@127.0.0.1:5432/db"
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"missing conn string", Config{}, "Config.ConnString"},
+		{"bad conn string", Config{ConnString: "postgres://u@127.0.0.1:notaport/db"}, "Config.ConnString"},
+		{"negative retry", Config{ConnString: url, RetryInterval: -time.Second}, "Config.RetryInterval"},
+		{"negative check interval", Config{ConnString: url, CheckInterval: -time.Second}, "Config.CheckInterval"},
+		{"negative check timeout", Config{ConnString: url, CheckTimeout: -time.Second}, "Config.CheckTimeout"},
+		{"check slower than lease", Config{ConnString: url, CheckInterval: 5 * time.Second, CheckTimeout: 5 * time.Second}, "Config.CheckInterval + Config.CheckTimeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.cfg)
+			require.ErrorContains(t, err, tc.field)
+		})
+	}
+
+	e, err := New(Config{ConnString: url})
+	require.NoError(t, err)
+	require.Equal(t, LockName, e.cfg.Name)
+	require.Equal(t, 200*time.Millisecond, e.cfg.RetryInterval)
+	require.Equal(t, 500*time.Millisecond, e.cfg.CheckInterval)
+	require.Equal(t, time.Second, e.cfg.CheckTimeout)
+	require.Equal(t, slog.Default(), e.cfg.Log)
+	require.Equal(t, ApplicationName, e.connCfg.RuntimeParams["application_name"])
+	require.Equal(t, "5", e.connCfg.RuntimeParams["tcp_keepalives_idle"])
+	require.Equal(t, 5*time.Second, e.connCfg.ConnectTimeout)
+	require.Equal(t, Status{Role: RoleStandby, Since: e.Status().Since}, e.Status())
+}
+
+func TestRunMisuse(t *testing.T) {
+	t.Parallel()
+	e, err := New(Config{ConnString: "postgres://u@127.0.0.1:1/db", Log: testLogger(t)})
+	require.NoError(t, err)
+	require.ErrorContains(t, e.Run(t.Context(), nil), "lead is nil")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, func(context.Context) error { return nil }) }()
+	require.Eventually(t, e.running.Load, 5*time.Second, time.Millisecond)
+	require.ErrorContains(t, e.Run(ctx, func(context.Context) error { return nil }), "already running")
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// logCounts counts log records by level and message.
+type logCounts struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (c *logCounts) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[key]
+}
+
+// countingHandler feeds logCounts and passes records on to next.
+type countingHandler struct {
+	*logCounts
+	next slog.Handler
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.counts[r.Level.String()+" "+r.Message]++
+	h.mu.Unlock()
+	return h.next.Handle(ctx, r)
+}
+func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return countingHandler{h.logCounts, h.next.WithAttrs(as)}
+}
+func (h countingHandler) WithGroup(g string) slog.Handler {
+	return countingHandler{h.logCounts, h.next.WithGroup(g)}
+}
+
+func TestConnectionFailuresLoggedOncePerStreak(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	logs := &logCounts{counts: map[string]int{}}
+	h := countingHandler{logs, testLogger(t).Handler()}
+	e, err := New(Config{ConnString: "postgres://u@" + addr + "/db", RetryInterval: 5 * time.Millisecond, Log: slog.New(h)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, func(context.Context) error { return nil }) }()
+
+	require.Eventually(t, func() bool { return h.count("DEBUG lock connection still failing") >= 5 }, 10*time.Second, time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, 1, h.count("WARN lock connection failed; retrying"))
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for k := range logs.counts {
+		require.False(t, strings.HasPrefix(k, "ERROR"), "unexpected error log %q", k)
+	}
+	require.Equal(t, RoleStandby, e.Status().Role)
+}

@@ -1,0 +1,143 @@
+// Package migrations holds Hearth's schema as numbered SQL files, embedded in
+// the binary, and applies them.
+//
+// There are two sets: "eventstore" (tenants, keys, reference data, events,
+// Watermill tables) for DATABASE_URL and "readmodel" (projections, change
+// log) for READMODEL_DATABASE_URL. When both URLs name one database, both
+// sets go into it. Applying is idempotent, and safe when several instances
+// start at once: each run holds a transaction-scoped advisory lock while it
+// reads what is applied and applies the rest, all in one transaction.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed eventstore/*.sql readmodel/*.sql
+var files embed.FS
+
+// Set names a group of migrations for one database.
+type Set string
+
+const (
+	EventStore Set = "eventstore"
+	ReadModel  Set = "readmodel"
+)
+
+// lockKey is the advisory lock that serialises migration runs:
+// the first 8 bytes of "hearth-migrations" read as a big-endian int64.
+const lockKey int64 = 0x6865617274682d6d // "hearth-m"
+
+// Migration is one numbered SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// List returns the migrations of a set in version order.
+func List(set Set) ([]Migration, error) {
+	entries, err := fs.ReadDir(files, string(set))
+	if err != nil {
+		return nil, fmt.Errorf("read migrations %s: %w", set, err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s/%s: name must start with a positive number and '_'", set, e.Name())
+		}
+		body, err := files.ReadFile(path.Join(string(set), e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Name: e.Name(), SQL: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("migrations %s: version %d appears twice", set, out[i].Version)
+		}
+	}
+	return out, nil
+}
+
+// Apply applies the set's migrations that db has not seen yet and returns
+// how many it applied.
+func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
+	all, err := List(set)
+	if err != nil {
+		return 0, err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errorsJoinRollback(err, tx)
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey); err != nil {
+		return 0, fmt.Errorf("lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS hearth_migrations (
+		set_name   text NOT NULL,
+		version    integer NOT NULL,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (set_name, version))`); err != nil {
+		return 0, fmt.Errorf("create hearth_migrations: %w", err)
+	}
+	done := map[int]bool{}
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM hearth_migrations WHERE set_name = $1`, string(set))
+	if err != nil {
+		return 0, fmt.Errorf("read applied migrations: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		done[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	rows.Close()
+	for _, m := range all {
+		if done[m.Version] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return 0, fmt.Errorf("apply %s/%s: %w", set, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO hearth_migrations (set_name, version, name) VALUES ($1, $2, $3)`,
+			string(set), m.Version, m.Name); err != nil {
+			return 0, fmt.Errorf("record %s/%s: %w", set, m.Name, err)
+		}
+		applied++
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit migrations %s: %w", set, err)
+	}
+	return applied, nil
+}
+
+func errorsJoinRollback(err error, tx *sql.Tx) error {
+	if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+		return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+	}
+	return err
+}

@@ -1,0 +1,148 @@
+package httpport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"hearth/app/apperr"
+)
+
+// problem is an RFC 9457 problem+json body. Type is a stable URI reference
+// (/problems/<slug>); clients branch on it, not on Detail.
+type problem struct {
+	Type   string              `json:"type"`
+	Title  string              `json:"title"`
+	Status int                 `json:"status"`
+	Detail string              `json:"detail"`
+	Rule   string              `json:"rule,omitempty"`
+	Errors []apperr.FieldError `json:"errors,omitempty"`
+}
+
+func newProblem(status int, slug, detail string) problem {
+	return problem{Type: "/problems/" + slug, Title: http.StatusText(status), Status: status, Detail: detail}
+}
+
+// badRequest is input that cannot be read at all: malformed JSON, a wrong
+// JSON type, an unknown field, a path id that is not a UUID, a bad query
+// parameter. It answers 400.
+type badRequest struct {
+	slug   string
+	detail string
+	fields []apperr.FieldError
+}
+
+func (e *badRequest) Error() string { return e.detail }
+
+func malformed(field, format string, args ...any) *badRequest {
+	msg := fmt.Sprintf(format, args...)
+	return &badRequest{slug: "malformed-request", detail: field + ": " + msg,
+		fields: []apperr.FieldError{{Field: field, Message: msg}}}
+}
+
+// writeError maps an error to its problem and writes it. Unexpected errors
+// are logged here, once, and answered without internals.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		bad      *badRequest
+		invalid  *apperr.ValidationError
+		rule     *apperr.RuleError
+		conflict *apperr.ConflictError
+		tooBig   *http.MaxBytesError
+		ruled    interface{ Rule() string }
+	)
+	var p problem
+	switch {
+	case errors.As(err, &bad):
+		p = newProblem(http.StatusBadRequest, bad.slug, bad.detail)
+		p.Errors = bad.fields
+	case errors.As(err, &tooBig):
+		p = newProblem(http.StatusRequestEntityTooLarge, "body-too-large",
+			fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit))
+	case errors.As(err, &invalid):
+		p = newProblem(http.StatusUnprocessableEntity, "validation-failed", invalid.Error())
+		p.Errors = invalid.Fields
+	case errors.As(err, &rule):
+		p = newProblem(http.StatusUnprocessableEntity, "rule-broken", rule.Detail)
+		p.Rule = rule.Rule
+	case errors.As(err, &ruled):
+		p = newProblem(http.StatusUnprocessableEntity, "rule-broken", err.Error())
+		p.Rule = ruled.Rule()
+	case errors.As(err, &conflict):
+		p = newProblem(http.StatusConflict, "conflict", conflict.Detail)
+	case errors.Is(err, apperr.ErrNotFound):
+		p = newProblem(http.StatusNotFound, "not-found", "no such resource")
+	case errors.Is(err, apperr.ErrForbidden):
+		p = newProblem(http.StatusForbidden, "forbidden", "this key's role may not do this")
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		return // the client went away; nobody reads an answer
+	default:
+		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		p = newProblem(http.StatusInternalServerError, "internal", "internal error; the server log has the details")
+	}
+	writeProblem(w, p)
+}
+
+func writeProblem(w http.ResponseWriter, p problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// decode reads a JSON body strictly: one object, no unknown fields, every
+// type right. Each failure names the field or the byte offset. The
+// Content-Type header is not checked: the body must be JSON whatever it says
+// (curl -d sends a form type by default).
+func decode(r *http.Request, dst any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	var (
+		syntax  *json.SyntaxError
+		typeErr *json.UnmarshalTypeError
+		tooBig  *http.MaxBytesError
+	)
+	switch {
+	case err == nil:
+	case errors.As(err, &tooBig):
+		return err
+	case errors.Is(err, io.EOF):
+		return &badRequest{slug: "malformed-request", detail: "request body is empty; a JSON object is required"}
+	case errors.As(err, &syntax):
+		return &badRequest{slug: "malformed-request", detail: fmt.Sprintf("malformed JSON at byte %d: %v", syntax.Offset, err)}
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return &badRequest{slug: "malformed-request", detail: "request body must be a JSON object"}
+		}
+		return malformed(field, "must be a JSON %s, got %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return malformed(field, "is not a field of this request")
+	default:
+		return &badRequest{slug: "malformed-request", detail: "malformed JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return &badRequest{slug: "malformed-request", detail: "request body has data after the JSON object"}
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int64", "int32", "float64":
+		return "integer"
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice":
+		return "array"
+	}
+	return "object"
+}
