@@ -170,6 +170,11 @@ func TestExclusive(t *testing.T) {
 	a.stop(t)
 	b.stop(t)
 	require.False(t, h.overlap.Load(), "two lead functions ran at the same time")
+	for _, c := range []*candidate{a, b} {
+		for _, cause := range c.causes {
+			require.NotErrorIs(t, cause, ErrLockLost, "a healthy lock connection failed its check")
+		}
+	}
 	require.Equal(t, RoleStandby, a.e.Status().Role)
 	require.Equal(t, RoleStandby, b.e.Status().Role)
 }
@@ -410,4 +415,138 @@ func TestConnectionFailuresLoggedOncePerStreak(t *testing.T) {
 		require.False(t, strings.HasPrefix(k, "ERROR"), "unexpected error log %q", k)
 	}
 	require.Equal(t, RoleStandby, e.Status().Role)
+}
+
+// proxy forwards TCP connections to PostgreSQL and can freeze them, as a
+// network partition would: bytes stop flowing but no connection closes.
+type proxy struct {
+	l      net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	thawed chan struct{} // closed while traffic flows
+	conns  []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{l: l, target: target, thawed: make(chan struct{})}
+	close(p.thawed)
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) accept() {
+	for {
+		down, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			down.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, down, up)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pump(up, down) })
+		p.wg.Go(func() { p.pump(down, up) })
+	}
+}
+
+// pump copies src to dst, holding everything (data and EOF) while frozen.
+func (p *proxy) pump(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		p.waitThawed()
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	dst.Close()
+	src.Close()
+}
+
+func (p *proxy) waitThawed() {
+	p.mu.Lock()
+	ch := p.thawed
+	p.mu.Unlock()
+	<-ch
+}
+
+func (p *proxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.thawed = make(chan struct{})
+}
+
+func (p *proxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+	default:
+		close(p.thawed)
+	}
+}
+
+func (p *proxy) close() {
+	p.l.Close()
+	p.thaw()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// TestSelfFencingOnSilentNetwork cuts the leader off from PostgreSQL without
+// closing anything: its periodic check times out and it steps down while the
+// server still holds its lock, so no standby can have taken over yet.
+func TestSelfFencingOnSilentNetwork(t *testing.T) {
+	t.Parallel()
+	url := testDB(t)
+	p := startProxy(t, fmt.Sprintf("127.0.0.1:%d", cluster.Port()))
+	proxied := strings.Replace(url, fmt.Sprintf("127.0.0.1:%d", cluster.Port()), p.l.Addr().String(), 1)
+	require.NotEqual(t, url, proxied)
+
+	h := &hooks{}
+	timing := Config{RetryInterval: 50 * time.Millisecond, CheckInterval: 100 * time.Millisecond, CheckTimeout: 200 * time.Millisecond}
+	cfgA, cfgB := timing, timing
+	cfgA.ConnString, cfgB.ConnString = proxied, url
+	a := h.start(t, cfgA)
+	require.Eventually(t, a.leading.Load, 10*time.Second, 5*time.Millisecond)
+	b := h.start(t, cfgB)
+
+	cut := time.Now()
+	p.freeze()
+	require.Eventually(t, func() bool { return a.lastCause() != nil }, 5*time.Second, time.Millisecond)
+	t.Logf("fenced %v after the network went silent", time.Since(cut))
+	require.ErrorIs(t, a.lastCause(), ErrLockLost)
+	require.ErrorContains(t, a.lastCause(), "check lock")
+	require.Equal(t, RoleStandby, a.e.Status().Role)
+	require.Less(t, time.Since(cut), 2*time.Second)
+	// The server still holds the old session's lock: nobody else leads.
+	require.Never(t, b.leading.Load, 300*time.Millisecond, 10*time.Millisecond)
+
+	// The session ends (here: the partition heals and the old client's
+	// close reaches the server); the lock is free and someone leads again.
+	termsBefore := h.totalTerms([]*candidate{a, b})
+	p.thaw()
+	require.Eventually(t, func() bool {
+		return h.totalTerms([]*candidate{a, b}) > termsBefore
+	}, 10*time.Second, 5*time.Millisecond)
+	require.False(t, h.overlap.Load())
 }

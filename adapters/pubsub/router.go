@@ -81,16 +81,14 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 	router.AddMiddleware(
 		poison,
 		markCancelled,
-		middleware.Retry{
-			MaxRetries:      RetryCount,
+		Retry{
 			InitialInterval: cmp.Or(cfg.RetryInitial, RetryInitial),
 			Multiplier:      RetryMultiplier,
 			MaxInterval:     RetryMax,
+			MaxRetries:      RetryCount,
 			MaxElapsedTime:  RetryMaxElapsed,
-			ShouldRetry: func(p middleware.RetryParams) bool {
-				return !errors.As(p.Err, new(*permanentError))
-			},
-			Logger: wlog,
+			Permanent:       isPermanent,
+			OnRetry:         logRetry(log.With("component", "router")),
 		}.Middleware,
 		middleware.Recoverer,
 	)

@@ -239,8 +239,7 @@ func (o *Order) ChangeStatus(to Status, now time.Time) error {
 	}
 	ev := StatusChanged{From: o.status, To: to}
 	if to == StatusCompleted {
-		at := now.UTC()
-		ev.CompletedAt = &at
+		ev.CompletedAt = utc(&now)
 	}
 	o.record(ev)
 	return nil
@@ -303,7 +302,7 @@ func (o *Order) Assign(a Assignment) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	a.StartAt, a.EndAt = a.StartAt.UTC(), a.EndAt.UTC()
+	a.StartAt, a.EndAt = *utc(&a.StartAt), *utc(&a.EndAt)
 	switch o.status {
 	case StatusPending, StatusConfirmed, StatusDispatching:
 	default:
@@ -397,10 +396,12 @@ func (o *Order) apply(e event.Event) {
 	}
 }
 
+// utc normalises an instant as it is stored: UTC, with the microsecond
+// precision of Postgres, so events, responses and read models agree.
 func utc(t *time.Time) *time.Time {
 	if t == nil {
 		return nil
 	}
-	u := t.UTC()
+	u := t.UTC().Truncate(time.Microsecond)
 	return &u
 }

@@ -112,6 +112,11 @@ func NewSplitDBs(t testing.TB) URLs {
 	return URLs{EventStore: clone(t, templateES), ReadModel: clone(t, templateRM)}
 }
 
+// NewEmptyDB creates a fresh database without any migration.
+func NewEmptyDB(t testing.TB) string {
+	return clone(t, "template0")
+}
+
 // Layouts returns both layouts, for tests that must hold in each.
 func Layouts() map[string]func(testing.TB) URLs {
 	return map[string]func(testing.TB) URLs{"one_database": NewDB, "two_databases": NewSplitDBs}

@@ -1,0 +1,31 @@
+package uuid_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/app/uuid"
+)
+
+func TestNewIsVersion4AndUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := uuid.New()
+		require.True(t, uuid.Valid(id), id)
+		require.Equal(t, byte('4'), id[14], "version nibble")
+		require.Contains(t, "89ab", string(id[19]), "variant bits")
+		require.False(t, seen[id])
+		seen[id] = true
+	}
+}
+
+func TestParse(t *testing.T) {
+	got, ok := uuid.Parse("6BA7B810-9DAD-11D1-80B4-00C04FD430C8")
+	require.True(t, ok)
+	require.Equal(t, "6ba7b810-9dad-11d1-80b4-00c04fd430c8", got)
+	for _, bad := range []string{"", "nope", "6ba7b8109dad11d180b400c04fd430c8", "6ba7b810-9dad-11d1-80b4-00c04fd430cg", "6ba7b810-9dad-11d1-80b4x00c04fd430c8"} {
+		_, ok := uuid.Parse(bad)
+		require.False(t, ok, bad)
+	}
+}

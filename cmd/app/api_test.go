@@ -1,0 +1,844 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"hearth/app/access"
+	"hearth/app/uuid"
+	"hearth/internal/pgtest"
+	httpport "hearth/ports/http"
+)
+
+// api is one running Hearth for a test: the HTTP API behind an httptest
+// server, the projections running in-process, and keys of two merchants.
+type api struct {
+	t   *testing.T
+	srv *httptest.Server
+	cfg Config
+	dbs databases
+	w   wiring
+
+	merchantA, merchantB string
+	opA, opB             string // operator keys of merchants A and B
+	worker               string // worker key of merchant A, bound to staffA
+	admin                string // admin key of merchant A
+	staffA, staffB       string // a staff member of each merchant
+	workerKeyID          string
+	opAKeyID             string
+}
+
+// setup wires Hearth on the databases at urls the way serve does, runs the
+// projections until the test ends and creates the merchants and keys.
+func setup(t *testing.T, urls pgtest.URLs) *api {
+	t.Helper()
+	ctx := t.Context()
+	cfg := Config{
+		DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel,
+		Mode: ModeAll, PollInterval: 20 * time.Millisecond,
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	dbs, err := openDatabases(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(dbs.close)
+	require.Equal(t, urls.Split(), dbs.rm != dbs.es, "one pool per database")
+	w, err := wire(dbs, log)
+	require.NoError(t, err)
+
+	projCtx, stopProjections := context.WithCancel(context.Background())
+	projDone := make(chan error, 1)
+	go func() { projDone <- runProjections(projCtx, cfg, dbs, w.projections, log) }()
+	t.Cleanup(func() {
+		stopProjections()
+		require.NoError(t, <-projDone, "projections stop cleanly")
+	})
+
+	handler, err := httpport.NewHandler(httpport.Config{
+		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil),
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+
+	a := &api{t: t, srv: srv, cfg: cfg, dbs: dbs, w: w}
+	newKey := func(merchant string, role access.Role, staffID string) (id, merchantID, secret string) {
+		k, err := w.refdata.CreateKey(ctx, merchant, role, staffID)
+		require.NoError(t, err)
+		return k.ID, k.MerchantID, k.Secret
+	}
+	a.opAKeyID, a.merchantA, a.opA = newKey("acme", access.Operator, "")
+	_, a.merchantB, a.opB = newKey("globex", access.Operator, "")
+	a.staffA, err = w.refdata.CreateStaff(ctx, a.merchantA, "Wanda Worker")
+	require.NoError(t, err)
+	a.staffB, err = w.refdata.CreateStaff(ctx, a.merchantB, "Gus Globex")
+	require.NoError(t, err)
+	a.workerKeyID, _, a.worker = newKey("acme", access.Worker, a.staffA)
+	_, _, a.admin = newKey("acme", access.Admin, "")
+	return a
+}
+
+// response is an HTTP answer with its JSON body decoded (numbers are
+// float64, as encoding/json decodes them into any).
+type response struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    string
+}
+
+func (r response) String() string { return fmt.Sprintf("%d %s", r.Status, r.Raw) }
+
+// send makes one request. authorization is the whole Authorization header
+// ("" sends none); body is sent as is when it is a string, as JSON
+// otherwise. It never touches t, so conditions polled by Eventually can use
+// it.
+func (a *api) send(method, path, authorization string, body any) (response, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			return response{}, err
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, a.srv.URL+path, rd)
+	if err != nil {
+		return response{}, err
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	res, err := a.srv.Client().Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return response{}, err
+	}
+	r := response{Status: res.StatusCode, Header: res.Header, Raw: string(raw)}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &r.Body); err != nil {
+			return r, fmt.Errorf("%s %s: body is not a JSON object: %w: %s", method, path, err, raw)
+		}
+	}
+	return r, nil
+}
+
+func bearer(key string) string {
+	if key == "" {
+		return ""
+	}
+	return "Bearer " + key
+}
+
+// do makes a request with key ("" sends no Authorization header).
+func (a *api) do(method, path, key string, body any) response {
+	a.t.Helper()
+	r, err := a.send(method, path, bearer(key), body)
+	require.NoError(a.t, err)
+	return r
+}
+
+// must makes a request and requires its status.
+func (a *api) must(status int, method, path, key string, body any) response {
+	a.t.Helper()
+	r := a.do(method, path, key, body)
+	require.Equal(a.t, status, r.Status, "%s %s answered %s", method, path, r)
+	return r
+}
+
+func (a *api) createCustomer(key, name string) string {
+	a.t.Helper()
+	r := a.must(http.StatusCreated, http.MethodPost, "/v1/customers", key, map[string]any{"name": name})
+	return r.Body["id"].(string)
+}
+
+// createOrder creates a pending order and returns its id.
+func (a *api) createOrder(key, customerID string, amountCents int) string {
+	a.t.Helper()
+	r := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", key,
+		map[string]any{"customer_id": customerID, "amount_cents": amountCents})
+	return r.Body["id"].(string)
+}
+
+// awaitOrder waits until the read model shows the order at version (a
+// condition, not a sleep: the projections are asynchronous) and returns
+// what GET /v1/orders/{id} answers then.
+func (a *api) awaitOrder(key, id string, version int) response {
+	a.t.Helper()
+	path := "/v1/orders/" + id
+	assert.Eventually(a.t, func() bool {
+		r, err := a.send(http.MethodGet, path, bearer(key), nil)
+		return err == nil && r.Status == http.StatusOK && intOf(r.Body["version"]) >= version
+	}, 5*time.Second, 10*time.Millisecond, "the read model never showed order %s at version %d", id, version)
+	r := a.must(http.StatusOK, http.MethodGet, path, key, nil)
+	require.Equal(a.t, version, intOf(r.Body["version"]), "GET %s: %s", path, r)
+	return r
+}
+
+// events counts the rows of the events table: those of one stream, or all
+// of them when streamID is "".
+func (a *api) events(streamID string) int {
+	a.t.Helper()
+	var n int
+	err := a.dbs.es.DB.QueryRowContext(a.t.Context(),
+		`SELECT count(*) FROM events WHERE $1 = '' OR stream_id::text = $1`, streamID).Scan(&n)
+	require.NoError(a.t, err)
+	return n
+}
+
+type storedEvent struct {
+	Version int
+	ID      string
+	Type    string
+	Actor   string
+}
+
+// stream returns the stored events of one stream in version order.
+func (a *api) stream(streamID string) []storedEvent {
+	a.t.Helper()
+	rows, err := a.dbs.es.DB.QueryContext(a.t.Context(),
+		`SELECT version, event_id, type, actor FROM events WHERE stream_id = $1 ORDER BY version`, streamID)
+	require.NoError(a.t, err)
+	defer rows.Close()
+	var out []storedEvent
+	for rows.Next() {
+		var e storedEvent
+		require.NoError(a.t, rows.Scan(&e.Version, &e.ID, &e.Type, &e.Actor))
+		out = append(out, e)
+	}
+	require.NoError(a.t, rows.Err())
+	return out
+}
+
+func intOf(v any) int {
+	f, _ := v.(float64)
+	return int(f)
+}
+
+// jsonValue turns v into what decoding its JSON into any gives, so that
+// expectations written with Go values compare with decoded bodies.
+func jsonValue(t *testing.T, v any) any {
+	t.Helper()
+	buf, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out any
+	require.NoError(t, json.Unmarshal(buf, &out))
+	return out
+}
+
+// withoutPosition is a write's answer without its position: the order
+// itself, as a read shows it.
+func withoutPosition(body map[string]any) map[string]any {
+	out := make(map[string]any, len(body))
+	for k, v := range body {
+		if k != "position" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// requireProblem checks that r is an RFC 9457 problem with the status and
+// type.
+func requireProblem(t *testing.T, r response, status int, typ string) {
+	t.Helper()
+	require.Equal(t, status, r.Status, "%s", r)
+	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "%s", r)
+	require.Equal(t, typ, r.Body["type"], "%s", r)
+	require.Equal(t, float64(status), r.Body["status"], "%s", r)
+	require.NotEmpty(t, r.Body["detail"], "%s", r)
+}
+
+// problemFields lists the fields named in a problem's errors.
+func problemFields(r response) []string {
+	var fields []string
+	list, _ := r.Body["errors"].([]any)
+	for _, e := range list {
+		if m, ok := e.(map[string]any); ok {
+			fields = append(fields, fmt.Sprint(m["field"]))
+		}
+	}
+	return fields
+}
+
+func TestOrderLifecycle(t *testing.T) {
+	t.Parallel()
+	for name, newDB := range pgtest.Layouts() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a := setup(t, newDB(t))
+			customerID := a.createCustomer(a.opA, "Ada Lovelace")
+
+			created := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA,
+				map[string]any{"customer_id": customerID, "amount_cents": 12000, "notes": "ring twice"})
+			id, _ := created.Body["id"].(string)
+			require.True(t, uuid.Valid(id), "%s", created)
+			require.Equal(t, "/v1/orders/"+id, created.Header.Get("Location"))
+			require.Equal(t, 1, intOf(created.Body["version"]))
+			require.Equal(t, "pending", created.Body["status"])
+			require.Equal(t, "unsettled", created.Body["settlement_status"])
+			position, _ := created.Body["position"].(string)
+			require.NotEmpty(t, position, "%s", created)
+			require.Equal(t, position, created.Header.Get("Consistency-Position"))
+			require.Equal(t, 1, a.events(id))
+			require.Equal(t, withoutPosition(created.Body), a.awaitOrder(a.opA, id, 1).Body,
+				"the read model shows what the write answered")
+
+			steps := []struct {
+				name         string
+				method, path string
+				body         map[string]any
+				appends      int            // events the step appends
+				want         map[string]any // fields of the order afterwards
+			}{
+				{
+					name: "update details", method: http.MethodPatch, path: "",
+					body:    map[string]any{"amount_cents": 15000, "notes": "gate code 1234"},
+					appends: 1, want: map[string]any{"status": "pending", "amount_cents": 15000, "notes": "gate code 1234"},
+				},
+				{
+					name: "confirm", method: http.MethodPost, path: "/status",
+					body:    map[string]any{"status": "confirmed"},
+					appends: 1, want: map[string]any{"status": "confirmed"},
+				},
+				{
+					name: "assign", method: http.MethodPut, path: "/assignment",
+					body: map[string]any{"staff_id": a.staffA, "start_at": "2030-03-04T10:00:00+02:00",
+						"end_at": "2030-03-04T12:30:00+02:00", "dispatch_note": "bring a ladder"},
+					appends: 2, // OrderAssignmentUpdated and OrderStatusChanged to dispatching
+					want: map[string]any{"status": "dispatching", "staff_id": a.staffA, "dispatch_note": "bring a ladder",
+						"scheduled_start_at": "2030-03-04T08:00:00Z", "scheduled_end_at": "2030-03-04T10:30:00Z"},
+				},
+				{
+					name: "settle", method: http.MethodPut, path: "/settlement",
+					body: map[string]any{"settlement_status": "settled", "paid_amount_cents": 15000,
+						"payment_method": "card", "paid_at": "2030-03-04T12:45:00Z", "settlement_note": "paid on site"},
+					appends: 1,
+					want: map[string]any{"status": "dispatching", "settlement_status": "settled", "paid_amount_cents": 15000,
+						"payment_method": "card", "paid_at": "2030-03-04T12:45:00Z", "settlement_note": "paid on site"},
+				},
+				{
+					name: "cancel", method: http.MethodPost, path: "/cancel",
+					body:    map[string]any{"reason": "customer moved away"},
+					appends: 1, want: map[string]any{"status": "cancelled", "cancellation_reason": "customer moved away"},
+				},
+			}
+			version := 1
+			for _, step := range steps {
+				before := a.events(id)
+				r := a.must(http.StatusOK, step.method, "/v1/orders/"+id+step.path, a.opA, step.body)
+				require.Equal(t, version+step.appends, intOf(r.Body["version"]), "%s: %s", step.name, r)
+				require.Equal(t, before+step.appends, a.events(id), "%s appends %d events", step.name, step.appends)
+				version += step.appends
+				for field, want := range step.want {
+					require.Equal(t, jsonValue(t, want), r.Body[field], "%s: %s", step.name, field)
+				}
+				next, _ := r.Body["position"].(string)
+				require.Equal(t, next, r.Header.Get("Consistency-Position"), step.name)
+				require.Greater(t, positionOf(t, next), positionOf(t, position), "%s: the position moves forward", step.name)
+				position = next
+
+				got := a.awaitOrder(a.opA, id, version)
+				require.Equal(t, withoutPosition(r.Body), got.Body, "%s: the read model shows what the write answered", step.name)
+			}
+
+			changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id+"/changes", a.opA, nil)
+			items, _ := changes.Body["items"].([]any)
+			stored := a.stream(id)
+			require.Len(t, stored, version)
+			require.Len(t, items, len(stored), "one change per event: %s", changes)
+			final := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id, a.opA, nil)
+			for i, item := range items {
+				c := item.(map[string]any)
+				v := i + 1
+				require.Equal(t, v, intOf(c["version"]), "change %d", i)
+				require.Equal(t, stored[i].ID, c["event_id"], "change %d", v)
+				require.Equal(t, stored[i].Type, c["action"], "change %d", v)
+				require.Equal(t, "key:"+a.opAKeyID, c["actor"], "change %d", v)
+				require.Equal(t, stored[i].Actor, c["actor"], "change %d", v)
+				require.Equal(t, "order", c["aggregate_type"], "change %d", v)
+				require.Equal(t, id, c["aggregate_id"], "change %d", v)
+				after, ok := c["after"].(map[string]any)
+				require.True(t, ok, "change %d has an after snapshot: %v", v, c)
+				require.Equal(t, v, intOf(after["version"]), "change %d", v)
+				if v == 1 {
+					require.Nil(t, c["before"], "the first change has no before")
+					continue
+				}
+				before, ok := c["before"].(map[string]any)
+				require.True(t, ok, "change %d has a before snapshot: %v", v, c)
+				require.Equal(t, v-1, intOf(before["version"]), "change %d", v)
+				require.Equal(t, items[i-1].(map[string]any)["after"], c["before"], "change %d starts where %d ended", v, v-1)
+			}
+			require.Equal(t, final.Body, items[len(items)-1].(map[string]any)["after"], "the last change ends at the row")
+		})
+	}
+}
+
+// positionOf parses a position token, to compare positions.
+func positionOf(t *testing.T, position string) int64 {
+	t.Helper()
+	var n int64
+	_, err := fmt.Sscan(position, &n)
+	require.NoError(t, err, "position %q", position)
+	return n
+}
+
+func TestOrderAccess(t *testing.T) {
+	t.Parallel()
+	for name, newDB := range pgtest.Layouts() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a := setup(t, newDB(t))
+			customerID := a.createCustomer(a.opA, "Ada Lovelace")
+			assigned := a.createOrder(a.opA, customerID, 5000)
+			a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+assigned+"/assignment", a.opA, map[string]any{
+				"staff_id": a.staffA, "start_at": "2030-01-01T09:00:00Z", "end_at": "2030-01-01T10:00:00Z"})
+			unassigned := a.createOrder(a.opA, customerID, 7000)
+			a.awaitOrder(a.opA, assigned, 3)
+			a.awaitOrder(a.opA, unassigned, 1)
+			missing := uuid.New()
+
+			t.Run("another merchant's key cannot detect the order", func(t *testing.T) {
+				requests := []struct {
+					method, path string
+					body         map[string]any
+				}{
+					{http.MethodGet, "", nil},
+					{http.MethodGet, "/changes", nil},
+					{http.MethodPatch, "", map[string]any{"notes": "mine now"}},
+					{http.MethodPost, "/status", map[string]any{"status": "confirmed"}},
+					{http.MethodPost, "/cancel", map[string]any{"reason": "because"}},
+					{http.MethodPut, "/assignment", map[string]any{
+						"staff_id": a.staffB, "start_at": "2030-01-01T09:00:00Z", "end_at": "2030-01-01T10:00:00Z"}},
+					{http.MethodPut, "/settlement", map[string]any{"settlement_status": "settled"}},
+				}
+				before := a.events("")
+				for _, req := range requests {
+					foreign := a.do(req.method, "/v1/orders/"+assigned+req.path, a.opB, req.body)
+					requireProblem(t, foreign, http.StatusNotFound, "/problems/not-found")
+					absent := a.do(req.method, "/v1/orders/"+missing+req.path, a.opB, req.body)
+					require.Equal(t, absent.Raw, foreign.Raw, "%s %s: a foreign order answers like a missing one", req.method, req.path)
+				}
+				require.Equal(t, before, a.events(""), "nothing appended")
+				list := a.must(http.StatusOK, http.MethodGet, "/v1/orders", a.opB, nil)
+				require.Equal(t, 0, intOf(list.Body["total"]), "%s", list)
+				a.awaitOrder(a.opA, assigned, 3) // unchanged for its owner
+			})
+
+			t.Run("authentication and roles", func(t *testing.T) {
+				cases := []struct {
+					name          string
+					method, path  string
+					authorization string
+					status        int
+					challenge     bool // answers WWW-Authenticate
+				}{
+					{"no key", http.MethodGet, "/v1/orders", "", http.StatusUnauthorized, true},
+					{"no key on a write", http.MethodPost, "/v1/orders", "", http.StatusUnauthorized, true},
+					{"empty bearer", http.MethodGet, "/v1/orders", "Bearer ", http.StatusUnauthorized, true},
+					{"not a bearer", http.MethodGet, "/v1/orders", "Basic " + a.opA, http.StatusUnauthorized, true},
+					{"unknown key", http.MethodGet, "/v1/orders", "Bearer hk_unknown", http.StatusUnauthorized, true},
+					{"unknown key without prefix", http.MethodGet, "/v1/orders/" + assigned, "Bearer nope", http.StatusUnauthorized, true},
+					{"admin lists orders", http.MethodGet, "/v1/orders", bearer(a.admin), http.StatusForbidden, false},
+					{"admin reads an order", http.MethodGet, "/v1/orders/" + assigned, bearer(a.admin), http.StatusForbidden, false},
+					{"admin creates an order", http.MethodPost, "/v1/orders", bearer(a.admin), http.StatusForbidden, false},
+					{"admin lists customers", http.MethodGet, "/v1/customers", bearer(a.admin), http.StatusForbidden, false},
+					{"worker creates an order", http.MethodPost, "/v1/orders", bearer(a.worker), http.StatusForbidden, false},
+					{"worker changes an order", http.MethodPatch, "/v1/orders/" + assigned, bearer(a.worker), http.StatusForbidden, false},
+					{"worker changes a status", http.MethodPost, "/v1/orders/" + assigned + "/status", bearer(a.worker), http.StatusForbidden, false},
+					{"worker creates a customer", http.MethodPost, "/v1/customers", bearer(a.worker), http.StatusForbidden, false},
+				}
+				before := a.events("")
+				for _, tc := range cases {
+					t.Run(tc.name, func(t *testing.T) {
+						var body any
+						if tc.method != http.MethodGet {
+							body = map[string]any{"customer_id": customerID, "amount_cents": 1}
+						}
+						r, err := a.send(tc.method, tc.path, tc.authorization, body)
+						require.NoError(t, err)
+						if tc.status == http.StatusUnauthorized {
+							requireProblem(t, r, tc.status, "/problems/unauthenticated")
+						} else {
+							requireProblem(t, r, tc.status, "/problems/forbidden")
+						}
+						if tc.challenge {
+							require.True(t, strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer "), "%v", r.Header)
+						} else {
+							require.Empty(t, r.Header.Get("WWW-Authenticate"))
+						}
+					})
+				}
+				require.Equal(t, before, a.events(""), "nothing appended")
+			})
+
+			t.Run("worker sees only orders assigned to its staff member", func(t *testing.T) {
+				list := a.must(http.StatusOK, http.MethodGet, "/v1/orders", a.worker, nil)
+				require.Equal(t, 1, intOf(list.Body["total"]), "%s", list)
+				items := list.Body["items"].([]any)
+				require.Len(t, items, 1)
+				require.Equal(t, assigned, items[0].(map[string]any)["id"])
+				require.Equal(t, a.staffA, items[0].(map[string]any)["staff_id"])
+
+				own := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+assigned, a.worker, nil)
+				require.Equal(t, assigned, own.Body["id"])
+				a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+assigned+"/changes", a.worker, nil)
+
+				for _, path := range []string{"", "/changes"} {
+					other := a.do(http.MethodGet, "/v1/orders/"+unassigned+path, a.worker, nil)
+					requireProblem(t, other, http.StatusNotFound, "/problems/not-found")
+					absent := a.do(http.MethodGet, "/v1/orders/"+missing+path, a.worker, nil)
+					require.Equal(t, absent.Raw, other.Raw, "an unassigned order answers like a missing one")
+				}
+				// Filtering on another staff member does not widen the scope.
+				other := a.must(http.StatusOK, http.MethodGet, "/v1/orders?staff_id="+a.staffB, a.worker, nil)
+				require.Equal(t, 0, intOf(other.Body["total"]), "%s", other)
+			})
+		})
+	}
+}
+
+func TestOrderBadInput(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customerA := a.createCustomer(a.opA, "Ada Lovelace")
+	customerB := a.createCustomer(a.opB, "Grace Hopper")
+	id := a.createOrder(a.opA, customerA, 1000)
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+id, a.opA, map[string]any{"notes": "version 2"})
+	order := "/v1/orders/" + id
+
+	const (
+		malformed  = "/problems/malformed-request"
+		invalidID  = "/problems/invalid-id"
+		validation = "/problems/validation-failed"
+		ruleBroken = "/problems/rule-broken"
+	)
+	cases := []struct {
+		name         string
+		method, path string
+		body         any // a string is sent as is
+		status       int
+		typ          string
+		field        string // named in errors (and, for 400, in detail)
+		rule         string
+	}{
+		{name: "malformed JSON", method: http.MethodPost, path: "/v1/orders",
+			body: `{"customer_id": "` + customerA + `",`, status: 400, typ: malformed},
+		{name: "empty body", method: http.MethodPost, path: "/v1/orders",
+			body: "", status: 400, typ: malformed},
+		{name: "not an object", method: http.MethodPost, path: "/v1/orders",
+			body: `["` + customerA + `"]`, status: 400, typ: malformed},
+		{name: "data after the object", method: http.MethodPost, path: "/v1/orders",
+			body: `{"customer_id": "` + customerA + `", "amount_cents": 1} {}`, status: 400, typ: malformed},
+		{name: "unknown field", method: http.MethodPost, path: "/v1/orders",
+			body:   map[string]any{"customer_id": customerA, "amount_cents": 1, "colour": "red"},
+			status: 400, typ: malformed, field: "colour"},
+		{name: "unknown field in a patch", method: http.MethodPatch, path: order,
+			body: map[string]any{"amount": 1}, status: 400, typ: malformed, field: "amount"},
+		{name: "wrong type", method: http.MethodPost, path: "/v1/orders",
+			body:   map[string]any{"customer_id": customerA, "amount_cents": "x"},
+			status: 400, typ: malformed, field: "amount_cents"},
+		{name: "wrong type in a patch", method: http.MethodPatch, path: order,
+			body: `{"notes": 5}`, status: 400, typ: malformed, field: "notes"},
+		{name: "not a time", method: http.MethodPost, path: "/v1/orders",
+			body:   map[string]any{"customer_id": customerA, "scheduled_start_at": "tomorrow", "scheduled_end_at": "2030-01-01T10:00:00Z"},
+			status: 400, typ: malformed, field: "scheduled_start_at"},
+		{name: "non-UUID path id", method: http.MethodGet, path: "/v1/orders/42",
+			status: 400, typ: invalidID, field: "id"},
+		{name: "non-UUID path id on a write", method: http.MethodPost, path: "/v1/orders/not-a-uuid/status",
+			body: map[string]any{"status": "confirmed"}, status: 400, typ: invalidID, field: "id"},
+		{name: "negative amount", method: http.MethodPost, path: "/v1/orders",
+			body:   map[string]any{"customer_id": customerA, "amount_cents": -1},
+			status: 422, typ: validation, field: "amount_cents"},
+		{name: "negative amount in a patch", method: http.MethodPatch, path: order,
+			body: map[string]any{"amount_cents": -5}, status: 422, typ: validation, field: "amount_cents"},
+		{name: "missing customer", method: http.MethodPost, path: "/v1/orders",
+			body: map[string]any{"amount_cents": 1}, status: 422, typ: validation, field: "customer_id"},
+		{name: "customer of another merchant", method: http.MethodPost, path: "/v1/orders",
+			body:   map[string]any{"customer_id": customerB, "amount_cents": 1},
+			status: 422, typ: validation, field: "customer_id"},
+		{name: "patch to a customer of another merchant", method: http.MethodPatch, path: order,
+			body: map[string]any{"customer_id": customerB}, status: 422, typ: validation, field: "customer_id"},
+		{name: "end before start", method: http.MethodPost, path: "/v1/orders",
+			body: map[string]any{"customer_id": customerA, "scheduled_start_at": "2030-01-01T10:00:00Z",
+				"scheduled_end_at": "2030-01-01T09:00:00Z"},
+			status: 422, typ: validation, field: "scheduled_end_at"},
+		{name: "unknown status", method: http.MethodPost, path: order + "/status",
+			body: map[string]any{"status": "done"}, status: 422, typ: validation, field: "status"},
+		{name: "illegal transition", method: http.MethodPost, path: order + "/status",
+			body: map[string]any{"status": "completed"}, status: 422, typ: ruleBroken, rule: "order.invalid_transition"},
+		{name: "cancel through the status", method: http.MethodPost, path: order + "/status",
+			body: map[string]any{"status": "cancelled"}, status: 422, typ: ruleBroken, rule: "order.cancel_needs_reason"},
+		{name: "cancel with an empty reason", method: http.MethodPost, path: order + "/cancel",
+			body: map[string]any{"reason": "  "}, status: 422, typ: validation, field: "reason"},
+		{name: "assignment ending before it starts", method: http.MethodPut, path: order + "/assignment",
+			body: map[string]any{"staff_id": a.staffA, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T10:00:00Z"},
+			status: 422, typ: validation, field: "end_at"},
+		{name: "assignment to another merchant's staff", method: http.MethodPut, path: order + "/assignment",
+			body: map[string]any{"staff_id": a.staffB, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T11:00:00Z"},
+			status: 422, typ: validation, field: "staff_id"},
+		{name: "unknown settlement status", method: http.MethodPut, path: order + "/settlement",
+			body: map[string]any{"settlement_status": "paid"}, status: 422, typ: validation, field: "settlement_status"},
+		{name: "body over 1 MiB", method: http.MethodPost, path: "/v1/orders",
+			body:   `{"customer_id": "` + customerA + `", "notes": "` + strings.Repeat("x", 1<<20) + `"}`,
+			status: 413, typ: "/problems/body-too-large"},
+		{name: "stale expected_version", method: http.MethodPatch, path: order,
+			body: map[string]any{"expected_version": 1, "notes": "late"}, status: 409, typ: "/problems/conflict"},
+		{name: "stale expected_version on a status change", method: http.MethodPost, path: order + "/status",
+			body: map[string]any{"expected_version": 1, "status": "confirmed"}, status: 409, typ: "/problems/conflict"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := a.events("")
+			r := a.do(tc.method, tc.path, a.opA, tc.body)
+			requireProblem(t, r, tc.status, tc.typ)
+			if tc.field != "" {
+				require.Contains(t, problemFields(r), tc.field, "%s", r)
+				if tc.status == http.StatusBadRequest {
+					require.Contains(t, r.Body["detail"], tc.field, "%s", r)
+				}
+			}
+			if tc.rule != "" {
+				require.Equal(t, tc.rule, r.Body["rule"], "%s", r)
+			}
+			require.Equal(t, before, a.events(""), "a rejected request appends nothing")
+		})
+	}
+	// The order is where the setup left it.
+	got := a.awaitOrder(a.opA, id, 2)
+	require.Equal(t, "pending", got.Body["status"])
+	require.Equal(t, "version 2", got.Body["notes"])
+}
+
+func TestOrderNoOpCommands(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customerID := a.createCustomer(a.opA, "Ada Lovelace")
+	id := a.createOrder(a.opA, customerID, 1000)
+	assignment := map[string]any{"staff_id": a.staffA, "start_at": "2030-01-01T09:00:00Z",
+		"end_at": "2030-01-01T10:00:00Z", "dispatch_note": "ring"}
+
+	// Real changes interleave with no-ops (appends 0), which must answer 200
+	// with the order as it is and append nothing.
+	steps := []struct {
+		name         string
+		method, path string
+		body         map[string]any
+		appends      int
+	}{
+		{"same status", http.MethodPost, "/status", map[string]any{"status": "pending"}, 0},
+		{"same details", http.MethodPatch, "", map[string]any{"amount_cents": 1000, "notes": ""}, 0},
+		{"empty patch", http.MethodPatch, "", map[string]any{}, 0},
+		{"default settlement", http.MethodPut, "/settlement", map[string]any{"settlement_status": "unsettled"}, 0},
+		{"assign", http.MethodPut, "/assignment", assignment, 2},
+		{"same assignment", http.MethodPut, "/assignment", assignment, 0},
+		{"same status after assigning", http.MethodPost, "/status", map[string]any{"status": "dispatching"}, 0},
+		{"same status with the current expected_version", http.MethodPost, "/status",
+			map[string]any{"status": "dispatching", "expected_version": 3}, 0},
+		{"cancel", http.MethodPost, "/cancel", map[string]any{"reason": "no longer needed"}, 1},
+		{"cancel again", http.MethodPost, "/cancel", map[string]any{"reason": "still not needed"}, 0},
+		{"same status once cancelled", http.MethodPost, "/status", map[string]any{"status": "cancelled"}, 0},
+	}
+	version, position := 1, ""
+	for _, step := range steps {
+		before := a.events(id)
+		r := a.must(http.StatusOK, step.method, "/v1/orders/"+id+step.path, a.opA, step.body)
+		require.Equal(t, before+step.appends, a.events(id), "%s appends %d events", step.name, step.appends)
+		version += step.appends
+		require.Equal(t, version, intOf(r.Body["version"]), "%s: %s", step.name, r)
+		if step.appends == 0 && position != "" {
+			require.Equal(t, position, r.Body["position"], "%s: a no-op answers the position of the last event", step.name)
+		}
+		position, _ = r.Body["position"].(string)
+	}
+	got := a.awaitOrder(a.opA, id, version)
+	require.Equal(t, "cancelled", got.Body["status"])
+	require.Equal(t, "no longer needed", got.Body["cancellation_reason"])
+	changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id+"/changes", a.opA, nil)
+	require.Len(t, changes.Body["items"], version)
+}
+
+func TestListOrders(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c1 := a.createCustomer(a.opA, "Ada Lovelace")
+	c2 := a.createCustomer(a.opA, "Grace Hopper")
+	a.createOrder(a.opB, a.createCustomer(a.opB, "Other Merchant's Customer"), 1) // never listed for A
+
+	type created struct {
+		id, customer, status string
+		version              int
+	}
+	var orders []created // in creation order
+	for i := range 25 {
+		o := created{customer: c1, status: "pending", version: 1}
+		if i%2 == 1 {
+			o.customer = c2
+		}
+		o.id = a.createOrder(a.opA, o.customer, 100*i)
+		switch i % 5 {
+		case 1:
+			o.status = "confirmed"
+		case 2:
+			o.status = "in_service"
+		}
+		if o.status != "pending" {
+			a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+o.id+"/status", a.opA, map[string]any{"status": o.status})
+			o.version = 2
+		}
+		orders = append(orders, o)
+	}
+	for _, o := range orders {
+		a.awaitOrder(a.opA, o.id, o.version)
+	}
+	newestFirst := slices.Clone(orders)
+	slices.Reverse(newestFirst)
+	ids := func(keep func(created) bool) []string {
+		out := []string{}
+		for _, o := range newestFirst {
+			if keep(o) {
+				out = append(out, o.id)
+			}
+		}
+		return out
+	}
+	listed := func(r response) []string {
+		out := []string{}
+		for _, item := range r.Body["items"].([]any) {
+			out = append(out, item.(map[string]any)["id"].(string))
+		}
+		return out
+	}
+
+	t.Run("filters", func(t *testing.T) {
+		cases := []struct {
+			name  string
+			query url.Values
+			want  []string
+		}{
+			{"none", url.Values{}, ids(func(created) bool { return true })},
+			{"status", url.Values{"status": {"confirmed"}},
+				ids(func(o created) bool { return o.status == "confirmed" })},
+			{"repeated status", url.Values{"status": {"confirmed", "in_service"}},
+				ids(func(o created) bool { return o.status == "confirmed" || o.status == "in_service" })},
+			{"customer", url.Values{"customer_id": {c1}},
+				ids(func(o created) bool { return o.customer == c1 })},
+			{"customer and status", url.Values{"customer_id": {c2}, "status": {"pending"}},
+				ids(func(o created) bool { return o.customer == c2 && o.status == "pending" })},
+			{"status without orders", url.Values{"status": {"completed"}}, []string{}},
+			{"customer without orders", url.Values{"customer_id": {uuid.New()}}, []string{}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.query.Set("page_size", "200")
+				r := a.must(http.StatusOK, http.MethodGet, "/v1/orders?"+tc.query.Encode(), a.opA, nil)
+				require.Equal(t, tc.want, listed(r), "newest first")
+				require.Equal(t, len(tc.want), intOf(r.Body["total"]))
+				require.Equal(t, 1, intOf(r.Body["page"]))
+				require.Equal(t, 200, intOf(r.Body["page_size"]))
+			})
+		}
+	})
+
+	t.Run("pages", func(t *testing.T) {
+		var seen []string
+		for page := 1; page <= 4; page++ {
+			r := a.must(http.StatusOK, http.MethodGet, fmt.Sprintf("/v1/orders?page_size=10&page=%d", page), a.opA, nil)
+			require.Equal(t, len(orders), intOf(r.Body["total"]), "page %d", page)
+			require.Equal(t, page, intOf(r.Body["page"]))
+			require.Equal(t, 10, intOf(r.Body["page_size"]))
+			got := listed(r)
+			require.Len(t, got, min(10, max(0, len(orders)-(page-1)*10)), "page %d", page)
+			seen = append(seen, got...)
+		}
+		require.Equal(t, ids(func(created) bool { return true }), seen, "every order exactly once, newest first")
+
+		r := a.must(http.StatusOK, http.MethodGet, "/v1/orders", a.opA, nil)
+		require.Len(t, listed(r), 20, "page_size defaults to 20")
+		require.Equal(t, 20, intOf(r.Body["page_size"]))
+	})
+
+	t.Run("bad parameters", func(t *testing.T) {
+		cases := []struct{ query, param string }{
+			{"page_size=0", "page_size"},
+			{"page_size=201", "page_size"},
+			{"page_size=ten", "page_size"},
+			{"page=0", "page"},
+			{"status=done", "status"},
+			{"status=pending&status=nope", "status"},
+			{"customer_id=42", "customer_id"},
+			{"staff_id=x", "staff_id"},
+			{"settlement_status=paid", "settlement_status"},
+			{"from=yesterday", "from"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.query, func(t *testing.T) {
+				r := a.do(http.MethodGet, "/v1/orders?"+tc.query, a.opA, nil)
+				requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+				require.Equal(t, []string{tc.param}, problemFields(r), "%s", r)
+				require.Contains(t, r.Body["detail"], tc.param)
+			})
+		}
+	})
+}
+
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+
+	r := a.must(http.StatusOK, http.MethodGet, "/healthz", "", nil)
+	require.Equal(t, "ok", r.Body["status"])
+	r = a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, "ready", r.Body["status"], "%s", r)
+	require.Equal(t, ModeAll, r.Body["mode"])
+
+	t.Run("unready when the databases are gone", func(t *testing.T) {
+		dbs, err := openDatabases(t.Context(), a.cfg)
+		require.NoError(t, err)
+		dbs.close()
+		h, err := httpport.NewHandler(httpport.Config{Ready: readiness(a.cfg, dbs, nil), Log: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+		require.Contains(t, rec.Body.String(), `"status":"unavailable"`)
+	})
+
+	t.Run("worker mode serves only the health endpoints", func(t *testing.T) {
+		h, err := httpport.NewHandler(httpport.Config{App: a.w.app, Auth: a.w.refdata, Log: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		for path, status := range map[string]int{"/healthz": 200, "/readyz": 200, "/v1/orders": 404} {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.Header.Set("Authorization", "Bearer "+a.opA)
+			h.ServeHTTP(rec, req)
+			require.Equal(t, status, rec.Code, "%s: %s", path, rec.Body.String())
+		}
+	})
+}
