@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v4"
 )
 
 // Retry is the router's retry middleware: exponential backoff without

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/adapters/pubsub"
+	"hearth/app/event"
+	"hearth/app/order"
+	"hearth/app/uuid"
+	"hearth/internal/pgtest"
+)
+
+// buildBinary builds cmd/app once per test binary.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "app")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+type workerProcess struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func startWorker(t *testing.T, bin, dbURL string) *workerProcess {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	cmd := exec.Command(bin, "--mode", "worker", "--http-addr", addr)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "POLL_INTERVAL=20ms", "LOG_LEVEL=warn")
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	w := &workerProcess{cmd: cmd, addr: addr}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return w
+}
+
+// role asks the worker's /readyz for its leadership role ("" when it does
+// not answer).
+func (w *workerProcess) role() string {
+	resp, err := http.Get("http://" + w.addr + "/readyz")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Role string `json:"role"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return ""
+	}
+	return body.Role
+}
+
+// Two worker processes on one database: exactly one projects; when it is
+// killed (SIGKILL) the other takes over by itself, without a restart, and
+// every event is applied exactly once.
+func TestWorkerTakeoverAfterKill(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	urls := pgtest.NewDB(t)
+	es := pgtest.Open(t, urls.EventStore)
+	merchantID, customerID := uuid.New(), uuid.New()
+	_, err := es.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchantID, "m-"+merchantID)
+	require.NoError(t, err)
+	_, err = es.DB.Exec(`INSERT INTO customers (id, merchant_id, name) VALUES ($1, $2, 'Ada')`, customerID, merchantID)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(es, nil)
+	require.NoError(t, err)
+	repo, err := pubsub.NewOrderRepository(store)
+	require.NoError(t, err)
+	createOrder := func() string {
+		o, err := order.New(order.NewOrder{ID: uuid.New(), CustomerID: customerID})
+		require.NoError(t, err)
+		_, err = repo.Create(context.Background(), event.Meta{MerchantID: merchantID, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}, o)
+		require.NoError(t, err)
+		return o.ID()
+	}
+	projected := func(id string) bool {
+		var n int
+		require.NoError(t, es.DB.QueryRow(`SELECT count(*) FROM orders WHERE id = $1`, id).Scan(&n))
+		return n == 1
+	}
+
+	a, b := startWorker(t, bin, urls.EventStore), startWorker(t, bin, urls.EventStore)
+	var leader, standby *workerProcess
+	require.Eventually(t, func() bool {
+		ra, rb := a.role(), b.role()
+		switch {
+		case ra == "leader" && rb == "standby":
+			leader, standby = a, b
+		case rb == "leader" && ra == "standby":
+			leader, standby = b, a
+		default:
+			return false
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "one leader and one standby")
+
+	first := createOrder()
+	require.Eventually(t, func() bool { return projected(first) }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, "standby", standby.role(), "the standby does not project")
+
+	require.NoError(t, leader.cmd.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	second := createOrder()
+	require.Eventually(t, func() bool { return standby.role() == "leader" }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return projected(second) }, 10*time.Second, 10*time.Millisecond)
+	t.Logf("takeover after SIGKILL: standby projecting %v after the kill", time.Since(killed).Round(time.Millisecond))
+
+	var events, changes int
+	require.NoError(t, es.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&events))
+	require.NoError(t, es.DB.QueryRow(`SELECT count(*) FROM change_log`).Scan(&changes))
+	require.Equal(t, events, changes, fmt.Sprintf("one change-log row per event (%d events)", events))
+}
