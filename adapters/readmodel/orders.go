@@ -104,7 +104,8 @@ func (e *GapError) Error() string {
 
 // Orders is the orders projection and the order read model.
 type Orders struct {
-	db *bun.DB
+	db   *bun.DB
+	proj *projection[*query.Order]
 }
 
 // NewOrders returns the orders projection on the read-model database.
@@ -112,57 +113,28 @@ func NewOrders(db *bun.DB) (*Orders, error) {
 	if db == nil {
 		return nil, errors.New("readmodel.NewOrders: nil db")
 	}
-	return &Orders{db: db}, nil
+	return &Orders{db: db, proj: &projection[*query.Order]{
+		name: "orders", table: "orders", db: db,
+		load: func(ctx context.Context, tx bun.Tx, id string) (*query.Order, bool, error) {
+			var row orderRow
+			found, err := selectForUpdate(ctx, tx, &row, id)
+			view := row.view()
+			return &view, found, err
+		},
+		save: func(ctx context.Context, tx bun.Tx, v *query.Order, insert bool) error {
+			row := orderRowOf(*v)
+			return upsert(ctx, tx, &row, insert)
+		},
+		meta: func(v *query.Order) (string, int) { return v.MerchantID, v.Version },
+	}}, nil
 }
 
 // Name names the projection (and its consumer group).
-func (p *Orders) Name() string { return "orders" }
+func (p *Orders) Name() string { return p.proj.name }
 
-// Apply applies one order event. It returns nil without changing anything
-// for an event already applied, and a *GapError for one whose predecessor is
-// missing.
+// Apply applies one order event (see projection.apply).
 func (p *Orders) Apply(ctx context.Context, r event.Recorded) error {
-	return p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var row orderRow
-		err := tx.NewSelect().Model(&row).Where("id = ?", r.StreamID).For("UPDATE").Scan(ctx)
-		exists := err == nil
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("lock order %s: %w", r.StreamID, err)
-		}
-		if exists && row.MerchantID != r.MerchantID {
-			return fmt.Errorf("order %s belongs to merchant %s, event %s says %s", r.StreamID, row.MerchantID, r.ID, r.MerchantID)
-		}
-		if r.Version <= row.Version {
-			return nil // already applied: redelivery changes nothing
-		}
-		if r.Version != row.Version+1 {
-			return &GapError{AggregateID: r.StreamID, RowVersion: row.Version, Version: r.Version}
-		}
-		var before []byte
-		view := row.view()
-		if exists {
-			if before, err = json.Marshal(view); err != nil {
-				return err
-			}
-		}
-		if err := view.Apply(r); err != nil {
-			return err
-		}
-		after, err := json.Marshal(view)
-		if err != nil {
-			return err
-		}
-		next := orderRowOf(view)
-		if exists {
-			_, err = tx.NewUpdate().Model(&next).WherePK().Exec(ctx)
-		} else {
-			_, err = tx.NewInsert().Model(&next).Exec(ctx)
-		}
-		if err != nil {
-			return fmt.Errorf("write order %s: %w", r.StreamID, err)
-		}
-		return insertChange(ctx, tx, r, before, after)
-	})
+	return p.proj.apply(ctx, r)
 }
 
 func insertChange(ctx context.Context, tx bun.Tx, r event.Recorded, before, after []byte) error {
