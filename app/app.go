@@ -6,6 +6,7 @@ package app
 import (
 	"hearth/app/command"
 	"hearth/app/query"
+	"hearth/app/reference"
 )
 
 // Application is what the ports call.
@@ -16,13 +17,20 @@ type Application struct {
 
 // Commands are the state-changing use cases.
 type Commands struct {
-	CreateCustomer command.CreateCustomerHandler
-	CreateOrder    command.CreateOrderHandler
-	Orders         command.OrderHandlers
+	Customers       command.Records[reference.Customer, *reference.Customer]
+	Staff           command.Records[reference.StaffMember, *reference.StaffMember]
+	CatalogItems    command.Records[reference.CatalogItem, *reference.CatalogItem]
+	Orders          command.OrderHandlers
+	ServiceRequests command.ServiceRequestHandlers
+	Schedules       command.ScheduleHandlers
 }
 
 // Queries are the reads.
 type Queries struct {
-	Customers query.Customers
-	Orders    query.Orders
+	Customers       query.Records[reference.Customer]
+	Staff           query.Records[reference.StaffMember]
+	CatalogItems    query.Records[reference.CatalogItem]
+	Orders          query.Orders
+	ServiceRequests query.ServiceRequests
+	Schedules       query.Schedules
 }

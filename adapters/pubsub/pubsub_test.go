@@ -20,6 +20,7 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/readmodel"
 	"hearth/app/apperr"
+	"hearth/app/command"
 	"hearth/app/event"
 	"hearth/app/order"
 	"hearth/app/query"
@@ -32,7 +33,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 type fixture struct {
 	es, rm     *bun.DB
 	store      *pubsub.Store
-	repo       pubsub.OrderRepository
+	tx         *pubsub.Transactor
+	orderCmds  command.OrderHandlers
 	orders     *readmodel.Orders
 	merchantID string
 	customerID string
@@ -44,7 +46,9 @@ func setup(t *testing.T, urls pgtest.URLs) fixture {
 	var err error
 	f.store, err = pubsub.NewStore(f.es, nil)
 	require.NoError(t, err)
-	f.repo, err = pubsub.NewOrderRepository(f.store)
+	f.tx, err = pubsub.NewTransactor(f.store)
+	require.NoError(t, err)
+	f.orderCmds, err = command.NewOrderHandlers(f.tx)
 	require.NoError(t, err)
 	f.orders, err = readmodel.NewOrders(f.rm)
 	require.NoError(t, err)
@@ -62,11 +66,24 @@ func (f fixture) meta() event.Meta {
 
 func (f fixture) createOrder(t *testing.T) string {
 	t.Helper()
-	o, err := order.New(order.NewOrder{ID: uuid.New(), CustomerID: f.customerID, AmountCents: 500})
+	w, err := f.orderCmds.Create(context.Background(), command.CreateOrder{Meta: f.meta(), CustomerID: f.customerID, AmountCents: 500})
 	require.NoError(t, err)
-	_, err = f.repo.Create(context.Background(), f.meta(), o)
-	require.NoError(t, err)
-	return o.ID()
+	return w.Stream[0].StreamID
+}
+
+// update runs fn on one order in one transaction, as the command handlers do.
+func (f fixture) update(ctx context.Context, id string, expected *int, fn func(o *order.Order) error) (command.Written, error) {
+	out, err := f.tx.Run(ctx, f.meta(), func(ctx context.Context, s command.Session) error {
+		o, err := s.Order(ctx, id)
+		if err != nil {
+			return err
+		}
+		if expected != nil && *expected != o.Version() {
+			return &apperr.ConflictError{Detail: "stale"}
+		}
+		return fn(o)
+	})
+	return out.Of(id), err
 }
 
 func (f fixture) count(t *testing.T, db *bun.DB, table string) int {
@@ -146,7 +163,7 @@ func TestRolledBackCommandPublishesNothing(t *testing.T) {
 
 	// A decision that fails inside Update appends nothing either.
 	id := f.createOrder(t)
-	_, err = f.repo.Update(context.Background(), f.meta(), id, nil, func(o *order.Order) error {
+	_, err = f.update(context.Background(), id, nil, func(o *order.Order) error {
 		require.NoError(t, o.ChangeStatus(order.StatusConfirmed, time.Now()))
 		return injected
 	})
@@ -169,7 +186,7 @@ func TestConcurrentCommandsOneWins(t *testing.T) {
 	for i := range writers {
 		wg.Go(func() {
 			v := 1
-			_, errs[i] = f.repo.Update(context.Background(), f.meta(), id, &v, func(o *order.Order) error {
+			_, errs[i] = f.update(context.Background(), id, &v, func(o *order.Order) error {
 				loaded.Done()
 				loaded.Wait() // every writer has read version 1 before any appends
 				return o.UpdateDetails(order.Details{CustomerID: f.customerID, AmountCents: int64(1000 + i)})
@@ -191,7 +208,7 @@ func TestConcurrentCommandsOneWins(t *testing.T) {
 
 	// A stale expected version is a conflict before anything is decided.
 	stale := 1
-	_, err := f.repo.Update(context.Background(), f.meta(), id, &stale, func(o *order.Order) error {
+	_, err := f.update(context.Background(), id, &stale, func(o *order.Order) error {
 		t.Fatal("must not decide on a stale version")
 		return nil
 	})
@@ -204,7 +221,10 @@ func TestLoadHidesOtherMerchantsStreams(t *testing.T) {
 	id := f.createOrder(t)
 	other := f.meta()
 	other.MerchantID = uuid.New()
-	_, err := f.repo.Update(context.Background(), other, id, nil, func(o *order.Order) error { return nil })
+	_, err := f.tx.Run(context.Background(), other, func(ctx context.Context, s command.Session) error {
+		_, err := s.Order(ctx, id)
+		return err
+	})
 	require.ErrorIs(t, err, apperr.ErrNotFound)
 }
 
@@ -222,7 +242,7 @@ func TestPipelineProjectsEveryEventOnce(t *testing.T) {
 				id := f.createOrder(t)
 				ids = append(ids, id)
 				for _, st := range []order.Status{order.StatusConfirmed, order.StatusInService, order.StatusCompleted} {
-					_, err := f.repo.Update(context.Background(), f.meta(), id, nil, func(o *order.Order) error {
+					_, err := f.update(context.Background(), id, nil, func(o *order.Order) error {
 						return o.ChangeStatus(st, time.Now())
 					})
 					require.NoError(t, err)
@@ -276,7 +296,7 @@ func TestProjectionVersionGuardAndGapCheck(t *testing.T) {
 	f := setup(t, pgtest.NewDB(t))
 	id := f.createOrder(t)
 	for _, st := range []order.Status{order.StatusConfirmed, order.StatusDispatching} {
-		_, err := f.repo.Update(context.Background(), f.meta(), id, nil, func(o *order.Order) error {
+		_, err := f.update(context.Background(), id, nil, func(o *order.Order) error {
 			return o.ChangeStatus(st, time.Now())
 		})
 		require.NoError(t, err)

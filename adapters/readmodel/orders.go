@@ -11,7 +11,6 @@ package readmodel
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/apperr"
 	"hearth/app/event"
 	"hearth/app/query"
 )
@@ -151,16 +149,8 @@ func insertChange(ctx context.Context, tx bun.Tx, r event.Recorded, before, afte
 // Order returns one order visible to scope.
 func (p *Orders) Order(ctx context.Context, scope query.Scope, id string) (query.Order, error) {
 	var row orderRow
-	sel := p.db.NewSelect().Model(&row).Where("merchant_id = ? AND id = ?", scope.MerchantID, id)
-	if scope.StaffID != "" {
-		sel = sel.Where("staff_id = ?", scope.StaffID)
-	}
-	err := sel.Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return query.Order{}, apperr.ErrNotFound
-	}
-	if err != nil {
-		return query.Order{}, fmt.Errorf("select order: %w", err)
+	if err := getOne(ctx, p.db, &row, scope, "staff_id", id); err != nil {
+		return query.Order{}, err
 	}
 	return row.view(), nil
 }
@@ -169,34 +159,9 @@ func (p *Orders) Order(ctx context.Context, scope query.Scope, id string) (query
 // order is by scheduled start (earliest first), otherwise newest first.
 func (p *Orders) Orders(ctx context.Context, scope query.Scope, f query.OrderFilter, pg query.Page) ([]query.Order, int, error) {
 	var rows []orderRow
-	sel := p.db.NewSelect().Model(&rows).Where("merchant_id = ?", scope.MerchantID)
-	if scope.StaffID != "" {
-		sel = sel.Where("staff_id = ?", scope.StaffID)
-	}
-	if len(f.Statuses) > 0 {
-		sel = sel.Where("status IN (?)", bun.In(f.Statuses))
-	}
-	if f.SettlementStatus != "" {
-		sel = sel.Where("settlement_status = ?", f.SettlementStatus)
-	}
-	if f.CustomerID != "" {
-		sel = sel.Where("customer_id = ?", f.CustomerID)
-	}
-	if f.StaffID != "" {
-		sel = sel.Where("staff_id = ?", f.StaffID)
-	}
-	if f.From != nil {
-		sel = sel.Where("scheduled_start_at >= ?", *f.From)
-	}
-	if f.To != nil {
-		sel = sel.Where("scheduled_start_at < ?", *f.To)
-	}
-	if f.From != nil || f.To != nil {
-		sel = sel.OrderExpr("scheduled_start_at ASC, id ASC")
-	} else {
-		sel = sel.OrderExpr("created_at DESC, id DESC")
-	}
-	total, err := sel.Limit(int64(pg.Size)).Offset(int64(pg.Offset())).ScanAndCount(ctx)
+	total, err := newListing(p.db.NewSelect().Model(&rows), scope, "staff_id", "scheduled_start_at").
+		in("status", f.Statuses).eq("settlement_status", f.SettlementStatus).eq("customer_id", f.CustomerID).
+		eq("staff_id", f.StaffID).between(f.From, f.To).page(ctx, pg)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list orders: %w", err)
 	}
@@ -204,7 +169,7 @@ func (p *Orders) Orders(ctx context.Context, scope query.Scope, f query.OrderFil
 	for i, r := range rows {
 		out[i] = r.view()
 	}
-	return out, int(total), nil
+	return out, total, nil
 }
 
 // Changes returns the change log of one aggregate in version order.

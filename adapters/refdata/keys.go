@@ -112,14 +112,3 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 	p.Role, p.StaffID = access.Role(role), staff.String
 	return p, nil
 }
-
-// CreateStaff adds a staff member to a merchant; used by the demo set-up
-// and tests until the staff API exists.
-func (s *Store) CreateStaff(ctx context.Context, merchantID, name string) (string, error) {
-	id := uuid.New()
-	_, err := s.db.ExecContext(ctx, `INSERT INTO staff (id, merchant_id, name) VALUES (?, ?, ?)`, id, merchantID, name)
-	if err != nil {
-		return "", fmt.Errorf("insert staff: %w", err)
-	}
-	return id, nil
-}

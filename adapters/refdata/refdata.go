@@ -1,7 +1,7 @@
 // Package refdata stores the plain (not event-sourced) tables of the write
-// side: merchants, API keys, customers and staff. They live in the
-// event-store database, so that commands can check references inside their
-// own transaction's database.
+// side: merchants, API keys, customers, staff and catalog items. They live in
+// the event-store database, so that commands can check references inside
+// their own transaction.
 package refdata
 
 import (
@@ -9,17 +9,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/uptrace/bun"
 
 	"hearth/app/apperr"
-	"hearth/app/customer"
 	"hearth/app/query"
+	"hearth/app/reference"
 )
 
-// Store implements command.CustomerStore, command.Directory and
-// query.CustomerReadModel.
+// Store holds the keys and implements query.Names.
 type Store struct {
 	db *bun.DB
 }
@@ -32,86 +30,119 @@ func New(db *bun.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-type customerRow struct {
-	bun.BaseModel `bun:"table:customers"`
-	ID            string    `bun:"id,pk,type:uuid"`
-	MerchantID    string    `bun:"merchant_id,type:uuid"`
-	Name          string    `bun:"name"`
-	Phone         string    `bun:"phone"`
-	Email         string    `bun:"email"`
-	Address       string    `bun:"address"`
-	Notes         string    `bun:"notes"`
-	CreatedAt     time.Time `bun:"created_at"`
-	UpdatedAt     time.Time `bun:"updated_at"`
+// Table stores one kind of reference record. The app's record types map
+// onto their tables by Bun's default naming (field BasePriceCents is column
+// base_price_cents), so they need no tags of ours.
+type Table[T any, P reference.Record[T]] struct {
+	db   *bun.DB
+	expr string // e.g. "staff AS staff_member"
 }
 
-func (r customerRow) customer() customer.Customer {
-	return customer.Customer{ID: r.ID, MerchantID: r.MerchantID, Name: r.Name, Phone: r.Phone, Email: r.Email,
-		Address: r.Address, Notes: r.Notes, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
+// Tables of the three kinds of record.
+func Customers(db *bun.DB) Table[reference.Customer, *reference.Customer] {
+	return Table[reference.Customer, *reference.Customer]{db: db, expr: "customers AS customer"}
 }
 
-// CreateCustomer inserts a customer.
-func (s *Store) CreateCustomer(ctx context.Context, c customer.Customer) error {
-	row := customerRow{ID: c.ID, MerchantID: c.MerchantID, Name: c.Name, Phone: c.Phone, Email: c.Email,
-		Address: c.Address, Notes: c.Notes, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
-	if _, err := s.db.NewInsert().Model(&row).Exec(ctx); err != nil {
-		return fmt.Errorf("insert customer: %w", err)
+func Staff(db *bun.DB) Table[reference.StaffMember, *reference.StaffMember] {
+	return Table[reference.StaffMember, *reference.StaffMember]{db: db, expr: "staff AS staff_member"}
+}
+
+func CatalogItems(db *bun.DB) Table[reference.CatalogItem, *reference.CatalogItem] {
+	return Table[reference.CatalogItem, *reference.CatalogItem]{db: db, expr: "catalog_items AS catalog_item"}
+}
+
+// Insert stores a new record.
+func (t Table[T, P]) Insert(ctx context.Context, v *T) error {
+	if _, err := t.db.NewInsert().Model(v).ModelTableExpr(t.expr).Exec(ctx); err != nil {
+		return fmt.Errorf("insert into %s: %w", t.expr, err)
 	}
 	return nil
 }
 
-// Customer returns one customer of the merchant.
-func (s *Store) Customer(ctx context.Context, merchantID, id string) (customer.Customer, error) {
-	var row customerRow
-	err := s.db.NewSelect().Model(&row).Where("merchant_id = ? AND id = ?", merchantID, id).Scan(ctx)
+func (t Table[T, P]) get(ctx context.Context, db bun.IDB, merchantID, id string, lock bool) (T, error) {
+	var v T
+	q := db.NewSelect().Model(&v).ModelTableExpr(t.expr).Where("merchant_id = ? AND id = ?", merchantID, id)
+	if lock {
+		q = q.For("UPDATE")
+	}
+	err := q.Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
-		return customer.Customer{}, apperr.ErrNotFound
+		return v, apperr.ErrNotFound
 	}
 	if err != nil {
-		return customer.Customer{}, fmt.Errorf("select customer: %w", err)
+		return v, fmt.Errorf("select from %s: %w", t.expr, err)
 	}
-	return row.customer(), nil
+	return v, nil
 }
 
-// Customers returns a page of the merchant's customers, newest first.
-func (s *Store) Customers(ctx context.Context, merchantID, q string, p query.Page) ([]customer.Customer, int, error) {
-	var rows []customerRow
-	sel := s.db.NewSelect().Model(&rows).Where("merchant_id = ?", merchantID)
+// Get returns one record of the merchant.
+func (t Table[T, P]) Get(ctx context.Context, merchantID, id string) (T, error) {
+	return t.get(ctx, t.db, merchantID, id, false)
+}
+
+// Update changes one record of the merchant in one transaction.
+func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(v *T) error) (T, error) {
+	var out T
+	err := t.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		v, err := t.get(ctx, tx, merchantID, id, true)
+		if err != nil {
+			return err
+		}
+		if err := fn(&v); err != nil {
+			return err
+		}
+		if _, err := tx.NewUpdate().Model(&v).ModelTableExpr(t.expr).
+			Where("merchant_id = ? AND id = ?", merchantID, id).Exec(ctx); err != nil {
+			return fmt.Errorf("update %s: %w", t.expr, err)
+		}
+		out = v
+		return nil
+	})
+	return out, err
+}
+
+// List returns a page of the merchant's records, newest first; q matches
+// the name, case-insensitively.
+func (t Table[T, P]) List(ctx context.Context, merchantID, q string, p query.Page) ([]T, int, error) {
+	var items []T
+	sel := t.db.NewSelect().Model(&items).ModelTableExpr(t.expr).Where("merchant_id = ?", merchantID)
 	if q != "" {
 		sel = sel.Where("name ILIKE ? ESCAPE '\\'", "%"+escapeLike(q)+"%")
 	}
 	total, err := sel.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Size)).Offset(int64(p.Offset())).ScanAndCount(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list customers: %w", err)
+		return nil, 0, fmt.Errorf("list %s: %w", t.expr, err)
 	}
-	out := make([]customer.Customer, len(rows))
-	for i, r := range rows {
-		out[i] = r.customer()
-	}
-	return out, int(total), nil
+	return items, int(total), nil
 }
 
-// CustomerExists reports whether the merchant has the customer.
-func (s *Store) CustomerExists(ctx context.Context, merchantID, id string) (bool, error) {
-	ok, err := s.db.NewSelect().Table("customers").Where("merchant_id = ? AND id = ?", merchantID, id).Exists(ctx)
-	if err != nil {
-		return false, fmt.Errorf("check customer: %w", err)
-	}
-	return ok, nil
+var nameTables = map[query.NameKind]string{
+	query.Customers:    "customers",
+	query.Staff:        "staff",
+	query.CatalogItems: "catalog_items",
 }
 
-// StaffActive reports whether the merchant has the staff member and whether
-// it is active.
-func (s *Store) StaffActive(ctx context.Context, merchantID, id string) (exists, active bool, err error) {
-	err = s.db.NewSelect().Table("staff").Column("active").
-		Where("merchant_id = ? AND id = ?", merchantID, id).Scan(ctx, &active)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, false, nil
+// Names resolves names of one merchant's records; other merchants' ids
+// resolve to nothing.
+func (s *Store) Names(ctx context.Context, merchantID string, kind query.NameKind, ids []string) (map[string]string, error) {
+	table, ok := nameTables[kind]
+	if !ok {
+		return nil, fmt.Errorf("names: unknown kind %q", kind)
 	}
+	rows, err := s.db.QueryContext(ctx, "SELECT id, name FROM "+table+" WHERE merchant_id = ? AND id IN (?)", merchantID, bun.In(ids))
 	if err != nil {
-		return false, false, fmt.Errorf("check staff: %w", err)
+		return nil, fmt.Errorf("names of %s: %w", table, err)
 	}
-	return true, active, nil
+	defer rows.Close()
+	out := make(map[string]string, len(ids))
+	for rows.Next() {
+		var id, name string
+		if err := rows.Scan(&id, &name); err != nil {
+			return nil, err
+		}
+		out[id] = name
+	}
+	return out, rows.Err()
 }
 
 func escapeLike(s string) string {

@@ -71,6 +71,9 @@ func (e *RuleError) Error() string { return e.Rule + ": " + e.Detail }
 // answers 409.
 type ConflictError struct {
 	Detail string
+	// With names what the write clashed with, e.g.
+	// {"conflicting_schedule_id": "..."}; shown as members of the problem.
+	With map[string]string
 }
 
 func (e *ConflictError) Error() string { return "conflict: " + e.Detail }

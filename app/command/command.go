@@ -10,26 +10,7 @@ import (
 
 	"hearth/app/apperr"
 	"hearth/app/event"
-	"hearth/app/order"
 )
-
-// OrderRepository loads and stores orders. Update loads the order of
-// meta.MerchantID (apperr.ErrNotFound when it has none with that id), checks
-// expectedVersion when it is given (a mismatch is an *apperr.ConflictError),
-// lets fn decide, and appends and publishes fn's events in one transaction.
-// A concurrent append to the same order makes exactly one writer win; the
-// other gets an *apperr.ConflictError.
-type OrderRepository interface {
-	Create(ctx context.Context, meta event.Meta, o *order.Order) (Written, error)
-	Update(ctx context.Context, meta event.Meta, id string, expectedVersion *int, fn func(o *order.Order) error) (Written, error)
-}
-
-// Directory answers whether reference data exists for a merchant.
-type Directory interface {
-	CustomerExists(ctx context.Context, merchantID, id string) (bool, error)
-	// StaffActive reports whether the staff member exists and whether it is active.
-	StaffActive(ctx context.Context, merchantID, id string) (exists, active bool, err error)
-}
 
 // Written is what a command on one stream left behind.
 type Written struct {
@@ -38,8 +19,8 @@ type Written struct {
 	Position int64            // store position of the stream's last event
 }
 
-func checkCustomer(ctx context.Context, dir Directory, merchantID, customerID string) error {
-	ok, err := dir.CustomerExists(ctx, merchantID, customerID)
+func checkCustomer(ctx context.Context, s Session, customerID string) error {
+	ok, err := s.CustomerExists(ctx, customerID)
 	if err != nil {
 		return err
 	}

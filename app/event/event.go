@@ -78,3 +78,16 @@ func Unmarshal(payload []byte, decode Decoder) (Recorded, error) {
 	}
 	return Recorded{Envelope: env, Event: e}, nil
 }
+
+// Instant normalises a time as events store it: UTC, with the microsecond
+// precision of Postgres, so that events, responses and read models agree.
+func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// InstantPtr is Instant for an optional time.
+func InstantPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := Instant(*t)
+	return &u
+}

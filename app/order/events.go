@@ -44,12 +44,14 @@ type Cancelled struct {
 	Reason string `json:"reason"`
 }
 
-// AssignmentUpdated sets who goes and when.
+// AssignmentUpdated sets who goes and when. An empty StaffID removes the
+// assignment (its schedule was cancelled); nil times leave the window as it
+// was.
 type AssignmentUpdated struct {
-	StaffID      string    `json:"staff_id"`
-	StartAt      time.Time `json:"start_at"`
-	EndAt        time.Time `json:"end_at"`
-	DispatchNote string    `json:"dispatch_note"`
+	StaffID      string     `json:"staff_id,omitempty"`
+	StartAt      *time.Time `json:"start_at,omitempty"`
+	EndAt        *time.Time `json:"end_at,omitempty"`
+	DispatchNote string     `json:"dispatch_note"`
 }
 
 // SettlementUpdated records payment.

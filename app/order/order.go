@@ -144,8 +144,8 @@ func New(in NewOrder) (*Order, error) {
 		CustomerID:       in.CustomerID,
 		AmountCents:      in.AmountCents,
 		Notes:            in.Notes,
-		ScheduledStartAt: utc(in.ScheduledStartAt),
-		ScheduledEndAt:   utc(in.ScheduledEndAt),
+		ScheduledStartAt: event.InstantPtr(in.ScheduledStartAt),
+		ScheduledEndAt:   event.InstantPtr(in.ScheduledEndAt),
 		Status:           StatusPending,
 	})
 	return o, nil
@@ -239,7 +239,7 @@ func (o *Order) ChangeStatus(to Status, now time.Time) error {
 	}
 	ev := StatusChanged{From: o.status, To: to}
 	if to == StatusCompleted {
-		ev.CompletedAt = utc(&now)
+		ev.CompletedAt = event.InstantPtr(&now)
 	}
 	o.record(ev)
 	return nil
@@ -302,22 +302,53 @@ func (o *Order) Assign(a Assignment) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	a.StartAt, a.EndAt = *utc(&a.StartAt), *utc(&a.EndAt)
+	a.StartAt, a.EndAt = event.Instant(a.StartAt), event.Instant(a.EndAt)
 	switch o.status {
 	case StatusPending, StatusConfirmed, StatusDispatching:
 	default:
 		return &apperr.RuleError{Rule: "order.assignment_not_allowed",
 			Detail: fmt.Sprintf("an order can be assigned only while pending, confirmed or dispatching; it is %s", o.status)}
 	}
-	same := o.staffID == a.StaffID && o.dispatchNote == a.DispatchNote &&
-		o.startAt != nil && o.startAt.Equal(a.StartAt) && o.endAt != nil && o.endAt.Equal(a.EndAt)
-	if !same {
-		o.record(AssignmentUpdated{StaffID: a.StaffID, StartAt: a.StartAt, EndAt: a.EndAt, DispatchNote: a.DispatchNote})
+	if a != o.Assignment() {
+		o.record(AssignmentUpdated{StaffID: a.StaffID, StartAt: &a.StartAt, EndAt: &a.EndAt, DispatchNote: a.DispatchNote})
 	}
 	if o.status != StatusDispatching {
 		o.record(StatusChanged{From: o.status, To: StatusDispatching})
 	}
 	return nil
+}
+
+// Assignment returns the current assignment (zero when unassigned).
+func (o *Order) Assignment() Assignment {
+	if o.staffID == "" || o.startAt == nil || o.endAt == nil {
+		return Assignment{}
+	}
+	return Assignment{StaffID: o.staffID, StartAt: *o.startAt, EndAt: *o.endAt, DispatchNote: o.dispatchNote}
+}
+
+// Unassign is the order's side of a cancelled schedule: the order loses its
+// staff member and dispatch note (its window stays) and returns to
+// confirmed, from dispatching or in service. A final order is left alone.
+func (o *Order) Unassign() {
+	if o.status.Final() {
+		return
+	}
+	if o.staffID != "" || o.dispatchNote != "" {
+		o.record(AssignmentUpdated{})
+	}
+	if o.status != StatusConfirmed {
+		o.record(StatusChanged{From: o.status, To: StatusConfirmed})
+	}
+}
+
+// FollowSchedule is the order's side of a schedule status change: in
+// service moves the order to in_service, done completes it. It is a no-op
+// when the order is already there.
+func (o *Order) FollowSchedule(to Status, now time.Time) error {
+	if o.status == to {
+		return nil
+	}
+	return o.ChangeStatus(to, now)
 }
 
 // Settlement is the payment state of an order.
@@ -355,7 +386,7 @@ func (o *Order) Settle(s Settlement) error {
 	if err := errs.Err(); err != nil {
 		return err
 	}
-	s.PaidAt = utc(s.PaidAt)
+	s.PaidAt = event.InstantPtr(s.PaidAt)
 	if s.equal(o.settlement) {
 		return nil
 	}
@@ -389,19 +420,11 @@ func (o *Order) apply(e event.Event) {
 		o.status = StatusCancelled
 	case AssignmentUpdated:
 		o.staffID, o.dispatchNote = e.StaffID, e.DispatchNote
-		o.startAt, o.endAt = &e.StartAt, &e.EndAt
+		if e.StartAt != nil {
+			o.startAt, o.endAt = e.StartAt, e.EndAt
+		}
 	case SettlementUpdated:
 		o.settlement = Settlement{Status: e.SettlementStatus, PaidAmountCents: e.PaidAmountCents,
 			PaymentMethod: e.PaymentMethod, PaidAt: e.PaidAt, Note: e.SettlementNote}
 	}
-}
-
-// utc normalises an instant as it is stored: UTC, with the microsecond
-// precision of Postgres, so events, responses and read models agree.
-func utc(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC().Truncate(time.Microsecond)
-	return &u
 }

@@ -17,11 +17,13 @@ type Order struct {
 	MerchantID         string     `json:"-"`
 	RequestID          *string    `json:"request_id"`
 	CustomerID         string     `json:"customer_id"`
+	CustomerName       string     `json:"customer_name,omitempty"`
 	AmountCents        int64      `json:"amount_cents"`
 	Status             string     `json:"status"`
 	ScheduledStartAt   *time.Time `json:"scheduled_start_at"`
 	ScheduledEndAt     *time.Time `json:"scheduled_end_at"`
 	StaffID            *string    `json:"staff_id"`
+	StaffName          string     `json:"staff_name,omitempty"`
 	DispatchNote       string     `json:"dispatch_note"`
 	CancellationReason string     `json:"cancellation_reason"`
 	CompletedAt        *time.Time `json:"completed_at"`
@@ -62,8 +64,13 @@ func (o *Order) Apply(r event.Recorded) error {
 	case order.Cancelled:
 		o.Status, o.CancellationReason = string(order.StatusCancelled), e.Reason
 	case order.AssignmentUpdated:
-		o.StaffID = &e.StaffID
-		o.ScheduledStartAt, o.ScheduledEndAt = &e.StartAt, &e.EndAt
+		o.StaffID = nil
+		if e.StaffID != "" {
+			o.StaffID = &e.StaffID
+		}
+		if e.StartAt != nil {
+			o.ScheduledStartAt, o.ScheduledEndAt = e.StartAt, e.EndAt
+		}
 		o.DispatchNote = e.DispatchNote
 	case order.SettlementUpdated:
 		o.SettlementStatus, o.PaidAmountCents = string(e.SettlementStatus), e.PaidAmountCents
@@ -79,15 +86,7 @@ func (o *Order) Apply(r event.Recorded) error {
 }
 
 // FoldOrder builds the view from a whole stream.
-func FoldOrder(stream []event.Recorded) (Order, error) {
-	var o Order
-	for _, r := range stream {
-		if err := o.Apply(r); err != nil {
-			return Order{}, err
-		}
-	}
-	return o, nil
-}
+func FoldOrder(stream []event.Recorded) (Order, error) { return Fold[Order](stream) }
 
 // Change is one change-log row: what one event did to a row.
 type Change struct {

@@ -24,20 +24,27 @@ type OrderFilter struct {
 
 // Orders answers the order reads.
 type Orders struct {
-	rm OrderReadModel
+	rm    OrderReadModel
+	names Names
 }
 
-// NewOrders returns the order queries.
-func NewOrders(rm OrderReadModel) (Orders, error) {
-	if rm == nil {
-		return Orders{}, errors.New("query.NewOrders: nil read model")
+// NewOrders checks its dependencies.
+func NewOrders(rm OrderReadModel, names Names) (Orders, error) {
+	if rm == nil || names == nil {
+		return Orders{}, errors.New("query.NewOrders: nil dependency")
 	}
-	return Orders{rm: rm}, nil
+	return Orders{rm: rm, names: names}, nil
 }
 
 // Get returns one order, or apperr.ErrNotFound.
 func (q Orders) Get(ctx context.Context, scope Scope, id string) (Order, error) {
-	return q.rm.Order(ctx, scope, id)
+	o, err := q.rm.Order(ctx, scope, id)
+	if err != nil {
+		return Order{}, err
+	}
+	items := []Order{o}
+	err = q.join(ctx, scope, items)
+	return items[0], err
 }
 
 // List returns a page of orders, newest first (by scheduled start when a
@@ -47,10 +54,17 @@ func (q Orders) List(ctx context.Context, scope Scope, f OrderFilter, p Page) (L
 	if err != nil {
 		return List[Order]{}, err
 	}
-	if items == nil {
-		items = []Order{}
+	if err := q.join(ctx, scope, items); err != nil {
+		return List[Order]{}, err
 	}
-	return List[Order]{Items: items, Total: total, Page: p.Number, PageSize: p.Size}, nil
+	return newList(items, total, p), nil
+}
+
+func (q Orders) join(ctx context.Context, scope Scope, items []Order) error {
+	return joinNames(ctx, q.names, scope.MerchantID, items,
+		nameField[Order]{Customers, func(o *Order) *string { return &o.CustomerID }, func(o *Order) *string { return &o.CustomerName }},
+		nameField[Order]{Staff, func(o *Order) *string { return o.StaffID }, func(o *Order) *string { return &o.StaffName }},
+	)
 }
 
 // Changes returns an order's change log in version order, or

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,11 +28,12 @@ import (
 // api is one running Hearth for a test: the HTTP API behind an httptest
 // server, the projections running in-process, and keys of two merchants.
 type api struct {
-	t   *testing.T
-	srv *httptest.Server
-	cfg Config
-	dbs databases
-	w   wiring
+	t      *testing.T
+	base   string // the server's URL
+	client *http.Client
+	cfg    Config
+	dbs    databases
+	w      wiring
 
 	merchantA, merchantB string
 	opA, opB             string // operator keys of merchants A and B
@@ -75,7 +77,7 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 
-	a := &api{t: t, srv: srv, cfg: cfg, dbs: dbs, w: w}
+	a := &api{t: t, base: srv.URL, client: srv.Client(), cfg: cfg, dbs: dbs, w: w}
 	newKey := func(merchant string, role access.Role, staffID string) (id, merchantID, secret string) {
 		k, err := w.refdata.CreateKey(ctx, merchant, role, staffID)
 		require.NoError(t, err)
@@ -103,11 +105,10 @@ type response struct {
 
 func (r response) String() string { return fmt.Sprintf("%d %s", r.Status, r.Raw) }
 
-// send makes one request. authorization is the whole Authorization header
-// ("" sends none); body is sent as is when it is a string, as JSON
-// otherwise. It never touches t, so conditions polled by Eventually can use
-// it.
-func (a *api) send(method, path, authorization string, body any) (response, error) {
+// send makes one request with the given headers; body is sent as is when it
+// is a string, as JSON otherwise. It never touches t, so conditions polled
+// by Eventually (and other goroutines) can use it.
+func (a *api) send(method, path string, header http.Header, body any) (response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -120,17 +121,17 @@ func (a *api) send(method, path, authorization string, body any) (response, erro
 		}
 		rd = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequest(method, a.srv.URL+path, rd)
+	req, err := http.NewRequest(method, a.base+path, rd)
 	if err != nil {
 		return response{}, err
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
+	for name, values := range header {
+		req.Header[name] = values
 	}
-	res, err := a.srv.Client().Do(req)
+	res, err := a.client.Do(req)
 	if err != nil {
 		return response{}, err
 	}
@@ -148,17 +149,18 @@ func (a *api) send(method, path, authorization string, body any) (response, erro
 	return r, nil
 }
 
-func bearer(key string) string {
+// auth is the Authorization header of key (none for "").
+func auth(key string) http.Header {
 	if key == "" {
-		return ""
+		return http.Header{}
 	}
-	return "Bearer " + key
+	return http.Header{"Authorization": {"Bearer " + key}}
 }
 
 // do makes a request with key ("" sends no Authorization header).
 func (a *api) do(method, path, key string, body any) response {
 	a.t.Helper()
-	r, err := a.send(method, path, bearer(key), body)
+	r, err := a.send(method, path, auth(key), body)
 	require.NoError(a.t, err)
 	return r
 }
@@ -192,7 +194,7 @@ func (a *api) awaitOrder(key, id string, version int) response {
 	a.t.Helper()
 	path := "/v1/orders/" + id
 	assert.Eventually(a.t, func() bool {
-		r, err := a.send(http.MethodGet, path, bearer(key), nil)
+		r, err := a.send(http.MethodGet, path, auth(key), nil)
 		return err == nil && r.Status == http.StatusOK && intOf(r.Body["version"]) >= version
 	}, 5*time.Second, 10*time.Millisecond, "the read model never showed order %s at version %d", id, version)
 	r := a.must(http.StatusOK, http.MethodGet, path, key, nil)
@@ -212,23 +214,24 @@ func (a *api) events(streamID string) int {
 }
 
 type storedEvent struct {
-	Version int
-	ID      string
-	Type    string
-	Actor   string
+	Version       int
+	ID            string
+	Type          string
+	Actor         string
+	CorrelationID string
 }
 
 // stream returns the stored events of one stream in version order.
 func (a *api) stream(streamID string) []storedEvent {
 	a.t.Helper()
 	rows, err := a.dbs.es.DB.QueryContext(a.t.Context(),
-		`SELECT version, event_id, type, actor FROM events WHERE stream_id = $1 ORDER BY version`, streamID)
+		`SELECT version, event_id, type, actor, correlation_id FROM events WHERE stream_id = $1 ORDER BY version`, streamID)
 	require.NoError(a.t, err)
 	defer rows.Close()
 	var out []storedEvent
 	for rows.Next() {
 		var e storedEvent
-		require.NoError(a.t, rows.Scan(&e.Version, &e.ID, &e.Type, &e.Actor))
+		require.NoError(a.t, rows.Scan(&e.Version, &e.ID, &e.Type, &e.Actor, &e.CorrelationID))
 		out = append(out, e)
 	}
 	require.NoError(a.t, rows.Err())
@@ -349,6 +352,7 @@ func TestOrderLifecycle(t *testing.T) {
 				},
 			}
 			version := 1
+			correlation := map[int]string{1: created.Header.Get("X-Correlation-ID")} // by event version
 			for _, step := range steps {
 				before := a.events(id)
 				r := a.must(http.StatusOK, step.method, "/v1/orders/"+id+step.path, a.opA, step.body)
@@ -360,8 +364,11 @@ func TestOrderLifecycle(t *testing.T) {
 				}
 				next, _ := r.Body["position"].(string)
 				require.Equal(t, next, r.Header.Get("Consistency-Position"), step.name)
-				require.Greater(t, positionOf(t, next), positionOf(t, position), "%s: the position moves forward", step.name)
+				require.NotEqual(t, position, next, "%s: a write that appends answers a new position", step.name)
 				position = next
+				for v := version - step.appends + 1; v <= version; v++ {
+					correlation[v] = r.Header.Get("X-Correlation-ID")
+				}
 
 				got := a.awaitOrder(a.opA, id, version)
 				require.Equal(t, withoutPosition(r.Body), got.Body, "%s: the read model shows what the write answered", step.name)
@@ -396,17 +403,32 @@ func TestOrderLifecycle(t *testing.T) {
 				require.Equal(t, items[i-1].(map[string]any)["after"], c["before"], "change %d starts where %d ended", v, v-1)
 			}
 			require.Equal(t, final.Body, items[len(items)-1].(map[string]any)["after"], "the last change ends at the row")
+			require.Equal(t, fmt.Sprintf(`"%d"`, version), final.Header.Get("ETag"))
+			for _, e := range stored {
+				require.NotEmpty(t, correlation[e.Version])
+				require.Equal(t, correlation[e.Version], e.CorrelationID,
+					"event %d carries the correlation id of the request that caused it", e.Version)
+			}
+
+			// A final order refuses every change, and says which rule.
+			refusals := []struct {
+				method, path string
+				body         map[string]any
+				rule         string
+			}{
+				{http.MethodPatch, "", map[string]any{"notes": "too late"}, "order.final"},
+				{http.MethodPost, "/status", map[string]any{"status": "confirmed"}, "order.invalid_transition"},
+				{http.MethodPut, "/assignment", map[string]any{"staff_id": a.staffA,
+					"start_at": "2030-03-05T10:00:00Z", "end_at": "2030-03-05T11:00:00Z"}, "order.assignment_not_allowed"},
+			}
+			for _, refusal := range refusals {
+				r := a.do(refusal.method, "/v1/orders/"+id+refusal.path, a.opA, refusal.body)
+				requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/rule-broken")
+				require.Equal(t, refusal.rule, r.Body["rule"], "%s %s: %s", refusal.method, refusal.path, r)
+			}
+			require.Equal(t, version, a.events(id), "refusals append nothing")
 		})
 	}
-}
-
-// positionOf parses a position token, to compare positions.
-func positionOf(t *testing.T, position string) int64 {
-	t.Helper()
-	var n int64
-	_, err := fmt.Sscan(position, &n)
-	require.NoError(t, err, "position %q", position)
-	return n
 }
 
 func TestOrderAccess(t *testing.T) {
@@ -451,6 +473,17 @@ func TestOrderAccess(t *testing.T) {
 				a.awaitOrder(a.opA, assigned, 3) // unchanged for its owner
 			})
 
+			t.Run("another merchant's key cannot detect the customer", func(t *testing.T) {
+				foreign := a.do(http.MethodGet, "/v1/customers/"+customerID, a.opB, nil)
+				requireProblem(t, foreign, http.StatusNotFound, "/problems/not-found")
+				absent := a.do(http.MethodGet, "/v1/customers/"+missing, a.opB, nil)
+				require.Equal(t, absent.Raw, foreign.Raw)
+				list := a.must(http.StatusOK, http.MethodGet, "/v1/customers", a.opB, nil)
+				require.Equal(t, 0, intOf(list.Body["total"]), "%s", list)
+				own := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+customerID, a.opA, nil)
+				require.Equal(t, "Ada Lovelace", own.Body["name"])
+			})
+
 			t.Run("authentication and roles", func(t *testing.T) {
 				cases := []struct {
 					name          string
@@ -465,14 +498,14 @@ func TestOrderAccess(t *testing.T) {
 					{"not a bearer", http.MethodGet, "/v1/orders", "Basic " + a.opA, http.StatusUnauthorized, true},
 					{"unknown key", http.MethodGet, "/v1/orders", "Bearer hk_unknown", http.StatusUnauthorized, true},
 					{"unknown key without prefix", http.MethodGet, "/v1/orders/" + assigned, "Bearer nope", http.StatusUnauthorized, true},
-					{"admin lists orders", http.MethodGet, "/v1/orders", bearer(a.admin), http.StatusForbidden, false},
-					{"admin reads an order", http.MethodGet, "/v1/orders/" + assigned, bearer(a.admin), http.StatusForbidden, false},
-					{"admin creates an order", http.MethodPost, "/v1/orders", bearer(a.admin), http.StatusForbidden, false},
-					{"admin lists customers", http.MethodGet, "/v1/customers", bearer(a.admin), http.StatusForbidden, false},
-					{"worker creates an order", http.MethodPost, "/v1/orders", bearer(a.worker), http.StatusForbidden, false},
-					{"worker changes an order", http.MethodPatch, "/v1/orders/" + assigned, bearer(a.worker), http.StatusForbidden, false},
-					{"worker changes a status", http.MethodPost, "/v1/orders/" + assigned + "/status", bearer(a.worker), http.StatusForbidden, false},
-					{"worker creates a customer", http.MethodPost, "/v1/customers", bearer(a.worker), http.StatusForbidden, false},
+					{"admin lists orders", http.MethodGet, "/v1/orders", "Bearer " + a.admin, http.StatusForbidden, false},
+					{"admin reads an order", http.MethodGet, "/v1/orders/" + assigned, "Bearer " + a.admin, http.StatusForbidden, false},
+					{"admin creates an order", http.MethodPost, "/v1/orders", "Bearer " + a.admin, http.StatusForbidden, false},
+					{"admin lists customers", http.MethodGet, "/v1/customers", "Bearer " + a.admin, http.StatusForbidden, false},
+					{"worker creates an order", http.MethodPost, "/v1/orders", "Bearer " + a.worker, http.StatusForbidden, false},
+					{"worker changes an order", http.MethodPatch, "/v1/orders/" + assigned, "Bearer " + a.worker, http.StatusForbidden, false},
+					{"worker changes a status", http.MethodPost, "/v1/orders/" + assigned + "/status", "Bearer " + a.worker, http.StatusForbidden, false},
+					{"worker creates a customer", http.MethodPost, "/v1/customers", "Bearer " + a.worker, http.StatusForbidden, false},
 				}
 				before := a.events("")
 				for _, tc := range cases {
@@ -481,7 +514,11 @@ func TestOrderAccess(t *testing.T) {
 						if tc.method != http.MethodGet {
 							body = map[string]any{"customer_id": customerID, "amount_cents": 1}
 						}
-						r, err := a.send(tc.method, tc.path, tc.authorization, body)
+						header := http.Header{}
+						if tc.authorization != "" {
+							header.Set("Authorization", tc.authorization)
+						}
+						r, err := a.send(tc.method, tc.path, header, body)
 						require.NoError(t, err)
 						if tc.status == http.StatusUnauthorized {
 							requireProblem(t, r, tc.status, "/problems/unauthenticated")
@@ -598,10 +635,10 @@ func TestOrderBadInput(t *testing.T) {
 		{name: "cancel with an empty reason", method: http.MethodPost, path: order + "/cancel",
 			body: map[string]any{"reason": "  "}, status: 422, typ: validation, field: "reason"},
 		{name: "assignment ending before it starts", method: http.MethodPut, path: order + "/assignment",
-			body: map[string]any{"staff_id": a.staffA, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T10:00:00Z"},
+			body:   map[string]any{"staff_id": a.staffA, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T10:00:00Z"},
 			status: 422, typ: validation, field: "end_at"},
 		{name: "assignment to another merchant's staff", method: http.MethodPut, path: order + "/assignment",
-			body: map[string]any{"staff_id": a.staffB, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T11:00:00Z"},
+			body:   map[string]any{"staff_id": a.staffB, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T11:00:00Z"},
 			status: 422, typ: validation, field: "staff_id"},
 		{name: "unknown settlement status", method: http.MethodPut, path: order + "/settlement",
 			body: map[string]any{"settlement_status": "paid"}, status: 422, typ: validation, field: "settlement_status"},
@@ -665,17 +702,14 @@ func TestOrderNoOpCommands(t *testing.T) {
 		{"cancel again", http.MethodPost, "/cancel", map[string]any{"reason": "still not needed"}, 0},
 		{"same status once cancelled", http.MethodPost, "/status", map[string]any{"status": "cancelled"}, 0},
 	}
-	version, position := 1, ""
+	version := 1
 	for _, step := range steps {
 		before := a.events(id)
 		r := a.must(http.StatusOK, step.method, "/v1/orders/"+id+step.path, a.opA, step.body)
 		require.Equal(t, before+step.appends, a.events(id), "%s appends %d events", step.name, step.appends)
 		version += step.appends
 		require.Equal(t, version, intOf(r.Body["version"]), "%s: %s", step.name, r)
-		if step.appends == 0 && position != "" {
-			require.Equal(t, position, r.Body["position"], "%s: a no-op answers the position of the last event", step.name)
-		}
-		position, _ = r.Body["position"].(string)
+		require.NotEmpty(t, r.Body["position"], step.name)
 	}
 	got := a.awaitOrder(a.opA, id, version)
 	require.Equal(t, "cancelled", got.Body["status"])
@@ -691,26 +725,37 @@ func TestListOrders(t *testing.T) {
 	c2 := a.createCustomer(a.opA, "Grace Hopper")
 	a.createOrder(a.opB, a.createCustomer(a.opB, "Other Merchant's Customer"), 1) // never listed for A
 
+	// 25 orders of two customers: every fifth confirmed, in service,
+	// assigned (to staffA, starting i hours after base) or settled.
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	hour := func(i int) time.Time { return base.Add(time.Duration(i) * time.Hour) }
 	type created struct {
+		i                    int
 		id, customer, status string
+		assigned, settled    bool
 		version              int
 	}
 	var orders []created // in creation order
 	for i := range 25 {
-		o := created{customer: c1, status: "pending", version: 1}
+		o := created{i: i, customer: c1, status: "pending", version: 1}
 		if i%2 == 1 {
 			o.customer = c2
 		}
 		o.id = a.createOrder(a.opA, o.customer, 100*i)
+		path := "/v1/orders/" + o.id
 		switch i % 5 {
-		case 1:
-			o.status = "confirmed"
-		case 2:
-			o.status = "in_service"
-		}
-		if o.status != "pending" {
-			a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+o.id+"/status", a.opA, map[string]any{"status": o.status})
+		case 1, 2:
+			o.status = map[int]string{1: "confirmed", 2: "in_service"}[i%5]
+			a.must(http.StatusOK, http.MethodPost, path+"/status", a.opA, map[string]any{"status": o.status})
 			o.version = 2
+		case 3:
+			a.must(http.StatusOK, http.MethodPut, path+"/assignment", a.opA, map[string]any{"staff_id": a.staffA,
+				"start_at": hour(i).Format(time.RFC3339), "end_at": hour(i + 1).Format(time.RFC3339)})
+			o.status, o.assigned, o.version = "dispatching", true, 3
+		case 4:
+			a.must(http.StatusOK, http.MethodPut, path+"/settlement", a.opA, map[string]any{
+				"settlement_status": "settled", "paid_amount_cents": 100 * i})
+			o.settled, o.version = true, 2
 		}
 		orders = append(orders, o)
 	}
@@ -725,6 +770,13 @@ func TestListOrders(t *testing.T) {
 			if keep(o) {
 				out = append(out, o.id)
 			}
+		}
+		return out
+	}
+	byStart := func(indexes ...int) []string { // a time range lists earliest start first
+		out := []string{}
+		for _, i := range indexes {
+			out = append(out, orders[i].id)
 		}
 		return out
 	}
@@ -751,6 +803,18 @@ func TestListOrders(t *testing.T) {
 				ids(func(o created) bool { return o.customer == c1 })},
 			{"customer and status", url.Values{"customer_id": {c2}, "status": {"pending"}},
 				ids(func(o created) bool { return o.customer == c2 && o.status == "pending" })},
+			{"settlement status", url.Values{"settlement_status": {"settled"}},
+				ids(func(o created) bool { return o.settled })},
+			{"unsettled", url.Values{"settlement_status": {"unsettled"}},
+				ids(func(o created) bool { return !o.settled })},
+			{"staff", url.Values{"staff_id": {a.staffA}},
+				ids(func(o created) bool { return o.assigned })},
+			{"time range (half-open)", url.Values{"from": {hour(8).Format(time.RFC3339)}, "to": {hour(18).Format(time.RFC3339)}},
+				byStart(8, 13)},
+			{"from with an offset", url.Values{"from": {hour(13).In(time.FixedZone("", 3600)).Format(time.RFC3339)}},
+				byStart(13, 18, 23)},
+			{"to only", url.Values{"to": {hour(13).Add(time.Second).Format(time.RFC3339)}},
+				byStart(3, 8, 13)},
 			{"status without orders", url.Values{"status": {"completed"}}, []string{}},
 			{"customer without orders", url.Values{"customer_id": {uuid.New()}}, []string{}},
 		}
@@ -763,6 +827,14 @@ func TestListOrders(t *testing.T) {
 				require.Equal(t, 1, intOf(r.Body["page"]))
 				require.Equal(t, 200, intOf(r.Body["page_size"]))
 			})
+		}
+	})
+
+	t.Run("another merchant's orders are never listed", func(t *testing.T) {
+		r := a.must(http.StatusOK, http.MethodGet, "/v1/orders", a.opB, nil)
+		require.Equal(t, 1, intOf(r.Body["total"]))
+		for _, id := range listed(r) {
+			require.NotContains(t, ids(func(created) bool { return true }), id)
 		}
 	})
 
@@ -841,4 +913,167 @@ func TestHealth(t *testing.T) {
 			require.Equal(t, status, rec.Code, "%s: %s", path, rec.Body.String())
 		}
 	})
+}
+
+// Concurrent writes to one order: with expected_version exactly one wins
+// and the others get 409; without it every write is either kept or refused
+// with 409, and the stream stays contiguous.
+func TestConcurrentOrderWrites(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	id := a.createOrder(a.opA, a.createCustomer(a.opA, "Ada Lovelace"), 1000)
+	const writers = 8
+
+	// patchAll sends the writers' PATCHes at once and returns their answers.
+	patchAll := func(body func(i int) map[string]any) []response {
+		start := make(chan struct{})
+		answers := make([]response, writers)
+		errs := make([]error, writers)
+		var wg sync.WaitGroup
+		for i := range writers {
+			wg.Go(func() {
+				<-start
+				answers[i], errs[i] = a.send(http.MethodPatch, "/v1/orders/"+id, auth(a.opA), body(i))
+			})
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		return answers
+	}
+	count := func(answers []response) (ok int) {
+		for _, r := range answers {
+			if r.Status == http.StatusOK {
+				ok++
+			} else {
+				requireProblem(t, r, http.StatusConflict, "/problems/conflict")
+			}
+		}
+		return ok
+	}
+
+	answers := patchAll(func(i int) map[string]any {
+		return map[string]any{"expected_version": 1, "notes": fmt.Sprintf("writer %d", i)}
+	})
+	require.Equal(t, 1, count(answers), "exactly one writer wins")
+	require.Equal(t, 2, a.events(id))
+
+	answers = patchAll(func(i int) map[string]any { return map[string]any{"amount_cents": 2000 + i} })
+	kept := count(answers)
+	require.GreaterOrEqual(t, kept, 1, "at least one writer wins")
+	version := 2 + kept
+	require.Equal(t, version, a.events(id), "one event per kept write")
+	versions := []int{}
+	for _, e := range a.stream(id) {
+		versions = append(versions, e.Version)
+	}
+	for v := 1; v <= version; v++ {
+		require.Equal(t, v, versions[v-1], "versions are contiguous")
+	}
+	a.awaitOrder(a.opA, id, version)
+	changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id+"/changes", a.opA, nil)
+	require.Len(t, changes.Body["items"], version)
+}
+
+// The spec: a write answers a position, and a GET that names it (the
+// Consistency-Position header or ?min_position=) waits until the read
+// models have reached it. Right after a write, such a GET must already show
+// the write.
+func TestReadYourWrites(t *testing.T) {
+	t.Skip("BUG: ports/http ignores ?min_position= and the Consistency-Position request header (domain.md, HTTP API): a GET right after a write answers 404 or the previous version")
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customerID := a.createCustomer(a.opA, "Ada Lovelace")
+	for i := range 10 {
+		created := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA,
+			map[string]any{"customer_id": customerID, "amount_cents": i})
+		id := created.Body["id"].(string)
+		r := a.must(http.StatusOK, http.MethodGet,
+			"/v1/orders/"+id+"?min_position="+url.QueryEscape(created.Body["position"].(string)), a.opA, nil)
+		require.Equal(t, 1, intOf(r.Body["version"]))
+
+		updated := a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+id, a.opA, map[string]any{"notes": "changed"})
+		header := auth(a.opA)
+		header.Set("Consistency-Position", updated.Body["position"].(string))
+		r, err := a.send(http.MethodGet, "/v1/orders/"+id, header, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r)
+		require.Equal(t, 2, intOf(r.Body["version"]), "%s", r)
+	}
+}
+
+// TestServe runs the real command, `app serve`, on split databases: it
+// starts, becomes the projection leader, serves the API, projects a write,
+// and stops cleanly when its context ends.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	vars := map[string]string{
+		"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel,
+		"LOG_FORMAT": "json", "LOG_LEVEL": "info", "POLL_INTERVAL": "20ms", "SHUTDOWN_TIMEOUT": "5s",
+	}
+
+	var keyOut syncBuffer
+	require.NoError(t, run(t.Context(), []string{"keys", "create", "--merchant", "acme", "--role", "operator"},
+		env(vars), &keyOut, io.Discard))
+	lines := strings.Split(strings.TrimSpace(keyOut.String()), "\n")
+	key := lines[len(lines)-1]
+
+	ctx, stop := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--http-addr", "127.0.0.1:0"}, env(vars), io.Discard, &stderr)
+	}()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
+			<-done
+		}
+	})
+
+	// The address is in the start-up log line.
+	var addr string
+	require.Eventually(t, func() bool {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var entry struct {
+				Msg      string `json:"msg"`
+				HTTPAddr string `json:"http_addr"`
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "hearth started" {
+				addr = entry.HTTPAddr
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond, "serve never logged its start: %s", &stderr)
+
+	transport := &http.Transport{}
+	t.Cleanup(transport.CloseIdleConnections)
+	a := &api{t: t, base: "http://" + addr, client: &http.Client{Transport: transport}}
+
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/readyz", nil, nil)
+		return err == nil && r.Status == http.StatusOK && r.Body["role"] == "leader"
+	}, 30*time.Second, 10*time.Millisecond, "serve never became the projection leader")
+	ready := a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, "ready", ready.Body["status"])
+	require.Equal(t, ModeAll, ready.Body["mode"])
+
+	id := a.createOrder(key, a.createCustomer(key, "Ada Lovelace"), 4200)
+	got := a.awaitOrder(key, id, 1)
+	require.Equal(t, float64(4200), got.Body["amount_cents"])
+
+	stop()
+	select {
+	case err := <-done:
+		stopped = true
+		require.NoError(t, err, "serve stops cleanly")
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve did not stop within 10s of its context ending: %s", &stderr)
+	}
+	require.Contains(t, stderr.String(), `"msg":"hearth stopped"`)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +9,13 @@ import (
 	"net"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"hearth/adapters/refdata"
 	"hearth/app/access"
+	"hearth/app/command"
+	"hearth/app/query"
+	"hearth/app/reference"
 	"hearth/internal/database"
 	"hearth/internal/pgcluster"
 )
@@ -86,7 +90,7 @@ func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	staffID, err := demoStaff(ctx, db.DB, store, op.MerchantID)
+	staffID, err := demoStaff(ctx, db, op.MerchantID)
 	if err != nil {
 		return err
 	}
@@ -111,14 +115,19 @@ Try:
 	return nil
 }
 
-func demoStaff(ctx context.Context, db *sql.DB, store *refdata.Store, merchantID string) (string, error) {
-	var id string
-	err := db.QueryRowContext(ctx, `SELECT id FROM staff WHERE merchant_id = $1 AND name = 'Demo Worker'`, merchantID).Scan(&id)
-	if err == nil {
-		return id, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
+func demoStaff(ctx context.Context, db *bun.DB, merchantID string) (string, error) {
+	staff := refdata.Staff(db)
+	existing, _, err := staff.List(ctx, merchantID, "Demo Worker", query.Page{Number: 1, Size: 1})
+	if err != nil || len(existing) > 0 {
+		if len(existing) > 0 {
+			return existing[0].ID, nil
+		}
 		return "", err
 	}
-	return store.CreateStaff(ctx, merchantID, "Demo Worker")
+	records, err := command.NewRecords(staff)
+	if err != nil {
+		return "", err
+	}
+	m, err := records.Create(ctx, merchantID, reference.StaffMember{Name: "Demo Worker", Active: true}, time.Now())
+	return m.ID, err
 }

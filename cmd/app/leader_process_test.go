@@ -17,7 +17,7 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/app/event"
-	"hearth/app/order"
+	"hearth/app/command"
 	"hearth/app/uuid"
 	"hearth/internal/pgtest"
 )
@@ -86,14 +86,15 @@ func TestWorkerTakeoverAfterKill(t *testing.T) {
 	require.NoError(t, err)
 	store, err := pubsub.NewStore(es, nil)
 	require.NoError(t, err)
-	repo, err := pubsub.NewOrderRepository(store)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	orders, err := command.NewOrderHandlers(tx)
 	require.NoError(t, err)
 	createOrder := func() string {
-		o, err := order.New(order.NewOrder{ID: uuid.New(), CustomerID: customerID})
+		w, err := orders.Create(context.Background(), command.CreateOrder{CustomerID: customerID,
+			Meta: event.Meta{MerchantID: merchantID, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}})
 		require.NoError(t, err)
-		_, err = repo.Create(context.Background(), event.Meta{MerchantID: merchantID, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}, o)
-		require.NoError(t, err)
-		return o.ID()
+		return w.Stream[0].StreamID
 	}
 	projected := func(id string) bool {
 		var n int

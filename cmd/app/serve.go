@@ -20,6 +20,8 @@ import (
 	"hearth/app/command"
 	"hearth/app/order"
 	"hearth/app/query"
+	"hearth/app/schedule"
+	"hearth/app/servicerequest"
 	"hearth/internal/database"
 	"hearth/leader"
 	"hearth/migrations"
@@ -93,7 +95,7 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if err != nil {
 		return wiring{}, err
 	}
-	orderRepo, err := pubsub.NewOrderRepository(store)
+	tx, err := pubsub.NewTransactor(store)
 	if err != nil {
 		return wiring{}, err
 	}
@@ -101,24 +103,50 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if err != nil {
 		return wiring{}, err
 	}
+	requests, err := readmodel.NewServiceRequests(dbs.rm)
+	if err != nil {
+		return wiring{}, err
+	}
+	schedules, err := readmodel.NewSchedules(dbs.rm)
+	if err != nil {
+		return wiring{}, err
+	}
+	customers, staff, items := refdata.Customers(dbs.es), refdata.Staff(dbs.es), refdata.CatalogItems(dbs.es)
+
 	var a app.Application
 	var errs []error
-	collect := func(err error) { errs = append(errs, err) }
-	a.Commands.CreateCustomer, err = command.NewCreateCustomerHandler(ref)
-	collect(err)
-	a.Commands.CreateOrder, err = command.NewCreateOrderHandler(orderRepo, ref)
-	collect(err)
-	a.Commands.Orders, err = command.NewOrderHandlers(orderRepo, ref)
-	collect(err)
-	a.Queries.Customers, err = query.NewCustomers(ref)
-	collect(err)
-	a.Queries.Orders, err = query.NewOrders(orders)
-	collect(err)
+	must := func(err error) { errs = append(errs, err) }
+	a.Commands.Customers, err = command.NewRecords(customers)
+	must(err)
+	a.Commands.Staff, err = command.NewRecords(staff)
+	must(err)
+	a.Commands.CatalogItems, err = command.NewRecords(items)
+	must(err)
+	a.Commands.Orders, err = command.NewOrderHandlers(tx)
+	must(err)
+	a.Commands.ServiceRequests, err = command.NewServiceRequestHandlers(tx)
+	must(err)
+	a.Commands.Schedules, err = command.NewScheduleHandlers(tx)
+	must(err)
+	a.Queries.Customers, err = query.NewRecords(customers)
+	must(err)
+	a.Queries.Staff, err = query.NewRecords(staff)
+	must(err)
+	a.Queries.CatalogItems, err = query.NewRecords(items)
+	must(err)
+	a.Queries.Orders, err = query.NewOrders(orders, ref)
+	must(err)
+	a.Queries.ServiceRequests, err = query.NewServiceRequests(requests, ref)
+	must(err)
+	a.Queries.Schedules, err = query.NewSchedules(schedules, ref)
+	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
 	return wiring{app: a, refdata: ref, projections: []pubsub.Projection{
 		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply},
+		{Name: requests.Name(), Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply},
+		{Name: schedules.Name(), Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply},
 	}}, nil
 }
 

@@ -1,35 +1,65 @@
 package httpport
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 
 	"hearth/app/access"
 	"hearth/app/command"
+	"hearth/app/event"
 	"hearth/app/order"
 	"hearth/app/query"
 )
 
-// orderResponse is a write's answer: the order as the command left it and
-// the position a later read can ask to see (Consistency-Position).
-type orderResponse struct {
-	query.Order
-	Position string `json:"position"`
-}
-
-func (s *server) writeOrder(w http.ResponseWriter, status int, written command.Written) error {
-	view, err := query.FoldOrder(written.Stream)
+// writeWritten answers a write with the resource as the command left it
+// (folded from its events, so it is exact before the read model catches up)
+// and the position a later read can ask to see (Consistency-Position).
+func writeWritten[V any, P interface {
+	*V
+	Apply(event.Recorded) error
+}](w http.ResponseWriter, status int, location string, out command.Written) error {
+	view, err := query.Fold[V, P](out.Stream)
 	if err != nil {
 		return err
 	}
-	pos := strconv.FormatInt(written.Position, 10)
+	pos := strconv.FormatInt(out.Position, 10)
 	w.Header().Set("Consistency-Position", pos)
-	w.Header().Set("ETag", strconv.Quote(strconv.Itoa(view.Version)))
+	w.Header().Set("ETag", strconv.Quote(strconv.Itoa(len(out.Stream))))
 	if status == http.StatusCreated {
-		w.Header().Set("Location", "/v1/orders/"+view.ID)
+		w.Header().Set("Location", location+"/"+idOf(out))
 	}
-	writeJSON(w, status, orderResponse{Order: view, Position: pos})
+	body, err := withPosition(view, pos)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, body)
 	return nil
+}
+
+func idOf(out command.Written) string {
+	if len(out.Stream) == 0 {
+		return ""
+	}
+	return out.Stream[0].StreamID
+}
+
+// withPosition adds "position" to the view's JSON object.
+func withPosition(view any, pos string) (map[string]any, error) {
+	b, err := json.Marshal(view)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["position"] = pos
+	return m, nil
+}
+
+func (s *server) writeOrder(w http.ResponseWriter, status int, out command.Written) error {
+	return writeWritten[query.Order](w, status, "/v1/orders", out)
 }
 
 func scope(r *http.Request) query.Scope {
@@ -63,7 +93,7 @@ func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	written, err := s.App.Commands.CreateOrder.Handle(r.Context(), command.CreateOrder{
+	written, err := s.App.Commands.Orders.Create(r.Context(), command.CreateOrder{
 		Meta: s.meta(r), RequestID: in.RequestID, CustomerID: in.CustomerID, AmountCents: in.AmountCents,
 		Notes: in.Notes, ScheduledStartAt: start, ScheduledEndAt: end,
 	})

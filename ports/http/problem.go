@@ -21,6 +21,8 @@ type problem struct {
 	Detail string              `json:"detail"`
 	Rule   string              `json:"rule,omitempty"`
 	Errors []apperr.FieldError `json:"errors,omitempty"`
+	// ConflictingScheduleID names the schedule a booking clashed with.
+	ConflictingScheduleID string `json:"conflicting_schedule_id,omitempty"`
 }
 
 func newProblem(status int, slug, detail string) problem {
@@ -74,6 +76,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p.Rule = ruled.Rule()
 	case errors.As(err, &conflict):
 		p = newProblem(http.StatusConflict, "conflict", conflict.Detail)
+		p.ConflictingScheduleID = conflict.With["conflicting_schedule_id"]
 	case errors.Is(err, apperr.ErrNotFound):
 		p = newProblem(http.StatusNotFound, "not-found", "no such resource")
 	case errors.Is(err, apperr.ErrForbidden):

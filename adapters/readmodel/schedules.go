@@ -1,0 +1,97 @@
+package readmodel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"hearth/app/event"
+	"hearth/app/query"
+)
+
+type scheduleRow struct {
+	bun.BaseModel `bun:"table:schedules"`
+
+	ID         string    `bun:"id,pk,type:uuid"`
+	MerchantID string    `bun:"merchant_id,type:uuid"`
+	OrderID    string    `bun:"order_id,type:uuid"`
+	StaffID    string    `bun:"staff_id,type:uuid"`
+	StartAt    time.Time `bun:"start_at"`
+	EndAt      time.Time `bun:"end_at"`
+	Status     string    `bun:"status"`
+	Notes      string    `bun:"notes"`
+	CreatedAt  time.Time `bun:"created_at"`
+	UpdatedAt  time.Time `bun:"updated_at"`
+	Version    int       `bun:"version"`
+}
+
+func (r scheduleRow) view() query.Schedule {
+	return query.Schedule{ID: r.ID, MerchantID: r.MerchantID, OrderID: r.OrderID, StaffID: r.StaffID,
+		StartAt: r.StartAt.UTC(), EndAt: r.EndAt.UTC(), Status: r.Status, Notes: r.Notes,
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), Version: r.Version}
+}
+
+func scheduleRowOf(v query.Schedule) scheduleRow {
+	return scheduleRow{ID: v.ID, MerchantID: v.MerchantID, OrderID: v.OrderID, StaffID: v.StaffID,
+		StartAt: v.StartAt, EndAt: v.EndAt, Status: v.Status, Notes: v.Notes,
+		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version}
+}
+
+// Schedules is the schedules projection and read model.
+type Schedules struct {
+	db   *bun.DB
+	proj *projection[*query.Schedule]
+}
+
+// NewSchedules returns the projection on the read-model database.
+func NewSchedules(db *bun.DB) (*Schedules, error) {
+	if db == nil {
+		return nil, errors.New("readmodel.NewSchedules: nil db")
+	}
+	return &Schedules{db: db, proj: &projection[*query.Schedule]{
+		name: "schedules", table: "schedules", db: db,
+		load: func(ctx context.Context, tx bun.Tx, id string) (*query.Schedule, bool, error) {
+			var row scheduleRow
+			found, err := selectForUpdate(ctx, tx, &row, id)
+			v := row.view()
+			return &v, found, err
+		},
+		save: func(ctx context.Context, tx bun.Tx, v *query.Schedule, insert bool) error {
+			row := scheduleRowOf(*v)
+			return upsert(ctx, tx, &row, insert)
+		},
+		meta: func(v *query.Schedule) (string, int) { return v.MerchantID, v.Version },
+	}}, nil
+}
+
+// Name names the projection (and its consumer group).
+func (p *Schedules) Name() string { return p.proj.name }
+
+// Apply applies one schedule event.
+func (p *Schedules) Apply(ctx context.Context, r event.Recorded) error { return p.proj.apply(ctx, r) }
+
+// Get returns one schedule visible to scope.
+func (p *Schedules) Get(ctx context.Context, scope query.Scope, id string) (query.Schedule, error) {
+	var row scheduleRow
+	if err := getOne(ctx, p.db, &row, scope, "staff_id", id); err != nil {
+		return query.Schedule{}, err
+	}
+	return row.view(), nil
+}
+
+// List returns a page of schedules visible to scope.
+func (p *Schedules) List(ctx context.Context, scope query.Scope, f query.ScheduleFilter, pg query.Page) ([]query.Schedule, int, error) {
+	var rows []scheduleRow
+	total, err := newListing(p.db.NewSelect().Model(&rows), scope, "staff_id", "start_at").
+		in("status", f.Statuses).eq("staff_id", f.StaffID).between(f.From, f.To).page(ctx, pg)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]query.Schedule, len(rows))
+	for i, r := range rows {
+		out[i] = r.view()
+	}
+	return out, total, nil
+}

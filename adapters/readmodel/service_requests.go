@@ -1,0 +1,102 @@
+package readmodel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"hearth/app/event"
+	"hearth/app/query"
+)
+
+type serviceRequestRow struct {
+	bun.BaseModel `bun:"table:service_requests"`
+
+	ID                 string     `bun:"id,pk,type:uuid"`
+	MerchantID         string     `bun:"merchant_id,type:uuid"`
+	CustomerID         string     `bun:"customer_id,type:uuid"`
+	CatalogItemID      *string    `bun:"catalog_item_id,type:uuid"`
+	Content            string     `bun:"content"`
+	AppointmentStartAt *time.Time `bun:"appointment_start_at"`
+	AppointmentEndAt   *time.Time `bun:"appointment_end_at"`
+	Status             string     `bun:"status"`
+	Source             string     `bun:"source"`
+	Notes              string     `bun:"notes"`
+	OrderID            *string    `bun:"order_id,type:uuid"`
+	CreatedAt          time.Time  `bun:"created_at"`
+	UpdatedAt          time.Time  `bun:"updated_at"`
+	Version            int        `bun:"version"`
+}
+
+func (r serviceRequestRow) view() query.ServiceRequest {
+	return query.ServiceRequest{ID: r.ID, MerchantID: r.MerchantID, CustomerID: r.CustomerID,
+		CatalogItemID: r.CatalogItemID, Content: r.Content, AppointmentStartAt: utc(r.AppointmentStartAt),
+		AppointmentEndAt: utc(r.AppointmentEndAt), Status: r.Status, Source: r.Source, Notes: r.Notes,
+		OrderID: r.OrderID, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), Version: r.Version}
+}
+
+func serviceRequestRowOf(v query.ServiceRequest) serviceRequestRow {
+	return serviceRequestRow{ID: v.ID, MerchantID: v.MerchantID, CustomerID: v.CustomerID,
+		CatalogItemID: v.CatalogItemID, Content: v.Content, AppointmentStartAt: v.AppointmentStartAt,
+		AppointmentEndAt: v.AppointmentEndAt, Status: v.Status, Source: v.Source, Notes: v.Notes,
+		OrderID: v.OrderID, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version}
+}
+
+// ServiceRequests is the service_requests projection and read model.
+type ServiceRequests struct {
+	db   *bun.DB
+	proj *projection[*query.ServiceRequest]
+}
+
+// NewServiceRequests returns the projection on the read-model database.
+func NewServiceRequests(db *bun.DB) (*ServiceRequests, error) {
+	if db == nil {
+		return nil, errors.New("readmodel.NewServiceRequests: nil db")
+	}
+	return &ServiceRequests{db: db, proj: &projection[*query.ServiceRequest]{
+		name: "service_requests", table: "service_requests", db: db,
+		load: func(ctx context.Context, tx bun.Tx, id string) (*query.ServiceRequest, bool, error) {
+			var row serviceRequestRow
+			found, err := selectForUpdate(ctx, tx, &row, id)
+			v := row.view()
+			return &v, found, err
+		},
+		save: func(ctx context.Context, tx bun.Tx, v *query.ServiceRequest, insert bool) error {
+			row := serviceRequestRowOf(*v)
+			return upsert(ctx, tx, &row, insert)
+		},
+		meta: func(v *query.ServiceRequest) (string, int) { return v.MerchantID, v.Version },
+	}}, nil
+}
+
+// Name names the projection (and its consumer group).
+func (p *ServiceRequests) Name() string { return p.proj.name }
+
+// Apply applies one service-request event.
+func (p *ServiceRequests) Apply(ctx context.Context, r event.Recorded) error { return p.proj.apply(ctx, r) }
+
+// Get returns one request. Worker keys see no requests.
+func (p *ServiceRequests) Get(ctx context.Context, scope query.Scope, id string) (query.ServiceRequest, error) {
+	var row serviceRequestRow
+	if err := getOne(ctx, p.db, &row, scope, "", id); err != nil {
+		return query.ServiceRequest{}, err
+	}
+	return row.view(), nil
+}
+
+// List returns a page of requests.
+func (p *ServiceRequests) List(ctx context.Context, scope query.Scope, f query.ServiceRequestFilter, pg query.Page) ([]query.ServiceRequest, int, error) {
+	var rows []serviceRequestRow
+	total, err := newListing(p.db.NewSelect().Model(&rows), scope, "", "appointment_start_at").
+		in("status", f.Statuses).eq("customer_id", f.CustomerID).between(f.From, f.To).page(ctx, pg)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]query.ServiceRequest, len(rows))
+	for i, r := range rows {
+		out[i] = r.view()
+	}
+	return out, total, nil
+}

@@ -1,0 +1,240 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"hearth/app/apperr"
+	"hearth/app/event"
+	"hearth/app/order"
+	"hearth/app/schedule"
+	"hearth/app/uuid"
+)
+
+// OrderTarget says which order a command changes and, optionally, the
+// version the client read (a stale one answers a conflict).
+type OrderTarget struct {
+	Meta            event.Meta
+	OrderID         string
+	ExpectedVersion *int
+}
+
+// UpdateOrderDetails changes customer, amount and notes. Nil fields keep
+// their value.
+type UpdateOrderDetails struct {
+	OrderTarget
+	CustomerID  *string
+	AmountCents *int64
+	Notes       *string
+}
+
+// ChangeOrderStatus moves an order along its life cycle.
+type ChangeOrderStatus struct {
+	OrderTarget
+	Status string
+}
+
+// CancelOrder cancels an order with a reason.
+type CancelOrder struct {
+	OrderTarget
+	Reason string
+}
+
+// AssignOrder sets the staff member and window of an order.
+type AssignOrder struct {
+	OrderTarget
+	StaffID      string
+	StartAt      time.Time
+	EndAt        time.Time
+	DispatchNote string
+}
+
+// SettleOrder records the payment state of an order.
+type SettleOrder struct {
+	OrderTarget
+	SettlementStatus string
+	PaidAmountCents  int64
+	PaymentMethod    string
+	PaidAt           *time.Time
+	SettlementNote   string
+}
+
+// CreateOrder creates an order for an existing customer.
+type CreateOrder struct {
+	Meta             event.Meta
+	RequestID        string
+	CustomerID       string
+	AmountCents      int64
+	Notes            string
+	ScheduledStartAt *time.Time
+	ScheduledEndAt   *time.Time
+}
+
+// OrderHandlers handles the order commands. Each method is one use case:
+// load, decide, append, in one transaction.
+type OrderHandlers struct {
+	tx Transactor
+}
+
+// NewOrderHandlers checks its dependency.
+func NewOrderHandlers(tx Transactor) (OrderHandlers, error) {
+	if tx == nil {
+		return OrderHandlers{}, errors.New("command.NewOrderHandlers: nil transactor")
+	}
+	return OrderHandlers{tx: tx}, nil
+}
+
+// Create handles CreateOrder.
+func (h OrderHandlers) Create(ctx context.Context, cmd CreateOrder) (Written, error) {
+	o, err := order.New(order.NewOrder{
+		ID: uuid.New(), RequestID: cmd.RequestID, CustomerID: cmd.CustomerID,
+		AmountCents: cmd.AmountCents, Notes: cmd.Notes,
+		ScheduledStartAt: cmd.ScheduledStartAt, ScheduledEndAt: cmd.ScheduledEndAt,
+	})
+	if err != nil {
+		return Written{}, err
+	}
+	out, err := h.tx.Run(ctx, cmd.Meta, func(ctx context.Context, s Session) error {
+		if err := checkCustomer(ctx, s, cmd.CustomerID); err != nil {
+			return err
+		}
+		s.AddOrder(o)
+		return nil
+	})
+	return out.Of(o.ID()), err
+}
+
+// update runs fn on the target order in one transaction.
+func (h OrderHandlers) update(ctx context.Context, t OrderTarget, fn func(ctx context.Context, s Session, o *order.Order) error) (Written, error) {
+	out, err := h.tx.Run(ctx, t.Meta, func(ctx context.Context, s Session) error {
+		o, err := s.Order(ctx, t.OrderID)
+		if err != nil {
+			return err
+		}
+		if err := checkVersion("order", t.OrderID, t.ExpectedVersion, o.Version()); err != nil {
+			return err
+		}
+		return fn(ctx, s, o)
+	})
+	return out.Of(t.OrderID), err
+}
+
+// UpdateDetails handles UpdateOrderDetails.
+func (h OrderHandlers) UpdateDetails(ctx context.Context, cmd UpdateOrderDetails) (Written, error) {
+	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
+		d := o.Details()
+		if cmd.CustomerID != nil && *cmd.CustomerID != d.CustomerID {
+			if err := checkCustomer(ctx, s, *cmd.CustomerID); err != nil {
+				return err
+			}
+			d.CustomerID = *cmd.CustomerID
+		}
+		if cmd.AmountCents != nil {
+			d.AmountCents = *cmd.AmountCents
+		}
+		if cmd.Notes != nil {
+			d.Notes = *cmd.Notes
+		}
+		return o.UpdateDetails(d)
+	})
+}
+
+// ChangeStatus handles ChangeOrderStatus.
+func (h OrderHandlers) ChangeStatus(ctx context.Context, cmd ChangeOrderStatus) (Written, error) {
+	to, ok := order.ParseStatus(cmd.Status)
+	if !ok {
+		return Written{}, apperr.Invalid("status", "must be one of %s", statusNames())
+	}
+	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
+		return o.ChangeStatus(to, cmd.Meta.OccurredAt)
+	})
+}
+
+// Cancel handles CancelOrder: the order is cancelled and its live schedule,
+// if any, is cancelled with it, freeing the staff member's time.
+func (h OrderHandlers) Cancel(ctx context.Context, cmd CancelOrder) (Written, error) {
+	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
+		if err := o.Cancel(cmd.Reason); err != nil {
+			return err
+		}
+		sch, found, err := s.LiveSchedule(ctx, o.ID())
+		if err != nil || !found {
+			return err
+		}
+		if err := sch.ChangeStatus(schedule.StatusCancelled); err != nil {
+			return err
+		}
+		return s.Book(ctx, sch)
+	})
+}
+
+// Assign handles AssignOrder, a flow: the order takes the staff member and
+// window (and moves to dispatching), and its schedule is created, or
+// updated while planned, and booked. A staff member who is already booked
+// in an overlapping window is a conflict naming that schedule.
+func (h OrderHandlers) Assign(ctx context.Context, cmd AssignOrder) (Written, error) {
+	a := order.Assignment{StaffID: cmd.StaffID, StartAt: cmd.StartAt, EndAt: cmd.EndAt, DispatchNote: cmd.DispatchNote}
+	if err := a.Validate(); err != nil {
+		return Written{}, err
+	}
+	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
+		exists, active, err := s.StaffActive(ctx, cmd.StaffID)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return apperr.Invalid("staff_id", "no staff member %s in this merchant", cmd.StaffID)
+		}
+		if !active {
+			return &apperr.RuleError{Rule: "order.staff_inactive", Detail: fmt.Sprintf("staff member %s is not active", cmd.StaffID)}
+		}
+		if err := o.Assign(a); err != nil {
+			return err
+		}
+		w := schedule.Window{StaffID: cmd.StaffID, StartAt: cmd.StartAt, EndAt: cmd.EndAt}
+		sch, found, err := s.LiveSchedule(ctx, o.ID())
+		if err != nil {
+			return err
+		}
+		if found {
+			if err := sch.Reassign(w); err != nil {
+				return err
+			}
+		} else {
+			if sch, err = schedule.New(uuid.New(), o.ID(), w, ""); err != nil {
+				return err
+			}
+			s.AddSchedule(sch)
+		}
+		return s.Book(ctx, sch)
+	})
+}
+
+// Settle handles SettleOrder.
+func (h OrderHandlers) Settle(ctx context.Context, cmd SettleOrder) (Written, error) {
+	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
+		return o.Settle(order.Settlement{
+			Status: order.SettlementStatus(cmd.SettlementStatus), PaidAmountCents: cmd.PaidAmountCents,
+			PaymentMethod: cmd.PaymentMethod, PaidAt: cmd.PaidAt, Note: cmd.SettlementNote,
+		})
+	})
+}
+
+// checkVersion compares the version a client read with the stored one.
+func checkVersion(kind, id string, expected *int, actual int) error {
+	if expected != nil && *expected != actual {
+		return &apperr.ConflictError{Detail: fmt.Sprintf("%s %s is at version %d, not %d; read it again and retry", kind, id, actual, *expected)}
+	}
+	return nil
+}
+
+func statusNames() string {
+	names := make([]string, len(order.Statuses))
+	for i, s := range order.Statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,116 @@
+// Package reference is the merchant's reference data: customers, staff
+// members and catalog items. They are plain records, not event-sourced,
+// that the aggregates point at. Each validates itself in Normalize.
+package reference
+
+import (
+	"strings"
+	"time"
+
+	"hearth/app/apperr"
+)
+
+// Customer is one customer of a merchant.
+type Customer struct {
+	ID         string    `json:"id"`
+	MerchantID string    `json:"-"`
+	Name       string    `json:"name"`
+	Phone      string    `json:"phone"`
+	Email      string    `json:"email"`
+	Address    string    `json:"address"`
+	Notes      string    `json:"notes"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// StaffMember is someone a merchant dispatches.
+type StaffMember struct {
+	ID         string    `json:"id"`
+	MerchantID string    `json:"-"`
+	Name       string    `json:"name"`
+	Phone      string    `json:"phone"`
+	Active     bool      `json:"active"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// CatalogItem is a service a merchant sells.
+type CatalogItem struct {
+	ID             string    `json:"id"`
+	MerchantID     string    `json:"-"`
+	Name           string    `json:"name"`
+	BasePriceCents int64     `json:"base_price_cents"`
+	Active         bool      `json:"active"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+}
+
+// Record is a reference type: a pointer to it validates and normalises
+// itself, and says where it lives.
+type Record[T any] interface {
+	*T
+	Normalize() error
+	Key() *Key
+}
+
+// Key is what every record has: its id, its merchant and its times.
+type Key struct {
+	ID, MerchantID       *string
+	CreatedAt, UpdatedAt *time.Time
+}
+
+func (c *Customer) Key() *Key {
+	return &Key{ID: &c.ID, MerchantID: &c.MerchantID, CreatedAt: &c.CreatedAt, UpdatedAt: &c.UpdatedAt}
+}
+
+func (s *StaffMember) Key() *Key {
+	return &Key{ID: &s.ID, MerchantID: &s.MerchantID, CreatedAt: &s.CreatedAt, UpdatedAt: &s.UpdatedAt}
+}
+
+func (c *CatalogItem) Key() *Key {
+	return &Key{ID: &c.ID, MerchantID: &c.MerchantID, CreatedAt: &c.CreatedAt, UpdatedAt: &c.UpdatedAt}
+}
+
+type checker struct{ apperr.Fields }
+
+func (c *checker) text(field string, v *string, max int, required bool) {
+	*v = strings.TrimSpace(*v)
+	switch n := len([]rune(*v)); {
+	case required && n == 0:
+		c.Add(field, "is required")
+	case n > max:
+		c.Add(field, "must be at most %d characters, got %d", max, n)
+	}
+}
+
+// Normalize trims the fields and checks them.
+func (c *Customer) Normalize() error {
+	var ch checker
+	ch.text("name", &c.Name, 200, true)
+	ch.text("phone", &c.Phone, 50, false)
+	ch.text("email", &c.Email, 254, false)
+	ch.text("address", &c.Address, 500, false)
+	ch.text("notes", &c.Notes, 2000, false)
+	if c.Email != "" && !strings.Contains(c.Email, "@") {
+		ch.Add("email", "must be an email address")
+	}
+	return ch.Err()
+}
+
+// Normalize trims the fields and checks them.
+func (s *StaffMember) Normalize() error {
+	var ch checker
+	ch.text("name", &s.Name, 200, true)
+	ch.text("phone", &s.Phone, 50, false)
+	return ch.Err()
+}
+
+// Normalize trims the fields and checks them.
+func (c *CatalogItem) Normalize() error {
+	var ch checker
+	ch.text("name", &c.Name, 200, true)
+	if c.BasePriceCents < 0 {
+		ch.Add("base_price_cents", "must be >= 0")
+	}
+	return ch.Err()
+}

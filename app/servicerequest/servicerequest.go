@@ -1,0 +1,294 @@
+// Package servicerequest is the ServiceRequest aggregate: what a customer
+// asked for, before it becomes an order.
+package servicerequest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"hearth/app/apperr"
+	"hearth/app/event"
+	"hearth/app/uuid"
+)
+
+// StreamType names the service-request stream in the event store.
+const StreamType = "service_request"
+
+// MaxContent is the longest content, in characters.
+const MaxContent = 2000
+
+// Status is where a request is in its life cycle.
+type Status string
+
+const (
+	StatusNew       Status = "new"
+	StatusConfirmed Status = "confirmed"
+	StatusConverted Status = "converted"
+	StatusCancelled Status = "cancelled"
+)
+
+// Statuses lists every status.
+var Statuses = []Status{StatusNew, StatusConfirmed, StatusConverted, StatusCancelled}
+
+// ParseStatus checks a status name.
+func ParseStatus(s string) (Status, bool) {
+	for _, st := range Statuses {
+		if string(st) == s {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// Final reports whether no change can follow this status.
+func (s Status) Final() bool { return s == StatusConverted || s == StatusCancelled }
+
+// Sources a request can come from.
+var Sources = []string{"phone", "web", "walk_in", "manual"}
+
+// Created starts a request's stream.
+type Created struct {
+	RequestID          string     `json:"request_id"`
+	CustomerID         string     `json:"customer_id"`
+	CatalogItemID      string     `json:"catalog_item_id,omitempty"`
+	Content            string     `json:"content"`
+	AppointmentStartAt *time.Time `json:"appointment_start_at,omitempty"`
+	AppointmentEndAt   *time.Time `json:"appointment_end_at,omitempty"`
+	Source             string     `json:"source"`
+	Notes              string     `json:"notes"`
+	Status             Status     `json:"status"`
+}
+
+// DetailsUpdated carries the new details, all of them.
+type DetailsUpdated struct {
+	CatalogItemID      string     `json:"catalog_item_id,omitempty"`
+	Content            string     `json:"content"`
+	AppointmentStartAt *time.Time `json:"appointment_start_at,omitempty"`
+	AppointmentEndAt   *time.Time `json:"appointment_end_at,omitempty"`
+	Notes              string     `json:"notes"`
+}
+
+// StatusChanged moves the request to confirmed or cancelled.
+type StatusChanged struct {
+	From Status `json:"from"`
+	To   Status `json:"to"`
+}
+
+// Converted records the order the request became.
+type Converted struct {
+	OrderID string `json:"order_id"`
+}
+
+func (Created) EventType() string        { return "ServiceRequestCreated" }
+func (DetailsUpdated) EventType() string { return "ServiceRequestDetailsUpdated" }
+func (StatusChanged) EventType() string  { return "ServiceRequestStatusChanged" }
+func (Converted) EventType() string      { return "ServiceRequestConverted" }
+
+// Decode turns a stored request event back into its type.
+func Decode(eventType string, data []byte) (event.Event, error) {
+	var err error
+	var e event.Event
+	switch eventType {
+	case "ServiceRequestCreated":
+		var v Created
+		err = json.Unmarshal(data, &v)
+		e = v
+	case "ServiceRequestDetailsUpdated":
+		var v DetailsUpdated
+		err = json.Unmarshal(data, &v)
+		e = v
+	case "ServiceRequestStatusChanged":
+		var v StatusChanged
+		err = json.Unmarshal(data, &v)
+		e = v
+	case "ServiceRequestConverted":
+		var v Converted
+		err = json.Unmarshal(data, &v)
+		e = v
+	default:
+		return nil, fmt.Errorf("unknown service request event type %q", eventType)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", eventType, err)
+	}
+	return e, nil
+}
+
+// InvalidTransitionError is a status change the life cycle does not allow.
+type InvalidTransitionError struct {
+	From, To Status
+}
+
+func (e *InvalidTransitionError) Error() string {
+	return fmt.Sprintf("service request cannot move from %s to %s", e.From, e.To)
+}
+
+// Rule names the broken rule.
+func (e *InvalidTransitionError) Rule() string { return "service_request.invalid_transition" }
+
+// Details are what DetailsUpdated carries.
+type Details struct {
+	CatalogItemID      string
+	Content            string
+	AppointmentStartAt *time.Time
+	AppointmentEndAt   *time.Time
+	Notes              string
+}
+
+func (d Details) normalized() Details {
+	d.Content = strings.TrimSpace(d.Content)
+	d.AppointmentStartAt, d.AppointmentEndAt = event.InstantPtr(d.AppointmentStartAt), event.InstantPtr(d.AppointmentEndAt)
+	return d
+}
+
+func (d Details) check(errs *apperr.Fields) {
+	if d.CatalogItemID != "" && !uuid.Valid(d.CatalogItemID) {
+		errs.Add("catalog_item_id", "must be a UUID")
+	}
+	if d.Content == "" {
+		errs.Add("content", "is required")
+	} else if n := len([]rune(d.Content)); n > MaxContent {
+		errs.Add("content", "must be at most %d characters, got %d", MaxContent, n)
+	}
+	if d.AppointmentStartAt != nil && d.AppointmentEndAt != nil && d.AppointmentEndAt.Before(*d.AppointmentStartAt) {
+		errs.Add("appointment_end_at", "must not be before appointment_start_at")
+	}
+	if n := len([]rune(d.Notes)); n > 2000 {
+		errs.Add("notes", "must be at most 2000 characters, got %d", n)
+	}
+}
+
+func (d Details) equal(e Details) bool {
+	same := func(a, b *time.Time) bool { return (a == nil && b == nil) || (a != nil && b != nil && a.Equal(*b)) }
+	return d.CatalogItemID == e.CatalogItemID && d.Content == e.Content && d.Notes == e.Notes &&
+		same(d.AppointmentStartAt, e.AppointmentStartAt) && same(d.AppointmentEndAt, e.AppointmentEndAt)
+}
+
+// Request is the aggregate.
+type Request struct {
+	id         string
+	customerID string
+	details    Details
+	status     Status
+	orderID    string
+
+	version int
+	changes []event.Event
+}
+
+// New decides a new request.
+func New(id, customerID, source string, d Details) (*Request, error) {
+	d = d.normalized()
+	var errs apperr.Fields
+	if customerID == "" {
+		errs.Add("customer_id", "is required")
+	} else if !uuid.Valid(customerID) {
+		errs.Add("customer_id", "must be a UUID")
+	}
+	okSource := false
+	for _, s := range Sources {
+		okSource = okSource || s == source
+	}
+	if !okSource {
+		errs.Add("source", "must be one of %s", strings.Join(Sources, ", "))
+	}
+	d.check(&errs)
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	r := &Request{}
+	r.record(Created{RequestID: id, CustomerID: customerID, CatalogItemID: d.CatalogItemID, Content: d.Content,
+		AppointmentStartAt: d.AppointmentStartAt, AppointmentEndAt: d.AppointmentEndAt, Source: source,
+		Notes: d.Notes, Status: StatusNew})
+	return r, nil
+}
+
+// Rehydrate rebuilds a request from its stored events.
+func Rehydrate(events []event.Event) (*Request, error) {
+	r := &Request{}
+	for i, e := range events {
+		if _, ok := e.(Created); i == 0 && !ok {
+			return nil, fmt.Errorf("service request stream starts with %s, not ServiceRequestCreated", e.EventType())
+		}
+		r.apply(e)
+		r.version++
+	}
+	return r, nil
+}
+
+func (r *Request) ID() string             { return r.id }
+func (r *Request) CustomerID() string     { return r.customerID }
+func (r *Request) Details() Details       { return r.details }
+func (r *Request) Status() Status         { return r.status }
+func (r *Request) Version() int           { return r.version }
+func (r *Request) Changes() []event.Event { return r.changes }
+
+// UpdateDetails changes the details; not allowed once final.
+func (r *Request) UpdateDetails(d Details) error {
+	d = d.normalized()
+	var errs apperr.Fields
+	d.check(&errs)
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	if d.equal(r.details) {
+		return nil
+	}
+	if r.status.Final() {
+		return &apperr.RuleError{Rule: "service_request.final", Detail: fmt.Sprintf("cannot update details: the request is %s", r.status)}
+	}
+	r.record(DetailsUpdated{CatalogItemID: d.CatalogItemID, Content: d.Content,
+		AppointmentStartAt: d.AppointmentStartAt, AppointmentEndAt: d.AppointmentEndAt, Notes: d.Notes})
+	return nil
+}
+
+// ChangeStatus confirms or cancels the request. Conversion goes through
+// Convert.
+func (r *Request) ChangeStatus(to Status) error {
+	if to == r.status {
+		return nil
+	}
+	switch {
+	case to == StatusConverted:
+		return &apperr.RuleError{Rule: "service_request.convert_via_endpoint",
+			Detail: "convert a request with POST /v1/service-requests/{id}/convert"}
+	case to == StatusConfirmed && r.status == StatusNew,
+		to == StatusCancelled && (r.status == StatusNew || r.status == StatusConfirmed):
+		r.record(StatusChanged{From: r.status, To: to})
+		return nil
+	}
+	return &InvalidTransitionError{From: r.status, To: to}
+}
+
+// Convert records the order the request became; only from confirmed.
+func (r *Request) Convert(orderID string) error {
+	if r.status != StatusConfirmed {
+		return &apperr.RuleError{Rule: "service_request.not_confirmed",
+			Detail: fmt.Sprintf("only a confirmed request can be converted; it is %s", r.status)}
+	}
+	r.record(Converted{OrderID: orderID})
+	return nil
+}
+
+func (r *Request) record(e event.Event) {
+	r.apply(e)
+	r.changes = append(r.changes, e)
+}
+
+func (r *Request) apply(e event.Event) {
+	switch e := e.(type) {
+	case Created:
+		r.id, r.customerID, r.status = e.RequestID, e.CustomerID, e.Status
+		r.details = Details{CatalogItemID: e.CatalogItemID, Content: e.Content,
+			AppointmentStartAt: e.AppointmentStartAt, AppointmentEndAt: e.AppointmentEndAt, Notes: e.Notes}
+	case DetailsUpdated:
+		r.details = Details{CatalogItemID: e.CatalogItemID, Content: e.Content,
+			AppointmentStartAt: e.AppointmentStartAt, AppointmentEndAt: e.AppointmentEndAt, Notes: e.Notes}
+	case StatusChanged:
+		r.status = e.To
+	case Converted:
+		r.status, r.orderID = StatusConverted, e.OrderID
+	}
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// env is a fake getenv over a map.
+func env(vars map[string]string) func(string) string {
+	return func(name string) string { return vars[name] }
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use: run installs its
+// stderr as the default slog logger, which any goroutine may write to.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+const testDatabaseURL = "postgres://hearth:s3cret@db.example:5432/hearth"
+
+func TestLoadConfig(t *testing.T) {
+	t.Parallel()
+	defaults := Config{
+		DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: testDatabaseURL,
+		HTTPAddr: ":8080", Mode: ModeAll, LogFormat: "text", LogLevel: "info",
+		PollInterval: 100 * time.Millisecond, ShutdownTimeout: 20 * time.Second,
+	}
+	with := func(change func(*Config)) Config {
+		c := defaults
+		change(&c)
+		return c
+	}
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want Config
+		rest []string
+	}{
+		{
+			name: "defaults",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL},
+			want: defaults,
+		},
+		{
+			name: "every setting from the environment",
+			env: map[string]string{
+				"DATABASE_URL": testDatabaseURL, "READMODEL_DATABASE_URL": "postgres://rm@db.example/reads",
+				"HTTP_ADDR": "127.0.0.1:9000", "MODE": "api", "LOG_FORMAT": "json", "LOG_LEVEL": "debug",
+				"POLL_INTERVAL": "250ms", "SHUTDOWN_TIMEOUT": "5s",
+			},
+			want: Config{
+				DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: "postgres://rm@db.example/reads",
+				HTTPAddr: "127.0.0.1:9000", Mode: ModeAPI, LogFormat: "json", LogLevel: "debug",
+				PollInterval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+			},
+		},
+		{
+			name: "flags override the environment",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "MODE": "api", "HTTP_ADDR": ":9000"},
+			args: []string{"--mode", "worker", "--http-addr=:9100"},
+			want: with(func(c *Config) { c.Mode, c.HTTPAddr = ModeWorker, ":9100" }),
+		},
+		{
+			name: "a flag replaces a bad environment value",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "MODE": "x"},
+			args: []string{"-mode", "api"},
+			want: with(func(c *Config) { c.Mode = ModeAPI }),
+		},
+		{
+			name: "without DATABASE_URL (the commands that need it check)",
+			env:  map[string]string{},
+			want: with(func(c *Config) { c.DatabaseURL, c.ReadModelDatabaseURL = "", "" }),
+		},
+		{
+			name: "arguments after the flags are returned",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL},
+			args: []string{"--mode", "api", "extra", "--mode", "worker"},
+			want: with(func(c *Config) { c.Mode = ModeAPI }),
+			rest: []string{"extra", "--mode", "worker"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, rest, err := loadConfig(env(tc.env), flag.NewFlagSet("serve", flag.ContinueOnError), tc.args)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+			require.Equal(t, len(tc.rest), len(rest), "rest: %q", rest)
+			if len(tc.rest) > 0 {
+				require.Equal(t, tc.rest, rest)
+			}
+		})
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		settings []string // named in the error
+		secret   string   // never in the error
+	}{
+		{name: "MODE", env: map[string]string{"MODE": "x"}, settings: []string{"MODE"}},
+		{name: "--mode", args: []string{"--mode", "both"}, settings: []string{"--mode"}},
+		{name: "HTTP_ADDR", env: map[string]string{"HTTP_ADDR": "nonsense"}, settings: []string{"HTTP_ADDR"}},
+		{name: "--http-addr", args: []string{"--http-addr", "nonsense"}, settings: []string{"--http-addr"}},
+		{name: "LOG_FORMAT", env: map[string]string{"LOG_FORMAT": "xml"}, settings: []string{"LOG_FORMAT"}},
+		{name: "LOG_LEVEL", env: map[string]string{"LOG_LEVEL": "loud"}, settings: []string{"LOG_LEVEL"}},
+		{name: "negative POLL_INTERVAL", env: map[string]string{"POLL_INTERVAL": "-1s"}, settings: []string{"POLL_INTERVAL"}},
+		{name: "zero POLL_INTERVAL", env: map[string]string{"POLL_INTERVAL": "0s"}, settings: []string{"POLL_INTERVAL"}},
+		{name: "POLL_INTERVAL without a unit", env: map[string]string{"POLL_INTERVAL": "100"}, settings: []string{"POLL_INTERVAL"}},
+		{name: "SHUTDOWN_TIMEOUT", env: map[string]string{"SHUTDOWN_TIMEOUT": "soon"}, settings: []string{"SHUTDOWN_TIMEOUT"}},
+		{
+			name:     "DATABASE_URL with a bad port",
+			env:      map[string]string{"DATABASE_URL": "postgres://bob:hunter2@localhost:notaport/db"},
+			settings: []string{"DATABASE_URL"}, secret: "hunter2",
+		},
+		{
+			name:     "DATABASE_URL that is not a URL",
+			env:      map[string]string{"DATABASE_URL": "not-a-url://bob:hunter2@local host/db"},
+			settings: []string{"DATABASE_URL"}, secret: "hunter2",
+		},
+		{
+			name:     "DATABASE_URL with a bad escape in the password",
+			env:      map[string]string{"DATABASE_URL": "postgres://bob:hunter2%zz@localhost/db"},
+			settings: []string{"DATABASE_URL"}, secret: "hunter2",
+		},
+		{
+			name:     "DATABASE_URL in keyword/value form",
+			env:      map[string]string{"DATABASE_URL": "host=localhost password=hunter2 port=abc"},
+			settings: []string{"DATABASE_URL"}, secret: "hunter2",
+		},
+		{
+			name: "READMODEL_DATABASE_URL",
+			env: map[string]string{"DATABASE_URL": testDatabaseURL,
+				"READMODEL_DATABASE_URL": "postgres://reader:topsecret@localhost:99999999/reads"},
+			settings: []string{"READMODEL_DATABASE_URL"}, secret: "topsecret",
+		},
+		{
+			name:     "every bad setting at once",
+			env:      map[string]string{"MODE": "x", "LOG_FORMAT": "xml", "LOG_LEVEL": "loud", "POLL_INTERVAL": "-1s"},
+			settings: []string{"MODE", "LOG_FORMAT", "LOG_LEVEL", "POLL_INTERVAL"},
+		},
+		{name: "unknown flag", args: []string{"--verbose"}, settings: []string{"verbose"}},
+		{name: "flag without its value", args: []string{"--mode"}, settings: []string{"mode"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := loadConfig(env(tc.env), flag.NewFlagSet("serve", flag.ContinueOnError), tc.args)
+			require.Error(t, err)
+			for _, setting := range tc.settings {
+				require.Contains(t, err.Error(), setting)
+			}
+			if tc.secret != "" {
+				require.NotContains(t, err.Error(), tc.secret, "the password stays out of the message")
+			}
+		})
+	}
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		usage    bool   // a usageError (exit status 2)
+		contains string // in the error
+	}{
+		{name: "serve without DATABASE_URL", args: []string{"serve"}, contains: "DATABASE_URL"},
+		{name: "no command without DATABASE_URL", args: nil, contains: "DATABASE_URL"},
+		{name: "only flags without DATABASE_URL", args: []string{"--mode", "worker"}, contains: "DATABASE_URL"},
+		{name: "migrate without DATABASE_URL", args: []string{"migrate"}, contains: "DATABASE_URL"},
+		{name: "keys create without DATABASE_URL", args: []string{"keys", "create", "--merchant", "acme", "--role", "operator"},
+			contains: "DATABASE_URL"},
+		{name: "bad setting", args: []string{"serve"}, env: map[string]string{"DATABASE_URL": testDatabaseURL, "MODE": "x"},
+			contains: "MODE"},
+		{name: "unknown command", args: []string{"frobnicate"}, usage: true, contains: `"frobnicate"`},
+		{name: "keys without create", args: []string{"keys"}, usage: true, contains: "keys create"},
+		{name: "keys list", args: []string{"keys", "list"}, usage: true, contains: "keys create"},
+		{name: "unexpected arguments", args: []string{"serve", "now"}, env: map[string]string{"DATABASE_URL": testDatabaseURL},
+			usage: true, contains: "now"},
+		{name: "keys create with a bad role", args: []string{"keys", "create", "--merchant", "acme", "--role", "bogus"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "bogus"},
+		{name: "keys create without a merchant", args: []string{"keys", "create", "--role", "operator"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--merchant"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr syncBuffer
+			err := run(t.Context(), tc.args, env(tc.env), &stdout, &stderr)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.contains)
+			require.Equal(t, tc.usage, errors.As(err, new(usageError)), "usage error: %v", err)
+			if tc.usage {
+				require.Contains(t, err.Error(), "usage:", "a usage error shows the usage")
+			}
+			require.Empty(t, stdout.String(), "stdout carries only what scripts capture")
+		})
+	}
+
+	t.Run("help", func(t *testing.T) {
+		t.Parallel()
+		var stdout syncBuffer
+		require.NoError(t, run(t.Context(), []string{"help"}, env(nil), &stdout, io.Discard))
+		require.True(t, strings.HasPrefix(stdout.String(), "usage:"), "%q", stdout.String())
+	})
+}
+
+// run's switch has a case for -h and --help, but an argument starting with
+// '-' never becomes the command: it goes to the flag set, which answers
+// flag.ErrHelp as a configuration error (exit status 1, usage on stderr).
+func TestRunHelpFlags(t *testing.T) {
+	t.Skip("BUG: cmd/app/main.go:52 treats -h/--help as flags of serve, so `app --help` fails with \"configuration: flag: help requested\" instead of printing the usage (the case at main.go:62 is unreachable)")
+	t.Parallel()
+	for _, arg := range []string{"-h", "--help"} {
+		var stdout syncBuffer
+		require.NoError(t, run(t.Context(), []string{arg}, env(nil), &stdout, io.Discard), arg)
+		require.True(t, strings.HasPrefix(stdout.String(), "usage:"), "%s: %q", arg, stdout.String())
+	}
+}
+
+// An unknown flag is a bad command line, which the usageError doc says
+// exits with status 2; run reports it as a configuration error (status 1).
+func TestRunUnknownFlagIsUsageError(t *testing.T) {
+	t.Skip("BUG: cmd/app/config.go:82 returns a flag.Parse error as a plain error (wrapped by run as \"configuration: ...\"), so `app --verbose` exits 1, not 2 like the other usage errors")
+	t.Parallel()
+	err := run(t.Context(), []string{"serve", "--verbose"}, env(nil), io.Discard, io.Discard)
+	require.ErrorAs(t, err, new(usageError))
+}

@@ -1,0 +1,166 @@
+package httpport
+
+import (
+	"net/http"
+
+	"hearth/app/command"
+	"hearth/app/query"
+	"hearth/app/reference"
+)
+
+// records serves one kind of reference record: POST, GET list (q, page,
+// page_size), GET one, PATCH.
+type records[T any, P reference.Record[T], In any] struct {
+	s    *server
+	path string
+	cmd  command.Records[T, P]
+	q    query.Records[T]
+	// create turns a decoded body into a new record; patch applies a
+	// decoded body to a stored one (nil fields keep their value).
+	create func(in In) T
+	patch  func(in In, v *T)
+}
+
+func (rs records[T, P, In]) register(mux *http.ServeMux, op func(handlerFunc) http.Handler) {
+	mux.Handle("POST "+rs.path, op(rs.post))
+	mux.Handle("GET "+rs.path, op(rs.list))
+	mux.Handle("GET "+rs.path+"/{id}", op(rs.get))
+	mux.Handle("PATCH "+rs.path+"/{id}", op(rs.update))
+}
+
+func (rs records[T, P, In]) post(w http.ResponseWriter, r *http.Request) error {
+	var in In
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	v, err := rs.cmd.Create(r.Context(), principal(r).MerchantID, rs.create(in), rs.s.Now())
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", rs.path+"/"+*P(&v).Key().ID)
+	writeJSON(w, http.StatusCreated, v)
+	return nil
+}
+
+func (rs records[T, P, In]) get(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	v, err := rs.q.Get(r.Context(), principal(r).MerchantID, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (rs records[T, P, In]) list(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	page := p.page()
+	q := p.v.Get("q")
+	if len(q) > 200 {
+		p.fail("q", "must be at most 200 bytes")
+	}
+	if p.err != nil {
+		return p.err
+	}
+	list, err := rs.q.List(r.Context(), principal(r).MerchantID, q, page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (rs records[T, P, In]) update(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var in In
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	v, err := rs.cmd.Update(r.Context(), principal(r).MerchantID, id, func(v *T) { rs.patch(in, v) }, rs.s.Now())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func set[V any](dst *V, src *V) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+func deref[V any](p *V) V {
+	var zero V
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+type customerInput struct {
+	Name    *string `json:"name"`
+	Phone   *string `json:"phone"`
+	Email   *string `json:"email"`
+	Address *string `json:"address"`
+	Notes   *string `json:"notes"`
+}
+
+type staffInput struct {
+	Name   *string `json:"name"`
+	Phone  *string `json:"phone"`
+	Active *bool   `json:"active"`
+}
+
+type catalogItemInput struct {
+	Name           *string `json:"name"`
+	BasePriceCents *int64  `json:"base_price_cents"`
+	Active         *bool   `json:"active"`
+}
+
+func (s *server) registerReference(mux *http.ServeMux, op func(handlerFunc) http.Handler) {
+	records[reference.Customer, *reference.Customer, customerInput]{
+		s: s, path: "/v1/customers", cmd: s.App.Commands.Customers, q: s.App.Queries.Customers,
+		create: func(in customerInput) reference.Customer {
+			return reference.Customer{Name: deref(in.Name), Phone: deref(in.Phone), Email: deref(in.Email),
+				Address: deref(in.Address), Notes: deref(in.Notes)}
+		},
+		patch: func(in customerInput, v *reference.Customer) {
+			set(&v.Name, in.Name)
+			set(&v.Phone, in.Phone)
+			set(&v.Email, in.Email)
+			set(&v.Address, in.Address)
+			set(&v.Notes, in.Notes)
+		},
+	}.register(mux, op)
+	records[reference.StaffMember, *reference.StaffMember, staffInput]{
+		s: s, path: "/v1/staff", cmd: s.App.Commands.Staff, q: s.App.Queries.Staff,
+		create: func(in staffInput) reference.StaffMember {
+			active := in.Active == nil || *in.Active
+			return reference.StaffMember{Name: deref(in.Name), Phone: deref(in.Phone), Active: active}
+		},
+		patch: func(in staffInput, v *reference.StaffMember) {
+			set(&v.Name, in.Name)
+			set(&v.Phone, in.Phone)
+			set(&v.Active, in.Active)
+		},
+	}.register(mux, op)
+	records[reference.CatalogItem, *reference.CatalogItem, catalogItemInput]{
+		s: s, path: "/v1/catalog-items", cmd: s.App.Commands.CatalogItems, q: s.App.Queries.CatalogItems,
+		create: func(in catalogItemInput) reference.CatalogItem {
+			active := in.Active == nil || *in.Active
+			return reference.CatalogItem{Name: deref(in.Name), BasePriceCents: deref(in.BasePriceCents), Active: active}
+		},
+		patch: func(in catalogItemInput, v *reference.CatalogItem) {
+			set(&v.Name, in.Name)
+			set(&v.BasePriceCents, in.BasePriceCents)
+			set(&v.Active, in.Active)
+		},
+	}.register(mux, op)
+}

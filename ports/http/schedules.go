@@ -1,0 +1,63 @@
+package httpport
+
+import (
+	"net/http"
+
+	"hearth/app/access"
+	"hearth/app/command"
+	"hearth/app/query"
+	"hearth/app/schedule"
+)
+
+func (s *server) changeScheduleStatus(w http.ResponseWriter, r *http.Request) error {
+	var in statusInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	cmd := command.ChangeScheduleStatus{Meta: s.meta(r), ScheduleID: id, ExpectedVersion: in.ExpectedVersion, Status: in.Status}
+	if p := principal(r); p.Role == access.Worker {
+		cmd.WorkerStaffID = p.StaffID
+	}
+	out, err := s.App.Commands.Schedules.ChangeStatus(r.Context(), cmd)
+	if err != nil {
+		return err
+	}
+	return writeWritten[query.Schedule](w, http.StatusOK, "/v1/schedules", out)
+}
+
+func (s *server) getSchedule(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	v, err := s.App.Queries.Schedules.Get(r.Context(), scope(r), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (s *server) listSchedules(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	f := query.ScheduleFilter{
+		Statuses: p.oneOf("status", names(schedule.Statuses)),
+		StaffID:  p.uuid("staff_id"),
+		From:     p.time("from"),
+		To:       p.time("to"),
+	}
+	page := p.page()
+	if p.err != nil {
+		return p.err
+	}
+	list, err := s.App.Queries.Schedules.List(r.Context(), scope(r), f, page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}

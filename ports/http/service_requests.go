@@ -1,0 +1,177 @@
+package httpport
+
+import (
+	"net/http"
+
+	"hearth/app/command"
+	"hearth/app/query"
+	"hearth/app/servicerequest"
+)
+
+type serviceRequestInput struct {
+	ExpectedVersion    *int    `json:"expected_version"`
+	CustomerID         *string `json:"customer_id"`
+	CatalogItemID      *string `json:"catalog_item_id"`
+	Content            *string `json:"content"`
+	AppointmentStartAt *string `json:"appointment_start_at"`
+	AppointmentEndAt   *string `json:"appointment_end_at"`
+	Source             *string `json:"source"`
+	Notes              *string `json:"notes"`
+}
+
+func (s *server) writeRequest(w http.ResponseWriter, status int, out command.Written) error {
+	return writeWritten[query.ServiceRequest](w, status, "/v1/service-requests", out)
+}
+
+func (s *server) createServiceRequest(w http.ResponseWriter, r *http.Request) error {
+	var in serviceRequestInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	if in.ExpectedVersion != nil {
+		return malformed("expected_version", "is not a field of a new request")
+	}
+	start, err := parseTime("appointment_start_at", in.AppointmentStartAt)
+	if err != nil {
+		return err
+	}
+	end, err := parseTime("appointment_end_at", in.AppointmentEndAt)
+	if err != nil {
+		return err
+	}
+	source := deref(in.Source)
+	if source == "" {
+		source = "manual"
+	}
+	out, err := s.App.Commands.ServiceRequests.Create(r.Context(), command.CreateServiceRequest{
+		Meta: s.meta(r), CustomerID: deref(in.CustomerID), Source: source,
+		Details: servicerequest.Details{CatalogItemID: deref(in.CatalogItemID), Content: deref(in.Content),
+			AppointmentStartAt: start, AppointmentEndAt: end, Notes: deref(in.Notes)},
+	})
+	if err != nil {
+		return err
+	}
+	return s.writeRequest(w, http.StatusCreated, out)
+}
+
+func (s *server) requestTarget(r *http.Request, expected *int) (command.RequestTarget, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return command.RequestTarget{}, err
+	}
+	return command.RequestTarget{Meta: s.meta(r), RequestID: id, ExpectedVersion: expected}, nil
+}
+
+func (s *server) updateServiceRequest(w http.ResponseWriter, r *http.Request) error {
+	var in serviceRequestInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	if in.CustomerID != nil {
+		return malformed("customer_id", "cannot be changed; create a new request")
+	}
+	if in.Source != nil {
+		return malformed("source", "cannot be changed")
+	}
+	start, err := parseTime("appointment_start_at", in.AppointmentStartAt)
+	if err != nil {
+		return err
+	}
+	end, err := parseTime("appointment_end_at", in.AppointmentEndAt)
+	if err != nil {
+		return err
+	}
+	t, err := s.requestTarget(r, in.ExpectedVersion)
+	if err != nil {
+		return err
+	}
+	out, err := s.App.Commands.ServiceRequests.UpdateDetails(r.Context(), command.UpdateServiceRequest{
+		RequestTarget: t, CatalogItemID: in.CatalogItemID, Content: in.Content,
+		AppointmentStartAt: start, AppointmentEndAt: end, Notes: in.Notes,
+	})
+	if err != nil {
+		return err
+	}
+	return s.writeRequest(w, http.StatusOK, out)
+}
+
+func (s *server) changeServiceRequestStatus(w http.ResponseWriter, r *http.Request) error {
+	var in statusInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	t, err := s.requestTarget(r, in.ExpectedVersion)
+	if err != nil {
+		return err
+	}
+	out, err := s.App.Commands.ServiceRequests.ChangeStatus(r.Context(), command.ChangeServiceRequestStatus{RequestTarget: t, Status: in.Status})
+	if err != nil {
+		return err
+	}
+	return s.writeRequest(w, http.StatusOK, out)
+}
+
+type convertInput struct {
+	ExpectedVersion *int `json:"expected_version"`
+}
+
+// convertServiceRequest answers 201 with the new order. An empty body is
+// allowed.
+func (s *server) convertServiceRequest(w http.ResponseWriter, r *http.Request) error {
+	var in convertInput
+	if r.ContentLength != 0 {
+		if err := decode(r, &in); err != nil {
+			return err
+		}
+	}
+	t, err := s.requestTarget(r, in.ExpectedVersion)
+	if err != nil {
+		return err
+	}
+	out, err := s.App.Commands.ServiceRequests.Convert(r.Context(), t)
+	if err != nil {
+		return err
+	}
+	return s.writeOrder(w, http.StatusCreated, out)
+}
+
+func (s *server) getServiceRequest(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	v, err := s.App.Queries.ServiceRequests.Get(r.Context(), scope(r), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (s *server) listServiceRequests(w http.ResponseWriter, r *http.Request) error {
+	p := newParams(r)
+	f := query.ServiceRequestFilter{
+		Statuses:   p.oneOf("status", names(servicerequest.Statuses)),
+		CustomerID: p.uuid("customer_id"),
+		From:       p.time("from"),
+		To:         p.time("to"),
+	}
+	page := p.page()
+	if p.err != nil {
+		return p.err
+	}
+	list, err := s.App.Queries.ServiceRequests.List(r.Context(), scope(r), f, page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func names[S ~string](vals []S) []string {
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = string(v)
+	}
+	return out
+}
