@@ -127,9 +127,13 @@ func (s *session) Schedule(ctx context.Context, id string) (*schedule.Schedule, 
 	return load(ctx, s, ScheduleStream, id, schedule.Rehydrate)
 }
 
-func (s *session) AddOrder(o *order.Order)                    { s.track(&tracked{stream: OrderStream, agg: o}) }
-func (s *session) AddServiceRequest(r *servicerequest.Request) { s.track(&tracked{stream: ServiceRequestStream, agg: r}) }
-func (s *session) AddSchedule(sch *schedule.Schedule)          { s.track(&tracked{stream: ScheduleStream, agg: sch}) }
+func (s *session) AddOrder(o *order.Order) { s.track(&tracked{stream: OrderStream, agg: o}) }
+func (s *session) AddServiceRequest(r *servicerequest.Request) {
+	s.track(&tracked{stream: ServiceRequestStream, agg: r})
+}
+func (s *session) AddSchedule(sch *schedule.Schedule) {
+	s.track(&tracked{stream: ScheduleStream, agg: sch})
+}
 
 // commit appends every tracked aggregate's changes, in the order the use
 // case touched them.

@@ -75,7 +75,9 @@ func NewServiceRequests(db *bun.DB) (*ServiceRequests, error) {
 func (p *ServiceRequests) Name() string { return p.proj.name }
 
 // Apply applies one service-request event.
-func (p *ServiceRequests) Apply(ctx context.Context, r event.Recorded) error { return p.proj.apply(ctx, r) }
+func (p *ServiceRequests) Apply(ctx context.Context, r event.Recorded) error {
+	return p.proj.apply(ctx, r)
+}
 
 // Get returns one request. Worker keys see no requests.
 func (p *ServiceRequests) Get(ctx context.Context, scope query.Scope, id string) (query.ServiceRequest, error) {

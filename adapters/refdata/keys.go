@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/uptrace/bun"
 
 	"hearth/app/access"
 	"hearth/app/apperr"
+	"hearth/app/reference"
 	"hearth/app/uuid"
 )
 
@@ -111,4 +113,15 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 	}
 	p.Role, p.StaffID = access.Role(role), staff.String
 	return p, nil
+}
+
+// CreateStaff adds an active staff member to a merchant, for the demo set-up
+// and tests; the API goes through command.Records.
+func (s *Store) CreateStaff(ctx context.Context, merchantID, name string) (string, error) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	m := reference.StaffMember{ID: uuid.New(), MerchantID: merchantID, Name: name, Active: true, CreatedAt: now, UpdatedAt: now}
+	if err := Staff(s.db).Insert(ctx, &m); err != nil {
+		return "", err
+	}
+	return m.ID, nil
 }

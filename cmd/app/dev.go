@@ -13,9 +13,7 @@ import (
 
 	"hearth/adapters/refdata"
 	"hearth/app/access"
-	"hearth/app/command"
 	"hearth/app/query"
-	"hearth/app/reference"
 	"hearth/internal/database"
 	"hearth/internal/pgcluster"
 )
@@ -90,7 +88,7 @@ func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	staffID, err := demoStaff(ctx, db, op.MerchantID)
+	staffID, err := demoStaff(ctx, db, store, op.MerchantID)
 	if err != nil {
 		return err
 	}
@@ -115,19 +113,13 @@ Try:
 	return nil
 }
 
-func demoStaff(ctx context.Context, db *bun.DB, merchantID string) (string, error) {
-	staff := refdata.Staff(db)
-	existing, _, err := staff.List(ctx, merchantID, "Demo Worker", query.Page{Number: 1, Size: 1})
-	if err != nil || len(existing) > 0 {
-		if len(existing) > 0 {
-			return existing[0].ID, nil
-		}
-		return "", err
-	}
-	records, err := command.NewRecords(staff)
+func demoStaff(ctx context.Context, db *bun.DB, store *refdata.Store, merchantID string) (string, error) {
+	existing, _, err := refdata.Staff(db).List(ctx, merchantID, "Demo Worker", query.Page{Number: 1, Size: 1})
 	if err != nil {
 		return "", err
 	}
-	m, err := records.Create(ctx, merchantID, reference.StaffMember{Name: "Demo Worker", Active: true}, time.Now())
-	return m.ID, err
+	if len(existing) > 0 {
+		return existing[0].ID, nil
+	}
+	return store.CreateStaff(ctx, merchantID, "Demo Worker")
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
-	"hearth/app/event"
 	"hearth/app/command"
+	"hearth/app/event"
 	"hearth/app/uuid"
 	"hearth/internal/pgtest"
 )
