@@ -42,7 +42,7 @@ func scoped(sel *bun.SelectQuery, scope query.Scope, staffCol string) *bun.Selec
 
 func (l *listing) in(col string, vals []string) *listing {
 	if len(vals) > 0 {
-		l.sel = l.sel.Where(col+" IN (?)", bun.In(vals))
+		l.sel = l.sel.Where(col+" IN (?)", bun.List(vals))
 	}
 	return l
 }

@@ -129,7 +129,7 @@ func (s *Store) Names(ctx context.Context, merchantID string, kind query.NameKin
 	if !ok {
 		return nil, fmt.Errorf("names: unknown kind %q", kind)
 	}
-	rows, err := s.db.QueryContext(ctx, "SELECT id, name FROM "+table+" WHERE merchant_id = ? AND id IN (?)", merchantID, bun.In(ids))
+	rows, err := s.db.QueryContext(ctx, "SELECT id, name FROM "+table+" WHERE merchant_id = ? AND id IN (?)", merchantID, bun.List(ids))
 	if err != nil {
 		return nil, fmt.Errorf("names of %s: %w", table, err)
 	}

@@ -6,7 +6,6 @@ package command
 
 import (
 	"context"
-	"errors"
 
 	"hearth/app/apperr"
 	"hearth/app/event"
@@ -28,14 +27,4 @@ func checkCustomer(ctx context.Context, s Session, customerID string) error {
 		return apperr.Invalid("customer_id", "no customer %s in this merchant", customerID)
 	}
 	return nil
-}
-
-func notNil(names map[string]any) error {
-	var errs []error
-	for name, v := range names {
-		if v == nil {
-			errs = append(errs, errors.New(name+" is nil"))
-		}
-	}
-	return errors.Join(errs...)
 }

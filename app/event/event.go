@@ -63,6 +63,8 @@ func Unmarshal(payload []byte, decode Decoder) (Recorded, error) {
 		return Recorded{}, errors.New("event envelope: event_id is missing")
 	case env.Type == "":
 		return Recorded{}, fmt.Errorf("event %s: type is missing", env.ID)
+	case env.StreamType == "":
+		return Recorded{}, fmt.Errorf("event %s: stream_type is missing", env.ID)
 	case env.StreamID == "":
 		return Recorded{}, fmt.Errorf("event %s: stream_id is missing", env.ID)
 	case env.Version < 1:
@@ -90,4 +92,30 @@ func InstantPtr(t *time.Time) *time.Time {
 	}
 	u := Instant(*t)
 	return &u
+}
+
+// Registry maps the stored type names of one aggregate's events to their
+// decoders.
+type Registry map[string]func(data []byte) (Event, error)
+
+// As decodes a payload as event type T.
+func As[T Event](data []byte) (Event, error) {
+	var v T
+	err := json.Unmarshal(data, &v)
+	return v, err
+}
+
+// Decode decodes a stored payload. An unknown type or a payload that does
+// not parse is an error, so that a corrupt event is reported rather than
+// applied as zero values.
+func (r Registry) Decode(eventType string, data []byte) (Event, error) {
+	decode, ok := r[eventType]
+	if !ok {
+		return nil, fmt.Errorf("unknown event type %q", eventType)
+	}
+	e, err := decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", eventType, err)
+	}
+	return e, nil
 }

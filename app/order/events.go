@@ -1,8 +1,6 @@
 package order
 
 import (
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"hearth/app/event"
@@ -74,43 +72,14 @@ func (SettlementUpdated) EventType() string { return "OrderSettlementUpdated" }
 // types and payloads that do not parse, so that a corrupt event is reported
 // rather than applied as zero values.
 func Decode(eventType string, data []byte) (event.Event, error) {
-	var e event.Event
-	switch eventType {
-	case "OrderCreated":
-		e = &Created{}
-	case "OrderDetailsUpdated":
-		e = &DetailsUpdated{}
-	case "OrderStatusChanged":
-		e = &StatusChanged{}
-	case "OrderCancelled":
-		e = &Cancelled{}
-	case "OrderAssignmentUpdated":
-		e = &AssignmentUpdated{}
-	case "OrderSettlementUpdated":
-		e = &SettlementUpdated{}
-	default:
-		return nil, fmt.Errorf("unknown order event type %q", eventType)
-	}
-	if err := json.Unmarshal(data, e); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", eventType, err)
-	}
-	return deref(e), nil
+	return registry.Decode(eventType, data)
 }
 
-func deref(e event.Event) event.Event {
-	switch e := e.(type) {
-	case *Created:
-		return *e
-	case *DetailsUpdated:
-		return *e
-	case *StatusChanged:
-		return *e
-	case *Cancelled:
-		return *e
-	case *AssignmentUpdated:
-		return *e
-	case *SettlementUpdated:
-		return *e
-	}
-	return e
+var registry = event.Registry{
+	"OrderCreated":           event.As[Created],
+	"OrderDetailsUpdated":    event.As[DetailsUpdated],
+	"OrderStatusChanged":     event.As[StatusChanged],
+	"OrderCancelled":         event.As[Cancelled],
+	"OrderAssignmentUpdated": event.As[AssignmentUpdated],
+	"OrderSettlementUpdated": event.As[SettlementUpdated],
 }

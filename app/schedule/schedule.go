@@ -5,7 +5,6 @@
 package schedule
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -79,28 +78,13 @@ func (StatusChanged) EventType() string     { return "ScheduleStatusChanged" }
 
 // Decode turns a stored schedule event back into its type.
 func Decode(eventType string, data []byte) (event.Event, error) {
-	var err error
-	var e event.Event
-	switch eventType {
-	case "ScheduleCreated":
-		var v Created
-		err = json.Unmarshal(data, &v)
-		e = v
-	case "ScheduleAssignmentUpdated":
-		var v AssignmentUpdated
-		err = json.Unmarshal(data, &v)
-		e = v
-	case "ScheduleStatusChanged":
-		var v StatusChanged
-		err = json.Unmarshal(data, &v)
-		e = v
-	default:
-		return nil, fmt.Errorf("unknown schedule event type %q", eventType)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("decode %s: %w", eventType, err)
-	}
-	return e, nil
+	return registry.Decode(eventType, data)
+}
+
+var registry = event.Registry{
+	"ScheduleCreated":           event.As[Created],
+	"ScheduleAssignmentUpdated": event.As[AssignmentUpdated],
+	"ScheduleStatusChanged":     event.As[StatusChanged],
 }
 
 // InvalidTransitionError is a status change the life cycle does not allow.

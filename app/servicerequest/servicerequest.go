@@ -3,7 +3,6 @@
 package servicerequest
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -88,32 +87,14 @@ func (Converted) EventType() string      { return "ServiceRequestConverted" }
 
 // Decode turns a stored request event back into its type.
 func Decode(eventType string, data []byte) (event.Event, error) {
-	var err error
-	var e event.Event
-	switch eventType {
-	case "ServiceRequestCreated":
-		var v Created
-		err = json.Unmarshal(data, &v)
-		e = v
-	case "ServiceRequestDetailsUpdated":
-		var v DetailsUpdated
-		err = json.Unmarshal(data, &v)
-		e = v
-	case "ServiceRequestStatusChanged":
-		var v StatusChanged
-		err = json.Unmarshal(data, &v)
-		e = v
-	case "ServiceRequestConverted":
-		var v Converted
-		err = json.Unmarshal(data, &v)
-		e = v
-	default:
-		return nil, fmt.Errorf("unknown service request event type %q", eventType)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("decode %s: %w", eventType, err)
-	}
-	return e, nil
+	return registry.Decode(eventType, data)
+}
+
+var registry = event.Registry{
+	"ServiceRequestCreated":        event.As[Created],
+	"ServiceRequestDetailsUpdated": event.As[DetailsUpdated],
+	"ServiceRequestStatusChanged":  event.As[StatusChanged],
+	"ServiceRequestConverted":      event.As[Converted],
 }
 
 // InvalidTransitionError is a status change the life cycle does not allow.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -67,7 +68,11 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 	go func() { projDone <- runProjections(projCtx, cfg, dbs, w.projections, log) }()
 	t.Cleanup(func() {
 		stopProjections()
-		require.NoError(t, <-projDone, "projections stop cleanly")
+		err := <-projDone
+		if errors.Is(err, context.Canceled) {
+			err = nil // stopped before the router had subscribed: a clean stop too
+		}
+		require.NoError(t, err, "projections stop cleanly")
 	})
 
 	handler, err := httpport.NewHandler(httpport.Config{
@@ -254,16 +259,19 @@ func jsonValue(t *testing.T, v any) any {
 	return out
 }
 
-// withoutPosition is a write's answer without its position: the order
-// itself, as a read shows it.
-func withoutPosition(body map[string]any) map[string]any {
-	out := make(map[string]any, len(body))
-	for k, v := range body {
-		if k != "position" {
-			out[k] = v
+// requireShows checks that a read shows every field of want (a write's
+// answer or a change-log snapshot) with the same value. Reads may add the
+// joined names (customer_name, staff_name); the write's position is not a
+// field of the resource.
+func requireShows(t *testing.T, want, read map[string]any, msgAndArgs ...any) {
+	t.Helper()
+	for field, v := range want {
+		if field == "position" {
+			continue
 		}
+		require.Contains(t, read, field, msgAndArgs...)
+		require.Equal(t, v, read[field], append([]any{"field %s"}, field), msgAndArgs)
 	}
-	return out
 }
 
 // requireProblem checks that r is an RFC 9457 problem with the status and
@@ -309,8 +317,9 @@ func TestOrderLifecycle(t *testing.T) {
 			require.NotEmpty(t, position, "%s", created)
 			require.Equal(t, position, created.Header.Get("Consistency-Position"))
 			require.Equal(t, 1, a.events(id))
-			require.Equal(t, withoutPosition(created.Body), a.awaitOrder(a.opA, id, 1).Body,
-				"the read model shows what the write answered")
+			got := a.awaitOrder(a.opA, id, 1)
+			requireShows(t, created.Body, got.Body, "the read model shows what the write answered")
+			require.Equal(t, "Ada Lovelace", got.Body["customer_name"], "reads join the customer's name")
 
 			steps := []struct {
 				name         string
@@ -371,7 +380,7 @@ func TestOrderLifecycle(t *testing.T) {
 				}
 
 				got := a.awaitOrder(a.opA, id, version)
-				require.Equal(t, withoutPosition(r.Body), got.Body, "%s: the read model shows what the write answered", step.name)
+				requireShows(t, r.Body, got.Body, "%s: the read model shows what the write answered", step.name)
 			}
 
 			changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id+"/changes", a.opA, nil)
@@ -402,7 +411,8 @@ func TestOrderLifecycle(t *testing.T) {
 				require.Equal(t, v-1, intOf(before["version"]), "change %d", v)
 				require.Equal(t, items[i-1].(map[string]any)["after"], c["before"], "change %d starts where %d ended", v, v-1)
 			}
-			require.Equal(t, final.Body, items[len(items)-1].(map[string]any)["after"], "the last change ends at the row")
+			requireShows(t, items[len(items)-1].(map[string]any)["after"].(map[string]any), final.Body, "the last change ends at the row")
+			require.Equal(t, "Wanda Worker", final.Body["staff_name"], "reads join the staff member's name")
 			require.Equal(t, fmt.Sprintf(`"%d"`, version), final.Header.Get("ETag"))
 			for _, e := range stored {
 				require.NotEmpty(t, correlation[e.Version])
@@ -584,6 +594,7 @@ func TestOrderBadInput(t *testing.T) {
 		typ          string
 		field        string // named in errors (and, for 400, in detail)
 		rule         string
+		bug          string // why the case is skipped
 	}{
 		{name: "malformed JSON", method: http.MethodPost, path: "/v1/orders",
 			body: `{"customer_id": "` + customerA + `",`, status: 400, typ: malformed},
@@ -622,6 +633,12 @@ func TestOrderBadInput(t *testing.T) {
 			status: 422, typ: validation, field: "customer_id"},
 		{name: "patch to a customer of another merchant", method: http.MethodPatch, path: order,
 			body: map[string]any{"customer_id": customerB}, status: 422, typ: validation, field: "customer_id"},
+		{name: "patch to a customer id that is not a UUID", method: http.MethodPatch, path: order,
+			body: map[string]any{"customer_id": "not-a-uuid"}, status: 422, typ: validation, field: "customer_id",
+			bug: "app/command/update_order.go UpdateDetails checks the customer in the database before validating the id: Postgres rejects it as a uuid and the API answers 500"},
+		{name: "patch to an empty customer id", method: http.MethodPatch, path: order,
+			body: map[string]any{"customer_id": ""}, status: 422, typ: validation, field: "customer_id",
+			bug: "app/command/update_order.go UpdateDetails checks the customer in the database before validating the id: Postgres rejects '' as a uuid and the API answers 500"},
 		{name: "end before start", method: http.MethodPost, path: "/v1/orders",
 			body: map[string]any{"customer_id": customerA, "scheduled_start_at": "2030-01-01T10:00:00Z",
 				"scheduled_end_at": "2030-01-01T09:00:00Z"},
@@ -652,6 +669,9 @@ func TestOrderBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.bug != "" {
+				t.Skip("BUG: " + tc.bug)
+			}
 			before := a.events("")
 			r := a.do(tc.method, tc.path, a.opA, tc.body)
 			requireProblem(t, r, tc.status, tc.typ)
@@ -1076,4 +1096,17 @@ func TestServe(t *testing.T) {
 		t.Fatalf("serve did not stop within 10s of its context ending: %s", &stderr)
 	}
 	require.Contains(t, stderr.String(), `"msg":"hearth stopped"`)
+}
+
+// RFC 9110 (11.1): the authentication scheme is a case-insensitive token, so
+// "bearer <key>" is the same credential as "Bearer <key>".
+func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	t.Skip(`BUG: ports/http/server.go auth() matches the literal prefix "Bearer ", so "Authorization: bearer <key>" answers 401`)
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	for _, scheme := range []string{"bearer", "BEARER"} {
+		r, err := a.send(http.MethodGet, "/v1/orders", http.Header{"Authorization": {scheme + " " + a.opA}}, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, r.Status, "%s: %s", scheme, r)
+	}
 }

@@ -21,11 +21,13 @@ type records[T any, P reference.Record[T], In any] struct {
 	patch  func(in In, v *T)
 }
 
-func (rs records[T, P, In]) register(mux *http.ServeMux, op func(handlerFunc) http.Handler) {
-	mux.Handle("POST "+rs.path, op(rs.post))
-	mux.Handle("GET "+rs.path, op(rs.list))
-	mux.Handle("GET "+rs.path+"/{id}", op(rs.get))
-	mux.Handle("PATCH "+rs.path+"/{id}", op(rs.update))
+func (rs records[T, P, In]) routes() []route {
+	return []route{
+		{pattern: "POST " + rs.path, handle: rs.post},
+		{pattern: "GET " + rs.path, handle: rs.list},
+		{pattern: "GET " + rs.path + "/{id}", handle: rs.get},
+		{pattern: "PATCH " + rs.path + "/{id}", handle: rs.update},
+	}
 }
 
 func (rs records[T, P, In]) post(w http.ResponseWriter, r *http.Request) error {
@@ -124,8 +126,9 @@ type catalogItemInput struct {
 	Active         *bool   `json:"active"`
 }
 
-func (s *server) registerReference(mux *http.ServeMux, op func(handlerFunc) http.Handler) {
-	records[reference.Customer, *reference.Customer, customerInput]{
+// referenceRoutes are the routes of customers, staff and catalog items.
+func (s *server) referenceRoutes() [][]route {
+	return [][]route{records[reference.Customer, *reference.Customer, customerInput]{
 		s: s, path: "/v1/customers", cmd: s.App.Commands.Customers, q: s.App.Queries.Customers,
 		create: func(in customerInput) reference.Customer {
 			return reference.Customer{Name: deref(in.Name), Phone: deref(in.Phone), Email: deref(in.Email),
@@ -138,8 +141,7 @@ func (s *server) registerReference(mux *http.ServeMux, op func(handlerFunc) http
 			set(&v.Address, in.Address)
 			set(&v.Notes, in.Notes)
 		},
-	}.register(mux, op)
-	records[reference.StaffMember, *reference.StaffMember, staffInput]{
+	}.routes(), records[reference.StaffMember, *reference.StaffMember, staffInput]{
 		s: s, path: "/v1/staff", cmd: s.App.Commands.Staff, q: s.App.Queries.Staff,
 		create: func(in staffInput) reference.StaffMember {
 			active := in.Active == nil || *in.Active
@@ -150,8 +152,7 @@ func (s *server) registerReference(mux *http.ServeMux, op func(handlerFunc) http
 			set(&v.Phone, in.Phone)
 			set(&v.Active, in.Active)
 		},
-	}.register(mux, op)
-	records[reference.CatalogItem, *reference.CatalogItem, catalogItemInput]{
+	}.routes(), records[reference.CatalogItem, *reference.CatalogItem, catalogItemInput]{
 		s: s, path: "/v1/catalog-items", cmd: s.App.Commands.CatalogItems, q: s.App.Queries.CatalogItems,
 		create: func(in catalogItemInput) reference.CatalogItem {
 			active := in.Active == nil || *in.Active
@@ -162,5 +163,5 @@ func (s *server) registerReference(mux *http.ServeMux, op func(handlerFunc) http
 			set(&v.BasePriceCents, in.BasePriceCents)
 			set(&v.Active, in.Active)
 		},
-	}.register(mux, op)
+	}.routes()}
 }

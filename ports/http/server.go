@@ -67,32 +67,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	s := &server{Config: cfg, log: cfg.Log.With("component", "http")}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", s.readyz)
-	if cfg.APIEnabled {
-		op := s.auth(access.Operator)
-		opOrWorker := s.auth(access.Operator, access.Worker)
-		s.registerReference(mux, op)
-		mux.Handle("POST /v1/service-requests", op(s.createServiceRequest))
-		mux.Handle("GET /v1/service-requests", op(s.listServiceRequests))
-		mux.Handle("GET /v1/service-requests/{id}", op(s.getServiceRequest))
-		mux.Handle("PATCH /v1/service-requests/{id}", op(s.updateServiceRequest))
-		mux.Handle("POST /v1/service-requests/{id}/status", op(s.changeServiceRequestStatus))
-		mux.Handle("POST /v1/service-requests/{id}/convert", op(s.convertServiceRequest))
-		mux.Handle("GET /v1/schedules", opOrWorker(s.listSchedules))
-		mux.Handle("GET /v1/schedules/{id}", opOrWorker(s.getSchedule))
-		mux.Handle("POST /v1/schedules/{id}/status", opOrWorker(s.changeScheduleStatus))
-		mux.Handle("POST /v1/orders", op(s.createOrder))
-		mux.Handle("GET /v1/orders", opOrWorker(s.listOrders))
-		mux.Handle("GET /v1/orders/{id}", opOrWorker(s.getOrder))
-		mux.Handle("GET /v1/orders/{id}/changes", opOrWorker(s.orderChanges))
-		mux.Handle("PATCH /v1/orders/{id}", op(s.updateOrder))
-		mux.Handle("POST /v1/orders/{id}/status", op(s.changeOrderStatus))
-		mux.Handle("POST /v1/orders/{id}/cancel", op(s.cancelOrder))
-		mux.Handle("PUT /v1/orders/{id}/assignment", op(s.assignOrder))
-		mux.Handle("PUT /v1/orders/{id}/settlement", op(s.settleOrder))
+	for _, rt := range s.routes() {
+		if rt.api && !cfg.APIEnabled {
+			continue
+		}
+		mux.Handle(rt.pattern, s.auth(rt.roles...)(rt.handle))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))
@@ -100,7 +79,62 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	return s.logRequests(s.limitBody(mux)), nil
 }
 
-func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+// route is one entry of the API: its pattern ("METHOD /path"), the roles
+// whose keys may call it (none: no key needed) and its handler. The table
+// is the one place routes are declared; the OpenAPI document is checked
+// against it (openapi_test.go).
+type route struct {
+	pattern string
+	roles   []access.Role
+	handle  handlerFunc
+	api     bool // under /v1: not served in worker mode
+}
+
+// routes lists every route the server serves.
+func (s *server) routes() []route {
+	op := []access.Role{access.Operator}
+	opOrWorker := []access.Role{access.Operator, access.Worker}
+	v1 := func(pattern string, roles []access.Role, h handlerFunc) route {
+		return route{pattern: pattern, roles: roles, handle: h, api: true}
+	}
+	rts := []route{
+		{pattern: "GET /healthz", handle: s.healthz},
+		{pattern: "GET /readyz", handle: s.readyz},
+		{pattern: "GET /openapi.json", handle: serveOpenAPI},
+	}
+	for _, rs := range s.referenceRoutes() {
+		for _, rt := range rs {
+			rts = append(rts, v1(rt.pattern, op, rt.handle))
+		}
+	}
+	return append(rts,
+		v1("POST /v1/service-requests", op, s.createServiceRequest),
+		v1("GET /v1/service-requests", op, s.listServiceRequests),
+		v1("GET /v1/service-requests/{id}", op, s.getServiceRequest),
+		v1("PATCH /v1/service-requests/{id}", op, s.updateServiceRequest),
+		v1("POST /v1/service-requests/{id}/status", op, s.changeServiceRequestStatus),
+		v1("POST /v1/service-requests/{id}/convert", op, s.convertServiceRequest),
+		v1("GET /v1/schedules", opOrWorker, s.listSchedules),
+		v1("GET /v1/schedules/{id}", opOrWorker, s.getSchedule),
+		v1("POST /v1/schedules/{id}/status", opOrWorker, s.changeScheduleStatus),
+		v1("POST /v1/orders", op, s.createOrder),
+		v1("GET /v1/orders", opOrWorker, s.listOrders),
+		v1("GET /v1/orders/{id}", opOrWorker, s.getOrder),
+		v1("GET /v1/orders/{id}/changes", opOrWorker, s.orderChanges),
+		v1("PATCH /v1/orders/{id}", op, s.updateOrder),
+		v1("POST /v1/orders/{id}/status", op, s.changeOrderStatus),
+		v1("POST /v1/orders/{id}/cancel", op, s.cancelOrder),
+		v1("PUT /v1/orders/{id}/assignment", op, s.assignOrder),
+		v1("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
+	)
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	details, err := s.Ready(ctx)
@@ -111,10 +145,11 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		details["status"] = "unavailable"
 		details["error"] = err.Error()
 		writeJSON(w, http.StatusServiceUnavailable, details)
-		return
+		return nil
 	}
 	details["status"] = "ready"
 	writeJSON(w, http.StatusOK, details)
+	return nil
 }
 
 type principalKey struct{}
@@ -129,9 +164,17 @@ func principal(r *http.Request) access.Principal {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // auth authenticates the bearer key and lets only the given roles through:
-// a missing or unknown key is 401, a known key of another role 403.
+// a missing or unknown key is 401, a known key of another role 403. With no
+// roles, the route is public: no key is asked for.
 func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 	return func(h handlerFunc) http.Handler {
+		if len(roles) == 0 {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := h(w, r); err != nil {
+					s.writeError(w, r, err)
+				}
+			})
+		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || strings.TrimSpace(secret) == "" {
