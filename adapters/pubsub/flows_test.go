@@ -83,7 +83,9 @@ func (f flows) newStaff(t *testing.T) string {
 
 var day = time.Date(2030, 5, 6, 0, 0, 0, 0, time.UTC)
 
-func at(hour, minute int) time.Time { return day.Add(time.Duration(hour)*time.Hour + time.Duration(minute)*time.Minute) }
+func at(hour, minute int) time.Time {
+	return day.Add(time.Duration(hour)*time.Hour + time.Duration(minute)*time.Minute)
+}
 
 // confirmedRequest creates a request for the fixture's catalog item with an
 // appointment window and confirms it.
@@ -457,10 +459,12 @@ func TestScheduleStatusDrivesOrder(t *testing.T) {
 				require.NotNil(c, req.OrderID)
 				require.Equal(c, done, *req.OrderID)
 			}, 10*time.Second, 10*time.Millisecond)
-			list, total, err := schedules.List(ctx, scope, query.ScheduleFilter{Statuses: []string{"cancelled"}}, query.Page{Number: 1, Size: 10})
-			require.NoError(t, err)
-			require.Equal(t, 2, total)
-			require.Len(t, list, 2)
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				list, total, err := schedules.List(ctx, scope, query.ScheduleFilter{Statuses: []string{"cancelled"}}, query.Page{Number: 1, Size: 10})
+				require.NoError(c, err)
+				require.Equal(c, 2, total)
+				require.Len(c, list, 2)
+			}, 10*time.Second, 10*time.Millisecond)
 			// One change-log row per event of every aggregate.
 			var events, changes int
 			require.NoError(t, f.es.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&events))

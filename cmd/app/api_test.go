@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,7 +18,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
+	"hearth/adapters/pubsub"
 	"hearth/app/access"
 	"hearth/app/uuid"
 	"hearth/internal/pgtest"
@@ -41,8 +42,7 @@ type api struct {
 	worker               string // worker key of merchant A, bound to staffA
 	admin                string // admin key of merchant A
 	staffA, staffB       string // a staff member of each merchant
-	workerKeyID          string
-	opAKeyID             string
+	opAKeyID             string // id of opA, the actor of its events
 }
 
 // setup wires Hearth on the databases at urls the way serve does, runs the
@@ -68,12 +68,9 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 	go func() { projDone <- runProjections(projCtx, cfg, dbs, w.projections, log) }()
 	t.Cleanup(func() {
 		stopProjections()
-		err := <-projDone
-		if errors.Is(err, context.Canceled) {
-			err = nil // stopped before the router had subscribed: a clean stop too
-		}
-		require.NoError(t, err, "projections stop cleanly")
+		require.NoError(t, <-projDone, "projections stop cleanly")
 	})
+	awaitSubscribed(t, dbs, w.projections)
 
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil),
@@ -94,9 +91,30 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 	require.NoError(t, err)
 	a.staffB, err = w.refdata.CreateStaff(ctx, a.merchantB, "Gus Globex")
 	require.NoError(t, err)
-	a.workerKeyID, _, a.worker = newKey("acme", access.Worker, a.staffA)
+	_, _, a.worker = newKey("acme", access.Worker, a.staffA)
 	_, _, a.admin = newKey("acme", access.Admin, "")
 	return a
+}
+
+// awaitSubscribed waits until every projection has subscribed: each
+// consumer group's zero offset, which the subscriber inserts before it
+// starts consuming, is in its topic's offsets table. Cancelling the
+// projections earlier would leak a goroutine (see
+// TestProjectionsCancelledDuringStartup).
+func awaitSubscribed(t *testing.T, dbs databases, projections []pubsub.Projection) {
+	t.Helper()
+	subscribed := func() bool {
+		for _, p := range projections {
+			var n int
+			err := dbs.es.DB.QueryRowContext(t.Context(),
+				`SELECT count(*) FROM `+pubsub.Offsets.MessagesOffsetsTable(p.Topic)+` WHERE consumer_group = $1`, p.Name).Scan(&n)
+			if err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, subscribed, 10*time.Second, 10*time.Millisecond, "the projections never subscribed")
 }
 
 // response is an HTTP answer with its JSON body decoded (numbers are
@@ -265,12 +283,17 @@ func jsonValue(t *testing.T, v any) any {
 // field of the resource.
 func requireShows(t *testing.T, want, read map[string]any, msgAndArgs ...any) {
 	t.Helper()
+	what := "read"
+	if len(msgAndArgs) > 0 {
+		format, _ := msgAndArgs[0].(string)
+		what = fmt.Sprintf(format, msgAndArgs[1:]...)
+	}
 	for field, v := range want {
 		if field == "position" {
 			continue
 		}
-		require.Contains(t, read, field, msgAndArgs...)
-		require.Equal(t, v, read[field], append([]any{"field %s"}, field), msgAndArgs)
+		require.Contains(t, read, field, "%s: field %s", what, field)
+		require.Equal(t, v, read[field], "%s: field %s", what, field)
 	}
 }
 
@@ -579,6 +602,9 @@ func TestOrderBadInput(t *testing.T) {
 	id := a.createOrder(a.opA, customerA, 1000)
 	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+id, a.opA, map[string]any{"notes": "version 2"})
 	order := "/v1/orders/" + id
+	request := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA,
+		map[string]any{"customer_id": customerA, "content": "leaking tap", "source": "phone"})
+	serviceRequest := "/v1/service-requests/" + request.Body["id"].(string)
 
 	const (
 		malformed  = "/problems/malformed-request"
@@ -639,6 +665,9 @@ func TestOrderBadInput(t *testing.T) {
 		{name: "patch to an empty customer id", method: http.MethodPatch, path: order,
 			body: map[string]any{"customer_id": ""}, status: 422, typ: validation, field: "customer_id",
 			bug: "app/command/update_order.go UpdateDetails checks the customer in the database before validating the id: Postgres rejects '' as a uuid and the API answers 500"},
+		{name: "service request patch to a catalog item id that is not a UUID", method: http.MethodPatch, path: serviceRequest,
+			body: map[string]any{"catalog_item_id": "abc"}, status: 422, typ: validation, field: "catalog_item_id",
+			bug: "app/command/service_requests.go updates check the catalog item in the database before validating the id: Postgres rejects it as a uuid and the API answers 500"},
 		{name: "end before start", method: http.MethodPost, path: "/v1/orders",
 			body: map[string]any{"customer_id": customerA, "scheduled_start_at": "2030-01-01T10:00:00Z",
 				"scheduled_end_at": "2030-01-01T09:00:00Z"},
@@ -1108,5 +1137,96 @@ func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
 		r, err := a.send(http.MethodGet, "/v1/orders", http.Header{"Authorization": {scheme + " " + a.opA}}, nil)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, r.Status, "%s: %s", scheme, r)
+	}
+}
+
+// PUT /v1/orders/{id}/assignment books the staff member's time: an
+// overlapping live booking answers 409 naming the clash and appends
+// nothing, touching windows are fine, and cancelling an order frees its
+// booking.
+func TestOrderAssignmentBooking(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customerID := a.createCustomer(a.opA, "Ada Lovelace")
+	at := func(hhmm string) string { return "2030-06-01T" + hhmm + ":00Z" }
+	assign := func(key, id, staffID, from, to string) response {
+		return a.do(http.MethodPut, "/v1/orders/"+id+"/assignment", key,
+			map[string]any{"staff_id": staffID, "start_at": at(from), "end_at": at(to)})
+	}
+	first := a.createOrder(a.opA, customerID, 100)
+	second := a.createOrder(a.opA, customerID, 200)
+	require.Equal(t, http.StatusOK, assign(a.opA, first, a.staffA, "09:00", "10:00").Status)
+
+	before := a.events("")
+	clash := assign(a.opA, second, a.staffA, "09:30", "10:30")
+	requireProblem(t, clash, http.StatusConflict, "/problems/conflict")
+	require.Contains(t, clash.Body["detail"], a.staffA, "the conflict names the clash: %s", clash)
+	require.Equal(t, before, a.events(""), "a refused assignment appends nothing, on any stream")
+
+	r := assign(a.opA, second, a.staffA, "10:00", "11:00")
+	require.Equal(t, http.StatusOK, r.Status, "touching windows do not overlap: %s", r)
+
+	// Another merchant's staff member is booked independently.
+	other := a.createOrder(a.opB, a.createCustomer(a.opB, "Grace Hopper"), 300)
+	r = assign(a.opB, other, a.staffB, "09:00", "10:00")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+
+	// Two orders racing for the same window: exactly one gets it.
+	racers := []string{a.createOrder(a.opA, customerID, 1), a.createOrder(a.opA, customerID, 2)}
+	answers := make([]response, len(racers))
+	errs := make([]error, len(racers))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, id := range racers {
+		wg.Go(func() {
+			<-start
+			answers[i], errs[i] = a.send(http.MethodPut, "/v1/orders/"+id+"/assignment", auth(a.opA),
+				map[string]any{"staff_id": a.staffA, "start_at": at("12:00"), "end_at": at("13:00")})
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := 0
+	for i := range racers {
+		require.NoError(t, errs[i])
+		if answers[i].Status == http.StatusOK {
+			won++
+		} else {
+			requireProblem(t, answers[i], http.StatusConflict, "/problems/conflict")
+		}
+	}
+	require.Equal(t, 1, won, "exactly one of two concurrent overlapping assignments wins")
+
+	// Cancelling the first order frees 09:00-10:00.
+	third := a.createOrder(a.opA, customerID, 400)
+	requireProblem(t, assign(a.opA, third, a.staffA, "09:00", "10:00"), http.StatusConflict, "/problems/conflict")
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+first+"/cancel", a.opA, map[string]any{"reason": "rain"})
+	r = assign(a.opA, third, a.staffA, "09:00", "10:00")
+	require.Equal(t, http.StatusOK, r.Status, "a cancelled order's booking is freed: %s", r)
+	a.awaitOrder(a.opA, third, 3)
+}
+
+// When the projections' context ends while the router is still
+// subscribing (a leadership term that ends at once, or a shutdown right
+// after start-up), runProjections must still stop without leaving
+// goroutines behind. Not parallel: goleak compares with the goroutines
+// present when it starts.
+func TestProjectionsCancelledDuringStartup(t *testing.T) {
+	t.Skip("BUG: cmd/app/serve.go runProjections: with its context already ended, router.Run fails to subscribe and returns, but watermill's watchAllHandlersStopped goroutine waits for ever on a handler that never ran: one goroutine leaks per such term")
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	urls := pgtest.NewDB(t)
+	cfg := Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, PollInterval: 20 * time.Millisecond}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dbs, err := openDatabases(t.Context(), cfg)
+	require.NoError(t, err)
+	defer dbs.close()
+	w, err := wire(dbs, log)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = runProjections(ctx, cfg, dbs, w.projections, log)
+	if err != nil {
+		require.ErrorIs(t, err, context.Canceled)
 	}
 }
