@@ -64,7 +64,7 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
-	go func() { projDone <- runProjections(projCtx, cfg, dbs, w.projections, log) }()
+	go func() { projDone <- runProjections(projCtx, cfg, dbs, w, log) }()
 	t.Cleanup(func() {
 		stopProjections()
 		require.NoError(t, <-projDone, "projections stop cleanly")

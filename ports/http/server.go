@@ -41,6 +41,16 @@ type Config struct {
 	// APIEnabled serves /v1; false serves only the health endpoints (worker
 	// mode).
 	APIEnabled bool
+	// Parked serves /admin/parked and the Projection-Parked header of
+	// details. Optional.
+	Parked ParkedAggregates
+	// Rebuilds serves /admin/rebuilds. Optional.
+	Rebuilds ProjectionRebuilds
+	// Metrics serves GET /metrics, unauthenticated (Prometheus). Optional.
+	Metrics http.Handler
+	// ObserveRequest records each request's route, status and duration
+	// (HTTP metrics). Optional.
+	ObserveRequest func(method, route string, status int, d time.Duration)
 }
 
 type server struct {
@@ -71,33 +81,37 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+	}
 	if cfg.APIEnabled {
 		op := s.auth(access.Operator)
 		opOrWorker := s.auth(access.Operator, access.Worker)
 		s.registerReference(mux, op)
 		mux.Handle("POST /v1/service-requests", op(s.createServiceRequest))
 		mux.Handle("GET /v1/service-requests", op(s.listServiceRequests))
-		mux.Handle("GET /v1/service-requests/{id}", op(s.getServiceRequest))
+		mux.Handle("GET /v1/service-requests/{id}", op(s.parkedHeader("service_requests", s.getServiceRequest)))
 		mux.Handle("PATCH /v1/service-requests/{id}", op(s.updateServiceRequest))
 		mux.Handle("POST /v1/service-requests/{id}/status", op(s.changeServiceRequestStatus))
 		mux.Handle("POST /v1/service-requests/{id}/convert", op(s.convertServiceRequest))
 		mux.Handle("GET /v1/schedules", opOrWorker(s.listSchedules))
-		mux.Handle("GET /v1/schedules/{id}", opOrWorker(s.getSchedule))
+		mux.Handle("GET /v1/schedules/{id}", opOrWorker(s.parkedHeader("schedules", s.getSchedule)))
 		mux.Handle("POST /v1/schedules/{id}/status", opOrWorker(s.changeScheduleStatus))
 		mux.Handle("POST /v1/orders", op(s.createOrder))
 		mux.Handle("GET /v1/orders", opOrWorker(s.listOrders))
-		mux.Handle("GET /v1/orders/{id}", opOrWorker(s.getOrder))
+		mux.Handle("GET /v1/orders/{id}", opOrWorker(s.parkedHeader("orders", s.getOrder)))
 		mux.Handle("GET /v1/orders/{id}/changes", opOrWorker(s.orderChanges))
 		mux.Handle("PATCH /v1/orders/{id}", op(s.updateOrder))
 		mux.Handle("POST /v1/orders/{id}/status", op(s.changeOrderStatus))
 		mux.Handle("POST /v1/orders/{id}/cancel", op(s.cancelOrder))
 		mux.Handle("PUT /v1/orders/{id}/assignment", op(s.assignOrder))
 		mux.Handle("PUT /v1/orders/{id}/settlement", op(s.settleOrder))
+		s.registerOps(mux)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))
 	})
-	return s.logRequests(s.limitBody(mux)), nil
+	return s.logRequests(s.limitBody(s.observe(mux))), nil
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
