@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/readmodel"
 	"hearth/app/access"
 	"hearth/app/uuid"
 	"hearth/internal/pgtest"
@@ -61,6 +62,7 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 	require.Equal(t, urls.Split(), dbs.rm != dbs.es, "one pool per database")
 	w, err := wire(dbs, log)
 	require.NoError(t, err)
+	w.retryInitial = time.Millisecond // a failing event parks within about a second
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
@@ -70,8 +72,12 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 		require.NoError(t, <-projDone, "projections stop cleanly")
 	})
 
+	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
+	require.NoError(t, err)
+	t.Cleanup(rebuilds.Close)
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil),
+		Parked: w.parking, Rebuilds: rebuilds, Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)

@@ -88,6 +88,9 @@ type wiring struct {
 	parking     *pubsub.Parking
 	eventLog    *pubsub.EventLog
 	telemetry   *telemetry
+	// retryInitial shortens the projections' retry budget in tests.
+	// Defaults to pubsub.RetryInitial.
+	retryInitial time.Duration
 }
 
 func wire(dbs databases, log *slog.Logger) (wiring, error) {
@@ -248,12 +251,13 @@ func runProjections(ctx context.Context, cfg Config, dbs databases, w wiring, lo
 	}
 	defer poison.Close()
 	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber: pubsub.SQLSubscribers(dbs.es.DB, log, cfg.PollInterval),
-		Poison:     poison,
-		Log:        log,
-		Parking:    w.parking,
-		Metrics:    w.telemetry.projections,
-		Registry:   w.telemetry.reg,
+		Subscriber:   pubsub.SQLSubscribers(dbs.es.DB, log, cfg.PollInterval),
+		Poison:       poison,
+		Log:          log,
+		Parking:      w.parking,
+		Metrics:      w.telemetry.projections,
+		Registry:     w.telemetry.reg,
+		RetryInitial: w.retryInitial,
 	}, w.projections...)
 	if err != nil {
 		return err
