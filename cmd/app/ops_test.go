@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/readmodel"
+	"hearth/app/ops"
 	"hearth/internal/pgtest"
 	httpport "hearth/ports/http"
 )
@@ -285,4 +287,63 @@ func TestParkedAdminAPIAndCLI(t *testing.T) {
 	} {
 		assert.Contains(t, body, want)
 	}
+}
+
+// POST /admin/rebuilds/{projection} starts a rebuild in the background;
+// GET shows its progress until it is done; an unknown projection is
+// refused.
+func TestRebuildAdminAPI(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	var ids []string
+	for i := range 10 {
+		ids = append(ids, a.createOrder(a.opA, c, i))
+	}
+	for _, id := range ids {
+		a.awaitOrder(a.opA, id, 1)
+	}
+	requireProblem(t, a.do(http.MethodPost, "/admin/rebuilds/orders", a.opA, nil), http.StatusForbidden, "/problems/forbidden")
+	requireProblem(t, a.do(http.MethodPost, "/admin/rebuilds/nope", a.admin, nil), http.StatusUnprocessableEntity, "/problems/validation-failed")
+	a.must(http.StatusNotFound, http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+
+	r := a.must(http.StatusAccepted, http.MethodPost, "/admin/rebuilds/orders", a.admin, nil)
+	assert.Equal(t, "/admin/rebuilds/orders", r.Header.Get("Location"))
+	var status response
+	require.Eventually(t, func() bool {
+		var err error
+		status, err = a.send(http.MethodGet, "/admin/rebuilds/orders", auth(a.admin), nil)
+		return err == nil && status.Status == http.StatusOK && status.Body["phase"] != "fold" &&
+			status.Body["phase"] != "catch_up" && status.Body["phase"] != "swap"
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, "done", status.Body["phase"], status.Raw)
+	assert.Equal(t, 10, intOf(status.Body["rows"]))
+	assert.Equal(t, 10, intOf(status.Body["total"]))
+	for _, id := range ids {
+		a.awaitOrder(a.opA, id, 1)
+	}
+	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.NoError(t, err, out)
+}
+
+// Cancelling a rebuild (Ctrl-C in the CLI) drops the shadow table and
+// leaves the live table as it was.
+func TestRebuildCancelled(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	id := a.createOrder(a.opA, c, 1)
+	a.awaitOrder(a.opA, id, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: a.w.eventLog, DB: a.dbs.rm, Projection: "orders",
+		Progress: func(ops.RebuildProgress) { cancel() }})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, "cancelled", p.Phase)
+	var shadows int
+	require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT count(*) FROM pg_tables WHERE tablename = 'orders_rebuild'`).Scan(&shadows))
+	require.Zero(t, shadows)
+	a.awaitOrder(a.opA, id, 1)
+	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.NoError(t, err, out)
 }
