@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -259,14 +261,7 @@ func (t *table[V, PV, R]) behind(ctx context.Context, db bun.IDB, shadow string)
 // reconcile sets the shadow rows of the given aggregates to the fold of
 // their events up to the given version (0 removes the row).
 func (t *table[V, PV, R]) reconcile(ctx context.Context, db bun.IDB, rb *rebuilder, shadow string, versions map[string]int) error {
-	ids := make([]string, 0, len(versions))
-	for id := range versions {
-		ids = append(ids, id)
-	}
-	for len(ids) > 0 {
-		n := min(len(ids), rb.cfg.BatchSize)
-		batch := ids[:n]
-		ids = ids[n:]
+	for batch := range slices.Chunk(slices.Collect(maps.Keys(versions)), rb.cfg.BatchSize) {
 		streams, err := rb.cfg.Log.Streams(ctx, t.projection, t.streamType, t.decode, batch)
 		if err != nil {
 			return err

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -188,15 +190,8 @@ func (t *table[V, PV, R]) recheck(ctx context.Context, v *verifier, differing ma
 		return nil, ctx.Err()
 	case <-time.After(v.cfg.RecheckAfter):
 	}
-	ids := make([]string, 0, len(differing))
-	for id := range differing {
-		ids = append(ids, id)
-	}
 	var out []Difference
-	for len(ids) > 0 {
-		n := min(len(ids), v.cfg.BatchSize)
-		batch := ids[:n]
-		ids = ids[n:]
+	for batch := range slices.Chunk(slices.Collect(maps.Keys(differing)), v.cfg.BatchSize) {
 		streams, err := v.cfg.Log.Streams(ctx, t.projection, t.streamType, t.decode, batch)
 		if err != nil {
 			return nil, err

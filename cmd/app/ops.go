@@ -66,24 +66,36 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// openWired opens and migrates the databases and wires Hearth on them, for
+// the operator's commands.
+func openWired(ctx context.Context, cfg Config, log *slog.Logger) (databases, wiring, error) {
+	dbs, err := openDatabases(ctx, cfg)
+	if err != nil {
+		return databases{}, wiring{}, err
+	}
+	if err := dbs.migrate(ctx, log); err != nil {
+		dbs.close()
+		return databases{}, wiring{}, err
+	}
+	w, err := wire(dbs, log)
+	if err != nil {
+		dbs.close()
+		return databases{}, wiring{}, err
+	}
+	return dbs, w, nil
+}
+
 // parked runs `app parked list|replay|skip`.
 func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return usageError{"parked: list, replay or skip"}
 	}
 	sub, args := args[0], args[1:]
-	dbs, err := openDatabases(ctx, cfg)
+	dbs, w, err := openWired(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer dbs.close()
-	if err := dbs.migrate(ctx, log); err != nil {
-		return err
-	}
-	w, err := wire(dbs, log)
-	if err != nil {
-		return err
-	}
 	pk := w.parking
 	switch sub {
 	case "list":
@@ -123,6 +135,9 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 			results = append(results, res)
 		default:
 			return usageError{"parked replay: PROJECTION AGGREGATE_ID, or --all [--projection P]"}
+		}
+		if len(results) == 0 {
+			fmt.Fprintln(stdout, "nothing is parked")
 		}
 		stillParked := 0
 		for _, r := range results {
@@ -186,18 +201,11 @@ func (e differencesError) Error() string {
 // verify runs `app verify`: every difference on stdout, one per line,
 // progress on stderr when it is a terminal.
 func verify(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, stdout, stderr io.Writer) error {
-	dbs, err := openDatabases(ctx, cfg)
+	dbs, w, err := openWired(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer dbs.close()
-	if err := dbs.migrate(ctx, log); err != nil {
-		return err
-	}
-	w, err := wire(dbs, log)
-	if err != nil {
-		return err
-	}
 	vc := readmodel.VerifyConfig{Log: w.eventLog, DB: dbs.rm, RecheckAfter: o.recheck}
 	if o.projection != "" {
 		vc.Projections = []string{o.projection}
@@ -230,18 +238,11 @@ func rebuild(ctx context.Context, cfg Config, log *slog.Logger, args []string, s
 	if len(args) != 1 {
 		return usageError{"rebuild: name one projection: " + strings.Join(readmodel.Projections(), ", ")}
 	}
-	dbs, err := openDatabases(ctx, cfg)
+	dbs, w, err := openWired(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer dbs.close()
-	if err := dbs.migrate(ctx, log); err != nil {
-		return err
-	}
-	w, err := wire(dbs, log)
-	if err != nil {
-		return err
-	}
 	term := isTerminal(stderr)
 	var lastLine time.Time
 	lastPhase := ""

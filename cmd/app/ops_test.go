@@ -33,6 +33,20 @@ func (a *api) urls() pgtest.URLs {
 	return pgtest.URLs{EventStore: a.cfg.DatabaseURL, ReadModel: a.cfg.ReadModelDatabaseURL}
 }
 
+// seedOrders creates a customer of merchant A and n orders, and waits
+// until the read model shows them.
+func (a *api) seedOrders(n int) (customerID string, ids []string) {
+	a.t.Helper()
+	customerID = a.createCustomer(a.opA, "Ada")
+	for i := range n {
+		ids = append(ids, a.createOrder(a.opA, customerID, 100+i))
+	}
+	for _, id := range ids {
+		a.awaitOrder(a.opA, id, 1)
+	}
+	return customerID, ids
+}
+
 // caughtUp reports whether every event has its change-log row (the
 // projections have applied everything).
 func (a *api) caughtUp() bool {
@@ -89,14 +103,7 @@ func TestRebuildUnderWriteLoad(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			a := setup(t, newDB(t))
-			c := a.createCustomer(a.opA, "Ada")
-			var seeded []string
-			for i := range 30 {
-				seeded = append(seeded, a.createOrder(a.opA, c, 100+i))
-			}
-			for _, id := range seeded {
-				a.awaitOrder(a.opA, id, 1)
-			}
+			c, seeded := a.seedOrders(30)
 
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
@@ -295,14 +302,7 @@ func TestParkedAdminAPIAndCLI(t *testing.T) {
 func TestRebuildAdminAPI(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
-	c := a.createCustomer(a.opA, "Ada")
-	var ids []string
-	for i := range 10 {
-		ids = append(ids, a.createOrder(a.opA, c, i))
-	}
-	for _, id := range ids {
-		a.awaitOrder(a.opA, id, 1)
-	}
+	_, ids := a.seedOrders(10)
 	requireProblem(t, a.do(http.MethodPost, "/admin/rebuilds/orders", a.opA, nil), http.StatusForbidden, "/problems/forbidden")
 	requireProblem(t, a.do(http.MethodPost, "/admin/rebuilds/nope", a.admin, nil), http.StatusUnprocessableEntity, "/problems/validation-failed")
 	a.must(http.StatusNotFound, http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
@@ -331,9 +331,8 @@ func TestRebuildAdminAPI(t *testing.T) {
 func TestRebuildCancelled(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
-	c := a.createCustomer(a.opA, "Ada")
-	id := a.createOrder(a.opA, c, 1)
-	a.awaitOrder(a.opA, id, 1)
+	_, ids := a.seedOrders(1)
+	id := ids[0]
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	p, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: a.w.eventLog, DB: a.dbs.rm, Projection: "orders",
