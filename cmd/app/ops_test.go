@@ -298,11 +298,16 @@ func TestParkedAdminAPIAndCLI(t *testing.T) {
 
 // POST /admin/rebuilds/{projection} starts a rebuild in the background;
 // GET shows its progress until it is done; an unknown projection is
-// refused.
+// refused. The rebuild repairs a row that was damaged behind the
+// projection's back.
 func TestRebuildAdminAPI(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
 	_, ids := a.seedOrders(10)
+	_, err := a.dbs.rm.DB.Exec(`UPDATE orders SET amount_cents = 7 WHERE id = $1`, ids[4])
+	require.NoError(t, err)
+	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.ErrorAs(t, err, new(differencesError), out)
 	requireProblem(t, a.do(http.MethodPost, "/admin/rebuilds/orders", a.opA, nil), http.StatusForbidden, "/problems/forbidden")
 	requireProblem(t, a.do(http.MethodPost, "/admin/rebuilds/nope", a.admin, nil), http.StatusUnprocessableEntity, "/problems/validation-failed")
 	a.must(http.StatusNotFound, http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
@@ -322,7 +327,8 @@ func TestRebuildAdminAPI(t *testing.T) {
 	for _, id := range ids {
 		a.awaitOrder(a.opA, id, 1)
 	}
-	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	assert.Equal(t, 104, intOf(a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+ids[4], a.opA, nil).Body["amount_cents"]))
+	out, err = cli(t.Context(), a.urls(), "verify", "--recheck", "0")
 	require.NoError(t, err, out)
 }
 
