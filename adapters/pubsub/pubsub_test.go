@@ -97,6 +97,12 @@ func (f fixture) count(t *testing.T, db *bun.DB, table string) int {
 // ends.
 func (f fixture) runRouter(t *testing.T, projections ...pubsub.Projection) {
 	t.Helper()
+	f.runRouterWith(t, nil, projections...)
+}
+
+// runRouterWith is runRouter with parking (nil: none).
+func (f fixture) runRouterWith(t *testing.T, parking *pubsub.Parking, projections ...pubsub.Projection) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	poison, err := pubsub.SQLPublisher(f.es.DB, log)
 	require.NoError(t, err)
@@ -108,6 +114,7 @@ func (f fixture) runRouter(t *testing.T, projections ...pubsub.Projection) {
 		Poison:       poison,
 		Log:          log,
 		RetryInitial: time.Millisecond,
+		Parking:      parking,
 	}, projections...)
 	require.NoError(t, err)
 	startRouter(t, router)

@@ -59,8 +59,9 @@ func (r Retry) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-func logRetry(log *slog.Logger) func(*message.Message, error, time.Duration) {
+func logRetry(log *slog.Logger, m *Metrics) func(*message.Message, error, time.Duration) {
 	return func(msg *message.Message, err error, wait time.Duration) {
+		m.retry(message.HandlerNameFromCtx(msg.Context()))
 		log.Warn("projection failed, retrying", "message_uuid", msg.UUID, "wait", wait, "error", err)
 	}
 }

@@ -11,8 +11,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/metrics"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"hearth/app/event"
 )
@@ -55,6 +57,18 @@ type RouterConfig struct {
 	// RetryInitial overrides the first retry interval (tests shorten the
 	// budget with it). Defaults to RetryInitial.
 	RetryInitial time.Duration
+	// Parking parks the aggregate of a poisoned event and holds its later
+	// events back (see Parking). Optional: without it a poisoned event is
+	// only copied to the poison topic, and the gap check then refuses the
+	// aggregate's later events one by one.
+	Parking *Parking
+	// Metrics counts applied events, retries, poisoned events and handler
+	// durations. Optional.
+	Metrics *Metrics
+	// Registry, when set, receives Watermill's router metrics (namespace
+	// hearth, subsystem watermill). Registering again for the router of the
+	// next leadership term reuses the collectors.
+	Registry prometheus.Registerer
 }
 
 // NewRouter builds a router that feeds the projections. Routers are
@@ -73,13 +87,17 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 		return nil, err
 	}
 	poison, err := middleware.PoisonQueueWithFilter(cfg.Poison, TopicPoison, func(err error) bool {
-		return !errors.As(err, new(*cancelledError))
+		return !errors.As(err, new(*cancelledError)) && !errors.As(err, new(*parkFailedError))
 	})
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Registry != nil {
+		metrics.NewPrometheusMetricsBuilder(cfg.Registry, "hearth", "watermill").AddPrometheusRouterMetrics(router)
+	}
 	router.AddMiddleware(
 		poison,
+		parkMiddleware(cfg.Parking, cfg.Metrics, log.With("component", "router")),
 		markCancelled,
 		Retry{
 			InitialInterval: cmp.Or(cfg.RetryInitial, RetryInitial),
@@ -88,7 +106,7 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 			MaxRetries:      RetryCount,
 			MaxElapsedTime:  RetryMaxElapsed,
 			Permanent:       isPermanent,
-			OnRetry:         logRetry(log.With("component", "router")),
+			OnRetry:         logRetry(log.With("component", "router"), cfg.Metrics),
 		}.Middleware,
 		middleware.Recoverer,
 	)
@@ -97,12 +115,14 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 		if err != nil {
 			return nil, fmt.Errorf("subscriber for %s: %w", p.Name, err)
 		}
-		router.AddConsumerHandler(p.Name, p.Topic, sub, handler(p))
+		router.AddConsumerHandler(p.Name, p.Topic, sub, handler(p, cfg.Parking, cfg.Metrics))
 	}
 	return router, nil
 }
 
-func handler(p Projection) message.NoPublishHandlerFunc {
+// handler applies one message through p.Apply, unless its aggregate is
+// parked: then the event waits in parked_events (see Parking).
+func handler(p Projection, pk *Parking, m *Metrics) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		rec, err := event.Unmarshal(msg.Payload, p.Decode)
 		if err != nil {
@@ -111,7 +131,19 @@ func handler(p Projection) message.NoPublishHandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(msg.Context(), AttemptTimeout)
 		defer cancel()
-		if err := p.Apply(ctx, rec); err != nil {
+		if pk != nil {
+			held, err := pk.hold(ctx, p.Name, rec)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.Name, err)
+			}
+			if held {
+				return nil
+			}
+		}
+		start := time.Now()
+		err = p.Apply(ctx, rec)
+		m.observe(p.Name, time.Since(start), err)
+		if err != nil {
 			return fmt.Errorf("%s: apply %s v%d of %s: %w", p.Name, rec.Type, rec.Version, rec.StreamID, err)
 		}
 		return nil

@@ -51,6 +51,7 @@ func (v *ServiceRequest) Apply(r event.Recorded) error {
 		v.Status = string(e.To)
 	case servicerequest.Converted:
 		v.Status, v.OrderID = string(servicerequest.StatusConverted), optional(e.OrderID)
+	case event.Skipped: // a version bump only: the operator skipped this event
 	default:
 		return fmt.Errorf("service request view: unexpected event %T", r.Event)
 	}
@@ -88,6 +89,7 @@ func (v *Schedule) Apply(r event.Recorded) error {
 		v.StaffID, v.StartAt, v.EndAt = e.StaffID, e.StartAt, e.EndAt
 	case schedule.StatusChanged:
 		v.Status = string(e.To)
+	case event.Skipped: // a version bump only: the operator skipped this event
 	default:
 		return fmt.Errorf("schedule view: unexpected event %T", r.Event)
 	}

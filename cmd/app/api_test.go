@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
 	"hearth/app/access"
 	"hearth/app/uuid"
 	"hearth/internal/pgtest"
@@ -62,18 +63,23 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 	require.Equal(t, urls.Split(), dbs.rm != dbs.es, "one pool per database")
 	w, err := wire(dbs, log)
 	require.NoError(t, err)
+	w.retryInitial = time.Millisecond // a failing event parks within about a second
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
-	go func() { projDone <- runProjections(projCtx, cfg, dbs, w.projections, log) }()
+	go func() { projDone <- runProjections(projCtx, cfg, dbs, w, log) }()
 	t.Cleanup(func() {
 		stopProjections()
 		require.NoError(t, <-projDone, "projections stop cleanly")
 	})
 	awaitSubscribed(t, dbs, w.projections)
 
+	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
+	require.NoError(t, err)
+	t.Cleanup(rebuilds.Close)
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil),
+		Parked: w.parking, Rebuilds: rebuilds, Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
@@ -1225,7 +1231,7 @@ func TestProjectionsCancelledDuringStartup(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = runProjections(ctx, cfg, dbs, w.projections, log)
+	err = runProjections(ctx, cfg, dbs, w, log)
 	if err != nil {
 		require.ErrorIs(t, err, context.Canceled)
 	}

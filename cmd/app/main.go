@@ -5,6 +5,9 @@
 //	app migrate
 //	app keys create --merchant NAME --role operator|worker|admin [--staff ID]
 //	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
+//	app parked list|replay|skip ...
+//	app verify [--projection P]
+//	app rebuild PROJECTION
 package main
 
 import (
@@ -24,6 +27,11 @@ const usage = `usage:
   app migrate                                              apply migrations and exit
   app keys create --merchant NAME --role operator|worker|admin [--staff ID]
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset
+  app parked list [--projection P] [--json]                parked aggregates
+  app parked replay PROJECTION ID | --all [--projection P] apply their waiting events in order
+  app parked skip PROJECTION ID --reason WHY [--event ID] [--by WHO]   skip the first waiting event
+  app verify [--projection P] [--recheck 2s]               compare the read models with the event store
+  app rebuild PROJECTION                                   rebuild orders, schedules or service_requests without downtime
 settings come from the environment: DATABASE_URL, READMODEL_DATABASE_URL, HTTP_ADDR, MODE,
 LOG_FORMAT, LOG_LEVEL, POLL_INTERVAL, SHUTDOWN_TIMEOUT (see README.md)`
 
@@ -53,7 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
-	case "serve", "dev", "migrate":
+	case "serve", "dev", "migrate", "parked", "verify", "rebuild":
 	case "keys":
 		if len(args) == 0 || args[0] != "create" {
 			return usageError{"keys: the only subcommand is `keys create`"}
@@ -70,12 +78,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cmd == "keys" {
 		keyArgs.register(fs)
 	}
+	var opArgs opsFlags
+	opArgs.register(cmd, fs)
 	cfg, rest, err := loadConfig(getenv, fs, args)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	if len(rest) > 0 {
-		return usageError{fmt.Sprintf("%s: unexpected arguments %q", cmd, rest)}
+	switch cmd {
+	case "parked", "rebuild":
+		if rest, err = parseInterleaved(fs, rest); err != nil {
+			return err
+		}
+	default:
+		if len(rest) > 0 {
+			return usageError{fmt.Sprintf("%s: unexpected arguments %q", cmd, rest)}
+		}
 	}
 	log := newLogger(cfg, stderr)
 	slog.SetDefault(log)
@@ -92,6 +109,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return createKey(ctx, cfg, keyArgs, stdout)
 	case "dev":
 		return dev(ctx, cfg, log, stdout)
+	case "parked", "verify", "rebuild":
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		switch cmd {
+		case "parked":
+			return parked(ctx, cfg, log, opArgs, rest, getenv, stdout)
+		case "verify":
+			return verify(ctx, cfg, log, opArgs, stdout, stderr)
+		default:
+			return rebuild(ctx, cfg, log, rest, stdout, stderr)
+		}
 	default:
 		if err := cfg.requireDatabase(); err != nil {
 			return err

@@ -79,11 +79,18 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return dbs.migrate(ctx, log)
 }
 
-// wiring is the application and the projections built on the databases.
+// wiring is the application and the projections built on the databases,
+// with the operator's tools (parking, event log, rebuilds) and metrics.
 type wiring struct {
 	app         app.Application
 	refdata     *refdata.Store
 	projections []pubsub.Projection
+	parking     *pubsub.Parking
+	eventLog    *pubsub.EventLog
+	telemetry   *telemetry
+	// retryInitial shortens the projections' retry budget in tests.
+	// Defaults to pubsub.RetryInitial.
+	retryInitial time.Duration
 }
 
 func wire(dbs databases, log *slog.Logger) (wiring, error) {
@@ -143,11 +150,21 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	return wiring{app: a, refdata: ref, projections: []pubsub.Projection{
+	w := wiring{app: a, refdata: ref, projections: []pubsub.Projection{
 		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply},
 		{Name: requests.Name(), Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply},
 		{Name: schedules.Name(), Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply},
-	}}, nil
+	}}
+	if w.parking, err = pubsub.NewParking(dbs.es, w.projections...); err != nil {
+		return wiring{}, err
+	}
+	if w.eventLog, err = pubsub.NewEventLog(dbs.es); err != nil {
+		return wiring{}, err
+	}
+	if w.telemetry, err = newTelemetry(dbs, w.projections, log); err != nil {
+		return wiring{}, err
+	}
+	return w, nil
 }
 
 // serve runs Hearth in its mode until ctx is done, then shuts down
@@ -174,9 +191,21 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	if elector != nil {
+		if err := w.telemetry.leader(elector); err != nil {
+			return err
+		}
+	}
+	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
+	if err != nil {
+		return err
+	}
+	defer rebuilds.Close()
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector),
+		Ready:  readiness(cfg, dbs, elector),
+		Parked: w.parking, Rebuilds: rebuilds,
+		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 	})
 	if err != nil {
 		return err
@@ -204,7 +233,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if elector != nil {
 		g.Go(func() error {
 			return elector.Run(gctx, func(leadCtx context.Context) error {
-				return runProjections(leadCtx, cfg, dbs, w.projections, log)
+				return runProjections(leadCtx, cfg, dbs, w, log)
 			})
 		})
 	}
@@ -215,17 +244,21 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // runProjections builds a fresh router for one leadership term and runs it
 // until leadCtx ends.
-func runProjections(ctx context.Context, cfg Config, dbs databases, projections []pubsub.Projection, log *slog.Logger) error {
+func runProjections(ctx context.Context, cfg Config, dbs databases, w wiring, log *slog.Logger) error {
 	poison, err := pubsub.SQLPublisher(dbs.es.DB, log)
 	if err != nil {
 		return err
 	}
 	defer poison.Close()
 	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber: pubsub.SQLSubscribers(dbs.es.DB, log, cfg.PollInterval),
-		Poison:     poison,
-		Log:        log,
-	}, projections...)
+		Subscriber:   pubsub.SQLSubscribers(dbs.es.DB, log, cfg.PollInterval),
+		Poison:       poison,
+		Log:          log,
+		Parking:      w.parking,
+		Metrics:      w.telemetry.projections,
+		Registry:     w.telemetry.reg,
+		RetryInitial: w.retryInitial,
+	}, w.projections...)
 	if err != nil {
 		return err
 	}

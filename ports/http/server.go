@@ -41,6 +41,16 @@ type Config struct {
 	// APIEnabled serves /v1; false serves only the health endpoints (worker
 	// mode).
 	APIEnabled bool
+	// Parked serves /admin/parked and the Projection-Parked header of
+	// details. Optional.
+	Parked ParkedAggregates
+	// Rebuilds serves /admin/rebuilds. Optional.
+	Rebuilds ProjectionRebuilds
+	// Metrics serves GET /metrics, unauthenticated (Prometheus). Optional.
+	Metrics http.Handler
+	// ObserveRequest records each request's route, status and duration
+	// (HTTP metrics). Optional.
+	ObserveRequest func(method, route string, status int, d time.Duration)
 }
 
 type server struct {
@@ -76,7 +86,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))
 	})
-	return s.logRequests(s.limitBody(mux)), nil
+	return s.logRequests(s.limitBody(s.observe(mux))), nil
 }
 
 // route is one entry of the API: its pattern ("METHOD /path"), the roles
@@ -94,6 +104,7 @@ type route struct {
 func (s *server) routes() []route {
 	op := []access.Role{access.Operator}
 	opOrWorker := []access.Role{access.Operator, access.Worker}
+	admin := []access.Role{access.Admin}
 	v1 := func(pattern string, roles []access.Role, h handlerFunc) route {
 		return route{pattern: pattern, roles: roles, handle: h, api: true}
 	}
@@ -101,6 +112,7 @@ func (s *server) routes() []route {
 		{pattern: "GET /healthz", handle: s.healthz},
 		{pattern: "GET /readyz", handle: s.readyz},
 		{pattern: "GET /openapi.json", handle: serveOpenAPI},
+		{pattern: "GET /metrics", handle: s.metrics},
 	}
 	for _, rs := range s.referenceRoutes() {
 		for _, rt := range rs {
@@ -110,23 +122,49 @@ func (s *server) routes() []route {
 	return append(rts,
 		v1("POST /v1/service-requests", op, s.createServiceRequest),
 		v1("GET /v1/service-requests", op, s.listServiceRequests),
-		v1("GET /v1/service-requests/{id}", op, s.getServiceRequest),
+		v1("GET /v1/service-requests/{id}", op, s.parkedHeader("service_requests", s.getServiceRequest)),
 		v1("PATCH /v1/service-requests/{id}", op, s.updateServiceRequest),
 		v1("POST /v1/service-requests/{id}/status", op, s.changeServiceRequestStatus),
 		v1("POST /v1/service-requests/{id}/convert", op, s.convertServiceRequest),
 		v1("GET /v1/schedules", opOrWorker, s.listSchedules),
-		v1("GET /v1/schedules/{id}", opOrWorker, s.getSchedule),
+		v1("GET /v1/schedules/{id}", opOrWorker, s.parkedHeader("schedules", s.getSchedule)),
 		v1("POST /v1/schedules/{id}/status", opOrWorker, s.changeScheduleStatus),
 		v1("POST /v1/orders", op, s.createOrder),
 		v1("GET /v1/orders", opOrWorker, s.listOrders),
-		v1("GET /v1/orders/{id}", opOrWorker, s.getOrder),
+		v1("GET /v1/orders/{id}", opOrWorker, s.parkedHeader("orders", s.getOrder)),
 		v1("GET /v1/orders/{id}/changes", opOrWorker, s.orderChanges),
 		v1("PATCH /v1/orders/{id}", op, s.updateOrder),
 		v1("POST /v1/orders/{id}/status", op, s.changeOrderStatus),
 		v1("POST /v1/orders/{id}/cancel", op, s.cancelOrder),
 		v1("PUT /v1/orders/{id}/assignment", op, s.assignOrder),
 		v1("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
+		v1("GET /admin/parked", admin, s.configured(s.Parked != nil, s.listParked)),
+		v1("POST /admin/parked/replay", admin, s.configured(s.Parked != nil, s.replayAllParked)),
+		v1("GET /admin/parked/{projection}/{id}", admin, s.configured(s.Parked != nil, s.getParked)),
+		v1("POST /admin/parked/{projection}/{id}/replay", admin, s.configured(s.Parked != nil, s.replayParked)),
+		v1("POST /admin/parked/{projection}/{id}/skip", admin, s.configured(s.Parked != nil, s.skipParked)),
+		v1("POST /admin/rebuilds/{projection}", admin, s.configured(s.Rebuilds != nil, s.startRebuild)),
+		v1("GET /admin/rebuilds/{projection}", admin, s.configured(s.Rebuilds != nil, s.rebuildStatus)),
+		v1("DELETE /admin/rebuilds/{projection}", admin, s.configured(s.Rebuilds != nil, s.cancelRebuild)),
 	)
+}
+
+// configured answers 404 for a route whose dependency this instance was
+// not given.
+func (s *server) configured(ok bool, h handlerFunc) handlerFunc {
+	if ok {
+		return h
+	}
+	return func(http.ResponseWriter, *http.Request) error { return apperr.ErrNotFound }
+}
+
+// metrics serves Prometheus metrics, unauthenticated, when configured.
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) error {
+	if s.Metrics == nil {
+		return apperr.ErrNotFound
+	}
+	s.Metrics.ServeHTTP(w, r)
+	return nil
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {

@@ -1,0 +1,429 @@
+package pubsub
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/uptrace/bun"
+
+	"hearth/app/apperr"
+	"hearth/app/event"
+	"hearth/app/ops"
+)
+
+// Parking keeps an aggregate's events in order when one of them cannot be
+// applied (guarantee 6: poison without corruption).
+//
+// When an event exhausts its retry budget, the router's park middleware
+// marks its aggregate parked for that projection (parked_aggregates) and
+// stores the event (parked_events); the event still goes to the poison
+// topic, as an audit copy. From then on the projection's handler stores
+// every later event of that aggregate in parked_events instead of applying
+// it; other aggregates keep flowing. Replay applies the waiting events in
+// version order through the projection's Apply (the version guard and gap
+// check still protect the row) and unparks the aggregate when all of them
+// applied; when one fails again, the applied ones are dropped from the
+// queue and the aggregate stays parked behind the failing one. Skip
+// records one event as skipped (who, why) and applies it as a version
+// bump (event.Skipped), so the next event follows it.
+//
+// The tables live in the event-store database (the consumer side). The
+// handler's check and a replay serialise on the parked_aggregates row: the
+// handler takes it FOR SHARE, replay and skip FOR UPDATE, so an event
+// delivered during a replay waits for it and is then applied (unparked) or
+// parked behind the others (still parked).
+type Parking struct {
+	db          *bun.DB
+	projections map[string]Projection
+}
+
+// NewParking returns parking on the event-store database for the given
+// projections (replay and skip apply through their Apply).
+func NewParking(db *bun.DB, projections ...Projection) (*Parking, error) {
+	if db == nil {
+		return nil, errors.New("pubsub.NewParking: nil db")
+	}
+	pk := &Parking{db: db, projections: map[string]Projection{}}
+	for _, p := range projections {
+		if p.Name == "" || p.Apply == nil || p.Decode == nil {
+			return nil, fmt.Errorf("pubsub.NewParking: projection %q needs Name, Decode and Apply", p.Name)
+		}
+		pk.projections[p.Name] = p
+	}
+	return pk, nil
+}
+
+// Projections names the projections parking knows, sorted.
+func (pk *Parking) Projections() []string {
+	names := make([]string, 0, len(pk.projections))
+	for n := range pk.projections {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (pk *Parking) projection(name string) (Projection, error) {
+	p, ok := pk.projections[name]
+	if !ok {
+		return Projection{}, apperr.Invalid("projection", "unknown projection %q; one of %s", name, strings.Join(pk.Projections(), ", "))
+	}
+	return p, nil
+}
+
+// hold parks r when its aggregate is parked for projection and reports
+// whether it did. One statement: the check takes the parked row FOR SHARE,
+// so it waits for a replay or skip in progress.
+func (pk *Parking) hold(ctx context.Context, projection string, r event.Recorded) (bool, error) {
+	env, err := json.Marshal(r.Envelope)
+	if err != nil {
+		return false, err
+	}
+	var parked bool
+	err = pk.db.DB.QueryRowContext(ctx, `
+		WITH p AS (SELECT 1 FROM parked_aggregates WHERE projection = $1 AND stream_id = $2 FOR SHARE),
+		ins AS (INSERT INTO parked_events (projection, stream_id, version, event_id, type, envelope)
+		        SELECT $1, $2, $3, $4, $5, $6 FROM p ON CONFLICT DO NOTHING)
+		SELECT EXISTS (SELECT 1 FROM p)`,
+		projection, r.StreamID, r.Version, r.ID, r.Type, string(env)).Scan(&parked)
+	if err != nil {
+		return false, fmt.Errorf("check parking of %s: %w", r.StreamID, err)
+	}
+	return parked, nil
+}
+
+// park marks env's aggregate parked for projection, behind env.
+func (pk *Parking) park(ctx context.Context, projection string, env event.Envelope, reason string) error {
+	raw, err := json.Marshal(env)
+	if err != nil {
+		return err
+	}
+	return pk.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.Tx.ExecContext(ctx, `
+			INSERT INTO parked_aggregates (projection, stream_id, stream_type, merchant_id, reason, first_event_id, first_version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT (projection, stream_id) DO UPDATE
+			SET reason = excluded.reason, attempts = parked_aggregates.attempts + 1, last_attempt_at = now()`,
+			projection, env.StreamID, env.StreamType, env.MerchantID, reason, env.ID, env.Version); err != nil {
+			return fmt.Errorf("park %s: %w", env.StreamID, err)
+		}
+		if _, err := tx.Tx.ExecContext(ctx, `
+			INSERT INTO parked_events (projection, stream_id, version, event_id, type, envelope)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+			projection, env.StreamID, env.Version, env.ID, env.Type, string(raw)); err != nil {
+			return fmt.Errorf("park event %s: %w", env.ID, err)
+		}
+		return nil
+	})
+}
+
+// parkFailedError is a poisoned message whose aggregate could not be
+// parked. It is not sent to the poison topic (which would ack it): it is
+// redelivered, so no later event of its aggregate can overtake it.
+type parkFailedError struct{ err error }
+
+func (e *parkFailedError) Error() string { return "park failed: " + e.err.Error() }
+func (e *parkFailedError) Unwrap() error { return e.err }
+
+// middleware parks the aggregate of a message whose handler failed for
+// good (retry budget spent or a permanent error). It sits between the
+// poison queue and the retry middleware. pk may be nil: then it only
+// counts.
+func parkMiddleware(pk *Parking, m *Metrics, log *slog.Logger) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err == nil || errors.As(err, new(*cancelledError)) {
+				return out, err
+			}
+			name := message.HandlerNameFromCtx(msg.Context())
+			m.poison(name)
+			var env event.Envelope
+			if pk == nil || json.Unmarshal(msg.Payload, &env) != nil || env.StreamID == "" || env.Version < 1 || env.ID == "" {
+				log.Error("event poisoned", "projection", name, "message_uuid", msg.UUID, "error", err)
+				return out, err
+			}
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 10*time.Second)
+			defer cancel()
+			if perr := pk.park(ctx, name, env, err.Error()); perr != nil {
+				return out, &parkFailedError{err: errors.Join(err, perr)}
+			}
+			log.Error("event poisoned, aggregate parked", "projection", name, "stream_id", env.StreamID,
+				"version", env.Version, "event_id", env.ID, "error", err)
+			return out, err
+		}
+	}
+}
+
+const parkedColumns = `a.projection, a.stream_id, a.stream_type, a.merchant_id, a.reason, a.first_event_id,
+	a.first_version, a.since, a.attempts, a.last_attempt_at,
+	(SELECT count(*) FROM parked_events e WHERE e.projection = a.projection AND e.stream_id = a.stream_id)`
+
+func scanParked(row interface{ Scan(...any) error }) (ops.ParkedAggregate, error) {
+	var a ops.ParkedAggregate
+	err := row.Scan(&a.Projection, &a.StreamID, &a.StreamType, &a.MerchantID, &a.Reason, &a.FirstEventID,
+		&a.FirstVersion, &a.Since, &a.Attempts, &a.LastAttemptAt, &a.Waiting)
+	a.Since, a.LastAttemptAt = a.Since.UTC(), a.LastAttemptAt.UTC()
+	return a, err
+}
+
+// List returns the parked aggregates of projection ("" for every
+// projection), oldest first.
+func (pk *Parking) List(ctx context.Context, projection string) ([]ops.ParkedAggregate, error) {
+	if projection != "" {
+		if _, err := pk.projection(projection); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := pk.db.DB.QueryContext(ctx, `SELECT `+parkedColumns+` FROM parked_aggregates a
+		WHERE $1 = '' OR a.projection = $1 ORDER BY a.since, a.projection, a.stream_id`, projection)
+	if err != nil {
+		return nil, fmt.Errorf("list parked aggregates: %w", err)
+	}
+	defer rows.Close()
+	out := []ops.ParkedAggregate{}
+	for rows.Next() {
+		a, err := scanParked(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// Get returns one parked aggregate with its waiting events, or
+// apperr.ErrNotFound.
+func (pk *Parking) Get(ctx context.Context, projection, streamID string) (ops.ParkedAggregate, error) {
+	if _, err := pk.projection(projection); err != nil {
+		return ops.ParkedAggregate{}, err
+	}
+	a, err := scanParked(pk.db.DB.QueryRowContext(ctx, `SELECT `+parkedColumns+` FROM parked_aggregates a
+		WHERE a.projection = $1 AND a.stream_id = $2`, projection, streamID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return ops.ParkedAggregate{}, apperr.ErrNotFound
+	}
+	if err != nil {
+		return ops.ParkedAggregate{}, fmt.Errorf("get parked aggregate: %w", err)
+	}
+	rows, err := pk.db.DB.QueryContext(ctx, `SELECT event_id, type, version, parked_at FROM parked_events
+		WHERE projection = $1 AND stream_id = $2 ORDER BY version`, projection, streamID)
+	if err != nil {
+		return ops.ParkedAggregate{}, fmt.Errorf("list parked events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e ops.ParkedEvent
+		if err := rows.Scan(&e.EventID, &e.Type, &e.Version, &e.ParkedAt); err != nil {
+			return ops.ParkedAggregate{}, err
+		}
+		e.ParkedAt = e.ParkedAt.UTC()
+		a.Events = append(a.Events, e)
+	}
+	return a, rows.Err()
+}
+
+// Parked reports whether the merchant's aggregate is parked for projection
+// (for the detail endpoints). Another merchant's aggregate reads as not
+// parked.
+func (pk *Parking) Parked(ctx context.Context, projection, merchantID, streamID string) (ops.ParkedAggregate, bool, error) {
+	a, err := scanParked(pk.db.DB.QueryRowContext(ctx, `SELECT `+parkedColumns+` FROM parked_aggregates a
+		WHERE a.projection = $1 AND a.stream_id = $2 AND a.merchant_id = $3`, projection, streamID, merchantID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return ops.ParkedAggregate{}, false, nil
+	}
+	if err != nil {
+		return ops.ParkedAggregate{}, false, fmt.Errorf("check parked aggregate: %w", err)
+	}
+	return a, true, nil
+}
+
+type waitingEvent struct {
+	version int
+	env     []byte
+}
+
+// lockParked locks the parked row for a replay or skip and reads its
+// waiting events in version order.
+func lockParked(ctx context.Context, tx *sql.Tx, projection, streamID string) ([]waitingEvent, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM parked_aggregates WHERE projection = $1 AND stream_id = $2 FOR UPDATE`,
+		projection, streamID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, apperr.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock parked aggregate: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT version, envelope FROM parked_events
+		WHERE projection = $1 AND stream_id = $2 ORDER BY version`, projection, streamID)
+	if err != nil {
+		return nil, fmt.Errorf("read parked events: %w", err)
+	}
+	defer rows.Close()
+	var out []waitingEvent
+	for rows.Next() {
+		var w waitingEvent
+		if err := rows.Scan(&w.version, &w.env); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// Replay applies the waiting events of one parked aggregate in version
+// order. When all apply, the aggregate is unparked; when one fails, the
+// events before it are done, and the aggregate stays parked behind it with
+// the new reason (the result's Error; not an error of Replay).
+func (pk *Parking) Replay(ctx context.Context, projection, streamID string) (ops.ReplayResult, error) {
+	p, err := pk.projection(projection)
+	if err != nil {
+		return ops.ReplayResult{}, err
+	}
+	res := ops.ReplayResult{Projection: projection, StreamID: streamID}
+	err = pk.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		waiting, err := lockParked(ctx, tx.Tx, projection, streamID)
+		if err != nil {
+			return err
+		}
+		for i, w := range waiting {
+			rec, err := event.Unmarshal(w.env, p.Decode)
+			if err == nil {
+				actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+				err = p.Apply(actx, rec)
+				cancel()
+			}
+			if err != nil {
+				res.Error, res.Waiting = err.Error(), len(waiting)-i
+				var first struct {
+					ID string `json:"event_id"`
+				}
+				_ = json.Unmarshal(w.env, &first)
+				if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2 AND version < $3`,
+					projection, streamID, w.version); err != nil {
+					return err
+				}
+				_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates
+					SET reason = $3, first_event_id = $4, first_version = $5, attempts = attempts + 1, last_attempt_at = now()
+					WHERE projection = $1 AND stream_id = $2`, projection, streamID, res.Error, first.ID, w.version)
+				return err
+			}
+			res.Applied++
+		}
+		if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2`, projection, streamID); err != nil {
+			return err
+		}
+		if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_aggregates WHERE projection = $1 AND stream_id = $2`, projection, streamID); err != nil {
+			return err
+		}
+		res.Unparked = true
+		return nil
+	})
+	if err != nil {
+		return ops.ReplayResult{}, fmt.Errorf("replay %s %s: %w", projection, streamID, err)
+	}
+	return res, nil
+}
+
+// ReplayAll replays every parked aggregate of projection ("" for all),
+// oldest first, and returns one result per aggregate.
+func (pk *Parking) ReplayAll(ctx context.Context, projection string) ([]ops.ReplayResult, error) {
+	parked, err := pk.List(ctx, projection)
+	if err != nil {
+		return nil, err
+	}
+	out := []ops.ReplayResult{}
+	for _, a := range parked {
+		res, err := pk.Replay(ctx, a.Projection, a.StreamID)
+		if errors.Is(err, apperr.ErrNotFound) {
+			continue // replayed meanwhile
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// Skip skips the first waiting event of a parked aggregate: it records who
+// skipped it and why (skipped_events), and applies it as event.Skipped, a
+// version bump with change-log action "skipped", so that the next event
+// follows it. eventID, when not empty, must name that first event. The
+// events behind it keep waiting (replay them next); when none do, the
+// aggregate is unparked.
+func (pk *Parking) Skip(ctx context.Context, projection, streamID, eventID, by, reason string) (ops.SkipResult, error) {
+	p, err := pk.projection(projection)
+	if err != nil {
+		return ops.SkipResult{}, err
+	}
+	reason, by = strings.TrimSpace(reason), strings.TrimSpace(by)
+	if reason == "" {
+		return ops.SkipResult{}, apperr.Invalid("reason", "is required: say why the event is skipped")
+	}
+	if by == "" {
+		return ops.SkipResult{}, apperr.Invalid("by", "is required: say who skips the event")
+	}
+	res := ops.SkipResult{Projection: projection, StreamID: streamID, SkippedBy: by, Reason: reason}
+	err = pk.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		waiting, err := lockParked(ctx, tx.Tx, projection, streamID)
+		if err != nil {
+			return err
+		}
+		if len(waiting) == 0 {
+			return &apperr.RuleError{Rule: "parked.nothing_waiting", Detail: "no event waits; replay to unpark"}
+		}
+		// The envelope alone is enough: a skipped event is never decoded.
+		rec, err := event.Unmarshal(waiting[0].env, func(string, []byte) (event.Event, error) { return nil, nil })
+		if err != nil {
+			return err
+		}
+		if eventID != "" && eventID != rec.ID {
+			return &apperr.RuleError{Rule: "parked.skip_not_first",
+				Detail: fmt.Sprintf("only the first waiting event can be skipped: %s (version %d)", rec.ID, rec.Version)}
+		}
+		res.EventID, res.Version, res.Type = rec.ID, rec.Version, rec.Type
+		if _, err := tx.Tx.ExecContext(ctx, `INSERT INTO skipped_events (projection, event_id, stream_id, version, type, skipped_by, reason)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
+			projection, rec.ID, rec.StreamID, rec.Version, rec.Type, by, reason); err != nil {
+			return fmt.Errorf("record skipped event: %w", err)
+		}
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		err = p.Apply(actx, event.Skip(rec))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("apply skipped event %s: %w", rec.ID, err)
+		}
+		if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2 AND version = $3`,
+			projection, streamID, rec.Version); err != nil {
+			return err
+		}
+		res.Waiting = len(waiting) - 1
+		if res.Waiting == 0 {
+			res.Unparked = true
+			_, err = tx.Tx.ExecContext(ctx, `DELETE FROM parked_aggregates WHERE projection = $1 AND stream_id = $2`, projection, streamID)
+			return err
+		}
+		var next struct {
+			ID string `json:"event_id"`
+		}
+		_ = json.Unmarshal(waiting[1].env, &next)
+		_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates SET reason = $3, first_event_id = $4, first_version = $5
+			WHERE projection = $1 AND stream_id = $2`, projection, streamID,
+			fmt.Sprintf("version %d skipped by %s (%s); replay the events behind it", rec.Version, by, reason), next.ID, waiting[1].version)
+		return err
+	})
+	if err != nil {
+		return ops.SkipResult{}, fmt.Errorf("skip in %s %s: %w", projection, streamID, err)
+	}
+	return res, nil
+}

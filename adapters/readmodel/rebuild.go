@@ -1,0 +1,454 @@
+package readmodel
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"hearth/app/apperr"
+	"hearth/app/event"
+	"hearth/app/ops"
+)
+
+// RebuildConfig is what Rebuild needs.
+type RebuildConfig struct {
+	// Log reads the event store (pubsub.EventLog). Required.
+	Log EventLog
+	// DB is the read-model database. Required.
+	DB *bun.DB
+	// Projection names the projection to rebuild. Required.
+	Projection string
+	// Progress, when set, is called with the progress at most twice a
+	// second and at every change of phase.
+	Progress func(ops.RebuildProgress)
+	// BatchSize is how many rows go into one insert. Defaults to 1000.
+	BatchSize int
+	// LockTimeout bounds the wait for the live table's lock at the swap.
+	// Defaults to 30s.
+	LockTimeout time.Duration
+}
+
+// Rebuild rebuilds one projection's table from the start of the event log
+// without downtime:
+//
+//  1. fold: every stream is folded from the events table into a shadow
+//     table (<table>_rebuild), while the live table keeps serving reads and
+//     the live projection keeps applying events to it;
+//  2. catch up: the shadow rows are brought to exactly the versions the live
+//     projection has applied, as its change log records them (the highest
+//     change-log version of each aggregate): rows of streams that moved on
+//     are folded again, rows the live projection has not created yet are
+//     dropped, so that the live projection, which continues from its own
+//     offset, applies every later event (and writes its change-log row)
+//     itself;
+//  3. swap: in one read-model transaction, the live table is locked in
+//     EXCLUSIVE mode (reads go on; the live projection's next write waits),
+//     the last differences are caught up, the shadow table takes the live
+//     table's name and index names, and the old table is dropped.
+//
+// The change log is the history of what the live projection applied; a
+// rebuild never writes it, so no change-log row is ever written twice.
+// Cancelling ctx drops the shadow table and leaves the live table as it
+// was. Two rebuilds of one projection never run at once (an advisory lock
+// on the read-model database).
+func Rebuild(ctx context.Context, cfg RebuildConfig) (ops.RebuildProgress, error) {
+	if cfg.Log == nil || cfg.DB == nil {
+		return ops.RebuildProgress{}, errors.New("readmodel.Rebuild: Log and DB are required")
+	}
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1000)
+	cfg.LockTimeout = cmp.Or(cfg.LockTimeout, 30*time.Second)
+	ts, err := selectTargets([]string{cfg.Projection})
+	if err != nil {
+		return ops.RebuildProgress{}, apperr.Invalid("projection", "%v", err)
+	}
+	rb := &rebuilder{cfg: cfg, p: ops.RebuildProgress{Projection: cfg.Projection, Phase: "fold", StartedAt: time.Now().UTC()}}
+	err = ts[0].rebuild(ctx, rb)
+	rb.p.FinishedAt = time.Now().UTC()
+	switch {
+	case err == nil:
+		rb.p.Phase, rb.p.ETA = "done", ""
+	case ctx.Err() != nil:
+		rb.p.Phase, rb.p.Error = "cancelled", err.Error()
+	default:
+		rb.p.Phase, rb.p.Error = "failed", err.Error()
+	}
+	rb.report(true)
+	if err != nil {
+		return rb.p, fmt.Errorf("rebuild %s: %w", cfg.Projection, err)
+	}
+	return rb.p, nil
+}
+
+type rebuilder struct {
+	cfg  RebuildConfig
+	p    ops.RebuildProgress
+	last time.Time
+}
+
+func (rb *rebuilder) phase(name string) {
+	rb.p.Phase = name
+	rb.report(true)
+}
+
+func (rb *rebuilder) report(force bool) {
+	if rb.cfg.Progress == nil || (!force && time.Since(rb.last) < 500*time.Millisecond) {
+		return
+	}
+	rb.last = time.Now()
+	elapsed := time.Since(rb.p.StartedAt).Seconds()
+	if elapsed > 0 {
+		rb.p.Rate = float64(rb.p.Events) / elapsed
+	}
+	rb.p.ETA = ""
+	if rb.p.Phase == "fold" && rb.p.Rate > 0 && rb.p.Total >= rb.p.Events {
+		rb.p.ETA = (time.Duration(float64(rb.p.Total-rb.p.Events)/rb.p.Rate*float64(time.Second)) + time.Second/2).Truncate(time.Second).String()
+	}
+	rb.cfg.Progress(rb.p)
+}
+
+func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error) {
+	db := rb.cfg.DB
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var locked bool
+	lockKey := "hearth/rebuild/" + t.name
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext(?))`, lockKey).Scan(&locked); err != nil {
+		return fmt.Errorf("rebuild lock: %w", err)
+	}
+	if !locked {
+		return &apperr.ConflictError{Detail: "a rebuild of " + t.projection + " is already running"}
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = conn.ExecContext(cctx, `SELECT pg_advisory_unlock(hashtext(?))`, lockKey)
+	}()
+
+	shadow := t.name + "_rebuild"
+	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err != nil {
+		return fmt.Errorf("drop %s: %w", shadow, err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE ? (LIKE ? INCLUDING ALL)`, bun.Ident(shadow), bun.Ident(t.name)); err != nil {
+		return fmt.Errorf("create %s: %w", shadow, err)
+	}
+	swapped := false
+	defer func() {
+		if swapped {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, derr := db.ExecContext(cctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); derr != nil {
+			err = errors.Join(err, fmt.Errorf("drop %s: %w", shadow, derr))
+		}
+	}()
+
+	// 1. Fold every stream into the shadow table.
+	if rb.p.Total, err = rb.cfg.Log.Count(ctx, t.streamType); err != nil {
+		return err
+	}
+	rb.report(true)
+	var batch []R
+	insert := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if _, err := db.NewInsert().Model(&batch).ModelTableExpr("?", bun.Ident(shadow)).Exec(ctx); err != nil {
+			return fmt.Errorf("insert into %s: %w", shadow, err)
+		}
+		rb.p.Rows += int64(len(batch))
+		batch = batch[:0]
+		return nil
+	}
+	err = rb.cfg.Log.Scan(ctx, t.projection, t.streamType, t.decode, func(stream []event.Recorded) error {
+		v, err := t.fold(stream, 0)
+		if err != nil {
+			return err
+		}
+		batch = append(batch, t.toRow(v))
+		rb.p.Events += int64(len(stream))
+		rb.report(false)
+		if len(batch) >= rb.cfg.BatchSize {
+			return insert()
+		}
+		return nil
+	})
+	if err == nil {
+		err = insert()
+	}
+	if err != nil {
+		return err
+	}
+
+	// 2. Catch up with the live projection while it keeps running.
+	rb.phase("catch_up")
+	for range 5 {
+		behind, err := t.behind(ctx, db, shadow)
+		if err != nil {
+			return err
+		}
+		if len(behind) == 0 {
+			break
+		}
+		if err := t.reconcile(ctx, db, rb, shadow, behind); err != nil {
+			return err
+		}
+		if len(behind) < 100 {
+			break
+		}
+	}
+
+	// 3. Swap in one transaction.
+	rb.phase("swap")
+	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = ?`, fmt.Sprintf("%dms", rb.cfg.LockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `LOCK TABLE ? IN EXCLUSIVE MODE`, bun.Ident(t.name)); err != nil {
+			return fmt.Errorf("lock %s: %w", t.name, err)
+		}
+		behind, err := t.behind(ctx, tx, shadow)
+		if err != nil {
+			return err
+		}
+		if err := t.reconcile(ctx, tx, rb, shadow, behind); err != nil {
+			return err
+		}
+		return swapTables(ctx, tx, t.name, shadow)
+	})
+	if err != nil {
+		return err
+	}
+	swapped = true
+	return nil
+}
+
+// behind returns the aggregates whose shadow row is not at the version the
+// live projection has applied (0: not applied at all), from the change log.
+func (t *table[V, PV, R]) behind(ctx context.Context, db bun.IDB, shadow string) (map[string]int, error) {
+	rows, err := db.QueryContext(ctx, `
+		SELECT COALESCE(c.id, s.id)::text, COALESCE(c.v, 0)
+		FROM (SELECT aggregate_id AS id, max(version) AS v FROM change_log WHERE aggregate_type = ? GROUP BY aggregate_id) c
+		FULL JOIN ? s ON s.id = c.id
+		WHERE c.v IS DISTINCT FROM s.version`, t.streamType, bun.Ident(shadow))
+	if err != nil {
+		return nil, fmt.Errorf("compare %s with the change log: %w", shadow, err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var v int
+		if err := rows.Scan(&id, &v); err != nil {
+			return nil, err
+		}
+		out[id] = v
+	}
+	return out, rows.Err()
+}
+
+// reconcile sets the shadow rows of the given aggregates to the fold of
+// their events up to the given version (0 removes the row).
+func (t *table[V, PV, R]) reconcile(ctx context.Context, db bun.IDB, rb *rebuilder, shadow string, versions map[string]int) error {
+	for batch := range slices.Chunk(slices.Collect(maps.Keys(versions)), rb.cfg.BatchSize) {
+		streams, err := rb.cfg.Log.Streams(ctx, t.projection, t.streamType, t.decode, batch)
+		if err != nil {
+			return err
+		}
+		var rows []R
+		for _, id := range batch {
+			v := versions[id]
+			if v == 0 {
+				continue
+			}
+			stream := streams[id]
+			if len(stream) < v {
+				return fmt.Errorf("%s %s: the change log has version %d, the event log only %d events", t.streamType, id, v, len(stream))
+			}
+			view, err := t.fold(stream, v)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, t.toRow(view))
+			rb.p.Events += int64(v)
+		}
+		if _, err := db.NewDelete().TableExpr("?", bun.Ident(shadow)).Where("id IN (?)", bun.In(batch)).Exec(ctx); err != nil {
+			return fmt.Errorf("catch up %s: %w", shadow, err)
+		}
+		if len(rows) > 0 {
+			if _, err := db.NewInsert().Model(&rows).ModelTableExpr("?", bun.Ident(shadow)).Exec(ctx); err != nil {
+				return fmt.Errorf("catch up %s: %w", shadow, err)
+			}
+		}
+		rb.report(false)
+	}
+	return nil
+}
+
+// swapTables puts shadow in live's place, with live's index names, and
+// drops the old table.
+func swapTables(ctx context.Context, tx bun.Tx, live, shadow string) error {
+	indexes := func(table string) (map[string]string, error) {
+		rows, err := tx.QueryContext(ctx, `SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ?`, table)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		out := map[string]string{} // definition without names -> index name
+		for rows.Next() {
+			var name, def string
+			if err := rows.Scan(&name, &def); err != nil {
+				return nil, err
+			}
+			unique := strings.HasPrefix(def, "CREATE UNIQUE")
+			_, using, _ := strings.Cut(def, " USING ")
+			out[fmt.Sprint(unique, using)] = name
+		}
+		return out, rows.Err()
+	}
+	oldIdx, err := indexes(live)
+	if err != nil {
+		return fmt.Errorf("read indexes of %s: %w", live, err)
+	}
+	newIdx, err := indexes(shadow)
+	if err != nil {
+		return fmt.Errorf("read indexes of %s: %w", shadow, err)
+	}
+	old := live + "_replaced"
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`DROP TABLE IF EXISTS ?`, []any{bun.Ident(old)}},
+		{`ALTER TABLE ? RENAME TO ?`, []any{bun.Ident(live), bun.Ident(old)}},
+		{`ALTER TABLE ? RENAME TO ?`, []any{bun.Ident(shadow), bun.Ident(live)}},
+		{`DROP TABLE ?`, []any{bun.Ident(old)}},
+	} {
+		if _, err := tx.ExecContext(ctx, q.sql, q.args...); err != nil {
+			return fmt.Errorf("swap %s: %w", live, err)
+		}
+	}
+	for def, name := range newIdx {
+		want, ok := oldIdx[def]
+		if !ok || want == name {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `ALTER INDEX ? RENAME TO ?`, bun.Ident(name), bun.Ident(want)); err != nil {
+			return fmt.Errorf("rename index %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Rebuilds runs rebuilds in the background for the admin API: one at a
+// time per projection and process (the advisory lock also keeps other
+// processes out).
+type Rebuilds struct {
+	log  EventLog
+	db   *bun.DB
+	mu   sync.Mutex
+	runs map[string]*rebuildRun
+}
+
+type rebuildRun struct {
+	cancel   context.CancelFunc
+	done     chan struct{}
+	progress ops.RebuildProgress
+}
+
+// NewRebuilds returns the runner.
+func NewRebuilds(log EventLog, db *bun.DB) (*Rebuilds, error) {
+	if log == nil || db == nil {
+		return nil, errors.New("readmodel.NewRebuilds: nil dependency")
+	}
+	return &Rebuilds{log: log, db: db, runs: map[string]*rebuildRun{}}, nil
+}
+
+// Start starts a rebuild of projection in the background and returns its
+// first progress. A rebuild of it already running is a conflict.
+func (r *Rebuilds) Start(projection string) (ops.RebuildProgress, error) {
+	if _, err := selectTargets([]string{projection}); err != nil {
+		return ops.RebuildProgress{}, apperr.Invalid("projection", "%v", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if run, ok := r.runs[projection]; ok {
+		select {
+		case <-run.done:
+		default:
+			return ops.RebuildProgress{}, &apperr.ConflictError{Detail: "a rebuild of " + projection + " is already running"}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &rebuildRun{cancel: cancel, done: make(chan struct{}),
+		progress: ops.RebuildProgress{Projection: projection, Phase: "fold", StartedAt: time.Now().UTC()}}
+	r.runs[projection] = run
+	go func() {
+		defer close(run.done)
+		defer cancel()
+		p, _ := Rebuild(ctx, RebuildConfig{Log: r.log, DB: r.db, Projection: projection, Progress: func(p ops.RebuildProgress) {
+			r.mu.Lock()
+			run.progress = p
+			r.mu.Unlock()
+		}})
+		r.mu.Lock()
+		run.progress = p
+		r.mu.Unlock()
+	}()
+	return run.progress, nil
+}
+
+// Status returns the progress of the projection's latest rebuild in this
+// process, or apperr.ErrNotFound.
+func (r *Rebuilds) Status(projection string) (ops.RebuildProgress, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run, ok := r.runs[projection]
+	if !ok {
+		return ops.RebuildProgress{}, apperr.ErrNotFound
+	}
+	return run.progress, nil
+}
+
+// Cancel cancels the projection's running rebuild, waits for it to clean
+// up and returns its last progress.
+func (r *Rebuilds) Cancel(ctx context.Context, projection string) (ops.RebuildProgress, error) {
+	r.mu.Lock()
+	run, ok := r.runs[projection]
+	r.mu.Unlock()
+	if !ok {
+		return ops.RebuildProgress{}, apperr.ErrNotFound
+	}
+	run.cancel()
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+		return ops.RebuildProgress{}, ctx.Err()
+	}
+	return r.Status(projection)
+}
+
+// Close cancels every running rebuild and waits for them.
+func (r *Rebuilds) Close() {
+	r.mu.Lock()
+	runs := make([]*rebuildRun, 0, len(r.runs))
+	for _, run := range r.runs {
+		runs = append(runs, run)
+	}
+	r.mu.Unlock()
+	for _, run := range runs {
+		run.cancel()
+		<-run.done
+	}
+}

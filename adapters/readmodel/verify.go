@@ -1,0 +1,396 @@
+package readmodel
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"hearth/app/event"
+)
+
+// VerifyConfig is what Verify needs.
+type VerifyConfig struct {
+	// Log reads the event store (pubsub.EventLog). Required.
+	Log EventLog
+	// DB is the read-model database. Required.
+	DB *bun.DB
+	// Projections limits verification to these projections. Defaults to
+	// all of them.
+	Projections []string
+	// Progress, when set, receives a progress line (rewritten in place
+	// with \r) while streams are read; the CLI passes stderr when it is a
+	// terminal.
+	Progress io.Writer
+	// RecheckAfter is how long to wait before reading the aggregates that
+	// differ once more (both sides afresh), so that events still in flight
+	// through a live projection are not reported. 0 reports at once.
+	// Defaults to 0.
+	RecheckAfter time.Duration
+	// BatchSize is how many streams are compared per read-model query.
+	// Defaults to 500.
+	BatchSize int
+}
+
+// Difference is one way a read-model row or its change log disagrees with
+// the fold of its events.
+type Difference struct {
+	Projection  string `json:"projection"`
+	AggregateID string `json:"aggregate_id"`
+	// What differs: a field name, "row", "change_log", "change_log vN" or
+	// "change_log after".
+	What string `json:"what"`
+	// ReadModel is what the table or the change log holds.
+	ReadModel string `json:"read_model"`
+	// EventLog is what the fold of the events says.
+	EventLog string `json:"event_log"`
+}
+
+func (d Difference) String() string {
+	return fmt.Sprintf("%s %s %s: read model %s, event log %s", d.Projection, d.AggregateID, d.What, d.ReadModel, d.EventLog)
+}
+
+// VerifyReport is what Verify found, per projection.
+type VerifyReport struct {
+	Projections []ProjectionReport `json:"projections"`
+}
+
+// ProjectionReport is the verification of one projection.
+type ProjectionReport struct {
+	Projection  string       `json:"projection"`
+	Streams     int64        `json:"streams"`
+	Events      int64        `json:"events"`
+	Differences []Difference `json:"differences"`
+}
+
+// Differences returns every difference found.
+func (r VerifyReport) Differences() []Difference {
+	var out []Difference
+	for _, p := range r.Projections {
+		out = append(out, p.Differences...)
+	}
+	return out
+}
+
+// Verify rebuilds every read-model row in memory from the event store (the
+// same fold the projections use) and compares it, field by field, with the
+// table, and each aggregate's change log with its events: exactly one row
+// per event, versions contiguous, the event's id and type as action, and
+// the last row's after snapshot equal to the fold. Rows or change-log
+// entries without events are differences too. It works in both database
+// layouts: the event store and the read model are read separately.
+func Verify(ctx context.Context, cfg VerifyConfig) (VerifyReport, error) {
+	if cfg.Log == nil || cfg.DB == nil {
+		return VerifyReport{}, errors.New("readmodel.Verify: Log and DB are required")
+	}
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
+	ts, err := selectTargets(cfg.Projections)
+	if err != nil {
+		return VerifyReport{}, err
+	}
+	v := &verifier{cfg: cfg}
+	for _, t := range ts {
+		v.report = ProjectionReport{Projection: t.projectionName(), Differences: []Difference{}}
+		if err := t.verify(ctx, v); err != nil {
+			return VerifyReport{}, fmt.Errorf("verify %s: %w", t.projectionName(), err)
+		}
+		v.out.Projections = append(v.out.Projections, v.report)
+	}
+	return v.out, nil
+}
+
+type verifier struct {
+	cfg    VerifyConfig
+	out    VerifyReport
+	report ProjectionReport
+}
+
+func (t *table[V, PV, R]) verify(ctx context.Context, v *verifier) error {
+	total, err := v.cfg.Log.Count(ctx, t.streamType)
+	if err != nil {
+		return err
+	}
+	progress := newProgressLine(v.cfg.Progress, "verify "+t.projection, total)
+	seen := map[string]bool{}
+	differing := map[string]bool{}
+	var diffs []Difference
+	streams := map[string][]event.Recorded{}
+	flush := func() error {
+		if len(streams) == 0 {
+			return nil
+		}
+		ds, err := t.compare(ctx, v.cfg.DB, streams)
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			differing[d.AggregateID] = true
+		}
+		diffs = append(diffs, ds...)
+		streams = map[string][]event.Recorded{}
+		return nil
+	}
+	err = v.cfg.Log.Scan(ctx, t.projection, t.streamType, t.decode, func(stream []event.Recorded) error {
+		id := stream[0].StreamID
+		seen[id] = true
+		streams[id] = stream
+		v.report.Streams++
+		v.report.Events += int64(len(stream))
+		progress.update(v.report.Events)
+		if len(streams) >= v.cfg.BatchSize {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	progress.done(v.report.Events)
+	if err != nil {
+		return err
+	}
+	// Rows and change-log entries of aggregates without events.
+	orphans, err := t.orphans(ctx, v.cfg.DB, seen)
+	if err != nil {
+		return err
+	}
+	for _, id := range orphans {
+		if !differing[id] {
+			ds, err := t.compare(ctx, v.cfg.DB, map[string][]event.Recorded{id: nil})
+			if err != nil {
+				return err
+			}
+			differing[id] = true
+			diffs = append(diffs, ds...)
+		}
+	}
+	if len(differing) > 0 && v.cfg.RecheckAfter > 0 {
+		if diffs, err = t.recheck(ctx, v, differing); err != nil {
+			return err
+		}
+	}
+	v.report.Differences = append(v.report.Differences, diffs...)
+	return nil
+}
+
+// recheck reads the differing aggregates afresh, once, after a pause, and
+// returns what still differs.
+func (t *table[V, PV, R]) recheck(ctx context.Context, v *verifier, differing map[string]bool) ([]Difference, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(v.cfg.RecheckAfter):
+	}
+	var out []Difference
+	for batch := range slices.Chunk(slices.Collect(maps.Keys(differing)), v.cfg.BatchSize) {
+		streams, err := v.cfg.Log.Streams(ctx, t.projection, t.streamType, t.decode, batch)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range batch {
+			if _, ok := streams[id]; !ok {
+				streams[id] = nil
+			}
+		}
+		ds, err := t.compare(ctx, v.cfg.DB, streams)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ds...)
+	}
+	return out, nil
+}
+
+// orphans returns the ids of rows and change-log aggregates that have no
+// stream in seen.
+func (t *table[V, PV, R]) orphans(ctx context.Context, db *bun.DB, seen map[string]bool) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT id::text FROM ? UNION SELECT DISTINCT aggregate_id::text FROM change_log WHERE aggregate_type = ?`,
+		bun.Ident(t.name), t.streamType)
+	if err != nil {
+		return nil, fmt.Errorf("list %s ids: %w", t.name, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		if !seen[id] {
+			out = append(out, id)
+		}
+	}
+	return out, rows.Err()
+}
+
+// compare compares the given streams (nil: no events) with their rows and
+// change logs.
+func (t *table[V, PV, R]) compare(ctx context.Context, db *bun.DB, streams map[string][]event.Recorded) ([]Difference, error) {
+	ids := make([]string, 0, len(streams))
+	for id := range streams {
+		ids = append(ids, id)
+	}
+	rows, err := t.rows(ctx, db, ids)
+	if err != nil {
+		return nil, err
+	}
+	changes, err := t.changes(ctx, db, ids)
+	if err != nil {
+		return nil, err
+	}
+	var out []Difference
+	for _, id := range ids {
+		out = append(out, t.compareOne(id, streams[id], rows, changes[id])...)
+	}
+	return out, nil
+}
+
+func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows map[string]V, changes []changeRow) []Difference {
+	diff := func(what, rm, log string) Difference {
+		return Difference{Projection: t.projection, AggregateID: id, What: what, ReadModel: rm, EventLog: log}
+	}
+	row, found := rows[id]
+	if len(stream) == 0 {
+		var out []Difference
+		if found {
+			out = append(out, diff("row", fmt.Sprintf("a row at version %d", t.version(row)), "no events"))
+		}
+		if len(changes) > 0 {
+			out = append(out, diff("change_log", fmt.Sprintf("%d rows", len(changes)), "no events"))
+		}
+		return out
+	}
+	want, err := t.fold(stream, 0)
+	if err != nil {
+		return []Difference{diff("fold", "-", err.Error())}
+	}
+	var out []Difference
+	if !found {
+		out = append(out, diff("row", "missing", fmt.Sprintf("version %d", t.version(want))))
+	} else {
+		out = append(out, fieldDiffs(row, want, diff)...)
+	}
+	if len(changes) != len(stream) {
+		out = append(out, diff("change_log", fmt.Sprintf("%d rows", len(changes)), fmt.Sprintf("%d events", len(stream))))
+	}
+	reported := 0
+	for i, r := range stream {
+		if i >= len(changes) || reported == 3 {
+			break
+		}
+		c := changes[i]
+		if c.Version != r.Version || c.EventID != r.ID || c.Action != r.Type {
+			out = append(out, diff(fmt.Sprintf("change_log v%d", r.Version),
+				fmt.Sprintf("version %d event %s action %s", c.Version, c.EventID, c.Action),
+				fmt.Sprintf("version %d event %s action %s", r.Version, r.ID, r.Type)))
+			reported++
+		}
+	}
+	if len(changes) == len(stream) {
+		after, err := json.Marshal(PV(&want))
+		if err == nil && !sameJSON(changes[len(changes)-1].After, after) {
+			out = append(out, diff("change_log after", string(changes[len(changes)-1].After), string(after)))
+		}
+	}
+	return out
+}
+
+// fieldDiffs compares two views field by field (times by instant).
+func fieldDiffs[V any](got, want V, diff func(what, rm, log string) Difference) []Difference {
+	var out []Difference
+	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
+	for i := range g.NumField() {
+		f := g.Type().Field(i)
+		a, b := g.Field(i).Interface(), w.Field(i).Interface()
+		if sameValue(a, b) {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			name = f.Name
+		}
+		out = append(out, diff(name, show(a), show(b)))
+	}
+	return out
+}
+
+func sameValue(a, b any) bool {
+	switch x := a.(type) {
+	case time.Time:
+		return x.Equal(b.(time.Time))
+	case *time.Time:
+		y := b.(*time.Time)
+		return (x == nil) == (y == nil) && (x == nil || x.Equal(*y))
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func show(v any) string {
+	switch x := v.(type) {
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano)
+	case *time.Time:
+		if x == nil {
+			return "null"
+		}
+		return x.UTC().Format(time.RFC3339Nano)
+	case *string:
+		if x == nil {
+			return "null"
+		}
+		return fmt.Sprintf("%q", *x)
+	case string:
+		return fmt.Sprintf("%q", x)
+	}
+	return fmt.Sprint(v)
+}
+
+// progressLine writes "label: n/total events (p%)" in place, at most five
+// times a second.
+type progressLine struct {
+	w      io.Writer
+	label  string
+	total  int64
+	start  time.Time
+	last   time.Time
+	suffix func(n int64, elapsed time.Duration) string
+}
+
+func newProgressLine(w io.Writer, label string, total int64) *progressLine {
+	return &progressLine{w: w, label: label, total: total, start: time.Now()}
+}
+
+func (p *progressLine) update(n int64) {
+	if p.w == nil || time.Since(p.last) < 200*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	p.print(n, "")
+}
+
+func (p *progressLine) print(n int64, end string) {
+	pct := int64(100)
+	if p.total > 0 {
+		pct = min(100, n*100/p.total)
+	}
+	line := fmt.Sprintf("\r%s: %d/%d events (%d%%)", p.label, n, p.total, pct)
+	if p.suffix != nil {
+		line += p.suffix(n, time.Since(p.start))
+	}
+	fmt.Fprint(p.w, line+"\033[K"+end)
+}
+
+func (p *progressLine) done(n int64) {
+	if p.w != nil {
+		p.print(n, "\n")
+	}
+}

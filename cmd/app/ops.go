@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"hearth/adapters/readmodel"
+	"hearth/app/ops"
+)
+
+// opsFlags are the flags of the operator's subcommands.
+type opsFlags struct {
+	projection string
+	all        bool
+	reason     string
+	eventID    string
+	by         string
+	asJSON     bool
+	recheck    time.Duration
+}
+
+func (o *opsFlags) register(cmd string, fs *flag.FlagSet) {
+	switch cmd {
+	case "parked":
+		fs.StringVar(&o.projection, "projection", "", "only this projection")
+		fs.BoolVar(&o.all, "all", false, "replay every parked aggregate")
+		fs.StringVar(&o.reason, "reason", "", "why the event is skipped (skip; required)")
+		fs.StringVar(&o.eventID, "event", "", "the id of the event to skip; must be the first waiting one (skip)")
+		fs.StringVar(&o.by, "by", "", "who skips (skip; defaults to cli:$USER)")
+		fs.BoolVar(&o.asJSON, "json", false, "print JSON")
+	case "verify":
+		fs.StringVar(&o.projection, "projection", "", "only this projection")
+		fs.DurationVar(&o.recheck, "recheck", 2*time.Second, "wait this long, then read differing aggregates once more (0: report at once)")
+	}
+}
+
+// parseInterleaved parses flags that may follow positional arguments
+// (app parked skip orders ID --reason ...) and returns the positionals.
+func parseInterleaved(fs *flag.FlagSet, rest []string) ([]string, error) {
+	var pos []string
+	for len(rest) > 0 {
+		pos = append(pos, rest[0])
+		if err := fs.Parse(rest[1:]); err != nil {
+			return nil, usageError{err.Error()}
+		}
+		rest = fs.Args()
+	}
+	return pos, nil
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// openWired opens and migrates the databases and wires Hearth on them, for
+// the operator's commands.
+func openWired(ctx context.Context, cfg Config, log *slog.Logger) (databases, wiring, error) {
+	dbs, err := openDatabases(ctx, cfg)
+	if err != nil {
+		return databases{}, wiring{}, err
+	}
+	if err := dbs.migrate(ctx, log); err != nil {
+		dbs.close()
+		return databases{}, wiring{}, err
+	}
+	w, err := wire(dbs, log)
+	if err != nil {
+		dbs.close()
+		return databases{}, wiring{}, err
+	}
+	return dbs, w, nil
+}
+
+// parked runs `app parked list|replay|skip`.
+func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"parked: list, replay or skip"}
+	}
+	sub, args := args[0], args[1:]
+	dbs, w, err := openWired(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	pk := w.parking
+	switch sub {
+	case "list":
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("parked list: unexpected arguments %q", args)}
+		}
+		list, err := pk.List(ctx, o.projection)
+		if err != nil {
+			return err
+		}
+		if o.asJSON {
+			return json.NewEncoder(stdout).Encode(list)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PROJECTION\tAGGREGATE\tMERCHANT\tFIRST EVENT\tVERSION\tWAITING\tSINCE\tREASON")
+		for _, a := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", a.Projection, a.StreamID, a.MerchantID, a.FirstEventID,
+				a.FirstVersion, a.Waiting, a.Since.Format(time.RFC3339), oneLine(a.Reason, 100))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d parked\n", len(list))
+		return nil
+	case "replay":
+		var results []ops.ReplayResult
+		switch {
+		case o.all && len(args) == 0:
+			if results, err = pk.ReplayAll(ctx, o.projection); err != nil {
+				return err
+			}
+		case !o.all && len(args) == 2:
+			res, err := pk.Replay(ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			results = append(results, res)
+		default:
+			return usageError{"parked replay: PROJECTION AGGREGATE_ID, or --all [--projection P]"}
+		}
+		if len(results) == 0 {
+			fmt.Fprintln(stdout, "nothing is parked")
+		}
+		stillParked := 0
+		for _, r := range results {
+			if r.Unparked {
+				fmt.Fprintf(stdout, "%s %s: applied %d, unparked\n", r.Projection, r.StreamID, r.Applied)
+				continue
+			}
+			stillParked++
+			fmt.Fprintf(stdout, "%s %s: applied %d, still parked with %d waiting: %s\n", r.Projection, r.StreamID, r.Applied, r.Waiting, oneLine(r.Error, 200))
+		}
+		if stillParked > 0 {
+			return fmt.Errorf("%d aggregates are still parked", stillParked)
+		}
+		return nil
+	case "skip":
+		if len(args) != 2 {
+			return usageError{"parked skip: PROJECTION AGGREGATE_ID --reason WHY [--event EVENT_ID] [--by WHO]"}
+		}
+		by := o.by
+		if by == "" {
+			by = "cli:" + cmpOr(getenv("USER"), "unknown")
+		}
+		res, err := pk.Skip(ctx, args[0], args[1], o.eventID, by, o.reason)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s %s: skipped version %d (%s, event %s) by %s: %s\n", res.Projection, res.StreamID, res.Version,
+			res.Type, res.EventID, res.SkippedBy, res.Reason)
+		if res.Unparked {
+			fmt.Fprintln(stdout, "nothing else waits: unparked")
+		} else {
+			fmt.Fprintf(stdout, "%d events still wait: app parked replay %s %s\n", res.Waiting, res.Projection, res.StreamID)
+		}
+		return nil
+	}
+	return usageError{fmt.Sprintf("parked: unknown subcommand %q; list, replay or skip", sub)}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// differencesError is `app verify` finding differences: exit status 1.
+type differencesError struct{ n int }
+
+func (e differencesError) Error() string {
+	return fmt.Sprintf("verify: %d differences between the read model and the event store", e.n)
+}
+
+// verify runs `app verify`: every difference on stdout, one per line,
+// progress on stderr when it is a terminal.
+func verify(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, stdout, stderr io.Writer) error {
+	dbs, w, err := openWired(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	vc := readmodel.VerifyConfig{Log: w.eventLog, DB: dbs.rm, RecheckAfter: o.recheck}
+	if o.projection != "" {
+		vc.Projections = []string{o.projection}
+	}
+	if isTerminal(stderr) {
+		vc.Progress = stderr
+	}
+	report, err := readmodel.Verify(ctx, vc)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, p := range report.Projections {
+		for _, d := range p.Differences {
+			fmt.Fprintln(stdout, d)
+		}
+		n += len(p.Differences)
+		fmt.Fprintf(stdout, "verify %s: %d streams, %d events, %d differences\n", p.Projection, p.Streams, p.Events, len(p.Differences))
+	}
+	if n > 0 {
+		return differencesError{n: n}
+	}
+	return nil
+}
+
+// rebuild runs `app rebuild PROJECTION`: progress with rate and ETA on
+// stderr (in place on a terminal, a line every 5 s otherwise); Ctrl-C
+// cancels it and drops the shadow table.
+func rebuild(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout, stderr io.Writer) error {
+	if len(args) != 1 {
+		return usageError{"rebuild: name one projection: " + strings.Join(readmodel.Projections(), ", ")}
+	}
+	dbs, w, err := openWired(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	term := isTerminal(stderr)
+	var lastLine time.Time
+	lastPhase := ""
+	p, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: w.eventLog, DB: dbs.rm, Projection: args[0],
+		Progress: func(p ops.RebuildProgress) {
+			line := progressText(p)
+			switch {
+			case term:
+				fmt.Fprint(stderr, "\r"+line+"\033[K")
+			case p.Phase != lastPhase || time.Since(lastLine) >= 5*time.Second:
+				fmt.Fprintln(stderr, line)
+				lastLine = time.Now()
+			}
+			lastPhase = p.Phase
+		}})
+	if term {
+		fmt.Fprintln(stderr)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rebuild %s: done, %d rows from %d events in %s\n", p.Projection, p.Rows, p.Events,
+		p.FinishedAt.Sub(p.StartedAt).Round(time.Millisecond))
+	return nil
+}
+
+func progressText(p ops.RebuildProgress) string {
+	pct := int64(100)
+	if p.Total > 0 {
+		pct = min(100, p.Events*100/p.Total)
+	}
+	s := fmt.Sprintf("rebuild %s: %s %d/%d events (%d%%), %d rows, %.0f events/s", p.Projection, p.Phase, p.Events, p.Total, pct, p.Rows, p.Rate)
+	if p.ETA != "" {
+		s += ", ETA " + p.ETA
+	}
+	return s
+}

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"hearth/adapters/readmodel"
+	"hearth/app/ops"
+	"hearth/internal/pgtest"
+	httpport "hearth/ports/http"
+)
+
+// cli runs one subcommand of the binary against the test's databases and
+// returns its standard output.
+func cli(ctx context.Context, urls pgtest.URLs, args ...string) (string, error) {
+	env := map[string]string{"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel, "LOG_LEVEL": "warn", "USER": "tester"}
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, args, func(k string) string { return env[k] }, &stdout, &stderr)
+	return stdout.String(), err
+}
+
+func (a *api) urls() pgtest.URLs {
+	return pgtest.URLs{EventStore: a.cfg.DatabaseURL, ReadModel: a.cfg.ReadModelDatabaseURL}
+}
+
+// seedOrders creates a customer of merchant A and n orders, and waits
+// until the read model shows them.
+func (a *api) seedOrders(n int) (customerID string, ids []string) {
+	a.t.Helper()
+	customerID = a.createCustomer(a.opA, "Ada")
+	for i := range n {
+		ids = append(ids, a.createOrder(a.opA, customerID, 100+i))
+	}
+	for _, id := range ids {
+		a.awaitOrder(a.opA, id, 1)
+	}
+	return customerID, ids
+}
+
+// caughtUp reports whether every event has its change-log row (the
+// projections have applied everything).
+func (a *api) caughtUp() bool {
+	var events, changes int
+	if a.dbs.es.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&events) != nil ||
+		a.dbs.rm.DB.QueryRow(`SELECT count(*) FROM change_log`).Scan(&changes) != nil {
+		return false
+	}
+	return events == changes
+}
+
+// `app verify` passes on a consistent read model and reports, with a
+// non-zero exit, a difference planted in a row and one planted in the
+// change log; in both layouts.
+func TestVerifyReportsPlantedDifference(t *testing.T) {
+	t.Parallel()
+	for name, newDB := range pgtest.Layouts() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a := setup(t, newDB(t))
+			c := a.createCustomer(a.opA, "Ada")
+			var ids []string
+			for i := range 5 {
+				id := a.createOrder(a.opA, c, 1000+i)
+				a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+id+"/status", a.opA, map[string]any{"status": "confirmed"})
+				ids = append(ids, id)
+			}
+			for _, id := range ids {
+				a.awaitOrder(a.opA, id, 2)
+			}
+			out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+			require.NoError(t, err, out)
+			require.Contains(t, out, "verify orders: 5 streams, 10 events, 0 differences")
+
+			_, err = a.dbs.rm.DB.Exec(`UPDATE orders SET amount_cents = 7 WHERE id = $1`, ids[1])
+			require.NoError(t, err)
+			_, err = a.dbs.rm.DB.Exec(`DELETE FROM change_log WHERE aggregate_id = $1 AND version = 2`, ids[3])
+			require.NoError(t, err)
+			out, err = cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+			require.ErrorAs(t, err, new(differencesError), out)
+			require.Contains(t, out, "orders "+ids[1]+" amount_cents: read model 7, event log 1001")
+			require.Contains(t, out, "orders "+ids[3]+" change_log: read model 1 rows, event log 2 events")
+			require.Contains(t, out, "verify orders: 5 streams, 10 events, 2 differences")
+		})
+	}
+}
+
+// `app rebuild orders` under a steady write load: it finishes, reads
+// answer throughout, no change-log row is written twice, the indexes keep
+// their names, and `app verify` passes once the load stops.
+func TestRebuildUnderWriteLoad(t *testing.T) {
+	t.Parallel()
+	for name, newDB := range pgtest.Layouts() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a := setup(t, newDB(t))
+			c, seeded := a.seedOrders(30)
+
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var writes, reads atomic.Int64
+			var failures []string
+			var mu sync.Mutex
+			fail := func(format string, args ...any) {
+				mu.Lock()
+				failures = append(failures, fmt.Sprintf(format, args...))
+				mu.Unlock()
+			}
+			wg.Go(func() { // writer: new orders and status changes, one after another
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					r, err := a.send(http.MethodPost, "/v1/orders", auth(a.opA), map[string]any{"customer_id": c, "amount_cents": i})
+					if err != nil || r.Status != http.StatusCreated {
+						fail("create: %v %v", err, r)
+						return
+					}
+					id, _ := r.Body["id"].(string)
+					r, err = a.send(http.MethodPost, "/v1/orders/"+id+"/status", auth(a.opA), map[string]any{"status": "confirmed"})
+					if err != nil || r.Status != http.StatusOK {
+						fail("status: %v %v", err, r)
+						return
+					}
+					writes.Add(2)
+				}
+			})
+			wg.Go(func() { // reader: details of seeded orders and the list
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					path := "/v1/orders/" + seeded[i%len(seeded)]
+					if i%3 == 0 {
+						path = "/v1/orders?page_size=5"
+					}
+					r, err := a.send(http.MethodGet, path, auth(a.opA), nil)
+					if err != nil || r.Status != http.StatusOK {
+						fail("GET %s: %v %v", path, err, r)
+						return
+					}
+					reads.Add(1)
+				}
+			})
+			// Let the load run before, during and after the rebuild.
+			require.Eventually(t, func() bool { return writes.Load() >= 20 }, 10*time.Second, 5*time.Millisecond)
+			before := writes.Load()
+			out, err := cli(t.Context(), a.urls(), "rebuild", "orders")
+			require.NoError(t, err)
+			require.Contains(t, out, "rebuild orders: done")
+			during := writes.Load() - before
+			require.Eventually(t, func() bool { return writes.Load() >= before+during+20 }, 10*time.Second, 5*time.Millisecond)
+			close(stop)
+			wg.Wait()
+			require.Empty(t, failures, "every read and write answered")
+			t.Logf("%d writes during the rebuild, %d writes and %d reads in all", during, writes.Load(), reads.Load())
+
+			require.Eventually(t, a.caughtUp, 10*time.Second, 10*time.Millisecond)
+			var dupes int
+			require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT count(*) FROM (SELECT event_id FROM change_log GROUP BY event_id HAVING count(*) > 1) d`).Scan(&dupes))
+			require.Zero(t, dupes)
+			var indexes []string
+			rows, err := a.dbs.rm.DB.Query(`SELECT indexname FROM pg_indexes WHERE tablename = 'orders' ORDER BY indexname`)
+			require.NoError(t, err)
+			for rows.Next() {
+				var n string
+				require.NoError(t, rows.Scan(&n))
+				indexes = append(indexes, n)
+			}
+			require.NoError(t, rows.Close())
+			require.Equal(t, []string{"orders_merchant_created", "orders_merchant_customer", "orders_merchant_scheduled",
+				"orders_merchant_staff", "orders_merchant_status", "orders_pkey"}, indexes)
+
+			out, err = cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+			require.NoError(t, err, out)
+		})
+	}
+}
+
+// The operator's tools over HTTP and the CLI: a deterministic failure
+// (a constraint planted in the read model) parks one order; the detail
+// shows it is behind; other orders flow; the admin API lists it, replays
+// it (still failing, then, with the cause removed, applied in order), and
+// /metrics shows what happened.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (architecture.md).
+func TestParkedAdminAPIAndCLI(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	bad, good := a.createOrder(a.opA, c, 100), a.createOrder(a.opA, c, 200)
+	a.awaitOrder(a.opA, bad, 1)
+	a.awaitOrder(a.opA, good, 1)
+
+	_, err := a.dbs.rm.DB.Exec(fmt.Sprintf(`ALTER TABLE orders ADD CONSTRAINT test_cause CHECK (id <> '%s' OR status = 'pending')`, bad))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+bad+"/status", a.opA, map[string]any{"status": "confirmed"})
+	var list response
+	require.Eventually(t, func() bool {
+		list, err = a.send(http.MethodGet, "/admin/parked", auth(a.admin), nil)
+		return err == nil && list.Status == http.StatusOK && intOf(list.Body["total"]) == 1
+	}, 20*time.Second, 10*time.Millisecond)
+	item := list.Body["items"].([]any)[0].(map[string]any)
+	assert.Equal(t, "orders", item["projection"])
+	assert.Equal(t, bad, item["stream_id"])
+	assert.Equal(t, 2, intOf(item["first_version"]))
+	assert.Contains(t, item["reason"], "test_cause")
+
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+bad+"/cancel", a.opA, map[string]any{"reason": "customer called"})
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+good+"/status", a.opA, map[string]any{"status": "confirmed"})
+	a.awaitOrder(a.opA, good, 2)
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/admin/parked/orders/"+bad, auth(a.admin), nil)
+		return err == nil && r.Status == http.StatusOK && intOf(r.Body["waiting"]) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	detail := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+bad, a.opA, nil)
+	assert.Equal(t, 1, intOf(detail.Body["version"]))
+	assert.Contains(t, detail.Header.Get(httpport.ParkedHeader), "waiting=2, first_version=2")
+	assert.Empty(t, a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+good, a.opA, nil).Header.Get(httpport.ParkedHeader))
+	a.must(http.StatusNotFound, http.MethodGet, "/v1/orders/"+bad, a.opB, nil)
+
+	// Admin keys only.
+	requireProblem(t, a.do(http.MethodGet, "/admin/parked", a.opA, nil), http.StatusForbidden, "/problems/forbidden")
+	requireProblem(t, a.do(http.MethodGet, "/admin/parked", "", nil), http.StatusUnauthorized, "/problems/unauthenticated")
+	requireProblem(t, a.do(http.MethodGet, "/admin/parked?projection=nope", a.admin, nil), http.StatusUnprocessableEntity, "/problems/validation-failed")
+
+	// The CLI sees the same.
+	out, err := cli(t.Context(), a.urls(), "parked", "list")
+	require.NoError(t, err)
+	require.Contains(t, out, bad)
+	require.Contains(t, out, "1 parked")
+
+	// Replay with the cause still there: still parked.
+	r := a.must(http.StatusOK, http.MethodPost, "/admin/parked/orders/"+bad+"/replay", a.admin, nil)
+	assert.Equal(t, false, r.Body["unparked"])
+	assert.Equal(t, 2, intOf(r.Body["waiting"]))
+	out, err = cli(t.Context(), a.urls(), "parked", "replay", "orders", bad)
+	require.Error(t, err)
+	require.Contains(t, out, "still parked with 2 waiting")
+
+	// The cause is removed: replay applies v2 and v3 in order.
+	_, err = a.dbs.rm.DB.Exec(`ALTER TABLE orders DROP CONSTRAINT test_cause`)
+	require.NoError(t, err)
+	r = a.must(http.StatusOK, http.MethodPost, "/admin/parked/replay", a.admin, nil)
+	require.Equal(t, 1, intOf(r.Body["total"]))
+	res := r.Body["items"].([]any)[0].(map[string]any)
+	assert.Equal(t, true, res["unparked"])
+	assert.Equal(t, 2, intOf(res["applied"]))
+	detail = a.awaitOrder(a.opA, bad, 3)
+	assert.Equal(t, "cancelled", detail.Body["status"])
+	assert.Empty(t, detail.Header.Get(httpport.ParkedHeader))
+	changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+bad+"/changes", a.opA, nil).Body["items"].([]any)
+	require.Len(t, changes, 3, "one change-log row per event, in order")
+	for i, c := range changes {
+		assert.Equal(t, i+1, intOf(c.(map[string]any)["version"]))
+	}
+	a.must(http.StatusNotFound, http.MethodGet, "/admin/parked/orders/"+bad, a.admin, nil)
+
+	out, err = cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.NoError(t, err, out)
+
+	// /metrics, without a key.
+	m, err := http.Get(a.base + "/metrics")
+	require.NoError(t, err)
+	defer m.Body.Close()
+	raw, err := io.ReadAll(m.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, m.StatusCode)
+	body := string(raw)
+	for _, want := range []string{
+		`hearth_projection_poisoned_events_total{projection="orders"} 1`,
+		`hearth_projection_parked_aggregates{projection="orders"} 0`,
+		`hearth_projection_lag_events{projection="orders"}`,
+		`hearth_projection_lag_seconds{projection="orders"}`,
+		`hearth_projection_parked_oldest_age_seconds{projection="orders"} 0`,
+		`hearth_projection_retries_total{projection="orders"}`,
+		`hearth_projection_events_applied_total{projection="orders"}`,
+		`hearth_projection_handler_duration_seconds_bucket{outcome="ok",projection="orders"`,
+		`hearth_watermill_`,
+		`hearth_http_requests_total{code="200",method="GET",route="GET /v1/orders/{id}"}`,
+	} {
+		assert.Contains(t, body, want)
+	}
+}
+
+// POST /admin/rebuilds/{projection} starts a rebuild in the background;
+// GET shows its progress until it is done; an unknown projection is
+// refused. The rebuild repairs a row that was damaged behind the
+// projection's back.
+func TestRebuildAdminAPI(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	_, ids := a.seedOrders(10)
+	_, err := a.dbs.rm.DB.Exec(`UPDATE orders SET amount_cents = 7 WHERE id = $1`, ids[4])
+	require.NoError(t, err)
+	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.ErrorAs(t, err, new(differencesError), out)
+	requireProblem(t, a.do(http.MethodPost, "/admin/rebuilds/orders", a.opA, nil), http.StatusForbidden, "/problems/forbidden")
+	requireProblem(t, a.do(http.MethodPost, "/admin/rebuilds/nope", a.admin, nil), http.StatusUnprocessableEntity, "/problems/validation-failed")
+	a.must(http.StatusNotFound, http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+
+	r := a.must(http.StatusAccepted, http.MethodPost, "/admin/rebuilds/orders", a.admin, nil)
+	assert.Equal(t, "/admin/rebuilds/orders", r.Header.Get("Location"))
+	var status response
+	require.Eventually(t, func() bool {
+		var err error
+		status, err = a.send(http.MethodGet, "/admin/rebuilds/orders", auth(a.admin), nil)
+		return err == nil && status.Status == http.StatusOK && status.Body["phase"] != "fold" &&
+			status.Body["phase"] != "catch_up" && status.Body["phase"] != "swap"
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, "done", status.Body["phase"], status.Raw)
+	assert.Equal(t, 10, intOf(status.Body["rows"]))
+	assert.Equal(t, 10, intOf(status.Body["total"]))
+	for _, id := range ids {
+		a.awaitOrder(a.opA, id, 1)
+	}
+	assert.Equal(t, 104, intOf(a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+ids[4], a.opA, nil).Body["amount_cents"]))
+	out, err = cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.NoError(t, err, out)
+}
+
+// Cancelling a rebuild (Ctrl-C in the CLI) drops the shadow table and
+// leaves the live table as it was.
+func TestRebuildCancelled(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	_, ids := a.seedOrders(1)
+	id := ids[0]
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: a.w.eventLog, DB: a.dbs.rm, Projection: "orders",
+		Progress: func(ops.RebuildProgress) { cancel() }})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, "cancelled", p.Phase)
+	var shadows int
+	require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT count(*) FROM pg_tables WHERE tablename = 'orders_rebuild'`).Scan(&shadows))
+	require.Zero(t, shadows)
+	a.awaitOrder(a.opA, id, 1)
+	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.NoError(t, err, out)
+}
