@@ -9,6 +9,7 @@ import (
 
 	"hearth/app/apperr"
 	"hearth/app/event"
+	"hearth/app/uuid"
 )
 
 // Written is what a command on one stream left behind.
@@ -19,6 +20,9 @@ type Written struct {
 }
 
 func checkCustomer(ctx context.Context, s Session, customerID string) error {
+	if !uuid.Valid(customerID) {
+		return apperr.Invalid("customer_id", "must be a UUID")
+	}
 	ok, err := s.CustomerExists(ctx, customerID)
 	if err != nil {
 		return err

@@ -63,6 +63,9 @@ func checkCatalogItem(ctx context.Context, s Session, id string) error {
 	if id == "" {
 		return nil
 	}
+	if !uuid.Valid(id) {
+		return apperr.Invalid("catalog_item_id", "must be a UUID")
+	}
 	_, _, found, err := s.CatalogItem(ctx, id)
 	if err != nil {
 		return err

@@ -80,7 +80,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return Config{}, nil, fmt.Errorf("%w\n%s", err, usage)
+		return Config{}, nil, usageError{err.Error()}
 	}
 
 	cfg.ReadModelDatabaseURL = cmp.Or(cfg.ReadModelDatabaseURL, cfg.DatabaseURL)
@@ -104,8 +104,8 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		errs = append(errs, err)
 	}
 	for name, url := range map[string]string{"DATABASE_URL": cfg.DatabaseURL, "READMODEL_DATABASE_URL": cfg.ReadModelDatabaseURL} {
-		if url == "" {
-			continue // required-ness is checked by the commands that need it
+		if url == "" || (name == "READMODEL_DATABASE_URL" && url == cfg.DatabaseURL) {
+			continue // required-ness is checked by the commands that need it; a default is not reported twice
 		}
 		if _, err := pgx.ParseConfig(url); err != nil {
 			errs = append(errs, fmt.Errorf("%s: not a valid Postgres URL: %v", name, redact(err, url)))

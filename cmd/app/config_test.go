@@ -237,7 +237,6 @@ func TestRun(t *testing.T) {
 // '-' never becomes the command: it goes to the flag set, which answers
 // flag.ErrHelp as a configuration error (exit status 1, usage on stderr).
 func TestRunHelpFlags(t *testing.T) {
-	t.Skip("BUG: cmd/app/main.go:52 treats -h/--help as flags of serve, so `app --help` fails with \"configuration: flag: help requested\" instead of printing the usage (the case at main.go:62 is unreachable)")
 	t.Parallel()
 	for _, arg := range []string{"-h", "--help"} {
 		var stdout syncBuffer
@@ -249,7 +248,6 @@ func TestRunHelpFlags(t *testing.T) {
 // An unknown flag is a bad command line, which the usageError doc says
 // exits with status 2; run reports it as a configuration error (status 1).
 func TestRunUnknownFlagIsUsageError(t *testing.T) {
-	t.Skip("BUG: cmd/app/config.go:82 returns a flag.Parse error as a plain error (wrapped by run as \"configuration: ...\"), so `app --verbose` exits 1, not 2 like the other usage errors")
 	t.Parallel()
 	err := run(t.Context(), []string{"serve", "--verbose"}, env(nil), io.Discard, io.Discard)
 	require.ErrorAs(t, err, new(usageError))

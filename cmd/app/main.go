@@ -57,7 +57,9 @@ func main() {
 // (keys); logs go to stderr.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		cmd, args = "help", args[1:]
+	} else if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -67,7 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError{"keys: the only subcommand is `keys create`"}
 		}
 		args = args[1:]
-	case "help", "-h", "--help":
+	case "help":
 		fmt.Fprintln(stdout, usage)
 		return nil
 	default:

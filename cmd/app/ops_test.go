@@ -181,7 +181,7 @@ func TestRebuildUnderWriteLoad(t *testing.T) {
 				indexes = append(indexes, n)
 			}
 			require.NoError(t, rows.Close())
-			require.Equal(t, []string{"orders_merchant_created", "orders_merchant_customer", "orders_merchant_scheduled",
+			require.Equal(t, []string{"orders_merchant_created", "orders_merchant_customer", "orders_merchant_scheduled", "orders_merchant_settlement",
 				"orders_merchant_staff", "orders_merchant_status", "orders_pkey"}, indexes)
 
 			out, err = cli(t.Context(), a.urls(), "verify", "--recheck", "0")

@@ -214,8 +214,8 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 			})
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || strings.TrimSpace(secret) == "" {
+			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="hearth"`)
 				writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "an API key is required: Authorization: Bearer <key>"))
 				return
