@@ -54,8 +54,13 @@ func (q ServiceRequests) Get(ctx context.Context, scope Scope, id string) (Servi
 	if err != nil {
 		return v, err
 	}
+	return q.Named(ctx, scope, v)
+}
+
+// Named fills the names a request shows (customer, catalog item).
+func (q ServiceRequests) Named(ctx context.Context, scope Scope, v ServiceRequest) (ServiceRequest, error) {
 	items := []ServiceRequest{v}
-	err = q.join(ctx, scope, items)
+	err := q.join(ctx, scope, items)
 	return items[0], err
 }
 
@@ -95,8 +100,13 @@ func (q Schedules) Get(ctx context.Context, scope Scope, id string) (Schedule, e
 	if err != nil {
 		return v, err
 	}
+	return q.Named(ctx, scope, v)
+}
+
+// Named fills the name a schedule shows (staff).
+func (q Schedules) Named(ctx context.Context, scope Scope, v Schedule) (Schedule, error) {
 	items := []Schedule{v}
-	err = q.join(ctx, scope, items)
+	err := q.join(ctx, scope, items)
 	return items[0], err
 }
 

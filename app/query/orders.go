@@ -42,8 +42,14 @@ func (q Orders) Get(ctx context.Context, scope Scope, id string) (Order, error) 
 	if err != nil {
 		return Order{}, err
 	}
+	return q.Named(ctx, scope, o)
+}
+
+// Named fills the names an order shows (customer, staff), from its
+// merchant only.
+func (q Orders) Named(ctx context.Context, scope Scope, o Order) (Order, error) {
 	items := []Order{o}
-	err = q.join(ctx, scope, items)
+	err := q.join(ctx, scope, items)
 	return items[0], err
 }
 

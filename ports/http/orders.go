@@ -18,9 +18,12 @@ import (
 func writeWritten[V any, P interface {
 	*V
 	Apply(event.Recorded) error
-}](w http.ResponseWriter, status int, location string, out command.Written) error {
+}](w http.ResponseWriter, status int, location string, out command.Written, named func(V) (V, error)) error {
 	view, err := query.Fold[V, P](out.Stream)
 	if err != nil {
+		return err
+	}
+	if view, err = named(view); err != nil {
 		return err
 	}
 	pos := strconv.FormatInt(out.Position, 10)
@@ -58,8 +61,10 @@ func withPosition(view any, pos string) (map[string]any, error) {
 	return m, nil
 }
 
-func (s *server) writeOrder(w http.ResponseWriter, status int, out command.Written) error {
-	return writeWritten[query.Order](w, status, "/v1/orders", out)
+func (s *server) writeOrder(w http.ResponseWriter, r *http.Request, status int, out command.Written) error {
+	return writeWritten[query.Order](w, status, "/v1/orders", out, func(v query.Order) (query.Order, error) {
+		return s.App.Queries.Orders.Named(r.Context(), scope(r), v)
+	})
 }
 
 func scope(r *http.Request) query.Scope {
@@ -100,7 +105,7 @@ func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, http.StatusCreated, written)
+	return s.writeOrder(w, r, http.StatusCreated, written)
 }
 
 // target reads the order id from the path; expected is the version the
@@ -135,7 +140,7 @@ func (s *server) updateOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, http.StatusOK, written)
+	return s.writeOrder(w, r, http.StatusOK, written)
 }
 
 type statusInput struct {
@@ -156,7 +161,7 @@ func (s *server) changeOrderStatus(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, http.StatusOK, written)
+	return s.writeOrder(w, r, http.StatusOK, written)
 }
 
 type cancelInput struct {
@@ -177,7 +182,7 @@ func (s *server) cancelOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, http.StatusOK, written)
+	return s.writeOrder(w, r, http.StatusOK, written)
 }
 
 type assignmentInput struct {
@@ -216,7 +221,7 @@ func (s *server) assignOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, http.StatusOK, written)
+	return s.writeOrder(w, r, http.StatusOK, written)
 }
 
 type settlementInput struct {
@@ -248,7 +253,7 @@ func (s *server) settleOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, http.StatusOK, written)
+	return s.writeOrder(w, r, http.StatusOK, written)
 }
 
 func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {

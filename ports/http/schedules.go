@@ -26,7 +26,9 @@ func (s *server) changeScheduleStatus(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	return writeWritten[query.Schedule](w, http.StatusOK, "/v1/schedules", out)
+	return writeWritten[query.Schedule](w, http.StatusOK, "/v1/schedules", out, func(v query.Schedule) (query.Schedule, error) {
+		return s.App.Queries.Schedules.Named(r.Context(), scope(r), v)
+	})
 }
 
 func (s *server) getSchedule(w http.ResponseWriter, r *http.Request) error {

@@ -19,8 +19,10 @@ type serviceRequestInput struct {
 	Notes              *string `json:"notes"`
 }
 
-func (s *server) writeRequest(w http.ResponseWriter, status int, out command.Written) error {
-	return writeWritten[query.ServiceRequest](w, status, "/v1/service-requests", out)
+func (s *server) writeRequest(w http.ResponseWriter, r *http.Request, status int, out command.Written) error {
+	return writeWritten[query.ServiceRequest](w, status, "/v1/service-requests", out, func(v query.ServiceRequest) (query.ServiceRequest, error) {
+		return s.App.Queries.ServiceRequests.Named(r.Context(), scope(r), v)
+	})
 }
 
 func (s *server) createServiceRequest(w http.ResponseWriter, r *http.Request) error {
@@ -51,7 +53,7 @@ func (s *server) createServiceRequest(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	return s.writeRequest(w, http.StatusCreated, out)
+	return s.writeRequest(w, r, http.StatusCreated, out)
 }
 
 func (s *server) requestTarget(r *http.Request, expected *int) (command.RequestTarget, error) {
@@ -92,7 +94,7 @@ func (s *server) updateServiceRequest(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	return s.writeRequest(w, http.StatusOK, out)
+	return s.writeRequest(w, r, http.StatusOK, out)
 }
 
 func (s *server) changeServiceRequestStatus(w http.ResponseWriter, r *http.Request) error {
@@ -108,7 +110,7 @@ func (s *server) changeServiceRequestStatus(w http.ResponseWriter, r *http.Reque
 	if err != nil {
 		return err
 	}
-	return s.writeRequest(w, http.StatusOK, out)
+	return s.writeRequest(w, r, http.StatusOK, out)
 }
 
 type convertInput struct {
@@ -132,7 +134,7 @@ func (s *server) convertServiceRequest(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, http.StatusCreated, out)
+	return s.writeOrder(w, r, http.StatusCreated, out)
 }
 
 func (s *server) getServiceRequest(w http.ResponseWriter, r *http.Request) error {
