@@ -62,7 +62,7 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
-	go func() { projDone <- runProjections(projCtx, cfg, dbs, w.projections, log) }()
+	go func() { projDone <- runProjections(projCtx, cfg, dbs.es.DB, w.projections, log) }()
 	t.Cleanup(func() {
 		stopProjections()
 		require.NoError(t, <-projDone, "projections stop cleanly")
@@ -598,10 +598,10 @@ func TestOrderBadInput(t *testing.T) {
 		{name: "cancel with an empty reason", method: http.MethodPost, path: order + "/cancel",
 			body: map[string]any{"reason": "  "}, status: 422, typ: validation, field: "reason"},
 		{name: "assignment ending before it starts", method: http.MethodPut, path: order + "/assignment",
-			body: map[string]any{"staff_id": a.staffA, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T10:00:00Z"},
+			body:   map[string]any{"staff_id": a.staffA, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T10:00:00Z"},
 			status: 422, typ: validation, field: "end_at"},
 		{name: "assignment to another merchant's staff", method: http.MethodPut, path: order + "/assignment",
-			body: map[string]any{"staff_id": a.staffB, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T11:00:00Z"},
+			body:   map[string]any{"staff_id": a.staffB, "start_at": "2030-01-01T10:00:00Z", "end_at": "2030-01-01T11:00:00Z"},
 			status: 422, typ: validation, field: "staff_id"},
 		{name: "unknown settlement status", method: http.MethodPut, path: order + "/settlement",
 			body: map[string]any{"settlement_status": "paid"}, status: 422, typ: validation, field: "settlement_status"},

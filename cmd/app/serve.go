@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -141,14 +142,18 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	var elector *leader.Elector
 	if cfg.Mode != ModeAPI {
-		elector, err = leader.New(leader.Config{ConnString: cfg.DatabaseURL, Log: log})
+		elector, err = newElector(cfg, dbs, log)
 		if err != nil {
 			return err
 		}
 	}
+	metrics, err := metricsHandler(elector)
+	if err != nil {
+		return err
+	}
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector),
+		Ready: readiness(cfg, dbs, elector), Leadership: leadership(dbs, elector), Metrics: metrics,
 	})
 	if err != nil {
 		return err
@@ -175,8 +180,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	})
 	if elector != nil {
 		g.Go(func() error {
-			return elector.Run(gctx, func(leadCtx context.Context) error {
-				return runProjections(leadCtx, cfg, dbs, w.projections, log)
+			return elector.Run(gctx, func(leadCtx context.Context, term int64) error {
+				return lead(leadCtx, term, cfg, elector.Lease(), w.projections, log)
 			})
 		})
 	}
@@ -185,16 +190,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return err
 }
 
-// runProjections builds a fresh router for one leadership term and runs it
-// until leadCtx ends.
-func runProjections(ctx context.Context, cfg Config, dbs databases, projections []pubsub.Projection, log *slog.Logger) error {
-	poison, err := pubsub.SQLPublisher(dbs.es.DB, log)
+// runProjections builds a fresh router on the event store es for one
+// leadership term and runs it until ctx ends.
+func runProjections(ctx context.Context, cfg Config, es *sql.DB, projections []pubsub.Projection, log *slog.Logger) error {
+	poison, err := pubsub.SQLPublisher(es, log)
 	if err != nil {
 		return err
 	}
 	defer poison.Close()
 	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber: pubsub.SQLSubscribers(dbs.es.DB, log, cfg.PollInterval),
+		Subscriber: pubsub.SQLSubscribers(es, log, cfg.PollInterval),
 		Poison:     poison,
 		Log:        log,
 	}, projections...)
@@ -210,9 +215,8 @@ func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.
 		if elector != nil {
 			st := elector.Status()
 			details["role"] = st.Role
-			if !st.Since.IsZero() {
-				details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
-			}
+			details["term"] = st.Term
+			details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
 		}
 		if err := dbs.es.PingContext(ctx); err != nil {
 			return details, fmt.Errorf("event store: %w", err)

@@ -41,6 +41,11 @@ type Config struct {
 	// APIEnabled serves /v1; false serves only the health endpoints (worker
 	// mode).
 	APIEnabled bool
+	// Leadership reports the instance's leadership for GET
+	// /admin/leadership (admin keys). Nil: the route is not served.
+	Leadership func(ctx context.Context) (map[string]any, error)
+	// Metrics serves GET /metrics, without authentication. Nil: not served.
+	Metrics http.Handler
 }
 
 type server struct {
@@ -71,6 +76,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	s.routeOperations(mux)
 	if cfg.APIEnabled {
 		op := s.auth(access.Operator)
 		opOrWorker := s.auth(access.Operator, access.Worker)
