@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,10 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/adapters/pubsub"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/uuid"
 	"hearth/internal/pgtest"
 )
 
@@ -79,22 +74,7 @@ func TestWorkerTakeoverAfterKill(t *testing.T) {
 	bin := buildBinary(t)
 	urls := pgtest.NewDB(t)
 	es := pgtest.Open(t, urls.EventStore)
-	merchantID, customerID := uuid.New(), uuid.New()
-	_, err := es.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchantID, "m-"+merchantID)
-	require.NoError(t, err)
-	_, err = es.DB.Exec(`INSERT INTO customers (id, merchant_id, name) VALUES ($1, $2, 'Ada')`, customerID, merchantID)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(es, nil)
-	require.NoError(t, err)
-	repo, err := pubsub.NewOrderRepository(store)
-	require.NoError(t, err)
-	createOrder := func() string {
-		o, err := order.New(order.NewOrder{ID: uuid.New(), CustomerID: customerID})
-		require.NoError(t, err)
-		_, err = repo.Create(context.Background(), event.Meta{MerchantID: merchantID, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}, o)
-		require.NoError(t, err)
-		return o.ID()
-	}
+	createOrder := orderWriter(t, urls.EventStore)
 	projected := func(id string) bool {
 		var n int
 		require.NoError(t, es.DB.QueryRow(`SELECT count(*) FROM orders WHERE id = $1`, id).Scan(&n))

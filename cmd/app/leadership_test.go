@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/adapters/pubsub"
+	"hearth/app/event"
+	"hearth/app/order"
+	"hearth/app/uuid"
+	"hearth/internal/pgtest"
+	"hearth/leader"
+)
+
+// orderWriter creates a merchant and a customer in the event store at url
+// and returns a function that creates an order (through the real event
+// store and publisher) and returns its id.
+func orderWriter(t *testing.T, url string) func() string {
+	t.Helper()
+	es := pgtest.Open(t, url)
+	merchantID, customerID := uuid.New(), uuid.New()
+	_, err := es.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchantID, "m-"+merchantID)
+	require.NoError(t, err)
+	_, err = es.DB.Exec(`INSERT INTO customers (id, merchant_id, name) VALUES ($1, $2, 'Ada')`, customerID, merchantID)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(es, nil)
+	require.NoError(t, err)
+	repo, err := pubsub.NewOrderRepository(store)
+	require.NoError(t, err)
+	return func() string {
+		o, err := order.New(order.NewOrder{ID: uuid.New(), CustomerID: customerID})
+		require.NoError(t, err)
+		_, err = repo.Create(context.Background(), event.Meta{MerchantID: merchantID, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}, o)
+		require.NoError(t, err)
+		return o.ID()
+	}
+}
+
+// A leader whose term is no longer current (here it is bumped behind its
+// back, as a takeover it missed would) has its next projection write
+// refused inside the transaction, steps down, and leads again under a new
+// term. The event is applied once, under the new term.
+func TestStaleTermStepsDown(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t) // the terms live in the read-model database
+	cfg := Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, Mode: ModeWorker, PollInterval: 20 * time.Millisecond}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	dbs, err := openDatabases(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(dbs.close)
+	w, err := wire(dbs, log)
+	require.NoError(t, err)
+	elector, err := newElector(cfg, dbs, log)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- elector.Run(ctx, func(ctx context.Context, term int64) error {
+			return lead(ctx, term, cfg, elector.Lease(), w.projections, log)
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	createOrder := orderWriter(t, urls.EventStore)
+	rm := pgtest.Open(t, urls.ReadModel)
+	// changeTerm returns the term of id's change-log rows and their number
+	// (0 on an error: it runs inside Eventually).
+	changeTerm := func(id string) (term int64, rows int) {
+		_ = rm.DB.QueryRow(`SELECT coalesce(max(term), 0), count(*) FROM change_log WHERE aggregate_id = $1`, id).Scan(&term, &rows)
+		return term, rows
+	}
+
+	first := createOrder()
+	require.Eventually(t, func() bool { _, n := changeTerm(first); return n == 1 }, 10*time.Second, 5*time.Millisecond)
+	stale := elector.Status().Term
+	term, _ := changeTerm(first)
+	require.Equal(t, stale, term, "change_log records the term of the write")
+
+	_, err = rm.DB.Exec(`UPDATE projection_leader SET term = term + 1 WHERE name = $1`, leader.LockName)
+	require.NoError(t, err)
+	second := createOrder()
+	require.Eventually(t, func() bool { _, n := changeTerm(second); return n == 1 }, 10*time.Second, 5*time.Millisecond)
+	term, _ = changeTerm(second)
+	require.Greater(t, term, stale+1, "applied under a term begun after the stale one was refused")
+	require.Equal(t, leader.RoleLeader, elector.Status().Role)
+	require.Equal(t, term, elector.Status().Term)
+}
