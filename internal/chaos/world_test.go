@@ -247,4 +247,3 @@ func (f figures) String() string {
 	}
 	return fmt.Sprintf("n=%d median=%v max=%v", len(s), median.Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 }
-
