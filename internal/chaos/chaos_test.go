@@ -40,6 +40,7 @@ func TestChaos(t *testing.T) {
 		mark = w.maxChangeID()
 
 		injected := time.Now()
+		var restarted time.Duration
 		switch kind {
 		case "sigkill":
 			old.signal(t, syscall.SIGKILL)
@@ -51,12 +52,16 @@ func TestChaos(t *testing.T) {
 			old.signal(t, syscall.SIGSTOP)
 		case "restart_fast", "restart_immediate":
 			require.NoError(t, pgtest.Cluster().Restart(ctx, strings.TrimPrefix(kind, "restart_")))
+			restarted = time.Since(injected)
 		}
 		require.Eventually(t, func() bool { return w.projectedUnder(mark, term) }, 2*time.Minute, 5*time.Millisecond,
 			"round %d (%s): a leader projects under a term newer than %d", round, kind, term)
 		took := time.Since(injected)
 		takeovers[kind] = append(takeovers[kind], took)
 		t.Logf("round %2d %-17s old leader %s (term %d): projecting under a newer term after %v", round, kind, old.name, term, took.Round(time.Millisecond))
+		if restarted > 0 {
+			t.Logf("         (pg_ctl restart returned after %v)", restarted.Round(time.Millisecond))
+		}
 
 		switch kind {
 		case "sigstop":
@@ -77,8 +82,9 @@ func TestChaos(t *testing.T) {
 	}
 	_, _ = w.settledLeader()
 	wr.halt()
+	w.checkAcknowledged(wr)
 	events := w.checkExactlyOnce()
-	t.Logf("writer: %d commands succeeded, %d failed (Postgres restarting); %d events, each applied exactly once",
+	t.Logf("writer: %d commands acknowledged (all stored), %d failed (Postgres restarting); %d events, each applied exactly once",
 		wr.ok.Load(), wr.failed.Load(), events)
 	var all figures
 	for _, kind := range faults {

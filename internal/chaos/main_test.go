@@ -11,9 +11,10 @@ import (
 var rounds = flag.Int("chaos.rounds", len(faults), "number of TestChaos rounds; the faults are taken in turn")
 
 // TestMain starts the package's own throwaway Postgres, which the tests
-// restart. (No goleak: the processes under test are separate, and what
+// restart, with fsync and synchronous_commit on: a crash (pg_ctl restart -m
+// immediate) must not lose an acknowledged command. (No goleak: the processes under test are separate, and what
 // matters here is what they do, not this test binary's goroutines.)
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(pgtest.Main(m))
+	os.Exit(pgtest.MainDurable(m))
 }

@@ -115,10 +115,13 @@ type writer struct {
 	ok, failed atomic.Int64
 	stop       chan struct{}
 	done       chan struct{}
+	// acked is the highest version each order's commands were acknowledged
+	// with (200 or 201); read it only once the writer is halted.
+	acked map[string]int
 }
 
 func (w *world) startWriter(interval time.Duration) *writer {
-	wr := &writer{stop: make(chan struct{}), done: make(chan struct{})}
+	wr := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]int{}}
 	go func() {
 		defer close(wr.done)
 		var orders []string
@@ -130,22 +133,24 @@ func (w *world) startWriter(interval time.Duration) *writer {
 				return
 			case <-tick.C:
 			}
+			var o struct {
+				ID      string `json:"id"`
+				Version int    `json:"version"`
+			}
 			var status int
 			var err error
 			if len(orders) < 10 || i%5 == 0 {
-				var o struct {
-					ID string `json:"id"`
-				}
 				status, err = call(http.MethodPost, w.url("/v1/orders"), w.key, map[string]any{"customer_id": w.customer, "amount_cents": i}, &o)
 				if err == nil && status == http.StatusCreated {
 					orders = append(orders, o.ID)
 				}
 			} else {
 				id := orders[rand.IntN(len(orders))]
-				status, err = call(http.MethodPatch, w.url("/v1/orders/"+id), w.key, map[string]any{"notes": fmt.Sprint("note ", i), "amount_cents": i}, nil)
+				status, err = call(http.MethodPatch, w.url("/v1/orders/"+id), w.key, map[string]any{"notes": fmt.Sprint("note ", i), "amount_cents": i}, &o)
 			}
 			if err == nil && status < 300 {
 				wr.ok.Add(1)
+				wr.acked[o.ID] = max(wr.acked[o.ID], o.Version)
 			} else {
 				wr.failed.Add(1)
 			}
@@ -202,6 +207,24 @@ func (w *world) checkExactlyOnce() int {
 		require.JSONEq(t, string(wantJSON), string(gotJSON), "order %s equals the fold of its %d events", id, len(stream))
 	}
 	return len(events)
+}
+
+// checkAcknowledged checks that the event store holds every command the
+// writer was told had succeeded: nothing acknowledged was lost.
+func (w *world) checkAcknowledged(wr *writer) {
+	w.t.Helper()
+	var rows []struct {
+		ID      string `bun:"id"`
+		Version int    `bun:"version"`
+	}
+	require.NoError(w.t, w.es.NewRaw("SELECT stream_id::text AS id, max(version) AS version FROM events GROUP BY stream_id").Scan(context.Background(), &rows))
+	stored := map[string]int{}
+	for _, r := range rows {
+		stored[r.ID] = r.Version
+	}
+	for id, v := range wr.acked {
+		require.GreaterOrEqual(w.t, stored[id], v, "order %s: version %d was acknowledged", id, v)
+	}
 }
 
 // maxChangeID is the newest change-log row's id.
