@@ -2,18 +2,25 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/app/access"
 	"hearth/app/event"
 	"hearth/app/order"
 	"hearth/app/uuid"
 	"hearth/internal/pgtest"
 	"hearth/leader"
+	httpport "hearth/ports/http"
 )
 
 // orderWriter creates a merchant and a customer in the event store at url
@@ -90,4 +97,103 @@ func TestStaleTermStepsDown(t *testing.T) {
 	require.Greater(t, term, stale+1, "applied under a term begun after the stale one was refused")
 	require.Equal(t, leader.RoleLeader, elector.Status().Role)
 	require.Equal(t, term, elector.Status().Term)
+}
+
+// /readyz, /admin/leadership and /metrics report the role, the term and
+// since when.
+func TestLeadershipVisible(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	cfg := Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, Mode: ModeWorker, PollInterval: 20 * time.Millisecond}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dbs, err := openDatabases(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(dbs.close)
+	w, err := wire(dbs, log)
+	require.NoError(t, err)
+	elector, err := newElector(cfg, dbs, log)
+	require.NoError(t, err)
+	metrics, err := metricsHandler(elector)
+	require.NoError(t, err)
+	handler, err := httpport.NewHandler(httpport.Config{
+		App: w.app, Auth: w.refdata, Log: log, Ready: readiness(cfg, dbs, elector),
+		Leadership: leadership(dbs, elector), Metrics: metrics,
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	admin, err := w.refdata.CreateKey(t.Context(), "visible", access.Admin, "")
+	require.NoError(t, err)
+	operator, err := w.refdata.CreateKey(t.Context(), "visible", access.Operator, "")
+	require.NoError(t, err)
+
+	get := func(path, key string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, string(body)
+	}
+	var body struct {
+		Role    string `json:"role"`
+		Term    int64  `json:"term"`
+		Since   string `json:"since"`
+		Holder  string `json:"holder"`
+		Current struct {
+			Term   int64  `json:"term"`
+			Holder string `json:"holder"`
+		} `json:"current"`
+	}
+
+	status, raw := get("/admin/leadership", admin.Secret)
+	require.Equal(t, http.StatusOK, status, raw)
+	require.NoError(t, json.Unmarshal([]byte(raw), &body))
+	require.Equal(t, "standby", body.Role)
+	require.Zero(t, body.Term)
+	require.Zero(t, body.Current.Term, "no term begun yet")
+	status, _ = get("/admin/leadership", operator.Secret)
+	require.Equal(t, http.StatusForbidden, status)
+	status, _ = get("/admin/leadership", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	_, raw = get("/metrics", "")
+	require.Contains(t, raw, "hearth_leader_is_leader 0\n")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- elector.Run(ctx, func(ctx context.Context, term int64) error { <-ctx.Done(); return nil })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	require.Eventually(t, func() bool { return elector.Status().Role == leader.RoleLeader }, 10*time.Second, 5*time.Millisecond)
+	st := elector.Status()
+
+	status, raw = get("/admin/leadership", admin.Secret)
+	require.Equal(t, http.StatusOK, status, raw)
+	require.NoError(t, json.Unmarshal([]byte(raw), &body))
+	require.Equal(t, "leader", body.Role)
+	require.Equal(t, st.Term, body.Term)
+	require.Equal(t, st.Since.UTC().Format(time.RFC3339Nano), body.Since)
+	require.Equal(t, elector.Holder(), body.Holder)
+	require.Equal(t, st.Term, body.Current.Term)
+	require.Equal(t, elector.Holder(), body.Current.Holder)
+
+	status, raw = get("/readyz", "")
+	require.Equal(t, http.StatusOK, status, raw)
+	require.NoError(t, json.Unmarshal([]byte(raw), &body))
+	require.Equal(t, "leader", body.Role)
+	require.Equal(t, st.Term, body.Term)
+
+	_, raw = get("/metrics", "")
+	require.Contains(t, raw, "hearth_leader_is_leader 1\n")
+	require.Contains(t, raw, fmt.Sprintf("hearth_leader_term %d\n", st.Term))
+	require.Contains(t, raw, "hearth_leader_since_seconds ")
 }

@@ -32,6 +32,7 @@ func TestChaos(t *testing.T) {
 	}()
 
 	takeovers := map[string]figures{}
+	var afterRestart figures // takeover counted from pg_ctl restart's return
 	for round := range *rounds {
 		kind := faults[round%len(faults)]
 		old, term := w.settledLeader()
@@ -60,7 +61,8 @@ func TestChaos(t *testing.T) {
 		takeovers[kind] = append(takeovers[kind], took)
 		t.Logf("round %2d %-17s old leader %s (term %d): projecting under a newer term after %v", round, kind, old.name, term, took.Round(time.Millisecond))
 		if restarted > 0 {
-			t.Logf("         (pg_ctl restart returned after %v)", restarted.Round(time.Millisecond))
+			t.Logf("         (pg_ctl restart returned after %v: %v after Postgres was back)", restarted.Round(time.Millisecond), (took - restarted).Round(time.Millisecond))
+			afterRestart = append(afterRestart, took-restarted)
 		}
 
 		switch kind {
@@ -92,4 +94,5 @@ func TestChaos(t *testing.T) {
 		all = append(all, takeovers[kind]...)
 	}
 	t.Logf("takeover %-17s %v", "all", all)
+	t.Logf("takeover %-17s %v (counted from pg_ctl restart's return)", "after restarts", afterRestart)
 }
