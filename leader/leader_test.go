@@ -170,13 +170,20 @@ func (c *candidate) stop(t *testing.T) {
 	}
 }
 
-func (c *candidate) lastCause() error {
+func (c *candidate) lastCause() error { return last(c, &c.causes) }
+
+// lastTerm is the fencing term of the candidate's latest lead call.
+func (c *candidate) lastTerm() int64 { return last(c, &c.numbers) }
+
+// last returns the last element of *s, read under c.mu, or the zero value.
+func last[T any](c *candidate, s *[]T) T {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.causes) == 0 {
-		return nil
+	var zero T
+	if len(*s) == 0 {
+		return zero
 	}
-	return c.causes[len(c.causes)-1]
+	return (*s)[len(*s)-1]
 }
 
 func TestExclusive(t *testing.T) {
@@ -584,16 +591,6 @@ func TestSelfFencingOnSilentNetwork(t *testing.T) {
 	require.Greater(t, b.lastTerm(), a.lastTerm())
 	p.thaw()
 	require.False(t, h.overlap.Load())
-}
-
-// lastTerm is the fencing term of the candidate's latest lead call.
-func (c *candidate) lastTerm() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.numbers) == 0 {
-		return 0
-	}
-	return c.numbers[len(c.numbers)-1]
 }
 
 // Every acquisition begins a new, higher term, recorded with its holder.

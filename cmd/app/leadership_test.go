@@ -47,6 +47,44 @@ func orderWriter(t *testing.T, url string) func() string {
 	}
 }
 
+// worker is Hearth wired in process on urls the way serve wires a worker,
+// with its elector.
+type worker struct {
+	cfg     Config
+	log     *slog.Logger
+	dbs     databases
+	w       wiring
+	elector *leader.Elector
+}
+
+func newWorker(t *testing.T, urls pgtest.URLs) *worker {
+	t.Helper()
+	p := &worker{
+		cfg: Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, Mode: ModeWorker, PollInterval: 20 * time.Millisecond},
+		log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	var err error
+	p.dbs, err = openDatabases(t.Context(), p.cfg)
+	require.NoError(t, err)
+	t.Cleanup(p.dbs.close)
+	p.w, err = wire(p.dbs, p.log)
+	require.NoError(t, err)
+	p.elector, err = newElector(p.cfg, p.dbs, p.log)
+	require.NoError(t, err)
+	return p
+}
+
+// run runs the elector with lead until the test ends.
+func (p *worker) run(t *testing.T, lead func(ctx context.Context, term int64) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.elector.Run(ctx, lead) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
 // A leader whose term is no longer current (here it is bumped behind its
 // back, as a takeover it missed would) has its next projection write
 // refused inside the transaction, steps down, and leads again under a new
@@ -54,25 +92,10 @@ func orderWriter(t *testing.T, url string) func() string {
 func TestStaleTermStepsDown(t *testing.T) {
 	t.Parallel()
 	urls := pgtest.NewSplitDBs(t) // the terms live in the read-model database
-	cfg := Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, Mode: ModeWorker, PollInterval: 20 * time.Millisecond}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	dbs, err := openDatabases(t.Context(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(dbs.close)
-	w, err := wire(dbs, log)
-	require.NoError(t, err)
-	elector, err := newElector(cfg, dbs, log)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- elector.Run(ctx, func(ctx context.Context, term int64) error {
-			return lead(ctx, term, cfg, elector.Lease(), w.projections, log)
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
+	p := newWorker(t, urls)
+	elector := p.elector
+	p.run(t, func(ctx context.Context, term int64) error {
+		return lead(ctx, term, p.cfg, elector.Lease(), p.w.projections, p.log)
 	})
 	createOrder := orderWriter(t, urls.EventStore)
 	rm := pgtest.Open(t, urls.ReadModel)
@@ -89,7 +112,7 @@ func TestStaleTermStepsDown(t *testing.T) {
 	term, _ := changeTerm(first)
 	require.Equal(t, stale, term, "change_log records the term of the write")
 
-	_, err = rm.DB.Exec(`UPDATE projection_leader SET term = term + 1 WHERE name = $1`, leader.LockName)
+	_, err := rm.DB.Exec(`UPDATE projection_leader SET term = term + 1 WHERE name = $1`, leader.LockName)
 	require.NoError(t, err)
 	second := createOrder()
 	require.Eventually(t, func() bool { _, n := changeTerm(second); return n == 1 }, 10*time.Second, 5*time.Millisecond)
@@ -103,28 +126,20 @@ func TestStaleTermStepsDown(t *testing.T) {
 // since when.
 func TestLeadershipVisible(t *testing.T) {
 	t.Parallel()
-	urls := pgtest.NewDB(t)
-	cfg := Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, Mode: ModeWorker, PollInterval: 20 * time.Millisecond}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dbs, err := openDatabases(t.Context(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(dbs.close)
-	w, err := wire(dbs, log)
-	require.NoError(t, err)
-	elector, err := newElector(cfg, dbs, log)
-	require.NoError(t, err)
+	p := newWorker(t, pgtest.NewDB(t))
+	elector := p.elector
 	metrics, err := metricsHandler(elector)
 	require.NoError(t, err)
 	handler, err := httpport.NewHandler(httpport.Config{
-		App: w.app, Auth: w.refdata, Log: log, Ready: readiness(cfg, dbs, elector),
-		Leadership: leadership(dbs, elector), Metrics: metrics,
+		App: p.w.app, Auth: p.w.refdata, Log: p.log, Ready: readiness(p.cfg, p.dbs, elector),
+		Leadership: leadership(p.dbs, elector), Metrics: metrics,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	admin, err := w.refdata.CreateKey(t.Context(), "visible", access.Admin, "")
+	admin, err := p.w.refdata.CreateKey(t.Context(), "visible", access.Admin, "")
 	require.NoError(t, err)
-	operator, err := w.refdata.CreateKey(t.Context(), "visible", access.Operator, "")
+	operator, err := p.w.refdata.CreateKey(t.Context(), "visible", access.Operator, "")
 	require.NoError(t, err)
 
 	get := func(path, key string) (int, string) {
@@ -164,15 +179,7 @@ func TestLeadershipVisible(t *testing.T) {
 	_, raw = get("/metrics", "")
 	require.Contains(t, raw, "hearth_leader_is_leader 0\n")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- elector.Run(ctx, func(ctx context.Context, term int64) error { <-ctx.Done(); return nil })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	p.run(t, func(ctx context.Context, term int64) error { <-ctx.Done(); return nil })
 	require.Eventually(t, func() bool { return elector.Status().Role == leader.RoleLeader }, 10*time.Second, 5*time.Millisecond)
 	st := elector.Status()
 
