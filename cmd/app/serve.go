@@ -206,7 +206,10 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, projections []p
 	if err != nil {
 		return err
 	}
-	return router.Run(ctx)
+	if err := router.Run(ctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil // stopping: an error from a subscriber cut short is not one
 }
 
 func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {
