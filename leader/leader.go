@@ -57,8 +57,6 @@ var keepaliveParams = map[string]string{
 // lock, may already be gone.
 var ErrLockLost = errors.New("leader: lock connection lost")
 
-var errNoTermDB = errors.New("leader: Config.TermDB is required")
-
 // errLeadReturned is the cause of a lead context cancelled because lead returned.
 var errLeadReturned = errors.New("leader: lead returned")
 
@@ -208,7 +206,7 @@ func New(cfg Config) (*Elector, error) {
 		return nil, errors.New("leader: Config.ConnString is required")
 	}
 	if cfg.TermDB == nil {
-		return nil, errNoTermDB
+		return nil, errors.New("leader: Config.TermDB is required")
 	}
 	connCfg, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
