@@ -103,7 +103,11 @@
 //     the watcher reads the error at once and the leader fences itself
 //     within milliseconds; a standby (or the same instance, reconnecting)
 //     takes over within RetryInterval, or once the server accepts
-//     connections again.
+//     connections again. The server frees the lock at the moment it ends
+//     the session, so here the old leader cannot stop strictly first: it
+//     stops within milliseconds, usually before a standby's next attempt,
+//     and the new leader's sweep and the term take care of whatever it
+//     still had in flight.
 //   - Leader cut off from the server (network): its last check succeeded
 //     at t; the next one starts by t + CheckInterval and fails by
 //     t + CheckInterval + CheckTimeout = t + 1.5 s, when the lead context is
