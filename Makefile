@@ -3,7 +3,7 @@
 # test harness starts itself.
 GO ?= go
 
-.PHONY: run test build vet clean
+.PHONY: run test chaos build vet clean
 
 run:
 	$(GO) run ./cmd/app dev
@@ -11,6 +11,11 @@ run:
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# The leadership fault suite: 24 rounds (each fault four times) instead of
+# the one round per fault that make test runs; prints the takeover times.
+chaos:
+	$(GO) test -count=1 -timeout 30m -v -run 'TestChaos' ./internal/chaos -chaos.rounds=24
 
 build:
 	$(GO) build -o bin/app ./cmd/app

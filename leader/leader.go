@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,26 +31,21 @@ const (
 	defaultRetryInterval  = 200 * time.Millisecond
 	defaultCheckInterval  = 500 * time.Millisecond
 	defaultCheckTimeout   = time.Second
+	defaultLease          = 3 * time.Second
+	defaultTermTimeout    = 15 * time.Second
 	defaultConnectTimeout = 5 * time.Second
 
 	// maxBackoffFactor caps the reconnect backoff at RetryInterval*maxBackoffFactor.
 	maxBackoffFactor = 5
-
-	// serverLease is the shortest time after which the server ends the
-	// session of a lock connection whose client went silent (host death,
-	// network partition), given the runtime parameters set below: 5 s idle
-	// + 3 probes 1 s apart (and tcp_user_timeout 9 s for unacknowledged
-	// data). A leader must notice a dead connection well before that.
-	serverLease = 8 * time.Second
 )
 
-// leaseParams are session settings sent in the startup packet of every lock
-// connection. They act on the server's end of the socket: when the client
-// machine goes silent, the server ends the session (and so frees the lock)
-// after about 8-9 s instead of the kernel default of hours. They have no
-// effect on Unix-socket connections.
-var leaseParams = map[string]string{
-	"application_name":        ApplicationName,
+// keepaliveParams are session settings sent in the startup packet of every
+// lock connection, besides the lease (idle_session_timeout). They act on the
+// server's end of the socket and end a session whose client machine went
+// silent while the server was sending to it (where the idle timer does not
+// run), after about 8-9 s instead of the kernel default of hours. They have
+// no effect on Unix-socket connections.
+var keepaliveParams = map[string]string{
 	"tcp_keepalives_idle":     "5",    // seconds of silence before the first probe
 	"tcp_keepalives_interval": "1",    // seconds between probes
 	"tcp_keepalives_count":    "3",    // unanswered probes before the server drops the session
@@ -97,10 +95,27 @@ type Config struct {
 	// ConnString is the PostgreSQL URL or keyword/value string of the lock
 	// connection. It must reach PostgreSQL directly (or through a pooler in
 	// session mode): a session advisory lock does not survive a pooler in
-	// transaction mode such as PgBouncer's. application_name and the TCP
-	// keepalive settings are overridden; connect_timeout defaults to 5 s.
-	// Required.
+	// transaction mode such as PgBouncer's. application_name,
+	// idle_session_timeout and the TCP keepalive settings are overridden;
+	// connect_timeout defaults to 5 s. Required.
 	ConnString string
+
+	// TermDB is the database that holds the fencing terms (table
+	// projection_leader, in the read-model database): every acquisition
+	// increments the term there before lead runs. Required.
+	TermDB *sql.DB
+
+	// Holder names this instance in projection_leader.holder and in logs.
+	// Defaults to "HOSTNAME/PID".
+	Holder string
+
+	// FenceAppName is the application_name of the sessions that do the
+	// leader's work in the lock's database (the projections' subscribers).
+	// On each acquisition the Elector ends every such session still open
+	// there, which can only be an earlier leader's (frozen, cut off, or slow
+	// to stop), so that its open transactions and row locks cannot hold up
+	// the new term. Empty: no session is ended.
+	FenceAppName string
 
 	// Name is the lock name; the advisory-lock key is [Key](Name).
 	// Defaults to [LockName].
@@ -118,11 +133,23 @@ type Config struct {
 	// Defaults to 500ms.
 	CheckInterval time.Duration
 
-	// CheckTimeout bounds each database call: a check, a lock attempt, the
-	// unlock. CheckInterval + CheckTimeout must stay below the 8 s
-	// server-side lease so that a cut-off leader fences itself before the
-	// server frees its lock. Defaults to 1s.
+	// CheckTimeout bounds each database call on the lock connection: a
+	// check, a lock attempt, the unlock. Defaults to 1s.
 	CheckTimeout time.Duration
+
+	// Lease is the server-side lease of the lock session: its
+	// idle_session_timeout, so the server ends the session, and frees the
+	// lock, once it has heard nothing from the leader for this long (a
+	// frozen or cut-off leader). Projection transactions use it as their
+	// idle_in_transaction_session_timeout (see [Elector.Lease]).
+	// 2*(CheckInterval + CheckTimeout) must not exceed it, so that a live
+	// leader is never idle that long and a cut-off one fences itself well
+	// before the server frees its lock. Defaults to 3s.
+	Lease time.Duration
+
+	// TermTimeout bounds the increment of the term, which waits for the
+	// transactions of an earlier leader still in flight. Defaults to 15s.
+	TermTimeout time.Duration
 
 	// Log receives state transitions and failures; the Elector adds
 	// component=leader. Defaults to slog.Default().
@@ -142,7 +169,8 @@ const (
 // Status is a snapshot of an Elector's state.
 type Status struct {
 	Role  Role
-	Since time.Time // when the Elector entered Role
+	Term  int64     // the fencing term this instance leads under; 0 while standby
+	Since time.Time // when the Elector entered Role (and Term)
 }
 
 // Elector campaigns for a PostgreSQL session-level advisory lock and runs a
@@ -166,10 +194,19 @@ func New(cfg Config) (*Elector, error) {
 	cfg.RetryInterval = cmp.Or(cfg.RetryInterval, defaultRetryInterval)
 	cfg.CheckInterval = cmp.Or(cfg.CheckInterval, defaultCheckInterval)
 	cfg.CheckTimeout = cmp.Or(cfg.CheckTimeout, defaultCheckTimeout)
+	cfg.Lease = cmp.Or(cfg.Lease, defaultLease)
+	cfg.TermTimeout = cmp.Or(cfg.TermTimeout, defaultTermTimeout)
 	cfg.Log = cmp.Or(cfg.Log, slog.Default())
+	if cfg.Holder == "" {
+		host, _ := os.Hostname()
+		cfg.Holder = cmp.Or(host, "unknown") + "/" + strconv.Itoa(os.Getpid())
+	}
 
 	if cfg.ConnString == "" {
 		return nil, errors.New("leader: Config.ConnString is required")
+	}
+	if cfg.TermDB == nil {
+		return nil, errors.New("leader: Config.TermDB is required")
 	}
 	connCfg, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
@@ -182,18 +219,27 @@ func New(cfg Config) (*Elector, error) {
 		{"RetryInterval", cfg.RetryInterval},
 		{"CheckInterval", cfg.CheckInterval},
 		{"CheckTimeout", cfg.CheckTimeout},
+		{"Lease", cfg.Lease},
+		{"TermTimeout", cfg.TermTimeout},
 	} {
 		if f.d < 0 {
 			return nil, fmt.Errorf("leader: Config.%s must be positive, got %v", f.name, f.d)
 		}
 	}
-	if sum := cfg.CheckInterval + cfg.CheckTimeout; sum >= serverLease {
-		return nil, fmt.Errorf("leader: Config.CheckInterval + Config.CheckTimeout (%v) must be below the server-side lease of %v", sum, serverLease)
+	if sum := cfg.CheckInterval + cfg.CheckTimeout; 2*sum > cfg.Lease {
+		return nil, fmt.Errorf("leader: Config.CheckInterval + Config.CheckTimeout (%v) must be at most half of Config.Lease (%v)", sum, cfg.Lease)
+	}
+	if cfg.Lease%time.Millisecond != 0 {
+		return nil, fmt.Errorf("leader: Config.Lease must be whole milliseconds, got %v", cfg.Lease)
 	}
 
-	for k, v := range leaseParams {
+	for k, v := range keepaliveParams {
 		connCfg.RuntimeParams[k] = v
 	}
+	connCfg.RuntimeParams["application_name"] = ApplicationName
+	// The lease: a session the leader leaves idle this long is ended by the
+	// server (PostgreSQL 14+).
+	connCfg.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(cfg.Lease.Milliseconds(), 10)
 	connCfg.ConnectTimeout = cmp.Or(connCfg.ConnectTimeout, defaultConnectTimeout)
 
 	key := Key(cfg.Name)
@@ -204,7 +250,7 @@ func New(cfg Config) (*Elector, error) {
 		key:     key,
 		classid: classid,
 		objid:   objid,
-		log:     cfg.Log.With("component", "leader", "lock", cfg.Name),
+		log:     cfg.Log.With("component", "leader", "lock", cfg.Name, "holder", cfg.Holder),
 		status:  Status{Role: RoleStandby, Since: time.Now()},
 	}, nil
 }
@@ -217,25 +263,36 @@ func (e *Elector) Status() Status {
 	return e.status
 }
 
-// setStatus records a transition to role; it does nothing if the role is unchanged.
-func (e *Elector) setStatus(role Role) {
+// Lease returns the server-side lease (Config.Lease). Work done under the
+// lead context should not leave a transaction idle longer than that:
+// projection transactions use it as their idle_in_transaction_session_timeout,
+// so those of a frozen leader end by the time its lock is free.
+func (e *Elector) Lease() time.Duration { return e.cfg.Lease }
+
+// Holder returns the name of this instance (Config.Holder).
+func (e *Elector) Holder() string { return e.cfg.Holder }
+
+// setStatus records a transition to role and term; it does nothing if
+// neither changed.
+func (e *Elector) setStatus(role Role, term int64) {
 	e.statusMu.Lock()
 	defer e.statusMu.Unlock()
-	if e.status.Role != role {
-		e.status = Status{Role: role, Since: time.Now()}
+	if e.status.Role != role || e.status.Term != term {
+		e.status = Status{Role: role, Term: term, Since: time.Now()}
 	}
 }
 
 // Run campaigns for the lock until ctx is done. Whenever it holds the lock
-// it calls lead with a context that is cancelled when ctx is done or when
-// the lock connection fails (context.Cause then wraps [ErrLockLost]); lead
-// should stop all leader-only work promptly when it is. When lead returns,
-// for any reason, Run unlocks, closes the lock connection, waits
-// RetryInterval and campaigns again. An error from lead is logged, not
-// returned.
+// it begins a new fencing term and calls lead with the term and a context
+// that is cancelled when ctx is done or when the lock connection fails
+// (context.Cause then wraps [ErrLockLost]); lead should stop all
+// leader-only work promptly when it is, and make every write it does check
+// that term (see the package documentation). When lead returns, for any
+// reason, Run unlocks, closes the lock connection, waits RetryInterval and
+// campaigns again. An error from lead is logged, not returned.
 //
 // Run returns nil once ctx is done. Only one Run may be active per Elector.
-func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error) error {
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term int64) error) error {
 	if lead == nil {
 		return errors.New("leader: Run: lead is nil")
 	}
@@ -303,16 +360,18 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error)
 		conn = nil // term released and closed it
 		sleep(ctx, e.cfg.RetryInterval)
 	}
-	e.setStatus(RoleStandby)
+	e.setStatus(RoleStandby, 0)
 	return nil
 }
 
-// term runs one leadership term on conn, which holds the lock: it calls
-// lead while watching the connection, then releases the lock and closes conn.
-func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx context.Context) error) {
+// term runs one leadership term on conn, which holds the lock: it ends the
+// sessions an earlier leader left behind, begins a new fencing term, calls
+// lead while watching the connection, then releases the lock and closes
+// conn.
+func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx context.Context, term int64) error) {
 	start := time.Now()
-	e.setStatus(RoleLeader)
-	e.log.Info("acquired leadership", "key", e.key, "backend_pid", conn.PgConn().PID())
+	e.log.Debug("acquired lock", "key", e.key, "backend_pid", conn.PgConn().PID())
+	e.fenceSessions(ctx, conn) // before the watcher takes conn
 
 	leadCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -322,13 +381,19 @@ func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 		if err := e.watch(leadCtx, conn); err != nil {
 			// Self-fence: stop leading before a standby can take over.
 			fenced.Store(true)
-			e.setStatus(RoleStandby)
+			e.setStatus(RoleStandby, 0)
 			e.log.Info("lost leadership", "reason", "lock connection failed", "err", err, "held_for", time.Since(start).Round(time.Millisecond))
 			cancel(fmt.Errorf("%w: %w", ErrLockLost, err))
 		}
 	})
 
-	err := lead(leadCtx)
+	n, err := e.beginTerm(leadCtx)
+	if err == nil {
+		e.setStatus(RoleLeader, n)
+		e.log.Info("acquired leadership", "term", n, "key", e.key, "backend_pid", conn.PgConn().PID(),
+			"after", time.Since(start).Round(time.Millisecond))
+		err = lead(leadCtx, n)
+	}
 	cancel(errLeadReturned)
 	wg.Wait() // the watcher no longer uses conn
 
@@ -346,16 +411,63 @@ func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 			level = slog.LevelWarn
 			attrs = append(attrs, "err", err)
 		}
-		e.setStatus(RoleStandby)
+		e.setStatus(RoleStandby, 0)
 		e.log.Log(ctx, level, "lost leadership", attrs...)
 	case err != nil:
-		e.setStatus(RoleStandby)
-		e.log.Error("lost leadership", "reason", "lead failed", "err", err, "held_for", time.Since(start).Round(time.Millisecond))
+		e.setStatus(RoleStandby, 0)
+		e.log.Error("lost leadership", "reason", "lead failed", "term", n, "err", err, "held_for", time.Since(start).Round(time.Millisecond))
 	default:
-		e.setStatus(RoleStandby)
-		e.log.Info("lost leadership", "reason", "lead returned", "held_for", time.Since(start).Round(time.Millisecond))
+		e.setStatus(RoleStandby, 0)
+		e.log.Info("lost leadership", "reason", "lead returned", "term", n, "held_for", time.Since(start).Round(time.Millisecond))
 	}
 	e.release(ctx, conn)
+}
+
+// beginTermSQL increments the term of lock $1 (creating its row at term 1)
+// and records the holder ($2). The row lock it takes waits until every
+// transaction that read the row FOR SHARE, i.e. every projection
+// transaction of an earlier term still in flight, has ended.
+const beginTermSQL = `INSERT INTO projection_leader AS p (name, term, holder, since)
+VALUES ($1, 1, $2, now())
+ON CONFLICT (name) DO UPDATE SET term = p.term + 1, holder = EXCLUDED.holder, since = EXCLUDED.since
+RETURNING term`
+
+// beginTerm increments the fencing term in TermDB and returns it.
+func (e *Elector) beginTerm(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.TermTimeout)
+	defer cancel()
+	var term int64
+	if err := e.cfg.TermDB.QueryRowContext(ctx, beginTermSQL, e.cfg.Name, e.cfg.Holder).Scan(&term); err != nil {
+		return 0, fmt.Errorf("begin term: %w", err)
+	}
+	return term, nil
+}
+
+// fenceSessionsSQL ends the sessions named $1 in the lock's database, waiting
+// up to $2 ms for each to exit (and so release its locks). PostgreSQL 14+.
+const fenceSessionsSQL = `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, $2))
+FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid()`
+
+// fenceSessions ends the sessions named Config.FenceAppName: an earlier
+// leader's, since this instance opens its own only once lead runs. A
+// failure (say, a role not allowed to signal the others) is logged: the
+// term check still keeps a stale leader's writes out, but its open
+// transactions may hold up the new term until they end.
+func (e *Elector) fenceSessions(ctx context.Context, conn *pgx.Conn) {
+	if e.cfg.FenceAppName == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.CheckTimeout)
+	defer cancel()
+	var ended int
+	err := conn.QueryRow(ctx, fenceSessionsSQL, e.cfg.FenceAppName, e.cfg.CheckTimeout.Milliseconds()).Scan(&ended)
+	switch {
+	case err != nil:
+		e.log.Warn("could not end an earlier leader's sessions", "application_name", e.cfg.FenceAppName, "err", err)
+	case ended > 0:
+		e.log.Info("ended an earlier leader's sessions", "application_name", e.cfg.FenceAppName, "sessions", ended)
+	}
 }
 
 // watch returns nil once ctx is done, or an error as soon as the lock

@@ -19,8 +19,6 @@ import (
 	"hearth/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
-
 var update = flag.Bool("update", false, "rewrite docs/query-plans.md from the plans")
 
 // recorder captures the SQL the read model issues.

@@ -35,10 +35,14 @@ type projection[V View] struct {
 }
 
 // apply applies one event in one read-model transaction. It returns nil
-// without changing anything for an event already applied, and a *GapError
-// for one whose predecessor is missing.
+// without changing anything for an event already applied, a *GapError for
+// one whose predecessor is missing, and ErrStaleTerm when ctx carries a
+// leadership term (WithFence) that is no longer current.
 func (p *projection[V]) apply(ctx context.Context, r event.Recorded) error {
 	return p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if err := checkFence(ctx, tx); err != nil {
+			return err
+		}
 		view, found, err := p.load(ctx, tx, r.StreamID)
 		if err != nil {
 			return fmt.Errorf("lock %s %s: %w", p.table, r.StreamID, err)

@@ -117,7 +117,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 // requireDatabase checks that DATABASE_URL is set.
 func (c Config) requireDatabase() error {
 	if c.DatabaseURL == "" {
-		return errors.New("DATABASE_URL is not set: point it at Postgres 13 or newer, e.g. postgres://user:pass@localhost:5432/hearth (or use `make run`, which starts a throwaway cluster)")
+		return errors.New("DATABASE_URL is not set: point it at Postgres 14 or newer, e.g. postgres://user:pass@localhost:5432/hearth (or use `make run`, which starts a throwaway cluster)")
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,10 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/adapters/pubsub"
-	"hearth/app/command"
-	"hearth/app/event"
-	"hearth/app/uuid"
 	"hearth/internal/pgtest"
 )
 
@@ -79,23 +74,7 @@ func TestWorkerTakeoverAfterKill(t *testing.T) {
 	bin := buildBinary(t)
 	urls := pgtest.NewDB(t)
 	es := pgtest.Open(t, urls.EventStore)
-	merchantID, customerID := uuid.New(), uuid.New()
-	_, err := es.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchantID, "m-"+merchantID)
-	require.NoError(t, err)
-	_, err = es.DB.Exec(`INSERT INTO customers (id, merchant_id, name) VALUES ($1, $2, 'Ada')`, customerID, merchantID)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(es, nil)
-	require.NoError(t, err)
-	tx, err := pubsub.NewTransactor(store)
-	require.NoError(t, err)
-	orders, err := command.NewOrderHandlers(tx)
-	require.NoError(t, err)
-	createOrder := func() string {
-		w, err := orders.Create(context.Background(), command.CreateOrder{CustomerID: customerID,
-			Meta: event.Meta{MerchantID: merchantID, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}})
-		require.NoError(t, err)
-		return w.Stream[0].StreamID
-	}
+	createOrder := orderWriter(t, urls.EventStore)
 	projected := func(id string) bool {
 		var n int
 		require.NoError(t, es.DB.QueryRow(`SELECT count(*) FROM orders WHERE id = $1`, id).Scan(&n))

@@ -60,27 +60,27 @@ func (t *telemetry) observeRequest(method, route string, status int, d time.Dura
 	t.durations.WithLabelValues(method, route).Observe(d.Seconds())
 }
 
-// leader exposes the elector's role. The fencing term is not known on this
-// branch (the leadership issue adds hearth_leader_term); a collector of the
-// same name registered elsewhere wins, so the two can be merged safely.
+// leader exposes the elector's role, term and since when.
 func (t *telemetry) leader(e *leader.Elector) error {
-	isLeader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "hearth_leader_is_leader",
-		Help: "1 while this instance holds the projections lock, 0 otherwise.",
-	}, func() float64 {
-		if e.Status().Role == leader.RoleLeader {
-			return 1
-		}
-		return 0
-	})
-	since := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "hearth_leader_since_seconds",
-		Help: "Seconds since this instance entered its current leadership role.",
-	}, func() float64 { return time.Since(e.Status().Since).Seconds() })
-	for _, c := range []prometheus.Collector{isLeader, since} {
-		if err := t.reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-			return err
-		}
+	gauge := func(name, help string, f func(leader.Status) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return f(e.Status()) })
 	}
-	return nil
+	var errs []error
+	for _, c := range []prometheus.Collector{
+		gauge("hearth_leader_is_leader", "1 while this instance leads the projections, 0 while it is a standby.",
+			func(s leader.Status) float64 {
+				if s.Role == leader.RoleLeader {
+					return 1
+				}
+				return 0
+			}),
+		gauge("hearth_leader_term", "The fencing term this instance leads under; 0 while it is a standby.",
+			func(s leader.Status) float64 { return float64(s.Term) }),
+		gauge("hearth_leader_since_seconds", "Unix time at which this instance entered its current role and term.",
+			func(s leader.Status) float64 { return float64(s.Since.UnixNano()) / 1e9 }),
+	} {
+		errs = append(errs, t.reg.Register(c))
+	}
+	return errors.Join(errs...)
 }

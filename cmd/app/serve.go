@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -186,7 +187,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	var elector *leader.Elector
 	if cfg.Mode != ModeAPI {
-		elector, err = leader.New(leader.Config{ConnString: cfg.DatabaseURL, Log: log})
+		elector, err = newElector(cfg, dbs, log)
 		if err != nil {
 			return err
 		}
@@ -203,7 +204,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer rebuilds.Close()
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready:  readiness(cfg, dbs, elector),
+		Ready: readiness(cfg, dbs, elector), Leadership: leadership(dbs, elector),
 		Parked: w.parking, Rebuilds: rebuilds,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 	})
@@ -232,8 +233,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	})
 	if elector != nil {
 		g.Go(func() error {
-			return elector.Run(gctx, func(leadCtx context.Context) error {
-				return runProjections(leadCtx, cfg, dbs, w, log)
+			return elector.Run(gctx, func(leadCtx context.Context, term int64) error {
+				return lead(leadCtx, term, cfg, elector.Lease(), w, log)
 			})
 		})
 	}
@@ -242,27 +243,30 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return err
 }
 
-// runProjections builds a fresh router for one leadership term and runs it
-// until leadCtx ends.
-func runProjections(ctx context.Context, cfg Config, dbs databases, w wiring, log *slog.Logger) error {
-	poison, err := pubsub.SQLPublisher(dbs.es.DB, log)
+// runProjections builds a fresh router on the event store es for one
+// leadership term and runs it until ctx ends.
+func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, projections []pubsub.Projection, log *slog.Logger) error {
+	poison, err := pubsub.SQLPublisher(es, log)
 	if err != nil {
 		return err
 	}
 	defer poison.Close()
 	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber:   pubsub.SQLSubscribers(dbs.es.DB, log, cfg.PollInterval),
+		Subscriber:   pubsub.SQLSubscribers(es, log, cfg.PollInterval),
 		Poison:       poison,
 		Log:          log,
 		Parking:      w.parking,
 		Metrics:      w.telemetry.projections,
 		Registry:     w.telemetry.reg,
 		RetryInitial: w.retryInitial,
-	}, w.projections...)
+	}, projections...)
 	if err != nil {
 		return err
 	}
-	return router.Run(ctx)
+	if err := router.Run(ctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil // stopping: an error from a subscriber cut short is not one
 }
 
 func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {
@@ -271,9 +275,8 @@ func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.
 		if elector != nil {
 			st := elector.Status()
 			details["role"] = st.Role
-			if !st.Since.IsZero() {
-				details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
-			}
+			details["term"] = st.Term
+			details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
 		}
 		if err := dbs.es.PingContext(ctx); err != nil {
 			return details, fmt.Errorf("event store: %w", err)

@@ -17,22 +17,34 @@ import (
 // Open parses url, opens a pool of at most maxConns connections and checks
 // that the server answers.
 func Open(ctx context.Context, url string, maxConns int) (*bun.DB, error) {
+	sqldb, err := OpenSQL(ctx, url, maxConns, "")
+	if err != nil {
+		return nil, err
+	}
+	return bun.NewDB(sqldb, pgdialect.New()), nil
+}
+
+// OpenSQL is Open without Bun. A non-empty applicationName names the pool's
+// sessions (pg_stat_activity.application_name).
+func OpenSQL(ctx context.Context, url string, maxConns int, applicationName string) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if applicationName != "" {
+		cfg.RuntimeParams["application_name"] = applicationName
 	}
 	sqldb := stdlib.OpenDB(*cfg)
 	sqldb.SetMaxOpenConns(maxConns)
 	sqldb.SetMaxIdleConns(maxConns)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
-	db := bun.NewDB(sqldb, pgdialect.New())
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := db.PingContext(pingCtx); err != nil {
-		_ = db.Close()
+	if err := sqldb.PingContext(pingCtx); err != nil {
+		_ = sqldb.Close()
 		return nil, fmt.Errorf("connect to %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, err)
 	}
-	return db, nil
+	return sqldb, nil
 }
 
 // SQL returns the database/sql pool under a Bun DB.

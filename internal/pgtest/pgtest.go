@@ -34,11 +34,19 @@ const (
 )
 
 // Main starts the cluster, runs the package's tests and stops it. Use it
-// from TestMain: os.Exit(pgtest.Main(m)).
-func Main(m *testing.M) int {
+// from TestMain: os.Exit(pgtest.Main(m)). The cluster trades durability for
+// speed (fsync and synchronous_commit off).
+func Main(m *testing.M) int { return run(m, true) }
+
+// MainDurable is Main with the server's default durability: for tests that
+// crash Postgres (pg_ctl restart -m immediate) and require every
+// acknowledged commit to survive.
+func MainDurable(m *testing.M) int { return run(m, false) }
+
+func run(m *testing.M, fast bool) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	var err error
-	cluster, err = pgcluster.Start(ctx, pgcluster.Options{Fast: true, Install: true,
+	cluster, err = pgcluster.Start(ctx, pgcluster.Options{Fast: fast, Install: true,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err == nil {
 		err = makeTemplates(ctx)

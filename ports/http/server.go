@@ -51,6 +51,9 @@ type Config struct {
 	// ObserveRequest records each request's route, status and duration
 	// (HTTP metrics). Optional.
 	ObserveRequest func(method, route string, status int, d time.Duration)
+	// Leadership reports the instance's leadership for GET
+	// /admin/leadership (admin keys). Nil: the route answers 404.
+	Leadership func(ctx context.Context) (map[string]any, error)
 }
 
 type server struct {
@@ -78,7 +81,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	s := &server{Config: cfg, log: cfg.Log.With("component", "http")}
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
-		if rt.api && !cfg.APIEnabled {
+		if (rt.api && !cfg.APIEnabled) || (len(rt.roles) > 0 && cfg.Auth == nil) {
 			continue
 		}
 		mux.Handle(rt.pattern, s.auth(rt.roles...)(rt.handle))
@@ -113,6 +116,7 @@ func (s *server) routes() []route {
 		{pattern: "GET /readyz", handle: s.readyz},
 		{pattern: "GET /openapi.json", handle: serveOpenAPI},
 		{pattern: "GET /metrics", handle: s.metrics},
+		{pattern: "GET /admin/leadership", roles: admin, handle: s.configured(s.Leadership != nil, s.leadership)},
 	}
 	for _, rs := range s.referenceRoutes() {
 		for _, rt := range rs {

@@ -1,0 +1,10 @@
+package readmodel_test
+
+import (
+	"os"
+	"testing"
+
+	"hearth/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
+	"hearth/app/event"
+	"hearth/internal/database"
+	"hearth/leader"
+)
+
+// projectorAppName names the event-store sessions of a leadership term (its
+// subscribers and poison publisher). The next leader ends any it finds
+// (leader.Config.FenceAppName), so a frozen or cut-off leader's open
+// subscriber transactions cannot hold the offsets, or pg_snapshot_xmin,
+// for longer than it takes to notice.
+const projectorAppName = "hearth-projector"
+
+// newElector builds the leadership elector: the lock on the event store,
+// the fencing terms in the read model.
+func newElector(cfg Config, dbs databases, log *slog.Logger) (*leader.Elector, error) {
+	return leader.New(leader.Config{
+		ConnString:   cfg.DatabaseURL,
+		TermDB:       dbs.rm.DB,
+		FenceAppName: projectorAppName,
+		Log:          log,
+	})
+}
+
+// lead runs the projections for one leadership term until ctx ends: on an
+// event-store pool of the term's own, with every projection transaction
+// checking term, and stepping down (returning the error) as soon as one
+// finds that term stale.
+func lead(ctx context.Context, term int64, cfg Config, lease time.Duration, w wiring, log *slog.Logger) error {
+	es, err := database.OpenSQL(ctx, cfg.DatabaseURL, 4+2*len(w.projections), projectorAppName)
+	if err != nil {
+		return fmt.Errorf("open projector pool: %w", err)
+	}
+	defer es.Close()
+	ctx, stepDown := context.WithCancelCause(ctx)
+	defer stepDown(nil)
+	ctx = readmodel.WithFence(ctx, readmodel.Fence{Lock: leader.LockName, Term: term, Lease: lease})
+	err = runProjections(ctx, cfg, es, w, stepDownOnStaleTerm(w.projections, stepDown), log.With("term", term))
+	if cause := context.Cause(ctx); errors.Is(cause, readmodel.ErrStaleTerm) {
+		return cause
+	}
+	return err
+}
+
+// stepDownOnStaleTerm wraps each projection so that ErrStaleTerm cancels
+// the term's context at once: the router stops, and the message is neither
+// retried nor poisoned (its context is done), so the next leader gets it.
+func stepDownOnStaleTerm(projections []pubsub.Projection, stepDown context.CancelCauseFunc) []pubsub.Projection {
+	out := slices.Clone(projections)
+	for i, p := range out {
+		apply := p.Apply
+		out[i].Apply = func(ctx context.Context, r event.Recorded) error {
+			err := apply(ctx, r)
+			if errors.Is(err, readmodel.ErrStaleTerm) {
+				stepDown(err)
+			}
+			return err
+		}
+	}
+	return out
+}
+
+// leadership reports this instance's role and the current term for GET
+// /admin/leadership; nil in api mode, which takes no part in leadership.
+func leadership(dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {
+	if elector == nil {
+		return nil
+	}
+	return func(ctx context.Context) (map[string]any, error) {
+		st := elector.Status()
+		out := map[string]any{
+			"lock": leader.LockName, "holder": elector.Holder(),
+			"role": st.Role, "term": st.Term, "since": st.Since.UTC().Format(time.RFC3339Nano),
+		}
+		var term int64
+		var holder string
+		var since time.Time
+		err := dbs.rm.QueryRowContext(ctx, `SELECT term, holder, since FROM projection_leader WHERE name = ?`, leader.LockName).
+			Scan(&term, &holder, &since)
+		switch {
+		case err == nil:
+			out["current"] = map[string]any{"term": term, "holder": holder, "since": since.UTC().Format(time.RFC3339Nano)}
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, fmt.Errorf("read current term: %w", err)
+		}
+		return out, nil
+	}
+}

@@ -1,0 +1,20 @@
+package chaos
+
+import (
+	"flag"
+	"os"
+	"testing"
+
+	"hearth/internal/pgtest"
+)
+
+var rounds = flag.Int("chaos.rounds", len(faults), "number of TestChaos rounds; the faults are taken in turn")
+
+// TestMain starts the package's own throwaway Postgres, which the tests
+// restart, with fsync and synchronous_commit on: a crash (pg_ctl restart -m
+// immediate) must not lose an acknowledged command. (No goleak: the processes under test are separate, and what
+// matters here is what they do, not this test binary's goroutines.)
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(pgtest.MainDurable(m))
+}

@@ -1,0 +1,191 @@
+package chaos
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/internal/pgtest"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds cmd/app once per test binary.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hearth-chaos-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "app")
+		out, err := exec.Command("go", "build", "-o", binPath, "hearth/cmd/app").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w: %s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+// client answers quickly or not at all: a frozen process must not stall the
+// test.
+var client = &http.Client{Timeout: time.Second}
+
+// proc is one Hearth process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	addr string
+	log  string // its standard error
+	done chan struct{}
+}
+
+// start runs the binary in mode against urls; the process is killed when
+// the test ends, and its log is printed if the test failed.
+func start(t *testing.T, name, mode string, urls pgtest.URLs) *proc {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	logFile := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logFile)
+	require.NoError(t, err)
+	cmd := exec.Command(binary(t), "--mode", mode, "--http-addr", addr)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+urls.EventStore, "READMODEL_DATABASE_URL="+urls.ReadModel,
+		"POLL_INTERVAL=20ms", "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s")
+	cmd.Stderr = f
+	require.NoError(t, cmd.Start())
+	p := &proc{name: name, cmd: cmd, addr: addr, log: logFile, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			out, _ := os.ReadFile(logFile)
+			t.Logf("--- %s log (last 6000 bytes) ---\n%s", name, tail(out, 6000))
+		}
+	})
+	require.Eventually(t, func() bool { _, ok := p.ready(); return ok }, 60*time.Second, 20*time.Millisecond, "%s ready", name)
+	return p
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig), "signal %s %v", p.name, sig)
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// readiness is what /readyz reports.
+type readiness struct {
+	Status string `json:"status"`
+	Role   string `json:"role"`
+	Term   int64  `json:"term"`
+}
+
+// ready asks /readyz; ok is false when the process does not answer 200.
+func (p *proc) ready() (readiness, bool) {
+	var r readiness
+	resp, err := client.Get("http://" + p.addr + "/readyz")
+	if err != nil {
+		return r, false
+	}
+	defer resp.Body.Close()
+	if json.NewDecoder(resp.Body).Decode(&r) != nil {
+		return r, false
+	}
+	return r, resp.StatusCode == http.StatusOK
+}
+
+// leaderOf returns the one worker that reports leading with the highest
+// term, and whether exactly one leads and every other answers standby.
+func leaderOf(workers []*proc) (leader *proc, term int64, settled bool) {
+	settled = true
+	for _, w := range workers {
+		r, ok := w.ready()
+		switch {
+		case !ok:
+			settled = false
+		case r.Role == "leader":
+			if leader != nil {
+				settled = false
+			}
+			if r.Term > term {
+				leader, term = w, r.Term
+			}
+		case r.Role != "standby":
+			settled = false
+		}
+	}
+	return leader, term, settled && leader != nil
+}
+
+// call sends one JSON request with key and decodes the answer into out (if
+// not nil). It never touches t, so writers and Eventually conditions can use it.
+func call(method, url, key string, body, out any) (int, error) {
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequest(method, url, bytes.NewReader(buf))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, err
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// contains reports whether the log of p contains s.
+func (p *proc) logContains(s string) bool {
+	out, _ := os.ReadFile(p.log)
+	return strings.Contains(string(out), s)
+}

@@ -1,0 +1,272 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
+	"hearth/adapters/refdata"
+	"hearth/app/access"
+	"hearth/app/query"
+	"hearth/internal/pgtest"
+)
+
+// world is a running Hearth: an api process, workers, and the databases.
+type world struct {
+	t        *testing.T
+	urls     pgtest.URLs
+	es, rm   *bun.DB
+	api      *proc
+	workers  []*proc
+	key      string // an operator key
+	merchant string
+	customer string
+	started  int // workers started so far, for names
+}
+
+// newWorld starts an api process and n workers on fresh databases and
+// creates a merchant, an operator key and a customer.
+func newWorld(t *testing.T, urls pgtest.URLs, workers int) *world {
+	t.Helper()
+	w := &world{t: t, urls: urls, es: pgtest.Open(t, urls.EventStore), rm: pgtest.Open(t, urls.ReadModel)}
+	ref, err := refdata.New(w.es)
+	require.NoError(t, err)
+	k, err := ref.CreateKey(t.Context(), "chaos", access.Operator, "")
+	require.NoError(t, err)
+	w.key, w.merchant = k.Secret, k.MerchantID
+	w.api = start(t, "api", "api", urls)
+	for range workers {
+		w.addWorker()
+	}
+	var c struct {
+		ID string `json:"id"`
+	}
+	status, err := call(http.MethodPost, w.url("/v1/customers"), w.key, map[string]any{"name": "Chaos Customer"}, &c)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status)
+	w.customer = c.ID
+	return w
+}
+
+func (w *world) url(path string) string { return "http://" + w.api.addr + path }
+
+// addWorker starts one more worker.
+func (w *world) addWorker() *proc {
+	w.started++
+	p := start(w.t, fmt.Sprintf("worker%d", w.started), "worker", w.urls)
+	w.workers = append(w.workers, p)
+	return p
+}
+
+// replace starts a new worker in place of p, which has exited.
+func (w *world) replace(p *proc) {
+	i := slices.Index(w.workers, p)
+	w.workers = slices.Delete(w.workers, i, i+1)
+	w.addWorker()
+}
+
+// settledLeader waits until exactly one worker leads and the others are
+// standbys, and returns the leader and its term.
+func (w *world) settledLeader() (*proc, int64) {
+	w.t.Helper()
+	var leader *proc
+	var term int64
+	require.Eventually(w.t, func() bool {
+		var settled bool
+		leader, term, settled = leaderOf(w.workers)
+		return settled
+	}, 60*time.Second, 10*time.Millisecond, "one leader, the other workers standby")
+	return leader, term
+}
+
+// createOrder creates an order through the API and returns its id.
+func (w *world) createOrder() string {
+	w.t.Helper()
+	var o struct {
+		ID string `json:"id"`
+	}
+	status, err := call(http.MethodPost, w.url("/v1/orders"), w.key, map[string]any{"customer_id": w.customer, "amount_cents": 1000}, &o)
+	require.NoError(w.t, err)
+	require.Equal(w.t, http.StatusCreated, status)
+	return o.ID
+}
+
+// patchNotes changes an order's notes through the API (one event).
+func (w *world) patchNotes(id, notes string) (int, error) {
+	return call(http.MethodPatch, w.url("/v1/orders/"+id), w.key, map[string]any{"notes": notes}, nil)
+}
+
+// writer issues commands through the API until stopped: it creates orders
+// and changes their notes and amounts. Failures (Postgres restarting, a
+// conflict) are counted, not fatal: the checks compare the read model with
+// whatever the event store holds.
+type writer struct {
+	ok, failed atomic.Int64
+	stop       chan struct{}
+	done       chan struct{}
+	// acked is the highest version each order's commands were acknowledged
+	// with (200 or 201); read it only once the writer is halted.
+	acked map[string]int
+}
+
+func (w *world) startWriter(interval time.Duration) *writer {
+	wr := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]int{}}
+	go func() {
+		defer close(wr.done)
+		var orders []string
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-wr.stop:
+				return
+			case <-tick.C:
+			}
+			var o struct {
+				ID      string `json:"id"`
+				Version int    `json:"version"`
+			}
+			var status int
+			var err error
+			if len(orders) < 10 || i%5 == 0 {
+				status, err = call(http.MethodPost, w.url("/v1/orders"), w.key, map[string]any{"customer_id": w.customer, "amount_cents": i}, &o)
+				if err == nil && status == http.StatusCreated {
+					orders = append(orders, o.ID)
+				}
+			} else {
+				id := orders[rand.IntN(len(orders))]
+				status, err = call(http.MethodPatch, w.url("/v1/orders/"+id), w.key, map[string]any{"notes": fmt.Sprint("note ", i), "amount_cents": i}, &o)
+			}
+			if err == nil && status < 300 {
+				wr.ok.Add(1)
+				wr.acked[o.ID] = max(wr.acked[o.ID], o.Version)
+			} else {
+				wr.failed.Add(1)
+			}
+		}
+	}()
+	return wr
+}
+
+func (wr *writer) halt() {
+	close(wr.stop)
+	<-wr.done
+}
+
+// checkExactlyOnce waits until the read model has caught up with the event
+// store, then checks that every event was applied exactly once: exactly one
+// change-log row per event and none for anything else, and each order row
+// equal to the fold of its events. It returns the number of events.
+func (w *world) checkExactlyOnce() int {
+	t := w.t
+	t.Helper()
+	ctx := context.Background()
+	count := func(db *bun.DB, table string) int {
+		var n int
+		_ = db.DB.QueryRow("SELECT count(*) FROM " + table).Scan(&n)
+		return n
+	}
+	require.Eventually(t, func() bool { return count(w.rm, "change_log") >= count(w.es, "events") }, 2*time.Minute, 50*time.Millisecond,
+		"the read model catches up with the event store")
+
+	var events []string
+	require.NoError(t, w.es.NewRaw("SELECT event_id::text FROM events ORDER BY event_id").Scan(ctx, &events))
+	var changes []string
+	require.NoError(t, w.rm.NewRaw("SELECT event_id::text FROM change_log ORDER BY event_id").Scan(ctx, &changes))
+	require.Equal(t, events, changes, "exactly one change-log row per event")
+
+	var ids []string
+	require.NoError(t, w.es.NewRaw("SELECT DISTINCT stream_id::text FROM events WHERE stream_type = ?", pubsub.OrderStream.Type).Scan(ctx, &ids))
+	store, err := pubsub.NewStore(w.es, nil)
+	require.NoError(t, err)
+	orders, err := readmodel.NewOrders(w.rm)
+	require.NoError(t, err)
+	tx, err := w.es.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	for _, id := range ids {
+		stream, _, err := store.Load(ctx, tx, pubsub.OrderStream, w.merchant, id)
+		require.NoError(t, err)
+		want, err := query.FoldOrder(stream)
+		require.NoError(t, err)
+		got, err := orders.Order(ctx, query.Scope{MerchantID: w.merchant}, id)
+		require.NoError(t, err)
+		wantJSON, _ := json.Marshal(want)
+		gotJSON, _ := json.Marshal(got)
+		require.JSONEq(t, string(wantJSON), string(gotJSON), "order %s equals the fold of its %d events", id, len(stream))
+	}
+	return len(events)
+}
+
+// checkAcknowledged checks that the event store holds every command the
+// writer was told had succeeded: nothing acknowledged was lost.
+func (w *world) checkAcknowledged(wr *writer) {
+	w.t.Helper()
+	var rows []struct {
+		ID      string `bun:"id"`
+		Version int    `bun:"version"`
+	}
+	require.NoError(w.t, w.es.NewRaw("SELECT stream_id::text AS id, max(version) AS version FROM events GROUP BY stream_id").Scan(context.Background(), &rows))
+	stored := map[string]int{}
+	for _, r := range rows {
+		stored[r.ID] = r.Version
+	}
+	for id, v := range wr.acked {
+		require.GreaterOrEqual(w.t, stored[id], v, "order %s: version %d was acknowledged", id, v)
+	}
+}
+
+// maxChangeID is the newest change-log row's id (0 on an error: it runs
+// inside Eventually too).
+func (w *world) maxChangeID() int64 {
+	var id int64
+	_ = w.rm.DB.QueryRow("SELECT coalesce(max(id), 0) FROM change_log").Scan(&id)
+	return id
+}
+
+// projectedUnder reports whether a change-log row newer than after was
+// written under a term newer than term: a new leader is projecting.
+func (w *world) projectedUnder(after, term int64) bool {
+	var yes bool
+	err := w.rm.DB.QueryRow("SELECT EXISTS (SELECT FROM change_log WHERE id > $1 AND term > $2)", after, term).Scan(&yes)
+	return err == nil && yes
+}
+
+// terminateLockSession ends the session holding the leadership lock, as an
+// operator (or a connection killer) would.
+func (w *world) terminateLockSession() {
+	w.t.Helper()
+	var n int
+	require.NoError(w.t, w.es.DB.QueryRow(`
+		SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND l.classid::bigint = 3563993274 AND l.objid::bigint = 3050863740`).Scan(&n))
+	require.Equal(w.t, 1, n, "one session holds the lock")
+}
+
+// figures summarises durations: count, median and max.
+type figures []time.Duration
+
+func (f figures) String() string {
+	if len(f) == 0 {
+		return "none"
+	}
+	s := slices.Clone(f)
+	slices.Sort(s)
+	median := s[len(s)/2]
+	if len(s)%2 == 0 {
+		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return fmt.Sprintf("n=%d median=%v max=%v", len(s), median.Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
+}
