@@ -263,10 +263,29 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 	if err != nil {
 		return err
 	}
-	if err := router.Run(ctx); err != nil && ctx.Err() == nil {
+	// The router runs on a context of its own, ended only once it is
+	// running: when a term ends while the router is still subscribing,
+	// watermill (v1.5.1) returns "cannot subscribe" and leaves a goroutine
+	// waiting for ever on handlers that never started.
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- router.Run(runCtx) }()
+	select {
+	case <-router.Running():
+	case err := <-done:
 		return err
 	}
-	return nil // stopping: an error from a subscriber cut short is not one
+	select {
+	case <-ctx.Done():
+		stop() // Run closes the router: in-flight messages are cancelled, subscribers closed
+		if err := <-done; err != nil {
+			log.Debug("router stopped", "error", err) // a subscriber cut short by shutdown is not an error
+		}
+		return nil
+	case err := <-done:
+		return err
+	}
 }
 
 func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {
