@@ -144,9 +144,9 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 		return wiring{}, err
 	}
 	return wiring{app: a, refdata: ref, projections: []pubsub.Projection{
-		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply},
-		{Name: requests.Name(), Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply},
-		{Name: schedules.Name(), Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply},
+		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply, ApplyBatch: orders.ApplyBatch},
+		{Name: requests.Name(), Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply, ApplyBatch: requests.ApplyBatch},
+		{Name: schedules.Name(), Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply, ApplyBatch: schedules.ApplyBatch},
 	}}, nil
 }
 
@@ -213,23 +213,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return err
 }
 
-// runProjections builds a fresh router for one leadership term and runs it
-// until leadCtx ends.
+// runProjections runs the projection pipeline for one leadership term
+// (catch-up, then a fresh router woken by NOTIFY) until leadCtx ends.
 func runProjections(ctx context.Context, cfg Config, dbs databases, projections []pubsub.Projection, log *slog.Logger) error {
-	poison, err := pubsub.SQLPublisher(dbs.es.DB, log)
-	if err != nil {
-		return err
-	}
-	defer poison.Close()
-	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber: pubsub.SQLSubscribers(dbs.es.DB, log, cfg.PollInterval),
-		Poison:     poison,
+	return pubsub.RunPipeline(ctx, pubsub.PipelineConfig{
+		EventStore: dbs.es.DB,
+		ConnString: cfg.DatabaseURL,
+		SameDB:     dbs.rm == dbs.es,
+		Fallback:   cfg.PollInterval,
 		Log:        log,
 	}, projections...)
-	if err != nil {
-		return err
-	}
-	return router.Run(ctx)
 }
 
 func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {
