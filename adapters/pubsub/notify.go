@@ -177,12 +177,11 @@ type notifyBackoff struct {
 	// quick, when not zero, is a short wait for a re-poll after a
 	// notification found nothing visible yet; it doubles up to fallback.
 	quick time.Duration
+	// closed ends any wait: the subscriber is closing.
+	closed <-chan struct{}
 }
 
 func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
-	if b.seen == nil {
-		b.seen = b.n.signal(b.table)
-	}
 	switch {
 	case err != nil:
 		logger.Error("Error querying for message", err, watermill.LogFields{"wait_time": b.retry})
@@ -203,6 +202,7 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 	case <-b.seen:
 		b.quick = time.Millisecond
 	case <-t.C:
+	case <-b.closed:
 	}
 	t.Stop()
 	b.seen = b.n.signal(b.table)
@@ -217,13 +217,19 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration) func(string) (message.Subscriber, error) {
 	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
-		return &topicSubscriber{make: func(topic string) (message.Subscriber, error) {
+		closed := make(chan struct{})
+		return &topicSubscriber{closed: closed, make: func(topic string) (message.Subscriber, error) {
 			deadline := AckDeadline
+			table := topicTable(topic)
 			return wsql.NewSubscriber(db, wsql.SubscriberConfig{
 				ConsumerGroup:  group,
 				AckDeadline:    &deadline,
 				ResendInterval: 200 * time.Millisecond,
-				BackoffManager: &notifyBackoff{n: n, table: topicTable(topic), fallback: fallback, retry: time.Second},
+				BackoffManager: &notifyBackoff{n: n, table: table, fallback: fallback, retry: time.Second,
+					// Taken before the first poll, so no notification is lost; and
+					// the first empty polls are quick, since a notification may
+					// have come before the subscriber existed.
+					seen: n.signal(table), quick: time.Millisecond, closed: closed},
 				SchemaAdapter:  Schema,
 				OffsetsAdapter: LockFreeOffsets{},
 			}, wlog)
@@ -237,9 +243,11 @@ type DB = wsql.Beginner
 // topicSubscriber makes its watermill-sql subscriber when it learns the
 // topic, so that the BackoffManager can wait for that topic only.
 type topicSubscriber struct {
-	make func(topic string) (message.Subscriber, error)
-	mu   sync.Mutex
-	subs []message.Subscriber
+	make   func(topic string) (message.Subscriber, error)
+	closed chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	subs   []message.Subscriber
 }
 
 func (s *topicSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -250,10 +258,18 @@ func (s *topicSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 	s.mu.Lock()
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()
+	go func() {
+		// The router cancels ctx before it closes subscribers: end the wait
+		// of the BackoffManager then, or the consume loop would notice only
+		// after the fallback interval.
+		<-ctx.Done()
+		s.once.Do(func() { close(s.closed) })
+	}()
 	return sub.Subscribe(ctx, topic)
 }
 
 func (s *topicSubscriber) Close() error {
+	s.once.Do(func() { close(s.closed) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
