@@ -174,9 +174,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	positions, err := readmodel.NewPositions(dbs.es, dbs.rm)
+	if err != nil {
+		return err
+	}
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector),
+		Ready:       readiness(cfg, dbs, elector),
+		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
 	})
 	if err != nil {
 		return err
