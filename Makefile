@@ -3,7 +3,7 @@
 # test harness starts itself.
 GO ?= go
 
-.PHONY: run test build vet clean
+.PHONY: run test build vet clean bench
 
 run:
 	$(GO) run ./cmd/app dev
@@ -11,6 +11,11 @@ run:
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# bench starts its own throwaway Postgres, builds and runs Hearth as a
+# separate process, and prints one table (about 4 minutes).
+bench:
+	$(GO) run ./cmd/bench
 
 build:
 	$(GO) build -o bin/app ./cmd/app
