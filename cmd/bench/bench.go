@@ -295,4 +295,6 @@ func runRouter(ctx context.Context, router interface {
 	return func() { cancel(); <-done }
 }
 
-func databaseOpen(ctx context.Context, url string) (*bun.DB, error) { return database.Open(ctx, url, 40) }
+func databaseOpen(ctx context.Context, url string) (*bun.DB, error) {
+	return database.Open(ctx, url, 40)
+}

@@ -150,7 +150,9 @@ func (b *bench) pgbench(ctx context.Context, es *bun.DB, keyID, merchantID, cust
 		return "", err
 	}
 	// JSON goes in hex: pgbench would read its "key":value colons as variables.
-	q := func(s string) string { return "convert_from(decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), 'UTF8')" }
+	q := func(s string) string {
+		return "convert_from(decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), 'UTF8')"
+	}
 	script := strings.Join([]string{
 		`SELECT id, merchant_id, role, staff_id FROM api_keys WHERE key_hash = decode('` + hash + `', 'hex') AND revoked_at IS NULL;`,
 		`BEGIN;`,
