@@ -17,7 +17,7 @@ import (
 
 // CatchUpPageSize is how many events one catch-up page applies in one
 // read-model transaction.
-const CatchUpPageSize = 2000
+const CatchUpPageSize = 1000
 
 // CatchUp brings a projection up to date before its live subscriber starts.
 // Watermill hands messages over one at a time and waits for each ack, so a

@@ -203,3 +203,41 @@ func TestFallbackPollWithoutNotifications(t *testing.T) {
 	ids := f.createOrders(t, 2)
 	f.requireProjected(t, ids)
 }
+
+// Guarantee 7: while one projection's handler fails on every event (its
+// retry budget of about 31 s running), another projection sees events
+// committed after the failure started. With watermill-sql's default
+// offsets adapter, the failing subscriber's transaction holds a transaction
+// id (FOR UPDATE) for the whole budget, and the later event stays invisible
+// to every subscriber until the budget ends.
+//
+// Not parallel: when broken, it would stall the other tests' subscribers.
+func TestFailingProjectionDoesNotHoldUpOthers(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	f := setup(t, urls)
+	attempts := make(chan struct{}, 100)
+	failing := pubsub.Projection{Name: "failing", Topic: pubsub.TopicOrders, Decode: order.Decode,
+		Apply: func(ctx context.Context, r event.Recorded) error {
+			select {
+			case attempts <- struct{}{}:
+			default:
+			}
+			return errors.New("always fails")
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- pubsub.RunPipeline(ctx, pubsub.PipelineConfig{EventStore: f.es.DB, ConnString: urls.EventStore, SameDB: true,
+			Fallback: 20 * time.Millisecond, Log: quietLog()}, f.ordersProjection(), failing)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	first := f.createOrder(t)
+	<-attempts
+	<-attempts // the failing handler is in its retry budget now
+	second := f.createOrder(t)
+	f.requireProjected(t, []string{first, second})
+	require.Zero(t, f.count(t, f.es, "watermill_poison"), "the failing event is still within its budget")
+}

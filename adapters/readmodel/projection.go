@@ -44,12 +44,12 @@ type projection[V View] struct {
 // without changing anything for an event already applied, and a *GapError
 // for one whose predecessor is missing.
 func (p *projection[V]) apply(ctx context.Context, r event.Recorded) error {
-	return p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		view, found, err := p.load(ctx, tx, r.StreamID)
 		if err != nil {
 			return fmt.Errorf("lock %s %s: %w", p.table, r.StreamID, err)
 		}
-		change, err := p.step(view, found, r)
+		change, err := p.step(view, found, r, nil)
 		if err != nil || change == nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func (p *projection[V]) apply(ctx context.Context, r event.Recorded) error {
 // read model shares the event store's database). Any error rolls the whole
 // batch back.
 func (p *projection[V]) applyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
-	return p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		ids := make([]string, 0, len(recs))
 		seen := make(map[string]bool, len(recs))
 		for _, r := range recs {
@@ -87,19 +87,21 @@ func (p *projection[V]) applyBatch(ctx context.Context, recs []event.Recorded, a
 		}
 		changes := make([]changeRow, 0, len(recs))
 		dirty := make(map[string]bool, len(ids))
+		last := make(map[string][]byte, len(ids)) // a row's JSON after its last event in this batch
 		for _, r := range recs {
 			view, ok := views[r.StreamID]
 			if !ok {
 				view = p.empty()
 				views[r.StreamID] = view
 			}
-			change, err := p.step(view, found[r.StreamID] || dirty[r.StreamID], r)
+			change, err := p.step(view, found[r.StreamID] || dirty[r.StreamID], r, last[r.StreamID])
 			if err != nil {
 				return err
 			}
 			if change != nil {
 				changes = append(changes, *change)
 				dirty[r.StreamID] = true
+				last[r.StreamID] = change.After
 			}
 		}
 		if len(changes) == 0 {
@@ -121,6 +123,14 @@ func (p *projection[V]) applyBatch(ctx context.Context, recs []event.Recorded, a
 	})
 }
 
+// inTx runs fn in one read-model transaction. Every projection write goes
+// through it, one event (apply) or one catch-up page (applyBatch) per
+// transaction, so a check that must run once in every projection
+// transaction (such as a fencing term) belongs here.
+func (p *projection[V]) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {
+	return p.db.RunInTx(ctx, nil, fn)
+}
+
 func runAlso(ctx context.Context, tx bun.Tx, fn func(ctx context.Context, tx bun.Tx) error) error {
 	if fn == nil {
 		return nil
@@ -129,8 +139,9 @@ func runAlso(ctx context.Context, tx bun.Tx, fn func(ctx context.Context, tx bun
 }
 
 // step applies r to view (the row as stored, or a fresh view when !found)
-// and returns its change-log row; nil for an event already applied.
-func (p *projection[V]) step(view V, found bool, r event.Recorded) (*changeRow, error) {
+// and returns its change-log row; nil for an event already applied. before,
+// when not nil, is view's JSON already (the previous event's after).
+func (p *projection[V]) step(view V, found bool, r event.Recorded, before []byte) (*changeRow, error) {
 	merchantID, version := p.meta(view)
 	if found && merchantID != r.MerchantID {
 		return nil, fmt.Errorf("%s %s belongs to merchant %s, event %s says %s", p.table, r.StreamID, merchantID, r.ID, r.MerchantID)
@@ -141,12 +152,14 @@ func (p *projection[V]) step(view V, found bool, r event.Recorded) (*changeRow, 
 	if r.Version != version+1 {
 		return nil, &GapError{AggregateID: r.StreamID, RowVersion: version, Version: r.Version}
 	}
-	var before []byte
-	if found {
+	if found && before == nil {
 		var err error
 		if before, err = json.Marshal(view); err != nil {
 			return nil, err
 		}
+	}
+	if !found {
+		before = nil
 	}
 	if err := view.Apply(r); err != nil {
 		return nil, err

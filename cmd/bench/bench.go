@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -35,7 +36,9 @@ type bench struct {
 
 	mu      sync.Mutex
 	procs   []*exec.Cmd
-	peakRSS int64 // kB
+	peakRSS int64               // kB, over every Hearth process
+	rssOf   map[*exec.Cmd]int64 // kB, per process
+	names   map[*exec.Cmd]string
 	// hearthURL is the running Hearth process of the latency run, reused for
 	// the command run.
 	hearthURL, hearthDB string
@@ -66,7 +69,7 @@ func (b *bench) newDB(ctx context.Context, name string, sets ...migrations.Set) 
 
 // startHearth runs the Hearth binary (mode all) on url and waits until it
 // leads the projections.
-func (b *bench) startHearth(ctx context.Context, url string) (*exec.Cmd, string, error) {
+func (b *bench) startHearth(ctx context.Context, name, url string) (*exec.Cmd, string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
@@ -82,6 +85,10 @@ func (b *bench) startHearth(ctx context.Context, url string) (*exec.Cmd, string,
 	}
 	b.mu.Lock()
 	b.procs = append(b.procs, cmd)
+	if b.names == nil {
+		b.names, b.rssOf = map[*exec.Cmd]string{}, map[*exec.Cmd]int64{}
+	}
+	b.names[cmd] = name
 	b.mu.Unlock()
 	base := "http://" + addr
 	deadline := time.Now().Add(30 * time.Second)
@@ -113,6 +120,7 @@ func (b *bench) sampleRSS(cmd *exec.Cmd) {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			b.mu.Lock()
 			b.peakRSS = max(b.peakRSS, kb)
+			b.rssOf[cmd] = max(b.rssOf[cmd], kb)
 			b.mu.Unlock()
 		}
 	}
@@ -202,16 +210,23 @@ func measureLatency(ctx context.Context, es, rm *bun.DB, d time.Duration) (stats
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	end := time.Now().Add(d)
+	fail := func(err error) {
+		mu.Lock()
+		firstErr = cmp.Or(firstErr, err)
+		mu.Unlock()
+	}
 	for time.Now().Before(end) {
 		<-tick.C
-		w, err := orders.Create(ctx, command.CreateOrder{Meta: event.Meta{MerchantID: merchantID, Actor: "bench",
-			CorrelationID: uuid.New(), OccurredAt: time.Now()}, CustomerID: customerID, AmountCents: 100})
-		committed := time.Now()
-		if err != nil {
-			return nil, err
-		}
-		id := w.Stream[0].StreamID
+		// One goroutine per event, so the rate holds even when a commit is slow.
 		wg.Go(func() {
+			w, err := orders.Create(ctx, command.CreateOrder{Meta: event.Meta{MerchantID: merchantID, Actor: "bench",
+				CorrelationID: uuid.New(), OccurredAt: time.Now()}, CustomerID: customerID, AmountCents: 100})
+			committed := time.Now()
+			if err != nil {
+				fail(err)
+				return
+			}
+			id := w.Stream[0].StreamID
 			for {
 				var one int
 				err := rm.DB.QueryRowContext(ctx, `SELECT 1 FROM orders WHERE id = $1`, id).Scan(&one)
@@ -222,9 +237,7 @@ func measureLatency(ctx context.Context, es, rm *bun.DB, d time.Duration) (stats
 					return
 				}
 				if err != sql.ErrNoRows {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
+					fail(err)
 					return
 				}
 				if time.Since(committed) > 30*time.Second {
@@ -243,7 +256,7 @@ func (b *bench) latencyHearth(ctx context.Context) (stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd, base, err := b.startHearth(ctx, url)
+	cmd, base, err := b.startHearth(ctx, "latency and commands", url)
 	if err != nil {
 		return nil, err
 	}
@@ -297,4 +310,16 @@ func runRouter(ctx context.Context, router interface {
 
 func databaseOpen(ctx context.Context, url string) (*bun.DB, error) {
 	return database.Open(ctx, url, 40)
+}
+
+// rssByProcess lists each Hearth process's peak RSS.
+func (b *bench) rssByProcess() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var parts []string
+	for cmd, kb := range b.rssOf {
+		parts = append(parts, fmt.Sprintf("%s: %.0f MB", b.names[cmd], float64(kb)/1024))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }

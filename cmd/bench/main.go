@@ -114,7 +114,7 @@ func run() error {
 		return fmt.Errorf("catch-up: %w", err)
 	}
 	rows = append(rows, cu...)
-	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "hearth mode=all, during the runs above"})
+	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "hearth mode=all, by process: " + b.rssByProcess()})
 
 	printTable(rows)
 	return nil

@@ -205,7 +205,7 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 
 	b.progress("catch-up: Hearth (a fresh process on the backlog)")
 	start := time.Now()
-	cmd, _, err := b.startHearth(ctx, url)
+	cmd, _, err := b.startHearth(ctx, "catch-up", url)
 	if err != nil {
 		return nil, err
 	}
