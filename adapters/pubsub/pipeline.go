@@ -52,6 +52,7 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Project
 	}
 	defer poison.Close()
 
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
@@ -85,6 +86,12 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Project
 	if err != nil {
 		return fail(err)
 	}
-	g.Go(func() error { return router.Run(gctx) })
+	g.Go(func() error {
+		err := router.Run(gctx)
+		if parent.Err() != nil {
+			return nil // the term ended, possibly while the router was still subscribing
+		}
+		return err
+	})
 	return g.Wait()
 }
