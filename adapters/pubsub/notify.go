@@ -143,20 +143,6 @@ func (n *Notifier) wakeAll() {
 	}
 }
 
-// Wait blocks until topic gets a notification, ctx ends or d passes, and
-// reports whether a notification came. Tests and tools use it.
-func (n *Notifier) Wait(ctx context.Context, topic string, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-n.signal(topicTable(topic)):
-		return true
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return false
-}
-
 // topicTable is the table name the trigger reports for topic (unquoted).
 func topicTable(topic string) string {
 	return strings.Trim(Schema.MessagesTable(topic), `"`)

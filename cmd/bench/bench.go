@@ -77,7 +77,7 @@ func (b *bench) startHearth(ctx context.Context, name, url string) (*exec.Cmd, s
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(b.bin, "serve")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "LOG_LEVEL=warn",
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"),
 		"POLL_INTERVAL="+fallbackPoll.String())
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
