@@ -3,7 +3,7 @@
 # test harness starts itself.
 GO ?= go
 
-.PHONY: run test chaos build vet clean
+.PHONY: run test chaos bench build vet clean
 
 run:
 	$(GO) run ./cmd/app dev
@@ -16,6 +16,11 @@ test:
 # the one round per fault that make test runs; prints the takeover times.
 chaos:
 	$(GO) test -count=1 -timeout 30m -v -run 'TestChaos' ./internal/chaos -chaos.rounds=24
+
+# bench starts its own throwaway Postgres, builds and runs Hearth as a
+# separate process, and prints one table (about 4 minutes).
+bench:
+	$(GO) run ./cmd/bench
 
 build:
 	$(GO) build -o bin/app ./cmd/app

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/uptrace/bun"
 
 	"hearth/app/event"
 )
@@ -26,6 +27,10 @@ type Projection struct {
 	Topic  string
 	Decode event.Decoder
 	Apply  func(ctx context.Context, r event.Recorded) error
+	// ApplyBatch applies events in order in one read-model transaction,
+	// running alsoInTx (when set) inside it before the commit. Optional:
+	// without it, the projection has no catch-up path (see CatchUp).
+	ApplyBatch func(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error
 }
 
 // Retry budget of every projection handler: 200 ms doubling to 5 s, 10

@@ -123,7 +123,19 @@ func NewOrders(db *bun.DB) (*Orders, error) {
 			row := orderRowOf(*v)
 			return upsert(ctx, tx, &row, insert)
 		},
-		meta: func(v *query.Order) (string, int) { return v.MerchantID, v.Version },
+		meta:  func(v *query.Order) (string, int) { return v.MerchantID, v.Version },
+		empty: func() *query.Order { v := orderRow{}.view(); return &v },
+		loadMany: func(ctx context.Context, tx bun.Tx, ids []string) (map[string]*query.Order, error) {
+			return selectManyForUpdate(ctx, tx, ids, func(r *orderRow) string { return r.ID },
+				func(r *orderRow) *query.Order { v := r.view(); return &v })
+		},
+		saveMany: func(ctx context.Context, tx bun.Tx, vs []*query.Order) error {
+			rows := make([]orderRow, len(vs))
+			for i, v := range vs {
+				rows[i] = orderRowOf(*v)
+			}
+			return upsertMany(ctx, tx, rows)
+		},
 	}}, nil
 }
 
@@ -135,13 +147,14 @@ func (p *Orders) Apply(ctx context.Context, r event.Recorded) error {
 	return p.proj.apply(ctx, r)
 }
 
-func insertChange(ctx context.Context, tx bun.Tx, r event.Recorded, before, after []byte) error {
-	c := changeRow{
-		MerchantID: r.MerchantID, AggregateType: r.StreamType, AggregateID: r.StreamID, EventID: r.ID,
-		Version: r.Version, Action: r.Type, Actor: r.Actor, Before: before, After: after, OccurredAt: r.OccurredAt,
-	}
-	if _, err := tx.NewInsert().Model(&c).Exec(ctx); err != nil {
-		return fmt.Errorf("change log for event %s: %w", r.ID, err)
+// ApplyBatch applies events in one transaction (see projection.applyBatch).
+func (p *Orders) ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
+	return p.proj.applyBatch(ctx, recs, alsoInTx)
+}
+
+func insertChanges(ctx context.Context, tx bun.Tx, changes []changeRow) error {
+	if _, err := tx.NewInsert().Model(&changes).Exec(ctx); err != nil {
+		return fmt.Errorf("change log of %d events from %s: %w", len(changes), changes[0].EventID, err)
 	}
 	return nil
 }

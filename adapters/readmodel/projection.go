@@ -32,6 +32,12 @@ type projection[V View] struct {
 	save func(ctx context.Context, tx bun.Tx, v V, insert bool) error
 	// meta returns the row's merchant and version.
 	meta func(v V) (merchantID string, version int)
+	// empty returns the view of a row that does not exist yet.
+	empty func() V
+	// loadMany reads the rows of ids that exist, FOR UPDATE, by id.
+	loadMany func(ctx context.Context, tx bun.Tx, ids []string) (map[string]V, error)
+	// saveMany inserts or updates rows in one statement.
+	saveMany func(ctx context.Context, tx bun.Tx, vs []V) error
 }
 
 // apply applies one event in one read-model transaction. It returns nil
@@ -39,42 +45,139 @@ type projection[V View] struct {
 // one whose predecessor is missing, and ErrStaleTerm when ctx carries a
 // leadership term (WithFence) that is no longer current.
 func (p *projection[V]) apply(ctx context.Context, r event.Recorded) error {
-	return p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if err := checkFence(ctx, tx); err != nil {
-			return err
-		}
+	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		view, found, err := p.load(ctx, tx, r.StreamID)
 		if err != nil {
 			return fmt.Errorf("lock %s %s: %w", p.table, r.StreamID, err)
 		}
-		merchantID, version := p.meta(view)
-		if found && merchantID != r.MerchantID {
-			return fmt.Errorf("%s %s belongs to merchant %s, event %s says %s", p.table, r.StreamID, merchantID, r.ID, r.MerchantID)
-		}
-		if r.Version <= version {
-			return nil // already applied: redelivery changes nothing
-		}
-		if r.Version != version+1 {
-			return &GapError{AggregateID: r.StreamID, RowVersion: version, Version: r.Version}
-		}
-		var before []byte
-		if found {
-			if before, err = json.Marshal(view); err != nil {
-				return err
-			}
-		}
-		if err := view.Apply(r); err != nil {
-			return err
-		}
-		after, err := json.Marshal(view)
-		if err != nil {
+		change, err := p.step(view, found, r, nil)
+		if err != nil || change == nil {
 			return err
 		}
 		if err := p.save(ctx, tx, view, !found); err != nil {
 			return fmt.Errorf("write %s %s: %w", p.table, r.StreamID, err)
 		}
-		return insertChange(ctx, tx, r, before, after)
+		return insertChanges(ctx, tx, []changeRow{*change})
 	})
+}
+
+// applyBatch applies events, in order, in one read-model transaction, with
+// the same guard, gap check and change log as apply, in a few statements:
+// one to lock every row the batch touches, one to write them, one for the
+// change log. alsoInTx, when set, runs in the same transaction before the
+// commit (the catch-up moves the consumer group's offset there when the
+// read model shares the event store's database). Any error rolls the whole
+// batch back.
+func (p *projection[V]) applyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
+	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		ids := make([]string, 0, len(recs))
+		seen := make(map[string]bool, len(recs))
+		for _, r := range recs {
+			if !seen[r.StreamID] {
+				seen[r.StreamID] = true
+				ids = append(ids, r.StreamID)
+			}
+		}
+		views, err := p.loadMany(ctx, tx, ids)
+		if err != nil {
+			return fmt.Errorf("lock %d %s rows: %w", len(ids), p.table, err)
+		}
+		found := make(map[string]bool, len(views))
+		for id := range views {
+			found[id] = true
+		}
+		changes := make([]changeRow, 0, len(recs))
+		dirty := make(map[string]bool, len(ids))
+		last := make(map[string][]byte, len(ids)) // a row's JSON after its last event in this batch
+		for _, r := range recs {
+			view, ok := views[r.StreamID]
+			if !ok {
+				view = p.empty()
+				views[r.StreamID] = view
+			}
+			change, err := p.step(view, found[r.StreamID] || dirty[r.StreamID], r, last[r.StreamID])
+			if err != nil {
+				return err
+			}
+			if change != nil {
+				changes = append(changes, *change)
+				dirty[r.StreamID] = true
+				last[r.StreamID] = change.After
+			}
+		}
+		if len(changes) == 0 {
+			return runAlso(ctx, tx, alsoInTx)
+		}
+		write := make([]V, 0, len(dirty))
+		for _, id := range ids {
+			if dirty[id] {
+				write = append(write, views[id])
+			}
+		}
+		if err := p.saveMany(ctx, tx, write); err != nil {
+			return fmt.Errorf("write %d %s rows: %w", len(write), p.table, err)
+		}
+		if err := insertChanges(ctx, tx, changes); err != nil {
+			return err
+		}
+		return runAlso(ctx, tx, alsoInTx)
+	})
+}
+
+// inTx runs fn in one read-model transaction. Every projection write goes
+// through it, one event (apply) or one catch-up page (applyBatch) per
+// transaction, and each first checks the leadership term (checkFence) as
+// its first statement.
+func (p *projection[V]) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {
+	return p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if err := checkFence(ctx, tx); err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+}
+
+func runAlso(ctx context.Context, tx bun.Tx, fn func(ctx context.Context, tx bun.Tx) error) error {
+	if fn == nil {
+		return nil
+	}
+	return fn(ctx, tx)
+}
+
+// step applies r to view (the row as stored, or a fresh view when !found)
+// and returns its change-log row; nil for an event already applied. before,
+// when not nil, is view's JSON already (the previous event's after).
+func (p *projection[V]) step(view V, found bool, r event.Recorded, before []byte) (*changeRow, error) {
+	merchantID, version := p.meta(view)
+	if found && merchantID != r.MerchantID {
+		return nil, fmt.Errorf("%s %s belongs to merchant %s, event %s says %s", p.table, r.StreamID, merchantID, r.ID, r.MerchantID)
+	}
+	if r.Version <= version {
+		return nil, nil // already applied: redelivery changes nothing
+	}
+	if r.Version != version+1 {
+		return nil, &GapError{AggregateID: r.StreamID, RowVersion: version, Version: r.Version}
+	}
+	if found && before == nil {
+		var err error
+		if before, err = json.Marshal(view); err != nil {
+			return nil, err
+		}
+	}
+	if !found {
+		before = nil
+	}
+	if err := view.Apply(r); err != nil {
+		return nil, err
+	}
+	after, err := json.Marshal(view)
+	if err != nil {
+		return nil, err
+	}
+	return &changeRow{
+		MerchantID: r.MerchantID, AggregateType: r.StreamType, AggregateID: r.StreamID, EventID: r.ID,
+		Version: r.Version, Action: r.Type, Actor: r.Actor, Before: before, After: after, OccurredAt: r.OccurredAt,
+	}, nil
 }
 
 // selectForUpdate loads one row model by id with a row lock.
@@ -94,5 +197,28 @@ func upsert[M any](ctx context.Context, tx bun.Tx, model *M, insert bool) error 
 	} else {
 		_, err = tx.NewUpdate().Model(model).WherePK().Exec(ctx)
 	}
+	return err
+}
+
+// selectManyForUpdate loads the row models of ids with row locks, in id
+// order (so that two batches never deadlock), keyed by id.
+func selectManyForUpdate[M any, V any](ctx context.Context, tx bun.Tx, ids []string, id func(*M) string, view func(*M) V) (map[string]V, error) {
+	var rows []M
+	if err := tx.NewSelect().Model(&rows).Where("id IN (?)", bun.In(ids)).OrderExpr("id").For("UPDATE").Scan(ctx); err != nil {
+		return nil, err
+	}
+	out := make(map[string]V, len(rows))
+	for i := range rows {
+		out[id(&rows[i])] = view(&rows[i])
+	}
+	return out, nil
+}
+
+// upsertMany inserts or updates row models by primary key in one statement.
+func upsertMany[M any](ctx context.Context, tx bun.Tx, rows []M) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := tx.NewInsert().Model(&rows).On("CONFLICT (id) DO UPDATE").Exec(ctx)
 	return err
 }

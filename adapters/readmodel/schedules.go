@@ -62,7 +62,19 @@ func NewSchedules(db *bun.DB) (*Schedules, error) {
 			row := scheduleRowOf(*v)
 			return upsert(ctx, tx, &row, insert)
 		},
-		meta: func(v *query.Schedule) (string, int) { return v.MerchantID, v.Version },
+		meta:  func(v *query.Schedule) (string, int) { return v.MerchantID, v.Version },
+		empty: func() *query.Schedule { v := scheduleRow{}.view(); return &v },
+		loadMany: func(ctx context.Context, tx bun.Tx, ids []string) (map[string]*query.Schedule, error) {
+			return selectManyForUpdate(ctx, tx, ids, func(r *scheduleRow) string { return r.ID },
+				func(r *scheduleRow) *query.Schedule { v := r.view(); return &v })
+		},
+		saveMany: func(ctx context.Context, tx bun.Tx, vs []*query.Schedule) error {
+			rows := make([]scheduleRow, len(vs))
+			for i, v := range vs {
+				rows[i] = scheduleRowOf(*v)
+			}
+			return upsertMany(ctx, tx, rows)
+		},
 	}}, nil
 }
 
@@ -79,6 +91,11 @@ func (p *Schedules) Get(ctx context.Context, scope query.Scope, id string) (quer
 		return query.Schedule{}, err
 	}
 	return row.view(), nil
+}
+
+// ApplyBatch applies events in one transaction (see projection.applyBatch).
+func (p *Schedules) ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
+	return p.proj.applyBatch(ctx, recs, alsoInTx)
 }
 
 // List returns a page of schedules visible to scope.

@@ -67,7 +67,19 @@ func NewServiceRequests(db *bun.DB) (*ServiceRequests, error) {
 			row := serviceRequestRowOf(*v)
 			return upsert(ctx, tx, &row, insert)
 		},
-		meta: func(v *query.ServiceRequest) (string, int) { return v.MerchantID, v.Version },
+		meta:  func(v *query.ServiceRequest) (string, int) { return v.MerchantID, v.Version },
+		empty: func() *query.ServiceRequest { v := serviceRequestRow{}.view(); return &v },
+		loadMany: func(ctx context.Context, tx bun.Tx, ids []string) (map[string]*query.ServiceRequest, error) {
+			return selectManyForUpdate(ctx, tx, ids, func(r *serviceRequestRow) string { return r.ID },
+				func(r *serviceRequestRow) *query.ServiceRequest { v := r.view(); return &v })
+		},
+		saveMany: func(ctx context.Context, tx bun.Tx, vs []*query.ServiceRequest) error {
+			rows := make([]serviceRequestRow, len(vs))
+			for i, v := range vs {
+				rows[i] = serviceRequestRowOf(*v)
+			}
+			return upsertMany(ctx, tx, rows)
+		},
 	}}, nil
 }
 
@@ -77,6 +89,11 @@ func (p *ServiceRequests) Name() string { return p.proj.name }
 // Apply applies one service-request event.
 func (p *ServiceRequests) Apply(ctx context.Context, r event.Recorded) error {
 	return p.proj.apply(ctx, r)
+}
+
+// ApplyBatch applies events in one transaction (see projection.applyBatch).
+func (p *ServiceRequests) ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
+	return p.proj.applyBatch(ctx, recs, alsoInTx)
 }
 
 // Get returns one request. Worker keys see no requests.

@@ -50,10 +50,17 @@ type api struct {
 // projections until the test ends and creates the merchants and keys.
 func setup(t *testing.T, urls pgtest.URLs) *api {
 	t.Helper()
+	return setupWith(t, urls, nil)
+}
+
+// setupWith is setup with a hook that may change the projections (and the
+// config) before they run.
+func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projections []pubsub.Projection)) *api {
+	t.Helper()
 	ctx := t.Context()
 	cfg := Config{
 		DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel,
-		Mode: ModeAll, PollInterval: 20 * time.Millisecond,
+		Mode: ModeAll, PollInterval: 20 * time.Millisecond, ConsistencyTimeout: 2 * time.Second,
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 
@@ -64,6 +71,11 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 	w, err := wire(dbs, log)
 	require.NoError(t, err)
 	w.retryInitial = time.Millisecond // a failing event parks within about a second
+	if change != nil {
+		change(&cfg, w.projections)
+	}
+	positions, err := readmodel.NewPositions(dbs.es, dbs.rm)
+	require.NoError(t, err)
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
@@ -80,6 +92,7 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil),
 		Parked: w.parking, Rebuilds: rebuilds, Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
+		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
@@ -1035,7 +1048,6 @@ func TestConcurrentOrderWrites(t *testing.T) {
 // models have reached it. Right after a write, such a GET must already show
 // the write.
 func TestReadYourWrites(t *testing.T) {
-	t.Skip("BUG: ports/http ignores ?min_position= and the Consistency-Position request header (domain.md, HTTP API): a GET right after a write answers 404 or the previous version")
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
 	customerID := a.createCustomer(a.opA, "Ada Lovelace")

@@ -40,6 +40,9 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown (SHUTDOWN_TIMEOUT).
 	// Defaults to 20s.
 	ShutdownTimeout time.Duration
+	// ConsistencyTimeout bounds how long a GET waits for the position it
+	// names (CONSISTENCY_TIMEOUT, at most 30s). Defaults to 2s.
+	ConsistencyTimeout time.Duration
 }
 
 // Modes.
@@ -75,6 +78,10 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	}
 	cfg.PollInterval = duration("POLL_INTERVAL", 100*time.Millisecond)
 	cfg.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", 20*time.Second)
+	cfg.ConsistencyTimeout = duration("CONSISTENCY_TIMEOUT", 2*time.Second)
+	if cfg.ConsistencyTimeout > 30*time.Second {
+		errs = append(errs, fmt.Errorf("CONSISTENCY_TIMEOUT=%s: must be at most 30s", cfg.ConsistencyTimeout))
+	}
 
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")

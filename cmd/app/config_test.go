@@ -44,7 +44,7 @@ func TestLoadConfig(t *testing.T) {
 	defaults := Config{
 		DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: testDatabaseURL,
 		HTTPAddr: ":8080", Mode: ModeAll, LogFormat: "text", LogLevel: "info",
-		PollInterval: 100 * time.Millisecond, ShutdownTimeout: 20 * time.Second,
+		PollInterval: 100 * time.Millisecond, ShutdownTimeout: 20 * time.Second, ConsistencyTimeout: 2 * time.Second,
 	}
 	with := func(change func(*Config)) Config {
 		c := defaults
@@ -68,12 +68,12 @@ func TestLoadConfig(t *testing.T) {
 			env: map[string]string{
 				"DATABASE_URL": testDatabaseURL, "READMODEL_DATABASE_URL": "postgres://rm@db.example/reads",
 				"HTTP_ADDR": "127.0.0.1:9000", "MODE": "api", "LOG_FORMAT": "json", "LOG_LEVEL": "debug",
-				"POLL_INTERVAL": "250ms", "SHUTDOWN_TIMEOUT": "5s",
+				"POLL_INTERVAL": "250ms", "SHUTDOWN_TIMEOUT": "5s", "CONSISTENCY_TIMEOUT": "5s",
 			},
 			want: Config{
 				DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: "postgres://rm@db.example/reads",
 				HTTPAddr: "127.0.0.1:9000", Mode: ModeAPI, LogFormat: "json", LogLevel: "debug",
-				PollInterval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+				PollInterval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second, ConsistencyTimeout: 5 * time.Second,
 			},
 		},
 		{

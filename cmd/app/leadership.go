@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"hearth/adapters/pubsub"
 	"hearth/adapters/readmodel"
 	"hearth/app/event"
@@ -59,14 +61,19 @@ func lead(ctx context.Context, term int64, cfg Config, lease time.Duration, w wi
 // retried nor poisoned (its context is done), so the next leader gets it.
 func stepDownOnStaleTerm(projections []pubsub.Projection, stepDown context.CancelCauseFunc) []pubsub.Projection {
 	out := slices.Clone(projections)
+	watch := func(err error) error {
+		if errors.Is(err, readmodel.ErrStaleTerm) {
+			stepDown(err)
+		}
+		return err
+	}
 	for i, p := range out {
-		apply := p.Apply
-		out[i].Apply = func(ctx context.Context, r event.Recorded) error {
-			err := apply(ctx, r)
-			if errors.Is(err, readmodel.ErrStaleTerm) {
-				stepDown(err)
+		apply, applyBatch := p.Apply, p.ApplyBatch
+		out[i].Apply = func(ctx context.Context, r event.Recorded) error { return watch(apply(ctx, r)) }
+		if applyBatch != nil {
+			out[i].ApplyBatch = func(ctx context.Context, recs []event.Recorded, alsoInTx func(context.Context, bun.Tx) error) error {
+				return watch(applyBatch(ctx, recs, alsoInTx))
 			}
-			return err
 		}
 	}
 	return out

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -40,7 +41,15 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg + "\n" + usage }
 
+// defaultMemoryLimit is the Go runtime's soft memory limit unless
+// GOMEMLIMIT sets another: the garbage collector works harder as the heap
+// nears it, so a catch-up burst does not double the process's memory.
+const defaultMemoryLimit = 96 << 20
+
 func main() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()

@@ -152,9 +152,9 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 		return wiring{}, err
 	}
 	w := wiring{app: a, refdata: ref, projections: []pubsub.Projection{
-		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply},
-		{Name: requests.Name(), Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply},
-		{Name: schedules.Name(), Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply},
+		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply, ApplyBatch: orders.ApplyBatch},
+		{Name: requests.Name(), Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply, ApplyBatch: requests.ApplyBatch},
+		{Name: schedules.Name(), Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply, ApplyBatch: schedules.ApplyBatch},
 	}}
 	if w.parking, err = pubsub.NewParking(dbs.es, w.projections...); err != nil {
 		return wiring{}, err
@@ -197,6 +197,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	positions, err := readmodel.NewPositions(dbs.es, dbs.rm)
+	if err != nil {
+		return err
+	}
 	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
 	if err != nil {
 		return err
@@ -207,6 +211,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Ready: readiness(cfg, dbs, elector), Leadership: leadership(dbs, elector),
 		Parked: w.parking, Rebuilds: rebuilds,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
+		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
 	})
 	if err != nil {
 		return err
@@ -243,49 +248,21 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return err
 }
 
-// runProjections builds a fresh router on the event store es for one
-// leadership term and runs it until ctx ends.
+// runProjections runs the projection pipeline on the event store es for one
+// leadership term (catch-up, then a fresh router woken by NOTIFY) until ctx
+// ends.
 func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, projections []pubsub.Projection, log *slog.Logger) error {
-	poison, err := pubsub.SQLPublisher(es, log)
-	if err != nil {
-		return err
-	}
-	defer poison.Close()
-	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber:   pubsub.SQLSubscribers(es, log, cfg.PollInterval),
-		Poison:       poison,
+	return pubsub.RunPipeline(ctx, pubsub.PipelineConfig{
+		EventStore:   es,
+		ConnString:   cfg.DatabaseURL,
+		SameDB:       cfg.ReadModelDatabaseURL == cfg.DatabaseURL,
+		Fallback:     cfg.PollInterval,
 		Log:          log,
+		RetryInitial: w.retryInitial,
 		Parking:      w.parking,
 		Metrics:      w.telemetry.projections,
 		Registry:     w.telemetry.reg,
-		RetryInitial: w.retryInitial,
 	}, projections...)
-	if err != nil {
-		return err
-	}
-	// The router runs on a context of its own, ended only once it is
-	// running: when a term ends while the router is still subscribing,
-	// watermill (v1.5.1) returns "cannot subscribe" and leaves a goroutine
-	// waiting for ever on handlers that never started.
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- router.Run(runCtx) }()
-	select {
-	case <-router.Running():
-	case err := <-done:
-		return err
-	}
-	select {
-	case <-ctx.Done():
-		stop() // Run closes the router: in-flight messages are cancelled, subscribers closed
-		if err := <-done; err != nil {
-			log.Debug("router stopped", "error", err) // a subscriber cut short by shutdown is not an error
-		}
-		return nil
-	case err := <-done:
-		return err
-	}
 }
 
 func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {

@@ -54,6 +54,11 @@ type Config struct {
 	// Leadership reports the instance's leadership for GET
 	// /admin/leadership (admin keys). Nil: the route answers 404.
 	Leadership func(ctx context.Context) (map[string]any, error)
+	// Consistency makes a GET with a position wait for it (read your
+	// writes). Optional: without it, positions are ignored.
+	Consistency Consistency
+	// ConsistencyTimeout bounds that wait. Defaults to 2s.
+	ConsistencyTimeout time.Duration
 }
 
 type server struct {
@@ -74,6 +79,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ConsistencyTimeout <= 0 {
+		cfg.ConsistencyTimeout = 2 * time.Second
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func(context.Context) (map[string]any, error) { return map[string]any{}, nil }
@@ -244,6 +252,9 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+			if !s.awaitPosition(w, r) {
+				return
+			}
 			if err := h(w, r); err != nil {
 				s.writeError(w, r, err)
 			}

@@ -1,0 +1,140 @@
+package pubsub
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/uptrace/bun"
+
+	"hearth/app/event"
+)
+
+// CatchUpPageSize is how many events one catch-up page applies in one
+// read-model transaction.
+const CatchUpPageSize = 1000
+
+// CatchUp brings a projection up to date before its live subscriber starts.
+// Watermill hands messages over one at a time and waits for each ack, so a
+// backlog costs a read-model transaction per event. CatchUp reads the topic
+// table itself, with watermill-sql's own query (the same order, the same
+// pg_snapshot_xmin rule, the consumer group's offset), a page at a time;
+// applies each page with Projection.ApplyBatch in one read-model
+// transaction (version guard, gap check and change log unchanged); and only
+// then moves the group's offset past the page: in the same transaction
+// when the read model shares the event store's database, right after the
+// commit otherwise (a crash in between redelivers the page, which the
+// version guard ignores). It never acks work that is not durable.
+//
+// It stops when a page is not full (the live subscriber takes over from
+// there) or at the first page that fails (a gap, a bad payload, a database
+// error): that page is rolled back and left to the live subscriber, whose
+// retries and poison queue deal with it event by event.
+type CatchUp struct {
+	// DB is the event-store database.
+	DB *sql.DB
+	// SameDB reports that the read model lives in DB's database.
+	SameDB bool
+	// PageSize defaults to CatchUpPageSize.
+	PageSize int
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+}
+
+// Run catches p up and returns how many events it read.
+func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
+	if p.ApplyBatch == nil {
+		return 0, nil
+	}
+	log := cmp.Or(c.Log, slog.Default()).With("component", "catch_up", "projection", p.Name)
+	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: cmp.Or(c.PageSize, CatchUpPageSize)}
+	offsets := LockFreeOffsets{}
+	for _, q := range offsets.BeforeSubscribingQueries(p.Topic, p.Name) {
+		if err := c.exec(ctx, c.DB, q); err != nil {
+			return 0, fmt.Errorf("catch up %s: initialise offset: %w", p.Name, err)
+		}
+	}
+	start, total := time.Now(), 0
+	for {
+		rows, err := c.page(ctx, schema, offsets, p.Topic, p.Name)
+		if err != nil {
+			return total, fmt.Errorf("catch up %s: %w", p.Name, err)
+		}
+		if len(rows) == 0 {
+			break
+		}
+		recs := make([]event.Recorded, len(rows))
+		for i, row := range rows {
+			if recs[i], err = event.Unmarshal(row.Msg.Payload, p.Decode); err != nil {
+				log.Warn("catch-up stopped at a message that does not decode; the live subscriber takes over",
+					"message_uuid", row.Msg.UUID, "error", err)
+				return total, nil
+			}
+		}
+		ack := offsets.AckMessageQuery(p.Topic, rows[len(rows)-1], p.Name)
+		var alsoInTx func(ctx context.Context, tx bun.Tx) error
+		if c.SameDB {
+			alsoInTx = func(ctx context.Context, tx bun.Tx) error { return c.exec(ctx, tx.Tx, ack) }
+		}
+		pageCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = p.ApplyBatch(pageCtx, recs, alsoInTx)
+		cancel()
+		if err == nil && !c.SameDB {
+			err = c.exec(ctx, c.DB, ack)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return total, ctx.Err()
+			}
+			log.Warn("catch-up stopped at a page that failed; the live subscriber takes over", "events", len(recs), "error", err)
+			return total, nil
+		}
+		total += len(rows)
+		if len(rows) < schema.SubscribeBatchSize {
+			break
+		}
+	}
+	if total > 0 {
+		elapsed := time.Since(start)
+		log.Info("caught up", "events", total, "elapsed", elapsed, "events_per_second", int(float64(total)/elapsed.Seconds()))
+	}
+	return total, nil
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func (c CatchUp) exec(ctx context.Context, db execer, q wsql.Query) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := db.ExecContext(ctx, q.Query, q.Args...)
+	return err
+}
+
+// page reads the next page of the group's messages, exactly as the
+// watermill-sql subscriber would, but without holding a transaction.
+func (c CatchUp) page(ctx context.Context, schema wsql.DefaultPostgreSQLSchema, offsets LockFreeOffsets, topic, group string) ([]wsql.Row, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	q := schema.SelectQuery(topic, group, offsets)
+	rows, err := c.DB.QueryContext(ctx, q.Query, q.Args...)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", topic, err)
+	}
+	defer rows.Close()
+	var out []wsql.Row
+	for rows.Next() {
+		row, err := schema.UnmarshalMessage(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", topic, err)
+		}
+		out = append(out, row)
+	}
+	return out, errors.Join(rows.Err(), rows.Close())
+}

@@ -1,0 +1,289 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+)
+
+// NotifyChannel is the Postgres channel on which a statement trigger on every
+// topic table announces an insert (payload: the table name). Notifications
+// are transactional: they are sent when the publishing transaction commits.
+const NotifyChannel = "hearth_topics"
+
+// NotifyApplicationName is the application_name of the LISTEN connection.
+const NotifyApplicationName = "hearth-notify"
+
+// Notifier wakes idle subscribers when their topic gets a message. It holds
+// one dedicated LISTEN connection, outside any pool, and reconnects by
+// itself (100 ms doubling to 5 s); after every (re)connection it wakes every
+// subscriber, since notifications sent while it was away are lost.
+//
+// Subscribers keep a fallback poll: a notification can arrive before its
+// row is visible to them (watermill-sql reads only below
+// pg_snapshot_xmin), and none arrives while the connection is down.
+type Notifier struct {
+	connString string
+	log        *slog.Logger
+
+	mu      sync.Mutex
+	signals map[string]chan struct{} // by table name; closed and replaced on each notification
+}
+
+// NewNotifier returns a notifier on the event-store database. Call Run.
+func NewNotifier(connString string, log *slog.Logger) (*Notifier, error) {
+	if _, err := pgx.ParseConfig(connString); err != nil {
+		return nil, fmt.Errorf("pubsub.NewNotifier: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Notifier{connString: connString, log: log.With("component", "notifier"), signals: map[string]chan struct{}{}}, nil
+}
+
+// Run listens until ctx ends, reconnecting after any failure.
+func (n *Notifier) Run(ctx context.Context) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := n.listen(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		n.log.Warn("notification connection lost, reconnecting", "wait", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+		if err == nil {
+			wait = 100 * time.Millisecond
+		}
+	}
+}
+
+// listen runs one connection until it fails. It returns nil when the
+// connection had been established (so the next attempt waits briefly).
+func (n *Notifier) listen(ctx context.Context) error {
+	cfg, err := pgx.ParseConfig(n.connString)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["application_name"] = NotifyApplicationName
+	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, err := pgx.ConnectConfig(connectCtx, cfg)
+	if err == nil {
+		_, err = conn.Exec(connectCtx, "LISTEN "+NotifyChannel)
+	}
+	cancel()
+	if err != nil {
+		if conn != nil {
+			closeQuietly(conn)
+		}
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer closeQuietly(conn)
+	n.log.Debug("listening", "channel", NotifyChannel)
+	n.wakeAll()
+	for {
+		note, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			n.log.Warn("notification connection failed", "error", err)
+			return nil
+		}
+		n.wake(note.Payload)
+	}
+}
+
+func closeQuietly(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// signal returns the channel that the next notification for table closes.
+func (n *Notifier) signal(table string) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ch, ok := n.signals[table]
+	if !ok {
+		ch = make(chan struct{})
+		n.signals[table] = ch
+	}
+	return ch
+}
+
+func (n *Notifier) wake(table string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ch, ok := n.signals[table]; ok {
+		close(ch)
+		delete(n.signals, table)
+	}
+}
+
+func (n *Notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for table, ch := range n.signals {
+		close(ch)
+		delete(n.signals, table)
+	}
+}
+
+// topicTable is the table name the trigger reports for topic (unquoted).
+func topicTable(topic string) string {
+	return strings.Trim(Schema.MessagesTable(topic), `"`)
+}
+
+// notifyBackoff is the BackoffManager of one subscriber: after an empty
+// poll it waits for its topic's notification or the fallback interval,
+// whichever comes first. watermill-sql calls HandleError synchronously after
+// every poll, so this changes the library's timing without forking it.
+type notifyBackoff struct {
+	n        *Notifier
+	table    string
+	fallback time.Duration
+	retry    time.Duration
+	// seen is the signal current when the last poll started; a notification
+	// that came during the poll has closed it already.
+	seen <-chan struct{}
+	// quick, when not zero, is a short wait for a re-poll after a
+	// notification found nothing visible yet; it doubles up to fallback.
+	quick time.Duration
+	// closed ends any wait: the subscriber is closing.
+	closed <-chan struct{}
+}
+
+func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
+	switch {
+	case err != nil:
+		logger.Error("Error querying for message", err, watermill.LogFields{"wait_time": b.retry})
+		b.seen = b.n.signal(b.table)
+		return b.retry
+	case !noMsg:
+		b.quick = 0
+		b.seen = b.n.signal(b.table)
+		return 0 // there may be more: poll again at once
+	}
+	wait := b.fallback
+	if b.quick > 0 {
+		wait = b.quick
+		b.quick = min(b.quick*2, b.fallback)
+	}
+	t := time.NewTimer(wait)
+	select {
+	case <-b.seen:
+		b.quick = time.Millisecond
+	case <-t.C:
+	case <-b.closed:
+	}
+	t.Stop()
+	b.seen = b.n.signal(b.table)
+	return 0
+}
+
+// NotifyingSubscribers is SQLSubscribers with wake-up on notification: an
+// idle subscriber polls when n reports its topic, and at least every
+// fallback. The offsets adapter does not lock the consumer group's row (see
+// LockFreeOffsets), so a subscriber whose handler is retrying holds no
+// transaction id and does not delay the other topics.
+func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration) func(string) (message.Subscriber, error) {
+	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
+	return func(group string) (message.Subscriber, error) {
+		closed := make(chan struct{})
+		return &topicSubscriber{closed: closed, make: func(topic string) (message.Subscriber, error) {
+			deadline := AckDeadline
+			table := topicTable(topic)
+			return wsql.NewSubscriber(db, wsql.SubscriberConfig{
+				ConsumerGroup:  group,
+				AckDeadline:    &deadline,
+				ResendInterval: 200 * time.Millisecond,
+				BackoffManager: &notifyBackoff{n: n, table: table, fallback: fallback, retry: time.Second,
+					// Taken before the first poll, so no notification is lost; and
+					// the first empty polls are quick, since a notification may
+					// have come before the subscriber existed.
+					seen: n.signal(table), quick: time.Millisecond, closed: closed},
+				SchemaAdapter:  Schema,
+				OffsetsAdapter: LockFreeOffsets{},
+			}, wlog)
+		}}, nil
+	}
+}
+
+// DB is the database a subscriber reads: *sql.DB.
+type DB = wsql.Beginner
+
+// topicSubscriber makes its watermill-sql subscriber when it learns the
+// topic, so that the BackoffManager can wait for that topic only.
+type topicSubscriber struct {
+	make   func(topic string) (message.Subscriber, error)
+	closed chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	subs   []message.Subscriber
+}
+
+func (s *topicSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	sub, err := s.make(topic)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.subs = append(s.subs, sub)
+	s.mu.Unlock()
+	go func() {
+		// The router cancels ctx before it closes subscribers: end the wait
+		// of the BackoffManager then, or the consume loop would notice only
+		// after the fallback interval.
+		<-ctx.Done()
+		s.once.Do(func() { close(s.closed) })
+	}()
+	return sub.Subscribe(ctx, topic)
+}
+
+func (s *topicSubscriber) Close() error {
+	s.once.Do(func() { close(s.closed) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, sub := range s.subs {
+		errs = append(errs, sub.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// LockFreeOffsets is watermill-sql's Postgres offsets adapter without the
+// FOR UPDATE on the consumer group's row. With the lock, every poll's
+// transaction gets a transaction id at once and keeps it while the handler
+// runs, so a handler sleeping in its retry budget holds back
+// pg_snapshot_xmin, and with it every topic of the server. Without it, the
+// transaction has no id until it writes the offset at the end of the batch.
+//
+// The lock only guarded against two subscribers of one consumer group
+// running at once. Hearth runs subscribers only on the leader, and its
+// projections are idempotent (version guard), so a redelivery after an
+// overlap changes nothing.
+type LockFreeOffsets struct {
+	wsql.DefaultPostgreSQLOffsetsAdapter
+}
+
+// NextOffsetQuery reads the group's offset without locking it.
+func (a LockFreeOffsets) NextOffsetQuery(topic, consumerGroup string) wsql.Query {
+	return wsql.Query{
+		Query: `SELECT offset_acked, last_processed_transaction_id FROM ` + a.MessagesOffsetsTable(topic) + ` WHERE consumer_group = $1`,
+		Args:  []any{consumerGroup},
+	}
+}

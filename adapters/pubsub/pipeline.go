@@ -1,0 +1,142 @@
+package pubsub
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+)
+
+// PipelineConfig is what RunPipeline needs.
+type PipelineConfig struct {
+	// EventStore is the event-store database.
+	EventStore *sql.DB
+	// ConnString is the event store's URL, for the LISTEN connection.
+	ConnString string
+	// SameDB reports that the read model lives in the event store's
+	// database (the catch-up then moves offsets in the read-model
+	// transaction).
+	SameDB bool
+	// Fallback is how often an idle subscriber polls when no notification
+	// comes. Defaults to 250ms.
+	Fallback time.Duration
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+	// RetryInitial overrides the router's first retry interval (tests).
+	// Defaults to RetryInitial.
+	RetryInitial time.Duration
+	// CatchUpPageSize defaults to CatchUpPageSize.
+	CatchUpPageSize int
+	// Parking, Metrics and Registry go to the router (see RouterConfig).
+	// A projection with parked aggregates skips the catch-up: the router,
+	// which holds back a parked aggregate's events, takes its backlog.
+	Parking  *Parking
+	Metrics  *Metrics
+	Registry prometheus.Registerer
+}
+
+// RunPipeline runs the projections for one leadership term, until ctx
+// ends: it catches every projection up on its backlog in pages (CatchUp,
+// all projections at once), then runs a fresh router whose subscribers wake
+// on NOTIFY (Notifier) and poll every Fallback otherwise.
+func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Projection) error {
+	if cfg.EventStore == nil {
+		return errors.New("pubsub.RunPipeline: EventStore is required")
+	}
+	log := cmp.Or(cfg.Log, slog.Default())
+	notifier, err := NewNotifier(cfg.ConnString, log)
+	if err != nil {
+		return err
+	}
+	poison, err := SQLPublisher(cfg.EventStore, log)
+	if err != nil {
+		return err
+	}
+	defer poison.Close()
+
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return notifier.Run(gctx) })
+	fail := func(err error) error {
+		cancel()
+		return errors.Join(err, g.Wait())
+	}
+
+	catchUp := CatchUp{DB: cfg.EventStore, SameDB: cfg.SameDB, PageSize: cfg.CatchUpPageSize, Log: log}
+	cg, cctx := errgroup.WithContext(gctx)
+	for _, p := range projections {
+		cg.Go(func() error {
+			if cfg.Parking != nil {
+				parked, err := cfg.Parking.List(cctx, p.Name)
+				if err != nil {
+					return err
+				}
+				if len(parked) > 0 {
+					log.Info("catch-up skipped: the projection has parked aggregates", "projection", p.Name, "parked", len(parked))
+					return nil
+				}
+			}
+			_, err := catchUp.Run(cctx, p)
+			return err
+		})
+	}
+	if err := cg.Wait(); err != nil {
+		if gctx.Err() != nil {
+			return fail(nil) // shutting down
+		}
+		return fail(err)
+	}
+
+	router, err := NewRouter(RouterConfig{
+		Subscriber:   NotifyingSubscribers(cfg.EventStore, notifier, log, cmp.Or(cfg.Fallback, 250*time.Millisecond)),
+		Poison:       poison,
+		Log:          log,
+		RetryInitial: cfg.RetryInitial,
+		Parking:      cfg.Parking,
+		Metrics:      cfg.Metrics,
+		Registry:     cfg.Registry,
+	}, projections...)
+	if err != nil {
+		return fail(err)
+	}
+	g.Go(func() error { return runRouter(gctx, router, log) })
+	err = g.Wait()
+	if parent.Err() != nil {
+		return nil // the term ended: errors of parts cut short are not errors
+	}
+	return err
+}
+
+// runRouter runs router until ctx ends. The router runs on a context of its
+// own, ended only once it is running: when a term ends while the router is
+// still subscribing, watermill (v1.5.1) returns "cannot subscribe" and
+// leaves a goroutine waiting for ever on handlers that never started.
+func runRouter(ctx context.Context, router *message.Router, log *slog.Logger) error {
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- router.Run(runCtx) }()
+	select {
+	case <-router.Running():
+	case err := <-done:
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		stop() // Run closes the router: in-flight messages are cancelled, subscribers closed
+		if err := <-done; err != nil {
+			log.Debug("router stopped", "error", err)
+		}
+		return nil
+	case err := <-done:
+		return err
+	}
+}

@@ -1,0 +1,243 @@
+package pubsub_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"hearth/adapters/pubsub"
+	"hearth/app/event"
+	"hearth/app/order"
+	"hearth/internal/pgtest"
+)
+
+func quietLog() *slog.Logger {
+	if os.Getenv("DEBUGLOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func (f fixture) ordersProjection() pubsub.Projection {
+	return pubsub.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode,
+		Apply: f.orders.Apply, ApplyBatch: f.orders.ApplyBatch}
+}
+
+// createOrders creates n orders with three status changes each (4 events).
+func (f fixture) createOrders(t *testing.T, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		id := f.createOrder(t)
+		ids = append(ids, id)
+		for _, st := range []order.Status{order.StatusConfirmed, order.StatusInService, order.StatusCompleted} {
+			_, err := f.update(context.Background(), id, nil, func(o *order.Order) error {
+				return o.ChangeStatus(st, time.Now())
+			})
+			require.NoError(t, err)
+		}
+	}
+	return ids
+}
+
+func (f fixture) ackedOffset(t *testing.T) int64 {
+	t.Helper()
+	var off int64
+	require.NoError(t, f.es.DB.QueryRow(`SELECT offset_acked FROM watermill_offsets_orders WHERE consumer_group = 'orders'`).Scan(&off))
+	return off
+}
+
+func (f fixture) maxOffset(t *testing.T) int64 {
+	t.Helper()
+	var off int64
+	require.NoError(t, f.es.DB.QueryRow(`SELECT max("offset") FROM watermill_orders`).Scan(&off))
+	return off
+}
+
+// runPipeline runs the whole pipeline until the test ends.
+func (f fixture) runPipeline(t *testing.T, urls pgtest.URLs, fallback time.Duration, projections ...pubsub.Projection) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- pubsub.RunPipeline(ctx, pubsub.PipelineConfig{
+			EventStore: f.es.DB, ConnString: urls.EventStore, SameDB: !urls.Split(),
+			Fallback: fallback, Log: quietLog(), RetryInitial: time.Millisecond, CatchUpPageSize: 7,
+		}, projections...)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// The catch-up tests are not parallel: a page reads only below
+// pg_snapshot_xmin, which any transaction of a parallel test in the cluster
+// holds back, and a short page ends the catch-up.
+
+// Catch-up applies a backlog page by page with every guarantee, moves the
+// offset past each page, and a second run (or a rewound offset) changes
+// nothing.
+func TestCatchUpAppliesBacklogInPages(t *testing.T) {
+	for name, newDB := range pgtest.Layouts() {
+		t.Run(name, func(t *testing.T) {
+			urls := newDB(t)
+			f := setup(t, urls)
+			ids := f.createOrders(t, 10)
+			c := pubsub.CatchUp{DB: f.es.DB, SameDB: !urls.Split(), PageSize: 7, Log: quietLog()}
+			ctx := context.Background()
+			n, err := c.Run(ctx, f.ordersProjection())
+			require.NoError(t, err)
+			require.Equal(t, 40, n)
+			require.Equal(t, f.maxOffset(t), f.ackedOffset(t))
+			f.requireProjected(t, ids)
+			require.Equal(t, 40, f.count(t, f.rm, "change_log"))
+
+			n, err = c.Run(ctx, f.ordersProjection())
+			require.NoError(t, err)
+			require.Zero(t, n, "nothing left")
+
+			_, err = f.es.DB.Exec(`UPDATE watermill_offsets_orders SET offset_acked = 0, last_processed_transaction_id = '0'`)
+			require.NoError(t, err)
+			n, err = c.Run(ctx, f.ordersProjection())
+			require.NoError(t, err)
+			require.Equal(t, 40, n, "redelivered")
+			require.Equal(t, 40, f.count(t, f.rm, "change_log"), "redelivery writes no change-log row")
+			f.requireProjected(t, ids)
+		})
+	}
+}
+
+// A page that fails is rolled back with its offset, catch-up stops there,
+// and the live subscriber carries on from the last good page.
+func TestCatchUpHandsOverAtAFailingPage(t *testing.T) {
+	for name, newDB := range pgtest.Layouts() {
+		t.Run(name, func(t *testing.T) {
+			urls := newDB(t)
+			f := setup(t, urls)
+			ids := f.createOrders(t, 5)
+			injected := errors.New("injected failure in the second page")
+			pages := 0
+			p := f.ordersProjection()
+			p.ApplyBatch = func(ctx context.Context, recs []event.Recorded, also func(context.Context, bun.Tx) error) error {
+				pages++
+				return f.orders.ApplyBatch(ctx, recs, func(ctx context.Context, tx bun.Tx) error {
+					if also != nil {
+						if err := also(ctx, tx); err != nil {
+							return err
+						}
+					}
+					if pages == 2 {
+						return injected
+					}
+					return nil
+				})
+			}
+			n, err := pubsub.CatchUp{DB: f.es.DB, SameDB: !urls.Split(), PageSize: 7, Log: quietLog()}.Run(context.Background(), p)
+			require.NoError(t, err)
+			require.Equal(t, 7, n, "only the first page")
+			require.Equal(t, 7, f.count(t, f.rm, "change_log"), "the failed page left nothing")
+			var seventh int64
+			require.NoError(t, f.es.DB.QueryRow(`SELECT "offset" FROM watermill_orders ORDER BY transaction_id, "offset" OFFSET 6 LIMIT 1`).Scan(&seventh))
+			require.Equal(t, seventh, f.ackedOffset(t), "the offset stops after the first page")
+
+			f.runPipeline(t, urls, 20*time.Millisecond, f.ordersProjection())
+			f.requireProjected(t, ids)
+		})
+	}
+}
+
+// An idle subscriber wakes on NOTIFY: with a fallback poll of an hour, new
+// events are projected all the same, also after the LISTEN connection was
+// killed (it reconnects by itself).
+func TestNotifyWakesSubscriberAndReconnects(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	f := setup(t, urls)
+	f.runPipeline(t, urls, time.Hour, f.ordersProjection())
+	listener := func() (pid int) {
+		err := f.es.DB.QueryRow(`SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()
+			AND query ILIKE 'LISTEN%'`, pubsub.NotifyApplicationName).Scan(&pid)
+		if err != nil {
+			return 0
+		}
+		return pid
+	}
+	require.Eventually(t, func() bool { return listener() != 0 }, 10*time.Second, 5*time.Millisecond)
+
+	first := f.createOrder(t)
+	f.requireProjected(t, []string{first})
+	second := f.createOrder(t) // the subscriber is idle now: only a notification wakes it
+	f.requireProjected(t, []string{second})
+
+	old := listener()
+	_, err := f.es.DB.Exec(`SELECT pg_terminate_backend($1)`, old)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { p := listener(); return p != 0 && p != old }, 10*time.Second, 5*time.Millisecond)
+	third := f.createOrder(t)
+	f.requireProjected(t, []string{third})
+}
+
+// Without any notification (the notifier is not running), the fallback
+// poll still delivers.
+func TestFallbackPollWithoutNotifications(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	n, err := pubsub.NewNotifier("postgres://nobody@127.0.0.1:1/none", quietLog())
+	require.NoError(t, err)
+	poison, err := pubsub.SQLPublisher(f.es.DB, quietLog())
+	require.NoError(t, err)
+	router, err := pubsub.NewRouter(pubsub.RouterConfig{
+		Subscriber: pubsub.NotifyingSubscribers(f.es.DB, n, quietLog(), 20*time.Millisecond),
+		Poison:     poison,
+		Log:        quietLog(),
+	}, f.ordersProjection())
+	require.NoError(t, err)
+	startRouter(t, router)
+	ids := f.createOrders(t, 2)
+	f.requireProjected(t, ids)
+}
+
+// Guarantee 7: while one projection's handler fails on every event (its
+// retry budget of about 31 s running), another projection sees events
+// committed after the failure started. With watermill-sql's default
+// offsets adapter, the failing subscriber's transaction holds a transaction
+// id (FOR UPDATE) for the whole budget, and the later event stays invisible
+// to every subscriber until the budget ends.
+//
+// Not parallel: when broken, it would stall the other tests' subscribers.
+func TestFailingProjectionDoesNotHoldUpOthers(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	f := setup(t, urls)
+	attempts := make(chan struct{}, 100)
+	failing := pubsub.Projection{Name: "failing", Topic: pubsub.TopicOrders, Decode: order.Decode,
+		Apply: func(ctx context.Context, r event.Recorded) error {
+			select {
+			case attempts <- struct{}{}:
+			default:
+			}
+			return errors.New("always fails")
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- pubsub.RunPipeline(ctx, pubsub.PipelineConfig{EventStore: f.es.DB, ConnString: urls.EventStore, SameDB: true,
+			Fallback: 20 * time.Millisecond, Log: quietLog()}, f.ordersProjection(), failing)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	first := f.createOrder(t)
+	<-attempts
+	<-attempts // the failing handler is in its retry budget now
+	second := f.createOrder(t)
+	f.requireProjected(t, []string{first, second})
+	require.Zero(t, f.count(t, f.es, "watermill_poison"), "the failing event is still within its budget")
+}

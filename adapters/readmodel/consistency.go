@@ -1,0 +1,105 @@
+package readmodel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"hearth/app/order"
+	"hearth/app/schedule"
+	"hearth/app/servicerequest"
+)
+
+// Positions tells whether the read models reflect a write.
+//
+// A write answers with the position of its last event. Positions are
+// assigned in insertion order, not commit order, so "every event below P
+// is applied" would be wrong (an earlier position may commit later) and
+// costly. Instead: the read models have reached P when every event written
+// by P's transaction is reflected in its aggregate's row, that is, the row's
+// version is at least the event's. It is exact for the write that returned
+// P, and costs one indexed query on the event store (once per wait) and one
+// primary-key read per aggregate the write touched (per check).
+type Positions struct {
+	es, rm *bun.DB
+}
+
+// NewPositions returns the checker on the event store and the read model.
+func NewPositions(es, rm *bun.DB) (*Positions, error) {
+	if es == nil || rm == nil {
+		return nil, errors.New("readmodel.NewPositions: nil db")
+	}
+	return &Positions{es: es, rm: rm}, nil
+}
+
+// tables maps a stream type to its read-model table.
+var tables = map[string]string{
+	order.StreamType:          "orders",
+	servicerequest.StreamType: "service_requests",
+	schedule.StreamType:       "schedules",
+}
+
+type streamVersion struct {
+	StreamType string `bun:"stream_type"`
+	StreamID   string `bun:"stream_id"`
+	Version    int    `bun:"version"`
+}
+
+// Wait waits until the read models have reached position, or ctx ends. It
+// reports whether they have; a position that names no event (a rolled-back
+// write) has nothing to wait for.
+func (p *Positions) Wait(ctx context.Context, position int64) (bool, error) {
+	var streams []streamVersion
+	err := p.es.NewRaw(`
+		SELECT stream_type, stream_id::text AS stream_id, max(version) AS version FROM events
+		WHERE transaction_id = (SELECT transaction_id FROM events WHERE position = ?)
+		GROUP BY 1, 2`, position).Scan(ctx, &streams)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, fmt.Errorf("events of position %d: %w", position, err)
+	}
+	wait := time.Millisecond
+	for {
+		reached, err := p.reached(ctx, &streams)
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		if err != nil || reached {
+			return reached, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, nil
+		case <-t.C:
+		}
+		wait = min(wait*2, 25*time.Millisecond)
+	}
+}
+
+// reached checks the streams not yet seen at their version, and drops
+// those that are.
+func (p *Positions) reached(ctx context.Context, streams *[]streamVersion) (bool, error) {
+	for len(*streams) > 0 {
+		s := (*streams)[0]
+		if table, ok := tables[s.StreamType]; ok {
+			var ok bool
+			err := p.rm.NewRaw(`SELECT EXISTS (SELECT 1 FROM ? WHERE id = ? AND version >= ?)`,
+				bun.Ident(table), s.StreamID, s.Version).Scan(ctx, &ok)
+			if err != nil {
+				return false, fmt.Errorf("version of %s %s: %w", s.StreamType, s.StreamID, err)
+			}
+			if !ok {
+				return false, nil
+			}
+		}
+		*streams = (*streams)[1:]
+	}
+	return true, nil
+}

@@ -1,0 +1,359 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
+	"hearth/app/command"
+	"hearth/app/event"
+	"hearth/app/uuid"
+	"hearth/internal/database"
+	"hearth/internal/pgcluster"
+	"hearth/migrations"
+)
+
+type bench struct {
+	cluster  *pgcluster.Cluster
+	bin      string
+	log      *slog.Logger
+	progress func(string, ...any)
+
+	mu      sync.Mutex
+	procs   []*exec.Cmd
+	peakRSS int64               // kB, over every Hearth process
+	rssOf   map[*exec.Cmd]int64 // kB, per process
+	names   map[*exec.Cmd]string
+	// hearthURL is the running Hearth process of the latency run, reused for
+	// the command run.
+	hearthURL, hearthDB string
+}
+
+// newDB creates a database with the given migration sets and opens it.
+func (b *bench) newDB(ctx context.Context, name string, sets ...migrations.Set) (*bun.DB, string, error) {
+	admin, err := sql.Open("pgx", b.cluster.URL("postgres"))
+	if err != nil {
+		return nil, "", err
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, "", err
+	}
+	url := b.cluster.URL(name)
+	db, err := database.Open(ctx, url, 40)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, set := range sets {
+		if _, err := migrations.Apply(ctx, db.DB, set); err != nil {
+			return nil, "", err
+		}
+	}
+	return db, url, nil
+}
+
+// startHearth runs the Hearth binary (mode all) on url and waits until it
+// leads the projections.
+func (b *bench) startHearth(ctx context.Context, name, url string) (*exec.Cmd, string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(b.bin, "serve")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"),
+		"POLL_INTERVAL="+fallbackPoll.String())
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	b.mu.Lock()
+	b.procs = append(b.procs, cmd)
+	if b.names == nil {
+		b.names, b.rssOf = map[*exec.Cmd]string{}, map[*exec.Cmd]int64{}
+	}
+	b.names[cmd] = name
+	b.mu.Unlock()
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := http.Get(base + "/readyz")
+		if err == nil {
+			var body strings.Builder
+			buf := make([]byte, 512)
+			n, _ := res.Body.Read(buf)
+			body.Write(buf[:n])
+			res.Body.Close()
+			if strings.Contains(body.String(), `"role":"leader"`) {
+				return cmd, base, nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, "", fmt.Errorf("hearth did not become leader within 30s")
+}
+
+// sampleRSS records the process's peak RSS so far.
+func (b *bench) sampleRSS(cmd *exec.Cmd) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			b.mu.Lock()
+			b.peakRSS = max(b.peakRSS, kb)
+			b.rssOf[cmd] = max(b.rssOf[cmd], kb)
+			b.mu.Unlock()
+		}
+	}
+}
+
+func (b *bench) stopHearth(cmd *exec.Cmd) {
+	b.sampleRSS(cmd)
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	b.mu.Lock()
+	b.procs = slices.DeleteFunc(b.procs, func(c *exec.Cmd) bool { return c == cmd })
+	b.mu.Unlock()
+}
+
+func (b *bench) stopProcesses() {
+	b.mu.Lock()
+	procs := slices.Clone(b.procs)
+	b.mu.Unlock()
+	for _, c := range procs {
+		b.stopHearth(c)
+	}
+}
+
+// tenant creates a merchant and a customer on the event store.
+func tenant(ctx context.Context, es *bun.DB) (merchantID, customerID string, err error) {
+	merchantID, customerID = uuid.New(), uuid.New()
+	if _, err = es.ExecContext(ctx, `INSERT INTO merchants (id, name) VALUES (?, ?)`, merchantID, "bench-"+merchantID); err != nil {
+		return
+	}
+	_, err = es.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, customerID, merchantID)
+	return
+}
+
+// stats are latencies.
+type stats []time.Duration
+
+func (s stats) pct(p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	c := slices.Clone(s)
+	slices.Sort(c)
+	i := int(p * float64(len(c)-1))
+	return c[i]
+}
+
+func (s stats) String() string {
+	if len(s) == 0 {
+		return "no samples"
+	}
+	return fmt.Sprintf("%s / %s / %s (n=%d)", ms(s.pct(0.5)), ms(s.pct(0.99)), ms(s.pct(1)), len(s))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// measureLatency creates orders through the command handlers at a steady
+// rate for d; for each, it measures from the commit to the moment the
+// orders row is readable on rm. One watcher polls every pending id in one
+// query every 500 µs, so measuring adds the same small load whatever the
+// latency (one poller per event would add load as latency grows).
+func measureLatency(ctx context.Context, es, rm *bun.DB, d time.Duration) (stats, error) {
+	merchantID, customerID, err := tenant(ctx, es)
+	if err != nil {
+		return nil, err
+	}
+	store, err := pubsub.NewStore(es, nil)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := pubsub.NewTransactor(store)
+	if err != nil {
+		return nil, err
+	}
+	orders, err := command.NewOrderHandlers(tx)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	pending := map[string]time.Time{} // id -> commit time
+	var out stats
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		firstErr = cmp.Or(firstErr, err)
+		mu.Unlock()
+	}
+	writing := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var drainedAt time.Time
+		for {
+			mu.Lock()
+			ids := make([]string, 0, len(pending))
+			for id := range pending {
+				ids = append(ids, id)
+			}
+			mu.Unlock()
+			select {
+			case <-writing:
+				if len(ids) == 0 {
+					return
+				}
+				if drainedAt.IsZero() {
+					drainedAt = time.Now()
+				} else if time.Since(drainedAt) > 30*time.Second {
+					return // the rest never became visible: left out of the figures
+				}
+			default:
+			}
+			if len(ids) > 0 {
+				rows, err := rm.DB.QueryContext(ctx, `SELECT id::text FROM orders WHERE id = ANY($1::uuid[])`, ids)
+				if err != nil {
+					fail(err)
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				for rows.Next() {
+					var id string
+					if err := rows.Scan(&id); err == nil {
+						out = append(out, now.Sub(pending[id]))
+						delete(pending, id)
+					}
+				}
+				mu.Unlock()
+				rows.Close()
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	}()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		<-tick.C
+		// One goroutine per event, so the rate holds even when a commit is slow.
+		wg.Go(func() {
+			w, err := orders.Create(ctx, command.CreateOrder{Meta: event.Meta{MerchantID: merchantID, Actor: "bench",
+				CorrelationID: uuid.New(), OccurredAt: time.Now()}, CustomerID: customerID, AmountCents: 100})
+			committed := time.Now()
+			if err != nil {
+				fail(err)
+				return
+			}
+			mu.Lock()
+			pending[w.Stream[0].StreamID] = committed
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(writing)
+	<-watched
+	return out, firstErr
+}
+
+func (b *bench) latencyHearth(ctx context.Context) (stats, error) {
+	db, url, err := b.newDB(ctx, "latency", migrations.EventStore, migrations.ReadModel)
+	if err != nil {
+		return nil, err
+	}
+	cmd, base, err := b.startHearth(ctx, "latency and commands", url)
+	if err != nil {
+		return nil, err
+	}
+	b.hearthURL, b.hearthDB = base, url
+	b.progress("latency: Hearth (NOTIFY + %s fallback), %d events/s for %s", fallbackPoll, rate, latencyFor)
+	s, err := measureLatency(ctx, db, db, latencyFor)
+	b.sampleRSS(cmd)
+	return s, err
+}
+
+func (b *bench) latencyPlain(ctx context.Context) (stats, error) {
+	db, _, err := b.newDB(ctx, "latency_plain", migrations.EventStore, migrations.ReadModel)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	orders, err := readmodel.NewOrders(db)
+	if err != nil {
+		return nil, err
+	}
+	poison, err := pubsub.SQLPublisher(db.DB, b.log)
+	if err != nil {
+		return nil, err
+	}
+	router, err := pubsub.NewRouter(pubsub.RouterConfig{
+		Subscriber: pubsub.SQLSubscribers(db.DB, b.log, plainPollEvery), Poison: poison, Log: b.log,
+	}, pubsub.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: orderDecode, Apply: orders.Apply})
+	if err != nil {
+		return nil, err
+	}
+	stop := runRouter(ctx, router)
+	defer stop()
+	b.progress("latency: plain watermill-sql polling every %s, %d events/s for %s", plainPollEvery, rate, latencyFor)
+	return measureLatency(ctx, db, db, latencyFor)
+}
+
+// runRouter runs router until the returned stop is called.
+func runRouter(ctx context.Context, router interface {
+	Run(context.Context) error
+	Running() chan struct{}
+}) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+	case <-done:
+	}
+	return func() { cancel(); <-done }
+}
+
+func databaseOpen(ctx context.Context, url string) (*bun.DB, error) {
+	return database.Open(ctx, url, 40)
+}
+
+// rssByProcess lists each Hearth process's peak RSS.
+func (b *bench) rssByProcess() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var parts []string
+	for cmd, kb := range b.rssOf {
+		parts = append(parts, fmt.Sprintf("%s: %.0f MB", b.names[cmd], float64(kb)/1024))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,139 @@
+// Command bench measures Hearth's projection pipeline and write path on a
+// throwaway Postgres and prints one table (make bench):
+//
+//   - append-to-visible latency at a steady 200 events/s (Hearth, as a
+//     separate process, against plain watermill-sql polling every 250 ms);
+//   - catch-up throughput on a 100,000-event backlog (Hearth against plain
+//     watermill-sql with a handler that does nothing and with one
+//     transaction per event);
+//   - the healthy projection's latency while another one fails on every
+//     event;
+//   - command throughput over HTTP at concurrency 16 against pgbench running
+//     the same SQL shape;
+//   - the peak RSS of the Hearth processes.
+//
+// Benchmarks measure; nothing here asserts.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"hearth/internal/pgcluster"
+)
+
+// Durations and sizes of the runs (BENCH_QUICK=1 divides them by 10, for
+// trying the bench itself out).
+var (
+	rate           = 200 // events/s for the latency runs
+	latencyFor     = 30 * time.Second
+	isolationFor   = 15 * time.Second
+	backlogEvents  = 100_000
+	perEventTxFor  = 15 * time.Second
+	commandsFor    = 20 * time.Second
+	concurrency    = 16
+	fallbackPoll   = 250 * time.Millisecond
+	plainPollEvery = 250 * time.Millisecond
+)
+
+func main() {
+	if os.Getenv("BENCH_QUICK") != "" {
+		latencyFor, isolationFor, perEventTxFor, commandsFor = latencyFor/10, isolationFor/10, perEventTxFor/10, commandsFor/10
+		backlogEvents /= 10
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type row struct{ name, hearth, plain, note string }
+
+func run() error {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+	work, err := os.MkdirTemp("", "hearth-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	progress("building the Hearth binary")
+	bin := filepath.Join(work, "hearth")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/app")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	progress("starting a throwaway Postgres")
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, Install: true, Log: log})
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop()
+	b := &bench{cluster: cluster, bin: bin, log: log, progress: progress}
+	defer b.stopProcesses()
+
+	var rows []row
+	lat, err := b.latencyHearth(ctx)
+	if err != nil {
+		return fmt.Errorf("latency (hearth): %w", err)
+	}
+	plain, err := b.latencyPlain(ctx)
+	if err != nil {
+		return fmt.Errorf("latency (plain): %w", err)
+	}
+	rows = append(rows, row{fmt.Sprintf("append-to-visible latency at %d events/s, %s (p50 / p99 / max)", rate, latencyFor),
+		lat.String(), plain.String(), fmt.Sprintf("plain: watermill-sql polling every %s", plainPollEvery)})
+
+	cmds, pgb, err := b.commands(ctx)
+	if err != nil {
+		return fmt.Errorf("commands: %w", err)
+	}
+	rows = append(rows, row{fmt.Sprintf("POST /v1/orders, concurrency %d, %s (requests/s, p99)", concurrency, commandsFor),
+		cmds, pgb, "plain: pgbench, same SQL shape, same concurrency"})
+
+	iso, err := b.isolation(ctx)
+	if err != nil {
+		return fmt.Errorf("isolation: %w", err)
+	}
+	rows = append(rows, row{fmt.Sprintf("healthy projection's latency while another fails on every event, %s (p50 / p99 / max)", isolationFor),
+		iso.String(), "", "one extra projection on the same topic fails every attempt (retry budget running)"})
+
+	cu, err := b.catchUp(ctx)
+	if err != nil {
+		return fmt.Errorf("catch-up: %w", err)
+	}
+	rows = append(rows, cu...)
+	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "hearth mode=all, by process: " + b.rssByProcess()})
+
+	printTable(rows)
+	return nil
+}
+
+func printTable(rows []row) {
+	host, _ := os.Hostname()
+	cpu := "unknown CPU"
+	if out, err := exec.Command("sh", "-c", "lscpu | grep 'Model name' | sed 's/.*: *//'").Output(); err == nil {
+		cpu = strings.TrimSpace(string(out))
+	}
+	pgVersion := "Postgres"
+	if out, err := exec.Command("sh", "-c", "ls /usr/lib/postgresql | sort -V | tail -1").Output(); err == nil {
+		pgVersion = "Postgres " + strings.TrimSpace(string(out))
+	}
+	fmt.Printf("\nHearth bench, %s: %d cores (%s), %s on the same machine (fsync=off, synchronous_commit=off), %s, host %s\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpu, pgVersion, runtime.Version(), host)
+	fmt.Printf("| measure | Hearth | plain / reference | note |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Printf("| %s | %s | %s | %s |\n", r.name, r.hearth, r.plain, r.note)
+	}
+}
