@@ -34,6 +34,7 @@ import (
 var (
 	rate           = 200 // events/s for the latency runs
 	latencyFor     = 30 * time.Second
+	latencyWarmUp  = 3 * time.Second // run at the rate first; not counted
 	isolationFor   = 15 * time.Second
 	backlogEvents  = 100_000
 	perEventTxFor  = 15 * time.Second
@@ -45,7 +46,7 @@ var (
 
 func main() {
 	if os.Getenv("BENCH_QUICK") != "" {
-		latencyFor, isolationFor, perEventTxFor, commandsFor = latencyFor/10, isolationFor/10, perEventTxFor/10, commandsFor/10
+		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
 	}
 	if err := run(); err != nil {
