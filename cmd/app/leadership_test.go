@@ -15,8 +15,8 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/app/access"
-	"hearth/app/event"
 	"hearth/app/command"
+	"hearth/app/event"
 	"hearth/app/uuid"
 	"hearth/internal/pgtest"
 	"hearth/leader"
