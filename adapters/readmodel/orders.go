@@ -111,32 +111,7 @@ func NewOrders(db *bun.DB) (*Orders, error) {
 	if db == nil {
 		return nil, errors.New("readmodel.NewOrders: nil db")
 	}
-	return &Orders{db: db, proj: &projection[*query.Order]{
-		name: "orders", table: "orders", db: db,
-		load: func(ctx context.Context, tx bun.Tx, id string) (*query.Order, bool, error) {
-			var row orderRow
-			found, err := selectForUpdate(ctx, tx, &row, id)
-			view := row.view()
-			return &view, found, err
-		},
-		save: func(ctx context.Context, tx bun.Tx, v *query.Order, insert bool) error {
-			row := orderRowOf(*v)
-			return upsert(ctx, tx, &row, insert)
-		},
-		meta:  func(v *query.Order) (string, int) { return v.MerchantID, v.Version },
-		empty: func() *query.Order { v := orderRow{}.view(); return &v },
-		loadMany: func(ctx context.Context, tx bun.Tx, ids []string) (map[string]*query.Order, error) {
-			return selectManyForUpdate(ctx, tx, ids, func(r *orderRow) string { return r.ID },
-				func(r *orderRow) *query.Order { v := r.view(); return &v })
-		},
-		saveMany: func(ctx context.Context, tx bun.Tx, vs []*query.Order) error {
-			rows := make([]orderRow, len(vs))
-			for i, v := range vs {
-				rows[i] = orderRowOf(*v)
-			}
-			return upsertMany(ctx, tx, rows)
-		},
-	}}, nil
+	return &Orders{db: db, proj: newProjection(db, ordersTable)}, nil
 }
 
 // Name names the projection (and its consumer group).

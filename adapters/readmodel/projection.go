@@ -222,3 +222,37 @@ func upsertMany[M any](ctx context.Context, tx bun.Tx, rows []M) error {
 	_, err := tx.NewInsert().Model(&rows).On("CONFLICT (id) DO UPDATE").Exec(ctx)
 	return err
 }
+
+// newProjection builds the projection of one aggregate type on its table
+// (tables.go): every projection stores rows the same way, only the row
+// type differs.
+func newProjection[V any, PV interface {
+	*V
+	View
+}, R any](db *bun.DB, t *table[V, PV, R]) *projection[PV] {
+	viewOf := func(r *R) PV { v := t.toView(*r); return &v }
+	return &projection[PV]{
+		name: t.projection, table: t.name, db: db,
+		load: func(ctx context.Context, tx bun.Tx, id string) (PV, bool, error) {
+			var r R
+			found, err := selectForUpdate(ctx, tx, &r, id)
+			return viewOf(&r), found, err
+		},
+		save: func(ctx context.Context, tx bun.Tx, v PV, insert bool) error {
+			r := t.toRow(*v)
+			return upsert(ctx, tx, &r, insert)
+		},
+		meta:  func(v PV) (string, int) { return t.merchant(*v), t.version(*v) },
+		empty: func() PV { var r R; return viewOf(&r) },
+		loadMany: func(ctx context.Context, tx bun.Tx, ids []string) (map[string]PV, error) {
+			return selectManyForUpdate(ctx, tx, ids, func(r *R) string { return t.id(t.toView(*r)) }, viewOf)
+		},
+		saveMany: func(ctx context.Context, tx bun.Tx, vs []PV) error {
+			rows := make([]R, len(vs))
+			for i, v := range vs {
+				rows[i] = t.toRow(*v)
+			}
+			return upsertMany(ctx, tx, rows)
+		},
+	}
+}

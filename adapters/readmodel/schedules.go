@@ -50,32 +50,7 @@ func NewSchedules(db *bun.DB) (*Schedules, error) {
 	if db == nil {
 		return nil, errors.New("readmodel.NewSchedules: nil db")
 	}
-	return &Schedules{db: db, proj: &projection[*query.Schedule]{
-		name: "schedules", table: "schedules", db: db,
-		load: func(ctx context.Context, tx bun.Tx, id string) (*query.Schedule, bool, error) {
-			var row scheduleRow
-			found, err := selectForUpdate(ctx, tx, &row, id)
-			v := row.view()
-			return &v, found, err
-		},
-		save: func(ctx context.Context, tx bun.Tx, v *query.Schedule, insert bool) error {
-			row := scheduleRowOf(*v)
-			return upsert(ctx, tx, &row, insert)
-		},
-		meta:  func(v *query.Schedule) (string, int) { return v.MerchantID, v.Version },
-		empty: func() *query.Schedule { v := scheduleRow{}.view(); return &v },
-		loadMany: func(ctx context.Context, tx bun.Tx, ids []string) (map[string]*query.Schedule, error) {
-			return selectManyForUpdate(ctx, tx, ids, func(r *scheduleRow) string { return r.ID },
-				func(r *scheduleRow) *query.Schedule { v := r.view(); return &v })
-		},
-		saveMany: func(ctx context.Context, tx bun.Tx, vs []*query.Schedule) error {
-			rows := make([]scheduleRow, len(vs))
-			for i, v := range vs {
-				rows[i] = scheduleRowOf(*v)
-			}
-			return upsertMany(ctx, tx, rows)
-		},
-	}}, nil
+	return &Schedules{db: db, proj: newProjection(db, schedulesTable)}, nil
 }
 
 // Name names the projection (and its consumer group).

@@ -55,32 +55,7 @@ func NewServiceRequests(db *bun.DB) (*ServiceRequests, error) {
 	if db == nil {
 		return nil, errors.New("readmodel.NewServiceRequests: nil db")
 	}
-	return &ServiceRequests{db: db, proj: &projection[*query.ServiceRequest]{
-		name: "service_requests", table: "service_requests", db: db,
-		load: func(ctx context.Context, tx bun.Tx, id string) (*query.ServiceRequest, bool, error) {
-			var row serviceRequestRow
-			found, err := selectForUpdate(ctx, tx, &row, id)
-			v := row.view()
-			return &v, found, err
-		},
-		save: func(ctx context.Context, tx bun.Tx, v *query.ServiceRequest, insert bool) error {
-			row := serviceRequestRowOf(*v)
-			return upsert(ctx, tx, &row, insert)
-		},
-		meta:  func(v *query.ServiceRequest) (string, int) { return v.MerchantID, v.Version },
-		empty: func() *query.ServiceRequest { v := serviceRequestRow{}.view(); return &v },
-		loadMany: func(ctx context.Context, tx bun.Tx, ids []string) (map[string]*query.ServiceRequest, error) {
-			return selectManyForUpdate(ctx, tx, ids, func(r *serviceRequestRow) string { return r.ID },
-				func(r *serviceRequestRow) *query.ServiceRequest { v := r.view(); return &v })
-		},
-		saveMany: func(ctx context.Context, tx bun.Tx, vs []*query.ServiceRequest) error {
-			rows := make([]serviceRequestRow, len(vs))
-			for i, v := range vs {
-				rows[i] = serviceRequestRowOf(*v)
-			}
-			return upsertMany(ctx, tx, rows)
-		},
-	}}, nil
+	return &ServiceRequests{db: db, proj: newProjection(db, serviceRequestsTable)}, nil
 }
 
 // Name names the projection (and its consumer group).

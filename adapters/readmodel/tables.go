@@ -43,31 +43,41 @@ type table[V any, PV interface {
 	toRow      func(V) R
 	toView     func(R) V
 	id         func(V) string
+	merchant   func(V) string
 	version    func(V) int
 }
 
 // Projections names the projections that verification and rebuilds know.
 func Projections() []string { return []string{"orders", "schedules", "service_requests"} }
 
-func targets() []target {
-	return []target{
-		&table[query.Order, *query.Order, orderRow]{
-			projection: "orders", name: "orders", streamType: order.StreamType, decode: order.Decode,
-			toRow: orderRowOf, toView: orderRow.view,
-			id: func(v query.Order) string { return v.ID }, version: func(v query.Order) int { return v.Version },
-		},
-		&table[query.Schedule, *query.Schedule, scheduleRow]{
-			projection: "schedules", name: "schedules", streamType: schedule.StreamType, decode: schedule.Decode,
-			toRow: scheduleRowOf, toView: scheduleRow.view,
-			id: func(v query.Schedule) string { return v.ID }, version: func(v query.Schedule) int { return v.Version },
-		},
-		&table[query.ServiceRequest, *query.ServiceRequest, serviceRequestRow]{
-			projection: "service_requests", name: "service_requests", streamType: servicerequest.StreamType,
-			decode: servicerequest.Decode, toRow: serviceRequestRowOf, toView: serviceRequestRow.view,
-			id:      func(v query.ServiceRequest) string { return v.ID },
-			version: func(v query.ServiceRequest) int { return v.Version },
-		},
+// The tables of the three projections: what projections, verification and
+// rebuilds know about each.
+var (
+	ordersTable = &table[query.Order, *query.Order, orderRow]{
+		projection: "orders", name: "orders", streamType: order.StreamType, decode: order.Decode,
+		toRow: orderRowOf, toView: orderRow.view,
+		id:       func(v query.Order) string { return v.ID },
+		merchant: func(v query.Order) string { return v.MerchantID },
+		version:  func(v query.Order) int { return v.Version },
 	}
+	schedulesTable = &table[query.Schedule, *query.Schedule, scheduleRow]{
+		projection: "schedules", name: "schedules", streamType: schedule.StreamType, decode: schedule.Decode,
+		toRow: scheduleRowOf, toView: scheduleRow.view,
+		id:       func(v query.Schedule) string { return v.ID },
+		merchant: func(v query.Schedule) string { return v.MerchantID },
+		version:  func(v query.Schedule) int { return v.Version },
+	}
+	serviceRequestsTable = &table[query.ServiceRequest, *query.ServiceRequest, serviceRequestRow]{
+		projection: "service_requests", name: "service_requests", streamType: servicerequest.StreamType,
+		decode: servicerequest.Decode, toRow: serviceRequestRowOf, toView: serviceRequestRow.view,
+		id:       func(v query.ServiceRequest) string { return v.ID },
+		merchant: func(v query.ServiceRequest) string { return v.MerchantID },
+		version:  func(v query.ServiceRequest) int { return v.Version },
+	}
+)
+
+func targets() []target {
+	return []target{ordersTable, schedulesTable, serviceRequestsTable}
 }
 
 // target is a table whatever its types.
