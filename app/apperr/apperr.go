@@ -77,3 +77,17 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string { return "conflict: " + e.Detail }
+
+// TransitionError is a status change that an aggregate's life cycle does
+// not allow. It answers 422 with the rule "<aggregate>.invalid_transition".
+type TransitionError[S ~string] struct {
+	Aggregate string // e.g. "order", "service_request"
+	From, To  S
+}
+
+func (e *TransitionError[S]) Error() string {
+	return fmt.Sprintf("%s cannot move from %s to %s", strings.ReplaceAll(e.Aggregate, "_", " "), e.From, e.To)
+}
+
+// Rule names the broken rule.
+func (e *TransitionError[S]) Rule() string { return e.Aggregate + ".invalid_transition" }

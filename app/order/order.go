@@ -14,6 +14,7 @@ import (
 
 	"hearth/app/apperr"
 	"hearth/app/event"
+	"hearth/app/schedule"
 	"hearth/app/uuid"
 )
 
@@ -72,16 +73,11 @@ const (
 )
 
 // InvalidTransitionError is a status change the life cycle does not allow.
-type InvalidTransitionError struct {
-	From, To Status
-}
+type InvalidTransitionError = apperr.TransitionError[Status]
 
-func (e *InvalidTransitionError) Error() string {
-	return fmt.Sprintf("order cannot move from %s to %s", e.From, e.To)
+func invalidTransition(from, to Status) error {
+	return &InvalidTransitionError{Aggregate: "order", From: from, To: to}
 }
-
-// Rule names the broken rule.
-func (e *InvalidTransitionError) Rule() string { return "order.invalid_transition" }
 
 // Order is the aggregate. Its fields are what decisions need.
 type Order struct {
@@ -235,7 +231,7 @@ func (o *Order) ChangeStatus(to Status, now time.Time) error {
 		return &apperr.RuleError{Rule: "order.cancel_needs_reason", Detail: "cancel an order with POST /v1/orders/{id}/cancel and a reason"}
 	}
 	if !o.status.CanMoveTo(to) {
-		return &InvalidTransitionError{From: o.status, To: to}
+		return invalidTransition(o.status, to)
 	}
 	ev := StatusChanged{From: o.status, To: to}
 	if to == StatusCompleted {
@@ -259,7 +255,7 @@ func (o *Order) Cancel(reason string) error {
 		return nil
 	}
 	if o.status.Final() {
-		return &InvalidTransitionError{From: o.status, To: StatusCancelled}
+		return invalidTransition(o.status, StatusCancelled)
 	}
 	o.record(Cancelled{From: o.status, Reason: reason})
 	return nil
@@ -276,20 +272,7 @@ type Assignment struct {
 // Validate checks the assignment fields.
 func (o Assignment) Validate() error {
 	var errs apperr.Fields
-	if o.StaffID == "" {
-		errs.Add("staff_id", "is required")
-	} else if !uuid.Valid(o.StaffID) {
-		errs.Add("staff_id", "must be a UUID")
-	}
-	if o.StartAt.IsZero() {
-		errs.Add("start_at", "is required")
-	}
-	if o.EndAt.IsZero() {
-		errs.Add("end_at", "is required")
-	}
-	if !o.StartAt.IsZero() && !o.EndAt.IsZero() && !o.EndAt.After(o.StartAt) {
-		errs.Add("end_at", "must be after start_at")
-	}
+	schedule.Window{StaffID: o.StaffID, StartAt: o.StartAt, EndAt: o.EndAt}.Check(&errs)
 	if n := len([]rune(o.DispatchNote)); n > MaxNotes {
 		errs.Add("dispatch_note", "must be at most %d characters, got %d", MaxNotes, n)
 	}

@@ -88,16 +88,11 @@ var registry = event.Registry{
 }
 
 // InvalidTransitionError is a status change the life cycle does not allow.
-type InvalidTransitionError struct {
-	From, To Status
-}
+type InvalidTransitionError = apperr.TransitionError[Status]
 
-func (e *InvalidTransitionError) Error() string {
-	return fmt.Sprintf("schedule cannot move from %s to %s", e.From, e.To)
+func invalidTransition(from, to Status) error {
+	return &InvalidTransitionError{Aggregate: "schedule", From: from, To: to}
 }
-
-// Rule names the broken rule.
-func (e *InvalidTransitionError) Rule() string { return "schedule.invalid_transition" }
 
 // Window is who goes, and when (half-open: [StartAt, EndAt)).
 type Window struct {
@@ -109,6 +104,12 @@ type Window struct {
 // Validate checks the window fields.
 func (w Window) Validate() error {
 	var errs apperr.Fields
+	w.Check(&errs)
+	return errs.Err()
+}
+
+// Check adds the window's field errors (staff_id, start_at, end_at) to errs.
+func (w Window) Check(errs *apperr.Fields) {
 	if w.StaffID == "" {
 		errs.Add("staff_id", "is required")
 	} else if !uuid.Valid(w.StaffID) {
@@ -123,7 +124,6 @@ func (w Window) Validate() error {
 	if !w.StartAt.IsZero() && !w.EndAt.IsZero() && !w.EndAt.After(w.StartAt) {
 		errs.Add("end_at", "must be after start_at")
 	}
-	return errs.Err()
 }
 
 func (w Window) normalized() Window {
@@ -201,7 +201,7 @@ func (s *Schedule) ChangeStatus(to Status) error {
 			return nil
 		}
 	}
-	return &InvalidTransitionError{From: s.status, To: to}
+	return invalidTransition(s.status, to)
 }
 
 func (s *Schedule) record(e event.Event) {

@@ -98,16 +98,11 @@ var registry = event.Registry{
 }
 
 // InvalidTransitionError is a status change the life cycle does not allow.
-type InvalidTransitionError struct {
-	From, To Status
-}
+type InvalidTransitionError = apperr.TransitionError[Status]
 
-func (e *InvalidTransitionError) Error() string {
-	return fmt.Sprintf("service request cannot move from %s to %s", e.From, e.To)
+func invalidTransition(from, to Status) error {
+	return &InvalidTransitionError{Aggregate: "service_request", From: from, To: to}
 }
-
-// Rule names the broken rule.
-func (e *InvalidTransitionError) Rule() string { return "service_request.invalid_transition" }
 
 // Details are what DetailsUpdated carries.
 type Details struct {
@@ -240,7 +235,7 @@ func (r *Request) ChangeStatus(to Status) error {
 		r.record(StatusChanged{From: r.status, To: to})
 		return nil
 	}
-	return &InvalidTransitionError{From: r.status, To: to}
+	return invalidTransition(r.status, to)
 }
 
 // Convert records the order the request became; only from confirmed.
