@@ -438,12 +438,12 @@ func TestScheduleStatusDrivesOrder(t *testing.T) {
 				want, err := query.FoldOrder(f.stream(t, id))
 				require.NoError(t, err)
 				require.EventuallyWithT(t, func(c *assert.CollectT) {
-					got, err := f.orders.Order(ctx, scope, id)
+					got, err := f.orders.Get(ctx, scope, id)
 					require.NoError(c, err)
 					require.Equal(c, want, got)
 				}, 10*time.Second, 10*time.Millisecond)
 			}
-			got, err := f.orders.Order(ctx, scope, done)
+			got, err := f.orders.Get(ctx, scope, done)
 			require.NoError(t, err)
 			require.Equal(t, "completed", got.Status)
 			require.NotNil(t, got.CompletedAt)

@@ -45,7 +45,7 @@ func (f fixture) step(t *testing.T, id string, st order.Status) {
 }
 
 func (f fixture) rowVersion(t require.TestingT, id string) int {
-	o, err := f.orders.Order(context.Background(), query.Scope{MerchantID: f.merchantID}, id)
+	o, err := f.orders.Get(context.Background(), query.Scope{MerchantID: f.merchantID}, id)
 	if err != nil {
 		return 0
 	}
@@ -191,7 +191,7 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	require.Len(t, replayed, 1)
 	require.True(t, replayed[0].Unparked)
 
-	got, err := f.orders.Order(ctx, query.Scope{MerchantID: f.merchantID}, id)
+	got, err := f.orders.Get(ctx, query.Scope{MerchantID: f.merchantID}, id)
 	require.NoError(t, err)
 	require.Equal(t, 3, got.Version)
 	require.Equal(t, "dispatching", got.Status)

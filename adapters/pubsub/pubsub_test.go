@@ -283,7 +283,7 @@ func (f fixture) requireProjected(t *testing.T, ids []string) {
 		want, err := query.FoldOrder(f.stream(t, id))
 		require.NoError(t, err)
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			got, err := f.orders.Order(context.Background(), scope, id)
+			got, err := f.orders.Get(context.Background(), scope, id)
 			require.NoError(c, err)
 			require.Equal(c, want, got)
 		}, 10*time.Second, 10*time.Millisecond)
@@ -316,7 +316,7 @@ func TestProjectionVersionGuardAndGapCheck(t *testing.T) {
 	var gap *readmodel.GapError
 	require.ErrorAs(t, f.orders.Apply(ctx, stream[2]), &gap, "version 3 does not follow version 1")
 	require.Equal(t, 1, gap.RowVersion)
-	got, err := f.orders.Order(ctx, scope, id)
+	got, err := f.orders.Get(ctx, scope, id)
 	require.NoError(t, err)
 	require.Equal(t, 1, got.Version)
 	require.Equal(t, "pending", got.Status)
@@ -324,12 +324,12 @@ func TestProjectionVersionGuardAndGapCheck(t *testing.T) {
 
 	require.NoError(t, f.orders.Apply(ctx, stream[1]))
 	require.NoError(t, f.orders.Apply(ctx, stream[2]))
-	snapshot, err := f.orders.Order(ctx, scope, id)
+	snapshot, err := f.orders.Get(ctx, scope, id)
 	require.NoError(t, err)
 	for _, r := range stream {
 		require.NoError(t, f.orders.Apply(ctx, r), "redelivery of v%d", r.Version)
 	}
-	again, err := f.orders.Order(ctx, scope, id)
+	again, err := f.orders.Get(ctx, scope, id)
 	require.NoError(t, err)
 	require.Equal(t, snapshot, again)
 	require.Equal(t, 3, f.count(t, f.rm, "change_log"))
@@ -380,7 +380,7 @@ func TestGoChannelTransport(t *testing.T) {
 	payload, err := json.Marshal(stream[0].Envelope)
 	require.NoError(t, err)
 	require.NoError(t, ch.Publish(pubsub.TopicOrders, message.NewMessage(stream[0].ID, payload)))
-	got, err := f.orders.Order(context.Background(), query.Scope{MerchantID: f.merchantID}, id)
+	got, err := f.orders.Get(context.Background(), query.Scope{MerchantID: f.merchantID}, id)
 	require.NoError(t, err, "published with BlockPublishUntilSubscriberAck: applied by now")
 	require.Equal(t, 1, got.Version)
 }

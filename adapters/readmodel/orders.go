@@ -18,7 +18,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/event"
 	"hearth/app/query"
 )
 
@@ -102,8 +101,8 @@ func (e *GapError) Error() string {
 
 // Orders is the orders projection and the order read model.
 type Orders struct {
-	db   *bun.DB
-	proj *projection[*query.Order]
+	db                        *bun.DB
+	*projection[*query.Order] // Name, Apply and ApplyBatch
 }
 
 // NewOrders returns the orders projection on the read-model database.
@@ -111,20 +110,7 @@ func NewOrders(db *bun.DB) (*Orders, error) {
 	if db == nil {
 		return nil, errors.New("readmodel.NewOrders: nil db")
 	}
-	return &Orders{db: db, proj: newProjection(db, ordersTable)}, nil
-}
-
-// Name names the projection (and its consumer group).
-func (p *Orders) Name() string { return p.proj.name }
-
-// Apply applies one order event (see projection.apply).
-func (p *Orders) Apply(ctx context.Context, r event.Recorded) error {
-	return p.proj.apply(ctx, r)
-}
-
-// ApplyBatch applies events in one transaction (see projection.applyBatch).
-func (p *Orders) ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
-	return p.proj.applyBatch(ctx, recs, alsoInTx)
+	return &Orders{db: db, projection: newProjection(db, ordersTable)}, nil
 }
 
 func insertChanges(ctx context.Context, tx bun.Tx, changes []changeRow) error {
@@ -134,8 +120,8 @@ func insertChanges(ctx context.Context, tx bun.Tx, changes []changeRow) error {
 	return nil
 }
 
-// Order returns one order visible to scope.
-func (p *Orders) Order(ctx context.Context, scope query.Scope, id string) (query.Order, error) {
+// Get returns one order visible to scope.
+func (p *Orders) Get(ctx context.Context, scope query.Scope, id string) (query.Order, error) {
 	var row orderRow
 	if err := getOne(ctx, p.db, &row, scope, "staff_id", id); err != nil {
 		return query.Order{}, err
@@ -143,9 +129,9 @@ func (p *Orders) Order(ctx context.Context, scope query.Scope, id string) (query
 	return row.view(), nil
 }
 
-// Orders returns a page of orders visible to scope. With a time range the
+// List returns a page of orders visible to scope. With a time range the
 // order is by scheduled start (earliest first), otherwise newest first.
-func (p *Orders) Orders(ctx context.Context, scope query.Scope, f query.OrderFilter, pg query.Page) ([]query.Order, int, error) {
+func (p *Orders) List(ctx context.Context, scope query.Scope, f query.OrderFilter, pg query.Page) ([]query.Order, int, error) {
 	var rows []orderRow
 	total, err := newListing(p.db.NewSelect().Model(&rows), scope, "staff_id", "scheduled_start_at").
 		in("status", f.Statuses).eq("settlement_status", f.SettlementStatus).eq("customer_id", f.CustomerID).

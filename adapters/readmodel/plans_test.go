@@ -147,7 +147,7 @@ func TestPlans(t *testing.T) {
 	from, to := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2030, 3, 8, 0, 0, 0, 0, time.UTC)
 
 	listOrders := func(scope query.Scope, f query.OrderFilter, p query.Page) func(context.Context) error {
-		return func(ctx context.Context) error { _, _, err := orders.Orders(ctx, scope, f, p); return err }
+		return func(ctx context.Context) error { _, _, err := orders.List(ctx, scope, f, p); return err }
 	}
 	cases := []planCase{
 		{"orders: default (newest first)", listOrders(all, query.OrderFilter{}, page)},
@@ -162,7 +162,7 @@ func TestPlans(t *testing.T) {
 			Statuses: []string{"dispatching", "in_service"}, SettlementStatus: "unsettled", StaffID: staff, From: &from, To: &to}, page)},
 		{"orders: worker key", listOrders(worker, query.OrderFilter{}, page)},
 		{"order detail", func(ctx context.Context) error {
-			_, err := orders.Order(ctx, all, "00000000-0000-4000-8000-0000000000ff")
+			_, err := orders.Get(ctx, all, "00000000-0000-4000-8000-0000000000ff")
 			if err != nil && !strings.Contains(err.Error(), "not found") {
 				return err
 			}

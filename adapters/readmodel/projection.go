@@ -40,11 +40,11 @@ type projection[V View] struct {
 	saveMany func(ctx context.Context, tx bun.Tx, vs []V) error
 }
 
-// apply applies one event in one read-model transaction. It returns nil
+// Apply applies one event in one read-model transaction. It returns nil
 // without changing anything for an event already applied, a *GapError for
 // one whose predecessor is missing, and ErrStaleTerm when ctx carries a
 // leadership term (WithFence) that is no longer current.
-func (p *projection[V]) apply(ctx context.Context, r event.Recorded) error {
+func (p *projection[V]) Apply(ctx context.Context, r event.Recorded) error {
 	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		view, found, err := p.load(ctx, tx, r.StreamID)
 		if err != nil {
@@ -61,14 +61,14 @@ func (p *projection[V]) apply(ctx context.Context, r event.Recorded) error {
 	})
 }
 
-// applyBatch applies events, in order, in one read-model transaction, with
+// ApplyBatch applies events, in order, in one read-model transaction, with
 // the same guard, gap check and change log as apply, in a few statements:
 // one to lock every row the batch touches, one to write them, one for the
 // change log. alsoInTx, when set, runs in the same transaction before the
 // commit (the catch-up moves the consumer group's offset there when the
 // read model shares the event store's database). Any error rolls the whole
 // batch back.
-func (p *projection[V]) applyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
+func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
 	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		ids := make([]string, 0, len(recs))
 		seen := make(map[string]bool, len(recs))
@@ -124,8 +124,11 @@ func (p *projection[V]) applyBatch(ctx context.Context, recs []event.Recorded, a
 	})
 }
 
+// Name names the projection (and its consumer group).
+func (p *projection[V]) Name() string { return p.name }
+
 // inTx runs fn in one read-model transaction. Every projection write goes
-// through it, one event (apply) or one catch-up page (applyBatch) per
+// through it, one event (Apply) or one catch-up page (ApplyBatch) per
 // transaction, and each first checks the leadership term (checkFence) as
 // its first statement.
 func (p *projection[V]) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {

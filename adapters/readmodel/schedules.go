@@ -7,7 +7,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/event"
 	"hearth/app/query"
 )
 
@@ -41,8 +40,8 @@ func scheduleRowOf(v query.Schedule) scheduleRow {
 
 // Schedules is the schedules projection and read model.
 type Schedules struct {
-	db   *bun.DB
-	proj *projection[*query.Schedule]
+	db                           *bun.DB
+	*projection[*query.Schedule] // Name, Apply and ApplyBatch
 }
 
 // NewSchedules returns the projection on the read-model database.
@@ -50,14 +49,8 @@ func NewSchedules(db *bun.DB) (*Schedules, error) {
 	if db == nil {
 		return nil, errors.New("readmodel.NewSchedules: nil db")
 	}
-	return &Schedules{db: db, proj: newProjection(db, schedulesTable)}, nil
+	return &Schedules{db: db, projection: newProjection(db, schedulesTable)}, nil
 }
-
-// Name names the projection (and its consumer group).
-func (p *Schedules) Name() string { return p.proj.name }
-
-// Apply applies one schedule event.
-func (p *Schedules) Apply(ctx context.Context, r event.Recorded) error { return p.proj.apply(ctx, r) }
 
 // Get returns one schedule visible to scope.
 func (p *Schedules) Get(ctx context.Context, scope query.Scope, id string) (query.Schedule, error) {
@@ -66,11 +59,6 @@ func (p *Schedules) Get(ctx context.Context, scope query.Scope, id string) (quer
 		return query.Schedule{}, err
 	}
 	return row.view(), nil
-}
-
-// ApplyBatch applies events in one transaction (see projection.applyBatch).
-func (p *Schedules) ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
-	return p.proj.applyBatch(ctx, recs, alsoInTx)
 }
 
 // List returns a page of schedules visible to scope.

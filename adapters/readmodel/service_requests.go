@@ -7,7 +7,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/event"
 	"hearth/app/query"
 )
 
@@ -46,8 +45,8 @@ func serviceRequestRowOf(v query.ServiceRequest) serviceRequestRow {
 
 // ServiceRequests is the service_requests projection and read model.
 type ServiceRequests struct {
-	db   *bun.DB
-	proj *projection[*query.ServiceRequest]
+	db                                 *bun.DB
+	*projection[*query.ServiceRequest] // Name, Apply and ApplyBatch
 }
 
 // NewServiceRequests returns the projection on the read-model database.
@@ -55,20 +54,7 @@ func NewServiceRequests(db *bun.DB) (*ServiceRequests, error) {
 	if db == nil {
 		return nil, errors.New("readmodel.NewServiceRequests: nil db")
 	}
-	return &ServiceRequests{db: db, proj: newProjection(db, serviceRequestsTable)}, nil
-}
-
-// Name names the projection (and its consumer group).
-func (p *ServiceRequests) Name() string { return p.proj.name }
-
-// Apply applies one service-request event.
-func (p *ServiceRequests) Apply(ctx context.Context, r event.Recorded) error {
-	return p.proj.apply(ctx, r)
-}
-
-// ApplyBatch applies events in one transaction (see projection.applyBatch).
-func (p *ServiceRequests) ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
-	return p.proj.applyBatch(ctx, recs, alsoInTx)
+	return &ServiceRequests{db: db, projection: newProjection(db, serviceRequestsTable)}, nil
 }
 
 // Get returns one request. Worker keys see no requests.

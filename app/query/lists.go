@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// ReadModel is what the service-request and schedule queries need: one row
-// and filtered pages, both limited to scope.
+// ReadModel is what the queries of one aggregate need: one row and
+// filtered pages, both limited to scope.
 type ReadModel[V, F any] interface {
 	Get(ctx context.Context, scope Scope, id string) (V, error)
 	List(ctx context.Context, scope Scope, f F, p Page) ([]V, int, error)
@@ -27,97 +27,67 @@ type ScheduleFilter struct {
 	From, To *time.Time // on start_at, [From, To)
 }
 
-// ServiceRequests answers the service-request reads.
-type ServiceRequests struct {
-	rm    ReadModel[ServiceRequest, ServiceRequestFilter]
-	names Names
+// Reads answers the reads of one aggregate's read model: one row and
+// filtered pages, limited to the caller's scope, with the names the views
+// show (customer, staff, catalog item) looked up in the same merchant.
+type Reads[V, F any] struct {
+	rm     ReadModel[V, F]
+	names  Names
+	fields []nameField[V]
 }
+
+func newReads[V, F any](what string, rm ReadModel[V, F], names Names, fields ...nameField[V]) (Reads[V, F], error) {
+	if rm == nil || names == nil {
+		return Reads[V, F]{}, errors.New("query: " + what + ": nil dependency")
+	}
+	return Reads[V, F]{rm: rm, names: names, fields: fields}, nil
+}
+
+// Get returns one row, or apperr.ErrNotFound.
+func (q Reads[V, F]) Get(ctx context.Context, scope Scope, id string) (V, error) {
+	v, err := q.rm.Get(ctx, scope, id)
+	if err != nil {
+		return v, err
+	}
+	return q.Named(ctx, scope, v)
+}
+
+// Named fills the names a view shows, from its merchant only.
+func (q Reads[V, F]) Named(ctx context.Context, scope Scope, v V) (V, error) {
+	items := []V{v}
+	err := joinNames(ctx, q.names, scope.MerchantID, items, q.fields...)
+	return items[0], err
+}
+
+// List returns a page of rows, newest first (time-ordered when the filter
+// has a time range).
+func (q Reads[V, F]) List(ctx context.Context, scope Scope, f F, p Page) (List[V], error) {
+	items, total, err := q.rm.List(ctx, scope, f, p)
+	if err == nil {
+		err = joinNames(ctx, q.names, scope.MerchantID, items, q.fields...)
+	}
+	return newList(items, total, p), err
+}
+
+// ServiceRequests answers the service-request reads.
+type ServiceRequests = Reads[ServiceRequest, ServiceRequestFilter]
 
 // NewServiceRequests checks its dependencies.
 func NewServiceRequests(rm ReadModel[ServiceRequest, ServiceRequestFilter], names Names) (ServiceRequests, error) {
-	if rm == nil || names == nil {
-		return ServiceRequests{}, errors.New("query.NewServiceRequests: nil dependency")
-	}
-	return ServiceRequests{rm: rm, names: names}, nil
-}
-
-func (q ServiceRequests) join(ctx context.Context, scope Scope, items []ServiceRequest) error {
-	return joinNames(ctx, q.names, scope.MerchantID, items,
+	return newReads("NewServiceRequests", rm, names,
 		nameField[ServiceRequest]{Customers, func(v *ServiceRequest) *string { return &v.CustomerID }, func(v *ServiceRequest) *string { return &v.CustomerName }},
 		nameField[ServiceRequest]{CatalogItems, func(v *ServiceRequest) *string { return v.CatalogItemID }, func(v *ServiceRequest) *string { return &v.CatalogItemName }},
 	)
 }
 
-// Get returns one request, or apperr.ErrNotFound.
-func (q ServiceRequests) Get(ctx context.Context, scope Scope, id string) (ServiceRequest, error) {
-	v, err := q.rm.Get(ctx, scope, id)
-	if err != nil {
-		return v, err
-	}
-	return q.Named(ctx, scope, v)
-}
-
-// Named fills the names a request shows (customer, catalog item).
-func (q ServiceRequests) Named(ctx context.Context, scope Scope, v ServiceRequest) (ServiceRequest, error) {
-	items := []ServiceRequest{v}
-	err := q.join(ctx, scope, items)
-	return items[0], err
-}
-
-// List returns a page of requests, newest first (by appointment start when
-// a time range is given).
-func (q ServiceRequests) List(ctx context.Context, scope Scope, f ServiceRequestFilter, p Page) (List[ServiceRequest], error) {
-	items, total, err := q.rm.List(ctx, scope, f, p)
-	if err == nil {
-		err = q.join(ctx, scope, items)
-	}
-	return newList(items, total, p), err
-}
-
 // Schedules answers the schedule reads.
-type Schedules struct {
-	rm    ReadModel[Schedule, ScheduleFilter]
-	names Names
-}
+type Schedules = Reads[Schedule, ScheduleFilter]
 
 // NewSchedules checks its dependencies.
 func NewSchedules(rm ReadModel[Schedule, ScheduleFilter], names Names) (Schedules, error) {
-	if rm == nil || names == nil {
-		return Schedules{}, errors.New("query.NewSchedules: nil dependency")
-	}
-	return Schedules{rm: rm, names: names}, nil
-}
-
-func (q Schedules) join(ctx context.Context, scope Scope, items []Schedule) error {
-	return joinNames(ctx, q.names, scope.MerchantID, items,
+	return newReads("NewSchedules", rm, names,
 		nameField[Schedule]{Staff, func(v *Schedule) *string { return &v.StaffID }, func(v *Schedule) *string { return &v.StaffName }},
 	)
-}
-
-// Get returns one schedule, or apperr.ErrNotFound.
-func (q Schedules) Get(ctx context.Context, scope Scope, id string) (Schedule, error) {
-	v, err := q.rm.Get(ctx, scope, id)
-	if err != nil {
-		return v, err
-	}
-	return q.Named(ctx, scope, v)
-}
-
-// Named fills the name a schedule shows (staff).
-func (q Schedules) Named(ctx context.Context, scope Scope, v Schedule) (Schedule, error) {
-	items := []Schedule{v}
-	err := q.join(ctx, scope, items)
-	return items[0], err
-}
-
-// List returns a page of schedules, newest first (by start when a time
-// range is given).
-func (q Schedules) List(ctx context.Context, scope Scope, f ScheduleFilter, p Page) (List[Schedule], error) {
-	items, total, err := q.rm.List(ctx, scope, f, p)
-	if err == nil {
-		err = q.join(ctx, scope, items)
-	}
-	return newList(items, total, p), err
 }
 
 // RecordReader reads one kind of reference record of a merchant.

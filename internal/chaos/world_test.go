@@ -200,7 +200,7 @@ func (w *world) checkExactlyOnce() int {
 		require.NoError(t, err)
 		want, err := query.FoldOrder(stream)
 		require.NoError(t, err)
-		got, err := orders.Order(ctx, query.Scope{MerchantID: w.merchant}, id)
+		got, err := orders.Get(ctx, query.Scope{MerchantID: w.merchant}, id)
 		require.NoError(t, err)
 		wantJSON, _ := json.Marshal(want)
 		gotJSON, _ := json.Marshal(got)
