@@ -2,6 +2,7 @@ package httpport
 
 import (
 	"net/http"
+	"time"
 
 	"hearth/app/command"
 	"hearth/app/query"
@@ -19,6 +20,15 @@ type serviceRequestInput struct {
 	Notes              *string `json:"notes"`
 }
 
+// appointment parses the appointment window's times.
+func (in serviceRequestInput) appointment() (start, end *time.Time, err error) {
+	if start, err = parseTime("appointment_start_at", in.AppointmentStartAt); err != nil {
+		return nil, nil, err
+	}
+	end, err = parseTime("appointment_end_at", in.AppointmentEndAt)
+	return start, end, err
+}
+
 func (s *server) writeRequest(w http.ResponseWriter, r *http.Request, status int, out command.Written) error {
 	return writeWritten[query.ServiceRequest](w, status, "/v1/service-requests", out, func(v query.ServiceRequest) (query.ServiceRequest, error) {
 		return s.App.Queries.ServiceRequests.Named(r.Context(), scope(r), v)
@@ -33,11 +43,7 @@ func (s *server) createServiceRequest(w http.ResponseWriter, r *http.Request) er
 	if in.ExpectedVersion != nil {
 		return malformed("expected_version", "is not a field of a new request")
 	}
-	start, err := parseTime("appointment_start_at", in.AppointmentStartAt)
-	if err != nil {
-		return err
-	}
-	end, err := parseTime("appointment_end_at", in.AppointmentEndAt)
+	start, end, err := in.appointment()
 	if err != nil {
 		return err
 	}
@@ -75,11 +81,7 @@ func (s *server) updateServiceRequest(w http.ResponseWriter, r *http.Request) er
 	if in.Source != nil {
 		return malformed("source", "cannot be changed")
 	}
-	start, err := parseTime("appointment_start_at", in.AppointmentStartAt)
-	if err != nil {
-		return err
-	}
-	end, err := parseTime("appointment_end_at", in.AppointmentEndAt)
+	start, end, err := in.appointment()
 	if err != nil {
 		return err
 	}
