@@ -113,9 +113,32 @@ func NewOrders(db *bun.DB) (*Orders, error) {
 	return &Orders{db: db, projection: newProjection(db, ordersTable)}, nil
 }
 
+// insertChangesSQL writes change-log rows from one array per column: a
+// fixed statement, so it is prepared once per connection, however many rows
+// a batch has (a multi-row VALUES list would be a new text of a megabyte
+// for every catch-up page, parsed and planned each time).
+const insertChangesSQL = `INSERT INTO change_log
+	(merchant_id, aggregate_type, aggregate_id, event_id, version, action, actor, before, after, occurred_at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::int[], $6::text[], $7::text[],
+	$8::jsonb[], $9::jsonb[], $10::timestamptz[])`
+
 func insertChanges(ctx context.Context, tx bun.Tx, changes []changeRow) error {
-	if _, err := tx.NewInsert().Model(&changes).Exec(ctx); err != nil {
-		return fmt.Errorf("change log of %d events from %s: %w", len(changes), changes[0].EventID, err)
+	n := len(changes)
+	merchants, types, aggregates, events := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	versions, actions, actors := make([]int32, n), make([]string, n), make([]string, n)
+	befores, afters, occurred := make([]*string, n), make([]string, n), make([]time.Time, n)
+	for i, c := range changes {
+		merchants[i], types[i], aggregates[i], events[i] = c.MerchantID, c.AggregateType, c.AggregateID, c.EventID
+		versions[i], actions[i], actors[i] = int32(c.Version), c.Action, c.Actor
+		if c.Before != nil {
+			before := string(c.Before)
+			befores[i] = &before
+		}
+		afters[i], occurred[i] = string(c.After), c.OccurredAt
+	}
+	if _, err := tx.Tx.ExecContext(ctx, insertChangesSQL,
+		merchants, types, aggregates, events, versions, actions, actors, befores, afters, occurred); err != nil {
+		return fmt.Errorf("change log of %d events from %s: %w", n, changes[0].EventID, err)
 	}
 	return nil
 }

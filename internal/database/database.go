@@ -34,7 +34,7 @@ func OpenSQL(ctx context.Context, url string, maxConns int, applicationName stri
 	if applicationName != "" {
 		cfg.RuntimeParams["application_name"] = applicationName
 	}
-	sqldb := stdlib.OpenDB(*cfg)
+	sqldb := sql.OpenDB(simpleWhenBare{stdlib.GetConnector(*cfg)})
 	sqldb.SetMaxOpenConns(maxConns)
 	sqldb.SetMaxIdleConns(maxConns)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
