@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/pubsub"
@@ -183,17 +184,43 @@ func (s stats) String() string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
+// visibleSQL makes the read model announce each orders row on
+// visibleChannel when the transaction that wrote it commits: the moment
+// the row becomes readable. Watching costs one notification per event,
+// where polling every pending id would cost a query per poll and still
+// miss by up to the poll interval.
+const visibleSQL = `CREATE OR REPLACE FUNCTION bench_order_visible() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('` + visibleChannel + `', NEW.id::text);
+	RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS bench_order_visible ON orders;
+CREATE TRIGGER bench_order_visible AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION bench_order_visible();`
+
+const visibleChannel = "bench_visible"
+
 // measureLatency creates orders through the command handlers at a steady
 // rate for d; for each, it measures from the commit to the moment the
-// orders row is readable on rm. One watcher polls every pending id in one
-// query every 500 µs, so measuring adds the same small load whatever the
-// latency (one poller per event would add load as latency grows).
-func measureLatency(ctx context.Context, es, rm *bun.DB, d time.Duration) (stats, error) {
-	merchantID, customerID, err := tenant(ctx, es)
+// orders row is readable in db (the read model shares the event store's
+// database), as the notification of visibleSQL reports it on a LISTEN
+// connection to url.
+func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration) (stats, error) {
+	merchantID, customerID, err := tenant(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	store, err := pubsub.NewStore(es, nil)
+	if _, err := db.ExecContext(ctx, visibleSQL); err != nil {
+		return nil, fmt.Errorf("visibility trigger: %w", err)
+	}
+	listener, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer listener.Close(context.WithoutCancel(ctx))
+	if _, err := listener.Exec(ctx, "LISTEN "+visibleChannel); err != nil {
+		return nil, err
+	}
+	store, err := pubsub.NewStore(db, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -206,57 +233,37 @@ func measureLatency(ctx context.Context, es, rm *bun.DB, d time.Duration) (stats
 		return nil, err
 	}
 	var mu sync.Mutex
-	pending := map[string]time.Time{} // id -> commit time
+	committed := map[string]time.Time{} // id -> commit, not yet seen
+	visible := map[string]time.Time{}   // id -> seen, commit not yet recorded
 	var out stats
+	record := func(c, v time.Time) { out = append(out, max(0, v.Sub(c))) }
 	var firstErr error
 	fail := func(err error) {
 		mu.Lock()
 		firstErr = cmp.Or(firstErr, err)
 		mu.Unlock()
 	}
-	writing := make(chan struct{})
+	watchCtx, stopWatching := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		var drainedAt time.Time
 		for {
+			note, err := listener.WaitForNotification(watchCtx)
+			if err != nil {
+				if watchCtx.Err() == nil {
+					fail(err)
+				}
+				return
+			}
+			now := time.Now()
 			mu.Lock()
-			ids := make([]string, 0, len(pending))
-			for id := range pending {
-				ids = append(ids, id)
+			if c, ok := committed[note.Payload]; ok {
+				record(c, now)
+				delete(committed, note.Payload)
+			} else {
+				visible[note.Payload] = now // its writer has not recorded the commit yet
 			}
 			mu.Unlock()
-			select {
-			case <-writing:
-				if len(ids) == 0 {
-					return
-				}
-				if drainedAt.IsZero() {
-					drainedAt = time.Now()
-				} else if time.Since(drainedAt) > 30*time.Second {
-					return // the rest never became visible: left out of the figures
-				}
-			default:
-			}
-			if len(ids) > 0 {
-				rows, err := rm.DB.QueryContext(ctx, `SELECT id::text FROM orders WHERE id = ANY($1::uuid[])`, ids)
-				if err != nil {
-					fail(err)
-					return
-				}
-				now := time.Now()
-				mu.Lock()
-				for rows.Next() {
-					var id string
-					if err := rows.Scan(&id); err == nil {
-						out = append(out, now.Sub(pending[id]))
-						delete(pending, id)
-					}
-				}
-				mu.Unlock()
-				rows.Close()
-			}
-			time.Sleep(500 * time.Microsecond)
 		}
 	}()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -269,19 +276,36 @@ func measureLatency(ctx context.Context, es, rm *bun.DB, d time.Duration) (stats
 		wg.Go(func() {
 			w, err := orders.Create(ctx, command.CreateOrder{Meta: event.Meta{MerchantID: merchantID, Actor: "bench",
 				CorrelationID: uuid.New(), OccurredAt: time.Now()}, CustomerID: customerID, AmountCents: 100})
-			committed := time.Now()
+			at := time.Now()
 			if err != nil {
 				fail(err)
 				return
 			}
+			id := w.Stream[0].StreamID
 			mu.Lock()
-			pending[w.Stream[0].StreamID] = committed
+			if v, ok := visible[id]; ok {
+				record(at, v)
+				delete(visible, id)
+			} else {
+				committed[id] = at
+			}
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	close(writing)
+	// The rest drain; any not visible after 30 s are left out of the figures.
+	for drained := time.Now(); time.Since(drained) < 30*time.Second; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(committed)
+		mu.Unlock()
+		if n == 0 {
+			break
+		}
+	}
+	stopWatching()
 	<-watched
+	mu.Lock()
+	defer mu.Unlock()
 	return out, firstErr
 }
 
@@ -293,8 +317,8 @@ func measureLatency(ctx context.Context, es, rm *bun.DB, d time.Duration) (stats
 // that start-up transient is a takeover property, not the steady-state
 // latency, and alone it dominated p99 and max (about 0.3 s here, 1.6 s on a
 // loaded machine). It is printed, not hidden.
-func (b *bench) warmUp(ctx context.Context, db *bun.DB) error {
-	s, err := measureLatency(ctx, db, db, latencyWarmUp)
+func (b *bench) warmUp(ctx context.Context, db *bun.DB, url string) error {
+	s, err := measureLatency(ctx, db, url, latencyWarmUp)
 	if err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
@@ -313,16 +337,16 @@ func (b *bench) latencyHearth(ctx context.Context) (stats, error) {
 	}
 	b.hearthURL, b.hearthDB = base, url
 	b.progress("latency: Hearth (NOTIFY + %s fallback), %d events/s for %s after %s of warm-up", fallbackPoll, rate, latencyFor, latencyWarmUp)
-	if err := b.warmUp(ctx, db); err != nil {
+	if err := b.warmUp(ctx, db, url); err != nil {
 		return nil, err
 	}
-	s, err := measureLatency(ctx, db, db, latencyFor)
+	s, err := measureLatency(ctx, db, url, latencyFor)
 	b.sampleRSS(cmd)
 	return s, err
 }
 
 func (b *bench) latencyPlain(ctx context.Context) (stats, error) {
-	db, _, err := b.newDB(ctx, "latency_plain", migrations.EventStore, migrations.ReadModel)
+	db, url, err := b.newDB(ctx, "latency_plain", migrations.EventStore, migrations.ReadModel)
 	if err != nil {
 		return nil, err
 	}
@@ -344,10 +368,10 @@ func (b *bench) latencyPlain(ctx context.Context) (stats, error) {
 	stop := runRouter(ctx, router)
 	defer stop()
 	b.progress("latency: plain watermill-sql polling every %s, %d events/s for %s after %s of warm-up", plainPollEvery, rate, latencyFor, latencyWarmUp)
-	if err := b.warmUp(ctx, db); err != nil {
+	if err := b.warmUp(ctx, db, url); err != nil {
 		return nil, err
 	}
-	return measureLatency(ctx, db, db, latencyFor)
+	return measureLatency(ctx, db, url, latencyFor)
 }
 
 // runRouter runs router until the returned stop is called.

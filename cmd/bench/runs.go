@@ -56,8 +56,11 @@ func (b *bench) isolation(ctx context.Context) (stats, error) {
 				Apply: func(context.Context, event.Recorded) error { return errors.New("bench: this projection always fails") }})
 	}()
 	defer func() { cancel(); <-done }()
-	b.progress("isolation: %d events/s for %s while the projection 'failing' fails on every event", rate, isolationFor)
-	return measureLatency(ctx, db, db, isolationFor)
+	b.progress("isolation: %d events/s for %s, after %s of warm-up, while the projection 'failing' fails on every event", rate, isolationFor, latencyWarmUp)
+	if err := b.warmUp(ctx, db, url); err != nil {
+		return nil, err
+	}
+	return measureLatency(ctx, db, url, isolationFor)
 }
 
 // commands: POST /v1/orders at concurrency 16 against the Hearth process
