@@ -63,6 +63,20 @@ func (m *Metrics) observe(projection string, d time.Duration, err error) {
 	m.duration.WithLabelValues(projection, outcome).Observe(d.Seconds())
 }
 
+// observeBatch counts a lookahead batch of n events.
+func (m *Metrics) observeBatch(projection string, d time.Duration, n int, err error) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	} else {
+		m.applied.WithLabelValues(projection).Add(float64(n))
+	}
+	m.duration.WithLabelValues(projection, outcome).Observe(d.Seconds())
+}
+
 func (m *Metrics) retry(projection string) {
 	if m != nil {
 		m.retries.WithLabelValues(projection).Inc()

@@ -199,11 +199,17 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 // idle subscriber polls when n reports its topic, and at least every
 // fallback. The offsets adapter does not lock the consumer group's row (see
 // LockFreeOffsets), so a subscriber whose handler is retrying holds no
-// transaction id and does not delay the other topics.
-func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration) func(string) (message.Subscriber, error) {
+// transaction id and does not delay the other topics. With a lookahead
+// (optional), the subscribers note what each query returns (see
+// Lookahead).
+func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration, ahead *Lookahead) func(string) (message.Subscriber, error) {
 	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
 		closed := make(chan struct{})
+		var schema wsql.SchemaAdapter = Schema
+		if ahead != nil {
+			schema = ahead.schema(group)
+		}
 		return &topicSubscriber{closed: closed, make: func(topic string) (message.Subscriber, error) {
 			deadline := AckDeadline
 			table := topicTable(topic)
@@ -216,7 +222,7 @@ func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Du
 					// the first empty polls are quick, since a notification may
 					// have come before the subscriber existed.
 					seen: n.signal(table), quick: time.Millisecond, closed: closed},
-				SchemaAdapter:  Schema,
+				SchemaAdapter:  schema,
 				OffsetsAdapter: LockFreeOffsets{},
 			}, wlog)
 		}}, nil

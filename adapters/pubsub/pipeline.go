@@ -95,8 +95,10 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Project
 		return fail(err)
 	}
 
+	ahead := NewLookahead()
 	router, err := NewRouter(RouterConfig{
-		Subscriber:   NotifyingSubscribers(cfg.EventStore, notifier, log, cmp.Or(cfg.Fallback, 250*time.Millisecond)),
+		Subscriber:   NotifyingSubscribers(cfg.EventStore, notifier, log, cmp.Or(cfg.Fallback, 250*time.Millisecond), ahead),
+		Lookahead:    ahead,
 		Poison:       poison,
 		Log:          log,
 		RetryInitial: cfg.RetryInitial,

@@ -194,7 +194,7 @@ func TestFallbackPollWithoutNotifications(t *testing.T) {
 	poison, err := pubsub.SQLPublisher(f.es.DB, quietLog())
 	require.NoError(t, err)
 	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber: pubsub.NotifyingSubscribers(f.es.DB, n, quietLog(), 20*time.Millisecond),
+		Subscriber: pubsub.NotifyingSubscribers(f.es.DB, n, quietLog(), 20*time.Millisecond, nil),
 		Poison:     poison,
 		Log:        quietLog(),
 	}, f.ordersProjection())

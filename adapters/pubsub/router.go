@@ -70,6 +70,11 @@ type RouterConfig struct {
 	// Metrics counts applied events, retries, poisoned events and handler
 	// durations. Optional.
 	Metrics *Metrics
+	// Lookahead, when set, lets each handler apply the messages its
+	// subscriber fetched after the one it is handed in the same
+	// transaction (see Lookahead); the subscribers must come from
+	// NotifyingSubscribers with the same Lookahead.
+	Lookahead *Lookahead
 	// Registry, when set, receives Watermill's router metrics (namespace
 	// hearth, subsystem watermill). Registering again for the router of the
 	// next leadership term reuses the collectors.
@@ -120,15 +125,20 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 		if err != nil {
 			return nil, fmt.Errorf("subscriber for %s: %w", p.Name, err)
 		}
-		router.AddConsumerHandler(p.Name, p.Topic, sub, handler(p, cfg.Parking, cfg.Metrics))
+		router.AddConsumerHandler(p.Name, p.Topic, sub, handler(p, cfg.Parking, cfg.Metrics, cfg.Lookahead, log.With("component", "router")))
 	}
 	return router, nil
 }
 
 // handler applies one message through p.Apply, unless its aggregate is
-// parked: then the event waits in parked_events (see Parking).
-func handler(p Projection, pk *Parking, m *Metrics) message.NoPublishHandlerFunc {
+// parked: then the event waits in parked_events (see Parking). With a
+// lookahead, it applies the messages fetched after it in the same
+// transaction when it can, and acks those without work when they come.
+func handler(p Projection, pk *Parking, m *Metrics, ahead *Lookahead, log *slog.Logger) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
+		if ahead != nil && ahead.of(p.Name).appliedAhead(msg) {
+			return nil
+		}
 		rec, err := event.Unmarshal(msg.Payload, p.Decode)
 		if err != nil {
 			// A payload that does not parse will not parse on a retry.
@@ -136,6 +146,9 @@ func handler(p Projection, pk *Parking, m *Metrics) message.NoPublishHandlerFunc
 		}
 		ctx, cancel := context.WithTimeout(msg.Context(), AttemptTimeout)
 		defer cancel()
+		if ahead.applyAhead(ctx, p, pk, m, log, msg, rec) {
+			return nil
+		}
 		if pk != nil {
 			held, err := pk.hold(ctx, p.Name, rec)
 			if err != nil {

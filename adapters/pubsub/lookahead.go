@@ -1,0 +1,193 @@
+package pubsub
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"hearth/app/event"
+)
+
+// Lookahead lets a live handler apply a burst in one read-model
+// transaction. watermill-sql's subscriber reads up to 100 messages per
+// query but hands them over one at a time, waiting for each ack, so a
+// burst would cost a read-model transaction per event. The subscriber's
+// schema adapter (Lookahead.schema) remembers the messages its current
+// query returned; the handler of message M applies M and the messages
+// fetched after it with Projection.ApplyBatch (version guard, gap check,
+// change log and fence unchanged), and acks those later messages without
+// work when the subscriber hands them over.
+//
+// Nothing is acked that is not applied: the subscriber still acks in
+// order, after each handler returns. When the batch fails (a poison event
+// in it, a gap, a parked aggregate), the handler applies M alone, and the
+// messages of that batch are applied one by one, with their retries and
+// poison queue, as without lookahead. Under light load a query returns one
+// message and nothing changes.
+type Lookahead struct {
+	mu     sync.Mutex
+	groups map[string]*fetched
+}
+
+// NewLookahead returns a lookahead for the subscribers and handlers of one
+// router.
+func NewLookahead() *Lookahead { return &Lookahead{groups: map[string]*fetched{}} }
+
+// fetched is what the current query of one consumer group's subscriber
+// returned, and which of those messages a handler applied ahead of their
+// delivery or must apply one by one.
+type fetched struct {
+	mu   sync.Mutex
+	msgs []*message.Message
+	// ahead holds the messages applied with an earlier one; alone, those
+	// of a batch that failed.
+	ahead, alone map[string]bool
+}
+
+func (l *Lookahead) of(group string) *fetched {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.groups[group]
+	if !ok {
+		f = &fetched{}
+		l.groups[group] = f
+	}
+	return f
+}
+
+// schema is watermill-sql's Postgres schema for group's subscriber, noting
+// the messages of each query.
+func (l *Lookahead) schema(group string) wsql.SchemaAdapter {
+	return lookaheadSchema{DefaultPostgreSQLSchema: Schema, f: l.of(group)}
+}
+
+type lookaheadSchema struct {
+	wsql.DefaultPostgreSQLSchema
+	f *fetched
+}
+
+// SelectQuery starts a new query: the messages of the last one have all
+// been handed over (the subscriber queries again only then).
+func (s lookaheadSchema) SelectQuery(topic, group string, offsets wsql.OffsetsAdapter) wsql.Query {
+	s.f.mu.Lock()
+	s.f.msgs = s.f.msgs[:0]
+	s.f.mu.Unlock()
+	return s.DefaultPostgreSQLSchema.SelectQuery(topic, group, offsets)
+}
+
+func (s lookaheadSchema) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
+	r, err := s.DefaultPostgreSQLSchema.UnmarshalMessage(row)
+	if err == nil {
+		s.f.mu.Lock()
+		s.f.msgs = append(s.f.msgs, r.Msg)
+		s.f.mu.Unlock()
+	}
+	return r, err
+}
+
+// appliedAhead reports whether msg was applied with an earlier message,
+// and forgets it.
+func (f *fetched) appliedAhead(msg *message.Message) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ahead[msg.UUID] {
+		delete(f.ahead, msg.UUID)
+		return true
+	}
+	return false
+}
+
+// following returns the messages fetched after msg, unless msg belongs to
+// a batch that failed.
+func (f *fetched) following(msg *message.Message) []*message.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.alone[msg.UUID] {
+		delete(f.alone, msg.UUID)
+		return nil
+	}
+	i := slices.IndexFunc(f.msgs, func(m *message.Message) bool { return m.UUID == msg.UUID })
+	if i < 0 {
+		return nil
+	}
+	return slices.Clone(f.msgs[i+1:])
+}
+
+// settle records how a batch ended: its later messages were applied, or
+// must each be applied alone.
+func (f *fetched) settle(later []*message.Message, applied bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	set := make(map[string]bool, len(later))
+	for _, m := range later {
+		set[m.UUID] = true
+	}
+	if applied {
+		f.ahead, f.alone = set, nil
+	} else {
+		f.ahead, f.alone = nil, set
+	}
+}
+
+// applyAhead applies rec (of msg) and the decodable messages fetched after
+// it in one transaction, and reports whether it did. It does nothing
+// (false) when nothing follows msg, when p has no ApplyBatch, or when an
+// aggregate of the batch is parked; it reports false, logged, when the
+// batch fails: the caller then applies rec alone.
+func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m *Metrics, log *slog.Logger, msg *message.Message, rec event.Recorded) bool {
+	if l == nil || p.ApplyBatch == nil {
+		return false
+	}
+	f := l.of(p.Name)
+	var later []*message.Message
+	recs := []event.Recorded{rec}
+	for _, next := range f.following(msg) {
+		r, err := event.Unmarshal(next.Payload, p.Decode)
+		if err != nil {
+			break // the handler of that message reports it
+		}
+		later, recs = append(later, next), append(recs, r)
+	}
+	if len(later) == 0 {
+		return false
+	}
+	if pk != nil {
+		parked, err := pk.anyParked(ctx, p.Name, recs)
+		if err != nil || parked {
+			f.settle(later, false)
+			return false
+		}
+	}
+	start := time.Now()
+	err := p.ApplyBatch(ctx, recs, nil)
+	m.observeBatch(p.Name, time.Since(start), len(recs), err)
+	f.settle(later, err == nil)
+	if err != nil {
+		log.Debug("lookahead batch failed; its events are applied one by one", "projection", p.Name, "events", len(recs), "error", err)
+		return false
+	}
+	return true
+}
+
+// anyParked reports whether an aggregate of recs is parked for projection.
+// Only the router parks, between two messages of a handler, so none can be
+// parked between this check and the batch it guards.
+func (pk *Parking) anyParked(ctx context.Context, projection string, recs []event.Recorded) (bool, error) {
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.StreamID
+	}
+	var parked bool
+	err := pk.db.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM parked_aggregates WHERE projection = $1 AND stream_id = ANY($2::uuid[]))`,
+		projection, ids).Scan(&parked)
+	if err != nil {
+		return false, fmt.Errorf("check parking of %d aggregates: %w", len(ids), err)
+	}
+	return parked, nil
+}
