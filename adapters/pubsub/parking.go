@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -43,7 +44,29 @@ import (
 type Parking struct {
 	db          *bun.DB
 	projections map[string]Projection
+	parkedCache anyParkedCache
 }
+
+// anyParkedCache remembers, per projection, whether it has any parked
+// aggregate, so that the handler's per-event check (a round trip on the
+// live path) is skipped while none is. Only the router of the leader
+// parks, through this Parking, which notes it at once; the answer is read
+// again at most every anyParkedTTL, which bounds how long a park by
+// another process (an old leader in its last moments) goes unnoticed. Even
+// then nothing is applied out of order: the gap check refuses an event
+// whose predecessor was not applied.
+type anyParkedCache struct {
+	mu    sync.Mutex
+	state map[string]anyParkedState
+}
+
+type anyParkedState struct {
+	parked bool
+	at     time.Time
+	gen    uint64 // bumped by every park, so a read that raced one is not kept
+}
+
+const anyParkedTTL = time.Second
 
 // NewParking returns parking on the event-store database for the given
 // projections (replay and skip apply through their Apply).
@@ -83,6 +106,9 @@ func (pk *Parking) projection(name string) (Projection, error) {
 // whether it did. One statement: the check takes the parked row FOR SHARE,
 // so it waits for a replay or skip in progress.
 func (pk *Parking) hold(ctx context.Context, projection string, r event.Recorded) (bool, error) {
+	if any, err := pk.anyParkedFor(ctx, projection); err != nil || !any {
+		return false, err
+	}
 	env, err := json.Marshal(r.Envelope)
 	if err != nil {
 		return false, err
@@ -100,12 +126,51 @@ func (pk *Parking) hold(ctx context.Context, projection string, r event.Recorded
 	return parked, nil
 }
 
+// anyParkedFor reports whether projection may have a parked aggregate.
+func (pk *Parking) anyParkedFor(ctx context.Context, projection string) (bool, error) {
+	c := &pk.parkedCache
+	c.mu.Lock()
+	st, ok := c.state[projection]
+	c.mu.Unlock()
+	if ok && time.Since(st.at) < anyParkedTTL {
+		return st.parked, nil
+	}
+	at := time.Now()
+	var parked bool
+	err := pk.db.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM parked_aggregates WHERE projection = $1)`, projection).Scan(&parked)
+	if err != nil {
+		return false, fmt.Errorf("check parked aggregates of %s: %w", projection, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == nil {
+		c.state = map[string]anyParkedState{}
+	}
+	if now := c.state[projection]; now.gen == st.gen {
+		c.state[projection] = anyParkedState{parked: parked, at: at, gen: st.gen}
+	} else {
+		parked = true // parked meanwhile
+	}
+	return parked, nil
+}
+
+// parked notes that projection has a parked aggregate now.
+func (c *anyParkedCache) parked(projection string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == nil {
+		c.state = map[string]anyParkedState{}
+	}
+	c.state[projection] = anyParkedState{parked: true, at: time.Now(), gen: c.state[projection].gen + 1}
+}
+
 // park marks env's aggregate parked for projection, behind env.
 func (pk *Parking) park(ctx context.Context, projection string, env event.Envelope, reason string) error {
 	raw, err := json.Marshal(env)
 	if err != nil {
 		return err
 	}
+	defer pk.parkedCache.parked(projection) // also after a failure: it may have committed
 	return pk.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.Tx.ExecContext(ctx, `
 			INSERT INTO parked_aggregates (projection, stream_id, stream_type, merchant_id, reason, first_event_id, first_version)

@@ -147,6 +147,30 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 	}
 }
 
+// An aggregate parked before this process's router started (by the
+// previous leader) holds its later events back from the first one: the
+// handler skips its per-event parking check only once it has read that no
+// aggregate of the projection is parked.
+func TestParkedByAnEarlierTermHoldsEvents(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	b := &breakable{f: f}
+	parked, free := f.createOrder(t), f.createOrder(t)
+	first := f.stream(t, parked)[0]
+	_, err := f.es.DB.Exec(`INSERT INTO parked_aggregates (projection, stream_id, stream_type, merchant_id, reason, first_event_id, first_version)
+		VALUES ('orders', $1, 'order', $2, 'parked by the previous leader', $3, 1)`, parked, f.merchantID, first.ID)
+	require.NoError(t, err)
+	parking, err := pubsub.NewParking(f.es, b.projection())
+	require.NoError(t, err)
+	f.runRouterWith(t, parking, b.projection())
+	f.requireProjected(t, []string{free})
+	require.Eventually(t, func() bool {
+		a, err := parking.Get(context.Background(), "orders", parked)
+		return err == nil && a.Waiting == 1
+	}, 10*time.Second, 10*time.Millisecond, "its first event waits")
+	require.Zero(t, f.rowVersion(t, parked))
+}
+
 // Skipping records who and why, moves the row past the event with a
 // "skipped" change-log row, and verification agrees.
 func TestSkipRecordsWhoAndWhy(t *testing.T) {
