@@ -102,9 +102,10 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 	var p access.Principal
 	var role string
 	var staff sql.NullString
-	err := s.db.QueryRowContext(ctx, `
+	// $1: a fixed text, prepared once per connection (every request asks).
+	err := s.db.DB.QueryRowContext(ctx, `
 		SELECT id, merchant_id, role, staff_id FROM api_keys
-		WHERE key_hash = ? AND revoked_at IS NULL`, hashKey(secret)).Scan(&p.KeyID, &p.MerchantID, &role, &staff)
+		WHERE key_hash = $1 AND revoked_at IS NULL`, hashKey(secret)).Scan(&p.KeyID, &p.MerchantID, &role, &staff)
 	if errors.Is(err, sql.ErrNoRows) {
 		return access.Principal{}, apperr.ErrNotFound
 	}
