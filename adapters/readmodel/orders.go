@@ -113,16 +113,17 @@ func NewOrders(db *bun.DB) (*Orders, error) {
 	return &Orders{db: db, projection: newProjection(db, ordersTable)}, nil
 }
 
-// insertChangesSQL writes change-log rows from one array per column: a
-// fixed statement, so it is prepared once per connection, however many rows
-// a batch has (a multi-row VALUES list would be a new text of a megabyte
-// for every catch-up page, parsed and planned each time).
+// insertChangesSQL writes change-log rows from one array per column
+// (changeColumns): one statement however many rows a batch has (a
+// multi-row VALUES list would be a new text of a megabyte for every
+// catch-up page, parsed and planned each time).
 const insertChangesSQL = `INSERT INTO change_log
 	(merchant_id, aggregate_type, aggregate_id, event_id, version, action, actor, before, after, occurred_at)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::int[], $6::text[], $7::text[],
 	$8::jsonb[], $9::jsonb[], $10::timestamptz[])`
 
-func insertChanges(ctx context.Context, tx bun.Tx, changes []changeRow) error {
+// changeColumns are the parameters of insertChangesSQL.
+func changeColumns(changes []changeRow) []any {
 	n := len(changes)
 	merchants, types, aggregates, events := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	versions, actions, actors := make([]int32, n), make([]string, n), make([]string, n)
@@ -136,11 +137,7 @@ func insertChanges(ctx context.Context, tx bun.Tx, changes []changeRow) error {
 		}
 		afters[i], occurred[i] = string(c.After), c.OccurredAt
 	}
-	if _, err := tx.Tx.ExecContext(ctx, insertChangesSQL,
-		merchants, types, aggregates, events, versions, actions, actors, befores, afters, occurred); err != nil {
-		return fmt.Errorf("change log of %d events from %s: %w", n, changes[0].EventID, err)
-	}
-	return nil
+	return []any{merchants, types, aggregates, events, versions, actions, actors, befores, afters, occurred}
 }
 
 // Get returns one order visible to scope.

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
 
 	"hearth/app/event"
 )
@@ -28,16 +30,16 @@ type projection[V View] struct {
 	db    *bun.DB
 	// load reads the row FOR UPDATE; found is false when there is none.
 	load func(ctx context.Context, tx bun.Tx, id string) (v V, found bool, err error)
-	// save inserts (when insert) or updates the row.
-	save func(ctx context.Context, tx bun.Tx, v V, insert bool) error
+	// save is the statement that inserts (when insert) or updates the row.
+	save func(tx bun.Tx, v V, insert bool) schema.QueryAppender
 	// meta returns the row's merchant and version.
 	meta func(v V) (merchantID string, version int)
 	// empty returns the view of a row that does not exist yet.
 	empty func() V
 	// loadMany reads the rows of ids that exist, FOR UPDATE, by id.
 	loadMany func(ctx context.Context, tx bun.Tx, ids []string) (map[string]V, error)
-	// saveMany inserts or updates rows in one statement.
-	saveMany func(ctx context.Context, tx bun.Tx, vs []V) error
+	// saveMany is the statement that inserts or updates rows.
+	saveMany func(tx bun.Tx, vs []V) schema.QueryAppender
 }
 
 // Apply applies one event in one read-model transaction. It returns nil
@@ -54,10 +56,10 @@ func (p *projection[V]) Apply(ctx context.Context, r event.Recorded) error {
 		if err != nil || change == nil {
 			return err
 		}
-		if err := p.save(ctx, tx, view, !found); err != nil {
+		if err := p.write(ctx, tx, p.save(tx, view, !found), []changeRow{*change}); err != nil {
 			return fmt.Errorf("write %s %s: %w", p.table, r.StreamID, err)
 		}
-		return insertChanges(ctx, tx, []changeRow{*change})
+		return nil
 	})
 }
 
@@ -114,11 +116,13 @@ func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, a
 				write = append(write, views[id])
 			}
 		}
-		if err := p.saveMany(ctx, tx, write); err != nil {
+		// Two statements: merged like Apply's, a page's text would be a
+		// megabyte parsed without a prepared plan for the change log.
+		if _, err := tx.NewRaw("?", p.saveMany(tx, write)).Exec(ctx); err != nil {
 			return fmt.Errorf("write %d %s rows: %w", len(write), p.table, err)
 		}
-		if err := insertChanges(ctx, tx, changes); err != nil {
-			return err
+		if _, err := tx.Tx.ExecContext(ctx, insertChangesSQL, changeColumns(changes)...); err != nil {
+			return fmt.Errorf("change log of %d events from %s: %w", len(changes), changes[0].EventID, err)
 		}
 		return runAlso(ctx, tx, alsoInTx)
 	})
@@ -192,15 +196,13 @@ func selectForUpdate[M any](ctx context.Context, tx bun.Tx, model *M, id string)
 	return err == nil, err
 }
 
-// upsert inserts or updates one row model by primary key.
-func upsert[M any](ctx context.Context, tx bun.Tx, model *M, insert bool) error {
-	var err error
+// upsert is the statement that inserts or updates one row model by
+// primary key.
+func upsert[M any](tx bun.Tx, model *M, insert bool) schema.QueryAppender {
 	if insert {
-		_, err = tx.NewInsert().Model(model).Exec(ctx)
-	} else {
-		_, err = tx.NewUpdate().Model(model).WherePK().Exec(ctx)
+		return tx.NewInsert().Model(model).Returning("")
 	}
-	return err
+	return tx.NewUpdate().Model(model).WherePK().Returning("")
 }
 
 // selectManyForUpdate loads the row models of ids with row locks, in id
@@ -217,12 +219,24 @@ func selectManyForUpdate[M any, V any](ctx context.Context, tx bun.Tx, ids []str
 	return out, nil
 }
 
-// upsertMany inserts or updates row models by primary key in one statement.
-func upsertMany[M any](ctx context.Context, tx bun.Tx, rows []M) error {
-	if len(rows) == 0 {
-		return nil
+// upsertMany is the statement that inserts or updates row models by
+// primary key.
+func upsertMany[M any](tx bun.Tx, rows []M) schema.QueryAppender {
+	return tx.NewInsert().Model(&rows).On("CONFLICT (id) DO UPDATE").Returning("")
+}
+
+// write saves rows (the statement Bun writes for them, values inlined) and
+// inserts changes in one statement, so in one round trip on the live path:
+// the rows' statement runs in a WITH clause before the change-log insert.
+func (p *projection[V]) write(ctx context.Context, tx bun.Tx, rows schema.QueryAppender, changes []changeRow) error {
+	saveSQL, err := rows.AppendQuery(p.db.QueryGen(), nil)
+	if err != nil {
+		return err
 	}
-	_, err := tx.NewInsert().Model(&rows).On("CONFLICT (id) DO UPDATE").Exec(ctx)
+	// The text is new every time (Bun inlines the row's values): executed
+	// without preparing it, its parameters typed from their Go types.
+	args := append([]any{pgx.QueryExecModeExec}, changeColumns(changes)...)
+	_, err = tx.Tx.ExecContext(ctx, "WITH saved AS ("+string(saveSQL)+")\n"+insertChangesSQL, args...)
 	return err
 }
 
@@ -241,21 +255,21 @@ func newProjection[V any, PV interface {
 			found, err := selectForUpdate(ctx, tx, &r, id)
 			return viewOf(&r), found, err
 		},
-		save: func(ctx context.Context, tx bun.Tx, v PV, insert bool) error {
+		save: func(tx bun.Tx, v PV, insert bool) schema.QueryAppender {
 			r := t.toRow(*v)
-			return upsert(ctx, tx, &r, insert)
+			return upsert(tx, &r, insert)
 		},
 		meta:  func(v PV) (string, int) { return t.merchant(*v), t.version(*v) },
 		empty: func() PV { var r R; return viewOf(&r) },
 		loadMany: func(ctx context.Context, tx bun.Tx, ids []string) (map[string]PV, error) {
 			return selectManyForUpdate(ctx, tx, ids, func(r *R) string { return t.id(t.toView(*r)) }, viewOf)
 		},
-		saveMany: func(ctx context.Context, tx bun.Tx, vs []PV) error {
+		saveMany: func(tx bun.Tx, vs []PV) schema.QueryAppender {
 			rows := make([]R, len(vs))
 			for i, v := range vs {
 				rows[i] = t.toRow(*v)
 			}
-			return upsertMany(ctx, tx, rows)
+			return upsertMany(tx, rows)
 		},
 	}
 }
