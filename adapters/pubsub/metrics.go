@@ -51,19 +51,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 func (m *Metrics) observe(projection string, d time.Duration, err error) {
-	if m == nil {
-		return
-	}
-	outcome := "ok"
-	if err != nil {
-		outcome = "error"
-	} else {
-		m.applied.WithLabelValues(projection).Inc()
-	}
-	m.duration.WithLabelValues(projection, outcome).Observe(d.Seconds())
+	m.observeBatch(projection, d, 1, err)
 }
 
-// observeBatch counts a lookahead batch of n events.
+// observeBatch counts one handler call that applied n events (a lookahead
+// batch when n > 1).
 func (m *Metrics) observeBatch(projection string, d time.Duration, n int, err error) {
 	if m == nil {
 		return
