@@ -179,8 +179,8 @@ func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m
 // Only the router parks, between two messages of a handler, so none can be
 // parked between this check and the batch it guards.
 func (pk *Parking) anyParked(ctx context.Context, projection string, recs []event.Recorded) (bool, error) {
-	if any, err := pk.anyParkedFor(ctx, projection); err != nil || !any {
-		return any, err
+	if maybe, err := pk.anyParkedFor(ctx, projection); err != nil || !maybe {
+		return maybe, err
 	}
 	ids := make([]string, len(recs))
 	for i, r := range recs {

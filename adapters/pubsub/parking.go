@@ -106,7 +106,7 @@ func (pk *Parking) projection(name string) (Projection, error) {
 // whether it did. One statement: the check takes the parked row FOR SHARE,
 // so it waits for a replay or skip in progress.
 func (pk *Parking) hold(ctx context.Context, projection string, r event.Recorded) (bool, error) {
-	if any, err := pk.anyParkedFor(ctx, projection); err != nil || !any {
+	if maybe, err := pk.anyParkedFor(ctx, projection); err != nil || !maybe {
 		return false, err
 	}
 	env, err := json.Marshal(r.Envelope)
