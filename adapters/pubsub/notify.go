@@ -169,6 +169,10 @@ type notifyBackoff struct {
 
 func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
 	switch {
+	case err != nil && b.closing():
+		// The router stops (shutdown, step-down): the query was cut short.
+		logger.Debug("Query cut short, the subscriber is closing", watermill.LogFields{"error": err.Error()})
+		return b.retry
 	case err != nil:
 		logger.Error("Error querying for message", err, watermill.LogFields{"wait_time": b.retry})
 		b.seen = b.n.signal(b.table)
@@ -193,6 +197,15 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 	t.Stop()
 	b.seen = b.n.signal(b.table)
 	return 0
+}
+
+func (b *notifyBackoff) closing() bool {
+	select {
+	case <-b.closed:
+		return true
+	default:
+		return false
+	}
 }
 
 // NotifyingSubscribers is SQLSubscribers with wake-up on notification: an
