@@ -46,7 +46,8 @@ type fetched struct {
 	mu   sync.Mutex
 	msgs []*message.Message
 	// ahead holds the messages applied with an earlier one; alone, those
-	// of a batch that failed.
+	// of a batch that failed, the first one included: each is applied by
+	// itself, on every attempt, until the next query.
 	ahead, alone map[string]bool
 }
 
@@ -76,7 +77,7 @@ type lookaheadSchema struct {
 // been handed over (the subscriber queries again only then).
 func (s lookaheadSchema) SelectQuery(topic, group string, offsets wsql.OffsetsAdapter) wsql.Query {
 	s.f.mu.Lock()
-	s.f.msgs = s.f.msgs[:0]
+	s.f.msgs, s.f.alone = s.f.msgs[:0], nil
 	s.f.mu.Unlock()
 	return s.DefaultPostgreSQLSchema.SelectQuery(topic, group, offsets)
 }
@@ -109,7 +110,6 @@ func (f *fetched) following(msg *message.Message) []*message.Message {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.alone[msg.UUID] {
-		delete(f.alone, msg.UUID)
 		return nil
 	}
 	i := slices.IndexFunc(f.msgs, func(m *message.Message) bool { return m.UUID == msg.UUID })
@@ -119,27 +119,31 @@ func (f *fetched) following(msg *message.Message) []*message.Message {
 	return slices.Clone(f.msgs[i+1:])
 }
 
-// settle records how a batch ended: its later messages were applied, or
-// must each be applied alone.
-func (f *fetched) settle(later []*message.Message, applied bool) {
+// settle records how the batch of first and later ended: the later
+// messages were applied, or every message of it must be applied alone (a
+// retry of first included).
+func (f *fetched) settle(first *message.Message, later []*message.Message, applied bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	set := make(map[string]bool, len(later))
+	set := make(map[string]bool, len(later)+1)
 	for _, m := range later {
 		set[m.UUID] = true
 	}
 	if applied {
-		f.ahead, f.alone = set, nil
-	} else {
-		f.ahead, f.alone = nil, set
+		f.ahead = set
+		return
 	}
+	set[first.UUID] = true
+	f.ahead, f.alone = nil, set
 }
 
 // applyAhead applies rec (of msg) and the decodable messages fetched after
 // it in one transaction, and reports whether it did. It does nothing
-// (false) when nothing follows msg, when p has no ApplyBatch, or when an
-// aggregate of the batch is parked; it reports false, logged, when the
-// batch fails: the caller then applies rec alone.
+// (false) when nothing follows msg, when p has no ApplyBatch, when msg
+// belongs to a batch that failed, or when an aggregate of the batch is
+// parked; it reports false, logged, when the batch fails: the caller then
+// applies rec alone, and so are the batch's other messages, retries
+// included.
 func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m *Metrics, log *slog.Logger, msg *message.Message, rec event.Recorded) bool {
 	if l == nil || p.ApplyBatch == nil {
 		return false
@@ -160,14 +164,17 @@ func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m
 	if pk != nil {
 		parked, err := pk.anyParked(ctx, p.Name, recs)
 		if err != nil || parked {
-			f.settle(later, false)
+			f.settle(msg, later, false)
 			return false
 		}
 	}
+	// Half the attempt at most: the fallback to rec alone keeps the rest.
+	batchCtx, cancel := context.WithTimeout(ctx, AttemptTimeout/2)
+	defer cancel()
 	start := time.Now()
-	err := p.ApplyBatch(ctx, recs, nil)
+	err := p.ApplyBatch(batchCtx, recs, nil)
 	m.observeBatch(p.Name, time.Since(start), len(recs), err)
-	f.settle(later, err == nil)
+	f.settle(msg, later, err == nil)
 	if err != nil {
 		log.Debug("lookahead batch failed; its events are applied one by one", "projection", p.Name, "events", len(recs), "error", err)
 		return false

@@ -22,11 +22,15 @@ import (
 type counting struct {
 	mu      sync.Mutex
 	applied int   // events through Apply
+	calls   int   // calls of Apply, failed ones included
 	batches []int // sizes of the batches through ApplyBatch
+	tried   int   // calls of ApplyBatch, failed ones included
 	hold    chan struct{}
 	held    chan struct{}
-	// failBatches makes every batch fail.
+	// failBatches makes every batch fail; failCall, when not zero, makes
+	// that call of Apply (counted from reset) fail once.
 	failBatches bool
+	failCall    int
 }
 
 func (c *counting) projection(f fixture) pubsub.Projection {
@@ -35,10 +39,15 @@ func (c *counting) projection(f fixture) pubsub.Projection {
 		c.mu.Lock()
 		hold := c.hold
 		c.hold = nil
+		c.calls++
+		fail := c.calls == c.failCall
 		c.mu.Unlock()
 		if hold != nil {
 			close(c.held)
 			<-hold
+		}
+		if fail {
+			return errors.New("injected: fails once")
 		}
 		err := f.orders.Apply(ctx, r)
 		if err == nil {
@@ -51,6 +60,7 @@ func (c *counting) projection(f fixture) pubsub.Projection {
 	p.ApplyBatch = func(ctx context.Context, recs []event.Recorded, also func(context.Context, bun.Tx) error) error {
 		c.mu.Lock()
 		fail := c.failBatches
+		c.tried++
 		c.mu.Unlock()
 		if fail {
 			return errors.New("injected batch failure")
@@ -71,16 +81,16 @@ func (c *counting) projection(f fixture) pubsub.Projection {
 func (c *counting) reset() (held <-chan struct{}, release func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.applied, c.batches = 0, nil
+	c.applied, c.calls, c.batches, c.tried = 0, 0, nil, 0
 	hold := make(chan struct{})
 	c.hold, c.held = hold, make(chan struct{})
 	return c.held, func() { close(hold) }
 }
 
-func (c *counting) counts() (applied int, batches []int) {
+func (c *counting) counts() (applied int, batches []int, tried int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.applied, append([]int(nil), c.batches...)
+	return c.applied, append([]int(nil), c.batches...), c.tried
 }
 
 // burst projects one order, then holds the live handler on a second one
@@ -117,7 +127,7 @@ func TestLookaheadAppliesABurstInOneTransaction(t *testing.T) {
 	f := setup(t, urls)
 	c := &counting{}
 	burst(t, f, urls, c, 10)
-	applied, batches := c.counts()
+	applied, batches, _ := c.counts()
 	events := applied
 	for _, n := range batches {
 		events += n
@@ -129,14 +139,18 @@ func TestLookaheadAppliesABurstInOneTransaction(t *testing.T) {
 }
 
 // When a batch fails, its events are applied one by one, and no second
-// batch is tried for the messages of the failed one.
+// batch is tried for the messages of the failed one, nor on a retry of
+// the first (whose lone attempt fails once here).
 func TestLookaheadFallsBackToOneByOne(t *testing.T) {
 	urls := pgtest.NewDB(t)
 	f := setup(t, urls)
-	c := &counting{failBatches: true}
+	// Apply's first call after the reset is the held order's; its second,
+	// the burst's first event, alone after the failed batch.
+	c := &counting{failBatches: true, failCall: 2}
 	burst(t, f, urls, c, 5)
-	applied, batches := c.counts()
+	applied, batches, tried := c.counts()
 	require.Empty(t, batches)
+	require.Equal(t, 1, tried, "one batch tried, and never again for its messages")
 	require.Equal(t, 1+5*4, applied, "every event applied alone, once")
 	require.Equal(t, 2+5*4, f.count(t, f.rm, "change_log"))
 }

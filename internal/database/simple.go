@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"database/sql/driver"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -24,7 +25,12 @@ func (c simpleWhenBare) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return bareQueryConn{conn.(*stdlib.Conn)}, nil
+	pgxConn, ok := conn.(*stdlib.Conn)
+	if !ok {
+		_ = conn.Close()
+		return nil, fmt.Errorf("database: pgx's connector returned a %T", conn)
+	}
+	return bareQueryConn{pgxConn}, nil
 }
 
 // bareQueryConn is a pgx connection whose argument-less queries use the
