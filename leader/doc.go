@@ -129,7 +129,9 @@
 //
 // A projection commits only in a read-model transaction whose first
 // statement read the term row FOR SHARE and found its own term N (anything
-// else is refused with ErrStaleTerm and rolls back). A new leader begins
+// else is refused with ErrStaleTerm and rolls back). That statement is the
+// function hearth_fence (migration readmodel/005), sent with the
+// transaction's BEGIN in one round trip. A new leader begins
 // term N+1 by updating that row, which needs a lock that conflicts with
 // FOR SHARE. Take any transaction T of term N:
 //
@@ -152,7 +154,7 @@
 // to the order of events, and the version guard of the projection makes
 // the new leader's redelivery of the same event change nothing.) Every
 // write to the read model must go through a fenced transaction for this to
-// hold; Hearth's projections do (adapters/readmodel, projection.apply).
+// hold; Hearth's projections do (adapters/readmodel, projection.inTx).
 //
 // No deadlock: every projection transaction takes the term row first,
 // before any read-model row, and shared locks do not conflict with each

@@ -2,13 +2,14 @@ package readmodel
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 	"time"
 
-	"github.com/uptrace/bun"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"hearth/internal/database"
 )
 
 // ErrStaleTerm is a projection transaction refused because the leadership
@@ -40,37 +41,38 @@ func WithFence(ctx context.Context, f Fence) context.Context {
 	return context.WithValue(ctx, fenceKey{}, f)
 }
 
-// fenceSQL reads the current term and locks its row FOR SHARE until the
-// transaction ends, so a new leader's increment (a row lock) waits for this
-// transaction, and this transaction, if it comes later, reads the new term.
-// It also sets, for this transaction only, the idle timeout and hearth.term,
-// which change_log.term defaults to.
-const fenceSQL = `SELECT term,
-	set_config('idle_in_transaction_session_timeout', ?, true),
-	set_config('hearth.term', ?, true)
-FROM projection_leader WHERE name = ? FOR SHARE`
-
-// checkFence verifies the term of ctx's Fence inside tx. It must be the
-// transaction's first statement: every projection transaction then locks
-// the term row before any read-model row, so they cannot deadlock on it.
-func checkFence(ctx context.Context, tx bun.Tx) error {
+// fenced returns ctx with the fencing check of its Fence, if any, as the
+// statement that runs with the transaction's BEGIN, in the same round trip
+// (database.WithBegin): hearth_fence (migration readmodel/005) reads the
+// current term and locks its row FOR SHARE until the transaction ends, so a
+// new leader's increment (a row lock) waits for this transaction, and this
+// transaction, if it comes later, reads the new term and fails. It also
+// sets, for this transaction only, the idle timeout and hearth.term, which
+// change_log.term defaults to. Being the transaction's first statement,
+// every projection transaction locks the term row before any read-model
+// row, so they cannot deadlock on it.
+func fenced(ctx context.Context) context.Context {
 	f, ok := ctx.Value(fenceKey{}).(Fence)
 	if !ok {
-		return nil
+		return ctx
 	}
-	var current int64
-	var ignored1, ignored2 string
-	err := tx.QueryRowContext(ctx, fenceSQL,
-		strconv.FormatInt(f.Lease.Milliseconds(), 10), strconv.FormatInt(f.Term, 10), f.Lock,
-	).Scan(&current, &ignored1, &ignored2)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: no term begun for %s", ErrStaleTerm, f.Lock)
+	return database.WithBegin(ctx, fmt.Sprintf("SELECT hearth_fence(%s, %d, %d)",
+		quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds()))
+}
+
+// staleTerm turns hearth_fence's refusal into ErrStaleTerm.
+func staleTerm(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == fenceRefused {
+		return fmt.Errorf("%w: %s", ErrStaleTerm, pgErr.Message)
 	}
-	if err != nil {
-		return fmt.Errorf("check leadership term: %w", err)
-	}
-	if current != f.Term {
-		return fmt.Errorf("%w: this leader's term is %d, the current term is %d", ErrStaleTerm, f.Term, current)
-	}
-	return nil
+	return err
+}
+
+// fenceRefused is the SQLSTATE of hearth_fence's refusal.
+const fenceRefused = "HT001"
+
+// quoteLiteral is s as an SQL string literal (standard_conforming_strings).
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

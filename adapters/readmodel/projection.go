@@ -132,16 +132,10 @@ func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, a
 func (p *projection[V]) Name() string { return p.name }
 
 // inTx runs fn in one read-model transaction. Every projection write goes
-// through it, one event (Apply) or one catch-up page (ApplyBatch) per
-// transaction, and each first checks the leadership term (checkFence) as
-// its first statement.
+// through it, one event (Apply) or one batch (ApplyBatch) per transaction,
+// and each checks the leadership term first, with its BEGIN (fenced).
 func (p *projection[V]) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {
-	return p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if err := checkFence(ctx, tx); err != nil {
-			return err
-		}
-		return fn(ctx, tx)
-	})
+	return staleTerm(p.db.RunInTx(fenced(ctx), nil, fn))
 }
 
 func runAlso(ctx context.Context, tx bun.Tx, fn func(ctx context.Context, tx bun.Tx) error) error {

@@ -2,9 +2,11 @@ package database_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"hearth/internal/database"
@@ -44,4 +46,42 @@ func TestBareQueriesAreNotPrepared(t *testing.T) {
 		require.Equal(t, 42, n)
 	}
 	require.Equal(t, 1, prepared(), "a $n statement is prepared once")
+}
+
+// WithBegin runs its statement inside the transaction it begins; when the
+// statement fails, so does BeginTx, and the session goes back to the pool
+// clean (a failed transaction left open would break its next user).
+func TestWithBegin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := database.Open(ctx, pgtest.NewDB(t).EventStore, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+
+	tx, err := db.BeginTx(database.WithBegin(ctx, "SELECT set_config('hearth.test', 'set with begin', true)"), nil)
+	require.NoError(t, err)
+	var got string
+	require.NoError(t, tx.QueryRowContext(ctx, `SELECT current_setting('hearth.test')`).Scan(&got))
+	require.Equal(t, "set with begin", got)
+	require.NoError(t, tx.Commit())
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT coalesce(current_setting('hearth.test', true), '')`).Scan(&got))
+	require.Empty(t, got, "transaction-local")
+
+	pid := func() (pid int) {
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+		return pid
+	}
+	before := pid()
+	_, err = db.BeginTx(database.WithBegin(ctx, "SELECT 1/0"), nil)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "22012", pgErr.Code)
+	require.Equal(t, before, pid(), "the failed transaction was rolled back and the session kept")
+
+	// Without WithBegin, BeginTx is pgx's own, with its options.
+	tx, err = db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&got))
+	require.Equal(t, "repeatable read", got)
+	require.NoError(t, tx.Rollback())
 }

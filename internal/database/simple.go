@@ -2,7 +2,9 @@ package database
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -43,3 +45,47 @@ func (c bareQueryConn) QueryContext(ctx context.Context, query string, args []dr
 	}
 	return c.Conn.QueryContext(ctx, query, args)
 }
+
+type beginKey struct{}
+
+// WithBegin returns a context in which a transaction begun (BeginTx) runs
+// stmt right after BEGIN, in the same round trip: both go as one
+// simple-protocol query, so stmt carries its values inlined and its
+// results are discarded. When stmt fails, BeginTx fails with its error and
+// the transaction is rolled back.
+func WithBegin(ctx context.Context, stmt string) context.Context {
+	return context.WithValue(ctx, beginKey{}, stmt)
+}
+
+func (c bareQueryConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	stmt, _ := ctx.Value(beginKey{}).(string)
+	if stmt == "" {
+		return c.Conn.BeginTx(ctx, opts)
+	}
+	if sql.IsolationLevel(opts.Isolation) != sql.LevelDefault || opts.ReadOnly {
+		return nil, errors.New("database: WithBegin supports default transactions only")
+	}
+	conn := c.Conn.Conn()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + stmt})
+	if err != nil {
+		// BEGIN went through and stmt failed: the session is in a failed
+		// transaction, which must not go back to the pool.
+		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+				return nil, errors.Join(err, driver.ErrBadConn)
+			}
+		}
+		return nil, err
+	}
+	return pgxTx{ctx: ctx, tx: tx}, nil
+}
+
+// pgxTx is a pgx transaction as database/sql drives it (what pgx's stdlib
+// does for the transactions it begins itself).
+type pgxTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func (t pgxTx) Commit() error   { return t.tx.Commit(t.ctx) }
+func (t pgxTx) Rollback() error { return t.tx.Rollback(t.ctx) }
