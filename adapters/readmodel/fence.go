@@ -2,6 +2,7 @@ package readmodel
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -51,13 +52,19 @@ func WithFence(ctx context.Context, f Fence) context.Context {
 // change_log.term defaults to. Being the transaction's first statement,
 // every projection transaction locks the term row before any read-model
 // row, so they cannot deadlock on it.
-func fenced(ctx context.Context) context.Context {
+//
+// A pool that would ignore the check (not opened by package database) is
+// refused: a fenced write never goes through unchecked.
+func fenced(ctx context.Context, db *sql.DB) (context.Context, error) {
 	f, ok := ctx.Value(fenceKey{}).(Fence)
 	if !ok {
-		return ctx
+		return ctx, nil
+	}
+	if !database.HonoursWithBegin(db) {
+		return nil, errors.New("readmodel: the read-model pool was not opened by package database, so it cannot check the leadership term")
 	}
 	return database.WithBegin(ctx, fmt.Sprintf("SELECT hearth_fence(%s, %d, %d)",
-		quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds()))
+		quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds())), nil
 }
 
 // staleTerm turns hearth_fence's refusal into ErrStaleTerm.

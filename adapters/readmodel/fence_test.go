@@ -5,7 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"hearth/adapters/readmodel"
 	"hearth/app/event"
@@ -66,4 +70,24 @@ func TestFence(t *testing.T) {
 	n, term = changes(second)
 	require.Equal(t, 1, n)
 	require.Nil(t, term)
+}
+
+// A pool not opened by package database would ignore the fencing check:
+// a fenced write on it is refused, not let through unchecked.
+func TestFenceRefusesAPoolThatCannotCheck(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).ReadModel
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	db := bun.NewDB(stdlib.OpenDB(*cfg), pgdialect.New())
+	t.Cleanup(func() { _ = db.Close() })
+	orders, err := readmodel.NewOrders(db)
+	require.NoError(t, err)
+	_, err = db.DB.Exec(`INSERT INTO projection_leader (name, term, holder, since) VALUES ('test/lock', 1, 'test', now())`)
+	require.NoError(t, err)
+	fenced := readmodel.WithFence(context.Background(), readmodel.Fence{Lock: "test/lock", Term: 1, Lease: 3 * time.Second})
+	require.ErrorContains(t, orders.Apply(fenced, created()), "cannot check the leadership term")
+	var n int
+	require.NoError(t, db.DB.QueryRow(`SELECT count(*) FROM change_log`).Scan(&n))
+	require.Zero(t, n)
 }

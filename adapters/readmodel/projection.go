@@ -135,7 +135,11 @@ func (p *projection[V]) Name() string { return p.name }
 // through it, one event (Apply) or one batch (ApplyBatch) per transaction,
 // and each checks the leadership term first, with its BEGIN (fenced).
 func (p *projection[V]) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {
-	return staleTerm(p.db.RunInTx(fenced(ctx), nil, fn))
+	ctx, err := fenced(ctx, p.db.DB)
+	if err != nil {
+		return err
+	}
+	return staleTerm(p.db.RunInTx(ctx, nil, fn))
 }
 
 func runAlso(ctx context.Context, tx bun.Tx, fn func(ctx context.Context, tx bun.Tx) error) error {

@@ -48,6 +48,18 @@ func (c bareQueryConn) QueryContext(ctx context.Context, query string, args []dr
 
 type beginKey struct{}
 
+// Driver marks the pools this package opens (HonoursWithBegin).
+func (c simpleWhenBare) Driver() driver.Driver { return hearthDriver{c.Connector.Driver()} }
+
+type hearthDriver struct{ driver.Driver }
+
+// HonoursWithBegin reports whether db runs WithBegin's statements: only a
+// pool opened by this package does; any other ignores them.
+func HonoursWithBegin(db *sql.DB) bool {
+	_, ok := db.Driver().(hearthDriver)
+	return ok
+}
+
 // WithBegin returns a context in which a transaction begun (BeginTx) runs
 // stmt right after BEGIN, in the same round trip: both go as one
 // simple-protocol query, so stmt carries its values inlined and its
