@@ -39,6 +39,9 @@ type PipelineConfig struct {
 	Parking  *Parking
 	Metrics  *Metrics
 	Registry prometheus.Registerer
+	// OnLive, when set, is called once the term's router runs: the
+	// catch-up is done and the subscribers are subscribed.
+	OnLive func()
 }
 
 // RunPipeline runs the projections for one leadership term, until ctx
@@ -109,7 +112,11 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Project
 	if err != nil {
 		return fail(err)
 	}
-	g.Go(func() error { return runRouter(gctx, router, log) })
+	onLive := cfg.OnLive
+	if onLive == nil {
+		onLive = func() {}
+	}
+	g.Go(func() error { return runRouter(gctx, router, log, onLive) })
 	err = g.Wait()
 	if parent.Err() != nil {
 		return nil // the term ended: errors of parts cut short are not errors
@@ -121,13 +128,14 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Project
 // own, ended only once it is running: when a term ends while the router is
 // still subscribing, watermill (v1.5.1) returns "cannot subscribe" and
 // leaves a goroutine waiting for ever on handlers that never started.
-func runRouter(ctx context.Context, router *message.Router, log *slog.Logger) error {
+func runRouter(ctx context.Context, router *message.Router, log *slog.Logger, onLive func()) error {
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- router.Run(runCtx) }()
 	select {
 	case <-router.Running():
+		onLive()
 	case err := <-done:
 		return err
 	}

@@ -79,18 +79,25 @@ func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projecti
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
-	go func() { projDone <- runProjections(projCtx, cfg, dbs.es.DB, w, w.projections, log) }()
+	live := make(chan struct{})
+	go func() {
+		projDone <- runProjections(projCtx, cfg, dbs.es.DB, w, w.projections, log, func() { close(live) })
+	}()
 	t.Cleanup(func() {
 		stopProjections()
 		require.NoError(t, <-projDone, "projections stop cleanly")
 	})
-	awaitSubscribed(t, dbs, w.projections)
+	select {
+	case <-live: // caught up and subscribed
+	case <-time.After(10 * time.Second):
+		t.Fatal("the projections never went live")
+	}
 
 	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
 	require.NoError(t, err)
 	t.Cleanup(rebuilds.Close)
 	handler, err := httpport.NewHandler(httpport.Config{
-		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil),
+		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil, w.liveTerm),
 		Parked: w.parking, Rebuilds: rebuilds, Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
 	})
@@ -113,27 +120,6 @@ func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projecti
 	_, _, a.worker = newKey("acme", access.Worker, a.staffA)
 	_, _, a.admin = newKey("acme", access.Admin, "")
 	return a
-}
-
-// awaitSubscribed waits until every projection has subscribed: each
-// consumer group's zero offset, which the subscriber inserts before it
-// starts consuming, is in its topic's offsets table. Cancelling the
-// projections earlier would leak a goroutine (see
-// TestProjectionsCancelledDuringStartup).
-func awaitSubscribed(t *testing.T, dbs databases, projections []pubsub.Projection) {
-	t.Helper()
-	subscribed := func() bool {
-		for _, p := range projections {
-			var n int
-			err := dbs.es.DB.QueryRowContext(t.Context(),
-				`SELECT count(*) FROM `+pubsub.Offsets.MessagesOffsetsTable(p.Topic)+` WHERE consumer_group = $1`, p.Name).Scan(&n)
-			if err != nil || n == 0 {
-				return false
-			}
-		}
-		return true
-	}
-	require.Eventually(t, subscribed, 10*time.Second, 10*time.Millisecond, "the projections never subscribed")
 }
 
 // response is an HTTP answer with its JSON body decoded (numbers are
@@ -960,7 +946,7 @@ func TestHealth(t *testing.T) {
 		dbs, err := openDatabases(t.Context(), a.cfg)
 		require.NoError(t, err)
 		dbs.close()
-		h, err := httpport.NewHandler(httpport.Config{Ready: readiness(a.cfg, dbs, nil), Log: slog.New(slog.DiscardHandler)})
+		h, err := httpport.NewHandler(httpport.Config{Ready: readiness(a.cfg, dbs, nil, nil), Log: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
@@ -1124,6 +1110,10 @@ func TestServe(t *testing.T) {
 		r, err := a.send(http.MethodGet, "/readyz", nil, nil)
 		return err == nil && r.Status == http.StatusOK && r.Body["role"] == "leader"
 	}, 30*time.Second, 10*time.Millisecond, "serve never became the projection leader")
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/readyz", nil, nil)
+		return err == nil && r.Body["projections"] == "live"
+	}, 30*time.Second, 10*time.Millisecond, "the leader's projections never went live")
 	ready := a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
 	require.Equal(t, "ready", ready.Body["status"])
 	require.Equal(t, ModeAll, ready.Body["mode"])
@@ -1240,7 +1230,7 @@ func TestProjectionsCancelledDuringStartup(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = runProjections(ctx, cfg, dbs.es.DB, w, w.projections, log)
+	err = runProjections(ctx, cfg, dbs.es.DB, w, w.projections, log, func() {})
 	if err != nil {
 		require.ErrorIs(t, err, context.Canceled)
 	}

@@ -49,7 +49,9 @@ func lead(ctx context.Context, term int64, cfg Config, lease time.Duration, w wi
 	ctx, stepDown := context.WithCancelCause(ctx)
 	defer stepDown(nil)
 	ctx = readmodel.WithFence(ctx, readmodel.Fence{Lock: leader.LockName, Term: term, Lease: lease})
-	err = runProjections(ctx, cfg, es, w, stepDownOnStaleTerm(w.projections, stepDown), log.With("term", term))
+	defer w.liveTerm.Store(0)
+	err = runProjections(ctx, cfg, es, w, stepDownOnStaleTerm(w.projections, stepDown), log.With("term", term),
+		func() { w.liveTerm.Store(term) })
 	if cause := context.Cause(ctx); errors.Is(cause, readmodel.ErrStaleTerm) {
 		return cause
 	}

@@ -131,7 +131,7 @@ func TestLeadershipVisible(t *testing.T) {
 	elector := p.elector
 	require.NoError(t, p.w.telemetry.leader(elector))
 	handler, err := httpport.NewHandler(httpport.Config{
-		App: p.w.app, Auth: p.w.refdata, Log: p.log, Ready: readiness(p.cfg, p.dbs, elector),
+		App: p.w.app, Auth: p.w.refdata, Log: p.log, Ready: readiness(p.cfg, p.dbs, elector, p.w.liveTerm),
 		Leadership: leadership(p.dbs, elector), Metrics: p.w.telemetry.handler(),
 	})
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -92,6 +93,9 @@ type wiring struct {
 	// retryInitial shortens the projections' retry budget in tests.
 	// Defaults to pubsub.RetryInitial.
 	retryInitial time.Duration
+	// liveTerm is the term whose projections run live (caught up, router
+	// running); 0 when none.
+	liveTerm *atomic.Int64
 }
 
 func wire(dbs databases, log *slog.Logger) (wiring, error) {
@@ -151,7 +155,7 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref, projections: []pubsub.Projection{
+	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64), projections: []pubsub.Projection{
 		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply, ApplyBatch: orders.ApplyBatch},
 		{Name: requests.Name(), Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply, ApplyBatch: requests.ApplyBatch},
 		{Name: schedules.Name(), Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply, ApplyBatch: schedules.ApplyBatch},
@@ -208,7 +212,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer rebuilds.Close()
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector), Leadership: leadership(dbs, elector),
+		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(dbs, elector),
 		Parked: w.parking, Rebuilds: rebuilds,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
@@ -251,7 +255,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 // runProjections runs the projection pipeline on the event store es for one
 // leadership term (catch-up, then a fresh router woken by NOTIFY) until ctx
 // ends.
-func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, projections []pubsub.Projection, log *slog.Logger) error {
+func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, projections []pubsub.Projection, log *slog.Logger, onLive func()) error {
 	return pubsub.RunPipeline(ctx, pubsub.PipelineConfig{
 		EventStore:   es,
 		ConnString:   cfg.DatabaseURL,
@@ -262,10 +266,11 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 		Parking:      w.parking,
 		Metrics:      w.telemetry.projections,
 		Registry:     w.telemetry.reg,
+		OnLive:       onLive,
 	}, projections...)
 }
 
-func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {
+func readiness(cfg Config, dbs databases, elector *leader.Elector, liveTerm *atomic.Int64) func(context.Context) (map[string]any, error) {
 	return func(ctx context.Context) (map[string]any, error) {
 		details := map[string]any{"mode": cfg.Mode}
 		if elector != nil {
@@ -273,6 +278,12 @@ func readiness(cfg Config, dbs databases, elector *leader.Elector) func(context.
 			details["role"] = st.Role
 			details["term"] = st.Term
 			details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
+			if st.Role == leader.RoleLeader {
+				details["projections"] = "catching_up"
+				if liveTerm.Load() == st.Term {
+					details["projections"] = "live"
+				}
+			}
 		}
 		if err := dbs.es.PingContext(ctx); err != nil {
 			return details, fmt.Errorf("event store: %w", err)

@@ -69,7 +69,7 @@ func (b *bench) newDB(ctx context.Context, name string, sets ...migrations.Set) 
 }
 
 // startHearth runs the Hearth binary (mode all) on url and waits until it
-// leads the projections.
+// leads the projections and they run live (caught up, router running).
 func (b *bench) startHearth(ctx context.Context, name, url string) (*exec.Cmd, string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,13 +101,13 @@ func (b *bench) startHearth(ctx context.Context, name, url string) (*exec.Cmd, s
 			n, _ := res.Body.Read(buf)
 			body.Write(buf[:n])
 			res.Body.Close()
-			if strings.Contains(body.String(), `"role":"leader"`) {
+			if strings.Contains(body.String(), `"projections":"live"`) {
 				return cmd, base, nil
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil, "", fmt.Errorf("hearth did not become leader within 30s")
+	return nil, "", fmt.Errorf("hearth's projections did not go live within 30s")
 }
 
 // sampleRSS records the process's peak RSS so far.
