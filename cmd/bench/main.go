@@ -96,12 +96,14 @@ func run() error {
 	rows = append(rows, row{fmt.Sprintf("append-to-visible latency at %d events/s, %s (p50 / p99 / max)", rate, latencyFor),
 		lat.String(), plain.String(), fmt.Sprintf("plain: watermill-sql polling every %s", plainPollEvery)})
 
-	cmds, pgb, err := b.commands(ctx)
+	cmds, pgb, fromGo, err := b.commands(ctx)
 	if err != nil {
 		return fmt.Errorf("commands: %w", err)
 	}
 	rows = append(rows, row{fmt.Sprintf("POST /v1/orders, concurrency %d, %s (requests/s, p99)", concurrency, commandsFor),
-		cmds, pgb, "plain: pgbench, same SQL shape, same concurrency"})
+		cmds, pgb, "plain: pgbench, same SQL shape, same concurrency"},
+		row{fmt.Sprintf("the same transaction from Go, concurrency %d, %s", concurrency, commandsFor),
+			"", fromGo, "plain: database/sql + pgx, prepared statements, no HTTP: Go's driver stack on this machine"})
 
 	iso, err := b.isolation(ctx)
 	if err != nil {

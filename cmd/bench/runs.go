@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -64,24 +65,25 @@ func (b *bench) isolation(ctx context.Context) (stats, error) {
 }
 
 // commands: POST /v1/orders at concurrency 16 against the Hearth process
-// of the latency run, then pgbench with the same SQL shape.
-func (b *bench) commands(ctx context.Context) (hearth, plain string, err error) {
+// of the latency run, then pgbench with the same SQL shape, then the same
+// transaction from Go (database/sql and pgx, as Hearth uses them).
+func (b *bench) commands(ctx context.Context) (hearth, plain, fromGo string, err error) {
 	es, err := openURL(ctx, b.hearthDB)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	defer es.Close()
 	ref, err := refdata.New(es)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	key, err := ref.CreateKey(ctx, "bench-http", access.Operator, "")
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	customerID := uuid.New()
 	if _, err := es.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, customerID, key.MerchantID); err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	body, _ := json.Marshal(map[string]any{"customer_id": customerID, "amount_cents": 12000})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency}}
@@ -124,18 +126,95 @@ func (b *bench) commands(ctx context.Context) (hearth, plain string, err error) 
 	if failures > 0 {
 		hearth += fmt.Sprintf(" (%d failed)", failures)
 	}
-	plain, err = b.pgbench(ctx, es, key.ID, key.MerchantID, customerID)
-	return hearth, plain, err
+	shape, err := orderShape(ctx, es, key.ID, key.MerchantID, customerID)
+	if err != nil {
+		return "", "", "", err
+	}
+	if plain, err = b.pgbench(ctx, shape); err != nil {
+		return "", "", "", err
+	}
+	fromGo, err = b.goLoop(ctx, es, shape)
+	return hearth, plain, fromGo, err
+}
+
+// shape is what creating an order runs, with the values of one real order:
+// the key lookup, then in one transaction the customer check, the events
+// insert and the topic insert (which fires the NOTIFY trigger).
+type shape struct {
+	keyHash                                         []byte
+	merchantID, customerID, data, payload, metadata string
+}
+
+func orderShape(ctx context.Context, es *bun.DB, keyID, merchantID, customerID string) (shape, error) {
+	sh := shape{merchantID: merchantID, customerID: customerID}
+	if err := es.QueryRowContext(ctx, `SELECT key_hash FROM api_keys WHERE id = ?`, keyID).Scan(&sh.keyHash); err != nil {
+		return shape{}, err
+	}
+	err := es.QueryRowContext(ctx, `SELECT e.data::text, w.payload::text, w.metadata::text FROM events e, watermill_orders w
+		WHERE e.event_id::text = w.uuid LIMIT 1`).Scan(&sh.data, &sh.payload, &sh.metadata)
+	return sh, err
+}
+
+// goLoop runs the transaction of sh from concurrency goroutines for
+// commandsFor, through database/sql and pgx with prepared statements: what
+// Go's driver stack allows on this machine, without HTTP, JSON or Bun.
+func (b *bench) goLoop(ctx context.Context, es *bun.DB, sh shape) (string, error) {
+	b.progress("commands: the same transaction from Go (database/sql + pgx), %d goroutines for %s", concurrency, commandsFor)
+	db := es.DB
+	db.SetMaxOpenConns(concurrency)
+	once := func() error {
+		var keyID string
+		if err := db.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, sh.keyHash).Scan(&keyID); err != nil {
+			return err
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		var exists bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2)`, sh.customerID, sh.merchantID).Scan(&exists); err != nil {
+			return err
+		}
+		var position int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, causation_id, actor)
+			VALUES (gen_random_uuid(), 'order', gen_random_uuid(), 1, $1, 'order.created', $2, now(), 'bench', '', 'key:bench') RETURNING position`,
+			sh.merchantID, sh.data).Scan(&position); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO "watermill_orders" (uuid, payload, metadata, transaction_id) VALUES (gen_random_uuid()::text, $1, $2, pg_current_xact_id())`,
+			sh.payload, sh.metadata); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	var done atomic.Int64
+	end := time.Now().Add(commandsFor)
+	g, ctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	for range concurrency {
+		g.Go(func() error {
+			for time.Now().Before(end) {
+				if err := once(); err != nil {
+					return err
+				}
+				done.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return "", fmt.Errorf("go loop: %w", err)
+	}
+	return fmt.Sprintf("%.0f tx/s", float64(done.Load())/time.Since(start).Seconds()), nil
 }
 
 func openURL(ctx context.Context, url string) (*bun.DB, error) {
 	return databaseOpen(ctx, url)
 }
 
-// pgbench runs, per transaction, what creating an order runs: the key
-// lookup, then in one transaction the customer check, the events insert
-// and the topic insert (which fires the NOTIFY trigger).
-func (b *bench) pgbench(ctx context.Context, es *bun.DB, keyID, merchantID, customerID string) (string, error) {
+// pgbench runs the transaction of sh (pgbench -M prepared).
+func (b *bench) pgbench(ctx context.Context, sh shape) (string, error) {
 	bin, err := exec.LookPath("pgbench")
 	if err != nil {
 		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
@@ -144,14 +223,7 @@ func (b *bench) pgbench(ctx context.Context, es *bun.DB, keyID, merchantID, cust
 		}
 		bin = matches[len(matches)-1]
 	}
-	var hash, data, payload, metadata string
-	if err := es.QueryRowContext(ctx, `SELECT encode(key_hash, 'hex') FROM api_keys WHERE id = ?`, keyID).Scan(&hash); err != nil {
-		return "", err
-	}
-	if err := es.QueryRowContext(ctx, `SELECT e.data::text, w.payload::text, w.metadata::text FROM events e, watermill_orders w
-		WHERE e.event_id::text = w.uuid LIMIT 1`).Scan(&data, &payload, &metadata); err != nil {
-		return "", err
-	}
+	hash, customerID, merchantID, data, payload, metadata := hex.EncodeToString(sh.keyHash), sh.customerID, sh.merchantID, sh.data, sh.payload, sh.metadata
 	// JSON goes in hex: pgbench would read its "key":value colons as variables.
 	q := func(s string) string {
 		return "convert_from(decode('" + hex.EncodeToString([]byte(s)) + "', 'hex'), 'UTF8')"
