@@ -11,15 +11,23 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// Bun inlines every argument into the SQL text it sends, so each of its
-// queries is a statement text never seen before. Through pgx's default
-// QueryExecModeCacheStatement, such a query costs a Parse/Describe round
-// trip before its Bind/Execute one, and it evicts a useful statement from
-// the connection's cache (a DEALLOCATE later). pgx already sends an Exec
-// without arguments through the simple protocol, in one round trip;
-// simpleWhenBare does the same for a Query without arguments. Queries with
-// arguments (Hearth's own $n statements, watermill-sql's) keep the cached
-// prepared statements, which also tell pgx how to encode their arguments.
+// The pools Open and OpenSQL return wrap pgx's database/sql driver to save
+// round trips, the budget of the live path and the write path:
+//
+//   - Bun inlines every argument into the SQL text it sends, so each of its
+//     queries is a statement text never seen before. Through pgx's default
+//     QueryExecModeCacheStatement, such a query costs a Parse/Describe
+//     round trip before its Bind/Execute one, and it evicts a useful
+//     statement from the connection's cache (a DEALLOCATE later). pgx
+//     already sends an Exec without arguments through the simple protocol,
+//     in one round trip; these connections do the same for a Query without
+//     arguments. Queries with arguments (Hearth's own $n statements,
+//     watermill-sql's) keep the cached prepared statements, which also
+//     tell pgx how to encode their arguments.
+//   - WithBegin sends a statement with the transaction's BEGIN, in one
+//     round trip (the projections' fencing check).
+
+// simpleWhenBare is pgx's connector, with bareQueryConn connections.
 type simpleWhenBare struct{ driver.Connector }
 
 func (c simpleWhenBare) Connect(ctx context.Context) (driver.Conn, error) {
@@ -35,19 +43,6 @@ func (c simpleWhenBare) Connect(ctx context.Context) (driver.Conn, error) {
 	return bareQueryConn{pgxConn}, nil
 }
 
-// bareQueryConn is a pgx connection whose argument-less queries use the
-// simple protocol; every other method is pgx's own.
-type bareQueryConn struct{ *stdlib.Conn }
-
-func (c bareQueryConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if len(args) == 0 {
-		args = []driver.NamedValue{{Ordinal: 1, Value: pgx.QueryExecModeSimpleProtocol}}
-	}
-	return c.Conn.QueryContext(ctx, query, args)
-}
-
-type beginKey struct{}
-
 // Driver marks the pools this package opens (HonoursWithBegin).
 func (c simpleWhenBare) Driver() driver.Driver { return hearthDriver{c.Connector.Driver()} }
 
@@ -59,6 +54,20 @@ func HonoursWithBegin(db *sql.DB) bool {
 	_, ok := db.Driver().(hearthDriver)
 	return ok
 }
+
+// bareQueryConn is a pgx connection whose argument-less queries use the
+// simple protocol and whose BeginTx honours WithBegin; every other method
+// is pgx's own.
+type bareQueryConn struct{ *stdlib.Conn }
+
+func (c bareQueryConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if len(args) == 0 {
+		args = []driver.NamedValue{{Ordinal: 1, Value: pgx.QueryExecModeSimpleProtocol}}
+	}
+	return c.Conn.QueryContext(ctx, query, args)
+}
+
+type beginKey struct{}
 
 // WithBegin returns a context in which a transaction begun (BeginTx) runs
 // stmt right after BEGIN, in the same round trip: both go as one
