@@ -3,10 +3,13 @@ package database_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"hearth/internal/database"
@@ -84,4 +87,58 @@ func TestWithBegin(t *testing.T) {
 	require.NoError(t, tx.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&got))
 	require.Equal(t, "repeatable read", got)
 	require.NoError(t, tx.Rollback())
+}
+
+// WithConn lends a pool connection to pgx: a batch can carry BEGIN and a
+// statement in one round trip. A transaction left open (fn failed half-way)
+// is rolled back and the session kept; a pool not opened by package
+// database is refused.
+func TestWithConn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDB(t).EventStore
+	db, err := database.Open(ctx, url, 1) // one connection: every call gets the same session
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	pid := func() (pid int) {
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+		return pid
+	}
+	before := pid()
+
+	var setting string
+	err = database.WithConn(ctx, db.DB, func(conn *pgx.Conn) error {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		b.Queue(`SELECT set_config('hearth.test', 'in the transaction', true)`).QueryRow(func(row pgx.Row) error { return row.Scan(&setting) })
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, `COMMIT`)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, "in the transaction", setting)
+
+	failure := errors.New("failed half-way")
+	err = database.WithConn(ctx, db.DB, func(conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, `BEGIN`); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, `CREATE TABLE left_behind (id int)`); err != nil {
+			return err
+		}
+		return failure
+	})
+	require.ErrorIs(t, err, failure)
+	require.Equal(t, before, pid(), "the session was kept")
+	var exists bool
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT to_regclass('left_behind') IS NOT NULL`).Scan(&exists))
+	require.False(t, exists, "the open transaction was rolled back")
+
+	foreign, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = foreign.Close() })
+	err = database.WithConn(ctx, foreign, func(*pgx.Conn) error { return nil })
+	require.ErrorContains(t, err, "opened by package database")
 }

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -26,6 +27,10 @@ import (
 //     tell pgx how to encode their arguments.
 //   - WithBegin sends a statement with the transaction's BEGIN, in one
 //     round trip (the projections' fencing check).
+//   - WithConn lends a pool connection as pgx sees it, so a transaction can
+//     pipeline its statements (pgx.Batch), which database/sql cannot: the
+//     command path sends BEGIN with its first read, and its inserts with
+//     COMMIT.
 
 // simpleWhenBare is pgx's connector, with bareQueryConn connections.
 type simpleWhenBare struct{ driver.Connector }
@@ -110,3 +115,33 @@ type pgxTx struct {
 
 func (t pgxTx) Commit() error   { return t.tx.Commit(t.ctx) }
 func (t pgxTx) Rollback() error { return t.tx.Rollback(t.ctx) }
+
+// WithConn runs fn on one of db's connections as a *pgx.Conn, for
+// statements database/sql cannot send, such as a pgx.Batch. db must be a
+// pool this package opened. The connection goes back to the pool
+// afterwards; when fn leaves a transaction open (it failed half-way), the
+// transaction is rolled back first, and a connection that cannot even do
+// that is closed instead.
+func WithConn(ctx context.Context, db *sql.DB, fn func(conn *pgx.Conn) error) error {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Raw(func(driverConn any) error {
+		bare, ok := driverConn.(bareQueryConn)
+		if !ok {
+			return fmt.Errorf("database: WithConn needs a pool opened by package database, not one of %T", driverConn)
+		}
+		conn := bare.Conn.Conn()
+		err := fn(conn)
+		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
+				_ = conn.Close(ctx) // closed: database/sql drops it
+			}
+		}
+		return err
+	})
+}
