@@ -2,13 +2,13 @@ package pubsub
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/uptrace/bun"
 
 	"hearth/app/apperr"
 	"hearth/app/command"
@@ -16,6 +16,7 @@ import (
 	"hearth/app/order"
 	"hearth/app/schedule"
 	"hearth/app/servicerequest"
+	"hearth/internal/database"
 )
 
 // Topics of the aggregates' events.
@@ -45,21 +46,63 @@ func NewTransactor(store *Store) (*Transactor, error) {
 }
 
 // Run runs fn in one transaction and appends and publishes what it decided.
+// The transaction pipelines its statements on one connection: BEGIN goes
+// with fn's first read, and the appends, the publications and COMMIT go
+// together, so creating an order costs two round trips.
 func (t *Transactor) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
 	var out command.Outcome
-	err := t.store.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		s := &session{store: t.store, tx: tx.Tx, meta: meta, byID: map[string]*tracked{}}
+	err := database.WithConn(ctx, t.store.db.DB, func(conn *pgx.Conn) error {
+		s := &session{store: t.store, tx: &pipe{conn: conn}, meta: meta, byID: map[string]*tracked{}}
 		if err := fn(ctx, s); err != nil {
-			return err
+			return err // WithConn rolls the transaction back
 		}
 		var err error
-		out, err = s.commit(ctx, tx)
+		out, err = s.commit(ctx)
 		return err
 	})
 	if err != nil {
 		return command.Outcome{}, err
 	}
 	return out, nil
+}
+
+// pipe is a transaction on one connection whose statements go in batches,
+// one round trip each. BEGIN goes with the first batch sent.
+type pipe struct {
+	conn  *pgx.Conn
+	begun bool
+}
+
+// send runs b (preceded by BEGIN when it is the transaction's first) and
+// returns the first error of its statements; the statements after a failed
+// one do not run.
+func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
+	if !p.begun {
+		p.begun = true
+		b.QueuedQueries = slices.Insert(b.QueuedQueries, 0, &pgx.QueuedQuery{SQL: "BEGIN"})
+	}
+	return p.conn.SendBatch(ctx, b).Close()
+}
+
+// queryRow runs one statement and scans its single row with scan, which
+// sees pgx.ErrNoRows when there is none.
+func (p *pipe) queryRow(ctx context.Context, scan func(pgx.Row) error, query string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(query, args...).QueryRow(scan)
+	return p.send(ctx, b)
+}
+
+// maybeRow scans a row that may not exist into dest; found says whether it
+// did.
+func maybeRow(found *bool, dest ...any) func(pgx.Row) error {
+	return func(row pgx.Row) error {
+		err := row.Scan(dest...)
+		*found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	}
 }
 
 // aggregate is what every aggregate offers the session.
@@ -78,7 +121,7 @@ type tracked struct {
 
 type session struct {
 	store   *Store
-	tx      *sql.Tx
+	tx      *pipe
 	meta    event.Meta
 	byID    map[string]*tracked
 	ordered []*tracked
@@ -99,7 +142,7 @@ func load[A aggregate](ctx context.Context, s *session, st Stream, id string, re
 		}
 		return a, nil
 	}
-	recs, pos, err := s.store.Load(ctx, s.tx, st, s.meta.MerchantID, id)
+	recs, pos, err := s.store.load(ctx, s.tx, st, s.meta.MerchantID, id)
 	if err != nil {
 		return zero, err
 	}
@@ -136,16 +179,33 @@ func (s *session) AddSchedule(sch *schedule.Schedule) {
 }
 
 // commit appends every tracked aggregate's changes, in the order the use
-// case touched them.
-func (s *session) commit(ctx context.Context, tx bun.Tx) (command.Outcome, error) {
-	out := command.Outcome{Streams: make(map[string]command.Written, len(s.ordered))}
-	for _, t := range s.ordered {
-		recs, pos, err := s.store.Append(ctx, tx, t.stream, s.meta, t.agg.ID(), t.agg.Version(), t.agg.Changes())
+// case touched them, and commits, all in one batch.
+func (s *session) commit(ctx context.Context) (command.Outcome, error) {
+	b := &pgx.Batch{}
+	appends := make([]*appended, len(s.ordered))
+	for i, t := range s.ordered {
+		a, err := s.store.queueAppend(b, t.stream, s.meta, t.agg.ID(), t.agg.Version(), t.agg.Changes())
 		if err != nil {
 			return command.Outcome{}, err
 		}
-		pos = max(pos, t.pos)
-		out.Streams[t.agg.ID()] = command.Written{Stream: append(t.loaded, recs...), Appended: len(recs), Position: pos}
+		appends[i] = a
+	}
+	if b.Len() > 0 || s.tx.begun { // else nothing read, nothing written: no transaction
+		b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+			if tag.String() != "COMMIT" { // a transaction already failed ends in ROLLBACK
+				return fmt.Errorf("commit: the transaction was rolled back (%s)", tag)
+			}
+			return nil
+		})
+		if err := s.tx.send(ctx, b); err != nil {
+			return command.Outcome{}, err
+		}
+	}
+	out := command.Outcome{Streams: make(map[string]command.Written, len(s.ordered))}
+	for i, t := range s.ordered {
+		a := appends[i]
+		pos := max(a.position, t.pos)
+		out.Streams[t.agg.ID()] = command.Written{Stream: append(t.loaded, a.recs...), Appended: len(a.recs), Position: pos}
 		out.Position = max(out.Position, pos)
 	}
 	return out, nil
@@ -153,13 +213,13 @@ func (s *session) commit(ctx context.Context, tx bun.Tx) (command.Outcome, error
 
 func (s *session) LiveSchedule(ctx context.Context, orderID string) (*schedule.Schedule, bool, error) {
 	var id string
-	err := s.tx.QueryRowContext(ctx, `SELECT schedule_id FROM bookings WHERE order_id = $1 AND merchant_id = $2 AND live`,
-		orderID, s.meta.MerchantID).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
-	}
+	var found bool
+	err := s.tx.queryRow(ctx, maybeRow(&found, &id), `SELECT schedule_id FROM bookings WHERE order_id = $1 AND merchant_id = $2 AND live`, orderID, s.meta.MerchantID)
 	if err != nil {
 		return nil, false, fmt.Errorf("find live schedule of order %s: %w", orderID, err)
+	}
+	if !found {
+		return nil, false, nil
 	}
 	sch, err := s.Schedule(ctx, id)
 	return sch, err == nil, err
@@ -169,28 +229,31 @@ func (s *session) LiveSchedule(ctx context.Context, orderID string) (*schedule.S
 // that, when the exclusion constraint refuses it, the transaction can still
 // name the schedule it clashed with.
 func (s *session) Book(ctx context.Context, sch *schedule.Schedule) error {
+	b := &pgx.Batch{}
 	if !sch.Status().Live() {
-		if _, err := s.tx.ExecContext(ctx, `UPDATE bookings SET live = false WHERE schedule_id = $1`, sch.ID()); err != nil {
+		b.Queue(`UPDATE bookings SET live = false WHERE schedule_id = $1`, sch.ID())
+		if err := s.tx.send(ctx, b); err != nil {
 			return fmt.Errorf("release booking of schedule %s: %w", sch.ID(), err)
 		}
 		return nil
 	}
 	w := sch.Window()
-	if _, err := s.tx.ExecContext(ctx, `SAVEPOINT book`); err != nil {
-		return err
-	}
-	_, err := s.tx.ExecContext(ctx, `
+	b.Queue(`SAVEPOINT book`)
+	b.Queue(`
 		INSERT INTO bookings (schedule_id, merchant_id, order_id, staff_id, period, live)
 		VALUES ($1, $2, $3, $4, tstzrange($5, $6, '[)'), true)
 		ON CONFLICT (schedule_id) DO UPDATE SET staff_id = excluded.staff_id, period = excluded.period, live = true`,
 		sch.ID(), s.meta.MerchantID, sch.OrderID(), w.StaffID, w.StartAt, w.EndAt)
+	b.Queue(`RELEASE SAVEPOINT book`)
+	err := s.tx.send(ctx, b)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		_, err = s.tx.ExecContext(ctx, `RELEASE SAVEPOINT book`)
-		return err
+		return nil
 	case errors.As(err, &pgErr) && pgErr.ConstraintName == "bookings_no_double_booking":
-		if _, rbErr := s.tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT book`); rbErr != nil {
+		rb := &pgx.Batch{}
+		rb.Queue(`ROLLBACK TO SAVEPOINT book`)
+		if rbErr := s.tx.send(ctx, rb); rbErr != nil {
 			return errors.Join(err, rbErr)
 		}
 		return s.clash(ctx, sch)
@@ -206,10 +269,10 @@ func (s *session) clash(ctx context.Context, sch *schedule.Schedule) error {
 	w := sch.Window()
 	var other string
 	var start, end time.Time
-	err := s.tx.QueryRowContext(ctx, `
+	err := s.tx.queryRow(ctx, func(row pgx.Row) error { return row.Scan(&other, &start, &end) }, `
 		SELECT schedule_id, lower(period), upper(period) FROM bookings
 		WHERE staff_id = $1 AND live AND schedule_id <> $2 AND period && tstzrange($3, $4, '[)')
-		LIMIT 1`, w.StaffID, sch.ID(), w.StartAt, w.EndAt).Scan(&other, &start, &end)
+		LIMIT 1`, w.StaffID, sch.ID(), w.StartAt, w.EndAt)
 	if err != nil {
 		// The clashing transaction is gone (rolled back) or not yet visible:
 		// a conflict all the same; the client retries.
@@ -223,34 +286,26 @@ func (s *session) clash(ctx context.Context, sch *schedule.Schedule) error {
 	}
 }
 
-func (s *session) CustomerExists(ctx context.Context, id string) (bool, error) {
-	var ok bool
-	err := s.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2)`, id, s.meta.MerchantID).Scan(&ok)
+func (s *session) Customer(ctx context.Context, id string) (name string, found bool, err error) {
+	err = s.tx.queryRow(ctx, maybeRow(&found, &name), `SELECT name FROM customers WHERE id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
 	if err != nil {
-		return false, fmt.Errorf("check customer: %w", err)
+		return "", false, fmt.Errorf("check customer: %w", err)
 	}
-	return ok, nil
+	return name, found, nil
 }
 
 func (s *session) StaffActive(ctx context.Context, id string) (exists, active bool, err error) {
-	err = s.tx.QueryRowContext(ctx, `SELECT active FROM staff WHERE id = $1 AND merchant_id = $2`, id, s.meta.MerchantID).Scan(&active)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, false, nil
-	}
+	err = s.tx.queryRow(ctx, maybeRow(&exists, &active), `SELECT active FROM staff WHERE id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
 	if err != nil {
 		return false, false, fmt.Errorf("check staff: %w", err)
 	}
-	return true, active, nil
+	return exists, active, nil
 }
 
 func (s *session) CatalogItem(ctx context.Context, id string) (price int64, active, found bool, err error) {
-	err = s.tx.QueryRowContext(ctx, `SELECT base_price_cents, active FROM catalog_items WHERE id = $1 AND merchant_id = $2`,
-		id, s.meta.MerchantID).Scan(&price, &active)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, false, nil
-	}
+	err = s.tx.queryRow(ctx, maybeRow(&found, &price, &active), `SELECT base_price_cents, active FROM catalog_items WHERE id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
 	if err != nil {
 		return 0, false, false, fmt.Errorf("check catalog item: %w", err)
 	}
-	return price, active, true, nil
+	return price, active, found, nil
 }

@@ -7,6 +7,7 @@ package pubsub
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,12 +18,14 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
 	"hearth/app/apperr"
 	"hearth/app/event"
 	"hearth/app/uuid"
+	"hearth/internal/database"
 )
 
 // Topics. Each aggregate type has its own topic, so each projection reads
@@ -64,40 +67,54 @@ type Stream struct {
 	Decode event.Decoder
 }
 
-// Load reads a stream of the merchant in version order. A stream of another
-// merchant or another type reads as apperr.ErrNotFound.
-func (s *Store) Load(ctx context.Context, tx *sql.Tx, st Stream, merchantID, id string) ([]event.Recorded, int64, error) {
-	rows, err := tx.QueryContext(ctx, `
-		SELECT position, event_id, type, stream_type, stream_id, version, merchant_id,
-		       occurred_at, correlation_id, causation_id, actor, data
-		FROM events WHERE stream_id = $1 ORDER BY version`, id)
-	if err != nil {
-		return nil, 0, fmt.Errorf("load stream %s: %w", id, err)
-	}
-	defer rows.Close()
+// Read returns a stream of the merchant in version order, outside any
+// command. A stream of another merchant or another type reads as
+// apperr.ErrNotFound.
+func (s *Store) Read(ctx context.Context, st Stream, merchantID, id string) ([]event.Recorded, error) {
+	var recs []event.Recorded
+	err := database.WithConn(ctx, s.db.DB, func(conn *pgx.Conn) error {
+		var err error
+		// One statement needs no transaction: no BEGIN to send.
+		recs, _, err = s.load(ctx, &pipe{conn: conn, begun: true}, st, merchantID, id)
+		return err
+	})
+	return recs, err
+}
+
+// load reads a stream of the merchant in version order, with the store
+// position of its last event, in one round trip.
+func (s *Store) load(ctx context.Context, p *pipe, st Stream, merchantID, id string) ([]event.Recorded, int64, error) {
 	var out []event.Recorded
 	var position int64
-	for rows.Next() {
-		var env event.Envelope
-		var data []byte
-		if err := rows.Scan(&position, &env.ID, &env.Type, &env.StreamType, &env.StreamID, &env.Version,
-			&env.MerchantID, &env.OccurredAt, &env.CorrelationID, &env.CausationID, &env.Actor, &data); err != nil {
-			return nil, 0, fmt.Errorf("scan event of stream %s: %w", id, err)
+	b := &pgx.Batch{}
+	b.Queue(`
+		SELECT position, event_id, type, stream_type, stream_id, version, merchant_id,
+		       occurred_at, correlation_id, causation_id, actor, data
+		FROM events WHERE stream_id = $1 ORDER BY version`, id).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var env event.Envelope
+			if err := rows.Scan(&position, &env.ID, &env.Type, &env.StreamType, &env.StreamID, &env.Version,
+				&env.MerchantID, &env.OccurredAt, &env.CorrelationID, &env.CausationID, &env.Actor, &env.Data); err != nil {
+				return fmt.Errorf("scan event of stream %s: %w", id, err)
+			}
+			if env.MerchantID != merchantID || env.StreamType != st.Type {
+				return apperr.ErrNotFound
+			}
+			if env.Version != len(out)+1 {
+				return fmt.Errorf("stream %s: version %d follows %d", id, env.Version, len(out))
+			}
+			e, err := st.Decode(env.Type, env.Data)
+			if err != nil {
+				return fmt.Errorf("stream %s version %d: %w", id, env.Version, err)
+			}
+			out = append(out, event.Recorded{Envelope: env, Event: e})
 		}
-		if env.MerchantID != merchantID || env.StreamType != st.Type {
-			return nil, 0, apperr.ErrNotFound
+		return rows.Err()
+	})
+	if err := p.send(ctx, b); err != nil {
+		if errors.Is(err, apperr.ErrNotFound) {
+			return nil, 0, err
 		}
-		if env.Version != len(out)+1 {
-			return nil, 0, fmt.Errorf("stream %s: version %d follows %d", id, env.Version, len(out))
-		}
-		env.Data = data
-		e, err := st.Decode(env.Type, data)
-		if err != nil {
-			return nil, 0, fmt.Errorf("stream %s version %d: %w", id, env.Version, err)
-		}
-		out = append(out, event.Recorded{Envelope: env, Event: e})
-	}
-	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("load stream %s: %w", id, err)
 	}
 	if len(out) == 0 {
@@ -106,17 +123,24 @@ func (s *Store) Load(ctx context.Context, tx *sql.Tx, st Stream, merchantID, id 
 	return out, position, nil
 }
 
-// Append stores events at versions after+1, after+2, ... and publishes them
-// to the stream's topic, both inside tx. A concurrent append to the same
-// stream makes this one fail with an *apperr.ConflictError when tx commits
-// or earlier.
-func (s *Store) Append(ctx context.Context, tx bun.Tx, st Stream, meta event.Meta, id string, after int, events []event.Event) ([]event.Recorded, int64, error) {
+// appended is what queueAppend queued: the events, and their last store
+// position once the batch has run.
+type appended struct {
+	recs     []event.Recorded
+	position int64
+}
+
+// queueAppend queues, into b, the insert of events at versions after+1,
+// after+2, ... and their publication to the stream's topic, so that both
+// run in the transaction that sends b. An append that races another one to
+// the same stream fails with an *apperr.ConflictError when b runs.
+func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id string, after int, events []event.Event) (*appended, error) {
+	out := &appended{recs: make([]event.Recorded, len(events))}
 	if len(events) == 0 {
-		return nil, 0, nil
+		return out, nil
 	}
 	// Postgres keeps microseconds: events, responses and read models agree.
 	meta.OccurredAt = meta.OccurredAt.UTC().Truncate(time.Microsecond)
-	recs := make([]event.Recorded, len(events))
 	var q strings.Builder
 	q.WriteString(`INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data,
 		occurred_at, correlation_id, causation_id, actor) VALUES `)
@@ -124,14 +148,14 @@ func (s *Store) Append(ctx context.Context, tx bun.Tx, st Stream, meta event.Met
 	for i, e := range events {
 		data, err := json.Marshal(e)
 		if err != nil {
-			return nil, 0, fmt.Errorf("marshal %s: %w", e.EventType(), err)
+			return nil, fmt.Errorf("marshal %s: %w", e.EventType(), err)
 		}
-		recs[i] = event.Recorded{Event: e, Envelope: event.Envelope{
+		out.recs[i] = event.Recorded{Event: e, Envelope: event.Envelope{
 			ID: uuid.New(), Type: e.EventType(), StreamType: st.Type, StreamID: id, Version: after + i + 1,
-			MerchantID: meta.MerchantID, OccurredAt: meta.OccurredAt.UTC(), CorrelationID: meta.CorrelationID,
+			MerchantID: meta.MerchantID, OccurredAt: meta.OccurredAt, CorrelationID: meta.CorrelationID,
 			CausationID: meta.CausationID, Actor: meta.Actor, Data: data,
 		}}
-		env := recs[i].Envelope
+		env := out.recs[i].Envelope
 		if i > 0 {
 			q.WriteString(", ")
 		}
@@ -148,32 +172,30 @@ func (s *Store) Append(ctx context.Context, tx bun.Tx, st Stream, meta event.Met
 			env.OccurredAt, env.CorrelationID, env.CausationID, env.Actor)
 	}
 	q.WriteString(" RETURNING position")
-	rows, err := tx.Tx.QueryContext(ctx, q.String(), args...)
-	if err != nil {
-		return nil, 0, appendError(id, err)
-	}
-	var position int64
-	for rows.Next() {
-		var p int64
-		if err := rows.Scan(&p); err != nil {
-			rows.Close()
-			return nil, 0, err
+	b.Queue(q.String(), args...).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var p int64
+			if err := rows.Scan(&p); err != nil {
+				return err
+			}
+			out.position = max(out.position, p)
 		}
-		position = max(position, p)
+		if err := rows.Err(); err != nil {
+			return appendError(id, err)
+		}
+		return nil
+	})
+	if err := s.publish(b, st.Topic, out.recs); err != nil {
+		return nil, err
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, 0, appendError(id, err)
-	}
-	if err := s.publish(ctx, tx.Tx, st.Topic, recs); err != nil {
-		return nil, 0, err
-	}
-	return recs, position, nil
+	return out, nil
 }
 
-// publish inserts the events into the topic table inside tx, so they are
-// delivered if and only if tx commits.
-func (s *Store) publish(ctx context.Context, tx *sql.Tx, topic string, recs []event.Recorded) error {
-	pub, err := wsql.NewPublisher(tx, wsql.PublisherConfig{SchemaAdapter: Schema}, s.log)
+// publish has watermill-sql's publisher write the events to topic; its
+// insert joins b, so they are delivered if and only if b's transaction
+// commits.
+func (s *Store) publish(b *pgx.Batch, topic string, recs []event.Recorded) error {
+	pub, err := wsql.NewPublisher(batchExecutor{batch: b, topic: topic}, wsql.PublisherConfig{SchemaAdapter: Schema}, s.log)
 	if err != nil {
 		return fmt.Errorf("publisher: %w", err)
 	}
@@ -184,7 +206,6 @@ func (s *Store) publish(ctx context.Context, tx *sql.Tx, topic string, recs []ev
 			return fmt.Errorf("marshal envelope %s: %w", r.ID, err)
 		}
 		msg := message.NewMessage(r.ID, payload)
-		msg.SetContext(ctx)
 		msg.Metadata.Set("type", r.Type)
 		msg.Metadata.Set("stream_id", r.StreamID)
 		msg.Metadata.Set("version", strconv.Itoa(r.Version))
@@ -196,6 +217,25 @@ func (s *Store) publish(ctx context.Context, tx *sql.Tx, topic string, recs []ev
 		return fmt.Errorf("publish to %s: %w", topic, err)
 	}
 	return nil
+}
+
+// batchExecutor is where watermill-sql's publisher writes: its insert is
+// queued into a batch instead of running at once. The publisher calls
+// nothing but ExecContext; the embedded executor is nil.
+type batchExecutor struct {
+	wsql.ContextExecutor
+	batch *pgx.Batch
+	topic string
+}
+
+func (e batchExecutor) ExecContext(_ context.Context, query string, args ...any) (sql.Result, error) {
+	e.batch.Queue(query, args...).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("publish to %s: %w", e.topic, err)
+		}
+		return nil
+	}
+	return driver.RowsAffected(0), nil
 }
 
 func appendError(id string, err error) error {

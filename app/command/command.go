@@ -17,18 +17,23 @@ type Written struct {
 	Stream   []event.Recorded // the whole stream after the command, in version order
 	Appended int              // events this command appended; 0 when it changed nothing
 	Position int64            // store position of the stream's last event
+	// Names are the names of the reference records the command read, by
+	// id, so that its response need not look them up again.
+	Names map[string]string
 }
 
-func checkCustomer(ctx context.Context, s Session, customerID string) error {
+// checkCustomer checks that the merchant has the customer, and returns its
+// name.
+func checkCustomer(ctx context.Context, s Session, customerID string) (name string, err error) {
 	if !uuid.Valid(customerID) {
-		return apperr.Invalid("customer_id", "must be a UUID")
+		return "", apperr.Invalid("customer_id", "must be a UUID")
 	}
-	ok, err := s.CustomerExists(ctx, customerID)
+	name, found, err := s.Customer(ctx, customerID)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if !ok {
-		return apperr.Invalid("customer_id", "no customer %s in this merchant", customerID)
+	if !found {
+		return "", apperr.Invalid("customer_id", "no customer %s in this merchant", customerID)
 	}
-	return nil
+	return name, nil
 }

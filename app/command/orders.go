@@ -97,14 +97,19 @@ func (h OrderHandlers) Create(ctx context.Context, cmd CreateOrder) (Written, er
 	if err != nil {
 		return Written{}, err
 	}
+	var names map[string]string
 	out, err := h.tx.Run(ctx, cmd.Meta, func(ctx context.Context, s Session) error {
-		if err := checkCustomer(ctx, s, cmd.CustomerID); err != nil {
+		customer, err := checkCustomer(ctx, s, cmd.CustomerID)
+		if err != nil {
 			return err
 		}
+		names = map[string]string{cmd.CustomerID: customer}
 		s.AddOrder(o)
 		return nil
 	})
-	return out.Of(o.ID()), err
+	w := out.Of(o.ID())
+	w.Names = names
+	return w, err
 }
 
 // update runs fn on the target order in one transaction.
@@ -127,7 +132,7 @@ func (h OrderHandlers) UpdateDetails(ctx context.Context, cmd UpdateOrderDetails
 	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
 		d := o.Details()
 		if cmd.CustomerID != nil && *cmd.CustomerID != d.CustomerID {
-			if err := checkCustomer(ctx, s, *cmd.CustomerID); err != nil {
+			if _, err := checkCustomer(ctx, s, *cmd.CustomerID); err != nil {
 				return err
 			}
 			d.CustomerID = *cmd.CustomerID

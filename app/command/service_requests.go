@@ -82,17 +82,22 @@ func (h ServiceRequestHandlers) Create(ctx context.Context, cmd CreateServiceReq
 	if err != nil {
 		return Written{}, err
 	}
+	var names map[string]string
 	out, err := h.tx.Run(ctx, cmd.Meta, func(ctx context.Context, s Session) error {
-		if err := checkCustomer(ctx, s, cmd.CustomerID); err != nil {
+		customer, err := checkCustomer(ctx, s, cmd.CustomerID)
+		if err != nil {
 			return err
 		}
 		if err := checkCatalogItem(ctx, s, cmd.Details.CatalogItemID); err != nil {
 			return err
 		}
+		names = map[string]string{cmd.CustomerID: customer}
 		s.AddServiceRequest(r)
 		return nil
 	})
-	return out.Of(r.ID()), err
+	w := out.Of(r.ID())
+	w.Names = names
+	return w, err
 }
 
 func (h ServiceRequestHandlers) update(ctx context.Context, t RequestTarget, fn func(ctx context.Context, s Session, r *servicerequest.Request) error) (Outcome, error) {

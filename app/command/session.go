@@ -38,7 +38,9 @@ type Session interface {
 	// frees it.
 	Book(ctx context.Context, s *schedule.Schedule) error
 
-	CustomerExists(ctx context.Context, id string) (bool, error)
+	// Customer returns the name of the merchant's customer; found is false
+	// when the merchant has no such customer.
+	Customer(ctx context.Context, id string) (name string, found bool, err error)
 	// StaffActive reports whether the staff member exists and is active.
 	StaffActive(ctx context.Context, id string) (exists, active bool, err error)
 	// CatalogItem returns the item's base price; found is false when the

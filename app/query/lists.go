@@ -49,13 +49,15 @@ func (q Reads[V, F]) Get(ctx context.Context, scope Scope, id string) (V, error)
 	if err != nil {
 		return v, err
 	}
-	return q.Named(ctx, scope, v)
+	return q.Named(ctx, scope, v, nil)
 }
 
-// Named fills the names a view shows, from its merchant only.
-func (q Reads[V, F]) Named(ctx context.Context, scope Scope, v V) (V, error) {
+// Named fills the names a view shows, from its merchant only. known holds
+// names the caller read already, by id (a command's own checks); the
+// others are looked up.
+func (q Reads[V, F]) Named(ctx context.Context, scope Scope, v V, known map[string]string) (V, error) {
 	items := []V{v}
-	err := joinNames(ctx, q.names, scope.MerchantID, items, q.fields...)
+	err := joinNames(ctx, q.names, scope.MerchantID, known, items, q.fields...)
 	return items[0], err
 }
 
@@ -64,7 +66,7 @@ func (q Reads[V, F]) Named(ctx context.Context, scope Scope, v V) (V, error) {
 func (q Reads[V, F]) List(ctx context.Context, scope Scope, f F, p Page) (List[V], error) {
 	items, total, err := q.rm.List(ctx, scope, f, p)
 	if err == nil {
-		err = joinNames(ctx, q.names, scope.MerchantID, items, q.fields...)
+		err = joinNames(ctx, q.names, scope.MerchantID, nil, items, q.fields...)
 	}
 	return newList(items, total, p), err
 }

@@ -1,6 +1,9 @@
 package query
 
-import "context"
+import (
+	"context"
+	"maps"
+)
 
 // NameKind is a kind of reference record whose name lists show.
 type NameKind string
@@ -26,23 +29,31 @@ type nameField[V any] struct {
 	name func(*V) *string
 }
 
-// joinNames fills the names of items with one lookup per kind.
-func joinNames[V any](ctx context.Context, names Names, merchantID string, items []V, fields ...nameField[V]) error {
+// joinNames fills the names of items with one lookup per kind, for the ids
+// that known (names read already, by id) does not hold.
+func joinNames[V any](ctx context.Context, names Names, merchantID string, known map[string]string, items []V, fields ...nameField[V]) error {
 	for _, f := range fields {
 		var ids []string
 		seen := map[string]bool{}
 		for i := range items {
 			if id := f.id(&items[i]); id != nil && *id != "" && !seen[*id] {
 				seen[*id] = true
-				ids = append(ids, *id)
+				if _, ok := known[*id]; !ok {
+					ids = append(ids, *id)
+				}
 			}
 		}
-		if len(ids) == 0 {
-			continue
-		}
-		found, err := names.Names(ctx, merchantID, f.kind, ids)
-		if err != nil {
-			return err
+		found := known
+		if len(ids) > 0 {
+			looked, err := names.Names(ctx, merchantID, f.kind, ids)
+			if err != nil {
+				return err
+			}
+			found = maps.Clone(looked)
+			if found == nil {
+				found = map[string]string{}
+			}
+			maps.Copy(found, known)
 		}
 		for i := range items {
 			if id := f.id(&items[i]); id != nil {

@@ -344,6 +344,7 @@ func TestOrderLifecycle(t *testing.T) {
 			position, _ := created.Body["position"].(string)
 			require.NotEmpty(t, position, "%s", created)
 			require.Equal(t, position, created.Header.Get("Consistency-Position"))
+			require.Equal(t, "Ada Lovelace", created.Body["customer_name"], "the write answers with the name its customer check read")
 			require.Equal(t, 1, a.events(id))
 			got := a.awaitOrder(a.opA, id, 1)
 			requireShows(t, created.Body, got.Body, "the read model shows what the write answered")

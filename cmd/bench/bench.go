@@ -40,9 +40,6 @@ type bench struct {
 	peakRSS int64               // kB, over every Hearth process
 	rssOf   map[*exec.Cmd]int64 // kB, per process
 	names   map[*exec.Cmd]string
-	// hearthURL is the running Hearth process of the latency run, reused for
-	// the command run.
-	hearthURL, hearthDB string
 }
 
 // newDB creates a database with the given migration sets and opens it.
@@ -68,9 +65,10 @@ func (b *bench) newDB(ctx context.Context, name string, sets ...migrations.Set) 
 	return db, url, nil
 }
 
-// startHearth runs the Hearth binary (mode all) on url and waits until it
-// leads the projections and they run live (caught up, router running).
-func (b *bench) startHearth(ctx context.Context, name, url string) (*exec.Cmd, string, error) {
+// startHearth runs the Hearth binary in mode (api, worker or all) on url
+// and waits until it is ready: in mode all, until it leads the projections
+// and they run live (caught up, router running).
+func (b *bench) startHearth(ctx context.Context, name, url, mode string) (*exec.Cmd, string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
@@ -78,8 +76,8 @@ func (b *bench) startHearth(ctx context.Context, name, url string) (*exec.Cmd, s
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(b.bin, "serve")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"),
-		"POLL_INTERVAL="+fallbackPoll.String())
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode,
+		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String())
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
@@ -101,13 +99,13 @@ func (b *bench) startHearth(ctx context.Context, name, url string) (*exec.Cmd, s
 			n, _ := res.Body.Read(buf)
 			body.Write(buf[:n])
 			res.Body.Close()
-			if strings.Contains(body.String(), `"projections":"live"`) {
+			if res.StatusCode == http.StatusOK && (mode == "api" || strings.Contains(body.String(), `"projections":"live"`)) {
 				return cmd, base, nil
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil, "", fmt.Errorf("hearth's projections did not go live within 30s")
+	return nil, "", fmt.Errorf("hearth (mode %s) was not ready within 30s", mode)
 }
 
 // sampleRSS records the process's peak RSS so far.
@@ -331,11 +329,11 @@ func (b *bench) latencyHearth(ctx context.Context) (stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd, base, err := b.startHearth(ctx, "latency and commands", url)
+	cmd, _, err := b.startHearth(ctx, "latency", url, "all")
 	if err != nil {
 		return nil, err
 	}
-	b.hearthURL, b.hearthDB = base, url
+	defer b.stopHearth(cmd)
 	b.progress("latency: Hearth (NOTIFY + %s fallback), %d events/s for %s after %s of warm-up", fallbackPoll, rate, latencyFor, latencyWarmUp)
 	if err := b.warmUp(ctx, db, url); err != nil {
 		return nil, err

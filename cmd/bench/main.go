@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,10 +50,43 @@ func main() {
 		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
 	}
+	if err := checkOnly(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
+var sections = []string{"latency", "commands", "isolation", "catchup"}
+
+func only(section string) bool {
+	v := os.Getenv("BENCH_ONLY")
+	return v == "" || slices.Contains(strings.Split(v, ","), section)
+}
+
+func checkOnly() error {
+	v := os.Getenv("BENCH_ONLY")
+	if v == "" {
+		return nil
+	}
+	for _, s := range strings.Split(v, ",") {
+		if !slices.Contains(sections, s) {
+			return fmt.Errorf("BENCH_ONLY: unknown section %q (sections: %s)", s, strings.Join(sections, ", "))
+		}
+	}
+	return nil
+}
+
+// percentOf is rate as a share of reference.
+func percentOf(rate, reference float64) string {
+	if reference == 0 {
+		return "no figure"
+	}
+	return fmt.Sprintf("%.0f %%", 100*rate/reference)
 }
 
 type row struct{ name, hearth, plain, note string }
@@ -85,38 +119,49 @@ func run() error {
 	defer b.stopProcesses()
 
 	var rows []row
-	lat, err := b.latencyHearth(ctx)
-	if err != nil {
-		return fmt.Errorf("latency (hearth): %w", err)
+	if only("latency") {
+		lat, err := b.latencyHearth(ctx)
+		if err != nil {
+			return fmt.Errorf("latency (hearth): %w", err)
+		}
+		plain, err := b.latencyPlain(ctx)
+		if err != nil {
+			return fmt.Errorf("latency (plain): %w", err)
+		}
+		rows = append(rows, row{fmt.Sprintf("append-to-visible latency at %d events/s, %s (p50 / p99 / max)", rate, latencyFor),
+			lat.String(), plain.String(), fmt.Sprintf("plain: watermill-sql polling every %s", plainPollEvery)})
 	}
-	plain, err := b.latencyPlain(ctx)
-	if err != nil {
-		return fmt.Errorf("latency (plain): %w", err)
+	if only("commands") {
+		c, err := b.commands(ctx)
+		if err != nil {
+			return fmt.Errorf("commands: %w", err)
+		}
+		post := fmt.Sprintf("POST /v1/orders, concurrency %d, %s (requests/s, p99)", concurrency, commandsFor)
+		rows = append(rows,
+			row{post + ", Hearth in mode api", c.api.String(), c.pgbench.summary,
+				fmt.Sprintf("**%s of pgbench**. Plain: pgbench, same SQL shape, same concurrency. CPU per request: %s; per pgbench transaction: Postgres %.0f µs, pgbench %.0f µs",
+					percentOf(c.api.perSecond, c.pgbench.perSecond), c.api.cpu, c.pgbench.cpu.postgres, c.pgbench.cpu.process)},
+			row{post + ", Hearth in mode all", c.all.String(), "",
+				fmt.Sprintf("%s of pgbench, with the projector on the same two cores. CPU per request: %s",
+					percentOf(c.all.perSecond, c.pgbench.perSecond), c.all.cpu)},
+			row{fmt.Sprintf("the same transaction from Go, concurrency %d, %s", concurrency, commandsFor),
+				"", c.goLoop, "plain: pgx batches on database/sql connections, as Hearth sends them, without HTTP or JSON"})
 	}
-	rows = append(rows, row{fmt.Sprintf("append-to-visible latency at %d events/s, %s (p50 / p99 / max)", rate, latencyFor),
-		lat.String(), plain.String(), fmt.Sprintf("plain: watermill-sql polling every %s", plainPollEvery)})
-
-	cmds, pgb, fromGo, err := b.commands(ctx)
-	if err != nil {
-		return fmt.Errorf("commands: %w", err)
+	if only("isolation") {
+		iso, err := b.isolation(ctx)
+		if err != nil {
+			return fmt.Errorf("isolation: %w", err)
+		}
+		rows = append(rows, row{fmt.Sprintf("healthy projection's latency while another fails on every event, %s (p50 / p99 / max)", isolationFor),
+			iso.String(), "", "one extra projection on the same topic fails every attempt (retry budget running)"})
 	}
-	rows = append(rows, row{fmt.Sprintf("POST /v1/orders, concurrency %d, %s (requests/s, p99)", concurrency, commandsFor),
-		cmds, pgb, "plain: pgbench, same SQL shape, same concurrency"},
-		row{fmt.Sprintf("the same transaction from Go, concurrency %d, %s", concurrency, commandsFor),
-			"", fromGo, "plain: database/sql + pgx, prepared statements, no HTTP: Go's driver stack on this machine"})
-
-	iso, err := b.isolation(ctx)
-	if err != nil {
-		return fmt.Errorf("isolation: %w", err)
+	if only("catchup") {
+		cu, err := b.catchUp(ctx)
+		if err != nil {
+			return fmt.Errorf("catch-up: %w", err)
+		}
+		rows = append(rows, cu...)
 	}
-	rows = append(rows, row{fmt.Sprintf("healthy projection's latency while another fails on every event, %s (p50 / p99 / max)", isolationFor),
-		iso.String(), "", "one extra projection on the same topic fails every attempt (retry budget running)"})
-
-	cu, err := b.catchUp(ctx)
-	if err != nil {
-		return fmt.Errorf("catch-up: %w", err)
-	}
-	rows = append(rows, cu...)
 	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "hearth mode=all, by process: " + b.rssByProcess()})
 
 	printTable(rows)

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 	"golang.org/x/sync/errgroup"
 
@@ -25,11 +30,13 @@ import (
 	"hearth/adapters/readmodel"
 	"hearth/adapters/refdata"
 	"hearth/app/access"
+	"hearth/app/command"
 	"hearth/app/event"
 	"hearth/app/order"
 	"hearth/app/schedule"
 	"hearth/app/servicerequest"
 	"hearth/app/uuid"
+	"hearth/internal/database"
 	"hearth/migrations"
 )
 
@@ -64,54 +71,112 @@ func (b *bench) isolation(ctx context.Context) (stats, error) {
 	return measureLatency(ctx, db, url, isolationFor)
 }
 
-// commands: POST /v1/orders at concurrency 16 against the Hearth process
-// of the latency run, then pgbench with the same SQL shape, then the same
-// transaction from Go (database/sql and pgx, as Hearth uses them).
-func (b *bench) commands(ctx context.Context) (hearth, plain, fromGo string, err error) {
-	es, err := openURL(ctx, b.hearthDB)
+// commandResults are the command-throughput rows: Hearth in each mode,
+// pgbench, and the bare Go loop.
+type commandResults struct {
+	api, all postResult
+	pgbench  pgbenchResult
+	goLoop   string
+}
+
+// commands: POST /v1/orders at concurrency 16 against a Hearth in mode api
+// (the write path alone, as pgbench runs it) and then one in mode all (the
+// projector on the same two cores), then pgbench with the same SQL shape,
+// then the same transaction from Go (database/sql and pgx).
+func (b *bench) commands(ctx context.Context) (commandResults, error) {
+	var res commandResults
+	es, url, err := b.newDB(ctx, "commands", migrations.EventStore, migrations.ReadModel)
 	if err != nil {
-		return "", "", "", err
+		return res, err
 	}
 	defer es.Close()
 	ref, err := refdata.New(es)
 	if err != nil {
-		return "", "", "", err
+		return res, err
 	}
 	key, err := ref.CreateKey(ctx, "bench-http", access.Operator, "")
 	if err != nil {
-		return "", "", "", err
+		return res, err
 	}
 	customerID := uuid.New()
 	if _, err := es.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, customerID, key.MerchantID); err != nil {
-		return "", "", "", err
+		return res, err
 	}
 	body, _ := json.Marshal(map[string]any{"customer_id": customerID, "amount_cents": 12000})
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency}}
-	b.progress("commands: POST /v1/orders, concurrency %d for %s", concurrency, commandsFor)
+	request := []byte(fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: hearth\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key.Secret, len(body), body))
+	if res.api, err = b.postOrders(ctx, url, "api", request); err != nil {
+		return res, err
+	}
+	// The mode all process first projects what the api run wrote, then
+	// goes live.
+	if res.all, err = b.postOrders(ctx, url, "all", request); err != nil {
+		return res, err
+	}
+	sh, err := orderShape(ctx, es, key.ID, key.MerchantID, customerID)
+	if err != nil {
+		return res, err
+	}
+	if res.pgbench, err = b.pgbench(ctx, sh); err != nil {
+		return res, err
+	}
+	res.goLoop, err = b.goLoop(ctx, es, sh)
+	return res, err
+}
+
+// postResult is one run of POST /v1/orders.
+type postResult struct {
+	perSecond float64
+	p99       time.Duration
+	failures  int
+	firstErr  error
+	cpu       cpuPerRequest
+}
+
+func (r postResult) String() string {
+	s := fmt.Sprintf("%.0f req/s, p99 %s", r.perSecond, ms(r.p99))
+	if r.failures > 0 {
+		s += fmt.Sprintf(" (%d failed, the first: %v)", r.failures, r.firstErr)
+	}
+	return s
+}
+
+// postOrders runs a Hearth process in mode on the database at url, sends
+// it request (a POST /v1/orders) from concurrency clients for commandsFor,
+// and stops it; nothing else runs meanwhile.
+func (b *bench) postOrders(ctx context.Context, url, mode string, request []byte) (postResult, error) {
+	cmd, base, err := b.startHearth(ctx, "commands, mode "+mode, url, mode)
+	if err != nil {
+		return postResult{}, err
+	}
+	defer b.stopHearth(cmd)
+	b.progress("commands: POST /v1/orders to Hearth in mode %s, concurrency %d for %s", mode, concurrency, commandsFor)
+	var res postResult
 	var mu sync.Mutex
 	var lat stats
-	var failures int
+	before := cpuNow(cmd.Process.Pid)
 	start := time.Now()
 	end := start.Add(commandsFor)
 	var wg sync.WaitGroup
 	for range concurrency {
 		wg.Go(func() {
+			// One keep-alive connection per client, its request written as
+			// bytes: the load generator should cost little of the machine
+			// it shares with Hearth and Postgres.
+			c := &httpClient{addr: strings.TrimPrefix(base, "http://")}
+			defer c.close()
 			for time.Now().Before(end) {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.hearthURL+"/v1/orders", bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+key.Secret)
 				t := time.Now()
-				res, err := client.Do(req)
+				status, err := c.do(request)
 				d := time.Since(t)
-				ok := err == nil && res.StatusCode == http.StatusCreated
-				if res != nil {
-					_, _ = bytes.NewBuffer(nil).ReadFrom(res.Body)
-					res.Body.Close()
-				}
 				mu.Lock()
-				if ok {
+				if err == nil && status == http.StatusCreated {
 					lat = append(lat, d)
 				} else {
-					failures++
+					res.failures++
+					if res.firstErr == nil {
+						res.firstErr = cmp.Or(err, fmt.Errorf("status %d", status))
+					}
 				}
 				mu.Unlock()
 			}
@@ -119,22 +184,49 @@ func (b *bench) commands(ctx context.Context) (hearth, plain, fromGo string, err
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	for _, c := range b.procs {
-		b.stopHearth(c) // pgbench runs alone, as Hearth did
+	res.cpu = cpuNow(cmd.Process.Pid).since(before, len(lat))
+	b.sampleRSS(cmd)
+	res.perSecond, res.p99 = float64(len(lat))/elapsed.Seconds(), lat.pct(0.99)
+	return res, nil
+}
+
+// httpClient is one keep-alive HTTP/1.1 connection that sends a ready-made
+// request and reads the answer with net/http's parser.
+type httpClient struct {
+	addr string
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func (c *httpClient) do(request []byte) (status int, err error) {
+	if c.conn == nil {
+		if c.conn, err = net.Dial("tcp", c.addr); err != nil {
+			return 0, err
+		}
+		c.r = bufio.NewReader(c.conn)
 	}
-	hearth = fmt.Sprintf("%.0f req/s, p99 %s", float64(len(lat))/elapsed.Seconds(), ms(lat.pct(0.99)))
-	if failures > 0 {
-		hearth += fmt.Sprintf(" (%d failed)", failures)
+	if _, err = c.conn.Write(request); err == nil {
+		var res *http.Response
+		if res, err = http.ReadResponse(c.r, nil); err == nil {
+			_, err = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			status = res.StatusCode
+			if res.Close {
+				c.close()
+			}
+		}
 	}
-	shape, err := orderShape(ctx, es, key.ID, key.MerchantID, customerID)
 	if err != nil {
-		return "", "", "", err
+		c.close()
 	}
-	if plain, err = b.pgbench(ctx, shape); err != nil {
-		return "", "", "", err
+	return status, err
+}
+
+func (c *httpClient) close() {
+	if c.conn != nil {
+		_ = c.conn.Close()
+		c.conn = nil
 	}
-	fromGo, err = b.goLoop(ctx, es, shape)
-	return hearth, plain, fromGo, err
 }
 
 // shape is what creating an order runs, with the values of one real order:
@@ -156,37 +248,34 @@ func orderShape(ctx context.Context, es *bun.DB, keyID, merchantID, customerID s
 }
 
 // goLoop runs the transaction of sh from concurrency goroutines for
-// commandsFor, through database/sql and pgx with prepared statements: what
-// Go's driver stack allows on this machine, without HTTP, JSON or Bun.
+// commandsFor, sent as Hearth sends it (the key lookup, then pgx batches on
+// a database/sql connection: three round trips) but without HTTP, JSON or
+// Bun: what Go's driver stack allows on this machine.
 func (b *bench) goLoop(ctx context.Context, es *bun.DB, sh shape) (string, error) {
-	b.progress("commands: the same transaction from Go (database/sql + pgx), %d goroutines for %s", concurrency, commandsFor)
+	b.progress("commands: the same transaction from Go (pgx batches, as Hearth sends it), %d goroutines for %s", concurrency, commandsFor)
 	db := es.DB
 	db.SetMaxOpenConns(concurrency)
 	once := func() error {
-		var keyID string
-		if err := db.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, sh.keyHash).Scan(&keyID); err != nil {
-			return err
-		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2)`, sh.customerID, sh.merchantID).Scan(&exists); err != nil {
-			return err
-		}
-		var position int64
-		if err := tx.QueryRowContext(ctx, `INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, causation_id, actor)
-			VALUES (gen_random_uuid(), 'order', gen_random_uuid(), 1, $1, 'order.created', $2, now(), 'bench', '', 'key:bench') RETURNING position`,
-			sh.merchantID, sh.data).Scan(&position); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO "watermill_orders" (uuid, payload, metadata, transaction_id) VALUES (gen_random_uuid()::text, $1, $2, pg_current_xact_id())`,
-			sh.payload, sh.metadata); err != nil {
-			return err
-		}
-		return tx.Commit()
+		return database.WithConn(ctx, db, func(conn *pgx.Conn) error {
+			var keyID string
+			if err := conn.QueryRow(ctx, `SELECT id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, sh.keyHash).Scan(&keyID); err != nil {
+				return err
+			}
+			check := &pgx.Batch{}
+			check.Queue(`BEGIN`)
+			check.Queue(`SELECT name FROM customers WHERE id = $1 AND merchant_id = $2`, sh.customerID, sh.merchantID)
+			if err := conn.SendBatch(ctx, check).Close(); err != nil {
+				return err
+			}
+			write := &pgx.Batch{}
+			write.Queue(`INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, causation_id, actor)
+				VALUES (gen_random_uuid(), 'order', gen_random_uuid(), 1, $1, 'order.created', $2, now(), 'bench', '', 'key:bench') RETURNING position`,
+				sh.merchantID, sh.data)
+			write.Queue(`INSERT INTO "watermill_orders" (uuid, payload, metadata, transaction_id) VALUES (gen_random_uuid()::text, $1, $2, pg_current_xact_id())`,
+				sh.payload, sh.metadata)
+			write.Queue(`COMMIT`)
+			return conn.SendBatch(ctx, write).Close()
+		})
 	}
 	var done atomic.Int64
 	end := time.Now().Add(commandsFor)
@@ -213,13 +302,21 @@ func openURL(ctx context.Context, url string) (*bun.DB, error) {
 	return databaseOpen(ctx, url)
 }
 
+// pgbenchResult is pgbench's run: its rate, and the CPU per transaction of
+// Postgres and of pgbench itself, sampled over the middle 80 % of the run.
+type pgbenchResult struct {
+	perSecond float64
+	summary   string // "1234 tx/s, average 5.1 ms", or why there is no figure
+	cpu       cpuPerRequest
+}
+
 // pgbench runs the transaction of sh (pgbench -M prepared).
-func (b *bench) pgbench(ctx context.Context, sh shape) (string, error) {
+func (b *bench) pgbench(ctx context.Context, sh shape) (pgbenchResult, error) {
 	bin, err := exec.LookPath("pgbench")
 	if err != nil {
 		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
 		if len(matches) == 0 {
-			return "pgbench not installed", nil
+			return pgbenchResult{summary: "pgbench not installed"}, nil
 		}
 		bin = matches[len(matches)-1]
 	}
@@ -231,7 +328,7 @@ func (b *bench) pgbench(ctx context.Context, sh shape) (string, error) {
 	script := strings.Join([]string{
 		`SELECT id, merchant_id, role, staff_id FROM api_keys WHERE key_hash = decode('` + hash + `', 'hex') AND revoked_at IS NULL;`,
 		`BEGIN;`,
-		`SELECT EXISTS (SELECT 1 FROM customers WHERE id = '` + customerID + `' AND merchant_id = '` + merchantID + `');`,
+		`SELECT name FROM customers WHERE id = '` + customerID + `' AND merchant_id = '` + merchantID + `';`,
 		`INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, causation_id, actor) ` +
 			`VALUES (gen_random_uuid(), 'order', gen_random_uuid(), 1, '` + merchantID + `', 'order.created', ` + q(data) + `::jsonb, now(), 'bench', '', ` + q("key:bench") + `) RETURNING position;`,
 		`INSERT INTO "watermill_orders" (uuid, payload, metadata, transaction_id) VALUES (gen_random_uuid()::text, ` + q(payload) + `::json, ` + q(metadata) + `::json, pg_current_xact_id());`,
@@ -239,30 +336,44 @@ func (b *bench) pgbench(ctx context.Context, sh shape) (string, error) {
 	}, "\n") + "\n"
 	dir, err := os.MkdirTemp("", "pgbench-")
 	if err != nil {
-		return "", err
+		return pgbenchResult{}, err
 	}
 	defer os.RemoveAll(dir)
 	file := filepath.Join(dir, "create_order.sql")
 	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
-		return "", err
+		return pgbenchResult{}, err
 	}
 	b.progress("commands: pgbench, same SQL shape, %d clients for %s", concurrency, commandsFor)
 	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", strconv.Itoa(concurrency), "-j", "2",
 		"-T", strconv.Itoa(max(1, int(commandsFor.Seconds()))), "-f", file,
-		"-h", "127.0.0.1", "-p", strconv.Itoa(b.cluster.Port()), "-U", "postgres", "latency")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("pgbench: %w: %s", err, out)
+		"-h", "127.0.0.1", "-p", strconv.Itoa(b.cluster.Port()), "-U", "postgres", "commands")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return pgbenchResult{}, err
 	}
-	tps := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
-	avg := regexp.MustCompile(`latency average = ([0-9.]+ ms)`).FindSubmatch(out)
+	// Sample the CPU over the middle of the run, away from connecting and
+	// disconnecting; pgbench reports no progress to wait on, so the bench
+	// watches the clock.
+	time.Sleep(commandsFor / 10)
+	before, from := cpuNow(cmd.Process.Pid), time.Now()
+	time.Sleep(commandsFor * 8 / 10)
+	after, window := cpuNow(cmd.Process.Pid), time.Since(from)
+	if err := cmd.Wait(); err != nil {
+		return pgbenchResult{}, fmt.Errorf("pgbench: %w: %s", err, out.Bytes())
+	}
+	tps := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out.Bytes())
+	avg := regexp.MustCompile(`latency average = ([0-9.]+ ms)`).FindSubmatch(out.Bytes())
 	if tps == nil {
-		return "", fmt.Errorf("pgbench output: %s", out)
+		return pgbenchResult{}, fmt.Errorf("pgbench output: %s", out.Bytes())
 	}
-	res := fmt.Sprintf("%s tx/s", strings.Split(string(tps[1]), ".")[0])
+	var res pgbenchResult
+	res.perSecond, _ = strconv.ParseFloat(string(tps[1]), 64)
+	res.summary = fmt.Sprintf("%.0f tx/s", res.perSecond)
 	if avg != nil {
-		res += fmt.Sprintf(", average %s", avg[1])
+		res.summary += fmt.Sprintf(", average %s", avg[1])
 	}
+	res.cpu = after.since(before, int(res.perSecond*window.Seconds()))
 	return res, nil
 }
 
@@ -280,7 +391,7 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 
 	b.progress("catch-up: Hearth (a fresh process on the backlog)")
 	start := time.Now()
-	cmd, _, err := b.startHearth(ctx, "catch-up", url)
+	cmd, _, err := b.startHearth(ctx, "catch-up", url, "all")
 	if err != nil {
 		return nil, err
 	}
@@ -443,6 +554,10 @@ func writeBacklog(ctx context.Context, db *bun.DB) error {
 	if err != nil {
 		return err
 	}
+	tx, err := pubsub.NewTransactor(store)
+	if err != nil {
+		return err
+	}
 	meta := event.Meta{MerchantID: merchantID, Actor: "bench", CorrelationID: uuid.New(), OccurredAt: time.Now()}
 	streams := backlogEvents / 4
 	const perTx, writers = 50, 4
@@ -450,13 +565,9 @@ func writeBacklog(ctx context.Context, db *bun.DB) error {
 	for w := range writers {
 		g.Go(func() error {
 			for first := w * perTx; first < streams; first += writers * perTx {
-				err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+				_, err := tx.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
 					for i := first; i < min(first+perTx, streams); i++ {
-						st, id, events, err := backlogStream(i, customerID)
-						if err != nil {
-							return err
-						}
-						if _, _, err := store.Append(ctx, tx, st, meta, id, 0, events); err != nil {
+						if err := addBacklogStream(s, i, customerID); err != nil {
 							return err
 						}
 					}
@@ -472,44 +583,46 @@ func writeBacklog(ctx context.Context, db *bun.DB) error {
 	return g.Wait()
 }
 
-// backlogStream is stream i: an aggregate created and changed three times.
-func backlogStream(i int, customerID string) (pubsub.Stream, string, []event.Event, error) {
+// addBacklogStream adds stream i to s: an aggregate created and changed
+// three times.
+func addBacklogStream(s command.Session, i int, customerID string) error {
 	id := uuid.New()
 	switch i % 3 {
 	case 0:
 		o, err := order.New(order.NewOrder{ID: id, CustomerID: customerID, AmountCents: 100})
 		if err != nil {
-			return pubsub.Stream{}, "", nil, err
+			return err
 		}
 		for k := range 3 {
 			if err := o.UpdateDetails(order.Details{CustomerID: customerID, AmountCents: int64(200 + k)}); err != nil {
-				return pubsub.Stream{}, "", nil, err
+				return err
 			}
 		}
-		return pubsub.OrderStream, id, o.Changes(), nil
+		s.AddOrder(o)
 	case 1:
 		r, err := servicerequest.New(id, customerID, servicerequest.Sources[0], servicerequest.Details{Content: "leaking tap"})
 		if err != nil {
-			return pubsub.Stream{}, "", nil, err
+			return err
 		}
 		for k := range 3 {
 			if err := r.UpdateDetails(servicerequest.Details{Content: "leaking tap, visit " + strconv.Itoa(k)}); err != nil {
-				return pubsub.Stream{}, "", nil, err
+				return err
 			}
 		}
-		return pubsub.ServiceRequestStream, id, r.Changes(), nil
+		s.AddServiceRequest(r)
 	default:
 		start := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-		s, err := schedule.New(id, uuid.New(), schedule.Window{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour)}, "")
+		sch, err := schedule.New(id, uuid.New(), schedule.Window{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour)}, "")
 		if err != nil {
-			return pubsub.Stream{}, "", nil, err
+			return err
 		}
 		for k := range 3 {
 			at := start.Add(time.Duration(k+1) * 24 * time.Hour)
-			if err := s.Reassign(schedule.Window{StaffID: uuid.New(), StartAt: at, EndAt: at.Add(time.Hour)}); err != nil {
-				return pubsub.Stream{}, "", nil, err
+			if err := sch.Reassign(schedule.Window{StaffID: uuid.New(), StartAt: at, EndAt: at.Add(time.Hour)}); err != nil {
+				return err
 			}
 		}
-		return pubsub.ScheduleStream, id, s.Changes(), nil
+		s.AddSchedule(sch)
 	}
+	return nil
 }

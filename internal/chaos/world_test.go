@@ -192,11 +192,8 @@ func (w *world) checkExactlyOnce() int {
 	require.NoError(t, err)
 	orders, err := readmodel.NewOrders(w.rm)
 	require.NoError(t, err)
-	tx, err := w.es.DB.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer tx.Rollback()
 	for _, id := range ids {
-		stream, _, err := store.Load(ctx, tx, pubsub.OrderStream, w.merchant, id)
+		stream, err := store.Read(ctx, pubsub.OrderStream, w.merchant, id)
 		require.NoError(t, err)
 		want, err := query.FoldOrder(stream)
 		require.NoError(t, err)

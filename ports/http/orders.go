@@ -2,6 +2,7 @@ package httpport
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -47,23 +48,27 @@ func idOf(out command.Written) string {
 	return out.Stream[0].StreamID
 }
 
-// withPosition adds "position" to the view's JSON object.
-func withPosition(view any, pos string) (map[string]any, error) {
+// withPosition is the view's JSON object with "position" added.
+func withPosition(view any, pos string) (json.RawMessage, error) {
 	b, err := json.Marshal(view)
 	if err != nil {
 		return nil, err
 	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return nil, fmt.Errorf("view %T does not encode as a JSON object", view)
 	}
-	m["position"] = pos
-	return m, nil
+	b = b[:len(b)-1]
+	if len(b) > 1 {
+		b = append(b, ',')
+	}
+	b = append(b, `"position":`...)
+	b = strconv.AppendQuote(b, pos)
+	return append(b, '}'), nil
 }
 
 func (s *server) writeOrder(w http.ResponseWriter, r *http.Request, status int, out command.Written) error {
 	return writeWritten[query.Order](w, status, "/v1/orders", out, func(v query.Order) (query.Order, error) {
-		return s.App.Queries.Orders.Named(r.Context(), scope(r), v)
+		return s.App.Queries.Orders.Named(r.Context(), scope(r), v, out.Names)
 	})
 }
 

@@ -27,7 +27,7 @@ func (s *server) changeScheduleStatus(w http.ResponseWriter, r *http.Request) er
 		return err
 	}
 	return writeWritten[query.Schedule](w, http.StatusOK, "/v1/schedules", out, func(v query.Schedule) (query.Schedule, error) {
-		return s.App.Queries.Schedules.Named(r.Context(), scope(r), v)
+		return s.App.Queries.Schedules.Named(r.Context(), scope(r), v, out.Names)
 	})
 }
 

@@ -31,7 +31,7 @@ func (in serviceRequestInput) appointment() (start, end *time.Time, err error) {
 
 func (s *server) writeRequest(w http.ResponseWriter, r *http.Request, status int, out command.Written) error {
 	return writeWritten[query.ServiceRequest](w, status, "/v1/service-requests", out, func(v query.ServiceRequest) (query.ServiceRequest, error) {
-		return s.App.Queries.ServiceRequests.Named(r.Context(), scope(r), v)
+		return s.App.Queries.ServiceRequests.Named(r.Context(), scope(r), v, out.Names)
 	})
 }
 

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on
+// Linux, whatever the kernel's HZ).
+const clockTicks = 100
+
+// cpuSample is the CPU time (user + system, in clock ticks) used so far by
+// one process (a Hearth process, or pgbench), by this bench, and by the
+// whole machine.
+type cpuSample struct{ process, bench, machine int64 }
+
+// cpuNow samples /proc. The rest of the machine, besides the process and
+// the bench, is Postgres: nothing else runs during a measurement.
+func cpuNow(pid int) cpuSample {
+	s := cpuSample{process: cpuTicks(strconv.Itoa(pid)), bench: cpuTicks("self")}
+	if data, err := os.ReadFile("/proc/stat"); err == nil {
+		// cpu  user nice system idle iowait irq softirq steal ...
+		line, _, _ := strings.Cut(string(data), "\n")
+		for i, f := range strings.Fields(line) {
+			if n, err := strconv.ParseInt(f, 10, 64); err == nil && i != 4 && i != 5 && i <= 7 {
+				s.machine += n
+			}
+		}
+	}
+	return s
+}
+
+// cpuTicks is utime + stime of /proc/<pid>/stat; 0 when it cannot be read.
+func cpuTicks(pid string) int64 {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which sits in parentheses and may
+	// hold spaces: state is field 3, utime 14 and stime 15.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return utime + stime
+}
+
+// cpuPerRequest is the CPU each party spent per request, in microseconds.
+type cpuPerRequest struct{ process, postgres, bench float64 }
+
+func (s cpuSample) since(before cpuSample, requests int) cpuPerRequest {
+	if requests == 0 {
+		return cpuPerRequest{}
+	}
+	per := func(ticks int64) float64 { return float64(ticks) * 1e6 / clockTicks / float64(requests) }
+	process, bench := s.process-before.process, s.bench-before.bench
+	return cpuPerRequest{per(process), per(s.machine - before.machine - process - bench), per(bench)}
+}
+
+func (c cpuPerRequest) String() string {
+	return fmt.Sprintf("Hearth %.0f µs, Postgres %.0f µs, load generator %.0f µs", c.process, c.postgres, c.bench)
+}
