@@ -53,16 +53,29 @@ func cpuTicks(pid string) int64 {
 	return utime + stime
 }
 
-// cpuPerRequest is the CPU each party spent per request, in microseconds.
+// cpuSpent is the CPU (clock ticks) each party spent between two samples:
+// the process (Hearth, or pgbench), Postgres (the rest of the machine) and
+// the bench (the load generator).
+type cpuSpent struct{ process, postgres, bench int64 }
+
+func (s cpuSample) since(before cpuSample) cpuSpent {
+	process, bench := s.process-before.process, s.bench-before.bench
+	return cpuSpent{process, s.machine - before.machine - process - bench, bench}
+}
+
+func (c cpuSpent) add(o cpuSpent) cpuSpent {
+	return cpuSpent{c.process + o.process, c.postgres + o.postgres, c.bench + o.bench}
+}
+
+// cpuPerRequest is cpuSpent per request, in microseconds.
 type cpuPerRequest struct{ process, postgres, bench float64 }
 
-func (s cpuSample) since(before cpuSample, requests int) cpuPerRequest {
+func (c cpuSpent) per(requests float64) cpuPerRequest {
 	if requests == 0 {
 		return cpuPerRequest{}
 	}
-	per := func(ticks int64) float64 { return float64(ticks) * 1e6 / clockTicks / float64(requests) }
-	process, bench := s.process-before.process, s.bench-before.bench
-	return cpuPerRequest{per(process), per(s.machine - before.machine - process - bench), per(bench)}
+	us := func(ticks int64) float64 { return float64(ticks) * 1e6 / clockTicks / requests }
+	return cpuPerRequest{us(c.process), us(c.postgres), us(c.bench)}
 }
 
 func (c cpuPerRequest) String() string {

@@ -138,12 +138,13 @@ func run() error {
 		}
 		post := fmt.Sprintf("POST /v1/orders, concurrency %d, %s (requests/s, p99)", concurrency, commandsFor)
 		rows = append(rows,
-			row{post + ", Hearth in mode api", c.api.String(), c.pgbench.summary,
-				fmt.Sprintf("**%s of pgbench**. Plain: pgbench, same SQL shape, same concurrency. CPU per request: %s; per pgbench transaction: Postgres %.0f µs, pgbench %.0f µs",
-					percentOf(c.api.perSecond, c.pgbench.perSecond), c.api.cpu, c.pgbench.cpu.postgres, c.pgbench.cpu.process)},
+			row{post + ", Hearth in mode api", c.api.String(), c.pgbench.String(),
+				fmt.Sprintf("**%s of pgbench**. Plain: pgbench, same SQL shape, same concurrency, in %d turns with Hearth. CPU per request: %s; per pgbench transaction: Postgres %.0f µs, pgbench %.0f µs",
+					percentOf(c.api.perSecond(), c.pgbench.perSecond()), commandRounds, c.api.cpu.per(float64(len(c.api.lat))),
+					c.pgbench.cpu.per(c.pgbench.cpuTx).postgres, c.pgbench.cpu.per(c.pgbench.cpuTx).process)},
 			row{post + ", Hearth in mode all", c.all.String(), "",
 				fmt.Sprintf("%s of pgbench, with the projector on the same two cores. CPU per request: %s",
-					percentOf(c.all.perSecond, c.pgbench.perSecond), c.all.cpu)},
+					percentOf(c.all.perSecond(), c.pgbench.perSecond()), c.all.cpu.per(float64(len(c.all.lat))))},
 			row{fmt.Sprintf("the same transaction from Go, concurrency %d, %s", concurrency, commandsFor),
 				"", c.goLoop, "plain: pgx batches on database/sql connections, as Hearth sends them, without HTTP or JSON"})
 	}
@@ -162,7 +163,7 @@ func run() error {
 		}
 		rows = append(rows, cu...)
 	}
-	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "hearth mode=all, by process: " + b.rssByProcess()})
+	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "by process: " + b.rssByProcess()})
 
 	printTable(rows)
 	return nil

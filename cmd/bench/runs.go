@@ -79,10 +79,16 @@ type commandResults struct {
 	goLoop   string
 }
 
+// commandRounds: Hearth in mode api and pgbench take turns, commandsFor /
+// commandRounds each, so that a change in the host's load while they run
+// (on this VM, 10-25 % from minute to minute) does not decide their
+// comparison.
+const commandRounds = 4
+
 // commands: POST /v1/orders at concurrency 16 against a Hearth in mode api
-// (the write path alone, as pgbench runs it) and then one in mode all (the
-// projector on the same two cores), then pgbench with the same SQL shape,
-// then the same transaction from Go (database/sql and pgx).
+// (the write path alone, as pgbench runs it), in turns with pgbench running
+// the same SQL shape; then against a Hearth in mode all (the projector on
+// the same two cores); then the same transaction from Go.
 func (b *bench) commands(ctx context.Context) (commandResults, error) {
 	var res commandResults
 	es, url, err := b.newDB(ctx, "commands", migrations.EventStore, migrations.ReadModel)
@@ -105,58 +111,87 @@ func (b *bench) commands(ctx context.Context) (commandResults, error) {
 	body, _ := json.Marshal(map[string]any{"customer_id": customerID, "amount_cents": 12000})
 	request := []byte(fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: hearth\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key.Secret, len(body), body))
-	if res.api, err = b.postOrders(ctx, url, "api", request); err != nil {
-		return res, err
-	}
-	// The mode all process first projects what the api run wrote, then
-	// goes live.
-	if res.all, err = b.postOrders(ctx, url, "all", request); err != nil {
-		return res, err
-	}
-	sh, err := orderShape(ctx, es, key.ID, key.MerchantID, customerID)
+
+	api, base, err := b.startHearth(ctx, "commands, mode api", url, "api")
 	if err != nil {
 		return res, err
 	}
-	if res.pgbench, err = b.pgbench(ctx, sh); err != nil {
+	var sh shape
+	slice := commandsFor / commandRounds
+	for round := range commandRounds {
+		b.progress("commands, round %d of %d: POST /v1/orders to Hearth in mode api, then pgbench, %d clients for %s each",
+			round+1, commandRounds, concurrency, slice)
+		res.api.add(postOrders(base, api.Process.Pid, request, slice))
+		if round == 0 { // the transaction pgbench runs copies a real order's rows
+			if sh, err = orderShape(ctx, es, key.ID, key.MerchantID, customerID); err != nil {
+				b.stopHearth(api)
+				return res, err
+			}
+		}
+		run, err := b.pgbench(ctx, sh, slice)
+		if err != nil {
+			b.stopHearth(api)
+			return res, err
+		}
+		res.pgbench.add(run)
+	}
+	b.stopHearth(api)
+
+	// The mode all process first projects what the api runs wrote, then
+	// goes live.
+	all, base, err := b.startHearth(ctx, "commands, mode all", url, "all")
+	if err != nil {
 		return res, err
 	}
+	b.progress("commands: POST /v1/orders to Hearth in mode all, %d clients for %s", concurrency, commandsFor)
+	res.all = postOrders(base, all.Process.Pid, request, commandsFor)
+	b.stopHearth(all)
+
 	res.goLoop, err = b.goLoop(ctx, es, sh)
 	return res, err
 }
 
-// postResult is one run of POST /v1/orders.
+// postResult is what POST /v1/orders runs gave.
 type postResult struct {
-	perSecond float64
-	p99       time.Duration
-	failures  int
-	firstErr  error
-	cpu       cpuPerRequest
+	lat      stats // of the requests that succeeded
+	elapsed  time.Duration
+	failures int
+	firstErr error
+	cpu      cpuSpent
+}
+
+func (r *postResult) add(o postResult) {
+	r.lat = append(r.lat, o.lat...)
+	r.elapsed += o.elapsed
+	r.failures += o.failures
+	r.firstErr = cmp.Or(r.firstErr, o.firstErr)
+	r.cpu = r.cpu.add(o.cpu)
+}
+
+func (r postResult) perSecond() float64 {
+	if r.elapsed == 0 {
+		return 0
+	}
+	return float64(len(r.lat)) / r.elapsed.Seconds()
 }
 
 func (r postResult) String() string {
-	s := fmt.Sprintf("%.0f req/s, p99 %s", r.perSecond, ms(r.p99))
+	s := fmt.Sprintf("%.0f req/s, p99 %s", r.perSecond(), ms(r.lat.pct(0.99)))
 	if r.failures > 0 {
 		s += fmt.Sprintf(" (%d failed, the first: %v)", r.failures, r.firstErr)
 	}
 	return s
 }
 
-// postOrders runs a Hearth process in mode on the database at url, sends
-// it request (a POST /v1/orders) from concurrency clients for commandsFor,
-// and stops it; nothing else runs meanwhile.
-func (b *bench) postOrders(ctx context.Context, url, mode string, request []byte) (postResult, error) {
-	cmd, base, err := b.startHearth(ctx, "commands, mode "+mode, url, mode)
-	if err != nil {
-		return postResult{}, err
-	}
-	defer b.stopHearth(cmd)
-	b.progress("commands: POST /v1/orders to Hearth in mode %s, concurrency %d for %s", mode, concurrency, commandsFor)
+// postOrders sends request (a POST /v1/orders) to the Hearth process pid
+// listening at base, from concurrency clients for d; nothing else runs
+// meanwhile.
+func postOrders(base string, pid int, request []byte, d time.Duration) postResult {
 	var res postResult
 	var mu sync.Mutex
-	var lat stats
-	before := cpuNow(cmd.Process.Pid)
+	before := cpuNow(pid)
 	start := time.Now()
-	end := start.Add(commandsFor)
+	end := start.Add(d)
 	var wg sync.WaitGroup
 	for range concurrency {
 		wg.Go(func() {
@@ -168,10 +203,10 @@ func (b *bench) postOrders(ctx context.Context, url, mode string, request []byte
 			for time.Now().Before(end) {
 				t := time.Now()
 				status, err := c.do(request)
-				d := time.Since(t)
+				took := time.Since(t)
 				mu.Lock()
 				if err == nil && status == http.StatusCreated {
-					lat = append(lat, d)
+					res.lat = append(res.lat, took)
 				} else {
 					res.failures++
 					if res.firstErr == nil {
@@ -183,11 +218,9 @@ func (b *bench) postOrders(ctx context.Context, url, mode string, request []byte
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	res.cpu = cpuNow(cmd.Process.Pid).since(before, len(lat))
-	b.sampleRSS(cmd)
-	res.perSecond, res.p99 = float64(len(lat))/elapsed.Seconds(), lat.pct(0.99)
-	return res, nil
+	res.elapsed = time.Since(start)
+	res.cpu = cpuNow(pid).since(before)
+	return res
 }
 
 // httpClient is one keep-alive HTTP/1.1 connection that sends a ready-made
@@ -302,21 +335,47 @@ func openURL(ctx context.Context, url string) (*bun.DB, error) {
 	return databaseOpen(ctx, url)
 }
 
-// pgbenchResult is pgbench's run: its rate, and the CPU per transaction of
-// Postgres and of pgbench itself, sampled over the middle 80 % of the run.
+// pgbenchResult is what pgbench runs gave: their transactions, and the
+// CPU of Postgres and of pgbench itself over the middle 80 % of each run.
 type pgbenchResult struct {
-	perSecond float64
-	summary   string // "1234 tx/s, average 5.1 ms", or why there is no figure
-	cpu       cpuPerRequest
+	transactions float64
+	elapsed      time.Duration
+	latency      time.Duration // summed over transactions, for the average
+	cpu          cpuSpent
+	cpuTx        float64 // transactions while cpu was sampled
+	missing      string  // why there is no figure
 }
 
-// pgbench runs the transaction of sh (pgbench -M prepared).
-func (b *bench) pgbench(ctx context.Context, sh shape) (pgbenchResult, error) {
+func (r *pgbenchResult) add(o pgbenchResult) {
+	r.transactions += o.transactions
+	r.elapsed += o.elapsed
+	r.latency += o.latency
+	r.cpu = r.cpu.add(o.cpu)
+	r.cpuTx += o.cpuTx
+	r.missing = cmp.Or(r.missing, o.missing)
+}
+
+func (r pgbenchResult) perSecond() float64 {
+	if r.elapsed == 0 {
+		return 0
+	}
+	return r.transactions / r.elapsed.Seconds()
+}
+
+func (r pgbenchResult) String() string {
+	if r.missing != "" {
+		return r.missing
+	}
+	return fmt.Sprintf("%.0f tx/s, average %s", r.perSecond(), ms(time.Duration(float64(r.latency)/r.transactions)))
+}
+
+// pgbench runs the transaction of sh (pgbench -M prepared) for d.
+func (b *bench) pgbench(ctx context.Context, sh shape, d time.Duration) (pgbenchResult, error) {
 	bin, err := exec.LookPath("pgbench")
 	if err != nil {
 		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
 		if len(matches) == 0 {
-			return pgbenchResult{summary: "pgbench not installed"}, nil
+			return pgbenchResult{missing: "pgbench not installed"}, nil
 		}
 		bin = matches[len(matches)-1]
 	}
@@ -343,9 +402,9 @@ func (b *bench) pgbench(ctx context.Context, sh shape) (pgbenchResult, error) {
 	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
 		return pgbenchResult{}, err
 	}
-	b.progress("commands: pgbench, same SQL shape, %d clients for %s", concurrency, commandsFor)
+	seconds := max(1, int(d.Seconds()))
 	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", strconv.Itoa(concurrency), "-j", "2",
-		"-T", strconv.Itoa(max(1, int(commandsFor.Seconds()))), "-f", file,
+		"-T", strconv.Itoa(seconds), "-f", file,
 		"-h", "127.0.0.1", "-p", strconv.Itoa(b.cluster.Port()), "-U", "postgres", "commands")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -355,25 +414,23 @@ func (b *bench) pgbench(ctx context.Context, sh shape) (pgbenchResult, error) {
 	// Sample the CPU over the middle of the run, away from connecting and
 	// disconnecting; pgbench reports no progress to wait on, so the bench
 	// watches the clock.
-	time.Sleep(commandsFor / 10)
+	run := time.Duration(seconds) * time.Second
+	time.Sleep(run / 10)
 	before, from := cpuNow(cmd.Process.Pid), time.Now()
-	time.Sleep(commandsFor * 8 / 10)
+	time.Sleep(run * 8 / 10)
 	after, window := cpuNow(cmd.Process.Pid), time.Since(from)
 	if err := cmd.Wait(); err != nil {
 		return pgbenchResult{}, fmt.Errorf("pgbench: %w: %s", err, out.Bytes())
 	}
 	tps := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out.Bytes())
-	avg := regexp.MustCompile(`latency average = ([0-9.]+ ms)`).FindSubmatch(out.Bytes())
-	if tps == nil {
+	avg := regexp.MustCompile(`latency average = ([0-9.]+) ms`).FindSubmatch(out.Bytes())
+	if tps == nil || avg == nil {
 		return pgbenchResult{}, fmt.Errorf("pgbench output: %s", out.Bytes())
 	}
-	var res pgbenchResult
-	res.perSecond, _ = strconv.ParseFloat(string(tps[1]), 64)
-	res.summary = fmt.Sprintf("%.0f tx/s", res.perSecond)
-	if avg != nil {
-		res.summary += fmt.Sprintf(", average %s", avg[1])
-	}
-	res.cpu = after.since(before, int(res.perSecond*window.Seconds()))
+	perSecond, _ := strconv.ParseFloat(string(tps[1]), 64)
+	avgMS, _ := strconv.ParseFloat(string(avg[1]), 64)
+	res := pgbenchResult{transactions: perSecond * run.Seconds(), elapsed: run, cpu: after.since(before), cpuTx: perSecond * window.Seconds()}
+	res.latency = time.Duration(res.transactions * avgMS * float64(time.Millisecond))
 	return res, nil
 }
 
