@@ -75,13 +75,18 @@ type pipe struct {
 
 // send runs b (preceded by BEGIN when it is the transaction's first) and
 // returns the first error of its statements; the statements after a failed
-// one do not run.
+// one do not run. (pgx then forgets the prepared statements of b: keep
+// expected outcomes, such as a missing row, out of the errors.)
 func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
-	if !p.begun {
-		p.begun = true
+	first := !p.begun
+	if first {
 		b.QueuedQueries = slices.Insert(b.QueuedQueries, 0, &pgx.QueuedQuery{SQL: "BEGIN"})
 	}
-	return p.conn.SendBatch(ctx, b).Close()
+	err := p.conn.SendBatch(ctx, b).Close()
+	if first { // begun only if BEGIN ran: a batch can fail before it does
+		p.begun = p.conn.PgConn().TxStatus() != 'I'
+	}
+	return err
 }
 
 // queryRow runs one statement and scans its single row with scan, which

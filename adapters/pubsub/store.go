@@ -86,6 +86,7 @@ func (s *Store) Read(ctx context.Context, st Stream, merchantID, id string) ([]e
 func (s *Store) load(ctx context.Context, p *pipe, st Stream, merchantID, id string) ([]event.Recorded, int64, error) {
 	var out []event.Recorded
 	var position int64
+	foreign := false // another merchant's stream, or another type's
 	b := &pgx.Batch{}
 	b.Queue(`
 		SELECT position, event_id, type, stream_type, stream_id, version, merchant_id,
@@ -98,7 +99,8 @@ func (s *Store) load(ctx context.Context, p *pipe, st Stream, merchantID, id str
 				return fmt.Errorf("scan event of stream %s: %w", id, err)
 			}
 			if env.MerchantID != merchantID || env.StreamType != st.Type {
-				return apperr.ErrNotFound
+				foreign = true
+				return nil
 			}
 			if env.Version != len(out)+1 {
 				return fmt.Errorf("stream %s: version %d follows %d", id, env.Version, len(out))
@@ -112,12 +114,9 @@ func (s *Store) load(ctx context.Context, p *pipe, st Stream, merchantID, id str
 		return rows.Err()
 	})
 	if err := p.send(ctx, b); err != nil {
-		if errors.Is(err, apperr.ErrNotFound) {
-			return nil, 0, err
-		}
 		return nil, 0, fmt.Errorf("load stream %s: %w", id, err)
 	}
-	if len(out) == 0 {
+	if foreign || len(out) == 0 {
 		return nil, 0, apperr.ErrNotFound
 	}
 	return out, position, nil

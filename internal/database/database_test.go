@@ -136,6 +136,13 @@ func TestWithConn(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT to_regclass('left_behind') IS NOT NULL`).Scan(&exists))
 	require.False(t, exists, "the open transaction was rolled back")
 
+	err = database.WithConn(ctx, db.DB, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `BEGIN`)
+		return err // and forgets to commit
+	})
+	require.ErrorContains(t, err, "transaction open")
+	require.Equal(t, before, pid(), "rolled back, the session kept")
+
 	foreign, err := sql.Open("pgx", url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = foreign.Close() })

@@ -121,7 +121,8 @@ func (t pgxTx) Rollback() error { return t.tx.Rollback(t.ctx) }
 // pool this package opened. The connection goes back to the pool
 // afterwards; when fn leaves a transaction open (it failed half-way), the
 // transaction is rolled back first, and a connection that cannot even do
-// that is closed instead.
+// that is closed instead. A transaction left open by an fn that returned
+// nil is a bug: it is rolled back too, and WithConn says so.
 func WithConn(ctx context.Context, db *sql.DB, fn func(conn *pgx.Conn) error) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
@@ -136,6 +137,9 @@ func WithConn(ctx context.Context, db *sql.DB, fn func(conn *pgx.Conn) error) er
 		conn := bare.Conn.Conn()
 		err := fn(conn)
 		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			if err == nil {
+				err = errors.New("database: WithConn's fn returned with its transaction open; rolled back")
+			}
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
