@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"hearth/adapters/idempotency"
 	"hearth/app/apperr"
 	"hearth/app/command"
 	"hearth/app/event"
@@ -57,7 +58,11 @@ func (t *Transactor) Run(ctx context.Context, meta event.Meta, fn func(ctx conte
 			return err // WithConn rolls the transaction back
 		}
 		var err error
-		out, err = s.commit(ctx)
+		if i := command.IdempotentOf(ctx); i != nil {
+			out, err = s.commitAnswered(ctx, i)
+		} else {
+			out, err = s.commit(ctx)
+		}
 		return err
 	})
 	if err != nil {
@@ -130,6 +135,7 @@ type session struct {
 	meta    event.Meta
 	byID    map[string]*tracked
 	ordered []*tracked
+	names   map[string]string // reference records read, for the outcome
 }
 
 func (s *session) track(t *tracked) {
@@ -186,34 +192,85 @@ func (s *session) AddSchedule(sch *schedule.Schedule) {
 // commit appends every tracked aggregate's changes, in the order the use
 // case touched them, and commits, all in one batch.
 func (s *session) commit(ctx context.Context) (command.Outcome, error) {
+	b, appends, err := s.queueAppends()
+	if err != nil {
+		return command.Outcome{}, err
+	}
+	if b.Len() > 0 || s.tx.begun { // else nothing read, nothing written: no transaction
+		queueCommit(b)
+		if err := s.tx.send(ctx, b); err != nil {
+			return command.Outcome{}, err
+		}
+	}
+	return s.outcome(appends), nil
+}
+
+// commitAnswered is commit for an idempotent attempt: the appends go first,
+// since the answer shows their positions; then the answer i renders from
+// the outcome is stored with COMMIT, so the events and the answer commit
+// together or not at all. One round trip more than commit.
+func (s *session) commitAnswered(ctx context.Context, i *command.Idempotent) (command.Outcome, error) {
+	b, appends, err := s.queueAppends()
+	if err != nil {
+		return command.Outcome{}, err
+	}
+	if b.Len() > 0 {
+		if err := s.tx.send(ctx, b); err != nil {
+			return command.Outcome{}, err
+		}
+	}
+	out := s.outcome(appends)
+	answer, err := i.Render(ctx, out)
+	if err != nil {
+		return command.Outcome{}, fmt.Errorf("render idempotent answer: %w", err)
+	}
+	args, err := idempotency.CompleteArgs(i, answer)
+	if err != nil {
+		return command.Outcome{}, err
+	}
+	b = &pgx.Batch{}
+	b.Queue(idempotency.CompleteSQL, args...).Exec(func(pgconn.CommandTag) error { return nil })
+	queueCommit(b)
+	if err := s.tx.send(ctx, b); err != nil {
+		return command.Outcome{}, idempotency.TakenOver(err)
+	}
+	i.Sealed(answer)
+	return out, nil
+}
+
+// queueAppends queues the appends of every tracked aggregate.
+func (s *session) queueAppends() (*pgx.Batch, []*appended, error) {
 	b := &pgx.Batch{}
 	appends := make([]*appended, len(s.ordered))
 	for i, t := range s.ordered {
 		a, err := s.store.queueAppend(b, t.stream, s.meta, t.agg.ID(), t.agg.Version(), t.agg.Changes())
 		if err != nil {
-			return command.Outcome{}, err
+			return nil, nil, err
 		}
 		appends[i] = a
 	}
-	if b.Len() > 0 || s.tx.begun { // else nothing read, nothing written: no transaction
-		b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
-			if tag.String() != "COMMIT" { // a transaction already failed ends in ROLLBACK
-				return fmt.Errorf("commit: the transaction was rolled back (%s)", tag)
-			}
-			return nil
-		})
-		if err := s.tx.send(ctx, b); err != nil {
-			return command.Outcome{}, err
+	return b, appends, nil
+}
+
+func queueCommit(b *pgx.Batch) {
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" { // a transaction already failed ends in ROLLBACK
+			return fmt.Errorf("commit: the transaction was rolled back (%s)", tag)
 		}
-	}
-	out := command.Outcome{Streams: make(map[string]command.Written, len(s.ordered))}
+		return nil
+	})
+}
+
+// outcome is what the session wrote, once its appends have run.
+func (s *session) outcome(appends []*appended) command.Outcome {
+	out := command.Outcome{Streams: make(map[string]command.Written, len(s.ordered)), Names: s.names}
 	for i, t := range s.ordered {
 		a := appends[i]
 		pos := max(a.position, t.pos)
 		out.Streams[t.agg.ID()] = command.Written{Stream: append(t.loaded, a.recs...), Appended: len(a.recs), Position: pos}
 		out.Position = max(out.Position, pos)
 	}
-	return out, nil
+	return out
 }
 
 func (s *session) LiveSchedule(ctx context.Context, orderID string) (*schedule.Schedule, bool, error) {
@@ -295,6 +352,12 @@ func (s *session) Customer(ctx context.Context, id string) (name string, found b
 	err = s.tx.queryRow(ctx, maybeRow(&found, &name), `SELECT name FROM customers WHERE id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
 	if err != nil {
 		return "", false, fmt.Errorf("check customer: %w", err)
+	}
+	if found {
+		if s.names == nil {
+			s.names = map[string]string{}
+		}
+		s.names[id] = name
 	}
 	return name, found, nil
 }

@@ -12,7 +12,9 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"hearth/adapters/idempotency"
 	"hearth/app/apperr"
+	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/app/reference"
 )
@@ -53,9 +55,40 @@ func CatalogItems(db *bun.DB) Table[reference.CatalogItem, *reference.CatalogIte
 
 // Insert stores a new record.
 func (t Table[T, P]) Insert(ctx context.Context, v *T) error {
-	if _, err := t.db.NewInsert().Model(v).ModelTableExpr(t.expr).Exec(ctx); err != nil {
+	if i := command.IdempotentOf(ctx); i != nil {
+		return t.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			if err := t.insert(ctx, tx, v); err != nil {
+				return err
+			}
+			return answer(ctx, tx, i, v)
+		})
+	}
+	return t.insert(ctx, t.db, v)
+}
+
+func (t Table[T, P]) insert(ctx context.Context, db bun.IDB, v *T) error {
+	if _, err := db.NewInsert().Model(v).ModelTableExpr(t.expr).Exec(ctx); err != nil {
 		return fmt.Errorf("insert into %s: %w", t.expr, err)
 	}
+	return nil
+}
+
+// answer stores the answer of idempotent attempt i, rendered from the
+// record v, in the record's transaction tx.
+func answer(ctx context.Context, tx bun.Tx, i *command.Idempotent, v any) error {
+	a, err := i.Render(ctx, v)
+	if err != nil {
+		return fmt.Errorf("render idempotent answer: %w", err)
+	}
+	args, err := idempotency.CompleteArgs(i, a)
+	if err != nil {
+		return err
+	}
+	// $n text on the raw transaction: Bun formats only its own ? marks.
+	if _, err := tx.Tx.ExecContext(ctx, idempotency.CompleteSQL, args...); err != nil {
+		return idempotency.TakenOver(err)
+	}
+	i.Sealed(a) // should the commit fail, the write fails: the port goes by the error
 	return nil
 }
 
@@ -96,6 +129,9 @@ func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(
 			return fmt.Errorf("update %s: %w", t.expr, err)
 		}
 		out = v
+		if i := command.IdempotentOf(ctx); i != nil {
+			return answer(ctx, tx, i, &v)
+		}
 		return nil
 	})
 	return out, err

@@ -67,7 +67,7 @@ type RuleError struct {
 
 func (e *RuleError) Error() string { return e.Rule + ": " + e.Detail }
 
-// ConflictError is a write that lost a race or stated a stale version. It
+// ConflictError is a write that lost a race (or clashed with another). It
 // answers 409.
 type ConflictError struct {
 	Detail string
@@ -77,6 +77,19 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string { return "conflict: " + e.Detail }
+
+// VersionError is a write that stated the version it read, and the entity
+// has moved on since. It answers 409 (412 when the version came from
+// If-Match); the client reads the entity again.
+type VersionError struct {
+	Kind             string // e.g. "order"
+	ID               string
+	Expected, Actual int
+}
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("%s %s is at version %d, not %d; read it again and retry", e.Kind, e.ID, e.Actual, e.Expected)
+}
 
 // TransitionError is a status change that an aggregate's life cycle does
 // not allow. It answers 422 with the rule "<aggregate>.invalid_transition".

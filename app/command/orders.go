@@ -97,19 +97,14 @@ func (h OrderHandlers) Create(ctx context.Context, cmd CreateOrder) (Written, er
 	if err != nil {
 		return Written{}, err
 	}
-	var names map[string]string
 	out, err := h.tx.Run(ctx, cmd.Meta, func(ctx context.Context, s Session) error {
-		customer, err := checkCustomer(ctx, s, cmd.CustomerID)
-		if err != nil {
+		if _, err := checkCustomer(ctx, s, cmd.CustomerID); err != nil {
 			return err
 		}
-		names = map[string]string{cmd.CustomerID: customer}
 		s.AddOrder(o)
 		return nil
 	})
-	w := out.Of(o.ID())
-	w.Names = names
-	return w, err
+	return out.Of(o.ID()), err
 }
 
 // update runs fn on the target order in one transaction.
@@ -231,7 +226,7 @@ func (h OrderHandlers) Settle(ctx context.Context, cmd SettleOrder) (Written, er
 // checkVersion compares the version a client read with the stored one.
 func checkVersion(kind, id string, expected *int, actual int) error {
 	if expected != nil && *expected != actual {
-		return &apperr.ConflictError{Detail: fmt.Sprintf("%s %s is at version %d, not %d; read it again and retry", kind, id, actual, *expected)}
+		return &apperr.VersionError{Kind: kind, ID: id, Expected: *expected, Actual: actual}
 	}
 	return nil
 }

@@ -82,22 +82,17 @@ func (h ServiceRequestHandlers) Create(ctx context.Context, cmd CreateServiceReq
 	if err != nil {
 		return Written{}, err
 	}
-	var names map[string]string
 	out, err := h.tx.Run(ctx, cmd.Meta, func(ctx context.Context, s Session) error {
-		customer, err := checkCustomer(ctx, s, cmd.CustomerID)
-		if err != nil {
+		if _, err := checkCustomer(ctx, s, cmd.CustomerID); err != nil {
 			return err
 		}
 		if err := checkCatalogItem(ctx, s, cmd.Details.CatalogItemID); err != nil {
 			return err
 		}
-		names = map[string]string{cmd.CustomerID: customer}
 		s.AddServiceRequest(r)
 		return nil
 	})
-	w := out.Of(r.ID())
-	w.Names = names
-	return w, err
+	return out.Of(r.ID()), err
 }
 
 func (h ServiceRequestHandlers) update(ctx context.Context, t RequestTarget, fn func(ctx context.Context, s Session, r *servicerequest.Request) error) (Outcome, error) {

@@ -39,7 +39,8 @@ type Session interface {
 	Book(ctx context.Context, s *schedule.Schedule) error
 
 	// Customer returns the name of the merchant's customer; found is false
-	// when the merchant has no such customer.
+	// when the merchant has no such customer. The name is kept for the
+	// outcome (Outcome.Names), so the answer need not look it up again.
 	Customer(ctx context.Context, id string) (name string, found bool, err error)
 	// StaffActive reports whether the staff member exists and is active.
 	StaffActive(ctx context.Context, id string) (exists, active bool, err error)
@@ -52,7 +53,31 @@ type Session interface {
 type Outcome struct {
 	Streams  map[string]Written // by stream id
 	Position int64              // store position of the last event appended (or read)
+	// Names are the names of the reference records the transaction read,
+	// by id.
+	Names map[string]string
 }
 
-// Of returns what the transaction left of one stream.
-func (o Outcome) Of(id string) Written { return o.Streams[id] }
+// Of returns what the transaction left of one stream, with the names it
+// read.
+func (o Outcome) Of(id string) Written {
+	w := o.Streams[id]
+	w.Names = o.Names
+	return w
+}
+
+// OfType returns what the transaction left of its one stream of the type
+// (an order, a schedule); found is false when it touched none, or more
+// than one.
+func (o Outcome) OfType(streamType string) (w Written, found bool) {
+	for id, s := range o.Streams {
+		if len(s.Stream) == 0 || s.Stream[0].StreamType != streamType {
+			continue
+		}
+		if found {
+			return Written{}, false
+		}
+		w, found = o.Of(id), true
+	}
+	return w, found
+}

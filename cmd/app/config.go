@@ -43,6 +43,10 @@ type Config struct {
 	// ConsistencyTimeout bounds how long a GET waits for the position it
 	// names (CONSISTENCY_TIMEOUT, at most 30s). Defaults to 2s.
 	ConsistencyTimeout time.Duration
+	// IdempotencyKeep is how long an Idempotency-Key and its answer are
+	// kept, after which a retry with it runs as a new request
+	// (IDEMPOTENCY_KEEP, at least 24h). Defaults to 24h.
+	IdempotencyKeep time.Duration
 }
 
 // Modes.
@@ -81,6 +85,10 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	cfg.ConsistencyTimeout = duration("CONSISTENCY_TIMEOUT", 2*time.Second)
 	if cfg.ConsistencyTimeout > 30*time.Second {
 		errs = append(errs, fmt.Errorf("CONSISTENCY_TIMEOUT=%s: must be at most 30s", cfg.ConsistencyTimeout))
+	}
+	cfg.IdempotencyKeep = duration("IDEMPOTENCY_KEEP", 24*time.Hour)
+	if cfg.IdempotencyKeep < 24*time.Hour {
+		errs = append(errs, fmt.Errorf("IDEMPOTENCY_KEEP=%s: must be at least 24h, so that a client's retries within a day are safe", cfg.IdempotencyKeep))
 	}
 
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")

@@ -45,6 +45,7 @@ func TestLoadConfig(t *testing.T) {
 		DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: testDatabaseURL,
 		HTTPAddr: ":8080", Mode: ModeAll, LogFormat: "text", LogLevel: "info",
 		PollInterval: 100 * time.Millisecond, ShutdownTimeout: 20 * time.Second, ConsistencyTimeout: 2 * time.Second,
+		IdempotencyKeep: 24 * time.Hour,
 	}
 	with := func(change func(*Config)) Config {
 		c := defaults
@@ -69,11 +70,13 @@ func TestLoadConfig(t *testing.T) {
 				"DATABASE_URL": testDatabaseURL, "READMODEL_DATABASE_URL": "postgres://rm@db.example/reads",
 				"HTTP_ADDR": "127.0.0.1:9000", "MODE": "api", "LOG_FORMAT": "json", "LOG_LEVEL": "debug",
 				"POLL_INTERVAL": "250ms", "SHUTDOWN_TIMEOUT": "5s", "CONSISTENCY_TIMEOUT": "5s",
+				"IDEMPOTENCY_KEEP": "72h",
 			},
 			want: Config{
 				DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: "postgres://rm@db.example/reads",
 				HTTPAddr: "127.0.0.1:9000", Mode: ModeAPI, LogFormat: "json", LogLevel: "debug",
 				PollInterval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second, ConsistencyTimeout: 5 * time.Second,
+				IdempotencyKeep: 72 * time.Hour,
 			},
 		},
 		{
@@ -134,6 +137,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "zero POLL_INTERVAL", env: map[string]string{"POLL_INTERVAL": "0s"}, settings: []string{"POLL_INTERVAL"}},
 		{name: "POLL_INTERVAL without a unit", env: map[string]string{"POLL_INTERVAL": "100"}, settings: []string{"POLL_INTERVAL"}},
 		{name: "SHUTDOWN_TIMEOUT", env: map[string]string{"SHUTDOWN_TIMEOUT": "soon"}, settings: []string{"SHUTDOWN_TIMEOUT"}},
+		{name: "IDEMPOTENCY_KEEP under a day", env: map[string]string{"IDEMPOTENCY_KEEP": "23h"}, settings: []string{"IDEMPOTENCY_KEEP"}},
 		{
 			name:     "DATABASE_URL with a bad port",
 			env:      map[string]string{"DATABASE_URL": "postgres://bob:hunter2@localhost:notaport/db"},

@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 	"golang.org/x/sync/errgroup"
 
+	"hearth/adapters/idempotency"
 	"hearth/adapters/pubsub"
 	"hearth/adapters/readmodel"
 	"hearth/adapters/refdata"
@@ -90,6 +91,7 @@ type wiring struct {
 	parking     *pubsub.Parking
 	eventLog    *pubsub.EventLog
 	telemetry   *telemetry
+	idempotency *idempotency.Store
 	// retryInitial shortens the projections' retry budget in tests.
 	// Defaults to pubsub.RetryInitial.
 	retryInitial time.Duration
@@ -166,6 +168,9 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if w.eventLog, err = pubsub.NewEventLog(dbs.es); err != nil {
 		return wiring{}, err
 	}
+	if w.idempotency, err = idempotency.New(dbs.es.DB); err != nil {
+		return wiring{}, err
+	}
 	if w.telemetry, err = newTelemetry(dbs, w.projections, log); err != nil {
 		return wiring{}, err
 	}
@@ -216,6 +221,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Parked: w.parking, Rebuilds: rebuilds,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
+		Idempotency: w.idempotency,
 	})
 	if err != nil {
 		return err
@@ -240,6 +246,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer cancel()
 		return srv.Shutdown(shutdownCtx)
 	})
+	if cfg.Mode != ModeWorker {
+		g.Go(func() error {
+			w.idempotency.PruneLoop(gctx, cfg.IdempotencyKeep, idempotencyPruneEvery, idempotencyPruneBatch, func(err error) {
+				log.Warn("prune idempotency keys", "error", err)
+			})
+			return nil
+		})
+	}
 	if elector != nil {
 		g.Go(func() error {
 			return elector.Run(gctx, func(leadCtx context.Context, term int64) error {
@@ -251,6 +265,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("hearth stopped")
 	return err
 }
+
+// Idempotency keys older than IdempotencyKeep are deleted this often, in
+// batches of this many rows, so that no statement holds many locks.
+const (
+	idempotencyPruneEvery = 10 * time.Minute
+	idempotencyPruneBatch = 1000
+)
 
 // runProjections runs the projection pipeline on the event store es for one
 // leadership term (catch-up, then a fresh router woken by NOTIFY) until ctx

@@ -219,3 +219,35 @@ func TestOpenAPIServed(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/orders", nil))
 	require.Equal(t, http.StatusUnauthorized, rec.Code)
 }
+
+// Every write under /v1 takes an Idempotency-Key; the writes with entity
+// tags take If-Match, and their GETs If-None-Match (answering 304).
+func TestOpenAPIConditionalAndIdempotentHeaders(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadOpenAPI(t)
+	param := func(op openAPIOperation, name string) bool {
+		for _, p := range op.Parameters {
+			if p["$ref"] == "#/components/parameters/"+name {
+				return true
+			}
+		}
+		return false
+	}
+	writes := 0
+	for _, rt := range (&server{}).routes() {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		var op openAPIOperation
+		require.NoError(t, json.Unmarshal(doc.Paths[path][strings.ToLower(method)], &op), rt.pattern)
+		if isWrite(rt.pattern) {
+			writes++
+			require.True(t, param(op, "IdempotencyKey"), "%s takes Idempotency-Key", rt.pattern)
+			require.Equal(t, rt.etag, param(op, "IfMatch"), "%s: If-Match exactly where versions are", rt.pattern)
+			require.Contains(t, op.Responses, "412", rt.pattern)
+		}
+		if method == http.MethodGet && slices.Contains([]string{"/v1/orders/{id}", "/v1/service-requests/{id}", "/v1/schedules/{id}"}, path) {
+			require.True(t, param(op, "IfNoneMatch"), rt.pattern)
+			require.Contains(t, op.Responses, "304", rt.pattern)
+		}
+	}
+	require.Equal(t, 17, writes, "the writes under /v1")
+}

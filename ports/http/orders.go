@@ -1,76 +1,13 @@
 package httpport
 
 import (
-	"encoding/json"
-	"fmt"
 	"net/http"
-	"strconv"
 
 	"hearth/app/access"
 	"hearth/app/command"
-	"hearth/app/event"
 	"hearth/app/order"
 	"hearth/app/query"
 )
-
-// writeWritten answers a write with the resource as the command left it
-// (folded from its events, so it is exact before the read model catches up)
-// and the position a later read can ask to see (Consistency-Position).
-func writeWritten[V any, P interface {
-	*V
-	Apply(event.Recorded) error
-}](w http.ResponseWriter, status int, location string, out command.Written, named func(V) (V, error)) error {
-	view, err := query.Fold[V, P](out.Stream)
-	if err != nil {
-		return err
-	}
-	if view, err = named(view); err != nil {
-		return err
-	}
-	pos := strconv.FormatInt(out.Position, 10)
-	w.Header().Set("Consistency-Position", pos)
-	w.Header().Set("ETag", strconv.Quote(strconv.Itoa(len(out.Stream))))
-	if status == http.StatusCreated {
-		w.Header().Set("Location", location+"/"+idOf(out))
-	}
-	body, err := withPosition(view, pos)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, status, body)
-	return nil
-}
-
-func idOf(out command.Written) string {
-	if len(out.Stream) == 0 {
-		return ""
-	}
-	return out.Stream[0].StreamID
-}
-
-// withPosition is the view's JSON object with "position" added.
-func withPosition(view any, pos string) (json.RawMessage, error) {
-	b, err := json.Marshal(view)
-	if err != nil {
-		return nil, err
-	}
-	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
-		return nil, fmt.Errorf("view %T does not encode as a JSON object", view)
-	}
-	b = b[:len(b)-1]
-	if len(b) > 1 {
-		b = append(b, ',')
-	}
-	b = append(b, `"position":`...)
-	b = strconv.AppendQuote(b, pos)
-	return append(b, '}'), nil
-}
-
-func (s *server) writeOrder(w http.ResponseWriter, r *http.Request, status int, out command.Written) error {
-	return writeWritten[query.Order](w, status, "/v1/orders", out, func(v query.Order) (query.Order, error) {
-		return s.App.Queries.Orders.Named(r.Context(), scope(r), v, out.Names)
-	})
-}
 
 func scope(r *http.Request) query.Scope {
 	p := principal(r)
@@ -103,20 +40,25 @@ func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	written, err := s.App.Commands.Orders.Create(r.Context(), command.CreateOrder{
+	how := s.orderAnswer(r, http.StatusCreated)
+	written, err := s.App.Commands.Orders.Create(how.seal(r), command.CreateOrder{
 		Meta: s.meta(r), RequestID: in.RequestID, CustomerID: in.CustomerID, AmountCents: in.AmountCents,
 		Notes: in.Notes, ScheduledStartAt: start, ScheduledEndAt: end,
 	})
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, r, http.StatusCreated, written)
+	return how.reply(w, r, written)
 }
 
-// target reads the order id from the path; expected is the version the
-// client read, from the body's expected_version.
-func (s *server) target(r *http.Request, expected *int) (command.OrderTarget, error) {
+// target reads the order id from the path and the version the client
+// read, from If-Match or the body's expected_version.
+func (s *server) target(r *http.Request, fromBody *int) (command.OrderTarget, error) {
 	id, err := pathID(r)
+	if err != nil {
+		return command.OrderTarget{}, err
+	}
+	expected, err := expectedVersion(r, fromBody)
 	if err != nil {
 		return command.OrderTarget{}, err
 	}
@@ -139,13 +81,14 @@ func (s *server) updateOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	written, err := s.App.Commands.Orders.UpdateDetails(r.Context(), command.UpdateOrderDetails{
+	how := s.orderAnswer(r, http.StatusOK)
+	written, err := s.App.Commands.Orders.UpdateDetails(how.seal(r), command.UpdateOrderDetails{
 		OrderTarget: t, CustomerID: in.CustomerID, AmountCents: in.AmountCents, Notes: in.Notes,
 	})
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, r, http.StatusOK, written)
+	return how.reply(w, r, written)
 }
 
 type statusInput struct {
@@ -162,11 +105,12 @@ func (s *server) changeOrderStatus(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	written, err := s.App.Commands.Orders.ChangeStatus(r.Context(), command.ChangeOrderStatus{OrderTarget: t, Status: in.Status})
+	how := s.orderAnswer(r, http.StatusOK)
+	written, err := s.App.Commands.Orders.ChangeStatus(how.seal(r), command.ChangeOrderStatus{OrderTarget: t, Status: in.Status})
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, r, http.StatusOK, written)
+	return how.reply(w, r, written)
 }
 
 type cancelInput struct {
@@ -183,11 +127,12 @@ func (s *server) cancelOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	written, err := s.App.Commands.Orders.Cancel(r.Context(), command.CancelOrder{OrderTarget: t, Reason: in.Reason})
+	how := s.orderAnswer(r, http.StatusOK)
+	written, err := s.App.Commands.Orders.Cancel(how.seal(r), command.CancelOrder{OrderTarget: t, Reason: in.Reason})
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, r, http.StatusOK, written)
+	return how.reply(w, r, written)
 }
 
 type assignmentInput struct {
@@ -222,11 +167,12 @@ func (s *server) assignOrder(w http.ResponseWriter, r *http.Request) error {
 	if end != nil {
 		cmd.EndAt = *end
 	}
-	written, err := s.App.Commands.Orders.Assign(r.Context(), cmd)
+	how := s.orderAnswer(r, http.StatusOK)
+	written, err := s.App.Commands.Orders.Assign(how.seal(r), cmd)
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, r, http.StatusOK, written)
+	return how.reply(w, r, written)
 }
 
 type settlementInput struct {
@@ -251,14 +197,15 @@ func (s *server) settleOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	written, err := s.App.Commands.Orders.Settle(r.Context(), command.SettleOrder{
+	how := s.orderAnswer(r, http.StatusOK)
+	written, err := s.App.Commands.Orders.Settle(how.seal(r), command.SettleOrder{
 		OrderTarget: t, SettlementStatus: in.SettlementStatus, PaidAmountCents: in.PaidAmountCents,
 		PaymentMethod: in.PaymentMethod, PaidAt: paidAt, SettlementNote: in.SettlementNote,
 	})
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, r, http.StatusOK, written)
+	return how.reply(w, r, written)
 }
 
 func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
@@ -270,7 +217,9 @@ func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("ETag", strconv.Quote(strconv.Itoa(o.Version)))
+	if notModified(w, r, o.Version) {
+		return nil
+	}
 	writeJSON(w, http.StatusOK, o)
 	return nil
 }

@@ -51,6 +51,9 @@ func malformed(field, format string, args ...any) *badRequest {
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		bad      *badRequest
+		version  *apperr.VersionError
+		precond  *preconditionFailed
+		idem     *idempotencyError
 		invalid  *apperr.ValidationError
 		rule     *apperr.RuleError
 		conflict *apperr.ConflictError
@@ -62,6 +65,18 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &bad):
 		p = newProblem(http.StatusBadRequest, bad.slug, bad.detail)
 		p.Errors = bad.fields
+	case errors.As(err, &precond):
+		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", precond.detail)
+	case errors.As(err, &version) && r.Header.Get("If-Match") != "":
+		w.Header().Set("ETag", etag(version.Actual))
+		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", version.Error())
+	case errors.As(err, &version):
+		p = newProblem(http.StatusConflict, "conflict", version.Error())
+	case errors.As(err, &idem):
+		if idem.status == http.StatusConflict {
+			w.Header().Set("Retry-After", "1")
+		}
+		p = newProblem(idem.status, idem.slug, idem.detail)
 	case errors.As(err, &tooBig):
 		p = newProblem(http.StatusRequestEntityTooLarge, "body-too-large",
 			fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit))

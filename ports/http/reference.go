@@ -35,13 +35,12 @@ func (rs records[T, P, In]) post(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	v, err := rs.cmd.Create(r.Context(), principal(r).MerchantID, rs.create(in), rs.s.Now())
+	how := recordAnswerer(http.StatusCreated, func(v *T) string { return rs.path + "/" + *P(v).Key().ID })
+	v, err := rs.cmd.Create(how.seal(r), principal(r).MerchantID, rs.create(in), rs.s.Now())
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Location", rs.path+"/"+*P(&v).Key().ID)
-	writeJSON(w, http.StatusCreated, v)
-	return nil
+	return how.reply(w, r, &v)
 }
 
 func (rs records[T, P, In]) get(w http.ResponseWriter, r *http.Request) error {
@@ -84,12 +83,12 @@ func (rs records[T, P, In]) update(w http.ResponseWriter, r *http.Request) error
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	v, err := rs.cmd.Update(r.Context(), principal(r).MerchantID, id, func(v *T) { rs.patch(in, v) }, rs.s.Now())
+	how := recordAnswerer[T](http.StatusOK, nil)
+	v, err := rs.cmd.Update(how.seal(r), principal(r).MerchantID, id, func(v *T) { rs.patch(in, v) }, rs.s.Now())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
+	return how.reply(w, r, &v)
 }
 
 func set[V any](dst *V, src *V) {

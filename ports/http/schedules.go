@@ -18,17 +18,20 @@ func (s *server) changeScheduleStatus(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	cmd := command.ChangeScheduleStatus{Meta: s.meta(r), ScheduleID: id, ExpectedVersion: in.ExpectedVersion, Status: in.Status}
-	if p := principal(r); p.Role == access.Worker {
-		cmd.WorkerStaffID = p.StaffID
-	}
-	out, err := s.App.Commands.Schedules.ChangeStatus(r.Context(), cmd)
+	expected, err := expectedVersion(r, in.ExpectedVersion)
 	if err != nil {
 		return err
 	}
-	return writeWritten[query.Schedule](w, http.StatusOK, "/v1/schedules", out, func(v query.Schedule) (query.Schedule, error) {
-		return s.App.Queries.Schedules.Named(r.Context(), scope(r), v, out.Names)
-	})
+	cmd := command.ChangeScheduleStatus{Meta: s.meta(r), ScheduleID: id, ExpectedVersion: expected, Status: in.Status}
+	if p := principal(r); p.Role == access.Worker {
+		cmd.WorkerStaffID = p.StaffID
+	}
+	how := s.scheduleAnswer(r)
+	out, err := s.App.Commands.Schedules.ChangeStatus(how.seal(r), cmd)
+	if err != nil {
+		return err
+	}
+	return how.reply(w, r, out)
 }
 
 func (s *server) getSchedule(w http.ResponseWriter, r *http.Request) error {
@@ -39,6 +42,9 @@ func (s *server) getSchedule(w http.ResponseWriter, r *http.Request) error {
 	v, err := s.App.Queries.Schedules.Get(r.Context(), scope(r), id)
 	if err != nil {
 		return err
+	}
+	if notModified(w, r, v.Version) {
+		return nil
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil

@@ -4,6 +4,7 @@
 package httpport
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,11 +60,26 @@ type Config struct {
 	Consistency Consistency
 	// ConsistencyTimeout bounds that wait. Defaults to 2s.
 	ConsistencyTimeout time.Duration
+	// Idempotency keeps Idempotency-Key records. Optional: without it the
+	// header is ignored (tests of other things).
+	Idempotency Idempotency
+	// IdempotencyWait bounds how long a repeat waits for the answer of an
+	// attempt still running with its key, before 409. Defaults to 5s.
+	IdempotencyWait time.Duration
+	// IdempotencyLease is how long an attempt holds its key before a retry
+	// may take it over (its process died). Longer than any write runs.
+	// Defaults to 1m.
+	IdempotencyLease time.Duration
+	// IdempotencyMaxInFlight caps the idempotent writes running at once:
+	// each holds a connection while it renders its answer, which may take
+	// another, so the cap stays below the pool's size. Defaults to 8.
+	IdempotencyMaxInFlight int
 }
 
 type server struct {
 	Config
-	log *slog.Logger
+	log             *slog.Logger
+	idempotentSlots chan struct{}
 }
 
 // NewHandler returns the HTTP handler of the whole API.
@@ -86,13 +102,23 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Ready == nil {
 		cfg.Ready = func(context.Context) (map[string]any, error) { return map[string]any{}, nil }
 	}
-	s := &server{Config: cfg, log: cfg.Log.With("component", "http")}
+	cfg.IdempotencyWait = cmp.Or(cfg.IdempotencyWait, 5*time.Second)
+	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
+	cfg.IdempotencyMaxInFlight = cmp.Or(cfg.IdempotencyMaxInFlight, 8)
+	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: make(chan struct{}, cfg.IdempotencyMaxInFlight)}
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
 		if (rt.api && !cfg.APIEnabled) || (len(rt.roles) > 0 && cfg.Auth == nil) {
 			continue
 		}
-		mux.Handle(rt.pattern, s.auth(rt.roles...)(rt.handle))
+		h := rt.handle
+		if rt.api && isWrite(rt.pattern) {
+			if !rt.etag {
+				h = noIfMatch(h)
+			}
+			h = s.idempotent(h)
+		}
+		mux.Handle(rt.pattern, s.auth(rt.roles...)(h))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))
@@ -109,6 +135,14 @@ type route struct {
 	roles   []access.Role
 	handle  handlerFunc
 	api     bool // under /v1: not served in worker mode
+	etag    bool // a write to a resource with an entity tag: If-Match applies
+}
+
+// isWrite reports whether a route's method writes: those take an
+// Idempotency-Key.
+func isWrite(pattern string) bool {
+	method, path, _ := strings.Cut(pattern, " ")
+	return strings.HasPrefix(path, "/v1/") && (method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch)
 }
 
 // routes lists every route the server serves.
@@ -118,6 +152,11 @@ func (s *server) routes() []route {
 	admin := []access.Role{access.Admin}
 	v1 := func(pattern string, roles []access.Role, h handlerFunc) route {
 		return route{pattern: pattern, roles: roles, handle: h, api: true}
+	}
+	// versioned is a write to an aggregate that states its version
+	// (If-Match or expected_version).
+	versioned := func(pattern string, roles []access.Role, h handlerFunc) route {
+		return route{pattern: pattern, roles: roles, handle: h, api: true, etag: true}
 	}
 	rts := []route{
 		{pattern: "GET /healthz", handle: s.healthz},
@@ -135,21 +174,21 @@ func (s *server) routes() []route {
 		v1("POST /v1/service-requests", op, s.createServiceRequest),
 		v1("GET /v1/service-requests", op, s.listServiceRequests),
 		v1("GET /v1/service-requests/{id}", op, s.parkedHeader("service_requests", s.getServiceRequest)),
-		v1("PATCH /v1/service-requests/{id}", op, s.updateServiceRequest),
-		v1("POST /v1/service-requests/{id}/status", op, s.changeServiceRequestStatus),
-		v1("POST /v1/service-requests/{id}/convert", op, s.convertServiceRequest),
+		versioned("PATCH /v1/service-requests/{id}", op, s.updateServiceRequest),
+		versioned("POST /v1/service-requests/{id}/status", op, s.changeServiceRequestStatus),
+		versioned("POST /v1/service-requests/{id}/convert", op, s.convertServiceRequest),
 		v1("GET /v1/schedules", opOrWorker, s.listSchedules),
 		v1("GET /v1/schedules/{id}", opOrWorker, s.parkedHeader("schedules", s.getSchedule)),
-		v1("POST /v1/schedules/{id}/status", opOrWorker, s.changeScheduleStatus),
+		versioned("POST /v1/schedules/{id}/status", opOrWorker, s.changeScheduleStatus),
 		v1("POST /v1/orders", op, s.createOrder),
 		v1("GET /v1/orders", opOrWorker, s.listOrders),
 		v1("GET /v1/orders/{id}", opOrWorker, s.parkedHeader("orders", s.getOrder)),
 		v1("GET /v1/orders/{id}/changes", opOrWorker, s.orderChanges),
-		v1("PATCH /v1/orders/{id}", op, s.updateOrder),
-		v1("POST /v1/orders/{id}/status", op, s.changeOrderStatus),
-		v1("POST /v1/orders/{id}/cancel", op, s.cancelOrder),
-		v1("PUT /v1/orders/{id}/assignment", op, s.assignOrder),
-		v1("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
+		versioned("PATCH /v1/orders/{id}", op, s.updateOrder),
+		versioned("POST /v1/orders/{id}/status", op, s.changeOrderStatus),
+		versioned("POST /v1/orders/{id}/cancel", op, s.cancelOrder),
+		versioned("PUT /v1/orders/{id}/assignment", op, s.assignOrder),
+		versioned("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
 		v1("GET /admin/parked", admin, s.configured(s.Parked != nil, s.listParked)),
 		v1("POST /admin/parked/replay", admin, s.configured(s.Parked != nil, s.replayAllParked)),
 		v1("GET /admin/parked/{projection}/{id}", admin, s.configured(s.Parked != nil, s.getParked)),

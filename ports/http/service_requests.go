@@ -29,12 +29,6 @@ func (in serviceRequestInput) appointment() (start, end *time.Time, err error) {
 	return start, end, err
 }
 
-func (s *server) writeRequest(w http.ResponseWriter, r *http.Request, status int, out command.Written) error {
-	return writeWritten[query.ServiceRequest](w, status, "/v1/service-requests", out, func(v query.ServiceRequest) (query.ServiceRequest, error) {
-		return s.App.Queries.ServiceRequests.Named(r.Context(), scope(r), v, out.Names)
-	})
-}
-
 func (s *server) createServiceRequest(w http.ResponseWriter, r *http.Request) error {
 	var in serviceRequestInput
 	if err := decode(r, &in); err != nil {
@@ -51,7 +45,8 @@ func (s *server) createServiceRequest(w http.ResponseWriter, r *http.Request) er
 	if source == "" {
 		source = "manual"
 	}
-	out, err := s.App.Commands.ServiceRequests.Create(r.Context(), command.CreateServiceRequest{
+	how := s.requestAnswer(r, http.StatusCreated)
+	out, err := s.App.Commands.ServiceRequests.Create(how.seal(r), command.CreateServiceRequest{
 		Meta: s.meta(r), CustomerID: deref(in.CustomerID), Source: source,
 		Details: servicerequest.Details{CatalogItemID: deref(in.CatalogItemID), Content: deref(in.Content),
 			AppointmentStartAt: start, AppointmentEndAt: end, Notes: deref(in.Notes)},
@@ -59,11 +54,15 @@ func (s *server) createServiceRequest(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	return s.writeRequest(w, r, http.StatusCreated, out)
+	return how.reply(w, r, out)
 }
 
 func (s *server) requestTarget(r *http.Request, expected *int) (command.RequestTarget, error) {
 	id, err := pathID(r)
+	if err != nil {
+		return command.RequestTarget{}, err
+	}
+	expected, err = expectedVersion(r, expected)
 	if err != nil {
 		return command.RequestTarget{}, err
 	}
@@ -89,14 +88,15 @@ func (s *server) updateServiceRequest(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	out, err := s.App.Commands.ServiceRequests.UpdateDetails(r.Context(), command.UpdateServiceRequest{
+	how := s.requestAnswer(r, http.StatusOK)
+	out, err := s.App.Commands.ServiceRequests.UpdateDetails(how.seal(r), command.UpdateServiceRequest{
 		RequestTarget: t, CatalogItemID: in.CatalogItemID, Content: in.Content,
 		AppointmentStartAt: start, AppointmentEndAt: end, Notes: in.Notes,
 	})
 	if err != nil {
 		return err
 	}
-	return s.writeRequest(w, r, http.StatusOK, out)
+	return how.reply(w, r, out)
 }
 
 func (s *server) changeServiceRequestStatus(w http.ResponseWriter, r *http.Request) error {
@@ -108,11 +108,12 @@ func (s *server) changeServiceRequestStatus(w http.ResponseWriter, r *http.Reque
 	if err != nil {
 		return err
 	}
-	out, err := s.App.Commands.ServiceRequests.ChangeStatus(r.Context(), command.ChangeServiceRequestStatus{RequestTarget: t, Status: in.Status})
+	how := s.requestAnswer(r, http.StatusOK)
+	out, err := s.App.Commands.ServiceRequests.ChangeStatus(how.seal(r), command.ChangeServiceRequestStatus{RequestTarget: t, Status: in.Status})
 	if err != nil {
 		return err
 	}
-	return s.writeRequest(w, r, http.StatusOK, out)
+	return how.reply(w, r, out)
 }
 
 type convertInput struct {
@@ -132,11 +133,12 @@ func (s *server) convertServiceRequest(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	out, err := s.App.Commands.ServiceRequests.Convert(r.Context(), t)
+	how := s.orderAnswer(r, http.StatusCreated)
+	out, err := s.App.Commands.ServiceRequests.Convert(how.seal(r), t)
 	if err != nil {
 		return err
 	}
-	return s.writeOrder(w, r, http.StatusCreated, out)
+	return how.reply(w, r, out)
 }
 
 func (s *server) getServiceRequest(w http.ResponseWriter, r *http.Request) error {
@@ -147,6 +149,9 @@ func (s *server) getServiceRequest(w http.ResponseWriter, r *http.Request) error
 	v, err := s.App.Queries.ServiceRequests.Get(r.Context(), scope(r), id)
 	if err != nil {
 		return err
+	}
+	if notModified(w, r, v.Version) {
+		return nil
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil

@@ -1,0 +1,184 @@
+// Package idempotency keeps the Idempotency-Key records of writes in the
+// event-store database (table idempotency_keys, migration eventstore/005).
+//
+// A record goes through two states. Claimed: one attempt holds it (a random
+// token and a lease); no answer yet. Answered: the write's answer (status,
+// headers, body), stored by hearth_idempotency_complete in the transaction
+// of the write itself, which checks that the token is still the holder's. An
+// attempt whose lease expired (its process died) can be taken over by a
+// retry; the old attempt's write then fails at its commit, so a key never
+// writes twice.
+package idempotency
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"hearth/app/apperr"
+	"hearth/app/command"
+	"hearth/app/uuid"
+)
+
+// CompleteSQL stores an attempt's answer in the caller's transaction; its
+// arguments are CompleteArgs. It fails with SQLSTATE HI001 (see TakenOver)
+// when the attempt no longer holds the key.
+const CompleteSQL = `SELECT hearth_idempotency_complete($1, $2, $3, $4, $5, $6)`
+
+// CompleteArgs are CompleteSQL's arguments for attempt i and its answer.
+func CompleteArgs(i *command.Idempotent, a command.Answer) ([]any, error) {
+	header, err := json.Marshal(a.Header)
+	if err != nil {
+		return nil, fmt.Errorf("idempotent answer headers: %w", err)
+	}
+	return []any{i.MerchantID, i.Key, i.Token, a.Status, string(header), a.Body}, nil
+}
+
+// TakenOver maps the failure of CompleteSQL to command.ErrKeyTakenOver;
+// other errors pass through.
+func TakenOver(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "HI001" {
+		return fmt.Errorf("%w: %s", command.ErrKeyTakenOver, pgErr.Message)
+	}
+	return err
+}
+
+// Store keeps the records.
+type Store struct {
+	db *sql.DB
+}
+
+// New returns a store on the event-store database.
+func New(db *sql.DB) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("idempotency.New: nil db")
+	}
+	return &Store{db: db}, nil
+}
+
+// Claim makes the attempt the holder of the merchant's key for lease: a new
+// record, or one whose holder's lease has expired without an answer (and
+// whose fingerprint is the same). It returns the new token, or "" when
+// another attempt holds the key or has answered it (Get tells which).
+func (s *Store) Claim(ctx context.Context, merchantID, key string, fingerprint []byte, lease time.Duration) (string, error) {
+	token := uuid.New()
+	// $n text: prepared once per connection. A conflicting row that another
+	// transaction is inserting or answering makes this wait for it, then
+	// decide on what it committed.
+	var got string
+	err := s.db.QueryRowContext(ctx, `
+		INSERT INTO idempotency_keys (merchant_id, key, fingerprint, token, locked_until)
+		VALUES ($1, $2, $3, $4, now() + $5 * interval '1 millisecond')
+		ON CONFLICT (merchant_id, key) DO UPDATE
+		   SET token = excluded.token, locked_until = excluded.locked_until
+		 WHERE idempotency_keys.status IS NULL
+		   AND idempotency_keys.locked_until < now()
+		   AND idempotency_keys.fingerprint = excluded.fingerprint
+		RETURNING token`, merchantID, key, fingerprint, token, lease.Milliseconds()).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("claim idempotency key: %w", err)
+	}
+	return got, nil
+}
+
+// Get reads the merchant's key; apperr.ErrNotFound when there is none (or
+// its holder released it).
+func (s *Store) Get(ctx context.Context, merchantID, key string) (command.IdempotencyRecord, error) {
+	var rec command.IdempotencyRecord
+	var status sql.NullInt32
+	var header []byte
+	var body []byte
+	err := s.db.QueryRowContext(ctx, `
+		SELECT fingerprint, locked_until, status, header, body FROM idempotency_keys
+		WHERE merchant_id = $1 AND key = $2`, merchantID, key).Scan(&rec.Fingerprint, &rec.LockedUntil, &status, &header, &body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return command.IdempotencyRecord{}, apperr.ErrNotFound
+	}
+	if err != nil {
+		return command.IdempotencyRecord{}, fmt.Errorf("read idempotency key: %w", err)
+	}
+	if status.Valid {
+		a := command.Answer{Status: int(status.Int32), Body: body}
+		if err := json.Unmarshal(header, &a.Header); err != nil {
+			return command.IdempotencyRecord{}, fmt.Errorf("idempotency key %q: stored headers: %w", key, err)
+		}
+		rec.Answer = &a
+	}
+	return rec, nil
+}
+
+// Complete stores the answer of an attempt that wrote nothing (a refused
+// write), on its own; command.ErrKeyTakenOver when the attempt no longer
+// holds the key.
+func (s *Store) Complete(ctx context.Context, i *command.Idempotent, a command.Answer) error {
+	args, err := CompleteArgs(i, a)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, CompleteSQL, args...); err != nil {
+		return fmt.Errorf("store idempotent answer: %w", TakenOver(err))
+	}
+	return nil
+}
+
+// Release gives up an attempt's claim without an answer (a failure the
+// client may retry), so the next attempt with the key runs the write.
+func (s *Store) Release(ctx context.Context, i *command.Idempotent) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE merchant_id = $1 AND key = $2 AND token = $3 AND status IS NULL`,
+		i.MerchantID, i.Key, i.Token)
+	if err != nil {
+		return fmt.Errorf("release idempotency key: %w", err)
+	}
+	return nil
+}
+
+// Prune deletes up to batch records created more than keep ago, oldest
+// first, and returns how many it deleted. Rows another transaction holds are
+// skipped, not waited for.
+func (s *Store) Prune(ctx context.Context, keep time.Duration, batch int) (int, error) {
+	res, err := s.db.ExecContext(ctx, `
+		DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
+			SELECT ctid FROM idempotency_keys
+			WHERE created_at < now() - $1 * interval '1 millisecond'
+			ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`, keep.Milliseconds(), batch)
+	if err != nil {
+		return 0, fmt.Errorf("prune idempotency keys: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// PruneLoop prunes every interval until ctx ends, in batches of batch rows
+// until a batch comes back short. Errors are logged through onError and the
+// loop goes on.
+func (s *Store) PruneLoop(ctx context.Context, keep, interval time.Duration, batch int, onError func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		for {
+			callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			n, err := s.Prune(callCtx, keep, batch)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				onError(err)
+			}
+			if err != nil || n < batch {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package httpport
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"hearth/app/command"
+	"hearth/app/event"
+	"hearth/app/order"
+	"hearth/app/query"
+	"hearth/app/schedule"
+	"hearth/app/servicerequest"
+)
+
+// answerer answers one kind of write. With an Idempotency-Key, the store
+// renders the answer inside the write's transaction (seal) and stores it
+// there; reply then sends exactly that answer. Without one, reply renders
+// it after the write.
+type answerer[R any] struct {
+	// pick turns what the store wrote (a command.Outcome, or a reference
+	// record) into what render takes.
+	pick   func(result any) (R, error)
+	render func(ctx context.Context, result R) (command.Answer, error)
+}
+
+// seal returns the context to run the write in: the request's, with the
+// idempotent attempt (if any) told how to render the answer.
+func (a answerer[R]) seal(r *http.Request) context.Context {
+	if i := idempotentOf(r); i != nil {
+		i.Render = func(ctx context.Context, result any) (command.Answer, error) {
+			picked, err := a.pick(result)
+			if err != nil {
+				return command.Answer{}, err
+			}
+			return a.render(ctx, picked)
+		}
+	}
+	return r.Context()
+}
+
+// reply sends the answer of a write that succeeded with result.
+func (a answerer[R]) reply(w http.ResponseWriter, r *http.Request, result R) error {
+	if i := idempotentOf(r); i != nil && i.Answered() != nil {
+		writeAnswer(w, *i.Answered())
+		return nil
+	}
+	ans, err := a.render(r.Context(), result)
+	if err != nil {
+		return err
+	}
+	writeAnswer(w, ans)
+	return nil
+}
+
+// writtenAnswerer answers an event-sourced write with the resource of type
+// V as the command left it (folded from its events, so it is exact before
+// the read model catches up) and the position a later read can ask to see
+// (Consistency-Position). named joins the reference names into the view.
+func writtenAnswerer[V any, P interface {
+	*V
+	Apply(event.Recorded) error
+}](streamType string, status int, location string, named func(ctx context.Context, v V, names map[string]string) (V, error)) answerer[command.Written] {
+	return answerer[command.Written]{
+		pick: func(result any) (command.Written, error) {
+			out, ok := result.(command.Outcome)
+			if !ok {
+				return command.Written{}, fmt.Errorf("answer of a %s write: got a %T, not an outcome", streamType, result)
+			}
+			w, found := out.OfType(streamType)
+			if !found {
+				return command.Written{}, fmt.Errorf("answer of a %s write: the outcome has no single %s", streamType, streamType)
+			}
+			return w, nil
+		},
+		render: func(ctx context.Context, out command.Written) (command.Answer, error) {
+			view, err := query.Fold[V, P](out.Stream)
+			if err != nil {
+				return command.Answer{}, err
+			}
+			if view, err = named(ctx, view, out.Names); err != nil {
+				return command.Answer{}, err
+			}
+			pos := strconv.FormatInt(out.Position, 10)
+			header := map[string]string{HeaderPosition: pos, "ETag": etag(len(out.Stream))}
+			if status == http.StatusCreated {
+				header["Location"] = location + "/" + idOf(out)
+			}
+			body, err := withPosition(view, pos)
+			if err != nil {
+				return command.Answer{}, err
+			}
+			return jsonAnswer(status, body, header)
+		},
+	}
+}
+
+func (s *server) orderAnswer(r *http.Request, status int) answerer[command.Written] {
+	return writtenAnswerer[query.Order](order.StreamType, status, "/v1/orders",
+		func(ctx context.Context, v query.Order, names map[string]string) (query.Order, error) {
+			return s.App.Queries.Orders.Named(ctx, scope(r), v, names)
+		})
+}
+
+func (s *server) requestAnswer(r *http.Request, status int) answerer[command.Written] {
+	return writtenAnswerer[query.ServiceRequest](servicerequest.StreamType, status, "/v1/service-requests",
+		func(ctx context.Context, v query.ServiceRequest, names map[string]string) (query.ServiceRequest, error) {
+			return s.App.Queries.ServiceRequests.Named(ctx, scope(r), v, names)
+		})
+}
+
+func (s *server) scheduleAnswer(r *http.Request) answerer[command.Written] {
+	return writtenAnswerer[query.Schedule](schedule.StreamType, http.StatusOK, "/v1/schedules",
+		func(ctx context.Context, v query.Schedule, names map[string]string) (query.Schedule, error) {
+			return s.App.Queries.Schedules.Named(ctx, scope(r), v, names)
+		})
+}
+
+// recordAnswerer answers a reference-record write with the record.
+func recordAnswerer[T any](status int, location func(*T) string) answerer[*T] {
+	return answerer[*T]{
+		pick: func(result any) (*T, error) {
+			v, ok := result.(*T)
+			if !ok {
+				return nil, fmt.Errorf("answer of a record write: got a %T, not a %T", result, v)
+			}
+			return v, nil
+		},
+		render: func(_ context.Context, v *T) (command.Answer, error) {
+			var header map[string]string
+			if location != nil {
+				header = map[string]string{"Location": location(v)}
+			}
+			return jsonAnswer(status, v, header)
+		},
+	}
+}
+
+func idOf(out command.Written) string {
+	if len(out.Stream) == 0 {
+		return ""
+	}
+	return out.Stream[0].StreamID
+}
+
+// withPosition is the view's JSON object with "position" added.
+func withPosition(view any, pos string) (json.RawMessage, error) {
+	b, err := json.Marshal(view)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return nil, fmt.Errorf("view %T does not encode as a JSON object", view)
+	}
+	b = b[:len(b)-1]
+	if len(b) > 1 {
+		b = append(b, ',')
+	}
+	b = append(b, `"position":`...)
+	b = strconv.AppendQuote(b, pos)
+	return append(b, '}'), nil
+}
+
+// jsonAnswer is a JSON answer, encoded as writeJSON encodes it.
+func jsonAnswer(status int, v any, header map[string]string) (command.Answer, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return command.Answer{}, err
+	}
+	h := map[string]string{"Content-Type": "application/json"}
+	for k, v := range header {
+		h[k] = v
+	}
+	return command.Answer{Status: status, Header: h, Body: append(body, '\n')}, nil
+}
+
+func writeAnswer(w http.ResponseWriter, a command.Answer) {
+	for k, v := range a.Header {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(a.Status)
+	_, _ = w.Write(a.Body) // the client went away; nobody reads an answer
+}

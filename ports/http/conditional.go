@@ -1,0 +1,75 @@
+package httpport
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Conditional requests (RFC 9110, section 13). The entity tag of an order,
+// a service request or a schedule is its version, as a strong tag ("3"):
+// it changes with every event of the aggregate. Names joined into the view
+// (customer, staff, catalog item) are not part of it.
+
+// etag is the entity tag of a version.
+func etag(version int) string { return strconv.Quote(strconv.Itoa(version)) }
+
+// notModified answers 304 when the request's If-None-Match names the
+// resource's current tag (weak comparison, or "*"); the caller sends the
+// resource otherwise. It sets the ETag header either way.
+func notModified(w http.ResponseWriter, r *http.Request, version int) bool {
+	tag := etag(version)
+	w.Header().Set("ETag", tag)
+	header := r.Header.Get("If-None-Match")
+	if header == "" {
+		return false
+	}
+	for _, t := range strings.Split(header, ",") {
+		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+		if t == "*" || t == tag {
+			w.WriteHeader(http.StatusNotModified)
+			return true
+		}
+	}
+	return false
+}
+
+// expectedVersion is the version a write states, from If-Match or the
+// body's expected_version (nil: none). If-Match takes one strong tag or
+// "*" (any version); given both, they must agree.
+func expectedVersion(r *http.Request, fromBody *int) (*int, error) {
+	header := strings.TrimSpace(r.Header.Get("If-Match"))
+	if header == "" || header == "*" {
+		return fromBody, nil
+	}
+	v, err := strconv.Unquote(header)
+	n, convErr := strconv.Atoi(v)
+	if strings.HasPrefix(header, "W/") {
+		return nil, &preconditionFailed{detail: "If-Match needs a strong entity tag, such as \"3\"; a weak tag never matches"}
+	}
+	if err != nil || convErr != nil || n < 0 || v != strconv.Itoa(n) || !strings.HasPrefix(header, `"`) {
+		return nil, malformed("If-Match", "must be one entity tag as an ETag header gave it, such as \"3\", or *; got %q", header)
+	}
+	if fromBody != nil && *fromBody != n {
+		return nil, malformed("If-Match", "names version %d, but expected_version is %d; send one of them", n, *fromBody)
+	}
+	return &n, nil
+}
+
+// preconditionFailed is an If-Match that does not match: 412.
+type preconditionFailed struct {
+	detail string
+}
+
+func (e *preconditionFailed) Error() string { return e.detail }
+
+// noIfMatch refuses If-Match on writes to resources without entity tags
+// (creates, reference records): no tag but "*" can match them.
+func noIfMatch(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if v := strings.TrimSpace(r.Header.Get("If-Match")); v != "" && v != "*" {
+			return &preconditionFailed{detail: "If-Match: this resource has no entity tag; only orders, service requests and schedules do"}
+		}
+		return h(w, r)
+	}
+}

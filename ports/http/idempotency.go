@@ -1,0 +1,267 @@
+package httpport
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"hearth/app/apperr"
+	"hearth/app/command"
+)
+
+// HeaderIdempotencyKey makes a POST, PUT or PATCH under /v1 safe to retry.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// headerReplayed marks an answer replayed from an earlier attempt.
+const headerReplayed = "Idempotent-Replayed"
+
+// Idempotency keeps the records of idempotency keys (adapters/idempotency).
+type Idempotency interface {
+	Claim(ctx context.Context, merchantID, key string, fingerprint []byte, lease time.Duration) (token string, err error)
+	Get(ctx context.Context, merchantID, key string) (command.IdempotencyRecord, error)
+	Complete(ctx context.Context, i *command.Idempotent, a command.Answer) error
+	Release(ctx context.Context, i *command.Idempotent) error
+}
+
+// storedHeaders are the headers of an answer that are stored with it and
+// replayed; the others (correlation id, rate limits) belong to each request.
+var storedHeaders = []string{"Content-Type", "Location", "ETag", HeaderPosition}
+
+// idempotent runs a write at most once per Idempotency-Key of the merchant:
+// the first attempt claims the key, the write stores its answer in its own
+// transaction, and a repeat with the same key and body is answered from
+// there. A repeat while the first attempt runs waits for its answer, up to
+// IdempotencyWait, then answers 409 idempotency-in-progress; the same key
+// with another body (or another route) is 422 idempotency-key-reused.
+//
+// Answers below 500 are kept, except 409 (a race the client may retry) and
+// 429; a 409, a 5xx or a client gone away releases the key, so a retry with
+// it runs the write again.
+func (s *server) idempotent(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		keys := r.Header.Values(HeaderIdempotencyKey)
+		if len(keys) == 0 || s.Idempotency == nil {
+			return h(w, r)
+		}
+		key, err := checkIdempotencyKey(keys)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return err // too large: 413
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		fp := fingerprint(r.Method, r.URL.Path, body)
+		merchantID := principal(r).MerchantID
+		for {
+			token, replay, err := s.claimKey(r.Context(), merchantID, key, fp)
+			if err != nil {
+				return err
+			}
+			if replay != nil {
+				w.Header().Set(headerReplayed, "true")
+				writeAnswer(w, *replay)
+				return nil
+			}
+			i := &command.Idempotent{MerchantID: merchantID, Key: key, Token: token}
+			a, err := s.runClaimed(r, h, i)
+			if errors.Is(err, command.ErrKeyTakenOver) {
+				continue // a retry took the key over after our lease ran out: its answer counts
+			}
+			if err != nil {
+				return err
+			}
+			writeAnswer(w, a)
+			return nil
+		}
+	}
+}
+
+// runClaimed runs the write of attempt i, which holds the key, and keeps or
+// releases the key by its answer.
+func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempotent) (command.Answer, error) {
+	cleanup := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+	}
+	select {
+	case s.idempotentSlots <- struct{}{}:
+		defer func() { <-s.idempotentSlots }()
+	case <-r.Context().Done():
+		ctx, cancel := cleanup()
+		defer cancel()
+		return command.Answer{}, errors.Join(r.Context().Err(), s.Idempotency.Release(ctx, i))
+	}
+	rec := &answerRecorder{header: http.Header{}}
+	runCtx := context.WithValue(command.WithIdempotent(r.Context(), i), idempotentCtxKey{}, i)
+	err := h(rec, r.WithContext(runCtx))
+	if errors.Is(err, command.ErrKeyTakenOver) {
+		return command.Answer{}, err
+	}
+	if err != nil {
+		s.writeError(rec, r, err)
+	}
+	a := rec.answer()
+	ctx, cancel := cleanup()
+	defer cancel()
+	switch {
+	case err == nil && i.Answered() != nil: // stored with the write
+	case a.Status != 0 && a.Status < 500 && a.Status != http.StatusConflict && a.Status != http.StatusTooManyRequests:
+		// A write refused before it wrote anything: kept on its own.
+		if err := s.Idempotency.Complete(ctx, i, kept(a)); err != nil {
+			return command.Answer{}, err
+		}
+	default:
+		if err := s.Idempotency.Release(ctx, i); err != nil {
+			s.log.WarnContext(r.Context(), "release idempotency key", "error", err)
+		}
+	}
+	if a.Status == 0 { // nothing written: the client went away
+		return command.Answer{}, cmp.Or(r.Context().Err(), context.Canceled)
+	}
+	return a, nil
+}
+
+// claimKey claims the merchant's key for this attempt (token), or returns
+// the answer of an earlier attempt with the same fingerprint (replay). It
+// waits, polling, while another attempt holds the key.
+func (s *server) claimKey(ctx context.Context, merchantID, key string, fp []byte) (token string, replay *command.Answer, err error) {
+	deadline := s.Now().Add(s.IdempotencyWait)
+	pause := 5 * time.Millisecond
+	for {
+		token, err := s.Idempotency.Claim(ctx, merchantID, key, fp, s.IdempotencyLease)
+		if err != nil || token != "" {
+			return token, nil, err
+		}
+		rec, err := s.Idempotency.Get(ctx, merchantID, key)
+		switch {
+		case errors.Is(err, apperr.ErrNotFound):
+			continue // released between the two: claim it
+		case err != nil:
+			return "", nil, err
+		case !bytes.Equal(rec.Fingerprint, fp):
+			return "", nil, errKeyReused
+		case rec.Answer != nil:
+			return "", rec.Answer, nil
+		case !s.Now().Before(deadline):
+			return "", nil, errInProgress
+		case !rec.LockedUntil.After(s.Now()):
+			continue // its holder's lease is over: take it over
+		}
+		t := time.NewTimer(min(pause, deadline.Sub(s.Now())))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// idempotencyError is a request that reuses a key wrongly or too soon.
+type idempotencyError struct {
+	status int
+	slug   string
+	detail string
+}
+
+func (e *idempotencyError) Error() string { return e.detail }
+
+var (
+	errKeyReused = &idempotencyError{http.StatusUnprocessableEntity, "idempotency-key-reused",
+		"this Idempotency-Key was used with another request (another body or route); use a new key for a new request"}
+	errInProgress = &idempotencyError{http.StatusConflict, "idempotency-in-progress",
+		"a request with this Idempotency-Key is still running; retry shortly to get its answer"}
+)
+
+// checkIdempotencyKey reads the one Idempotency-Key: 1 to 255 visible ASCII
+// characters (a UUID is a good key).
+func checkIdempotencyKey(values []string) (string, error) {
+	if len(values) != 1 {
+		return "", malformed(HeaderIdempotencyKey, "must be sent once")
+	}
+	key := values[0]
+	if key == "" || len(key) > 255 || strings.ContainsFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
+		return "", malformed(HeaderIdempotencyKey, "must be 1 to 255 visible ASCII characters, such as a UUID")
+	}
+	return key, nil
+}
+
+// fingerprint identifies a request for its key: the method, the path and
+// the body. A JSON body counts by its content, not its spacing or member
+// order, so a client that re-encodes the same request on retry still
+// matches.
+func fingerprint(method, path string, body []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(method + " " + strings.ToLower(path) + "\n"))
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err == nil && !dec.More() {
+		if canonical, err := json.Marshal(v); err == nil { // maps encode with sorted keys
+			body = canonical
+		}
+	}
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// kept is the part of an answer that is stored.
+func kept(a command.Answer) command.Answer {
+	out := command.Answer{Status: a.Status, Body: a.Body, Header: map[string]string{}}
+	for _, k := range storedHeaders {
+		if v, ok := a.Header[k]; ok {
+			out.Header[k] = v
+		}
+	}
+	return out
+}
+
+// answerRecorder keeps what a handler writes, so that it can be stored
+// before it is sent.
+type answerRecorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *answerRecorder) Header() http.Header { return r.header }
+
+func (r *answerRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *answerRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+
+func (r *answerRecorder) answer() command.Answer {
+	a := command.Answer{Status: r.status, Body: r.body.Bytes(), Header: map[string]string{}}
+	for k, vs := range r.header {
+		if len(vs) > 0 {
+			a.Header[k] = vs[0]
+		}
+	}
+	return a
+}
+
+type idempotentCtxKey struct{}
+
+// idempotentOf is the attempt the request runs as, or nil.
+func idempotentOf(r *http.Request) *command.Idempotent {
+	i, _ := r.Context().Value(idempotentCtxKey{}).(*command.Idempotent)
+	return i
+}

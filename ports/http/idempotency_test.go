@@ -1,0 +1,186 @@
+package httpport
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/app/access"
+	"hearth/app/command"
+)
+
+type oneKey struct{}
+
+func (oneKey) Authenticate(context.Context, string) (access.Principal, error) {
+	return access.Principal{KeyID: "k1", MerchantID: "m1", Role: access.Operator}, nil
+}
+
+// heldKey is an idempotency store in which another attempt holds every key
+// until answer is set.
+type heldKey struct {
+	mu     sync.Mutex
+	answer *command.Answer
+	gets   int
+}
+
+func (h *heldKey) Claim(context.Context, string, string, []byte, time.Duration) (string, error) {
+	return "", nil
+}
+
+func (h *heldKey) Get(_ context.Context, _, key string) (command.IdempotencyRecord, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gets++
+	return command.IdempotencyRecord{Fingerprint: fingerprint(http.MethodPost, "/v1/customers", []byte(`{"name":"Ada"}`)),
+		Answer: h.answer, LockedUntil: time.Now().Add(time.Hour)}, nil
+}
+
+func (h *heldKey) Complete(context.Context, *command.Idempotent, command.Answer) error { return nil }
+func (h *heldKey) Release(context.Context, *command.Idempotent) error                  { return nil }
+
+func postWithKey(t *testing.T, srv http.Handler) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/v1/customers", strings.NewReader(`{"name":"Ada"}`))
+	req.Header.Set("Authorization", "Bearer hk_x")
+	req.Header.Set(HeaderIdempotencyKey, "key-1")
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, req)
+	return rec
+}
+
+// A repeat while the first attempt runs waits for its answer, and is told
+// 409 idempotency-in-progress when the wait runs out.
+func TestIdempotentRepeatWaitsForTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	store := &heldKey{}
+	srv, err := NewHandler(Config{Auth: oneKey{}, APIEnabled: true, Idempotency: store, IdempotencyWait: 50 * time.Millisecond})
+	require.NoError(t, err)
+
+	rec := postWithKey(t, srv)
+	require.Equal(t, http.StatusConflict, rec.Code, rec.Body.String())
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+	var p problem
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
+	require.Equal(t, "/problems/idempotency-in-progress", p.Type)
+	require.Greater(t, store.gets, 1, "it looked again while it waited")
+
+	// The first attempt answers while the repeat waits: the repeat gets it.
+	store = &heldKey{}
+	srv, err = NewHandler(Config{Auth: oneKey{}, APIEnabled: true, Idempotency: store, IdempotencyWait: time.Minute})
+	require.NoError(t, err)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- postWithKey(t, srv) }()
+	require.Eventually(t, func() bool {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		if store.gets < 2 {
+			return false
+		}
+		store.answer = &command.Answer{Status: http.StatusCreated, Header: map[string]string{"Location": "/v1/customers/c1"}, Body: []byte(`{"id":"c1"}`)}
+		return true
+	}, 5*time.Second, time.Millisecond)
+	rec = <-done
+	require.Equal(t, http.StatusCreated, rec.Code)
+	require.Equal(t, `{"id":"c1"}`, rec.Body.String())
+	require.Equal(t, "/v1/customers/c1", rec.Header().Get("Location"))
+	require.Equal(t, "true", rec.Header().Get(headerReplayed))
+}
+
+// Retries are matched by content, not spelling; anything else differs.
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	base := fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`))
+	require.Equal(t, base, fingerprint(http.MethodPost, "/v1/orders", []byte("{\n \"c\": {\"x\":\"y\"}, \"b\":[1, 2], \"a\":1}\n")))
+	require.Equal(t, base, fingerprint(http.MethodPost, "/V1/ORDERS", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)))
+	for name, other := range map[string][]byte{
+		"method": fingerprint(http.MethodPut, "/v1/orders", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)),
+		"path":   fingerprint(http.MethodPost, "/v1/customers", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)),
+		"value":  fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":2,"b":[1,2],"c":{"x":"y"}}`)),
+		"order":  fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1,"b":[2,1],"c":{"x":"y"}}`)),
+		"number": fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1.0,"b":[1,2],"c":{"x":"y"}}`)),
+	} {
+		require.NotEqual(t, base, other, name)
+	}
+}
+
+func FuzzFingerprint(f *testing.F) {
+	f.Add(`{"customer_id":"c","amount_cents":100}`)
+	f.Add(`{"a":[1,{"b":null}],"c":"\u00e9"}`)
+	f.Add(`not json`)
+	f.Add(``)
+	f.Fuzz(func(t *testing.T, body string) {
+		fp := fingerprint(http.MethodPost, "/v1/orders", []byte(body))
+		require.Len(t, fp, 32)
+		var v any
+		if json.Unmarshal([]byte(body), &v) != nil {
+			return
+		}
+		// The same JSON re-encoded with other spacing fingerprints the same.
+		var indented bytes.Buffer
+		if json.Indent(&indented, []byte(body), " ", "\t") == nil {
+			require.Equal(t, fp, fingerprint(http.MethodPost, "/v1/orders", indented.Bytes()))
+		}
+	})
+}
+
+func FuzzIdempotencyKey(f *testing.F) {
+	f.Add("8d1f0c5e-6b5e-4a43-9c1e-1f0f0c5e6b5e")
+	f.Add("")
+	f.Add("a b")
+	f.Add(strings.Repeat("k", 256))
+	f.Fuzz(func(t *testing.T, key string) {
+		got, err := checkIdempotencyKey([]string{key})
+		if err != nil {
+			return
+		}
+		require.Equal(t, key, got)
+		require.True(t, len(key) >= 1 && len(key) <= 255)
+		for _, c := range []byte(key) {
+			require.True(t, c > 0x20 && c < 0x7f, "visible ASCII only: %q", key)
+		}
+	})
+}
+
+// If-Match reads one strong tag as a version, or refuses precisely.
+func FuzzIfMatch(f *testing.F) {
+	for _, s := range []string{`"3"`, `W/"3"`, `*`, `3`, `"03"`, `"-1"`, `"1", "2"`, `""`, `"99999999999999999999"`} {
+		f.Add(s, -1)
+		f.Add(s, 3)
+	}
+	f.Fuzz(func(t *testing.T, header string, body int) {
+		r := httptest.NewRequest(http.MethodPatch, "/v1/orders/x", nil)
+		r.Header["If-Match"] = []string{header}
+		var fromBody *int
+		if body >= 0 {
+			fromBody = &body
+		}
+		v, err := expectedVersion(r, fromBody)
+		if err != nil {
+			var bad *badRequest
+			var pre *preconditionFailed
+			require.True(t, errors.As(err, &bad) || errors.As(err, &pre), "%T: %v", err, err)
+			return
+		}
+		trimmed := strings.TrimSpace(header)
+		if trimmed == "" || trimmed == "*" {
+			require.Equal(t, fromBody, v)
+			return
+		}
+		require.NotNil(t, v)
+		require.Equal(t, trimmed, etag(*v), "the tag is the one an ETag header gives")
+		if fromBody != nil {
+			require.Equal(t, *fromBody, *v)
+		}
+		require.Equal(t, strconv.Quote(strconv.Itoa(*v)), trimmed)
+	})
+}
