@@ -10,6 +10,9 @@
 //     event;
 //   - command throughput over HTTP at concurrency 16 against pgbench running
 //     the same SQL shape;
+//   - the noisy neighbour: one merchant's reads at a steady rate while
+//     another floods (unknown keys, its heaviest list, its writes), with
+//     Hearth's default limits;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -49,6 +52,7 @@ func main() {
 	if os.Getenv("BENCH_QUICK") != "" {
 		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
+		noisyFor /= 10
 	}
 	if err := checkOnly(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -61,7 +65,7 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-var sections = []string{"latency", "commands", "isolation", "catchup"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -162,6 +166,13 @@ func run() error {
 			return fmt.Errorf("catch-up: %w", err)
 		}
 		rows = append(rows, cu...)
+	}
+	if only("noisy") {
+		nn, err := b.noisy(ctx)
+		if err != nil {
+			return fmt.Errorf("noisy neighbour: %w", err)
+		}
+		rows = append(rows, nn...)
 	}
 	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "by process: " + b.rssByProcess()})
 
