@@ -43,6 +43,10 @@ type Config struct {
 	// ConsistencyTimeout bounds how long a GET waits for the position it
 	// names (CONSISTENCY_TIMEOUT, at most 30s). Defaults to 2s.
 	ConsistencyTimeout time.Duration
+	// KeyLastUsedFlush is how often the API writes the keys' last_used_at,
+	// in one statement for all keys used since (KEY_LAST_USED_FLUSH, a Go
+	// duration, at most 1h). Defaults to 30s.
+	KeyLastUsedFlush time.Duration
 }
 
 // Modes.
@@ -81,6 +85,10 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	cfg.ConsistencyTimeout = duration("CONSISTENCY_TIMEOUT", 2*time.Second)
 	if cfg.ConsistencyTimeout > 30*time.Second {
 		errs = append(errs, fmt.Errorf("CONSISTENCY_TIMEOUT=%s: must be at most 30s", cfg.ConsistencyTimeout))
+	}
+	cfg.KeyLastUsedFlush = duration("KEY_LAST_USED_FLUSH", 30*time.Second)
+	if cfg.KeyLastUsedFlush > time.Hour {
+		errs = append(errs, fmt.Errorf("KEY_LAST_USED_FLUSH=%s: must be at most 1h", cfg.KeyLastUsedFlush))
 	}
 
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")
