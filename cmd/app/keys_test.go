@@ -183,7 +183,7 @@ func TestKeysLifecycleCLI(t *testing.T) {
 	t.Parallel()
 	k := setupKeys(t)
 	ctx := t.Context()
-	before := time.Now()
+	before := time.Now().Add(-time.Millisecond) // Postgres keeps microseconds
 	first := k.mustCreate("--merchant", "acme", "--role", "operator", "--name", "ci deploy", "--expires-in", "720h", "--by", "ops:ada")
 	p, err := k.store.Authenticate(ctx, first)
 	require.NoError(t, err)
