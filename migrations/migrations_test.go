@@ -68,3 +68,50 @@ func TestApplyConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// 006_keys: an admin key created "for a merchant" before it becomes a
+// platform key (no merchant) and keeps its other columns; from then on only
+// admin keys are merchant-less.
+func TestKeysMigrationMakesAdminKeysMerchantless(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sql.Open("pgx", pgtest.NewEmptyDB(t))
+	require.NoError(t, err)
+	defer db.Close()
+	all, err := migrations.List(migrations.EventStore)
+	require.NoError(t, err)
+	later := 0
+	for _, m := range all {
+		if m.Version >= 6 {
+			later++
+			continue
+		}
+		_, err := db.ExecContext(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+	}
+	_, err = db.ExecContext(ctx, `
+		CREATE TABLE hearth_migrations (set_name text NOT NULL, version integer NOT NULL, name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (set_name, version));
+		INSERT INTO hearth_migrations (set_name, version, name) SELECT 'eventstore', v, 'before' FROM generate_series(1, 5) v;
+		INSERT INTO merchants (id, name) VALUES ('00000000-0000-4000-8000-000000000001', 'acme');
+		INSERT INTO api_keys (id, merchant_id, role, key_hash) VALUES
+			('00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-8000-000000000001', 'admin', 'a'),
+			('00000000-0000-4000-8000-00000000000b', '00000000-0000-4000-8000-000000000001', 'operator', 'b')`)
+	require.NoError(t, err)
+	n, err := migrations.Apply(ctx, db, migrations.EventStore)
+	require.NoError(t, err)
+	require.Equal(t, later, n)
+
+	var adminMerchant, opMerchant sql.NullString
+	var name string
+	require.NoError(t, db.QueryRow(`SELECT merchant_id, name FROM api_keys WHERE role = 'admin'`).Scan(&adminMerchant, &name))
+	require.False(t, adminMerchant.Valid, "the admin key has no merchant")
+	require.Empty(t, name)
+	require.NoError(t, db.QueryRow(`SELECT merchant_id FROM api_keys WHERE role = 'operator'`).Scan(&opMerchant))
+	require.Equal(t, "00000000-0000-4000-8000-000000000001", opMerchant.String, "other keys keep theirs")
+
+	_, err = db.Exec(`INSERT INTO api_keys (id, merchant_id, role, key_hash) VALUES ('00000000-0000-4000-8000-00000000000c', NULL, 'operator', 'c')`)
+	require.ErrorContains(t, err, "api_keys_admin_has_no_merchant")
+	_, err = db.Exec(`INSERT INTO api_keys (id, merchant_id, role, key_hash) VALUES ('00000000-0000-4000-8000-00000000000d', '00000000-0000-4000-8000-000000000001', 'admin', 'd')`)
+	require.ErrorContains(t, err, "api_keys_admin_has_no_merchant")
+}

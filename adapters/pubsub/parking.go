@@ -45,6 +45,10 @@ type Parking struct {
 	db          *bun.DB
 	projections map[string]Projection
 	parkedCache anyParkedCache
+	// Audit, when set (before use), records each replay and skip as an
+	// admin action in the replay's or skip's own transaction
+	// (refdata.WriteAudit).
+	Audit func(ctx context.Context, tx bun.IDB, e ops.AuditEntry) error
 }
 
 // anyParkedCache remembers, per projection, whether it has any parked
@@ -345,53 +349,35 @@ func lockParked(ctx context.Context, tx *sql.Tx, projection, streamID string) ([
 	return out, rows.Err()
 }
 
+// audit records an admin action in tx when Audit is set.
+func (pk *Parking) audit(ctx context.Context, tx bun.Tx, e ops.AuditEntry) error {
+	if pk.Audit == nil {
+		return nil
+	}
+	return pk.Audit(ctx, tx, e)
+}
+
 // Replay applies the waiting events of one parked aggregate in version
 // order. When all apply, the aggregate is unparked; when one fails, the
 // events before it are done, and the aggregate stays parked behind it with
-// the new reason (the result's Error; not an error of Replay).
-func (pk *Parking) Replay(ctx context.Context, projection, streamID string) (ops.ReplayResult, error) {
+// the new reason (the result's Error; not an error of Replay). by is who
+// replays, for the audit log.
+func (pk *Parking) Replay(ctx context.Context, projection, streamID, by string) (ops.ReplayResult, error) {
 	p, err := pk.projection(projection)
 	if err != nil {
 		return ops.ReplayResult{}, err
 	}
+	if by = strings.TrimSpace(by); by == "" {
+		return ops.ReplayResult{}, apperr.Invalid("by", "is required: say who replays")
+	}
 	res := ops.ReplayResult{Projection: projection, StreamID: streamID}
 	err = pk.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		waiting, err := lockParked(ctx, tx.Tx, projection, streamID)
+		err := pk.replay(ctx, tx, p, &res)
 		if err != nil {
 			return err
 		}
-		for i, w := range waiting {
-			rec, err := event.Unmarshal(w.env, p.Decode)
-			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-				err = p.Apply(actx, rec)
-				cancel()
-			}
-			if err != nil {
-				res.Error, res.Waiting = err.Error(), len(waiting)-i
-				var first struct {
-					ID string `json:"event_id"`
-				}
-				_ = json.Unmarshal(w.env, &first)
-				if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2 AND version < $3`,
-					projection, streamID, w.version); err != nil {
-					return err
-				}
-				_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates
-					SET reason = $3, first_event_id = $4, first_version = $5, attempts = attempts + 1, last_attempt_at = now()
-					WHERE projection = $1 AND stream_id = $2`, projection, streamID, res.Error, first.ID, w.version)
-				return err
-			}
-			res.Applied++
-		}
-		if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2`, projection, streamID); err != nil {
-			return err
-		}
-		if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_aggregates WHERE projection = $1 AND stream_id = $2`, projection, streamID); err != nil {
-			return err
-		}
-		res.Unparked = true
-		return nil
+		return pk.audit(ctx, tx, ops.AuditEntry{Actor: by, Action: ops.ActionParkedReplay, Target: projection + "/" + streamID,
+			Details: map[string]any{"applied": res.Applied, "unparked": res.Unparked, "waiting": res.Waiting, "error": res.Error}})
 	})
 	if err != nil {
 		return ops.ReplayResult{}, fmt.Errorf("replay %s %s: %w", projection, streamID, err)
@@ -399,16 +385,58 @@ func (pk *Parking) Replay(ctx context.Context, projection, streamID string) (ops
 	return res, nil
 }
 
+// replay is Replay's work in its transaction.
+func (pk *Parking) replay(ctx context.Context, tx bun.Tx, p Projection, res *ops.ReplayResult) error {
+	projection, streamID := res.Projection, res.StreamID
+	waiting, err := lockParked(ctx, tx.Tx, projection, streamID)
+	if err != nil {
+		return err
+	}
+	for i, w := range waiting {
+		rec, err := event.Unmarshal(w.env, p.Decode)
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+			err = p.Apply(actx, rec)
+			cancel()
+		}
+		if err != nil {
+			res.Error, res.Waiting = err.Error(), len(waiting)-i
+			var first struct {
+				ID string `json:"event_id"`
+			}
+			_ = json.Unmarshal(w.env, &first)
+			if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2 AND version < $3`,
+				projection, streamID, w.version); err != nil {
+				return err
+			}
+			_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates
+				SET reason = $3, first_event_id = $4, first_version = $5, attempts = attempts + 1, last_attempt_at = now()
+				WHERE projection = $1 AND stream_id = $2`, projection, streamID, res.Error, first.ID, w.version)
+			return err
+		}
+		res.Applied++
+	}
+	if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2`, projection, streamID); err != nil {
+		return err
+	}
+	if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_aggregates WHERE projection = $1 AND stream_id = $2`, projection, streamID); err != nil {
+		return err
+	}
+	res.Unparked = true
+	return nil
+}
+
 // ReplayAll replays every parked aggregate of projection ("" for all),
-// oldest first, and returns one result per aggregate.
-func (pk *Parking) ReplayAll(ctx context.Context, projection string) ([]ops.ReplayResult, error) {
+// oldest first, and returns one result per aggregate (each recorded as a
+// replay by by).
+func (pk *Parking) ReplayAll(ctx context.Context, projection, by string) ([]ops.ReplayResult, error) {
 	parked, err := pk.List(ctx, projection)
 	if err != nil {
 		return nil, err
 	}
 	out := []ops.ReplayResult{}
 	for _, a := range parked {
-		res, err := pk.Replay(ctx, a.Projection, a.StreamID)
+		res, err := pk.Replay(ctx, a.Projection, a.StreamID, by)
 		if errors.Is(err, apperr.ErrNotFound) {
 			continue // replayed meanwhile
 		}
@@ -440,55 +468,65 @@ func (pk *Parking) Skip(ctx context.Context, projection, streamID, eventID, by, 
 	}
 	res := ops.SkipResult{Projection: projection, StreamID: streamID, SkippedBy: by, Reason: reason}
 	err = pk.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		waiting, err := lockParked(ctx, tx.Tx, projection, streamID)
-		if err != nil {
+		if err := pk.skip(ctx, tx, p, eventID, &res); err != nil {
 			return err
 		}
-		if len(waiting) == 0 {
-			return &apperr.RuleError{Rule: "parked.nothing_waiting", Detail: "no event waits; replay to unpark"}
-		}
-		// The envelope alone is enough: a skipped event is never decoded.
-		rec, err := event.Unmarshal(waiting[0].env, func(string, []byte) (event.Event, error) { return nil, nil })
-		if err != nil {
-			return err
-		}
-		if eventID != "" && eventID != rec.ID {
-			return &apperr.RuleError{Rule: "parked.skip_not_first",
-				Detail: fmt.Sprintf("only the first waiting event can be skipped: %s (version %d)", rec.ID, rec.Version)}
-		}
-		res.EventID, res.Version, res.Type = rec.ID, rec.Version, rec.Type
-		if _, err := tx.Tx.ExecContext(ctx, `INSERT INTO skipped_events (projection, event_id, stream_id, version, type, skipped_by, reason)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
-			projection, rec.ID, rec.StreamID, rec.Version, rec.Type, by, reason); err != nil {
-			return fmt.Errorf("record skipped event: %w", err)
-		}
-		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-		err = p.Apply(actx, event.Skip(rec))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("apply skipped event %s: %w", rec.ID, err)
-		}
-		if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2 AND version = $3`,
-			projection, streamID, rec.Version); err != nil {
-			return err
-		}
-		res.Waiting = len(waiting) - 1
-		if res.Waiting == 0 {
-			res.Unparked = true
-			_, err = tx.Tx.ExecContext(ctx, `DELETE FROM parked_aggregates WHERE projection = $1 AND stream_id = $2`, projection, streamID)
-			return err
-		}
-		var next struct {
-			ID string `json:"event_id"`
-		}
-		_ = json.Unmarshal(waiting[1].env, &next)
-		_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates SET reason = $3, first_event_id = $4, first_version = $5
-			WHERE projection = $1 AND stream_id = $2`, projection, streamID,
-			fmt.Sprintf("version %d skipped by %s (%s); replay the events behind it", rec.Version, by, reason), next.ID, waiting[1].version)
-		return err
+		return pk.audit(ctx, tx, ops.AuditEntry{Actor: by, Action: ops.ActionParkedSkip, Target: projection + "/" + streamID,
+			Details: map[string]any{"event_id": res.EventID, "version": res.Version, "type": res.Type, "reason": reason, "unparked": res.Unparked}})
 	})
 	if err != nil {
 		return ops.SkipResult{}, fmt.Errorf("skip in %s %s: %w", projection, streamID, err)
 	}
 	return res, nil
+}
+
+// skip is Skip's work in its transaction.
+func (pk *Parking) skip(ctx context.Context, tx bun.Tx, p Projection, eventID string, res *ops.SkipResult) error {
+	projection, streamID, by, reason := res.Projection, res.StreamID, res.SkippedBy, res.Reason
+	waiting, err := lockParked(ctx, tx.Tx, projection, streamID)
+	if err != nil {
+		return err
+	}
+	if len(waiting) == 0 {
+		return &apperr.RuleError{Rule: "parked.nothing_waiting", Detail: "no event waits; replay to unpark"}
+	}
+	// The envelope alone is enough: a skipped event is never decoded.
+	rec, err := event.Unmarshal(waiting[0].env, func(string, []byte) (event.Event, error) { return nil, nil })
+	if err != nil {
+		return err
+	}
+	if eventID != "" && eventID != rec.ID {
+		return &apperr.RuleError{Rule: "parked.skip_not_first",
+			Detail: fmt.Sprintf("only the first waiting event can be skipped: %s (version %d)", rec.ID, rec.Version)}
+	}
+	res.EventID, res.Version, res.Type = rec.ID, rec.Version, rec.Type
+	if _, err := tx.Tx.ExecContext(ctx, `INSERT INTO skipped_events (projection, event_id, stream_id, version, type, skipped_by, reason)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
+		projection, rec.ID, rec.StreamID, rec.Version, rec.Type, by, reason); err != nil {
+		return fmt.Errorf("record skipped event: %w", err)
+	}
+	actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+	err = p.Apply(actx, event.Skip(rec))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("apply skipped event %s: %w", rec.ID, err)
+	}
+	if _, err := tx.Tx.ExecContext(ctx, `DELETE FROM parked_events WHERE projection = $1 AND stream_id = $2 AND version = $3`,
+		projection, streamID, rec.Version); err != nil {
+		return err
+	}
+	res.Waiting = len(waiting) - 1
+	if res.Waiting == 0 {
+		res.Unparked = true
+		_, err = tx.Tx.ExecContext(ctx, `DELETE FROM parked_aggregates WHERE projection = $1 AND stream_id = $2`, projection, streamID)
+		return err
+	}
+	var next struct {
+		ID string `json:"event_id"`
+	}
+	_ = json.Unmarshal(waiting[1].env, &next)
+	_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates SET reason = $3, first_event_id = $4, first_version = $5
+		WHERE projection = $1 AND stream_id = $2`, projection, streamID,
+		fmt.Sprintf("version %d skipped by %s (%s); replay the events behind it", rec.Version, by, reason), next.ID, waiting[1].version)
+	return err
 }

@@ -122,7 +122,7 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 			require.NotEmpty(t, f.verify(t))
 
 			// Replay while the cause is still there: still parked, nothing lost.
-			res, err := parking.Replay(ctx, "orders", bad)
+			res, err := parking.Replay(ctx, "orders", bad, "ops:ada")
 			require.NoError(t, err)
 			require.False(t, res.Unparked)
 			require.Equal(t, 3, res.Waiting)
@@ -130,7 +130,7 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 
 			// The cause is removed: replay applies v2, v3, v4 in order.
 			b.set("")
-			res, err = parking.Replay(ctx, "orders", bad)
+			res, err = parking.Replay(ctx, "orders", bad, "ops:ada")
 			require.NoError(t, err)
 			require.Equal(t, ops.ReplayResult{Projection: "orders", StreamID: bad, Applied: 3, Unparked: true}, res)
 			f.requireProjected(t, []string{bad, good})
@@ -210,7 +210,7 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	require.NoError(t, f.es.DB.QueryRow(`SELECT skipped_by, reason FROM skipped_events WHERE event_id = $1`, v2).Scan(&by, &why))
 	require.Equal(t, []string{"ops:ada", "bad data"}, []string{by, why})
 
-	replayed, err := parking.ReplayAll(ctx, "orders")
+	replayed, err := parking.ReplayAll(ctx, "orders", "ops:ada")
 	require.NoError(t, err)
 	require.Len(t, replayed, 1)
 	require.True(t, replayed[0].Unparked)

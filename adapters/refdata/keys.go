@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 
 	"hearth/app/access"
 	"hearth/app/apperr"
+	"hearth/app/ops"
+	"hearth/app/query"
 	"hearth/app/reference"
 	"hearth/app/uuid"
 	"hearth/internal/database"
@@ -31,84 +34,299 @@ func hashKey(secret string) []byte {
 	return sum[:]
 }
 
-// NewKey is what CreateKey returns: the key's id and its secret, which is
-// shown once and never stored.
-type NewKey struct {
-	ID         string
-	MerchantID string
-	Secret     string
-}
-
-// CreateKey creates the merchant if it does not exist yet and a key for it.
-// A worker key needs the id of one of the merchant's staff members.
-func (s *Store) CreateKey(ctx context.Context, merchantName string, role access.Role, staffID string) (NewKey, error) {
-	merchantName = strings.TrimSpace(merchantName)
-	if merchantName == "" {
-		return NewKey{}, errors.New("merchant name is required")
-	}
-	if _, ok := access.ParseRole(string(role)); !ok {
-		return NewKey{}, fmt.Errorf("role %q: must be operator, worker or admin", role)
-	}
-	if (role == access.Worker) != (staffID != "") {
-		return NewKey{}, errors.New("a worker key needs --staff, and only a worker key takes it")
-	}
-	if staffID != "" && !uuid.Valid(staffID) {
-		return NewKey{}, fmt.Errorf("staff %q: must be a UUID", staffID)
-	}
+func newSecret() string {
 	var raw [32]byte
 	_, _ = rand.Read(raw[:])
-	k := NewKey{ID: uuid.New(), Secret: keyPrefix + base64.RawURLEncoding.EncodeToString(raw[:])}
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		err := tx.QueryRowContext(ctx, `
-			INSERT INTO merchants (id, name) VALUES (?, ?)
-			ON CONFLICT (name) DO UPDATE SET name = excluded.name
-			RETURNING id`, uuid.New(), merchantName).Scan(&k.MerchantID)
+	return keyPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+}
+
+// NewKey is what CreateKey returns: the key and its secret, which is shown
+// once and never stored.
+type NewKey = access.NewKey
+
+// CreateKey creates a key for set-ups and tests (the demo, benchmarks),
+// recorded in the audit log with actor "system". An operator or worker key
+// creates its merchant when it does not exist; an admin key takes no
+// merchant (""). A worker key needs the id of one of the merchant's active
+// staff members.
+func (s *Store) CreateKey(ctx context.Context, merchantName string, role access.Role, staffID string) (NewKey, error) {
+	return s.IssueKey(ctx, access.KeySpec{MerchantName: merchantName, Role: role, StaffID: staffID}, "system")
+}
+
+// IssueKey creates a key as spec says and records it in the audit log, in
+// one transaction. Bad input is a *apperr.ValidationError naming the field.
+func (s *Store) IssueKey(ctx context.Context, spec access.KeySpec, actor string) (NewKey, error) {
+	spec, err := spec.Check(time.Now())
+	if err != nil {
+		return NewKey{}, err
+	}
+	if err := ops.CheckActor(actor); err != nil {
+		return NewKey{}, err
+	}
+	id, secret := uuid.New(), newSecret()
+	var k NewKey
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		merchantID, err := keyMerchant(ctx, tx, spec)
 		if err != nil {
-			return fmt.Errorf("merchant: %w", err)
+			return err
 		}
-		if staffID != "" {
-			var ok bool
-			err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM staff WHERE id = ? AND merchant_id = ?)`,
-				staffID, k.MerchantID).Scan(&ok)
+		if spec.StaffID != "" {
+			var active bool
+			err := tx.QueryRowContext(ctx, `SELECT active FROM staff WHERE id = ? AND merchant_id = ?`, spec.StaffID, merchantID).Scan(&active)
+			if errors.Is(err, sql.ErrNoRows) {
+				return apperr.Invalid("staff_id", "no staff member %s in this merchant", spec.StaffID)
+			}
 			if err != nil {
 				return fmt.Errorf("staff: %w", err)
 			}
-			if !ok {
-				return fmt.Errorf("staff %s: no such staff member in merchant %q", staffID, merchantName)
+			if !active {
+				return apperr.Invalid("staff_id", "staff member %s is inactive", spec.StaffID)
 			}
 		}
-		var staff any
-		if staffID != "" {
-			staff = staffID
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, merchant_id, role, staff_id, key_hash) VALUES (?, ?, ?, ?, ?)`,
-			k.ID, k.MerchantID, string(role), staff, hashKey(k.Secret))
+		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, merchant_id, role, staff_id, key_hash, name, expires_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			id, nullIfEmpty(merchantID), string(spec.Role), nullIfEmpty(spec.StaffID), hashKey(secret), spec.Name, spec.ExpiresAt)
 		if err != nil {
 			return fmt.Errorf("insert key: %w", err)
 		}
-		return nil
+		if k.Key, err = getKey(ctx, tx, id, false); err != nil {
+			return err
+		}
+		return WriteAudit(ctx, tx, ops.AuditEntry{Actor: actor, Action: ops.ActionKeyCreate, Target: id, Details: keyDetails(k.Key)})
 	})
 	if err != nil {
 		return NewKey{}, err
 	}
+	k.Secret = secret
 	return k, nil
 }
 
+// keyMerchant returns the id of the spec's merchant: the named one, created
+// when missing, or the given one, which must exist; "" for admin keys.
+func keyMerchant(ctx context.Context, tx bun.Tx, spec access.KeySpec) (string, error) {
+	var id string
+	switch {
+	case spec.MerchantName != "":
+		err := tx.QueryRowContext(ctx, `
+			INSERT INTO merchants (id, name) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET name = excluded.name
+			RETURNING id`, uuid.New(), spec.MerchantName).Scan(&id)
+		if err != nil {
+			return "", fmt.Errorf("merchant: %w", err)
+		}
+	case spec.MerchantID != "":
+		err := tx.QueryRowContext(ctx, `SELECT id FROM merchants WHERE id = ?`, spec.MerchantID).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", apperr.Invalid("merchant_id", "no merchant %s", spec.MerchantID)
+		}
+		if err != nil {
+			return "", fmt.Errorf("merchant: %w", err)
+		}
+	}
+	return id, nil
+}
+
+// RevokeKey revokes a key at once and records it in the audit log, in one
+// transaction. Revoking a revoked key changes nothing (and is recorded).
+// An unknown id is apperr.ErrNotFound.
+func (s *Store) RevokeKey(ctx context.Context, id, actor string) (access.Key, error) {
+	id, err := checkKeyID(id)
+	if err != nil {
+		return access.Key{}, err
+	}
+	if err := ops.CheckActor(actor); err != nil {
+		return access.Key{}, err
+	}
+	var k access.Key
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		before, err := getKey(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if before.RevokedAt == nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = ?`, id); err != nil {
+				return fmt.Errorf("revoke key: %w", err)
+			}
+		}
+		if k, err = getKey(ctx, tx, id, false); err != nil {
+			return err
+		}
+		details := keyDetails(k)
+		details["already_revoked"] = before.RevokedAt != nil
+		return WriteAudit(ctx, tx, ops.AuditEntry{Actor: actor, Action: ops.ActionKeyRevoke, Target: id, Details: details})
+	})
+	return k, err
+}
+
+// RotateKey replaces a key: a new key (new id, new secret) with the old
+// one's merchant, role, staff member, name and expiry. With grace 0 the old
+// key is revoked at once; otherwise it keeps working for grace (never
+// beyond its own expiry), so that clients can switch. A revoked or expired
+// key cannot be rotated (create a new one). One transaction, with its audit
+// row.
+func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, actor string) (access.Rotation, error) {
+	id, err := checkKeyID(id)
+	if err != nil {
+		return access.Rotation{}, err
+	}
+	if err := access.CheckGrace(grace); err != nil {
+		return access.Rotation{}, err
+	}
+	if err := ops.CheckActor(actor); err != nil {
+		return access.Rotation{}, err
+	}
+	newID, secret := uuid.New(), newSecret()
+	var rot access.Rotation
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		old, err := getKey(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		var expired bool
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(expires_at <= now(), false) FROM api_keys WHERE id = ?`, id).Scan(&expired); err != nil {
+			return fmt.Errorf("rotate key: %w", err)
+		}
+		switch {
+		case old.RevokedAt != nil:
+			return &apperr.RuleError{Rule: "key.revoked", Detail: "key " + id + " is revoked; create a new key instead"}
+		case expired:
+			return &apperr.RuleError{Rule: "key.expired", Detail: "key " + id + " has expired; create a new key instead"}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, merchant_id, role, staff_id, key_hash, name, expires_at)
+			SELECT ?, merchant_id, role, staff_id, ?, name, expires_at FROM api_keys WHERE id = ?`, newID, hashKey(secret), id); err != nil {
+			return fmt.Errorf("insert rotated key: %w", err)
+		}
+		if grace == 0 {
+			_, err = tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = ?`, id)
+		} else {
+			// LEAST ignores NULL: a key without expiry gets now() + grace.
+			_, err = tx.ExecContext(ctx, `UPDATE api_keys SET expires_at = LEAST(expires_at, now() + ?::interval) WHERE id = ?`,
+				fmt.Sprintf("%d microseconds", grace.Microseconds()), id)
+		}
+		if err != nil {
+			return fmt.Errorf("retire rotated key: %w", err)
+		}
+		if rot.Key, err = getKey(ctx, tx, newID, false); err != nil {
+			return err
+		}
+		if rot.Previous, err = getKey(ctx, tx, id, false); err != nil {
+			return err
+		}
+		details := keyDetails(rot.Previous)
+		details["new_key_id"] = newID
+		details["grace"] = grace.String()
+		return WriteAudit(ctx, tx, ops.AuditEntry{Actor: actor, Action: ops.ActionKeyRotate, Target: id, Details: details})
+	})
+	if err != nil {
+		return access.Rotation{}, err
+	}
+	rot.Secret = secret
+	return rot, nil
+}
+
+// ListKeys returns a page of keys, newest first: every key, or one
+// merchant's. Never a secret or a hash.
+func (s *Store) ListKeys(ctx context.Context, merchantID string, p query.Page) ([]access.Key, int, error) {
+	keys := []access.Key{}
+	q := selectKeys(s.db)
+	if merchantID != "" {
+		q = q.Where("k.merchant_id = ?", merchantID)
+	}
+	total, err := q.OrderExpr("k.created_at DESC, k.id DESC").Limit(int64(p.Size)).Offset(int64(p.Offset())).ScanAndCount(ctx, &keys)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list keys: %w", err)
+	}
+	return keys, int(total), nil
+}
+
+// MerchantID returns the id of the merchant with that name, or
+// apperr.ErrNotFound.
+func (s *Store) MerchantID(ctx context.Context, name string) (string, error) {
+	var id string
+	err := s.db.QueryRowContext(ctx, `SELECT id FROM merchants WHERE name = ?`, strings.TrimSpace(name)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", apperr.ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("merchant %q: %w", name, err)
+	}
+	return id, nil
+}
+
+func selectKeys(db bun.IDB) *bun.SelectQuery {
+	return db.NewSelect().TableExpr("api_keys AS k").
+		ColumnExpr("k.id, k.merchant_id, m.name AS merchant_name, k.role, k.staff_id, k.name").
+		ColumnExpr("k.created_at, k.last_used_at, k.expires_at, k.revoked_at").
+		Join("LEFT JOIN merchants AS m ON m.id = k.merchant_id")
+}
+
+// getKey reads one key, locking its row when lock is set; an unknown id is
+// apperr.ErrNotFound.
+func getKey(ctx context.Context, db bun.IDB, id string, lock bool) (access.Key, error) {
+	var k access.Key
+	q := selectKeys(db).Where("k.id = ?", id)
+	if lock {
+		q = q.For("UPDATE OF k")
+	}
+	err := q.Scan(ctx, &k)
+	if errors.Is(err, sql.ErrNoRows) {
+		return k, apperr.ErrNotFound
+	}
+	if err != nil {
+		return k, fmt.Errorf("read key %s: %w", id, err)
+	}
+	return k, nil
+}
+
+func keyDetails(k access.Key) map[string]any {
+	d := map[string]any{"role": k.Role, "name": k.Name}
+	if k.MerchantID != "" {
+		d["merchant_id"] = k.MerchantID
+	}
+	if k.StaffID != "" {
+		d["staff_id"] = k.StaffID
+	}
+	if k.ExpiresAt != nil {
+		d["expires_at"] = k.ExpiresAt
+	}
+	return d
+}
+
+func checkKeyID(id string) (string, error) {
+	canonical, ok := uuid.Parse(id)
+	if !ok {
+		return "", apperr.Invalid("id", "must be a UUID, got %q", id)
+	}
+	return canonical, nil
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
 // Authenticate returns the principal of a key, or apperr.ErrNotFound when
-// the key is unknown or revoked.
+// the key is unknown, revoked or expired, or is a worker key whose staff
+// member is inactive: the caller learns only that the key does not work.
 func (s *Store) Authenticate(ctx context.Context, secret string) (access.Principal, error) {
 	if !strings.HasPrefix(secret, keyPrefix) || len(secret) > 100 {
 		return access.Principal{}, apperr.ErrNotFound
 	}
 	var p access.Principal
 	var role string
-	var staff *string
+	var merchant, staff *string
 	// $1: a fixed text, prepared once per connection (every request asks),
-	// straight through pgx: the cheapest round trip there is.
+	// straight through pgx: the cheapest round trip there is. The staff
+	// join is by primary key.
 	err := database.WithConn(ctx, s.db.DB, func(conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, `
-			SELECT id, merchant_id, role, staff_id FROM api_keys
-			WHERE key_hash = $1 AND revoked_at IS NULL`, hashKey(secret)).Scan(&p.KeyID, &p.MerchantID, &role, &staff)
+			SELECT k.id, k.merchant_id, k.role, k.staff_id
+			FROM api_keys k LEFT JOIN staff s ON s.id = k.staff_id
+			WHERE k.key_hash = $1 AND k.revoked_at IS NULL
+			  AND (k.expires_at IS NULL OR k.expires_at > now())
+			  AND (k.staff_id IS NULL OR s.active)`, hashKey(secret)).Scan(&p.KeyID, &merchant, &role, &staff)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return access.Principal{}, apperr.ErrNotFound
@@ -117,6 +335,9 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 		return access.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
 	p.Role = access.Role(role)
+	if merchant != nil {
+		p.MerchantID = *merchant
+	}
 	if staff != nil {
 		p.StaffID = *staff
 	}

@@ -9,6 +9,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -19,9 +21,13 @@ import (
 	"hearth/app/reference"
 )
 
-// Store holds the keys and implements query.Names.
+// Store holds the keys and the admin audit log, and implements
+// query.Names.
 type Store struct {
 	db *bun.DB
+
+	usesMu sync.Mutex
+	uses   map[string]time.Time // key id -> last use not yet flushed
 }
 
 // New returns a store on the event-store database.
@@ -29,7 +35,7 @@ func New(db *bun.DB) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("refdata.New: nil db")
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, uses: map[string]time.Time{}}, nil
 }
 
 // Table stores one kind of reference record. The app's record types map

@@ -25,7 +25,9 @@ func ParseRole(s string) (Role, bool) {
 
 // Principal is an authenticated API key.
 type Principal struct {
-	KeyID      string
+	KeyID string
+	// MerchantID is the key's merchant; "" for an admin key, which is a
+	// platform principal and belongs to no merchant.
 	MerchantID string
 	Role       Role
 	StaffID    string // set for workers

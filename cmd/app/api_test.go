@@ -41,9 +41,10 @@ type api struct {
 	merchantA, merchantB string
 	opA, opB             string // operator keys of merchants A and B
 	worker               string // worker key of merchant A, bound to staffA
-	admin                string // admin key of merchant A
+	admin                string // admin key: a platform key, of no merchant
 	staffA, staffB       string // a staff member of each merchant
 	opAKeyID             string // id of opA, the actor of its events
+	adminKeyID           string // id of admin, the actor of its admin actions
 }
 
 // setup wires Hearth on the databases at urls the way serve does, runs the
@@ -101,6 +102,7 @@ func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projecti
 		Parked: w.parking, Rebuilds: rebuilds, Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
 		Idempotency: w.idempotency,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
@@ -119,7 +121,7 @@ func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projecti
 	a.staffB, err = w.refdata.CreateStaff(ctx, a.merchantB, "Gus Globex")
 	require.NoError(t, err)
 	_, _, a.worker = newKey("acme", access.Worker, a.staffA)
-	_, _, a.admin = newKey("acme", access.Admin, "")
+	a.adminKeyID, _, a.admin = newKey("", access.Admin, "")
 	return a
 }
 

@@ -47,6 +47,10 @@ type Config struct {
 	// kept, after which a retry with it runs as a new request
 	// (IDEMPOTENCY_KEEP, at least 24h). Defaults to 24h.
 	IdempotencyKeep time.Duration
+	// KeyLastUsedFlush is how often the API writes the keys' last_used_at,
+	// in one statement for all keys used since (KEY_LAST_USED_FLUSH, a Go
+	// duration, at most 1h). Defaults to 30s.
+	KeyLastUsedFlush time.Duration
 }
 
 // Modes.
@@ -89,6 +93,10 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	cfg.IdempotencyKeep = duration("IDEMPOTENCY_KEEP", 24*time.Hour)
 	if cfg.IdempotencyKeep < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("IDEMPOTENCY_KEEP=%s: must be at least 24h, so that a client's retries within a day are safe", cfg.IdempotencyKeep))
+	}
+	cfg.KeyLastUsedFlush = duration("KEY_LAST_USED_FLUSH", 30*time.Second)
+	if cfg.KeyLastUsedFlush > time.Hour {
+		errs = append(errs, fmt.Errorf("KEY_LAST_USED_FLUSH=%s: must be at most 1h", cfg.KeyLastUsedFlush))
 	}
 
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")

@@ -45,7 +45,8 @@ func TestLoadConfig(t *testing.T) {
 		DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: testDatabaseURL,
 		HTTPAddr: ":8080", Mode: ModeAll, LogFormat: "text", LogLevel: "info",
 		PollInterval: 100 * time.Millisecond, ShutdownTimeout: 20 * time.Second, ConsistencyTimeout: 2 * time.Second,
-		IdempotencyKeep: 24 * time.Hour,
+		IdempotencyKeep:  24 * time.Hour,
+		KeyLastUsedFlush: 30 * time.Second,
 	}
 	with := func(change func(*Config)) Config {
 		c := defaults
@@ -70,13 +71,15 @@ func TestLoadConfig(t *testing.T) {
 				"DATABASE_URL": testDatabaseURL, "READMODEL_DATABASE_URL": "postgres://rm@db.example/reads",
 				"HTTP_ADDR": "127.0.0.1:9000", "MODE": "api", "LOG_FORMAT": "json", "LOG_LEVEL": "debug",
 				"POLL_INTERVAL": "250ms", "SHUTDOWN_TIMEOUT": "5s", "CONSISTENCY_TIMEOUT": "5s",
-				"IDEMPOTENCY_KEEP": "72h",
+				"IDEMPOTENCY_KEEP":    "72h",
+				"KEY_LAST_USED_FLUSH": "1m",
 			},
 			want: Config{
 				DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: "postgres://rm@db.example/reads",
 				HTTPAddr: "127.0.0.1:9000", Mode: ModeAPI, LogFormat: "json", LogLevel: "debug",
 				PollInterval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second, ConsistencyTimeout: 5 * time.Second,
-				IdempotencyKeep: 72 * time.Hour,
+				IdempotencyKeep:  72 * time.Hour,
+				KeyLastUsedFlush: time.Minute,
 			},
 		},
 		{
@@ -138,6 +141,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "POLL_INTERVAL without a unit", env: map[string]string{"POLL_INTERVAL": "100"}, settings: []string{"POLL_INTERVAL"}},
 		{name: "SHUTDOWN_TIMEOUT", env: map[string]string{"SHUTDOWN_TIMEOUT": "soon"}, settings: []string{"SHUTDOWN_TIMEOUT"}},
 		{name: "IDEMPOTENCY_KEEP under a day", env: map[string]string{"IDEMPOTENCY_KEEP": "23h"}, settings: []string{"IDEMPOTENCY_KEEP"}},
+		{name: "negative KEY_LAST_USED_FLUSH", env: map[string]string{"KEY_LAST_USED_FLUSH": "-30s"}, settings: []string{"KEY_LAST_USED_FLUSH"}},
+		{name: "KEY_LAST_USED_FLUSH over 1h", env: map[string]string{"KEY_LAST_USED_FLUSH": "2h"}, settings: []string{"KEY_LAST_USED_FLUSH"}},
 		{
 			name:     "DATABASE_URL with a bad port",
 			env:      map[string]string{"DATABASE_URL": "postgres://bob:hunter2@localhost:notaport/db"},
@@ -205,8 +210,12 @@ func TestRun(t *testing.T) {
 		{name: "bad setting", args: []string{"serve"}, env: map[string]string{"DATABASE_URL": testDatabaseURL, "MODE": "x"},
 			contains: "MODE"},
 		{name: "unknown command", args: []string{"frobnicate"}, usage: true, contains: `"frobnicate"`},
-		{name: "keys without create", args: []string{"keys"}, usage: true, contains: "keys create"},
-		{name: "keys list", args: []string{"keys", "list"}, usage: true, contains: "keys create"},
+		{name: "keys without a subcommand", args: []string{"keys"}, usage: true, contains: "create, list, revoke, rotate"},
+		{name: "keys with an unknown subcommand", args: []string{"keys", "delete"}, usage: true, contains: "create, list, revoke, rotate"},
+		{name: "keys list without DATABASE_URL", args: []string{"keys", "list"}, contains: "DATABASE_URL"},
+		{name: "audit without a subcommand", args: []string{"audit"}, usage: true, contains: "audit: the subcommands are list"},
+		{name: "keys revoke with a flag of create", args: []string{"keys", "revoke", "x", "--role", "admin"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "role"},
 		{name: "unexpected arguments", args: []string{"serve", "now"}, env: map[string]string{"DATABASE_URL": testDatabaseURL},
 			usage: true, contains: "now"},
 		{name: "keys create with a bad role", args: []string{"keys", "create", "--merchant", "acme", "--role", "bogus"},

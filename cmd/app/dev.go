@@ -84,7 +84,7 @@ func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	admin, err := store.CreateKey(ctx, "demo", access.Admin, "")
+	admin, err := store.CreateKey(ctx, "", access.Admin, "")
 	if err != nil {
 		return err
 	}

@@ -2,52 +2,327 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"hearth/adapters/refdata"
 	"hearth/app/access"
+	"hearth/app/apperr"
+	"hearth/app/ops"
+	"hearth/app/query"
+	"hearth/app/uuid"
 	"hearth/internal/database"
 	"hearth/migrations"
 )
 
+// keyFlags are the flags of `app keys ...` and `app audit list`.
 type keyFlags struct {
-	merchant, role, staff string
+	merchant, role, staff, name string
+	expiresIn, expiresAt, grace string
+	by                          string
+	asJSON                      bool
+	limit                       int
 }
 
-func (k *keyFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&k.merchant, "merchant", "", "merchant name (created if needed)")
-	fs.StringVar(&k.role, "role", "", "operator, worker or admin")
-	fs.StringVar(&k.staff, "staff", "", "staff member id (worker keys only)")
+func (k *keyFlags) register(cmd, sub string, fs *flag.FlagSet) {
+	switch cmd + " " + sub {
+	case "keys create":
+		fs.StringVar(&k.merchant, "merchant", "", "merchant name, created if needed (operator and worker keys; not admin keys)")
+		fs.StringVar(&k.role, "role", "", "operator, worker or admin")
+		fs.StringVar(&k.staff, "staff", "", "staff member id (worker keys only)")
+		fs.StringVar(&k.name, "name", "", "what the key is for")
+		fs.StringVar(&k.expiresIn, "expires-in", "", "the key stops working after this long (a Go duration: 720h)")
+		fs.StringVar(&k.expiresAt, "expires-at", "", "the key stops working at this time (RFC 3339)")
+		fs.StringVar(&k.by, "by", "", "who creates it, for the audit log (defaults to cli:$USER)")
+	case "keys list":
+		fs.StringVar(&k.merchant, "merchant", "", "only this merchant's keys (a name)")
+		fs.BoolVar(&k.asJSON, "json", false, "print JSON")
+	case "keys revoke":
+		fs.StringVar(&k.by, "by", "", "who revokes it, for the audit log (defaults to cli:$USER)")
+	case "keys rotate":
+		fs.StringVar(&k.grace, "grace", "0s", "how long the old key keeps working (0s: revoked now; at most 720h)")
+		fs.StringVar(&k.by, "by", "", "who rotates it, for the audit log (defaults to cli:$USER)")
+	case "audit list":
+		fs.IntVar(&k.limit, "limit", 50, "how many entries, newest first (1 to 1000)")
+		fs.BoolVar(&k.asJSON, "json", false, "print JSON")
+	}
 }
 
-// createKey creates a key and prints it alone on the last line of stdout.
-func createKey(ctx context.Context, cfg Config, k keyFlags, stdout io.Writer) error {
-	if k.merchant == "" {
-		return usageError{"keys create: --merchant is required"}
+// keyFlagNames maps the fields of key errors to the flags that set them.
+var keyFlagNames = map[string]string{
+	"merchant_id": "--merchant", "merchant": "--merchant", "role": "--role", "staff_id": "--staff",
+	"name": "--name", "grace": "--grace", "by": "--by", "id": "ID",
+}
+
+// flagError renders a validation error with flag names instead of fields;
+// other errors are returned as they are.
+func flagError(verb string, err error, expiresFlag string) error {
+	var invalid *apperr.ValidationError
+	if !errors.As(err, &invalid) {
+		return fmt.Errorf("%s: %w", verb, err)
 	}
-	role, ok := access.ParseRole(k.role)
-	if !ok {
-		return usageError{fmt.Sprintf("keys create: --role %q: must be operator, worker or admin", k.role)}
+	parts := make([]string, len(invalid.Fields))
+	for i, f := range invalid.Fields {
+		name := keyFlagNames[f.Field]
+		if f.Field == "expires_at" {
+			name = expiresFlag
+		}
+		parts[i] = name + ": " + f.Message
 	}
+	return errors.New(verb + ": " + strings.Join(parts, "; "))
+}
+
+// asUsage turns an error into a usage error (exit status 2).
+func asUsage(err error) error { return usageError{err.Error()} }
+
+// actor is who the CLI records an admin action for: --by, or cli:$USER.
+func actor(by string, getenv func(string) string) string {
+	if by != "" {
+		return by
+	}
+	return "cli:" + cmpOr(getenv("USER"), "unknown")
+}
+
+// openRefdata opens and migrates the event store for the key and audit
+// commands.
+func openRefdata(ctx context.Context, cfg Config) (*refdata.Store, func(), error) {
 	db, err := database.Open(ctx, cfg.DatabaseURL, 2)
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	defer db.Close()
 	if _, err := migrations.Apply(ctx, db.DB, migrations.EventStore); err != nil {
-		return err
+		_ = db.Close()
+		return nil, nil, err
 	}
 	store, err := refdata.New(db)
 	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return store, func() { _ = db.Close() }, nil
+}
+
+// keys runs `app keys create|list|revoke|rotate`. Secrets are printed once,
+// alone on the last line of stdout.
+func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string, getenv func(string) string, stdout io.Writer) error {
+	verb := "keys " + sub
+	var id string
+	switch sub {
+	case "create", "list":
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("%s: unexpected arguments %q", verb, args)}
+		}
+	default:
+		if len(args) != 1 {
+			return usageError{verb + ": name one key: " + verb + " ID"}
+		}
+		var ok bool
+		if id, ok = uuid.Parse(args[0]); !ok {
+			return usageError{fmt.Sprintf("%s: ID must be a UUID, got %q", verb, args[0])}
+		}
+	}
+	by := actor(k.by, getenv)
+	if sub != "list" {
+		if err := ops.CheckActor(by); err != nil {
+			return asUsage(flagError(verb, err, ""))
+		}
+	}
+	var spec access.KeySpec
+	var grace time.Duration
+	expiresFlag := ""
+	switch sub {
+	case "create":
+		var err error
+		if spec, expiresFlag, err = keySpec(k); err != nil {
+			return asUsage(fmt.Errorf("%s: %w", verb, err))
+		}
+		if spec, err = spec.Check(time.Now()); err != nil {
+			return asUsage(flagError(verb, err, expiresFlag))
+		}
+	case "rotate":
+		var err error
+		if grace, err = time.ParseDuration(k.grace); err != nil {
+			return usageError{fmt.Sprintf("%s: --grace must be a duration such as 24h or 90m, got %q", verb, k.grace)}
+		}
+		if err := access.CheckGrace(grace); err != nil {
+			return asUsage(flagError(verb, err, ""))
+		}
+	}
+	store, closeDB, err := openRefdata(ctx, cfg)
+	if err != nil {
 		return err
 	}
-	key, err := store.CreateKey(ctx, k.merchant, role, k.staff)
-	if err != nil {
-		return fmt.Errorf("keys create: %w", err)
+	defer closeDB()
+	switch sub {
+	case "create":
+		key, err := store.IssueKey(ctx, spec, by)
+		if err != nil {
+			return flagError(verb, err, expiresFlag)
+		}
+		fmt.Fprintf(stdout, "# %s; it is shown only now:\n%s\n", describeKey(key.Key), key.Secret)
+		return nil
+	case "list":
+		return listKeys(ctx, store, k, stdout)
+	case "revoke":
+		key, err := store.RevokeKey(ctx, id, by)
+		if errors.Is(err, apperr.ErrNotFound) {
+			return fmt.Errorf("%s: no key %s", verb, id)
+		}
+		if err != nil {
+			return flagError(verb, err, "")
+		}
+		fmt.Fprintf(stdout, "%s: revoked at %s\n", describeKey(key), key.RevokedAt.Format(time.RFC3339))
+		return nil
+	default: // rotate
+		rot, err := store.RotateKey(ctx, id, grace, by)
+		if errors.Is(err, apperr.ErrNotFound) {
+			return fmt.Errorf("%s: no key %s", verb, id)
+		}
+		if err != nil {
+			return flagError(verb, err, "")
+		}
+		old := "revoked now"
+		if rot.Previous.RevokedAt == nil {
+			old = "works until " + rot.Previous.ExpiresAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(stdout, "# key %s rotated: %s (the old key %s); the new key is shown only now:\n%s\n",
+			id, describeKey(rot.Key), old, rot.Secret)
+		return nil
 	}
-	fmt.Fprintf(stdout, "# %s key %s for merchant %q (%s); it is shown only now:\n%s\n",
-		role, key.ID, k.merchant, key.MerchantID, key.Secret)
+}
+
+// keySpec reads the flags of `keys create`; it returns the flag the expiry
+// came from.
+func keySpec(k keyFlags) (access.KeySpec, string, error) {
+	spec := access.KeySpec{MerchantName: k.merchant, Role: access.Role(k.role), StaffID: k.staff, Name: k.name}
+	switch {
+	case k.expiresIn != "" && k.expiresAt != "":
+		return spec, "", errors.New("give --expires-in or --expires-at, not both")
+	case k.expiresIn != "":
+		d, err := time.ParseDuration(k.expiresIn)
+		if err != nil {
+			return spec, "", fmt.Errorf("--expires-in must be a duration such as 720h, got %q", k.expiresIn)
+		}
+		if d <= 0 {
+			return spec, "", fmt.Errorf("--expires-in must be positive, got %s", d)
+		}
+		at := time.Now().Add(d)
+		spec.ExpiresAt = &at
+		return spec, "--expires-in", nil
+	case k.expiresAt != "":
+		at, err := time.Parse(time.RFC3339Nano, k.expiresAt)
+		if err != nil {
+			return spec, "", fmt.Errorf("--expires-at must be an RFC 3339 time such as 2030-01-02T15:04:05Z, got %q", k.expiresAt)
+		}
+		spec.ExpiresAt = &at
+		return spec, "--expires-at", nil
+	}
+	return spec, "", nil
+}
+
+// describeKey is one line about a key, for the CLI.
+func describeKey(k access.Key) string {
+	s := fmt.Sprintf("%s key %s", k.Role, k.ID)
+	if k.MerchantID == "" {
+		s += " (platform; no merchant)"
+	} else {
+		s += fmt.Sprintf(" for merchant %q (%s)", k.MerchantName, k.MerchantID)
+	}
+	if k.StaffID != "" {
+		s += ", staff member " + k.StaffID
+	}
+	if k.Name != "" {
+		s += fmt.Sprintf(", named %q", k.Name)
+	}
+	if k.ExpiresAt != nil {
+		s += ", expires " + k.ExpiresAt.Format(time.RFC3339)
+	}
+	return s
+}
+
+// listKeys prints every key (or one merchant's), newest first: never a
+// secret or a hash.
+func listKeys(ctx context.Context, store *refdata.Store, k keyFlags, stdout io.Writer) error {
+	merchantID := ""
+	if k.merchant != "" {
+		var err error
+		if merchantID, err = store.MerchantID(ctx, k.merchant); errors.Is(err, apperr.ErrNotFound) {
+			return fmt.Errorf("keys list: no merchant named %q", k.merchant)
+		} else if err != nil {
+			return err
+		}
+	}
+	all := []access.Key{}
+	for page := 1; ; page++ {
+		keys, total, err := store.ListKeys(ctx, merchantID, query.Page{Number: page, Size: 200})
+		if err != nil {
+			return err
+		}
+		all = append(all, keys...)
+		if len(keys) == 0 || len(all) >= total {
+			break
+		}
+	}
+	if k.asJSON {
+		return json.NewEncoder(stdout).Encode(all)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tMERCHANT\tROLE\tSTAFF\tNAME\tCREATED\tLAST USED\tEXPIRES\tREVOKED")
+	for _, key := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", key.ID, cmpOr(key.MerchantName, "-"), key.Role,
+			cmpOr(key.StaffID, "-"), cmpOr(oneLine(key.Name, 40), "-"), key.CreatedAt.Format(time.RFC3339),
+			timeOrDash(key.LastUsedAt), timeOrDash(key.ExpiresAt), timeOrDash(key.RevokedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d keys\n", len(all))
+	return nil
+}
+
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// auditList runs `app audit list`: the newest entries of the admin audit
+// log.
+func auditList(ctx context.Context, cfg Config, k keyFlags, args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("audit list: unexpected arguments %q", args)}
+	}
+	if k.limit < 1 || k.limit > 1000 {
+		return usageError{fmt.Sprintf("audit list: --limit must be from 1 to 1000, got %d", k.limit)}
+	}
+	store, closeDB, err := openRefdata(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	items, total, err := store.ListAudit(ctx, query.Page{Number: 1, Size: k.limit})
+	if err != nil {
+		return err
+	}
+	if k.asJSON {
+		return json.NewEncoder(stdout).Encode(items)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tTARGET\tDETAILS")
+	for _, e := range items {
+		details, _ := json.Marshal(e.Details)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), e.Actor, e.Action, e.Target, oneLine(string(details), 160))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d of %d entries\n", len(items), total)
 	return nil
 }

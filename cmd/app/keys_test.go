@@ -1,15 +1,22 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/refdata"
 	"hearth/app/access"
+	"hearth/app/apperr"
+	"hearth/app/ops"
+	"hearth/app/uuid"
 	"hearth/internal/pgtest"
 )
 
@@ -40,10 +47,21 @@ func (k keysBundle) keys() int {
 
 // create runs `app keys create` with args and returns stdout, or the error.
 func (k keysBundle) create(args ...string) (string, error) {
+	return k.run(append([]string{"keys", "create"}, args...)...)
+}
+
+// run runs the binary's command line args (as user "tester") and returns
+// stdout, or the error.
+func (k keysBundle) run(args ...string) (string, error) {
 	var stdout, stderr syncBuffer
-	err := run(k.t.Context(), append([]string{"keys", "create"}, args...),
-		env(map[string]string{"DATABASE_URL": k.url}), &stdout, &stderr)
+	err := run(k.t.Context(), args, env(map[string]string{"DATABASE_URL": k.url, "USER": "tester"}), &stdout, &stderr)
 	return stdout.String(), err
+}
+
+// lastLine is the last line of out.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	return lines[len(lines)-1]
 }
 
 // mustCreate creates a key and returns the secret printed alone on the
@@ -52,8 +70,7 @@ func (k keysBundle) mustCreate(args ...string) string {
 	k.t.Helper()
 	out, err := k.create(args...)
 	require.NoError(k.t, err)
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	secret := lines[len(lines)-1]
+	secret := lastLine(out)
 	require.True(k.t, strings.HasPrefix(secret, "hk_"), "last line of stdout: %q", out)
 	require.Equal(k.t, strings.TrimSpace(secret), secret, "the key alone")
 	require.NotContains(k.t, secret, " ")
@@ -70,13 +87,18 @@ func TestKeysCreate(t *testing.T) {
 	require.Equal(t, access.Operator, p.Role)
 	require.Empty(t, p.StaffID)
 
-	second := k.mustCreate("--merchant", "acme", "--role", "admin")
+	second := k.mustCreate("--merchant", "acme", "--role", "operator")
 	require.NotEqual(t, secret, second)
 	q, err := k.store.Authenticate(t.Context(), second)
 	require.NoError(t, err)
-	require.Equal(t, access.Admin, q.Role)
 	require.Equal(t, p.MerchantID, q.MerchantID, "a second key of the same merchant reuses the merchant")
 	require.NotEqual(t, p.KeyID, q.KeyID)
+
+	admin := k.mustCreate("--role", "admin")
+	ad, err := k.store.Authenticate(t.Context(), admin)
+	require.NoError(t, err)
+	require.Equal(t, access.Admin, ad.Role)
+	require.Empty(t, ad.MerchantID, "an admin key is a platform key: no merchant")
 
 	other := k.mustCreate("--merchant", "globex", "--role", "operator")
 	r, err := k.store.Authenticate(t.Context(), other)
@@ -109,6 +131,10 @@ func TestKeysCreateErrors(t *testing.T) {
 	require.NoError(t, err)
 	acmeStaff, err := k.store.CreateStaff(t.Context(), p.MerchantID, "Wanda Worker")
 	require.NoError(t, err)
+	inactiveStaff, err := k.store.CreateStaff(t.Context(), p.MerchantID, "Ian Inactive")
+	require.NoError(t, err)
+	_, err = k.db.DB.ExecContext(t.Context(), `UPDATE staff SET active = false WHERE id = $1`, inactiveStaff)
+	require.NoError(t, err)
 
 	cases := []struct {
 		name     string
@@ -116,15 +142,27 @@ func TestKeysCreateErrors(t *testing.T) {
 		usage    bool
 		contains string
 	}{
-		{"worker without --staff", []string{"--merchant", "acme", "--role", "worker"}, false, "--staff"},
-		{"worker with a staff id that is not a UUID", []string{"--merchant", "acme", "--role", "worker", "--staff", "wanda"}, false, "UUID"},
+		{"worker without --staff", []string{"--merchant", "acme", "--role", "worker"}, true, "--staff: is required"},
+		{"worker with a staff id that is not a UUID", []string{"--merchant", "acme", "--role", "worker", "--staff", "wanda"}, true, "--staff: must be a UUID"},
 		{"worker with another merchant's staff", []string{"--merchant", "acme", "--role", "worker", "--staff", globexStaff}, false, globexStaff},
-		{"operator with --staff", []string{"--merchant", "acme", "--role", "operator", "--staff", acmeStaff}, false, "--staff"},
+		{"worker with an inactive staff member", []string{"--merchant", "acme", "--role", "worker", "--staff", inactiveStaff}, false, "inactive"},
+		{"operator with --staff", []string{"--merchant", "acme", "--role", "operator", "--staff", acmeStaff}, true, "--staff"},
 		{"bogus role", []string{"--merchant", "acme", "--role", "bogus"}, true, "bogus"},
 		{"no role", []string{"--merchant", "acme"}, true, "--role"},
 		{"no merchant", []string{"--role", "operator"}, true, "--merchant"},
-		{"blank merchant", []string{"--merchant", "  ", "--role", "operator"}, false, "merchant"},
+		{"blank merchant", []string{"--merchant", "  ", "--role", "operator"}, true, "--merchant"},
+		{"admin with a merchant", []string{"--merchant", "acme", "--role", "admin"}, true, "--merchant: an admin key belongs to no merchant"},
 		{"unexpected argument", []string{"--merchant", "acme", "--role", "operator", "extra"}, true, "extra"},
+		{"expiry not a duration", []string{"--role", "admin", "--expires-in", "soon"}, true, "--expires-in must be a duration"},
+		{"negative expiry", []string{"--role", "admin", "--expires-in", "-1h"}, true, "--expires-in must be positive"},
+		{"zero expiry", []string{"--role", "admin", "--expires-in", "0s"}, true, "--expires-in must be positive"},
+		{"expiry in the past", []string{"--role", "admin", "--expires-at", "2020-01-01T00:00:00Z"}, true, "--expires-at: must be in the future"},
+		{"expiry not RFC 3339", []string{"--role", "admin", "--expires-at", "tomorrow"}, true, "--expires-at must be an RFC 3339 time"},
+		{"two expiries", []string{"--role", "admin", "--expires-in", "1h", "--expires-at", "2099-01-01T00:00:00Z"}, true, "not both"},
+		{"name with a control character", []string{"--role", "admin", "--name", "a\x00b"}, true, "--name: must not contain control characters"},
+		{"name too long", []string{"--role", "admin", "--name", strings.Repeat("n", 201)}, true, "--name: must be at most 200 bytes"},
+		{"blank --by", []string{"--role", "admin", "--by", " "}, true, "--by: is required"},
+		{"a flag of another subcommand", []string{"--role", "admin", "--grace", "1h"}, true, "grace"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,4 +175,137 @@ func TestKeysCreateErrors(t *testing.T) {
 			require.Equal(t, before, k.keys(), "no key is stored")
 		})
 	}
+}
+
+// `app keys list|revoke|rotate` and `app audit list`: a key's whole life
+// on the command line, each change in the audit log.
+func TestKeysLifecycleCLI(t *testing.T) {
+	t.Parallel()
+	k := setupKeys(t)
+	ctx := t.Context()
+	before := time.Now().Add(-time.Millisecond) // Postgres keeps microseconds
+	first := k.mustCreate("--merchant", "acme", "--role", "operator", "--name", "ci deploy", "--expires-in", "720h", "--by", "ops:ada")
+	p, err := k.store.Authenticate(ctx, first)
+	require.NoError(t, err)
+	k.mustCreate("--role", "admin", "--name", "platform")
+
+	// list: every key, never a secret or a hash.
+	out, err := k.run("keys", "list")
+	require.NoError(t, err)
+	require.Contains(t, out, p.KeyID)
+	require.Contains(t, out, "ci deploy")
+	require.Contains(t, out, "2 keys")
+	require.NotContains(t, out, "hk_")
+	sum := sha256.Sum256([]byte(first))
+	require.NotContains(t, out, hex.EncodeToString(sum[:]))
+	listed := func(args ...string) []access.Key {
+		t.Helper()
+		out, err := k.run(append([]string{"keys", "list", "--json"}, args...)...)
+		require.NoError(t, err)
+		var keys []access.Key
+		require.NoError(t, json.Unmarshal([]byte(out), &keys))
+		return keys
+	}
+	acme := listed("--merchant", "acme")
+	require.Len(t, acme, 1)
+	require.Equal(t, p.KeyID, acme[0].ID)
+	require.Equal(t, "acme", acme[0].MerchantName)
+	require.Equal(t, "ci deploy", acme[0].Name)
+	require.NotNil(t, acme[0].ExpiresAt)
+	require.WithinRange(t, *acme[0].ExpiresAt, before.Add(720*time.Hour), time.Now().Add(720*time.Hour))
+	require.Nil(t, acme[0].LastUsedAt)
+	require.Len(t, listed(), 2)
+	_, err = k.run("keys", "list", "--merchant", "nope")
+	require.ErrorContains(t, err, `no merchant named "nope"`)
+	require.False(t, errors.As(err, new(usageError)))
+
+	// rotate without grace: the old key stops at once, the new one is like it.
+	out, err = k.run("keys", "rotate", p.KeyID)
+	require.NoError(t, err)
+	require.Contains(t, out, "revoked now")
+	second := lastLine(out)
+	require.True(t, strings.HasPrefix(second, "hk_"), out)
+	_, err = k.store.Authenticate(ctx, first)
+	require.ErrorIs(t, err, apperr.ErrNotFound, "the rotated key stops at once")
+	q, err := k.store.Authenticate(ctx, second)
+	require.NoError(t, err)
+	require.Equal(t, p.MerchantID, q.MerchantID)
+	require.Equal(t, p.Role, q.Role)
+	acme = listed("--merchant", "acme")
+	require.Len(t, acme, 2)
+	require.Equal(t, q.KeyID, acme[0].ID, "newest first")
+	require.Equal(t, "ci deploy", acme[0].Name, "the name is copied")
+	require.Equal(t, acme[1].ExpiresAt, acme[0].ExpiresAt, "the expiry is copied")
+
+	// rotate with grace: both work until the grace ends.
+	out, err = k.run("keys", "rotate", q.KeyID, "--grace", "1h", "--by", "ops:bob")
+	require.NoError(t, err)
+	require.Contains(t, out, "works until")
+	third := lastLine(out)
+	_, err = k.store.Authenticate(ctx, second)
+	require.NoError(t, err, "the old key works during the grace period")
+	r, err := k.store.Authenticate(ctx, third)
+	require.NoError(t, err)
+	acme = listed("--merchant", "acme")
+	require.Equal(t, q.KeyID, acme[1].ID)
+	require.Nil(t, acme[1].RevokedAt)
+	require.WithinRange(t, *acme[1].ExpiresAt, before.Add(time.Hour), time.Now().Add(time.Hour))
+	_, err = k.db.DB.ExecContext(ctx, `UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = $1`, q.KeyID)
+	require.NoError(t, err)
+	_, err = k.store.Authenticate(ctx, second)
+	require.ErrorIs(t, err, apperr.ErrNotFound, "an expired key stops")
+
+	// revoke.
+	out, err = k.run("keys", "revoke", r.KeyID)
+	require.NoError(t, err)
+	require.Contains(t, out, "revoked at")
+	_, err = k.store.Authenticate(ctx, third)
+	require.ErrorIs(t, err, apperr.ErrNotFound, "a revoked key stops")
+
+	for _, tc := range []struct {
+		args     []string
+		usage    bool
+		contains string
+	}{
+		{[]string{"keys", "revoke"}, true, "name one key"},
+		{[]string{"keys", "revoke", "abc"}, true, `ID must be a UUID, got "abc"`},
+		{[]string{"keys", "revoke", uuid.New()}, false, "no key"},
+		{[]string{"keys", "rotate", r.KeyID}, false, "key.revoked"},
+		{[]string{"keys", "rotate", q.KeyID}, false, "key.expired"},
+		{[]string{"keys", "rotate", r.KeyID, "--grace", "-1h"}, true, "--grace: must not be negative"},
+		{[]string{"keys", "rotate", r.KeyID, "--grace", "1000h"}, true, "--grace: must be at most 720h"},
+		{[]string{"keys", "rotate", r.KeyID, "--grace", "soon"}, true, "--grace must be a duration"},
+		{[]string{"keys", "list", "extra"}, true, "extra"},
+		{[]string{"keys", "delete"}, true, "create, list, revoke, rotate"},
+		{[]string{"audit", "list", "--limit", "0"}, true, "--limit must be from 1 to 1000"},
+	} {
+		out, err := k.run(tc.args...)
+		require.ErrorContains(t, err, tc.contains, "%q", tc.args)
+		require.Equal(t, tc.usage, errors.As(err, new(usageError)), "%q: usage error: %v", tc.args, err)
+		require.NotContains(t, out, "hk_")
+	}
+
+	// The audit log, newest first.
+	out, err = k.run("audit", "list", "--json")
+	require.NoError(t, err)
+	var entries []ops.AuditEntry
+	require.NoError(t, json.Unmarshal([]byte(out), &entries))
+	got := make([]string, len(entries))
+	for i, e := range entries {
+		got[i] = e.Action + " " + e.Target + " " + e.Actor
+	}
+	require.Equal(t, []string{
+		"key.revoke " + r.KeyID + " cli:tester",
+		"key.rotate " + q.KeyID + " ops:bob",
+		"key.rotate " + p.KeyID + " cli:tester",
+		"key.create " + entries[3].Target + " cli:tester",
+		"key.create " + p.KeyID + " ops:ada",
+	}, got)
+	require.Equal(t, r.KeyID, entries[1].Details["new_key_id"])
+	require.Equal(t, "1h0m0s", entries[1].Details["grace"])
+	require.Equal(t, "admin", entries[3].Details["role"])
+	out, err = k.run("audit", "list", "--limit", "2")
+	require.NoError(t, err)
+	require.Contains(t, out, "key.revoke")
+	require.Contains(t, out, "2 of 5 entries")
 }

@@ -137,7 +137,7 @@ func TestLeadershipVisible(t *testing.T) {
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	admin, err := p.w.refdata.CreateKey(t.Context(), "visible", access.Admin, "")
+	admin, err := p.w.refdata.CreateKey(t.Context(), "", access.Admin, "")
 	require.NoError(t, err)
 	operator, err := p.w.refdata.CreateKey(t.Context(), "visible", access.Operator, "")
 	require.NoError(t, err)

@@ -3,7 +3,8 @@
 //
 //	app [serve] [--mode api|worker|all] [--http-addr :8080]
 //	app migrate
-//	app keys create --merchant NAME --role operator|worker|admin [--staff ID]
+//	app keys create|list|revoke|rotate ...
+//	app audit list [--limit N] [--json]
 //	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
 //	app parked list|replay|skip ...
 //	app verify [--projection P]
@@ -20,21 +21,28 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 )
 
 const usage = `usage:
   app [serve] [--mode api|worker|all] [--http-addr ADDR]   run Hearth (default)
   app migrate                                              apply migrations and exit
-  app keys create --merchant NAME --role operator|worker|admin [--staff ID]
+  app keys create --role operator|worker --merchant NAME [--staff ID] [--name N] [--expires-in D | --expires-at T] [--by WHO]
+  app keys create --role admin [--name N] [--expires-in D | --expires-at T] [--by WHO]   a platform key (no merchant)
+  app keys list [--merchant NAME] [--json]                 keys, newest first (never their secrets)
+  app keys revoke ID [--by WHO]                            the key stops working now
+  app keys rotate ID [--grace D] [--by WHO]                a new key like it; the old one is revoked, or works for D more
+  app audit list [--limit N] [--json]                      the admin audit log, newest first
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset
   app parked list [--projection P] [--json]                parked aggregates
-  app parked replay PROJECTION ID | --all [--projection P] apply their waiting events in order
+  app parked replay PROJECTION ID | --all [--projection P] [--by WHO]   apply their waiting events in order
   app parked skip PROJECTION ID --reason WHY [--event ID] [--by WHO]   skip the first waiting event
   app verify [--projection P] [--recheck 2s]               compare the read models with the event store
-  app rebuild PROJECTION                                   rebuild orders, schedules or service_requests without downtime
+  app rebuild PROJECTION [--by WHO]                        rebuild orders, schedules or service_requests without downtime
 settings come from the environment: DATABASE_URL, READMODEL_DATABASE_URL, HTTP_ADDR, MODE,
-LOG_FORMAT, LOG_LEVEL, POLL_INTERVAL, SHUTDOWN_TIMEOUT (see README.md)`
+LOG_FORMAT, LOG_LEVEL, POLL_INTERVAL, SHUTDOWN_TIMEOUT, KEY_LAST_USED_FLUSH (see README.md)`
 
 // usageError is a bad command line: exit status 2.
 type usageError struct{ msg string }
@@ -71,13 +79,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	} else if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
+	sub := ""
 	switch cmd {
 	case "serve", "dev", "migrate", "parked", "verify", "rebuild":
-	case "keys":
-		if len(args) == 0 || args[0] != "create" {
-			return usageError{"keys: the only subcommand is `keys create`"}
+	case "keys", "audit":
+		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}}[cmd]
+		if len(args) == 0 || !slices.Contains(subs, args[0]) {
+			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
-		args = args[1:]
+		sub, args = args[0], args[1:]
 	case "help":
 		fmt.Fprintln(stdout, usage)
 		return nil
@@ -86,9 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	var keyArgs keyFlags
-	if cmd == "keys" {
-		keyArgs.register(fs)
-	}
+	keyArgs.register(cmd, sub, fs)
 	var opArgs opsFlags
 	opArgs.register(cmd, fs)
 	cfg, rest, err := loadConfig(getenv, fs, args)
@@ -96,7 +104,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration: %w", err)
 	}
 	switch cmd {
-	case "parked", "rebuild":
+	case "parked", "rebuild", "keys", "audit":
 		if rest, err = parseInterleaved(fs, rest); err != nil {
 			return err
 		}
@@ -113,11 +121,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		return migrate(ctx, cfg, log)
-	case "keys":
+	case "keys", "audit":
 		if err := cfg.requireDatabase(); err != nil {
 			return err
 		}
-		return createKey(ctx, cfg, keyArgs, stdout)
+		if cmd == "audit" {
+			return auditList(ctx, cfg, keyArgs, rest, stdout)
+		}
+		return keys(ctx, cfg, sub, keyArgs, rest, getenv, stdout)
 	case "dev":
 		return dev(ctx, cfg, log, stdout)
 	case "parked", "verify", "rebuild":
@@ -130,7 +141,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "verify":
 			return verify(ctx, cfg, log, opArgs, stdout, stderr)
 		default:
-			return rebuild(ctx, cfg, log, rest, stdout, stderr)
+			return rebuild(ctx, cfg, log, opArgs, rest, getenv, stdout, stderr)
 		}
 	default:
 		if err := cfg.requireDatabase(); err != nil {

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,8 +36,10 @@ func (o *opsFlags) register(cmd string, fs *flag.FlagSet) {
 		fs.BoolVar(&o.all, "all", false, "replay every parked aggregate")
 		fs.StringVar(&o.reason, "reason", "", "why the event is skipped (skip; required)")
 		fs.StringVar(&o.eventID, "event", "", "the id of the event to skip; must be the first waiting one (skip)")
-		fs.StringVar(&o.by, "by", "", "who skips (skip; defaults to cli:$USER)")
+		fs.StringVar(&o.by, "by", "", "who replays or skips, for the audit log (defaults to cli:$USER)")
 		fs.BoolVar(&o.asJSON, "json", false, "print JSON")
+	case "rebuild":
+		fs.StringVar(&o.by, "by", "", "who rebuilds, for the audit log (defaults to cli:$USER)")
 	case "verify":
 		fs.StringVar(&o.projection, "projection", "", "only this projection")
 		fs.DurationVar(&o.recheck, "recheck", 2*time.Second, "wait this long, then read differing aggregates once more (0: report at once)")
@@ -91,6 +95,10 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		return usageError{"parked: list, replay or skip"}
 	}
 	sub, args := args[0], args[1:]
+	by := actor(o.by, getenv)
+	if err := ops.CheckActor(by); err != nil {
+		return asUsage(flagError("parked "+sub, err, ""))
+	}
 	dbs, w, err := openWired(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -124,11 +132,11 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		var results []ops.ReplayResult
 		switch {
 		case o.all && len(args) == 0:
-			if results, err = pk.ReplayAll(ctx, o.projection); err != nil {
+			if results, err = pk.ReplayAll(ctx, o.projection, by); err != nil {
 				return err
 			}
 		case !o.all && len(args) == 2:
-			res, err := pk.Replay(ctx, args[0], args[1])
+			res, err := pk.Replay(ctx, args[0], args[1], by)
 			if err != nil {
 				return err
 			}
@@ -155,10 +163,6 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 	case "skip":
 		if len(args) != 2 {
 			return usageError{"parked skip: PROJECTION AGGREGATE_ID --reason WHY [--event EVENT_ID] [--by WHO]"}
-		}
-		by := o.by
-		if by == "" {
-			by = "cli:" + cmpOr(getenv("USER"), "unknown")
 		}
 		res, err := pk.Skip(ctx, args[0], args[1], o.eventID, by, o.reason)
 		if err != nil {
@@ -233,16 +237,28 @@ func verify(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, stdou
 
 // rebuild runs `app rebuild PROJECTION`: progress with rate and ETA on
 // stderr (in place on a terminal, a line every 5 s otherwise); Ctrl-C
-// cancels it and drops the shadow table.
-func rebuild(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout, stderr io.Writer) error {
+// cancels it and drops the shadow table. The start, and a cancel, are
+// recorded in the audit log (the rebuild is no transaction of the event
+// store: the start just before it runs, the cancel after).
+func rebuild(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
 		return usageError{"rebuild: name one projection: " + strings.Join(readmodel.Projections(), ", ")}
+	}
+	if !slices.Contains(readmodel.Projections(), args[0]) {
+		return usageError{fmt.Sprintf("rebuild: unknown projection %q; one of %s", args[0], strings.Join(readmodel.Projections(), ", "))}
+	}
+	by := actor(o.by, getenv)
+	if err := ops.CheckActor(by); err != nil {
+		return asUsage(flagError("rebuild", err, ""))
 	}
 	dbs, w, err := openWired(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer dbs.close()
+	if err := w.refdata.RecordAudit(ctx, ops.AuditEntry{Actor: by, Action: ops.ActionRebuildStart, Target: args[0]}); err != nil {
+		return err
+	}
 	term := isTerminal(stderr)
 	var lastLine time.Time
 	lastPhase := ""
@@ -260,6 +276,14 @@ func rebuild(ctx context.Context, cfg Config, log *slog.Logger, args []string, s
 		}})
 	if term {
 		fmt.Fprintln(stderr)
+	}
+	if errors.Is(err, context.Canceled) {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if aerr := w.refdata.RecordAudit(actx, ops.AuditEntry{Actor: by, Action: ops.ActionRebuildCancel, Target: args[0],
+			Details: map[string]any{"phase": p.Phase, "events": p.Events, "rows": p.Rows}}); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
 	}
 	if err != nil {
 		return err

@@ -165,6 +165,7 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if w.parking, err = pubsub.NewParking(dbs.es, w.projections...); err != nil {
 		return wiring{}, err
 	}
+	w.parking.Audit = refdata.WriteAudit
 	if w.eventLog, err = pubsub.NewEventLog(dbs.es); err != nil {
 		return wiring{}, err
 	}
@@ -222,10 +223,23 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
 		Idempotency: w.idempotency,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
 	})
 	if err != nil {
 		return err
 	}
+	// Key uses are flushed every KeyLastUsedFlush, and once more after the
+	// HTTP server has drained (below), so that no request's use is lost.
+	flushCtx, stopFlush := context.WithCancel(context.WithoutCancel(ctx))
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		w.refdata.RunUseFlusher(flushCtx, cfg.KeyLastUsedFlush, log)
+	}()
+	defer func() {
+		stopFlush()
+		<-flushed
+	}()
 	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {

@@ -10,13 +10,14 @@ import (
 )
 
 // ParkedAggregates is the operator's view of parked aggregates
-// (pubsub.Parking).
+// (pubsub.Parking). Replay and Skip record themselves in the audit log, in
+// their own transaction, as done by "by".
 type ParkedAggregates interface {
 	List(ctx context.Context, projection string) ([]ops.ParkedAggregate, error)
 	Get(ctx context.Context, projection, streamID string) (ops.ParkedAggregate, error)
 	Parked(ctx context.Context, projection, merchantID, streamID string) (ops.ParkedAggregate, bool, error)
-	Replay(ctx context.Context, projection, streamID string) (ops.ReplayResult, error)
-	ReplayAll(ctx context.Context, projection string) ([]ops.ReplayResult, error)
+	Replay(ctx context.Context, projection, streamID, by string) (ops.ReplayResult, error)
+	ReplayAll(ctx context.Context, projection, by string) ([]ops.ReplayResult, error)
 	Skip(ctx context.Context, projection, streamID, eventID, by, reason string) (ops.SkipResult, error)
 }
 
@@ -61,7 +62,7 @@ func (s *server) replayParked(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.Parked.Replay(r.Context(), r.PathValue("projection"), id)
+	res, err := s.Parked.Replay(r.Context(), r.PathValue("projection"), id, principal(r).Subject())
 	if err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func (s *server) replayParked(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) replayAllParked(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Parked.ReplayAll(r.Context(), r.URL.Query().Get("projection"))
+	res, err := s.Parked.ReplayAll(r.Context(), r.URL.Query().Get("projection"), principal(r).Subject())
 	if err != nil {
 		return err
 	}
@@ -105,6 +106,7 @@ func (s *server) startRebuild(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.audit(r, ops.ActionRebuildStart, p.Projection, map[string]any{"phase": p.Phase})
 	w.Header().Set("Location", "/admin/rebuilds/"+p.Projection)
 	writeJSON(w, http.StatusAccepted, p)
 	return nil
@@ -124,6 +126,7 @@ func (s *server) cancelRebuild(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.audit(r, ops.ActionRebuildCancel, p.Projection, map[string]any{"phase": p.Phase, "events": p.Events, "rows": p.Rows})
 	writeJSON(w, http.StatusOK, p)
 	return nil
 }

@@ -74,6 +74,14 @@ type Config struct {
 	// each holds a connection while it renders its answer, which may take
 	// another, so the cap stays below the pool's size. Defaults to 8.
 	IdempotencyMaxInFlight int
+	// KeyUsed is called for every request authenticated by a key (optional).
+	KeyUsed func(keyID string)
+	// Keys serves /admin/keys (admin keys). Optional: without it, those
+	// routes answer 404.
+	Keys KeyAdmin
+	// Audit records admin actions that are not transactions of the event
+	// store (rebuilds) and serves GET /admin/audit. Optional.
+	Audit AuditLog
 }
 
 type server struct {
@@ -197,6 +205,11 @@ func (s *server) routes() []route {
 		v1("POST /admin/rebuilds/{projection}", admin, s.configured(s.Rebuilds != nil, s.startRebuild)),
 		v1("GET /admin/rebuilds/{projection}", admin, s.configured(s.Rebuilds != nil, s.rebuildStatus)),
 		v1("DELETE /admin/rebuilds/{projection}", admin, s.configured(s.Rebuilds != nil, s.cancelRebuild)),
+		v1("GET /admin/keys", admin, s.configured(s.Keys != nil, s.listKeys)),
+		v1("POST /admin/keys", admin, s.configured(s.Keys != nil, s.createKey)),
+		v1("POST /admin/keys/{id}/revoke", admin, s.configured(s.Keys != nil, s.revokeKey)),
+		v1("POST /admin/keys/{id}/rotate", admin, s.configured(s.Keys != nil, s.rotateKey)),
+		v1("GET /admin/audit", admin, s.configured(s.Audit != nil, s.listAudit)),
 	)
 }
 
@@ -280,6 +293,9 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 			if err != nil {
 				s.writeError(w, r, err)
 				return
+			}
+			if s.KeyUsed != nil {
+				s.KeyUsed(p.KeyID)
 			}
 			allowed := false
 			for _, role := range roles {
