@@ -81,13 +81,31 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = newProblem(http.StatusNotFound, "not-found", "no such resource")
 	case errors.Is(err, apperr.ErrForbidden):
 		p = newProblem(http.StatusForbidden, "forbidden", "this key's role may not do this")
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || sqlState(err) == queryCanceled):
 		return // the client went away; nobody reads an answer
+	case sqlState(err) == queryCanceled:
+		// statement_timeout (REQUEST_STATEMENT_TIMEOUT) cut a query.
+		s.log.WarnContext(r.Context(), "request query timed out", "method", r.Method, "path", r.URL.Path, "error", err)
+		w.Header().Set("Retry-After", "1")
+		p = newProblem(http.StatusServiceUnavailable, "timeout", "the request took longer than the server allows; try again later")
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		p = newProblem(http.StatusInternalServerError, "internal", "internal error; the server log has the details")
 	}
 	writeProblem(w, p)
+}
+
+// queryCanceled is Postgres' SQLSTATE for a statement cancelled by
+// statement_timeout (or by a cancel request).
+const queryCanceled = "57014"
+
+// sqlState is the SQLSTATE of a database error in err's chain, or "".
+func sqlState(err error) string {
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState()
+	}
+	return ""
 }
 
 func writeProblem(w http.ResponseWriter, p problem) {
