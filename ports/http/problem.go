@@ -1,6 +1,7 @@
 package httpport
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,20 +119,34 @@ func writeProblem(w http.ResponseWriter, p problem) {
 // decode reads a JSON body strictly: one object, no unknown fields, every
 // type right. Each failure names the field or the byte offset. The
 // Content-Type header is not checked: the body must be JSON whatever it says
-// (curl -d sends a form type by default).
+// (curl -d sends a form type by default). Its text must then be clean and
+// its ids are made canonical (cleanInput).
 func decode(r *http.Request, dst any) error {
-	dec := json.NewDecoder(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		return &badRequest{slug: "malformed-request", detail: "request body could not be read: " + err.Error()}
+	}
+	if err := decodeJSON(body, dst); err != nil {
+		return err
+	}
+	return cleanInput(body, dst)
+}
+
+// decodeJSON is decode's strict JSON decoding.
+func decodeJSON(body []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
 	var (
 		syntax  *json.SyntaxError
 		typeErr *json.UnmarshalTypeError
-		tooBig  *http.MaxBytesError
 	)
 	switch {
 	case err == nil:
-	case errors.As(err, &tooBig):
-		return err
 	case errors.Is(err, io.EOF):
 		return &badRequest{slug: "malformed-request", detail: "request body is empty; a JSON object is required"}
 	case errors.As(err, &syntax):
