@@ -8,6 +8,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"hearth/app/apperr"
 	"hearth/app/order"
 	"hearth/app/schedule"
 	"hearth/app/servicerequest"
@@ -48,20 +49,24 @@ type streamVersion struct {
 	Version    int    `bun:"version"`
 }
 
-// Wait waits until the read models have reached position, or ctx ends. It
-// reports whether they have; a position that names no event (a rolled-back
-// write) has nothing to wait for.
-func (p *Positions) Wait(ctx context.Context, position int64) (bool, error) {
+// Wait waits until the read models have reached position, a write of the
+// merchant, or ctx ends. It reports whether they have. A position that is
+// not an event of the merchant (another merchant's, or none: a rolled-back
+// write, a guess) is apperr.ErrNotFound, the same in both cases.
+func (p *Positions) Wait(ctx context.Context, merchantID string, position int64) (bool, error) {
 	var streams []streamVersion
 	err := p.es.NewRaw(`
 		SELECT stream_type, stream_id::text AS stream_id, max(version) AS version FROM events
-		WHERE transaction_id = (SELECT transaction_id FROM events WHERE position = ?)
-		GROUP BY 1, 2`, position).Scan(ctx, &streams)
+		WHERE transaction_id = (SELECT transaction_id FROM events WHERE position = ? AND merchant_id::text = ?)
+		GROUP BY 1, 2`, position, merchantID).Scan(ctx, &streams)
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, nil
 		}
 		return false, fmt.Errorf("events of position %d: %w", position, err)
+	}
+	if len(streams) == 0 {
+		return false, apperr.ErrNotFound
 	}
 	wait := time.Millisecond
 	for {

@@ -15,6 +15,7 @@ import (
 	"hearth/app/apperr"
 	"hearth/app/event"
 	"hearth/app/schedule"
+	"hearth/app/text"
 	"hearth/app/uuid"
 )
 
@@ -197,6 +198,7 @@ func checkDetails(errs *apperr.Fields, d Details) {
 	if n := len([]rune(d.Notes)); n > MaxNotes {
 		errs.Add("notes", "must be at most %d characters, got %d", MaxNotes, n)
 	}
+	text.Lines(errs, "notes", d.Notes)
 }
 
 // Details returns the current details.
@@ -251,6 +253,9 @@ func (o *Order) Cancel(reason string) error {
 	if n := len([]rune(reason)); n > MaxReason {
 		return apperr.Invalid("reason", "must be at most %d characters, got %d", MaxReason, n)
 	}
+	if p := text.Problem(reason, true); p != "" {
+		return apperr.Invalid("reason", "%s", p)
+	}
 	if o.status == StatusCancelled {
 		return nil
 	}
@@ -276,6 +281,7 @@ func (o Assignment) Validate() error {
 	if n := len([]rune(o.DispatchNote)); n > MaxNotes {
 		errs.Add("dispatch_note", "must be at most %d characters, got %d", MaxNotes, n)
 	}
+	text.Lines(&errs, "dispatch_note", o.DispatchNote)
 	return errs.Err()
 }
 
@@ -363,9 +369,11 @@ func (o *Order) Settle(s Settlement) error {
 	if len([]rune(s.PaymentMethod)) > 100 {
 		errs.Add("payment_method", "must be at most 100 characters")
 	}
+	text.Line(&errs, "payment_method", s.PaymentMethod)
 	if n := len([]rune(s.Note)); n > MaxNotes {
 		errs.Add("settlement_note", "must be at most %d characters, got %d", MaxNotes, n)
 	}
+	text.Lines(&errs, "settlement_note", s.Note)
 	if err := errs.Err(); err != nil {
 		return err
 	}

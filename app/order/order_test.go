@@ -192,3 +192,28 @@ func TestRehydrateNeedsCreatedFirst(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, apperr.ErrNotFound))
 }
+
+// Free text refuses control characters: multi-line fields allow tab and
+// line breaks, the payment method none.
+func TestControlCharacters(t *testing.T) {
+	field := func(err error) string {
+		var v *apperr.ValidationError
+		require.ErrorAs(t, err, &v)
+		require.Len(t, v.Fields, 1, "%v", err)
+		return v.Fields[0].Field
+	}
+	_, err := order.New(order.NewOrder{ID: uuid.New(), CustomerID: uuid.New(), Notes: "a\x00b"})
+	require.Equal(t, "notes", field(err))
+	_, err = order.New(order.NewOrder{ID: uuid.New(), CustomerID: uuid.New(), Notes: "line one\r\n\tline two"})
+	require.NoError(t, err)
+	require.Equal(t, "reason", field(at(t, order.StatusPending).Cancel("no\x1bway")))
+
+	start := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	a := order.Assignment{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour), DispatchNote: "x\x7f"}
+	require.Equal(t, "dispatch_note", field(a.Validate()))
+
+	s := order.Settlement{Status: order.Settled, PaymentMethod: "card\n"}
+	require.Equal(t, "payment_method", field(at(t, order.StatusPending).Settle(s)))
+	s = order.Settlement{Status: order.Settled, PaymentMethod: "card", Note: "\x00"}
+	require.Equal(t, "settlement_note", field(at(t, order.StatusPending).Settle(s)))
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"hearth/app/apperr"
+	"hearth/app/text"
 )
 
 // Customer is one customer of a merchant.
@@ -73,24 +74,30 @@ func (c *CatalogItem) Key() *Key {
 
 type checker struct{ apperr.Fields }
 
-func (c *checker) text(field string, v *string, max int, required bool) {
+// text trims a field and checks it: required, at most max characters, and
+// text (package text; multiline allows tab and line breaks).
+func (c *checker) text(field string, v *string, max int, required, multiline bool) {
 	*v = strings.TrimSpace(*v)
 	switch n := len([]rune(*v)); {
 	case required && n == 0:
 		c.Add(field, "is required")
 	case n > max:
 		c.Add(field, "must be at most %d characters, got %d", max, n)
+	case multiline:
+		text.Lines(&c.Fields, field, *v)
+	default:
+		text.Line(&c.Fields, field, *v)
 	}
 }
 
 // Normalize trims the fields and checks them.
 func (c *Customer) Normalize() error {
 	var ch checker
-	ch.text("name", &c.Name, 200, true)
-	ch.text("phone", &c.Phone, 50, false)
-	ch.text("email", &c.Email, 254, false)
-	ch.text("address", &c.Address, 500, false)
-	ch.text("notes", &c.Notes, 2000, false)
+	ch.text("name", &c.Name, 200, true, false)
+	ch.text("phone", &c.Phone, 50, false, false)
+	ch.text("email", &c.Email, 254, false, false)
+	ch.text("address", &c.Address, 500, false, true)
+	ch.text("notes", &c.Notes, 2000, false, true)
 	if c.Email != "" && !strings.Contains(c.Email, "@") {
 		ch.Add("email", "must be an email address")
 	}
@@ -100,15 +107,15 @@ func (c *Customer) Normalize() error {
 // Normalize trims the fields and checks them.
 func (s *StaffMember) Normalize() error {
 	var ch checker
-	ch.text("name", &s.Name, 200, true)
-	ch.text("phone", &s.Phone, 50, false)
+	ch.text("name", &s.Name, 200, true, false)
+	ch.text("phone", &s.Phone, 50, false, false)
 	return ch.Err()
 }
 
 // Normalize trims the fields and checks them.
 func (c *CatalogItem) Normalize() error {
 	var ch checker
-	ch.text("name", &c.Name, 200, true)
+	ch.text("name", &c.Name, 200, true, false)
 	if c.BasePriceCents < 0 {
 		ch.Add("base_price_cents", "must be >= 0")
 	}

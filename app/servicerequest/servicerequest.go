@@ -9,6 +9,7 @@ import (
 
 	"hearth/app/apperr"
 	"hearth/app/event"
+	"hearth/app/text"
 	"hearth/app/uuid"
 )
 
@@ -134,6 +135,8 @@ func (d Details) check(errs *apperr.Fields) {
 	if n := len([]rune(d.Notes)); n > 2000 {
 		errs.Add("notes", "must be at most 2000 characters, got %d", n)
 	}
+	text.Lines(errs, "content", d.Content)
+	text.Lines(errs, "notes", d.Notes)
 }
 
 func (d Details) equal(e Details) bool {

@@ -44,6 +44,11 @@ func TestNewValidates(t *testing.T) {
 
 	_, err = servicerequest.New(uuid.New(), uuid.New(), "web", servicerequest.Details{Content: strings.Repeat("é", servicerequest.MaxContent+1)})
 	require.Equal(t, map[string]bool{"content": true}, fieldsOf(t, err))
+
+	_, err = servicerequest.New(uuid.New(), uuid.New(), "web", servicerequest.Details{Content: "a\x00b", Notes: "c\x01"})
+	require.Equal(t, map[string]bool{"content": true, "notes": true}, fieldsOf(t, err), "control characters")
+	_, err = servicerequest.New(uuid.New(), uuid.New(), "web", servicerequest.Details{Content: "line one\n\tline two", Notes: "a\r\nb"})
+	require.NoError(t, err, "multi-line text")
 }
 
 func TestLifeCycle(t *testing.T) {

@@ -58,16 +58,28 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 // config) before they run.
 func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projections []pubsub.Projection)) *api {
 	t.Helper()
+	return setupConfigured(t, urls, nil, change)
+}
+
+// setupConfigured is setupWith with a hook that changes the config first,
+// before the pools open.
+func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config), change func(cfg *Config, projections []pubsub.Projection)) *api {
+	t.Helper()
 	ctx := t.Context()
 	cfg := Config{
 		DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel,
 		Mode: ModeAll, PollInterval: 20 * time.Millisecond, ConsistencyTimeout: 2 * time.Second,
+		ConsistencyMaxWaits: 256, RequestStatementTimeout: 5 * time.Second,
+	}
+	if configure != nil {
+		configure(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	dbs, err := openDatabases(ctx, cfg)
 	require.NoError(t, err)
-	t.Cleanup(dbs.close)
+	t.Cleanup(func() { dbs.close() }) // the request pools too, once open
+	require.NoError(t, dbs.openRequestPools(ctx, cfg))
 	require.Equal(t, urls.Split(), dbs.rm != dbs.es, "one pool per database")
 	w, err := wire(dbs, log)
 	require.NoError(t, err)
@@ -75,7 +87,7 @@ func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projecti
 	if change != nil {
 		change(&cfg, w.projections)
 	}
-	positions, err := readmodel.NewPositions(dbs.es, dbs.rm)
+	positions, err := readmodel.NewPositions(dbs.api())
 	require.NoError(t, err)
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
@@ -100,7 +112,7 @@ func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projecti
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil, w.liveTerm),
 		Parked: w.parking, Rebuilds: rebuilds, Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
-		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
+		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
 	})
@@ -943,19 +955,33 @@ func TestHealth(t *testing.T) {
 	r := a.must(http.StatusOK, http.MethodGet, "/healthz", "", nil)
 	require.Equal(t, "ok", r.Body["status"])
 	r = a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, map[string]any{"status": "ready"}, r.Body, "no details without an admin key")
+	for _, key := range []string{a.opA, a.worker, "not-a-key"} {
+		r = a.must(http.StatusOK, http.MethodGet, "/readyz", key, nil)
+		require.Equal(t, map[string]any{"status": "ready"}, r.Body, "no details for a key that is not an admin's")
+	}
+	r = a.must(http.StatusOK, http.MethodGet, "/readyz", a.admin, nil)
 	require.Equal(t, "ready", r.Body["status"], "%s", r)
-	require.Equal(t, ModeAll, r.Body["mode"])
+	require.Equal(t, ModeAll, r.Body["mode"], "details for an admin key")
 
 	t.Run("unready when the databases are gone", func(t *testing.T) {
 		dbs, err := openDatabases(t.Context(), a.cfg)
 		require.NoError(t, err)
 		dbs.close()
-		h, err := httpport.NewHandler(httpport.Config{Ready: readiness(a.cfg, dbs, nil, nil), Log: slog.New(slog.DiscardHandler)})
+		h, err := httpport.NewHandler(httpport.Config{Ready: readiness(a.cfg, dbs, nil, nil), Auth: a.w.refdata, Log: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+		require.JSONEq(t, `{"status":"unavailable"}`, rec.Body.String(), "not the error without an admin key")
+
+		rec = httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+a.admin)
+		h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 		require.Contains(t, rec.Body.String(), `"status":"unavailable"`)
+		require.Contains(t, rec.Body.String(), `"error":"event store: `, "the error for an admin key")
 	})
 
 	t.Run("worker mode serves only the health endpoints", func(t *testing.T) {
@@ -1070,71 +1096,27 @@ func TestServe(t *testing.T) {
 		"LOG_FORMAT": "json", "LOG_LEVEL": "info", "POLL_INTERVAL": "20ms", "SHUTDOWN_TIMEOUT": "5s",
 	}
 
-	var keyOut syncBuffer
-	require.NoError(t, run(t.Context(), []string{"keys", "create", "--merchant", "acme", "--role", "operator"},
-		env(vars), &keyOut, io.Discard))
-	lines := strings.Split(strings.TrimSpace(keyOut.String()), "\n")
-	key := lines[len(lines)-1]
-
-	ctx, stop := context.WithCancel(context.Background())
-	var stderr syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--http-addr", "127.0.0.1:0"}, env(vars), io.Discard, &stderr)
-	}()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			stop()
-			<-done
-		}
-	})
-
-	// The address is in the start-up log line.
-	var addr string
-	require.Eventually(t, func() bool {
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var entry struct {
-				Msg      string `json:"msg"`
-				HTTPAddr string `json:"http_addr"`
-			}
-			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "hearth started" {
-				addr = entry.HTTPAddr
-				return true
-			}
-		}
-		return false
-	}, 30*time.Second, 10*time.Millisecond, "serve never logged its start: %s", &stderr)
+	key := createKeyCLI(t, vars, "--merchant", "acme", "--role", "operator")
+	srv := startServe(t, vars)
 
 	transport := &http.Transport{}
 	t.Cleanup(transport.CloseIdleConnections)
-	a := &api{t: t, base: "http://" + addr, client: &http.Client{Transport: transport}}
+	a := &api{t: t, base: "http://" + srv.HTTPAddr, client: &http.Client{Transport: transport}}
 
 	require.Eventually(t, func() bool {
-		r, err := a.send(http.MethodGet, "/readyz", nil, nil)
-		return err == nil && r.Status == http.StatusOK && r.Body["role"] == "leader"
+		return strings.Contains(a.metrics(), "\nhearth_leader_is_leader 1\n")
 	}, 30*time.Second, 10*time.Millisecond, "serve never became the projection leader")
 	require.Eventually(t, func() bool {
-		r, err := a.send(http.MethodGet, "/readyz", nil, nil)
-		return err == nil && r.Body["projections"] == "live"
+		return strings.Contains(a.metrics(), "\nhearth_projections_live 1\n")
 	}, 30*time.Second, 10*time.Millisecond, "the leader's projections never went live")
 	ready := a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
-	require.Equal(t, "ready", ready.Body["status"])
-	require.Equal(t, ModeAll, ready.Body["mode"])
+	require.Equal(t, map[string]any{"status": "ready"}, ready.Body, "no details without an admin key")
 
 	id := a.createOrder(key, a.createCustomer(key, "Ada Lovelace"), 4200)
 	got := a.awaitOrder(key, id, 1)
 	require.Equal(t, float64(4200), got.Body["amount_cents"])
 
-	stop()
-	select {
-	case err := <-done:
-		stopped = true
-		require.NoError(t, err, "serve stops cleanly")
-	case <-time.After(10 * time.Second):
-		t.Fatalf("serve did not stop within 10s of its context ending: %s", &stderr)
-	}
-	require.Contains(t, stderr.String(), `"msg":"hearth stopped"`)
+	srv.shutdown()
 }
 
 // RFC 9110 (11.1): the authentication scheme is a case-insensitive token, so

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,35 @@ type Config struct {
 	// in one statement for all keys used since (KEY_LAST_USED_FLUSH, a Go
 	// duration, at most 1h). Defaults to 30s.
 	KeyLastUsedFlush time.Duration
+	// ConsistencyMaxWaits caps the read-your-writes waits in flight
+	// (CONSISTENCY_MAX_WAITS); a GET over the cap answers at once with
+	// Consistency-Status: skipped. Defaults to 256.
+	ConsistencyMaxWaits int
+	// RequestStatementTimeout is the statement_timeout of the request
+	// path's database sessions (REQUEST_STATEMENT_TIMEOUT): a query of an
+	// HTTP request that runs longer is cancelled and the request answers
+	// 503. The projections, catch-up, rebuild and verify use their own
+	// pools without it. Defaults to 5s.
+	RequestStatementTimeout time.Duration
+	// HTTPReadTimeout bounds reading a whole request, headers and body
+	// (HTTP_READ_TIMEOUT); the headers alone get at most 5s. Defaults to
+	// 30s.
+	HTTPReadTimeout time.Duration
+	// HTTPWriteTimeout bounds writing an answer, from the end of its
+	// request's headers (HTTP_WRITE_TIMEOUT). It must exceed
+	// CONSISTENCY_TIMEOUT plus REQUEST_STATEMENT_TIMEOUT, the longest
+	// legitimate answer (a read-your-writes wait, then the read). Defaults
+	// to CONSISTENCY_TIMEOUT + 2 x REQUEST_STATEMENT_TIMEOUT + 20s (32s with
+	// the other defaults).
+	HTTPWriteTimeout time.Duration
+	// HTTPIdleTimeout closes a keep-alive connection idle that long
+	// (HTTP_IDLE_TIMEOUT). Defaults to 120s.
+	HTTPIdleTimeout time.Duration
+	// AdminAddr, when set, is a second listener that serves /metrics and
+	// /admin/* (and /healthz, /readyz); the public listener (HTTP_ADDR) then
+	// answers 404 for them (ADMIN_ADDR, host:port). Defaults to "" (one
+	// listener serves everything).
+	AdminAddr string
 }
 
 // Modes.
@@ -70,6 +100,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		Mode:                 getenv("MODE"),
 		LogFormat:            getenv("LOG_FORMAT"),
 		LogLevel:             getenv("LOG_LEVEL"),
+		AdminAddr:            getenv("ADMIN_ADDR"),
 	}
 	var errs []error
 	duration := func(name string, def time.Duration) time.Duration {
@@ -98,6 +129,22 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	if cfg.KeyLastUsedFlush > time.Hour {
 		errs = append(errs, fmt.Errorf("KEY_LAST_USED_FLUSH=%s: must be at most 1h", cfg.KeyLastUsedFlush))
 	}
+	cfg.ConsistencyMaxWaits = 256
+	if s := getenv("CONSISTENCY_MAX_WAITS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("CONSISTENCY_MAX_WAITS=%q: must be a positive integer", s))
+		} else {
+			cfg.ConsistencyMaxWaits = n
+		}
+	}
+	cfg.RequestStatementTimeout = duration("REQUEST_STATEMENT_TIMEOUT", 5*time.Second)
+	cfg.HTTPReadTimeout = duration("HTTP_READ_TIMEOUT", 30*time.Second)
+	cfg.HTTPWriteTimeout = duration("HTTP_WRITE_TIMEOUT", cfg.ConsistencyTimeout+2*cfg.RequestStatementTimeout+20*time.Second)
+	if longest := cfg.ConsistencyTimeout + cfg.RequestStatementTimeout; cfg.HTTPWriteTimeout <= longest {
+		errs = append(errs, fmt.Errorf("HTTP_WRITE_TIMEOUT=%s: must exceed CONSISTENCY_TIMEOUT + REQUEST_STATEMENT_TIMEOUT (%s), the longest legitimate answer", cfg.HTTPWriteTimeout, longest))
+	}
+	cfg.HTTPIdleTimeout = duration("HTTP_IDLE_TIMEOUT", 120*time.Second)
 
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
@@ -119,6 +166,13 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	}
 	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("HTTP_ADDR (--http-addr) = %q: must be host:port, such as :8080", cfg.HTTPAddr))
+	}
+	if cfg.AdminAddr != "" {
+		if _, port, err := net.SplitHostPort(cfg.AdminAddr); err != nil {
+			errs = append(errs, fmt.Errorf("ADMIN_ADDR=%q: must be host:port, such as 127.0.0.1:9090", cfg.AdminAddr))
+		} else if cfg.AdminAddr == cfg.HTTPAddr && port != "0" { // port 0: each listener gets a free port
+			errs = append(errs, fmt.Errorf("ADMIN_ADDR=%q: must differ from HTTP_ADDR", cfg.AdminAddr))
+		}
 	}
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("LOG_FORMAT=%q: must be text or json", cfg.LogFormat))

@@ -45,8 +45,10 @@ func TestLoadConfig(t *testing.T) {
 		DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: testDatabaseURL,
 		HTTPAddr: ":8080", Mode: ModeAll, LogFormat: "text", LogLevel: "info",
 		PollInterval: 100 * time.Millisecond, ShutdownTimeout: 20 * time.Second, ConsistencyTimeout: 2 * time.Second,
-		IdempotencyKeep:  24 * time.Hour,
-		KeyLastUsedFlush: 30 * time.Second,
+		IdempotencyKeep:     24 * time.Hour,
+		KeyLastUsedFlush:    30 * time.Second,
+		ConsistencyMaxWaits: 256, RequestStatementTimeout: 5 * time.Second,
+		HTTPReadTimeout: 30 * time.Second, HTTPWriteTimeout: 32 * time.Second, HTTPIdleTimeout: 120 * time.Second,
 	}
 	with := func(change func(*Config)) Config {
 		c := defaults
@@ -71,16 +73,27 @@ func TestLoadConfig(t *testing.T) {
 				"DATABASE_URL": testDatabaseURL, "READMODEL_DATABASE_URL": "postgres://rm@db.example/reads",
 				"HTTP_ADDR": "127.0.0.1:9000", "MODE": "api", "LOG_FORMAT": "json", "LOG_LEVEL": "debug",
 				"POLL_INTERVAL": "250ms", "SHUTDOWN_TIMEOUT": "5s", "CONSISTENCY_TIMEOUT": "5s",
-				"IDEMPOTENCY_KEEP":    "72h",
-				"KEY_LAST_USED_FLUSH": "1m",
+				"IDEMPOTENCY_KEEP":      "72h",
+				"KEY_LAST_USED_FLUSH":   "1m",
+				"CONSISTENCY_MAX_WAITS": "10", "REQUEST_STATEMENT_TIMEOUT": "1s", "HTTP_READ_TIMEOUT": "10s",
+				"HTTP_WRITE_TIMEOUT": "7s", "HTTP_IDLE_TIMEOUT": "1m", "ADMIN_ADDR": "127.0.0.1:9090",
 			},
 			want: Config{
 				DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: "postgres://rm@db.example/reads",
 				HTTPAddr: "127.0.0.1:9000", Mode: ModeAPI, LogFormat: "json", LogLevel: "debug",
 				PollInterval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second, ConsistencyTimeout: 5 * time.Second,
-				IdempotencyKeep:  72 * time.Hour,
-				KeyLastUsedFlush: time.Minute,
+				IdempotencyKeep:     72 * time.Hour,
+				KeyLastUsedFlush:    time.Minute,
+				ConsistencyMaxWaits: 10, RequestStatementTimeout: time.Second, HTTPReadTimeout: 10 * time.Second,
+				HTTPWriteTimeout: 7 * time.Second, HTTPIdleTimeout: time.Minute, AdminAddr: "127.0.0.1:9090",
 			},
+		},
+		{
+			name: "the write timeout follows the consistency and statement timeouts",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "CONSISTENCY_TIMEOUT": "30s", "REQUEST_STATEMENT_TIMEOUT": "10s"},
+			want: with(func(c *Config) {
+				c.ConsistencyTimeout, c.RequestStatementTimeout, c.HTTPWriteTimeout = 30*time.Second, 10*time.Second, 70*time.Second
+			}),
 		},
 		{
 			name: "flags override the environment",
@@ -143,6 +156,17 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "IDEMPOTENCY_KEEP under a day", env: map[string]string{"IDEMPOTENCY_KEEP": "23h"}, settings: []string{"IDEMPOTENCY_KEEP"}},
 		{name: "negative KEY_LAST_USED_FLUSH", env: map[string]string{"KEY_LAST_USED_FLUSH": "-30s"}, settings: []string{"KEY_LAST_USED_FLUSH"}},
 		{name: "KEY_LAST_USED_FLUSH over 1h", env: map[string]string{"KEY_LAST_USED_FLUSH": "2h"}, settings: []string{"KEY_LAST_USED_FLUSH"}},
+		{name: "CONSISTENCY_MAX_WAITS", env: map[string]string{"CONSISTENCY_MAX_WAITS": "0"}, settings: []string{"CONSISTENCY_MAX_WAITS"}},
+		{name: "REQUEST_STATEMENT_TIMEOUT", env: map[string]string{"REQUEST_STATEMENT_TIMEOUT": "0"}, settings: []string{"REQUEST_STATEMENT_TIMEOUT"}},
+		{name: "HTTP_READ_TIMEOUT", env: map[string]string{"HTTP_READ_TIMEOUT": "x"}, settings: []string{"HTTP_READ_TIMEOUT"}},
+		{name: "HTTP_IDLE_TIMEOUT", env: map[string]string{"HTTP_IDLE_TIMEOUT": "-1s"}, settings: []string{"HTTP_IDLE_TIMEOUT"}},
+		{
+			name:     "HTTP_WRITE_TIMEOUT shorter than a read-your-writes answer",
+			env:      map[string]string{"CONSISTENCY_TIMEOUT": "10s", "HTTP_WRITE_TIMEOUT": "12s"},
+			settings: []string{"HTTP_WRITE_TIMEOUT", "CONSISTENCY_TIMEOUT", "REQUEST_STATEMENT_TIMEOUT"},
+		},
+		{name: "ADMIN_ADDR", env: map[string]string{"ADMIN_ADDR": "nonsense"}, settings: []string{"ADMIN_ADDR"}},
+		{name: "ADMIN_ADDR equal to HTTP_ADDR", env: map[string]string{"ADMIN_ADDR": ":8080"}, settings: []string{"ADMIN_ADDR", "HTTP_ADDR"}},
 		{
 			name:     "DATABASE_URL with a bad port",
 			env:      map[string]string{"DATABASE_URL": "postgres://bob:hunter2@localhost:notaport/db"},

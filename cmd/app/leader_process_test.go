@@ -1,13 +1,14 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -49,21 +50,24 @@ func startWorker(t *testing.T, bin, dbURL string) *workerProcess {
 	return w
 }
 
-// role asks the worker's /readyz for its leadership role ("" when it does
-// not answer).
+// role reads the worker's leadership role from its /metrics ("" when it
+// does not answer).
 func (w *workerProcess) role() string {
-	resp, err := http.Get("http://" + w.addr + "/readyz")
+	resp, err := http.Get("http://" + w.addr + "/metrics")
 	if err != nil {
 		return ""
 	}
 	defer resp.Body.Close()
-	var body struct {
-		Role string `json:"role"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&body) != nil {
+	body, err := io.ReadAll(resp.Body)
+	switch {
+	case err != nil:
 		return ""
+	case strings.Contains(string(body), "\nhearth_leader_is_leader 1\n"):
+		return "leader"
+	case strings.Contains(string(body), "\nhearth_leader_is_leader 0\n"):
+		return "standby"
 	}
-	return body.Role
+	return ""
 }
 
 // Two worker processes on one database: exactly one projects; when it is

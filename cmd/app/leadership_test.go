@@ -123,13 +123,13 @@ func TestStaleTermStepsDown(t *testing.T) {
 	require.Equal(t, term, elector.Status().Term)
 }
 
-// /readyz, /admin/leadership and /metrics report the role, the term and
-// since when.
+// /readyz (for an admin key), /admin/leadership and /metrics report the
+// role, the term and since when.
 func TestLeadershipVisible(t *testing.T) {
 	t.Parallel()
 	p := newWorker(t, pgtest.NewDB(t))
 	elector := p.elector
-	require.NoError(t, p.w.telemetry.leader(elector))
+	require.NoError(t, p.w.telemetry.leader(elector, p.w.liveTerm))
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: p.w.app, Auth: p.w.refdata, Log: p.log, Ready: readiness(p.cfg, p.dbs, elector, p.w.liveTerm),
 		Leadership: leadership(p.dbs, elector), Metrics: p.w.telemetry.handler(),
@@ -193,7 +193,7 @@ func TestLeadershipVisible(t *testing.T) {
 	require.Equal(t, st.Term, body.Current.Term)
 	require.Equal(t, elector.Holder(), body.Current.Holder)
 
-	status, raw = get("/readyz", "")
+	status, raw = get("/readyz", admin.Secret) // the details are for admin keys
 	require.Equal(t, http.StatusOK, status, raw)
 	require.NoError(t, json.Unmarshal([]byte(raw), &body))
 	require.Equal(t, "leader", body.Role)
@@ -203,4 +203,8 @@ func TestLeadershipVisible(t *testing.T) {
 	require.Contains(t, raw, "hearth_leader_is_leader 1\n")
 	require.Contains(t, raw, fmt.Sprintf("hearth_leader_term %d\n", st.Term))
 	require.Contains(t, raw, "hearth_leader_since_seconds ")
+	require.Contains(t, raw, "hearth_projections_live 0\n", "leading, its projections not live yet")
+	p.w.liveTerm.Store(st.Term)
+	_, raw = get("/metrics", "")
+	require.Contains(t, raw, "hearth_projections_live 1\n")
 }

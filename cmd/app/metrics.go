@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,8 +61,10 @@ func (t *telemetry) observeRequest(method, route string, status int, d time.Dura
 	t.durations.WithLabelValues(method, route).Observe(d.Seconds())
 }
 
-// leader exposes the elector's role, term and since when.
-func (t *telemetry) leader(e *leader.Elector) error {
+// leader exposes the elector's role, term and since when, and whether its
+// projections run live (liveTerm is the term they run live in, 0 when
+// none).
+func (t *telemetry) leader(e *leader.Elector, liveTerm *atomic.Int64) error {
 	gauge := func(name, help string, f func(leader.Status) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
 			func() float64 { return f(e.Status()) })
@@ -79,6 +82,13 @@ func (t *telemetry) leader(e *leader.Elector) error {
 			func(s leader.Status) float64 { return float64(s.Term) }),
 		gauge("hearth_leader_since_seconds", "Unix time at which this instance entered its current role and term.",
 			func(s leader.Status) float64 { return float64(s.Since.UnixNano()) / 1e9 }),
+		gauge("hearth_projections_live", "1 while this instance leads and its projections run live (caught up, subscribed), else 0.",
+			func(s leader.Status) float64 {
+				if s.Role == leader.RoleLeader && s.Term != 0 && liveTerm.Load() == s.Term {
+					return 1
+				}
+				return 0
+			}),
 	} {
 		errs = append(errs, t.reg.Register(c))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -31,9 +33,42 @@ import (
 	httpport "hearth/ports/http"
 )
 
-// databases are the two pools; rm == es when one database holds both.
+// databases are the pools; rm == es when one database holds both.
 type databases struct {
 	es, rm *bun.DB
+	// apiES and apiRM serve the HTTP requests (openRequestPools): their
+	// sessions carry statement_timeout (REQUEST_STATEMENT_TIMEOUT), so a slow
+	// request query is cut, while the projections, catch-up, rebuild and
+	// verify on es and rm run as long as they must. Nil (the operator's
+	// commands, worker mode): es and rm serve requests too.
+	apiES, apiRM *bun.DB
+}
+
+// requestPoolName names the request path's sessions
+// (pg_stat_activity.application_name).
+const requestPoolName = "hearth-api"
+
+// openRequestPools opens the request path's pools, with statement_timeout.
+func (d *databases) openRequestPools(ctx context.Context, cfg Config) error {
+	opts := database.Options{ApplicationName: requestPoolName, StatementTimeout: cfg.RequestStatementTimeout}
+	es, err := database.OpenWith(ctx, cfg.DatabaseURL, 20, opts)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL (request pool): %w", err)
+	}
+	rm := es
+	if cfg.ReadModelDatabaseURL != cfg.DatabaseURL {
+		if rm, err = database.OpenWith(ctx, cfg.ReadModelDatabaseURL, 20, opts); err != nil {
+			_ = es.Close()
+			return fmt.Errorf("READMODEL_DATABASE_URL (request pool): %w", err)
+		}
+	}
+	d.apiES, d.apiRM = es, rm
+	return nil
+}
+
+// api returns the pools that serve requests.
+func (d databases) api() (es, rm *bun.DB) {
+	return cmp.Or(d.apiES, d.es), cmp.Or(d.apiRM, d.rm)
 }
 
 func openDatabases(ctx context.Context, cfg Config) (databases, error) {
@@ -56,6 +91,12 @@ func (d databases) close() {
 	_ = d.es.Close()
 	if d.rm != d.es {
 		_ = d.rm.Close()
+	}
+	if d.apiES != nil {
+		_ = d.apiES.Close()
+		if d.apiRM != d.apiES {
+			_ = d.apiRM.Close()
+		}
 	}
 }
 
@@ -100,36 +141,36 @@ type wiring struct {
 	liveTerm *atomic.Int64
 }
 
+// wire builds the application on the request pools (dbs.api) and the
+// projections and the operator's tools on the others.
 func wire(dbs databases, log *slog.Logger) (wiring, error) {
-	store, err := pubsub.NewStore(dbs.es, watermill.NewSlogLogger(log.With("component", "publisher")))
-	if err != nil {
-		return wiring{}, err
-	}
-	ref, err := refdata.New(dbs.es)
-	if err != nil {
-		return wiring{}, err
-	}
-	tx, err := pubsub.NewTransactor(store)
-	if err != nil {
-		return wiring{}, err
-	}
-	orders, err := readmodel.NewOrders(dbs.rm)
-	if err != nil {
-		return wiring{}, err
-	}
-	requests, err := readmodel.NewServiceRequests(dbs.rm)
-	if err != nil {
-		return wiring{}, err
-	}
-	schedules, err := readmodel.NewSchedules(dbs.rm)
-	if err != nil {
-		return wiring{}, err
-	}
-	customers, staff, items := refdata.Customers(dbs.es), refdata.Staff(dbs.es), refdata.CatalogItems(dbs.es)
-
-	var a app.Application
+	apiES, apiRM := dbs.api()
 	var errs []error
 	must := func(err error) { errs = append(errs, err) }
+	store, err := pubsub.NewStore(apiES, watermill.NewSlogLogger(log.With("component", "publisher")))
+	must(err)
+	ref, err := refdata.New(apiES)
+	must(err)
+	tx, err := pubsub.NewTransactor(store)
+	must(err)
+	orders, err := readmodel.NewOrders(dbs.rm)
+	must(err)
+	requests, err := readmodel.NewServiceRequests(dbs.rm)
+	must(err)
+	schedules, err := readmodel.NewSchedules(dbs.rm)
+	must(err)
+	ordersRead, err := readmodel.NewOrders(apiRM)
+	must(err)
+	requestsRead, err := readmodel.NewServiceRequests(apiRM)
+	must(err)
+	schedulesRead, err := readmodel.NewSchedules(apiRM)
+	must(err)
+	if err := errors.Join(errs...); err != nil {
+		return wiring{}, err
+	}
+	customers, staff, items := refdata.Customers(apiES), refdata.Staff(apiES), refdata.CatalogItems(apiES)
+
+	var a app.Application
 	a.Commands.Customers, err = command.NewRecords(customers)
 	must(err)
 	a.Commands.Staff, err = command.NewRecords(staff)
@@ -148,11 +189,11 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	a.Queries.CatalogItems, err = query.NewRecords(items)
 	must(err)
-	a.Queries.Orders, err = query.NewOrders(orders, ref)
+	a.Queries.Orders, err = query.NewOrders(ordersRead, ref)
 	must(err)
-	a.Queries.ServiceRequests, err = query.NewServiceRequests(requests, ref)
+	a.Queries.ServiceRequests, err = query.NewServiceRequests(requestsRead, ref)
 	must(err)
-	a.Queries.Schedules, err = query.NewSchedules(schedules, ref)
+	a.Queries.Schedules, err = query.NewSchedules(schedulesRead, ref)
 	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
@@ -169,7 +210,7 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if w.eventLog, err = pubsub.NewEventLog(dbs.es); err != nil {
 		return wiring{}, err
 	}
-	if w.idempotency, err = idempotency.New(dbs.es.DB); err != nil {
+	if w.idempotency, err = idempotency.New(apiES.DB); err != nil {
 		return wiring{}, err
 	}
 	if w.telemetry, err = newTelemetry(dbs, w.projections, log); err != nil {
@@ -186,9 +227,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer dbs.close()
+	defer func() { dbs.close() }() // the request pools too, once open
 	if err := dbs.migrate(ctx, log); err != nil {
 		return err
+	}
+	if cfg.Mode != ModeWorker {
+		if err := dbs.openRequestPools(ctx, cfg); err != nil {
+			return err
+		}
 	}
 	w, err := wire(dbs, log)
 	if err != nil {
@@ -203,11 +249,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 	if elector != nil {
-		if err := w.telemetry.leader(elector); err != nil {
+		if err := w.telemetry.leader(elector, w.liveTerm); err != nil {
 			return err
 		}
 	}
-	positions, err := readmodel.NewPositions(dbs.es, dbs.rm)
+	positions, err := readmodel.NewPositions(dbs.api())
 	if err != nil {
 		return err
 	}
@@ -216,20 +262,17 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer rebuilds.Close()
-	handler, err := httpport.NewHandler(httpport.Config{
+	hcfg := httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
 		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(dbs, elector),
 		Parked: w.parking, Rebuilds: rebuilds,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
-		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
+		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
-	})
-	if err != nil {
-		return err
 	}
 	// Key uses are flushed every KeyLastUsedFlush, and once more after the
-	// HTTP server has drained (below), so that no request's use is lost.
+	// HTTP servers have drained (below), so that no request's use is lost.
 	flushCtx, stopFlush := context.WithCancel(context.WithoutCancel(ctx))
 	flushed := make(chan struct{})
 	go func() {
@@ -240,26 +283,39 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		stopFlush()
 		<-flushed
 	}()
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	listeners := []struct{ setting, addr string }{{"HTTP_ADDR", cfg.HTTPAddr}}
+	surfaces := []httpport.Surface{httpport.SurfaceAll}
+	if cfg.AdminAddr != "" {
+		listeners = append(listeners, struct{ setting, addr string }{"ADMIN_ADDR", cfg.AdminAddr})
+		surfaces = []httpport.Surface{httpport.SurfacePublic, httpport.SurfaceAdmin}
 	}
-	log.Info("hearth started", "mode", cfg.Mode, "http_addr", ln.Addr().String(), "split_databases", dbs.rm != dbs.es)
-
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("http server: %w", err)
+	addrs := make([]any, 0, 2*len(listeners))
+	for i, l := range listeners {
+		hcfg.Surface = surfaces[i]
+		handler, err := httpport.NewHandler(hcfg)
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(gctx), cfg.ShutdownTimeout)
-		defer cancel()
-		return srv.Shutdown(shutdownCtx)
-	})
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", l.setting, l.addr, err)
+		}
+		addrs = append(addrs, strings.ToLower(l.setting), ln.Addr().String())
+		srv := newHTTPServer(cfg, handler)
+		g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http server (%s): %w", l.setting, err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(gctx), cfg.ShutdownTimeout)
+			defer cancel()
+			return srv.Shutdown(shutdownCtx)
+		})
+	}
 	if cfg.Mode != ModeWorker {
 		g.Go(func() error {
 			w.idempotency.PruneLoop(gctx, cfg.IdempotencyKeep, idempotencyPruneEvery, idempotencyPruneBatch, func(err error) {
@@ -268,6 +324,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return nil
 		})
 	}
+	log.Info("hearth started", append([]any{"mode", cfg.Mode, "split_databases", dbs.rm != dbs.es}, addrs...)...)
+
 	if elector != nil {
 		g.Go(func() error {
 			return elector.Run(gctx, func(leadCtx context.Context, term int64) error {
@@ -286,6 +344,26 @@ const (
 	idempotencyPruneEvery = 10 * time.Minute
 	idempotencyPruneBatch = 1000
 )
+
+// maxHeaderBytes caps a request's headers (the request line too): Hearth's
+// requests need a few hundred bytes.
+const maxHeaderBytes = 64 << 10
+
+// newHTTPServer is the HTTP server of one listener, with its timeouts: the
+// headers must arrive within 5s (at most HTTP_READ_TIMEOUT), the whole
+// request within HTTP_READ_TIMEOUT, the answer be written within
+// HTTP_WRITE_TIMEOUT, and an idle keep-alive connection is closed after
+// HTTP_IDLE_TIMEOUT.
+func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: min(5*time.Second, cfg.HTTPReadTimeout),
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
 
 // runProjections runs the projection pipeline on the event store es for one
 // leadership term (catch-up, then a fresh router woken by NOTIFY) until ctx

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -91,15 +92,18 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string) (*exec.
 	b.mu.Unlock()
 	base := "http://" + addr
 	deadline := time.Now().Add(30 * time.Second)
+	get := func(path string) (string, bool) {
+		res, err := http.Get(base + path)
+		if err != nil {
+			return "", false
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		return string(body), err == nil && res.StatusCode == http.StatusOK
+	}
 	for time.Now().Before(deadline) {
-		res, err := http.Get(base + "/readyz")
-		if err == nil {
-			var body strings.Builder
-			buf := make([]byte, 512)
-			n, _ := res.Body.Read(buf)
-			body.Write(buf[:n])
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK && (mode == "api" || strings.Contains(body.String(), `"projections":"live"`)) {
+		if _, ready := get("/readyz"); ready {
+			if metrics, _ := get("/metrics"); mode == "api" || strings.Contains(metrics, "\nhearth_projections_live 1\n") {
 				return cmd, base, nil
 			}
 		}

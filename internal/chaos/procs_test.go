@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -115,25 +117,43 @@ func (p *proc) exited() bool {
 	}
 }
 
-// readiness is what /readyz reports.
+// readiness is a process's leadership, as its /metrics report it (the
+// details of /readyz are for admin keys).
 type readiness struct {
-	Status string `json:"status"`
-	Role   string `json:"role"`
-	Term   int64  `json:"term"`
+	Role string // leader or standby; "" in mode api
+	Term int64
 }
 
-// ready asks /readyz; ok is false when the process does not answer 200.
+// ready asks /readyz and /metrics; ok is false when the process does not
+// answer 200 to both.
 func (p *proc) ready() (readiness, bool) {
 	var r readiness
-	resp, err := client.Get("http://" + p.addr + "/readyz")
-	if err != nil {
+	get := func(path string) (string, bool) {
+		resp, err := client.Get("http://" + p.addr + path)
+		if err != nil {
+			return "", false
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return string(body), err == nil && resp.StatusCode == http.StatusOK
+	}
+	if _, ok := get("/readyz"); !ok {
 		return r, false
 	}
-	defer resp.Body.Close()
-	if json.NewDecoder(resp.Body).Decode(&r) != nil {
+	metrics, ok := get("/metrics")
+	if !ok {
 		return r, false
 	}
-	return r, resp.StatusCode == http.StatusOK
+	for _, line := range strings.Split(metrics, "\n") {
+		switch name, value, _ := strings.Cut(line, " "); name {
+		case "hearth_leader_is_leader":
+			r.Role = map[string]string{"1": "leader", "0": "standby"}[value]
+		case "hearth_leader_term":
+			term, _ := strconv.ParseFloat(value, 64) // Prometheus' text format
+			r.Term = int64(term)
+		}
+	}
+	return r, true
 }
 
 // leaderOf returns the one worker that reports leading with the highest

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,7 +18,22 @@ import (
 // Open parses url, opens a pool of at most maxConns connections and checks
 // that the server answers.
 func Open(ctx context.Context, url string, maxConns int) (*bun.DB, error) {
-	sqldb, err := OpenSQL(ctx, url, maxConns, "")
+	return OpenWith(ctx, url, maxConns, Options{})
+}
+
+// Options are a pool's session settings, sent with the connection's
+// start-up message (no statement, no round trip).
+type Options struct {
+	// ApplicationName names the sessions (pg_stat_activity.application_name).
+	ApplicationName string
+	// StatementTimeout, when positive, cancels any statement of the pool
+	// that runs longer (statement_timeout, in milliseconds).
+	StatementTimeout time.Duration
+}
+
+// OpenWith is Open with session settings.
+func OpenWith(ctx context.Context, url string, maxConns int, opts Options) (*bun.DB, error) {
+	sqldb, err := openSQL(ctx, url, maxConns, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -27,12 +43,19 @@ func Open(ctx context.Context, url string, maxConns int) (*bun.DB, error) {
 // OpenSQL is Open without Bun. A non-empty applicationName names the pool's
 // sessions (pg_stat_activity.application_name).
 func OpenSQL(ctx context.Context, url string, maxConns int, applicationName string) (*sql.DB, error) {
+	return openSQL(ctx, url, maxConns, Options{ApplicationName: applicationName})
+}
+
+func openSQL(ctx context.Context, url string, maxConns int, opts Options) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
-	if applicationName != "" {
-		cfg.RuntimeParams["application_name"] = applicationName
+	if opts.ApplicationName != "" {
+		cfg.RuntimeParams["application_name"] = opts.ApplicationName
+	}
+	if opts.StatementTimeout > 0 {
+		cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(opts.StatementTimeout.Milliseconds(), 1), 10)
 	}
 	sqldb := sql.OpenDB(simpleWhenBare{stdlib.GetConnector(*cfg)})
 	sqldb.SetMaxOpenConns(maxConns)

@@ -81,7 +81,7 @@ func (s *server) replayAllParked(w http.ResponseWriter, r *http.Request) error {
 
 type skipInput struct {
 	EventID string `json:"event_id"`
-	Reason  string `json:"reason"`
+	Reason  string `json:"reason" text:"multiline"`
 }
 
 func (s *server) skipParked(w http.ResponseWriter, r *http.Request) error {

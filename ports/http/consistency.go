@@ -2,16 +2,20 @@ package httpport
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
+
+	"hearth/app/apperr"
 )
 
 // Consistency waits until the read models reflect the write that returned
 // position (see readmodel.Positions), or ctx ends; it reports whether they
-// do.
+// do. A position that is not one of the merchant's events is
+// apperr.ErrNotFound, whether another merchant's or none at all.
 type Consistency interface {
-	Wait(ctx context.Context, position int64) (bool, error)
+	Wait(ctx context.Context, merchantID string, position int64) (bool, error)
 }
 
 // Read-your-writes headers.
@@ -22,14 +26,19 @@ const (
 	// HeaderTimeout shortens the wait of one GET (a Go duration such as
 	// 500ms); it cannot exceed Config.ConsistencyTimeout.
 	HeaderTimeout = "Consistency-Timeout"
-	// HeaderStatus answers "reached" or "timeout" (the answer is then what
-	// the read models had when the wait ended).
+	// HeaderStatus answers "reached", "timeout" (the answer is then what
+	// the read models had when the wait ended) or "skipped" (too many waits
+	// in flight: the answer is what the read models have now).
 	HeaderStatus = "Consistency-Status"
 )
 
 // awaitPosition makes a GET that names a position wait, bounded, until the
 // read models have reached it. It reports false when it has answered the
-// request itself (a malformed position).
+// request itself (a malformed position, or one that is not the caller's
+// merchant's: 422, the same for another merchant's position and for one
+// that names no event, so nothing about other merchants shows). At most
+// ConsistencyMaxWaits wait at once; over the cap a GET answers at once,
+// with Consistency-Status: skipped, and the position is not looked up.
 func (s *server) awaitPosition(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodGet || s.Consistency == nil {
 		return true
@@ -55,9 +64,20 @@ func (s *server) awaitPosition(w http.ResponseWriter, r *http.Request) bool {
 		}
 		timeout = min(d, timeout)
 	}
+	select {
+	case s.waits <- struct{}{}:
+		defer func() { <-s.waits }()
+	default:
+		w.Header().Set(HeaderStatus, "skipped")
+		return true
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	reached, err := s.Consistency.Wait(ctx, pos)
+	reached, err := s.Consistency.Wait(ctx, principal(r).MerchantID, pos)
+	if errors.Is(err, apperr.ErrNotFound) {
+		s.writeError(w, r, apperr.Invalid(name, "is not the position of a write of this merchant"))
+		return false
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return false

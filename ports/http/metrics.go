@@ -6,8 +6,8 @@ import (
 )
 
 // observe reports every request to ObserveRequest with its route pattern
-// (as the mux matched it; "unmatched" for none), method, status and
-// duration.
+// (as the mux matched it; "unmatched" for none), method (methodLabel),
+// status and duration.
 func (s *server) observe(next http.Handler) http.Handler {
 	if s.ObserveRequest == nil {
 		return next
@@ -20,6 +20,6 @@ func (s *server) observe(next http.Handler) http.Handler {
 		if route == "" || route == "/" {
 			route = "unmatched"
 		}
-		s.ObserveRequest(r.Method, route, rec.status, time.Since(start))
+		s.ObserveRequest(methodLabel(r.Method), route, rec.status, time.Since(start))
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -250,4 +251,44 @@ func TestOpenAPIConditionalAndIdempotentHeaders(t *testing.T) {
 		}
 	}
 	require.Equal(t, 17, writes, "the writes under /v1")
+}
+
+// The document's text patterns agree with the decoder's: the fields it
+// documents as multi-line (tab and line breaks allowed) are those tagged
+// text:"multiline" in the request types.
+func TestOpenAPIMultiLineFields(t *testing.T) {
+	t.Parallel()
+	tagged := map[string]bool{}
+	for _, newInput := range requestInputs {
+		typ := reflect.TypeOf(newInput()).Elem()
+		for i := range typ.NumField() {
+			if f := typ.Field(i); f.Tag.Get("text") == "multiline" {
+				name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				tagged[name] = true
+			}
+		}
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Pattern string `json:"pattern"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(openAPI, &doc))
+	documented, oneLine := map[string]bool{}, 0
+	for _, schema := range doc.Components.Schemas {
+		for name, prop := range schema.Properties {
+			switch {
+			case strings.Contains(prop.Pattern, `\u0009`), strings.Contains(prop.Pattern, `\u0000-\u0008`):
+				documented[name] = true
+			case strings.Contains(prop.Pattern, `\u0000-\u001F`):
+				oneLine++
+			}
+		}
+	}
+	require.Equal(t, tagged, documented)
+	require.NotZero(t, oneLine, "one-line text fields have their pattern too")
 }

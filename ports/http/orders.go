@@ -22,7 +22,7 @@ type createOrderInput struct {
 	RequestID        string  `json:"request_id"`
 	CustomerID       string  `json:"customer_id"`
 	AmountCents      int64   `json:"amount_cents"`
-	Notes            string  `json:"notes"`
+	Notes            string  `json:"notes" text:"multiline"`
 	ScheduledStartAt *string `json:"scheduled_start_at"`
 	ScheduledEndAt   *string `json:"scheduled_end_at"`
 }
@@ -69,7 +69,7 @@ type updateOrderInput struct {
 	ExpectedVersion *int    `json:"expected_version"`
 	CustomerID      *string `json:"customer_id"`
 	AmountCents     *int64  `json:"amount_cents"`
-	Notes           *string `json:"notes"`
+	Notes           *string `json:"notes" text:"multiline"`
 }
 
 func (s *server) updateOrder(w http.ResponseWriter, r *http.Request) error {
@@ -115,7 +115,7 @@ func (s *server) changeOrderStatus(w http.ResponseWriter, r *http.Request) error
 
 type cancelInput struct {
 	ExpectedVersion *int   `json:"expected_version"`
-	Reason          string `json:"reason"`
+	Reason          string `json:"reason" text:"multiline"`
 }
 
 func (s *server) cancelOrder(w http.ResponseWriter, r *http.Request) error {
@@ -140,7 +140,7 @@ type assignmentInput struct {
 	StaffID         string  `json:"staff_id"`
 	StartAt         *string `json:"start_at"`
 	EndAt           *string `json:"end_at"`
-	DispatchNote    string  `json:"dispatch_note"`
+	DispatchNote    string  `json:"dispatch_note" text:"multiline"`
 }
 
 func (s *server) assignOrder(w http.ResponseWriter, r *http.Request) error {
@@ -181,7 +181,7 @@ type settlementInput struct {
 	PaidAmountCents  int64   `json:"paid_amount_cents"`
 	PaymentMethod    string  `json:"payment_method"`
 	PaidAt           *string `json:"paid_at"`
-	SettlementNote   string  `json:"settlement_note"`
+	SettlementNote   string  `json:"settlement_note" text:"multiline"`
 }
 
 func (s *server) settleOrder(w http.ResponseWriter, r *http.Request) error {

@@ -1,6 +1,7 @@
 package httpport
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,13 +97,31 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = newProblem(http.StatusNotFound, "not-found", "no such resource")
 	case errors.Is(err, apperr.ErrForbidden):
 		p = newProblem(http.StatusForbidden, "forbidden", "this key's role may not do this")
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || sqlState(err) == queryCanceled):
 		return // the client went away; nobody reads an answer
+	case sqlState(err) == queryCanceled:
+		// statement_timeout (REQUEST_STATEMENT_TIMEOUT) cut a query.
+		s.log.WarnContext(r.Context(), "request query timed out", "method", r.Method, "path", r.URL.Path, "error", err)
+		w.Header().Set("Retry-After", "1")
+		p = newProblem(http.StatusServiceUnavailable, "timeout", "the request took longer than the server allows; try again later")
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		p = newProblem(http.StatusInternalServerError, "internal", "internal error; the server log has the details")
 	}
 	writeProblem(w, p)
+}
+
+// queryCanceled is Postgres' SQLSTATE for a statement cancelled by
+// statement_timeout (or by a cancel request).
+const queryCanceled = "57014"
+
+// sqlState is the SQLSTATE of a database error in err's chain, or "".
+func sqlState(err error) string {
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState()
+	}
+	return ""
 }
 
 func writeProblem(w http.ResponseWriter, p problem) {
@@ -115,20 +134,34 @@ func writeProblem(w http.ResponseWriter, p problem) {
 // decode reads a JSON body strictly: one object, no unknown fields, every
 // type right. Each failure names the field or the byte offset. The
 // Content-Type header is not checked: the body must be JSON whatever it says
-// (curl -d sends a form type by default).
+// (curl -d sends a form type by default). Its text must then be clean and
+// its ids are made canonical (cleanInput).
 func decode(r *http.Request, dst any) error {
-	dec := json.NewDecoder(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		return &badRequest{slug: "malformed-request", detail: "request body could not be read: " + err.Error()}
+	}
+	if err := decodeJSON(body, dst); err != nil {
+		return err
+	}
+	return cleanInput(body, dst)
+}
+
+// decodeJSON is decode's strict JSON decoding.
+func decodeJSON(body []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
 	var (
 		syntax  *json.SyntaxError
 		typeErr *json.UnmarshalTypeError
-		tooBig  *http.MaxBytesError
 	)
 	switch {
 	case err == nil:
-	case errors.As(err, &tooBig):
-		return err
 	case errors.Is(err, io.EOF):
 		return &badRequest{slug: "malformed-request", detail: "request body is empty; a JSON object is required"}
 	case errors.As(err, &syntax):

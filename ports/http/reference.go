@@ -6,6 +6,7 @@ import (
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/app/reference"
+	"hearth/app/text"
 )
 
 // records serves one kind of reference record: POST, GET list (q, page,
@@ -62,6 +63,8 @@ func (rs records[T, P, In]) list(w http.ResponseWriter, r *http.Request) error {
 	q := p.v.Get("q")
 	if len(q) > 200 {
 		p.fail("q", "must be at most 200 bytes")
+	} else if problem := text.Problem(q, false); problem != "" {
+		p.fail("q", "%s", problem)
 	}
 	if p.err != nil {
 		return p.err
@@ -109,8 +112,8 @@ type customerInput struct {
 	Name    *string `json:"name"`
 	Phone   *string `json:"phone"`
 	Email   *string `json:"email"`
-	Address *string `json:"address"`
-	Notes   *string `json:"notes"`
+	Address *string `json:"address" text:"multiline"`
+	Notes   *string `json:"notes" text:"multiline"`
 }
 
 type staffInput struct {

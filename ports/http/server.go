@@ -49,8 +49,8 @@ type Config struct {
 	Rebuilds ProjectionRebuilds
 	// Metrics serves GET /metrics, unauthenticated (Prometheus). Optional.
 	Metrics http.Handler
-	// ObserveRequest records each request's route, status and duration
-	// (HTTP metrics). Optional.
+	// ObserveRequest records each request's method (one of knownMethods,
+	// or "other"), route, status and duration (HTTP metrics). Optional.
 	ObserveRequest func(method, route string, status int, d time.Duration)
 	// Leadership reports the instance's leadership for GET
 	// /admin/leadership (admin keys). Nil: the route answers 404.
@@ -82,12 +82,47 @@ type Config struct {
 	// Audit records admin actions that are not transactions of the event
 	// store (rebuilds) and serves GET /admin/audit. Optional.
 	Audit AuditLog
+	// ConsistencyMaxWaits caps the waits in flight; a GET over the cap
+	// answers without waiting (Consistency-Status: skipped). Defaults to 256;
+	// negative: no GET waits.
+	ConsistencyMaxWaits int
+	// Surface is which routes this handler serves: all of them (the
+	// default), or the public or admin half when /metrics and /admin/* have
+	// a listener of their own (ADMIN_ADDR).
+	Surface Surface
+}
+
+// Surface is a set of routes one listener serves.
+type Surface int
+
+const (
+	// SurfaceAll serves every route.
+	SurfaceAll Surface = iota
+	// SurfacePublic serves every route but /metrics and /admin/*.
+	SurfacePublic
+	// SurfaceAdmin serves /metrics and /admin/*, and the health endpoints.
+	SurfaceAdmin
+)
+
+// serves reports whether the surface serves the route.
+func (sf Surface) serves(rt route) bool {
+	_, path, _ := strings.Cut(rt.pattern, " ")
+	admin := path == "/metrics" || strings.HasPrefix(path, "/admin/")
+	health := path == "/healthz" || path == "/readyz"
+	switch sf {
+	case SurfacePublic:
+		return !admin
+	case SurfaceAdmin:
+		return admin || health
+	}
+	return true
 }
 
 type server struct {
 	Config
 	log             *slog.Logger
 	idempotentSlots chan struct{}
+	waits           chan struct{} // one token per read-your-writes wait in flight
 }
 
 // NewHandler returns the HTTP handler of the whole API.
@@ -107,16 +142,20 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.ConsistencyTimeout <= 0 {
 		cfg.ConsistencyTimeout = 2 * time.Second
 	}
+	if cfg.ConsistencyMaxWaits == 0 {
+		cfg.ConsistencyMaxWaits = 256
+	}
 	if cfg.Ready == nil {
 		cfg.Ready = func(context.Context) (map[string]any, error) { return map[string]any{}, nil }
 	}
 	cfg.IdempotencyWait = cmp.Or(cfg.IdempotencyWait, 5*time.Second)
 	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
 	cfg.IdempotencyMaxInFlight = cmp.Or(cfg.IdempotencyMaxInFlight, 8)
-	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: make(chan struct{}, cfg.IdempotencyMaxInFlight)}
+	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: make(chan struct{}, cfg.IdempotencyMaxInFlight),
+		waits: make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0))}
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
-		if (rt.api && !cfg.APIEnabled) || (len(rt.roles) > 0 && cfg.Auth == nil) {
+		if (rt.api && !cfg.APIEnabled) || (len(rt.roles) > 0 && cfg.Auth == nil) || !cfg.Surface.serves(rt) {
 			continue
 		}
 		h := rt.handle
@@ -131,7 +170,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))
 	})
-	return s.logRequests(s.limitBody(s.observe(mux))), nil
+	return s.logRequests(apiHeaders(s.observe(s.recoverPanics(s.limitBody(mux))))), nil
 }
 
 // route is one entry of the API: its pattern ("METHOD /path"), the roles
@@ -236,10 +275,21 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// readyz answers the instance's readiness: only its status without a key,
+// and the details (mode, leadership, projections, the error) for an admin
+// key.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	details, err := s.Ready(ctx)
+	if !s.admin(ctx, r) {
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+			return nil
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		return nil
+	}
 	if details == nil {
 		details = map[string]any{}
 	}
@@ -252,6 +302,17 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	details["status"] = "ready"
 	writeJSON(w, http.StatusOK, details)
 	return nil
+}
+
+// admin reports whether the request carries a valid admin key. Any other
+// key, or none, or a failed lookup, is simply not an admin.
+func (s *server) admin(ctx context.Context, r *http.Request) bool {
+	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if s.Auth == nil || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+		return false
+	}
+	p, err := s.Auth.Authenticate(ctx, strings.TrimSpace(secret))
+	return err == nil && p.Role == access.Admin
 }
 
 type principalKey struct{}
@@ -350,14 +411,21 @@ func (s *server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
+// statusRecorder notes the status of an answer, and whether it has started.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	wrote  bool
 }
 
 func (w *statusRecorder) WriteHeader(code int) {
-	w.status = code
+	w.status, w.wrote = code, true
 	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
 }
 
 // logRequests gives every request a correlation id (X-Correlation-ID when

@@ -13,11 +13,11 @@ type serviceRequestInput struct {
 	ExpectedVersion    *int    `json:"expected_version"`
 	CustomerID         *string `json:"customer_id"`
 	CatalogItemID      *string `json:"catalog_item_id"`
-	Content            *string `json:"content"`
+	Content            *string `json:"content" text:"multiline"`
 	AppointmentStartAt *string `json:"appointment_start_at"`
 	AppointmentEndAt   *string `json:"appointment_end_at"`
 	Source             *string `json:"source"`
-	Notes              *string `json:"notes"`
+	Notes              *string `json:"notes" text:"multiline"`
 }
 
 // appointment parses the appointment window's times.

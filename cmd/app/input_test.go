@@ -1,0 +1,178 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/app/uuid"
+	"hearth/internal/pgtest"
+)
+
+// The issue's example: a NUL in a PATCH answered 500 (Postgres cannot store
+// it). It is a 422 naming the field, and nothing is written.
+func TestControlCharacterInPatch(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	r := a.do(http.MethodPatch, "/v1/customers/"+customer, a.opA, `{"name":"a\u0000b"}`)
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Equal(t, []string{"name"}, problemFields(r))
+	require.Equal(t, "Ada", a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+customer, a.opA, nil).Body["name"])
+
+	order := a.createOrder(a.opA, customer, 100)
+	r = a.do(http.MethodPatch, "/v1/orders/"+order, a.opA, `{"notes":"a\u0000b"}`)
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Equal(t, []string{"notes"}, problemFields(r))
+	require.Equal(t, 1, a.events(order), "nothing appended")
+}
+
+// Every text field of every request body: a control character answers 422
+// naming the field. Multi-line fields (address, notes, content, reason,
+// dispatch_note, settlement_note) take tab, line feed and carriage return;
+// the others take none. Invalid UTF-8 is refused the same way, and a
+// search text in a query is a 400.
+func TestControlCharactersInEveryField(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	item := a.must(http.StatusCreated, http.MethodPost, "/v1/catalog-items", a.opA, map[string]any{"name": "Sink repair"}).Body["id"].(string)
+	order := a.createOrder(a.opA, customer, 100)
+	const start, end = "2030-06-01T09:00:00Z", "2030-06-01T10:00:00Z"
+
+	type body = map[string]any
+	cases := []struct {
+		method, path string
+		key          string
+		valid        func() body // a body that is accepted (fresh each time)
+		lines        []string    // one-line text fields
+		multiline    []string    // multi-line text fields
+	}{
+		{http.MethodPost, "/v1/customers", a.opA, func() body { return body{"name": "Bo"} },
+			[]string{"name", "phone", "email"}, []string{"address", "notes"}},
+		{http.MethodPatch, "/v1/customers/" + customer, a.opA, func() body { return body{} },
+			[]string{"name", "phone", "email"}, []string{"address", "notes"}},
+		{http.MethodPost, "/v1/staff", a.opA, func() body { return body{"name": "Wu"} }, []string{"name", "phone"}, nil},
+		{http.MethodPost, "/v1/catalog-items", a.opA, func() body { return body{"name": "Drain"} }, []string{"name"}, nil},
+		{http.MethodPost, "/v1/orders", a.opA, func() body { return body{"customer_id": customer, "amount_cents": 1} },
+			[]string{"customer_id", "request_id"}, []string{"notes"}},
+		{http.MethodPatch, "/v1/orders/" + order, a.opA, func() body { return body{} }, []string{"customer_id"}, []string{"notes"}},
+		{http.MethodPost, "/v1/orders/" + order + "/status", a.opA, func() body { return body{"status": "pending"} }, []string{"status"}, nil},
+		{http.MethodPut, "/v1/orders/" + order + "/settlement", a.opA,
+			func() body { return body{"settlement_status": "unsettled", "payment_method": "cash"} },
+			[]string{"settlement_status", "payment_method"}, []string{"settlement_note"}},
+		{http.MethodPut, "/v1/orders/" + order + "/assignment", a.opA,
+			func() body { return body{"staff_id": a.staffA, "start_at": start, "end_at": end} },
+			[]string{"staff_id"}, []string{"dispatch_note"}},
+		{http.MethodPost, "/v1/service-requests", a.opA,
+			func() body { return body{"customer_id": customer, "content": "Fix it", "catalog_item_id": item} },
+			[]string{"customer_id", "catalog_item_id", "source"}, []string{"content", "notes"}},
+		{http.MethodPost, "/v1/orders/" + order + "/cancel", a.opA, func() body { return body{"reason": "moved"} }, nil, []string{"reason"}},
+		{http.MethodPost, "/admin/parked/orders/" + order + "/skip", a.admin,
+			func() body { return body{"event_id": uuid.New(), "reason": "bad"} }, []string{"event_id"}, []string{"reason"}},
+	}
+	for _, c := range cases {
+		refused := map[string][]string{} // field -> values it must refuse
+		for _, f := range c.lines {
+			refused[f] = []string{"x\u0000y", "x\ny", "x\u001by", "x\u0085y"}
+		}
+		for _, f := range c.multiline {
+			refused[f] = []string{"x\u0000y", "x\u0007y", "x\u007fy"}
+		}
+		for field, values := range refused {
+			for _, v := range values {
+				b := c.valid()
+				b[field] = v
+				r := a.do(c.method, c.path, c.key, b)
+				requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+				require.Equal(t, []string{field}, problemFields(r), "%s %s %s=%q: %s", c.method, c.path, field, v, r)
+				require.Contains(t, r.Raw, "control characters")
+			}
+			// Invalid UTF-8: a raw body, which encoding/json would have mended.
+			b := c.valid()
+			b[field] = "MARK"
+			raw := strings.Replace(string(jsonOf(t, b)), "MARK", "x\xffy", 1)
+			r := a.do(c.method, c.path, c.key, raw)
+			requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+			require.Equal(t, []string{field}, problemFields(r), "%s %s %s: invalid UTF-8: %s", c.method, c.path, field, r)
+			require.Contains(t, r.Raw, "UTF-8")
+		}
+	}
+
+	// Line breaks and tabs where a text has lines.
+	created := a.must(http.StatusCreated, http.MethodPost, "/v1/customers", a.opA,
+		map[string]any{"name": "Cy", "address": "1 Main St\r\nSpringfield", "notes": "gate code:\t42\nback door"})
+	require.Equal(t, "1 Main St\r\nSpringfield", created.Body["address"])
+	require.Equal(t, "gate code:\t42\nback door", created.Body["notes"])
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+order, a.opA, map[string]any{"notes": "one\ntwo"})
+
+	r := a.do(http.MethodGet, "/v1/customers?q=a%00b", a.opA, nil)
+	requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+	require.Equal(t, []string{"q"}, problemFields(r))
+}
+
+// An id is stored in its canonical lower-case form whatever case the client
+// sent, in a body or a query, so it is found, named and compared as one.
+func TestCanonicalIDs(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	item := a.must(http.StatusCreated, http.MethodPost, "/v1/catalog-items", a.opA, map[string]any{"name": "Sink repair"}).Body["id"].(string)
+	requestID := uuid.New()
+	up := strings.ToUpper
+
+	created := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA,
+		map[string]any{"customer_id": up(customer), "amount_cents": 100, "request_id": up(requestID)})
+	order := created.Body["id"].(string)
+	require.Equal(t, customer, created.Body["customer_id"])
+	require.Equal(t, "Ada Lovelace", created.Body["customer_name"], "named: the names are keyed by the canonical id")
+	require.Equal(t, requestID, created.Body["request_id"])
+	requireStoredIDs(t, a, order, map[string]string{"customer_id": customer, "request_id": requestID})
+
+	assigned := a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+up(order)+"/assignment", a.opA,
+		map[string]any{"staff_id": up(a.staffA), "start_at": "2030-06-01T09:00:00Z", "end_at": "2030-06-01T10:00:00Z"})
+	require.Equal(t, a.staffA, assigned.Body["staff_id"])
+	require.Equal(t, "Wanda Worker", assigned.Body["staff_name"])
+	requireStoredIDs(t, a, order, map[string]string{"staff_id": a.staffA})
+	// The worker bound to the staff member sees the schedule: its staff id
+	// compares equal to the key's.
+	schedule := a.crmSchedule(a.worker, order)
+	require.Equal(t, a.staffA, schedule.Body["staff_id"])
+
+	sr := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA,
+		map[string]any{"customer_id": up(customer), "catalog_item_id": up(item), "content": "Fix the sink"})
+	require.Equal(t, customer, sr.Body["customer_id"])
+	require.Equal(t, item, sr.Body["catalog_item_id"])
+	requireStoredIDs(t, a, sr.Body["id"].(string), map[string]string{"customer_id": customer, "catalog_item_id": item})
+
+	// Filters in any case find them.
+	a.awaitOrder(a.opA, order, 3)
+	for _, path := range []string{"/v1/orders?customer_id=" + up(customer), "/v1/orders?staff_id=" + up(a.staffA)} {
+		ids, _ := a.crmAll(a.opA, path, 10)
+		require.Equal(t, []string{order}, ids, path)
+	}
+}
+
+// requireStoredIDs checks the ids in the data of the stream's events as
+// stored: each field, wherever an event has it, in canonical form.
+func requireStoredIDs(t *testing.T, a *api, streamID string, want map[string]string) {
+	t.Helper()
+	for field, id := range want {
+		var n, canonical int
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `
+			SELECT count(*), count(*) FILTER (WHERE data->>$2 = $3) FROM events
+			WHERE stream_id = $1 AND data ? $2`, streamID, field, id).Scan(&n, &canonical))
+		require.NotZero(t, n, "an event of %s has %s", streamID, field)
+		require.Equal(t, n, canonical, "%s stored as %s", field, id)
+	}
+}
+
+func jsonOf(t *testing.T, v map[string]any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
