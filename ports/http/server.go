@@ -5,10 +5,12 @@ package httpport
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -59,11 +61,26 @@ type Config struct {
 	Consistency Consistency
 	// ConsistencyTimeout bounds that wait. Defaults to 2s.
 	ConsistencyTimeout time.Duration
+	// Limits are the rate limits and the in-flight cap (limits.go). The
+	// zero Limits limits nothing.
+	Limits Limits
+	// TrustedProxies are the peers whose X-Forwarded-For names the client
+	// address (for the budget of unknown keys). None by default: the
+	// header is ignored.
+	TrustedProxies []netip.Prefix
+	// KeyCacheTTL is how long a known key's principal is cached; a revoked
+	// key stops working within it. 0 caches nothing.
+	KeyCacheTTL time.Duration
+	// KeyUsed is called with the key id of every request a key
+	// authenticated (cached or looked up). Optional; it must be cheap.
+	KeyUsed func(keyID string)
 }
 
 type server struct {
 	Config
-	log *slog.Logger
+	log     *slog.Logger
+	limits  *limiter
+	keyHits *keyCache
 }
 
 // NewHandler returns the HTTP handler of the whole API.
@@ -86,7 +103,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Ready == nil {
 		cfg.Ready = func(context.Context) (map[string]any, error) { return map[string]any{}, nil }
 	}
-	s := &server{Config: cfg, log: cfg.Log.With("component", "http")}
+	s := &server{Config: cfg, log: cfg.Log.With("component", "http"),
+		limits: newLimiter(cfg.Limits, cfg.TrustedProxies), keyHits: newKeyCache(cfg.KeyCacheTTL)}
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
 		if (rt.api && !cfg.APIEnabled) || (len(rt.roles) > 0 && cfg.Auth == nil) {
@@ -214,8 +232,9 @@ func principal(r *http.Request) access.Principal {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // auth authenticates the bearer key and lets only the given roles through:
-// a missing or unknown key is 401, a known key of another role 403. With no
-// roles, the route is public: no key is asked for.
+// a missing or unknown key is 401, a known key of another role 403, a key
+// over a limit 429 (limits.go). With no roles, the route is public: no key
+// is asked for.
 func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 	return func(h handlerFunc) http.Handler {
 		if len(roles) == 0 {
@@ -227,20 +246,19 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+			secret = strings.TrimSpace(secret)
+			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="hearth"`)
 				writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "an API key is required: Authorization: Bearer <key>"))
 				return
 			}
-			p, err := s.Auth.Authenticate(r.Context(), strings.TrimSpace(secret))
-			if errors.Is(err, apperr.ErrNotFound) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="hearth", error="invalid_token"`)
-				writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "unknown or revoked API key"))
+			now := s.Now()
+			p, ok := s.authenticate(w, r, secret, now)
+			if !ok {
 				return
 			}
-			if err != nil {
-				s.writeError(w, r, err)
-				return
+			if s.KeyUsed != nil {
+				s.KeyUsed(p.KeyID)
 			}
 			allowed := false
 			for _, role := range roles {
@@ -251,6 +269,13 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 					"a "+string(p.Role)+" key may not "+r.Method+" "+r.URL.Path))
 				return
 			}
+			v := s.limits.admit(p, now)
+			defer v.done()
+			if v.refused != "" {
+				s.limits.writeRateLimited(w, v.refused, v.q)
+				return
+			}
+			s.limits.setHeaders(w.Header(), v.q)
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 			if !s.awaitPosition(w, r) {
 				return
@@ -260,6 +285,38 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 			}
 		})
 	}
+}
+
+// authenticate resolves the secret through the key cache, or else through
+// Auth if the client address's budget of unknown keys allows a lookup. It
+// reports false when it has answered the request itself (401, 429, 500).
+func (s *server) authenticate(w http.ResponseWriter, r *http.Request, secret string, now time.Time) (access.Principal, bool) {
+	var hash [sha256.Size]byte
+	if s.keyHits != nil {
+		hash = sha256.Sum256([]byte(secret))
+		if p, ok := s.keyHits.get(hash, now); ok {
+			return p, true
+		}
+	}
+	done, refused, ok := s.limits.lookup(r, now)
+	if !ok {
+		s.limits.writeRateLimited(w, limitClientAddress, refused)
+		return access.Principal{}, false
+	}
+	p, err := s.Auth.Authenticate(r.Context(), secret)
+	unknown := errors.Is(err, apperr.ErrNotFound)
+	done(unknown)
+	switch {
+	case unknown:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hearth", error="invalid_token"`)
+		writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "unknown or revoked API key"))
+		return access.Principal{}, false
+	case err != nil:
+		s.writeError(w, r, err)
+		return access.Principal{}, false
+	}
+	s.keyHits.put(hash, p, now)
+	return p, true
 }
 
 // meta describes the command a request causes.
