@@ -22,17 +22,20 @@ import (
 )
 
 // fakeKeys authenticates the secrets it knows; lookups counts the calls.
-// When gate is set, a lookup waits for it to close (after telling entered).
+// The first hold lookups wait for gate to close (after telling entered);
+// any further one does not wait, so a test that lets too many through
+// fails instead of hanging.
 type fakeKeys struct {
 	keys    map[string]access.Principal
 	lookups atomic.Int32
+	hold    atomic.Int32
 	entered chan struct{}
 	gate    chan struct{}
 }
 
 func (f *fakeKeys) Authenticate(ctx context.Context, secret string) (access.Principal, error) {
 	f.lookups.Add(1)
-	if f.gate != nil {
+	if f.hold.Add(-1) >= 0 {
 		f.entered <- struct{}{}
 		<-f.gate
 	}
@@ -42,22 +45,19 @@ func (f *fakeKeys) Authenticate(ctx context.Context, secret string) (access.Prin
 	return access.Principal{}, apperr.ErrNotFound
 }
 
-// blockingCustomers is a customer read model whose Get, for merchant
-// "m1", holds the request in flight (telling entered) until release
-// closes; then, and for every other merchant, it finds nothing.
+// blockingCustomers is a customer read model that holds the first hold
+// requests of merchant "m1" in flight (telling entered) until release
+// closes; every other request finds nothing at once.
 type blockingCustomers struct {
+	hold    *atomic.Int32
 	entered chan struct{}
 	release chan struct{}
 }
 
 func (b blockingCustomers) Get(ctx context.Context, merchantID, id string) (reference.Customer, error) {
-	select {
-	case <-b.release:
-	default:
-		if merchantID == "m1" {
-			b.entered <- struct{}{}
-			<-b.release
-		}
+	if merchantID == "m1" && b.hold.Add(-1) >= 0 {
+		b.entered <- struct{}{}
+		<-b.release
 	}
 	return reference.Customer{}, apperr.ErrNotFound
 }
@@ -108,7 +108,8 @@ const customerPath = "/v1/customers/8f3c2a53-5b0e-4a59-9d4c-0d6a1f1e2b3c"
 // they end, it is served again.
 func TestLimitMerchantInFlight(t *testing.T) {
 	t.Parallel()
-	customers := blockingCustomers{entered: make(chan struct{}), release: make(chan struct{})}
+	customers := blockingCustomers{hold: new(atomic.Int32), entered: make(chan struct{}), release: make(chan struct{})}
+	customers.hold.Store(2)
 	q, err := query.NewRecords[reference.Customer](customers)
 	require.NoError(t, err)
 	var a app.Application
@@ -141,6 +142,7 @@ func TestLimitUnknownKeyLookupsInFlight(t *testing.T) {
 	t.Parallel()
 	keys := operators("m1")
 	keys.entered, keys.gate = make(chan struct{}), make(chan struct{})
+	keys.hold.Store(2)
 	h, err := NewHandler(Config{Auth: keys, APIEnabled: true, Limits: Limits{UnknownKeyRate: 0.001, UnknownKeyBurst: 2}})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
