@@ -100,6 +100,7 @@ func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projecti
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil, w.liveTerm),
 		Parked: w.parking, Rebuilds: rebuilds, Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
+		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)

@@ -216,6 +216,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Parked: w.parking, Rebuilds: rebuilds,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout,
+		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	})
 	if err != nil {
 		return err
