@@ -179,6 +179,16 @@ func (l *limiter) lookup(r *http.Request, now time.Time) (done func(unknown bool
 	}, quota{}, true
 }
 
+// The RateLimit-* field names in Go's canonical form, so that setting them
+// does not allocate the canonical name on every answer.
+var (
+	hdrLimit     = http.CanonicalHeaderKey("RateLimit-Limit")
+	hdrRemaining = http.CanonicalHeaderKey("RateLimit-Remaining")
+	hdrReset     = http.CanonicalHeaderKey("RateLimit-Reset")
+	hdrRateLimit = http.CanonicalHeaderKey("RateLimit")
+	hdrPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
+)
+
 // setHeaders writes the RateLimit-* fields of q: the widely used
 // RateLimit-Limit, -Remaining and -Reset (seconds until the bucket is
 // full), and the current draft's RateLimit and RateLimit-Policy.
@@ -188,14 +198,14 @@ func (l *limiter) setHeaders(h http.Header, q quota) {
 	}
 	remaining := max(int(q.tokens), 0)
 	reset := ceilSeconds((float64(q.burst) - q.tokens) / q.rate)
-	h.Set("RateLimit-Limit", strconv.Itoa(q.burst))
-	h.Set("RateLimit-Remaining", strconv.Itoa(remaining))
-	h.Set("RateLimit-Reset", strconv.Itoa(reset))
-	h.Set("RateLimit", strconv.Quote(q.name)+";r="+strconv.Itoa(remaining)+";t="+strconv.Itoa(reset))
+	h.Set(hdrLimit, strconv.Itoa(q.burst))
+	h.Set(hdrRemaining, strconv.Itoa(remaining))
+	h.Set(hdrReset, strconv.Itoa(reset))
+	h.Set(hdrRateLimit, `"`+q.name+`";r=`+strconv.Itoa(remaining)+";t="+strconv.Itoa(reset))
 	if q.name == limitClientAddress {
-		h.Set("RateLimit-Policy", policy(limitClientAddress, q.rate, q.burst))
+		h.Set(hdrPolicy, policy(limitClientAddress, q.rate, q.burst))
 	} else if l.policy != "" {
-		h.Set("RateLimit-Policy", l.policy)
+		h.Set(hdrPolicy, l.policy)
 	}
 }
 
