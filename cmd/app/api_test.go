@@ -115,6 +115,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
+		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)

@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	httpport "hearth/ports/http"
 )
 
 // Config is every setting of Hearth. It is read here, from the environment
@@ -81,6 +85,43 @@ type Config struct {
 	// answers 404 for them (ADMIN_ADDR, host:port). Defaults to "" (one
 	// listener serves everything).
 	AdminAddr string
+
+	// Fair share (README "Rate limits"). A rate or a cap of 0 turns that
+	// limit off.
+
+	// KeyRPS is each API key's sustained rate in requests per second
+	// (RATE_LIMIT_KEY_RPS). Defaults to 50.
+	KeyRPS float64
+	// KeyBurst is the size of each key's token bucket (RATE_LIMIT_KEY_BURST).
+	// Defaults to 100.
+	KeyBurst int
+	// MerchantRPS is each merchant's rate, shared by all its keys
+	// (RATE_LIMIT_MERCHANT_RPS). Defaults to 100.
+	MerchantRPS float64
+	// MerchantBurst is the size of each merchant's token bucket
+	// (RATE_LIMIT_MERCHANT_BURST). Defaults to 200.
+	MerchantBurst int
+	// MerchantInFlight caps each merchant's requests in flight
+	// (RATE_LIMIT_MERCHANT_IN_FLIGHT); one more is answered 429 at once.
+	// Defaults to 10, half the database pool of 20, so that one merchant
+	// never holds the whole pool.
+	MerchantInFlight int
+	// UnknownKeyRPS is the rate of failed authentications (unknown or
+	// revoked keys) a client address may make (RATE_LIMIT_UNKNOWN_KEY_RPS);
+	// past it, its uncached keys are answered 429 without a lookup.
+	// Defaults to 1.
+	UnknownKeyRPS float64
+	// UnknownKeyBurst is that budget's bucket (RATE_LIMIT_UNKNOWN_KEY_BURST).
+	// Defaults to 20.
+	UnknownKeyBurst int
+	// KeyCacheTTL is how long a known key is cached; a revoked key stops
+	// working within it (KEY_CACHE_TTL, a Go duration, at most 5m; 0 turns
+	// the cache off). Defaults to 5s.
+	KeyCacheTTL time.Duration
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client
+	// address (TRUSTED_PROXIES, comma-separated IPs or CIDRs). Defaults to
+	// none: the header is ignored.
+	TrustedProxies []netip.Prefix
 }
 
 // Modes.
@@ -145,6 +186,23 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		errs = append(errs, fmt.Errorf("HTTP_WRITE_TIMEOUT=%s: must exceed CONSISTENCY_TIMEOUT + REQUEST_STATEMENT_TIMEOUT (%s), the longest legitimate answer", cfg.HTTPWriteTimeout, longest))
 	}
 	cfg.HTTPIdleTimeout = duration("HTTP_IDLE_TIMEOUT", 120*time.Second)
+	cfg.KeyRPS = perSecond(getenv, "RATE_LIMIT_KEY_RPS", 50, &errs)
+	cfg.KeyBurst = count(getenv, "RATE_LIMIT_KEY_BURST", 100, 1, &errs)
+	cfg.MerchantRPS = perSecond(getenv, "RATE_LIMIT_MERCHANT_RPS", 100, &errs)
+	cfg.MerchantBurst = count(getenv, "RATE_LIMIT_MERCHANT_BURST", 200, 1, &errs)
+	cfg.MerchantInFlight = count(getenv, "RATE_LIMIT_MERCHANT_IN_FLIGHT", 10, 0, &errs)
+	cfg.UnknownKeyRPS = perSecond(getenv, "RATE_LIMIT_UNKNOWN_KEY_RPS", 1, &errs)
+	cfg.UnknownKeyBurst = count(getenv, "RATE_LIMIT_UNKNOWN_KEY_BURST", 20, 1, &errs)
+	cfg.KeyCacheTTL = 5 * time.Second
+	if v := getenv("KEY_CACHE_TTL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > 5*time.Minute {
+			errs = append(errs, fmt.Errorf("KEY_CACHE_TTL=%q: must be a Go duration from 0 (no cache) to 5m, such as 5s", v))
+		} else {
+			cfg.KeyCacheTTL = d
+		}
+	}
+	cfg.TrustedProxies = trustedProxies(getenv("TRUSTED_PROXIES"), &errs)
 
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
@@ -189,6 +247,67 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		}
 	}
 	return cfg, fs.Args(), errors.Join(errs...)
+}
+
+// perSecond reads a rate in requests per second: a number >= 0, where 0
+// turns the limit off.
+func perSecond(getenv func(string) string, name string, def float64, errs *[]error) float64 {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		*errs = append(*errs, fmt.Errorf("%s=%q: must be a number of requests per second, 0 or more (0 turns the limit off)", name, v))
+		return def
+	}
+	return f
+}
+
+// count reads a whole number of at least least.
+func count(getenv func(string) string, name string, def, least int, errs *[]error) int {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least || n > math.MaxInt32 {
+		*errs = append(*errs, fmt.Errorf("%s=%q: must be a whole number from %d to %d", name, v, least, math.MaxInt32))
+		return def
+	}
+	return n
+}
+
+// trustedProxies reads TRUSTED_PROXIES: comma-separated IPs and CIDRs.
+func trustedProxies(v string, errs *[]error) []netip.Prefix {
+	var out []netip.Prefix
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(item); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(item)
+		if err != nil || a.Zone() != "" {
+			*errs = append(*errs, fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP address nor a CIDR such as 10.0.0.0/8", item))
+			continue
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
+}
+
+// httpLimits is the HTTP port's share of the fair-share settings.
+func (c Config) httpLimits() httpport.Limits {
+	return httpport.Limits{
+		KeyRate: c.KeyRPS, KeyBurst: c.KeyBurst,
+		MerchantRate: c.MerchantRPS, MerchantBurst: c.MerchantBurst, MerchantInFlight: c.MerchantInFlight,
+		UnknownKeyRate: c.UnknownKeyRPS, UnknownKeyBurst: c.UnknownKeyBurst,
+	}
 }
 
 // requireDatabase checks that DATABASE_URL is set.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +50,8 @@ func TestLoadConfig(t *testing.T) {
 		KeyLastUsedFlush:    30 * time.Second,
 		ConsistencyMaxWaits: 256, RequestStatementTimeout: 5 * time.Second,
 		HTTPReadTimeout: 30 * time.Second, HTTPWriteTimeout: 32 * time.Second, HTTPIdleTimeout: 120 * time.Second,
+		KeyRPS: 50, KeyBurst: 100, MerchantRPS: 100, MerchantBurst: 200, MerchantInFlight: 10,
+		UnknownKeyRPS: 1, UnknownKeyBurst: 20, KeyCacheTTL: 5 * time.Second,
 	}
 	with := func(change func(*Config)) Config {
 		c := defaults
@@ -77,6 +80,9 @@ func TestLoadConfig(t *testing.T) {
 				"KEY_LAST_USED_FLUSH":   "1m",
 				"CONSISTENCY_MAX_WAITS": "10", "REQUEST_STATEMENT_TIMEOUT": "1s", "HTTP_READ_TIMEOUT": "10s",
 				"HTTP_WRITE_TIMEOUT": "7s", "HTTP_IDLE_TIMEOUT": "1m", "ADMIN_ADDR": "127.0.0.1:9090",
+				"RATE_LIMIT_KEY_RPS": "2.5", "RATE_LIMIT_KEY_BURST": "5", "RATE_LIMIT_MERCHANT_RPS": "7",
+				"RATE_LIMIT_MERCHANT_BURST": "9", "RATE_LIMIT_MERCHANT_IN_FLIGHT": "4", "RATE_LIMIT_UNKNOWN_KEY_RPS": "0.2",
+				"RATE_LIMIT_UNKNOWN_KEY_BURST": "3", "KEY_CACHE_TTL": "1m", "TRUSTED_PROXIES": " 10.0.0.0/8, 192.0.2.7,2001:db8::/32 ,::ffff:198.51.100.1",
 			},
 			want: Config{
 				DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: "postgres://rm@db.example/reads",
@@ -86,6 +92,10 @@ func TestLoadConfig(t *testing.T) {
 				KeyLastUsedFlush:    time.Minute,
 				ConsistencyMaxWaits: 10, RequestStatementTimeout: time.Second, HTTPReadTimeout: 10 * time.Second,
 				HTTPWriteTimeout: 7 * time.Second, HTTPIdleTimeout: time.Minute, AdminAddr: "127.0.0.1:9090",
+				KeyRPS: 2.5, KeyBurst: 5, MerchantRPS: 7, MerchantBurst: 9, MerchantInFlight: 4,
+				UnknownKeyRPS: 0.2, UnknownKeyBurst: 3, KeyCacheTTL: time.Minute,
+				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
+					netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("198.51.100.1/32")},
 			},
 		},
 		{
@@ -93,6 +103,14 @@ func TestLoadConfig(t *testing.T) {
 			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "CONSISTENCY_TIMEOUT": "30s", "REQUEST_STATEMENT_TIMEOUT": "10s"},
 			want: with(func(c *Config) {
 				c.ConsistencyTimeout, c.RequestStatementTimeout, c.HTTPWriteTimeout = 30*time.Second, 10*time.Second, 70*time.Second
+			}),
+		},
+		{
+			name: "0 turns the limits and the key cache off",
+			env: map[string]string{"DATABASE_URL": testDatabaseURL, "RATE_LIMIT_KEY_RPS": "0", "RATE_LIMIT_MERCHANT_RPS": "0",
+				"RATE_LIMIT_MERCHANT_IN_FLIGHT": "0", "RATE_LIMIT_UNKNOWN_KEY_RPS": "0", "KEY_CACHE_TTL": "0s"},
+			want: with(func(c *Config) {
+				c.KeyRPS, c.MerchantRPS, c.MerchantInFlight, c.UnknownKeyRPS, c.KeyCacheTTL = 0, 0, 0, 0, 0
 			}),
 		},
 		{
@@ -167,6 +185,19 @@ func TestLoadConfigErrors(t *testing.T) {
 		},
 		{name: "ADMIN_ADDR", env: map[string]string{"ADMIN_ADDR": "nonsense"}, settings: []string{"ADMIN_ADDR"}},
 		{name: "ADMIN_ADDR equal to HTTP_ADDR", env: map[string]string{"ADMIN_ADDR": ":8080"}, settings: []string{"ADMIN_ADDR", "HTTP_ADDR"}},
+		{name: "negative RATE_LIMIT_KEY_RPS", env: map[string]string{"RATE_LIMIT_KEY_RPS": "-1"}, settings: []string{"RATE_LIMIT_KEY_RPS"}},
+		{name: "RATE_LIMIT_KEY_RPS not a number", env: map[string]string{"RATE_LIMIT_KEY_RPS": "fast"}, settings: []string{"RATE_LIMIT_KEY_RPS"}},
+		{name: "infinite RATE_LIMIT_MERCHANT_RPS", env: map[string]string{"RATE_LIMIT_MERCHANT_RPS": "+Inf"}, settings: []string{"RATE_LIMIT_MERCHANT_RPS"}},
+		{name: "NaN RATE_LIMIT_UNKNOWN_KEY_RPS", env: map[string]string{"RATE_LIMIT_UNKNOWN_KEY_RPS": "NaN"}, settings: []string{"RATE_LIMIT_UNKNOWN_KEY_RPS"}},
+		{name: "zero RATE_LIMIT_KEY_BURST", env: map[string]string{"RATE_LIMIT_KEY_BURST": "0"}, settings: []string{"RATE_LIMIT_KEY_BURST"}},
+		{name: "fractional RATE_LIMIT_MERCHANT_BURST", env: map[string]string{"RATE_LIMIT_MERCHANT_BURST": "2.5"}, settings: []string{"RATE_LIMIT_MERCHANT_BURST"}},
+		{name: "huge RATE_LIMIT_UNKNOWN_KEY_BURST", env: map[string]string{"RATE_LIMIT_UNKNOWN_KEY_BURST": "99999999999"}, settings: []string{"RATE_LIMIT_UNKNOWN_KEY_BURST"}},
+		{name: "negative RATE_LIMIT_MERCHANT_IN_FLIGHT", env: map[string]string{"RATE_LIMIT_MERCHANT_IN_FLIGHT": "-1"}, settings: []string{"RATE_LIMIT_MERCHANT_IN_FLIGHT"}},
+		{name: "negative KEY_CACHE_TTL", env: map[string]string{"KEY_CACHE_TTL": "-5s"}, settings: []string{"KEY_CACHE_TTL"}},
+		{name: "KEY_CACHE_TTL too long", env: map[string]string{"KEY_CACHE_TTL": "1h"}, settings: []string{"KEY_CACHE_TTL"}},
+		{name: "KEY_CACHE_TTL without a unit", env: map[string]string{"KEY_CACHE_TTL": "5"}, settings: []string{"KEY_CACHE_TTL"}},
+		{name: "TRUSTED_PROXIES with a host name", env: map[string]string{"TRUSTED_PROXIES": "10.0.0.1, proxy.internal"}, settings: []string{"TRUSTED_PROXIES", "proxy.internal"}},
+		{name: "TRUSTED_PROXIES with a bad CIDR", env: map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, settings: []string{"TRUSTED_PROXIES", "10.0.0.0/33"}},
 		{
 			name:     "DATABASE_URL with a bad port",
 			env:      map[string]string{"DATABASE_URL": "postgres://bob:hunter2@localhost:notaport/db"},

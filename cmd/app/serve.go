@@ -270,6 +270,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
+		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	}
 	// Key uses are flushed every KeyLastUsedFlush, and once more after the
 	// HTTP servers have drained (below), so that no request's use is lost.

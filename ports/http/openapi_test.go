@@ -186,6 +186,16 @@ func TestOpenAPIOperationsAreComplete(t *testing.T) {
 			}
 			require.True(t, success, "%s %s has a success answer", method, path)
 			require.Contains(t, op.Responses, "500", "%s %s", method, path)
+			require.Contains(t, op.Responses, "429", "%s %s: every operation may be rate limited", method, path)
+			tooMany := op.Responses["429"].(map[string]any)
+			if ref, ok := tooMany["$ref"].(string); ok {
+				resolved, _ := resolve(ref)
+				tooMany = resolved.(map[string]any)
+			}
+			headers, _ := tooMany["headers"].(map[string]any)
+			for _, h := range []string{"Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+				require.Contains(t, headers, h, "%s %s: 429 tells %s", method, path, h)
+			}
 		}
 	}
 }

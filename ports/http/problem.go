@@ -24,6 +24,9 @@ type problem struct {
 	Errors []apperr.FieldError `json:"errors,omitempty"`
 	// ConflictingScheduleID names the schedule a booking clashed with.
 	ConflictingScheduleID string `json:"conflicting_schedule_id,omitempty"`
+	// Limit names the limit a 429 hit: key, merchant, in-flight or
+	// client-address.
+	Limit string `json:"limit,omitempty"`
 }
 
 func newProblem(status int, slug, detail string) problem {

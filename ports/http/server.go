@@ -6,12 +6,16 @@ package httpport
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"hearth/app"
@@ -60,6 +64,19 @@ type Config struct {
 	Consistency Consistency
 	// ConsistencyTimeout bounds that wait. Defaults to 2s.
 	ConsistencyTimeout time.Duration
+	// Limits are the rate limits and the in-flight cap (limits.go). The
+	// zero Limits limits nothing.
+	Limits Limits
+	// TrustedProxies are the peers whose X-Forwarded-For names the client
+	// address (for the budget of unknown keys). None by default: the
+	// header is ignored.
+	TrustedProxies []netip.Prefix
+	// KeyCacheTTL is how long a known key's principal is cached; a revoked
+	// key stops working within it. 0 caches nothing.
+	KeyCacheTTL time.Duration
+	// KeyUsed is called with the key id of every request a key
+	// authenticated (cached or looked up). Optional; it must be cheap.
+	KeyUsed func(keyID string)
 	// Idempotency keeps Idempotency-Key records. Optional: without it the
 	// header is ignored (tests of other things).
 	Idempotency Idempotency
@@ -74,8 +91,6 @@ type Config struct {
 	// each holds a connection while it renders its answer, which may take
 	// another, so the cap stays below the pool's size. Defaults to 8.
 	IdempotencyMaxInFlight int
-	// KeyUsed is called for every request authenticated by a key (optional).
-	KeyUsed func(keyID string)
 	// Keys serves /admin/keys (admin keys). Optional: without it, those
 	// routes answer 404.
 	Keys KeyAdmin
@@ -123,6 +138,9 @@ type server struct {
 	log             *slog.Logger
 	idempotentSlots chan struct{}
 	waits           chan struct{} // one token per read-your-writes wait in flight
+	limits          *limiter
+	keyHits         *keyCache
+	ready           readiness
 }
 
 // NewHandler returns the HTTP handler of the whole API.
@@ -152,7 +170,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
 	cfg.IdempotencyMaxInFlight = cmp.Or(cfg.IdempotencyMaxInFlight, 8)
 	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: make(chan struct{}, cfg.IdempotencyMaxInFlight),
-		waits: make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0))}
+		waits:  make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)),
+		limits: newLimiter(cfg.Limits, cfg.TrustedProxies), keyHits: newKeyCache(cfg.KeyCacheTTL)}
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
 		if (rt.api && !cfg.APIEnabled) || (len(rt.roles) > 0 && cfg.Auth == nil) || !cfg.Surface.serves(rt) {
@@ -278,11 +297,35 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 // readyz answers the instance's readiness: only its status without a key,
 // and the details (mode, leadership, projections, the error) for an admin
 // key.
+// readyFor is how long one readiness check (a ping of each database)
+// answers /readyz: a flood of /readyz costs the databases a few pings a
+// second, not one per request.
+const readyFor = 250 * time.Millisecond
+
+// readiness is the last readiness check, shared by the /readyz requests
+// of the next readyFor; one request at a time runs a new check.
+type readiness struct {
+	mu      sync.Mutex
+	at      time.Time
+	details map[string]any
+	err     error
+}
+
+func (s *server) checkReady(ctx context.Context) (map[string]any, error) {
+	s.ready.mu.Lock()
+	defer s.ready.mu.Unlock()
+	if now := time.Now(); s.ready.at.IsZero() || now.Sub(s.ready.at) >= readyFor {
+		s.ready.details, s.ready.err = s.Ready(ctx)
+		s.ready.at = now
+	}
+	return maps.Clone(s.ready.details), s.ready.err
+}
+
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	details, err := s.Ready(ctx)
-	if !s.admin(ctx, r) {
+	details, err := s.checkReady(ctx)
+	if !s.admin(r) {
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 			return nil
@@ -304,14 +347,16 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// admin reports whether the request carries a valid admin key. Any other
-// key, or none, or a failed lookup, is simply not an admin.
-func (s *server) admin(ctx context.Context, r *http.Request) bool {
+// admin reports whether the request carries a valid admin key, resolved
+// as every key is (the key cache, the client address's budget of unknown
+// keys). Any other key, or none, or a refused or failed lookup, is simply
+// not an admin.
+func (s *server) admin(r *http.Request) bool {
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if s.Auth == nil || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		return false
 	}
-	p, err := s.Auth.Authenticate(ctx, strings.TrimSpace(secret))
+	p, _, err := s.resolve(r, strings.TrimSpace(secret), s.Now())
 	return err == nil && p.Role == access.Admin
 }
 
@@ -327,8 +372,9 @@ func principal(r *http.Request) access.Principal {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // auth authenticates the bearer key and lets only the given roles through:
-// a missing or unknown key is 401, a known key of another role 403. With no
-// roles, the route is public: no key is asked for.
+// a missing or unknown key is 401, a known key of another role 403, a key
+// over a limit 429 (limits.go). With no roles, the route is public: no key
+// is asked for.
 func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 	return func(h handlerFunc) http.Handler {
 		if len(roles) == 0 {
@@ -340,19 +386,15 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+			secret = strings.TrimSpace(secret)
+			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="hearth"`)
 				writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "an API key is required: Authorization: Bearer <key>"))
 				return
 			}
-			p, err := s.Auth.Authenticate(r.Context(), strings.TrimSpace(secret))
-			if errors.Is(err, apperr.ErrNotFound) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="hearth", error="invalid_token"`)
-				writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "unknown or revoked API key"))
-				return
-			}
-			if err != nil {
-				s.writeError(w, r, err)
+			now := s.Now()
+			p, ok := s.authenticate(w, r, secret, now)
+			if !ok {
 				return
 			}
 			if s.KeyUsed != nil {
@@ -367,6 +409,13 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 					"a "+string(p.Role)+" key may not "+r.Method+" "+r.URL.Path))
 				return
 			}
+			v := s.limits.admit(p, now)
+			defer v.done()
+			if v.refused != "" {
+				s.limits.writeRateLimited(w, v.refused, v.q)
+				return
+			}
+			s.limits.setHeaders(w.Header(), v.q)
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 			if !s.awaitPosition(w, r) {
 				return
@@ -376,6 +425,55 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 			}
 		})
 	}
+}
+
+// authenticate resolves the secret through the key cache, or else through
+// Auth if the client address's budget of unknown keys allows a lookup. It
+// reports false when it has answered the request itself (401, 429, 500).
+func (s *server) authenticate(w http.ResponseWriter, r *http.Request, secret string, now time.Time) (access.Principal, bool) {
+	p, refused, err := s.resolve(r, secret, now)
+	switch {
+	case errors.Is(err, errLookupRefused):
+		s.limits.writeRateLimited(w, limitClientAddress, refused)
+		return access.Principal{}, false
+	case errors.Is(err, apperr.ErrNotFound):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hearth", error="invalid_token"`)
+		writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "unknown or revoked API key"))
+		return access.Principal{}, false
+	case err != nil:
+		s.writeError(w, r, err)
+		return access.Principal{}, false
+	}
+	return p, true
+}
+
+// errLookupRefused is a key that is not cached, from a client address whose
+// budget of unknown keys is spent: it is not looked up.
+var errLookupRefused = errors.New("key lookup refused: the client address's budget of unknown keys is spent")
+
+// resolve finds the principal of secret: from the key cache, or by a lookup
+// when the client address's budget of unknown keys allows one
+// (errLookupRefused, with the refused quota, when it does not). An unknown
+// key is apperr.ErrNotFound.
+func (s *server) resolve(r *http.Request, secret string, now time.Time) (access.Principal, quota, error) {
+	var hash [sha256.Size]byte
+	if s.keyHits != nil {
+		hash = sha256.Sum256([]byte(secret))
+		if p, ok := s.keyHits.get(hash, now); ok {
+			return p, quota{}, nil
+		}
+	}
+	done, refused, ok := s.limits.lookup(r, now)
+	if !ok {
+		return access.Principal{}, refused, errLookupRefused
+	}
+	p, err := s.Auth.Authenticate(r.Context(), secret)
+	done(errors.Is(err, apperr.ErrNotFound))
+	if err != nil {
+		return access.Principal{}, quota{}, err
+	}
+	s.keyHits.put(hash, p, now)
+	return p, quota{}, nil
 }
 
 // meta describes the command a request causes.
