@@ -68,8 +68,9 @@ func (b *bench) newDB(ctx context.Context, name string, sets ...migrations.Set) 
 
 // startHearth runs the Hearth binary in mode (api, worker or all) on url
 // and waits until it is ready: in mode all, until it leads the projections
-// and they run live (caught up, router running).
-func (b *bench) startHearth(ctx context.Context, name, url, mode string) (*exec.Cmd, string, error) {
+// and they run live (caught up, router running). The fair-share limits and
+// the key cache are off (capacity runs), or Hearth's defaults (withLimits).
+func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLimits ...bool) (*exec.Cmd, string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
@@ -77,11 +78,15 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string) (*exec.
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(b.bin, "serve")
-	// One key of one merchant drives the throughput runs: the fair-share
-	// limits (which would hold it to RATE_LIMIT_KEY_RPS) are off.
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode,
-		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String(),
-		"RATE_LIMIT_KEY_RPS=0", "RATE_LIMIT_MERCHANT_RPS=0", "RATE_LIMIT_MERCHANT_IN_FLIGHT=0")
+		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String())
+	if len(withLimits) == 0 || !withLimits[0] {
+		// One key of one merchant drives the throughput runs: the fair-share
+		// limits (which would hold it to RATE_LIMIT_KEY_RPS) are off, and so
+		// is the key cache, so that Hearth looks its key up on every request
+		// as the pgbench script it is compared with does.
+		cmd.Env = append(cmd.Env, "RATE_LIMIT_KEY_RPS=0", "RATE_LIMIT_MERCHANT_RPS=0", "RATE_LIMIT_MERCHANT_IN_FLIGHT=0", "KEY_CACHE_TTL=0")
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, "", err

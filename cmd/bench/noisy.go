@@ -28,8 +28,8 @@ import (
 // The noisy-neighbour run: merchant A reads its orders at a steady rate
 // while merchant B floods one Hearth in mode all, with its default limits.
 var (
-	noisyFor         = 10 * time.Second // each phase
-	noisyRate        = 100              // A's GETs per second
+	noisyFor         = 15 * time.Second // each phase
+	noisyRate        = 40               // A's GETs per second, within its key's default limit (50/s)
 	noisyFlooders    = 256              // B's connections
 	noisyOrdersA     = 20
 	noisyOrdersB     = 1_000 // enough for full pages of 200
@@ -49,7 +49,8 @@ type phaseResult struct {
 	a        stats
 	aRate    float64
 	aErrors  int
-	bStatus  map[int]int // B's answers by status; 0: transport error
+	aFailed  map[string]int // what A's failures were
+	bStatus  map[int]int    // B's answers by status; 0: transport error
 	bElapsed time.Duration
 }
 
@@ -105,7 +106,7 @@ func (b *bench) noisy(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 
-	hearth, base, err := b.startHearth(ctx, "noisy neighbour, mode all", url, "all")
+	hearth, base, err := b.startHearth(ctx, "noisy neighbour, mode all", url, "all", true)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +152,7 @@ func noisyRows(results []phaseResult) []row {
 		byName[r.name] = r
 		rows = append(rows, row{
 			name:   fmt.Sprintf("noisy neighbour: A's GET /v1/orders/{id} at %d/s, %s (p50 / p99, rate)", noisyRate, r.name),
-			hearth: fmt.Sprintf("%s / %s, %.0f req/s (%.0f %% of no flood)%s", ms(r.a.pct(0.5)), ms(r.a.pct(0.99)), r.aRate, 100*r.aRate/quiet.aRate, failures(r.aErrors)),
+			hearth: fmt.Sprintf("%s / %s, %.0f req/s (%.0f %% of no flood)%s", ms(r.a.pct(0.5)), ms(r.a.pct(0.99)), r.aRate, 100*r.aRate/quiet.aRate, failures(r.aErrors, r.aFailed)),
 			note:   r.bMix(),
 		})
 	}
@@ -184,18 +185,18 @@ func noisyRows(results []phaseResult) []row {
 	return rows
 }
 
-func failures(n int) string {
+func failures(n int, why map[string]int) string {
 	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", %d failed", n)
+	return fmt.Sprintf(", %d failed %v", n, why)
 }
 
 // runPhase sends A's requests at noisyRate for noisyFor, round robin over
 // requestsA, while flood (unless nil) makes B's requests from noisyFlooders
 // connections as fast as they are answered.
 func runPhase(addr, name string, requestsA [][]byte, flood func(i int) []byte) phaseResult {
-	res := phaseResult{name: name, bStatus: map[int]int{}}
+	res := phaseResult{name: name, bStatus: map[int]int{}, aFailed: map[string]int{}}
 	stop := make(chan struct{})
 	var floodWG sync.WaitGroup
 	var mu sync.Mutex
@@ -252,6 +253,11 @@ func runPhase(addr, name string, requestsA [][]byte, flood func(i int) []byte) p
 					res.a = append(res.a, took)
 				} else {
 					res.aErrors++
+					why := fmt.Sprint(status)
+					if err != nil {
+						why = err.Error()
+					}
+					res.aFailed[why]++
 				}
 				mu.Unlock()
 			}

@@ -14,6 +14,12 @@ import (
 // or a deactivated worker, stops working within the TTL. Unknown keys are
 // not cached (the budget per client address limits them). A nil cache
 // caches nothing.
+//
+// After its TTL an entry is still remembered as known for knownFor: such a
+// key is looked up again, but even from a client address whose budget of
+// unknown keys is spent. A flood of made-up keys cannot produce one, so a
+// real client behind the same address as the flood (a NAT, a proxy) keeps
+// working.
 type keyCache struct {
 	ttl time.Duration
 
@@ -23,9 +29,13 @@ type keyCache struct {
 }
 
 type cachedKey struct {
-	p       access.Principal
-	expires time.Time
+	p          access.Principal
+	expires    time.Time // usable until then
+	knownUntil time.Time // looked up past the address budget until then
 }
+
+// knownFor is how long a key that authenticated is remembered as known.
+const knownFor = 10 * time.Minute
 
 // maxCachedKeys bounds the cache; only keys that authenticated get in.
 const maxCachedKeys = 1 << 14
@@ -37,21 +47,35 @@ func newKeyCache(ttl time.Duration) *keyCache {
 	return &keyCache{ttl: ttl, m: map[[sha256.Size]byte]cachedKey{}}
 }
 
-func (c *keyCache) get(hash [sha256.Size]byte, now time.Time) (access.Principal, bool) {
+// get returns the principal of a cached key (ok); known reports a key
+// whose entry has expired but which authenticated within knownFor.
+func (c *keyCache) get(hash [sha256.Size]byte, now time.Time) (p access.Principal, ok, known bool) {
 	if c == nil {
-		return access.Principal{}, false
+		return access.Principal{}, false, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[hash]
-	if !ok {
-		return access.Principal{}, false
+	e, found := c.m[hash]
+	switch {
+	case !found:
+		return access.Principal{}, false, false
+	case now.Before(e.expires):
+		return e.p, true, true
+	case now.Before(e.knownUntil):
+		return access.Principal{}, false, true
 	}
-	if !now.Before(e.expires) {
-		delete(c.m, hash)
-		return access.Principal{}, false
+	delete(c.m, hash)
+	return access.Principal{}, false, false
+}
+
+// forget drops a key that no longer authenticates.
+func (c *keyCache) forget(hash [sha256.Size]byte) {
+	if c == nil {
+		return
 	}
-	return e.p, true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, hash)
 }
 
 func (c *keyCache) put(hash [sha256.Size]byte, p access.Principal, now time.Time) {
@@ -63,7 +87,7 @@ func (c *keyCache) put(hash [sha256.Size]byte, p access.Principal, now time.Time
 	if now.After(c.nextSweep) {
 		c.nextSweep = now.Add(c.ttl)
 		for h, e := range c.m {
-			if !now.Before(e.expires) {
+			if !now.Before(e.knownUntil) {
 				delete(c.m, h)
 			}
 		}
@@ -74,5 +98,5 @@ func (c *keyCache) put(hash [sha256.Size]byte, p access.Principal, now time.Time
 			break
 		}
 	}
-	c.m[hash] = cachedKey{p: p, expires: now.Add(c.ttl)}
+	c.m[hash] = cachedKey{p: p, expires: now.Add(c.ttl), knownUntil: now.Add(max(c.ttl, knownFor))}
 }

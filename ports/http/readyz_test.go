@@ -4,13 +4,18 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/app"
 	"hearth/app/access"
 	"hearth/app/apperr"
+	"hearth/app/query"
+	"hearth/app/reference"
 )
 
 // countedKeys knows one admin key and counts its lookups.
@@ -64,4 +69,81 @@ func TestReadyzFloodIsCheap(t *testing.T) {
 	rec := httptest.NewRecorder()
 	srv.ServeHTTP(rec, req)
 	require.Contains(t, rec.Body.String(), `"mode":"all"`, "an admin key sees the details")
+}
+
+// A key that authenticated lately is looked up again after its cache entry
+// expires even from an address whose budget of unknown keys a flood has
+// spent: the flood cannot lock out a real client behind the same address.
+// Once the key stops authenticating, it is an unknown key like any other.
+func TestKnownKeyOutlivesAFloodFromItsAddress(t *testing.T) {
+	t.Parallel()
+	keys := &revocableKeys{valid: map[string]bool{"hk_good": true}}
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var clock atomic.Pointer[time.Time]
+	clock.Store(&now)
+	srv, err := NewHandler(Config{Auth: keys, APIEnabled: true, KeyCacheTTL: 5 * time.Second,
+		Limits: Limits{UnknownKeyRate: 1, UnknownKeyBurst: 3},
+		Now:    func() time.Time { return *clock.Load() },
+		App:    readOnlyApp(t)})
+	require.NoError(t, err)
+	get := func(key string) int {
+		req := httptest.NewRequest(http.MethodGet, "/v1/customers", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	require.Equal(t, http.StatusOK, get("hk_good"))
+	for range 3 {
+		require.Equal(t, http.StatusUnauthorized, get("hk_made_up"))
+	}
+	require.Equal(t, http.StatusTooManyRequests, get("hk_made_up"), "the address's budget is spent")
+
+	later := now.Add(6 * time.Second) // past the cache entry; the budget is full again (3)
+	clock.Store(&later)
+	for range 3 {
+		require.Equal(t, http.StatusUnauthorized, get("hk_made_up"))
+	}
+	require.Equal(t, http.StatusTooManyRequests, get("hk_made_up"))
+	require.Equal(t, http.StatusOK, get("hk_good"), "looked up again, despite the spent budget")
+
+	keys.revoke("hk_good")
+	evenLater := later.Add(6 * time.Second)
+	clock.Store(&evenLater)
+	for range 3 {
+		require.Equal(t, http.StatusUnauthorized, get("hk_made_up"))
+	}
+	require.Equal(t, http.StatusUnauthorized, get("hk_good"), "revoked: looked up (it was known) and refused")
+	require.Equal(t, http.StatusTooManyRequests, get("hk_good"), "then no longer known: the budget applies")
+}
+
+type revocableKeys struct {
+	mu    sync.Mutex
+	valid map[string]bool
+}
+
+func (k *revocableKeys) revoke(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.valid, key)
+}
+
+func (k *revocableKeys) Authenticate(_ context.Context, secret string) (access.Principal, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.valid[secret] {
+		return access.Principal{KeyID: "k-" + secret, MerchantID: "m1", Role: access.Operator}, nil
+	}
+	return access.Principal{}, apperr.ErrNotFound
+}
+
+// readOnlyApp serves GET /v1/customers (an empty list).
+func readOnlyApp(t *testing.T) app.Application {
+	t.Helper()
+	q, err := query.NewRecords[reference.Customer](blockingCustomers{hold: new(atomic.Int32)})
+	require.NoError(t, err)
+	var a app.Application
+	a.Queries.Customers = q
+	return a
 }

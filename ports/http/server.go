@@ -457,18 +457,29 @@ var errLookupRefused = errors.New("key lookup refused: the client address's budg
 // key is apperr.ErrNotFound.
 func (s *server) resolve(r *http.Request, secret string, now time.Time) (access.Principal, quota, error) {
 	var hash [sha256.Size]byte
+	known := false
 	if s.keyHits != nil {
 		hash = sha256.Sum256([]byte(secret))
-		if p, ok := s.keyHits.get(hash, now); ok {
+		var p access.Principal
+		var ok bool
+		if p, ok, known = s.keyHits.get(hash, now); ok {
 			return p, quota{}, nil
 		}
 	}
 	done, refused, ok := s.limits.lookup(r, now)
-	if !ok {
+	switch {
+	case ok:
+	case known: // authenticated lately: not one of a flood's made-up keys
+		done = func(bool) {}
+	default:
 		return access.Principal{}, refused, errLookupRefused
 	}
 	p, err := s.Auth.Authenticate(r.Context(), secret)
-	done(errors.Is(err, apperr.ErrNotFound))
+	unknown := errors.Is(err, apperr.ErrNotFound)
+	done(unknown)
+	if unknown {
+		s.keyHits.forget(hash)
+	}
 	if err != nil {
 		return access.Principal{}, quota{}, err
 	}
