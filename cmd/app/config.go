@@ -86,7 +86,7 @@ type Config struct {
 	// listener serves everything).
 	AdminAddr string
 
-	// Fair share (README "Rate limits"). A rate or a cap of 0 turns that
+	// Fair share (docs/api.md, "Rate limits"). A rate or a cap of 0 turns that
 	// limit off.
 
 	// KeyRPS is each API key's sustained rate in requests per second

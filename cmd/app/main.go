@@ -41,8 +41,8 @@ const usage = `usage:
   app parked skip PROJECTION ID --reason WHY [--event ID] [--by WHO]   skip the first waiting event
   app verify [--projection P] [--recheck 2s]               compare the read models with the event store
   app rebuild PROJECTION [--by WHO]                        rebuild orders, schedules or service_requests without downtime
-settings come from the environment: DATABASE_URL, READMODEL_DATABASE_URL, HTTP_ADDR, MODE,
-LOG_FORMAT, LOG_LEVEL, POLL_INTERVAL, SHUTDOWN_TIMEOUT, KEY_LAST_USED_FLUSH (see README.md)`
+settings come from the environment: DATABASE_URL, READMODEL_DATABASE_URL, HTTP_ADDR, MODE, and
+more (every one is in README.md's configuration table)`
 
 // usageError is a bad command line: exit status 2.
 type usageError struct{ msg string }

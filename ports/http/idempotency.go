@@ -133,7 +133,8 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 // the answer of an earlier attempt with the same fingerprint (replay). It
 // waits, polling, while another attempt holds the key.
 func (s *server) claimKey(ctx context.Context, merchantID, key string, fp []byte) (token string, replay *command.Answer, err error) {
-	deadline := s.Now().Add(s.IdempotencyWait)
+	// Wall-clock time, not s.Now (a clock for what requests record).
+	deadline := time.Now().Add(s.IdempotencyWait)
 	pause := 5 * time.Millisecond
 	for {
 		token, err := s.Idempotency.Claim(ctx, merchantID, key, fp, s.IdempotencyLease)
@@ -150,12 +151,12 @@ func (s *server) claimKey(ctx context.Context, merchantID, key string, fp []byte
 			return "", nil, errKeyReused
 		case rec.Answer != nil:
 			return "", rec.Answer, nil
-		case !s.Now().Before(deadline):
+		case !time.Now().Before(deadline):
 			return "", nil, errInProgress
-		case !rec.LockedUntil.After(s.Now()):
+		case !rec.LockedUntil.After(time.Now()):
 			continue // its holder's lease is over: take it over
 		}
-		t := time.NewTimer(min(pause, deadline.Sub(s.Now())))
+		t := time.NewTimer(min(pause, time.Until(deadline)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
