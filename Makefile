@@ -18,7 +18,8 @@ chaos:
 	$(GO) test -count=1 -timeout 30m -v -run 'TestChaos' ./internal/chaos -chaos.rounds=24
 
 # bench starts its own throwaway Postgres, builds and runs Hearth as a
-# separate process, and prints one table (about 4 minutes).
+# separate process, prints one table and writes docs/benchmarks.md (about
+# 7 minutes).
 bench:
 	$(GO) run ./cmd/bench
 
