@@ -163,15 +163,16 @@ type notifyBackoff struct {
 	// quick, when not zero, is a short wait for a re-poll after a
 	// notification found nothing visible yet; it doubles up to fallback.
 	quick time.Duration
-	// closed ends any wait: the subscriber is closing.
-	closed <-chan struct{}
+	// done ends any wait: this subscription's context ended or the
+	// subscriber is closing.
+	done <-chan struct{}
 }
 
 func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
 	switch {
-	case err != nil && b.closing():
+	case err != nil && b.ending():
 		// The router stops (shutdown, step-down): the query was cut short.
-		logger.Debug("Query cut short, the subscriber is closing", watermill.LogFields{"error": err.Error()})
+		logger.Debug("Query cut short, the subscription is ending", watermill.LogFields{"error": err.Error()})
 		return b.retry
 	case err != nil:
 		logger.Error("Error querying for message", err, watermill.LogFields{"wait_time": b.retry})
@@ -192,16 +193,16 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 	case <-b.seen:
 		b.quick = time.Millisecond
 	case <-t.C:
-	case <-b.closed:
+	case <-b.done:
 	}
 	t.Stop()
 	b.seen = b.n.signal(b.table)
 	return 0
 }
 
-func (b *notifyBackoff) closing() bool {
+func (b *notifyBackoff) ending() bool {
 	select {
-	case <-b.closed:
+	case <-b.done:
 		return true
 	default:
 		return false
@@ -218,12 +219,11 @@ func (b *notifyBackoff) closing() bool {
 func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration, ahead *Lookahead) func(string) (message.Subscriber, error) {
 	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
-		closed := make(chan struct{})
 		var schema wsql.SchemaAdapter = Schema
 		if ahead != nil {
 			schema = ahead.schema(group)
 		}
-		return &topicSubscriber{closed: closed, make: func(topic string) (message.Subscriber, error) {
+		return &topicSubscriber{make: func(topic string, done <-chan struct{}) (message.Subscriber, error) {
 			deadline := AckDeadline
 			table := topicTable(topic)
 			return wsql.NewSubscriber(db, wsql.SubscriberConfig{
@@ -234,7 +234,7 @@ func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Du
 					// Taken before the first poll, so no notification is lost; and
 					// the first empty polls are quick, since a notification may
 					// have come before the subscriber existed.
-					seen: n.signal(table), quick: time.Millisecond, closed: closed},
+					seen: n.signal(table), quick: time.Millisecond, done: done},
 				SchemaAdapter:  schema,
 				OffsetsAdapter: LockFreeOffsets{},
 			}, wlog)
@@ -245,41 +245,58 @@ func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Du
 // DB is the database a subscriber reads: *sql.DB.
 type DB = wsql.Beginner
 
-// topicSubscriber makes its watermill-sql subscriber when it learns the
-// topic, so that the BackoffManager can wait for that topic only.
+// topicSubscriber makes a watermill-sql subscriber for each subscription,
+// once it learns the topic, so that the BackoffManager waits for that topic
+// only.
 type topicSubscriber struct {
-	make   func(topic string) (message.Subscriber, error)
-	closed chan struct{}
-	once   sync.Once
+	make   func(topic string, done <-chan struct{}) (message.Subscriber, error)
 	mu     sync.Mutex
-	subs   []message.Subscriber
+	closed bool
+	subs   []subscription
+}
+
+// subscription is one Subscribe: its watermill-sql subscriber, and the end
+// of its BackoffManager's waits.
+type subscription struct {
+	sub message.Subscriber
+	// end closes the done channel of the subscription's BackoffManager,
+	// once.
+	end func()
+	// stop unregisters the call of end when the subscription's context
+	// ends.
+	stop func() bool
 }
 
 func (s *topicSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	sub, err := s.make(topic)
+	done := make(chan struct{})
+	end := sync.OnceFunc(func() { close(done) })
+	sub, err := s.make(topic, done)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.subs = append(s.subs, sub)
+	if s.closed {
+		s.mu.Unlock()
+		return nil, wsql.ErrSubscriberClosed
+	}
+	// The router cancels ctx before it closes subscribers: end the waits
+	// of this subscription's BackoffManager then, or its consume loop would
+	// notice only after the fallback interval. AfterFunc starts no
+	// goroutine until ctx ends; Close stops it.
+	s.subs = append(s.subs, subscription{sub: sub, end: end, stop: context.AfterFunc(ctx, end)})
 	s.mu.Unlock()
-	go func() {
-		// The router cancels ctx before it closes subscribers: end the wait
-		// of the BackoffManager then, or the consume loop would notice only
-		// after the fallback interval.
-		<-ctx.Done()
-		s.once.Do(func() { close(s.closed) })
-	}()
 	return sub.Subscribe(ctx, topic)
 }
 
 func (s *topicSubscriber) Close() error {
-	s.once.Do(func() { close(s.closed) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	var errs []error
 	for _, sub := range s.subs {
-		errs = append(errs, sub.Close())
+		sub.stop()
+		sub.end()
+		errs = append(errs, sub.sub.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,147 @@
+package pubsub_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"hearth/adapters/pubsub"
+	"hearth/internal/pgtest"
+)
+
+// The subscriptions of one subscriber wait apart: once the context of one
+// ends, a later subscription on another topic still waits for its fallback
+// interval between empty polls, logs a failing query at Error (not as a
+// query cut short by the subscription's end), and Close leaves no goroutine
+// behind, even for a subscription whose context never ends.
+//
+// Not parallel: goleak compares with the goroutines at the start.
+func TestSubscriptionsOfOneSubscriberWaitApart(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	db := &pollingDB{DB: pgtest.Open(t, urls.EventStore).DB}
+	ignore := goleak.IgnoreCurrent()
+	// Not running: no notification comes, every wait is the fallback.
+	n, err := pubsub.NewNotifier(urls.EventStore, quietLog())
+	require.NoError(t, err)
+	logs := &logRecords{}
+	const fallback = 100 * time.Millisecond
+	sub, err := pubsub.NotifyingSubscribers(db, n, slog.New(logs), fallback, nil)("group")
+	require.NoError(t, err)
+
+	first, cancel := context.WithCancel(context.Background())
+	out, err := sub.Subscribe(first, pubsub.TopicOrders)
+	require.NoError(t, err)
+	cancel()
+	require.Eventually(t, func() bool { return closed(out) }, 5*time.Second, time.Millisecond)
+
+	// From here on, every poll is the second subscription's (its first
+	// transaction is the one before subscribing). Its first empty polls are
+	// quick (1 ms doubling); from the 9th, each waits the fallback.
+	mark := db.count()
+	_, err = sub.Subscribe(context.Background(), pubsub.TopicPoison)
+	require.NoError(t, err)
+	const polls = 14
+	require.Eventually(t, func() bool { return db.count() >= mark+polls }, 10*time.Second, time.Millisecond)
+	times := db.since(mark)
+	span := times[polls-1].Sub(times[polls-5])
+	require.GreaterOrEqual(t, span, 2*fallback,
+		"the last 4 of %d polls on an empty topic took %s (%d polls in %s in all); each should wait about %s",
+		polls, span, db.count()-mark, time.Since(times[0]).Round(time.Millisecond), fallback)
+
+	// The first subscription may have logged its last query as cut short.
+	cutShort := logs.count(slog.LevelDebug, "Query cut short")
+	db.fail.Store(true)
+	require.Eventually(t, func() bool { return logs.count(slog.LevelError, "Error querying for message") > 0 },
+		5*time.Second, time.Millisecond, "a failing query is logged at Error")
+	require.Equal(t, cutShort, logs.count(slog.LevelDebug, "Query cut short"), "nor as a query cut short")
+	db.fail.Store(false)
+
+	require.NoError(t, sub.Close())
+	goleak.VerifyNone(t, ignore)
+}
+
+// pollingDB is a subscriber's database that notes when each transaction
+// begins (one per poll), and fails them while fail is set.
+type pollingDB struct {
+	*sql.DB
+	fail  atomic.Bool
+	mu    sync.Mutex
+	polls []time.Time
+}
+
+func (d *pollingDB) BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
+	d.mu.Lock()
+	d.polls = append(d.polls, time.Now())
+	d.mu.Unlock()
+	if d.fail.Load() {
+		return nil, errors.New("injected: the database is unreachable")
+	}
+	return d.DB.BeginTx(ctx, opts)
+}
+
+func (d *pollingDB) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.polls)
+}
+
+func (d *pollingDB) since(i int) []time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]time.Time(nil), d.polls[i:]...)
+}
+
+// closed reports whether ch is closed, draining a message if one waits.
+func closed[T any](ch <-chan T) bool {
+	select {
+	case _, ok := <-ch:
+		return !ok
+	default:
+		return false
+	}
+}
+
+// logRecords is a slog handler that counts records by level and message.
+type logRecords struct {
+	mu     sync.Mutex
+	counts map[slog.Level]map[string]int
+}
+
+// count returns how many records of level have a message starting with
+// prefix.
+func (l *logRecords) count(level slog.Level, prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for msg, c := range l.counts[level] {
+		if strings.HasPrefix(msg, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts == nil {
+		l.counts = map[slog.Level]map[string]int{}
+	}
+	if l.counts[r.Level] == nil {
+		l.counts[r.Level] = map[string]int{}
+	}
+	l.counts[r.Level][r.Message]++
+	return nil
+}
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
