@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
@@ -139,7 +138,7 @@ func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id string,
 		return out, nil
 	}
 	// Postgres keeps microseconds: events, responses and read models agree.
-	meta.OccurredAt = meta.OccurredAt.UTC().Truncate(time.Microsecond)
+	meta.OccurredAt = event.Instant(meta.OccurredAt)
 	var q strings.Builder
 	q.WriteString(`INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data,
 		occurred_at, correlation_id, causation_id, actor) VALUES `)

@@ -492,7 +492,7 @@ func (s *server) meta(r *http.Request) event.Meta {
 	p := principal(r)
 	return event.Meta{
 		MerchantID: p.MerchantID, Actor: p.Subject(), CorrelationID: correlationID(r),
-		OccurredAt: s.Now().UTC().Truncate(time.Microsecond), // Postgres keeps microseconds
+		OccurredAt: event.Instant(s.Now()),
 	}
 }
 
