@@ -16,6 +16,7 @@ import (
 	"hearth/app/apperr"
 	"hearth/app/event"
 	"hearth/app/ops"
+	"hearth/internal/advisory"
 )
 
 // RebuildConfig is what Rebuild needs.
@@ -122,8 +123,8 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	}
 	defer conn.Close()
 	var locked bool
-	lockKey := "hearth/rebuild/" + t.name
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext(?))`, lockKey).Scan(&locked); err != nil {
+	lockKey := advisory.Key(advisory.Rebuild(t.projection))
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?)`, lockKey).Scan(&locked); err != nil {
 		return fmt.Errorf("rebuild lock: %w", err)
 	}
 	if !locked {
@@ -132,7 +133,7 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = conn.ExecContext(cctx, `SELECT pg_advisory_unlock(hashtext(?))`, lockKey)
+		_, _ = conn.ExecContext(cctx, `SELECT pg_advisory_unlock(?)`, lockKey)
 	}()
 
 	shadow := t.name + "_rebuild"
