@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"hearth/app/event"
+	"hearth/internal/aggregates"
 )
 
 // View is a read-model row as the application sees it: it folds events and
@@ -25,6 +26,7 @@ type View interface {
 // the version guard, the gap check, the change log) is the same for every
 // aggregate and lives in apply.
 type projection[V View] struct {
+	agg   aggregates.Facts
 	name  string
 	table string
 	db    *bun.DB
@@ -130,6 +132,9 @@ func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, a
 
 // Name names the projection (and its consumer group).
 func (p *projection[V]) Name() string { return p.name }
+
+// Aggregate returns the facts of the aggregate type the projection reads.
+func (p *projection[V]) Aggregate() aggregates.Facts { return p.agg }
 
 // inTx runs fn in one read-model transaction. Every projection write goes
 // through it, one event (Apply) or one batch (ApplyBatch) per transaction,
@@ -247,7 +252,7 @@ func newProjection[V any, PV interface {
 }, R any](db *bun.DB, t *table[V, PV, R]) *projection[PV] {
 	viewOf := func(r *R) PV { v := t.toView(*r); return &v }
 	return &projection[PV]{
-		name: t.projection, table: t.name, db: db,
+		agg: t.agg, name: t.agg.Projection, table: t.agg.Table, db: db,
 		load: func(ctx context.Context, tx bun.Tx, id string) (PV, bool, error) {
 			var r R
 			found, err := selectForUpdate(ctx, tx, &r, id)

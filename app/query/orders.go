@@ -3,6 +3,8 @@ package query
 import (
 	"context"
 	"time"
+
+	"hearth/app/order"
 )
 
 // OrderReadModel is what the order queries need from the read model.
@@ -42,5 +44,5 @@ func (q Orders) Changes(ctx context.Context, scope Scope, id string) ([]Change, 
 	if _, err := q.rm.Get(ctx, scope, id); err != nil {
 		return nil, err
 	}
-	return q.rm.Changes(ctx, scope, "order", id)
+	return q.rm.Changes(ctx, scope, order.StreamType, id)
 }
