@@ -13,7 +13,7 @@ type OrderReadModel interface {
 	Changes(ctx context.Context, scope Scope, aggregateType, id string) ([]Change, error)
 }
 
-// OrderFilter narrows GET /v1/orders. Zero fields do not filter.
+// OrderFilter narrows a list of orders. Zero fields do not filter.
 type OrderFilter struct {
 	Statuses         []string
 	SettlementStatus string
