@@ -78,6 +78,9 @@ func targets() []target {
 type target interface {
 	projectionName() string
 	projector(db *bun.DB) Projector
+	// rowTable is the table the Bun row model names in its tag, which
+	// must be the registry's (a test checks).
+	rowTable() string
 	verify(ctx context.Context, v *verifier) error
 	rebuild(ctx context.Context, rb *rebuilder) error
 }
@@ -85,6 +88,16 @@ type target interface {
 func (t *table[V, PV, R]) projectionName() string { return t.agg.Projection }
 
 func (t *table[V, PV, R]) projector(db *bun.DB) Projector { return newProjection(db, t) }
+
+func (t *table[V, PV, R]) rowTable() string {
+	f, _ := reflect.TypeFor[R]().FieldByName("BaseModel")
+	for _, part := range strings.Split(f.Tag.Get("bun"), ",") {
+		if name, ok := strings.CutPrefix(part, "table:"); ok {
+			return name
+		}
+	}
+	return ""
+}
 
 // Projector is one aggregate type's projection, whatever its view: what
 // the pipeline runs (pubsub.ProjectionOf).
