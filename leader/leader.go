@@ -3,9 +3,7 @@ package leader
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,11 +15,13 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
+
+	"hearth/internal/advisory"
 )
 
 // LockName is the documented name the projections lock key derives from
 // (see [Key]).
-const LockName = "hearth/projections"
+const LockName = advisory.Projections
 
 const (
 	// ApplicationName is the application_name of every lock connection, so an
@@ -60,30 +60,16 @@ var ErrLockLost = errors.New("leader: lock connection lost")
 // errLeadReturned is the cause of a lead context cancelled because lead returned.
 var errLeadReturned = errors.New("leader: lead returned")
 
-// Key returns the int64 advisory-lock key for name: the first 8 bytes of
-// SHA-256(name), read as a big-endian two's-complement int64. For [LockName]
-// it is -3139509515664720772 (bytes d46e38bab5d87c7c).
-//
-// An operator can compute it in SQL:
-//
-//	SELECT ('x' || left(encode(sha256(convert_to('hearth/projections', 'UTF8')), 'hex'), 16))::bit(64)::bigint;
-//
-// pg_locks shows a bigint advisory key split into two oid columns, with
-// objsubid = 1: classid holds the high 32 bits and objid the low 32 bits
-// (for LockName, classid 3563993274 and objid 3050863740). To find the
-// holder:
+// Key returns the int64 advisory-lock key for name, by Hearth's one
+// scheme ([advisory.Key]: the first 8 bytes of SHA-256(name)). For
+// [LockName] it is -3139509515664720772; pg_locks shows it as classid
+// 3563993274 and objid 3050863740 (objsubid = 1). To find the holder:
 //
 //	SELECT l.pid, a.application_name, a.client_addr, a.backend_start
 //	FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 //	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 //	  AND l.classid::bigint = 3563993274 AND l.objid::bigint = 3050863740;
-//
-// Advisory locks are per database: the lock is only exclusive among
-// sessions connected to the same database.
-func Key(name string) int64 {
-	sum := sha256.Sum256([]byte(name))
-	return int64(binary.BigEndian.Uint64(sum[:8]))
-}
+func Key(name string) int64 { return advisory.Key(name) }
 
 // keyHalves returns the classid and objid under which pg_locks shows key.
 func keyHalves(key int64) (classid, objid uint32) {

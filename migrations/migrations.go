@@ -20,6 +20,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"hearth/internal/advisory"
 )
 
 //go:embed eventstore/*.sql readmodel/*.sql
@@ -33,9 +35,9 @@ const (
 	ReadModel  Set = "readmodel"
 )
 
-// lockKey is the advisory lock that serialises migration runs:
-// the first 8 bytes of "hearth-migrations" read as a big-endian int64.
-const lockKey int64 = 0x6865617274682d6d // "hearth-m"
+// lockKey is the advisory lock that serialises migration runs; its value
+// is fixed (see package advisory).
+const lockKey = advisory.MigrationsKey
 
 // Migration is one numbered SQL file.
 type Migration struct {

@@ -24,7 +24,8 @@ type PipelineConfig struct {
 	// transaction).
 	SameDB bool
 	// Fallback is how often an idle subscriber polls when no notification
-	// comes. Defaults to 250ms.
+	// comes. Required: its one default is the configuration's
+	// (cmd/app Config.PollInterval, POLL_INTERVAL).
 	Fallback time.Duration
 	// Log defaults to slog.Default().
 	Log *slog.Logger
@@ -51,6 +52,9 @@ type PipelineConfig struct {
 func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Projection) error {
 	if cfg.EventStore == nil {
 		return errors.New("pubsub.RunPipeline: EventStore is required")
+	}
+	if cfg.Fallback <= 0 {
+		return errors.New("pubsub.RunPipeline: Fallback is required")
 	}
 	log := cmp.Or(cfg.Log, slog.Default())
 	notifier, err := NewNotifier(cfg.ConnString, log)
@@ -100,7 +104,7 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Project
 
 	ahead := NewLookahead()
 	router, err := NewRouter(RouterConfig{
-		Subscriber:   NotifyingSubscribers(cfg.EventStore, notifier, log, cmp.Or(cfg.Fallback, 250*time.Millisecond), ahead),
+		Subscriber:   NotifyingSubscribers(cfg.EventStore, notifier, log, cfg.Fallback, ahead),
 		Lookahead:    ahead,
 		Poison:       poison,
 		Log:          log,

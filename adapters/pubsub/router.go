@@ -18,6 +18,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/app/event"
+	"hearth/internal/aggregates"
 )
 
 // Projection is a read model fed from one topic. Name is also its consumer
@@ -31,6 +32,14 @@ type Projection struct {
 	// running alsoInTx (when set) inside it before the commit. Optional:
 	// without it, the projection has no catch-up path (see CatchUp).
 	ApplyBatch func(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error
+}
+
+// ProjectionOf returns the projection of an aggregate type's events that
+// runs apply and applyBatch: its name, topic and decoder are the aggregate
+// type's (internal/aggregates).
+func ProjectionOf(a aggregates.Facts, apply func(ctx context.Context, r event.Recorded) error,
+	applyBatch func(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error) Projection {
+	return Projection{Name: a.Projection, Topic: a.Topic, Decode: a.Decode, Apply: apply, ApplyBatch: applyBatch}
 }
 
 // Retry budget of every projection handler: 200 ms doubling to 5 s, 10

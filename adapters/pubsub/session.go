@@ -17,20 +17,20 @@ import (
 	"hearth/app/order"
 	"hearth/app/schedule"
 	"hearth/app/servicerequest"
+	"hearth/internal/aggregates"
 	"hearth/internal/database"
 )
 
-// Topics of the aggregates' events.
-const (
-	TopicServiceRequests = "service_requests"
-	TopicSchedules       = "schedules"
-)
-
-// The streams of the three aggregates.
+// The streams and topics of the aggregates, read from the one registry
+// (internal/aggregates), under the names the store's callers use.
 var (
-	OrderStream          = Stream{Type: order.StreamType, Topic: TopicOrders, Decode: order.Decode}
-	ServiceRequestStream = Stream{Type: servicerequest.StreamType, Topic: TopicServiceRequests, Decode: servicerequest.Decode}
-	ScheduleStream       = Stream{Type: schedule.StreamType, Topic: TopicSchedules, Decode: schedule.Decode}
+	OrderStream          = aggregates.Order.Facts
+	ServiceRequestStream = aggregates.ServiceRequest.Facts
+	ScheduleStream       = aggregates.Schedule.Facts
+
+	TopicOrders          = aggregates.Order.Topic
+	TopicServiceRequests = aggregates.ServiceRequest.Topic
+	TopicSchedules       = aggregates.Schedule.Topic
 )
 
 // Transactor implements command.Transactor on the event store.
@@ -144,7 +144,8 @@ func (s *session) track(t *tracked) {
 }
 
 // load loads and tracks one aggregate; loading it again returns the same one.
-func load[A aggregate](ctx context.Context, s *session, st Stream, id string, rehydrate func([]event.Event) (A, error)) (A, error) {
+func load[A aggregate](ctx context.Context, s *session, k aggregates.Kind[A], id string) (A, error) {
+	st := k.Facts
 	var zero A
 	if t, ok := s.byID[id]; ok {
 		a, ok := t.agg.(A)
@@ -161,7 +162,7 @@ func load[A aggregate](ctx context.Context, s *session, st Stream, id string, re
 	for i, r := range recs {
 		events[i] = r.Event
 	}
-	a, err := rehydrate(events)
+	a, err := k.Rehydrate(events)
 	if err != nil {
 		return zero, fmt.Errorf("%s %s: %w", st.Type, id, err)
 	}
@@ -170,15 +171,15 @@ func load[A aggregate](ctx context.Context, s *session, st Stream, id string, re
 }
 
 func (s *session) Order(ctx context.Context, id string) (*order.Order, error) {
-	return load(ctx, s, OrderStream, id, order.Rehydrate)
+	return load(ctx, s, aggregates.Order, id)
 }
 
 func (s *session) ServiceRequest(ctx context.Context, id string) (*servicerequest.Request, error) {
-	return load(ctx, s, ServiceRequestStream, id, servicerequest.Rehydrate)
+	return load(ctx, s, aggregates.ServiceRequest, id)
 }
 
 func (s *session) Schedule(ctx context.Context, id string) (*schedule.Schedule, error) {
-	return load(ctx, s, ScheduleStream, id, schedule.Rehydrate)
+	return load(ctx, s, aggregates.Schedule, id)
 }
 
 func (s *session) AddOrder(o *order.Order) { s.track(&tracked{stream: OrderStream, agg: o}) }

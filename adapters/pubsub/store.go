@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
@@ -25,15 +24,14 @@ import (
 	"hearth/app/apperr"
 	"hearth/app/event"
 	"hearth/app/uuid"
+	"hearth/internal/aggregates"
 	"hearth/internal/database"
 )
 
-// Topics. Each aggregate type has its own topic, so each projection reads
-// only its own events; poisoned messages go to TopicPoison.
-const (
-	TopicOrders = "orders"
-	TopicPoison = "poison"
-)
+// TopicPoison is where poisoned messages go. Each aggregate type has its
+// own topic (internal/aggregates), so each projection reads only its own
+// events.
+const TopicPoison = "poison"
 
 // Schema and Offsets are the watermill-sql adapters for Hearth's topics. The
 // tables themselves are created by migrations, never by InitializeSchema.
@@ -60,12 +58,9 @@ func NewStore(db *bun.DB, log watermill.LoggerAdapter) (*Store, error) {
 	return &Store{db: db, log: log}, nil
 }
 
-// Stream is one stream's type, its decoder and its topic.
-type Stream struct {
-	Type   string
-	Topic  string
-	Decode event.Decoder
-}
+// Stream is one stream's type, its decoder and its topic: an aggregate
+// type's facts from the one registry (internal/aggregates).
+type Stream = aggregates.Facts
 
 // Read returns a stream of the merchant in version order, outside any
 // command. A stream of another merchant or another type reads as
@@ -139,7 +134,7 @@ func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id string,
 		return out, nil
 	}
 	// Postgres keeps microseconds: events, responses and read models agree.
-	meta.OccurredAt = meta.OccurredAt.UTC().Truncate(time.Microsecond)
+	meta.OccurredAt = event.Instant(meta.OccurredAt)
 	var q strings.Builder
 	q.WriteString(`INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data,
 		occurred_at, correlation_id, causation_id, actor) VALUES `)

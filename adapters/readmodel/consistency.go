@@ -9,9 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/app/apperr"
-	"hearth/app/order"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
+	"hearth/internal/aggregates"
 )
 
 // Positions tells whether the read models reflect a write.
@@ -34,13 +32,6 @@ func NewPositions(es, rm *bun.DB) (*Positions, error) {
 		return nil, errors.New("readmodel.NewPositions: nil db")
 	}
 	return &Positions{es: es, rm: rm}, nil
-}
-
-// tables maps a stream type to its read-model table.
-var tables = map[string]string{
-	order.StreamType:          "orders",
-	servicerequest.StreamType: "service_requests",
-	schedule.StreamType:       "schedules",
 }
 
 type streamVersion struct {
@@ -93,10 +84,10 @@ func (p *Positions) Wait(ctx context.Context, merchantID string, position int64)
 func (p *Positions) reached(ctx context.Context, streams *[]streamVersion) (bool, error) {
 	for len(*streams) > 0 {
 		s := (*streams)[0]
-		if table, ok := tables[s.StreamType]; ok {
+		if agg, ok := aggregates.ByType(s.StreamType); ok {
 			var ok bool
 			err := p.rm.NewRaw(`SELECT EXISTS (SELECT 1 FROM ? WHERE id = ? AND version >= ?)`,
-				bun.Ident(table), s.StreamID, s.Version).Scan(ctx, &ok)
+				bun.Ident(agg.Table), s.StreamID, s.Version).Scan(ctx, &ok)
 			if err != nil {
 				return false, fmt.Errorf("version of %s %s: %w", s.StreamType, s.StreamID, err)
 			}

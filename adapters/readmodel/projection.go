@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"hearth/app/event"
+	"hearth/internal/aggregates"
 )
 
 // View is a read-model row as the application sees it: it folds events and
@@ -25,9 +26,8 @@ type View interface {
 // the version guard, the gap check, the change log) is the same for every
 // aggregate and lives in apply.
 type projection[V View] struct {
-	name  string
-	table string
-	db    *bun.DB
+	agg aggregates.Facts // its name, table and stream type
+	db  *bun.DB
 	// load reads the row FOR UPDATE; found is false when there is none.
 	load func(ctx context.Context, tx bun.Tx, id string) (v V, found bool, err error)
 	// save is the statement that inserts (when insert) or updates the row.
@@ -50,14 +50,14 @@ func (p *projection[V]) Apply(ctx context.Context, r event.Recorded) error {
 	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		view, found, err := p.load(ctx, tx, r.StreamID)
 		if err != nil {
-			return fmt.Errorf("lock %s %s: %w", p.table, r.StreamID, err)
+			return fmt.Errorf("lock %s %s: %w", p.agg.Table, r.StreamID, err)
 		}
 		change, err := p.step(view, found, r, nil)
 		if err != nil || change == nil {
 			return err
 		}
 		if err := p.write(ctx, tx, p.save(tx, view, !found), []changeRow{*change}); err != nil {
-			return fmt.Errorf("write %s %s: %w", p.table, r.StreamID, err)
+			return fmt.Errorf("write %s %s: %w", p.agg.Table, r.StreamID, err)
 		}
 		return nil
 	})
@@ -82,7 +82,7 @@ func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, a
 		}
 		views, err := p.loadMany(ctx, tx, ids)
 		if err != nil {
-			return fmt.Errorf("lock %d %s rows: %w", len(ids), p.table, err)
+			return fmt.Errorf("lock %d %s rows: %w", len(ids), p.agg.Table, err)
 		}
 		found := make(map[string]bool, len(views))
 		for id := range views {
@@ -119,7 +119,7 @@ func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, a
 		// Two statements: merged like Apply's, a page's text would be a
 		// megabyte parsed without a prepared plan for the change log.
 		if _, err := tx.NewRaw("?", p.saveMany(tx, write)).Exec(ctx); err != nil {
-			return fmt.Errorf("write %d %s rows: %w", len(write), p.table, err)
+			return fmt.Errorf("write %d %s rows: %w", len(write), p.agg.Table, err)
 		}
 		if _, err := tx.Tx.ExecContext(ctx, insertChangesSQL, changeColumns(changes)...); err != nil {
 			return fmt.Errorf("change log of %d events from %s: %w", len(changes), changes[0].EventID, err)
@@ -129,7 +129,10 @@ func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, a
 }
 
 // Name names the projection (and its consumer group).
-func (p *projection[V]) Name() string { return p.name }
+func (p *projection[V]) Name() string { return p.agg.Projection }
+
+// Aggregate returns the facts of the aggregate type the projection reads.
+func (p *projection[V]) Aggregate() aggregates.Facts { return p.agg }
 
 // inTx runs fn in one read-model transaction. Every projection write goes
 // through it, one event (Apply) or one batch (ApplyBatch) per transaction,
@@ -155,7 +158,7 @@ func runAlso(ctx context.Context, tx bun.Tx, fn func(ctx context.Context, tx bun
 func (p *projection[V]) step(view V, found bool, r event.Recorded, before []byte) (*changeRow, error) {
 	merchantID, version := p.meta(view)
 	if found && merchantID != r.MerchantID {
-		return nil, fmt.Errorf("%s %s belongs to merchant %s, event %s says %s", p.table, r.StreamID, merchantID, r.ID, r.MerchantID)
+		return nil, fmt.Errorf("%s %s belongs to merchant %s, event %s says %s", p.agg.Table, r.StreamID, merchantID, r.ID, r.MerchantID)
 	}
 	if r.Version <= version {
 		return nil, nil // already applied: redelivery changes nothing
@@ -247,7 +250,7 @@ func newProjection[V any, PV interface {
 }, R any](db *bun.DB, t *table[V, PV, R]) *projection[PV] {
 	viewOf := func(r *R) PV { v := t.toView(*r); return &v }
 	return &projection[PV]{
-		name: t.projection, table: t.name, db: db,
+		agg: t.agg, db: db,
 		load: func(ctx context.Context, tx bun.Tx, id string) (PV, bool, error) {
 			var r R
 			found, err := selectForUpdate(ctx, tx, &r, id)

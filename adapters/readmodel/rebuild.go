@@ -16,6 +16,7 @@ import (
 	"hearth/app/apperr"
 	"hearth/app/event"
 	"hearth/app/ops"
+	"hearth/internal/advisory"
 )
 
 // RebuildConfig is what Rebuild needs.
@@ -122,24 +123,24 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	}
 	defer conn.Close()
 	var locked bool
-	lockKey := "hearth/rebuild/" + t.name
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext(?))`, lockKey).Scan(&locked); err != nil {
+	lockKey := advisory.Key(advisory.Rebuild(t.agg.Projection))
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?)`, lockKey).Scan(&locked); err != nil {
 		return fmt.Errorf("rebuild lock: %w", err)
 	}
 	if !locked {
-		return &apperr.ConflictError{Detail: "a rebuild of " + t.projection + " is already running"}
+		return &apperr.ConflictError{Detail: "a rebuild of " + t.agg.Projection + " is already running"}
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = conn.ExecContext(cctx, `SELECT pg_advisory_unlock(hashtext(?))`, lockKey)
+		_, _ = conn.ExecContext(cctx, `SELECT pg_advisory_unlock(?)`, lockKey)
 	}()
 
-	shadow := t.name + "_rebuild"
+	shadow := t.agg.Table + "_rebuild"
 	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err != nil {
 		return fmt.Errorf("drop %s: %w", shadow, err)
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE ? (LIKE ? INCLUDING ALL)`, bun.Ident(shadow), bun.Ident(t.name)); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE ? (LIKE ? INCLUDING ALL)`, bun.Ident(shadow), bun.Ident(t.agg.Table)); err != nil {
 		return fmt.Errorf("create %s: %w", shadow, err)
 	}
 	swapped := false
@@ -155,7 +156,7 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	}()
 
 	// 1. Fold every stream into the shadow table.
-	if rb.p.Total, err = rb.cfg.Log.Count(ctx, t.streamType); err != nil {
+	if rb.p.Total, err = rb.cfg.Log.Count(ctx, t.agg.Type); err != nil {
 		return err
 	}
 	rb.report(true)
@@ -171,7 +172,7 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		batch = batch[:0]
 		return nil
 	}
-	err = rb.cfg.Log.Scan(ctx, t.projection, t.streamType, t.decode, func(stream []event.Recorded) error {
+	err = rb.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, func(stream []event.Recorded) error {
 		v, err := t.fold(stream, 0)
 		if err != nil {
 			return err
@@ -215,8 +216,8 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = ?`, fmt.Sprintf("%dms", rb.cfg.LockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `LOCK TABLE ? IN EXCLUSIVE MODE`, bun.Ident(t.name)); err != nil {
-			return fmt.Errorf("lock %s: %w", t.name, err)
+		if _, err := tx.ExecContext(ctx, `LOCK TABLE ? IN EXCLUSIVE MODE`, bun.Ident(t.agg.Table)); err != nil {
+			return fmt.Errorf("lock %s: %w", t.agg.Table, err)
 		}
 		behind, err := t.behind(ctx, tx, shadow)
 		if err != nil {
@@ -225,7 +226,7 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		if err := t.reconcile(ctx, tx, rb, shadow, behind); err != nil {
 			return err
 		}
-		return swapTables(ctx, tx, t.name, shadow)
+		return swapTables(ctx, tx, t.agg.Table, shadow)
 	})
 	if err != nil {
 		return err
@@ -241,7 +242,7 @@ func (t *table[V, PV, R]) behind(ctx context.Context, db bun.IDB, shadow string)
 		SELECT COALESCE(c.id, s.id)::text, COALESCE(c.v, 0)
 		FROM (SELECT aggregate_id AS id, max(version) AS v FROM change_log WHERE aggregate_type = ? GROUP BY aggregate_id) c
 		FULL JOIN ? s ON s.id = c.id
-		WHERE c.v IS DISTINCT FROM s.version`, t.streamType, bun.Ident(shadow))
+		WHERE c.v IS DISTINCT FROM s.version`, t.agg.Type, bun.Ident(shadow))
 	if err != nil {
 		return nil, fmt.Errorf("compare %s with the change log: %w", shadow, err)
 	}
@@ -262,7 +263,7 @@ func (t *table[V, PV, R]) behind(ctx context.Context, db bun.IDB, shadow string)
 // their events up to the given version (0 removes the row).
 func (t *table[V, PV, R]) reconcile(ctx context.Context, db bun.IDB, rb *rebuilder, shadow string, versions map[string]int) error {
 	for batch := range slices.Chunk(slices.Collect(maps.Keys(versions)), rb.cfg.BatchSize) {
-		streams, err := rb.cfg.Log.Streams(ctx, t.projection, t.streamType, t.decode, batch)
+		streams, err := rb.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, batch)
 		if err != nil {
 			return err
 		}
@@ -274,7 +275,7 @@ func (t *table[V, PV, R]) reconcile(ctx context.Context, db bun.IDB, rb *rebuild
 			}
 			stream := streams[id]
 			if len(stream) < v {
-				return fmt.Errorf("%s %s: the change log has version %d, the event log only %d events", t.streamType, id, v, len(stream))
+				return fmt.Errorf("%s %s: the change log has version %d, the event log only %d events", t.agg.Type, id, v, len(stream))
 			}
 			view, err := t.fold(stream, v)
 			if err != nil {

@@ -3,6 +3,7 @@ package readmodel
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -11,10 +12,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/app/event"
-	"hearth/app/order"
 	"hearth/app/query"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
+	"hearth/internal/aggregates"
 )
 
 // EventLog reads the event store back, stream by stream, for verification
@@ -36,40 +35,35 @@ type table[V any, PV interface {
 	*V
 	View
 }, R any] struct {
-	projection string // projection and consumer-group name
-	name       string // table name
-	streamType string // stream type, also change_log.aggregate_type
-	decode     event.Decoder
-	toRow      func(V) R
-	toView     func(R) V
-	id         func(V) string
-	merchant   func(V) string
-	version    func(V) int
+	agg      aggregates.Facts // projection, table, stream type and decoder
+	toRow    func(V) R
+	toView   func(R) V
+	id       func(V) string
+	merchant func(V) string
+	version  func(V) int
 }
 
-// Projections names the projections that verification and rebuilds know.
-func Projections() []string { return []string{"orders", "schedules", "service_requests"} }
+// Projections names the projections that verification and rebuilds know:
+// every aggregate type's (internal/aggregates).
+func Projections() []string { return aggregates.Projections() }
 
 // The tables of the three projections: what projections, verification and
 // rebuilds know about each.
 var (
 	ordersTable = &table[query.Order, *query.Order, orderRow]{
-		projection: "orders", name: "orders", streamType: order.StreamType, decode: order.Decode,
-		toRow: orderRowOf, toView: orderRow.view,
+		agg: aggregates.Order.Facts, toRow: orderRowOf, toView: orderRow.view,
 		id:       func(v query.Order) string { return v.ID },
 		merchant: func(v query.Order) string { return v.MerchantID },
 		version:  func(v query.Order) int { return v.Version },
 	}
 	schedulesTable = &table[query.Schedule, *query.Schedule, scheduleRow]{
-		projection: "schedules", name: "schedules", streamType: schedule.StreamType, decode: schedule.Decode,
-		toRow: scheduleRowOf, toView: scheduleRow.view,
+		agg: aggregates.Schedule.Facts, toRow: scheduleRowOf, toView: scheduleRow.view,
 		id:       func(v query.Schedule) string { return v.ID },
 		merchant: func(v query.Schedule) string { return v.MerchantID },
 		version:  func(v query.Schedule) int { return v.Version },
 	}
 	serviceRequestsTable = &table[query.ServiceRequest, *query.ServiceRequest, serviceRequestRow]{
-		projection: "service_requests", name: "service_requests", streamType: servicerequest.StreamType,
-		decode: servicerequest.Decode, toRow: serviceRequestRowOf, toView: serviceRequestRow.view,
+		agg: aggregates.ServiceRequest.Facts, toRow: serviceRequestRowOf, toView: serviceRequestRow.view,
 		id:       func(v query.ServiceRequest) string { return v.ID },
 		merchant: func(v query.ServiceRequest) string { return v.MerchantID },
 		version:  func(v query.ServiceRequest) int { return v.Version },
@@ -83,11 +77,48 @@ func targets() []target {
 // target is a table whatever its types.
 type target interface {
 	projectionName() string
+	projector(db *bun.DB) Projector
+	// rowTable is the table the Bun row model names in its tag, which
+	// must be the registry's (a test checks).
+	rowTable() string
 	verify(ctx context.Context, v *verifier) error
 	rebuild(ctx context.Context, rb *rebuilder) error
 }
 
-func (t *table[V, PV, R]) projectionName() string { return t.projection }
+func (t *table[V, PV, R]) projectionName() string { return t.agg.Projection }
+
+func (t *table[V, PV, R]) projector(db *bun.DB) Projector { return newProjection(db, t) }
+
+func (t *table[V, PV, R]) rowTable() string {
+	f, _ := reflect.TypeFor[R]().FieldByName("BaseModel")
+	for _, part := range strings.Split(f.Tag.Get("bun"), ",") {
+		if name, ok := strings.CutPrefix(part, "table:"); ok {
+			return name
+		}
+	}
+	return ""
+}
+
+// Projector is one aggregate type's projection, whatever its view: what
+// the pipeline runs (pubsub.ProjectionOf).
+type Projector interface {
+	Aggregate() aggregates.Facts
+	Apply(ctx context.Context, r event.Recorded) error
+	ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error
+}
+
+// NewProjectors returns the projection of every aggregate type, on the
+// read model db, in the order of aggregates.All.
+func NewProjectors(db *bun.DB) ([]Projector, error) {
+	if db == nil {
+		return nil, errors.New("readmodel.NewProjectors: nil db")
+	}
+	var ps []Projector
+	for _, t := range targets() {
+		ps = append(ps, t.projector(db))
+	}
+	return ps, nil
+}
 
 // selectTargets returns the targets of the named projections (all when
 // none is named).
@@ -115,7 +146,7 @@ func (t *table[V, PV, R]) fold(stream []event.Recorded, upTo int) (V, error) {
 			break
 		}
 		if err := PV(&v).Apply(r); err != nil {
-			return v, fmt.Errorf("fold %s %s v%d: %w", t.streamType, r.StreamID, r.Version, err)
+			return v, fmt.Errorf("fold %s %s v%d: %w", t.agg.Type, r.StreamID, r.Version, err)
 		}
 	}
 	return v, nil
@@ -125,7 +156,7 @@ func (t *table[V, PV, R]) fold(stream []event.Recorded, upTo int) (V, error) {
 func (t *table[V, PV, R]) rows(ctx context.Context, db bun.IDB, ids []string) (map[string]V, error) {
 	var rows []R
 	if err := db.NewSelect().Model(&rows).Where("id IN (?)", bun.In(ids)).Scan(ctx); err != nil {
-		return nil, fmt.Errorf("read %s rows: %w", t.name, err)
+		return nil, fmt.Errorf("read %s rows: %w", t.agg.Table, err)
 	}
 	out := make(map[string]V, len(rows))
 	for _, r := range rows {
@@ -139,10 +170,10 @@ func (t *table[V, PV, R]) rows(ctx context.Context, db bun.IDB, ids []string) (m
 // order.
 func (t *table[V, PV, R]) changes(ctx context.Context, db bun.IDB, ids []string) (map[string][]changeRow, error) {
 	var rows []changeRow
-	err := db.NewSelect().Model(&rows).Where("aggregate_type = ? AND aggregate_id IN (?)", t.streamType, bun.In(ids)).
+	err := db.NewSelect().Model(&rows).Where("aggregate_type = ? AND aggregate_id IN (?)", t.agg.Type, bun.In(ids)).
 		OrderExpr("aggregate_id, version").Scan(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read change log of %s: %w", t.name, err)
+		return nil, fmt.Errorf("read change log of %s: %w", t.agg.Table, err)
 	}
 	out := map[string][]changeRow{}
 	for _, r := range rows {

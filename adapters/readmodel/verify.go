@@ -115,11 +115,11 @@ type verifier struct {
 }
 
 func (t *table[V, PV, R]) verify(ctx context.Context, v *verifier) error {
-	total, err := v.cfg.Log.Count(ctx, t.streamType)
+	total, err := v.cfg.Log.Count(ctx, t.agg.Type)
 	if err != nil {
 		return err
 	}
-	progress := newProgressLine(v.cfg.Progress, "verify "+t.projection, total)
+	progress := newProgressLine(v.cfg.Progress, "verify "+t.agg.Projection, total)
 	seen := map[string]bool{}
 	differing := map[string]bool{}
 	var diffs []Difference
@@ -139,7 +139,7 @@ func (t *table[V, PV, R]) verify(ctx context.Context, v *verifier) error {
 		streams = map[string][]event.Recorded{}
 		return nil
 	}
-	err = v.cfg.Log.Scan(ctx, t.projection, t.streamType, t.decode, func(stream []event.Recorded) error {
+	err = v.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, func(stream []event.Recorded) error {
 		id := stream[0].StreamID
 		seen[id] = true
 		streams[id] = stream
@@ -192,7 +192,7 @@ func (t *table[V, PV, R]) recheck(ctx context.Context, v *verifier, differing ma
 	}
 	var out []Difference
 	for batch := range slices.Chunk(slices.Collect(maps.Keys(differing)), v.cfg.BatchSize) {
-		streams, err := v.cfg.Log.Streams(ctx, t.projection, t.streamType, t.decode, batch)
+		streams, err := v.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, batch)
 		if err != nil {
 			return nil, err
 		}
@@ -214,9 +214,9 @@ func (t *table[V, PV, R]) recheck(ctx context.Context, v *verifier, differing ma
 // stream in seen.
 func (t *table[V, PV, R]) orphans(ctx context.Context, db *bun.DB, seen map[string]bool) ([]string, error) {
 	rows, err := db.QueryContext(ctx, `SELECT id::text FROM ? UNION SELECT DISTINCT aggregate_id::text FROM change_log WHERE aggregate_type = ?`,
-		bun.Ident(t.name), t.streamType)
+		bun.Ident(t.agg.Table), t.agg.Type)
 	if err != nil {
-		return nil, fmt.Errorf("list %s ids: %w", t.name, err)
+		return nil, fmt.Errorf("list %s ids: %w", t.agg.Table, err)
 	}
 	defer rows.Close()
 	var out []string
@@ -256,7 +256,7 @@ func (t *table[V, PV, R]) compare(ctx context.Context, db *bun.DB, streams map[s
 
 func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows map[string]V, changes []changeRow) []Difference {
 	diff := func(what, rm, log string) Difference {
-		return Difference{Projection: t.projection, AggregateID: id, What: what, ReadModel: rm, EventLog: log}
+		return Difference{Projection: t.agg.Projection, AggregateID: id, What: what, ReadModel: rm, EventLog: log}
 	}
 	row, found := rows[id]
 	if len(stream) == 0 {

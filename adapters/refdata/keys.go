@@ -16,6 +16,7 @@ import (
 
 	"hearth/app/access"
 	"hearth/app/apperr"
+	"hearth/app/event"
 	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/app/reference"
@@ -347,7 +348,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 // CreateStaff adds an active staff member to a merchant, for the demo set-up
 // and tests; the API goes through command.Records.
 func (s *Store) CreateStaff(ctx context.Context, merchantID, name string) (string, error) {
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := event.Instant(time.Now())
 	m := reference.StaffMember{ID: uuid.New(), MerchantID: merchantID, Name: name, Active: true, CreatedAt: now, UpdatedAt: now}
 	if err := Staff(s.db).Insert(ctx, &m); err != nil {
 		return "", err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"hearth/app/event"
 )
 
 // NoteUse records that a key was used now. It only touches memory (a map
@@ -33,7 +35,7 @@ func (s *Store) FlushUses(ctx context.Context) (int, error) {
 	ats := make([]time.Time, 0, len(pending))
 	for id, at := range pending {
 		ids = append(ids, id)
-		ats = append(ats, at.UTC().Truncate(time.Microsecond))
+		ats = append(ats, event.Instant(at))
 	}
 	// $n and one array per column: a fixed text, prepared once per
 	// connection, whatever the number of keys. A later use that another

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"hearth/app/apperr"
+	"hearth/app/event"
 	"hearth/app/uuid"
 )
 
@@ -96,7 +97,7 @@ func (s KeySpec) Check(now time.Time) (KeySpec, error) {
 		f.Add("name", "%s", msg)
 	}
 	if s.ExpiresAt != nil {
-		at := s.ExpiresAt.UTC().Truncate(time.Microsecond)
+		at := event.Instant(*s.ExpiresAt)
 		if !at.After(now) {
 			f.Add("expires_at", "must be in the future, got %s", at.Format(time.RFC3339))
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"hearth/app/event"
 	"hearth/app/reference"
 	"hearth/app/uuid"
 )
@@ -38,7 +39,7 @@ func (h Records[T, P]) Create(ctx context.Context, merchantID string, v T, now t
 		return v, err
 	}
 	k := p.Key()
-	now = now.UTC().Truncate(time.Microsecond)
+	now = event.Instant(now)
 	*k.ID, *k.MerchantID, *k.CreatedAt, *k.UpdatedAt = uuid.New(), merchantID, now, now
 	if err := h.store.Insert(ctx, &v); err != nil {
 		return v, err
@@ -57,7 +58,7 @@ func (h Records[T, P]) Update(ctx context.Context, merchantID, id string, patch 
 			return err
 		}
 		if !equal(before, *v) {
-			*p.Key().UpdatedAt = now.UTC().Truncate(time.Microsecond)
+			*p.Key().UpdatedAt = event.Instant(now)
 		}
 		return nil
 	})

@@ -81,8 +81,11 @@ func Unmarshal(payload []byte, decode Decoder) (Recorded, error) {
 	return Recorded{Envelope: env, Event: e}, nil
 }
 
-// Instant normalises a time as events store it: UTC, with the microsecond
-// precision of Postgres, so that events, responses and read models agree.
+// Instant normalises a time as Postgres stores it: UTC, with microsecond
+// precision, so that events, responses, read models and reference data
+// agree. It is the one place that normalisation is written: every time
+// Hearth stores (event times, key expiries, record timestamps, key uses)
+// goes through it.
 func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // InstantPtr is Instant for an optional time.

@@ -223,6 +223,10 @@ func (o *Order) UpdateDetails(d Details) error {
 	return nil
 }
 
+// RuleCancelNeedsReason is broken by a status change to cancelled: an order
+// is cancelled only through Cancel, which records a reason.
+const RuleCancelNeedsReason = "order.cancel_needs_reason"
+
 // ChangeStatus moves the order to status to. Cancellation goes through
 // Cancel, which needs a reason.
 func (o *Order) ChangeStatus(to Status, now time.Time) error {
@@ -230,7 +234,7 @@ func (o *Order) ChangeStatus(to Status, now time.Time) error {
 		return nil
 	}
 	if to == StatusCancelled {
-		return &apperr.RuleError{Rule: "order.cancel_needs_reason", Detail: "cancel an order with POST /v1/orders/{id}/cancel and a reason"}
+		return &apperr.RuleError{Rule: RuleCancelNeedsReason, Detail: "an order is cancelled with a reason (Cancel), not by a status change"}
 	}
 	if !o.status.CanMoveTo(to) {
 		return invalidTransition(o.status, to)

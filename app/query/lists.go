@@ -13,14 +13,14 @@ type ReadModel[V, F any] interface {
 	List(ctx context.Context, scope Scope, f F, p Page) ([]V, int, error)
 }
 
-// ServiceRequestFilter narrows GET /v1/service-requests.
+// ServiceRequestFilter narrows a list of service requests.
 type ServiceRequestFilter struct {
 	Statuses   []string
 	CustomerID string
 	From, To   *time.Time // on appointment_start_at, [From, To)
 }
 
-// ScheduleFilter narrows GET /v1/schedules.
+// ScheduleFilter narrows a list of schedules.
 type ScheduleFilter struct {
 	Statuses []string
 	StaffID  string

@@ -10,8 +10,9 @@ import (
 	"hearth/app/order"
 )
 
-// Order is the read model of one order, as the API shows it and as the
-// change log snapshots it.
+// Order is the read model of one order. Its JSON is the stored format of
+// the change log's before/after snapshots (adapters/readmodel), not the
+// API's: ports/http maps it to its own response type.
 type Order struct {
 	ID                 string     `json:"id"`
 	MerchantID         string     `json:"-"`
@@ -91,13 +92,13 @@ func FoldOrder(stream []event.Recorded) (Order, error) { return Fold[Order](stre
 
 // Change is one change-log row: what one event did to a row.
 type Change struct {
-	EventID       string    `json:"event_id"`
-	AggregateType string    `json:"aggregate_type"`
-	AggregateID   string    `json:"aggregate_id"`
-	Version       int       `json:"version"`
-	Action        string    `json:"action"`
-	Actor         string    `json:"actor"`
-	Before        any       `json:"before"`
-	After         any       `json:"after"`
-	OccurredAt    time.Time `json:"occurred_at"`
+	EventID       string
+	AggregateType string
+	AggregateID   string
+	Version       int
+	Action        string
+	Actor         string
+	Before        any
+	After         any
+	OccurredAt    time.Time
 }

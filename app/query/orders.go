@@ -3,6 +3,8 @@ package query
 import (
 	"context"
 	"time"
+
+	"hearth/app/order"
 )
 
 // OrderReadModel is what the order queries need from the read model.
@@ -11,7 +13,7 @@ type OrderReadModel interface {
 	Changes(ctx context.Context, scope Scope, aggregateType, id string) ([]Change, error)
 }
 
-// OrderFilter narrows GET /v1/orders. Zero fields do not filter.
+// OrderFilter narrows a list of orders. Zero fields do not filter.
 type OrderFilter struct {
 	Statuses         []string
 	SettlementStatus string
@@ -42,5 +44,5 @@ func (q Orders) Changes(ctx context.Context, scope Scope, id string) ([]Change, 
 	if _, err := q.rm.Get(ctx, scope, id); err != nil {
 		return nil, err
 	}
-	return q.rm.Changes(ctx, scope, "order", id)
+	return q.rm.Changes(ctx, scope, order.StreamType, id)
 }

@@ -18,8 +18,8 @@ func (p Page) Offset() int { return (p.Number - 1) * p.Size }
 
 // List is one page of results and the total number of matching rows.
 type List[T any] struct {
-	Items    []T `json:"items"`
-	Total    int `json:"total"`
-	Page     int `json:"page"`
-	PageSize int `json:"page_size"`
+	Items    []T
+	Total    int
+	Page     int
+	PageSize int
 }

@@ -9,7 +9,8 @@ import (
 	"hearth/app/servicerequest"
 )
 
-// ServiceRequest is the read model of one service request.
+// ServiceRequest is the read model of one service request. Its JSON is the
+// stored format of the change log's snapshots, as Order's is.
 type ServiceRequest struct {
 	ID                 string     `json:"id"`
 	MerchantID         string     `json:"-"`
@@ -62,7 +63,8 @@ func (v *ServiceRequest) Apply(r event.Recorded) error {
 	return nil
 }
 
-// Schedule is the read model of one schedule.
+// Schedule is the read model of one schedule. Its JSON is the stored format
+// of the change log's snapshots, as Order's is.
 type Schedule struct {
 	ID         string    `json:"id"`
 	MerchantID string    `json:"-"`

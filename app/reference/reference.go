@@ -13,37 +13,37 @@ import (
 
 // Customer is one customer of a merchant.
 type Customer struct {
-	ID         string    `json:"id"`
-	MerchantID string    `json:"-"`
-	Name       string    `json:"name"`
-	Phone      string    `json:"phone"`
-	Email      string    `json:"email"`
-	Address    string    `json:"address"`
-	Notes      string    `json:"notes"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	ID         string
+	MerchantID string
+	Name       string
+	Phone      string
+	Email      string
+	Address    string
+	Notes      string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // StaffMember is someone a merchant dispatches.
 type StaffMember struct {
-	ID         string    `json:"id"`
-	MerchantID string    `json:"-"`
-	Name       string    `json:"name"`
-	Phone      string    `json:"phone"`
-	Active     bool      `json:"active"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	ID         string
+	MerchantID string
+	Name       string
+	Phone      string
+	Active     bool
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // CatalogItem is a service a merchant sells.
 type CatalogItem struct {
-	ID             string    `json:"id"`
-	MerchantID     string    `json:"-"`
-	Name           string    `json:"name"`
-	BasePriceCents int64     `json:"base_price_cents"`
-	Active         bool      `json:"active"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	ID             string
+	MerchantID     string
+	Name           string
+	BasePriceCents int64
+	Active         bool
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
 
 // Record is a reference type: a pointer to it validates and normalises

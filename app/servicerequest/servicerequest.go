@@ -223,6 +223,11 @@ func (r *Request) UpdateDetails(d Details) error {
 	return nil
 }
 
+// RuleConvertOnlyByConversion is broken by a status change to converted: a
+// request is converted only by Convert, which creates its order. The name
+// is part of the API (its problem documents' "rule") and stays as it was.
+const RuleConvertOnlyByConversion = "service_request.convert_via_endpoint"
+
 // ChangeStatus confirms or cancels the request. Conversion goes through
 // Convert.
 func (r *Request) ChangeStatus(to Status) error {
@@ -231,8 +236,8 @@ func (r *Request) ChangeStatus(to Status) error {
 	}
 	switch {
 	case to == StatusConverted:
-		return &apperr.RuleError{Rule: "service_request.convert_via_endpoint",
-			Detail: "convert a request with POST /v1/service-requests/{id}/convert"}
+		return &apperr.RuleError{Rule: RuleConvertOnlyByConversion,
+			Detail: "a request becomes converted only by its conversion into an order (Convert), not by a status change"}
 	case to == StatusConfirmed && r.status == StatusNew,
 		to == StatusCancelled && (r.status == StatusNew || r.status == StatusConfirmed):
 		r.record(StatusChanged{From: r.status, To: to})

@@ -23,10 +23,7 @@ import (
 	"hearth/adapters/refdata"
 	"hearth/app"
 	"hearth/app/command"
-	"hearth/app/order"
 	"hearth/app/query"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
 	"hearth/internal/database"
 	"hearth/leader"
 	"hearth/migrations"
@@ -153,11 +150,7 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	tx, err := pubsub.NewTransactor(store)
 	must(err)
-	orders, err := readmodel.NewOrders(dbs.rm)
-	must(err)
-	requests, err := readmodel.NewServiceRequests(dbs.rm)
-	must(err)
-	schedules, err := readmodel.NewSchedules(dbs.rm)
+	projectors, err := readmodel.NewProjectors(dbs.rm)
 	must(err)
 	ordersRead, err := readmodel.NewOrders(apiRM)
 	must(err)
@@ -198,11 +191,10 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64), projections: []pubsub.Projection{
-		{Name: orders.Name(), Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply, ApplyBatch: orders.ApplyBatch},
-		{Name: requests.Name(), Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply, ApplyBatch: requests.ApplyBatch},
-		{Name: schedules.Name(), Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply, ApplyBatch: schedules.ApplyBatch},
-	}}
+	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64)}
+	for _, p := range projectors { // one per aggregate type (internal/aggregates)
+		w.projections = append(w.projections, pubsub.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
+	}
 	if w.parking, err = pubsub.NewParking(dbs.es, w.projections...); err != nil {
 		return wiring{}, err
 	}

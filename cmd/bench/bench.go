@@ -371,7 +371,7 @@ func (b *bench) latencyPlain(ctx context.Context) (stats, error) {
 	}
 	router, err := pubsub.NewRouter(pubsub.RouterConfig{
 		Subscriber: pubsub.SQLSubscribers(db.DB, b.log, plainPollEvery), Poison: poison, Log: b.log,
-	}, pubsub.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: orderDecode, Apply: orders.Apply})
+	}, pubsub.ProjectionOf(orders.Aggregate(), orders.Apply, nil))
 	if err != nil {
 		return nil, err
 	}

@@ -36,11 +36,10 @@ import (
 	"hearth/app/schedule"
 	"hearth/app/servicerequest"
 	"hearth/app/uuid"
+	"hearth/internal/aggregates"
 	"hearth/internal/database"
 	"hearth/migrations"
 )
-
-var orderDecode = order.Decode
 
 // isolation: the orders projection runs beside a projection of the same
 // topic that fails on every event (its retry budget running throughout).
@@ -54,14 +53,15 @@ func (b *bench) isolation(ctx context.Context) (stats, error) {
 	if err != nil {
 		return nil, err
 	}
+	failing := pubsub.ProjectionOf(aggregates.Order.Facts,
+		func(context.Context, event.Recorded) error { return errors.New("bench: this projection always fails") }, nil)
+	failing.Name = "failing"
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		done <- pubsub.RunPipeline(ctx, pubsub.PipelineConfig{EventStore: db.DB, ConnString: url, SameDB: true,
 			Fallback: fallbackPoll, Log: b.log},
-			pubsub.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: orders.Apply, ApplyBatch: orders.ApplyBatch},
-			pubsub.Projection{Name: "failing", Topic: pubsub.TopicOrders, Decode: order.Decode,
-				Apply: func(context.Context, event.Recorded) error { return errors.New("bench: this projection always fails") }})
+			pubsub.ProjectionOf(orders.Aggregate(), orders.Apply, orders.ApplyBatch), failing)
 	}()
 	defer func() { cancel(); <-done }()
 	b.progress("isolation: %d events/s for %s, after %s of warm-up, while the projection 'failing' fails on every event", rate, isolationFor, latencyWarmUp)
@@ -494,11 +494,15 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 	}, nil
 }
 
-var backlogProjections = []pubsub.Projection{
-	{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode},
-	{Name: "service_requests", Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode},
-	{Name: "schedules", Topic: pubsub.TopicSchedules, Decode: schedule.Decode},
-}
+// backlogProjections are every aggregate type's projection, without a
+// handler (the runs set one).
+var backlogProjections = func() []pubsub.Projection {
+	var ps []pubsub.Projection
+	for _, a := range aggregates.All() {
+		ps = append(ps, pubsub.ProjectionOf(a, nil, nil))
+	}
+	return ps
+}()
 
 // consume runs plain watermill-sql consumer groups (prefix + topic) over
 // the three topics until each has acked the topic's last message.
@@ -557,24 +561,13 @@ func waitConsumed(ctx context.Context, db *bun.DB, ps []pubsub.Projection, start
 // perEventTx runs the projections' one-event-per-transaction Apply through
 // plain watermill-sql into a separate read model, for perEventTxFor.
 func (b *bench) perEventTx(ctx context.Context, db, rm *bun.DB) (string, error) {
-	orders, err := readmodel.NewOrders(rm)
+	projectors, err := readmodel.NewProjectors(rm)
 	if err != nil {
 		return "", err
-	}
-	requests, err := readmodel.NewServiceRequests(rm)
-	if err != nil {
-		return "", err
-	}
-	schedules, err := readmodel.NewSchedules(rm)
-	if err != nil {
-		return "", err
-	}
-	applies := map[string]func(context.Context, event.Recorded) error{
-		"orders": orders.Apply, "service_requests": requests.Apply, "schedules": schedules.Apply,
 	}
 	var ps []pubsub.Projection
-	for _, p := range backlogProjections {
-		p.Apply = applies[p.Name]
+	for _, rp := range projectors {
+		p := pubsub.ProjectionOf(rp.Aggregate(), rp.Apply, nil)
 		p.Name = "tx_" + p.Name
 		ps = append(ps, p)
 	}

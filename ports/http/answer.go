@@ -62,7 +62,8 @@ func (a answerer[R]) reply(w http.ResponseWriter, r *http.Request, result R) err
 func writtenAnswerer[V any, P interface {
 	*V
 	Apply(event.Recorded) error
-}](streamType string, status int, location string, named func(ctx context.Context, v V, names map[string]string) (V, error)) answerer[command.Written] {
+}, B any](streamType string, status int, location string, named func(ctx context.Context, v V, names map[string]string) (V, error),
+	body func(V) B) answerer[command.Written] {
 	return answerer[command.Written]{
 		pick: func(result any) (command.Written, error) {
 			out, ok := result.(command.Outcome)
@@ -88,7 +89,7 @@ func writtenAnswerer[V any, P interface {
 			if status == http.StatusCreated {
 				header["Location"] = location + "/" + idOf(out)
 			}
-			body, err := withPosition(view, pos)
+			body, err := withPosition(body(view), pos)
 			if err != nil {
 				return command.Answer{}, err
 			}
@@ -101,25 +102,26 @@ func (s *server) orderAnswer(r *http.Request, status int) answerer[command.Writt
 	return writtenAnswerer[query.Order](order.StreamType, status, "/v1/orders",
 		func(ctx context.Context, v query.Order, names map[string]string) (query.Order, error) {
 			return s.App.Queries.Orders.Named(ctx, scope(r), v, names)
-		})
+		}, orderBodyOf)
 }
 
 func (s *server) requestAnswer(r *http.Request, status int) answerer[command.Written] {
 	return writtenAnswerer[query.ServiceRequest](servicerequest.StreamType, status, "/v1/service-requests",
 		func(ctx context.Context, v query.ServiceRequest, names map[string]string) (query.ServiceRequest, error) {
 			return s.App.Queries.ServiceRequests.Named(ctx, scope(r), v, names)
-		})
+		}, serviceRequestBodyOf)
 }
 
 func (s *server) scheduleAnswer(r *http.Request) answerer[command.Written] {
 	return writtenAnswerer[query.Schedule](schedule.StreamType, http.StatusOK, "/v1/schedules",
 		func(ctx context.Context, v query.Schedule, names map[string]string) (query.Schedule, error) {
 			return s.App.Queries.Schedules.Named(ctx, scope(r), v, names)
-		})
+		}, scheduleBodyOf)
 }
 
-// recordAnswerer answers a reference-record write with the record.
-func recordAnswerer[T any](status int, location func(*T) string) answerer[*T] {
+// recordAnswerer answers a reference-record write with the record, as body
+// shows it.
+func recordAnswerer[T, B any](status int, location func(*T) string, body func(T) B) answerer[*T] {
 	return answerer[*T]{
 		pick: func(result any) (*T, error) {
 			v, ok := result.(*T)
@@ -133,7 +135,7 @@ func recordAnswerer[T any](status int, location func(*T) string) answerer[*T] {
 			if location != nil {
 				header = map[string]string{"Location": location(v)}
 			}
-			return jsonAnswer(status, v, header)
+			return jsonAnswer(status, body(*v), header)
 		},
 	}
 }

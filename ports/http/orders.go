@@ -220,7 +220,7 @@ func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
 	if notModified(w, r, o.Version) {
 		return nil
 	}
-	writeJSON(w, http.StatusOK, o)
+	writeJSON(w, http.StatusOK, orderBodyOf(o))
 	return nil
 }
 
@@ -248,7 +248,7 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, listBodyOf(list, orderBodyOf))
 	return nil
 }
 
@@ -261,6 +261,6 @@ func (s *server) orderChanges(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": changes})
+	writeJSON(w, http.StatusOK, map[string]any{"items": mapAll(changes, changeBodyOf)})
 	return nil
 }

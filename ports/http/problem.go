@@ -2,6 +2,7 @@ package httpport
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"strings"
 
 	"hearth/app/apperr"
+	"hearth/app/order"
+	"hearth/app/servicerequest"
 )
 
 // problem is an RFC 9457 problem+json body. Type is a stable URI reference
@@ -88,7 +91,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = newProblem(http.StatusUnprocessableEntity, "validation-failed", invalid.Error())
 		p.Errors = invalid.Fields
 	case errors.As(err, &rule):
-		p = newProblem(http.StatusUnprocessableEntity, "rule-broken", rule.Detail)
+		p = newProblem(http.StatusUnprocessableEntity, "rule-broken", cmp.Or(ruleHints[rule.Rule], rule.Detail))
 		p.Rule = rule.Rule
 	case errors.As(err, &ruled):
 		p = newProblem(http.StatusUnprocessableEntity, "rule-broken", err.Error())
@@ -112,6 +115,13 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = newProblem(http.StatusInternalServerError, "internal", "internal error; the server log has the details")
 	}
 	writeProblem(w, p)
+}
+
+// ruleHints are the API's details of rules whose remedy is another route:
+// the domain names the rule, the HTTP port names the route.
+var ruleHints = map[string]string{
+	order.RuleCancelNeedsReason:                "cancel an order with POST /v1/orders/{id}/cancel and a reason",
+	servicerequest.RuleConvertOnlyByConversion: "convert a request with POST /v1/service-requests/{id}/convert",
 }
 
 // queryCanceled is Postgres' SQLSTATE for a statement cancelled by

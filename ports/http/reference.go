@@ -11,7 +11,7 @@ import (
 
 // records serves one kind of reference record: POST, GET list (q, page,
 // page_size), GET one, PATCH.
-type records[T any, P reference.Record[T], In any] struct {
+type records[T any, P reference.Record[T], In, B any] struct {
 	s    *server
 	path string
 	cmd  command.Records[T, P]
@@ -20,9 +20,11 @@ type records[T any, P reference.Record[T], In any] struct {
 	// decoded body to a stored one (nil fields keep their value).
 	create func(in In) T
 	patch  func(in In, v *T)
+	// body is the record as the API shows it.
+	body func(T) B
 }
 
-func (rs records[T, P, In]) routes() []route {
+func (rs records[T, P, In, B]) routes() []route {
 	return []route{
 		{pattern: "POST " + rs.path, handle: rs.post},
 		{pattern: "GET " + rs.path, handle: rs.list},
@@ -31,12 +33,12 @@ func (rs records[T, P, In]) routes() []route {
 	}
 }
 
-func (rs records[T, P, In]) post(w http.ResponseWriter, r *http.Request) error {
+func (rs records[T, P, In, B]) post(w http.ResponseWriter, r *http.Request) error {
 	var in In
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	how := recordAnswerer(http.StatusCreated, func(v *T) string { return rs.path + "/" + *P(v).Key().ID })
+	how := recordAnswerer(http.StatusCreated, func(v *T) string { return rs.path + "/" + *P(v).Key().ID }, rs.body)
 	v, err := rs.cmd.Create(how.seal(r), principal(r).MerchantID, rs.create(in), rs.s.Now())
 	if err != nil {
 		return err
@@ -44,7 +46,7 @@ func (rs records[T, P, In]) post(w http.ResponseWriter, r *http.Request) error {
 	return how.reply(w, r, &v)
 }
 
-func (rs records[T, P, In]) get(w http.ResponseWriter, r *http.Request) error {
+func (rs records[T, P, In, B]) get(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -53,11 +55,11 @@ func (rs records[T, P, In]) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(w, http.StatusOK, rs.body(v))
 	return nil
 }
 
-func (rs records[T, P, In]) list(w http.ResponseWriter, r *http.Request) error {
+func (rs records[T, P, In, B]) list(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	page := p.page()
 	q := p.v.Get("q")
@@ -73,11 +75,11 @@ func (rs records[T, P, In]) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, listBodyOf(list, rs.body))
 	return nil
 }
 
-func (rs records[T, P, In]) update(w http.ResponseWriter, r *http.Request) error {
+func (rs records[T, P, In, B]) update(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -86,7 +88,7 @@ func (rs records[T, P, In]) update(w http.ResponseWriter, r *http.Request) error
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	how := recordAnswerer[T](http.StatusOK, nil)
+	how := recordAnswerer(http.StatusOK, nil, rs.body)
 	v, err := rs.cmd.Update(how.seal(r), principal(r).MerchantID, id, func(v *T) { rs.patch(in, v) }, rs.s.Now())
 	if err != nil {
 		return err
@@ -130,8 +132,8 @@ type catalogItemInput struct {
 
 // referenceRoutes are the routes of customers, staff and catalog items.
 func (s *server) referenceRoutes() [][]route {
-	return [][]route{records[reference.Customer, *reference.Customer, customerInput]{
-		s: s, path: "/v1/customers", cmd: s.App.Commands.Customers, q: s.App.Queries.Customers,
+	return [][]route{records[reference.Customer, *reference.Customer, customerInput, customerBody]{
+		s: s, path: "/v1/customers", body: customerBodyOf, cmd: s.App.Commands.Customers, q: s.App.Queries.Customers,
 		create: func(in customerInput) reference.Customer {
 			return reference.Customer{Name: deref(in.Name), Phone: deref(in.Phone), Email: deref(in.Email),
 				Address: deref(in.Address), Notes: deref(in.Notes)}
@@ -143,8 +145,8 @@ func (s *server) referenceRoutes() [][]route {
 			set(&v.Address, in.Address)
 			set(&v.Notes, in.Notes)
 		},
-	}.routes(), records[reference.StaffMember, *reference.StaffMember, staffInput]{
-		s: s, path: "/v1/staff", cmd: s.App.Commands.Staff, q: s.App.Queries.Staff,
+	}.routes(), records[reference.StaffMember, *reference.StaffMember, staffInput, staffBody]{
+		s: s, path: "/v1/staff", body: staffBodyOf, cmd: s.App.Commands.Staff, q: s.App.Queries.Staff,
 		create: func(in staffInput) reference.StaffMember {
 			active := in.Active == nil || *in.Active
 			return reference.StaffMember{Name: deref(in.Name), Phone: deref(in.Phone), Active: active}
@@ -154,8 +156,8 @@ func (s *server) referenceRoutes() [][]route {
 			set(&v.Phone, in.Phone)
 			set(&v.Active, in.Active)
 		},
-	}.routes(), records[reference.CatalogItem, *reference.CatalogItem, catalogItemInput]{
-		s: s, path: "/v1/catalog-items", cmd: s.App.Commands.CatalogItems, q: s.App.Queries.CatalogItems,
+	}.routes(), records[reference.CatalogItem, *reference.CatalogItem, catalogItemInput, catalogItemBody]{
+		s: s, path: "/v1/catalog-items", body: catalogItemBodyOf, cmd: s.App.Commands.CatalogItems, q: s.App.Queries.CatalogItems,
 		create: func(in catalogItemInput) reference.CatalogItem {
 			active := in.Active == nil || *in.Active
 			return reference.CatalogItem{Name: deref(in.Name), BasePriceCents: deref(in.BasePriceCents), Active: active}

@@ -46,7 +46,7 @@ func (s *server) getSchedule(w http.ResponseWriter, r *http.Request) error {
 	if notModified(w, r, v.Version) {
 		return nil
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(w, http.StatusOK, scheduleBodyOf(v))
 	return nil
 }
 
@@ -66,6 +66,6 @@ func (s *server) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, listBodyOf(list, scheduleBodyOf))
 	return nil
 }

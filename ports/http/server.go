@@ -23,6 +23,7 @@ import (
 	"hearth/app/apperr"
 	"hearth/app/event"
 	"hearth/app/uuid"
+	"hearth/internal/aggregates"
 )
 
 // Authenticator resolves an API key; an unknown key is apperr.ErrNotFound.
@@ -239,16 +240,16 @@ func (s *server) routes() []route {
 	return append(rts,
 		v1("POST /v1/service-requests", op, s.createServiceRequest),
 		v1("GET /v1/service-requests", op, s.listServiceRequests),
-		v1("GET /v1/service-requests/{id}", op, s.parkedHeader("service_requests", s.getServiceRequest)),
+		v1("GET /v1/service-requests/{id}", op, s.parkedHeader(aggregates.ServiceRequest.Projection, s.getServiceRequest)),
 		versioned("PATCH /v1/service-requests/{id}", op, s.updateServiceRequest),
 		versioned("POST /v1/service-requests/{id}/status", op, s.changeServiceRequestStatus),
 		versioned("POST /v1/service-requests/{id}/convert", op, s.convertServiceRequest),
 		v1("GET /v1/schedules", opOrWorker, s.listSchedules),
-		v1("GET /v1/schedules/{id}", opOrWorker, s.parkedHeader("schedules", s.getSchedule)),
+		v1("GET /v1/schedules/{id}", opOrWorker, s.parkedHeader(aggregates.Schedule.Projection, s.getSchedule)),
 		versioned("POST /v1/schedules/{id}/status", opOrWorker, s.changeScheduleStatus),
 		v1("POST /v1/orders", op, s.createOrder),
 		v1("GET /v1/orders", opOrWorker, s.listOrders),
-		v1("GET /v1/orders/{id}", opOrWorker, s.parkedHeader("orders", s.getOrder)),
+		v1("GET /v1/orders/{id}", opOrWorker, s.parkedHeader(aggregates.Order.Projection, s.getOrder)),
 		v1("GET /v1/orders/{id}/changes", opOrWorker, s.orderChanges),
 		versioned("PATCH /v1/orders/{id}", op, s.updateOrder),
 		versioned("POST /v1/orders/{id}/status", op, s.changeOrderStatus),
@@ -492,7 +493,7 @@ func (s *server) meta(r *http.Request) event.Meta {
 	p := principal(r)
 	return event.Meta{
 		MerchantID: p.MerchantID, Actor: p.Subject(), CorrelationID: correlationID(r),
-		OccurredAt: s.Now().UTC().Truncate(time.Microsecond), // Postgres keeps microseconds
+		OccurredAt: event.Instant(s.Now()),
 	}
 }
 

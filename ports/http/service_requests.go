@@ -153,7 +153,7 @@ func (s *server) getServiceRequest(w http.ResponseWriter, r *http.Request) error
 	if notModified(w, r, v.Version) {
 		return nil
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(w, http.StatusOK, serviceRequestBodyOf(v))
 	return nil
 }
 
@@ -173,7 +173,7 @@ func (s *server) listServiceRequests(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, listBodyOf(list, serviceRequestBodyOf))
 	return nil
 }
 
