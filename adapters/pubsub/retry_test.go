@@ -91,7 +91,14 @@ func goChannelRouter(t *testing.T, clock *fakeClock, parking *pubsub.Parking, p 
 		t.Helper()
 		payload, err := json.Marshal(env)
 		require.NoError(t, err)
-		require.NoError(t, ch.Publish(p.Topic, message.NewMessage(env.ID, payload)))
+		acked := make(chan error, 1)
+		go func() { acked <- ch.Publish(p.Topic, message.NewMessage(env.ID, payload)) }()
+		select {
+		case err := <-acked:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("event %s was never acked", env.ID)
+		}
 	}, msgs
 }
 
