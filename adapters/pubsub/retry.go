@@ -35,7 +35,34 @@ type Retry struct {
 	Permanent func(error) bool
 	// OnRetry is called before each wait. Optional.
 	OnRetry func(msg *message.Message, err error, wait time.Duration)
+	// Clock is the time the budget runs on. Nil: real time. Tests pass a
+	// fake that records each wait and returns at once, so that they check
+	// the real schedule without waiting it out.
+	Clock Clock
 }
+
+// Clock is what the retry budget reads the time from and waits on.
+type Clock interface {
+	Now() time.Time
+	// Sleep returns after d (on a fake clock: at once, with the clock
+	// moved on by d).
+	Sleep(d time.Duration)
+}
+
+// clockTimer is a backoff.Timer on a Clock.
+type clockTimer struct {
+	clock Clock
+	c     chan time.Time
+}
+
+func (t *clockTimer) Start(d time.Duration) {
+	t.clock.Sleep(d)
+	t.c = make(chan time.Time, 1)
+	t.c <- t.clock.Now()
+}
+
+func (t *clockTimer) Stop()               {}
+func (t *clockTimer) C() <-chan time.Time { return t.c }
 
 // Middleware retries h until it succeeds, the budget runs out, the error is
 // permanent, or the message's context ends.
@@ -44,8 +71,12 @@ func (r Retry) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		b := backoff.NewExponentialBackOff()
 		b.InitialInterval, b.Multiplier, b.MaxInterval = r.InitialInterval, r.Multiplier, r.MaxInterval
 		b.RandomizationFactor, b.MaxElapsedTime = 0, r.MaxElapsedTime
+		var timer backoff.Timer // nil: a real timer
+		if r.Clock != nil {
+			b.Clock, timer = r.Clock, &clockTimer{clock: r.Clock}
+		}
 		budget := backoff.WithContext(backoff.WithMaxRetries(b, r.MaxRetries), msg.Context())
-		return backoff.RetryNotifyWithData(func() ([]*message.Message, error) {
+		return backoff.RetryNotifyWithTimerAndData(func() ([]*message.Message, error) {
 			out, err := h(msg)
 			if err != nil && r.Permanent != nil && r.Permanent(err) {
 				return out, backoff.Permanent(err)
@@ -55,7 +86,7 @@ func (r Retry) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			if r.OnRetry != nil {
 				r.OnRetry(msg, err, wait)
 			}
-		})
+		}, timer)
 	}
 }
 

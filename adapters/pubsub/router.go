@@ -71,6 +71,9 @@ type RouterConfig struct {
 	// RetryInitial overrides the first retry interval (tests shorten the
 	// budget with it). Defaults to RetryInitial.
 	RetryInitial time.Duration
+	// RetryClock is the time the retry budget runs on. Nil: real time
+	// (tests pass a fake that records the waits).
+	RetryClock Clock
 	// Parking parks the aggregate of a poisoned event and holds its later
 	// events back (see Parking). Optional: without it a poisoned event is
 	// only copied to the poison topic, and the gap check then refuses the
@@ -126,6 +129,7 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 			MaxElapsedTime:  RetryMaxElapsed,
 			Permanent:       isPermanent,
 			OnRetry:         logRetry(log.With("component", "router"), cfg.Metrics),
+			Clock:           cfg.RetryClock,
 		}.Middleware,
 		middleware.Recoverer,
 	)

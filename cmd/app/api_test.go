@@ -87,8 +87,6 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	if change != nil {
 		change(&cfg, w.projections)
 	}
-	positions, err := readmodel.NewPositions(dbs.api())
-	require.NoError(t, err)
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
@@ -109,14 +107,9 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
 	require.NoError(t, err)
 	t.Cleanup(rebuilds.Close)
-	handler, err := httpport.NewHandler(httpport.Config{
-		App: w.app, Auth: w.refdata, Log: log, APIEnabled: true, Ready: readiness(cfg, dbs, nil, w.liveTerm),
-		Parked: w.parking, Rebuilds: rebuilds, Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
-		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
-		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
-		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
-	})
+	hcfg, err := httpConfig(cfg, dbs, w, nil, rebuilds, log) // serve's HTTP wiring
+	require.NoError(t, err)
+	handler, err := httpport.NewHandler(hcfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)

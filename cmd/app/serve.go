@@ -245,24 +245,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	positions, err := readmodel.NewPositions(dbs.api())
-	if err != nil {
-		return err
-	}
 	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
 	if err != nil {
 		return err
 	}
 	defer rebuilds.Close()
-	hcfg := httpport.Config{
-		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(dbs, elector),
-		Parked: w.parking, Rebuilds: rebuilds,
-		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
-		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
-		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
-		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
+	hcfg, err := httpConfig(cfg, dbs, w, elector, rebuilds, log)
+	if err != nil {
+		return err
 	}
 	// Key uses are flushed every KeyLastUsedFlush, and once more after the
 	// HTTP servers have drained (below), so that no request's use is lost.
@@ -329,6 +319,26 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("hearth stopped")
 	return err
+}
+
+// httpConfig is the HTTP API's configuration on the wiring: serve's, and
+// the tests' (cmd/app/api_test.go), so that they cannot drift apart.
+// elector is nil in API mode (and in tests without leadership).
+func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, rebuilds *readmodel.Rebuilds, log *slog.Logger) (httpport.Config, error) {
+	positions, err := readmodel.NewPositions(dbs.api())
+	if err != nil {
+		return httpport.Config{}, err
+	}
+	return httpport.Config{
+		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
+		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(dbs, elector),
+		Parked: w.parking, Rebuilds: rebuilds,
+		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
+		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
+		Idempotency: w.idempotency,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
+		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
+	}, nil
 }
 
 // Idempotency keys older than IdempotencyKeep are deleted this often, in
