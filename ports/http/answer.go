@@ -166,16 +166,21 @@ func withPosition(view any, pos string) (json.RawMessage, error) {
 }
 
 // jsonAnswer is a JSON answer, encoded as writeJSON encodes it.
+// JSON that is already encoded (a json.RawMessage, as withPosition makes)
+// is taken as it is: json.Marshal would compact it again.
 func jsonAnswer(status int, v any, header map[string]string) (command.Answer, error) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return command.Answer{}, err
+	body, ok := v.(json.RawMessage)
+	if !ok {
+		var err error
+		if body, err = json.Marshal(v); err != nil {
+			return command.Answer{}, err
+		}
 	}
-	h := map[string]string{"Content-Type": "application/json"}
-	for k, v := range header {
-		h[k] = v
+	if header == nil {
+		header = make(map[string]string, 1)
 	}
-	return command.Answer{Status: status, Header: h, Body: append(body, '\n')}, nil
+	header["Content-Type"] = "application/json"
+	return command.Answer{Status: status, Header: header, Body: append(body, '\n')}, nil
 }
 
 func writeAnswer(w http.ResponseWriter, a command.Answer) {

@@ -63,7 +63,7 @@ func (noNames) Names(context.Context, string, query.NameKind, []string) (map[str
 }
 
 type fakeApp struct {
-	t                   *testing.T
+	t                   testing.TB
 	tx                  *apptest.Transactor
 	h                   http.Handler
 	merchant, customer  string
@@ -72,7 +72,7 @@ type fakeApp struct {
 	otherWorker, opElse string // a worker of otherStaff; an operator of another merchant
 }
 
-func newFakeApp(t *testing.T) *fakeApp {
+func newFakeApp(t testing.TB) *fakeApp {
 	t.Helper()
 	f := &fakeApp{t: t, tx: apptest.New(), merchant: uuid.New(), customer: uuid.New(), staff: uuid.New(), otherStaff: uuid.New(),
 		op: "op-key", worker: "worker-key", admin: "admin-key", otherWorker: "other-worker-key", opElse: "op-else-key"}
