@@ -1,6 +1,7 @@
 package httpport
 
 import (
+	"context"
 	"net/http"
 
 	"hearth/app/access"
@@ -65,6 +66,29 @@ func (s *server) target(r *http.Request, fromBody *int) (command.OrderTarget, er
 	return command.OrderTarget{Meta: s.meta(r), OrderID: id, ExpectedVersion: expected}, nil
 }
 
+// versionedInput is a body that may state the version it read.
+type versionedInput interface{ expected() *int }
+
+// changeOrder handles a write to the path's order: it decodes the body into
+// In, runs the command run makes of it, and answers with the order.
+func changeOrder[In versionedInput](s *server, w http.ResponseWriter, r *http.Request,
+	run func(ctx context.Context, t command.OrderTarget, in In) (command.Written, error)) error {
+	var in In
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	t, err := s.target(r, in.expected())
+	if err != nil {
+		return err
+	}
+	how := s.orderAnswer(r, http.StatusOK)
+	written, err := run(how.seal(r), t, in)
+	if err != nil {
+		return err
+	}
+	return how.reply(w, r, written)
+}
+
 type updateOrderInput struct {
 	ExpectedVersion *int    `json:"expected_version"`
 	CustomerID      *string `json:"customer_id"`
@@ -72,23 +96,14 @@ type updateOrderInput struct {
 	Notes           *string `json:"notes" text:"multiline"`
 }
 
+func (in updateOrderInput) expected() *int { return in.ExpectedVersion }
+
 func (s *server) updateOrder(w http.ResponseWriter, r *http.Request) error {
-	var in updateOrderInput
-	if err := decode(r, &in); err != nil {
-		return err
-	}
-	t, err := s.target(r, in.ExpectedVersion)
-	if err != nil {
-		return err
-	}
-	how := s.orderAnswer(r, http.StatusOK)
-	written, err := s.App.Commands.Orders.UpdateDetails(how.seal(r), command.UpdateOrderDetails{
-		OrderTarget: t, CustomerID: in.CustomerID, AmountCents: in.AmountCents, Notes: in.Notes,
+	return changeOrder(s, w, r, func(ctx context.Context, t command.OrderTarget, in updateOrderInput) (command.Written, error) {
+		return s.App.Commands.Orders.UpdateDetails(ctx, command.UpdateOrderDetails{
+			OrderTarget: t, CustomerID: in.CustomerID, AmountCents: in.AmountCents, Notes: in.Notes,
+		})
 	})
-	if err != nil {
-		return err
-	}
-	return how.reply(w, r, written)
 }
 
 type statusInput struct {
@@ -96,21 +111,12 @@ type statusInput struct {
 	Status          string `json:"status"`
 }
 
+func (in statusInput) expected() *int { return in.ExpectedVersion }
+
 func (s *server) changeOrderStatus(w http.ResponseWriter, r *http.Request) error {
-	var in statusInput
-	if err := decode(r, &in); err != nil {
-		return err
-	}
-	t, err := s.target(r, in.ExpectedVersion)
-	if err != nil {
-		return err
-	}
-	how := s.orderAnswer(r, http.StatusOK)
-	written, err := s.App.Commands.Orders.ChangeStatus(how.seal(r), command.ChangeOrderStatus{OrderTarget: t, Status: in.Status})
-	if err != nil {
-		return err
-	}
-	return how.reply(w, r, written)
+	return changeOrder(s, w, r, func(ctx context.Context, t command.OrderTarget, in statusInput) (command.Written, error) {
+		return s.App.Commands.Orders.ChangeStatus(ctx, command.ChangeOrderStatus{OrderTarget: t, Status: in.Status})
+	})
 }
 
 type cancelInput struct {
@@ -118,21 +124,12 @@ type cancelInput struct {
 	Reason          string `json:"reason" text:"multiline"`
 }
 
+func (in cancelInput) expected() *int { return in.ExpectedVersion }
+
 func (s *server) cancelOrder(w http.ResponseWriter, r *http.Request) error {
-	var in cancelInput
-	if err := decode(r, &in); err != nil {
-		return err
-	}
-	t, err := s.target(r, in.ExpectedVersion)
-	if err != nil {
-		return err
-	}
-	how := s.orderAnswer(r, http.StatusOK)
-	written, err := s.App.Commands.Orders.Cancel(how.seal(r), command.CancelOrder{OrderTarget: t, Reason: in.Reason})
-	if err != nil {
-		return err
-	}
-	return how.reply(w, r, written)
+	return changeOrder(s, w, r, func(ctx context.Context, t command.OrderTarget, in cancelInput) (command.Written, error) {
+		return s.App.Commands.Orders.Cancel(ctx, command.CancelOrder{OrderTarget: t, Reason: in.Reason})
+	})
 }
 
 type assignmentInput struct {
@@ -143,36 +140,27 @@ type assignmentInput struct {
 	DispatchNote    string  `json:"dispatch_note" text:"multiline"`
 }
 
+func (in assignmentInput) expected() *int { return in.ExpectedVersion }
+
 func (s *server) assignOrder(w http.ResponseWriter, r *http.Request) error {
-	var in assignmentInput
-	if err := decode(r, &in); err != nil {
-		return err
-	}
-	start, err := parseTime("start_at", in.StartAt)
-	if err != nil {
-		return err
-	}
-	end, err := parseTime("end_at", in.EndAt)
-	if err != nil {
-		return err
-	}
-	t, err := s.target(r, in.ExpectedVersion)
-	if err != nil {
-		return err
-	}
-	cmd := command.AssignOrder{OrderTarget: t, StaffID: in.StaffID, DispatchNote: in.DispatchNote}
-	if start != nil {
-		cmd.StartAt = *start
-	}
-	if end != nil {
-		cmd.EndAt = *end
-	}
-	how := s.orderAnswer(r, http.StatusOK)
-	written, err := s.App.Commands.Orders.Assign(how.seal(r), cmd)
-	if err != nil {
-		return err
-	}
-	return how.reply(w, r, written)
+	return changeOrder(s, w, r, func(ctx context.Context, t command.OrderTarget, in assignmentInput) (command.Written, error) {
+		start, err := parseTime("start_at", in.StartAt)
+		if err != nil {
+			return command.Written{}, err
+		}
+		end, err := parseTime("end_at", in.EndAt)
+		if err != nil {
+			return command.Written{}, err
+		}
+		cmd := command.AssignOrder{OrderTarget: t, StaffID: in.StaffID, DispatchNote: in.DispatchNote}
+		if start != nil {
+			cmd.StartAt = *start
+		}
+		if end != nil {
+			cmd.EndAt = *end
+		}
+		return s.App.Commands.Orders.Assign(ctx, cmd)
+	})
 }
 
 type settlementInput struct {
@@ -184,28 +172,19 @@ type settlementInput struct {
 	SettlementNote   string  `json:"settlement_note" text:"multiline"`
 }
 
+func (in settlementInput) expected() *int { return in.ExpectedVersion }
+
 func (s *server) settleOrder(w http.ResponseWriter, r *http.Request) error {
-	var in settlementInput
-	if err := decode(r, &in); err != nil {
-		return err
-	}
-	paidAt, err := parseTime("paid_at", in.PaidAt)
-	if err != nil {
-		return err
-	}
-	t, err := s.target(r, in.ExpectedVersion)
-	if err != nil {
-		return err
-	}
-	how := s.orderAnswer(r, http.StatusOK)
-	written, err := s.App.Commands.Orders.Settle(how.seal(r), command.SettleOrder{
-		OrderTarget: t, SettlementStatus: in.SettlementStatus, PaidAmountCents: in.PaidAmountCents,
-		PaymentMethod: in.PaymentMethod, PaidAt: paidAt, SettlementNote: in.SettlementNote,
+	return changeOrder(s, w, r, func(ctx context.Context, t command.OrderTarget, in settlementInput) (command.Written, error) {
+		paidAt, err := parseTime("paid_at", in.PaidAt)
+		if err != nil {
+			return command.Written{}, err
+		}
+		return s.App.Commands.Orders.Settle(ctx, command.SettleOrder{
+			OrderTarget: t, SettlementStatus: in.SettlementStatus, PaidAmountCents: in.PaidAmountCents,
+			PaymentMethod: in.PaymentMethod, PaidAt: paidAt, SettlementNote: in.SettlementNote,
+		})
 	})
-	if err != nil {
-		return err
-	}
-	return how.reply(w, r, written)
 }
 
 func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
