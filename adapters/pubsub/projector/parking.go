@@ -1,4 +1,4 @@
-package pubsub
+package projector
 
 import (
 	"context"
@@ -76,12 +76,12 @@ const anyParkedTTL = time.Second
 // projections (replay and skip apply through their Apply).
 func NewParking(db *bun.DB, projections ...Projection) (*Parking, error) {
 	if db == nil {
-		return nil, errors.New("pubsub.NewParking: nil db")
+		return nil, errors.New("projector.NewParking: nil db")
 	}
 	pk := &Parking{db: db, projections: map[string]Projection{}}
 	for _, p := range projections {
 		if p.Name == "" || p.Apply == nil || p.Decode == nil {
-			return nil, fmt.Errorf("pubsub.NewParking: projection %q needs Name, Decode and Apply", p.Name)
+			return nil, fmt.Errorf("projector.NewParking: projection %q needs Name, Decode and Apply", p.Name)
 		}
 		pk.projections[p.Name] = p
 	}

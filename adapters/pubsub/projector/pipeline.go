@@ -1,4 +1,4 @@
-package pubsub
+package projector
 
 import (
 	"cmp"
@@ -51,10 +51,10 @@ type PipelineConfig struct {
 // on NOTIFY (Notifier) and poll every Fallback otherwise.
 func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Projection) error {
 	if cfg.EventStore == nil {
-		return errors.New("pubsub.RunPipeline: EventStore is required")
+		return errors.New("projector.RunPipeline: EventStore is required")
 	}
 	if cfg.Fallback <= 0 {
-		return errors.New("pubsub.RunPipeline: Fallback is required")
+		return errors.New("projector.RunPipeline: Fallback is required")
 	}
 	log := cmp.Or(cfg.Log, slog.Default())
 	notifier, err := NewNotifier(cfg.ConnString, log)

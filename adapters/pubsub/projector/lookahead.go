@@ -1,4 +1,4 @@
-package pubsub
+package projector
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"hearth/app/event"
+
+	"hearth/adapters/pubsub"
 )
 
 // Lookahead lets a live handler apply a burst in one read-model
@@ -65,7 +67,7 @@ func (l *Lookahead) of(group string) *fetched {
 // schema is watermill-sql's Postgres schema for group's subscriber, noting
 // the messages of each query.
 func (l *Lookahead) schema(group string) wsql.SchemaAdapter {
-	return lookaheadSchema{DefaultPostgreSQLSchema: Schema, f: l.of(group)}
+	return lookaheadSchema{DefaultPostgreSQLSchema: pubsub.Schema, f: l.of(group)}
 }
 
 type lookaheadSchema struct {

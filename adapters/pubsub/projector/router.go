@@ -1,4 +1,4 @@
-package pubsub
+package projector
 
 import (
 	"cmp"
@@ -19,6 +19,8 @@ import (
 
 	"hearth/app/event"
 	"hearth/internal/aggregates"
+
+	"hearth/adapters/pubsub"
 )
 
 // Projection is a read model fed from one topic. Name is also its consumer
@@ -64,7 +66,7 @@ type RouterConfig struct {
 	// Subscriber makes the subscriber of one consumer group: watermill-sql
 	// in production (SQLSubscribers), gochannel in handler-level tests.
 	Subscriber func(consumerGroup string) (message.Subscriber, error)
-	// Poison receives messages whose retry budget ran out, on TopicPoison.
+	// Poison receives messages whose retry budget ran out, on pubsub.TopicPoison.
 	Poison message.Publisher
 	// Log defaults to slog.Default().
 	Log *slog.Logger
@@ -97,7 +99,7 @@ type RouterConfig struct {
 // single-use: build a new one for each leadership term.
 func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, error) {
 	if cfg.Subscriber == nil || cfg.Poison == nil {
-		return nil, errors.New("pubsub.NewRouter: Subscriber and Poison are required")
+		return nil, errors.New("projector.NewRouter: Subscriber and Poison are required")
 	}
 	log := cfg.Log
 	if log == nil {
@@ -108,7 +110,7 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 	if err != nil {
 		return nil, err
 	}
-	poison, err := middleware.PoisonQueueWithFilter(cfg.Poison, TopicPoison, func(err error) bool {
+	poison, err := middleware.PoisonQueueWithFilter(cfg.Poison, pubsub.TopicPoison, func(err error) bool {
 		return !errors.As(err, new(*cancelledError)) && !errors.As(err, new(*parkFailedError))
 	})
 	if err != nil {
@@ -218,8 +220,8 @@ func SQLSubscribers(db *sql.DB, log *slog.Logger, pollInterval time.Duration) fu
 			PollInterval:   pollInterval,
 			ResendInterval: 200 * time.Millisecond,
 			RetryInterval:  time.Second,
-			SchemaAdapter:  Schema,
-			OffsetsAdapter: Offsets,
+			SchemaAdapter:  pubsub.Schema,
+			OffsetsAdapter: pubsub.Offsets,
 		}, wlog)
 	}
 }
@@ -227,5 +229,5 @@ func SQLSubscribers(db *sql.DB, log *slog.Logger, pollInterval time.Duration) fu
 // SQLPublisher returns a publisher on db outside any transaction, for the
 // poison queue.
 func SQLPublisher(db *sql.DB, log *slog.Logger) (message.Publisher, error) {
-	return wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: Schema}, watermill.NewSlogLogger(log.With("component", "publisher")))
+	return wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: pubsub.Schema}, watermill.NewSlogLogger(log.With("component", "publisher")))
 }
