@@ -373,7 +373,7 @@ func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
 // leadership term (catch-up, then a fresh router woken by NOTIFY) until ctx
 // ends.
 func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, projections []projector.Projection, log *slog.Logger, onLive func()) error {
-	return projector.RunPipeline(ctx, projector.PipelineConfig{
+	pr, err := projector.New(projector.Config{
 		EventStore:   es,
 		ConnString:   cfg.DatabaseURL,
 		SameDB:       cfg.ReadModelDatabaseURL == cfg.DatabaseURL,
@@ -384,7 +384,12 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 		Metrics:      w.telemetry.projections,
 		Registry:     w.telemetry.reg,
 		OnLive:       onLive,
-	}, projections...)
+		Projections:  projections,
+	})
+	if err != nil {
+		return err
+	}
+	return pr.Run(ctx)
 }
 
 func readiness(cfg Config, dbs databases, elector *leader.Elector, liveTerm *atomic.Int64) func(context.Context) (map[string]any, error) {

@@ -60,9 +60,14 @@ func (b *bench) isolation(ctx context.Context) (stats, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- projector.RunPipeline(ctx, projector.PipelineConfig{EventStore: db.DB, ConnString: url, SameDB: true,
-			Fallback: fallbackPoll, Log: b.log},
-			projector.ProjectionOf(orders.Aggregate(), orders.Apply, orders.ApplyBatch), failing)
+		pr, err := projector.New(projector.Config{EventStore: db.DB, ConnString: url, SameDB: true,
+			Fallback: fallbackPoll, Log: b.log,
+			Projections: []projector.Projection{projector.ProjectionOf(orders.Aggregate(), orders.Apply, orders.ApplyBatch), failing}})
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- pr.Run(ctx)
 	}()
 	defer func() { cancel(); <-done }()
 	b.progress("isolation: %d events/s for %s, after %s of warm-up, while the projection 'failing' fails on every event", rate, isolationFor, latencyWarmUp)

@@ -114,7 +114,7 @@ func (c *conformance) pubSub(t *testing.T, group string) (message.Publisher, mes
 	require.NoError(t, err)
 	var ahead *projector.Lookahead
 	if c.lookahead {
-		ahead = projector.NewLookahead() // one per router, as RunPipeline does
+		ahead = projector.NewLookahead() // one per router, as Projector.Run does
 	}
 	// serve's default POLL_INTERVAL.
 	sub, err := projector.NotifyingSubscribers(db, c.notifier, c.log, 100*time.Millisecond, ahead)(group)

@@ -3,7 +3,6 @@ package projector
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -141,12 +140,12 @@ func (f *fetched) settle(first *message.Message, later []*message.Message, appli
 
 // applyAhead applies rec (of msg) and the decodable messages fetched after
 // it in one transaction, and reports whether it did. It does nothing
-// (false) when nothing follows msg, when p has no ApplyBatch, when msg
+// (false) when nothing follows msg, when p has no ApplyBatch or there is no lookahead, when msg
 // belongs to a batch that failed, or when an aggregate of the batch is
 // parked; it reports false, logged, when the batch fails: the caller then
 // applies rec alone, and so are the batch's other messages, retries
 // included.
-func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m *Metrics, log *slog.Logger, msg *message.Message, rec event.Recorded) bool {
+func (pr *Projector) applyAhead(ctx context.Context, l *Lookahead, p Projection, msg *message.Message, rec event.Recorded) bool {
 	if l == nil || p.ApplyBatch == nil {
 		return false
 	}
@@ -163,8 +162,8 @@ func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m
 	if len(later) == 0 {
 		return false
 	}
-	if pk != nil {
-		parked, err := pk.anyParked(ctx, p.Name, recs)
+	if pr.parking != nil {
+		parked, err := pr.parking.anyParked(ctx, p.Name, recs)
 		if err != nil || parked {
 			f.settle(msg, later, false)
 			return false
@@ -175,10 +174,10 @@ func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m
 	defer cancel()
 	start := time.Now()
 	err := p.ApplyBatch(batchCtx, recs, nil)
-	m.observeBatch(p.Name, time.Since(start), len(recs), err)
+	pr.metrics.observeBatch(p.Name, time.Since(start), len(recs), err)
 	f.settle(msg, later, err == nil)
 	if err != nil {
-		log.Debug("lookahead batch failed; its events are applied one by one", "projection", p.Name, "events", len(recs), "error", err)
+		pr.log.With("component", "router").Debug("lookahead batch failed; its events are applied one by one", "projection", p.Name, "events", len(recs), "error", err)
 		return false
 	}
 	return true

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -206,7 +205,8 @@ func (e *parkFailedError) Unwrap() error { return e.err }
 // good (retry budget spent or a permanent error). It sits between the
 // poison queue and the retry middleware. pk may be nil: then it only
 // counts.
-func parkMiddleware(pk *Parking, m *Metrics, log *slog.Logger) message.HandlerMiddleware {
+func (pr *Projector) parkMiddleware() message.HandlerMiddleware {
+	pk, m, log := pr.parking, pr.metrics, pr.log.With("component", "router")
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)

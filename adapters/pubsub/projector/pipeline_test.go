@@ -62,16 +62,26 @@ func (f fixture) maxOffset(t *testing.T) int64 {
 	return off
 }
 
+// run builds the projector cfg describes and runs it until ctx ends.
+func run(ctx context.Context, cfg projector.Config) error {
+	pr, err := projector.New(cfg)
+	if err != nil {
+		return err
+	}
+	return pr.Run(ctx)
+}
+
 // runPipeline runs the whole pipeline until the test ends.
 func (f fixture) runPipeline(t *testing.T, urls pgtest.URLs, fallback time.Duration, projections ...projector.Projection) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- projector.RunPipeline(ctx, projector.PipelineConfig{
+		done <- run(ctx, projector.Config{
 			EventStore: f.ES.DB, ConnString: urls.EventStore, SameDB: !urls.Split(),
 			Fallback: fallback, Log: quietLog(), RetryInitial: time.Millisecond, CatchUpPageSize: 7,
-		}, projections...)
+			Projections: projections,
+		})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -229,8 +239,8 @@ func TestFailingProjectionDoesNotHoldUpOthers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- projector.RunPipeline(ctx, projector.PipelineConfig{EventStore: f.ES.DB, ConnString: urls.EventStore, SameDB: true,
-			Fallback: 20 * time.Millisecond, Log: quietLog()}, f.ordersProjection(), failing)
+		done <- run(ctx, projector.Config{EventStore: f.ES.DB, ConnString: urls.EventStore, SameDB: true,
+			Fallback: 20 * time.Millisecond, Log: quietLog(), Projections: []projector.Projection{f.ordersProjection(), failing}})
 	}()
 	t.Cleanup(func() {
 		cancel()
