@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/app/apperr"
 	"hearth/app/command"
@@ -38,10 +39,10 @@ type flows struct {
 func setupFlows(t *testing.T, urls pgtest.URLs) flows {
 	t.Helper()
 	f := flows{fixture: setup(t, urls), price: 12_500}
-	f.useTransactor(t, f.tx)
+	f.useTransactor(t, f.Tx)
 	f.staffID, f.itemID = f.newStaff(t), uuid.New()
-	_, err := f.es.DB.Exec(`INSERT INTO catalog_items (id, merchant_id, name, base_price_cents) VALUES ($1, $2, 'Deep clean', $3)`,
-		f.itemID, f.merchantID, f.price)
+	_, err := f.ES.DB.Exec(`INSERT INTO catalog_items (id, merchant_id, name, base_price_cents) VALUES ($1, $2, 'Deep clean', $3)`,
+		f.itemID, f.MerchantID, f.price)
 	require.NoError(t, err)
 	return f
 }
@@ -50,8 +51,8 @@ func setupFlows(t *testing.T, urls pgtest.URLs) flows {
 func (f *flows) useTransactor(t *testing.T, tx *pubsub.Transactor) {
 	t.Helper()
 	var err error
-	f.tx = tx
-	f.orderCmds, err = command.NewOrderHandlers(tx)
+	f.Tx = tx
+	f.OrderCmds, err = command.NewOrderHandlers(tx)
 	require.NoError(t, err)
 	f.requests, err = command.NewServiceRequestHandlers(tx)
 	require.NoError(t, err)
@@ -76,7 +77,7 @@ func (f *flows) widePool(t *testing.T, url string, conns int) {
 func (f flows) newStaff(t *testing.T) string {
 	t.Helper()
 	id := uuid.New()
-	_, err := f.es.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, $3)`, id, f.merchantID, "Staff "+id[:8])
+	_, err := f.ES.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, $3)`, id, f.MerchantID, "Staff "+id[:8])
 	require.NoError(t, err)
 	return id
 }
@@ -93,19 +94,19 @@ func (f flows) confirmedRequest(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
 	start, end := at(9, 0), at(11, 0)
-	w, err := f.requests.Create(ctx, command.CreateServiceRequest{Meta: f.meta(), CustomerID: f.customerID, Source: "phone",
+	w, err := f.requests.Create(ctx, command.CreateServiceRequest{Meta: f.Meta(), CustomerID: f.CustomerID, Source: "phone",
 		Details: servicerequest.Details{CatalogItemID: f.itemID, Content: "Deep clean of a flat", Notes: "cat inside",
 			AppointmentStartAt: &start, AppointmentEndAt: &end}})
 	require.NoError(t, err)
 	id := w.Stream[0].StreamID
 	_, err = f.requests.ChangeStatus(ctx, command.ChangeServiceRequestStatus{
-		RequestTarget: command.RequestTarget{Meta: f.meta(), RequestID: id}, Status: "confirmed"})
+		RequestTarget: command.RequestTarget{Meta: f.Meta(), RequestID: id}, Status: "confirmed"})
 	require.NoError(t, err)
 	return id
 }
 
 func (f flows) assign(ctx context.Context, orderID, staffID string, start, end time.Time) error {
-	_, err := f.orderCmds.Assign(ctx, command.AssignOrder{OrderTarget: command.OrderTarget{Meta: f.meta(), OrderID: orderID},
+	_, err := f.OrderCmds.Assign(ctx, command.AssignOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID},
 		StaffID: staffID, StartAt: start, EndAt: end, DispatchNote: "ring twice"})
 	return err
 }
@@ -114,14 +115,14 @@ func (f flows) assign(ctx context.Context, orderID, staffID string, start, end t
 func (f flows) liveSchedule(t *testing.T, orderID string) string {
 	t.Helper()
 	var id string
-	err := f.es.DB.QueryRow(`SELECT coalesce(max(schedule_id::text), '') FROM bookings WHERE order_id = $1 AND live`, orderID).Scan(&id)
+	err := f.ES.DB.QueryRow(`SELECT coalesce(max(schedule_id::text), '') FROM bookings WHERE order_id = $1 AND live`, orderID).Scan(&id)
 	require.NoError(t, err)
 	return id
 }
 
 func (f flows) scheduleStatus(t *testing.T, scheduleID, status string) error {
 	t.Helper()
-	_, err := f.schedules.ChangeStatus(context.Background(), command.ChangeScheduleStatus{Meta: f.meta(), ScheduleID: scheduleID, Status: status})
+	_, err := f.schedules.ChangeStatus(context.Background(), command.ChangeScheduleStatus{Meta: f.Meta(), ScheduleID: scheduleID, Status: status})
 	return err
 }
 
@@ -129,7 +130,7 @@ func (f flows) scheduleStatus(t *testing.T, scheduleID, status string) error {
 func (f flows) loadOrder(t *testing.T, id string) *order.Order {
 	t.Helper()
 	var o *order.Order
-	_, err := f.tx.Run(context.Background(), f.meta(), func(ctx context.Context, s command.Session) (err error) {
+	_, err := f.Tx.Run(context.Background(), f.Meta(), func(ctx context.Context, s command.Session) (err error) {
 		o, err = s.Order(ctx, id)
 		return err
 	})
@@ -140,7 +141,7 @@ func (f flows) loadOrder(t *testing.T, id string) *order.Order {
 func (f flows) loadSchedule(t *testing.T, id string) *schedule.Schedule {
 	t.Helper()
 	var sch *schedule.Schedule
-	_, err := f.tx.Run(context.Background(), f.meta(), func(ctx context.Context, s command.Session) (err error) {
+	_, err := f.Tx.Run(context.Background(), f.Meta(), func(ctx context.Context, s command.Session) (err error) {
 		sch, err = s.Schedule(ctx, id)
 		return err
 	})
@@ -151,7 +152,7 @@ func (f flows) loadSchedule(t *testing.T, id string) *schedule.Schedule {
 func (f flows) loadRequest(t *testing.T, id string) *servicerequest.Request {
 	t.Helper()
 	var r *servicerequest.Request
-	_, err := f.tx.Run(context.Background(), f.meta(), func(ctx context.Context, s command.Session) (err error) {
+	_, err := f.Tx.Run(context.Background(), f.Meta(), func(ctx context.Context, s command.Session) (err error) {
 		r, err = s.ServiceRequest(ctx, id)
 		return err
 	})
@@ -162,7 +163,7 @@ func (f flows) loadRequest(t *testing.T, id string) *servicerequest.Request {
 func (f flows) eventsOfType(t *testing.T, typ string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, f.es.DB.QueryRow(`SELECT count(*) FROM events WHERE type = $1`, typ).Scan(&n))
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM events WHERE type = $1`, typ).Scan(&n))
 	return n
 }
 
@@ -175,7 +176,7 @@ type storeCounts struct {
 func (f flows) counts(t *testing.T) storeCounts {
 	t.Helper()
 	var c storeCounts
-	err := f.es.DB.QueryRow(`SELECT
+	err := f.ES.DB.QueryRow(`SELECT
 		(SELECT count(*) FROM events), (SELECT count(*) FROM watermill_orders),
 		(SELECT count(*) FROM watermill_service_requests), (SELECT count(*) FROM watermill_schedules),
 		(SELECT count(*) FROM bookings), (SELECT count(*) FROM bookings WHERE live)`).
@@ -189,7 +190,7 @@ func (f flows) counts(t *testing.T) storeCounts {
 // after the flow's earlier events (and its booking) were written.
 func (f flows) failOn(t *testing.T, typ string) {
 	t.Helper()
-	_, err := f.es.DB.Exec(fmt.Sprintf(`
+	_, err := f.ES.DB.Exec(fmt.Sprintf(`
 		CREATE FUNCTION test_fail_event() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF NEW.type = '%s' THEN
@@ -200,13 +201,13 @@ func (f flows) failOn(t *testing.T, typ string) {
 		CREATE TRIGGER test_fail_event BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION test_fail_event();`, typ))
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		_, _ = f.es.DB.Exec(`DROP TRIGGER IF EXISTS test_fail_event ON events; DROP FUNCTION IF EXISTS test_fail_event()`)
+		_, _ = f.ES.DB.Exec(`DROP TRIGGER IF EXISTS test_fail_event ON events; DROP FUNCTION IF EXISTS test_fail_event()`)
 	})
 }
 
 func (f flows) noFailure(t *testing.T) {
 	t.Helper()
-	_, err := f.es.DB.Exec(`DROP TRIGGER test_fail_event ON events; DROP FUNCTION test_fail_event()`)
+	_, err := f.ES.DB.Exec(`DROP TRIGGER test_fail_event ON events; DROP FUNCTION test_fail_event()`)
 	require.NoError(t, err)
 }
 
@@ -227,7 +228,7 @@ func TestConcurrentConversionsCreateOneOrder(t *testing.T) {
 	for i := range clients {
 		wg.Go(func() {
 			<-start
-			w, err := f.requests.Convert(context.Background(), command.RequestTarget{Meta: f.meta(), RequestID: requestID})
+			w, err := f.requests.Convert(context.Background(), command.RequestTarget{Meta: f.Meta(), RequestID: requestID})
 			errs[i] = err
 			if err == nil {
 				orders[i] = w.Stream[0].StreamID
@@ -264,13 +265,13 @@ func TestConcurrentConversionsCreateOneOrder(t *testing.T) {
 	require.Equal(t, servicerequest.StatusConverted, r.Status())
 	o := f.loadOrder(t, won[0])
 	require.Equal(t, order.StatusPending, o.Status())
-	require.Equal(t, f.customerID, o.CustomerID())
+	require.Equal(t, f.CustomerID, o.CustomerID())
 	require.Equal(t, f.price, o.Details().AmountCents, "amount is the catalog item's base price")
 	require.Equal(t, "cat inside", o.Details().Notes)
-	stream := f.stream(t, won[0])
+	stream := f.Stream(t, won[0])
 	require.Len(t, stream, 1)
 	require.Equal(t, "OrderCreated", stream[0].Type)
-	require.Equal(t, f.merchantID, stream[0].MerchantID)
+	require.Equal(t, f.MerchantID, stream[0].MerchantID)
 }
 
 // 50 clients assign 50 different orders to one staff member in windows
@@ -284,7 +285,7 @@ func TestConcurrentOverlappingAssignmentsBookOnce(t *testing.T) {
 	f.widePool(t, urls.EventStore, clients)
 	orderIDs := make([]string, clients)
 	for i := range orderIDs {
-		orderIDs[i] = f.createOrder(t)
+		orderIDs[i] = f.CreateOrder(t)
 	}
 	before := f.counts(t)
 
@@ -342,7 +343,7 @@ func TestBookingWindows(t *testing.T) {
 	t.Parallel()
 	f := setupFlows(t, pgtest.NewDB(t))
 	ctx := context.Background()
-	a, b, c, d := f.createOrder(t), f.createOrder(t), f.createOrder(t), f.createOrder(t)
+	a, b, c, d := f.CreateOrder(t), f.CreateOrder(t), f.CreateOrder(t), f.CreateOrder(t)
 	require.NoError(t, f.assign(ctx, a, f.staffID, at(10, 0), at(11, 0)))
 	require.NoError(t, f.assign(ctx, b, f.staffID, at(11, 0), at(12, 0)), "touching windows do not overlap")
 	require.NoError(t, f.assign(ctx, c, f.newStaff(t), at(10, 0), at(11, 0)), "another staff member is free")
@@ -381,21 +382,21 @@ func TestScheduleStatusDrivesOrder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f := setupFlows(t, newDB(t))
-			requests, err := readmodel.NewServiceRequests(f.rm)
+			requests, err := readmodel.NewServiceRequests(f.RM)
 			require.NoError(t, err)
-			schedules, err := readmodel.NewSchedules(f.rm)
+			schedules, err := readmodel.NewSchedules(f.RM)
 			require.NoError(t, err)
-			f.runRouter(t,
-				pubsub.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: f.orders.Apply},
-				pubsub.Projection{Name: "service_requests", Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply},
-				pubsub.Projection{Name: "schedules", Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply},
+			f.RunRouter(t,
+				projector.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode, Apply: f.Orders.Apply},
+				projector.Projection{Name: "service_requests", Topic: pubsub.TopicServiceRequests, Decode: servicerequest.Decode, Apply: requests.Apply},
+				projector.Projection{Name: "schedules", Topic: pubsub.TopicSchedules, Decode: schedule.Decode, Apply: schedules.Apply},
 			)
 			ctx := context.Background()
-			scope := query.Scope{MerchantID: f.merchantID}
+			scope := query.Scope{MerchantID: f.MerchantID}
 
 			// Done: request -> order -> schedule -> in service -> done.
 			requestID := f.confirmedRequest(t)
-			w, err := f.requests.Convert(ctx, command.RequestTarget{Meta: f.meta(), RequestID: requestID})
+			w, err := f.requests.Convert(ctx, command.RequestTarget{Meta: f.Meta(), RequestID: requestID})
 			require.NoError(t, err)
 			done := w.Stream[0].StreamID
 			require.NoError(t, f.assign(ctx, done, f.staffID, at(9, 0), at(11, 0)))
@@ -415,7 +416,7 @@ func TestScheduleStatusDrivesOrder(t *testing.T) {
 			// to confirmed without staff; the window is free again.
 			var cancelled []string
 			for _, via := range [][]string{{"cancelled"}, {"in_service", "cancelled"}} {
-				id := f.createOrder(t)
+				id := f.CreateOrder(t)
 				require.NoError(t, f.assign(ctx, id, f.staffID, at(12, 0), at(13, 0)))
 				sch := f.liveSchedule(t, id)
 				for _, st := range via {
@@ -435,15 +436,15 @@ func TestScheduleStatusDrivesOrder(t *testing.T) {
 
 			// The read models reach the same state as the store.
 			for _, id := range []string{done, cancelled[0], cancelled[1]} {
-				want, err := query.FoldOrder(f.stream(t, id))
+				want, err := query.FoldOrder(f.Stream(t, id))
 				require.NoError(t, err)
 				require.EventuallyWithT(t, func(c *assert.CollectT) {
-					got, err := f.orders.Get(ctx, scope, id)
+					got, err := f.Orders.Get(ctx, scope, id)
 					require.NoError(c, err)
 					require.Equal(c, want, got)
 				}, 10*time.Second, 10*time.Millisecond)
 			}
-			got, err := f.orders.Get(ctx, scope, done)
+			got, err := f.Orders.Get(ctx, scope, done)
 			require.NoError(t, err)
 			require.Equal(t, "completed", got.Status)
 			require.NotNil(t, got.CompletedAt)
@@ -467,9 +468,9 @@ func TestScheduleStatusDrivesOrder(t *testing.T) {
 			}, 10*time.Second, 10*time.Millisecond)
 			// One change-log row per event of every aggregate.
 			var events, changes int
-			require.NoError(t, f.es.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&events))
+			require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&events))
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
-				require.NoError(c, f.rm.DB.QueryRow(`SELECT count(*) FROM change_log`).Scan(&changes))
+				require.NoError(c, f.RM.DB.QueryRow(`SELECT count(*) FROM change_log`).Scan(&changes))
 				require.Equal(c, events, changes)
 			}, 10*time.Second, 10*time.Millisecond)
 		})
@@ -483,7 +484,7 @@ func TestCancelOrderCancelsSchedule(t *testing.T) {
 	f := setupFlows(t, pgtest.NewDB(t))
 	ctx := context.Background()
 	for _, inService := range []bool{false, true} {
-		id, other := f.createOrder(t), f.createOrder(t)
+		id, other := f.CreateOrder(t), f.CreateOrder(t)
 		require.NoError(t, f.assign(ctx, id, f.staffID, at(14, 0), at(15, 0)))
 		sch := f.liveSchedule(t, id)
 		if inService {
@@ -493,7 +494,7 @@ func TestCancelOrderCancelsSchedule(t *testing.T) {
 		require.ErrorAs(t, f.assign(ctx, other, f.staffID, at(14, 30), at(15, 30)), &conflict)
 		require.Equal(t, sch, conflict.With["conflicting_schedule_id"])
 
-		_, err := f.orderCmds.Cancel(ctx, command.CancelOrder{OrderTarget: command.OrderTarget{Meta: f.meta(), OrderID: id}, Reason: "customer called"})
+		_, err := f.OrderCmds.Cancel(ctx, command.CancelOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: id}, Reason: "customer called"})
 		require.NoError(t, err)
 		require.Equal(t, order.StatusCancelled, f.loadOrder(t, id).Status())
 		require.Equal(t, schedule.StatusCancelled, f.loadSchedule(t, sch).Status())
@@ -503,13 +504,13 @@ func TestCancelOrderCancelsSchedule(t *testing.T) {
 		// The cancelled schedule cannot be revived.
 		require.Error(t, f.scheduleStatus(t, sch, "in_service"))
 		// Cancel the other order too, so the next round starts free.
-		_, err = f.orderCmds.Cancel(ctx, command.CancelOrder{OrderTarget: command.OrderTarget{Meta: f.meta(), OrderID: other}, Reason: "done with it"})
+		_, err = f.OrderCmds.Cancel(ctx, command.CancelOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: other}, Reason: "done with it"})
 		require.NoError(t, err)
 	}
 	// An order without a schedule cancels alone.
-	id := f.createOrder(t)
+	id := f.CreateOrder(t)
 	before := f.counts(t)
-	_, err := f.orderCmds.Cancel(ctx, command.CancelOrder{OrderTarget: command.OrderTarget{Meta: f.meta(), OrderID: id}, Reason: "no longer needed"})
+	_, err := f.OrderCmds.Cancel(ctx, command.CancelOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: id}, Reason: "no longer needed"})
 	require.NoError(t, err)
 	after := f.counts(t)
 	require.Equal(t, before.Events+1, after.Events)
@@ -532,7 +533,7 @@ func TestFlowFailureAppendsNothing(t *testing.T) {
 			prepare: func(t *testing.T, f flows) func() error {
 				id := f.confirmedRequest(t)
 				return func() error {
-					_, err := f.requests.Convert(context.Background(), command.RequestTarget{Meta: f.meta(), RequestID: id})
+					_, err := f.requests.Convert(context.Background(), command.RequestTarget{Meta: f.Meta(), RequestID: id})
 					return err
 				}
 			},
@@ -541,7 +542,7 @@ func TestFlowFailureAppendsNothing(t *testing.T) {
 			name:   "assign",
 			failOn: "ScheduleCreated", // after the order's two events and the booking
 			prepare: func(t *testing.T, f flows) func() error {
-				id := f.createOrder(t)
+				id := f.CreateOrder(t)
 				return func() error { return f.assign(context.Background(), id, f.staffID, at(8, 0), at(9, 0)) }
 			},
 		},
@@ -549,7 +550,7 @@ func TestFlowFailureAppendsNothing(t *testing.T) {
 			name:   "reassign",
 			failOn: "ScheduleAssignmentUpdated", // after OrderAssignmentUpdated and the moved booking
 			prepare: func(t *testing.T, f flows) func() error {
-				id := f.createOrder(t)
+				id := f.CreateOrder(t)
 				require.NoError(t, f.assign(context.Background(), id, f.staffID, at(8, 0), at(9, 0)))
 				return func() error { return f.assign(context.Background(), id, f.staffID, at(10, 0), at(11, 0)) }
 			},
@@ -558,7 +559,7 @@ func TestFlowFailureAppendsNothing(t *testing.T) {
 			name:   "schedule in_service",
 			failOn: "OrderStatusChanged", // after ScheduleStatusChanged
 			prepare: func(t *testing.T, f flows) func() error {
-				id := f.createOrder(t)
+				id := f.CreateOrder(t)
 				require.NoError(t, f.assign(context.Background(), id, f.staffID, at(8, 0), at(9, 0)))
 				sch := f.liveSchedule(t, id)
 				return func() error { return f.scheduleStatus(t, sch, "in_service") }
@@ -568,7 +569,7 @@ func TestFlowFailureAppendsNothing(t *testing.T) {
 			name:   "schedule done",
 			failOn: "OrderStatusChanged", // after ScheduleStatusChanged and the freed booking
 			prepare: func(t *testing.T, f flows) func() error {
-				id := f.createOrder(t)
+				id := f.CreateOrder(t)
 				require.NoError(t, f.assign(context.Background(), id, f.staffID, at(8, 0), at(9, 0)))
 				sch := f.liveSchedule(t, id)
 				require.NoError(t, f.scheduleStatus(t, sch, "in_service"))
@@ -579,7 +580,7 @@ func TestFlowFailureAppendsNothing(t *testing.T) {
 			name:   "schedule cancelled",
 			failOn: "OrderStatusChanged", // after ScheduleStatusChanged, the freed booking and OrderAssignmentUpdated
 			prepare: func(t *testing.T, f flows) func() error {
-				id := f.createOrder(t)
+				id := f.CreateOrder(t)
 				require.NoError(t, f.assign(context.Background(), id, f.staffID, at(8, 0), at(9, 0)))
 				sch := f.liveSchedule(t, id)
 				return func() error { return f.scheduleStatus(t, sch, "cancelled") }
@@ -589,11 +590,11 @@ func TestFlowFailureAppendsNothing(t *testing.T) {
 			name:   "cancel order",
 			failOn: "ScheduleStatusChanged", // after OrderCancelled
 			prepare: func(t *testing.T, f flows) func() error {
-				id := f.createOrder(t)
+				id := f.CreateOrder(t)
 				require.NoError(t, f.assign(context.Background(), id, f.staffID, at(8, 0), at(9, 0)))
 				return func() error {
-					_, err := f.orderCmds.Cancel(context.Background(), command.CancelOrder{
-						OrderTarget: command.OrderTarget{Meta: f.meta(), OrderID: id}, Reason: "customer called"})
+					_, err := f.OrderCmds.Cancel(context.Background(), command.CancelOrder{
+						OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: id}, Reason: "customer called"})
 					return err
 				}
 			},
@@ -627,7 +628,7 @@ func TestFlowFailureAppendsNothing(t *testing.T) {
 func (f flows) liveBookings(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	err := f.es.NewRaw(`SELECT schedule_id || ' ' || staff_id || ' ' || period::text FROM bookings WHERE live ORDER BY 1`).Scan(context.Background(), &out)
+	err := f.ES.NewRaw(`SELECT schedule_id || ' ' || staff_id || ' ' || period::text FROM bookings WHERE live ORDER BY 1`).Scan(context.Background(), &out)
 	require.NoError(t, err)
 	return out
 }

@@ -100,7 +100,7 @@ func (t *table[V, PV, R]) rowTable() string {
 }
 
 // Projector is one aggregate type's projection, whatever its view: what
-// the pipeline runs (pubsub.ProjectionOf).
+// the pipeline runs (projector.ProjectionOf).
 type Projector interface {
 	Aggregate() aggregates.Facts
 	Apply(ctx context.Context, r event.Recorded) error

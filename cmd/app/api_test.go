@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/app/access"
 	"hearth/app/uuid"
@@ -56,14 +56,14 @@ func setup(t *testing.T, urls pgtest.URLs) *api {
 
 // setupWith is setup with a hook that may change the projections (and the
 // config) before they run.
-func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projections []pubsub.Projection)) *api {
+func setupWith(t *testing.T, urls pgtest.URLs, change func(cfg *Config, projections []projector.Projection)) *api {
 	t.Helper()
 	return setupConfigured(t, urls, nil, change)
 }
 
 // setupConfigured is setupWith with a hook that changes the config first,
 // before the pools open.
-func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config), change func(cfg *Config, projections []pubsub.Projection)) *api {
+func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config), change func(cfg *Config, projections []projector.Projection)) *api {
 	t.Helper()
 	ctx := t.Context()
 	cfg := Config{

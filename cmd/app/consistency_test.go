@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/app/event"
 	"hearth/internal/pgtest"
 )
@@ -27,8 +28,8 @@ func (g gate) wait(ctx context.Context) error {
 
 // slowOrders makes the orders projection wait for g before each event or
 // batch.
-func slowOrders(g gate) func(*Config, []pubsub.Projection) {
-	return func(_ *Config, ps []pubsub.Projection) {
+func slowOrders(g gate) func(*Config, []projector.Projection) {
+	return func(_ *Config, ps []projector.Projection) {
 		for i := range ps {
 			if ps[i].Topic != pubsub.TopicOrders {
 				continue

@@ -11,7 +11,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/app/event"
 	"hearth/internal/database"
@@ -61,7 +61,7 @@ func lead(ctx context.Context, term int64, cfg Config, lease time.Duration, w wi
 // stepDownOnStaleTerm wraps each projection so that ErrStaleTerm cancels
 // the term's context at once: the router stops, and the message is neither
 // retried nor poisoned (its context is done), so the next leader gets it.
-func stepDownOnStaleTerm(projections []pubsub.Projection, stepDown context.CancelCauseFunc) []pubsub.Projection {
+func stepDownOnStaleTerm(projections []projector.Projection, stepDown context.CancelCauseFunc) []projector.Projection {
 	out := slices.Clone(projections)
 	watch := func(err error) error {
 		if errors.Is(err, readmodel.ErrStaleTerm) {

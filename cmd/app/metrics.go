@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/leader"
 )
 
@@ -21,12 +21,12 @@ import (
 // collectors Hearth registers on it.
 type telemetry struct {
 	reg         *prometheus.Registry
-	projections *pubsub.Metrics
+	projections *projector.Metrics
 	requests    *prometheus.CounterVec
 	durations   *prometheus.HistogramVec
 }
 
-func newTelemetry(dbs databases, projections []pubsub.Projection, log *slog.Logger) (*telemetry, error) {
+func newTelemetry(dbs databases, projections []projector.Projection, log *slog.Logger) (*telemetry, error) {
 	t := &telemetry{reg: prometheus.NewRegistry()}
 	t.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hearth_http_requests_total",
@@ -41,14 +41,14 @@ func newTelemetry(dbs databases, projections []pubsub.Projection, log *slog.Logg
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		t.requests, t.durations,
-		pubsub.NewStatsCollector(dbs.es.DB, log, projections...),
+		projector.NewStatsCollector(dbs.es.DB, log, projections...),
 	} {
 		if err := t.reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	var err error
-	t.projections, err = pubsub.NewMetrics(t.reg)
+	t.projections, err = projector.NewMetrics(t.reg)
 	return t, err
 }
 

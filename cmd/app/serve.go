@@ -19,6 +19,7 @@ import (
 
 	"hearth/adapters/idempotency"
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/adapters/refdata"
 	"hearth/app"
@@ -125,13 +126,13 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 type wiring struct {
 	app         app.Application
 	refdata     *refdata.Store
-	projections []pubsub.Projection
-	parking     *pubsub.Parking
+	projections []projector.Projection
+	parking     *projector.Parking
 	eventLog    *pubsub.EventLog
 	telemetry   *telemetry
 	idempotency *idempotency.Store
 	// retryInitial shortens the projections' retry budget in tests.
-	// Defaults to pubsub.RetryInitial.
+	// Defaults to projector.RetryInitial.
 	retryInitial time.Duration
 	// liveTerm is the term whose projections run live (caught up, router
 	// running); 0 when none.
@@ -193,9 +194,9 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	}
 	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64)}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
-		w.projections = append(w.projections, pubsub.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
+		w.projections = append(w.projections, projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
 	}
-	if w.parking, err = pubsub.NewParking(dbs.es, w.projections...); err != nil {
+	if w.parking, err = projector.NewParking(dbs.es, w.projections...); err != nil {
 		return wiring{}, err
 	}
 	w.parking.Audit = refdata.WriteAudit
@@ -371,8 +372,8 @@ func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
 // runProjections runs the projection pipeline on the event store es for one
 // leadership term (catch-up, then a fresh router woken by NOTIFY) until ctx
 // ends.
-func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, projections []pubsub.Projection, log *slog.Logger, onLive func()) error {
-	return pubsub.RunPipeline(ctx, pubsub.PipelineConfig{
+func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, projections []projector.Projection, log *slog.Logger, onLive func()) error {
+	pr, err := projector.New(projector.Config{
 		EventStore:   es,
 		ConnString:   cfg.DatabaseURL,
 		SameDB:       cfg.ReadModelDatabaseURL == cfg.DatabaseURL,
@@ -383,7 +384,12 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 		Metrics:      w.telemetry.projections,
 		Registry:     w.telemetry.reg,
 		OnLive:       onLive,
-	}, projections...)
+		Projections:  projections,
+	})
+	if err != nil {
+		return err
+	}
+	return pr.Run(ctx)
 }
 
 func readiness(cfg Config, dbs databases, elector *leader.Elector, liveTerm *atomic.Int64) func(context.Context) (map[string]any, error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/app/command"
 	"hearth/app/event"
@@ -365,13 +366,13 @@ func (b *bench) latencyPlain(ctx context.Context) (stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	poison, err := pubsub.SQLPublisher(db.DB, b.log)
+	poison, err := projector.SQLPublisher(db.DB, b.log)
 	if err != nil {
 		return nil, err
 	}
-	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber: pubsub.SQLSubscribers(db.DB, b.log, plainPollEvery), Poison: poison, Log: b.log,
-	}, pubsub.ProjectionOf(orders.Aggregate(), orders.Apply, nil))
+	router, err := projector.NewRouter(projector.RouterConfig{
+		Subscriber: projector.SQLSubscribers(db.DB, b.log, plainPollEvery), Poison: poison, Log: b.log,
+	}, projector.ProjectionOf(orders.Aggregate(), orders.Apply, nil))
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/adapters/refdata"
 	"hearth/app/access"
@@ -53,15 +54,20 @@ func (b *bench) isolation(ctx context.Context) (stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	failing := pubsub.ProjectionOf(aggregates.Order.Facts,
+	failing := projector.ProjectionOf(aggregates.Order.Facts,
 		func(context.Context, event.Recorded) error { return errors.New("bench: this projection always fails") }, nil)
 	failing.Name = "failing"
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- pubsub.RunPipeline(ctx, pubsub.PipelineConfig{EventStore: db.DB, ConnString: url, SameDB: true,
-			Fallback: fallbackPoll, Log: b.log},
-			pubsub.ProjectionOf(orders.Aggregate(), orders.Apply, orders.ApplyBatch), failing)
+		pr, err := projector.New(projector.Config{EventStore: db.DB, ConnString: url, SameDB: true,
+			Fallback: fallbackPoll, Log: b.log,
+			Projections: []projector.Projection{projector.ProjectionOf(orders.Aggregate(), orders.Apply, orders.ApplyBatch), failing}})
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- pr.Run(ctx)
 	}()
 	defer func() { cancel(); <-done }()
 	b.progress("isolation: %d events/s for %s, after %s of warm-up, while the projection 'failing' fails on every event", rate, isolationFor, latencyWarmUp)
@@ -469,7 +475,7 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 
 	b.progress("catch-up: plain watermill-sql, handler that does nothing")
 	noop := func(context.Context, event.Recorded) error { return nil }
-	noopTime, err := b.consume(ctx, db, "noop_", func(p pubsub.Projection) pubsub.Projection { p.Apply = noop; return p })
+	noopTime, err := b.consume(ctx, db, "noop_", func(p projector.Projection) projector.Projection { p.Apply = noop; return p })
 	if err != nil {
 		return nil, err
 	}
@@ -496,28 +502,28 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 
 // backlogProjections are every aggregate type's projection, without a
 // handler (the runs set one).
-var backlogProjections = func() []pubsub.Projection {
-	var ps []pubsub.Projection
+var backlogProjections = func() []projector.Projection {
+	var ps []projector.Projection
 	for _, a := range aggregates.All() {
-		ps = append(ps, pubsub.ProjectionOf(a, nil, nil))
+		ps = append(ps, projector.ProjectionOf(a, nil, nil))
 	}
 	return ps
 }()
 
 // consume runs plain watermill-sql consumer groups (prefix + topic) over
 // the three topics until each has acked the topic's last message.
-func (b *bench) consume(ctx context.Context, db *bun.DB, prefix string, with func(pubsub.Projection) pubsub.Projection) (time.Duration, error) {
-	var ps []pubsub.Projection
+func (b *bench) consume(ctx context.Context, db *bun.DB, prefix string, with func(projector.Projection) projector.Projection) (time.Duration, error) {
+	var ps []projector.Projection
 	for _, p := range backlogProjections {
 		p = with(p)
 		p.Name = prefix + p.Name
 		ps = append(ps, p)
 	}
-	poison, err := pubsub.SQLPublisher(db.DB, b.log)
+	poison, err := projector.SQLPublisher(db.DB, b.log)
 	if err != nil {
 		return 0, err
 	}
-	router, err := pubsub.NewRouter(pubsub.RouterConfig{Subscriber: pubsub.SQLSubscribers(db.DB, b.log, 10*time.Millisecond), Poison: poison, Log: b.log}, ps...)
+	router, err := projector.NewRouter(projector.RouterConfig{Subscriber: projector.SQLSubscribers(db.DB, b.log, 10*time.Millisecond), Poison: poison, Log: b.log}, ps...)
 	if err != nil {
 		return 0, err
 	}
@@ -533,7 +539,7 @@ func (b *bench) consume(ctx context.Context, db *bun.DB, prefix string, with fun
 // waitConsumed waits until the consumer group of every projection has
 // acked its topic's last message: a few index lookups every 10 ms, so
 // watching costs the run next to nothing. each runs at every look.
-func waitConsumed(ctx context.Context, db *bun.DB, ps []pubsub.Projection, start time.Time, each func()) error {
+func waitConsumed(ctx context.Context, db *bun.DB, ps []projector.Projection, start time.Time, each func()) error {
 	for {
 		each()
 		done := true
@@ -565,17 +571,17 @@ func (b *bench) perEventTx(ctx context.Context, db, rm *bun.DB) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	var ps []pubsub.Projection
+	var ps []projector.Projection
 	for _, rp := range projectors {
-		p := pubsub.ProjectionOf(rp.Aggregate(), rp.Apply, nil)
+		p := projector.ProjectionOf(rp.Aggregate(), rp.Apply, nil)
 		p.Name = "tx_" + p.Name
 		ps = append(ps, p)
 	}
-	poison, err := pubsub.SQLPublisher(db.DB, b.log)
+	poison, err := projector.SQLPublisher(db.DB, b.log)
 	if err != nil {
 		return "", err
 	}
-	router, err := pubsub.NewRouter(pubsub.RouterConfig{Subscriber: pubsub.SQLSubscribers(db.DB, b.log, 10*time.Millisecond), Poison: poison, Log: b.log}, ps...)
+	router, err := projector.NewRouter(projector.RouterConfig{Subscriber: projector.SQLSubscribers(db.DB, b.log, 10*time.Millisecond), Poison: poison, Log: b.log}, ps...)
 	if err != nil {
 		return "", err
 	}

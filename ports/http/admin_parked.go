@@ -10,7 +10,7 @@ import (
 )
 
 // ParkedAggregates is the operator's view of parked aggregates
-// (pubsub.Parking). Replay and Skip record themselves in the audit log, in
+// (projector.Parking). Replay and Skip record themselves in the audit log, in
 // their own transaction, as done by "by".
 type ParkedAggregates interface {
 	List(ctx context.Context, projection string) ([]ops.ParkedAggregate, error)

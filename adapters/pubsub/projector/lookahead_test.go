@@ -1,4 +1,4 @@
-package pubsub_test
+package projector_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/app/event"
 	"hearth/internal/pgtest"
 )
@@ -33,7 +33,7 @@ type counting struct {
 	failCall    int
 }
 
-func (c *counting) projection(f fixture) pubsub.Projection {
+func (c *counting) projection(f fixture) projector.Projection {
 	p := f.ordersProjection()
 	p.Apply = func(ctx context.Context, r event.Recorded) error {
 		c.mu.Lock()
@@ -49,7 +49,7 @@ func (c *counting) projection(f fixture) pubsub.Projection {
 		if fail {
 			return errors.New("injected: fails once")
 		}
-		err := f.orders.Apply(ctx, r)
+		err := f.Orders.Apply(ctx, r)
 		if err == nil {
 			c.mu.Lock()
 			c.applied++
@@ -65,7 +65,7 @@ func (c *counting) projection(f fixture) pubsub.Projection {
 		if fail {
 			return errors.New("injected batch failure")
 		}
-		err := f.orders.ApplyBatch(ctx, recs, also)
+		err := f.Orders.ApplyBatch(ctx, recs, also)
 		if err == nil {
 			c.mu.Lock()
 			c.batches = append(c.batches, len(recs))
@@ -102,9 +102,9 @@ func burst(t *testing.T, f fixture, urls pgtest.URLs, c *counting, n int) []stri
 	f.runPipeline(t, urls, 20*time.Millisecond, c.projection(f))
 	// The first order may go through the catch-up; the router takes
 	// everything after it.
-	f.requireProjected(t, []string{f.createOrder(t)})
+	f.requireProjected(t, []string{f.CreateOrder(t)})
 	held, release := c.reset()
-	ids := []string{f.createOrder(t)}
+	ids := []string{f.CreateOrder(t)}
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):
@@ -135,7 +135,7 @@ func TestLookaheadAppliesABurstInOneTransaction(t *testing.T) {
 	require.Equal(t, 1+10*4, events, "each event applied once, alone or in a batch (alone: %d, batches: %v)", applied, batches)
 	require.NotEmpty(t, batches, "the burst went through ApplyBatch")
 	require.Greater(t, slices.Max(batches), 1)
-	require.Equal(t, 2+10*4, f.count(t, f.rm, "change_log"))
+	require.Equal(t, 2+10*4, f.Count(t, f.RM, "change_log"))
 }
 
 // When a batch fails, its events are applied one by one, and no second
@@ -152,5 +152,5 @@ func TestLookaheadFallsBackToOneByOne(t *testing.T) {
 	require.Empty(t, batches)
 	require.Equal(t, 1, tried, "one batch tried, and never again for its messages")
 	require.Equal(t, 1+5*4, applied, "every event applied alone, once")
-	require.Equal(t, 2+5*4, f.count(t, f.rm, "change_log"))
+	require.Equal(t, 2+5*4, f.Count(t, f.RM, "change_log"))
 }

@@ -1,4 +1,4 @@
-package pubsub_test
+package projector_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/internal/pgtest"
 )
 
@@ -30,11 +31,11 @@ func TestSubscriptionsOfOneSubscriberWaitApart(t *testing.T) {
 	db := &pollingDB{DB: pgtest.Open(t, urls.EventStore).DB}
 	ignore := goleak.IgnoreCurrent()
 	// Not running: no notification comes, every wait is the fallback.
-	n, err := pubsub.NewNotifier(urls.EventStore, quietLog())
+	n, err := projector.NewNotifier(urls.EventStore, quietLog())
 	require.NoError(t, err)
 	logs := &logRecords{}
 	const fallback = 100 * time.Millisecond
-	sub, err := pubsub.NotifyingSubscribers(db, n, slog.New(logs), fallback, nil)("group")
+	sub, err := projector.NotifyingSubscribers(db, n, slog.New(logs), fallback, nil)("group")
 	require.NoError(t, err)
 
 	first, cancel := context.WithCancel(context.Background())

@@ -1,4 +1,4 @@
-package pubsub_test
+package projector_test
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/internal/pubsubtest"
+	"hearth/adapters/pubsub/projector"
 	"hearth/app/event"
 	"hearth/app/order"
 	"hearth/app/uuid"
@@ -70,7 +72,7 @@ var realSchedule = []time.Duration{
 // clock, fed by gochannel: publish returns once the handler acked the
 // message (applied, parked or poisoned). Poisoned messages arrive on the
 // returned channel.
-func goChannelRouter(t *testing.T, clock *fakeClock, parking *pubsub.Parking, p pubsub.Projection) (publish func(env event.Envelope), poisoned <-chan *message.Message) {
+func goChannelRouter(t *testing.T, clock *fakeClock, parking *projector.Parking, p projector.Projection) (publish func(env event.Envelope), poisoned <-chan *message.Message) {
 	t.Helper()
 	ch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = ch.Close() })
@@ -78,7 +80,7 @@ func goChannelRouter(t *testing.T, clock *fakeClock, parking *pubsub.Parking, p 
 	t.Cleanup(func() { _ = poison.Close() })
 	msgs, err := poison.Subscribe(t.Context(), pubsub.TopicPoison)
 	require.NoError(t, err)
-	router, err := pubsub.NewRouter(pubsub.RouterConfig{
+	router, err := projector.NewRouter(projector.RouterConfig{
 		Subscriber: func(string) (message.Subscriber, error) { return ch, nil },
 		Poison:     poison,
 		Log:        quietLog(),
@@ -86,7 +88,7 @@ func goChannelRouter(t *testing.T, clock *fakeClock, parking *pubsub.Parking, p 
 		Parking:    parking,
 	}, p)
 	require.NoError(t, err)
-	startRouter(t, router)
+	pubsubtest.StartRouter(t, router)
 	return func(env event.Envelope) {
 		t.Helper()
 		payload, err := json.Marshal(env)
@@ -124,9 +126,9 @@ type failing struct {
 	applied  []string       // event ids
 }
 
-func (f *failing) projection() pubsub.Projection {
+func (f *failing) projection() projector.Projection {
 	f.attempts = map[string]int{}
-	return pubsub.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode,
+	return projector.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode,
 		Apply: func(ctx context.Context, r event.Recorded) error {
 			f.mu.Lock()
 			f.attempts[r.ID]++
@@ -249,11 +251,11 @@ func TestSpentBudgetParksAggregate(t *testing.T) {
 		return nil
 	}}
 	p := proj.projection()
-	parking, err := pubsub.NewParking(f.es, p)
+	parking, err := projector.NewParking(f.ES, p)
 	require.NoError(t, err)
 	publish, poisoned := goChannelRouter(t, clock, parking, p)
 
-	first := envelope(t, f.merchantID, bad, 1)
+	first := envelope(t, f.MerchantID, bad, 1)
 	publish(first)
 	require.Equal(t, realSchedule, clock.recorded())
 	requirePoisoned(t, poisoned, first.ID, "cannot apply")
@@ -262,10 +264,10 @@ func TestSpentBudgetParksAggregate(t *testing.T) {
 	require.Equal(t, first.ID, parked.FirstEventID)
 	require.Equal(t, 1, parked.FirstVersion)
 
-	second := envelope(t, f.merchantID, bad, 2)
+	second := envelope(t, f.MerchantID, bad, 2)
 	publish(second)
 	require.Zero(t, proj.attemptsOf(second.ID), "held back, not attempted")
-	other := envelope(t, f.merchantID, uuid.New(), 1)
+	other := envelope(t, f.MerchantID, uuid.New(), 1)
 	publish(other)
 	require.Equal(t, 1, proj.attemptsOf(other.ID))
 	parked, err = parking.Get(t.Context(), "orders", bad)

@@ -1,4 +1,4 @@
-package pubsub_test
+package projector_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/internal/database"
 	"hearth/internal/pgtest"
 )
@@ -79,7 +80,7 @@ func TestWatermillConformance(t *testing.T) {
 // database, with one running notifier.
 type conformance struct {
 	url       string
-	notifier  *pubsub.Notifier
+	notifier  *projector.Notifier
 	log       *slog.Logger
 	lookahead bool
 	// mu serialises the creation of topic tables (see createTopic).
@@ -88,7 +89,7 @@ type conformance struct {
 
 func newConformance(t *testing.T, lookahead bool) *conformance {
 	url := pgtest.NewDB(t).EventStore
-	n, err := pubsub.NewNotifier(url, quietLog())
+	n, err := projector.NewNotifier(url, quietLog())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -109,14 +110,14 @@ func newConformance(t *testing.T, lookahead bool) *conformance {
 func (c *conformance) pubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 	db, err := database.OpenSQL(context.Background(), c.url, 10, "")
 	require.NoError(t, err)
-	pub, err := pubsub.SQLPublisher(db, c.log)
+	pub, err := projector.SQLPublisher(db, c.log)
 	require.NoError(t, err)
-	var ahead *pubsub.Lookahead
+	var ahead *projector.Lookahead
 	if c.lookahead {
-		ahead = pubsub.NewLookahead() // one per router, as RunPipeline does
+		ahead = projector.NewLookahead() // one per router, as Projector.Run does
 	}
 	// serve's default POLL_INTERVAL.
-	sub, err := pubsub.NotifyingSubscribers(db, c.notifier, c.log, 100*time.Millisecond, ahead)(group)
+	sub, err := projector.NotifyingSubscribers(db, c.notifier, c.log, 100*time.Millisecond, ahead)(group)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		// Some of the suite's tests leave their subscriber open.

@@ -1,4 +1,4 @@
-package pubsub_test
+package projector_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/app/event"
 	"hearth/app/ops"
@@ -26,13 +27,13 @@ type breakable struct {
 	broken atomic.Value // string: a stream id or an event id
 }
 
-func (b *breakable) projection() pubsub.Projection {
-	return pubsub.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode,
+func (b *breakable) projection() projector.Projection {
+	return projector.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode,
 		Apply: func(ctx context.Context, r event.Recorded) error {
 			if id, _ := b.broken.Load().(string); id != "" && (id == r.StreamID || id == r.ID) && r.Type != event.SkippedType {
 				return errors.New("injected: this order's events cannot be applied")
 			}
-			return b.f.orders.Apply(ctx, r)
+			return b.f.Orders.Apply(ctx, r)
 		}}
 }
 
@@ -40,12 +41,12 @@ func (b *breakable) set(id string) { b.broken.Store(id) }
 
 func (f fixture) step(t *testing.T, id string, st order.Status) {
 	t.Helper()
-	_, err := f.update(context.Background(), id, nil, func(o *order.Order) error { return o.ChangeStatus(st, time.Now()) })
+	_, err := f.Update(context.Background(), id, nil, func(o *order.Order) error { return o.ChangeStatus(st, time.Now()) })
 	require.NoError(t, err)
 }
 
 func (f fixture) rowVersion(t require.TestingT, id string) int {
-	o, err := f.orders.Get(context.Background(), query.Scope{MerchantID: f.merchantID}, id)
+	o, err := f.Orders.Get(context.Background(), query.Scope{MerchantID: f.MerchantID}, id)
 	if err != nil {
 		return 0
 	}
@@ -54,9 +55,9 @@ func (f fixture) rowVersion(t require.TestingT, id string) int {
 
 func (f fixture) verify(t *testing.T) []readmodel.Difference {
 	t.Helper()
-	log, err := pubsub.NewEventLog(f.es)
+	log, err := pubsub.NewEventLog(f.ES)
 	require.NoError(t, err)
-	report, err := readmodel.Verify(context.Background(), readmodel.VerifyConfig{Log: log, DB: f.rm})
+	report, err := readmodel.Verify(context.Background(), readmodel.VerifyConfig{Log: log, DB: f.RM})
 	require.NoError(t, err)
 	return report.Differences()
 }
@@ -73,12 +74,12 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := setup(t, newDB(t))
 			b := &breakable{f: f}
-			parking, err := pubsub.NewParking(f.es, b.projection())
+			parking, err := projector.NewParking(f.ES, b.projection())
 			require.NoError(t, err)
-			f.runRouterWith(t, parking, b.projection())
+			f.RunRouterWith(t, parking, b.projection())
 			ctx := context.Background()
 
-			bad, good := f.createOrder(t), f.createOrder(t)
+			bad, good := f.CreateOrder(t), f.CreateOrder(t)
 			require.Eventually(t, func() bool { return f.rowVersion(t, bad) == 1 && f.rowVersion(t, good) == 1 },
 				10*time.Second, 10*time.Millisecond)
 
@@ -91,10 +92,10 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 			}, 20*time.Second, 10*time.Millisecond)
 			require.Equal(t, bad, parked[0].StreamID)
 			require.Equal(t, 2, parked[0].FirstVersion)
-			require.Equal(t, f.stream(t, bad)[1].ID, parked[0].FirstEventID)
+			require.Equal(t, f.Stream(t, bad)[1].ID, parked[0].FirstEventID)
 			require.Contains(t, parked[0].Reason, "injected")
 			// The park commits first, then the poison middleware publishes its copy.
-			require.Eventually(t, func() bool { return f.count(t, f.es, "watermill_poison") == 1 },
+			require.Eventually(t, func() bool { return f.Count(t, f.ES, "watermill_poison") == 1 },
 				10*time.Second, 10*time.Millisecond, "the failed event is also on the poison topic")
 
 			// Later events of bad wait; good keeps flowing.
@@ -111,7 +112,7 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 			detail, err := parking.Get(ctx, "orders", bad)
 			require.NoError(t, err)
 			require.Equal(t, []int{2, 3, 4}, []int{detail.Events[0].Version, detail.Events[1].Version, detail.Events[2].Version})
-			_, isParked, err := parking.Parked(ctx, "orders", f.merchantID, bad)
+			_, isParked, err := parking.Parked(ctx, "orders", f.MerchantID, bad)
 			require.NoError(t, err)
 			require.True(t, isParked)
 			_, isParked, err = parking.Parked(ctx, "orders", "00000000-0000-0000-0000-000000000000", bad)
@@ -155,14 +156,14 @@ func TestParkedByAnEarlierTermHoldsEvents(t *testing.T) {
 	t.Parallel()
 	f := setup(t, pgtest.NewDB(t))
 	b := &breakable{f: f}
-	parked, free := f.createOrder(t), f.createOrder(t)
-	first := f.stream(t, parked)[0]
-	_, err := f.es.DB.Exec(`INSERT INTO parked_aggregates (projection, stream_id, stream_type, merchant_id, reason, first_event_id, first_version)
-		VALUES ('orders', $1, 'order', $2, 'parked by the previous leader', $3, 1)`, parked, f.merchantID, first.ID)
+	parked, free := f.CreateOrder(t), f.CreateOrder(t)
+	first := f.Stream(t, parked)[0]
+	_, err := f.ES.DB.Exec(`INSERT INTO parked_aggregates (projection, stream_id, stream_type, merchant_id, reason, first_event_id, first_version)
+		VALUES ('orders', $1, 'order', $2, 'parked by the previous leader', $3, 1)`, parked, f.MerchantID, first.ID)
 	require.NoError(t, err)
-	parking, err := pubsub.NewParking(f.es, b.projection())
+	parking, err := projector.NewParking(f.ES, b.projection())
 	require.NoError(t, err)
-	f.runRouterWith(t, parking, b.projection())
+	f.RunRouterWith(t, parking, b.projection())
 	f.requireProjected(t, []string{free})
 	require.Eventually(t, func() bool {
 		a, err := parking.Get(context.Background(), "orders", parked)
@@ -176,19 +177,19 @@ func TestParkedByAnEarlierTermHoldsEvents(t *testing.T) {
 func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	f := setup(t, pgtest.NewDB(t))
 	b := &breakable{f: f}
-	parking, err := pubsub.NewParking(f.es, b.projection())
+	parking, err := projector.NewParking(f.ES, b.projection())
 	require.NoError(t, err)
-	f.runRouterWith(t, parking, b.projection())
+	f.RunRouterWith(t, parking, b.projection())
 	ctx := context.Background()
 
-	id := f.createOrder(t)
+	id := f.CreateOrder(t)
 	require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
 	// Only v2 is broken: the event itself, not the order.
 	f.step(t, id, order.StatusConfirmed)
-	v2 := f.stream(t, id)[1].ID
+	v2 := f.Stream(t, id)[1].ID
 	b.set(v2)
 	require.Eventually(t, func() bool {
-		_, ok, err := parking.Parked(ctx, "orders", f.merchantID, id)
+		_, ok, err := parking.Parked(ctx, "orders", f.MerchantID, id)
 		return err == nil && ok
 	}, 20*time.Second, 10*time.Millisecond)
 	f.step(t, id, order.StatusDispatching)
@@ -199,7 +200,7 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 
 	_, err = parking.Skip(ctx, "orders", id, v2, "ops:ada", "")
 	require.Error(t, err, "a reason is required")
-	_, err = parking.Skip(ctx, "orders", id, f.stream(t, id)[2].ID, "ops:ada", "bad data")
+	_, err = parking.Skip(ctx, "orders", id, f.Stream(t, id)[2].ID, "ops:ada", "bad data")
 	require.Error(t, err, "only the first waiting event")
 	res, err := parking.Skip(ctx, "orders", id, v2, "ops:ada", "bad data")
 	require.NoError(t, err)
@@ -207,7 +208,7 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	require.Equal(t, 1, res.Waiting)
 	require.False(t, res.Unparked)
 	var by, why string
-	require.NoError(t, f.es.DB.QueryRow(`SELECT skipped_by, reason FROM skipped_events WHERE event_id = $1`, v2).Scan(&by, &why))
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT skipped_by, reason FROM skipped_events WHERE event_id = $1`, v2).Scan(&by, &why))
 	require.Equal(t, []string{"ops:ada", "bad data"}, []string{by, why})
 
 	replayed, err := parking.ReplayAll(ctx, "orders", "ops:ada")
@@ -215,11 +216,11 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	require.Len(t, replayed, 1)
 	require.True(t, replayed[0].Unparked)
 
-	got, err := f.orders.Get(ctx, query.Scope{MerchantID: f.merchantID}, id)
+	got, err := f.Orders.Get(ctx, query.Scope{MerchantID: f.MerchantID}, id)
 	require.NoError(t, err)
 	require.Equal(t, 3, got.Version)
 	require.Equal(t, "dispatching", got.Status)
-	changes, err := f.orders.Changes(ctx, query.Scope{MerchantID: f.merchantID}, "order", id)
+	changes, err := f.Orders.Changes(ctx, query.Scope{MerchantID: f.MerchantID}, "order", id)
 	require.NoError(t, err)
 	require.Len(t, changes, 3)
 	assert.Equal(t, event.SkippedType, changes[1].Action)

@@ -1,4 +1,4 @@
-package pubsub
+package projector
 
 import (
 	"cmp"
@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// PipelineConfig is what RunPipeline needs.
-type PipelineConfig struct {
-	// EventStore is the event-store database.
+// Config is what New needs.
+type Config struct {
+	// EventStore is the event-store database. Required.
 	EventStore *sql.DB
 	// ConnString is the event store's URL, for the LISTEN connection.
 	ConnString string
@@ -32,36 +32,74 @@ type PipelineConfig struct {
 	// RetryInitial overrides the router's first retry interval (tests).
 	// Defaults to RetryInitial.
 	RetryInitial time.Duration
+	// RetryClock is the time the retry budget runs on. Nil: real time.
+	RetryClock Clock
 	// CatchUpPageSize defaults to CatchUpPageSize.
 	CatchUpPageSize int
 	// Parking, Metrics and Registry go to the router (see RouterConfig).
 	// A projection with parked aggregates skips the catch-up: the router,
 	// which holds back a parked aggregate's events, takes its backlog.
+	// Optional.
 	Parking  *Parking
 	Metrics  *Metrics
 	Registry prometheus.Registerer
 	// OnLive, when set, is called once the term's router runs: the
 	// catch-up is done and the subscribers are subscribed.
 	OnLive func()
+	// Projections are the read models fed, each from its topic.
+	Projections []Projection
 }
 
-// RunPipeline runs the projections for one leadership term, until ctx
-// ends: it catches every projection up on its backlog in pages (CatchUp,
-// all projections at once), then runs a fresh router whose subscribers wake
-// on NOTIFY (Notifier) and poll every Fallback otherwise.
-func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Projection) error {
+// Projector feeds the projections from the event store: catch-up, then a
+// router (retry, poison, parking, lookahead, metrics) whose subscribers wake
+// on NOTIFY. It holds its collaborators; each Run is one leadership term.
+type Projector struct {
+	db           *sql.DB
+	connString   string
+	sameDB       bool
+	fallback     time.Duration
+	log          *slog.Logger
+	retryInitial time.Duration
+	retryClock   Clock
+	pageSize     int
+	parking      *Parking
+	metrics      *Metrics
+	registry     prometheus.Registerer
+	onLive       func()
+	projections  []Projection
+}
+
+// New returns the projector cfg describes.
+func New(cfg Config) (*Projector, error) {
 	if cfg.EventStore == nil {
-		return errors.New("pubsub.RunPipeline: EventStore is required")
+		return nil, errors.New("projector.New: EventStore is required")
 	}
 	if cfg.Fallback <= 0 {
-		return errors.New("pubsub.RunPipeline: Fallback is required")
+		return nil, errors.New("projector.New: Fallback is required")
 	}
-	log := cmp.Or(cfg.Log, slog.Default())
-	notifier, err := NewNotifier(cfg.ConnString, log)
+	onLive := cfg.OnLive
+	if onLive == nil {
+		onLive = func() {}
+	}
+	return &Projector{
+		db: cfg.EventStore, connString: cfg.ConnString, sameDB: cfg.SameDB, fallback: cfg.Fallback,
+		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
+		pageSize: cfg.CatchUpPageSize, parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry,
+		onLive: onLive, projections: cfg.Projections,
+	}, nil
+}
+
+// Run runs the projections for one leadership term, until ctx ends: it
+// catches every projection up on its backlog in pages (CatchUp, all
+// projections at once), then runs a fresh router whose subscribers wake on
+// NOTIFY (Notifier) and poll every Fallback otherwise.
+func (pr *Projector) Run(ctx context.Context) error {
+	log := pr.log
+	notifier, err := NewNotifier(pr.connString, log)
 	if err != nil {
 		return err
 	}
-	poison, err := SQLPublisher(cfg.EventStore, log)
+	poison, err := SQLPublisher(pr.db, log)
 	if err != nil {
 		return err
 	}
@@ -77,12 +115,12 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Project
 		return errors.Join(err, g.Wait())
 	}
 
-	catchUp := CatchUp{DB: cfg.EventStore, SameDB: cfg.SameDB, PageSize: cfg.CatchUpPageSize, Log: log}
+	catchUp := CatchUp{DB: pr.db, SameDB: pr.sameDB, PageSize: pr.pageSize, Log: log}
 	cg, cctx := errgroup.WithContext(gctx)
-	for _, p := range projections {
+	for _, p := range pr.projections {
 		cg.Go(func() error {
-			if cfg.Parking != nil {
-				parked, err := cfg.Parking.List(cctx, p.Name)
+			if pr.parking != nil {
+				parked, err := pr.parking.List(cctx, p.Name)
 				if err != nil {
 					return err
 				}
@@ -103,24 +141,11 @@ func RunPipeline(ctx context.Context, cfg PipelineConfig, projections ...Project
 	}
 
 	ahead := NewLookahead()
-	router, err := NewRouter(RouterConfig{
-		Subscriber:   NotifyingSubscribers(cfg.EventStore, notifier, log, cfg.Fallback, ahead),
-		Lookahead:    ahead,
-		Poison:       poison,
-		Log:          log,
-		RetryInitial: cfg.RetryInitial,
-		Parking:      cfg.Parking,
-		Metrics:      cfg.Metrics,
-		Registry:     cfg.Registry,
-	}, projections...)
+	router, err := pr.router(NotifyingSubscribers(pr.db, notifier, log, pr.fallback, ahead), poison, ahead)
 	if err != nil {
 		return fail(err)
 	}
-	onLive := cfg.OnLive
-	if onLive == nil {
-		onLive = func() {}
-	}
-	g.Go(func() error { return runRouter(gctx, router, log, onLive) })
+	g.Go(func() error { return runRouter(gctx, router, log, pr.onLive) })
 	err = g.Wait()
 	if parent.Err() != nil {
 		return nil // the term ended: errors of parts cut short are not errors

@@ -1,4 +1,4 @@
-package pubsub
+package projector
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -76,12 +75,12 @@ const anyParkedTTL = time.Second
 // projections (replay and skip apply through their Apply).
 func NewParking(db *bun.DB, projections ...Projection) (*Parking, error) {
 	if db == nil {
-		return nil, errors.New("pubsub.NewParking: nil db")
+		return nil, errors.New("projector.NewParking: nil db")
 	}
 	pk := &Parking{db: db, projections: map[string]Projection{}}
 	for _, p := range projections {
 		if p.Name == "" || p.Apply == nil || p.Decode == nil {
-			return nil, fmt.Errorf("pubsub.NewParking: projection %q needs Name, Decode and Apply", p.Name)
+			return nil, fmt.Errorf("projector.NewParking: projection %q needs Name, Decode and Apply", p.Name)
 		}
 		pk.projections[p.Name] = p
 	}
@@ -206,7 +205,8 @@ func (e *parkFailedError) Unwrap() error { return e.err }
 // good (retry budget spent or a permanent error). It sits between the
 // poison queue and the retry middleware. pk may be nil: then it only
 // counts.
-func parkMiddleware(pk *Parking, m *Metrics, log *slog.Logger) message.HandlerMiddleware {
+func (pr *Projector) parkMiddleware() message.HandlerMiddleware {
+	pk, m, log := pr.parking, pr.metrics, pr.log.With("component", "router")
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)

@@ -1,4 +1,4 @@
-package pubsub
+package projector
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+
+	"hearth/adapters/pubsub"
 )
 
 // NotifyChannel is the Postgres channel on which a statement trigger on every
@@ -42,7 +44,7 @@ type Notifier struct {
 // NewNotifier returns a notifier on the event-store database. Call Run.
 func NewNotifier(connString string, log *slog.Logger) (*Notifier, error) {
 	if _, err := pgx.ParseConfig(connString); err != nil {
-		return nil, fmt.Errorf("pubsub.NewNotifier: %w", err)
+		return nil, fmt.Errorf("projector.NewNotifier: %w", err)
 	}
 	if log == nil {
 		log = slog.Default()
@@ -145,7 +147,7 @@ func (n *Notifier) wakeAll() {
 
 // topicTable is the table name the trigger reports for topic (unquoted).
 func topicTable(topic string) string {
-	return strings.Trim(Schema.MessagesTable(topic), `"`)
+	return strings.Trim(pubsub.Schema.MessagesTable(topic), `"`)
 }
 
 // notifyBackoff is the BackoffManager of one subscriber: after an empty
@@ -219,7 +221,7 @@ func (b *notifyBackoff) ending() bool {
 func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration, ahead *Lookahead) func(string) (message.Subscriber, error) {
 	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
-		var schema wsql.SchemaAdapter = Schema
+		var schema wsql.SchemaAdapter = pubsub.Schema
 		if ahead != nil {
 			schema = ahead.schema(group)
 		}

@@ -1,4 +1,4 @@
-package pubsub
+package projector
 
 import (
 	"cmp"
@@ -19,6 +19,8 @@ import (
 
 	"hearth/app/event"
 	"hearth/internal/aggregates"
+
+	"hearth/adapters/pubsub"
 )
 
 // Projection is a read model fed from one topic. Name is also its consumer
@@ -64,7 +66,7 @@ type RouterConfig struct {
 	// Subscriber makes the subscriber of one consumer group: watermill-sql
 	// in production (SQLSubscribers), gochannel in handler-level tests.
 	Subscriber func(consumerGroup string) (message.Subscriber, error)
-	// Poison receives messages whose retry budget ran out, on TopicPoison.
+	// Poison receives messages whose retry budget ran out, on pubsub.TopicPoison.
 	Poison message.Publisher
 	// Log defaults to slog.Default().
 	Log *slog.Logger
@@ -93,52 +95,61 @@ type RouterConfig struct {
 	Registry prometheus.Registerer
 }
 
-// NewRouter builds a router that feeds the projections. Routers are
-// single-use: build a new one for each leadership term.
+// NewRouter builds a router that feeds the projections, for a transport
+// of the caller's choosing (gochannel in handler-level tests, the bench's
+// own subscribers). Routers are single-use: build a new one for each
+// leadership term.
 func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, error) {
 	if cfg.Subscriber == nil || cfg.Poison == nil {
-		return nil, errors.New("pubsub.NewRouter: Subscriber and Poison are required")
+		return nil, errors.New("projector.NewRouter: Subscriber and Poison are required")
 	}
-	log := cfg.Log
-	if log == nil {
-		log = slog.Default()
+	pr := &Projector{
+		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
+		parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry, projections: projections,
 	}
-	wlog := watermill.NewSlogLogger(log.With("component", "router"))
+	return pr.router(cfg.Subscriber, cfg.Poison, cfg.Lookahead)
+}
+
+// router builds the router of one term: subscriber makes each projection's
+// subscriber, poisoned messages go to poisonPub, and ahead (optional) is the
+// lookahead shared with those subscribers.
+func (pr *Projector) router(subscriber func(consumerGroup string) (message.Subscriber, error), poisonPub message.Publisher, ahead *Lookahead) (*message.Router, error) {
+	wlog := watermill.NewSlogLogger(pr.log.With("component", "router"))
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, wlog)
 	if err != nil {
 		return nil, err
 	}
-	poison, err := middleware.PoisonQueueWithFilter(cfg.Poison, TopicPoison, func(err error) bool {
+	poison, err := middleware.PoisonQueueWithFilter(poisonPub, pubsub.TopicPoison, func(err error) bool {
 		return !errors.As(err, new(*cancelledError)) && !errors.As(err, new(*parkFailedError))
 	})
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Registry != nil {
-		metrics.NewPrometheusMetricsBuilder(cfg.Registry, "hearth", "watermill").AddPrometheusRouterMetrics(router)
+	if pr.registry != nil {
+		metrics.NewPrometheusMetricsBuilder(pr.registry, "hearth", "watermill").AddPrometheusRouterMetrics(router)
 	}
 	router.AddMiddleware(
 		poison,
-		parkMiddleware(cfg.Parking, cfg.Metrics, log.With("component", "router")),
+		pr.parkMiddleware(),
 		markCancelled,
 		Retry{
-			InitialInterval: cmp.Or(cfg.RetryInitial, RetryInitial),
+			InitialInterval: cmp.Or(pr.retryInitial, RetryInitial),
 			Multiplier:      RetryMultiplier,
 			MaxInterval:     RetryMax,
 			MaxRetries:      RetryCount,
 			MaxElapsedTime:  RetryMaxElapsed,
 			Permanent:       isPermanent,
-			OnRetry:         logRetry(log.With("component", "router"), cfg.Metrics),
-			Clock:           cfg.RetryClock,
+			OnRetry:         pr.logRetry(),
+			Clock:           pr.retryClock,
 		}.Middleware,
 		middleware.Recoverer,
 	)
-	for _, p := range projections {
-		sub, err := cfg.Subscriber(p.Name)
+	for _, p := range pr.projections {
+		sub, err := subscriber(p.Name)
 		if err != nil {
 			return nil, fmt.Errorf("subscriber for %s: %w", p.Name, err)
 		}
-		router.AddConsumerHandler(p.Name, p.Topic, sub, handler(p, cfg.Parking, cfg.Metrics, cfg.Lookahead, log.With("component", "router")))
+		router.AddConsumerHandler(p.Name, p.Topic, sub, pr.handler(p, ahead))
 	}
 	return router, nil
 }
@@ -147,7 +158,7 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 // parked: then the event waits in parked_events (see Parking). With a
 // lookahead, it applies the messages fetched after it in the same
 // transaction when it can, and acks those without work when they come.
-func handler(p Projection, pk *Parking, m *Metrics, ahead *Lookahead, log *slog.Logger) message.NoPublishHandlerFunc {
+func (pr *Projector) handler(p Projection, ahead *Lookahead) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		if ahead != nil && ahead.of(p.Name).appliedAhead(msg) {
 			return nil
@@ -159,11 +170,11 @@ func handler(p Projection, pk *Parking, m *Metrics, ahead *Lookahead, log *slog.
 		}
 		ctx, cancel := context.WithTimeout(msg.Context(), AttemptTimeout)
 		defer cancel()
-		if ahead.applyAhead(ctx, p, pk, m, log, msg, rec) {
+		if pr.applyAhead(ctx, ahead, p, msg, rec) {
 			return nil
 		}
-		if pk != nil {
-			held, err := pk.hold(ctx, p.Name, rec)
+		if pr.parking != nil {
+			held, err := pr.parking.hold(ctx, p.Name, rec)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.Name, err)
 			}
@@ -173,7 +184,7 @@ func handler(p Projection, pk *Parking, m *Metrics, ahead *Lookahead, log *slog.
 		}
 		start := time.Now()
 		err = p.Apply(ctx, rec)
-		m.observe(p.Name, time.Since(start), err)
+		pr.metrics.observe(p.Name, time.Since(start), err)
 		if err != nil {
 			return fmt.Errorf("%s: apply %s v%d of %s: %w", p.Name, rec.Type, rec.Version, rec.StreamID, err)
 		}
@@ -218,8 +229,8 @@ func SQLSubscribers(db *sql.DB, log *slog.Logger, pollInterval time.Duration) fu
 			PollInterval:   pollInterval,
 			ResendInterval: 200 * time.Millisecond,
 			RetryInterval:  time.Second,
-			SchemaAdapter:  Schema,
-			OffsetsAdapter: Offsets,
+			SchemaAdapter:  pubsub.Schema,
+			OffsetsAdapter: pubsub.Offsets,
 		}, wlog)
 	}
 }
@@ -227,5 +238,5 @@ func SQLSubscribers(db *sql.DB, log *slog.Logger, pollInterval time.Duration) fu
 // SQLPublisher returns a publisher on db outside any transaction, for the
 // poison queue.
 func SQLPublisher(db *sql.DB, log *slog.Logger) (message.Publisher, error) {
-	return wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: Schema}, watermill.NewSlogLogger(log.With("component", "publisher")))
+	return wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: pubsub.Schema}, watermill.NewSlogLogger(log.With("component", "publisher")))
 }

@@ -1,8 +1,7 @@
-package pubsub
+package projector
 
 import (
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -90,7 +89,8 @@ func (r Retry) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-func logRetry(log *slog.Logger, m *Metrics) func(*message.Message, error, time.Duration) {
+func (pr *Projector) logRetry() func(*message.Message, error, time.Duration) {
+	log, m := pr.log.With("component", "router"), pr.metrics
 	return func(msg *message.Message, err error, wait time.Duration) {
 		m.retry(message.HandlerNameFromCtx(msg.Context()))
 		log.Warn("projection failed, retrying", "message_uuid", msg.UUID, "wait", wait, "error", err)

@@ -1,9 +1,8 @@
-package pubsub
+package projector
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"hearth/app/event"
+
+	"hearth/adapters/pubsub"
 )
 
 // Lookahead lets a live handler apply a burst in one read-model
@@ -65,7 +66,7 @@ func (l *Lookahead) of(group string) *fetched {
 // schema is watermill-sql's Postgres schema for group's subscriber, noting
 // the messages of each query.
 func (l *Lookahead) schema(group string) wsql.SchemaAdapter {
-	return lookaheadSchema{DefaultPostgreSQLSchema: Schema, f: l.of(group)}
+	return lookaheadSchema{DefaultPostgreSQLSchema: pubsub.Schema, f: l.of(group)}
 }
 
 type lookaheadSchema struct {
@@ -139,12 +140,12 @@ func (f *fetched) settle(first *message.Message, later []*message.Message, appli
 
 // applyAhead applies rec (of msg) and the decodable messages fetched after
 // it in one transaction, and reports whether it did. It does nothing
-// (false) when nothing follows msg, when p has no ApplyBatch, when msg
+// (false) when nothing follows msg, when p has no ApplyBatch or there is no lookahead, when msg
 // belongs to a batch that failed, or when an aggregate of the batch is
 // parked; it reports false, logged, when the batch fails: the caller then
 // applies rec alone, and so are the batch's other messages, retries
 // included.
-func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m *Metrics, log *slog.Logger, msg *message.Message, rec event.Recorded) bool {
+func (pr *Projector) applyAhead(ctx context.Context, l *Lookahead, p Projection, msg *message.Message, rec event.Recorded) bool {
 	if l == nil || p.ApplyBatch == nil {
 		return false
 	}
@@ -161,8 +162,8 @@ func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m
 	if len(later) == 0 {
 		return false
 	}
-	if pk != nil {
-		parked, err := pk.anyParked(ctx, p.Name, recs)
+	if pr.parking != nil {
+		parked, err := pr.parking.anyParked(ctx, p.Name, recs)
 		if err != nil || parked {
 			f.settle(msg, later, false)
 			return false
@@ -173,10 +174,10 @@ func (l *Lookahead) applyAhead(ctx context.Context, p Projection, pk *Parking, m
 	defer cancel()
 	start := time.Now()
 	err := p.ApplyBatch(batchCtx, recs, nil)
-	m.observeBatch(p.Name, time.Since(start), len(recs), err)
+	pr.metrics.observeBatch(p.Name, time.Since(start), len(recs), err)
 	f.settle(msg, later, err == nil)
 	if err != nil {
-		log.Debug("lookahead batch failed; its events are applied one by one", "projection", p.Name, "events", len(recs), "error", err)
+		pr.log.With("component", "router").Debug("lookahead batch failed; its events are applied one by one", "projection", p.Name, "events", len(recs), "error", err)
 		return false
 	}
 	return true

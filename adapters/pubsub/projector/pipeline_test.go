@@ -1,4 +1,4 @@
-package pubsub_test
+package projector_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/internal/pubsubtest"
+	"hearth/adapters/pubsub/projector"
 	"hearth/app/event"
 	"hearth/app/order"
 	"hearth/internal/pgtest"
@@ -24,9 +26,9 @@ func quietLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-func (f fixture) ordersProjection() pubsub.Projection {
-	return pubsub.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode,
-		Apply: f.orders.Apply, ApplyBatch: f.orders.ApplyBatch}
+func (f fixture) ordersProjection() projector.Projection {
+	return projector.Projection{Name: "orders", Topic: pubsub.TopicOrders, Decode: order.Decode,
+		Apply: f.Orders.Apply, ApplyBatch: f.Orders.ApplyBatch}
 }
 
 // createOrders creates n orders with three status changes each (4 events).
@@ -34,10 +36,10 @@ func (f fixture) createOrders(t *testing.T, n int) []string {
 	t.Helper()
 	var ids []string
 	for range n {
-		id := f.createOrder(t)
+		id := f.CreateOrder(t)
 		ids = append(ids, id)
 		for _, st := range []order.Status{order.StatusConfirmed, order.StatusInService, order.StatusCompleted} {
-			_, err := f.update(context.Background(), id, nil, func(o *order.Order) error {
+			_, err := f.Update(context.Background(), id, nil, func(o *order.Order) error {
 				return o.ChangeStatus(st, time.Now())
 			})
 			require.NoError(t, err)
@@ -49,27 +51,37 @@ func (f fixture) createOrders(t *testing.T, n int) []string {
 func (f fixture) ackedOffset(t *testing.T) int64 {
 	t.Helper()
 	var off int64
-	require.NoError(t, f.es.DB.QueryRow(`SELECT offset_acked FROM watermill_offsets_orders WHERE consumer_group = 'orders'`).Scan(&off))
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT offset_acked FROM watermill_offsets_orders WHERE consumer_group = 'orders'`).Scan(&off))
 	return off
 }
 
 func (f fixture) maxOffset(t *testing.T) int64 {
 	t.Helper()
 	var off int64
-	require.NoError(t, f.es.DB.QueryRow(`SELECT max("offset") FROM watermill_orders`).Scan(&off))
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT max("offset") FROM watermill_orders`).Scan(&off))
 	return off
 }
 
+// run builds the projector cfg describes and runs it until ctx ends.
+func run(ctx context.Context, cfg projector.Config) error {
+	pr, err := projector.New(cfg)
+	if err != nil {
+		return err
+	}
+	return pr.Run(ctx)
+}
+
 // runPipeline runs the whole pipeline until the test ends.
-func (f fixture) runPipeline(t *testing.T, urls pgtest.URLs, fallback time.Duration, projections ...pubsub.Projection) {
+func (f fixture) runPipeline(t *testing.T, urls pgtest.URLs, fallback time.Duration, projections ...projector.Projection) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- pubsub.RunPipeline(ctx, pubsub.PipelineConfig{
-			EventStore: f.es.DB, ConnString: urls.EventStore, SameDB: !urls.Split(),
+		done <- run(ctx, projector.Config{
+			EventStore: f.ES.DB, ConnString: urls.EventStore, SameDB: !urls.Split(),
 			Fallback: fallback, Log: quietLog(), RetryInitial: time.Millisecond, CatchUpPageSize: 7,
-		}, projections...)
+			Projections: projections,
+		})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -90,25 +102,25 @@ func TestCatchUpAppliesBacklogInPages(t *testing.T) {
 			urls := newDB(t)
 			f := setup(t, urls)
 			ids := f.createOrders(t, 10)
-			c := pubsub.CatchUp{DB: f.es.DB, SameDB: !urls.Split(), PageSize: 7, Log: quietLog()}
+			c := projector.CatchUp{DB: f.ES.DB, SameDB: !urls.Split(), PageSize: 7, Log: quietLog()}
 			ctx := context.Background()
 			n, err := c.Run(ctx, f.ordersProjection())
 			require.NoError(t, err)
 			require.Equal(t, 40, n)
 			require.Equal(t, f.maxOffset(t), f.ackedOffset(t))
 			f.requireProjected(t, ids)
-			require.Equal(t, 40, f.count(t, f.rm, "change_log"))
+			require.Equal(t, 40, f.Count(t, f.RM, "change_log"))
 
 			n, err = c.Run(ctx, f.ordersProjection())
 			require.NoError(t, err)
 			require.Zero(t, n, "nothing left")
 
-			_, err = f.es.DB.Exec(`UPDATE watermill_offsets_orders SET offset_acked = 0, last_processed_transaction_id = '0'`)
+			_, err = f.ES.DB.Exec(`UPDATE watermill_offsets_orders SET offset_acked = 0, last_processed_transaction_id = '0'`)
 			require.NoError(t, err)
 			n, err = c.Run(ctx, f.ordersProjection())
 			require.NoError(t, err)
 			require.Equal(t, 40, n, "redelivered")
-			require.Equal(t, 40, f.count(t, f.rm, "change_log"), "redelivery writes no change-log row")
+			require.Equal(t, 40, f.Count(t, f.RM, "change_log"), "redelivery writes no change-log row")
 			f.requireProjected(t, ids)
 		})
 	}
@@ -127,7 +139,7 @@ func TestCatchUpHandsOverAtAFailingPage(t *testing.T) {
 			p := f.ordersProjection()
 			p.ApplyBatch = func(ctx context.Context, recs []event.Recorded, also func(context.Context, bun.Tx) error) error {
 				pages++
-				return f.orders.ApplyBatch(ctx, recs, func(ctx context.Context, tx bun.Tx) error {
+				return f.Orders.ApplyBatch(ctx, recs, func(ctx context.Context, tx bun.Tx) error {
 					if also != nil {
 						if err := also(ctx, tx); err != nil {
 							return err
@@ -139,12 +151,12 @@ func TestCatchUpHandsOverAtAFailingPage(t *testing.T) {
 					return nil
 				})
 			}
-			n, err := pubsub.CatchUp{DB: f.es.DB, SameDB: !urls.Split(), PageSize: 7, Log: quietLog()}.Run(context.Background(), p)
+			n, err := projector.CatchUp{DB: f.ES.DB, SameDB: !urls.Split(), PageSize: 7, Log: quietLog()}.Run(context.Background(), p)
 			require.NoError(t, err)
 			require.Equal(t, 7, n, "only the first page")
-			require.Equal(t, 7, f.count(t, f.rm, "change_log"), "the failed page left nothing")
+			require.Equal(t, 7, f.Count(t, f.RM, "change_log"), "the failed page left nothing")
 			var seventh int64
-			require.NoError(t, f.es.DB.QueryRow(`SELECT "offset" FROM watermill_orders ORDER BY transaction_id, "offset" OFFSET 6 LIMIT 1`).Scan(&seventh))
+			require.NoError(t, f.ES.DB.QueryRow(`SELECT "offset" FROM watermill_orders ORDER BY transaction_id, "offset" OFFSET 6 LIMIT 1`).Scan(&seventh))
 			require.Equal(t, seventh, f.ackedOffset(t), "the offset stops after the first page")
 
 			f.runPipeline(t, urls, 20*time.Millisecond, f.ordersProjection())
@@ -162,8 +174,8 @@ func TestNotifyWakesSubscriberAndReconnects(t *testing.T) {
 	f := setup(t, urls)
 	f.runPipeline(t, urls, time.Hour, f.ordersProjection())
 	listener := func() (pid int) {
-		err := f.es.DB.QueryRow(`SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()
-			AND query ILIKE 'LISTEN%'`, pubsub.NotifyApplicationName).Scan(&pid)
+		err := f.ES.DB.QueryRow(`SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()
+			AND query ILIKE 'LISTEN%'`, projector.NotifyApplicationName).Scan(&pid)
 		if err != nil {
 			return 0
 		}
@@ -171,16 +183,16 @@ func TestNotifyWakesSubscriberAndReconnects(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return listener() != 0 }, 10*time.Second, 5*time.Millisecond)
 
-	first := f.createOrder(t)
+	first := f.CreateOrder(t)
 	f.requireProjected(t, []string{first})
-	second := f.createOrder(t) // the subscriber is idle now: only a notification wakes it
+	second := f.CreateOrder(t) // the subscriber is idle now: only a notification wakes it
 	f.requireProjected(t, []string{second})
 
 	old := listener()
-	_, err := f.es.DB.Exec(`SELECT pg_terminate_backend($1)`, old)
+	_, err := f.ES.DB.Exec(`SELECT pg_terminate_backend($1)`, old)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { p := listener(); return p != 0 && p != old }, 10*time.Second, 5*time.Millisecond)
-	third := f.createOrder(t)
+	third := f.CreateOrder(t)
 	f.requireProjected(t, []string{third})
 }
 
@@ -189,17 +201,17 @@ func TestNotifyWakesSubscriberAndReconnects(t *testing.T) {
 func TestFallbackPollWithoutNotifications(t *testing.T) {
 	t.Parallel()
 	f := setup(t, pgtest.NewDB(t))
-	n, err := pubsub.NewNotifier("postgres://nobody@127.0.0.1:1/none", quietLog())
+	n, err := projector.NewNotifier("postgres://nobody@127.0.0.1:1/none", quietLog())
 	require.NoError(t, err)
-	poison, err := pubsub.SQLPublisher(f.es.DB, quietLog())
+	poison, err := projector.SQLPublisher(f.ES.DB, quietLog())
 	require.NoError(t, err)
-	router, err := pubsub.NewRouter(pubsub.RouterConfig{
-		Subscriber: pubsub.NotifyingSubscribers(f.es.DB, n, quietLog(), 20*time.Millisecond, nil),
+	router, err := projector.NewRouter(projector.RouterConfig{
+		Subscriber: projector.NotifyingSubscribers(f.ES.DB, n, quietLog(), 20*time.Millisecond, nil),
 		Poison:     poison,
 		Log:        quietLog(),
 	}, f.ordersProjection())
 	require.NoError(t, err)
-	startRouter(t, router)
+	pubsubtest.StartRouter(t, router)
 	ids := f.createOrders(t, 2)
 	f.requireProjected(t, ids)
 }
@@ -216,7 +228,7 @@ func TestFailingProjectionDoesNotHoldUpOthers(t *testing.T) {
 	urls := pgtest.NewDB(t)
 	f := setup(t, urls)
 	attempts := make(chan struct{}, 100)
-	failing := pubsub.Projection{Name: "failing", Topic: pubsub.TopicOrders, Decode: order.Decode,
+	failing := projector.Projection{Name: "failing", Topic: pubsub.TopicOrders, Decode: order.Decode,
 		Apply: func(ctx context.Context, r event.Recorded) error {
 			select {
 			case attempts <- struct{}{}:
@@ -227,17 +239,17 @@ func TestFailingProjectionDoesNotHoldUpOthers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- pubsub.RunPipeline(ctx, pubsub.PipelineConfig{EventStore: f.es.DB, ConnString: urls.EventStore, SameDB: true,
-			Fallback: 20 * time.Millisecond, Log: quietLog()}, f.ordersProjection(), failing)
+		done <- run(ctx, projector.Config{EventStore: f.ES.DB, ConnString: urls.EventStore, SameDB: true,
+			Fallback: 20 * time.Millisecond, Log: quietLog(), Projections: []projector.Projection{f.ordersProjection(), failing}})
 	}()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	first := f.createOrder(t)
+	first := f.CreateOrder(t)
 	<-attempts
 	<-attempts // the failing handler is in its retry budget now
-	second := f.createOrder(t)
+	second := f.CreateOrder(t)
 	f.requireProjected(t, []string{first, second})
-	require.Zero(t, f.count(t, f.es, "watermill_poison"), "the failing event is still within its budget")
+	require.Zero(t, f.Count(t, f.ES, "watermill_poison"), "the failing event is still within its budget")
 }
