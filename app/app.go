@@ -6,7 +6,7 @@ package app
 import (
 	"hearth/app/command"
 	"hearth/app/query"
-	"hearth/app/reference"
+	"hearth/domain/reference"
 )
 
 // Application is what the ports call.

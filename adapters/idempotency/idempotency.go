@@ -20,9 +20,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/uuid"
 )
 
 // CompleteSQL stores an attempt's answer in the caller's transaction; its

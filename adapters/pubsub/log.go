@@ -8,7 +8,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/event"
+	"hearth/domain/event"
 )
 
 // EventLog reads whole streams back from the events table, the source of

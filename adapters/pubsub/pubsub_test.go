@@ -12,10 +12,10 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/internal/pubsubtest"
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/order"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 

@@ -11,12 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"hearth/adapters/idempotency"
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
 )

@@ -21,9 +21,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
 )

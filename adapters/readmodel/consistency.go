@@ -8,7 +8,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/apperr"
+	"hearth/domain/apperr"
 	"hearth/internal/aggregates"
 )
 

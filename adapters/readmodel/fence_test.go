@@ -12,9 +12,9 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"hearth/adapters/readmodel"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/uuid"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/apperr"
 	"hearth/app/query"
+	"hearth/domain/apperr"
 )
 
 // listing is what every list query shares: a merchant, an optional staff

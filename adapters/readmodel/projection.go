@@ -11,7 +11,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
-	"hearth/app/event"
+	"hearth/domain/event"
 	"hearth/internal/aggregates"
 )
 

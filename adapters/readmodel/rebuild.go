@@ -13,9 +13,9 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
 	"hearth/app/ops"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
 	"hearth/internal/advisory"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/event"
 	"hearth/app/query"
+	"hearth/domain/event"
 	"hearth/internal/aggregates"
 )
 

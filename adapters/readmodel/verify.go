@@ -15,7 +15,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/app/event"
+	"hearth/domain/event"
 )
 
 // VerifyConfig is what Verify needs.

@@ -15,12 +15,12 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/app/access"
-	"hearth/app/apperr"
-	"hearth/app/event"
 	"hearth/app/ops"
 	"hearth/app/query"
-	"hearth/app/reference"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/reference"
+	"hearth/domain/uuid"
 	"hearth/internal/database"
 )
 

@@ -15,10 +15,10 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/idempotency"
-	"hearth/app/apperr"
 	"hearth/app/command"
 	"hearth/app/query"
-	"hearth/app/reference"
+	"hearth/domain/apperr"
+	"hearth/domain/reference"
 )
 
 // Store holds the keys and the admin audit log, and implements

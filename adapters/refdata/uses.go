@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"hearth/app/event"
+	"hearth/domain/event"
 )
 
 // NoteUse records that a key was used now. It only touches memory (a map

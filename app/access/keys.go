@@ -6,9 +6,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
 )
 
 // Key is an API key as an admin sees it: never its secret or its hash.

@@ -7,9 +7,9 @@ package command
 import (
 	"context"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
 )
 
 // Written is what a command on one stream left behind.

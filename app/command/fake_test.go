@@ -8,13 +8,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
+	"hearth/domain/uuid"
 	"hearth/internal/apptest"
 )
 

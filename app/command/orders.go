@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/schedule"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/uuid"
 )
 
 // OrderTarget says which order a command changes and, optionally, the

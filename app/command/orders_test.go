@@ -6,10 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/order"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 )
 
 func TestCreateOrder(t *testing.T) {

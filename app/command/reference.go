@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"hearth/app/event"
-	"hearth/app/reference"
-	"hearth/app/uuid"
+	"hearth/domain/event"
+	"hearth/domain/reference"
+	"hearth/domain/uuid"
 )
 
 // RecordStore stores one kind of reference record.

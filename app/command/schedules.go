@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/schedule"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
 )
 
 // ChangeScheduleStatus moves a schedule, and its order with it.

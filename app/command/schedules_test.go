@@ -6,10 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/order"
-	"hearth/app/schedule"
+	"hearth/domain/apperr"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
 )
 
 func (e env) scheduleStatusCmd(id, status string) command.ChangeScheduleStatus {

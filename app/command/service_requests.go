@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/servicerequest"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/servicerequest"
+	"hearth/domain/uuid"
 )
 
 // CreateServiceRequest records what a customer asked for.

@@ -6,11 +6,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/order"
-	"hearth/app/servicerequest"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/order"
+	"hearth/domain/servicerequest"
+	"hearth/domain/uuid"
 )
 
 func (e env) requestTarget(id string, expected *int) command.RequestTarget {

@@ -3,10 +3,10 @@ package command
 import (
 	"context"
 
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
 )
 
 // Transactor runs a use case in one event-store transaction. fn loads and

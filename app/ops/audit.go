@@ -5,7 +5,7 @@ import (
 	"time"
 	"unicode"
 
-	"hearth/app/apperr"
+	"hearth/domain/apperr"
 )
 
 // Admin actions recorded in the audit log.

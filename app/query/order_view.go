@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"hearth/app/event"
-	"hearth/app/order"
+	"hearth/domain/event"
+	"hearth/domain/order"
 )
 
 // Order is the read model of one order. Its JSON is the stored format of

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"hearth/app/order"
+	"hearth/domain/order"
 )
 
 // OrderReadModel is what the order queries need from the read model.

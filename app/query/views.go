@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"hearth/app/event"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
+	"hearth/domain/event"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
 )
 
 // ServiceRequest is the read model of one service request. Its JSON is the

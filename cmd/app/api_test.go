@@ -23,7 +23,7 @@ import (
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/app/access"
-	"hearth/app/uuid"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 	httpport "hearth/ports/http"
 )

@@ -10,7 +10,7 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
-	"hearth/app/event"
+	"hearth/domain/event"
 	"hearth/internal/pgtest"
 )
 

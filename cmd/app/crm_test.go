@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/uuid"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/app"
-	"hearth/app/uuid"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 	httpport "hearth/ports/http"
 )

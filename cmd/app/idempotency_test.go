@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/event"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
 	"hearth/internal/pgtest"
 )
 

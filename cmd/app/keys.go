@@ -13,10 +13,10 @@ import (
 
 	"hearth/adapters/refdata"
 	"hearth/app/access"
-	"hearth/app/apperr"
 	"hearth/app/ops"
 	"hearth/app/query"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/uuid"
 	"hearth/internal/database"
 	"hearth/migrations"
 )

@@ -14,9 +14,9 @@ import (
 
 	"hearth/adapters/refdata"
 	"hearth/app/access"
-	"hearth/app/apperr"
 	"hearth/app/ops"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 

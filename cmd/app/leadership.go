@@ -13,7 +13,7 @@ import (
 
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
-	"hearth/app/event"
+	"hearth/domain/event"
 	"hearth/internal/database"
 	"hearth/leader"
 )

@@ -19,9 +19,9 @@ import (
 	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/command"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/uuid"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 	"hearth/migrations"
 )
 

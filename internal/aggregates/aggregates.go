@@ -15,10 +15,10 @@
 package aggregates
 
 import (
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
 )
 
 // Facts is what the layers know about one aggregate type, whatever its Go

@@ -14,13 +14,13 @@ import (
 	"sync"
 	"time"
 
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
+	"hearth/domain/uuid"
 )
 
 // Transactor keeps streams, bookings and reference records in memory.

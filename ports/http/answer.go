@@ -8,11 +8,11 @@ import (
 	"strconv"
 
 	"hearth/app/command"
-	"hearth/app/event"
-	"hearth/app/order"
 	"hearth/app/query"
-	"hearth/app/schedule"
-	"hearth/app/servicerequest"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
 )
 
 // answerer answers one kind of write. With an Idempotency-Key, the store

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"hearth/app/apperr"
+	"hearth/domain/apperr"
 )
 
 // Consistency waits until the read models reflect the write that returned

@@ -9,8 +9,8 @@ import (
 	"reflect"
 	"testing"
 
-	"hearth/app/text"
-	"hearth/app/uuid"
+	"hearth/domain/text"
+	"hearth/domain/uuid"
 )
 
 // requestInputs are the types request bodies decode into.

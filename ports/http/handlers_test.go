@@ -15,11 +15,11 @@ import (
 
 	"hearth/app"
 	"hearth/app/access"
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/event"
 	"hearth/app/query"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
 	"hearth/internal/apptest"
 )
 

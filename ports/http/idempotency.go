@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"hearth/app/apperr"
 	"hearth/app/command"
+	"hearth/domain/apperr"
 )
 
 // HeaderIdempotencyKey makes a POST, PUT or PATCH under /v1 safe to retry.

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"hearth/app/apperr"
-	"hearth/app/text"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/text"
+	"hearth/domain/uuid"
 )
 
 // cleanInput checks the text of a decoded request body and makes its ids

@@ -16,9 +16,9 @@ import (
 
 	"hearth/app"
 	"hearth/app/access"
-	"hearth/app/apperr"
 	"hearth/app/query"
-	"hearth/app/reference"
+	"hearth/domain/apperr"
+	"hearth/domain/reference"
 )
 
 // fakeKeys authenticates the secrets it knows; lookups counts the calls.

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/app/access"
-	"hearth/app/apperr"
+	"hearth/domain/apperr"
 )
 
 type openAPIDoc struct {

@@ -6,8 +6,8 @@ import (
 
 	"hearth/app/access"
 	"hearth/app/command"
-	"hearth/app/order"
 	"hearth/app/query"
+	"hearth/domain/order"
 )
 
 func scope(r *http.Request) query.Scope {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"hearth/app/query"
-	"hearth/app/uuid"
+	"hearth/domain/uuid"
 )
 
 // params reads query parameters, keeping the first error; each names its

@@ -11,9 +11,9 @@ import (
 	"net/http"
 	"strings"
 
-	"hearth/app/apperr"
-	"hearth/app/order"
-	"hearth/app/servicerequest"
+	"hearth/domain/apperr"
+	"hearth/domain/order"
+	"hearth/domain/servicerequest"
 )
 
 // problem is an RFC 9457 problem+json body. Type is a stable URI reference

@@ -13,9 +13,9 @@ import (
 
 	"hearth/app"
 	"hearth/app/access"
-	"hearth/app/apperr"
 	"hearth/app/query"
-	"hearth/app/reference"
+	"hearth/domain/apperr"
+	"hearth/domain/reference"
 )
 
 // countedKeys knows one admin key and counts its lookups.

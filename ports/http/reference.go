@@ -5,8 +5,8 @@ import (
 
 	"hearth/app/command"
 	"hearth/app/query"
-	"hearth/app/reference"
-	"hearth/app/text"
+	"hearth/domain/reference"
+	"hearth/domain/text"
 )
 
 // records serves one kind of reference record: POST, GET list (q, page,

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/order"
-	"hearth/app/servicerequest"
+	"hearth/domain/order"
+	"hearth/domain/servicerequest"
 )
 
 // The domain names the rule; the API's problem adds the route that does

@@ -6,7 +6,7 @@ import (
 	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/app/query"
-	"hearth/app/schedule"
+	"hearth/domain/schedule"
 )
 
 func (s *server) changeScheduleStatus(w http.ResponseWriter, r *http.Request) error {

@@ -20,9 +20,9 @@ import (
 
 	"hearth/app"
 	"hearth/app/access"
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
 	"hearth/internal/aggregates"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"hearth/app/command"
 	"hearth/app/query"
-	"hearth/app/servicerequest"
+	"hearth/domain/servicerequest"
 )
 
 type serviceRequestInput struct {

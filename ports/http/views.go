@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"hearth/app/query"
-	"hearth/app/reference"
+	"hearth/domain/reference"
 )
 
 // The API's response bodies. The application's results carry no wire

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/app/query"
-	"hearth/app/reference"
+	"hearth/domain/reference"
 )
 
 func jsonOf(t *testing.T, v any) string {

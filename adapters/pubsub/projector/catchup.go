@@ -12,7 +12,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/uptrace/bun"
 
-	"hearth/app/event"
+	"hearth/domain/event"
 )
 
 // CatchUpPageSize is how many events one catch-up page applies in one

@@ -10,7 +10,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"hearth/app/event"
+	"hearth/domain/event"
 
 	"hearth/adapters/pubsub"
 )

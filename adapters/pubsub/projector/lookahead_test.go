@@ -12,7 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/pubsub/projector"
-	"hearth/app/event"
+	"hearth/domain/event"
 	"hearth/internal/pgtest"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/uptrace/bun"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
 	"hearth/app/ops"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
 )
 
 // Parking keeps an aggregate's events in order when one of them cannot be

@@ -13,10 +13,10 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
-	"hearth/app/event"
 	"hearth/app/ops"
-	"hearth/app/order"
 	"hearth/app/query"
+	"hearth/domain/event"
+	"hearth/domain/order"
 	"hearth/internal/pgtest"
 )
 

@@ -14,8 +14,8 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/adapters/pubsub/projector"
-	"hearth/app/event"
-	"hearth/app/order"
+	"hearth/domain/event"
+	"hearth/domain/order"
 	"hearth/internal/pgtest"
 )
 

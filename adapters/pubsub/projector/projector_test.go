@@ -19,9 +19,9 @@ import (
 	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
-	"hearth/app/event"
-	"hearth/app/order"
 	"hearth/app/query"
+	"hearth/domain/event"
+	"hearth/domain/order"
 	"hearth/internal/pgtest"
 )
 

@@ -18,9 +18,9 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/adapters/pubsub/projector"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/uuid"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 

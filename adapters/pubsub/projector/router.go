@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
 
-	"hearth/app/event"
+	"hearth/domain/event"
 	"hearth/internal/aggregates"
 
 	"hearth/adapters/pubsub"

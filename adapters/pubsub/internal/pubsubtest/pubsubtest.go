@@ -18,11 +18,11 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
-	"hearth/app/apperr"
 	"hearth/app/command"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 

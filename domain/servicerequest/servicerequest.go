@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/text"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/text"
+	"hearth/domain/uuid"
 )
 
 // StreamType names the service-request stream in the event store.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
-	"hearth/app/servicerequest"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/servicerequest"
+	"hearth/domain/uuid"
 )
 
 func newRequest(t *testing.T) *servicerequest.Request {

@@ -6,9 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
-	"hearth/app/schedule"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/schedule"
+	"hearth/domain/uuid"
 )
 
 var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)

@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/order"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 )
 
 func newOrder(t *testing.T) *order.Order {

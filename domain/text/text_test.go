@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
-	"hearth/app/text"
+	"hearth/domain/apperr"
+	"hearth/domain/text"
 )
 
 func TestProblem(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/uuid"
+	"hearth/domain/uuid"
 )
 
 func TestNewIsVersion4AndUnique(t *testing.T) {

@@ -3,7 +3,7 @@ package order
 import (
 	"time"
 
-	"hearth/app/event"
+	"hearth/domain/event"
 )
 
 // StreamType names the order stream in the event store.

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/event"
-	"hearth/app/order"
+	"hearth/domain/event"
+	"hearth/domain/order"
 )
 
 // Events read back from the store are validated: anything missing is an

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"hearth/app/apperr"
-	"hearth/app/text"
+	"hearth/domain/apperr"
+	"hearth/domain/text"
 )
 
 // Customer is one customer of a merchant.

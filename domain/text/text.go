@@ -11,7 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"hearth/app/apperr"
+	"hearth/domain/apperr"
 )
 
 // Problem says what is wrong with s as the text of a field ("" when

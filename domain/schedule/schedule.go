@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"time"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
 )
 
 // StreamType names the schedule stream in the event store.

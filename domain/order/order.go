@@ -12,11 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"hearth/app/apperr"
-	"hearth/app/event"
-	"hearth/app/schedule"
-	"hearth/app/text"
-	"hearth/app/uuid"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/schedule"
+	"hearth/domain/text"
+	"hearth/domain/uuid"
 )
 
 // Status is where an order is in its life cycle.

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/app/apperr"
-	"hearth/app/reference"
+	"hearth/domain/apperr"
+	"hearth/domain/reference"
 )
 
 // Names, phones and emails refuse every control character; addresses and
