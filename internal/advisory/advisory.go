@@ -6,6 +6,10 @@
 //
 //   - [Projections] ("hearth/projections"): the leadership lock (package
 //     leader), session-level, on the event store.
+//   - [Webhooks] ("hearth/webhooks"): the leadership of webhook delivery
+//     (cmd/app, adapters/webhooks), session-level, on the event store; its
+//     terms also fence the event-store writes of delivery (table
+//     event_store_terms).
 //   - [Rebuild](projection) ("hearth/rebuild/<projection>"): one rebuild of a
 //     projection at a time (adapters/readmodel), session-level, on the read
 //     model.
@@ -38,6 +42,10 @@ import (
 
 // Projections names the leadership lock.
 const Projections = "hearth/projections"
+
+// Webhooks names the leadership lock of webhook delivery, apart from the
+// projections' so that another instance may lead it.
+const Webhooks = "hearth/webhooks"
 
 // Rebuild names the lock that keeps two rebuilds of one projection apart.
 func Rebuild(projection string) string { return "hearth/rebuild/" + projection }
