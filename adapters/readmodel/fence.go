@@ -1,6 +1,7 @@
 package readmodel
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -29,6 +30,11 @@ type Fence struct {
 	// the server ends a transaction its leader leaves idle this long (a
 	// frozen process), so it cannot hold up the next term for longer.
 	Lease time.Duration
+	// Function is the SQL function that checks the term, with hearth_fence's
+	// arguments and refusal (SQLSTATE HT001). Defaults to hearth_fence (the
+	// read model's); writes to the event-store database check
+	// hearth_es_fence (migration eventstore/007, adapters/webhooks).
+	Function string
 }
 
 type fenceKey struct{}
@@ -63,9 +69,18 @@ func fenced(ctx context.Context, db *sql.DB) (context.Context, error) {
 	if !database.HonoursWithBegin(db) {
 		return nil, errors.New("readmodel: the read-model pool was not opened by package database, so it cannot check the leadership term")
 	}
-	return database.WithBegin(ctx, fmt.Sprintf("SELECT hearth_fence(%s, %d, %d)",
-		quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds())), nil
+	return database.WithBegin(ctx, fmt.Sprintf("SELECT %s(%s, %d, %d)",
+		cmp.Or(f.Function, "hearth_fence"), quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds())), nil
 }
+
+// Fenced is fenced for the stores outside this package that write under a
+// leadership term (adapters/webhooks): ctx for a transaction on db whose
+// BEGIN checks the term of ctx's Fence, if any.
+func Fenced(ctx context.Context, db *sql.DB) (context.Context, error) { return fenced(ctx, db) }
+
+// StaleTerm turns a fencing function's refusal (SQLSTATE HT001) into
+// ErrStaleTerm; other errors pass through.
+func StaleTerm(err error) error { return staleTerm(err) }
 
 // staleTerm turns hearth_fence's refusal into ErrStaleTerm.
 func staleTerm(err error) error {

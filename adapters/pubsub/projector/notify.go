@@ -115,6 +115,13 @@ func closeQuietly(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
+// Signal returns the channel that the next notification for table closes
+// (or the next reconnection). Besides the topic tables, writers of another
+// table may announce it on NotifyChannel with its name (webhook deliveries
+// do). Take the channel before looking for work, then wait on it, so that
+// no notification in between is missed.
+func (n *Notifier) Signal(table string) <-chan struct{} { return n.signal(table) }
+
 // signal returns the channel that the next notification for table closes.
 func (n *Notifier) signal(table string) <-chan struct{} {
 	n.mu.Lock()

@@ -46,6 +46,9 @@ type Config struct {
 	// OnLive, when set, is called once the term's router runs: the
 	// catch-up is done and the subscribers are subscribed.
 	OnLive func()
+	// Notifier, when set, is a notifier the caller runs (and shares with
+	// others); Run then starts none of its own. Optional.
+	Notifier *Notifier
 	// Projections are the read models fed, each from its topic.
 	Projections []Projection
 }
@@ -66,6 +69,7 @@ type Projector struct {
 	metrics      *Metrics
 	registry     prometheus.Registerer
 	onLive       func()
+	notifier     *Notifier
 	projections  []Projection
 }
 
@@ -85,7 +89,7 @@ func New(cfg Config) (*Projector, error) {
 		db: cfg.EventStore, connString: cfg.ConnString, sameDB: cfg.SameDB, fallback: cfg.Fallback,
 		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
 		pageSize: cfg.CatchUpPageSize, parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry,
-		onLive: onLive, projections: cfg.Projections,
+		onLive: onLive, notifier: cfg.Notifier, projections: cfg.Projections,
 	}, nil
 }
 
@@ -95,9 +99,12 @@ func New(cfg Config) (*Projector, error) {
 // NOTIFY (Notifier) and poll every Fallback otherwise.
 func (pr *Projector) Run(ctx context.Context) error {
 	log := pr.log
-	notifier, err := NewNotifier(pr.connString, log)
-	if err != nil {
-		return err
+	notifier, own := pr.notifier, pr.notifier == nil
+	if own {
+		var err error
+		if notifier, err = NewNotifier(pr.connString, log); err != nil {
+			return err
+		}
 	}
 	poison, err := SQLPublisher(pr.db, log)
 	if err != nil {
@@ -109,7 +116,9 @@ func (pr *Projector) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return notifier.Run(gctx) })
+	if own {
+		g.Go(func() error { return notifier.Run(gctx) })
+	}
 	fail := func(err error) error {
 		cancel()
 		return errors.Join(err, g.Wait())
