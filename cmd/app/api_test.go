@@ -71,6 +71,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 		Mode: ModeAll, PollInterval: 20 * time.Millisecond, ConsistencyTimeout: 2 * time.Second,
 		ConsistencyMaxWaits: 256, RequestStatementTimeout: 5 * time.Second,
 	}
+	webhookTestSettings(&cfg)
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -81,7 +82,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	t.Cleanup(func() { dbs.close() }) // the request pools too, once open
 	require.NoError(t, dbs.openRequestPools(ctx, cfg))
 	require.Equal(t, urls.Split(), dbs.rm != dbs.es, "one pool per database")
-	w, err := wire(dbs, log)
+	w, err := wire(cfg, dbs, log)
 	require.NoError(t, err)
 	w.retryInitial = time.Millisecond // a failing event parks within about a second
 	if change != nil {
@@ -1200,11 +1201,12 @@ func TestProjectionsCancelledDuringStartup(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	urls := pgtest.NewDB(t)
 	cfg := Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, PollInterval: 20 * time.Millisecond}
+	webhookTestSettings(&cfg)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	dbs, err := openDatabases(t.Context(), cfg)
 	require.NoError(t, err)
 	defer dbs.close()
-	w, err := wire(dbs, log)
+	w, err := wire(cfg, dbs, log)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/adapters/refdata"
+	"hearth/adapters/webhooks"
 	"hearth/app"
 	"hearth/app/command"
 	"hearth/app/query"
@@ -131,6 +133,14 @@ type wiring struct {
 	eventLog    *pubsub.EventLog
 	telemetry   *telemetry
 	idempotency *idempotency.Store
+	// fanout are the webhook fan-out's projections (one per topic), run by
+	// the webhook leader (leadWebhooks); webhookSender sends the deliveries.
+	fanout         []projector.Projection
+	webhookSender  *webhooks.Sender
+	webhookMetrics *webhooks.Metrics
+	// webhookRand draws the jitter of webhook retries; nil: random (tests
+	// fix it).
+	webhookRand func() float64
 	// retryInitial shortens the projections' retry budget in tests.
 	// Defaults to projector.RetryInitial.
 	retryInitial time.Duration
@@ -141,7 +151,7 @@ type wiring struct {
 
 // wire builds the application on the request pools (dbs.api) and the
 // projections and the operator's tools on the others.
-func wire(dbs databases, log *slog.Logger) (wiring, error) {
+func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	apiES, apiRM := dbs.api()
 	var errs []error
 	must := func(err error) { errs = append(errs, err) }
@@ -158,6 +168,12 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	requestsRead, err := readmodel.NewServiceRequests(apiRM)
 	must(err)
 	schedulesRead, err := readmodel.NewSchedules(apiRM)
+	must(err)
+	hooks, err := webhooks.NewStore(apiES.DB)
+	must(err)
+	sender, err := webhooks.NewSender(webhooks.SenderConfig{Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivate})
+	must(err)
+	fanout, err := webhooks.NewFanout(dbs.es)
 	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
@@ -189,14 +205,18 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	a.Queries.Schedules, err = query.NewSchedules(schedulesRead, ref)
 	must(err)
+	a.Commands.Webhooks, err = command.NewWebhooks(hooks, sender.CheckTarget)
+	must(err)
+	a.Queries.Webhooks, err = query.NewWebhooks(hooks)
+	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64)}
+	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64), fanout: fanout.Projections(), webhookSender: sender}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		w.projections = append(w.projections, projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
 	}
-	if w.parking, err = projector.NewParking(dbs.es, w.projections...); err != nil {
+	if w.parking, err = projector.NewParking(dbs.es, append(slices.Clone(w.projections), w.fanout...)...); err != nil {
 		return wiring{}, err
 	}
 	w.parking.Audit = refdata.WriteAudit
@@ -206,7 +226,13 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if w.idempotency, err = idempotency.New(apiES.DB); err != nil {
 		return wiring{}, err
 	}
-	if w.telemetry, err = newTelemetry(dbs, w.projections, log); err != nil {
+	if w.telemetry, err = newTelemetry(dbs, append(slices.Clone(w.projections), w.fanout...), log); err != nil {
+		return wiring{}, err
+	}
+	if w.webhookMetrics, err = webhooks.NewMetrics(w.telemetry.reg); err != nil {
+		return wiring{}, err
+	}
+	if err := w.telemetry.reg.Register(webhooks.NewStatsCollector(dbs.es.DB, log)); err != nil {
 		return wiring{}, err
 	}
 	return w, nil
@@ -229,15 +255,18 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	w, err := wire(dbs, log)
+	w, err := wire(cfg, dbs, log)
 	if err != nil {
 		return err
 	}
 
-	var elector *leader.Elector
+	var elector, webhookElector *leader.Elector
 	if cfg.Mode != ModeAPI {
 		elector, err = newElector(cfg, dbs, log)
 		if err != nil {
+			return err
+		}
+		if webhookElector, err = newWebhookElector(cfg, dbs, log); err != nil {
 			return err
 		}
 	}
@@ -314,6 +343,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		g.Go(func() error {
 			return elector.Run(gctx, func(leadCtx context.Context, term int64) error {
 				return lead(leadCtx, term, cfg, elector.Lease(), w, log)
+			})
+		})
+		g.Go(func() error {
+			return webhookElector.Run(gctx, func(leadCtx context.Context, term int64) error {
+				return leadWebhooks(leadCtx, term, cfg, webhookElector.Lease(), w, log)
 			})
 		})
 	}
