@@ -206,10 +206,11 @@ func (s *Sender) Send(ctx context.Context, rawURL string, secrets []string, id s
 // describe says why a request got no answer, briefly.
 func (s *Sender) describe(ctx context.Context, err error) string {
 	var refused *RefusedError
+	var timeout net.Error
 	switch {
 	case errors.As(err, &refused):
 		return "refused: " + refused.Error()
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
 		return fmt.Sprintf("no answer within %s (WEBHOOK_TIMEOUT)", s.timeout)
 	}
 	var uerr *url.Error
