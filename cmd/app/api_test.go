@@ -1104,6 +1104,9 @@ func TestServe(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(a.metrics(), "\nhearth_projections_live 1\n")
 	}, 30*time.Second, 10*time.Millisecond, "the leader's projections never went live")
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.metrics(), "\nhearth_webhook_is_leader 1\n")
+	}, 30*time.Second, 10*time.Millisecond, "serve never led webhook delivery")
 	ready := a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
 	require.Equal(t, map[string]any{"status": "ready"}, ready.Body, "no details without an admin key")
 

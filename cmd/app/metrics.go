@@ -94,3 +94,16 @@ func (t *telemetry) leader(e *leader.Elector, liveTerm *atomic.Int64) error {
 	}
 	return errors.Join(errs...)
 }
+
+// webhookLeader exposes whether this instance leads webhook delivery.
+func (t *telemetry) webhookLeader(e *leader.Elector) error {
+	return t.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hearth_webhook_is_leader",
+		Help: "1 while this instance leads webhook delivery (lock hearth/webhooks), 0 while it is a standby.",
+	}, func() float64 {
+		if e.Status().Role == leader.RoleLeader {
+			return 1
+		}
+		return 0
+	}))
+}

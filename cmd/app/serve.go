@@ -274,6 +274,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err := w.telemetry.leader(elector, w.liveTerm); err != nil {
 			return err
 		}
+		if err := w.telemetry.webhookLeader(webhookElector); err != nil {
+			return err
+		}
 	}
 	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
 	if err != nil {
