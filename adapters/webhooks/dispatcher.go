@@ -400,28 +400,37 @@ func failPending(ctx context.Context, tx *sql.Tx, endpointID, why string) error 
 	return nil
 }
 
-// claimSQL claims the endpoint's due deliveries: the first pending one of
-// each aggregate (by version), if its time has come, at most $2, most
-// overdue first. It counts the attempt and moves the next one past the
-// send's timeout ($3 ms, the hold), and reads each event as stored.
-const claimSQL = `WITH heads AS (
-	SELECT DISTINCT ON (aggregate_id) id, next_attempt_at FROM webhook_deliveries
-	WHERE endpoint_id = $1 AND status = 'pending'
-	ORDER BY aggregate_id, aggregate_version, seq
-), due AS (
-	SELECT id FROM heads WHERE next_attempt_at <= now() ORDER BY next_attempt_at LIMIT $2
+// claimSQL claims the endpoint's due deliveries: pending ones whose time
+// has come and that are the first pending one of their aggregate (by
+// version), at most $2, oldest first. It counts the attempt and moves the
+// next one past the send's timeout ($3 ms, the hold), and reads each event
+// as stored. The pending rows are read in insertion order
+// (webhook_deliveries_pending) and each is checked to be the first of its
+// aggregate (webhook_deliveries_queue; a scalar subquery, so that the check
+// is one index probe per row whatever the planner estimates), so a round
+// costs about as much however long the endpoint's queue is, as long as it
+// is moving.
+// The rows are updated and the events read by key (= ANY, LATERAL): joined,
+// the planner may scan the whole table for a few rows.
+const claimSQL = `WITH due AS (
+	SELECT d.id FROM webhook_deliveries d
+	WHERE d.endpoint_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+	  AND d.id = (SELECT e.id FROM webhook_deliveries e
+	              WHERE e.endpoint_id = $1 AND e.aggregate_id = d.aggregate_id AND e.status = 'pending'
+	              ORDER BY e.aggregate_version, e.seq LIMIT 1)
+	ORDER BY d.seq LIMIT $2
 ), claimed AS (
 	UPDATE webhook_deliveries d
 	SET attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()),
 	    last_attempt_at = now(), next_attempt_at = now() + $3 * interval '1 millisecond'
-	FROM due WHERE d.id = due.id
+	WHERE d.id = ANY (ARRAY(SELECT id FROM due))
 	RETURNING d.id, d.event_id, d.ping_payload, d.redelivery_of IS NOT NULL AS again, d.attempts,
 	          d.first_attempt_at, d.last_attempt_at, d.created_at
 )
 SELECT c.id, c.event_id, c.ping_payload, c.again, c.attempts, c.first_attempt_at, c.last_attempt_at, c.created_at,
        e.position, e.stream_type, e.stream_id, e.version, e.merchant_id, e.type, e.data, e.occurred_at,
        e.correlation_id, e.causation_id, e.actor
-FROM claimed c LEFT JOIN events e ON e.event_id = c.event_id AND c.ping_payload IS NULL`
+FROM claimed c LEFT JOIN LATERAL (SELECT * FROM events WHERE event_id = c.event_id AND c.ping_payload IS NULL) e ON true`
 
 func (d *Dispatcher) claim(ctx context.Context, tx *sql.Tx, endpointID string) ([]claim, error) {
 	rows, err := tx.QueryContext(ctx, claimSQL, endpointID, claimBatch, d.hold.Milliseconds())
@@ -543,7 +552,7 @@ const recordSQL = `UPDATE webhook_deliveries d SET status = r.status,
 	completed_at = CASE WHEN r.status = 'pending' THEN NULL ELSE now() END
 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[])
      AS r(id, status, wait_ms, code, latency_ms, err)
-WHERE d.id = r.id AND d.status = 'pending'`
+WHERE d.id = ANY ($1::uuid[]) AND d.id = r.id AND d.status = 'pending'`
 
 // releaseSQL puts claims back, untried: due at once, the attempt uncounted.
 const releaseSQL = `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now(),

@@ -63,7 +63,7 @@ CREATE INDEX webhook_endpoints_merchant ON webhook_endpoints (merchant_id, creat
 -- the next only once the one before succeeded.
 CREATE TABLE webhook_deliveries (
     id                uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    seq               bigserial NOT NULL UNIQUE,   -- insertion order: the log's order
+    seq               bigserial NOT NULL,          -- insertion order: the queue's and the log's
     endpoint_id       uuid NOT NULL REFERENCES webhook_endpoints (id) ON DELETE CASCADE,
     merchant_id       uuid NOT NULL,
     event_id          uuid NOT NULL,               -- the public event's id (webhook-id)
@@ -88,7 +88,9 @@ CREATE TABLE webhook_deliveries (
 );
 -- A redelivered event of the fan-out is not fanned out twice.
 CREATE UNIQUE INDEX webhook_deliveries_once ON webhook_deliveries (endpoint_id, event_id) WHERE redelivery_of IS NULL;
--- The queue: each aggregate's first pending row per endpoint.
+-- The queue: an endpoint's pending rows in insertion order, and per
+-- aggregate in version order (is there one before this one?).
+CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (endpoint_id, seq) WHERE status = 'pending';
 CREATE INDEX webhook_deliveries_queue ON webhook_deliveries (endpoint_id, aggregate_id, aggregate_version, seq) WHERE status = 'pending';
 -- The log, newest first.
 CREATE INDEX webhook_deliveries_log ON webhook_deliveries (endpoint_id, seq DESC);
