@@ -80,7 +80,10 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLim
 	ln.Close()
 	cmd := exec.Command(b.bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode,
-		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String())
+		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String(),
+		// The webhook receivers listen on loopback, in the bench process; a
+		// held receiver keeps its requests until the backlog is queued.
+		"WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_TIMEOUT=1m")
 	if len(withLimits) == 0 || !withLimits[0] {
 		// One key of one merchant drives the throughput runs: the fair-share
 		// limits (which would hold it to RATE_LIMIT_KEY_RPS) are off, and so
@@ -220,34 +223,91 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 	if err != nil {
 		return nil, err
 	}
+	visible := newProbe()
+	err = loadOrders(ctx, db, url, d, merchantID, customerID, visible)
+	return visible.stats(), err
+}
+
+// probe measures, per order, from the commit that created it to the moment
+// something saw it (its read-model row, a webhook receiver). Either may be
+// reported first.
+type probe struct {
+	mu        sync.Mutex
+	committed map[string]time.Time // id -> commit, not yet seen
+	seen      map[string]time.Time // id -> seen, commit not yet recorded
+	out       stats
+}
+
+func newProbe() *probe {
+	return &probe{committed: map[string]time.Time{}, seen: map[string]time.Time{}}
+}
+
+func (p *probe) commit(id string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.seen[id]; ok {
+		p.out = append(p.out, max(0, v.Sub(at)))
+		delete(p.seen, id)
+		return
+	}
+	p.committed[id] = at
+}
+
+func (p *probe) see(id string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.committed[id]; ok {
+		p.out = append(p.out, max(0, at.Sub(c)))
+		delete(p.committed, id)
+		return
+	}
+	p.seen[id] = at
+}
+
+func (p *probe) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.committed)
+}
+
+func (p *probe) stats() stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.out)
+}
+
+// loadOrders creates orders of the merchant through the command handlers at
+// a steady rate for d, and reports each commit to visible and the other
+// probes; visible also gets the moment each orders row became readable in
+// db (visibleSQL, on a LISTEN connection to url). It returns once every
+// probe has seen every order, or 30 s after the load (the rest are left out
+// of the figures).
+func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, merchantID, customerID string, visible *probe, others ...*probe) error {
 	if _, err := db.ExecContext(ctx, visibleSQL); err != nil {
-		return nil, fmt.Errorf("visibility trigger: %w", err)
+		return fmt.Errorf("visibility trigger: %w", err)
 	}
 	listener, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer listener.Close(context.WithoutCancel(ctx))
 	if _, err := listener.Exec(ctx, "LISTEN "+visibleChannel); err != nil {
-		return nil, err
+		return err
 	}
 	store, err := pubsub.NewStore(db, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tx, err := pubsub.NewTransactor(store)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	orders, err := command.NewOrderHandlers(tx)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	probes := append([]*probe{visible}, others...)
 	var mu sync.Mutex
-	committed := map[string]time.Time{} // id -> commit, not yet seen
-	visible := map[string]time.Time{}   // id -> seen, commit not yet recorded
-	var out stats
-	record := func(c, v time.Time) { out = append(out, max(0, v.Sub(c))) }
 	var firstErr error
 	fail := func(err error) {
 		mu.Lock()
@@ -266,15 +326,7 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 				}
 				return
 			}
-			now := time.Now()
-			mu.Lock()
-			if c, ok := committed[note.Payload]; ok {
-				record(c, now)
-				delete(committed, note.Payload)
-			} else {
-				visible[note.Payload] = now // its writer has not recorded the commit yet
-			}
-			mu.Unlock()
+			visible.see(note.Payload, time.Now())
 		}
 	}()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -292,23 +344,18 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 				fail(err)
 				return
 			}
-			id := w.Stream[0].StreamID
-			mu.Lock()
-			if v, ok := visible[id]; ok {
-				record(at, v)
-				delete(visible, id)
-			} else {
-				committed[id] = at
+			for _, p := range probes {
+				p.commit(w.Stream[0].StreamID, at)
 			}
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	// The rest drain; any not visible after 30 s are left out of the figures.
+	// The rest drain; any not seen after 30 s are left out of the figures.
 	for drained := time.Now(); time.Since(drained) < 30*time.Second; time.Sleep(time.Millisecond) {
-		mu.Lock()
-		n := len(committed)
-		mu.Unlock()
+		n := 0
+		for _, p := range probes {
+			n += p.waiting()
+		}
 		if n == 0 {
 			break
 		}
@@ -317,7 +364,7 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 	<-watched
 	mu.Lock()
 	defer mu.Unlock()
-	return out, firstErr
+	return firstErr
 }
 
 // warmUp runs the latency load for latencyWarmUp and discards the figures,

@@ -13,6 +13,10 @@
 //   - the noisy neighbour: one merchant's reads at a steady rate while
 //     another floods (unknown keys, its heaviest list, its writes), with
 //     Hearth's default limits;
+//   - webhooks: delivery latency from the commit to a receiver at 200
+//     events/s beside the read model's latency of the same events, the same
+//     beside a slow endpoint, and the rate a receiver drains a backlog at,
+//     beside Hearth's sender alone;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -53,6 +57,7 @@ func main() {
 		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
 		noisyFor /= 10
+		hookBacklog /= 10
 	}
 	if err := checkOnly(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -65,7 +70,7 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "webhooks"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -173,6 +178,13 @@ func run() error {
 			return fmt.Errorf("noisy neighbour: %w", err)
 		}
 		rows = append(rows, nn...)
+	}
+	if only("webhooks") {
+		wh, err := b.webhooks(ctx)
+		if err != nil {
+			return fmt.Errorf("webhooks: %w", err)
+		}
+		rows = append(rows, wh...)
 	}
 	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "by process: " + b.rssByProcess()})
 
