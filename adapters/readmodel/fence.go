@@ -62,15 +62,25 @@ func WithFence(ctx context.Context, f Fence) context.Context {
 // A pool that would ignore the check (not opened by package database) is
 // refused: a fenced write never goes through unchecked.
 func fenced(ctx context.Context, db *sql.DB) (context.Context, error) {
-	f, ok := ctx.Value(fenceKey{}).(Fence)
+	stmt, ok := FenceSQL(ctx)
 	if !ok {
 		return ctx, nil
 	}
 	if !database.HonoursWithBegin(db) {
 		return nil, errors.New("readmodel: the read-model pool was not opened by package database, so it cannot check the leadership term")
 	}
-	return database.WithBegin(ctx, fmt.Sprintf("SELECT %s(%s, %d, %d)",
-		cmp.Or(f.Function, "hearth_fence"), quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds())), nil
+	return database.WithBegin(ctx, stmt), nil
+}
+
+// FenceSQL is the fencing check of ctx's Fence, as a statement with its
+// values inlined, for a transaction sent as a pgx batch (its first
+// statement after BEGIN); false when ctx carries no Fence.
+func FenceSQL(ctx context.Context) (string, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("SELECT %s(%s, %d, %d)", cmp.Or(f.Function, "hearth_fence"), quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds()), true
 }
 
 // Fenced is fenced for the stores outside this package that write under a

@@ -11,12 +11,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"hearth/adapters/readmodel"
 	"hearth/app/publicevent"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/webhook"
 	"hearth/internal/aggregates"
+	"hearth/internal/database"
 )
 
 const (
@@ -340,64 +343,117 @@ func (d *Dispatcher) inTx(ctx context.Context, fn func(ctx context.Context, tx *
 	return n, readmodel.StaleTerm(tx.Commit())
 }
 
-// round is one transaction of a worker: it records the results of the
-// round before (disabling the endpoint when one says so), reads the
-// endpoint, and claims the deliveries whose turn has come. With nothing
-// claimed, nextIn is how long until the next one is due (negative: nothing
-// is pending).
+// round is one transaction of a worker, sent as one pgx batch (one round
+// trip): BEGIN with the fencing check, the results of the round before
+// (disabling the endpoint when one says so), the endpoint, the claim of
+// the deliveries whose turn has come, COMMIT. With nothing claimed, nextIn
+// is how long until the next one is due (negative: nothing is pending); a
+// disabled endpoint's pending deliveries fail then.
 func (d *Dispatcher) round(ctx context.Context, endpointID string, results []result) (claims []claim, tgt target, nextIn time.Duration, err error) {
-	_, err = d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		if err := d.record(ctx, tx, endpointID, results); err != nil {
-			return 0, err
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	fence, fenced := readmodel.FenceSQL(ctx)
+	record := recordStatements(endpointID, results)
+	err = database.WithConn(ctx, d.cfg.DB, func(conn *pgx.Conn) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		if fenced {
+			b.Queue(fence)
 		}
-		if tgt, err = readTarget(ctx, tx, endpointID); err != nil {
-			return 0, err
+		for _, st := range record {
+			b.Queue(st.sql, st.args...)
 		}
-		nextIn = -1
-		switch {
-		case !tgt.found: // deleted, and its deliveries with it
-			return 0, nil
-		case !tgt.enabled:
-			return 0, failPending(ctx, tx, endpointID, "the endpoint is disabled")
-		}
-		if claims, err = d.claim(ctx, tx, endpointID); err != nil || len(claims) > 0 {
-			return 0, err
-		}
-		var seconds sql.NullFloat64
-		err := tx.QueryRowContext(ctx, `SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - now())::float8 FROM (
-			SELECT DISTINCT ON (aggregate_id) next_attempt_at FROM webhook_deliveries
-			WHERE endpoint_id = $1 AND status = 'pending' ORDER BY aggregate_id, aggregate_version, seq) heads`, endpointID).Scan(&seconds)
-		if err != nil {
-			return 0, fmt.Errorf("next webhook delivery: %w", err)
-		}
-		if seconds.Valid {
-			nextIn = max(time.Duration(seconds.Float64*float64(time.Second)), 0)
-		}
-		return 0, nil
+		b.Queue(`SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, endpointID)
+		b.Queue(claimSQL, endpointID, claimBatch, d.hold.Milliseconds())
+		b.Queue("COMMIT")
+		br := conn.SendBatch(ctx, b)
+		err := d.readRound(br, endpointID, fenced, record, &tgt, &claims)
+		return errors.Join(err, br.Close())
 	})
-	return claims, tgt, nextIn, err
+	if err = readmodel.StaleTerm(err); err != nil || len(claims) > 0 {
+		return claims, tgt, 0, err
+	}
+	switch {
+	case !tgt.found: // deleted, and its deliveries with it
+		return nil, tgt, -1, nil
+	case !tgt.enabled:
+		_, err = d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+			return exec(ctx, tx, failPending(endpointID, "the endpoint is disabled"))
+		})
+		return nil, tgt, -1, err
+	}
+	var seconds sql.NullFloat64
+	err = d.cfg.DB.QueryRowContext(ctx, `SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - now())::float8 FROM (
+		SELECT DISTINCT ON (aggregate_id) next_attempt_at FROM webhook_deliveries
+		WHERE endpoint_id = $1 AND status = 'pending' ORDER BY aggregate_id, aggregate_version, seq) heads`, endpointID).Scan(&seconds)
+	if err != nil {
+		return nil, tgt, 0, fmt.Errorf("next webhook delivery: %w", err)
+	}
+	if !seconds.Valid {
+		return nil, tgt, -1, nil
+	}
+	return nil, tgt, max(time.Duration(seconds.Float64*float64(time.Second)), 0), nil
 }
 
-func readTarget(ctx context.Context, tx *sql.Tx, endpointID string) (target, error) {
-	e, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, endpointID))
-	if errors.Is(err, apperr.ErrNotFound) {
-		return target{}, nil
+// readRound reads the answers of round's batch, in its order.
+func (d *Dispatcher) readRound(br pgx.BatchResults, endpointID string, fenced bool, record []statement, tgt *target, claims *[]claim) error {
+	if _, err := br.Exec(); err != nil {
+		return err
 	}
+	if fenced {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	for _, st := range record {
+		tag, err := br.Exec()
+		if err != nil {
+			return fmt.Errorf("record webhook deliveries: %w", err)
+		}
+		d.noteDisabled(endpointID, st, tag.RowsAffected())
+	}
+	e, err := scanEndpoint(br.QueryRow())
+	switch {
+	case errors.Is(err, apperr.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("read webhook endpoint: %w", err)
+	default:
+		*tgt = target{found: true, enabled: e.Enabled, endpoint: e}
+	}
+	rows, err := br.Query()
 	if err != nil {
-		return target{}, fmt.Errorf("read webhook endpoint: %w", err)
+		return fmt.Errorf("claim webhook deliveries: %w", err)
 	}
-	return target{found: true, enabled: e.Enabled, endpoint: e}, nil
+	if *claims, err = readClaims(rows); err != nil {
+		return fmt.Errorf("claim webhook deliveries: %w", err)
+	}
+	_, err = br.Exec() // COMMIT
+	return err
+}
+
+// statement is one statement of a round, with its arguments.
+type statement struct {
+	sql  string
+	args []any
+	// disables is the reason of an endpoint's disabling, when this
+	// statement disables it.
+	disables string
+}
+
+func exec(ctx context.Context, tx *sql.Tx, sts ...statement) (int64, error) {
+	for _, st := range sts {
+		if _, err := tx.ExecContext(ctx, st.sql, st.args...); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
 }
 
 // failPending gives up the endpoint's pending deliveries.
-func failPending(ctx context.Context, tx *sql.Tx, endpointID, why string) error {
-	_, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET status = 'failed', completed_at = now(),
+func failPending(endpointID, why string) statement {
+	return statement{sql: `UPDATE webhook_deliveries SET status = 'failed', completed_at = now(),
 		error = CASE WHEN error = '' THEN 'not sent: ' || $2 ELSE error || '; then: ' || $2 END
-		WHERE endpoint_id = $1 AND status = 'pending'`, endpointID, why)
-	if err != nil {
-		return fmt.Errorf("fail pending webhook deliveries: %w", err)
-	}
-	return nil
+		WHERE endpoint_id = $1 AND status = 'pending'`, args: []any{endpointID, why}}
 }
 
 // claimSQL claims the endpoint's due deliveries: pending ones whose time
@@ -432,11 +488,8 @@ SELECT c.id, c.event_id, c.ping_payload, c.again, c.attempts, c.first_attempt_at
        e.correlation_id, e.causation_id, e.actor
 FROM claimed c LEFT JOIN LATERAL (SELECT * FROM events WHERE event_id = c.event_id AND c.ping_payload IS NULL) e ON true`
 
-func (d *Dispatcher) claim(ctx context.Context, tx *sql.Tx, endpointID string) ([]claim, error) {
-	rows, err := tx.QueryContext(ctx, claimSQL, endpointID, claimBatch, d.hold.Milliseconds())
-	if err != nil {
-		return nil, fmt.Errorf("claim webhook deliveries: %w", err)
-	}
+// readClaims reads what claimSQL returns.
+func readClaims(rows pgx.Rows) ([]claim, error) {
 	defer rows.Close()
 	var out []claim
 	for rows.Next() {
@@ -559,12 +612,9 @@ const releaseSQL = `UPDATE webhook_deliveries SET attempts = attempts - 1, next_
 	first_attempt_at = CASE WHEN attempts = 1 THEN NULL ELSE first_attempt_at END
 WHERE id = ANY ($1::uuid[]) AND status = 'pending' AND attempts > 0`
 
-// record stores results and disables the endpoint when one says so (then
-// its pending deliveries fail).
-func (d *Dispatcher) record(ctx context.Context, tx *sql.Tx, endpointID string, results []result) error {
-	if len(results) == 0 {
-		return nil
-	}
+// recordStatements store results, and disable the endpoint when one says
+// so (then its pending deliveries fail).
+func recordStatements(endpointID string, results []result) []statement {
 	var ids, statuses, errs, released []string
 	var waits []int64
 	var codes []int32
@@ -580,29 +630,28 @@ func (d *Dispatcher) record(ctx context.Context, tx *sql.Tx, endpointID string, 
 		latencies = append(latencies, float64(r.latency.Microseconds())/1000)
 		disable = cmp.Or(disable, r.disable)
 	}
+	var out []statement
 	if len(ids) > 0 {
-		if _, err := tx.ExecContext(ctx, recordSQL, ids, statuses, waits, codes, latencies, errs); err != nil {
-			return fmt.Errorf("record webhook deliveries: %w", err)
-		}
+		out = append(out, statement{sql: recordSQL, args: []any{ids, statuses, waits, codes, latencies, errs}})
 	}
 	if len(released) > 0 {
-		if _, err := tx.ExecContext(ctx, releaseSQL, released); err != nil {
-			return fmt.Errorf("release webhook deliveries: %w", err)
-		}
+		out = append(out, statement{sql: releaseSQL, args: []any{released}})
 	}
-	if disable == "" {
-		return nil
+	if disable != "" {
+		out = append(out, statement{sql: `UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2,
+			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled`,
+			args: []any{endpointID, disable}, disables: disable},
+			failPending(endpointID, "the endpoint was disabled: "+disable))
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2,
-		disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled`, endpointID, disable)
-	if err != nil {
-		return fmt.Errorf("disable webhook endpoint: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		d.log.Warn("webhook endpoint disabled", "endpoint_id", endpointID, "reason", disable)
+	return out
+}
+
+// noteDisabled logs and counts an endpoint that st disabled.
+func (d *Dispatcher) noteDisabled(endpointID string, st statement, rows int64) {
+	if st.disables != "" && rows > 0 {
+		d.log.Warn("webhook endpoint disabled", "endpoint_id", endpointID, "reason", st.disables)
 		d.cfg.Metrics.disabledEndpoint()
 	}
-	return failPending(ctx, tx, endpointID, "the endpoint was disabled: "+disable)
 }
 
 // flush records, in a transaction of its own, the results a worker could
@@ -618,7 +667,15 @@ func (d *Dispatcher) flush(endpointID string, results []result) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), 2*time.Second)
 	defer cancel()
 	if _, err := d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		return 0, d.record(ctx, tx, endpointID, results)
+		for _, st := range recordStatements(endpointID, results) {
+			res, err := tx.ExecContext(ctx, st.sql, st.args...)
+			if err != nil {
+				return 0, err
+			}
+			n, _ := res.RowsAffected()
+			d.noteDisabled(endpointID, st, n)
+		}
+		return 0, nil
 	}); err != nil {
 		d.log.Debug("webhook delivery results not recorded at the end of the term; the next leader tries them again after the hold",
 			"endpoint_id", endpointID, "error", err)

@@ -32,6 +32,10 @@ var (
 	hookBacklog = 5000
 )
 
+// webhookTurns: the fast endpoint runs alone and beside the slow one in
+// turns, isolationFor / webhookTurns each.
+const webhookTurns = 3
+
 // hookReceiver is a webhook receiver in the bench process: it answers 204
 // (after delay, and not before hold is closed), reports each order.created
 // to its probe, and counts the distinct orders it got.
@@ -182,11 +186,23 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.progress("webhooks: the same for %s beside an endpoint whose receiver takes %s per request", isolationFor, slowReceiverTakes)
-	visible2, hook2 := newProbe(), newProbe()
-	fast.measure(hook2)
-	if err := loadOrders(ctx, db, url, isolationFor, merchantID, customerID, visible2, hook2); err != nil {
-		return nil, err
+	// Alone and beside the slow endpoint in turns, so that a change in the
+	// host's load favours neither.
+	b.progress("webhooks: %s in %d turns, alone and beside an endpoint whose receiver takes %s per request", isolationFor, webhookTurns, slowReceiverTakes)
+	alone, beside := newProbe(), newProbe()
+	for range webhookTurns {
+		for _, turn := range []struct {
+			slowEnabled bool
+			p           *probe
+		}{{false, alone}, {true, beside}} {
+			if _, err := db.ExecContext(ctx, `UPDATE webhook_endpoints SET enabled = ? WHERE id = ?`, turn.slowEnabled, slowID); err != nil {
+				return nil, err
+			}
+			fast.measure(turn.p)
+			if err := loadOrders(ctx, db, url, isolationFor/webhookTurns, merchantID, customerID, newProbe(), turn.p); err != nil {
+				return nil, err
+			}
+		}
 	}
 	slowGot := slow.count()
 	b.sampleRSS(cmd)
@@ -195,7 +211,7 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	if _, err := db.ExecContext(ctx, `UPDATE webhook_endpoints SET enabled = false WHERE id IN (?, ?)`, fastID, slowID); err != nil {
 		return nil, err
 	}
-	drain, err := b.drainBacklog(ctx, db, merchantID, customerID)
+	drain, err := b.drainBacklog(ctx, db, base, merchantID, customerID)
 	if err != nil {
 		return nil, err
 	}
@@ -209,8 +225,9 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 			hook.stats().String(), visible.stats().String(),
 			"reference: the orders read model's append-to-visible latency of the same events, in the same run"},
 		{fmt.Sprintf("the same, %s, beside an endpoint of the merchant whose receiver takes %s per request", isolationFor, slowReceiverTakes),
-			hook2.stats().String(), visible2.stats().String(),
-			fmt.Sprintf("the slow endpoint got %d of its %d deliveries meanwhile (%d in flight at a time)", slowGot, len(hook2.stats()), 8)},
+			beside.stats().String(), alone.stats().String(),
+			fmt.Sprintf("reference: the same endpoint alone, in %d turns with it; the slow endpoint got %d of its %d deliveries meanwhile (8 in flight at a time)",
+				webhookTurns, slowGot, len(beside.stats()))},
 		{fmt.Sprintf("webhook throughput: a receiver drains a backlog of %d deliveries", hookBacklog),
 			fmt.Sprintf("%.0f deliveries/s", drain), fmt.Sprintf("%.0f POSTs/s", plain),
 			"plain: the same signed POSTs by Hearth's sender alone, 8 at a time (the dispatcher's cap per endpoint), no database"},
@@ -233,11 +250,35 @@ func awaitMetric(base, line string) error {
 	return fmt.Errorf("/metrics never showed %q", strings.TrimSpace(line))
 }
 
+// awaitCaughtUp waits until base's /metrics shows every projection caught
+// up (no unacknowledged message).
+func awaitCaughtUp(base string) error {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		res, err := http.Get(base + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		lagging := false
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if strings.HasPrefix(line, "hearth_projection_lag_events{") && !strings.HasSuffix(line, " 0") {
+				lagging = true
+			}
+		}
+		if !lagging && strings.Contains(string(body), "hearth_projection_lag_events{") {
+			return nil
+		}
+	}
+	return fmt.Errorf("the projections did not catch up within 2 minutes")
+}
+
 // drainBacklog registers a receiver that holds every request, creates
 // hookBacklog orders (16 at a time), waits until the fan-out has queued
-// all of their deliveries, then lets the receiver answer and returns the
-// rate at which every order reached it.
-func (b *bench) drainBacklog(ctx context.Context, db *bun.DB, merchantID, customerID string) (float64, error) {
+// all of their deliveries and the read models have caught up (so that the
+// drain has the process to itself), then lets the receiver answer and
+// returns the rate at which every order reached it.
+func (b *bench) drainBacklog(ctx context.Context, db *bun.DB, base, merchantID, customerID string) (float64, error) {
 	rc, err := newHookReceiver(0)
 	if err != nil {
 		return 0, err
@@ -285,6 +326,9 @@ func (b *bench) drainBacklog(ctx context.Context, db *bun.DB, merchantID, custom
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("the fan-out queued %d of %d deliveries in a minute", n, hookBacklog)
 		}
+	}
+	if err := awaitCaughtUp(base); err != nil {
+		return 0, err
 	}
 	start := time.Now()
 	close(release)

@@ -86,6 +86,13 @@ CREATE TABLE webhook_deliveries (
     completed_at      timestamptz,
     CHECK ((status = 'pending') = (completed_at IS NULL))
 );
+-- A queue: every row is updated twice (claimed, then done) and pruned.
+-- Room on each page lets the claim's update, which changes no indexed
+-- column, stay on its page (a HOT update: no new index entries), and
+-- vacuum runs at 2 % of dead rows instead of 20 %, so that the queue's
+-- index scans do not wade through the entries of finished rows.
+ALTER TABLE webhook_deliveries SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_analyze_scale_factor = 0.02);
 -- A redelivered event of the fan-out is not fanned out twice.
 CREATE UNIQUE INDEX webhook_deliveries_once ON webhook_deliveries (endpoint_id, event_id) WHERE redelivery_of IS NULL;
 -- The queue: an endpoint's pending rows in insertion order, and per
