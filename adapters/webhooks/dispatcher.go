@@ -78,8 +78,37 @@ type Dispatcher struct {
 	ctx  context.Context
 
 	mu      sync.Mutex
-	workers map[string]chan struct{} // endpoint -> its pokes (buffered, 1)
+	workers map[string]*worker // by endpoint
+	closed  bool               // the term ended: no new worker
 	wg      sync.WaitGroup
+}
+
+// worker is the state of one endpoint's worker the dispatcher shares with
+// it: its wake-ups, each buffered (one pending wake-up is enough).
+type worker struct {
+	// poke: the endpoint has new deliveries (from the fan-out, or a scan).
+	poke chan struct{}
+	// urgent: an operator queued one (a test ping, a redelivery); it ends
+	// even the wait of a worker whose receiver keeps failing.
+	urgent chan struct{}
+}
+
+// wake sends a wake-up on ch, unless one is pending already.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// drain takes w's pending wake-ups: the round about to start serves them.
+func (w *worker) drain() {
+	for _, ch := range []chan struct{}{w.poke, w.urgent} {
+		select {
+		case <-ch:
+		default:
+		}
+	}
 }
 
 // NewDispatcher returns a dispatcher whose workers run until ctx ends (the
@@ -95,27 +124,34 @@ func NewDispatcher(ctx context.Context, cfg DispatcherConfig) (*Dispatcher, erro
 		cfg.Rand = rand.Float64
 	}
 	return &Dispatcher{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "webhooks"),
-		hold: cfg.Sender.timeout + holdMargin, ctx: ctx, workers: map[string]chan struct{}{}}, nil
+		hold: cfg.Sender.timeout + holdMargin, ctx: ctx, workers: map[string]*worker{}}, nil
 }
 
 // WithDispatcher returns ctx in which the fan-out wakes d's workers after
 // each commit (the fan-out of the same term).
 func WithDispatcher(ctx context.Context, d *Dispatcher) context.Context {
-	return withWake(ctx, d.Poke)
+	return withWake(ctx, func(ids []string) { d.poke(ids, false) })
 }
 
 // Run starts a worker for every endpoint with pending deliveries, again
-// whenever signal's channel closes (a delivery queued by the API) and every
+// whenever signal's channel closes (a delivery queued by the API: its
+// worker is woken even while its receiver keeps failing) and every
 // rescanEvery, and prunes the log, until the term's context ends; then it
 // waits for the workers. signal returns the channel the next notification
 // closes (projector.Notifier.Signal of DeliveriesTable).
 func (d *Dispatcher) Run(signal func() <-chan struct{}) error {
 	ctx := d.ctx
-	defer d.wg.Wait()
+	defer func() {
+		d.mu.Lock()
+		d.closed = true // no worker starts after the Wait has begun
+		d.mu.Unlock()
+		d.wg.Wait()
+	}()
 	lastPrune := time.Time{}
+	urgent := false
 	for {
 		woken := signal()
-		if err := d.rescan(ctx); err != nil && ctx.Err() == nil {
+		if err := d.rescan(ctx, urgent); err != nil && ctx.Err() == nil {
 			d.log.Warn("look for pending webhook deliveries", "error", err)
 		}
 		if time.Since(lastPrune) >= pruneEvery {
@@ -128,14 +164,16 @@ func (d *Dispatcher) Run(signal func() <-chan struct{}) error {
 			t.Stop()
 			return nil
 		case <-woken:
+			urgent = true
 		case <-t.C:
+			urgent = false
 		}
 		t.Stop()
 	}
 }
 
 // rescan pokes the worker of every endpoint with pending deliveries.
-func (d *Dispatcher) rescan(ctx context.Context) error {
+func (d *Dispatcher) rescan(ctx context.Context, urgent bool) error {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
 	rows, err := d.cfg.DB.QueryContext(ctx, `SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE status = 'pending'`)
@@ -154,7 +192,7 @@ func (d *Dispatcher) rescan(ctx context.Context) error {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
-	d.Poke(ids)
+	d.poke(ids, urgent)
 	return nil
 }
 
@@ -182,33 +220,33 @@ func (d *Dispatcher) prune(ctx context.Context) {
 	}
 }
 
-// Poke wakes the workers of the endpoints, starting those not running.
-func (d *Dispatcher) Poke(endpointIDs []string) {
+// poke wakes the workers of the endpoints, starting those not running.
+func (d *Dispatcher) poke(endpointIDs []string, urgent bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.ctx.Err() != nil {
+	if d.closed || d.ctx.Err() != nil {
 		return
 	}
 	for _, id := range endpointIDs {
-		if poke, ok := d.workers[id]; ok {
-			select {
-			case poke <- struct{}{}:
-			default: // poked already
+		if w, ok := d.workers[id]; ok {
+			wake(w.poke)
+			if urgent {
+				wake(w.urgent)
 			}
 			continue
 		}
-		poke := make(chan struct{}, 1)
-		d.workers[id] = poke
-		d.wg.Go(func() { d.work(id, poke) })
+		w := &worker{poke: make(chan struct{}, 1), urgent: make(chan struct{}, 1)}
+		d.workers[id] = w
+		d.wg.Go(func() { d.work(id, w) })
 	}
 }
 
-// done removes a worker that found nothing pending, unless it was poked
+// done removes a worker that found nothing pending, unless it was woken
 // meanwhile (then it goes on).
-func (d *Dispatcher) done(id string, poke chan struct{}) bool {
+func (d *Dispatcher) done(id string, w *worker) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(poke) > 0 && d.ctx.Err() == nil {
+	if (len(w.poke) > 0 || len(w.urgent) > 0) && d.ctx.Err() == nil {
 		return false
 	}
 	delete(d.workers, id)
@@ -247,16 +285,13 @@ type target struct {
 }
 
 // work is one endpoint's worker: rounds until nothing is pending.
-func (d *Dispatcher) work(id string, poke chan struct{}) {
+func (d *Dispatcher) work(id string, w *worker) {
 	ctx := d.ctx
 	log := d.log.With("endpoint_id", id)
 	var results []result
 	failing := false
 	for {
-		select { // a poke from before this round is served by it
-		case <-poke:
-		default:
-		}
+		w.drain()
 		claims, tgt, nextIn, err := d.round(ctx, id, results)
 		if err != nil {
 			if errors.Is(err, readmodel.ErrStaleTerm) {
@@ -264,13 +299,13 @@ func (d *Dispatcher) work(id string, poke chan struct{}) {
 			}
 			if ctx.Err() != nil || errors.Is(err, readmodel.ErrStaleTerm) {
 				d.flush(id, results)
-				d.done(id, poke)
+				d.done(id, w)
 				return
 			}
 			log.Warn("webhook delivery round failed; trying again", "error", err)
 			if !sleep(ctx, time.Second) {
 				d.flush(id, results)
-				d.done(id, poke)
+				d.done(id, w)
 				return
 			}
 			continue // with the same results
@@ -285,7 +320,7 @@ func (d *Dispatcher) work(id string, poke chan struct{}) {
 			continue
 		}
 		if nextIn < 0 { // nothing pending
-			if d.done(id, poke) {
+			if d.done(id, w) {
 				return
 			}
 			continue
@@ -294,20 +329,21 @@ func (d *Dispatcher) work(id string, poke chan struct{}) {
 		// unless the endpoint's last attempts all failed: then new
 		// deliveries wait for its next retry too, so a receiver that is down
 		// is not sent one request per event, and its queue is not scanned
-		// for every event.
+		// for every event. What an operator queued ends it anyway.
 		t := time.NewTimer(max(nextIn, time.Millisecond))
-		wake := poke
+		poked := w.poke
 		if failing {
-			wake = nil
+			poked = nil
 		}
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-		case <-wake:
+		case <-poked:
+		case <-w.urgent:
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			d.done(id, poke)
+			d.done(id, w)
 			return
 		}
 	}
@@ -456,9 +492,9 @@ func failPending(endpointID, why string) statement {
 		WHERE endpoint_id = $1 AND status = 'pending'`, args: []any{endpointID, why}}
 }
 
-// claimSQL claims the endpoint's due deliveries: pending ones whose time
-// has come and that are the first pending one of their aggregate (by
-// version), at most $2, oldest first. It counts the attempt and moves the
+// claimSQL claims the due deliveries of an enabled endpoint: pending ones
+// whose time has come and that are the first pending one of their
+// aggregate (by version), at most $2, oldest first. It counts the attempt and moves the
 // next one past the send's timeout ($3 ms, the hold), and reads each event
 // as stored. The pending rows are read in insertion order
 // (webhook_deliveries_pending) and each is checked to be the first of its
@@ -471,6 +507,7 @@ func failPending(endpointID, why string) statement {
 const claimSQL = `WITH due AS (
 	SELECT d.id FROM webhook_deliveries d
 	WHERE d.endpoint_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+	  AND EXISTS (SELECT FROM webhook_endpoints w WHERE w.id = $1 AND w.enabled)
 	  AND d.id = (SELECT e.id FROM webhook_deliveries e
 	              WHERE e.endpoint_id = $1 AND e.aggregate_id = d.aggregate_id AND e.status = 'pending'
 	              ORDER BY e.aggregate_version, e.seq LIMIT 1)

@@ -76,7 +76,7 @@ func TestStaleTermRecordsNothing(t *testing.T) {
 		Schedule: webhook.Schedule{Initial: time.Millisecond, Max: time.Millisecond, For: time.Second},
 		OnStale:  func(err error) { stale <- err; cancel() }})
 	require.NoError(t, err)
-	d.Poke([]string{endpoint})
+	d.poke([]string{endpoint}, false)
 	require.ErrorIs(t, <-stale, readmodel.ErrStaleTerm)
 	d.wg.Wait()
 	_, attempts := deliveries()

@@ -52,13 +52,13 @@ type delivery struct {
 }
 
 // receiver is a webhook receiver: it records every request and answers the
-// status answer gives (200 when answer is nil). While hold is set, requests
+// status answer gives for it (200 when answer is nil). While hold is set, requests
 // wait until it is closed (a slow receiver).
 type receiver struct {
 	*httptest.Server
 	mu       sync.Mutex
 	got      []delivery
-	answer   func(n int) int
+	answer   func(d delivery) int
 	hold     chan struct{}
 	arrivals chan struct{} // one value per request, for tests that wait for one
 }
@@ -81,7 +81,7 @@ func newReceiver(t *testing.T) *receiver {
 		_ = json.Unmarshal(body, &d.event)
 		rc.mu.Lock()
 		if rc.answer != nil {
-			d.status = rc.answer(len(rc.got))
+			d.status = rc.answer(d)
 		}
 		rc.got = append(rc.got, d)
 		rc.mu.Unlock()
@@ -95,7 +95,7 @@ func newReceiver(t *testing.T) *receiver {
 	return rc
 }
 
-func (rc *receiver) setAnswer(f func(n int) int) {
+func (rc *receiver) setAnswer(f func(d delivery) int) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.answer = f
@@ -421,7 +421,7 @@ func TestWebhookReceiverDownThenBack(t *testing.T) {
 	a := withWebhooks(t, pgtest.NewDB(t), nil)
 	rc := newReceiver(t)
 	down := true
-	rc.setAnswer(func(int) int {
+	rc.setAnswer(func(delivery) int {
 		if down {
 			return http.StatusServiceUnavailable
 		}
@@ -434,7 +434,7 @@ func TestWebhookReceiverDownThenBack(t *testing.T) {
 	for _, d := range rc.deliveries() {
 		require.Equal(t, 1, d.event.AggregateVersion, "nothing after an aggregate's first event went out while it failed")
 	}
-	rc.setAnswer(func(int) int { return http.StatusOK })
+	rc.setAnswer(func(delivery) int { return http.StatusOK })
 	awaitDelivered(t, rc, 4*4)
 	requireInOrder(t, rc.delivered(), orders, 4)
 	require.Len(t, rc.delivered(), 16, "each event once")
@@ -451,7 +451,7 @@ func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
 	a.w.webhookRand = func() float64 { return 0.5 } // no jitter: each wait is the base
 	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})))
 	rc := newReceiver(t)
-	rc.setAnswer(func(int) int { return http.StatusInternalServerError })
+	rc.setAnswer(func(delivery) int { return http.StatusInternalServerError })
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
 	a.orderEvents(1, 1)
 
@@ -498,7 +498,7 @@ func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
 
 	// Enabled again, it gets new events (and the operator redelivers the
 	// old ones).
-	rc.setAnswer(func(int) int { return http.StatusOK })
+	rc.setAnswer(func(delivery) int { return http.StatusOK })
 	a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"enabled": true})
 	require.NotContains(t, a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Body, "disabled_reason")
 	a.orderEvents(1, 0)
@@ -540,7 +540,7 @@ func TestWebhookGoneDisablesAtOnce(t *testing.T) {
 	t.Parallel()
 	a := withWebhooks(t, pgtest.NewDB(t), nil)
 	rc := newReceiver(t)
-	rc.setAnswer(func(int) int { return http.StatusGone })
+	rc.setAnswer(func(delivery) int { return http.StatusGone })
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
 	a.orderEvents(2, 1)
 	path := "/v1/webhook-endpoints/" + endpoint
@@ -625,7 +625,7 @@ func TestWebhookFailedPingIsNotRetried(t *testing.T) {
 	t.Parallel()
 	a := withWebhooks(t, pgtest.NewDB(t), nil)
 	rc := newReceiver(t)
-	rc.setAnswer(func(int) int { return http.StatusBadGateway })
+	rc.setAnswer(func(delivery) int { return http.StatusBadGateway })
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
 	ping := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", a.opA, nil)
 	var d response
@@ -685,4 +685,68 @@ func TestWebhookSettingsErrors(t *testing.T) {
 		_, _, err := loadConfig(env(vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
 		require.ErrorContains(t, err, name, fmt.Sprint(vars))
 	}
+}
+
+// An endpoint disabled while a delivery is in flight gets nothing more: the
+// round that records that delivery claims no other, and the rest fail.
+func TestWebhookDisabledGetsNothingMore(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	release := make(chan struct{})
+	rc.hold = release
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	a.orderEvents(1, 2)
+	path := "/v1/webhook-endpoints/" + endpoint
+	require.Eventually(t, func() bool { // the first is in flight
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=pending", auth(a.opA), nil)
+		if err != nil || intOf(r.Body["total"]) != 3 {
+			return false
+		}
+		for _, it := range r.Body["items"].([]any) {
+			if intOf(it.(map[string]any)["attempts"]) == 1 {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"enabled": false})
+	close(release)
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=failed", auth(a.opA), nil)
+		return err == nil && intOf(r.Body["total"]) == 2
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, float64(1), a.must(http.StatusOK, http.MethodGet, path+"/deliveries?status=succeeded", a.opA, nil).Body["total"])
+	require.Len(t, rc.deliveries(), 1, "nothing after the endpoint was disabled")
+}
+
+// A test ping reaches an endpoint whose receiver keeps failing at once,
+// not at its next retry (which, here, is an hour away).
+func TestWebhookPingReachesAFailingEndpoint(t *testing.T) {
+	t.Parallel()
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
+		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
+	}, nil)
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	rc := newReceiver(t)
+	rc.setAnswer(func(d delivery) int {
+		if d.event.Type == "webhook_endpoint.ping" {
+			return http.StatusOK
+		}
+		return http.StatusInternalServerError
+	})
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	a.orderEvents(1, 0)
+	path := "/v1/webhook-endpoints/" + endpoint
+	require.Eventually(t, func() bool { // failed once, waiting for its retry
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=pending", auth(a.opA), nil)
+		if err != nil || intOf(r.Body["total"]) != 1 {
+			return false
+		}
+		d := r.Body["items"].([]any)[0].(map[string]any)
+		return intOf(d["attempts"]) == 1 && d["response_status"] == float64(500)
+	}, 10*time.Second, 5*time.Millisecond)
+	a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil)
+	require.Eventually(t, func() bool { return len(rc.delivered()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, "webhook_endpoint.ping", rc.delivered()[0].event.Type)
 }
