@@ -289,10 +289,15 @@ func (d *Dispatcher) work(id string, w *worker) {
 	ctx := d.ctx
 	log := d.log.With("endpoint_id", id)
 	var results []result
-	failing := false
+	// failing: the endpoint's last attempts all failed. Then the round
+	// right after them claims only retries that are due, and the worker
+	// waits for the next retry before it claims deliveries never tried:
+	// a receiver that is down gets the new events in waves, at its retry
+	// times, not one request per event as they come.
+	failing, fresh := false, true
 	for {
 		w.drain()
-		claims, tgt, nextIn, err := d.round(ctx, id, results)
+		claims, tgt, nextIn, err := d.round(ctx, id, results, fresh)
 		if err != nil {
 			if errors.Is(err, readmodel.ErrStaleTerm) {
 				d.cfg.OnStale(err)
@@ -317,6 +322,7 @@ func (d *Dispatcher) work(id string, w *worker) {
 			for _, r := range results {
 				failing = failing && r.status != webhook.Succeeded && !r.release
 			}
+			fresh = !failing
 			continue
 		}
 		if nextIn < 0 { // nothing pending
@@ -326,10 +332,9 @@ func (d *Dispatcher) work(id string, w *worker) {
 			continue
 		}
 		// Wait for the next retry. A poke (new deliveries) ends the wait,
-		// unless the endpoint's last attempts all failed: then new
-		// deliveries wait for its next retry too, so a receiver that is down
-		// is not sent one request per event, and its queue is not scanned
-		// for every event. What an operator queued ends it anyway.
+		// unless the endpoint is failing: then new deliveries wait for its
+		// next retry too (and its queue is not scanned for every event).
+		// What an operator queued ends it anyway.
 		t := time.NewTimer(max(nextIn, time.Millisecond))
 		poked := w.poke
 		if failing {
@@ -346,6 +351,7 @@ func (d *Dispatcher) work(id string, w *worker) {
 			d.done(id, w)
 			return
 		}
+		fresh = true // a retry wave, new deliveries, or an operator's
 	}
 }
 
@@ -382,10 +388,12 @@ func (d *Dispatcher) inTx(ctx context.Context, fn func(ctx context.Context, tx *
 // round is one transaction of a worker, sent as one pgx batch (one round
 // trip): BEGIN with the fencing check, the results of the round before
 // (disabling the endpoint when one says so), the endpoint, the claim of
-// the deliveries whose turn has come, COMMIT. With nothing claimed, nextIn
-// is how long until the next one is due (negative: nothing is pending); a
-// disabled endpoint's pending deliveries fail then.
-func (d *Dispatcher) round(ctx context.Context, endpointID string, results []result) (claims []claim, tgt target, nextIn time.Duration, err error) {
+// the deliveries whose turn has come (those never tried only when fresh),
+// COMMIT. With nothing claimed, nextIn is how long until the next one is
+// due, counting those never tried only when fresh or when there is nothing
+// else (negative: nothing is pending); a disabled endpoint's pending
+// deliveries fail then.
+func (d *Dispatcher) round(ctx context.Context, endpointID string, results []result, fresh bool) (claims []claim, tgt target, nextIn time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
 	fence, fenced := readmodel.FenceSQL(ctx)
@@ -400,7 +408,7 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 			b.Queue(st.sql, st.args...)
 		}
 		b.Queue(`SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, endpointID)
-		b.Queue(claimSQL, endpointID, claimBatch, d.hold.Milliseconds())
+		b.Queue(claimSQL, endpointID, claimBatch, d.hold.Milliseconds(), fresh)
 		b.Queue("COMMIT")
 		br := conn.SendBatch(ctx, b)
 		err := d.readRound(br, endpointID, fenced, record, &tgt, &claims)
@@ -419,9 +427,10 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 		return nil, tgt, -1, err
 	}
 	var seconds sql.NullFloat64
-	err = d.cfg.DB.QueryRowContext(ctx, `SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - now())::float8 FROM (
-		SELECT DISTINCT ON (aggregate_id) next_attempt_at FROM webhook_deliveries
-		WHERE endpoint_id = $1 AND status = 'pending' ORDER BY aggregate_id, aggregate_version, seq) heads`, endpointID).Scan(&seconds)
+	err = d.cfg.DB.QueryRowContext(ctx, `SELECT EXTRACT(EPOCH FROM coalesce(
+			min(next_attempt_at) FILTER (WHERE attempts > 0 OR $2), min(next_attempt_at)) - now())::float8 FROM (
+		SELECT DISTINCT ON (aggregate_id) next_attempt_at, attempts FROM webhook_deliveries
+		WHERE endpoint_id = $1 AND status = 'pending' ORDER BY aggregate_id, aggregate_version, seq) heads`, endpointID, fresh).Scan(&seconds)
 	if err != nil {
 		return nil, tgt, 0, fmt.Errorf("next webhook delivery: %w", err)
 	}
@@ -494,7 +503,8 @@ func failPending(endpointID, why string) statement {
 
 // claimSQL claims the due deliveries of an enabled endpoint: pending ones
 // whose time has come and that are the first pending one of their
-// aggregate (by version), at most $2, oldest first. It counts the attempt and moves the
+// aggregate (by version), at most $2, oldest first; those never tried yet
+// only when $4. It counts the attempt and moves the
 // next one past the send's timeout ($3 ms, the hold), and reads each event
 // as stored. The pending rows are read in insertion order
 // (webhook_deliveries_pending) and each is checked to be the first of its
@@ -506,7 +516,7 @@ func failPending(endpointID, why string) statement {
 // the planner may scan the whole table for a few rows.
 const claimSQL = `WITH due AS (
 	SELECT d.id FROM webhook_deliveries d
-	WHERE d.endpoint_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+	WHERE d.endpoint_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= now() AND (d.attempts > 0 OR $4)
 	  AND EXISTS (SELECT FROM webhook_endpoints w WHERE w.id = $1 AND w.enabled)
 	  AND d.id = (SELECT e.id FROM webhook_deliveries e
 	              WHERE e.endpoint_id = $1 AND e.aggregate_id = d.aggregate_id AND e.status = 'pending'

@@ -38,12 +38,12 @@ func TestClaimPlan(t *testing.T) {
 			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), v FROM generate_series(1, 1000) a, generate_series(1, 5) v`, []any{endpoint, merchant}},
 		{`ANALYZE webhook_deliveries`, nil},
 		{`SET plan_cache_mode = force_generic_plan`, nil},
-		{`PREPARE claim(uuid, int, bigint) AS ` + claimSQL, nil},
+		{`PREPARE claim(uuid, int, bigint, boolean) AS ` + claimSQL, nil},
 	} {
 		_, err := conn.ExecContext(ctx, q.sql, q.args...)
 		require.NoError(t, err, q.sql)
 	}
-	rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE claim('"+endpoint+"', 32, 15000)")
+	rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE claim('"+endpoint+"', 32, 15000, true)")
 	require.NoError(t, err)
 	var plan []string
 	for rows.Next() {

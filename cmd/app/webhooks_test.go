@@ -750,3 +750,55 @@ func TestWebhookPingReachesAFailingEndpoint(t *testing.T) {
 	require.Eventually(t, func() bool { return len(rc.delivered()) == 1 }, 5*time.Second, 5*time.Millisecond)
 	require.Equal(t, "webhook_endpoint.ping", rc.delivered()[0].event.Type)
 }
+
+// While a receiver keeps failing, the events that come meanwhile wait for
+// its next retry instead of going out one by one: the round that records
+// the failure claims no delivery never tried.
+func TestWebhookFailingEndpointGetsNewEventsInWaves(t *testing.T) {
+	t.Parallel()
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
+		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
+	}, nil)
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	rc := newReceiver(t)
+	release := make(chan struct{})
+	rc.hold = release
+	rc.setAnswer(func(delivery) int { return http.StatusServiceUnavailable })
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	pending := func() []map[string]any {
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=pending", auth(a.opA), nil)
+		if err != nil {
+			return nil
+		}
+		var out []map[string]any
+		for _, it := range r.Body["items"].([]any) {
+			out = append(out, it.(map[string]any))
+		}
+		return out
+	}
+	a.orderEvents(1, 0)
+	require.Eventually(t, func() bool { // the first event is in flight, held
+		p := pending()
+		return len(p) == 1 && intOf(p[0]["attempts"]) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	a.orderEvents(3, 0) // three more aggregates meanwhile
+	require.Eventually(t, func() bool { return len(pending()) == 4 }, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	var p []map[string]any
+	require.Eventually(t, func() bool { // the failure is recorded...
+		p = pending()
+		for _, d := range p {
+			if d["response_status"] == float64(503) {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	for _, d := range p { // ... and in the same round nothing new was claimed
+		if d["response_status"] != float64(503) {
+			require.Equal(t, 0, intOf(d["attempts"]), "a new event went out to a failing receiver: %v", d)
+		}
+	}
+	require.Len(t, rc.deliveries(), 1)
+}
