@@ -11,11 +11,11 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/query"
 	"hearth/internal/database"
 	"hearth/internal/pgcluster"
+	"hearth/internal/refdata"
 )
 
 // devDir holds the throwaway cluster of `app dev`.

@@ -11,13 +11,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/uuid"
 	"hearth/internal/database"
+	"hearth/internal/refdata"
 	"hearth/migrations"
 )
 

@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/ops"
 	"hearth/domain/apperr"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
+	"hearth/internal/refdata"
 )
 
 // keysBundle is a fresh database and a way to run `app keys create` on it.
