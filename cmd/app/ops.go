@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"hearth/adapters/readmodel"
 	"hearth/app/ops"
+	httpport "hearth/ports/http"
 )
 
 // opsFlags are the flags of the operator's subcommands.
@@ -58,6 +58,16 @@ func parseInterleaved(fs *flag.FlagSet, rest []string) ([]string, error) {
 		rest = fs.Args()
 	}
 	return pos, nil
+}
+
+// printJSON prints vs as one JSON array, each as of maps it (the admin
+// API's body, so that --json and the API show the same).
+func printJSON[V, T any](stdout io.Writer, vs []V, of func(V) T) error {
+	out := make([]T, len(vs))
+	for i, v := range vs {
+		out[i] = of(v)
+	}
+	return json.NewEncoder(stdout).Encode(out)
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -104,18 +114,18 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		return err
 	}
 	defer dbs.close()
-	pk := w.parking
+	op := w.operator
 	switch sub {
 	case "list":
 		if len(args) > 0 {
 			return usageError{fmt.Sprintf("parked list: unexpected arguments %q", args)}
 		}
-		list, err := pk.List(ctx, o.projection)
+		list, err := op.ListParked(ctx, o.projection)
 		if err != nil {
 			return err
 		}
 		if o.asJSON {
-			return json.NewEncoder(stdout).Encode(list)
+			return printJSON(stdout, list, httpport.ParkedBodyOf)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PROJECTION\tAGGREGATE\tMERCHANT\tFIRST EVENT\tVERSION\tWAITING\tSINCE\tREASON")
@@ -132,11 +142,11 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		var results []ops.ReplayResult
 		switch {
 		case o.all && len(args) == 0:
-			if results, err = pk.ReplayAll(ctx, o.projection, by); err != nil {
+			if results, err = op.ReplayAll(ctx, o.projection, by); err != nil {
 				return err
 			}
 		case !o.all && len(args) == 2:
-			res, err := pk.Replay(ctx, args[0], args[1], by)
+			res, err := op.Replay(ctx, args[0], args[1], by)
 			if err != nil {
 				return err
 			}
@@ -164,7 +174,7 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		if len(args) != 2 {
 			return usageError{"parked skip: PROJECTION AGGREGATE_ID --reason WHY [--event EVENT_ID] [--by WHO]"}
 		}
-		res, err := pk.Skip(ctx, args[0], args[1], o.eventID, by, o.reason)
+		res, err := op.Skip(ctx, ops.Skip{Projection: args[0], StreamID: args[1], EventID: o.eventID, By: by, Reason: o.reason})
 		if err != nil {
 			return err
 		}
@@ -210,14 +220,14 @@ func verify(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, stdou
 		return err
 	}
 	defer dbs.close()
-	vc := readmodel.VerifyConfig{Log: w.eventLog, DB: dbs.rm, RecheckAfter: o.recheck}
+	v := ops.Verification{RecheckAfter: o.recheck}
 	if o.projection != "" {
-		vc.Projections = []string{o.projection}
+		v.Projections = []string{o.projection}
 	}
 	if isTerminal(stderr) {
-		vc.Progress = stderr
+		v.Progress = stderr
 	}
-	report, err := readmodel.Verify(ctx, vc)
+	report, err := w.operator.Verify(ctx, v)
 	if err != nil {
 		return err
 	}
@@ -237,9 +247,8 @@ func verify(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, stdou
 
 // rebuild runs `app rebuild PROJECTION`: progress with rate and ETA on
 // stderr (in place on a terminal, a line every 5 s otherwise); Ctrl-C
-// cancels it and drops the shadow table. The start, and a cancel, are
-// recorded in the audit log (the rebuild is no transaction of the event
-// store: the start just before it runs, the cancel after).
+// cancels it and drops the shadow table. The use case records the start,
+// and a cancel, in the audit log.
 func rebuild(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
 		return usageError{"rebuild: name one projection: " + strings.Join(readmodel.Projections(), ", ")}
@@ -256,34 +265,22 @@ func rebuild(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args
 		return err
 	}
 	defer dbs.close()
-	if err := w.refdata.RecordAudit(ctx, ops.AuditEntry{Actor: by, Action: ops.ActionRebuildStart, Target: args[0]}); err != nil {
-		return err
-	}
 	term := isTerminal(stderr)
 	var lastLine time.Time
 	lastPhase := ""
-	p, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: w.eventLog, DB: dbs.rm, Projection: args[0],
-		Progress: func(p ops.RebuildProgress) {
-			line := progressText(p)
-			switch {
-			case term:
-				fmt.Fprint(stderr, "\r"+line+"\033[K")
-			case p.Phase != lastPhase || time.Since(lastLine) >= 5*time.Second:
-				fmt.Fprintln(stderr, line)
-				lastLine = time.Now()
-			}
-			lastPhase = p.Phase
-		}})
+	p, err := w.operator.Rebuild(ctx, args[0], by, func(p ops.RebuildProgress) {
+		line := progressText(p)
+		switch {
+		case term:
+			fmt.Fprint(stderr, "\r"+line+"\033[K")
+		case p.Phase != lastPhase || time.Since(lastLine) >= 5*time.Second:
+			fmt.Fprintln(stderr, line)
+			lastLine = time.Now()
+		}
+		lastPhase = p.Phase
+	})
 	if term {
 		fmt.Fprintln(stderr)
-	}
-	if errors.Is(err, context.Canceled) {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if aerr := w.refdata.RecordAudit(actx, ops.AuditEntry{Actor: by, Action: ops.ActionRebuildCancel, Target: args[0],
-			Details: map[string]any{"phase": p.Phase, "events": p.Events, "rows": p.Rows}}); aerr != nil {
-			err = errors.Join(err, aerr)
-		}
 	}
 	if err != nil {
 		return err
