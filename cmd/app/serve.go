@@ -350,7 +350,7 @@ func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, lo
 	}
 	return httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(dbs, elector),
+		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(elector),
 		Parked: w.operator, Rebuilds: w.operator,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
