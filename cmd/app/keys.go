@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"hearth/app/access"
@@ -285,21 +284,16 @@ func listKeys(ctx context.Context, keys *access.Keys, k keyFlags, stdout io.Writ
 			break
 		}
 	}
-	if k.asJSON {
-		return printJSON(stdout, all, httpport.KeyBodyOf)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tMERCHANT\tROLE\tSTAFF\tNAME\tCREATED\tLAST USED\tEXPIRES\tREVOKED")
-	for _, key := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", key.ID, cmpOr(key.MerchantName, "-"), key.Role,
-			cmpOr(key.StaffID, "-"), cmpOr(oneLine(key.Name, 40), "-"), key.CreatedAt.Format(time.RFC3339),
-			timeOrDash(key.LastUsedAt), timeOrDash(key.ExpiresAt), timeOrDash(key.RevokedAt))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d keys\n", len(all))
-	return nil
+	return cliList[access.Key, httpport.KeyBody]{
+		body:   httpport.KeyBodyOf,
+		header: "ID\tMERCHANT\tROLE\tSTAFF\tNAME\tCREATED\tLAST USED\tEXPIRES\tREVOKED",
+		row: func(key access.Key) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", key.ID, cmpOr(key.MerchantName, "-"), key.Role,
+				cmpOr(key.StaffID, "-"), cmpOr(oneLine(key.Name, 40), "-"), key.CreatedAt.Format(time.RFC3339),
+				timeOrDash(key.LastUsedAt), timeOrDash(key.ExpiresAt), timeOrDash(key.RevokedAt))
+		},
+		footer: fmt.Sprintf("%d keys", len(all)),
+	}.print(stdout, k.asJSON, all)
 }
 
 func timeOrDash(t *time.Time) string {
@@ -327,18 +321,13 @@ func auditList(ctx context.Context, cfg Config, k keyFlags, args []string, stdou
 	if err != nil {
 		return err
 	}
-	if k.asJSON {
-		return printJSON(stdout, items, httpport.AuditEntryBodyOf)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tTARGET\tDETAILS")
-	for _, e := range items {
-		details, _ := json.Marshal(e.Details)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), e.Actor, e.Action, e.Target, oneLine(string(details), 160))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d of %d entries\n", len(items), total)
-	return nil
+	return cliList[ops.AuditEntry, httpport.AuditEntryBody]{
+		body:   httpport.AuditEntryBodyOf,
+		header: "AT\tACTOR\tACTION\tTARGET\tDETAILS",
+		row: func(e ops.AuditEntry) string {
+			details, _ := json.Marshal(e.Details)
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", e.At.UTC().Format(time.RFC3339), e.Actor, e.Action, e.Target, oneLine(string(details), 160))
+		},
+		footer: fmt.Sprintf("%d of %d entries", len(items), total),
+	}.print(stdout, k.asJSON, items)
 }

@@ -60,14 +60,34 @@ func parseInterleaved(fs *flag.FlagSet, rest []string) ([]string, error) {
 	return pos, nil
 }
 
-// printJSON prints vs as one JSON array, each as of maps it (the admin
-// API's body, so that --json and the API show the same).
-func printJSON[V, T any](stdout io.Writer, vs []V, of func(V) T) error {
-	out := make([]T, len(vs))
-	for i, v := range vs {
-		out[i] = of(v)
+// cliList is how a list subcommand prints its items: with --json, one
+// JSON array of the admin API's bodies (so that the CLI and the API show
+// the same); otherwise a table, header first, and a footer line.
+type cliList[V, T any] struct {
+	body   func(V) T      // the admin API's body of an item
+	header string         // the column names, tab-separated
+	row    func(V) string // an item's columns, tab-separated
+	footer string
+}
+
+func (l cliList[V, T]) print(stdout io.Writer, asJSON bool, items []V) error {
+	if asJSON {
+		out := make([]T, len(items))
+		for i, v := range items {
+			out[i] = l.body(v)
+		}
+		return json.NewEncoder(stdout).Encode(out)
 	}
-	return json.NewEncoder(stdout).Encode(out)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, l.header)
+	for _, v := range items {
+		fmt.Fprintln(tw, l.row(v))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(stdout, l.footer)
+	return err
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -124,20 +144,15 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		if err != nil {
 			return err
 		}
-		if o.asJSON {
-			return printJSON(stdout, list, httpport.ParkedBodyOf)
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PROJECTION\tAGGREGATE\tMERCHANT\tFIRST EVENT\tVERSION\tWAITING\tSINCE\tREASON")
-		for _, a := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", a.Projection, a.StreamID, a.MerchantID, a.FirstEventID,
-				a.FirstVersion, a.Waiting, a.Since.Format(time.RFC3339), oneLine(a.Reason, 100))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%d parked\n", len(list))
-		return nil
+		return cliList[ops.ParkedAggregate, httpport.ParkedBody]{
+			body:   httpport.ParkedBodyOf,
+			header: "PROJECTION\tAGGREGATE\tMERCHANT\tFIRST EVENT\tVERSION\tWAITING\tSINCE\tREASON",
+			row: func(a ops.ParkedAggregate) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s", a.Projection, a.StreamID, a.MerchantID, a.FirstEventID,
+					a.FirstVersion, a.Waiting, a.Since.Format(time.RFC3339), oneLine(a.Reason, 100))
+			},
+			footer: fmt.Sprintf("%d parked", len(list)),
+		}.print(stdout, o.asJSON, list)
 	case "replay":
 		var results []ops.ReplayResult
 		switch {
