@@ -156,6 +156,35 @@ func (s *Scheduler) Status() SchedulerStatus {
 	return st
 }
 
+// CurrentTerms reads the current term of every unit from TermDB, by unit
+// name: the last term begun, by whichever worker, so its holder is the
+// worker that leads the unit (or led it last). A unit no worker has led
+// yet has none.
+func (s *Scheduler) CurrentTerms(ctx context.Context) (map[string]Term, error) {
+	names := make([]string, 0, len(s.units))
+	for _, u := range s.units {
+		names = append(names, u.Name)
+	}
+	rows, err := s.cfg.TermDB.QueryContext(ctx, `SELECT name, term, holder, since FROM projection_leader WHERE name = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read current terms: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]Term{}
+	for rows.Next() {
+		var name string
+		var t Term
+		if err := rows.Scan(&name, &t.Term, &t.Holder, &t.Since); err != nil {
+			return nil, fmt.Errorf("read current terms: %w", err)
+		}
+		out[name] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read current terms: %w", err)
+	}
+	return out, nil
+}
+
 // fairShare is how many of units one of workers may lead: rounded up, so
 // that every unit has a taker; all of them when workers is unknown (0).
 func fairShare(units, workers int) int {

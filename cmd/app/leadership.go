@@ -168,29 +168,18 @@ func readiness(cfg Config, dbs databases, s *leader.Scheduler, live map[string]*
 // for each unit, the current term as the read model records it: its
 // holder, the worker that leads it; nil in api mode, which takes no part in
 // leadership.
-func leadership(dbs databases, s *leader.Scheduler) func(context.Context) (map[string]any, error) {
+func leadership(s *leader.Scheduler) func(context.Context) (map[string]any, error) {
 	if s == nil {
 		return nil
 	}
 	return func(ctx context.Context) (map[string]any, error) {
-		var names []string
-		for _, u := range s.Status().Units {
-			names = append(names, u.Name)
-		}
-		var rows []struct {
-			Name   string    `bun:"name"`
-			Term   int64     `bun:"term"`
-			Holder string    `bun:"holder"`
-			Since  time.Time `bun:"since"`
-		}
-		if err := dbs.rm.NewRaw(`SELECT name, term, holder, since FROM projection_leader WHERE name IN (?)`, bun.In(names)).Scan(ctx, &rows); err != nil {
-			return nil, fmt.Errorf("read current terms: %w", err)
+		current, err := s.CurrentTerms(ctx)
+		if err != nil {
+			return nil, err
 		}
 		return schedulerDetails(s, func(u leader.UnitStatus, d map[string]any) {
-			for _, r := range rows {
-				if r.Name == u.Name {
-					d["current"] = map[string]any{"term": r.Term, "holder": r.Holder, "since": r.Since.UTC().Format(time.RFC3339Nano)}
-				}
+			if cur, ok := current[u.Name]; ok {
+				d["current"] = map[string]any{"term": cur.Term, "holder": cur.Holder, "since": cur.Since.UTC().Format(time.RFC3339Nano)}
 			}
 		}), nil
 	}

@@ -326,7 +326,7 @@ func TestLeadershipVisible(t *testing.T) {
 	require.NoError(t, p.w.telemetry.leadership(p.sched, p.w.live))
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: p.w.app, Auth: p.w.refdata, Log: p.log, Ready: readiness(p.cfg, p.dbs, p.sched, p.w.live),
-		Leadership: leadership(p.dbs, p.sched), Metrics: p.w.telemetry.handler(),
+		Leadership: leadership(p.sched), Metrics: p.w.telemetry.handler(),
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
