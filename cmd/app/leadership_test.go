@@ -400,7 +400,8 @@ func TestLeadershipVisible(t *testing.T) {
 	guard := advisory.Key(advisory.Projections)
 	var guarded int
 	require.NoError(t, p.dbs.es.DB.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND mode = 'ShareLock' AND objsubid = 1 AND classid = $1 AND objid = $2`, uint32(uint64(guard)>>32), uint32(uint64(guard))).Scan(&guarded))
+		AND mode = 'ShareLock' AND objsubid = 1 AND classid = $1 AND objid = $2
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, uint32(uint64(guard)>>32), uint32(uint64(guard))).Scan(&guarded))
 	require.Equal(t, 3, guarded)
 
 	status, raw = get("/admin/leadership", admin.Secret)
