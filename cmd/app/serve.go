@@ -246,6 +246,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
+	if err != nil {
+		return err
+	}
 	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
 	if err != nil {
 		return err
@@ -316,6 +320,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 				return lead(leadCtx, term, cfg, elector.Lease(), w, log)
 			})
 		})
+	}
+	if relayUnit != nil {
+		g.Go(func() error { return relayUnit.run(gctx) })
 	}
 	err = g.Wait()
 	log.Info("hearth stopped")

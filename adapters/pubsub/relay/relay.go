@@ -172,6 +172,9 @@ func New(cfg Config) (*Relay, error) {
 	return &Relay{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "relay")}, nil
 }
 
+// Topics are the topics it relays.
+func (r *Relay) Topics() []string { return r.cfg.Topics }
+
 // Run relays for one leadership term, until ctx ends (it then returns nil)
 // or a position write finds term stale (it returns readmodel.ErrStaleTerm).
 // NATS being unreachable is not an error: the relay waits for it.
