@@ -9,7 +9,7 @@
 //
 //   - subject SubjectPrefix.<merchant_id>.<event type>, e.g.
 //     hearth.5f0c...e1.OrderCreated;
-//   - payload the event's envelope as stored (JSON: id, type, stream_type,
+//   - payload the event's envelope as stored (JSON: event_id, type, stream_type,
 //     stream_id, version, merchant_id, occurred_at, correlation_id,
 //     causation_id, actor, data);
 //   - headers the topic message's metadata (type, stream_id, version,

@@ -453,3 +453,29 @@ func gatherSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
+
+// An existing stream keeps the operator's settings but gets the configured
+// duplicate window; one that does not take the relay's subjects is not
+// published to (the set-up is retried and counted) until it does.
+func TestRelayAdoptsAnExistingStream(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	_, err := f.js.AddStream(&nats.StreamConfig{Name: stream, Subjects: []string{"other.>"}, Storage: nats.FileStorage,
+		MaxAge: time.Hour, Duplicates: time.Minute})
+	require.NoError(t, err)
+	f.write(2, nil).wait(t)
+	in := f.startInstance(t, "a", f.config())
+	require.Eventually(t, func() bool { return gatherSum(t, in.reg, "hearth_relay_failures_total") > 0 }, 30*time.Second, 5*time.Millisecond,
+		"a stream without the relay's subjects is refused")
+	require.Zero(t, f.streamCount())
+
+	_, err = f.js.UpdateStream(&nats.StreamConfig{Name: stream, Subjects: []string{"other.>", "hearth.*.*"}, Storage: nats.FileStorage,
+		MaxAge: time.Hour, Duplicates: time.Minute})
+	require.NoError(t, err)
+	f.requireAllRelayed(t)
+	info, err := f.js.StreamInfo(stream)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Minute, info.Config.Duplicates, "the duplicate window is the relay's")
+	require.Equal(t, time.Hour, info.Config.MaxAge, "the operator's limit stays")
+	require.Equal(t, []string{"other.>", "hearth.*.*"}, info.Config.Subjects)
+}
