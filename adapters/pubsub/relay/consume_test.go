@@ -21,7 +21,7 @@ func TestDocumentedConsumer(t *testing.T) {
 	t.Parallel()
 	f := setup(t, pgtest.NewDB(t))
 	f.startInstance(t, "a", f.config())
-	f.write(10, nil).wait(t)
+	f.write(10).wait(t)
 	want := len(f.requireAllRelayed(t))
 	merchantID := f.MerchantID
 
