@@ -135,7 +135,8 @@ type Config struct {
 	// when missing (RELAY_STREAM). Defaults to "HEARTH".
 	RelayStream string
 	// RelaySubjectPrefix begins every subject the relay publishes on:
-	// PREFIX.<merchant_id>.<event type>; the stream takes PREFIX.>
+	// PREFIX.<merchant_id>.<type>, e.g. hearth.<id>.order.created; the
+	// stream takes PREFIX.>
 	// (RELAY_SUBJECT_PREFIX). Defaults to "hearth".
 	RelaySubjectPrefix string
 	// RelayDuplicateWindow is the stream's duplicate window: JetStream drops

@@ -76,7 +76,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		return err
 	}
 	if devNATS {
-		fmt.Fprintf(stdout, "Every event is relayed to NATS JetStream at %s: stream %s, subjects %s.<merchant_id>.<event type>\n"+
+		fmt.Fprintf(stdout, "Every event is relayed to NATS JetStream at %s: stream %s, subjects %s.<merchant_id>.<type>\n"+
 			"(docs/api.md, \"Events on NATS JetStream\", shows how to consume them).\n\n", cfg.RelayNATSURL, cfg.RelayStream, cfg.RelaySubjectPrefix)
 	}
 	return serve(ctx, cfg, log)

@@ -64,7 +64,7 @@ func newRelay(cfg Config, dbs databases, t *telemetry, log *slog.Logger) (*relay
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{leads, relay.NewLagCollector(dbs.es.DB, offsets, r.Topics(), log)} {
+	for _, c := range []prometheus.Collector{leads, relay.NewLagCollector(dbs.es.DB, offsets, relay.Topics(), log)} {
 		if err := t.reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"hearth/domain/event"
+	"hearth/app/publicevent"
 	"hearth/internal/natstest"
 	"hearth/internal/pgtest"
 )
@@ -38,13 +38,13 @@ func TestServeRelaysEvents(t *testing.T) {
 	require.NoError(t, err)
 	var msg *nats.RawStreamMsg
 	require.Eventually(t, func() bool {
-		msg, err = js.GetLastMsg("CRM", "acme.crm.*.OrderCreated")
+		msg, err = js.GetLastMsg("CRM", "acme.crm.*.order.created")
 		return err == nil
 	}, 30*time.Second, 10*time.Millisecond, "the order's creation reaches the stream")
-	var env event.Envelope
-	require.NoError(t, json.Unmarshal(msg.Data, &env))
-	require.Equal(t, id, env.StreamID)
-	require.Equal(t, "acme.crm."+env.MerchantID+".OrderCreated", msg.Subject)
+	var pe publicevent.Event
+	require.NoError(t, json.Unmarshal(msg.Data, &pe))
+	require.Equal(t, id, pe.AggregateID)
+	require.Equal(t, "acme.crm."+pe.MerchantID+".order.created", msg.Subject)
 	info, err := js.StreamInfo("CRM")
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Minute, info.Config.Duplicates)

@@ -40,11 +40,11 @@ func TestDocumentedConsumer(t *testing.T) {
 	})
 	require.NoError(t, err)
 	type hearthEvent struct {
-		ID       string          `json:"event_id"`
-		Type     string          `json:"type"`
-		StreamID string          `json:"stream_id"`
-		Version  int             `json:"version"`
-		Data     json.RawMessage `json:"data"`
+		ID               string          `json:"id"`
+		Type             string          `json:"type"`
+		AggregateID      string          `json:"aggregate_id"`
+		AggregateVersion int             `json:"aggregate_version"`
+		Data             json.RawMessage `json:"data"`
 	}
 	var mu sync.Mutex
 	seen := map[string]bool{}
@@ -59,10 +59,10 @@ func TestDocumentedConsumer(t *testing.T) {
 		mu.Lock()
 		if !seen[e.ID] { // at least once: apply each event id once
 			seen[e.ID] = true
-			if e.Version != last[e.StreamID]+1 {
+			if e.AggregateVersion != last[e.AggregateID]+1 {
 				outOfOrder = append(outOfOrder, e.ID)
 			}
-			last[e.StreamID] = e.Version
+			last[e.AggregateID] = e.AggregateVersion
 		}
 		mu.Unlock()
 		_ = m.Ack()

@@ -7,14 +7,15 @@
 // becomes one JetStream message, published through Watermill's NATS
 // Pub/Sub (watermill-nats, JetStream mode):
 //
-//   - subject SubjectPrefix.<merchant_id>.<event type>, e.g.
-//     hearth.5f0c...e1.OrderCreated;
-//   - payload the event's envelope as stored (JSON: event_id, type, stream_type,
-//     stream_id, version, merchant_id, occurred_at, correlation_id,
-//     causation_id, actor, data);
-//   - headers the topic message's metadata (type, stream_id, version,
-//     merchant_id, correlation_id), and Nats-Msg-Id = the event id, so
-//     JetStream drops a message it already holds within the stream's
+//   - payload the event's public form (app/publicevent: the JSON the event
+//     feed and webhooks carry, with its store position);
+//   - subject SubjectPrefix.<merchant_id>.<public type>, e.g.
+//     hearth.5f0c...e1.order.created (the type's dot makes aggregate and
+//     change two tokens: hearth.<merchant_id>.order.> is one merchant's
+//     order events);
+//   - headers type, merchant_id, aggregate_type, aggregate_id,
+//     aggregate_version, schema_version, and Nats-Msg-Id = the event id,
+//     so JetStream drops a message it already holds within the stream's
 //     duplicate window.
 //
 // # How
@@ -23,7 +24,8 @@
 // term): Run is the body of one leadership term. Per topic, it reads a page
 // of messages after its position with watermill-sql's own query (the same
 // order, transaction id then offset, and the same pg_snapshot_xmin rule as
-// every subscriber), publishes them one at a time, each waiting for
+// every subscriber), turns them into public events, publishes them one at
+// a time, each waiting for
 // JetStream's acknowledgement, and then records the page's last position
 // in the read model (readmodel.RelayOffsets) in a transaction fenced by the
 // term. It wakes on the topic tables' NOTIFY (projector.Notifier) and polls
@@ -48,7 +50,7 @@
 //     term, for at most the page in flight; only a relay stopped for longer
 //     than the window between a publish and its save can put a duplicate
 //     into the stream, which consumers recognise by the event id (or
-//     stream_id and version).
+//     aggregate_id and aggregate_version).
 //   - Fenced: the position is written only under the relay's current term
 //     (hearth_fence); a relay whose term is over gets readmodel.ErrStaleTerm
 //     and Run returns it.
@@ -58,9 +60,11 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -76,6 +80,8 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
+	"hearth/app/publicevent"
+	"hearth/domain/event"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
 )
@@ -118,7 +124,7 @@ type Config struct {
 	// is missing. Required: its one default is the configuration's
 	// (cmd/app Config.RelayStream).
 	Stream string
-	// SubjectPrefix begins every subject: Prefix.<merchant_id>.<event type>;
+	// SubjectPrefix begins every subject: Prefix.<merchant_id>.<public type>;
 	// the stream takes Prefix.>. Required (cmd/app Config.RelaySubjectPrefix).
 	SubjectPrefix string
 	// DuplicateWindow is the stream's duplicate window: how long JetStream
@@ -127,8 +133,6 @@ type Config struct {
 	// Fallback is how often an idle topic is read when no notification
 	// comes. Required (cmd/app Config.PollInterval).
 	Fallback time.Duration
-	// Topics are the topics relayed. Defaults to every aggregate type's.
-	Topics []string
 	// PageSize defaults to PageSize.
 	PageSize int
 	// Metrics counts what is published. Optional.
@@ -163,17 +167,18 @@ func New(cfg Config) (*Relay, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if len(cfg.Topics) == 0 {
-		for _, a := range aggregates.All() {
-			cfg.Topics = append(cfg.Topics, a.Topic)
-		}
-	}
 	cfg.PageSize = cmp.Or(cfg.PageSize, PageSize)
 	return &Relay{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "relay")}, nil
 }
 
-// Topics are the topics it relays.
-func (r *Relay) Topics() []string { return r.cfg.Topics }
+// Topics are the topics it relays: every aggregate type's.
+func Topics() []string {
+	var out []string
+	for _, a := range aggregates.All() {
+		out = append(out, a.Topic)
+	}
+	return out
+}
 
 // Run relays for one leadership term, until ctx ends (it then returns nil)
 // or a position write finds term stale (it returns readmodel.ErrStaleTerm).
@@ -181,7 +186,7 @@ func (r *Relay) Topics() []string { return r.cfg.Topics }
 func (r *Relay) Run(ctx context.Context, term int64) error {
 	ctx = readmodel.WithFence(ctx, readmodel.Fence{Lock: r.cfg.Lock, Term: term, Lease: r.cfg.Lease})
 	log := r.log.With("term", term)
-	es, err := database.OpenSQL(ctx, r.cfg.EventStore, len(r.cfg.Topics)+1, ApplicationName)
+	es, err := database.OpenSQL(ctx, r.cfg.EventStore, len(aggregates.All())+1, ApplicationName)
 	if err != nil {
 		return fmt.Errorf("open relay pool: %w", err)
 	}
@@ -217,8 +222,8 @@ func (r *Relay) Run(ctx context.Context, term int64) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return notifier.Run(gctx) })
-	for _, topic := range r.cfg.Topics {
-		g.Go(func() error { return r.relay(gctx, es, pub, notifier, topic, log.With("topic", topic)) })
+	for _, a := range aggregates.All() {
+		g.Go(func() error { return r.relay(gctx, es, pub, notifier, a, log.With("topic", a.Topic)) })
 	}
 	return r.ended(ctx, g.Wait())
 }
@@ -265,7 +270,7 @@ func (r *Relay) ensureStream(js nats.JetStreamManager, log *slog.Logger) error {
 	if errors.Is(err, nats.ErrStreamNotFound) {
 		_, err = js.AddStream(&nats.StreamConfig{
 			Name:        r.cfg.Stream,
-			Description: "Hearth's events: subject " + r.cfg.SubjectPrefix + ".<merchant_id>.<event type>, Nats-Msg-Id = event id",
+			Description: "Hearth's events: subject " + r.cfg.SubjectPrefix + ".<merchant_id>.<type>, public events (schema_version 1), Nats-Msg-Id = event id",
 			Subjects:    []string{r.cfg.SubjectPrefix + ".>"},
 			Storage:     nats.FileStorage,
 			Retention:   nats.LimitsPolicy,
@@ -281,7 +286,7 @@ func (r *Relay) ensureStream(js nats.JetStreamManager, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", r.cfg.Stream, err)
 	}
-	sample := r.cfg.SubjectPrefix + ".merchant.Event"
+	sample := r.cfg.SubjectPrefix + ".merchant.aggregate.change"
 	if !anyMatches(info.Config.Subjects, sample) {
 		return fmt.Errorf("stream %s takes subjects %v, not %s.>: give it that subject or set RELAY_STREAM to another stream",
 			r.cfg.Stream, info.Config.Subjects, r.cfg.SubjectPrefix)
@@ -321,8 +326,10 @@ func matches(filter, subject []string) bool {
 	return len(filter) == len(subject)
 }
 
-// relay relays one topic until ctx ends or its term is found stale.
-func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n *projector.Notifier, topic string, log *slog.Logger) error {
+// relay relays the topic of an aggregate type until ctx ends or its term
+// is found stale.
+func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n *projector.Notifier, agg aggregates.Facts, log *slog.Logger) error {
+	topic := agg.Topic
 	var pos readmodel.RelayPosition
 	err := r.retry(ctx, log, "load", func() (err error) {
 		pos, err = r.cfg.Offsets.Load(ctx, topic)
@@ -351,11 +358,19 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 			continue
 		}
 		quick = 0
-		for _, row := range rows {
-			subject := r.subject(row.Msg)
+		var msgs []*message.Message
+		err = r.retry(ctx, log, "encode", func() (err error) {
+			msgs, err = r.public(ctx, es, agg, rows)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, msg := range msgs {
+			subject := r.subject(msg)
 			publish := func() error {
-				if err := pub.Publish(subject, row.Msg); err != nil {
-					return fmt.Errorf("publish %s to %s: %w", row.Msg.UUID, subject, err)
+				if err := pub.Publish(subject, msg); err != nil {
+					return fmt.Errorf("publish %s to %s: %w", msg.UUID, subject, err)
 				}
 				return nil
 			}
@@ -372,6 +387,71 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 		}
 		r.mirror(ctx, es, topic, pos, log)
 	}
+}
+
+// public turns a page of agg's topic into the messages to publish: each
+// event in its public form (publicevent), with its store position, which
+// the topic message does not carry (one query for the page). An event
+// without a public form (a payload that does not decode) is an error: the
+// relay holds the topic there, retrying and counting, rather than skip it.
+func (r *Relay) public(ctx context.Context, es *sql.DB, agg aggregates.Facts, rows []wsql.Row) ([]*message.Message, error) {
+	recs := make([]event.Recorded, len(rows))
+	ids := make([]string, len(rows))
+	for i, row := range rows {
+		rec, err := event.Unmarshal(row.Msg.Payload, agg.Decode)
+		if err != nil {
+			return nil, fmt.Errorf("message %s of %s: %w", row.Msg.UUID, agg.Topic, err)
+		}
+		recs[i], ids[i] = rec, rec.ID
+	}
+	positions, err := eventPositions(ctx, es, ids)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]*message.Message, len(recs))
+	for i, rec := range recs {
+		position, ok := positions[rec.ID]
+		if !ok {
+			return nil, fmt.Errorf("event %s of %s is not in the events table", rec.ID, agg.Topic)
+		}
+		pe, err := publicevent.From(publicevent.Stored{Recorded: rec, Position: position})
+		if err != nil {
+			return nil, err
+		}
+		payload, err := json.Marshal(pe)
+		if err != nil {
+			return nil, fmt.Errorf("encode event %s: %w", pe.ID, err)
+		}
+		msg := message.NewMessage(pe.ID, payload) // its UUID becomes Nats-Msg-Id
+		msg.Metadata = message.Metadata{
+			"type": pe.Type, "merchant_id": pe.MerchantID, "aggregate_type": pe.AggregateType,
+			"aggregate_id": pe.AggregateID, "aggregate_version": strconv.Itoa(pe.AggregateVersion),
+			"schema_version": strconv.Itoa(pe.SchemaVersion),
+		}
+		msgs[i] = msg
+	}
+	return msgs, nil
+}
+
+// eventPositions reads the store positions of the events ids.
+func eventPositions(ctx context.Context, es *sql.DB, ids []string) (map[string]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rows, err := es.QueryContext(ctx, `SELECT event_id::text, position FROM events WHERE event_id = ANY($1::text[]::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read event positions: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]int64, len(ids))
+	for rows.Next() {
+		var id string
+		var position int64
+		if err := rows.Scan(&id, &position); err != nil {
+			return nil, fmt.Errorf("read event positions: %w", err)
+		}
+		out[id] = position
+	}
+	return out, rows.Err()
 }
 
 // wait waits for topic's notification or the fallback interval; after a
@@ -396,15 +476,17 @@ func (r *Relay) wait(ctx context.Context, changed <-chan struct{}, quick *time.D
 	return true
 }
 
-// subject is the message's subject: SubjectPrefix.<merchant_id>.<event type>.
+// subject is the message's subject: SubjectPrefix.<merchant_id>.<public
+// type>, the type's aggregate and change as two tokens.
 func (r *Relay) subject(msg *message.Message) string {
-	return r.cfg.SubjectPrefix + "." + token(msg.Metadata.Get("merchant_id")) + "." + token(msg.Metadata.Get("type"))
+	agg, change, _ := strings.Cut(msg.Metadata.Get("type"), ".")
+	return r.cfg.SubjectPrefix + "." + token(msg.Metadata.Get("merchant_id")) + "." + token(agg) + "." + token(change)
 }
 
 // token makes s one subject token: NATS splits subjects at dots and gives
-// '*', '>' and white space meaning. Merchant ids (UUIDs) and event types (Go
-// identifiers) contain none of them; were one to, it is replaced, rather
-// than the event held back.
+// '*', '>' and white space meaning. Merchant ids (UUIDs) and the halves of
+// public types (snake_case words) contain none of them; were one to, it is
+// replaced, rather than the event held back.
 func token(s string) string {
 	if s == "" {
 		return "_"
@@ -432,7 +514,7 @@ func (r *Relay) mirror(ctx context.Context, es *sql.DB, topic string, pos readmo
 	}
 }
 
-// retry runs op (named by what: stream, load, read, publish or save) until
+// retry runs op (named by what: stream, load, read, encode, publish or save) until
 // it succeeds, ctx ends (it returns ctx's error) or op fails with
 // readmodel.ErrStaleTerm (it returns that), waiting 100 ms doubling to 5 s
 // between attempts. The first failure of a streak is

@@ -17,7 +17,7 @@ import (
 	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
 	"hearth/app/command"
-	"hearth/domain/event"
+	"hearth/app/publicevent"
 	"hearth/domain/order"
 	"hearth/domain/servicerequest"
 	"hearth/internal/advisory"
@@ -174,10 +174,10 @@ func (f *fixture) messages(t *testing.T) []relayed {
 		m, err := f.js.GetMsg(stream, seq)
 		require.NoError(t, err)
 		var v int
-		_, err = fmt.Sscan(m.Header.Get("version"), &v)
+		_, err = fmt.Sscan(m.Header.Get("aggregate_version"), &v)
 		require.NoError(t, err)
 		out = append(out, relayed{seq: m.Sequence, subject: m.Subject, msgID: m.Header.Get(nats.MsgIdHdr),
-			streamID: m.Header.Get("stream_id"), version: v, data: m.Data})
+			streamID: m.Header.Get("aggregate_id"), version: v, data: m.Data})
 	}
 	return out
 }
@@ -196,6 +196,23 @@ func (f *fixture) storedEvents(t *testing.T) map[string]bool {
 	}
 	require.NoError(t, rows.Err())
 	return ids
+}
+
+// positions returns the store position of every event, by event id.
+func (f *fixture) positions(t *testing.T) map[string]int64 {
+	t.Helper()
+	rows, err := f.ES.DB.Query(`SELECT event_id, position FROM events`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var p int64
+		require.NoError(t, rows.Scan(&id, &p))
+		out[id] = p
+	}
+	require.NoError(t, rows.Err())
+	return out
 }
 
 // streamCount is the number of messages in the stream (0 before it exists).
@@ -255,14 +272,17 @@ func TestRelayPublishesEveryEventInOrder(t *testing.T) {
 			msgs := f.requireAllRelayed(t)
 
 			types := map[string]int{}
+			positions := f.positions(t)
 			for _, m := range msgs {
-				var env event.Envelope
-				require.NoError(t, json.Unmarshal(m.data, &env))
-				require.Equal(t, m.msgID, env.ID, "Nats-Msg-Id is the event id")
-				require.Equal(t, "hearth."+f.MerchantID+"."+env.Type, m.subject)
-				types[env.Type]++
+				var pe publicevent.Event
+				require.NoError(t, json.Unmarshal(m.data, &pe))
+				require.Equal(t, m.msgID, pe.ID, "Nats-Msg-Id is the event id")
+				require.Equal(t, "hearth."+f.MerchantID+"."+pe.Type, m.subject)
+				require.Equal(t, positions[pe.ID], pe.Position, "the public form carries the store position")
+				require.Equal(t, publicevent.SchemaVersion, pe.SchemaVersion)
+				types[pe.Type]++
 			}
-			require.Equal(t, map[string]int{"OrderCreated": 16, "OrderStatusChanged": 48, "ServiceRequestCreated": 4}, types)
+			require.Equal(t, map[string]int{"order.created": 16, "order.status_changed": 48, "service_request.created": 4}, types)
 
 			term := in.elector.Status().Term
 			require.Eventually(t, func() bool { return gatherSum(t, reg, "hearth_relay_lag_events") == 0 }, 10*time.Second, 10*time.Millisecond)
@@ -455,7 +475,7 @@ func TestRelayAdoptsAnExistingStream(t *testing.T) {
 		"a stream without the relay's subjects is refused")
 	require.Zero(t, f.streamCount())
 
-	_, err = f.js.UpdateStream(&nats.StreamConfig{Name: stream, Subjects: []string{"other.>", "hearth.*.*"}, Storage: nats.FileStorage,
+	_, err = f.js.UpdateStream(&nats.StreamConfig{Name: stream, Subjects: []string{"other.>", "hearth.*.*.*"}, Storage: nats.FileStorage,
 		MaxAge: time.Hour, Duplicates: time.Minute})
 	require.NoError(t, err)
 	f.requireAllRelayed(t)
@@ -463,5 +483,5 @@ func TestRelayAdoptsAnExistingStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10*time.Minute, info.Config.Duplicates, "the duplicate window is the relay's")
 	require.Equal(t, time.Hour, info.Config.MaxAge, "the operator's limit stays")
-	require.Equal(t, []string{"other.>", "hearth.*.*"}, info.Config.Subjects)
+	require.Equal(t, []string{"other.>", "hearth.*.*.*"}, info.Config.Subjects)
 }
