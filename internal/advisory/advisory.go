@@ -12,6 +12,9 @@
 //     versions before per-projection leadership, which ran every
 //     projection under it. Each projection's lock session now holds it in
 //     shared mode (leader.Config.Guard), see below.
+//   - [Relay] ("hearth/relay"): the leadership lock of the relay to NATS
+//     JetStream (adapters/pubsub/relay), session-level, on the event store;
+//     its fencing term has its own row in projection_leader.
 //   - [Rebuild](projection) ("hearth/rebuild/<projection>"): one rebuild of a
 //     projection at a time (adapters/readmodel), session-level, on the read
 //     model.
@@ -57,6 +60,9 @@ const Projections = "hearth/projections"
 
 // Projection names the leadership lock of one projection.
 func Projection(projection string) string { return Projections + "/" + projection }
+
+// Relay names the relay's leadership lock.
+const Relay = "hearth/relay"
 
 // Rebuild names the lock that keeps two rebuilds of one projection apart.
 func Rebuild(projection string) string { return "hearth/rebuild/" + projection }
