@@ -18,9 +18,9 @@
 //
 // Standby. The Elector keeps one dedicated connection (not from a pool,
 // outside any transaction) and calls pg_try_advisory_lock on it every
-// RetryInterval (200 ms by default), when the fair share lets it (below). pg_try_advisory_lock never waits and
-// takes no transaction id, so a standby neither blocks nor holds back
-// other transactions. If connecting or the attempt fails, the connection
+// RetryInterval (200 ms by default), when the fair share lets it (below).
+// pg_try_advisory_lock never waits and takes no transaction id, so a
+// standby neither blocks nor holds back other transactions. If connecting or the attempt fails, the connection
 // is closed (which frees the lock if the attempt took it unseen) and
 // reopened with exponential backoff from RetryInterval up to five times
 // it; the first failure of a streak is logged at Warn, the rest at Debug,
