@@ -78,8 +78,9 @@
 // connection, waits RetryInterval and campaigns again with a new
 // connection, unless its context is done, in which case Run returns nil.
 // An error returned by lead is logged, never returned by Run. A
-// Scheduler's unit that was handed over, or whose lead failed, rests one
-// Lease before it campaigns again, so that another worker takes it.
+// Scheduler's unit that was handed over, or whose lead failed soon three
+// times in a row (once or twice is what a Postgres restart costs), rests
+// one Lease before it campaigns again, so that another worker takes it.
 //
 // # Fair share
 //

@@ -209,6 +209,9 @@ type Elector struct {
 	// saw the lock free in an unbroken run of attempts (zero: held, or not
 	// looked). Used by Scheduler.try only, under sched.mu.
 	freeSince time.Time
+	// failedLeads counts the terms in a row whose lead failed soon (Run's
+	// goroutine only).
+	failedLeads int
 	// orphanTakenAt (Unix nanoseconds) is when a Scheduler's unit last took
 	// its lock because it had stayed free (see Scheduler.rebalance).
 	orphanTakenAt atomic.Int64
@@ -463,21 +466,36 @@ func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 		e.log.Log(ctx, level, "lost leadership", attrs...)
 	case err != nil:
 		e.setStatus(RoleStandby, 0)
-		e.rest()
+		e.failedLeads++
+		if time.Since(start) >= e.cfg.Lease {
+			e.failedLeads = 1 // after a while of leading: a failure of its own, not a streak
+		}
+		if e.failedLeads >= failuresBeforeRest {
+			e.rest()
+		}
 		e.log.Error("lost leadership", "reason", "lead failed", "term", n, "err", err, "held_for", time.Since(start).Round(time.Millisecond))
 	default:
 		e.setStatus(RoleStandby, 0)
 		e.log.Info("lost leadership", "reason", "lead returned", "term", n, "held_for", time.Since(start).Round(time.Millisecond))
 	}
+	if benign {
+		e.failedLeads = 0
+	}
 	e.release(ctx, conn)
 }
+
+// failuresBeforeRest is how many terms in a row whose lead failed soon
+// make a Scheduler's unit rest (see Elector.rest). One or two are what a
+// Postgres restart costs (a pool's connections from before it fail once
+// each); more say this worker cannot lead the unit.
+const failuresBeforeRest = 3
 
 // beginTermSQL increments the term of lock $1 (creating its row at term 1)
 // and records the holder ($2). The row lock it takes waits until every
 // transaction that read the row FOR SHARE, i.e. every projection
 // transaction of an earlier term still in flight, has ended.
 //
-// With a guard ($3, else ”), it also increments the guard's term, when it
+// With a guard ($3, else empty), it also increments the guard's term, when it
 // has a row: a transaction of an older version that checks that row is
 // then refused, and the increment waits for those in flight. Whichever of
 // the two rows is locked first, nothing deadlocks: terms begun at once
@@ -644,8 +662,9 @@ func (e *Elector) handOver() bool {
 func (e *Elector) orphanTaken() time.Time { return time.Unix(0, e.orphanTakenAt.Load()) }
 
 // rest keeps a Scheduler's unit from campaigning for one Lease, after it
-// handed the unit over or failed to lead it, so that another worker takes
-// it. An Elector of its own campaigns again after RetryInterval.
+// handed the unit over or failed to lead it several times in a row, so
+// that another worker takes it. An Elector of its own campaigns again
+// after RetryInterval.
 func (e *Elector) rest() {
 	if e.sched != nil {
 		e.restUntil.Store(time.Now().Add(e.cfg.Lease).UnixNano())

@@ -62,7 +62,7 @@ func (f *fleet) start() *fleetWorker {
 				// database would: most of the time it holds the lock.
 				select {
 				case <-ctx.Done():
-				case <-time.After(50 * time.Millisecond):
+				case <-time.After(150 * time.Millisecond):
 				}
 				return errors.New("this worker cannot lead " + name)
 			}
@@ -171,31 +171,48 @@ func TestSchedulerSharesUnits(t *testing.T) {
 }
 
 // A unit that the worker below its fair share cannot lead (its lead
-// fails) is taken by a worker at its share once it has stayed free for a
-// while, and kept there rather than handed back.
+// fails, again and again) is taken by a worker at its share once it has
+// stayed free for a while, and kept there rather than handed back.
 func TestSchedulerTakesAUnitNoOneBelowItsShareLeads(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, "test/units/x", "test/units/y")
-	var w1Fails atomic.Bool // w1 cannot lead x either, at first
-	w1Fails.Store(true)
-	f.fails = func(holder, unit string) bool {
-		return unit == "test/units/x" && (holder == "w2" || w1Fails.Load())
-	}
-	w1 := f.start()
-	require.Eventually(t, func() bool { leads, _ := f.leads(); return leads["w1"] == 1 }, 10*time.Second, 5*time.Millisecond)
-	w2 := f.start() // the share is now one unit each, and w2 cannot lead x
-	require.Eventually(t, func() bool { return w1.s.Status().Workers == 2 && w2.s.Status().Workers == 2 }, 10*time.Second, 5*time.Millisecond)
-	w1Fails.Store(false)
-
-	ledByW1 := func() bool {
+	// Long enough that a worker reconnecting between two failed terms
+	// leaves the lock free for much less than orphanAfter (5 attempts).
+	f.cfg.RetryInterval = 50 * time.Millisecond
+	var victim atomic.Value // the holder that cannot lead x, once chosen
+	victim.Store("")
+	f.fails = func(holder, unit string) bool { return unit == "test/units/x" && holder == victim.Load() }
+	f.start()
+	f.start()
+	split := f.settled(1, 1)
+	leaderOf := func(unit string) string {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return slices.Equal(f.leaders["test/units/x"], []string{"w1"})
+		if hs := f.leaders[unit]; len(hs) == 1 {
+			return hs[0]
+		}
+		return ""
 	}
-	require.Eventually(t, ledByW1, 10*time.Second, 5*time.Millisecond, "w1, at its share, takes x after all")
-	require.Never(t, func() bool { return !ledByW1() }, 3*f.cfg.Lease, 5*time.Millisecond,
-		"w1 keeps x: handing it over would leave it free again")
-	f.settled(1, 1) // w1 handed y over instead
+	v, keeper := leaderOf("test/units/x"), leaderOf("test/units/y")
+	require.Len(t, split, 2)
+	victim.Store(v)
+
+	// The victim's lock session of x ends; it is below its share, so it
+	// takes x again, and fails to lead it, again and again.
+	key := Key("test/units/x")
+	classid, objid := keyHalves(key)
+	var ended int
+	require.NoError(t, f.cfg.TermDB.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid = $1 AND objid = $2
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, classid, objid).Scan(&ended))
+	require.Equal(t, 1, ended)
+
+	ledByKeeper := func() bool { return leaderOf("test/units/x") == keeper }
+	require.Eventually(t, ledByKeeper, 10*time.Second, 5*time.Millisecond, "%s, at its share, takes x after all", keeper)
+	require.Never(t, func() bool { return !ledByKeeper() }, 3*f.cfg.Lease, 5*time.Millisecond,
+		"%s keeps x: handing it over would leave it free again", keeper)
+	require.Eventually(t, func() bool { return leaderOf("test/units/y") == v }, 20*time.Second, 5*time.Millisecond,
+		"%s hands y over instead", keeper)
 }
 
 // A unit guarded by the lock an older version took for all the work (it
