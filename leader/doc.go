@@ -166,7 +166,7 @@
 //     router stops taking batches, the message in flight finishes or is
 //     aborted (its transaction rolls back and the offset stays, so the next
 //     leader gets it again), and the lock is released explicitly: a standby
-//     takes over within RetryInterval (measured: about 0.25 s).
+//     takes over within RetryInterval (measured: about 0.3 s).
 //   - Worker started: two CheckIntervals after its membership session
 //     appears, a worker above its share hands a unit over (as on a graceful
 //     shutdown, for that unit only), and the new worker leads it about
