@@ -109,6 +109,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	t.Cleanup(rebuilds.Close)
 	hcfg, err := httpConfig(cfg, dbs, w, nil, rebuilds, log) // serve's HTTP wiring
 	require.NoError(t, err)
+	t.Cleanup(func() { closeConsole(hcfg.Console) })
 	handler, err := httpport.NewHandler(hcfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)

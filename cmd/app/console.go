@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"hearth/adapters/pubsub/projector"
+	"hearth/adapters/readmodel"
+	"hearth/app/access"
+	httpport "hearth/ports/http"
+	"hearth/ports/http/console"
+)
+
+// The on-call view charts each projection's lag over lagSpan, sampled
+// every lagEvery.
+const (
+	lagEvery = 5 * time.Second
+	lagSpan  = 10 * time.Minute
+	// verifyRecheck is how long a verification from the console waits
+	// before reading differing aggregates again (app verify's default).
+	verifyRecheck = 2 * time.Second
+)
+
+// newLagHistory is the lag history of the on-call view, read from the
+// event store like the hearth_projection_lag_* metrics.
+func newLagHistory(dbs databases, w wiring) (*console.LagHistory, error) {
+	return console.NewLagHistory(func(ctx context.Context) ([]console.LagSample, error) {
+		lags, err := projector.Lags(ctx, dbs.es.DB, w.projections...)
+		out := make([]console.LagSample, len(lags))
+		for i, l := range lags {
+			out[i] = console.LagSample{Projection: l.Projection, Events: l.Events, Seconds: l.Seconds}
+		}
+		return out, err
+	}, lagEvery, lagSpan)
+}
+
+// consoleFor builds the web console of a listener of the surface: on the
+// public listener of a split (ADMIN_ADDR), operator and worker keys only,
+// the on-call view being on the admin listener with a cookie of its own.
+func consoleFor(surface httpport.Surface, cfg Config, dbs databases, w wiring, hcfg httpport.Config, rebuilds *readmodel.Rebuilds,
+	log *slog.Logger) (http.Handler, error) {
+	ccfg := console.Config{
+		App: w.app, Auth: hcfg.Auth, KeyUsed: hcfg.KeyUsed, KeyRecheck: cfg.KeyCacheTTL,
+		Consistency: hcfg.Consistency, ConsistencyTimeout: cfg.ConsistencyTimeout,
+		Leadership: hcfg.Leadership, Parked: w.parking, Rebuilds: rebuilds, Audit: w.refdata,
+		Projections: readmodel.Projections(), Lags: w.lags, Log: log,
+		Verify: func(ctx context.Context, projection string) ([]console.VerifyResult, error) {
+			vc := readmodel.VerifyConfig{Log: w.eventLog, DB: dbs.rm, RecheckAfter: verifyRecheck}
+			if projection != "" {
+				vc.Projections = []string{projection}
+			}
+			report, err := readmodel.Verify(ctx, vc)
+			out := make([]console.VerifyResult, len(report.Projections))
+			for i, p := range report.Projections {
+				out[i] = console.VerifyResult{Projection: p.Projection, Streams: p.Streams, Events: p.Events}
+				for _, d := range p.Differences {
+					out[i].Differences = append(out[i].Differences, d.String())
+				}
+			}
+			return out, err
+		},
+	}
+	switch surface {
+	case httpport.SurfacePublic:
+		ccfg.Roles = []access.Role{access.Operator, access.Worker}
+	case httpport.SurfaceAdmin:
+		ccfg.Roles, ccfg.CookieName = []access.Role{access.Admin}, "hearth_console_admin"
+	}
+	return console.New(ccfg)
+}
+
+// closeConsole stops what a console runs in the background.
+func closeConsole(h http.Handler) {
+	if c, ok := h.(*console.Console); ok {
+		c.Close()
+	}
+}
