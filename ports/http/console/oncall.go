@@ -97,6 +97,14 @@ func (h *LagHistory) snapshot() (map[string][]lagPoint, error) {
 	return out, h.lastErr
 }
 
+// minutes shows a span such as 10m0s as "10 min".
+func minutes(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	}
+	return d.String()
+}
+
 // lagView is one projection's lag, now and charted.
 type lagView struct {
 	Projection string
@@ -118,8 +126,8 @@ func lagChart(projection string, pts []lagPoint, now time.Time, span time.Durati
 	top := max(peak, 1)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s: lag over the last %s, at most %d events">`,
-		chartW, chartH, template.HTMLEscapeString(projection), span, peak)
-	fmt.Fprintf(&b, `<title>%s lag (events), last %s</title>`, template.HTMLEscapeString(projection), span)
+		chartW, chartH, template.HTMLEscapeString(projection), minutes(span), peak)
+	fmt.Fprintf(&b, `<title>%s lag (events), last %s</title>`, template.HTMLEscapeString(projection), minutes(span))
 	fmt.Fprintf(&b, `<line x1="0" y1="%d" x2="%d" y2="%d" class="axis"/>`, chartH-1, chartW, chartH-1)
 	if len(pts) > 0 {
 		b.WriteString(`<polyline class="line" points="`)
@@ -134,7 +142,7 @@ func lagChart(projection string, pts []lagPoint, now time.Time, span time.Durati
 		b.WriteString(`"/>`)
 	}
 	fmt.Fprintf(&b, `<text x="2" y="9" class="label">%d</text><text x="2" y="%d" class="label">−%s</text><text x="%d" y="%d" class="label" text-anchor="end">now</text>`,
-		top, chartH-3, span, chartW-2, chartH-3)
+		top, chartH-3, minutes(span), chartW-2, chartH-3)
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()), peak
 }
@@ -249,12 +257,38 @@ type rebuildView struct {
 	Percent    int64
 }
 
+// leaderView is who leads the projections, as the leadership report says.
+type leaderView struct {
+	Holder, Term, Since string
+	// Role is this instance's: leader or standby.
+	Role, ThisSince string
+}
+
+// leaderOf reads the leader from a leadership report (GET
+// /admin/leadership): the term the database records (current), and this
+// instance's role.
+func leaderOf(m map[string]any, stamp func(string) string) *leaderView {
+	cur, ok := m["current"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	str := func(v any) string {
+		if v == nil {
+			return ""
+		}
+		return fmt.Sprint(v)
+	}
+	return &leaderView{Holder: str(cur["holder"]), Term: str(cur["term"]), Since: stamp(str(cur["since"])),
+		Role: str(m["role"]), ThisSince: stamp(str(m["since"]))}
+}
+
 type oncallData struct {
+	Leader        *leaderView
 	Leadership    []kv
 	LeadershipErr string
 	Lags          []lagView
 	LagErr        string
-	LagSpan       time.Duration
+	LagSpan       string
 	Parked        []ops.ParkedAggregate
 	ParkedErr     string
 	Rebuilds      []rebuildView
@@ -266,7 +300,7 @@ type oncallData struct {
 
 // oncallPage reads what the engineer on call watches. A part that fails
 // says so in its place; the others still show.
-func (c *Console) oncallPage(r *http.Request, _ *session) (*page, error) {
+func (c *Console) oncallPage(r *http.Request, s *session) (*page, error) {
 	ctx := r.Context()
 	d := &oncallData{Projections: c.cfg.Projections, Has: map[string]bool{
 		"leadership": c.cfg.Leadership != nil, "lags": c.cfg.Lags != nil, "parked": c.cfg.Parked != nil,
@@ -280,9 +314,15 @@ func (c *Console) oncallPage(r *http.Request, _ *session) (*page, error) {
 			d.LeadershipErr = err.Error()
 		}
 		d.Leadership = kvs(m)
+		d.Leader = leaderOf(m, func(v string) string {
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				return t.In(s.loc).Format("2006-01-02 15:04:05 MST")
+			}
+			return v
+		})
 	}
 	if h := c.cfg.Lags; h != nil {
-		d.LagSpan = h.span
+		d.LagSpan = minutes(h.span)
 		series, err := h.snapshot()
 		if err != nil {
 			d.LagErr = err.Error()
