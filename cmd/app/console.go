@@ -18,9 +18,6 @@ import (
 const (
 	lagEvery = 5 * time.Second
 	lagSpan  = 10 * time.Minute
-	// verifyRecheck is how long a verification from the console waits
-	// before reading differing aggregates again (app verify's default).
-	verifyRecheck = 2 * time.Second
 )
 
 // newLagHistory is the lag history of the on-call view, read from the
@@ -39,28 +36,12 @@ func newLagHistory(dbs databases, w wiring) (*console.LagHistory, error) {
 // consoleFor builds the web console of a listener of the surface: on the
 // public listener of a split (ADMIN_ADDR), operator and worker keys only,
 // the on-call view being on the admin listener with a cookie of its own.
-func consoleFor(surface httpport.Surface, cfg Config, dbs databases, w wiring, hcfg httpport.Config, rebuilds *readmodel.Rebuilds,
-	log *slog.Logger) (http.Handler, error) {
+func consoleFor(surface httpport.Surface, cfg Config, w wiring, hcfg httpport.Config, log *slog.Logger) (http.Handler, error) {
 	ccfg := console.Config{
 		App: w.app, Auth: hcfg.Auth, KeyUsed: hcfg.KeyUsed, KeyRecheck: cfg.KeyCacheTTL,
 		Consistency: hcfg.Consistency, ConsistencyTimeout: cfg.ConsistencyTimeout,
-		Leadership: hcfg.Leadership, Parked: w.parking, Rebuilds: rebuilds, Audit: w.refdata,
+		Leadership: hcfg.Leadership, Parked: hcfg.Parked, Rebuilds: hcfg.Rebuilds, Verifier: w.operator,
 		Projections: readmodel.Projections(), Lags: w.lags, Log: log,
-		Verify: func(ctx context.Context, projection string) ([]console.VerifyResult, error) {
-			vc := readmodel.VerifyConfig{Log: w.eventLog, DB: dbs.rm, RecheckAfter: verifyRecheck}
-			if projection != "" {
-				vc.Projections = []string{projection}
-			}
-			report, err := readmodel.Verify(ctx, vc)
-			out := make([]console.VerifyResult, len(report.Projections))
-			for i, p := range report.Projections {
-				out[i] = console.VerifyResult{Projection: p.Projection, Streams: p.Streams, Events: p.Events}
-				for _, d := range p.Differences {
-					out[i].Differences = append(out[i].Differences, d.String())
-				}
-			}
-			return out, err
-		},
 	}
 	switch surface {
 	case httpport.SurfacePublic:

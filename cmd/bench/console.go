@@ -15,9 +15,9 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/internal/chromium"
+	"hearth/internal/refdata"
 	"hearth/migrations"
 )
 

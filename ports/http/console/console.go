@@ -37,6 +37,7 @@ import (
 
 	"hearth/app"
 	"hearth/app/access"
+	"hearth/app/ops"
 	"hearth/domain/apperr"
 	httpport "hearth/ports/http"
 )
@@ -73,22 +74,29 @@ type Config struct {
 
 	// Leadership reports leadership as GET /admin/leadership does.
 	Leadership func(ctx context.Context) (map[string]any, error)
-	Parked     httpport.ParkedAggregates
-	Rebuilds   httpport.ProjectionRebuilds
-	// Audit records rebuilds started and cancelled, as the API does.
-	Audit httpport.AuditLog
+	// Parked and Rebuilds are the operator's use cases (ops.Operator),
+	// as the admin API calls them; they record themselves in the audit
+	// log as done by the session's key.
+	Parked   httpport.ParkedAggregates
+	Rebuilds httpport.ProjectionRebuilds
 	// Projections are the projections' names (rebuild, verify).
 	Projections []string
 	// Lags is the lag history the on-call view charts (LagHistory.Run
 	// samples it).
 	Lags *LagHistory
-	// Verify compares the read models with the events (app verify).
-	Verify func(ctx context.Context, projection string) ([]VerifyResult, error)
+	// Verifier compares the read models with the events, as app verify
+	// does (ops.Operator).
+	Verifier Verifier
 
 	// Log defaults to slog.Default().
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+}
+
+// Verifier verifies the read models against the events.
+type Verifier interface {
+	Verify(ctx context.Context, v ops.Verification) (ops.VerifyReport, error)
 }
 
 // Console serves the console's pages.

@@ -178,6 +178,28 @@ func kvs(m map[string]any) []kv {
 	return out
 }
 
+// verifyRecheck is how long a verification waits before reading the
+// aggregates that differ once more, so that events in flight through a
+// live projection are not reported (app verify's default).
+const verifyRecheck = 2 * time.Second
+
+// verifyReport verifies one projection, or all of them ("").
+func (c *Console) verifyReport(ctx context.Context, projection string) ([]VerifyResult, error) {
+	v := ops.Verification{RecheckAfter: verifyRecheck}
+	if projection != "" {
+		v.Projections = []string{projection}
+	}
+	report, err := c.cfg.Verifier.Verify(ctx, v)
+	out := make([]VerifyResult, len(report.Projections))
+	for i, p := range report.Projections {
+		out[i] = VerifyResult{Projection: p.Projection, Streams: p.Streams, Events: p.Events}
+		for _, d := range p.Differences {
+			out[i].Differences = append(out[i].Differences, d.String())
+		}
+	}
+	return out, err
+}
+
 // VerifyResult is what verifying one projection found.
 type VerifyResult struct {
 	Projection     string
@@ -304,7 +326,7 @@ func (c *Console) oncallPage(r *http.Request, s *session) (*page, error) {
 	ctx := r.Context()
 	d := &oncallData{Projections: c.cfg.Projections, Has: map[string]bool{
 		"leadership": c.cfg.Leadership != nil, "lags": c.cfg.Lags != nil, "parked": c.cfg.Parked != nil,
-		"rebuilds": c.cfg.Rebuilds != nil, "verify": c.cfg.Verify != nil,
+		"rebuilds": c.cfg.Rebuilds != nil, "verify": c.cfg.Verifier != nil,
 	}}
 	if c.cfg.Leadership != nil {
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -339,7 +361,7 @@ func (c *Console) oncallPage(r *http.Request, s *session) (*page, error) {
 		}
 	}
 	if c.cfg.Parked != nil {
-		list, err := c.cfg.Parked.List(ctx, "")
+		list, err := c.cfg.Parked.ListParked(ctx, "")
 		if err != nil {
 			d.ParkedErr = err.Error()
 		}
@@ -348,7 +370,7 @@ func (c *Console) oncallPage(r *http.Request, s *session) (*page, error) {
 	if c.cfg.Rebuilds != nil {
 		for _, name := range c.cfg.Projections {
 			v := rebuildView{Projection: name}
-			if p, err := c.cfg.Rebuilds.Status(name); err == nil {
+			if p, err := c.cfg.Rebuilds.RebuildStatus(name); err == nil {
 				v.Progress = &p
 				v.Running = p.FinishedAt.IsZero() && p.Phase != "done" && p.Phase != "failed" && p.Phase != "cancelled"
 				v.Percent = 100
@@ -384,7 +406,7 @@ func (c *Console) parkedPage(r *http.Request, s *session) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := c.cfg.Parked.Get(r.Context(), proj, id)
+	a, err := c.cfg.Parked.GetParked(r.Context(), proj, id)
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +462,8 @@ func (c *Console) skip(w http.ResponseWriter, r *http.Request, s *session) error
 	if err != nil {
 		return err
 	}
-	res, err := c.cfg.Parked.Skip(r.Context(), proj, id, r.PostFormValue("event_id"), s.principal.Subject(), r.PostFormValue("reason"))
+	res, err := c.cfg.Parked.Skip(r.Context(), ops.Skip{Projection: proj, StreamID: id,
+		EventID: r.PostFormValue("event_id"), By: s.principal.Subject(), Reason: r.PostFormValue("reason")})
 	if err != nil {
 		return c.refuse(w, r, s, err, "skip", c.parkedPage, "event_id", "reason")
 	}
@@ -460,11 +483,9 @@ func (c *Console) startRebuild(w http.ResponseWriter, r *http.Request, s *sessio
 	if err != nil {
 		return err
 	}
-	p, err := c.cfg.Rebuilds.Start(proj)
-	if err != nil {
+	if _, err := c.cfg.Rebuilds.StartRebuild(r.Context(), proj, s.principal.Subject()); err != nil {
 		return c.oncallRefused(w, r, s, err, "rebuild-"+proj)
 	}
-	c.audit(r, s, ops.ActionRebuildStart, p.Projection, map[string]any{"phase": p.Phase})
 	return seeOther(w, r, s, "/console/oncall#rebuilds", flash{Kind: "ok", Text: "Rebuild of " + proj + " started."})
 }
 
@@ -476,11 +497,9 @@ func (c *Console) cancelRebuild(w http.ResponseWriter, r *http.Request, s *sessi
 	if err != nil {
 		return err
 	}
-	p, err := c.cfg.Rebuilds.Cancel(r.Context(), proj)
-	if err != nil {
+	if _, err := c.cfg.Rebuilds.CancelRebuild(r.Context(), proj, s.principal.Subject()); err != nil {
 		return c.oncallRefused(w, r, s, err, "rebuild-"+proj)
 	}
-	c.audit(r, s, ops.ActionRebuildCancel, p.Projection, map[string]any{"phase": p.Phase, "events": p.Events, "rows": p.Rows})
 	return seeOther(w, r, s, "/console/oncall#rebuilds", flash{Kind: "ok", Text: "Rebuild of " + proj + " cancelled."})
 }
 
@@ -488,31 +507,17 @@ func (c *Console) oncallRefused(w http.ResponseWriter, r *http.Request, s *sessi
 	return c.refuse(w, r, s, err, formID, c.oncallPage)
 }
 
-// audit records an admin action that is not a transaction of the event
-// store, as the API does; a failure is logged, the action stands.
-func (c *Console) audit(r *http.Request, s *session, action, target string, details map[string]any) {
-	if c.cfg.Audit == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-	defer cancel()
-	e := ops.AuditEntry{Actor: s.principal.Subject(), Action: action, Target: target, Details: details}
-	if err := c.cfg.Audit.RecordAudit(ctx, e); err != nil {
-		c.log.ErrorContext(ctx, "audit record failed", "actor", e.Actor, "action", action, "target", target, "details", details, "error", err)
-	}
-}
-
 // startVerify starts a verification of one projection, or all, in the
 // background; the on-call page shows its results.
 func (c *Console) startVerify(w http.ResponseWriter, r *http.Request, s *session) error {
-	if c.cfg.Verify == nil {
+	if c.cfg.Verifier == nil {
 		return apperr.ErrNotFound
 	}
 	proj := r.PostFormValue("projection")
 	if proj != "" && !slices.Contains(c.cfg.Projections, proj) {
 		return c.oncallRefused(w, r, s, apperr.Invalid("projection", "must be one of %s", strings.Join(c.cfg.Projections, ", ")), "verify")
 	}
-	if !c.verify.start(c.cfg.Verify, proj, c.cfg.Now()) {
+	if !c.verify.start(c.verifyReport, proj, c.cfg.Now()) {
 		return seeOther(w, r, s, "/console/oncall#verify", flash{Kind: "warn", Text: "A verification is already running."})
 	}
 	return seeOther(w, r, s, "/console/oncall#verify", flash{Kind: "ok", Text: "Verification of " + cmp.Or(proj, "every projection") + " started."})

@@ -193,7 +193,7 @@ func (c *Console) orderPage(r *http.Request, s *session) (*page, error) {
 		d.Timeline = append(d.Timeline, timelineEntry(ch, s.principal.Subject(), show))
 	}
 	if c.cfg.Parked != nil {
-		a, parked, err := c.cfg.Parked.Parked(ctx, aggregates.Order.Projection, s.principal.MerchantID, id)
+		a, parked, err := c.cfg.Parked.IsParked(ctx, aggregates.Order.Projection, s.principal.MerchantID, id)
 		if err != nil {
 			c.log.WarnContext(ctx, "parked check failed", "id", id, "error", err)
 		} else if parked {
