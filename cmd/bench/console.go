@@ -15,10 +15,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"hearth/app/access"
 	"hearth/internal/chromium"
 	"hearth/internal/refdata"
-	"hearth/migrations"
 )
 
 // The console run: the dispatch board of a week with consoleStaff staff
@@ -63,23 +61,12 @@ func (b *bench) console(ctx context.Context) ([]row, error) {
 	if chromium.Path() == "" {
 		return nil, chromium.ErrNotFound
 	}
-	es, url, err := b.newDB(ctx, "console", migrations.EventStore, migrations.ReadModel)
+	es, url, ref, keys, err := b.merchants(ctx, "console", "console-busy", "console-empty")
 	if err != nil {
 		return nil, err
 	}
 	defer es.Close()
-	ref, err := refdata.New(es)
-	if err != nil {
-		return nil, err
-	}
-	busy, err := ref.CreateKey(ctx, "console-busy", access.Operator, "")
-	if err != nil {
-		return nil, err
-	}
-	empty, err := ref.CreateKey(ctx, "console-empty", access.Operator, "")
-	if err != nil {
-		return nil, err
-	}
+	busy, empty := keys[0], keys[1]
 	hearth, base, err := b.startHearth(ctx, "console, mode all", url, "all")
 	if err != nil {
 		return nil, err
