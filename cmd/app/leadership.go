@@ -123,7 +123,7 @@ func stepDownOnStaleTerm(projections []projector.Projection, stepDown context.Ca
 // to each unit's entry).
 func schedulerDetails(s *leader.Scheduler, unit func(leader.UnitStatus, map[string]any)) map[string]any {
 	st := s.Status()
-	units := make([]map[string]any, 0, len(st.Units))
+	units := make([]any, 0, len(st.Units)) // []any, as from JSON: the console reads it so
 	for _, u := range st.Units {
 		d := map[string]any{"name": u.Name, "role": u.Role, "term": u.Term, "since": u.Since.UTC().Format(time.RFC3339Nano)}
 		unit(u, d)

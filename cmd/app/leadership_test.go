@@ -421,6 +421,10 @@ func TestLeadershipVisible(t *testing.T) {
 		require.Equal(t, "visible", got.Current.Holder)
 	}
 
+	report, err := leadership(p.sched)(t.Context())
+	require.NoError(t, err)
+	require.IsType(t, []any{}, report["units"], "the console reads the report as JSON decodes it")
+
 	status, raw = get("/readyz", admin.Secret) // the details are for admin keys
 	require.Equal(t, http.StatusOK, status, raw)
 	decode(raw)
