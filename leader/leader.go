@@ -30,10 +30,15 @@ const (
 	// operator can find it in pg_stat_activity.
 	ApplicationName = "hearth-leader"
 
+	// DefaultLease is Config.Lease's default. Work that fences its own
+	// transactions with the lease (a unit's Lead) can take it before the
+	// Elector or Scheduler exists.
+	DefaultLease = 3 * time.Second
+
 	defaultRetryInterval  = 200 * time.Millisecond
 	defaultCheckInterval  = 500 * time.Millisecond
 	defaultCheckTimeout   = time.Second
-	defaultLease          = 3 * time.Second
+	defaultLease          = DefaultLease
 	defaultTermTimeout    = 15 * time.Second
 	defaultConnectTimeout = 5 * time.Second
 

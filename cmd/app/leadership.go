@@ -49,8 +49,9 @@ func liveByUnit(projections []projector.Projection) map[string]*projectionLive {
 
 // newScheduler builds the leadership scheduler: one unit per projection,
 // each with its own lock on the event store and its own fencing term in the
-// read model, so that the workers share the projections.
-func newScheduler(cfg Config, dbs databases, w wiring, log *slog.Logger) (*leader.Scheduler, error) {
+// read model, and the other leader-only work (extra: the relay, webhook
+// delivery), so that the workers share it all.
+func newScheduler(cfg Config, dbs databases, w wiring, log *slog.Logger, extra ...leader.Unit) (*leader.Scheduler, error) {
 	var s *leader.Scheduler
 	var units []leader.Unit
 	for _, p := range w.projections {
@@ -63,8 +64,11 @@ func newScheduler(cfg Config, dbs databases, w wiring, log *slog.Logger) (*leade
 			},
 		})
 	}
+	units = append(units, extra...)
 	s, err := leader.NewScheduler(leader.SchedulerConfig{
-		Config: leader.Config{ConnString: cfg.DatabaseURL, TermDB: dbs.rm.DB, Holder: w.holder, Log: log},
+		// The lease is set, not defaulted, because extra units fence with
+		// leader.DefaultLease before the Scheduler exists.
+		Config: leader.Config{ConnString: cfg.DatabaseURL, TermDB: dbs.rm.DB, Holder: w.holder, Lease: leader.DefaultLease, Log: log},
 		Units:  units,
 	})
 	return s, err

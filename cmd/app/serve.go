@@ -265,18 +265,22 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 
+	var extra []leader.Unit
+	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
+	if err != nil {
+		return err
+	}
+	if relayUnit != nil {
+		extra = append(extra, *relayUnit)
+	}
 	var sched *leader.Scheduler
 	if cfg.Mode != ModeAPI {
-		if sched, err = newScheduler(cfg, dbs, w, log); err != nil {
+		if sched, err = newScheduler(cfg, dbs, w, log, extra...); err != nil {
 			return err
 		}
 		if err := w.telemetry.leadership(sched, w.live); err != nil {
 			return err
 		}
-	}
-	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
-	if err != nil {
-		return err
 	}
 	defer w.maintenance.Close()
 	hcfg, err := httpConfig(cfg, dbs, w, sched, log)
@@ -351,9 +355,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	if sched != nil {
 		g.Go(func() error { return sched.Run(gctx) })
-	}
-	if relayUnit != nil {
-		g.Go(func() error { return relayUnit.run(gctx) })
 	}
 	err = g.Wait()
 	log.Info("hearth stopped")
