@@ -43,11 +43,11 @@ import (
 	"fmt"
 	"time"
 
-	"hearth/adapters/idempotency"
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/webhook"
+	"hearth/internal/idempotency"
 )
 
 // Store keeps the endpoints and reads the delivery log, on the event-store

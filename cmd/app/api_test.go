@@ -21,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"hearth/adapters/pubsub/projector"
-	"hearth/adapters/readmodel"
 	"hearth/app/access"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
@@ -105,11 +104,10 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 		t.Fatal("the projections never went live")
 	}
 
-	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
+	t.Cleanup(w.maintenance.Close)
+	hcfg, err := httpConfig(cfg, dbs, w, nil, log) // serve's HTTP wiring
 	require.NoError(t, err)
-	t.Cleanup(rebuilds.Close)
-	hcfg, err := httpConfig(cfg, dbs, w, nil, rebuilds, log) // serve's HTTP wiring
-	require.NoError(t, err)
+	t.Cleanup(func() { closeConsole(hcfg.Console) })
 	handler, err := httpport.NewHandler(hcfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
@@ -1098,15 +1096,11 @@ func TestServe(t *testing.T) {
 	t.Cleanup(transport.CloseIdleConnections)
 	a := &api{t: t, base: "http://" + srv.HTTPAddr, client: &http.Client{Transport: transport}}
 
+	require.Eventually(t, func() bool { return projectionsLive(a.metrics()) }, 30*time.Second, 10*time.Millisecond,
+		"serve, the only worker, never led every projection live")
 	require.Eventually(t, func() bool {
-		return strings.Contains(a.metrics(), "\nhearth_leader_is_leader 1\n")
-	}, 30*time.Second, 10*time.Millisecond, "serve never became the projection leader")
-	require.Eventually(t, func() bool {
-		return strings.Contains(a.metrics(), "\nhearth_projections_live 1\n")
-	}, 30*time.Second, 10*time.Millisecond, "the leader's projections never went live")
-	require.Eventually(t, func() bool {
-		return strings.Contains(a.metrics(), "\nhearth_webhook_is_leader 1\n")
-	}, 30*time.Second, 10*time.Millisecond, "serve never led webhook delivery")
+		return strings.Contains(a.metrics(), "\nhearth_leader_is_leader{unit=\"hearth/webhooks\"} 1\n")
+	}, 30*time.Second, 10*time.Millisecond, "serve, the only worker, never led webhook delivery")
 	ready := a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
 	require.Equal(t, map[string]any{"status": "ready"}, ready.Body, "no details without an admin key")
 

@@ -11,26 +11,28 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/uptrace/bun"
 	"golang.org/x/sync/errgroup"
 
-	"hearth/adapters/idempotency"
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
-	"hearth/adapters/refdata"
 	"hearth/adapters/webhooks"
 	"hearth/app"
+	"hearth/app/access"
 	"hearth/app/command"
+	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/internal/database"
+	"hearth/internal/idempotency"
+	"hearth/internal/refdata"
 	"hearth/leader"
 	"hearth/migrations"
 	httpport "hearth/ports/http"
+	"hearth/ports/http/console"
 )
 
 // databases are the pools; rm == es when one database holds both.
@@ -124,13 +126,20 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 }
 
 // wiring is the application and the projections built on the databases,
-// with the operator's tools (parking, event log, rebuilds) and metrics.
+// with the operator's use cases (and the adapters under them: parking, the
+// event log, the read models' maintenance) and metrics.
 type wiring struct {
 	app         app.Application
+	operator    *ops.Operator
+	keys        *access.Keys
+	auditTrail  *ops.AuditTrail
 	refdata     *refdata.Store
 	projections []projector.Projection
 	parking     *projector.Parking
 	eventLog    *pubsub.EventLog
+	// maintenance runs the rebuilds the admin API starts in the
+	// background: close it at shutdown.
+	maintenance *readmodel.Maintenance
 	telemetry   *telemetry
 	idempotency *idempotency.Store
 	// fanout are the webhook fan-out's projections (one per topic), run by
@@ -144,9 +153,14 @@ type wiring struct {
 	// retryInitial shortens the projections' retry budget in tests.
 	// Defaults to projector.RetryInitial.
 	retryInitial time.Duration
-	// liveTerm is the term whose projections run live (caught up, router
-	// running); 0 when none.
-	liveTerm *atomic.Int64
+	// live is, by unit name, the term each projection runs live under on
+	// this instance (caught up, router running).
+	live map[string]*projectionLive
+	// holder names this instance in leadership (tests run several workers
+	// in one process). Defaults to the leader package's HOSTNAME/PID.
+	holder string
+	// lags is the projections' recent lag, for the console's on-call view.
+	lags *console.LagHistory
 }
 
 // wire builds the application on the request pools (dbs.api) and the
@@ -212,15 +226,29 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64), fanout: fanout.Projections(), webhookSender: sender}
+	w := wiring{app: a, refdata: ref, fanout: fanout.Projections(), webhookSender: sender}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		w.projections = append(w.projections, projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
 	}
+	w.live = liveByUnit(w.projections)
 	if w.parking, err = projector.NewParking(dbs.es, append(slices.Clone(w.projections), w.fanout...)...); err != nil {
 		return wiring{}, err
 	}
 	w.parking.Audit = refdata.WriteAudit
 	if w.eventLog, err = pubsub.NewEventLog(dbs.es); err != nil {
+		return wiring{}, err
+	}
+	if w.maintenance, err = readmodel.NewMaintenance(w.eventLog, dbs.rm); err != nil {
+		return wiring{}, err
+	}
+	w.operator, err = ops.NewOperator(ops.Config{Parking: w.parking, Rebuilds: w.maintenance, Verifier: w.maintenance,
+		Audit: ref, Log: log})
+	must(err)
+	w.keys, err = access.NewKeys(ref)
+	must(err)
+	w.auditTrail, err = ops.NewAuditTrail(ref)
+	must(err)
+	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
 	if w.idempotency, err = idempotency.New(apiES.DB); err != nil {
@@ -235,12 +263,15 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	if err := w.telemetry.reg.Register(webhooks.NewStatsCollector(dbs.es.DB, log)); err != nil {
 		return wiring{}, err
 	}
+	if w.lags, err = newLagHistory(dbs, w); err != nil {
+		return wiring{}, err
+	}
 	return w, nil
 }
 
 // serve runs Hearth in its mode until ctx is done, then shuts down
 // gracefully: the HTTP server drains, the projections finish or abort the
-// message in flight, and the leadership lock is released.
+// message in flight, and the leadership locks are released.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	dbs, err := openDatabases(ctx, cfg)
 	if err != nil {
@@ -260,30 +291,26 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 
-	var elector, webhookElector *leader.Elector
-	if cfg.Mode != ModeAPI {
-		elector, err = newElector(cfg, dbs, log)
-		if err != nil {
-			return err
-		}
-		if webhookElector, err = newWebhookElector(cfg, dbs, log); err != nil {
-			return err
-		}
-	}
-	if elector != nil {
-		if err := w.telemetry.leader(elector, w.liveTerm); err != nil {
-			return err
-		}
-		if err := w.telemetry.webhookLeader(webhookElector); err != nil {
-			return err
-		}
-	}
-	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
+	var extra []leader.Unit
+	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
 	if err != nil {
 		return err
 	}
-	defer rebuilds.Close()
-	hcfg, err := httpConfig(cfg, dbs, w, elector, rebuilds, log)
+	if relayUnit != nil {
+		extra = append(extra, *relayUnit)
+	}
+	extra = append(extra, webhookUnit(cfg, w, log))
+	var sched *leader.Scheduler
+	if cfg.Mode != ModeAPI {
+		if sched, err = newScheduler(cfg, dbs, w, log, extra...); err != nil {
+			return err
+		}
+		if err := w.telemetry.leadership(sched, w.live); err != nil {
+			return err
+		}
+	}
+	defer w.maintenance.Close()
+	hcfg, err := httpConfig(cfg, dbs, w, sched, log)
 	if err != nil {
 		return err
 	}
@@ -307,8 +334,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	addrs := make([]any, 0, 2*len(listeners))
+	defer closeConsole(hcfg.Console)
 	for i, l := range listeners {
 		hcfg.Surface = surfaces[i]
+		if len(surfaces) > 1 && cfg.Mode != ModeWorker {
+			if hcfg.Console, err = consoleFor(surfaces[i], cfg, w, hcfg, log); err != nil {
+				return err
+			}
+			defer closeConsole(hcfg.Console)
+		}
 		handler, err := httpport.NewHandler(hcfg)
 		if err != nil {
 			return err
@@ -334,6 +368,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if cfg.Mode != ModeWorker {
 		g.Go(func() error {
+			w.lags.Run(gctx)
+			return nil
+		})
+		g.Go(func() error {
 			w.idempotency.PruneLoop(gctx, cfg.IdempotencyKeep, idempotencyPruneEvery, idempotencyPruneBatch, func(err error) {
 				log.Warn("prune idempotency keys", "error", err)
 			})
@@ -342,17 +380,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("hearth started", append([]any{"mode", cfg.Mode, "split_databases", dbs.rm != dbs.es}, addrs...)...)
 
-	if elector != nil {
-		g.Go(func() error {
-			return elector.Run(gctx, func(leadCtx context.Context, term int64) error {
-				return lead(leadCtx, term, cfg, elector.Lease(), w, log)
-			})
-		})
-		g.Go(func() error {
-			return webhookElector.Run(gctx, func(leadCtx context.Context, term int64) error {
-				return leadWebhooks(leadCtx, term, cfg, webhookElector.Lease(), w, log)
-			})
-		})
+	if sched != nil {
+		g.Go(func() error { return sched.Run(gctx) })
 	}
 	err = g.Wait()
 	log.Info("hearth stopped")
@@ -361,22 +390,29 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // httpConfig is the HTTP API's configuration on the wiring: serve's, and
 // the tests' (cmd/app/api_test.go), so that they cannot drift apart.
-// elector is nil in API mode (and in tests without leadership).
-func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, rebuilds *readmodel.Rebuilds, log *slog.Logger) (httpport.Config, error) {
+// sched is nil in API mode (and in tests without leadership).
+func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, log *slog.Logger) (httpport.Config, error) {
 	positions, err := readmodel.NewPositions(dbs.api())
 	if err != nil {
 		return httpport.Config{}, err
 	}
-	return httpport.Config{
+	hc := httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(dbs, elector),
-		Parked: w.parking, Rebuilds: rebuilds,
+		Ready: readiness(cfg, dbs, sched, w.live), Leadership: leadership(sched),
+		Parked: w.operator, Rebuilds: w.operator,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
-	}, nil
+	}
+	if hc.APIEnabled {
+		// The web console, at /console/ (ports/http/console).
+		if hc.Console, err = consoleFor(httpport.SurfaceAll, cfg, w, hc, log); err != nil {
+			return httpport.Config{}, err
+		}
+	}
+	return hc, nil
 }
 
 // Idempotency keys older than IdempotencyKeep are deleted this often, in
@@ -427,29 +463,4 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 		return err
 	}
 	return pr.Run(ctx)
-}
-
-func readiness(cfg Config, dbs databases, elector *leader.Elector, liveTerm *atomic.Int64) func(context.Context) (map[string]any, error) {
-	return func(ctx context.Context) (map[string]any, error) {
-		details := map[string]any{"mode": cfg.Mode}
-		if elector != nil {
-			st := elector.Status()
-			details["role"] = st.Role
-			details["term"] = st.Term
-			details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
-			if st.Role == leader.RoleLeader {
-				details["projections"] = "catching_up"
-				if liveTerm.Load() == st.Term {
-					details["projections"] = "live"
-				}
-			}
-		}
-		if err := dbs.es.PingContext(ctx); err != nil {
-			return details, fmt.Errorf("event store: %w", err)
-		}
-		if err := dbs.rm.PingContext(ctx); err != nil {
-			return details, fmt.Errorf("read model: %w", err)
-		}
-		return details, nil
-	}
 }

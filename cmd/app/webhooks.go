@@ -28,17 +28,14 @@ const webhooksAppName = "hearth-webhooks"
 // turns (one round is a short transaction).
 const webhookPoolSize = 10
 
-// newWebhookElector builds the leadership of webhook delivery: a lock of its
-// own (advisory.Webhooks), so that it may run on another instance than the
-// projections, its terms in projection_leader beside theirs.
-func newWebhookElector(cfg Config, dbs databases, log *slog.Logger) (*leader.Elector, error) {
-	return leader.New(leader.Config{
-		ConnString:   cfg.DatabaseURL,
-		TermDB:       dbs.rm.DB,
-		Name:         advisory.Webhooks,
-		FenceAppName: webhooksAppName,
-		Log:          log,
-	})
+// webhookUnit is webhook delivery as a leadership unit: a lock of its own
+// (advisory.Webhooks) and its term in projection_leader, shared out by the
+// Scheduler with the projections' units, so that any worker may lead it.
+func webhookUnit(cfg Config, w wiring, log *slog.Logger) leader.Unit {
+	return leader.Unit{Name: advisory.Webhooks, FenceAppName: webhooksAppName,
+		Lead: func(ctx context.Context, term int64) error {
+			return leadWebhooks(ctx, term, cfg, leader.DefaultLease, w, log)
+		}}
 }
 
 // leadWebhooks runs webhook delivery for one leadership term until ctx

@@ -118,19 +118,18 @@ func (rc *receiver) delivered() []delivery {
 	return out
 }
 
-// runWebhookLeader runs webhook delivery on a wiring the way serve does
-// (its elector, leadWebhooks) until stop is called or the test ends.
+// runWebhookLeader runs webhook delivery on a wiring the way serve's
+// scheduler runs its unit (an Elector on the unit's lock, running the
+// unit's Lead) until stop is called or the test ends.
 func runWebhookLeader(t *testing.T, cfg Config, dbs databases, w wiring, log *slog.Logger) (el *leader.Elector, stop func()) {
 	t.Helper()
-	el, err := newWebhookElector(cfg, dbs, log)
+	unit := webhookUnit(cfg, w, log)
+	el, err := leader.New(leader.Config{ConnString: cfg.DatabaseURL, TermDB: dbs.rm.DB, Name: unit.Name,
+		FenceAppName: unit.FenceAppName, Lease: leader.DefaultLease, Log: log})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- el.Run(ctx, func(ctx context.Context, term int64) error {
-			return leadWebhooks(ctx, term, cfg, el.Lease(), w, log)
-		})
-	}()
+	go func() { done <- el.Run(ctx, unit.Lead) }()
 	stop = sync.OnceFunc(func() {
 		cancel()
 		require.NoError(t, <-done)

@@ -17,6 +17,9 @@
 //     events/s beside the read model's latency of the same events, the same
 //     beside a slow endpoint, and the rate a receiver drains a backlog at,
 //     beside Hearth's sender alone;
+//   - the console's dispatch board with 50 staff and 500 schedules in the
+//     week against an empty board: page weight and time to first render
+//     in headless Chromium;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -58,6 +61,7 @@ func main() {
 		backlogEvents /= 10
 		noisyFor /= 10
 		hookBacklog /= 10
+		consoleLoads = 5
 	}
 	if err := checkOnly(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -70,7 +74,7 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "webhooks"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "webhooks"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -185,6 +189,13 @@ func run() error {
 			return fmt.Errorf("webhooks: %w", err)
 		}
 		rows = append(rows, wh...)
+	}
+	if only("console") {
+		cs, err := b.console(ctx)
+		if err != nil {
+			return fmt.Errorf("console: %w", err)
+		}
+		rows = append(rows, cs...)
 	}
 	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "by process: " + b.rssByProcess()})
 

@@ -159,7 +159,7 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	defer b.stopHearth(cmd)
-	if err := awaitMetric(base, "\nhearth_webhook_is_leader 1\n"); err != nil {
+	if err := awaitMetric(base, "\nhearth_leader_is_leader{unit=\"hearth/webhooks\"} 1\n"); err != nil {
 		return nil, err
 	}
 

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,10 +117,10 @@ func closeQuietly(conn *pgx.Conn) {
 }
 
 // Signal returns the channel that the next notification for table closes
-// (or the next reconnection). Besides the topic tables, writers of another
-// table may announce it on NotifyChannel with its name (webhook deliveries
-// do). Take the channel before looking for work, then wait on it, so that
-// no notification in between is missed.
+// (or the next reconnection): Changed for a table that is not a topic's.
+// Writers of such a table announce it on NotifyChannel with its name
+// (webhook deliveries do). Take the channel before looking for work, then
+// wait on it, so that no notification in between is missed.
 func (n *Notifier) Signal(table string) <-chan struct{} { return n.signal(table) }
 
 // signal returns the channel that the next notification for table closes.
@@ -133,6 +134,12 @@ func (n *Notifier) signal(table string) <-chan struct{} {
 	}
 	return ch
 }
+
+// Changed returns a channel that the next notification for topic closes
+// (as does every reconnection of the LISTEN connection). A reader takes it
+// before it reads the topic, so that a notification sent during the read is
+// not missed.
+func (n *Notifier) Changed(topic string) <-chan struct{} { return n.signal(topicTable(topic)) }
 
 func (n *Notifier) wake(table string) {
 	n.mu.Lock()
@@ -170,7 +177,8 @@ type notifyBackoff struct {
 	// that came during the poll has closed it already.
 	seen <-chan struct{}
 	// quick, when not zero, is a short wait for a re-poll after a
-	// notification found nothing visible yet; it doubles up to fallback.
+	// notification found nothing visible yet; it doubles up to
+	// min(fallback, quickMax).
 	quick time.Duration
 	// done ends any wait: this subscription's context ended or the
 	// subscriber is closing.
@@ -192,12 +200,7 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		b.seen = b.n.signal(b.table)
 		return 0 // there may be more: poll again at once
 	}
-	wait := b.fallback
-	if b.quick > 0 {
-		wait = b.quick
-		b.quick = min(b.quick*2, b.fallback)
-	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(b.nextWait())
 	select {
 	case <-b.seen:
 		b.quick = time.Millisecond
@@ -209,6 +212,25 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 	return 0
 }
 
+// quickMax caps the re-polls after a notification. A notified message can
+// stay invisible for as long as an older transaction anywhere in the
+// cluster is open (watermill-sql reads only below pg_snapshot_xmin, which is
+// cluster-wide), and without the cap the doubling would soon wait as long as
+// the fallback, leaving a message known to be there unread until then.
+const quickMax = time.Second
+
+// nextWait is how long to wait after an empty poll (unless a notification
+// comes first): the fallback, or while a notification's message is not yet
+// visible, the next quick re-poll.
+func (b *notifyBackoff) nextWait() time.Duration {
+	if b.quick == 0 {
+		return b.fallback
+	}
+	wait := b.quick
+	b.quick = min(b.quick*2, b.fallback, quickMax)
+	return wait
+}
+
 func (b *notifyBackoff) ending() bool {
 	select {
 	case <-b.done:
@@ -218,15 +240,40 @@ func (b *notifyBackoff) ending() bool {
 	}
 }
 
+// SubscribersConfig is what NotifyingSubscribers needs.
+type SubscribersConfig struct {
+	// DB is the event store the subscribers read (*sql.DB). Required.
+	DB DB
+	// Notifier wakes an idle subscriber when its topic gets a message.
+	// Required.
+	Notifier *Notifier
+	// Fallback is how often an idle subscriber polls all the same
+	// (POLL_INTERVAL: a notification may come before its row is visible,
+	// and none comes while the LISTEN connection is down). Required.
+	Fallback time.Duration
+	// Lookahead, when set, has the subscribers note what each query
+	// returns (see Lookahead); the router's handlers must share it.
+	// Optional.
+	Lookahead *Lookahead
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+}
+
 // NotifyingSubscribers is SQLSubscribers with wake-up on notification: an
-// idle subscriber polls when n reports its topic, and at least every
-// fallback. The offsets adapter does not lock the consumer group's row (see
-// LockFreeOffsets), so a subscriber whose handler is retrying holds no
-// transaction id and does not delay the other topics. With a lookahead
-// (optional), the subscribers note what each query returns (see
-// Lookahead).
-func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration, ahead *Lookahead) func(string) (message.Subscriber, error) {
-	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
+// idle subscriber polls when cfg.Notifier reports its topic, and at least
+// every cfg.Fallback. The offsets adapter does not lock the consumer
+// group's row (see LockFreeOffsets), so a subscriber whose handler is
+// retrying holds no transaction id and does not delay the other topics. A
+// cfg without its required fields makes no subscriber: the returned
+// function says which are missing.
+func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (message.Subscriber, error) {
+	if cfg.DB == nil || cfg.Notifier == nil || cfg.Fallback <= 0 {
+		return func(string) (message.Subscriber, error) {
+			return nil, errors.New("projector.NotifyingSubscribers: DB, Notifier and a positive Fallback are required")
+		}
+	}
+	db, n, fallback, ahead := cfg.DB, cfg.Notifier, cfg.Fallback, cfg.Lookahead
+	wlog := watermill.NewSlogLogger(cmp.Or(cfg.Log, slog.Default()).With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
 		var schema wsql.SchemaAdapter = pubsub.Schema
 		if ahead != nil {
