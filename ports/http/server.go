@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -167,6 +168,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Ready == nil {
 		cfg.Ready = func(context.Context) (map[string]any, error) { return map[string]any{}, nil }
 	}
+	if _, err := openAPI30(); err != nil {
+		return nil, fmt.Errorf("httpport.NewHandler: %w", err)
+	}
 	cfg.IdempotencyWait = cmp.Or(cfg.IdempotencyWait, 5*time.Second)
 	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
 	cfg.IdempotencyMaxInFlight = cmp.Or(cfg.IdempotencyMaxInFlight, 8)
@@ -229,6 +233,7 @@ func (s *server) routes() []route {
 		{pattern: "GET /healthz", handle: s.healthz},
 		{pattern: "GET /readyz", handle: s.readyz},
 		{pattern: "GET /openapi.json", handle: serveOpenAPI},
+		{pattern: "GET /openapi-3.0.json", handle: serveOpenAPI30},
 		{pattern: "GET /metrics", handle: s.metrics},
 		{pattern: "GET /admin/leadership", roles: admin, handle: s.configured(s.Leadership != nil, s.leadership)},
 	}
