@@ -19,6 +19,7 @@ import (
 // it and used to generate Hearth's own Go client (client/). What 3.0 cannot
 // say is refused with the place named, never dropped: a document that means
 // something else would generate a client that is wrong without saying so.
+// docs/api.md tells integrators which form to use with which generator.
 
 // openAPI30 is the 3.0 form, derived once.
 var openAPI30 = sync.OnceValues(func() ([]byte, error) { return downgradeOpenAPI(openAPI) })
@@ -30,8 +31,10 @@ func OpenAPI30() ([]byte, error) {
 	return bytes.Clone(doc), err
 }
 
-// serveOpenAPI30 answers GET /openapi-3.0.json; it needs no key. NewHandler
-// has checked that the form exists.
+// serveOpenAPI30 answers GET /openapi-3.0.json; it needs no key. Without a
+// 3.0 form (a construct 3.0 cannot say) it answers 500 and logs why, and
+// the API goes on: the tests (TestOpenAPI30OfHearth, client/) fail on such
+// a document long before it ships.
 func serveOpenAPI30(w http.ResponseWriter, r *http.Request) error {
 	doc, err := openAPI30()
 	if err != nil {

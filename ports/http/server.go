@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -167,9 +166,6 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func(context.Context) (map[string]any, error) { return map[string]any{}, nil }
-	}
-	if _, err := openAPI30(); err != nil {
-		return nil, fmt.Errorf("httpport.NewHandler: %w", err)
 	}
 	cfg.IdempotencyWait = cmp.Or(cfg.IdempotencyWait, 5*time.Second)
 	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
