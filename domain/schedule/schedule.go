@@ -76,6 +76,9 @@ func (Created) EventType() string           { return "ScheduleCreated" }
 func (AssignmentUpdated) EventType() string { return "ScheduleAssignmentUpdated" }
 func (StatusChanged) EventType() string     { return "ScheduleStatusChanged" }
 
+// EventTypes returns the stored type names of its events, sorted.
+func EventTypes() []string { return registry.Types() }
+
 // Decode turns a stored schedule event back into its type.
 func Decode(eventType string, data []byte) (event.Event, error) {
 	return registry.Decode(eventType, data)
