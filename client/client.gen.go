@@ -51,6 +51,108 @@ func (e AuditEntryAction) Valid() bool {
 	}
 }
 
+// Defines values for EventAggregateType.
+const (
+	EventAggregateTypeOrder           EventAggregateType = "order"
+	EventAggregateTypeSchedule        EventAggregateType = "schedule"
+	EventAggregateTypeServiceRequest  EventAggregateType = "service_request"
+	EventAggregateTypeWebhookEndpoint EventAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the EventAggregateType enum.
+func (e EventAggregateType) Valid() bool {
+	switch e {
+	case EventAggregateTypeOrder:
+		return true
+	case EventAggregateTypeSchedule:
+		return true
+	case EventAggregateTypeServiceRequest:
+		return true
+	case EventAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventSchemaVersion.
+const (
+	EventSchemaVersionN1 EventSchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the EventSchemaVersion enum.
+func (e EventSchemaVersion) Valid() bool {
+	switch e {
+	case EventSchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventType.
+const (
+	EventTypeOrderAssignmentUpdated       EventType = "order.assignment_updated"
+	EventTypeOrderCancelled               EventType = "order.cancelled"
+	EventTypeOrderCreated                 EventType = "order.created"
+	EventTypeOrderDetailsUpdated          EventType = "order.details_updated"
+	EventTypeOrderEventSkipped            EventType = "order.event_skipped"
+	EventTypeOrderSettlementUpdated       EventType = "order.settlement_updated"
+	EventTypeOrderStatusChanged           EventType = "order.status_changed"
+	EventTypeScheduleAssignmentUpdated    EventType = "schedule.assignment_updated"
+	EventTypeScheduleCreated              EventType = "schedule.created"
+	EventTypeScheduleEventSkipped         EventType = "schedule.event_skipped"
+	EventTypeScheduleStatusChanged        EventType = "schedule.status_changed"
+	EventTypeServiceRequestConverted      EventType = "service_request.converted"
+	EventTypeServiceRequestCreated        EventType = "service_request.created"
+	EventTypeServiceRequestDetailsUpdated EventType = "service_request.details_updated"
+	EventTypeServiceRequestEventSkipped   EventType = "service_request.event_skipped"
+	EventTypeServiceRequestStatusChanged  EventType = "service_request.status_changed"
+	EventTypeWebhookEndpointPing          EventType = "webhook_endpoint.ping"
+)
+
+// Valid indicates whether the value is a known member of the EventType enum.
+func (e EventType) Valid() bool {
+	switch e {
+	case EventTypeOrderAssignmentUpdated:
+		return true
+	case EventTypeOrderCancelled:
+		return true
+	case EventTypeOrderCreated:
+		return true
+	case EventTypeOrderDetailsUpdated:
+		return true
+	case EventTypeOrderEventSkipped:
+		return true
+	case EventTypeOrderSettlementUpdated:
+		return true
+	case EventTypeOrderStatusChanged:
+		return true
+	case EventTypeScheduleAssignmentUpdated:
+		return true
+	case EventTypeScheduleCreated:
+		return true
+	case EventTypeScheduleEventSkipped:
+		return true
+	case EventTypeScheduleStatusChanged:
+		return true
+	case EventTypeServiceRequestConverted:
+		return true
+	case EventTypeServiceRequestCreated:
+		return true
+	case EventTypeServiceRequestDetailsUpdated:
+		return true
+	case EventTypeServiceRequestEventSkipped:
+		return true
+	case EventTypeServiceRequestStatusChanged:
+		return true
+	case EventTypeWebhookEndpointPing:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok HealthStatus = "ok"
@@ -1026,6 +1128,924 @@ func (e ListServiceRequestsParamsStatus) Valid() bool {
 	}
 }
 
+// Defines values for WebhookOrderAssignmentUpdatedJSONBodyAggregateType.
+const (
+	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeOrder           WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "order"
+	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "schedule"
+	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "service_request"
+	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderAssignmentUpdatedJSONBodyAggregateType enum.
+func (e WebhookOrderAssignmentUpdatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderAssignmentUpdatedJSONBodySchemaVersion.
+const (
+	WebhookOrderAssignmentUpdatedJSONBodySchemaVersionN1 WebhookOrderAssignmentUpdatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderAssignmentUpdatedJSONBodySchemaVersion enum.
+func (e WebhookOrderAssignmentUpdatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookOrderAssignmentUpdatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderAssignmentUpdatedJSONBodyType.
+const (
+	WebhookOrderAssignmentUpdatedJSONBodyTypeOrderAssignmentUpdated WebhookOrderAssignmentUpdatedJSONBodyType = "order.assignment_updated"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderAssignmentUpdatedJSONBodyType enum.
+func (e WebhookOrderAssignmentUpdatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookOrderAssignmentUpdatedJSONBodyTypeOrderAssignmentUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderCancelledJSONBodyAggregateType.
+const (
+	WebhookOrderCancelledJSONBodyAggregateTypeOrder           WebhookOrderCancelledJSONBodyAggregateType = "order"
+	WebhookOrderCancelledJSONBodyAggregateTypeSchedule        WebhookOrderCancelledJSONBodyAggregateType = "schedule"
+	WebhookOrderCancelledJSONBodyAggregateTypeServiceRequest  WebhookOrderCancelledJSONBodyAggregateType = "service_request"
+	WebhookOrderCancelledJSONBodyAggregateTypeWebhookEndpoint WebhookOrderCancelledJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderCancelledJSONBodyAggregateType enum.
+func (e WebhookOrderCancelledJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookOrderCancelledJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookOrderCancelledJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderCancelledJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderCancelledJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderCancelledJSONBodySchemaVersion.
+const (
+	WebhookOrderCancelledJSONBodySchemaVersionN1 WebhookOrderCancelledJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderCancelledJSONBodySchemaVersion enum.
+func (e WebhookOrderCancelledJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookOrderCancelledJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderCancelledJSONBodyType.
+const (
+	WebhookOrderCancelledJSONBodyTypeOrderCancelled WebhookOrderCancelledJSONBodyType = "order.cancelled"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderCancelledJSONBodyType enum.
+func (e WebhookOrderCancelledJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookOrderCancelledJSONBodyTypeOrderCancelled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderCreatedJSONBodyAggregateType.
+const (
+	WebhookOrderCreatedJSONBodyAggregateTypeOrder           WebhookOrderCreatedJSONBodyAggregateType = "order"
+	WebhookOrderCreatedJSONBodyAggregateTypeSchedule        WebhookOrderCreatedJSONBodyAggregateType = "schedule"
+	WebhookOrderCreatedJSONBodyAggregateTypeServiceRequest  WebhookOrderCreatedJSONBodyAggregateType = "service_request"
+	WebhookOrderCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderCreatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderCreatedJSONBodyAggregateType enum.
+func (e WebhookOrderCreatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookOrderCreatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookOrderCreatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderCreatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderCreatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderCreatedJSONBodySchemaVersion.
+const (
+	WebhookOrderCreatedJSONBodySchemaVersionN1 WebhookOrderCreatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderCreatedJSONBodySchemaVersion enum.
+func (e WebhookOrderCreatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookOrderCreatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderCreatedJSONBodyType.
+const (
+	WebhookOrderCreatedJSONBodyTypeOrderCreated WebhookOrderCreatedJSONBodyType = "order.created"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderCreatedJSONBodyType enum.
+func (e WebhookOrderCreatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookOrderCreatedJSONBodyTypeOrderCreated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderDetailsUpdatedJSONBodyAggregateType.
+const (
+	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeOrder           WebhookOrderDetailsUpdatedJSONBodyAggregateType = "order"
+	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderDetailsUpdatedJSONBodyAggregateType = "schedule"
+	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderDetailsUpdatedJSONBodyAggregateType = "service_request"
+	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderDetailsUpdatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderDetailsUpdatedJSONBodyAggregateType enum.
+func (e WebhookOrderDetailsUpdatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderDetailsUpdatedJSONBodySchemaVersion.
+const (
+	WebhookOrderDetailsUpdatedJSONBodySchemaVersionN1 WebhookOrderDetailsUpdatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderDetailsUpdatedJSONBodySchemaVersion enum.
+func (e WebhookOrderDetailsUpdatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookOrderDetailsUpdatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderDetailsUpdatedJSONBodyType.
+const (
+	WebhookOrderDetailsUpdatedJSONBodyTypeOrderDetailsUpdated WebhookOrderDetailsUpdatedJSONBodyType = "order.details_updated"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderDetailsUpdatedJSONBodyType enum.
+func (e WebhookOrderDetailsUpdatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookOrderDetailsUpdatedJSONBodyTypeOrderDetailsUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderEventSkippedJSONBodyAggregateType.
+const (
+	WebhookOrderEventSkippedJSONBodyAggregateTypeOrder           WebhookOrderEventSkippedJSONBodyAggregateType = "order"
+	WebhookOrderEventSkippedJSONBodyAggregateTypeSchedule        WebhookOrderEventSkippedJSONBodyAggregateType = "schedule"
+	WebhookOrderEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookOrderEventSkippedJSONBodyAggregateType = "service_request"
+	WebhookOrderEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderEventSkippedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderEventSkippedJSONBodyAggregateType enum.
+func (e WebhookOrderEventSkippedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookOrderEventSkippedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookOrderEventSkippedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderEventSkippedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderEventSkippedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderEventSkippedJSONBodySchemaVersion.
+const (
+	WebhookOrderEventSkippedJSONBodySchemaVersionN1 WebhookOrderEventSkippedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderEventSkippedJSONBodySchemaVersion enum.
+func (e WebhookOrderEventSkippedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookOrderEventSkippedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderEventSkippedJSONBodyType.
+const (
+	WebhookOrderEventSkippedJSONBodyTypeOrderEventSkipped WebhookOrderEventSkippedJSONBodyType = "order.event_skipped"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderEventSkippedJSONBodyType enum.
+func (e WebhookOrderEventSkippedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookOrderEventSkippedJSONBodyTypeOrderEventSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderSettlementUpdatedJSONBodyAggregateType.
+const (
+	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeOrder           WebhookOrderSettlementUpdatedJSONBodyAggregateType = "order"
+	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderSettlementUpdatedJSONBodyAggregateType = "schedule"
+	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderSettlementUpdatedJSONBodyAggregateType = "service_request"
+	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderSettlementUpdatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderSettlementUpdatedJSONBodyAggregateType enum.
+func (e WebhookOrderSettlementUpdatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderSettlementUpdatedJSONBodySchemaVersion.
+const (
+	WebhookOrderSettlementUpdatedJSONBodySchemaVersionN1 WebhookOrderSettlementUpdatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderSettlementUpdatedJSONBodySchemaVersion enum.
+func (e WebhookOrderSettlementUpdatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookOrderSettlementUpdatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderSettlementUpdatedJSONBodyType.
+const (
+	WebhookOrderSettlementUpdatedJSONBodyTypeOrderSettlementUpdated WebhookOrderSettlementUpdatedJSONBodyType = "order.settlement_updated"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderSettlementUpdatedJSONBodyType enum.
+func (e WebhookOrderSettlementUpdatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookOrderSettlementUpdatedJSONBodyTypeOrderSettlementUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderStatusChangedJSONBodyAggregateType.
+const (
+	WebhookOrderStatusChangedJSONBodyAggregateTypeOrder           WebhookOrderStatusChangedJSONBodyAggregateType = "order"
+	WebhookOrderStatusChangedJSONBodyAggregateTypeSchedule        WebhookOrderStatusChangedJSONBodyAggregateType = "schedule"
+	WebhookOrderStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookOrderStatusChangedJSONBodyAggregateType = "service_request"
+	WebhookOrderStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderStatusChangedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderStatusChangedJSONBodyAggregateType enum.
+func (e WebhookOrderStatusChangedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookOrderStatusChangedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookOrderStatusChangedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderStatusChangedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderStatusChangedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderStatusChangedJSONBodySchemaVersion.
+const (
+	WebhookOrderStatusChangedJSONBodySchemaVersionN1 WebhookOrderStatusChangedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderStatusChangedJSONBodySchemaVersion enum.
+func (e WebhookOrderStatusChangedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookOrderStatusChangedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderStatusChangedJSONBodyType.
+const (
+	WebhookOrderStatusChangedJSONBodyTypeOrderStatusChanged WebhookOrderStatusChangedJSONBodyType = "order.status_changed"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderStatusChangedJSONBodyType enum.
+func (e WebhookOrderStatusChangedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookOrderStatusChangedJSONBodyTypeOrderStatusChanged:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleAssignmentUpdatedJSONBodyAggregateType.
+const (
+	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeOrder           WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "order"
+	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeSchedule        WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "schedule"
+	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeServiceRequest  WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "service_request"
+	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleAssignmentUpdatedJSONBodyAggregateType enum.
+func (e WebhookScheduleAssignmentUpdatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleAssignmentUpdatedJSONBodySchemaVersion.
+const (
+	WebhookScheduleAssignmentUpdatedJSONBodySchemaVersionN1 WebhookScheduleAssignmentUpdatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleAssignmentUpdatedJSONBodySchemaVersion enum.
+func (e WebhookScheduleAssignmentUpdatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookScheduleAssignmentUpdatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleAssignmentUpdatedJSONBodyType.
+const (
+	WebhookScheduleAssignmentUpdatedJSONBodyTypeScheduleAssignmentUpdated WebhookScheduleAssignmentUpdatedJSONBodyType = "schedule.assignment_updated"
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleAssignmentUpdatedJSONBodyType enum.
+func (e WebhookScheduleAssignmentUpdatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookScheduleAssignmentUpdatedJSONBodyTypeScheduleAssignmentUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleCreatedJSONBodyAggregateType.
+const (
+	WebhookScheduleCreatedJSONBodyAggregateTypeOrder           WebhookScheduleCreatedJSONBodyAggregateType = "order"
+	WebhookScheduleCreatedJSONBodyAggregateTypeSchedule        WebhookScheduleCreatedJSONBodyAggregateType = "schedule"
+	WebhookScheduleCreatedJSONBodyAggregateTypeServiceRequest  WebhookScheduleCreatedJSONBodyAggregateType = "service_request"
+	WebhookScheduleCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleCreatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleCreatedJSONBodyAggregateType enum.
+func (e WebhookScheduleCreatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookScheduleCreatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookScheduleCreatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookScheduleCreatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookScheduleCreatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleCreatedJSONBodySchemaVersion.
+const (
+	WebhookScheduleCreatedJSONBodySchemaVersionN1 WebhookScheduleCreatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleCreatedJSONBodySchemaVersion enum.
+func (e WebhookScheduleCreatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookScheduleCreatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleCreatedJSONBodyType.
+const (
+	WebhookScheduleCreatedJSONBodyTypeScheduleCreated WebhookScheduleCreatedJSONBodyType = "schedule.created"
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleCreatedJSONBodyType enum.
+func (e WebhookScheduleCreatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookScheduleCreatedJSONBodyTypeScheduleCreated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleEventSkippedJSONBodyAggregateType.
+const (
+	WebhookScheduleEventSkippedJSONBodyAggregateTypeOrder           WebhookScheduleEventSkippedJSONBodyAggregateType = "order"
+	WebhookScheduleEventSkippedJSONBodyAggregateTypeSchedule        WebhookScheduleEventSkippedJSONBodyAggregateType = "schedule"
+	WebhookScheduleEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookScheduleEventSkippedJSONBodyAggregateType = "service_request"
+	WebhookScheduleEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleEventSkippedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleEventSkippedJSONBodyAggregateType enum.
+func (e WebhookScheduleEventSkippedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookScheduleEventSkippedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookScheduleEventSkippedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookScheduleEventSkippedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookScheduleEventSkippedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleEventSkippedJSONBodySchemaVersion.
+const (
+	WebhookScheduleEventSkippedJSONBodySchemaVersionN1 WebhookScheduleEventSkippedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleEventSkippedJSONBodySchemaVersion enum.
+func (e WebhookScheduleEventSkippedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookScheduleEventSkippedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleEventSkippedJSONBodyType.
+const (
+	WebhookScheduleEventSkippedJSONBodyTypeScheduleEventSkipped WebhookScheduleEventSkippedJSONBodyType = "schedule.event_skipped"
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleEventSkippedJSONBodyType enum.
+func (e WebhookScheduleEventSkippedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookScheduleEventSkippedJSONBodyTypeScheduleEventSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleStatusChangedJSONBodyAggregateType.
+const (
+	WebhookScheduleStatusChangedJSONBodyAggregateTypeOrder           WebhookScheduleStatusChangedJSONBodyAggregateType = "order"
+	WebhookScheduleStatusChangedJSONBodyAggregateTypeSchedule        WebhookScheduleStatusChangedJSONBodyAggregateType = "schedule"
+	WebhookScheduleStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookScheduleStatusChangedJSONBodyAggregateType = "service_request"
+	WebhookScheduleStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleStatusChangedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleStatusChangedJSONBodyAggregateType enum.
+func (e WebhookScheduleStatusChangedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookScheduleStatusChangedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookScheduleStatusChangedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookScheduleStatusChangedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookScheduleStatusChangedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleStatusChangedJSONBodySchemaVersion.
+const (
+	WebhookScheduleStatusChangedJSONBodySchemaVersionN1 WebhookScheduleStatusChangedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleStatusChangedJSONBodySchemaVersion enum.
+func (e WebhookScheduleStatusChangedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookScheduleStatusChangedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookScheduleStatusChangedJSONBodyType.
+const (
+	WebhookScheduleStatusChangedJSONBodyTypeScheduleStatusChanged WebhookScheduleStatusChangedJSONBodyType = "schedule.status_changed"
+)
+
+// Valid indicates whether the value is a known member of the WebhookScheduleStatusChangedJSONBodyType enum.
+func (e WebhookScheduleStatusChangedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookScheduleStatusChangedJSONBodyTypeScheduleStatusChanged:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestConvertedJSONBodyAggregateType.
+const (
+	WebhookServiceRequestConvertedJSONBodyAggregateTypeOrder           WebhookServiceRequestConvertedJSONBodyAggregateType = "order"
+	WebhookServiceRequestConvertedJSONBodyAggregateTypeSchedule        WebhookServiceRequestConvertedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestConvertedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestConvertedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestConvertedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestConvertedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestConvertedJSONBodyAggregateType enum.
+func (e WebhookServiceRequestConvertedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestConvertedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServiceRequestConvertedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestConvertedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestConvertedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestConvertedJSONBodySchemaVersion.
+const (
+	WebhookServiceRequestConvertedJSONBodySchemaVersionN1 WebhookServiceRequestConvertedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestConvertedJSONBodySchemaVersion enum.
+func (e WebhookServiceRequestConvertedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServiceRequestConvertedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestConvertedJSONBodyType.
+const (
+	WebhookServiceRequestConvertedJSONBodyTypeServiceRequestConverted WebhookServiceRequestConvertedJSONBodyType = "service_request.converted"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestConvertedJSONBodyType enum.
+func (e WebhookServiceRequestConvertedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestConvertedJSONBodyTypeServiceRequestConverted:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestCreatedJSONBodyAggregateType.
+const (
+	WebhookServiceRequestCreatedJSONBodyAggregateTypeOrder           WebhookServiceRequestCreatedJSONBodyAggregateType = "order"
+	WebhookServiceRequestCreatedJSONBodyAggregateTypeSchedule        WebhookServiceRequestCreatedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestCreatedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestCreatedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestCreatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestCreatedJSONBodyAggregateType enum.
+func (e WebhookServiceRequestCreatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestCreatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServiceRequestCreatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestCreatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestCreatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestCreatedJSONBodySchemaVersion.
+const (
+	WebhookServiceRequestCreatedJSONBodySchemaVersionN1 WebhookServiceRequestCreatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestCreatedJSONBodySchemaVersion enum.
+func (e WebhookServiceRequestCreatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServiceRequestCreatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestCreatedJSONBodyType.
+const (
+	WebhookServiceRequestCreatedJSONBodyTypeServiceRequestCreated WebhookServiceRequestCreatedJSONBodyType = "service_request.created"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestCreatedJSONBodyType enum.
+func (e WebhookServiceRequestCreatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestCreatedJSONBodyTypeServiceRequestCreated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType.
+const (
+	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeOrder           WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "order"
+	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeSchedule        WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType enum.
+func (e WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersion.
+const (
+	WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersionN1 WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersion enum.
+func (e WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestDetailsUpdatedJSONBodyType.
+const (
+	WebhookServiceRequestDetailsUpdatedJSONBodyTypeServiceRequestDetailsUpdated WebhookServiceRequestDetailsUpdatedJSONBodyType = "service_request.details_updated"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestDetailsUpdatedJSONBodyType enum.
+func (e WebhookServiceRequestDetailsUpdatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestDetailsUpdatedJSONBodyTypeServiceRequestDetailsUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestEventSkippedJSONBodyAggregateType.
+const (
+	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeOrder           WebhookServiceRequestEventSkippedJSONBodyAggregateType = "order"
+	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeSchedule        WebhookServiceRequestEventSkippedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestEventSkippedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestEventSkippedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestEventSkippedJSONBodyAggregateType enum.
+func (e WebhookServiceRequestEventSkippedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestEventSkippedJSONBodySchemaVersion.
+const (
+	WebhookServiceRequestEventSkippedJSONBodySchemaVersionN1 WebhookServiceRequestEventSkippedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestEventSkippedJSONBodySchemaVersion enum.
+func (e WebhookServiceRequestEventSkippedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServiceRequestEventSkippedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestEventSkippedJSONBodyType.
+const (
+	WebhookServiceRequestEventSkippedJSONBodyTypeServiceRequestEventSkipped WebhookServiceRequestEventSkippedJSONBodyType = "service_request.event_skipped"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestEventSkippedJSONBodyType enum.
+func (e WebhookServiceRequestEventSkippedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestEventSkippedJSONBodyTypeServiceRequestEventSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestStatusChangedJSONBodyAggregateType.
+const (
+	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeOrder           WebhookServiceRequestStatusChangedJSONBodyAggregateType = "order"
+	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeSchedule        WebhookServiceRequestStatusChangedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestStatusChangedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestStatusChangedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestStatusChangedJSONBodyAggregateType enum.
+func (e WebhookServiceRequestStatusChangedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestStatusChangedJSONBodySchemaVersion.
+const (
+	WebhookServiceRequestStatusChangedJSONBodySchemaVersionN1 WebhookServiceRequestStatusChangedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestStatusChangedJSONBodySchemaVersion enum.
+func (e WebhookServiceRequestStatusChangedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServiceRequestStatusChangedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestStatusChangedJSONBodyType.
+const (
+	WebhookServiceRequestStatusChangedJSONBodyTypeServiceRequestStatusChanged WebhookServiceRequestStatusChangedJSONBodyType = "service_request.status_changed"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestStatusChangedJSONBodyType enum.
+func (e WebhookServiceRequestStatusChangedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestStatusChangedJSONBodyTypeServiceRequestStatusChanged:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookWebhookEndpointPingJSONBodyAggregateType.
+const (
+	WebhookWebhookEndpointPingJSONBodyAggregateTypeOrder           WebhookWebhookEndpointPingJSONBodyAggregateType = "order"
+	WebhookWebhookEndpointPingJSONBodyAggregateTypeSchedule        WebhookWebhookEndpointPingJSONBodyAggregateType = "schedule"
+	WebhookWebhookEndpointPingJSONBodyAggregateTypeServiceRequest  WebhookWebhookEndpointPingJSONBodyAggregateType = "service_request"
+	WebhookWebhookEndpointPingJSONBodyAggregateTypeWebhookEndpoint WebhookWebhookEndpointPingJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookWebhookEndpointPingJSONBodyAggregateType enum.
+func (e WebhookWebhookEndpointPingJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookWebhookEndpointPingJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookWebhookEndpointPingJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookWebhookEndpointPingJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookWebhookEndpointPingJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookWebhookEndpointPingJSONBodySchemaVersion.
+const (
+	WebhookWebhookEndpointPingJSONBodySchemaVersionN1 WebhookWebhookEndpointPingJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookWebhookEndpointPingJSONBodySchemaVersion enum.
+func (e WebhookWebhookEndpointPingJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookWebhookEndpointPingJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookWebhookEndpointPingJSONBodyType.
+const (
+	WebhookWebhookEndpointPingJSONBodyTypeWebhookEndpointPing WebhookWebhookEndpointPingJSONBodyType = "webhook_endpoint.ping"
+)
+
+// Valid indicates whether the value is a known member of the WebhookWebhookEndpointPingJSONBodyType enum.
+func (e WebhookWebhookEndpointPingJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookWebhookEndpointPingJSONBodyTypeWebhookEndpointPing:
+		return true
+	default:
+		return false
+	}
+}
+
 // AssignmentInput defines model for AssignmentInput.
 type AssignmentInput struct {
 	DispatchNote *string `json:"dispatch_note,omitempty"`
@@ -1183,6 +2203,43 @@ type CustomerList struct {
 	// Total rows matching the filters
 	Total int `json:"total"`
 }
+
+// Event A public event (schema version 1). Receivers deduplicate by id; per aggregate, aggregate_version increases by one without gaps. data depends on type: see the webhooks section and the *Data schemas.
+type Event struct {
+	AggregateId   openapi_types.UUID `json:"aggregate_id"`
+	AggregateType EventAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int `json:"aggregate_version"`
+
+	// Data the payload; its schema depends on type
+	Data map[string]interface{} `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion EventSchemaVersion `json:"schema_version"`
+
+	// Type <aggregate>.<what happened>
+	Type EventType `json:"type"`
+}
+
+// EventAggregateType defines model for Event.AggregateType.
+type EventAggregateType string
+
+// EventSchemaVersion the version of this form; new optional fields keep it
+type EventSchemaVersion int
+
+// EventType <aggregate>.<what happened>
+type EventType string
 
 // FieldError defines model for FieldError.
 type FieldError struct {
@@ -1345,6 +2402,26 @@ type OrderSettlementStatus string
 // OrderStatus defines model for Order.Status.
 type OrderStatus string
 
+// OrderAssignmentUpdatedData defines model for OrderAssignmentUpdatedData.
+type OrderAssignmentUpdatedData struct {
+	DispatchNote string `json:"dispatch_note"`
+
+	// EndAt absent: the window is unchanged
+	EndAt *time.Time `json:"end_at,omitempty"`
+
+	// StaffId absent: the order lost its assignment (its schedule was cancelled)
+	StaffId *openapi_types.UUID `json:"staff_id,omitempty"`
+
+	// StartAt absent: the window is unchanged
+	StartAt *time.Time `json:"start_at,omitempty"`
+}
+
+// OrderCancelledData defines model for OrderCancelledData.
+type OrderCancelledData struct {
+	From   string `json:"from"`
+	Reason string `json:"reason"`
+}
+
 // OrderCreate defines model for OrderCreate.
 type OrderCreate struct {
 	AmountCents *int `json:"amount_cents,omitempty"`
@@ -1363,6 +2440,26 @@ type OrderCreate struct {
 	ScheduledStartAt *time.Time `json:"scheduled_start_at,omitempty"`
 }
 
+// OrderCreatedData defines model for OrderCreatedData.
+type OrderCreatedData struct {
+	AmountCents int64              `json:"amount_cents"`
+	CustomerId  openapi_types.UUID `json:"customer_id"`
+	Notes       string             `json:"notes"`
+
+	// RequestId the service request it was converted from
+	RequestId        *openapi_types.UUID `json:"request_id,omitempty"`
+	ScheduledEndAt   *time.Time          `json:"scheduled_end_at,omitempty"`
+	ScheduledStartAt *time.Time          `json:"scheduled_start_at,omitempty"`
+	Status           string              `json:"status"`
+}
+
+// OrderDetailsUpdatedData defines model for OrderDetailsUpdatedData.
+type OrderDetailsUpdatedData struct {
+	AmountCents int64              `json:"amount_cents"`
+	CustomerId  openapi_types.UUID `json:"customer_id"`
+	Notes       string             `json:"notes"`
+}
+
 // OrderList defines model for OrderList.
 type OrderList struct {
 	Items    []Order `json:"items"`
@@ -1371,6 +2468,15 @@ type OrderList struct {
 
 	// Total rows matching the filters
 	Total int `json:"total"`
+}
+
+// OrderSettlementUpdatedData defines model for OrderSettlementUpdatedData.
+type OrderSettlementUpdatedData struct {
+	PaidAmountCents  int64      `json:"paid_amount_cents"`
+	PaidAt           *time.Time `json:"paid_at,omitempty"`
+	PaymentMethod    string     `json:"payment_method"`
+	SettlementNote   string     `json:"settlement_note"`
+	SettlementStatus string     `json:"settlement_status"`
 }
 
 // OrderStatusInput defines model for OrderStatusInput.
@@ -1492,6 +2598,11 @@ type ParkedList struct {
 	Total int               `json:"total"`
 }
 
+// PingData defines model for PingData.
+type PingData struct {
+	Message string `json:"message"`
+}
+
 // Problem RFC 9457 problem details (application/problem+json).
 type Problem struct {
 	// ConflictingScheduleId for a double booking (409): the live schedule the assignment clashed with
@@ -1585,6 +2696,33 @@ type ReplayResult struct {
 	Waiting    int                `json:"waiting"`
 }
 
+// RequestConvertedData defines model for RequestConvertedData.
+type RequestConvertedData struct {
+	// OrderId the order the request became
+	OrderId openapi_types.UUID `json:"order_id"`
+}
+
+// RequestCreatedData defines model for RequestCreatedData.
+type RequestCreatedData struct {
+	AppointmentEndAt   *time.Time          `json:"appointment_end_at,omitempty"`
+	AppointmentStartAt *time.Time          `json:"appointment_start_at,omitempty"`
+	CatalogItemId      *openapi_types.UUID `json:"catalog_item_id,omitempty"`
+	Content            string              `json:"content"`
+	CustomerId         openapi_types.UUID  `json:"customer_id"`
+	Notes              string              `json:"notes"`
+	Source             string              `json:"source"`
+	Status             string              `json:"status"`
+}
+
+// RequestDetailsUpdatedData defines model for RequestDetailsUpdatedData.
+type RequestDetailsUpdatedData struct {
+	AppointmentEndAt   *time.Time          `json:"appointment_end_at,omitempty"`
+	AppointmentStartAt *time.Time          `json:"appointment_start_at,omitempty"`
+	CatalogItemId      *openapi_types.UUID `json:"catalog_item_id,omitempty"`
+	Content            string              `json:"content"`
+	Notes              string              `json:"notes"`
+}
+
 // RotateInput Optional body; without it the old key is revoked at once.
 type RotateInput struct {
 	// Grace how long the old key keeps working, a Go duration from 0s to 720h (never beyond its own expiry); 0s or absent: revoked at once
@@ -1659,6 +2797,23 @@ type Schedule struct {
 
 // ScheduleStatus defines model for Schedule.Status.
 type ScheduleStatus string
+
+// ScheduleAssignmentUpdatedData defines model for ScheduleAssignmentUpdatedData.
+type ScheduleAssignmentUpdatedData struct {
+	EndAt   time.Time          `json:"end_at"`
+	StaffId openapi_types.UUID `json:"staff_id"`
+	StartAt time.Time          `json:"start_at"`
+}
+
+// ScheduleCreatedData defines model for ScheduleCreatedData.
+type ScheduleCreatedData struct {
+	EndAt   time.Time          `json:"end_at"`
+	Notes   string             `json:"notes"`
+	OrderId openapi_types.UUID `json:"order_id"`
+	StaffId openapi_types.UUID `json:"staff_id"`
+	StartAt time.Time          `json:"start_at"`
+	Status  string             `json:"status"`
+}
 
 // ScheduleList defines model for ScheduleList.
 type ScheduleList struct {
@@ -1895,6 +3050,12 @@ type SkipResult struct {
 	Waiting    int                `json:"waiting"`
 }
 
+// SkippedData defines model for SkippedData.
+type SkippedData struct {
+	// Of the stored type of the event an operator skipped
+	Of string `json:"of"`
+}
+
 // StaffInput POST: name is required, active defaults to true. PATCH: absent fields keep their value.
 type StaffInput struct {
 	Active *bool   `json:"active,omitempty"`
@@ -1925,6 +3086,14 @@ type StaffMember struct {
 
 	// UpdatedAt RFC 3339 with an offset; answered in UTC
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// StatusChangedData defines model for StatusChangedData.
+type StatusChangedData struct {
+	// CompletedAt set on an order that became completed
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	From        string     `json:"from"`
+	To          string     `json:"to"`
 }
 
 // IdempotencyKey defines model for IdempotencyKey.
@@ -2453,6 +3622,567 @@ type UpdateStaffMemberParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// WebhookOrderAssignmentUpdatedJSONBody defines parameters for WebhookOrderAssignmentUpdated.
+type WebhookOrderAssignmentUpdatedJSONBody struct {
+	AggregateId   openapi_types.UUID                                 `json:"aggregate_id"`
+	AggregateType WebhookOrderAssignmentUpdatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                        `json:"aggregate_version"`
+	Data             OrderAssignmentUpdatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookOrderAssignmentUpdatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookOrderAssignmentUpdatedJSONBodyType          `json:"type"`
+}
+
+// WebhookOrderAssignmentUpdatedJSONBodyAggregateType defines parameters for WebhookOrderAssignmentUpdated.
+type WebhookOrderAssignmentUpdatedJSONBodyAggregateType string
+
+// WebhookOrderAssignmentUpdatedJSONBodySchemaVersion defines parameters for WebhookOrderAssignmentUpdated.
+type WebhookOrderAssignmentUpdatedJSONBodySchemaVersion int
+
+// WebhookOrderAssignmentUpdatedJSONBodyType defines parameters for WebhookOrderAssignmentUpdated.
+type WebhookOrderAssignmentUpdatedJSONBodyType string
+
+// WebhookOrderCancelledJSONBody defines parameters for WebhookOrderCancelled.
+type WebhookOrderCancelledJSONBody struct {
+	AggregateId   openapi_types.UUID                         `json:"aggregate_id"`
+	AggregateType WebhookOrderCancelledJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                `json:"aggregate_version"`
+	Data             OrderCancelledData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookOrderCancelledJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookOrderCancelledJSONBodyType          `json:"type"`
+}
+
+// WebhookOrderCancelledJSONBodyAggregateType defines parameters for WebhookOrderCancelled.
+type WebhookOrderCancelledJSONBodyAggregateType string
+
+// WebhookOrderCancelledJSONBodySchemaVersion defines parameters for WebhookOrderCancelled.
+type WebhookOrderCancelledJSONBodySchemaVersion int
+
+// WebhookOrderCancelledJSONBodyType defines parameters for WebhookOrderCancelled.
+type WebhookOrderCancelledJSONBodyType string
+
+// WebhookOrderCreatedJSONBody defines parameters for WebhookOrderCreated.
+type WebhookOrderCreatedJSONBody struct {
+	AggregateId   openapi_types.UUID                       `json:"aggregate_id"`
+	AggregateType WebhookOrderCreatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int              `json:"aggregate_version"`
+	Data             OrderCreatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookOrderCreatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookOrderCreatedJSONBodyType          `json:"type"`
+}
+
+// WebhookOrderCreatedJSONBodyAggregateType defines parameters for WebhookOrderCreated.
+type WebhookOrderCreatedJSONBodyAggregateType string
+
+// WebhookOrderCreatedJSONBodySchemaVersion defines parameters for WebhookOrderCreated.
+type WebhookOrderCreatedJSONBodySchemaVersion int
+
+// WebhookOrderCreatedJSONBodyType defines parameters for WebhookOrderCreated.
+type WebhookOrderCreatedJSONBodyType string
+
+// WebhookOrderDetailsUpdatedJSONBody defines parameters for WebhookOrderDetailsUpdated.
+type WebhookOrderDetailsUpdatedJSONBody struct {
+	AggregateId   openapi_types.UUID                              `json:"aggregate_id"`
+	AggregateType WebhookOrderDetailsUpdatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                     `json:"aggregate_version"`
+	Data             OrderDetailsUpdatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookOrderDetailsUpdatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookOrderDetailsUpdatedJSONBodyType          `json:"type"`
+}
+
+// WebhookOrderDetailsUpdatedJSONBodyAggregateType defines parameters for WebhookOrderDetailsUpdated.
+type WebhookOrderDetailsUpdatedJSONBodyAggregateType string
+
+// WebhookOrderDetailsUpdatedJSONBodySchemaVersion defines parameters for WebhookOrderDetailsUpdated.
+type WebhookOrderDetailsUpdatedJSONBodySchemaVersion int
+
+// WebhookOrderDetailsUpdatedJSONBodyType defines parameters for WebhookOrderDetailsUpdated.
+type WebhookOrderDetailsUpdatedJSONBodyType string
+
+// WebhookOrderEventSkippedJSONBody defines parameters for WebhookOrderEventSkipped.
+type WebhookOrderEventSkippedJSONBody struct {
+	AggregateId   openapi_types.UUID                            `json:"aggregate_id"`
+	AggregateType WebhookOrderEventSkippedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int         `json:"aggregate_version"`
+	Data             SkippedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookOrderEventSkippedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookOrderEventSkippedJSONBodyType          `json:"type"`
+}
+
+// WebhookOrderEventSkippedJSONBodyAggregateType defines parameters for WebhookOrderEventSkipped.
+type WebhookOrderEventSkippedJSONBodyAggregateType string
+
+// WebhookOrderEventSkippedJSONBodySchemaVersion defines parameters for WebhookOrderEventSkipped.
+type WebhookOrderEventSkippedJSONBodySchemaVersion int
+
+// WebhookOrderEventSkippedJSONBodyType defines parameters for WebhookOrderEventSkipped.
+type WebhookOrderEventSkippedJSONBodyType string
+
+// WebhookOrderSettlementUpdatedJSONBody defines parameters for WebhookOrderSettlementUpdated.
+type WebhookOrderSettlementUpdatedJSONBody struct {
+	AggregateId   openapi_types.UUID                                 `json:"aggregate_id"`
+	AggregateType WebhookOrderSettlementUpdatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                        `json:"aggregate_version"`
+	Data             OrderSettlementUpdatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookOrderSettlementUpdatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookOrderSettlementUpdatedJSONBodyType          `json:"type"`
+}
+
+// WebhookOrderSettlementUpdatedJSONBodyAggregateType defines parameters for WebhookOrderSettlementUpdated.
+type WebhookOrderSettlementUpdatedJSONBodyAggregateType string
+
+// WebhookOrderSettlementUpdatedJSONBodySchemaVersion defines parameters for WebhookOrderSettlementUpdated.
+type WebhookOrderSettlementUpdatedJSONBodySchemaVersion int
+
+// WebhookOrderSettlementUpdatedJSONBodyType defines parameters for WebhookOrderSettlementUpdated.
+type WebhookOrderSettlementUpdatedJSONBodyType string
+
+// WebhookOrderStatusChangedJSONBody defines parameters for WebhookOrderStatusChanged.
+type WebhookOrderStatusChangedJSONBody struct {
+	AggregateId   openapi_types.UUID                             `json:"aggregate_id"`
+	AggregateType WebhookOrderStatusChangedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int               `json:"aggregate_version"`
+	Data             StatusChangedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookOrderStatusChangedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookOrderStatusChangedJSONBodyType          `json:"type"`
+}
+
+// WebhookOrderStatusChangedJSONBodyAggregateType defines parameters for WebhookOrderStatusChanged.
+type WebhookOrderStatusChangedJSONBodyAggregateType string
+
+// WebhookOrderStatusChangedJSONBodySchemaVersion defines parameters for WebhookOrderStatusChanged.
+type WebhookOrderStatusChangedJSONBodySchemaVersion int
+
+// WebhookOrderStatusChangedJSONBodyType defines parameters for WebhookOrderStatusChanged.
+type WebhookOrderStatusChangedJSONBodyType string
+
+// WebhookScheduleAssignmentUpdatedJSONBody defines parameters for WebhookScheduleAssignmentUpdated.
+type WebhookScheduleAssignmentUpdatedJSONBody struct {
+	AggregateId   openapi_types.UUID                                    `json:"aggregate_id"`
+	AggregateType WebhookScheduleAssignmentUpdatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                           `json:"aggregate_version"`
+	Data             ScheduleAssignmentUpdatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookScheduleAssignmentUpdatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookScheduleAssignmentUpdatedJSONBodyType          `json:"type"`
+}
+
+// WebhookScheduleAssignmentUpdatedJSONBodyAggregateType defines parameters for WebhookScheduleAssignmentUpdated.
+type WebhookScheduleAssignmentUpdatedJSONBodyAggregateType string
+
+// WebhookScheduleAssignmentUpdatedJSONBodySchemaVersion defines parameters for WebhookScheduleAssignmentUpdated.
+type WebhookScheduleAssignmentUpdatedJSONBodySchemaVersion int
+
+// WebhookScheduleAssignmentUpdatedJSONBodyType defines parameters for WebhookScheduleAssignmentUpdated.
+type WebhookScheduleAssignmentUpdatedJSONBodyType string
+
+// WebhookScheduleCreatedJSONBody defines parameters for WebhookScheduleCreated.
+type WebhookScheduleCreatedJSONBody struct {
+	AggregateId   openapi_types.UUID                          `json:"aggregate_id"`
+	AggregateType WebhookScheduleCreatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                 `json:"aggregate_version"`
+	Data             ScheduleCreatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookScheduleCreatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookScheduleCreatedJSONBodyType          `json:"type"`
+}
+
+// WebhookScheduleCreatedJSONBodyAggregateType defines parameters for WebhookScheduleCreated.
+type WebhookScheduleCreatedJSONBodyAggregateType string
+
+// WebhookScheduleCreatedJSONBodySchemaVersion defines parameters for WebhookScheduleCreated.
+type WebhookScheduleCreatedJSONBodySchemaVersion int
+
+// WebhookScheduleCreatedJSONBodyType defines parameters for WebhookScheduleCreated.
+type WebhookScheduleCreatedJSONBodyType string
+
+// WebhookScheduleEventSkippedJSONBody defines parameters for WebhookScheduleEventSkipped.
+type WebhookScheduleEventSkippedJSONBody struct {
+	AggregateId   openapi_types.UUID                               `json:"aggregate_id"`
+	AggregateType WebhookScheduleEventSkippedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int         `json:"aggregate_version"`
+	Data             SkippedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookScheduleEventSkippedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookScheduleEventSkippedJSONBodyType          `json:"type"`
+}
+
+// WebhookScheduleEventSkippedJSONBodyAggregateType defines parameters for WebhookScheduleEventSkipped.
+type WebhookScheduleEventSkippedJSONBodyAggregateType string
+
+// WebhookScheduleEventSkippedJSONBodySchemaVersion defines parameters for WebhookScheduleEventSkipped.
+type WebhookScheduleEventSkippedJSONBodySchemaVersion int
+
+// WebhookScheduleEventSkippedJSONBodyType defines parameters for WebhookScheduleEventSkipped.
+type WebhookScheduleEventSkippedJSONBodyType string
+
+// WebhookScheduleStatusChangedJSONBody defines parameters for WebhookScheduleStatusChanged.
+type WebhookScheduleStatusChangedJSONBody struct {
+	AggregateId   openapi_types.UUID                                `json:"aggregate_id"`
+	AggregateType WebhookScheduleStatusChangedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int               `json:"aggregate_version"`
+	Data             StatusChangedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookScheduleStatusChangedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookScheduleStatusChangedJSONBodyType          `json:"type"`
+}
+
+// WebhookScheduleStatusChangedJSONBodyAggregateType defines parameters for WebhookScheduleStatusChanged.
+type WebhookScheduleStatusChangedJSONBodyAggregateType string
+
+// WebhookScheduleStatusChangedJSONBodySchemaVersion defines parameters for WebhookScheduleStatusChanged.
+type WebhookScheduleStatusChangedJSONBodySchemaVersion int
+
+// WebhookScheduleStatusChangedJSONBodyType defines parameters for WebhookScheduleStatusChanged.
+type WebhookScheduleStatusChangedJSONBodyType string
+
+// WebhookServiceRequestConvertedJSONBody defines parameters for WebhookServiceRequestConverted.
+type WebhookServiceRequestConvertedJSONBody struct {
+	AggregateId   openapi_types.UUID                                  `json:"aggregate_id"`
+	AggregateType WebhookServiceRequestConvertedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                  `json:"aggregate_version"`
+	Data             RequestConvertedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServiceRequestConvertedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServiceRequestConvertedJSONBodyType          `json:"type"`
+}
+
+// WebhookServiceRequestConvertedJSONBodyAggregateType defines parameters for WebhookServiceRequestConverted.
+type WebhookServiceRequestConvertedJSONBodyAggregateType string
+
+// WebhookServiceRequestConvertedJSONBodySchemaVersion defines parameters for WebhookServiceRequestConverted.
+type WebhookServiceRequestConvertedJSONBodySchemaVersion int
+
+// WebhookServiceRequestConvertedJSONBodyType defines parameters for WebhookServiceRequestConverted.
+type WebhookServiceRequestConvertedJSONBodyType string
+
+// WebhookServiceRequestCreatedJSONBody defines parameters for WebhookServiceRequestCreated.
+type WebhookServiceRequestCreatedJSONBody struct {
+	AggregateId   openapi_types.UUID                                `json:"aggregate_id"`
+	AggregateType WebhookServiceRequestCreatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                `json:"aggregate_version"`
+	Data             RequestCreatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServiceRequestCreatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServiceRequestCreatedJSONBodyType          `json:"type"`
+}
+
+// WebhookServiceRequestCreatedJSONBodyAggregateType defines parameters for WebhookServiceRequestCreated.
+type WebhookServiceRequestCreatedJSONBodyAggregateType string
+
+// WebhookServiceRequestCreatedJSONBodySchemaVersion defines parameters for WebhookServiceRequestCreated.
+type WebhookServiceRequestCreatedJSONBodySchemaVersion int
+
+// WebhookServiceRequestCreatedJSONBodyType defines parameters for WebhookServiceRequestCreated.
+type WebhookServiceRequestCreatedJSONBodyType string
+
+// WebhookServiceRequestDetailsUpdatedJSONBody defines parameters for WebhookServiceRequestDetailsUpdated.
+type WebhookServiceRequestDetailsUpdatedJSONBody struct {
+	AggregateId   openapi_types.UUID                                       `json:"aggregate_id"`
+	AggregateType WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                       `json:"aggregate_version"`
+	Data             RequestDetailsUpdatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServiceRequestDetailsUpdatedJSONBodyType          `json:"type"`
+}
+
+// WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType defines parameters for WebhookServiceRequestDetailsUpdated.
+type WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType string
+
+// WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersion defines parameters for WebhookServiceRequestDetailsUpdated.
+type WebhookServiceRequestDetailsUpdatedJSONBodySchemaVersion int
+
+// WebhookServiceRequestDetailsUpdatedJSONBodyType defines parameters for WebhookServiceRequestDetailsUpdated.
+type WebhookServiceRequestDetailsUpdatedJSONBodyType string
+
+// WebhookServiceRequestEventSkippedJSONBody defines parameters for WebhookServiceRequestEventSkipped.
+type WebhookServiceRequestEventSkippedJSONBody struct {
+	AggregateId   openapi_types.UUID                                     `json:"aggregate_id"`
+	AggregateType WebhookServiceRequestEventSkippedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int         `json:"aggregate_version"`
+	Data             SkippedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServiceRequestEventSkippedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServiceRequestEventSkippedJSONBodyType          `json:"type"`
+}
+
+// WebhookServiceRequestEventSkippedJSONBodyAggregateType defines parameters for WebhookServiceRequestEventSkipped.
+type WebhookServiceRequestEventSkippedJSONBodyAggregateType string
+
+// WebhookServiceRequestEventSkippedJSONBodySchemaVersion defines parameters for WebhookServiceRequestEventSkipped.
+type WebhookServiceRequestEventSkippedJSONBodySchemaVersion int
+
+// WebhookServiceRequestEventSkippedJSONBodyType defines parameters for WebhookServiceRequestEventSkipped.
+type WebhookServiceRequestEventSkippedJSONBodyType string
+
+// WebhookServiceRequestStatusChangedJSONBody defines parameters for WebhookServiceRequestStatusChanged.
+type WebhookServiceRequestStatusChangedJSONBody struct {
+	AggregateId   openapi_types.UUID                                      `json:"aggregate_id"`
+	AggregateType WebhookServiceRequestStatusChangedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int               `json:"aggregate_version"`
+	Data             StatusChangedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServiceRequestStatusChangedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServiceRequestStatusChangedJSONBodyType          `json:"type"`
+}
+
+// WebhookServiceRequestStatusChangedJSONBodyAggregateType defines parameters for WebhookServiceRequestStatusChanged.
+type WebhookServiceRequestStatusChangedJSONBodyAggregateType string
+
+// WebhookServiceRequestStatusChangedJSONBodySchemaVersion defines parameters for WebhookServiceRequestStatusChanged.
+type WebhookServiceRequestStatusChangedJSONBodySchemaVersion int
+
+// WebhookServiceRequestStatusChangedJSONBodyType defines parameters for WebhookServiceRequestStatusChanged.
+type WebhookServiceRequestStatusChangedJSONBodyType string
+
+// WebhookWebhookEndpointPingJSONBody defines parameters for WebhookWebhookEndpointPing.
+type WebhookWebhookEndpointPingJSONBody struct {
+	AggregateId   openapi_types.UUID                              `json:"aggregate_id"`
+	AggregateType WebhookWebhookEndpointPingJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int      `json:"aggregate_version"`
+	Data             PingData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookWebhookEndpointPingJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookWebhookEndpointPingJSONBodyType          `json:"type"`
+}
+
+// WebhookWebhookEndpointPingJSONBodyAggregateType defines parameters for WebhookWebhookEndpointPing.
+type WebhookWebhookEndpointPingJSONBodyAggregateType string
+
+// WebhookWebhookEndpointPingJSONBodySchemaVersion defines parameters for WebhookWebhookEndpointPing.
+type WebhookWebhookEndpointPingJSONBodySchemaVersion int
+
+// WebhookWebhookEndpointPingJSONBodyType defines parameters for WebhookWebhookEndpointPing.
+type WebhookWebhookEndpointPingJSONBodyType string
+
 // CreateKeyJSONRequestBody defines body for CreateKey for application/json ContentType.
 type CreateKeyJSONRequestBody = KeyInput
 
@@ -2512,6 +4242,57 @@ type CreateStaffMemberJSONRequestBody = StaffInput
 
 // UpdateStaffMemberJSONRequestBody defines body for UpdateStaffMember for application/json ContentType.
 type UpdateStaffMemberJSONRequestBody = StaffInput
+
+// WebhookOrderAssignmentUpdatedJSONRequestBody defines body for WebhookOrderAssignmentUpdated for application/json ContentType.
+type WebhookOrderAssignmentUpdatedJSONRequestBody WebhookOrderAssignmentUpdatedJSONBody
+
+// WebhookOrderCancelledJSONRequestBody defines body for WebhookOrderCancelled for application/json ContentType.
+type WebhookOrderCancelledJSONRequestBody WebhookOrderCancelledJSONBody
+
+// WebhookOrderCreatedJSONRequestBody defines body for WebhookOrderCreated for application/json ContentType.
+type WebhookOrderCreatedJSONRequestBody WebhookOrderCreatedJSONBody
+
+// WebhookOrderDetailsUpdatedJSONRequestBody defines body for WebhookOrderDetailsUpdated for application/json ContentType.
+type WebhookOrderDetailsUpdatedJSONRequestBody WebhookOrderDetailsUpdatedJSONBody
+
+// WebhookOrderEventSkippedJSONRequestBody defines body for WebhookOrderEventSkipped for application/json ContentType.
+type WebhookOrderEventSkippedJSONRequestBody WebhookOrderEventSkippedJSONBody
+
+// WebhookOrderSettlementUpdatedJSONRequestBody defines body for WebhookOrderSettlementUpdated for application/json ContentType.
+type WebhookOrderSettlementUpdatedJSONRequestBody WebhookOrderSettlementUpdatedJSONBody
+
+// WebhookOrderStatusChangedJSONRequestBody defines body for WebhookOrderStatusChanged for application/json ContentType.
+type WebhookOrderStatusChangedJSONRequestBody WebhookOrderStatusChangedJSONBody
+
+// WebhookScheduleAssignmentUpdatedJSONRequestBody defines body for WebhookScheduleAssignmentUpdated for application/json ContentType.
+type WebhookScheduleAssignmentUpdatedJSONRequestBody WebhookScheduleAssignmentUpdatedJSONBody
+
+// WebhookScheduleCreatedJSONRequestBody defines body for WebhookScheduleCreated for application/json ContentType.
+type WebhookScheduleCreatedJSONRequestBody WebhookScheduleCreatedJSONBody
+
+// WebhookScheduleEventSkippedJSONRequestBody defines body for WebhookScheduleEventSkipped for application/json ContentType.
+type WebhookScheduleEventSkippedJSONRequestBody WebhookScheduleEventSkippedJSONBody
+
+// WebhookScheduleStatusChangedJSONRequestBody defines body for WebhookScheduleStatusChanged for application/json ContentType.
+type WebhookScheduleStatusChangedJSONRequestBody WebhookScheduleStatusChangedJSONBody
+
+// WebhookServiceRequestConvertedJSONRequestBody defines body for WebhookServiceRequestConverted for application/json ContentType.
+type WebhookServiceRequestConvertedJSONRequestBody WebhookServiceRequestConvertedJSONBody
+
+// WebhookServiceRequestCreatedJSONRequestBody defines body for WebhookServiceRequestCreated for application/json ContentType.
+type WebhookServiceRequestCreatedJSONRequestBody WebhookServiceRequestCreatedJSONBody
+
+// WebhookServiceRequestDetailsUpdatedJSONRequestBody defines body for WebhookServiceRequestDetailsUpdated for application/json ContentType.
+type WebhookServiceRequestDetailsUpdatedJSONRequestBody WebhookServiceRequestDetailsUpdatedJSONBody
+
+// WebhookServiceRequestEventSkippedJSONRequestBody defines body for WebhookServiceRequestEventSkipped for application/json ContentType.
+type WebhookServiceRequestEventSkippedJSONRequestBody WebhookServiceRequestEventSkippedJSONBody
+
+// WebhookServiceRequestStatusChangedJSONRequestBody defines body for WebhookServiceRequestStatusChanged for application/json ContentType.
+type WebhookServiceRequestStatusChangedJSONRequestBody WebhookServiceRequestStatusChangedJSONBody
+
+// WebhookWebhookEndpointPingJSONRequestBody defines body for WebhookWebhookEndpointPing for application/json ContentType.
+type WebhookWebhookEndpointPingJSONRequestBody WebhookWebhookEndpointPingJSONBody
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -33778,4 +35559,1091 @@ func ParseUpdateStaffMemberResponse(rsp *http.Response) (*UpdateStaffMemberRespo
 	}
 
 	return response, nil
+}
+
+// WebhookInitiator sends OpenAPI 3.1 webhook requests to target URLs.
+// Modeled on the generated Client, but with no stored Server -- the full
+// target URL is provided per-call by the caller (typically discovered
+// from a subscription registration).
+type WebhookInitiator struct {
+	// Doer for performing requests, typically a *http.Client with any
+	// customized settings, such as certificate chains.
+	Client HttpRequestDoer
+
+	// A list of callbacks for modifying requests which are generated before sending over
+	// the network.
+	RequestEditors []RequestEditorFn
+}
+
+// WebhookInitiatorOption allows setting custom parameters during construction.
+type WebhookInitiatorOption func(*WebhookInitiator) error
+
+// NewWebhookInitiator creates a new WebhookInitiator with reasonable defaults.
+func NewWebhookInitiator(opts ...WebhookInitiatorOption) (*WebhookInitiator, error) {
+	initiator := WebhookInitiator{}
+	for _, o := range opts {
+		if err := o(&initiator); err != nil {
+			return nil, err
+		}
+	}
+	if initiator.Client == nil {
+		initiator.Client = &http.Client{}
+	}
+	return &initiator, nil
+}
+
+// WithWebhookHTTPClient allows overriding the default Doer, which is
+// automatically created using http.Client. This is useful for tests.
+func WithWebhookHTTPClient(doer HttpRequestDoer) WebhookInitiatorOption {
+	return func(p *WebhookInitiator) error {
+		p.Client = doer
+		return nil
+	}
+}
+
+// WithWebhookRequestEditorFn allows setting up a callback function, which
+// will be called right before sending the webhook request. This can be
+// used to mutate the request, e.g. to add signature headers.
+func WithWebhookRequestEditorFn(fn RequestEditorFn) WebhookInitiatorOption {
+	return func(p *WebhookInitiator) error {
+		p.RequestEditors = append(p.RequestEditors, fn)
+		return nil
+	}
+}
+
+func (p *WebhookInitiator) applyWebhookEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
+	for _, r := range p.RequestEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	for _, r := range additionalEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WebhookInitiatorInterface is the interface specification for the webhook initiator.
+type WebhookInitiatorInterface interface {
+	// WebhookOrderAssignmentUpdatedWithBody fires the order.assignment_updated webhook with any body
+	WebhookOrderAssignmentUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookOrderAssignmentUpdated(ctx context.Context, targetURL string, body WebhookOrderAssignmentUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookOrderCancelledWithBody fires the order.cancelled webhook with any body
+	WebhookOrderCancelledWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookOrderCancelled(ctx context.Context, targetURL string, body WebhookOrderCancelledJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookOrderCreatedWithBody fires the order.created webhook with any body
+	WebhookOrderCreatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookOrderCreated(ctx context.Context, targetURL string, body WebhookOrderCreatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookOrderDetailsUpdatedWithBody fires the order.details_updated webhook with any body
+	WebhookOrderDetailsUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookOrderDetailsUpdated(ctx context.Context, targetURL string, body WebhookOrderDetailsUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookOrderEventSkippedWithBody fires the order.event_skipped webhook with any body
+	WebhookOrderEventSkippedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookOrderEventSkipped(ctx context.Context, targetURL string, body WebhookOrderEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookOrderSettlementUpdatedWithBody fires the order.settlement_updated webhook with any body
+	WebhookOrderSettlementUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookOrderSettlementUpdated(ctx context.Context, targetURL string, body WebhookOrderSettlementUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookOrderStatusChangedWithBody fires the order.status_changed webhook with any body
+	WebhookOrderStatusChangedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookOrderStatusChanged(ctx context.Context, targetURL string, body WebhookOrderStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookScheduleAssignmentUpdatedWithBody fires the schedule.assignment_updated webhook with any body
+	WebhookScheduleAssignmentUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookScheduleAssignmentUpdated(ctx context.Context, targetURL string, body WebhookScheduleAssignmentUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookScheduleCreatedWithBody fires the schedule.created webhook with any body
+	WebhookScheduleCreatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookScheduleCreated(ctx context.Context, targetURL string, body WebhookScheduleCreatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookScheduleEventSkippedWithBody fires the schedule.event_skipped webhook with any body
+	WebhookScheduleEventSkippedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookScheduleEventSkipped(ctx context.Context, targetURL string, body WebhookScheduleEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookScheduleStatusChangedWithBody fires the schedule.status_changed webhook with any body
+	WebhookScheduleStatusChangedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookScheduleStatusChanged(ctx context.Context, targetURL string, body WebhookScheduleStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServiceRequestConvertedWithBody fires the service_request.converted webhook with any body
+	WebhookServiceRequestConvertedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServiceRequestConverted(ctx context.Context, targetURL string, body WebhookServiceRequestConvertedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServiceRequestCreatedWithBody fires the service_request.created webhook with any body
+	WebhookServiceRequestCreatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServiceRequestCreated(ctx context.Context, targetURL string, body WebhookServiceRequestCreatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServiceRequestDetailsUpdatedWithBody fires the service_request.details_updated webhook with any body
+	WebhookServiceRequestDetailsUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServiceRequestDetailsUpdated(ctx context.Context, targetURL string, body WebhookServiceRequestDetailsUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServiceRequestEventSkippedWithBody fires the service_request.event_skipped webhook with any body
+	WebhookServiceRequestEventSkippedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServiceRequestEventSkipped(ctx context.Context, targetURL string, body WebhookServiceRequestEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServiceRequestStatusChangedWithBody fires the service_request.status_changed webhook with any body
+	WebhookServiceRequestStatusChangedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServiceRequestStatusChanged(ctx context.Context, targetURL string, body WebhookServiceRequestStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookWebhookEndpointPingWithBody fires the webhook_endpoint.ping webhook with any body
+	WebhookWebhookEndpointPingWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookWebhookEndpointPing(ctx context.Context, targetURL string, body WebhookWebhookEndpointPingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+func (p *WebhookInitiator) WebhookOrderAssignmentUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderAssignmentUpdatedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderAssignmentUpdated(ctx context.Context, targetURL string, body WebhookOrderAssignmentUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderAssignmentUpdatedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderCancelledWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderCancelledWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderCancelled(ctx context.Context, targetURL string, body WebhookOrderCancelledJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderCancelledWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderCreatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderCreatedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderCreated(ctx context.Context, targetURL string, body WebhookOrderCreatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderCreatedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderDetailsUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderDetailsUpdatedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderDetailsUpdated(ctx context.Context, targetURL string, body WebhookOrderDetailsUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderDetailsUpdatedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderEventSkippedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderEventSkippedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderEventSkipped(ctx context.Context, targetURL string, body WebhookOrderEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderEventSkippedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderSettlementUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderSettlementUpdatedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderSettlementUpdated(ctx context.Context, targetURL string, body WebhookOrderSettlementUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderSettlementUpdatedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderStatusChangedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderStatusChangedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderStatusChanged(ctx context.Context, targetURL string, body WebhookOrderStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderStatusChangedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookScheduleAssignmentUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookScheduleAssignmentUpdatedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookScheduleAssignmentUpdated(ctx context.Context, targetURL string, body WebhookScheduleAssignmentUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookScheduleAssignmentUpdatedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookScheduleCreatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookScheduleCreatedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookScheduleCreated(ctx context.Context, targetURL string, body WebhookScheduleCreatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookScheduleCreatedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookScheduleEventSkippedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookScheduleEventSkippedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookScheduleEventSkipped(ctx context.Context, targetURL string, body WebhookScheduleEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookScheduleEventSkippedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookScheduleStatusChangedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookScheduleStatusChangedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookScheduleStatusChanged(ctx context.Context, targetURL string, body WebhookScheduleStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookScheduleStatusChangedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestConvertedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestConvertedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestConverted(ctx context.Context, targetURL string, body WebhookServiceRequestConvertedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestConvertedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestCreatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestCreatedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestCreated(ctx context.Context, targetURL string, body WebhookServiceRequestCreatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestCreatedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestDetailsUpdatedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestDetailsUpdatedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestDetailsUpdated(ctx context.Context, targetURL string, body WebhookServiceRequestDetailsUpdatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestDetailsUpdatedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestEventSkippedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestEventSkippedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestEventSkipped(ctx context.Context, targetURL string, body WebhookServiceRequestEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestEventSkippedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestStatusChangedWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestStatusChangedWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestStatusChanged(ctx context.Context, targetURL string, body WebhookServiceRequestStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestStatusChangedWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookWebhookEndpointPingWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookWebhookEndpointPingWebhookRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookWebhookEndpointPing(ctx context.Context, targetURL string, body WebhookWebhookEndpointPingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookWebhookEndpointPingWebhookRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+// NewWebhookOrderAssignmentUpdatedWebhookRequest builds a application/json POST request for the order.assignment_updated webhook
+func NewWebhookOrderAssignmentUpdatedWebhookRequest(targetURL string, body WebhookOrderAssignmentUpdatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookOrderAssignmentUpdatedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookOrderAssignmentUpdatedWebhookRequestWithBody builds a POST request for the order.assignment_updated webhook with any body
+func NewWebhookOrderAssignmentUpdatedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookOrderCancelledWebhookRequest builds a application/json POST request for the order.cancelled webhook
+func NewWebhookOrderCancelledWebhookRequest(targetURL string, body WebhookOrderCancelledJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookOrderCancelledWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookOrderCancelledWebhookRequestWithBody builds a POST request for the order.cancelled webhook with any body
+func NewWebhookOrderCancelledWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookOrderCreatedWebhookRequest builds a application/json POST request for the order.created webhook
+func NewWebhookOrderCreatedWebhookRequest(targetURL string, body WebhookOrderCreatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookOrderCreatedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookOrderCreatedWebhookRequestWithBody builds a POST request for the order.created webhook with any body
+func NewWebhookOrderCreatedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookOrderDetailsUpdatedWebhookRequest builds a application/json POST request for the order.details_updated webhook
+func NewWebhookOrderDetailsUpdatedWebhookRequest(targetURL string, body WebhookOrderDetailsUpdatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookOrderDetailsUpdatedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookOrderDetailsUpdatedWebhookRequestWithBody builds a POST request for the order.details_updated webhook with any body
+func NewWebhookOrderDetailsUpdatedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookOrderEventSkippedWebhookRequest builds a application/json POST request for the order.event_skipped webhook
+func NewWebhookOrderEventSkippedWebhookRequest(targetURL string, body WebhookOrderEventSkippedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookOrderEventSkippedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookOrderEventSkippedWebhookRequestWithBody builds a POST request for the order.event_skipped webhook with any body
+func NewWebhookOrderEventSkippedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookOrderSettlementUpdatedWebhookRequest builds a application/json POST request for the order.settlement_updated webhook
+func NewWebhookOrderSettlementUpdatedWebhookRequest(targetURL string, body WebhookOrderSettlementUpdatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookOrderSettlementUpdatedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookOrderSettlementUpdatedWebhookRequestWithBody builds a POST request for the order.settlement_updated webhook with any body
+func NewWebhookOrderSettlementUpdatedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookOrderStatusChangedWebhookRequest builds a application/json POST request for the order.status_changed webhook
+func NewWebhookOrderStatusChangedWebhookRequest(targetURL string, body WebhookOrderStatusChangedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookOrderStatusChangedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookOrderStatusChangedWebhookRequestWithBody builds a POST request for the order.status_changed webhook with any body
+func NewWebhookOrderStatusChangedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookScheduleAssignmentUpdatedWebhookRequest builds a application/json POST request for the schedule.assignment_updated webhook
+func NewWebhookScheduleAssignmentUpdatedWebhookRequest(targetURL string, body WebhookScheduleAssignmentUpdatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookScheduleAssignmentUpdatedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookScheduleAssignmentUpdatedWebhookRequestWithBody builds a POST request for the schedule.assignment_updated webhook with any body
+func NewWebhookScheduleAssignmentUpdatedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookScheduleCreatedWebhookRequest builds a application/json POST request for the schedule.created webhook
+func NewWebhookScheduleCreatedWebhookRequest(targetURL string, body WebhookScheduleCreatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookScheduleCreatedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookScheduleCreatedWebhookRequestWithBody builds a POST request for the schedule.created webhook with any body
+func NewWebhookScheduleCreatedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookScheduleEventSkippedWebhookRequest builds a application/json POST request for the schedule.event_skipped webhook
+func NewWebhookScheduleEventSkippedWebhookRequest(targetURL string, body WebhookScheduleEventSkippedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookScheduleEventSkippedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookScheduleEventSkippedWebhookRequestWithBody builds a POST request for the schedule.event_skipped webhook with any body
+func NewWebhookScheduleEventSkippedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookScheduleStatusChangedWebhookRequest builds a application/json POST request for the schedule.status_changed webhook
+func NewWebhookScheduleStatusChangedWebhookRequest(targetURL string, body WebhookScheduleStatusChangedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookScheduleStatusChangedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookScheduleStatusChangedWebhookRequestWithBody builds a POST request for the schedule.status_changed webhook with any body
+func NewWebhookScheduleStatusChangedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookServiceRequestConvertedWebhookRequest builds a application/json POST request for the service_request.converted webhook
+func NewWebhookServiceRequestConvertedWebhookRequest(targetURL string, body WebhookServiceRequestConvertedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServiceRequestConvertedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookServiceRequestConvertedWebhookRequestWithBody builds a POST request for the service_request.converted webhook with any body
+func NewWebhookServiceRequestConvertedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookServiceRequestCreatedWebhookRequest builds a application/json POST request for the service_request.created webhook
+func NewWebhookServiceRequestCreatedWebhookRequest(targetURL string, body WebhookServiceRequestCreatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServiceRequestCreatedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookServiceRequestCreatedWebhookRequestWithBody builds a POST request for the service_request.created webhook with any body
+func NewWebhookServiceRequestCreatedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookServiceRequestDetailsUpdatedWebhookRequest builds a application/json POST request for the service_request.details_updated webhook
+func NewWebhookServiceRequestDetailsUpdatedWebhookRequest(targetURL string, body WebhookServiceRequestDetailsUpdatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServiceRequestDetailsUpdatedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookServiceRequestDetailsUpdatedWebhookRequestWithBody builds a POST request for the service_request.details_updated webhook with any body
+func NewWebhookServiceRequestDetailsUpdatedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookServiceRequestEventSkippedWebhookRequest builds a application/json POST request for the service_request.event_skipped webhook
+func NewWebhookServiceRequestEventSkippedWebhookRequest(targetURL string, body WebhookServiceRequestEventSkippedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServiceRequestEventSkippedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookServiceRequestEventSkippedWebhookRequestWithBody builds a POST request for the service_request.event_skipped webhook with any body
+func NewWebhookServiceRequestEventSkippedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookServiceRequestStatusChangedWebhookRequest builds a application/json POST request for the service_request.status_changed webhook
+func NewWebhookServiceRequestStatusChangedWebhookRequest(targetURL string, body WebhookServiceRequestStatusChangedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServiceRequestStatusChangedWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookServiceRequestStatusChangedWebhookRequestWithBody builds a POST request for the service_request.status_changed webhook with any body
+func NewWebhookServiceRequestStatusChangedWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWebhookWebhookEndpointPingWebhookRequest builds a application/json POST request for the webhook_endpoint.ping webhook
+func NewWebhookWebhookEndpointPingWebhookRequest(targetURL string, body WebhookWebhookEndpointPingJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookWebhookEndpointPingWebhookRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewWebhookWebhookEndpointPingWebhookRequestWithBody builds a POST request for the webhook_endpoint.ping webhook with any body
+func NewWebhookWebhookEndpointPingWebhookRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
 }
