@@ -15,10 +15,11 @@ import (
 
 // The OpenAPI 3.0 form of the document. openapi.json (3.1) is the source;
 // many generators read only 3.0 (oapi-codegen before v2.8 stops at the first
-// `type: [..., "null"]`), so the 3.0 form is derived from it, served beside
-// it and used to generate Hearth's own Go client (client/). What 3.0 cannot
-// say is refused with the place named, never dropped: a document that means
-// something else would generate a client that is wrong without saying so.
+// `type: [..., "null"]`), so the 3.0 form is derived from it and served
+// beside it; client/generate_test.go checks that it generates the same Go
+// client as the source. What 3.0 cannot say is refused with the place
+// named, never dropped: a document that means something else would generate
+// a client that is wrong without saying so.
 // docs/api.md tells integrators which form to use with which generator.
 
 // openAPI30 is the 3.0 form, derived once.
