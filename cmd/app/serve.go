@@ -268,6 +268,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
+	if err != nil {
+		return err
+	}
 	defer w.maintenance.Close()
 	hcfg, err := httpConfig(cfg, dbs, w, elector, log)
 	if err != nil {
@@ -334,6 +338,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 				return lead(leadCtx, term, cfg, elector.Lease(), w, log)
 			})
 		})
+	}
+	if relayUnit != nil {
+		g.Go(func() error { return relayUnit.run(gctx) })
 	}
 	err = g.Wait()
 	log.Info("hearth stopped")

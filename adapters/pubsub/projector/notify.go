@@ -128,6 +128,12 @@ func (n *Notifier) signal(table string) <-chan struct{} {
 	return ch
 }
 
+// Changed returns a channel that the next notification for topic closes
+// (as does every reconnection of the LISTEN connection). A reader takes it
+// before it reads the topic, so that a notification sent during the read is
+// not missed.
+func (n *Notifier) Changed(topic string) <-chan struct{} { return n.signal(topicTable(topic)) }
+
 func (n *Notifier) wake(table string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
