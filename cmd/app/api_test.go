@@ -34,7 +34,6 @@ type api struct {
 	t      *testing.T
 	base   string // the server's URL
 	client *http.Client
-	hearth *client.ClientWithResponses // Hearth's generated Go client on the same server (client_test.go)
 	cfg    Config
 	dbs    databases
 	w      wiring
@@ -113,8 +112,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 
-	a := newAPI(t, srv.URL, srv.Client())
-	a.cfg, a.dbs, a.w = cfg, dbs, w
+	a := &api{t: t, base: srv.URL, client: srv.Client(), cfg: cfg, dbs: dbs, w: w}
 	newKey := func(merchant string, role access.Role, staffID string) (id, merchantID, secret string) {
 		k, err := w.refdata.CreateKey(ctx, merchant, role, staffID)
 		require.NoError(t, err)
@@ -131,13 +129,12 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	return a
 }
 
-// newAPI is an api that speaks to the server at base through c, raw and
-// through the generated client.
-func newAPI(t *testing.T, base string, c *http.Client) *api {
-	t.Helper()
-	hearth, err := client.NewClientWithResponses(base, client.WithHTTPClient(c))
-	require.NoError(t, err)
-	return &api{t: t, base: base, client: c, hearth: hearth}
+// hearth is Hearth's generated Go client (client_test.go) on the same
+// server and HTTP client as the raw requests. Built as NewClientWithResponses
+// builds it (a server URL ending in a slash), without its error: only a
+// failing option makes one.
+func (a *api) hearth() *client.ClientWithResponses {
+	return &client.ClientWithResponses{ClientInterface: &client.Client{Server: a.base + "/", Client: a.client}}
 }
 
 // response is an HTTP answer with its JSON body decoded (numbers are
@@ -223,7 +220,7 @@ func (a *api) must(status int, method, path, key string, body any) response {
 // returns its id.
 func (a *api) createCustomer(key, name string) string {
 	a.t.Helper()
-	r, err := a.hearth.CreateCustomerWithResponse(a.t.Context(), nil, client.CustomerInput{Name: new(name)}, as(key))
+	r, err := a.hearth().CreateCustomerWithResponse(a.t.Context(), nil, client.CustomerInput{Name: new(name)}, as(key))
 	return expect(a.t, http.StatusCreated, r, err).JSON201.Id.String()
 }
 
@@ -231,7 +228,7 @@ func (a *api) createCustomer(key, name string) string {
 // returns its id.
 func (a *api) createOrder(key, customerID string, amountCents int) string {
 	a.t.Helper()
-	r, err := a.hearth.CreateOrderWithResponse(a.t.Context(), nil,
+	r, err := a.hearth().CreateOrderWithResponse(a.t.Context(), nil,
 		client.OrderCreate{CustomerId: uid(a.t, customerID), AmountCents: new(amountCents)}, as(key))
 	return expect(a.t, http.StatusCreated, r, err).JSON201.Id.String()
 }
@@ -358,7 +355,7 @@ func TestOrderLifecycle(t *testing.T) {
 			ctx, op := t.Context(), as(a.opA)
 			customerID := a.createCustomer(a.opA, "Ada Lovelace")
 
-			createR, err := a.hearth.CreateOrderWithResponse(ctx, nil,
+			createR, err := a.hearth().CreateOrderWithResponse(ctx, nil,
 				client.OrderCreate{CustomerId: uid(t, customerID), AmountCents: new(12000), Notes: new("ring twice")}, op)
 			created := expect(t, http.StatusCreated, createR, err).JSON201
 			id := created.Id.String()
@@ -392,7 +389,7 @@ func TestOrderLifecycle(t *testing.T) {
 				{
 					name: "update details",
 					send: func() written {
-						r, err := a.hearth.UpdateOrderWithResponse(ctx, oid, nil, client.OrderUpdate{AmountCents: new(15000), Notes: new("gate code 1234")}, op)
+						r, err := a.hearth().UpdateOrderWithResponse(ctx, oid, nil, client.OrderUpdate{AmountCents: new(15000), Notes: new("gate code 1234")}, op)
 						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
 					},
 					appends: 1, want: map[string]any{"status": "pending", "amount_cents": 15000, "notes": "gate code 1234"},
@@ -400,7 +397,7 @@ func TestOrderLifecycle(t *testing.T) {
 				{
 					name: "confirm",
 					send: func() written {
-						r, err := a.hearth.ChangeOrderStatusWithResponse(ctx, oid, nil, client.OrderStatusInput{Status: client.OrderStatusInputStatusConfirmed}, op)
+						r, err := a.hearth().ChangeOrderStatusWithResponse(ctx, oid, nil, client.OrderStatusInput{Status: client.OrderStatusInputStatusConfirmed}, op)
 						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
 					},
 					appends: 1, want: map[string]any{"status": "confirmed"},
@@ -408,7 +405,7 @@ func TestOrderLifecycle(t *testing.T) {
 				{
 					name: "assign",
 					send: func() written {
-						r, err := a.hearth.AssignOrderWithResponse(ctx, oid, nil, client.AssignmentInput{StaffId: uid(t, a.staffA),
+						r, err := a.hearth().AssignOrderWithResponse(ctx, oid, nil, client.AssignmentInput{StaffId: uid(t, a.staffA),
 							StartAt: instant(t, "2030-03-04T10:00:00+02:00"), EndAt: instant(t, "2030-03-04T12:30:00+02:00"),
 							DispatchNote: new("bring a ladder")}, op)
 						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
@@ -420,7 +417,7 @@ func TestOrderLifecycle(t *testing.T) {
 				{
 					name: "settle",
 					send: func() written {
-						r, err := a.hearth.SettleOrderWithResponse(ctx, oid, nil, client.SettlementInput{
+						r, err := a.hearth().SettleOrderWithResponse(ctx, oid, nil, client.SettlementInput{
 							SettlementStatus: client.SettlementInputSettlementStatusSettled, PaidAmountCents: new(15000),
 							PaymentMethod: new("card"), PaidAt: new(instant(t, "2030-03-04T12:45:00Z")), SettlementNote: new("paid on site")}, op)
 						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
@@ -432,7 +429,7 @@ func TestOrderLifecycle(t *testing.T) {
 				{
 					name: "cancel",
 					send: func() written {
-						r, err := a.hearth.CancelOrderWithResponse(ctx, oid, nil, client.CancelInput{Reason: "customer moved away"}, op)
+						r, err := a.hearth().CancelOrderWithResponse(ctx, oid, nil, client.CancelInput{Reason: "customer moved away"}, op)
 						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
 					},
 					appends: 1, want: map[string]any{"status": "cancelled", "cancellation_reason": "customer moved away"},
@@ -460,12 +457,12 @@ func TestOrderLifecycle(t *testing.T) {
 				requireShows(t, fieldsMap(t, w.order), fieldsMap(t, got), "%s: the read model shows what the write answered", step.name)
 			}
 
-			changesR, err := a.hearth.OrderChangesWithResponse(ctx, oid, nil, op)
+			changesR, err := a.hearth().OrderChangesWithResponse(ctx, oid, nil, op)
 			items := expect(t, http.StatusOK, changesR, err).JSON200.Items
 			stored := a.stream(id)
 			require.Len(t, stored, version)
 			require.Len(t, items, len(stored), "one change per event: %s", changesR.Body)
-			finalR, err := a.hearth.GetOrderWithResponse(ctx, oid, nil, op)
+			finalR, err := a.hearth().GetOrderWithResponse(ctx, oid, nil, op)
 			final := expect(t, http.StatusOK, finalR, err).JSON200
 			for i, c := range items {
 				v := i + 1
@@ -495,11 +492,11 @@ func TestOrderLifecycle(t *testing.T) {
 			}
 
 			// A final order refuses every change, and says which rule.
-			updateR, err := a.hearth.UpdateOrderWithResponse(ctx, oid, nil, client.OrderUpdate{Notes: new("too late")}, op)
+			updateR, err := a.hearth().UpdateOrderWithResponse(ctx, oid, nil, client.OrderUpdate{Notes: new("too late")}, op)
 			requireRule(t, "order.final", updateR, err)
-			statusR, err := a.hearth.ChangeOrderStatusWithResponse(ctx, oid, nil, client.OrderStatusInput{Status: client.OrderStatusInputStatusConfirmed}, op)
+			statusR, err := a.hearth().ChangeOrderStatusWithResponse(ctx, oid, nil, client.OrderStatusInput{Status: client.OrderStatusInputStatusConfirmed}, op)
 			requireRule(t, "order.invalid_transition", statusR, err)
-			assignR, err := a.hearth.AssignOrderWithResponse(ctx, oid, nil, client.AssignmentInput{StaffId: uid(t, a.staffA),
+			assignR, err := a.hearth().AssignOrderWithResponse(ctx, oid, nil, client.AssignmentInput{StaffId: uid(t, a.staffA),
 				StartAt: instant(t, "2030-03-05T10:00:00Z"), EndAt: instant(t, "2030-03-05T11:00:00Z")}, op)
 			requireRule(t, "order.assignment_not_allowed", assignR, err)
 			require.Equal(t, version, a.events(id), "refusals append nothing")
@@ -1123,7 +1120,7 @@ func TestServe(t *testing.T) {
 
 	transport := &http.Transport{}
 	t.Cleanup(transport.CloseIdleConnections)
-	a := newAPI(t, "http://"+srv.HTTPAddr, &http.Client{Transport: transport})
+	a := &api{t: t, base: "http://" + srv.HTTPAddr, client: &http.Client{Transport: transport}}
 
 	require.Eventually(t, func() bool {
 		return strings.Contains(a.metrics(), "\nhearth_leader_is_leader 1\n")

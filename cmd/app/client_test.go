@@ -122,7 +122,7 @@ func awaitAt[R answer, V any](t *testing.T, what string, version int, get func()
 func (a *api) awaitOrderAt(key, id string, version int) *client.Order {
 	a.t.Helper()
 	return awaitAt(a.t, "order "+id, version, func() (*client.GetOrderResponse, error) {
-		return a.hearth.GetOrderWithResponse(a.t.Context(), uid(a.t, id), nil, as(key))
+		return a.hearth().GetOrderWithResponse(a.t.Context(), uid(a.t, id), nil, as(key))
 	}, func(r *client.GetOrderResponse) *client.Order { return r.JSON200 }, func(o *client.Order) int { return o.Version })
 }
 
@@ -131,7 +131,7 @@ func (a *api) awaitOrderAt(key, id string, version int) *client.Order {
 func (a *api) awaitRequestAt(key, id string, version int) *client.ServiceRequest {
 	a.t.Helper()
 	return awaitAt(a.t, "service request "+id, version, func() (*client.GetServiceRequestResponse, error) {
-		return a.hearth.GetServiceRequestWithResponse(a.t.Context(), uid(a.t, id), nil, as(key))
+		return a.hearth().GetServiceRequestWithResponse(a.t.Context(), uid(a.t, id), nil, as(key))
 	}, func(r *client.GetServiceRequestResponse) *client.ServiceRequest { return r.JSON200 },
 		func(s *client.ServiceRequest) int { return s.Version })
 }
@@ -142,7 +142,7 @@ func (a *api) liveSchedule(key, orderID string) client.Schedule {
 	a.t.Helper()
 	var found client.Schedule
 	require.Eventually(a.t, func() bool {
-		r, err := a.hearth.ListSchedulesWithResponse(a.t.Context(), &client.ListSchedulesParams{PageSize: new(200)}, as(key))
+		r, err := a.hearth().ListSchedulesWithResponse(a.t.Context(), &client.ListSchedulesParams{PageSize: new(200)}, as(key))
 		if err != nil || r.JSON200 == nil {
 			return false
 		}

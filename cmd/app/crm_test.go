@@ -219,11 +219,11 @@ func TestServiceRequestLifecycle(t *testing.T) {
 			a := setup(t, newDB(t))
 			ctx, op := t.Context(), as(a.opA)
 			customer := a.createCustomer(a.opA, "Ada Lovelace")
-			itemR, err := a.hearth.CreateCatalogItemWithResponse(ctx, nil,
+			itemR, err := a.hearth().CreateCatalogItemWithResponse(ctx, nil,
 				client.CatalogItemInput{Name: new("Plumbing"), BasePriceCents: new(8900)}, op)
 			item := expect(t, http.StatusCreated, itemR, err).JSON201.Id.String()
 
-			createR, err := a.hearth.CreateServiceRequestWithResponse(ctx, nil, client.ServiceRequestCreate{
+			createR, err := a.hearth().CreateServiceRequestWithResponse(ctx, nil, client.ServiceRequestCreate{
 				CustomerId: uid(t, customer), CatalogItemId: new(uid(t, item)), Content: "  Fix the leaking sink  ",
 				Source:             new(client.ServiceRequestCreateSourcePhone),
 				AppointmentStartAt: new(instant(t, "2030-04-01T09:00:00+02:00")), AppointmentEndAt: new(instant(t, "2030-04-01T11:00:00+02:00")),
@@ -243,35 +243,35 @@ func TestServiceRequestLifecycle(t *testing.T) {
 			require.Equal(t, "Plumbing", *got.CatalogItemName)
 
 			// A request without a source is manual.
-			manualR, err := a.hearth.CreateServiceRequestWithResponse(ctx, nil,
+			manualR, err := a.hearth().CreateServiceRequestWithResponse(ctx, nil,
 				client.ServiceRequestCreate{CustomerId: uid(t, customer), Content: "Paint the fence"}, op)
 			manual := expect(t, http.StatusCreated, manualR, err).JSON201
 			require.Equal(t, client.ServiceRequestWrittenSourceManual, manual.Source)
 			require.Nil(t, manual.CatalogItemId)
 			require.Nil(t, rawField(t, manualR.Body, "catalog_item_id"), "answered as null")
 
-			updateR, err := a.hearth.UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
+			updateR, err := a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
 				client.ServiceRequestUpdate{Content: new("Fix the sink and the tap"), ExpectedVersion: new(1)}, op)
 			updated := expect(t, http.StatusOK, updateR, err).JSON200
 			require.Equal(t, 2, updated.Version)
 			require.Equal(t, "side door", updated.Notes, "absent fields keep their value")
-			noopR, err := a.hearth.UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
+			noopR, err := a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
 				client.ServiceRequestUpdate{Content: new("Fix the sink and the tap ")}, op)
 			require.Equal(t, 2, expect(t, http.StatusOK, noopR, err).JSON200.Version, "a change to nothing appends nothing")
-			staleR, err := a.hearth.UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
+			staleR, err := a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
 				client.ServiceRequestUpdate{Notes: new("x"), ExpectedVersion: new(1)}, op)
 			problemOf(t, http.StatusConflict, "/problems/conflict", staleR, err)
 
 			// Converting a request that is not confirmed breaks a rule.
 			before := a.events("")
-			convertR, err := a.hearth.ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
+			convertR, err := a.hearth().ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
 			requireRule(t, "service_request.not_confirmed", convertR, err)
 			require.Equal(t, before, a.events(""))
 
-			statusR, err := a.hearth.ChangeServiceRequestStatusWithResponse(ctx, uid(t, id), nil,
+			statusR, err := a.hearth().ChangeServiceRequestStatusWithResponse(ctx, uid(t, id), nil,
 				client.ServiceRequestStatusInput{Status: client.ServiceRequestStatusInputStatusConfirmed}, op)
 			expect(t, http.StatusOK, statusR, err)
-			convertR, err = a.hearth.ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
+			convertR, err = a.hearth().ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
 			converted := expect(t, http.StatusCreated, convertR, err).JSON201
 			orderID := converted.Id.String()
 			require.Equal(t, "/v1/orders/"+orderID, *convertR.Headers201.Location)
@@ -293,21 +293,21 @@ func TestServiceRequestLifecycle(t *testing.T) {
 
 			// A converted request is final.
 			before = a.events("")
-			convertR, err = a.hearth.ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
+			convertR, err = a.hearth().ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
 			requireRule(t, "service_request.not_confirmed", convertR, err)
-			updateR, err = a.hearth.UpdateServiceRequestWithResponse(ctx, uid(t, id), nil, client.ServiceRequestUpdate{Notes: new("late")}, op)
+			updateR, err = a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil, client.ServiceRequestUpdate{Notes: new("late")}, op)
 			requireRule(t, "service_request.final", updateR, err)
 			for _, status := range []client.ServiceRequestStatusInputStatus{client.ServiceRequestStatusInputStatusCancelled, "new"} {
-				statusR, err = a.hearth.ChangeServiceRequestStatusWithResponse(ctx, uid(t, id), nil, client.ServiceRequestStatusInput{Status: status}, op)
+				statusR, err = a.hearth().ChangeServiceRequestStatusWithResponse(ctx, uid(t, id), nil, client.ServiceRequestStatusInput{Status: status}, op)
 				requireRule(t, "service_request.invalid_transition", statusR, err)
 			}
 			require.Equal(t, before, a.events(""), "refusals append nothing")
 
 			// Cancel: new -> cancelled is final too.
-			statusR, err = a.hearth.ChangeServiceRequestStatusWithResponse(ctx, manual.Id, nil,
+			statusR, err = a.hearth().ChangeServiceRequestStatusWithResponse(ctx, manual.Id, nil,
 				client.ServiceRequestStatusInput{Status: client.ServiceRequestStatusInputStatusCancelled}, op)
 			require.Equal(t, client.ServiceRequestWrittenStatusCancelled, expect(t, http.StatusOK, statusR, err).JSON200.Status)
-			statusR, err = a.hearth.ChangeServiceRequestStatusWithResponse(ctx, manual.Id, nil,
+			statusR, err = a.hearth().ChangeServiceRequestStatusWithResponse(ctx, manual.Id, nil,
 				client.ServiceRequestStatusInput{Status: client.ServiceRequestStatusInputStatusConfirmed}, op)
 			requireRule(t, "service_request.invalid_transition", statusR, err)
 
@@ -320,7 +320,7 @@ func TestServiceRequestLifecycle(t *testing.T) {
 				t.Helper()
 				return listed(t, pageSize, func(page, pageSize int) (*client.ListServiceRequestsResponse, error) {
 					params.Page, params.PageSize = &page, &pageSize
-					return a.hearth.ListServiceRequestsWithResponse(ctx, &params, as(key))
+					return a.hearth().ListServiceRequestsWithResponse(ctx, &params, as(key))
 				}, func(r *client.ListServiceRequestsResponse) (ids []string, total int) {
 					require.Equal(t, *params.Page, r.JSON200.Page)
 					require.Equal(t, pageSize, r.JSON200.PageSize)
@@ -352,7 +352,7 @@ func TestServiceRequestLifecycle(t *testing.T) {
 				}
 				require.Equal(t, len(c.want), total, c.name)
 			}
-			byCustomer, err := a.hearth.ListServiceRequestsWithResponse(ctx, &client.ListServiceRequestsParams{CustomerId: new(uid(t, customer))}, op)
+			byCustomer, err := a.hearth().ListServiceRequestsWithResponse(ctx, &client.ListServiceRequestsParams{CustomerId: new(uid(t, customer))}, op)
 			for _, it := range expect(t, http.StatusOK, byCustomer, err).JSON200.Items {
 				require.Equal(t, "Ada Lovelace", *it.CustomerName)
 			}
@@ -362,7 +362,7 @@ func TestServiceRequestLifecycle(t *testing.T) {
 			}
 			ids, _ := list(a.opB, client.ListServiceRequestsParams{}, 50)
 			require.Empty(t, ids, "merchant B sees none of A's requests")
-			forbidden, err := a.hearth.ListServiceRequestsWithResponse(ctx, nil, as(a.worker))
+			forbidden, err := a.hearth().ListServiceRequestsWithResponse(ctx, nil, as(a.worker))
 			problemOf(t, http.StatusForbidden, "/problems/forbidden", forbidden, err)
 		})
 	}
@@ -459,7 +459,7 @@ func TestAssignmentAndSchedules(t *testing.T) {
 	customer := a.createCustomer(a.opA, "Ada Lovelace")
 	first, second, third := a.createOrder(a.opA, customer, 100), a.createOrder(a.opA, customer, 200), a.createOrder(a.opA, customer, 300)
 	assign := func(order string, in client.AssignmentInput) (*client.AssignOrderResponse, error) {
-		return a.hearth.AssignOrderWithResponse(ctx, uid(t, order), nil, in, op)
+		return a.hearth().AssignOrderWithResponse(ctx, uid(t, order), nil, in, op)
 	}
 	window := func(staff, start, end string) client.AssignmentInput {
 		return client.AssignmentInput{StaffId: uid(t, staff), StartAt: instant(t, start), EndAt: instant(t, end)}
@@ -476,7 +476,7 @@ func TestAssignmentAndSchedules(t *testing.T) {
 	require.Equal(t, client.ScheduleStatusPlanned, sch.Status)
 	require.Equal(t, "Wanda Worker", *sch.StaffName)
 	require.Equal(t, instant(t, "2030-06-01T10:00:00Z"), sch.StartAt)
-	detailR, err := a.hearth.GetScheduleWithResponse(ctx, sch.Id, nil, op)
+	detailR, err := a.hearth().GetScheduleWithResponse(ctx, sch.Id, nil, op)
 	require.Equal(t, sch, *expect(t, http.StatusOK, detailR, err).JSON200)
 	order := a.awaitOrderAt(a.opA, first, 3)
 	require.Equal(t, "Wanda Worker", *order.StaffName)
@@ -491,7 +491,7 @@ func TestAssignmentAndSchedules(t *testing.T) {
 	expect(t, http.StatusOK, assignR, err)
 
 	// Bad assignments: 422 naming the field or rule, nothing appended.
-	inactiveR, err := a.hearth.CreateStaffMemberWithResponse(ctx, nil, client.StaffInput{Name: new("On Leave"), Active: new(false)}, op)
+	inactiveR, err := a.hearth().CreateStaffMemberWithResponse(ctx, nil, client.StaffInput{Name: new("On Leave"), Active: new(false)}, op)
 	inactive := expect(t, http.StatusCreated, inactiveR, err).JSON201.Id.String()
 	for _, c := range []struct {
 		in          client.AssignmentInput
@@ -524,7 +524,7 @@ func TestAssignmentAndSchedules(t *testing.T) {
 
 	// Status drives the order: in_service, then done completes it.
 	move := func(schedule client.Id, status client.ScheduleStatusInputStatus) (*client.ChangeScheduleStatusResponse, error) {
-		return a.hearth.ChangeScheduleStatusWithResponse(ctx, schedule, nil, client.ScheduleStatusInput{Status: status}, op)
+		return a.hearth().ChangeScheduleStatusWithResponse(ctx, schedule, nil, client.ScheduleStatusInput{Status: status}, op)
 	}
 	moveR, err := move(sch.Id, client.ScheduleStatusInputStatusInService)
 	moved := expect(t, http.StatusOK, moveR, err).JSON200
@@ -550,13 +550,13 @@ func TestAssignmentAndSchedules(t *testing.T) {
 
 	// Schedule lists: filters by status, staff and window.
 	awaitAt(t, "the cancelled schedule", 2, func() (*client.GetScheduleResponse, error) {
-		return a.hearth.GetScheduleWithResponse(ctx, secondSchedule, nil, op)
+		return a.hearth().GetScheduleWithResponse(ctx, secondSchedule, nil, op)
 	}, func(r *client.GetScheduleResponse) *client.Schedule { return r.JSON200 }, func(s *client.Schedule) int { return s.Version })
 	list := func(key string, params client.ListSchedulesParams, pageSize int) ([]string, int) {
 		t.Helper()
 		return listed(t, pageSize, func(page, pageSize int) (*client.ListSchedulesResponse, error) {
 			params.Page, params.PageSize = &page, &pageSize
-			return a.hearth.ListSchedulesWithResponse(ctx, &params, as(key))
+			return a.hearth().ListSchedulesWithResponse(ctx, &params, as(key))
 		}, func(r *client.ListSchedulesResponse) (ids []string, total int) {
 			for _, it := range r.JSON200.Items {
 				ids = append(ids, it.Id.String())
@@ -587,7 +587,7 @@ func TestAssignmentAndSchedules(t *testing.T) {
 	require.Empty(t, ids)
 	moveR, err = move(sch.Id, "paused")
 	problemOf(t, http.StatusUnprocessableEntity, "/problems/validation-failed", moveR, err)
-	forbidden, err := a.hearth.ListSchedulesWithResponse(ctx, nil, as(a.admin))
+	forbidden, err := a.hearth().ListSchedulesWithResponse(ctx, nil, as(a.admin))
 	problemOf(t, http.StatusForbidden, "/problems/forbidden", forbidden, err)
 }
 

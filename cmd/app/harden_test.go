@@ -112,7 +112,7 @@ func TestRecoverPanics(t *testing.T) {
 	srv.Config.ErrorLog = stdlog.New(&serverLog, "", 0)
 	srv.Start()
 	t.Cleanup(srv.Close)
-	b := newAPI(t, srv.URL, srv.Client())
+	b := &api{t: t, base: srv.URL, client: srv.Client()}
 
 	for i := range 2 {
 		r := b.do(http.MethodGet, "/v1/orders", a.opA, nil)
@@ -196,7 +196,7 @@ func TestAdminSurface(t *testing.T) {
 		require.NoError(t, err)
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
-		return newAPI(t, srv.URL, srv.Client())
+		return &api{t: t, base: srv.URL, client: srv.Client()}
 	}
 	type want map[string]int // "key path" -> status
 	for name, c := range map[string]struct {
@@ -241,8 +241,8 @@ func TestServeAdminAddr(t *testing.T) {
 
 	transport := &http.Transport{}
 	t.Cleanup(transport.CloseIdleConnections)
-	public := newAPI(t, "http://"+started.HTTPAddr, &http.Client{Transport: transport})
-	admin := newAPI(t, "http://"+started.AdminAddr, &http.Client{Transport: transport})
+	public := &api{t: t, base: "http://" + started.HTTPAddr, client: &http.Client{Transport: transport}}
+	admin := &api{t: t, base: "http://" + started.AdminAddr, client: &http.Client{Transport: transport}}
 	public.must(http.StatusOK, http.MethodGet, "/v1/orders", key, nil)
 	public.must(http.StatusNotFound, http.MethodGet, "/admin/parked", key, nil)
 	public.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
