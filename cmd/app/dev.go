@@ -104,6 +104,10 @@ func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	worker, err := store.CreateKey(ctx, "demo", access.Worker, staffID)
+	if err != nil {
+		return err
+	}
 	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "localhost"
@@ -113,7 +117,12 @@ func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
 Hearth demo merchant "demo" (%s)
   operator key: %s
   admin key:    %s
+  worker key:   %s (Demo Worker's)
   staff member: %s (Demo Worker; use it in PUT /v1/orders/{id}/assignment)
+
+Console: %s/console/
+  sign in with the operator key for the dispatch board, the worker key for
+  Demo Worker's jobs, the admin key for the on-call view.
 
 Try:
   export KEY=%s
@@ -121,7 +130,7 @@ Try:
   curl -s -X POST %s/v1/orders -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -d '{"customer_id":"<customer id>","amount_cents":12000}'
   curl -s %s/v1/orders -H "Authorization: Bearer $KEY"
 
-`, op.MerchantID, op.Secret, admin.Secret, staffID, op.Secret, base, base, base)
+`, op.MerchantID, op.Secret, admin.Secret, worker.Secret, staffID, base, op.Secret, base, base, base)
 	return nil
 }
 
