@@ -210,6 +210,42 @@ func (e KeyInputRole) Valid() bool {
 	}
 }
 
+// Defines values for LeadershipUnitRole.
+const (
+	Leader  LeadershipUnitRole = "leader"
+	Standby LeadershipUnitRole = "standby"
+)
+
+// Valid indicates whether the value is a known member of the LeadershipUnitRole enum.
+func (e LeadershipUnitRole) Valid() bool {
+	switch e {
+	case Leader:
+		return true
+	case Standby:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LeadershipUnitState.
+const (
+	CatchingUp LeadershipUnitState = "catching_up"
+	Live       LeadershipUnitState = "live"
+)
+
+// Valid indicates whether the value is a known member of the LeadershipUnitState enum.
+func (e LeadershipUnitState) Valid() bool {
+	switch e {
+	case CatchingUp:
+		return true
+	case Live:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for NewKeyRole.
 const (
 	NewKeyRoleAdmin    NewKeyRole = "admin"
@@ -450,42 +486,6 @@ func (e ReadyMode) Valid() bool {
 	case ReadyModeApi:
 		return true
 	case ReadyModeWorker:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ReadyProjections.
-const (
-	CatchingUp ReadyProjections = "catching_up"
-	Live       ReadyProjections = "live"
-)
-
-// Valid indicates whether the value is a known member of the ReadyProjections enum.
-func (e ReadyProjections) Valid() bool {
-	switch e {
-	case CatchingUp:
-		return true
-	case Live:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ReadyRole.
-const (
-	ReadyRoleLeader  ReadyRole = "leader"
-	ReadyRoleStandby ReadyRole = "standby"
-)
-
-// Valid indicates whether the value is a known member of the ReadyRole enum.
-func (e ReadyRole) Valid() bool {
-	switch e {
-	case ReadyRoleLeader:
-		return true
-	case ReadyRoleStandby:
 		return true
 	default:
 		return false
@@ -840,24 +840,6 @@ func (e SettlementStatus) Valid() bool {
 	case SettlementStatusSettled:
 		return true
 	case SettlementStatusUnsettled:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for GetLeadership200JSONResponseBodyRole.
-const (
-	GetLeadership200JSONResponseBodyRoleLeader  GetLeadership200JSONResponseBodyRole = "leader"
-	GetLeadership200JSONResponseBodyRoleStandby GetLeadership200JSONResponseBodyRole = "standby"
-)
-
-// Valid indicates whether the value is a known member of the GetLeadership200JSONResponseBodyRole enum.
-func (e GetLeadership200JSONResponseBodyRole) Valid() bool {
-	switch e {
-	case GetLeadership200JSONResponseBodyRoleLeader:
-		return true
-	case GetLeadership200JSONResponseBodyRoleStandby:
 		return true
 	default:
 		return false
@@ -2317,6 +2299,38 @@ type KeyList struct {
 	Total int `json:"total"`
 }
 
+// LeadershipUnit defines model for LeadershipUnit.
+type LeadershipUnit struct {
+	// Current /admin/leadership: the unit's current term as the read model records it, and the instance that began it (absent before any term)
+	Current *struct {
+		Holder *string    `json:"holder,omitempty"`
+		Since  *time.Time `json:"since,omitempty"`
+		Term   *int       `json:"term,omitempty"`
+	} `json:"current,omitempty"`
+
+	// Name the unit's lock name, e.g. hearth/projections/orders
+	Name string `json:"name"`
+
+	// Projection the projection the unit runs, for a projection's unit
+	Projection *string            `json:"projection,omitempty"`
+	Role       LeadershipUnitRole `json:"role"`
+
+	// Since when this instance entered its role and term; RFC 3339, answered in UTC
+	Since time.Time `json:"since"`
+
+	// State /readyz, on the instance leading a projection: catching_up from the start of its term until the catch-up is done and the router runs, live after
+	State *LeadershipUnitState `json:"state,omitempty"`
+
+	// Term the fencing term this instance leads the unit under; 0 while standby
+	Term int `json:"term"`
+}
+
+// LeadershipUnitRole defines model for LeadershipUnit.Role.
+type LeadershipUnitRole string
+
+// LeadershipUnitState /readyz, on the instance leading a projection: catching_up from the start of its term until the catch-up is done and the router runs, live after
+type LeadershipUnitState string
+
 // NewKey A key just created, with its secret: shown only in this answer, never stored (only its SHA-256 is).
 type NewKey struct {
 	// CreatedAt RFC 3339 with an offset; answered in UTC
@@ -2632,29 +2646,26 @@ type ProblemType string
 
 // Ready status only, unless the request carries an admin key
 type Ready struct {
-	Error *string    `json:"error,omitempty"`
-	Mode  *ReadyMode `json:"mode,omitempty"`
+	Error *string `json:"error,omitempty"`
 
-	// Projections on the leader: catching_up from the start of its term until the catch-up is done and the router runs, live after
-	Projections *ReadyProjections `json:"projections,omitempty"`
-	Role        *ReadyRole        `json:"role,omitempty"`
+	// FairShare units this instance may lead: the units divided by the live workers, rounded up
+	FairShare *int `json:"fair_share,omitempty"`
 
-	// Since RFC 3339 with an offset; answered in UTC
-	Since  *time.Time  `json:"since,omitempty"`
-	Status ReadyStatus `json:"status"`
+	// Holder this instance's name (HOSTNAME/PID)
+	Holder *string `json:"holder,omitempty"`
 
-	// Term the fencing term this instance leads under; 0 while standby
-	Term *int `json:"term,omitempty"`
+	// Leading units this instance leads
+	Leading *int              `json:"leading,omitempty"`
+	Mode    *ReadyMode        `json:"mode,omitempty"`
+	Status  ReadyStatus       `json:"status"`
+	Units   *[]LeadershipUnit `json:"units,omitempty"`
+
+	// Workers live workers at this instance's last count; 0 before the first
+	Workers *int `json:"workers,omitempty"`
 }
 
 // ReadyMode defines model for Ready.Mode.
 type ReadyMode string
-
-// ReadyProjections on the leader: catching_up from the start of its term until the catch-up is done and the router runs, live after
-type ReadyProjections string
-
-// ReadyRole defines model for Ready.Role.
-type ReadyRole string
 
 // ReadyStatus defines model for Ready.Status.
 type ReadyStatus string
@@ -3223,9 +3234,6 @@ type ListKeysParams struct {
 	Page       *Page            `form:"page,omitempty" json:"page,omitempty"`
 	PageSize   *PageSize        `form:"page_size,omitempty" json:"page_size,omitempty"`
 }
-
-// GetLeadership200JSONResponseBodyRole defines parameters for GetLeadership.
-type GetLeadership200JSONResponseBodyRole string
 
 // ListParkedParams defines parameters for ListParked.
 type ListParkedParams struct {
@@ -4425,7 +4433,7 @@ type ClientInterface interface {
 	// Corresponds with POST /admin/keys/{id}/rotate (the `RotateKey` operationId).
 	RotateKey(ctx context.Context, id KeyId, body RotateKeyJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetLeadership This instance's leadership: role (leader or standby), fencing term, since when, the lock holder, and the current term recorded in the read model
+	// GetLeadership Leadership of this instance, per unit (each projection's lock): role, fencing term and since, the current term and its holder as the read model records it; the live workers and this instance's fair share
 	//
 	// With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
@@ -4523,9 +4531,9 @@ type ClientInterface interface {
 	// Corresponds with GET /openapi.json (the `Openapi` operationId).
 	Openapi(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// Ready Readiness: the status; for an admin key also mode, leadership role, term, since and the leader's projections
+	// Ready Readiness: the status; for an admin key also the mode and, per unit of leadership, role, term, since and a projection's state
 	//
-	// Needs no key and answers only {"status": "ready"} (200) or {"status": "unavailable"} (503). With an admin key (Authorization: Bearer) the answer also has mode, role, term, since, projections and, when unavailable, the error.
+	// Needs no key and answers only {"status": "ready"} (200) or {"status": "unavailable"} (503). With an admin key (Authorization: Bearer) the answer also has mode and, in worker and all modes, holder, workers, fair_share, leading and units (each with role, term, since, and for a projection its state), and when unavailable the error.
 	//
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4987,7 +4995,7 @@ func (c *Client) RotateKey(ctx context.Context, id KeyId, body RotateKeyJSONRequ
 	return c.Client.Do(req)
 }
 
-// GetLeadership This instance's leadership: role (leader or standby), fencing term, since when, the lock holder, and the current term recorded in the read model
+// GetLeadership Leadership of this instance, per unit (each projection's lock): role, fencing term and since, the current term and its holder as the read model records it; the live workers and this instance's fair share
 //
 // With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
@@ -5225,9 +5233,9 @@ func (c *Client) Openapi(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
-// Ready Readiness: the status; for an admin key also mode, leadership role, term, since and the leader's projections
+// Ready Readiness: the status; for an admin key also the mode and, per unit of leadership, role, term, since and a projection's state
 //
-// Needs no key and answers only {"status": "ready"} (200) or {"status": "unavailable"} (503). With an admin key (Authorization: Bearer) the answer also has mode, role, term, since, projections and, when unavailable, the error.
+// Needs no key and answers only {"status": "ready"} (200) or {"status": "unavailable"} (503). With an admin key (Authorization: Bearer) the answer also has mode and, in worker and all modes, holder, workers, fair_share, leading and units (each with role, term, since, and for a projection its state), and when unavailable the error.
 //
 // Corresponds with GET /readyz (the `Ready` operationId).
 func (c *Client) Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -9509,7 +9517,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /admin/keys/{id}/rotate (the `RotateKey` operationId).
 	RotateKeyWithResponse(ctx context.Context, id KeyId, body RotateKeyJSONRequestBody, reqEditors ...RequestEditorFn) (*RotateKeyResponse, error)
 
-	// GetLeadershipWithResponse This instance's leadership: role (leader or standby), fencing term, since when, the lock holder, and the current term recorded in the read model
+	// GetLeadershipWithResponse Leadership of this instance, per unit (each projection's lock): role, fencing term and since, the current term and its holder as the read model records it; the live workers and this instance's fair share
 	//
 	// With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
@@ -9631,9 +9639,9 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /openapi.json (the `Openapi` operationId).
 	OpenapiWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*OpenapiResponse, error)
 
-	// ReadyWithResponse Readiness: the status; for an admin key also mode, leadership role, term, since and the leader's projections
+	// ReadyWithResponse Readiness: the status; for an admin key also the mode and, per unit of leadership, role, term, since and a projection's state
 	//
-	// Needs no key and answers only {"status": "ready"} (200) or {"status": "unavailable"} (503). With an admin key (Authorization: Bearer) the answer also has mode, role, term, since, projections and, when unavailable, the error.
+	// Needs no key and answers only {"status": "ready"} (200) or {"status": "unavailable"} (503). With an admin key (Authorization: Bearer) the answer also has mode and, in worker and all modes, holder, workers, fair_share, leading and units (each with role, term, since, and for a projection its state), and when unavailable the error.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10894,16 +10902,18 @@ type GetLeadershipResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
-		Current *struct {
-			Holder *string    `json:"holder,omitempty"`
-			Since  *time.Time `json:"since,omitempty"`
-			Term   *int       `json:"term,omitempty"`
-		} `json:"current,omitempty"`
-		Holder *string                               `json:"holder,omitempty"`
-		Lock   *string                               `json:"lock,omitempty"`
-		Role   *GetLeadership200JSONResponseBodyRole `json:"role,omitempty"`
-		Since  *time.Time                            `json:"since,omitempty"`
-		Term   *int                                  `json:"term,omitempty"`
+		// FairShare units this instance may lead: the units divided by the live workers, rounded up
+		FairShare int `json:"fair_share"`
+
+		// Holder this instance's name (HOSTNAME/PID)
+		Holder string `json:"holder"`
+
+		// Leading units this instance leads
+		Leading int              `json:"leading"`
+		Units   []LeadershipUnit `json:"units"`
+
+		// Workers live workers at this instance's last count; 0 before the first
+		Workers int `json:"workers"`
 	}
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
@@ -10935,16 +10945,18 @@ type GetLeadershipResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetLeadershipResponse) GetJSON200() *struct {
-	Current *struct {
-		Holder *string    `json:"holder,omitempty"`
-		Since  *time.Time `json:"since,omitempty"`
-		Term   *int       `json:"term,omitempty"`
-	} `json:"current,omitempty"`
-	Holder *string                               `json:"holder,omitempty"`
-	Lock   *string                               `json:"lock,omitempty"`
-	Role   *GetLeadership200JSONResponseBodyRole `json:"role,omitempty"`
-	Since  *time.Time                            `json:"since,omitempty"`
-	Term   *int                                  `json:"term,omitempty"`
+	// FairShare units this instance may lead: the units divided by the live workers, rounded up
+	FairShare int `json:"fair_share"`
+
+	// Holder this instance's name (HOSTNAME/PID)
+	Holder string `json:"holder"`
+
+	// Leading units this instance leads
+	Leading int              `json:"leading"`
+	Units   []LeadershipUnit `json:"units"`
+
+	// Workers live workers at this instance's last count; 0 before the first
+	Workers int `json:"workers"`
 } {
 	return r.JSON200
 }
@@ -19031,7 +19043,7 @@ func (c *ClientWithResponses) RotateKeyWithResponse(ctx context.Context, id KeyI
 	return ParseRotateKeyResponse(rsp)
 }
 
-// GetLeadershipWithResponse This instance's leadership: role (leader or standby), fencing term, since when, the lock holder, and the current term recorded in the read model
+// GetLeadershipWithResponse Leadership of this instance, per unit (each projection's lock): role, fencing term and since, the current term and its holder as the read model records it; the live workers and this instance's fair share
 //
 // With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
@@ -19237,9 +19249,9 @@ func (c *ClientWithResponses) OpenapiWithResponse(ctx context.Context, reqEditor
 	return ParseOpenapiResponse(rsp)
 }
 
-// ReadyWithResponse Readiness: the status; for an admin key also mode, leadership role, term, since and the leader's projections
+// ReadyWithResponse Readiness: the status; for an admin key also the mode and, per unit of leadership, role, term, since and a projection's state
 //
-// Needs no key and answers only {"status": "ready"} (200) or {"status": "unavailable"} (503). With an admin key (Authorization: Bearer) the answer also has mode, role, term, since, projections and, when unavailable, the error.
+// Needs no key and answers only {"status": "ready"} (200) or {"status": "unavailable"} (503). With an admin key (Authorization: Bearer) the answer also has mode and, in worker and all modes, holder, workers, fair_share, leading and units (each with role, term, since, and for a projection its state), and when unavailable the error.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -21384,16 +21396,18 @@ func ParseGetLeadershipResponse(rsp *http.Response) (*GetLeadershipResponse, err
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
-			Current *struct {
-				Holder *string    `json:"holder,omitempty"`
-				Since  *time.Time `json:"since,omitempty"`
-				Term   *int       `json:"term,omitempty"`
-			} `json:"current,omitempty"`
-			Holder *string                               `json:"holder,omitempty"`
-			Lock   *string                               `json:"lock,omitempty"`
-			Role   *GetLeadership200JSONResponseBodyRole `json:"role,omitempty"`
-			Since  *time.Time                            `json:"since,omitempty"`
-			Term   *int                                  `json:"term,omitempty"`
+			// FairShare units this instance may lead: the units divided by the live workers, rounded up
+			FairShare int `json:"fair_share"`
+
+			// Holder this instance's name (HOSTNAME/PID)
+			Holder string `json:"holder"`
+
+			// Leading units this instance leads
+			Leading int              `json:"leading"`
+			Units   []LeadershipUnit `json:"units"`
+
+			// Workers live workers at this instance's last count; 0 before the first
+			Workers int `json:"workers"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
