@@ -41,6 +41,9 @@ type Notifier struct {
 	signals map[string]chan struct{} // by table name; closed and replaced on each notification
 }
 
+// anyTable is the key of signals whose channel every notification closes.
+const anyTable = ""
+
 // NewNotifier returns a notifier on the event-store database. Call Run.
 func NewNotifier(connString string, log *slog.Logger) (*Notifier, error) {
 	if _, err := pgx.ParseConfig(connString); err != nil {
@@ -127,12 +130,20 @@ func (n *Notifier) signal(table string) <-chan struct{} {
 	return ch
 }
 
+// Changed returns the channel that the next notification closes, whatever
+// its table, or the next (re)connection (notifications sent while the
+// connection was down are lost). The event feed's watcher waits on it: one
+// LISTEN connection serves the projections and every long poll.
+func (n *Notifier) Changed() <-chan struct{} { return n.signal(anyTable) }
+
 func (n *Notifier) wake(table string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if ch, ok := n.signals[table]; ok {
-		close(ch)
-		delete(n.signals, table)
+	for _, key := range []string{table, anyTable} {
+		if ch, ok := n.signals[key]; ok {
+			close(ch)
+			delete(n.signals, key)
+		}
 	}
 }
 
