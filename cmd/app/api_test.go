@@ -84,9 +84,17 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	w, err := wire(dbs, log)
 	require.NoError(t, err)
 	w.retryInitial = time.Millisecond // a failing event parks within about a second
+	require.NoError(t, w.wireEventFeed(cfg, dbs, log))
 	if change != nil {
 		change(&cfg, w.projections)
 	}
+	notifyCtx, stopNotifications := context.WithCancel(context.Background())
+	notified := make(chan error, 1)
+	go func() { notified <- w.runNotifications(notifyCtx) }()
+	t.Cleanup(func() {
+		stopNotifications()
+		require.NoError(t, <-notified)
+	})
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
