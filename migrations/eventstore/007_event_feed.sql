@@ -3,5 +3,7 @@
 --   WHERE merchant_id = $1 AND (merchant_id, transaction_id, position) > ($1, $2, $3)
 --     AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
 --   ORDER BY merchant_id, transaction_id, position LIMIT $4
--- which this index answers in order, stopping after LIMIT entries.
-CREATE INDEX events_merchant_feed ON events (merchant_id, transaction_id, position);
+-- which this index answers in order, stopping after LIMIT entries. IF NOT
+-- EXISTS: on a large table an operator builds it CONCURRENTLY first
+-- (docs/operations.md, the event feed).
+CREATE INDEX IF NOT EXISTS events_merchant_feed ON events (merchant_id, transaction_id, position);
