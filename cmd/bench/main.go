@@ -13,6 +13,9 @@
 //   - the noisy neighbour: one merchant's reads at a steady rate while
 //     another floods (unknown keys, its heaviest list, its writes), with
 //     Hearth's default limits;
+//   - the event feed: commit to the answer of the long poll that carries
+//     the event, beside the read-your-writes GET's commit to answer, alone
+//     and with idle long polls of other merchants;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -53,6 +56,7 @@ func main() {
 		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
 		noisyFor /= 10
+		feedIdlePolls /= 10
 	}
 	if err := checkOnly(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -65,7 +69,7 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "feed"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -173,6 +177,13 @@ func run() error {
 			return fmt.Errorf("noisy neighbour: %w", err)
 		}
 		rows = append(rows, nn...)
+	}
+	if only("feed") {
+		fr, err := b.feed(ctx)
+		if err != nil {
+			return fmt.Errorf("event feed: %w", err)
+		}
+		rows = append(rows, fr...)
 	}
 	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "by process: " + b.rssByProcess()})
 
