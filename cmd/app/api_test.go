@@ -21,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"hearth/adapters/pubsub/projector"
-	"hearth/adapters/readmodel"
 	"hearth/app/access"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
@@ -112,10 +111,8 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 		t.Fatal("the projections never went live")
 	}
 
-	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
-	require.NoError(t, err)
-	t.Cleanup(rebuilds.Close)
-	hcfg, err := httpConfig(cfg, dbs, w, nil, rebuilds, log) // serve's HTTP wiring
+	t.Cleanup(w.maintenance.Close)
+	hcfg, err := httpConfig(cfg, dbs, w, nil, log) // serve's HTTP wiring
 	require.NoError(t, err)
 	handler, err := httpport.NewHandler(hcfg)
 	require.NoError(t, err)

@@ -11,11 +11,11 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/query"
 	"hearth/internal/database"
 	"hearth/internal/pgcluster"
+	"hearth/internal/refdata"
 )
 
 // devDir holds the throwaway cluster of `app dev`.
@@ -37,7 +37,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			log.Info("stopping the throwaway Postgres cluster")
 			err = errors.Join(err, cluster.Stop())
 		}()
-		if err := createDatabase(ctx, cluster.URL("postgres"), "hearth"); err != nil {
+		if err := database.CreateDatabase(ctx, cluster.URL("postgres"), "hearth"); err != nil {
 			return err
 		}
 		cfg.DatabaseURL = cluster.URL("hearth")
@@ -51,23 +51,6 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		return err
 	}
 	return serve(ctx, cfg, log)
-}
-
-func createDatabase(ctx context.Context, adminURL, name string) error {
-	db, err := database.Open(ctx, adminURL, 1)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = ?)`, name).Scan(&exists); err != nil {
-		return err
-	}
-	if exists {
-		return nil
-	}
-	_, err = db.ExecContext(ctx, "CREATE DATABASE "+name)
-	return err
 }
 
 func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {

@@ -18,15 +18,17 @@ import (
 	"github.com/uptrace/bun"
 	"golang.org/x/sync/errgroup"
 
-	"hearth/adapters/idempotency"
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
-	"hearth/adapters/refdata"
 	"hearth/app"
+	"hearth/app/access"
 	"hearth/app/command"
+	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/internal/database"
+	"hearth/internal/idempotency"
+	"hearth/internal/refdata"
 	"hearth/leader"
 	"hearth/migrations"
 	httpport "hearth/ports/http"
@@ -123,13 +125,20 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 }
 
 // wiring is the application and the projections built on the databases,
-// with the operator's tools (parking, event log, rebuilds) and metrics.
+// with the operator's use cases (and the adapters under them: parking, the
+// event log, the read models' maintenance) and metrics.
 type wiring struct {
 	app         app.Application
+	operator    *ops.Operator
+	keys        *access.Keys
+	auditTrail  *ops.AuditTrail
 	refdata     *refdata.Store
 	projections []projector.Projection
 	parking     *projector.Parking
 	eventLog    *pubsub.EventLog
+	// maintenance runs the rebuilds the admin API starts in the
+	// background: close it at shutdown.
+	maintenance *readmodel.Maintenance
 	telemetry   *telemetry
 	idempotency *idempotency.Store
 	// retryInitial shortens the projections' retry budget in tests.
@@ -247,6 +256,19 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if w.eventLog, err = pubsub.NewEventLog(dbs.es); err != nil {
 		return wiring{}, err
 	}
+	if w.maintenance, err = readmodel.NewMaintenance(w.eventLog, dbs.rm); err != nil {
+		return wiring{}, err
+	}
+	w.operator, err = ops.NewOperator(ops.Config{Parking: w.parking, Rebuilds: w.maintenance, Verifier: w.maintenance,
+		Audit: ref, Log: log})
+	must(err)
+	w.keys, err = access.NewKeys(ref)
+	must(err)
+	w.auditTrail, err = ops.NewAuditTrail(ref)
+	must(err)
+	if err := errors.Join(errs...); err != nil {
+		return wiring{}, err
+	}
 	if w.idempotency, err = idempotency.New(apiES.DB); err != nil {
 		return wiring{}, err
 	}
@@ -295,12 +317,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
-	if err != nil {
-		return err
-	}
-	defer rebuilds.Close()
-	hcfg, err := httpConfig(cfg, dbs, w, elector, rebuilds, log)
+	defer w.maintenance.Close()
+	hcfg, err := httpConfig(cfg, dbs, w, elector, log)
 	if err != nil {
 		return err
 	}
@@ -384,20 +402,20 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 // httpConfig is the HTTP API's configuration on the wiring: serve's, and
 // the tests' (cmd/app/api_test.go), so that they cannot drift apart.
 // elector is nil in API mode (and in tests without leadership).
-func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, rebuilds *readmodel.Rebuilds, log *slog.Logger) (httpport.Config, error) {
+func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, log *slog.Logger) (httpport.Config, error) {
 	positions, err := readmodel.NewPositions(dbs.api())
 	if err != nil {
 		return httpport.Config{}, err
 	}
 	return httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(dbs, elector),
-		Parked: w.parking, Rebuilds: rebuilds,
+		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(elector),
+		Parked: w.operator, Rebuilds: w.operator,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	}, nil
 }

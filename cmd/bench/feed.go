@@ -16,11 +16,11 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/pubsub"
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
+	"hearth/internal/refdata"
 	"hearth/migrations"
 )
 

@@ -14,11 +14,11 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/idempotency"
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/reference"
+	"hearth/internal/idempotency"
 )
 
 // Store holds the keys and the admin audit log, and implements
