@@ -7,30 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"hearth/app/publicevent"
 	"hearth/app/query"
 )
-
-// eventBody is one event of the feed: the public event, and the cursor
-// that continues after it.
-type eventBody struct {
-	publicevent.Event
-	Cursor string `json:"cursor"`
-}
-
-// eventListBody is one page of the feed.
-type eventListBody struct {
-	Events     []eventBody `json:"events"`
-	NextCursor string      `json:"next_cursor"`
-}
-
-func eventListBodyOf(p query.FeedPage) eventListBody {
-	out := eventListBody{Events: make([]eventBody, len(p.Events)), NextCursor: p.Next.String()}
-	for i, e := range p.Events {
-		out.Events[i] = eventBody{Event: e.Event, Cursor: e.Cursor.String()}
-	}
-	return out
-}
 
 // listEvents serves GET /v1/events: the key's merchant's events after the
 // cursor `after`, in commit order (query.Feed), waiting up to `wait` (at
