@@ -42,7 +42,21 @@ var feedIdlePolls = 200
 // feedWait is the follower's and the idle polls' wait.
 const feedWait = "20s"
 
-type feedRun struct{ feed, ryw stats }
+type feedRun struct {
+	feed, ryw stats
+	// rywTimeouts are the read-your-writes GETs whose wait ended first
+	// (CONSISTENCY_TIMEOUT, Consistency-Status: timeout): not counted in ryw.
+	rywTimeouts int
+}
+
+// rywString is the reference column: the read-your-writes latencies, and
+// the waits that timed out.
+func (r feedRun) rywString() string {
+	if r.rywTimeouts == 0 {
+		return r.ryw.String()
+	}
+	return fmt.Sprintf("%s, %d timed out", r.ryw, r.rywTimeouts)
+}
 
 func (b *bench) feed(ctx context.Context) ([]row, error) {
 	es, url, err := b.newDB(ctx, "feed", migrations.EventStore, migrations.ReadModel)
@@ -89,7 +103,7 @@ func (b *bench) feed(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
-	b.progress("event feed warm-up (not counted): feed %s, read your writes %s", warm.feed, warm.ryw)
+	b.progress("event feed warm-up (not counted): feed %s, read your writes %s", warm.feed, warm.rywString())
 	quiet, err := w.run(ctx, latencyFor, nil)
 	if err != nil {
 		return nil, err
@@ -101,9 +115,9 @@ func (b *bench) feed(ctx context.Context) ([]row, error) {
 	b.sampleRSS(hearth)
 	name := fmt.Sprintf("event feed: commit to long-poll answer at %d events/s, %s (p50 / p99 / max)", rate, latencyFor)
 	return []row{
-		{name, quiet.feed.String(), quiet.ryw.String(),
+		{name, quiet.feed.String(), quiet.rywString(),
 			"reference: commit to the answer of GET /v1/orders/{id} with Consistency-Position (read your writes), same run"},
-		{name + fmt.Sprintf(", %d other merchants' long polls waiting", feedIdlePolls), busy.feed.String(), busy.ryw.String(),
+		{name + fmt.Sprintf(", %d other merchants' long polls waiting", feedIdlePolls), busy.feed.String(), busy.rywString(),
 			"the idle polls' merchants get no events: the watcher does not wake them"},
 	}, nil
 }
@@ -142,9 +156,19 @@ type feedPageBody struct {
 // get sends GET path with the key and header (name, value pairs) and
 // returns the status and body.
 func (w *feedWorkload) get(ctx context.Context, key, path string, header ...string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.base+path, nil)
+	res, body, err := w.do(ctx, key, path, header...)
 	if err != nil {
 		return 0, nil, err
+	}
+	return res.StatusCode, body, nil
+}
+
+// do sends GET path with the key and header (name, value pairs) and
+// returns the answer, its body read.
+func (w *feedWorkload) do(ctx context.Context, key, path string, header ...string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.base+path, nil)
+	if err != nil {
+		return nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	for i := 0; i+1 < len(header); i += 2 {
@@ -152,11 +176,11 @@ func (w *feedWorkload) get(ctx context.Context, key, path string, header ...stri
 	}
 	res, err := w.client.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
-	return res.StatusCode, body, err
+	return res, body, err
 }
 
 // end returns the cursor after the merchant's last readable event.
@@ -256,15 +280,20 @@ func (w *feedWorkload) run(ctx context.Context, d time.Duration, idle []string) 
 			}
 			id := written.Stream[0].StreamID
 			arrived.committed(id, at)
-			status, body, err := w.get(ctx, w.key, "/v1/orders/"+id, "Consistency-Position", strconv.FormatInt(written.Position, 10))
+			answer, body, err := w.do(ctx, w.key, "/v1/orders/"+id, "Consistency-Position", strconv.FormatInt(written.Position, 10))
 			took := time.Since(at)
-			if err != nil || status != http.StatusOK {
-				fail(cmp.Or(err, fmt.Errorf("read your writes: %d %s", status, body)))
-				return
-			}
 			mu.Lock()
-			res.ryw = append(res.ryw, took)
-			mu.Unlock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				firstErr = cmp.Or(firstErr, err)
+			case answer.Header.Get("Consistency-Status") == "timeout":
+				res.rywTimeouts++
+			case answer.StatusCode != http.StatusOK:
+				firstErr = cmp.Or(firstErr, fmt.Errorf("read your writes: %s %s", answer.Status, body))
+			default:
+				res.ryw = append(res.ryw, took)
+			}
 		})
 	}
 	writes.Wait()
