@@ -114,6 +114,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	t.Cleanup(w.maintenance.Close)
 	hcfg, err := httpConfig(cfg, dbs, w, nil, log) // serve's HTTP wiring
 	require.NoError(t, err)
+	t.Cleanup(func() { closeConsole(hcfg.Console) })
 	handler, err := httpport.NewHandler(hcfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)

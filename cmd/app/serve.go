@@ -32,6 +32,7 @@ import (
 	"hearth/leader"
 	"hearth/migrations"
 	httpport "hearth/ports/http"
+	"hearth/ports/http/console"
 )
 
 // databases are the pools; rm == es when one database holds both.
@@ -147,6 +148,8 @@ type wiring struct {
 	// liveTerm is the term whose projections run live (caught up, router
 	// running); 0 when none.
 	liveTerm *atomic.Int64
+	// lags is the projections' recent lag, for the console's on-call view.
+	lags *console.LagHistory
 	// notifier and feedWatcher are set by wireEventFeed (modes api and
 	// all) and run by runNotifications. The projections share the notifier
 	// when it is set; otherwise each term opens its own.
@@ -167,7 +170,7 @@ func (w *wiring) wireEventFeed(cfg Config, dbs databases, log *slog.Logger) erro
 		return err
 	}
 	w.feedWatcher, err = pubsub.NewFeedWatcher(pubsub.FeedWatcherConfig{
-		DB: dbs.es.DB, Changed: w.notifier.Changed, Fallback: cfg.PollInterval, Log: log})
+		DB: dbs.es.DB, Changed: w.notifier.AnyChanged, Fallback: cfg.PollInterval, Log: log})
 	if err != nil {
 		return err
 	}
@@ -275,6 +278,9 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if w.telemetry, err = newTelemetry(dbs, w.projections, log); err != nil {
 		return wiring{}, err
 	}
+	if w.lags, err = newLagHistory(dbs, w); err != nil {
+		return wiring{}, err
+	}
 	return w, nil
 }
 
@@ -317,6 +323,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
+	if err != nil {
+		return err
+	}
 	defer w.maintenance.Close()
 	hcfg, err := httpConfig(cfg, dbs, w, elector, log)
 	if err != nil {
@@ -352,8 +362,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return nil
 	})
 	addrs := make([]any, 0, 2*len(listeners))
+	defer closeConsole(hcfg.Console)
 	for i, l := range listeners {
 		hcfg.Surface = surfaces[i]
+		if len(surfaces) > 1 && cfg.Mode != ModeWorker {
+			if hcfg.Console, err = consoleFor(surfaces[i], cfg, w, hcfg, log); err != nil {
+				return err
+			}
+			defer closeConsole(hcfg.Console)
+		}
 		handler, err := httpport.NewHandler(hcfg)
 		if err != nil {
 			return err
@@ -379,6 +396,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if cfg.Mode != ModeWorker {
 		g.Go(func() error {
+			w.lags.Run(gctx)
+			return nil
+		})
+		g.Go(func() error {
 			w.idempotency.PruneLoop(gctx, cfg.IdempotencyKeep, idempotencyPruneEvery, idempotencyPruneBatch, func(err error) {
 				log.Warn("prune idempotency keys", "error", err)
 			})
@@ -394,6 +415,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			})
 		})
 	}
+	if relayUnit != nil {
+		g.Go(func() error { return relayUnit.run(gctx) })
+	}
 	err = g.Wait()
 	log.Info("hearth stopped")
 	return err
@@ -407,7 +431,7 @@ func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, lo
 	if err != nil {
 		return httpport.Config{}, err
 	}
-	return httpport.Config{
+	hc := httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
 		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(elector),
 		Parked: w.operator, Rebuilds: w.operator,
@@ -417,7 +441,14 @@ func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, lo
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
-	}, nil
+	}
+	if hc.APIEnabled {
+		// The web console, at /console/ (ports/http/console).
+		if hc.Console, err = consoleFor(httpport.SurfaceAll, cfg, w, hc, log); err != nil {
+			return httpport.Config{}, err
+		}
+	}
+	return hc, nil
 }
 
 // Idempotency keys older than IdempotencyKeep are deleted this often, in

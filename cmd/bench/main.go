@@ -13,6 +13,9 @@
 //   - the noisy neighbour: one merchant's reads at a steady rate while
 //     another floods (unknown keys, its heaviest list, its writes), with
 //     Hearth's default limits;
+//   - the console's dispatch board with 50 staff and 500 schedules in the
+//     week against an empty board: page weight and time to first render
+//     in headless Chromium;
 //   - the event feed: commit to the answer of the long poll that carries
 //     the event, beside the read-your-writes GET's commit to answer, alone
 //     and with idle long polls of other merchants;
@@ -57,6 +60,7 @@ func main() {
 		backlogEvents /= 10
 		noisyFor /= 10
 		feedIdlePolls /= 10
+		consoleLoads = 5
 	}
 	if err := checkOnly(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -69,7 +73,7 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "feed"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -177,6 +181,13 @@ func run() error {
 			return fmt.Errorf("noisy neighbour: %w", err)
 		}
 		rows = append(rows, nn...)
+	}
+	if only("console") {
+		cs, err := b.console(ctx)
+		if err != nil {
+			return fmt.Errorf("console: %w", err)
+		}
+		rows = append(rows, cs...)
 	}
 	if only("feed") {
 		fr, err := b.feed(ctx)

@@ -116,6 +116,9 @@ type Config struct {
 	// default), or the public or admin half when /metrics and /admin/* have
 	// a listener of their own (ADMIN_ADDR).
 	Surface Surface
+	// Console is the web console (ports/http/console), served under
+	// /console/ when APIEnabled. Optional.
+	Console http.Handler
 }
 
 // Surface is a set of routes one listener serves.
@@ -199,6 +202,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 			h = s.idempotent(h)
 		}
 		mux.Handle(rt.pattern, s.auth(rt.roles...)(h))
+	}
+	if cfg.Console != nil && cfg.APIEnabled {
+		mux.Handle("/console/", cfg.Console)
+		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))

@@ -61,7 +61,7 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 	}
 	start, total := time.Now(), 0
 	for {
-		rows, err := c.page(ctx, schema, offsets, p.Topic, p.Name)
+		rows, err := ReadPage(ctx, c.DB, schema, offsets, p.Topic, p.Name)
 		if err != nil {
 			return total, fmt.Errorf("catch up %s: %w", p.Name, err)
 		}
@@ -117,13 +117,16 @@ func (c CatchUp) exec(ctx context.Context, db execer, q wsql.Query) error {
 	return err
 }
 
-// page reads the next page of the group's messages, exactly as the
-// watermill-sql subscriber would, but without holding a transaction.
-func (c CatchUp) page(ctx context.Context, schema wsql.DefaultPostgreSQLSchema, offsets LockFreeOffsets, topic, group string) ([]wsql.Row, error) {
+// ReadPage reads the next page of a consumer group's messages, exactly as
+// the watermill-sql subscriber would (schema's order and page size, the
+// pg_snapshot_xmin rule, the position offsets gives), but in one statement,
+// without holding a transaction. The catch-up reads with it, and so does the
+// relay (adapters/pubsub/relay), whose position lives in the read model.
+func ReadPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSchema, offsets wsql.OffsetsAdapter, topic, group string) ([]wsql.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	q := schema.SelectQuery(topic, group, offsets)
-	rows, err := c.DB.QueryContext(ctx, q.Query, q.Args...)
+	rows, err := db.QueryContext(ctx, q.Query, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", topic, err)
 	}

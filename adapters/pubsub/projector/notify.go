@@ -131,11 +131,17 @@ func (n *Notifier) signal(table string) <-chan struct{} {
 	return ch
 }
 
-// Changed returns the channel that the next notification closes, whatever
-// its table, or the next (re)connection (notifications sent while the
-// connection was down are lost). The event feed's watcher waits on it: one
-// LISTEN connection serves the projections and every long poll.
-func (n *Notifier) Changed() <-chan struct{} { return n.signal(anyTable) }
+// Changed returns a channel that the next notification for topic closes
+// (as does every reconnection of the LISTEN connection). A reader takes it
+// before it reads the topic, so that a notification sent during the read is
+// not missed.
+func (n *Notifier) Changed(topic string) <-chan struct{} { return n.signal(topicTable(topic)) }
+
+// AnyChanged returns the channel that the next notification closes,
+// whatever its topic, or the next (re)connection. The event feed's watcher
+// waits on it: one LISTEN connection serves the projections and every long
+// poll.
+func (n *Notifier) AnyChanged() <-chan struct{} { return n.signal(anyTable) }
 
 func (n *Notifier) wake(table string) {
 	n.mu.Lock()
