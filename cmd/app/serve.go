@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -145,9 +144,12 @@ type wiring struct {
 	// retryInitial shortens the projections' retry budget in tests.
 	// Defaults to projector.RetryInitial.
 	retryInitial time.Duration
-	// liveTerm is the term whose projections run live (caught up, router
-	// running); 0 when none.
-	liveTerm *atomic.Int64
+	// live is, by unit name, the term each projection runs live under on
+	// this instance (caught up, router running).
+	live map[string]*projectionLive
+	// holder names this instance in leadership (tests run several workers
+	// in one process). Defaults to the leader package's HOSTNAME/PID.
+	holder string
 	// lags is the projections' recent lag, for the console's on-call view.
 	lags *console.LagHistory
 	// notifier and feedWatcher are set by wireEventFeed (modes api and
@@ -248,10 +250,11 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64)}
+	w := wiring{app: a, refdata: ref}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		w.projections = append(w.projections, projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
 	}
+	w.live = liveByUnit(w.projections)
 	if w.parking, err = projector.NewParking(dbs.es, w.projections...); err != nil {
 		return wiring{}, err
 	}
@@ -286,7 +289,7 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 
 // serve runs Hearth in its mode until ctx is done, then shuts down
 // gracefully: the HTTP server drains, the projections finish or abort the
-// message in flight, and the leadership lock is released.
+// message in flight, and the leadership locks are released.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	dbs, err := openDatabases(ctx, cfg)
 	if err != nil {
@@ -311,24 +314,25 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 
-	var elector *leader.Elector
-	if cfg.Mode != ModeAPI {
-		elector, err = newElector(cfg, dbs, log)
-		if err != nil {
-			return err
-		}
-	}
-	if elector != nil {
-		if err := w.telemetry.leader(elector, w.liveTerm); err != nil {
-			return err
-		}
-	}
+	var extra []leader.Unit
 	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
 	if err != nil {
 		return err
 	}
+	if relayUnit != nil {
+		extra = append(extra, *relayUnit)
+	}
+	var sched *leader.Scheduler
+	if cfg.Mode != ModeAPI {
+		if sched, err = newScheduler(cfg, dbs, w, log, extra...); err != nil {
+			return err
+		}
+		if err := w.telemetry.leadership(sched, w.live); err != nil {
+			return err
+		}
+	}
 	defer w.maintenance.Close()
-	hcfg, err := httpConfig(cfg, dbs, w, elector, log)
+	hcfg, err := httpConfig(cfg, dbs, w, sched, log)
 	if err != nil {
 		return err
 	}
@@ -408,15 +412,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("hearth started", append([]any{"mode", cfg.Mode, "split_databases", dbs.rm != dbs.es}, addrs...)...)
 
-	if elector != nil {
-		g.Go(func() error {
-			return elector.Run(gctx, func(leadCtx context.Context, term int64) error {
-				return lead(leadCtx, term, cfg, elector.Lease(), w, log)
-			})
-		})
-	}
-	if relayUnit != nil {
-		g.Go(func() error { return relayUnit.run(gctx) })
+	if sched != nil {
+		g.Go(func() error { return sched.Run(gctx) })
 	}
 	err = g.Wait()
 	log.Info("hearth stopped")
@@ -425,15 +422,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // httpConfig is the HTTP API's configuration on the wiring: serve's, and
 // the tests' (cmd/app/api_test.go), so that they cannot drift apart.
-// elector is nil in API mode (and in tests without leadership).
-func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, log *slog.Logger) (httpport.Config, error) {
+// sched is nil in API mode (and in tests without leadership).
+func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, log *slog.Logger) (httpport.Config, error) {
 	positions, err := readmodel.NewPositions(dbs.api())
 	if err != nil {
 		return httpport.Config{}, err
 	}
 	hc := httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(elector),
+		Ready: readiness(cfg, dbs, sched, w.live), Leadership: leadership(sched),
 		Parked: w.operator, Rebuilds: w.operator,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
@@ -500,29 +497,4 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 		return err
 	}
 	return pr.Run(ctx)
-}
-
-func readiness(cfg Config, dbs databases, elector *leader.Elector, liveTerm *atomic.Int64) func(context.Context) (map[string]any, error) {
-	return func(ctx context.Context) (map[string]any, error) {
-		details := map[string]any{"mode": cfg.Mode}
-		if elector != nil {
-			st := elector.Status()
-			details["role"] = st.Role
-			details["term"] = st.Term
-			details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
-			if st.Role == leader.RoleLeader {
-				details["projections"] = "catching_up"
-				if liveTerm.Load() == st.Term {
-					details["projections"] = "live"
-				}
-			}
-		}
-		if err := dbs.es.PingContext(ctx); err != nil {
-			return details, fmt.Errorf("event store: %w", err)
-		}
-		if err := dbs.rm.PingContext(ctx); err != nil {
-			return details, fmt.Errorf("read model: %w", err)
-		}
-		return details, nil
-	}
 }

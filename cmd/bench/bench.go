@@ -116,13 +116,28 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLim
 	}
 	for time.Now().Before(deadline) {
 		if _, ready := get("/readyz"); ready {
-			if metrics, _ := get("/metrics"); mode == "api" || strings.Contains(metrics, "\nhearth_projections_live 1\n") {
+			if metrics, _ := get("/metrics"); mode == "api" || allLive(metrics) {
 				return cmd, base, nil
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil, "", fmt.Errorf("hearth (mode %s) was not ready within 30s", mode)
+}
+
+// allLive reports whether /metrics shows every projection led and live
+// on this process, the bench's only worker.
+func allLive(metrics string) bool {
+	n := 0
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "hearth_projections_live{") {
+			if !strings.HasSuffix(line, " 1") {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
 }
 
 // sampleRSS records the process's peak RSS so far.

@@ -181,7 +181,8 @@ type notifyBackoff struct {
 	// that came during the poll has closed it already.
 	seen <-chan struct{}
 	// quick, when not zero, is a short wait for a re-poll after a
-	// notification found nothing visible yet; it doubles up to fallback.
+	// notification found nothing visible yet; it doubles up to
+	// min(fallback, quickMax).
 	quick time.Duration
 	// done ends any wait: this subscription's context ended or the
 	// subscriber is closing.
@@ -203,12 +204,7 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		b.seen = b.n.signal(b.table)
 		return 0 // there may be more: poll again at once
 	}
-	wait := b.fallback
-	if b.quick > 0 {
-		wait = b.quick
-		b.quick = min(b.quick*2, b.fallback)
-	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(b.nextWait())
 	select {
 	case <-b.seen:
 		b.quick = time.Millisecond
@@ -218,6 +214,25 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 	t.Stop()
 	b.seen = b.n.signal(b.table)
 	return 0
+}
+
+// quickMax caps the re-polls after a notification. A notified message can
+// stay invisible for as long as an older transaction anywhere in the
+// cluster is open (watermill-sql reads only below pg_snapshot_xmin, which is
+// cluster-wide), and without the cap the doubling would soon wait as long as
+// the fallback, leaving a message known to be there unread until then.
+const quickMax = time.Second
+
+// nextWait is how long to wait after an empty poll (unless a notification
+// comes first): the fallback, or while a notification's message is not yet
+// visible, the next quick re-poll.
+func (b *notifyBackoff) nextWait() time.Duration {
+	if b.quick == 0 {
+		return b.fallback
+	}
+	wait := b.quick
+	b.quick = min(b.quick*2, b.fallback, quickMax)
+	return wait
 }
 
 func (b *notifyBackoff) ending() bool {
