@@ -16,6 +16,9 @@
 //   - the console's dispatch board with 50 staff and 500 schedules in the
 //     week against an empty board: page weight and time to first render
 //     in headless Chromium;
+//   - the event feed: commit to the answer of the long poll that carries
+//     the event, beside the read-your-writes GET's commit to answer, alone
+//     and with idle long polls of other merchants;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -56,6 +59,7 @@ func main() {
 		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
 		noisyFor /= 10
+		feedIdlePolls /= 10
 		consoleLoads = 5
 	}
 	if err := checkOnly(); err != nil {
@@ -69,7 +73,7 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -184,6 +188,13 @@ func run() error {
 			return fmt.Errorf("console: %w", err)
 		}
 		rows = append(rows, cs...)
+	}
+	if only("feed") {
+		fr, err := b.feed(ctx)
+		if err != nil {
+			return fmt.Errorf("event feed: %w", err)
+		}
+		rows = append(rows, fr...)
 	}
 	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "by process: " + b.rssByProcess()})
 
