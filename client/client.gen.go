@@ -153,6 +153,108 @@ func (e EventType) Valid() bool {
 	}
 }
 
+// Defines values for FeedEventAggregateType.
+const (
+	FeedEventAggregateTypeOrder           FeedEventAggregateType = "order"
+	FeedEventAggregateTypeSchedule        FeedEventAggregateType = "schedule"
+	FeedEventAggregateTypeServiceRequest  FeedEventAggregateType = "service_request"
+	FeedEventAggregateTypeWebhookEndpoint FeedEventAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the FeedEventAggregateType enum.
+func (e FeedEventAggregateType) Valid() bool {
+	switch e {
+	case FeedEventAggregateTypeOrder:
+		return true
+	case FeedEventAggregateTypeSchedule:
+		return true
+	case FeedEventAggregateTypeServiceRequest:
+		return true
+	case FeedEventAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FeedEventSchemaVersion.
+const (
+	FeedEventSchemaVersionN1 FeedEventSchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the FeedEventSchemaVersion enum.
+func (e FeedEventSchemaVersion) Valid() bool {
+	switch e {
+	case FeedEventSchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FeedEventType.
+const (
+	FeedEventTypeOrderAssignmentUpdated       FeedEventType = "order.assignment_updated"
+	FeedEventTypeOrderCancelled               FeedEventType = "order.cancelled"
+	FeedEventTypeOrderCreated                 FeedEventType = "order.created"
+	FeedEventTypeOrderDetailsUpdated          FeedEventType = "order.details_updated"
+	FeedEventTypeOrderEventSkipped            FeedEventType = "order.event_skipped"
+	FeedEventTypeOrderSettlementUpdated       FeedEventType = "order.settlement_updated"
+	FeedEventTypeOrderStatusChanged           FeedEventType = "order.status_changed"
+	FeedEventTypeScheduleAssignmentUpdated    FeedEventType = "schedule.assignment_updated"
+	FeedEventTypeScheduleCreated              FeedEventType = "schedule.created"
+	FeedEventTypeScheduleEventSkipped         FeedEventType = "schedule.event_skipped"
+	FeedEventTypeScheduleStatusChanged        FeedEventType = "schedule.status_changed"
+	FeedEventTypeServiceRequestConverted      FeedEventType = "service_request.converted"
+	FeedEventTypeServiceRequestCreated        FeedEventType = "service_request.created"
+	FeedEventTypeServiceRequestDetailsUpdated FeedEventType = "service_request.details_updated"
+	FeedEventTypeServiceRequestEventSkipped   FeedEventType = "service_request.event_skipped"
+	FeedEventTypeServiceRequestStatusChanged  FeedEventType = "service_request.status_changed"
+	FeedEventTypeWebhookEndpointPing          FeedEventType = "webhook_endpoint.ping"
+)
+
+// Valid indicates whether the value is a known member of the FeedEventType enum.
+func (e FeedEventType) Valid() bool {
+	switch e {
+	case FeedEventTypeOrderAssignmentUpdated:
+		return true
+	case FeedEventTypeOrderCancelled:
+		return true
+	case FeedEventTypeOrderCreated:
+		return true
+	case FeedEventTypeOrderDetailsUpdated:
+		return true
+	case FeedEventTypeOrderEventSkipped:
+		return true
+	case FeedEventTypeOrderSettlementUpdated:
+		return true
+	case FeedEventTypeOrderStatusChanged:
+		return true
+	case FeedEventTypeScheduleAssignmentUpdated:
+		return true
+	case FeedEventTypeScheduleCreated:
+		return true
+	case FeedEventTypeScheduleEventSkipped:
+		return true
+	case FeedEventTypeScheduleStatusChanged:
+		return true
+	case FeedEventTypeServiceRequestConverted:
+		return true
+	case FeedEventTypeServiceRequestCreated:
+		return true
+	case FeedEventTypeServiceRequestDetailsUpdated:
+		return true
+	case FeedEventTypeServiceRequestEventSkipped:
+		return true
+	case FeedEventTypeServiceRequestStatusChanged:
+		return true
+	case FeedEventTypeWebhookEndpointPing:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok HealthStatus = "ok"
@@ -429,7 +531,9 @@ const (
 	ProblemsrateLimited           ProblemType = "/problems/rate-limited"
 	ProblemsruleBroken            ProblemType = "/problems/rule-broken"
 	Problemstimeout               ProblemType = "/problems/timeout"
+	ProblemstooManyWaits          ProblemType = "/problems/too-many-waits"
 	Problemsunauthenticated       ProblemType = "/problems/unauthenticated"
+	ProblemsunpublishableEvent    ProblemType = "/problems/unpublishable-event"
 	ProblemsvalidationFailed      ProblemType = "/problems/validation-failed"
 )
 
@@ -462,7 +566,11 @@ func (e ProblemType) Valid() bool {
 		return true
 	case Problemstimeout:
 		return true
+	case ProblemstooManyWaits:
+		return true
 	case Problemsunauthenticated:
+		return true
+	case ProblemsunpublishableEvent:
 		return true
 	case ProblemsvalidationFailed:
 		return true
@@ -1008,6 +1116,66 @@ func (e StartRebuildParamsProjection) Valid() bool {
 	case StartRebuildParamsProjectionSchedules:
 		return true
 	case StartRebuildParamsProjectionServiceRequests:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListEventsParamsTypes.
+const (
+	ListEventsParamsTypesOrderAssignmentUpdated       ListEventsParamsTypes = "order.assignment_updated"
+	ListEventsParamsTypesOrderCancelled               ListEventsParamsTypes = "order.cancelled"
+	ListEventsParamsTypesOrderCreated                 ListEventsParamsTypes = "order.created"
+	ListEventsParamsTypesOrderDetailsUpdated          ListEventsParamsTypes = "order.details_updated"
+	ListEventsParamsTypesOrderEventSkipped            ListEventsParamsTypes = "order.event_skipped"
+	ListEventsParamsTypesOrderSettlementUpdated       ListEventsParamsTypes = "order.settlement_updated"
+	ListEventsParamsTypesOrderStatusChanged           ListEventsParamsTypes = "order.status_changed"
+	ListEventsParamsTypesScheduleAssignmentUpdated    ListEventsParamsTypes = "schedule.assignment_updated"
+	ListEventsParamsTypesScheduleCreated              ListEventsParamsTypes = "schedule.created"
+	ListEventsParamsTypesScheduleEventSkipped         ListEventsParamsTypes = "schedule.event_skipped"
+	ListEventsParamsTypesScheduleStatusChanged        ListEventsParamsTypes = "schedule.status_changed"
+	ListEventsParamsTypesServiceRequestConverted      ListEventsParamsTypes = "service_request.converted"
+	ListEventsParamsTypesServiceRequestCreated        ListEventsParamsTypes = "service_request.created"
+	ListEventsParamsTypesServiceRequestDetailsUpdated ListEventsParamsTypes = "service_request.details_updated"
+	ListEventsParamsTypesServiceRequestEventSkipped   ListEventsParamsTypes = "service_request.event_skipped"
+	ListEventsParamsTypesServiceRequestStatusChanged  ListEventsParamsTypes = "service_request.status_changed"
+)
+
+// Valid indicates whether the value is a known member of the ListEventsParamsTypes enum.
+func (e ListEventsParamsTypes) Valid() bool {
+	switch e {
+	case ListEventsParamsTypesOrderAssignmentUpdated:
+		return true
+	case ListEventsParamsTypesOrderCancelled:
+		return true
+	case ListEventsParamsTypesOrderCreated:
+		return true
+	case ListEventsParamsTypesOrderDetailsUpdated:
+		return true
+	case ListEventsParamsTypesOrderEventSkipped:
+		return true
+	case ListEventsParamsTypesOrderSettlementUpdated:
+		return true
+	case ListEventsParamsTypesOrderStatusChanged:
+		return true
+	case ListEventsParamsTypesScheduleAssignmentUpdated:
+		return true
+	case ListEventsParamsTypesScheduleCreated:
+		return true
+	case ListEventsParamsTypesScheduleEventSkipped:
+		return true
+	case ListEventsParamsTypesScheduleStatusChanged:
+		return true
+	case ListEventsParamsTypesServiceRequestConverted:
+		return true
+	case ListEventsParamsTypesServiceRequestCreated:
+		return true
+	case ListEventsParamsTypesServiceRequestDetailsUpdated:
+		return true
+	case ListEventsParamsTypesServiceRequestEventSkipped:
+		return true
+	case ListEventsParamsTypesServiceRequestStatusChanged:
 		return true
 	default:
 		return false
@@ -2223,6 +2391,54 @@ type EventSchemaVersion int
 // EventType <aggregate>.<what happened>
 type EventType string
 
+// EventList One page of the event feed, in commit order.
+type EventList struct {
+	Events []FeedEvent `json:"events"`
+
+	// NextCursor where to continue: the last event's cursor, or past events types left out, or after itself when nothing came (empty at the start of an empty feed)
+	NextCursor string `json:"next_cursor"`
+}
+
+// FeedEvent A public event of the feed, with the cursor that continues right after it.
+type FeedEvent struct {
+	AggregateId   openapi_types.UUID     `json:"aggregate_id"`
+	AggregateType FeedEventAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int `json:"aggregate_version"`
+
+	// Cursor opaque; pass it as after to read on from just after this event
+	Cursor string `json:"cursor"`
+
+	// Data the payload; its schema depends on type
+	Data map[string]interface{} `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion FeedEventSchemaVersion `json:"schema_version"`
+
+	// Type <aggregate>.<what happened>
+	Type FeedEventType `json:"type"`
+}
+
+// FeedEventAggregateType defines model for FeedEvent.AggregateType.
+type FeedEventAggregateType string
+
+// FeedEventSchemaVersion the version of this form; new optional fields keep it
+type FeedEventSchemaVersion int
+
+// FeedEventType <aggregate>.<what happened>
+type FeedEventType string
+
 // FieldError defines model for FieldError.
 type FieldError struct {
 	Field   string `json:"field"`
@@ -2625,6 +2841,9 @@ type Problem struct {
 
 	// Errors the offending fields (400 and 422)
 	Errors *[]FieldError `json:"errors,omitempty"`
+
+	// EventId for /problems/unpublishable-event (500): the stored event the feed cannot give in its public form; the feed stops before it
+	EventId *openapi_types.UUID `json:"event_id,omitempty"`
 
 	// Limit for /problems/rate-limited (429): which limit refused the request
 	Limit *ProblemLimit `json:"limit,omitempty"`
@@ -3125,6 +3344,18 @@ type ConsistencyTimeout = string
 // CustomerId defines model for customer_id.
 type CustomerId = openapi_types.UUID
 
+// FeedAfter defines model for feed_after.
+type FeedAfter = string
+
+// FeedLimit defines model for feed_limit.
+type FeedLimit = int
+
+// FeedTypes defines model for feed_types.
+type FeedTypes = []string
+
+// FeedWait defines model for feed_wait.
+type FeedWait = string
+
 // Id defines model for id.
 type Id = openapi_types.UUID
 
@@ -3352,6 +3583,24 @@ type UpdateCustomerParams struct {
 	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
+
+// ListEventsParams defines parameters for ListEvents.
+type ListEventsParams struct {
+	// After an opaque cursor from next_cursor or an event's cursor; absent or empty: from the start of the merchant's feed. Anything else is 400.
+	After *FeedAfter `form:"after,omitempty" json:"after,omitempty"`
+
+	// Types only these public event types, separated by commas (the parameter may also repeat); an unknown type is 400
+	Types *FeedTypes `form:"types,omitempty" json:"types,omitempty"`
+
+	// Limit the most events to answer
+	Limit *FeedLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Wait how long to wait for an event when there is none, a Go duration such as 500ms or 20s; 0 answers at once. Defaults to, and is capped at, the server's EVENT_FEED_WAIT (20s by default).
+	Wait *FeedWait `form:"wait,omitempty" json:"wait,omitempty"`
+}
+
+// ListEventsParamsTypes defines parameters for ListEvents.
+type ListEventsParamsTypes string
 
 // ListOrdersParams defines parameters for ListOrders.
 type ListOrdersParams struct {
@@ -4614,6 +4863,13 @@ type ClientInterface interface {
 	// Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 	UpdateCustomer(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListEvents Read the event feed
+	//
+	// The key's merchant's events in their public form, in commit order, after the cursor after. A client that stores the cursor of the last event it processed and reads on from it never misses or reorders an event, across restarts, deploys and leadership changes. When there is nothing after the cursor, the request waits (long poll) up to wait for the first event; an empty answer keeps the cursor. Events are answered only once every transaction that could still commit before them has ended, so an event shows up a few milliseconds after its write answers. See docs/api.md, Events out.
+	//
+	// Corresponds with GET /v1/events (the `ListEvents` operationId).
+	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListOrders List orders
 	//
 	// Newest first; with from or to, by scheduled start. Worker keys see only orders assigned to their staff member.
@@ -5436,6 +5692,23 @@ func (c *Client) UpdateCustomerWithBody(ctx context.Context, id Id, params *Upda
 // Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 func (c *Client) UpdateCustomer(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateCustomerRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEvents Read the event feed
+//
+// The key's merchant's events in their public form, in commit order, after the cursor after. A client that stores the cursor of the last event it processed and reads on from it never misses or reorders an event, across restarts, deploys and leadership changes. When there is nothing after the cursor, the request waits (long poll) up to wait for the first event; an empty answer keeps the cursor. Events are answered only once every transaction that could still commit before them has ended, so an event shows up a few milliseconds after its write answers. See docs/api.md, Events out.
+//
+// Corresponds with GET /v1/events (the `ListEvents` operationId).
+func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -7457,6 +7730,96 @@ func NewUpdateCustomerRequestWithBody(server string, id Id, params *UpdateCustom
 			req.Header.Set("Idempotency-Key", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewListEventsRequest constructs an http.Request for the ListEvents method
+func NewListEventsRequest(server string, params *ListEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Types != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "types", *params.Types, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -9731,6 +10094,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 	UpdateCustomerWithResponse(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateCustomerResponse, error)
+
+	// ListEventsWithResponse Read the event feed
+	//
+	// The key's merchant's events in their public form, in commit order, after the cursor after. A client that stores the cursor of the last event it processed and reads on from it never misses or reorders an event, across restarts, deploys and leadership changes. When there is nothing after the cursor, the request waits (long poll) up to wait for the first event; an empty answer keeps the cursor. Events are answered only once every transaction that could still commit before them has ended, so an event shows up a few milliseconds after its write answers. See docs/api.md, Events out.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `ListEvents` operationId).
+	ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error)
 
 	// ListOrdersWithResponse List orders
 	//
@@ -14430,6 +14802,156 @@ func (r UpdateCustomerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UpdateCustomerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListEventsResponse200Headers the declared response headers of an HTTP 200 response for ListEvents
+type ListEventsResponse200Headers struct {
+	CacheControl        *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ListEventsResponse400Headers the declared response headers of an HTTP 400 response for ListEvents
+type ListEventsResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListEventsResponse401Headers the declared response headers of an HTTP 401 response for ListEvents
+type ListEventsResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListEventsResponse403Headers the declared response headers of an HTTP 403 response for ListEvents
+type ListEventsResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListEventsResponse429Headers the declared response headers of an HTTP 429 response for ListEvents
+type ListEventsResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ListEventsResponse500Headers the declared response headers of an HTTP 500 response for ListEvents
+type ListEventsResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListEventsResponse503Headers the declared response headers of an HTTP 503 response for ListEvents
+type ListEventsResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ListEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListEventsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListEventsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListEventsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListEventsResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListEventsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListEventsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListEventsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEventsResponse) GetJSON200() *EventList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -19418,6 +19940,21 @@ func (c *ClientWithResponses) UpdateCustomerWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseUpdateCustomerResponse(rsp)
+}
+
+// ListEventsWithResponse Read the event feed
+//
+// The key's merchant's events in their public form, in commit order, after the cursor after. A client that stores the cursor of the last event it processed and reads on from it never misses or reorders an event, across restarts, deploys and leadership changes. When there is nothing after the cursor, the request waits (long poll) up to wait for the first event; an empty answer keeps the cursor. Events are answered only once every transaction that could still commit before them has ended, so an event shows up a few milliseconds after its write answers. See docs/api.md, Events out.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `ListEvents` operationId).
+func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error) {
+	rsp, err := c.ListEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEventsResponse(rsp)
 }
 
 // ListOrdersWithResponse List orders
@@ -27524,6 +28061,273 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers UpdateCustomerResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListEventsResponse parses an HTTP response from a ListEventsWithResponse call
+func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListEventsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListEventsResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListEventsResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListEventsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListEventsResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListEventsResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListEventsResponse503Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
