@@ -35,4 +35,6 @@ type Queries struct {
 	ServiceRequests query.ServiceRequests
 	Schedules       query.Schedules
 	Webhooks        query.Webhooks
+	// Events is the event feed (GET /v1/events).
+	Events query.Feed
 }

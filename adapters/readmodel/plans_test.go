@@ -2,7 +2,6 @@ package readmodel_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -214,12 +213,7 @@ func TestPlans(t *testing.T) {
 		require.NotEmpty(t, queries, c.name)
 		fmt.Fprintf(&doc, "### %s\n\n", c.name)
 		for _, q := range queries {
-			var raw string
-			require.NoError(t, db.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+q).Scan(&raw), q)
-			var plan []struct {
-				Plan planNode `json:"Plan"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(raw), &plan))
+			plan, raw := pgtest.Explain(t, db, q)
 			// The one exception: counting all of a merchant's rows (no filter
 			// but the merchant) when it owns 95% of the table, which the
 			// planner rightly does by reading the table. Its page is still
@@ -227,7 +221,7 @@ func TestPlans(t *testing.T) {
 			// count is an index-only scan too.
 			wholeMerchantCount := strings.HasPrefix(q, "SELECT count(*)") && !strings.Contains(q, " AND ")
 			var scans []string
-			plan[0].Plan.walk(func(n planNode) {
+			plan.Walk(func(n pgtest.PlanNode) {
 				if strings.Contains(n.NodeType, "Scan") {
 					scans = append(scans, n.NodeType+" on "+n.RelationName+" "+n.IndexName)
 				}
@@ -237,21 +231,10 @@ func TestPlans(t *testing.T) {
 			})
 			require.NotEmpty(t, scans, c.name)
 			if !strings.HasPrefix(q, "SELECT count(*)") {
-				require.NoError(t, defaults.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+q).Scan(&raw), q)
+				_, raw := pgtest.Explain(t, defaults, q)
 				require.NotContains(t, raw, `"Seq Scan"`, "%s: with the default random_page_cost too:\n%s\n%s", c.name, q, raw)
 			}
-
-			rows, err := db.QueryContext(ctx, "EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON) "+q)
-			require.NoError(t, err)
-			var text []string
-			for rows.Next() {
-				var line string
-				require.NoError(t, rows.Scan(&line))
-				text = append(text, line)
-			}
-			require.NoError(t, rows.Err())
-			rows.Close()
-			fmt.Fprintf(&doc, "```sql\n%s\n```\n\n```\n%s\n```\n\n", q, strings.Join(text, "\n"))
+			fmt.Fprintf(&doc, "```sql\n%s\n```\n\n```\n%s\n```\n\n", q, pgtest.ExplainAnalyze(t, db, q))
 		}
 	}
 	if *update {
@@ -262,7 +245,8 @@ cluster): the read model holds 100,000 orders, service requests and schedules fo
 merchant and 1,000 of each for five others (1,000 customers and 50 staff members per merchant,
 a year of scheduled starts, every status), after ` + "`VACUUM (FREEZE, ANALYZE)`" + `. Each list answers
 two statements: the page (` + "`LIMIT`/`OFFSET`" + `) and its ` + "`count(*)`" + ` for ` + "`total`" + `. The SQL below is
-captured from the read model itself (a Bun query hook), not rewritten by hand.
+captured from the read model itself (a Bun query hook), not rewritten by hand. The event
+feed's plans are in [query-plans-feed.md](query-plans-feed.md).
 
 What the test asserts:
 
@@ -284,19 +268,5 @@ would be the next step if clients page that deep. Timings are from one run and o
 
 `
 		require.NoError(t, os.WriteFile("../../docs/query-plans.md", []byte(header+doc.String()), 0o644))
-	}
-}
-
-type planNode struct {
-	NodeType     string     `json:"Node Type"`
-	RelationName string     `json:"Relation Name"`
-	IndexName    string     `json:"Index Name"`
-	Plans        []planNode `json:"Plans"`
-}
-
-func (n planNode) walk(fn func(planNode)) {
-	fn(n)
-	for _, c := range n.Plans {
-		c.walk(fn)
 	}
 }

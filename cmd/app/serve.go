@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
 	"golang.org/x/sync/errgroup"
 
@@ -161,6 +162,49 @@ type wiring struct {
 	holder string
 	// lags is the projections' recent lag, for the console's on-call view.
 	lags *console.LagHistory
+	// notifier and feedWatcher are set by wireEventFeed (modes api and
+	// all) and run by runNotifications. The projections share the notifier
+	// when it is set; otherwise each term opens its own.
+	notifier    *projector.Notifier
+	feedWatcher *pubsub.FeedWatcher
+}
+
+// wireEventFeed adds the event feed (GET /v1/events) to w: its reads on
+// the request pool, and the process's one LISTEN connection (the notifier)
+// with the watcher that wakes the feed's long polls from it.
+func (w *wiring) wireEventFeed(cfg Config, dbs databases, log *slog.Logger) error {
+	apiES, _ := dbs.api()
+	store, err := pubsub.NewFeed(apiES.DB)
+	if err != nil {
+		return err
+	}
+	if w.notifier, err = projector.NewNotifier(cfg.DatabaseURL, log); err != nil {
+		return err
+	}
+	w.feedWatcher, err = pubsub.NewFeedWatcher(pubsub.FeedWatcherConfig{
+		DB: dbs.es.DB, Changed: w.notifier.AnyChanged, Fallback: cfg.PollInterval, Log: log})
+	if err != nil {
+		return err
+	}
+	if w.app.Queries.Events, err = query.NewFeed(store, w.feedWatcher); err != nil {
+		return err
+	}
+	return w.telemetry.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hearth_event_feed_waiting",
+		Help: "Reads of the event feed (GET /v1/events) waiting for events (long polls) on this instance.",
+	}, func() float64 { return float64(w.feedWatcher.Waiting()) }))
+}
+
+// runNotifications runs the notifier and the event feed's watcher until ctx
+// ends.
+func (w wiring) runNotifications(ctx context.Context) error {
+	if w.notifier == nil {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.notifier.Run(gctx) })
+	g.Go(func() error { return w.feedWatcher.Run(gctx) })
+	return g.Wait()
 }
 
 // wire builds the application on the request pools (dbs.api) and the
@@ -290,6 +334,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Mode != ModeWorker {
+		if err := w.wireEventFeed(cfg, dbs, log); err != nil {
+			return err
+		}
+	}
 
 	var extra []leader.Unit
 	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
@@ -333,6 +382,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		surfaces = []httpport.Surface{httpport.SurfacePublic, httpport.SurfaceAdmin}
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.runNotifications(gctx) })
+	// Closed when shutdown begins: the event feed's long polls answer at
+	// once, so that the servers drain without waiting for them.
+	draining := make(chan struct{})
+	hcfg.Draining = draining
+	g.Go(func() error {
+		<-gctx.Done()
+		close(draining)
+		return nil
+	})
 	addrs := make([]any, 0, 2*len(listeners))
 	defer closeConsole(hcfg.Console)
 	for i, l := range listeners {
@@ -402,6 +461,7 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		Parked: w.operator, Rebuilds: w.operator,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
+		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
@@ -449,6 +509,7 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 	pr, err := projector.New(projector.Config{
 		EventStore:   es,
 		ConnString:   cfg.DatabaseURL,
+		Notifier:     w.notifier,
 		SameDB:       cfg.ReadModelDatabaseURL == cfg.DatabaseURL,
 		Fallback:     cfg.PollInterval,
 		Log:          log,

@@ -40,7 +40,7 @@ func webhookUnit(cfg Config, w wiring, log *slog.Logger) leader.Unit {
 
 // leadWebhooks runs webhook delivery for one leadership term until ctx
 // ends: the fan-out's projections through the projector (catch-up, then a
-// router woken by NOTIFY) and the dispatcher, sharing one notifier, on an
+// router woken by NOTIFY) and the dispatcher, sharing a notifier, on an
 // event-store pool of the term's own. Every transaction that records
 // fan-out or delivery state checks the term (hearth_es_fence, after
 // webhooks.BeginTerm copied it to the event store); the first that finds it
@@ -58,9 +58,13 @@ func leadWebhooks(ctx context.Context, term int64, cfg Config, lease time.Durati
 	}
 	ctx, stepDown := context.WithCancelCause(readmodel.WithFence(ctx, fence))
 	defer stepDown(nil)
-	notifier, err := projector.NewNotifier(cfg.DatabaseURL, log)
-	if err != nil {
-		return err
+	// The process's notifier when it has one (modes api and all, run by
+	// its owner), else one of the term's own.
+	notifier, own := w.notifier, w.notifier == nil
+	if own {
+		if notifier, err = projector.NewNotifier(cfg.DatabaseURL, log); err != nil {
+			return err
+		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	d, err := webhooks.NewDispatcher(gctx, webhooks.DispatcherConfig{
@@ -78,7 +82,9 @@ func leadWebhooks(ctx context.Context, term int64, cfg Config, lease time.Durati
 	if err != nil {
 		return err
 	}
-	g.Go(func() error { return notifier.Run(gctx) })
+	if own {
+		g.Go(func() error { return notifier.Run(gctx) })
+	}
 	g.Go(func() error {
 		return d.Run(func() <-chan struct{} { return notifier.Signal(webhooks.DeliveriesTable) })
 	})

@@ -80,16 +80,17 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLim
 	ln.Close()
 	cmd := exec.Command(b.bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode,
-		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String(),
-		// The webhook receivers listen on loopback, in the bench process; a
-		// held receiver keeps its requests until the backlog is queued.
-		"WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_TIMEOUT=1m")
+		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String())
 	if len(withLimits) == 0 || !withLimits[0] {
 		// One key of one merchant drives the throughput runs: the fair-share
 		// limits (which would hold it to RATE_LIMIT_KEY_RPS) are off, and so
 		// is the key cache, so that Hearth looks its key up on every request
 		// as the pgbench script it is compared with does.
-		cmd.Env = append(cmd.Env, "RATE_LIMIT_KEY_RPS=0", "RATE_LIMIT_MERCHANT_RPS=0", "RATE_LIMIT_MERCHANT_IN_FLIGHT=0", "KEY_CACHE_TTL=0")
+		// The lookups of the key are many at once, and lookups in flight
+		// count against the client address's budget of unknown keys: it is
+		// off too.
+		cmd.Env = append(cmd.Env, "RATE_LIMIT_KEY_RPS=0", "RATE_LIMIT_MERCHANT_RPS=0", "RATE_LIMIT_MERCHANT_IN_FLIGHT=0",
+			"RATE_LIMIT_UNKNOWN_KEY_RPS=0", "KEY_CACHE_TTL=0")
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -238,66 +239,18 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 	if err != nil {
 		return nil, err
 	}
-	visible := newProbe()
+	visible := newArrivals()
 	err = loadOrders(ctx, db, url, d, merchantID, customerID, visible)
-	return visible.stats(), err
+	return visible.latencies(), err
 }
 
-// probe measures, per order, from the commit that created it to the moment
-// something saw it (its read-model row, a webhook receiver). Either may be
-// reported first.
-type probe struct {
-	mu        sync.Mutex
-	committed map[string]time.Time // id -> commit, not yet seen
-	seen      map[string]time.Time // id -> seen, commit not yet recorded
-	out       stats
-}
-
-func newProbe() *probe {
-	return &probe{committed: map[string]time.Time{}, seen: map[string]time.Time{}}
-}
-
-func (p *probe) commit(id string, at time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if v, ok := p.seen[id]; ok {
-		p.out = append(p.out, max(0, v.Sub(at)))
-		delete(p.seen, id)
-		return
-	}
-	p.committed[id] = at
-}
-
-func (p *probe) see(id string, at time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.committed[id]; ok {
-		p.out = append(p.out, max(0, at.Sub(c)))
-		delete(p.committed, id)
-		return
-	}
-	p.seen[id] = at
-}
-
-func (p *probe) waiting() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.committed)
-}
-
-func (p *probe) stats() stats {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.out)
-}
-
-// loadOrders creates orders of the merchant through the command handlers at
-// a steady rate for d, and reports each commit to visible and the other
-// probes; visible also gets the moment each orders row became readable in
-// db (visibleSQL, on a LISTEN connection to url). It returns once every
-// probe has seen every order, or 30 s after the load (the rest are left out
-// of the figures).
-func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, merchantID, customerID string, visible *probe, others ...*probe) error {
+// loadOrders creates orders of the merchant through the command handlers
+// at a steady rate for d, and notes each commit in visible and the others
+// (what else watches them: a webhook receiver); visible also sees the
+// moment each orders row became readable in db (visibleSQL, on a LISTEN
+// connection to url). It returns once all of them have seen every order,
+// or 30 s after the load (the rest are left out of the figures).
+func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, merchantID, customerID string, visible *arrivals, others ...*arrivals) error {
 	if _, err := db.ExecContext(ctx, visibleSQL); err != nil {
 		return fmt.Errorf("visibility trigger: %w", err)
 	}
@@ -321,7 +274,7 @@ func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, me
 	if err != nil {
 		return err
 	}
-	probes := append([]*probe{visible}, others...)
+	watchers := append([]*arrivals{visible}, others...)
 	var mu sync.Mutex
 	var firstErr error
 	fail := func(err error) {
@@ -341,7 +294,7 @@ func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, me
 				}
 				return
 			}
-			visible.see(note.Payload, time.Now())
+			visible.seen(note.Payload, time.Now())
 		}
 	}()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -359,27 +312,80 @@ func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, me
 				fail(err)
 				return
 			}
-			for _, p := range probes {
-				p.commit(w.Stream[0].StreamID, at)
+			for _, a := range watchers {
+				a.committed(w.Stream[0].StreamID, at)
 			}
 		})
 	}
 	wg.Wait()
-	// The rest drain; any not seen after 30 s are left out of the figures.
-	for drained := time.Now(); time.Since(drained) < 30*time.Second; time.Sleep(time.Millisecond) {
-		n := 0
-		for _, p := range probes {
-			n += p.waiting()
-		}
-		if n == 0 {
-			break
-		}
+	for _, a := range watchers {
+		a.drain()
 	}
 	stopWatching()
 	<-watched
 	mu.Lock()
 	defer mu.Unlock()
 	return firstErr
+}
+
+// arrivals pairs each id's commit with the moment it was seen, in
+// whichever order the two are recorded (the watcher may see an id before
+// its writer has noted the commit).
+type arrivals struct {
+	mu      sync.Mutex
+	commits map[string]time.Time // id -> commit, not yet seen
+	early   map[string]time.Time // id -> seen, commit not yet recorded
+	out     stats
+}
+
+func newArrivals() *arrivals {
+	return &arrivals{commits: map[string]time.Time{}, early: map[string]time.Time{}}
+}
+
+func (a *arrivals) committed(id string, at time.Time) { a.note(id, at, true) }
+
+func (a *arrivals) seen(id string, at time.Time) { a.note(id, at, false) }
+
+// note records id's commit or sighting; once both are known, the time
+// between them counts.
+func (a *arrivals) note(id string, at time.Time, commit bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	mine, other := a.early, a.commits
+	if commit {
+		mine, other = a.commits, a.early
+	}
+	o, ok := other[id]
+	if !ok {
+		mine[id] = at
+		return
+	}
+	delete(other, id)
+	if commit {
+		a.out = append(a.out, max(0, o.Sub(at)))
+	} else {
+		a.out = append(a.out, max(0, at.Sub(o)))
+	}
+}
+
+// pending is how many committed ids have not been seen.
+func (a *arrivals) pending() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.commits)
+}
+
+// drain waits for the committed ids still unseen; any not seen after 30 s
+// are left out of the figures.
+func (a *arrivals) drain() {
+	for drained := time.Now(); time.Since(drained) < 30*time.Second && a.pending() > 0; time.Sleep(time.Millisecond) {
+	}
+}
+
+func (a *arrivals) latencies() stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.out
 }
 
 // warmUp runs the latency load for latencyWarmUp and discards the figures,

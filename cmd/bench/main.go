@@ -13,13 +13,16 @@
 //   - the noisy neighbour: one merchant's reads at a steady rate while
 //     another floods (unknown keys, its heaviest list, its writes), with
 //     Hearth's default limits;
+//   - the console's dispatch board with 50 staff and 500 schedules in the
+//     week against an empty board: page weight and time to first render
+//     in headless Chromium;
+//   - the event feed: commit to the answer of the long poll that carries
+//     the event, beside the read-your-writes GET's commit to answer, alone
+//     and with idle long polls of other merchants;
 //   - webhooks: delivery latency from the commit to a receiver at 200
 //     events/s beside the read model's latency of the same events, the same
 //     beside a slow endpoint, and the rate a receiver drains a backlog at,
 //     beside Hearth's sender alone;
-//   - the console's dispatch board with 50 staff and 500 schedules in the
-//     week against an empty board: page weight and time to first render
-//     in headless Chromium;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -61,6 +64,7 @@ func main() {
 		backlogEvents /= 10
 		noisyFor /= 10
 		hookBacklog /= 10
+		feedIdlePolls /= 10
 		consoleLoads = 5
 	}
 	if err := checkOnly(); err != nil {
@@ -74,7 +78,7 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "webhooks"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed", "webhooks"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -183,19 +187,26 @@ func run() error {
 		}
 		rows = append(rows, nn...)
 	}
-	if only("webhooks") {
-		wh, err := b.webhooks(ctx)
-		if err != nil {
-			return fmt.Errorf("webhooks: %w", err)
-		}
-		rows = append(rows, wh...)
-	}
 	if only("console") {
 		cs, err := b.console(ctx)
 		if err != nil {
 			return fmt.Errorf("console: %w", err)
 		}
 		rows = append(rows, cs...)
+	}
+	if only("feed") {
+		fr, err := b.feed(ctx)
+		if err != nil {
+			return fmt.Errorf("event feed: %w", err)
+		}
+		rows = append(rows, fr...)
+	}
+	if only("webhooks") {
+		wh, err := b.webhooks(ctx)
+		if err != nil {
+			return fmt.Errorf("webhooks: %w", err)
+		}
+		rows = append(rows, wh...)
 	}
 	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "by process: " + b.rssByProcess()})
 

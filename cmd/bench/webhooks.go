@@ -45,7 +45,7 @@ type hookReceiver struct {
 	delay time.Duration
 
 	mu    sync.Mutex
-	probe *probe
+	probe *arrivals
 	hold  chan struct{}
 	got   map[string]bool
 	all   chan struct{} // closed when got reaches want
@@ -98,14 +98,14 @@ func (rc *hookReceiver) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		rc.mu.Unlock()
 		if p != nil {
-			p.see(e.AggregateID, at)
+			p.seen(e.AggregateID, at)
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // measure reports what the receiver gets to p from now on.
-func (rc *hookReceiver) measure(p *probe) {
+func (rc *hookReceiver) measure(p *arrivals) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.probe = p
@@ -164,13 +164,13 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	}
 
 	b.progress("webhooks: latency to one receiver, %d events/s for %s after %s of warm-up", rate, latencyFor, latencyWarmUp)
-	warm := newProbe()
+	warm := newArrivals()
 	fast.measure(warm)
-	if err := loadOrders(ctx, db, url, latencyWarmUp, merchantID, customerID, newProbe(), warm); err != nil {
+	if err := loadOrders(ctx, db, url, latencyWarmUp, merchantID, customerID, newArrivals(), warm); err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
-	b.progress("webhooks warm-up (not counted): %s", warm.stats())
-	visible, hook := newProbe(), newProbe()
+	b.progress("webhooks warm-up (not counted): %s", warm.latencies())
+	visible, hook := newArrivals(), newArrivals()
 	fast.measure(hook)
 	if err := loadOrders(ctx, db, url, latencyFor, merchantID, customerID, visible, hook); err != nil {
 		return nil, err
@@ -189,17 +189,17 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	// Alone and beside the slow endpoint in turns, so that a change in the
 	// host's load favours neither.
 	b.progress("webhooks: %s in %d turns, alone and beside an endpoint whose receiver takes %s per request", isolationFor, webhookTurns, slowReceiverTakes)
-	alone, beside := newProbe(), newProbe()
+	alone, beside := newArrivals(), newArrivals()
 	for range webhookTurns {
 		for _, turn := range []struct {
 			slowEnabled bool
-			p           *probe
+			p           *arrivals
 		}{{false, alone}, {true, beside}} {
 			if _, err := db.ExecContext(ctx, `UPDATE webhook_endpoints SET enabled = ? WHERE id = ?`, turn.slowEnabled, slowID); err != nil {
 				return nil, err
 			}
 			fast.measure(turn.p)
-			if err := loadOrders(ctx, db, url, isolationFor/webhookTurns, merchantID, customerID, newProbe(), turn.p); err != nil {
+			if err := loadOrders(ctx, db, url, isolationFor/webhookTurns, merchantID, customerID, newArrivals(), turn.p); err != nil {
 				return nil, err
 			}
 		}
@@ -222,12 +222,12 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	}
 	return []row{
 		{fmt.Sprintf("webhook delivery latency, commit to receiver, at %d events/s, %s (p50 / p99 / max)", rate, latencyFor),
-			hook.stats().String(), visible.stats().String(),
+			hook.latencies().String(), visible.latencies().String(),
 			"reference: the orders read model's append-to-visible latency of the same events, in the same run"},
 		{fmt.Sprintf("the same, %s, beside an endpoint of the merchant whose receiver takes %s per request", isolationFor, slowReceiverTakes),
-			beside.stats().String(), alone.stats().String(),
+			beside.latencies().String(), alone.latencies().String(),
 			fmt.Sprintf("reference: the same endpoint alone, in %d turns with it; the slow endpoint got %d of its %d deliveries meanwhile (8 in flight at a time)",
-				webhookTurns, slowGot, len(beside.stats()))},
+				webhookTurns, slowGot, len(beside.latencies()))},
 		{fmt.Sprintf("webhook throughput: a receiver drains a backlog of %d deliveries", hookBacklog),
 			fmt.Sprintf("%.0f deliveries/s", drain), fmt.Sprintf("%.0f POSTs/s", plain),
 			"plain: the same signed POSTs by Hearth's sender alone, 8 at a time (the dispatcher's cap per endpoint), no database"},

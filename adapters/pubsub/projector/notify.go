@@ -42,6 +42,9 @@ type Notifier struct {
 	signals map[string]chan struct{} // by table name; closed and replaced on each notification
 }
 
+// anyTable is the key of signals whose channel every notification closes.
+const anyTable = ""
+
 // NewNotifier returns a notifier on the event-store database. Call Run.
 func NewNotifier(connString string, log *slog.Logger) (*Notifier, error) {
 	if _, err := pgx.ParseConfig(connString); err != nil {
@@ -141,12 +144,20 @@ func (n *Notifier) signal(table string) <-chan struct{} {
 // not missed.
 func (n *Notifier) Changed(topic string) <-chan struct{} { return n.signal(topicTable(topic)) }
 
+// AnyChanged returns the channel that the next notification closes,
+// whatever its topic, or the next (re)connection. The event feed's watcher
+// waits on it: one LISTEN connection serves the projections and every long
+// poll.
+func (n *Notifier) AnyChanged() <-chan struct{} { return n.signal(anyTable) }
+
 func (n *Notifier) wake(table string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if ch, ok := n.signals[table]; ok {
-		close(ch)
-		delete(n.signals, table)
+	for _, key := range []string{table, anyTable} {
+		if ch, ok := n.signals[key]; ok {
+			close(ch)
+			delete(n.signals, key)
+		}
 	}
 }
 

@@ -19,6 +19,10 @@ type Config struct {
 	EventStore *sql.DB
 	// ConnString is the event store's URL, for the LISTEN connection.
 	ConnString string
+	// Notifier, when set, is the process's notifier, run by its owner: the
+	// projections share its LISTEN connection (with the event feed).
+	// Otherwise each Run opens a notifier of its own on ConnString.
+	Notifier *Notifier
 	// SameDB reports that the read model lives in the event store's
 	// database (the catch-up then moves offsets in the read-model
 	// transaction).
@@ -46,9 +50,6 @@ type Config struct {
 	// OnLive, when set, is called once the term's router runs: the
 	// catch-up is done and the subscribers are subscribed.
 	OnLive func()
-	// Notifier, when set, is a notifier the caller runs (and shares with
-	// others); Run then starts none of its own. Optional.
-	Notifier *Notifier
 	// Projections are the read models fed, each from its topic.
 	Projections []Projection
 }
@@ -59,6 +60,7 @@ type Config struct {
 type Projector struct {
 	db           *sql.DB
 	connString   string
+	notifier     *Notifier
 	sameDB       bool
 	fallback     time.Duration
 	log          *slog.Logger
@@ -69,7 +71,6 @@ type Projector struct {
 	metrics      *Metrics
 	registry     prometheus.Registerer
 	onLive       func()
-	notifier     *Notifier
 	projections  []Projection
 }
 
@@ -86,10 +87,10 @@ func New(cfg Config) (*Projector, error) {
 		onLive = func() {}
 	}
 	return &Projector{
-		db: cfg.EventStore, connString: cfg.ConnString, sameDB: cfg.SameDB, fallback: cfg.Fallback,
+		db: cfg.EventStore, connString: cfg.ConnString, notifier: cfg.Notifier, sameDB: cfg.SameDB, fallback: cfg.Fallback,
 		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
 		pageSize: cfg.CatchUpPageSize, parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry,
-		onLive: onLive, notifier: cfg.Notifier, projections: cfg.Projections,
+		onLive: onLive, projections: cfg.Projections,
 	}, nil
 }
 
