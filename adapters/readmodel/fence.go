@@ -33,7 +33,7 @@ type Fence struct {
 	// Function is the SQL function that checks the term, with hearth_fence's
 	// arguments and refusal (SQLSTATE HT001). Defaults to hearth_fence (the
 	// read model's); writes to the event-store database check
-	// hearth_es_fence (migration eventstore/007, adapters/webhooks).
+	// hearth_es_fence (migration eventstore/008, adapters/webhooks).
 	Function string
 }
 

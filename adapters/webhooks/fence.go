@@ -10,7 +10,7 @@ import (
 )
 
 // FenceFunction is the event-store database's fencing check (migration
-// eventstore/007), for readmodel.Fence.Function.
+// eventstore/008), for readmodel.Fence.Function.
 const FenceFunction = "hearth_es_fence"
 
 // BeginTerm copies the leader's term f.Term (begun in projection_leader, in
