@@ -500,7 +500,11 @@ func TestOperatorToolsUnderProjectionLeadership(t *testing.T) {
 	require.Eventually(t, func() bool { return version(bad) == 4 && version(last) == 3 }, 20*time.Second, 5*time.Millisecond)
 	for _, f := range aggregates.All() {
 		var term int64
-		require.NoError(t, rm.DB.QueryRow(`SELECT coalesce(term, 0) FROM change_log WHERE aggregate_type = $1 ORDER BY id DESC LIMIT 1`, f.Type).Scan(&term))
+		// every() wrote a service request too, which its own projection
+		// applies in its own time: wait for its row as for the order's.
+		require.Eventually(t, func() bool {
+			return rm.DB.QueryRow(`SELECT coalesce(term, 0) FROM change_log WHERE aggregate_type = $1 ORDER BY id DESC LIMIT 1`, f.Type).Scan(&term) == nil
+		}, 20*time.Second, 5*time.Millisecond, "%s has applied an event", f.Projection)
 		require.Equal(t, p.unit(f.Projection).Term, term, "%s writes under its own term", f.Projection)
 	}
 	out, err = cli(t.Context(), urls, "verify", "--recheck", "2s")
