@@ -801,3 +801,26 @@ func TestWebhookFailingEndpointGetsNewEventsInWaves(t *testing.T) {
 	}
 	require.Len(t, rc.deliveries(), 1)
 }
+
+// `app serve` delivers webhooks: the scheduler's webhook unit runs on the
+// process's notifier, in the split layout.
+func TestServeDeliversWebhooks(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	vars := map[string]string{
+		"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel,
+		"LOG_FORMAT": "json", "POLL_INTERVAL": "20ms", "SHUTDOWN_TIMEOUT": "5s", "WEBHOOK_ALLOW_PRIVATE": "true",
+	}
+	key := createKeyCLI(t, vars, "--merchant", "acme", "--role", "operator")
+	srv := startServe(t, vars)
+	a := &api{t: t, base: "http://" + srv.HTTPAddr, client: &http.Client{}}
+	rc := newReceiver(t)
+	_, secret := a.createEndpoint(key, rc.URL)
+	id := a.createOrder(key, a.createCustomer(key, "Ada"), 1200)
+	require.Eventually(t, func() bool { return len(rc.delivered()) == 1 }, 20*time.Second, 5*time.Millisecond,
+		"the order's creation reaches the receiver: %s", srv.stderr)
+	d := rc.delivered()[0]
+	require.Equal(t, id, d.event.AggregateID)
+	verifySignature(t, secret, d)
+	srv.shutdown()
+}

@@ -80,7 +80,10 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLim
 	ln.Close()
 	cmd := exec.Command(b.bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode,
-		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String())
+		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String(),
+		// The webhook receivers listen on loopback, in the bench process; a
+		// held receiver keeps its requests until the backlog is queued.
+		"WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_TIMEOUT=1m")
 	if len(withLimits) == 0 || !withLimits[0] {
 		// One key of one merchant drives the throughput runs: the fair-share
 		// limits (which would hold it to RATE_LIMIT_KEY_RPS) are off, and so
