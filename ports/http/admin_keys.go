@@ -52,7 +52,7 @@ func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBody[access.Key]{Items: keys, Total: total, Page: page.Number, PageSize: page.Size})
+	writeJSON(w, http.StatusOK, listBody[access.Key]{Items: keys, Total: total, TotalExact: true, Page: page.Number, PageSize: page.Size})
 	return nil
 }
 
@@ -143,6 +143,6 @@ func (s *server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBody[ops.AuditEntry]{Items: items, Total: total, Page: page.Number, PageSize: page.Size})
+	writeJSON(w, http.StatusOK, listBody[ops.AuditEntry]{Items: items, Total: total, TotalExact: true, Page: page.Number, PageSize: page.Size})
 	return nil
 }
