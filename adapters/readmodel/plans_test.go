@@ -2,7 +2,6 @@ package readmodel_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -236,12 +235,7 @@ func TestPlans(t *testing.T) {
 		require.NotEmpty(t, queries, c.name)
 		fmt.Fprintf(&doc, "### %s\n\n", c.name)
 		for _, q := range queries {
-			var raw string
-			require.NoError(t, db.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+q).Scan(&raw), q)
-			var plan []struct {
-				Plan planNode `json:"Plan"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(raw), &plan))
+			plan, raw := pgtest.Explain(t, db.DB, false, q)
 			// The one exception: counting all of a merchant's rows (no filter
 			// but the merchant) when it owns 95% of the table, which the
 			// planner rightly does by reading the table. Its page is still
@@ -249,7 +243,7 @@ func TestPlans(t *testing.T) {
 			// count is an index-only scan too.
 			wholeMerchantCount := strings.HasPrefix(q, "SELECT count(*)") && !strings.Contains(q, " AND ")
 			var scans []string
-			plan[0].Plan.walk(func(n planNode) {
+			plan.Walk(func(n pgtest.PlanNode) {
 				if strings.Contains(n.NodeType, "Scan") {
 					scans = append(scans, n.NodeType+" on "+n.RelationName+" "+n.IndexName)
 				}
@@ -259,17 +253,13 @@ func TestPlans(t *testing.T) {
 			})
 			require.NotEmpty(t, scans, c.name)
 			if !strings.HasPrefix(q, "SELECT count(*)") {
-				require.NoError(t, defaults.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+q).Scan(&raw), q)
+				_, raw := pgtest.Explain(t, defaults.DB, false, q)
 				require.NotContains(t, raw, `"Seq Scan"`, "%s: with the default random_page_cost too:\n%s\n%s", c.name, q, raw)
 			}
 
 			// What a statement reads is bounded: a count stops at
 			// MaxDepth + 1 rows, a keyset page at its size + 1.
-			require.NoError(t, db.QueryRowContext(ctx, "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) "+q).Scan(&raw), q)
-			var analyzed []struct {
-				Plan planNode `json:"Plan"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(raw), &analyzed))
+			analyzed, raw := pgtest.Explain(t, db.DB, true, q)
 			bound := 0
 			switch {
 			case strings.HasPrefix(q, "SELECT count(*)"):
@@ -278,7 +268,7 @@ func TestPlans(t *testing.T) {
 				bound = 21
 			}
 			if bound > 0 {
-				analyzed[0].Plan.walk(func(n planNode) {
+				analyzed.Walk(func(n pgtest.PlanNode) {
 					if strings.Contains(n.NodeType, "Scan") {
 						require.LessOrEqual(t, n.ActualRows, float64(bound), "%s: %s read %v rows:\n%s\n%s", c.name, n.NodeType, n.ActualRows, q, raw)
 					}
@@ -335,20 +325,5 @@ rows as it takes to find a page of matches. Timings are from one run and only in
 
 `
 		require.NoError(t, os.WriteFile("../../docs/query-plans.md", []byte(header+doc.String()), 0o644))
-	}
-}
-
-type planNode struct {
-	NodeType     string     `json:"Node Type"`
-	RelationName string     `json:"Relation Name"`
-	IndexName    string     `json:"Index Name"`
-	ActualRows   float64    `json:"Actual Rows"`
-	Plans        []planNode `json:"Plans"`
-}
-
-func (n planNode) walk(fn func(planNode)) {
-	fn(n)
-	for _, c := range n.Plans {
-		c.walk(fn)
 	}
 }

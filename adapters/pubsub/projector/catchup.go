@@ -12,6 +12,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/uptrace/bun"
 
+	"hearth/adapters/pubsub"
 	"hearth/domain/event"
 )
 
@@ -22,8 +23,9 @@ const CatchUpPageSize = 1000
 // CatchUp brings a projection up to date before its live subscriber starts.
 // Watermill hands messages over one at a time and waits for each ack, so a
 // backlog costs a read-model transaction per event. CatchUp reads the topic
-// table itself, with watermill-sql's own query (the same order, the same
-// pg_snapshot_xmin rule, the consumer group's offset), a page at a time;
+// table itself, with the subscribers' query (pubsub.KeysetSchema: the same
+// order, the same pg_snapshot_xmin rule, the consumer group's offset), a
+// page at a time;
 // applies each page with Projection.ApplyBatch in one read-model
 // transaction (version guard, gap check and change log unchanged); and only
 // then moves the group's offset past the page: in the same transaction
@@ -52,7 +54,7 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 		return 0, nil
 	}
 	log := cmp.Or(c.Log, slog.Default()).With("component", "catch_up", "projection", p.Name)
-	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: cmp.Or(c.PageSize, CatchUpPageSize)}
+	schema := pubsub.KeysetSchema{DefaultPostgreSQLSchema: wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: cmp.Or(c.PageSize, CatchUpPageSize)}}
 	offsets := LockFreeOffsets{}
 	for _, q := range offsets.BeforeSubscribingQueries(p.Topic, p.Name) {
 		if err := c.exec(ctx, c.DB, q); err != nil {
@@ -117,9 +119,9 @@ func (c CatchUp) exec(ctx context.Context, db execer, q wsql.Query) error {
 	return err
 }
 
-// page reads the next page of the group's messages, exactly as the
-// watermill-sql subscriber would, but without holding a transaction.
-func (c CatchUp) page(ctx context.Context, schema wsql.DefaultPostgreSQLSchema, offsets LockFreeOffsets, topic, group string) ([]wsql.Row, error) {
+// page reads the next page of the group's messages, exactly as Hearth's
+// subscribers would, but without holding a transaction.
+func (c CatchUp) page(ctx context.Context, schema pubsub.KeysetSchema, offsets LockFreeOffsets, topic, group string) ([]wsql.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	q := schema.SelectQuery(topic, group, offsets)

@@ -221,7 +221,7 @@ func (b *notifyBackoff) ending() bool {
 func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration, ahead *Lookahead) func(string) (message.Subscriber, error) {
 	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
-		var schema wsql.SchemaAdapter = pubsub.Schema
+		var schema wsql.SchemaAdapter = pubsub.KeysetSchema{DefaultPostgreSQLSchema: pubsub.Schema}
 		if ahead != nil {
 			schema = ahead.schema(group)
 		}
