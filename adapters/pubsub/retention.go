@@ -101,14 +101,8 @@ func (r *Retention) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		for _, topic := range r.topics {
-			n, err := r.Prune(ctx, topic)
-			if err != nil && ctx.Err() == nil {
-				r.log.Warn("prune topic", "topic", topic.Topic, "error", err)
-			}
-			if n > 0 {
-				r.log.Debug("pruned topic", "topic", topic.Topic, "messages", n)
-			}
+		if _, err := r.PruneAll(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("prune topics", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -116,6 +110,24 @@ func (r *Retention) Run(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// PruneAll prunes every topic of the retention and returns how many
+// messages it deleted in all.
+func (r *Retention) PruneAll(ctx context.Context) (int, error) {
+	total := 0
+	var errs []error
+	for _, topic := range r.topics {
+		n, err := r.Prune(ctx, topic)
+		total += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if n > 0 {
+			r.log.Debug("pruned topic", "topic", topic.Topic, "messages", n)
+		}
+	}
+	return total, errors.Join(errs...)
 }
 
 // Prune deletes what retention allows from one topic, in statements of at

@@ -74,7 +74,7 @@ func newRetention(t *testing.T, db *sql.DB, batch int, reg prometheus.Registerer
 	t.Helper()
 	r, err := pubsub.NewRetention(pubsub.RetentionConfig{
 		DB: db, Keep: 7 * 24 * time.Hour, Batch: batch, Registry: reg,
-		Topics: []pubsub.RetainedTopic{{Topic: pubsub.TopicOrders, Groups: []string{"orders"}}},
+		Topics: []pubsub.RetainedTopic{ordersTopic},
 	})
 	require.NoError(t, err)
 	return r
@@ -84,7 +84,7 @@ func newRetention(t *testing.T, db *sql.DB, batch int, reg prometheus.Registerer
 // messages and left those of left.
 func (f fixture) prunes(t *testing.T, r *pubsub.Retention, n int, left []topicRow, msgAndArgs ...any) {
 	t.Helper()
-	deleted, err := r.Prune(context.Background(), ordersTopic)
+	deleted, err := r.PruneAll(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, n, deleted, msgAndArgs...)
 	require.Equal(t, left, f.ordersTopic(t), msgAndArgs...)
@@ -195,7 +195,7 @@ func TestRetentionDeletesInBatches(t *testing.T) {
 	_, err = held.Exec(`SELECT 1 FROM watermill_orders WHERE "offset" = $1 FOR UPDATE`, rows[3].offset)
 	require.NoError(t, err)
 
-	n, err := newRetention(t, f.ES.DB, 2, nil).Prune(ctx, ordersTopic)
+	n, err := newRetention(t, f.ES.DB, 2, nil).PruneAll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 6, n)
 	var sizes []int

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"hearth/adapters/idempotency"
 	"hearth/app/command"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
@@ -19,6 +18,7 @@ import (
 	"hearth/domain/servicerequest"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
+	"hearth/internal/idempotency"
 )
 
 // The streams and topics of the aggregates, read from the one registry

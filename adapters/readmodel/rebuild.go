@@ -352,10 +352,11 @@ func swapTables(ctx context.Context, tx bun.Tx, live, shadow string) error {
 	return nil
 }
 
-// Rebuilds runs rebuilds in the background for the admin API: one at a
-// time per projection and process (the advisory lock also keeps other
-// processes out).
-type Rebuilds struct {
+// Maintenance is the operator's work on the read models (ops.Rebuilds,
+// ops.Verifier): rebuilds, in the background (the admin API: one at a time
+// per projection and process; the advisory lock also keeps other processes
+// out) or in the foreground (the CLI), and verification.
+type Maintenance struct {
 	log  EventLog
 	db   *bun.DB
 	mu   sync.Mutex
@@ -368,17 +369,29 @@ type rebuildRun struct {
 	progress ops.RebuildProgress
 }
 
-// NewRebuilds returns the runner.
-func NewRebuilds(log EventLog, db *bun.DB) (*Rebuilds, error) {
+// NewMaintenance returns the operator's work on the read-model database
+// db, reading the event store through log.
+func NewMaintenance(log EventLog, db *bun.DB) (*Maintenance, error) {
 	if log == nil || db == nil {
-		return nil, errors.New("readmodel.NewRebuilds: nil dependency")
+		return nil, errors.New("readmodel.NewMaintenance: nil dependency")
 	}
-	return &Rebuilds{log: log, db: db, runs: map[string]*rebuildRun{}}, nil
+	return &Maintenance{log: log, db: db, runs: map[string]*rebuildRun{}}, nil
+}
+
+// Run rebuilds projection in the foreground (see Rebuild) until it is done
+// or ctx ends; progress, when set, is called as Rebuild says.
+func (r *Maintenance) Run(ctx context.Context, projection string, progress func(ops.RebuildProgress)) (ops.RebuildProgress, error) {
+	return Rebuild(ctx, RebuildConfig{Log: r.log, DB: r.db, Projection: projection, Progress: progress})
+}
+
+// Verify verifies the read models (see Verify).
+func (r *Maintenance) Verify(ctx context.Context, v ops.Verification) (ops.VerifyReport, error) {
+	return Verify(ctx, VerifyConfig{Log: r.log, DB: r.db, Verification: v})
 }
 
 // Start starts a rebuild of projection in the background and returns its
 // first progress. A rebuild of it already running is a conflict.
-func (r *Rebuilds) Start(projection string) (ops.RebuildProgress, error) {
+func (r *Maintenance) Start(projection string) (ops.RebuildProgress, error) {
 	if _, err := selectTargets([]string{projection}); err != nil {
 		return ops.RebuildProgress{}, apperr.Invalid("projection", "%v", err)
 	}
@@ -398,11 +411,11 @@ func (r *Rebuilds) Start(projection string) (ops.RebuildProgress, error) {
 	go func() {
 		defer close(run.done)
 		defer cancel()
-		p, _ := Rebuild(ctx, RebuildConfig{Log: r.log, DB: r.db, Projection: projection, Progress: func(p ops.RebuildProgress) {
+		p, _ := r.Run(ctx, projection, func(p ops.RebuildProgress) {
 			r.mu.Lock()
 			run.progress = p
 			r.mu.Unlock()
-		}})
+		})
 		r.mu.Lock()
 		run.progress = p
 		r.mu.Unlock()
@@ -412,7 +425,7 @@ func (r *Rebuilds) Start(projection string) (ops.RebuildProgress, error) {
 
 // Status returns the progress of the projection's latest rebuild in this
 // process, or apperr.ErrNotFound.
-func (r *Rebuilds) Status(projection string) (ops.RebuildProgress, error) {
+func (r *Maintenance) Status(projection string) (ops.RebuildProgress, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	run, ok := r.runs[projection]
@@ -424,7 +437,7 @@ func (r *Rebuilds) Status(projection string) (ops.RebuildProgress, error) {
 
 // Cancel cancels the projection's running rebuild, waits for it to clean
 // up and returns its last progress.
-func (r *Rebuilds) Cancel(ctx context.Context, projection string) (ops.RebuildProgress, error) {
+func (r *Maintenance) Cancel(ctx context.Context, projection string) (ops.RebuildProgress, error) {
 	r.mu.Lock()
 	run, ok := r.runs[projection]
 	r.mu.Unlock()
@@ -441,7 +454,7 @@ func (r *Rebuilds) Cancel(ctx context.Context, projection string) (ops.RebuildPr
 }
 
 // Close cancels every running rebuild and waits for them.
-func (r *Rebuilds) Close() {
+func (r *Maintenance) Close() {
 	r.mu.Lock()
 	runs := make([]*rebuildRun, 0, len(r.runs))
 	for _, run := range r.runs {

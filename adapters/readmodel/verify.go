@@ -15,6 +15,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"hearth/app/ops"
 	"hearth/domain/event"
 )
 
@@ -24,61 +25,12 @@ type VerifyConfig struct {
 	Log EventLog
 	// DB is the read-model database. Required.
 	DB *bun.DB
-	// Projections limits verification to these projections. Defaults to
-	// all of them.
-	Projections []string
-	// Progress, when set, receives a progress line (rewritten in place
-	// with \r) while streams are read; the CLI passes stderr when it is a
-	// terminal.
-	Progress io.Writer
-	// RecheckAfter is how long to wait before reading the aggregates that
-	// differ once more (both sides afresh), so that events still in flight
-	// through a live projection are not reported. 0 reports at once.
-	// Defaults to 0.
-	RecheckAfter time.Duration
+	// Verification says which projections, and how (Projections defaults
+	// to all of them).
+	ops.Verification
 	// BatchSize is how many streams are compared per read-model query.
 	// Defaults to 500.
 	BatchSize int
-}
-
-// Difference is one way a read-model row or its change log disagrees with
-// the fold of its events.
-type Difference struct {
-	Projection  string `json:"projection"`
-	AggregateID string `json:"aggregate_id"`
-	// What differs: a field name, "row", "change_log", "change_log vN" or
-	// "change_log after".
-	What string `json:"what"`
-	// ReadModel is what the table or the change log holds.
-	ReadModel string `json:"read_model"`
-	// EventLog is what the fold of the events says.
-	EventLog string `json:"event_log"`
-}
-
-func (d Difference) String() string {
-	return fmt.Sprintf("%s %s %s: read model %s, event log %s", d.Projection, d.AggregateID, d.What, d.ReadModel, d.EventLog)
-}
-
-// VerifyReport is what Verify found, per projection.
-type VerifyReport struct {
-	Projections []ProjectionReport `json:"projections"`
-}
-
-// ProjectionReport is the verification of one projection.
-type ProjectionReport struct {
-	Projection  string       `json:"projection"`
-	Streams     int64        `json:"streams"`
-	Events      int64        `json:"events"`
-	Differences []Difference `json:"differences"`
-}
-
-// Differences returns every difference found.
-func (r VerifyReport) Differences() []Difference {
-	var out []Difference
-	for _, p := range r.Projections {
-		out = append(out, p.Differences...)
-	}
-	return out
 }
 
 // Verify rebuilds every read-model row in memory from the event store (the
@@ -88,20 +40,20 @@ func (r VerifyReport) Differences() []Difference {
 // the last row's after snapshot equal to the fold. Rows or change-log
 // entries without events are differences too. It works in both database
 // layouts: the event store and the read model are read separately.
-func Verify(ctx context.Context, cfg VerifyConfig) (VerifyReport, error) {
+func Verify(ctx context.Context, cfg VerifyConfig) (ops.VerifyReport, error) {
 	if cfg.Log == nil || cfg.DB == nil {
-		return VerifyReport{}, errors.New("readmodel.Verify: Log and DB are required")
+		return ops.VerifyReport{}, errors.New("readmodel.Verify: Log and DB are required")
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
 	ts, err := selectTargets(cfg.Projections)
 	if err != nil {
-		return VerifyReport{}, err
+		return ops.VerifyReport{}, err
 	}
 	v := &verifier{cfg: cfg}
 	for _, t := range ts {
-		v.report = ProjectionReport{Projection: t.projectionName(), Differences: []Difference{}}
+		v.report = ops.ProjectionReport{Projection: t.projectionName(), Differences: []ops.Difference{}}
 		if err := t.verify(ctx, v); err != nil {
-			return VerifyReport{}, fmt.Errorf("verify %s: %w", t.projectionName(), err)
+			return ops.VerifyReport{}, fmt.Errorf("verify %s: %w", t.projectionName(), err)
 		}
 		v.out.Projections = append(v.out.Projections, v.report)
 	}
@@ -110,8 +62,8 @@ func Verify(ctx context.Context, cfg VerifyConfig) (VerifyReport, error) {
 
 type verifier struct {
 	cfg    VerifyConfig
-	out    VerifyReport
-	report ProjectionReport
+	out    ops.VerifyReport
+	report ops.ProjectionReport
 }
 
 func (t *table[V, PV, R]) verify(ctx context.Context, v *verifier) error {
@@ -122,7 +74,7 @@ func (t *table[V, PV, R]) verify(ctx context.Context, v *verifier) error {
 	progress := newProgressLine(v.cfg.Progress, "verify "+t.agg.Projection, total)
 	seen := map[string]bool{}
 	differing := map[string]bool{}
-	var diffs []Difference
+	var diffs []ops.Difference
 	streams := map[string][]event.Recorded{}
 	flush := func() error {
 		if len(streams) == 0 {
@@ -184,13 +136,13 @@ func (t *table[V, PV, R]) verify(ctx context.Context, v *verifier) error {
 
 // recheck reads the differing aggregates afresh, once, after a pause, and
 // returns what still differs.
-func (t *table[V, PV, R]) recheck(ctx context.Context, v *verifier, differing map[string]bool) ([]Difference, error) {
+func (t *table[V, PV, R]) recheck(ctx context.Context, v *verifier, differing map[string]bool) ([]ops.Difference, error) {
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(v.cfg.RecheckAfter):
 	}
-	var out []Difference
+	var out []ops.Difference
 	for batch := range slices.Chunk(slices.Collect(maps.Keys(differing)), v.cfg.BatchSize) {
 		streams, err := v.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, batch)
 		if err != nil {
@@ -234,7 +186,7 @@ func (t *table[V, PV, R]) orphans(ctx context.Context, db *bun.DB, seen map[stri
 
 // compare compares the given streams (nil: no events) with their rows and
 // change logs.
-func (t *table[V, PV, R]) compare(ctx context.Context, db *bun.DB, streams map[string][]event.Recorded) ([]Difference, error) {
+func (t *table[V, PV, R]) compare(ctx context.Context, db *bun.DB, streams map[string][]event.Recorded) ([]ops.Difference, error) {
 	ids := make([]string, 0, len(streams))
 	for id := range streams {
 		ids = append(ids, id)
@@ -247,20 +199,20 @@ func (t *table[V, PV, R]) compare(ctx context.Context, db *bun.DB, streams map[s
 	if err != nil {
 		return nil, err
 	}
-	var out []Difference
+	var out []ops.Difference
 	for _, id := range ids {
 		out = append(out, t.compareOne(id, streams[id], rows, changes[id])...)
 	}
 	return out, nil
 }
 
-func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows map[string]V, changes []changeRow) []Difference {
-	diff := func(what, rm, log string) Difference {
-		return Difference{Projection: t.agg.Projection, AggregateID: id, What: what, ReadModel: rm, EventLog: log}
+func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows map[string]V, changes []changeRow) []ops.Difference {
+	diff := func(what, rm, log string) ops.Difference {
+		return ops.Difference{Projection: t.agg.Projection, AggregateID: id, What: what, ReadModel: rm, EventLog: log}
 	}
 	row, found := rows[id]
 	if len(stream) == 0 {
-		var out []Difference
+		var out []ops.Difference
 		if found {
 			out = append(out, diff("row", fmt.Sprintf("a row at version %d", t.version(row)), "no events"))
 		}
@@ -271,9 +223,9 @@ func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows ma
 	}
 	want, err := t.fold(stream, 0)
 	if err != nil {
-		return []Difference{diff("fold", "-", err.Error())}
+		return []ops.Difference{diff("fold", "-", err.Error())}
 	}
-	var out []Difference
+	var out []ops.Difference
 	if !found {
 		out = append(out, diff("row", "missing", fmt.Sprintf("version %d", t.version(want))))
 	} else {
@@ -305,8 +257,8 @@ func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows ma
 }
 
 // fieldDiffs compares two views field by field (times by instant).
-func fieldDiffs[V any](got, want V, diff func(what, rm, log string) Difference) []Difference {
-	var out []Difference
+func fieldDiffs[V any](got, want V, diff func(what, rm, log string) ops.Difference) []ops.Difference {
+	var out []ops.Difference
 	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
 	for i := range g.NumField() {
 		f := g.Type().Field(i)

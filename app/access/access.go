@@ -1,5 +1,6 @@
-// Package access describes who is calling: the merchant and role of an API
-// key.
+// Package access describes who is calling (the merchant and role of an API
+// key) and holds the admin's use cases of keys (Keys: create, list, revoke,
+// rotate), which declare what they need of the key store (KeyStore).
 package access
 
 // Role is what a key may do.

@@ -15,22 +15,22 @@ import (
 // MerchantID and MerchantName are empty for admin keys (platform keys),
 // StaffID for all but worker keys.
 type Key struct {
-	ID           string     `json:"id"`
-	MerchantID   string     `json:"merchant_id,omitempty"`
-	MerchantName string     `json:"merchant_name,omitempty"`
-	Role         Role       `json:"role"`
-	StaffID      string     `json:"staff_id,omitempty"`
-	Name         string     `json:"name"`
-	CreatedAt    time.Time  `json:"created_at"`
-	LastUsedAt   *time.Time `json:"last_used_at"`
-	ExpiresAt    *time.Time `json:"expires_at"`
-	RevokedAt    *time.Time `json:"revoked_at"`
+	ID           string
+	MerchantID   string
+	MerchantName string
+	Role         Role
+	StaffID      string
+	Name         string
+	CreatedAt    time.Time
+	LastUsedAt   *time.Time
+	ExpiresAt    *time.Time
+	RevokedAt    *time.Time
 }
 
 // NewKey is a key just created, with its secret: shown once, never stored.
 type NewKey struct {
 	Key
-	Secret string `json:"secret"`
+	Secret string
 }
 
 // Rotation is what rotating a key did: a new key with the old one's
@@ -38,7 +38,7 @@ type NewKey struct {
 // revoked or expiring at the end of the grace period.
 type Rotation struct {
 	NewKey
-	Previous Key `json:"previous"`
+	Previous Key
 }
 
 // MaxGrace bounds how long a rotated key keeps working.

@@ -1,10 +1,13 @@
 package ops
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"time"
 	"unicode"
 
+	"hearth/app/query"
 	"hearth/domain/apperr"
 )
 
@@ -21,15 +24,34 @@ const (
 
 // AuditEntry is one admin action: who did what to what, and when.
 type AuditEntry struct {
-	ID int64     `json:"id"`
-	At time.Time `json:"at"`
+	ID int64
+	At time.Time
 	// Actor is "key:<admin key id>" over HTTP, the CLI's --by or
 	// "cli:$USER" otherwise.
-	Actor  string `json:"actor"`
-	Action string `json:"action"`
+	Actor  string
+	Action string
 	// Target is a key id, "projection/aggregate id" or a projection.
-	Target  string         `json:"target"`
-	Details map[string]any `json:"details"`
+	Target  string
+	Details map[string]any
+}
+
+// AuditTrail is the use case of reading the audit log. (Every change
+// records itself through its own use case: Operator, access.Keys.)
+type AuditTrail struct {
+	log AuditLog
+}
+
+// NewAuditTrail returns the audit log's reader.
+func NewAuditTrail(log AuditLog) (*AuditTrail, error) {
+	if log == nil {
+		return nil, errors.New("ops.NewAuditTrail: nil log")
+	}
+	return &AuditTrail{log: log}, nil
+}
+
+// ListAudit returns a page of the audit log, newest first.
+func (t *AuditTrail) ListAudit(ctx context.Context, p query.Page) ([]AuditEntry, int, error) {
+	return t.log.ListAudit(ctx, p)
 }
 
 // CheckActor validates who an admin action is recorded for (field "by").

@@ -21,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"hearth/adapters/pubsub/projector"
-	"hearth/adapters/readmodel"
 	"hearth/app/access"
 	"hearth/app/query"
 	"hearth/domain/uuid"
@@ -105,11 +104,10 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 		t.Fatal("the projections never went live")
 	}
 
-	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
+	t.Cleanup(w.maintenance.Close)
+	hcfg, err := httpConfig(cfg, dbs, w, nil, log) // serve's HTTP wiring
 	require.NoError(t, err)
-	t.Cleanup(rebuilds.Close)
-	hcfg, err := httpConfig(cfg, dbs, w, nil, rebuilds, log) // serve's HTTP wiring
-	require.NoError(t, err)
+	t.Cleanup(func() { closeConsole(hcfg.Console) })
 	handler, err := httpport.NewHandler(hcfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)

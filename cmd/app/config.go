@@ -128,6 +128,29 @@ type Config struct {
 	// address (TRUSTED_PROXIES, comma-separated IPs or CIDRs). Defaults to
 	// none: the header is ignored.
 	TrustedProxies []netip.Prefix
+
+	// The relay to NATS JetStream (docs/operations.md, "Relay to NATS
+	// JetStream"): it runs on the worker that holds its own lock.
+
+	// RelayNATSURL is the NATS server the relay publishes every event to
+	// (RELAY_NATS_URL, nats://host:port; comma-separated for a cluster).
+	// Defaults to "": no relay. `app dev` starts a throwaway nats-server
+	// when it is unset and nats-server is installed.
+	RelayNATSURL string
+	// RelayStream is the JetStream stream the relay publishes to, created
+	// when missing (RELAY_STREAM). Defaults to "HEARTH".
+	RelayStream string
+	// RelaySubjectPrefix begins every subject the relay publishes on:
+	// PREFIX.<merchant_id>.<type>, e.g. hearth.<id>.order.created; the
+	// stream takes PREFIX.>
+	// (RELAY_SUBJECT_PREFIX). Defaults to "hearth".
+	RelaySubjectPrefix string
+	// RelayDuplicateWindow is the stream's duplicate window: JetStream drops
+	// a message whose Nats-Msg-Id (the event id) it has stored within it, so
+	// a page the relay publishes again after a takeover or a restart adds
+	// nothing (RELAY_DUPLICATE_WINDOW, a Go duration). It costs the NATS
+	// server memory for every message id within it. Defaults to 10m.
+	RelayDuplicateWindow time.Duration
 }
 
 // Modes.
@@ -218,6 +241,11 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		}
 	}
 	cfg.TrustedProxies = trustedProxies(getenv("TRUSTED_PROXIES"), &errs)
+	cfg.RelayNATSURL = getenv("RELAY_NATS_URL")
+	cfg.RelayStream = cmp.Or(getenv("RELAY_STREAM"), "HEARTH")
+	cfg.RelaySubjectPrefix = cmp.Or(getenv("RELAY_SUBJECT_PREFIX"), "hearth")
+	cfg.RelayDuplicateWindow = duration("RELAY_DUPLICATE_WINDOW", 10*time.Minute)
+	errs = append(errs, cfg.checkRelay()...)
 
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")

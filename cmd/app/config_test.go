@@ -53,6 +53,7 @@ func TestLoadConfig(t *testing.T) {
 		HTTPReadTimeout: 30 * time.Second, HTTPWriteTimeout: 32 * time.Second, HTTPIdleTimeout: 120 * time.Second,
 		KeyRPS: 50, KeyBurst: 100, MerchantRPS: 100, MerchantBurst: 200, MerchantInFlight: 10,
 		UnknownKeyRPS: 1, UnknownKeyBurst: 20, KeyCacheTTL: 5 * time.Second,
+		RelayStream: "HEARTH", RelaySubjectPrefix: "hearth", RelayDuplicateWindow: 10 * time.Minute,
 	}
 	with := func(change func(*Config)) Config {
 		c := defaults
@@ -85,6 +86,8 @@ func TestLoadConfig(t *testing.T) {
 				"RATE_LIMIT_KEY_RPS": "2.5", "RATE_LIMIT_KEY_BURST": "5", "RATE_LIMIT_MERCHANT_RPS": "7",
 				"RATE_LIMIT_MERCHANT_BURST": "9", "RATE_LIMIT_MERCHANT_IN_FLIGHT": "4", "RATE_LIMIT_UNKNOWN_KEY_RPS": "0.2",
 				"RATE_LIMIT_UNKNOWN_KEY_BURST": "3", "KEY_CACHE_TTL": "1m", "TRUSTED_PROXIES": " 10.0.0.0/8, 192.0.2.7,2001:db8::/32 ,::ffff:198.51.100.1",
+				"RELAY_NATS_URL": "nats://n1.example:4222, tls://u:p@n2.example:4222", "RELAY_STREAM": "CRM",
+				"RELAY_SUBJECT_PREFIX": "acme.crm", "RELAY_DUPLICATE_WINDOW": "1h",
 			},
 			want: Config{
 				DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: "postgres://rm@db.example/reads",
@@ -99,6 +102,8 @@ func TestLoadConfig(t *testing.T) {
 				UnknownKeyRPS: 0.2, UnknownKeyBurst: 3, KeyCacheTTL: time.Minute,
 				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
 					netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("198.51.100.1/32")},
+				RelayNATSURL: "nats://n1.example:4222, tls://u:p@n2.example:4222", RelayStream: "CRM",
+				RelaySubjectPrefix: "acme.crm", RelayDuplicateWindow: time.Hour,
 			},
 		},
 		{
@@ -208,6 +213,12 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "KEY_CACHE_TTL without a unit", env: map[string]string{"KEY_CACHE_TTL": "5"}, settings: []string{"KEY_CACHE_TTL"}},
 		{name: "TRUSTED_PROXIES with a host name", env: map[string]string{"TRUSTED_PROXIES": "10.0.0.1, proxy.internal"}, settings: []string{"TRUSTED_PROXIES", "proxy.internal"}},
 		{name: "TRUSTED_PROXIES with a bad CIDR", env: map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, settings: []string{"TRUSTED_PROXIES", "10.0.0.0/33"}},
+		{name: "RELAY_NATS_URL without a scheme", env: map[string]string{"RELAY_NATS_URL": "u:hunter2@localhost:4222"}, settings: []string{"RELAY_NATS_URL"}, secret: "hunter2"},
+		{name: "RELAY_NATS_URL with a bad item", env: map[string]string{"RELAY_NATS_URL": "nats://a:4222,http://b"}, settings: []string{"RELAY_NATS_URL"}},
+		{name: "RELAY_STREAM with a dot", env: map[string]string{"RELAY_STREAM": "hearth.events"}, settings: []string{"RELAY_STREAM"}},
+		{name: "RELAY_SUBJECT_PREFIX with a wildcard", env: map[string]string{"RELAY_SUBJECT_PREFIX": "hearth.*"}, settings: []string{"RELAY_SUBJECT_PREFIX"}},
+		{name: "RELAY_SUBJECT_PREFIX with an empty token", env: map[string]string{"RELAY_SUBJECT_PREFIX": "hearth."}, settings: []string{"RELAY_SUBJECT_PREFIX"}},
+		{name: "zero RELAY_DUPLICATE_WINDOW", env: map[string]string{"RELAY_DUPLICATE_WINDOW": "0s"}, settings: []string{"RELAY_DUPLICATE_WINDOW"}},
 		{
 			name:     "DATABASE_URL with a bad port",
 			env:      map[string]string{"DATABASE_URL": "postgres://bob:hunter2@localhost:notaport/db"},

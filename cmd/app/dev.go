@@ -11,20 +11,28 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/query"
 	"hearth/internal/database"
+	"hearth/internal/natsserver"
 	"hearth/internal/pgcluster"
+	"hearth/internal/refdata"
 )
 
-// devDir holds the throwaway cluster of `app dev`.
-const devDir = ".data/postgres"
+// devDir holds the throwaway cluster of `app dev`, devNATSDir its
+// throwaway NATS server.
+const (
+	devDir     = ".data/postgres"
+	devNATSDir = ".data/nats"
+)
 
 // dev is `make run`: without DATABASE_URL it starts a fresh throwaway
-// cluster under .data/, creates a demo merchant with an operator key, an
-// admin key and a staff member, prints them with a curl example, serves
-// until Ctrl-C, and then stops the cluster.
+// cluster under .data/; without RELAY_NATS_URL, a fresh throwaway
+// nats-server with JetStream for the relay when nats-server is installed
+// (the relay stays off otherwise, as it does in production without
+// RELAY_NATS_URL). It creates a demo merchant with an operator key, an admin
+// key and a staff member, prints them with a curl example, serves until
+// Ctrl-C, and then stops the servers it started.
 func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (err error) {
 	if cfg.DatabaseURL == "" {
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -37,7 +45,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			log.Info("stopping the throwaway Postgres cluster")
 			err = errors.Join(err, cluster.Stop())
 		}()
-		if err := createDatabase(ctx, cluster.URL("postgres"), "hearth"); err != nil {
+		if err := database.CreateDatabase(ctx, cluster.URL("postgres"), "hearth"); err != nil {
 			return err
 		}
 		cfg.DatabaseURL = cluster.URL("hearth")
@@ -47,27 +55,31 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	if err := migrate(ctx, cfg, log); err != nil {
 		return err
 	}
+	devNATS := false
+	if cfg.RelayNATSURL == "" && cfg.Mode != ModeAPI {
+		// startErr, not err: the deferred Stop below reports into dev's own err.
+		srv, startErr := natsserver.Start(ctx, natsserver.Options{Dir: devNATSDir, Fresh: true, Log: log})
+		switch {
+		case errors.Is(startErr, natsserver.ErrNotInstalled):
+			log.Info("nats-server is not installed, so the relay to NATS JetStream stays off (apt-get install nats-server, or set RELAY_NATS_URL)")
+		case startErr != nil:
+			return fmt.Errorf("throwaway NATS server: %w", startErr)
+		default:
+			defer func() {
+				log.Info("stopping the throwaway NATS server")
+				err = errors.Join(err, srv.Stop())
+			}()
+			cfg.RelayNATSURL, devNATS = srv.URL(), true
+		}
+	}
 	if err := seedDemo(ctx, cfg, stdout); err != nil {
 		return err
 	}
+	if devNATS {
+		fmt.Fprintf(stdout, "Every event is relayed to NATS JetStream at %s: stream %s, subjects %s.<merchant_id>.<type>\n"+
+			"(docs/api.md, \"Events on NATS JetStream\", shows how to consume them).\n\n", cfg.RelayNATSURL, cfg.RelayStream, cfg.RelaySubjectPrefix)
+	}
 	return serve(ctx, cfg, log)
-}
-
-func createDatabase(ctx context.Context, adminURL, name string) error {
-	db, err := database.Open(ctx, adminURL, 1)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = ?)`, name).Scan(&exists); err != nil {
-		return err
-	}
-	if exists {
-		return nil
-	}
-	_, err = db.ExecContext(ctx, "CREATE DATABASE "+name)
-	return err
 }
 
 func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
@@ -92,6 +104,10 @@ func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	worker, err := store.CreateKey(ctx, "demo", access.Worker, staffID)
+	if err != nil {
+		return err
+	}
 	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "localhost"
@@ -101,7 +117,12 @@ func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
 Hearth demo merchant "demo" (%s)
   operator key: %s
   admin key:    %s
+  worker key:   %s (Demo Worker's)
   staff member: %s (Demo Worker; use it in PUT /v1/orders/{id}/assignment)
+
+Console: %s/console/
+  sign in with the operator key for the dispatch board, the worker key for
+  Demo Worker's jobs, the admin key for the on-call view.
 
 Try:
   export KEY=%s
@@ -109,7 +130,7 @@ Try:
   curl -s -X POST %s/v1/orders -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -d '{"customer_id":"<customer id>","amount_cents":12000}'
   curl -s %s/v1/orders -H "Authorization: Bearer $KEY"
 
-`, op.MerchantID, op.Secret, admin.Secret, staffID, op.Secret, base, base, base)
+`, op.MerchantID, op.Secret, admin.Secret, worker.Secret, staffID, base, op.Secret, base, base, base)
 	return nil
 }
 

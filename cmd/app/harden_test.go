@@ -191,7 +191,7 @@ func TestAdminSurface(t *testing.T) {
 	handler := func(sf httpport.Surface) *api {
 		h, err := httpport.NewHandler(httpport.Config{
 			App: a.w.app, Auth: a.w.refdata, APIEnabled: true, Log: slog.New(slog.DiscardHandler),
-			Parked: a.w.parking, Metrics: a.w.telemetry.handler(), Surface: sf,
+			Parked: a.w.operator, Metrics: a.w.telemetry.handler(), Surface: sf,
 		})
 		require.NoError(t, err)
 		srv := httptest.NewServer(h)

@@ -8,17 +8,17 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/uuid"
 	"hearth/internal/database"
+	"hearth/internal/refdata"
 	"hearth/migrations"
+	httpport "hearth/ports/http"
 )
 
 // keyFlags are the flags of `app keys ...` and `app audit list`.
@@ -89,23 +89,38 @@ func actor(by string, getenv func(string) string) string {
 	return "cli:" + cmpOr(getenv("USER"), "unknown")
 }
 
-// openRefdata opens and migrates the event store for the key and audit
+// adminTools are the use cases of `app keys` and `app audit`: on the event
+// store alone, so that they work while the read model is away.
+type adminTools struct {
+	keys  *access.Keys
+	audit *ops.AuditTrail
+	close func()
+}
+
+// openAdminTools opens and migrates the event store for the key and audit
 // commands.
-func openRefdata(ctx context.Context, cfg Config) (*refdata.Store, func(), error) {
+func openAdminTools(ctx context.Context, cfg Config) (adminTools, error) {
 	db, err := database.Open(ctx, cfg.DatabaseURL, 2)
 	if err != nil {
-		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+		return adminTools{}, fmt.Errorf("DATABASE_URL: %w", err)
 	}
+	t := adminTools{close: func() { _ = db.Close() }}
 	if _, err := migrations.Apply(ctx, db.DB, migrations.EventStore); err != nil {
-		_ = db.Close()
-		return nil, nil, err
+		t.close()
+		return adminTools{}, err
 	}
 	store, err := refdata.New(db)
-	if err != nil {
-		_ = db.Close()
-		return nil, nil, err
+	if err == nil {
+		t.keys, err = access.NewKeys(store)
 	}
-	return store, func() { _ = db.Close() }, nil
+	if err == nil {
+		t.audit, err = ops.NewAuditTrail(store)
+	}
+	if err != nil {
+		t.close()
+		return adminTools{}, err
+	}
+	return t, nil
 }
 
 // keys runs `app keys create|list|revoke|rotate`. Secrets are printed once,
@@ -154,23 +169,23 @@ func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string
 			return asUsage(flagError(verb, err, ""))
 		}
 	}
-	store, closeDB, err := openRefdata(ctx, cfg)
+	tools, err := openAdminTools(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer closeDB()
+	defer tools.close()
 	switch sub {
 	case "create":
-		key, err := store.IssueKey(ctx, spec, by)
+		key, err := tools.keys.IssueKey(ctx, spec, by)
 		if err != nil {
 			return flagError(verb, err, expiresFlag)
 		}
 		fmt.Fprintf(stdout, "# %s; it is shown only now:\n%s\n", describeKey(key.Key), key.Secret)
 		return nil
 	case "list":
-		return listKeys(ctx, store, k, stdout)
+		return listKeys(ctx, tools.keys, k, stdout)
 	case "revoke":
-		key, err := store.RevokeKey(ctx, id, by)
+		key, err := tools.keys.RevokeKey(ctx, id, by)
 		if errors.Is(err, apperr.ErrNotFound) {
 			return fmt.Errorf("%s: no key %s", verb, id)
 		}
@@ -180,7 +195,7 @@ func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string
 		fmt.Fprintf(stdout, "%s: revoked at %s\n", describeKey(key), key.RevokedAt.Format(time.RFC3339))
 		return nil
 	default: // rotate
-		rot, err := store.RotateKey(ctx, id, grace, by)
+		rot, err := tools.keys.RotateKey(ctx, id, grace, by)
 		if errors.Is(err, apperr.ErrNotFound) {
 			return fmt.Errorf("%s: no key %s", verb, id)
 		}
@@ -248,11 +263,11 @@ func describeKey(k access.Key) string {
 
 // listKeys prints every key (or one merchant's), newest first: never a
 // secret or a hash.
-func listKeys(ctx context.Context, store *refdata.Store, k keyFlags, stdout io.Writer) error {
+func listKeys(ctx context.Context, keys *access.Keys, k keyFlags, stdout io.Writer) error {
 	merchantID := ""
 	if k.merchant != "" {
 		var err error
-		if merchantID, err = store.MerchantID(ctx, k.merchant); errors.Is(err, apperr.ErrNotFound) {
+		if merchantID, err = keys.MerchantID(ctx, k.merchant); errors.Is(err, apperr.ErrNotFound) {
 			return fmt.Errorf("keys list: no merchant named %q", k.merchant)
 		} else if err != nil {
 			return err
@@ -260,30 +275,25 @@ func listKeys(ctx context.Context, store *refdata.Store, k keyFlags, stdout io.W
 	}
 	all := []access.Key{}
 	for page := 1; ; page++ {
-		keys, total, err := store.ListKeys(ctx, merchantID, query.Page{Number: page, Size: 200})
+		got, total, err := keys.ListKeys(ctx, merchantID, query.Page{Number: page, Size: 200})
 		if err != nil {
 			return err
 		}
-		all = append(all, keys...)
-		if len(keys) == 0 || len(all) >= total {
+		all = append(all, got...)
+		if len(got) == 0 || len(all) >= total {
 			break
 		}
 	}
-	if k.asJSON {
-		return json.NewEncoder(stdout).Encode(all)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tMERCHANT\tROLE\tSTAFF\tNAME\tCREATED\tLAST USED\tEXPIRES\tREVOKED")
-	for _, key := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", key.ID, cmpOr(key.MerchantName, "-"), key.Role,
-			cmpOr(key.StaffID, "-"), cmpOr(oneLine(key.Name, 40), "-"), key.CreatedAt.Format(time.RFC3339),
-			timeOrDash(key.LastUsedAt), timeOrDash(key.ExpiresAt), timeOrDash(key.RevokedAt))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d keys\n", len(all))
-	return nil
+	return cliList[access.Key, httpport.KeyBody]{
+		body:   httpport.KeyBodyOf,
+		header: "ID\tMERCHANT\tROLE\tSTAFF\tNAME\tCREATED\tLAST USED\tEXPIRES\tREVOKED",
+		row: func(key access.Key) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", key.ID, cmpOr(key.MerchantName, "-"), key.Role,
+				cmpOr(key.StaffID, "-"), cmpOr(oneLine(key.Name, 40), "-"), key.CreatedAt.Format(time.RFC3339),
+				timeOrDash(key.LastUsedAt), timeOrDash(key.ExpiresAt), timeOrDash(key.RevokedAt))
+		},
+		footer: fmt.Sprintf("%d keys", len(all)),
+	}.print(stdout, k.asJSON, all)
 }
 
 func timeOrDash(t *time.Time) string {
@@ -302,27 +312,22 @@ func auditList(ctx context.Context, cfg Config, k keyFlags, args []string, stdou
 	if k.limit < 1 || k.limit > 1000 {
 		return usageError{fmt.Sprintf("audit list: --limit must be from 1 to 1000, got %d", k.limit)}
 	}
-	store, closeDB, err := openRefdata(ctx, cfg)
+	tools, err := openAdminTools(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer closeDB()
-	items, total, err := store.ListAudit(ctx, query.Page{Number: 1, Size: k.limit})
+	defer tools.close()
+	items, total, err := tools.audit.ListAudit(ctx, query.Page{Number: 1, Size: k.limit})
 	if err != nil {
 		return err
 	}
-	if k.asJSON {
-		return json.NewEncoder(stdout).Encode(items)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tTARGET\tDETAILS")
-	for _, e := range items {
-		details, _ := json.Marshal(e.Details)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), e.Actor, e.Action, e.Target, oneLine(string(details), 160))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d of %d entries\n", len(items), total)
-	return nil
+	return cliList[ops.AuditEntry, httpport.AuditEntryBody]{
+		body:   httpport.AuditEntryBodyOf,
+		header: "AT\tACTOR\tACTION\tTARGET\tDETAILS",
+		row: func(e ops.AuditEntry) string {
+			details, _ := json.Marshal(e.Details)
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", e.At.UTC().Format(time.RFC3339), e.Actor, e.Action, e.Target, oneLine(string(details), 160))
+		},
+		footer: fmt.Sprintf("%d of %d entries", len(items), total),
+	}.print(stdout, k.asJSON, items)
 }

@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
-	"hearth/app/ops"
 	"hearth/domain/apperr"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
+	"hearth/internal/refdata"
+	httpport "hearth/ports/http"
 )
 
 // keysBundle is a fresh database and a way to run `app keys create` on it.
@@ -198,11 +198,11 @@ func TestKeysLifecycleCLI(t *testing.T) {
 	require.NotContains(t, out, "hk_")
 	sum := sha256.Sum256([]byte(first))
 	require.NotContains(t, out, hex.EncodeToString(sum[:]))
-	listed := func(args ...string) []access.Key {
+	listed := func(args ...string) []httpport.KeyBody {
 		t.Helper()
 		out, err := k.run(append([]string{"keys", "list", "--json"}, args...)...)
 		require.NoError(t, err)
-		var keys []access.Key
+		var keys []httpport.KeyBody
 		require.NoError(t, json.Unmarshal([]byte(out), &keys))
 		return keys
 	}
@@ -288,7 +288,7 @@ func TestKeysLifecycleCLI(t *testing.T) {
 	// The audit log, newest first.
 	out, err = k.run("audit", "list", "--json")
 	require.NoError(t, err)
-	var entries []ops.AuditEntry
+	var entries []httpport.AuditEntryBody
 	require.NoError(t, json.Unmarshal([]byte(out), &entries))
 	got := make([]string, len(entries))
 	for i, e := range entries {

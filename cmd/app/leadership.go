@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,7 +82,7 @@ func stepDownOnStaleTerm(projections []projector.Projection, stepDown context.Ca
 
 // leadership reports this instance's role and the current term for GET
 // /admin/leadership; nil in api mode, which takes no part in leadership.
-func leadership(dbs databases, elector *leader.Elector) func(context.Context) (map[string]any, error) {
+func leadership(elector *leader.Elector) func(context.Context) (map[string]any, error) {
 	if elector == nil {
 		return nil
 	}
@@ -93,16 +92,12 @@ func leadership(dbs databases, elector *leader.Elector) func(context.Context) (m
 			"lock": leader.LockName, "holder": elector.Holder(),
 			"role": st.Role, "term": st.Term, "since": st.Since.UTC().Format(time.RFC3339Nano),
 		}
-		var term int64
-		var holder string
-		var since time.Time
-		err := dbs.rm.QueryRowContext(ctx, `SELECT term, holder, since FROM projection_leader WHERE name = ?`, leader.LockName).
-			Scan(&term, &holder, &since)
-		switch {
-		case err == nil:
-			out["current"] = map[string]any{"term": term, "holder": holder, "since": since.UTC().Format(time.RFC3339Nano)}
-		case !errors.Is(err, sql.ErrNoRows):
-			return nil, fmt.Errorf("read current term: %w", err)
+		cur, ok, err := elector.CurrentTerm(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out["current"] = map[string]any{"term": cur.Term, "holder": cur.Holder, "since": cur.Since.UTC().Format(time.RFC3339Nano)}
 		}
 		return out, nil
 	}

@@ -132,7 +132,7 @@ func TestLeadershipVisible(t *testing.T) {
 	require.NoError(t, p.w.telemetry.leader(elector, p.w.liveTerm))
 	handler, err := httpport.NewHandler(httpport.Config{
 		App: p.w.app, Auth: p.w.refdata, Log: p.log, Ready: readiness(p.cfg, p.dbs, elector, p.w.liveTerm),
-		Leadership: leadership(p.dbs, elector), Metrics: p.w.telemetry.handler(),
+		Leadership: leadership(elector), Metrics: p.w.telemetry.handler(),
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)

@@ -35,7 +35,7 @@ const usage = `usage:
   app keys revoke ID [--by WHO]                            the key stops working now
   app keys rotate ID [--grace D] [--by WHO]                a new key like it; the old one is revoked, or works for D more
   app audit list [--limit N] [--json]                      the admin audit log, newest first
-  app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset
+  app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset (and nats-server when installed and RELAY_NATS_URL is unset)
   app parked list [--projection P] [--json]                parked aggregates
   app parked replay PROJECTION ID | --all [--projection P] [--by WHO]   apply their waiting events in order
   app parked skip PROJECTION ID --reason WHY [--event ID] [--by WHO]   skip the first waiting event

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"hearth/adapters/readmodel"
 	"hearth/app/ops"
+	httpport "hearth/ports/http"
 )
 
 // opsFlags are the flags of the operator's subcommands.
@@ -58,6 +58,36 @@ func parseInterleaved(fs *flag.FlagSet, rest []string) ([]string, error) {
 		rest = fs.Args()
 	}
 	return pos, nil
+}
+
+// cliList is how a list subcommand prints its items: with --json, one
+// JSON array of the admin API's bodies (so that the CLI and the API show
+// the same); otherwise a table, header first, and a footer line.
+type cliList[V, T any] struct {
+	body   func(V) T      // the admin API's body of an item
+	header string         // the column names, tab-separated
+	row    func(V) string // an item's columns, tab-separated
+	footer string
+}
+
+func (l cliList[V, T]) print(stdout io.Writer, asJSON bool, items []V) error {
+	if asJSON {
+		out := make([]T, len(items))
+		for i, v := range items {
+			out[i] = l.body(v)
+		}
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, l.header)
+	for _, v := range items {
+		fmt.Fprintln(tw, l.row(v))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(stdout, l.footer)
+	return err
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -104,39 +134,34 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		return err
 	}
 	defer dbs.close()
-	pk := w.parking
+	op := w.operator
 	switch sub {
 	case "list":
 		if len(args) > 0 {
 			return usageError{fmt.Sprintf("parked list: unexpected arguments %q", args)}
 		}
-		list, err := pk.List(ctx, o.projection)
+		list, err := op.ListParked(ctx, o.projection)
 		if err != nil {
 			return err
 		}
-		if o.asJSON {
-			return json.NewEncoder(stdout).Encode(list)
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PROJECTION\tAGGREGATE\tMERCHANT\tFIRST EVENT\tVERSION\tWAITING\tSINCE\tREASON")
-		for _, a := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", a.Projection, a.StreamID, a.MerchantID, a.FirstEventID,
-				a.FirstVersion, a.Waiting, a.Since.Format(time.RFC3339), oneLine(a.Reason, 100))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%d parked\n", len(list))
-		return nil
+		return cliList[ops.ParkedAggregate, httpport.ParkedBody]{
+			body:   httpport.ParkedBodyOf,
+			header: "PROJECTION\tAGGREGATE\tMERCHANT\tFIRST EVENT\tVERSION\tWAITING\tSINCE\tREASON",
+			row: func(a ops.ParkedAggregate) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s", a.Projection, a.StreamID, a.MerchantID, a.FirstEventID,
+					a.FirstVersion, a.Waiting, a.Since.Format(time.RFC3339), oneLine(a.Reason, 100))
+			},
+			footer: fmt.Sprintf("%d parked", len(list)),
+		}.print(stdout, o.asJSON, list)
 	case "replay":
 		var results []ops.ReplayResult
 		switch {
 		case o.all && len(args) == 0:
-			if results, err = pk.ReplayAll(ctx, o.projection, by); err != nil {
+			if results, err = op.ReplayAll(ctx, o.projection, by); err != nil {
 				return err
 			}
 		case !o.all && len(args) == 2:
-			res, err := pk.Replay(ctx, args[0], args[1], by)
+			res, err := op.Replay(ctx, args[0], args[1], by)
 			if err != nil {
 				return err
 			}
@@ -164,7 +189,7 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		if len(args) != 2 {
 			return usageError{"parked skip: PROJECTION AGGREGATE_ID --reason WHY [--event EVENT_ID] [--by WHO]"}
 		}
-		res, err := pk.Skip(ctx, args[0], args[1], o.eventID, by, o.reason)
+		res, err := op.Skip(ctx, ops.Skip{Projection: args[0], StreamID: args[1], EventID: o.eventID, By: by, Reason: o.reason})
 		if err != nil {
 			return err
 		}
@@ -210,14 +235,14 @@ func verify(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, stdou
 		return err
 	}
 	defer dbs.close()
-	vc := readmodel.VerifyConfig{Log: w.eventLog, DB: dbs.rm, RecheckAfter: o.recheck}
+	v := ops.Verification{RecheckAfter: o.recheck}
 	if o.projection != "" {
-		vc.Projections = []string{o.projection}
+		v.Projections = []string{o.projection}
 	}
 	if isTerminal(stderr) {
-		vc.Progress = stderr
+		v.Progress = stderr
 	}
-	report, err := readmodel.Verify(ctx, vc)
+	report, err := w.operator.Verify(ctx, v)
 	if err != nil {
 		return err
 	}
@@ -237,9 +262,8 @@ func verify(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, stdou
 
 // rebuild runs `app rebuild PROJECTION`: progress with rate and ETA on
 // stderr (in place on a terminal, a line every 5 s otherwise); Ctrl-C
-// cancels it and drops the shadow table. The start, and a cancel, are
-// recorded in the audit log (the rebuild is no transaction of the event
-// store: the start just before it runs, the cancel after).
+// cancels it and drops the shadow table. The use case records the start,
+// and a cancel, in the audit log.
 func rebuild(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
 		return usageError{"rebuild: name one projection: " + strings.Join(readmodel.Projections(), ", ")}
@@ -256,34 +280,22 @@ func rebuild(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args
 		return err
 	}
 	defer dbs.close()
-	if err := w.refdata.RecordAudit(ctx, ops.AuditEntry{Actor: by, Action: ops.ActionRebuildStart, Target: args[0]}); err != nil {
-		return err
-	}
 	term := isTerminal(stderr)
 	var lastLine time.Time
 	lastPhase := ""
-	p, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: w.eventLog, DB: dbs.rm, Projection: args[0],
-		Progress: func(p ops.RebuildProgress) {
-			line := progressText(p)
-			switch {
-			case term:
-				fmt.Fprint(stderr, "\r"+line+"\033[K")
-			case p.Phase != lastPhase || time.Since(lastLine) >= 5*time.Second:
-				fmt.Fprintln(stderr, line)
-				lastLine = time.Now()
-			}
-			lastPhase = p.Phase
-		}})
+	p, err := w.operator.Rebuild(ctx, args[0], by, func(p ops.RebuildProgress) {
+		line := progressText(p)
+		switch {
+		case term:
+			fmt.Fprint(stderr, "\r"+line+"\033[K")
+		case p.Phase != lastPhase || time.Since(lastLine) >= 5*time.Second:
+			fmt.Fprintln(stderr, line)
+			lastLine = time.Now()
+		}
+		lastPhase = p.Phase
+	})
 	if term {
 		fmt.Fprintln(stderr)
-	}
-	if errors.Is(err, context.Canceled) {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if aerr := w.refdata.RecordAudit(actx, ops.AuditEntry{Actor: by, Action: ops.ActionRebuildCancel, Target: args[0],
-			Details: map[string]any{"phase": p.Phase, "events": p.Events, "rows": p.Rows}}); aerr != nil {
-			err = errors.Join(err, aerr)
-		}
 	}
 	if err != nil {
 		return err

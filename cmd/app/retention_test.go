@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
@@ -51,9 +52,20 @@ func TestRetentionKeepsThePipelineWhole(t *testing.T) {
 
 			cfg := a.cfg
 			cfg.TopicRetention = 7 * 24 * time.Hour
-			r, err := newRetention(cfg, a.dbs, a.w, slog.New(slog.DiscardHandler))
+			// With the relay on, its consumer group must have acknowledged a
+			// message too: until it has a position, nothing goes.
+			withRelay, w := cfg, a.w
+			withRelay.RelayNATSURL = "nats://127.0.0.1:4222"
+			w.telemetry = &telemetry{reg: prometheus.NewRegistry()}
+			r, err := newRetention(withRelay, a.dbs, w, slog.New(slog.DiscardHandler))
 			require.NoError(t, err)
-			n, err := r.Prune(t.Context(), pubsub.RetainedTopic{Topic: pubsub.TopicOrders, Groups: []string{"orders"}})
+			n, err := r.PruneAll(t.Context())
+			require.NoError(t, err)
+			require.Zero(t, n, "the relay has no position")
+
+			r, err = newRetention(cfg, a.dbs, a.w, slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			n, err = r.PruneAll(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, 8, n)
 			var left int

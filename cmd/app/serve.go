@@ -17,18 +17,22 @@ import (
 	"github.com/uptrace/bun"
 	"golang.org/x/sync/errgroup"
 
-	"hearth/adapters/idempotency"
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
+	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
-	"hearth/adapters/refdata"
 	"hearth/app"
+	"hearth/app/access"
 	"hearth/app/command"
+	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/internal/database"
+	"hearth/internal/idempotency"
+	"hearth/internal/refdata"
 	"hearth/leader"
 	"hearth/migrations"
 	httpport "hearth/ports/http"
+	"hearth/ports/http/console"
 )
 
 // databases are the pools; rm == es when one database holds both.
@@ -122,13 +126,20 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 }
 
 // wiring is the application and the projections built on the databases,
-// with the operator's tools (parking, event log, rebuilds) and metrics.
+// with the operator's use cases (and the adapters under them: parking, the
+// event log, the read models' maintenance) and metrics.
 type wiring struct {
 	app         app.Application
+	operator    *ops.Operator
+	keys        *access.Keys
+	auditTrail  *ops.AuditTrail
 	refdata     *refdata.Store
 	projections []projector.Projection
 	parking     *projector.Parking
 	eventLog    *pubsub.EventLog
+	// maintenance runs the rebuilds the admin API starts in the
+	// background: close it at shutdown.
+	maintenance *readmodel.Maintenance
 	telemetry   *telemetry
 	idempotency *idempotency.Store
 	// retryInitial shortens the projections' retry budget in tests.
@@ -137,6 +148,8 @@ type wiring struct {
 	// liveTerm is the term whose projections run live (caught up, router
 	// running); 0 when none.
 	liveTerm *atomic.Int64
+	// lags is the projections' recent lag, for the console's on-call view.
+	lags *console.LagHistory
 }
 
 // wire builds the application on the request pools (dbs.api) and the
@@ -203,10 +216,26 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if w.eventLog, err = pubsub.NewEventLog(dbs.es); err != nil {
 		return wiring{}, err
 	}
+	if w.maintenance, err = readmodel.NewMaintenance(w.eventLog, dbs.rm); err != nil {
+		return wiring{}, err
+	}
+	w.operator, err = ops.NewOperator(ops.Config{Parking: w.parking, Rebuilds: w.maintenance, Verifier: w.maintenance,
+		Audit: ref, Log: log})
+	must(err)
+	w.keys, err = access.NewKeys(ref)
+	must(err)
+	w.auditTrail, err = ops.NewAuditTrail(ref)
+	must(err)
+	if err := errors.Join(errs...); err != nil {
+		return wiring{}, err
+	}
 	if w.idempotency, err = idempotency.New(apiES.DB); err != nil {
 		return wiring{}, err
 	}
 	if w.telemetry, err = newTelemetry(dbs, w.projections, log); err != nil {
+		return wiring{}, err
+	}
+	if w.lags, err = newLagHistory(dbs, w); err != nil {
 		return wiring{}, err
 	}
 	return w, nil
@@ -246,12 +275,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	rebuilds, err := readmodel.NewRebuilds(w.eventLog, dbs.rm)
+	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
 	if err != nil {
 		return err
 	}
-	defer rebuilds.Close()
-	hcfg, err := httpConfig(cfg, dbs, w, elector, rebuilds, log)
+	defer w.maintenance.Close()
+	hcfg, err := httpConfig(cfg, dbs, w, elector, log)
 	if err != nil {
 		return err
 	}
@@ -275,8 +304,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	addrs := make([]any, 0, 2*len(listeners))
+	defer closeConsole(hcfg.Console)
 	for i, l := range listeners {
 		hcfg.Surface = surfaces[i]
+		if len(surfaces) > 1 && cfg.Mode != ModeWorker {
+			if hcfg.Console, err = consoleFor(surfaces[i], cfg, w, hcfg, log); err != nil {
+				return err
+			}
+			defer closeConsole(hcfg.Console)
+		}
 		handler, err := httpport.NewHandler(hcfg)
 		if err != nil {
 			return err
@@ -301,6 +337,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		})
 	}
 	if cfg.Mode != ModeWorker {
+		g.Go(func() error {
+			w.lags.Run(gctx)
+			return nil
+		})
 		g.Go(func() error {
 			w.idempotency.PruneLoop(gctx, cfg.IdempotencyKeep, idempotencyPruneEvery, idempotencyPruneBatch, func(err error) {
 				log.Warn("prune idempotency keys", "error", err)
@@ -327,6 +367,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			})
 		})
 	}
+	if relayUnit != nil {
+		g.Go(func() error { return relayUnit.run(gctx) })
+	}
 	err = g.Wait()
 	log.Info("hearth stopped")
 	return err
@@ -335,21 +378,28 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 // httpConfig is the HTTP API's configuration on the wiring: serve's, and
 // the tests' (cmd/app/api_test.go), so that they cannot drift apart.
 // elector is nil in API mode (and in tests without leadership).
-func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, rebuilds *readmodel.Rebuilds, log *slog.Logger) (httpport.Config, error) {
+func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, log *slog.Logger) (httpport.Config, error) {
 	positions, err := readmodel.NewPositions(dbs.api())
 	if err != nil {
 		return httpport.Config{}, err
 	}
-	return httpport.Config{
+	hc := httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(dbs, elector),
-		Parked: w.parking, Rebuilds: rebuilds,
+		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(elector),
+		Parked: w.operator, Rebuilds: w.operator,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.refdata, Audit: w.refdata,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
-	}, nil
+	}
+	if hc.APIEnabled {
+		// The web console, at /console/ (ports/http/console).
+		if hc.Console, err = consoleFor(httpport.SurfaceAll, cfg, w, hc, log); err != nil {
+			return httpport.Config{}, err
+		}
+	}
+	return hc, nil
 }
 
 // Idempotency keys older than IdempotencyKeep are deleted this often, in
@@ -369,18 +419,28 @@ const (
 
 // newRetention prunes each projection's topic: a message goes once every
 // consumer group of its topic has acknowledged it (the projections' groups
-// at least) and TOPIC_RETENTION has passed.
+// at least, and the relay's when it is on) and TOPIC_RETENTION has passed.
 func newRetention(cfg Config, dbs databases, w wiring, log *slog.Logger) (*pubsub.Retention, error) {
 	var topics []pubsub.RetainedTopic
 	index := map[string]int{}
-	for _, p := range w.projections {
-		i, ok := index[p.Topic]
+	require := func(topic, group string) {
+		i, ok := index[topic]
 		if !ok {
 			i = len(topics)
-			index[p.Topic] = i
-			topics = append(topics, pubsub.RetainedTopic{Topic: p.Topic})
+			index[topic] = i
+			topics = append(topics, pubsub.RetainedTopic{Topic: topic})
 		}
-		topics[i].Groups = append(topics[i].Groups, p.Name)
+		topics[i].Groups = append(topics[i].Groups, group)
+	}
+	for _, p := range w.projections {
+		require(p.Topic, p.Name)
+	}
+	if cfg.RelayNATSURL != "" {
+		// Until the relay has published a page of a topic it has no
+		// position there, and retention would take what it has not seen.
+		for _, topic := range relay.Topics() {
+			require(topic, relay.ConsumerGroup)
+		}
 	}
 	return pubsub.NewRetention(pubsub.RetentionConfig{
 		DB: dbs.es.DB, Topics: topics, Keep: cfg.TopicRetention, Batch: topicPruneBatch,

@@ -13,6 +13,9 @@
 //   - the noisy neighbour: one merchant's reads at a steady rate while
 //     another floods (unknown keys, its heaviest list, its writes), with
 //     Hearth's default limits;
+//   - the console's dispatch board with 50 staff and 500 schedules in the
+//     week against an empty board: page weight and time to first render
+//     in headless Chromium;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -55,6 +58,7 @@ func main() {
 		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
 		noisyFor /= 10
+		consoleLoads = 5
 		scaleOrders /= 10
 	}
 	if err := checkOnly(); err != nil {
@@ -69,7 +73,7 @@ func main() {
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
 // scale runs only when named (make bench-scale): it takes about 20 minutes.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "scale"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "scale"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -180,6 +184,13 @@ func run() error {
 			return fmt.Errorf("noisy neighbour: %w", err)
 		}
 		rows = append(rows, nn...)
+	}
+	if only("console") {
+		cs, err := b.console(ctx)
+		if err != nil {
+			return fmt.Errorf("console: %w", err)
+		}
+		rows = append(rows, cs...)
 	}
 	var scaleTable string
 	if only("scale") {

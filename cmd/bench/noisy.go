@@ -15,12 +15,12 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/uuid"
+	"hearth/internal/refdata"
 	"hearth/migrations"
 )
 
@@ -75,26 +75,37 @@ func (p phaseResult) bMix() string {
 	return fmt.Sprintf("B: %.0f req/s; %s", float64(total)/p.bElapsed.Seconds(), strings.Join(parts, ", "))
 }
 
+// merchants creates the database name and an operator key of each
+// merchant named.
+func (b *bench) merchants(ctx context.Context, name string, merchants ...string) (*bun.DB, string, *refdata.Store, []refdata.NewKey, error) {
+	es, url, err := b.newDB(ctx, name, migrations.EventStore, migrations.ReadModel)
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	ref, err := refdata.New(es)
+	if err != nil {
+		es.Close()
+		return nil, "", nil, nil, err
+	}
+	keys := make([]refdata.NewKey, len(merchants))
+	for i, m := range merchants {
+		if keys[i], err = ref.CreateKey(ctx, m, access.Operator, ""); err != nil {
+			es.Close()
+			return nil, "", nil, nil, err
+		}
+	}
+	return es, url, ref, keys, nil
+}
+
 // noisy runs the phases one after the other on one Hearth and returns the
 // rows: A's figures per phase, B's status mix, and the targets.
 func (b *bench) noisy(ctx context.Context) ([]row, error) {
-	es, url, err := b.newDB(ctx, "noisy", migrations.EventStore, migrations.ReadModel)
+	es, url, _, keys, err := b.merchants(ctx, "noisy", "noisy-a", "noisy-b")
 	if err != nil {
 		return nil, err
 	}
 	defer es.Close()
-	ref, err := refdata.New(es)
-	if err != nil {
-		return nil, err
-	}
-	keyA, err := ref.CreateKey(ctx, "noisy-a", access.Operator, "")
-	if err != nil {
-		return nil, err
-	}
-	keyB, err := ref.CreateKey(ctx, "noisy-b", access.Operator, "")
-	if err != nil {
-		return nil, err
-	}
+	keyA, keyB := keys[0], keys[1]
 	b.progress("noisy neighbour: %d orders for A, %d for B", noisyOrdersA, noisyOrdersB)
 	ordersA, err := seedOrders(ctx, es, keyA.MerchantID, noisyOrdersA)
 	if err != nil {

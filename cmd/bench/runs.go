@@ -29,7 +29,6 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/event"
@@ -39,6 +38,7 @@ import (
 	"hearth/domain/uuid"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
+	"hearth/internal/refdata"
 	"hearth/migrations"
 )
 

@@ -20,13 +20,13 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/uuid"
+	"hearth/internal/refdata"
 	"hearth/migrations"
 	httpport "hearth/ports/http"
 )

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -106,6 +107,16 @@ func As[T Event](data []byte) (Event, error) {
 	var v T
 	err := json.Unmarshal(data, &v)
 	return v, err
+}
+
+// Types returns the registry's stored type names, sorted.
+func (r Registry) Types() []string {
+	out := make([]string, 0, len(r))
+	for t := range r {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Decode decodes a stored payload. An unknown type or a payload that does

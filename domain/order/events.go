@@ -68,6 +68,9 @@ func (Cancelled) EventType() string         { return "OrderCancelled" }
 func (AssignmentUpdated) EventType() string { return "OrderAssignmentUpdated" }
 func (SettlementUpdated) EventType() string { return "OrderSettlementUpdated" }
 
+// EventTypes returns the stored type names of its events, sorted.
+func EventTypes() []string { return registry.Types() }
+
 // Decode turns a stored order event back into its type. It rejects unknown
 // types and payloads that do not parse, so that a corrupt event is reported
 // rather than applied as zero values.

@@ -6,6 +6,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"hearth/domain/apperr"
@@ -33,6 +34,9 @@ var transitions = map[Status][]Status{
 	StatusPlanned:   {StatusInService, StatusCancelled},
 	StatusInService: {StatusDone, StatusCancelled},
 }
+
+// CanMoveTo reports whether the life cycle allows s -> to.
+func (s Status) CanMoveTo(to Status) bool { return slices.Contains(transitions[s], to) }
 
 // ParseStatus checks a status name.
 func ParseStatus(s string) (Status, bool) {
@@ -75,6 +79,9 @@ type StatusChanged struct {
 func (Created) EventType() string           { return "ScheduleCreated" }
 func (AssignmentUpdated) EventType() string { return "ScheduleAssignmentUpdated" }
 func (StatusChanged) EventType() string     { return "ScheduleStatusChanged" }
+
+// EventTypes returns the stored type names of its events, sorted.
+func EventTypes() []string { return registry.Types() }
 
 // Decode turns a stored schedule event back into its type.
 func Decode(eventType string, data []byte) (event.Event, error) {
@@ -195,11 +202,9 @@ func (s *Schedule) ChangeStatus(to Status) error {
 	if to == s.status {
 		return nil
 	}
-	for _, t := range transitions[s.status] {
-		if t == to {
-			s.record(StatusChanged{From: s.status, To: to})
-			return nil
-		}
+	if s.status.CanMoveTo(to) {
+		s.record(StatusChanged{From: s.status, To: to})
+		return nil
 	}
 	return invalidTransition(s.status, to)
 }

@@ -86,6 +86,9 @@ func (DetailsUpdated) EventType() string { return "ServiceRequestDetailsUpdated"
 func (StatusChanged) EventType() string  { return "ServiceRequestStatusChanged" }
 func (Converted) EventType() string      { return "ServiceRequestConverted" }
 
+// EventTypes returns the stored type names of its events, sorted.
+func EventTypes() []string { return registry.Types() }
+
 // Decode turns a stored request event back into its type.
 func Decode(eventType string, data []byte) (event.Event, error) {
 	return registry.Decode(eventType, data)

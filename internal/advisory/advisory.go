@@ -6,6 +6,9 @@
 //
 //   - [Projections] ("hearth/projections"): the leadership lock (package
 //     leader), session-level, on the event store.
+//   - [Relay] ("hearth/relay"): the leadership lock of the relay to NATS
+//     JetStream (adapters/pubsub/relay), session-level, on the event store;
+//     its fencing term has its own row in projection_leader.
 //   - [Rebuild](projection) ("hearth/rebuild/<projection>"): one rebuild of a
 //     projection at a time (adapters/readmodel), session-level, on the read
 //     model.
@@ -38,6 +41,9 @@ import (
 
 // Projections names the leadership lock.
 const Projections = "hearth/projections"
+
+// Relay names the relay's leadership lock.
+const Relay = "hearth/relay"
 
 // Rebuild names the lock that keeps two rebuilds of one projection apart.
 func Rebuild(projection string) string { return "hearth/rebuild/" + projection }

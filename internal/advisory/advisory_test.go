@@ -14,6 +14,7 @@ import (
 func TestKeysStayStable(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, int64(-3139509515664720772), advisory.Key(advisory.Projections))
+	require.Equal(t, int64(8493339448354616686), advisory.Key(advisory.Relay))
 	require.Equal(t, int64(binary.BigEndian.Uint64([]byte("hearth-migrations")[:8])), advisory.MigrationsKey)
 }
 

@@ -1,14 +1,14 @@
 // Package aggregates is the one list of Hearth's aggregate types and what
 // every layer knows about each: the stream type and the event decoder and
-// Rehydrate (domain facts, from the aggregate's own package in app/), and
+// Rehydrate (domain facts, from the aggregate's own package in domain/), and
 // the topic, the projection and the read-model table (adapter facts).
 //
-// It lives here, not in app/ and not in one adapter, because it composes
-// both: app/ must not know topics or tables (the domain imports the standard
+// It lives here, not in domain/ and not in one adapter, because it composes
+// both: domain/ must not know topics or tables (it imports the standard
 // library only), and the event store (adapters/pubsub), the read models
 // (adapters/readmodel: projections, verify, rebuild, read-your-writes), the
 // wiring (cmd/app: projections, parking, telemetry), the HTTP port and the
-// bench all read it, so none of them may own it. It imports app/ only.
+// bench all read it, so none of them may own it. It imports domain/ only.
 //
 // A new aggregate is one entry here (and its line in All); every consumer
 // above then knows it.

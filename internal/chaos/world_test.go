@@ -16,10 +16,10 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/readmodel"
-	"hearth/adapters/refdata"
 	"hearth/app/access"
 	"hearth/app/query"
 	"hearth/internal/pgtest"
+	"hearth/internal/refdata"
 )
 
 // world is a running Hearth: an api process, workers, and the databases.

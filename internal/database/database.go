@@ -72,3 +72,25 @@ func openSQL(ctx context.Context, url string, maxConns int, opts Options) (*sql.
 
 // SQL returns the database/sql pool under a Bun DB.
 func SQL(db *bun.DB) *sql.DB { return db.DB }
+
+// CreateDatabase creates database name on the server adminURL reaches,
+// unless it exists (a restarted `make run` finds it). name must be a plain
+// identifier: CREATE DATABASE takes no parameters.
+func CreateDatabase(ctx context.Context, adminURL, name string) error {
+	db, err := Open(ctx, adminURL, 1)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = ?)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look for database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}

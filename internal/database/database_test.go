@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"hearth/domain/uuid"
 	"hearth/internal/database"
 	"hearth/internal/pgtest"
 )
@@ -148,4 +150,17 @@ func TestWithConn(t *testing.T) {
 	t.Cleanup(func() { _ = foreign.Close() })
 	err = database.WithConn(ctx, foreign, func(*pgx.Conn) error { return nil })
 	require.ErrorContains(t, err, "opened by package database")
+}
+
+// CreateDatabase creates a database once; asked again, it finds it.
+func TestCreateDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	admin := pgtest.Cluster().URL("postgres")
+	name := "created_" + strings.ReplaceAll(uuid.New(), "-", "")
+	require.NoError(t, database.CreateDatabase(ctx, admin, name))
+	require.NoError(t, database.CreateDatabase(ctx, admin, name), "an existing database is left as it is")
+	db, err := database.Open(ctx, pgtest.Cluster().URL(name), 1)
+	require.NoError(t, err, "the database exists")
+	require.NoError(t, db.Close())
 }

@@ -16,7 +16,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"hearth/internal/harness"
 )
 
 const (
@@ -232,7 +233,7 @@ func (c *Cluster) initdb(ctx context.Context) error {
 // port if the chosen one was taken in the meantime.
 func (c *Cluster) startServer(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := harness.FreePort()
 		if err != nil {
 			return err
 		}
@@ -323,40 +324,17 @@ func locateBinaries(ctx context.Context, install bool, log *slog.Logger) (binari
 	if bin, ok := findBinaries(); ok {
 		return bin, nil
 	}
-	if !install || os.Geteuid() != 0 {
-		return binaries{}, errNotFound
-	}
-	aptGet, err := exec.LookPath("apt-get")
-	if err != nil {
+	if !install || !harness.Available() {
 		return binaries{}, errNotFound
 	}
 	log.Info("PostgreSQL server binaries not found: installing Debian's postgresql package with apt-get")
-	if err := aptInstall(ctx, aptGet); err != nil {
+	if err := harness.Install(ctx, "postgresql"); err != nil {
 		return binaries{}, fmt.Errorf("pgcluster: install postgresql: %w", err)
 	}
 	if bin, ok := findBinaries(); ok {
 		return bin, nil
 	}
 	return binaries{}, fmt.Errorf("pgcluster: apt-get installed postgresql, but still: %w", errNotFound)
-}
-
-// aptInstall installs Debian's postgresql package, streaming apt-get's
-// output to os.Stderr.
-func aptInstall(ctx context.Context, aptGet string) error {
-	steps := [][]string{
-		{"update"},
-		{"install", "-y", "postgresql"},
-	}
-	for _, args := range steps {
-		cmd := exec.CommandContext(ctx, aptGet, args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout = os.Stderr
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("apt-get %s: %w", strings.Join(args, " "), err)
-		}
-	}
-	return nil
 }
 
 // findBinaries looks for initdb and pg_ctl on PATH, then under the highest
@@ -369,7 +347,7 @@ func findBinaries() (binaries, bool) {
 	}
 	for _, dir := range debianBinDirs() {
 		initdb, pgCtl := filepath.Join(dir, "initdb"), filepath.Join(dir, "pg_ctl")
-		if isExecutable(initdb) && isExecutable(pgCtl) {
+		if harness.IsExecutable(initdb) && harness.IsExecutable(pgCtl) {
 			return newBinaries(initdb, pgCtl), true
 		}
 	}
@@ -380,7 +358,7 @@ func findBinaries() (binaries, bool) {
 // /usr/lib/postgresql/VER/bin) and looks for pg_isready next to pg_ctl.
 func newBinaries(initdb, pgCtl string) binaries {
 	bin := binaries{initdb: resolve(initdb), pgCtl: resolve(pgCtl)}
-	if p := filepath.Join(filepath.Dir(bin.pgCtl), "pg_isready"); isExecutable(p) {
+	if p := filepath.Join(filepath.Dir(bin.pgCtl), "pg_isready"); harness.IsExecutable(p) {
 		bin.pgIsReady = p
 	}
 	return bin
@@ -608,20 +586,11 @@ func findSbin(name string) (string, error) {
 		return p, nil
 	}
 	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
-		if p := filepath.Join(dir, name); isExecutable(p) {
+		if p := filepath.Join(dir, name); harness.IsExecutable(p) {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("pgcluster: %s not found (needed to run PostgreSQL as an unprivileged user when running as root)", name)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // section formats text as a titled block for an error message, keeping its tail.
@@ -661,11 +630,6 @@ func fileSize(path string) int64 {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-func isExecutable(path string) bool {
-	info, err := os.Stat(path)
-	return err == nil && info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0
 }
 
 // resolve returns path made absolute with symlinks resolved, or path itself on error.

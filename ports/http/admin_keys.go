@@ -10,8 +10,8 @@ import (
 	"hearth/app/query"
 )
 
-// KeyAdmin manages API keys (refdata.Store). Each change records itself in
-// the audit log, in its own transaction, as done by actor.
+// KeyAdmin is the admin's use cases of API keys (access.Keys). Each change
+// is recorded in the audit log, in its transaction, as done by actor.
 type KeyAdmin interface {
 	ListKeys(ctx context.Context, merchantID string, p query.Page) ([]access.Key, int, error)
 	IssueKey(ctx context.Context, spec access.KeySpec, actor string) (access.NewKey, error)
@@ -19,26 +19,9 @@ type KeyAdmin interface {
 	RotateKey(ctx context.Context, id string, grace time.Duration, actor string) (access.Rotation, error)
 }
 
-// AuditLog is the log of admin actions (refdata.Store).
+// AuditLog reads the log of admin actions (ops.AuditTrail).
 type AuditLog interface {
-	RecordAudit(ctx context.Context, e ops.AuditEntry) error
 	ListAudit(ctx context.Context, p query.Page) ([]ops.AuditEntry, int, error)
-}
-
-// audit records an admin action that is not a transaction of the event
-// store, right after it succeeded. The action stands when the record
-// fails: the failure is logged with everything the record would have held.
-func (s *server) audit(r *http.Request, action, target string, details map[string]any) {
-	if s.Audit == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-	defer cancel()
-	e := ops.AuditEntry{Actor: principal(r).Subject(), Action: action, Target: target, Details: details}
-	if err := s.Audit.RecordAudit(ctx, e); err != nil {
-		s.log.ErrorContext(ctx, "admin action not recorded in the audit log", "actor", e.Actor, "action", action,
-			"target", target, "details", details, "error", err)
-	}
 }
 
 func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
@@ -52,7 +35,7 @@ func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBody[access.Key]{Items: keys, Total: total, TotalExact: true, Page: page.Number, PageSize: page.Size})
+	writeJSON(w, http.StatusOK, listBody[KeyBody]{Items: mapAll(keys, KeyBodyOf), Total: total, TotalExact: true, Page: page.Number, PageSize: page.Size})
 	return nil
 }
 
@@ -83,7 +66,7 @@ func (s *server) createKey(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Cache-Control", "no-store") // the secret, once
-	writeJSON(w, http.StatusCreated, k)
+	writeJSON(w, http.StatusCreated, newKeyBodyOf(k))
 	return nil
 }
 
@@ -96,7 +79,7 @@ func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, k)
+	writeJSON(w, http.StatusOK, KeyBodyOf(k))
 	return nil
 }
 
@@ -129,7 +112,7 @@ func (s *server) rotateKey(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Cache-Control", "no-store") // the new secret, once
-	writeJSON(w, http.StatusCreated, rot)
+	writeJSON(w, http.StatusCreated, rotationBodyOf(rot))
 	return nil
 }
 
@@ -143,6 +126,6 @@ func (s *server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBody[ops.AuditEntry]{Items: items, Total: total, TotalExact: true, Page: page.Number, PageSize: page.Size})
+	writeJSON(w, http.StatusOK, listBody[AuditEntryBody]{Items: mapAll(items, AuditEntryBodyOf), Total: total, TotalExact: true, Page: page.Number, PageSize: page.Size})
 	return nil
 }

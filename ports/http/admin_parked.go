@@ -9,38 +9,37 @@ import (
 	"hearth/app/ops"
 )
 
-// ParkedAggregates is the operator's view of parked aggregates
-// (projector.Parking). Replay and Skip record themselves in the audit log, in
-// their own transaction, as done by "by".
+// ParkedAggregates is the operator's use cases of parked aggregates
+// (ops.Operator). Replay and Skip are recorded in the audit log, in their
+// transaction, as done by the actor.
 type ParkedAggregates interface {
-	List(ctx context.Context, projection string) ([]ops.ParkedAggregate, error)
-	Get(ctx context.Context, projection, streamID string) (ops.ParkedAggregate, error)
-	Parked(ctx context.Context, projection, merchantID, streamID string) (ops.ParkedAggregate, bool, error)
-	Replay(ctx context.Context, projection, streamID, by string) (ops.ReplayResult, error)
-	ReplayAll(ctx context.Context, projection, by string) ([]ops.ReplayResult, error)
-	Skip(ctx context.Context, projection, streamID, eventID, by, reason string) (ops.SkipResult, error)
+	ListParked(ctx context.Context, projection string) ([]ops.ParkedAggregate, error)
+	GetParked(ctx context.Context, projection, streamID string) (ops.ParkedAggregate, error)
+	IsParked(ctx context.Context, projection, merchantID, streamID string) (ops.ParkedAggregate, bool, error)
+	Replay(ctx context.Context, projection, streamID, actor string) (ops.ReplayResult, error)
+	ReplayAll(ctx context.Context, projection, actor string) ([]ops.ReplayResult, error)
+	Skip(ctx context.Context, s ops.Skip) (ops.SkipResult, error)
 }
 
-// ProjectionRebuilds runs projection rebuilds in the background
-// (readmodel.Rebuilds).
+// ProjectionRebuilds is the operator's use cases of projection rebuilds
+// in the background (ops.Operator). Start and cancel are recorded in the
+// audit log as done by the actor.
 type ProjectionRebuilds interface {
-	Start(projection string) (ops.RebuildProgress, error)
-	Status(projection string) (ops.RebuildProgress, error)
-	Cancel(ctx context.Context, projection string) (ops.RebuildProgress, error)
+	StartRebuild(ctx context.Context, projection, actor string) (ops.RebuildProgress, error)
+	RebuildStatus(projection string) (ops.RebuildProgress, error)
+	CancelRebuild(ctx context.Context, projection, actor string) (ops.RebuildProgress, error)
 }
 
 // ParkedHeader is set on a detail answer whose row is held behind a parked
 // event: "waiting=N, first_version=V, since=RFC 3339".
 const ParkedHeader = "Projection-Parked"
 
-// registerOps adds the admin routes of parking and rebuilds (admin keys).
-
 func (s *server) listParked(w http.ResponseWriter, r *http.Request) error {
-	list, err := s.Parked.List(r.Context(), r.URL.Query().Get("projection"))
+	list, err := s.Parked.ListParked(r.Context(), r.URL.Query().Get("projection"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": list, "total": len(list)})
+	writeJSON(w, http.StatusOK, map[string]any{"items": mapAll(list, ParkedBodyOf), "total": len(list)})
 	return nil
 }
 
@@ -49,11 +48,11 @@ func (s *server) getParked(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a, err := s.Parked.Get(r.Context(), r.PathValue("projection"), id)
+	a, err := s.Parked.GetParked(r.Context(), r.PathValue("projection"), id)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, a)
+	writeJSON(w, http.StatusOK, ParkedBodyOf(a))
 	return nil
 }
 
@@ -66,7 +65,7 @@ func (s *server) replayParked(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, replayBodyOf(res))
 	return nil
 }
 
@@ -75,7 +74,7 @@ func (s *server) replayAllParked(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": res, "total": len(res)})
+	writeJSON(w, http.StatusOK, map[string]any{"items": mapAll(res, replayBodyOf), "total": len(res)})
 	return nil
 }
 
@@ -93,41 +92,40 @@ func (s *server) skipParked(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	res, err := s.Parked.Skip(r.Context(), r.PathValue("projection"), id, in.EventID, principal(r).Subject(), in.Reason)
+	res, err := s.Parked.Skip(r.Context(), ops.Skip{Projection: r.PathValue("projection"), StreamID: id,
+		EventID: in.EventID, By: principal(r).Subject(), Reason: in.Reason})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, skipBodyOf(res))
 	return nil
 }
 
 func (s *server) startRebuild(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.Rebuilds.Start(r.PathValue("projection"))
+	p, err := s.Rebuilds.StartRebuild(r.Context(), r.PathValue("projection"), principal(r).Subject())
 	if err != nil {
 		return err
 	}
-	s.audit(r, ops.ActionRebuildStart, p.Projection, map[string]any{"phase": p.Phase})
 	w.Header().Set("Location", "/admin/rebuilds/"+p.Projection)
-	writeJSON(w, http.StatusAccepted, p)
+	writeJSON(w, http.StatusAccepted, rebuildBodyOf(p))
 	return nil
 }
 
 func (s *server) rebuildStatus(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.Rebuilds.Status(r.PathValue("projection"))
+	p, err := s.Rebuilds.RebuildStatus(r.PathValue("projection"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, p)
+	writeJSON(w, http.StatusOK, rebuildBodyOf(p))
 	return nil
 }
 
 func (s *server) cancelRebuild(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.Rebuilds.Cancel(r.Context(), r.PathValue("projection"))
+	p, err := s.Rebuilds.CancelRebuild(r.Context(), r.PathValue("projection"), principal(r).Subject())
 	if err != nil {
 		return err
 	}
-	s.audit(r, ops.ActionRebuildCancel, p.Projection, map[string]any{"phase": p.Phase, "events": p.Events, "rows": p.Rows})
-	writeJSON(w, http.StatusOK, p)
+	writeJSON(w, http.StatusOK, rebuildBodyOf(p))
 	return nil
 }
 
@@ -143,7 +141,7 @@ func (s *server) parkedHeader(projection string, h handlerFunc) handlerFunc {
 		if err != nil {
 			return h(w, r)
 		}
-		a, parked, err := s.Parked.Parked(r.Context(), projection, principal(r).MerchantID, id)
+		a, parked, err := s.Parked.IsParked(r.Context(), projection, principal(r).MerchantID, id)
 		if err != nil {
 			s.log.WarnContext(r.Context(), "parked check failed", "projection", projection, "id", id, "error", err)
 		}

@@ -22,7 +22,7 @@ const HeaderIdempotencyKey = "Idempotency-Key"
 // headerReplayed marks an answer replayed from an earlier attempt.
 const headerReplayed = "Idempotent-Replayed"
 
-// Idempotency keeps the records of idempotency keys (adapters/idempotency).
+// Idempotency keeps the records of idempotency keys (internal/idempotency).
 type Idempotency interface {
 	Claim(ctx context.Context, merchantID, key string, fingerprint []byte, lease time.Duration) (token string, err error)
 	Get(ctx context.Context, merchantID, key string) (command.IdempotencyRecord, error)

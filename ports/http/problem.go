@@ -53,9 +53,14 @@ func malformed(field, format string, args ...any) *badRequest {
 		fields: []apperr.FieldError{{Field: field, Message: msg}}}
 }
 
-// writeError maps an error to its problem and writes it. Unexpected errors
-// are logged here, once, and answered without internals.
-func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// Problem is the problem+json body the API answers an error with.
+type Problem = problem
+
+// ProblemOf is the problem the API answers err with, for another port that
+// shows the API's errors (the console shows each field's message next to
+// the field). ok is false for an error the API does not expect: p is then
+// the 500 problem, without internals, and the caller logs err.
+func ProblemOf(err error) (p Problem, ok bool) {
 	var (
 		bad      *badRequest
 		version  *apperr.VersionError
@@ -67,22 +72,15 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		tooBig   *http.MaxBytesError
 		ruled    interface{ Rule() string }
 	)
-	var p problem
 	switch {
 	case errors.As(err, &bad):
 		p = newProblem(http.StatusBadRequest, bad.slug, bad.detail)
 		p.Errors = bad.fields
 	case errors.As(err, &precond):
 		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", precond.detail)
-	case errors.As(err, &version) && r.Header.Get("If-Match") != "":
-		w.Header().Set("ETag", etag(version.Actual))
-		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", version.Error())
 	case errors.As(err, &version):
 		p = newProblem(http.StatusConflict, "conflict", version.Error())
 	case errors.As(err, &idem):
-		if idem.status == http.StatusConflict {
-			w.Header().Set("Retry-After", "1")
-		}
 		p = newProblem(idem.status, idem.slug, idem.detail)
 	case errors.As(err, &tooBig):
 		p = newProblem(http.StatusRequestEntityTooLarge, "body-too-large",
@@ -103,6 +101,27 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = newProblem(http.StatusNotFound, "not-found", "no such resource")
 	case errors.Is(err, apperr.ErrForbidden):
 		p = newProblem(http.StatusForbidden, "forbidden", "this key's role may not do this")
+	default:
+		return newProblem(http.StatusInternalServerError, "internal", "internal error; the server log has the details"), false
+	}
+	return p, true
+}
+
+// writeError maps an error to its problem (ProblemOf) and writes it.
+// Unexpected errors are logged here, once, and answered without internals.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p, known := ProblemOf(err)
+	var (
+		version *apperr.VersionError
+		idem    *idempotencyError
+	)
+	switch {
+	case known && p.Status == http.StatusConflict && errors.As(err, &version) && r.Header.Get("If-Match") != "":
+		w.Header().Set("ETag", etag(version.Actual))
+		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", version.Error())
+	case known && errors.As(err, &idem) && idem.status == http.StatusConflict:
+		w.Header().Set("Retry-After", "1")
+	case known:
 	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || sqlState(err) == queryCanceled):
 		return // the client went away; nobody reads an answer
 	case sqlState(err) == queryCanceled:
@@ -112,7 +131,6 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = newProblem(http.StatusServiceUnavailable, "timeout", "the request took longer than the server allows; try again later")
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		p = newProblem(http.StatusInternalServerError, "internal", "internal error; the server log has the details")
 	}
 	writeProblem(w, p)
 }

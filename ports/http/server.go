@@ -48,9 +48,9 @@ type Config struct {
 	// mode).
 	APIEnabled bool
 	// Parked serves /admin/parked and the Projection-Parked header of
-	// details. Optional.
+	// details (ops.Operator). Optional.
 	Parked ParkedAggregates
-	// Rebuilds serves /admin/rebuilds. Optional.
+	// Rebuilds serves /admin/rebuilds (ops.Operator). Optional.
 	Rebuilds ProjectionRebuilds
 	// Metrics serves GET /metrics, unauthenticated (Prometheus). Optional.
 	Metrics http.Handler
@@ -92,11 +92,10 @@ type Config struct {
 	// each holds a connection while it renders its answer, which may take
 	// another, so the cap stays below the pool's size. Defaults to 8.
 	IdempotencyMaxInFlight int
-	// Keys serves /admin/keys (admin keys). Optional: without it, those
-	// routes answer 404.
+	// Keys serves /admin/keys (admin keys; access.Keys). Optional: without
+	// it, those routes answer 404.
 	Keys KeyAdmin
-	// Audit records admin actions that are not transactions of the event
-	// store (rebuilds) and serves GET /admin/audit. Optional.
+	// Audit serves GET /admin/audit (admin keys). Optional.
 	Audit AuditLog
 	// ConsistencyMaxWaits caps the waits in flight; a GET over the cap
 	// answers without waiting (Consistency-Status: skipped). Defaults to 256;
@@ -106,6 +105,9 @@ type Config struct {
 	// default), or the public or admin half when /metrics and /admin/* have
 	// a listener of their own (ADMIN_ADDR).
 	Surface Surface
+	// Console is the web console (ports/http/console), served under
+	// /console/ when APIEnabled. Optional.
+	Console http.Handler
 }
 
 // Surface is a set of routes one listener serves.
@@ -186,6 +188,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 			h = s.idempotent(h)
 		}
 		mux.Handle(rt.pattern, s.auth(rt.roles...)(h))
+	}
+	if cfg.Console != nil && cfg.APIEnabled {
+		mux.Handle("/console/", cfg.Console)
+		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))

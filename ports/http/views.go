@@ -3,6 +3,8 @@ package httpport
 import (
 	"time"
 
+	"hearth/app/access"
+	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/reference"
 )
@@ -201,4 +203,149 @@ func mapAll[V, T any](vs []V, of func(V) T) []T {
 		out[i] = of(v)
 	}
 	return out
+}
+
+// The admin API's bodies. The CLI's --json prints the same (ParkedBodyOf,
+// KeyBodyOf, AuditEntryBodyOf), so the two formats never differ.
+
+// ParkedBody is a parked aggregate as the admin API and `app parked list
+// --json` show it.
+type ParkedBody struct {
+	Projection    string            `json:"projection"`
+	StreamID      string            `json:"stream_id"`
+	StreamType    string            `json:"stream_type"`
+	MerchantID    string            `json:"merchant_id"`
+	Reason        string            `json:"reason"`
+	FirstEventID  string            `json:"first_event_id"`
+	FirstVersion  int               `json:"first_version"`
+	Waiting       int               `json:"waiting"`
+	Since         time.Time         `json:"since"`
+	Attempts      int               `json:"attempts"`
+	LastAttemptAt time.Time         `json:"last_attempt_at"`
+	Events        []parkedEventBody `json:"events,omitempty"`
+}
+
+type parkedEventBody struct {
+	EventID  string    `json:"event_id"`
+	Type     string    `json:"type"`
+	Version  int       `json:"version"`
+	ParkedAt time.Time `json:"parked_at"`
+}
+
+// ParkedBodyOf maps a parked aggregate.
+func ParkedBodyOf(a ops.ParkedAggregate) ParkedBody {
+	return ParkedBody{
+		Projection: a.Projection, StreamID: a.StreamID, StreamType: a.StreamType, MerchantID: a.MerchantID,
+		Reason: a.Reason, FirstEventID: a.FirstEventID, FirstVersion: a.FirstVersion, Waiting: a.Waiting,
+		Since: a.Since, Attempts: a.Attempts, LastAttemptAt: a.LastAttemptAt,
+		Events: mapAll(a.Events, func(e ops.ParkedEvent) parkedEventBody {
+			return parkedEventBody{EventID: e.EventID, Type: e.Type, Version: e.Version, ParkedAt: e.ParkedAt}
+		}),
+	}
+}
+
+type replayBody struct {
+	Projection string `json:"projection"`
+	StreamID   string `json:"stream_id"`
+	Applied    int    `json:"applied"`
+	Unparked   bool   `json:"unparked"`
+	Waiting    int    `json:"waiting"`
+	Error      string `json:"error,omitempty"`
+}
+
+func replayBodyOf(r ops.ReplayResult) replayBody {
+	return replayBody{Projection: r.Projection, StreamID: r.StreamID, Applied: r.Applied, Unparked: r.Unparked,
+		Waiting: r.Waiting, Error: r.Error}
+}
+
+type skipBody struct {
+	Projection string `json:"projection"`
+	StreamID   string `json:"stream_id"`
+	EventID    string `json:"event_id"`
+	Version    int    `json:"version"`
+	Type       string `json:"type"`
+	SkippedBy  string `json:"skipped_by"`
+	Reason     string `json:"reason"`
+	Waiting    int    `json:"waiting"`
+	Unparked   bool   `json:"unparked"`
+}
+
+func skipBodyOf(r ops.SkipResult) skipBody {
+	return skipBody{Projection: r.Projection, StreamID: r.StreamID, EventID: r.EventID, Version: r.Version,
+		Type: r.Type, SkippedBy: r.SkippedBy, Reason: r.Reason, Waiting: r.Waiting, Unparked: r.Unparked}
+}
+
+type rebuildBody struct {
+	Projection string    `json:"projection"`
+	Phase      string    `json:"phase"`
+	Events     int64     `json:"events"`
+	Total      int64     `json:"total"`
+	Rows       int64     `json:"rows"`
+	Rate       float64   `json:"events_per_second"`
+	ETA        string    `json:"eta,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	Error      string    `json:"error,omitempty"`
+}
+
+func rebuildBodyOf(p ops.RebuildProgress) rebuildBody {
+	return rebuildBody{Projection: p.Projection, Phase: p.Phase, Events: p.Events, Total: p.Total, Rows: p.Rows,
+		Rate: p.Rate, ETA: p.ETA, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt, Error: p.Error}
+}
+
+// AuditEntryBody is an entry of the audit log as the admin API and `app
+// audit list --json` show it.
+type AuditEntryBody struct {
+	ID      int64          `json:"id"`
+	At      time.Time      `json:"at"`
+	Actor   string         `json:"actor"`
+	Action  string         `json:"action"`
+	Target  string         `json:"target"`
+	Details map[string]any `json:"details"`
+}
+
+// AuditEntryBodyOf maps an audit entry.
+func AuditEntryBodyOf(e ops.AuditEntry) AuditEntryBody {
+	return AuditEntryBody{ID: e.ID, At: e.At, Actor: e.Actor, Action: e.Action, Target: e.Target, Details: e.Details}
+}
+
+// KeyBody is an API key as the admin API and `app keys list --json` show
+// it: never its secret or its hash.
+type KeyBody struct {
+	ID           string      `json:"id"`
+	MerchantID   string      `json:"merchant_id,omitempty"`
+	MerchantName string      `json:"merchant_name,omitempty"`
+	Role         access.Role `json:"role"`
+	StaffID      string      `json:"staff_id,omitempty"`
+	Name         string      `json:"name"`
+	CreatedAt    time.Time   `json:"created_at"`
+	LastUsedAt   *time.Time  `json:"last_used_at"`
+	ExpiresAt    *time.Time  `json:"expires_at"`
+	RevokedAt    *time.Time  `json:"revoked_at"`
+}
+
+// KeyBodyOf maps a key.
+func KeyBodyOf(k access.Key) KeyBody {
+	return KeyBody{ID: k.ID, MerchantID: k.MerchantID, MerchantName: k.MerchantName, Role: k.Role, StaffID: k.StaffID,
+		Name: k.Name, CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt}
+}
+
+// newKeyBody is a key just created, with its secret (shown once).
+type newKeyBody struct {
+	KeyBody
+	Secret string `json:"secret"`
+}
+
+func newKeyBodyOf(k access.NewKey) newKeyBody {
+	return newKeyBody{KeyBody: KeyBodyOf(k.Key), Secret: k.Secret}
+}
+
+// rotationBody is the new key (with its secret) and the previous one.
+type rotationBody struct {
+	newKeyBody
+	Previous KeyBody `json:"previous"`
+}
+
+func rotationBodyOf(r access.Rotation) rotationBody {
+	return rotationBody{newKeyBody: newKeyBodyOf(r.NewKey), Previous: KeyBodyOf(r.Previous)}
 }

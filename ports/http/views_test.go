@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/app/access"
+	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/reference"
 )
@@ -93,4 +95,56 @@ func FuzzCursor(f *testing.F) {
 		require.Equal(t, c.ID, again.ID)
 		require.True(t, c.At.Equal(again.At))
 	})
+}
+
+// The admin API's bodies (and the CLI's --json, which prints the same) are
+// pinned to the JSON they have always had, when the operator's types
+// carried it themselves.
+func TestAdminBodiesKeepTheAPI(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	const ts = `"2026-01-02T03:04:05.000006Z"`
+	const zero = `"0001-01-01T00:00:00Z"`
+	for _, tc := range []struct {
+		body any
+		want string
+	}{
+		{ParkedBodyOf(ops.ParkedAggregate{Projection: "orders", StreamID: "s", StreamType: "order", MerchantID: "m",
+			Reason: "r", FirstEventID: "e", FirstVersion: 2, Waiting: 3, Since: at, Attempts: 4, LastAttemptAt: at,
+			Events: []ops.ParkedEvent{{EventID: "e", Type: "order.created", Version: 2, ParkedAt: at}}}),
+			`{"projection":"orders","stream_id":"s","stream_type":"order","merchant_id":"m","reason":"r","first_event_id":"e","first_version":2,"waiting":3,"since":` + ts + `,"attempts":4,"last_attempt_at":` + ts + `,"events":[{"event_id":"e","type":"order.created","version":2,"parked_at":` + ts + `}]}`},
+		{ParkedBodyOf(ops.ParkedAggregate{Events: []ops.ParkedEvent{}}),
+			`{"projection":"","stream_id":"","stream_type":"","merchant_id":"","reason":"","first_event_id":"","first_version":0,"waiting":0,"since":` + zero + `,"attempts":0,"last_attempt_at":` + zero + `}`},
+		{replayBodyOf(ops.ReplayResult{Projection: "orders", StreamID: "s", Applied: 1, Waiting: 2, Error: "boom"}),
+			`{"projection":"orders","stream_id":"s","applied":1,"unparked":false,"waiting":2,"error":"boom"}`},
+		{replayBodyOf(ops.ReplayResult{Unparked: true}),
+			`{"projection":"","stream_id":"","applied":0,"unparked":true,"waiting":0}`},
+		{skipBodyOf(ops.SkipResult{Projection: "orders", StreamID: "s", EventID: "e", Version: 2, Type: "t", SkippedBy: "b",
+			Reason: "r", Waiting: 1, Unparked: true}),
+			`{"projection":"orders","stream_id":"s","event_id":"e","version":2,"type":"t","skipped_by":"b","reason":"r","waiting":1,"unparked":true}`},
+		{rebuildBodyOf(ops.RebuildProgress{Projection: "orders", Phase: "fold", Events: 1, Total: 2, Rows: 3, Rate: 1.5,
+			ETA: "1s", StartedAt: at, FinishedAt: at, Error: "x"}),
+			`{"projection":"orders","phase":"fold","events":1,"total":2,"rows":3,"events_per_second":1.5,"eta":"1s","started_at":` + ts + `,"finished_at":` + ts + `,"error":"x"}`},
+		{rebuildBodyOf(ops.RebuildProgress{}),
+			`{"projection":"","phase":"","events":0,"total":0,"rows":0,"events_per_second":0,"started_at":` + zero + `}`},
+		{AuditEntryBodyOf(ops.AuditEntry{ID: 1, At: at, Actor: "a", Action: "key.create", Target: "t", Details: map[string]any{"b": 1, "a": "x"}}),
+			`{"id":1,"at":` + ts + `,"actor":"a","action":"key.create","target":"t","details":{"a":"x","b":1}}`},
+		{AuditEntryBodyOf(ops.AuditEntry{}),
+			`{"id":0,"at":` + zero + `,"actor":"","action":"","target":"","details":null}`},
+		{KeyBodyOf(testKey(at)),
+			`{"id":"k","merchant_id":"m","merchant_name":"Acme","role":"worker","staff_id":"s","name":"n","created_at":` + ts + `,"last_used_at":` + ts + `,"expires_at":` + ts + `,"revoked_at":` + ts + `}`},
+		{KeyBodyOf(access.Key{}),
+			`{"id":"","role":"","name":"","created_at":` + zero + `,"last_used_at":null,"expires_at":null,"revoked_at":null}`},
+		{newKeyBodyOf(access.NewKey{Key: access.Key{ID: "k", Role: access.Admin, CreatedAt: at}, Secret: "hk_x"}),
+			`{"id":"k","role":"admin","name":"","created_at":` + ts + `,"last_used_at":null,"expires_at":null,"revoked_at":null,"secret":"hk_x"}`},
+		{rotationBodyOf(access.Rotation{NewKey: access.NewKey{Key: testKey(at), Secret: "hk_x"}, Previous: access.Key{ID: "old"}}),
+			`{"id":"k","merchant_id":"m","merchant_name":"Acme","role":"worker","staff_id":"s","name":"n","created_at":` + ts + `,"last_used_at":` + ts + `,"expires_at":` + ts + `,"revoked_at":` + ts + `,"secret":"hk_x","previous":{"id":"old","role":"","name":"","created_at":` + zero + `,"last_used_at":null,"expires_at":null,"revoked_at":null}}`},
+	} {
+		require.Equal(t, tc.want, jsonOf(t, tc.body))
+	}
+}
+
+func testKey(at time.Time) access.Key {
+	return access.Key{ID: "k", MerchantID: "m", MerchantName: "Acme", Role: access.Worker, StaffID: "s", Name: "n",
+		CreatedAt: at, LastUsedAt: &at, ExpiresAt: &at, RevokedAt: &at}
 }

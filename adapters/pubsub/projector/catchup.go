@@ -25,9 +25,9 @@ const CatchUpPageSize = 1000
 // backlog costs a read-model transaction per event. CatchUp reads the topic
 // table itself, with the subscribers' query (pubsub.KeysetSchema: the same
 // order, the same pg_snapshot_xmin rule, the consumer group's offset), a
-// page at a time;
-// applies each page with Projection.ApplyBatch in one read-model
-// transaction (version guard, gap check and change log unchanged); and only
+// page at a time; applies each page with Projection.ApplyBatch in one
+// read-model transaction (version guard, gap check and change log
+// unchanged); and only
 // then moves the group's offset past the page: in the same transaction
 // when the read model shares the event store's database, right after the
 // commit otherwise (a crash in between redelivers the page, which the
@@ -54,7 +54,7 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 		return 0, nil
 	}
 	log := cmp.Or(c.Log, slog.Default()).With("component", "catch_up", "projection", p.Name)
-	schema := pubsub.KeysetSchema{DefaultPostgreSQLSchema: wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: cmp.Or(c.PageSize, CatchUpPageSize)}}
+	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: cmp.Or(c.PageSize, CatchUpPageSize)}
 	offsets := LockFreeOffsets{}
 	for _, q := range offsets.BeforeSubscribingQueries(p.Topic, p.Name) {
 		if err := c.exec(ctx, c.DB, q); err != nil {
@@ -63,7 +63,7 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 	}
 	start, total := time.Now(), 0
 	for {
-		rows, err := c.page(ctx, schema, offsets, p.Topic, p.Name)
+		rows, err := ReadPage(ctx, c.DB, schema, offsets, p.Topic, p.Name)
 		if err != nil {
 			return total, fmt.Errorf("catch up %s: %w", p.Name, err)
 		}
@@ -119,13 +119,17 @@ func (c CatchUp) exec(ctx context.Context, db execer, q wsql.Query) error {
 	return err
 }
 
-// page reads the next page of the group's messages, exactly as Hearth's
-// subscribers would, but without holding a transaction.
-func (c CatchUp) page(ctx context.Context, schema pubsub.KeysetSchema, offsets LockFreeOffsets, topic, group string) ([]wsql.Row, error) {
+// ReadPage reads the next page of a consumer group's messages, exactly as
+// Hearth's subscribers would (schema's page size, their order and query,
+// pubsub.KeysetSchema, the pg_snapshot_xmin rule, the position offsets
+// gives), but in one statement, without holding a transaction. The catch-up
+// reads with it, and so does the relay (adapters/pubsub/relay), whose
+// position lives in the read model.
+func ReadPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSchema, offsets wsql.OffsetsAdapter, topic, group string) ([]wsql.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	q := schema.SelectQuery(topic, group, offsets)
-	rows, err := c.DB.QueryContext(ctx, q.Query, q.Args...)
+	q := pubsub.KeysetSchema{DefaultPostgreSQLSchema: schema}.SelectQuery(topic, group, offsets)
+	rows, err := db.QueryContext(ctx, q.Query, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", topic, err)
 	}

@@ -117,7 +117,8 @@ func (c *conformance) pubSub(t *testing.T, group string) (message.Publisher, mes
 		ahead = projector.NewLookahead() // one per router, as Projector.Run does
 	}
 	// serve's default POLL_INTERVAL.
-	sub, err := projector.NotifyingSubscribers(db, c.notifier, c.log, 100*time.Millisecond, ahead)(group)
+	sub, err := projector.NotifyingSubscribers(projector.SubscribersConfig{DB: db, Notifier: c.notifier, Fallback: 100 * time.Millisecond,
+		Lookahead: ahead, Log: c.log})(group)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		// Some of the suite's tests leave their subscriber open.

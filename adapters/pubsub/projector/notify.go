@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -127,6 +128,12 @@ func (n *Notifier) signal(table string) <-chan struct{} {
 	return ch
 }
 
+// Changed returns a channel that the next notification for topic closes
+// (as does every reconnection of the LISTEN connection). A reader takes it
+// before it reads the topic, so that a notification sent during the read is
+// not missed.
+func (n *Notifier) Changed(topic string) <-chan struct{} { return n.signal(topicTable(topic)) }
+
 func (n *Notifier) wake(table string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -211,15 +218,40 @@ func (b *notifyBackoff) ending() bool {
 	}
 }
 
+// SubscribersConfig is what NotifyingSubscribers needs.
+type SubscribersConfig struct {
+	// DB is the event store the subscribers read (*sql.DB). Required.
+	DB DB
+	// Notifier wakes an idle subscriber when its topic gets a message.
+	// Required.
+	Notifier *Notifier
+	// Fallback is how often an idle subscriber polls all the same
+	// (POLL_INTERVAL: a notification may come before its row is visible,
+	// and none comes while the LISTEN connection is down). Required.
+	Fallback time.Duration
+	// Lookahead, when set, has the subscribers note what each query
+	// returns (see Lookahead); the router's handlers must share it.
+	// Optional.
+	Lookahead *Lookahead
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+}
+
 // NotifyingSubscribers is SQLSubscribers with wake-up on notification: an
-// idle subscriber polls when n reports its topic, and at least every
-// fallback. The offsets adapter does not lock the consumer group's row (see
-// LockFreeOffsets), so a subscriber whose handler is retrying holds no
-// transaction id and does not delay the other topics. With a lookahead
-// (optional), the subscribers note what each query returns (see
-// Lookahead).
-func NotifyingSubscribers(db DB, n *Notifier, log *slog.Logger, fallback time.Duration, ahead *Lookahead) func(string) (message.Subscriber, error) {
-	wlog := watermill.NewSlogLogger(log.With("component", "subscriber"))
+// idle subscriber polls when cfg.Notifier reports its topic, and at least
+// every cfg.Fallback. The offsets adapter does not lock the consumer
+// group's row (see LockFreeOffsets), so a subscriber whose handler is
+// retrying holds no transaction id and does not delay the other topics. A
+// cfg without its required fields makes no subscriber: the returned
+// function says which are missing.
+func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (message.Subscriber, error) {
+	if cfg.DB == nil || cfg.Notifier == nil || cfg.Fallback <= 0 {
+		return func(string) (message.Subscriber, error) {
+			return nil, errors.New("projector.NotifyingSubscribers: DB, Notifier and a positive Fallback are required")
+		}
+	}
+	db, n, fallback, ahead := cfg.DB, cfg.Notifier, cfg.Fallback, cfg.Lookahead
+	wlog := watermill.NewSlogLogger(cmp.Or(cfg.Log, slog.Default()).With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
 		var schema wsql.SchemaAdapter = pubsub.KeysetSchema{DefaultPostgreSQLSchema: pubsub.Schema}
 		if ahead != nil {

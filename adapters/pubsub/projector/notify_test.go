@@ -35,7 +35,7 @@ func TestSubscriptionsOfOneSubscriberWaitApart(t *testing.T) {
 	require.NoError(t, err)
 	logs := &logRecords{}
 	const fallback = 100 * time.Millisecond
-	sub, err := projector.NotifyingSubscribers(db, n, slog.New(logs), fallback, nil)("group")
+	sub, err := projector.NotifyingSubscribers(projector.SubscribersConfig{DB: db, Notifier: n, Fallback: fallback, Log: slog.New(logs)})("group")
 	require.NoError(t, err)
 
 	first, cancel := context.WithCancel(context.Background())
@@ -146,3 +146,23 @@ func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 }
 func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+
+// A subscribers' config without its database, notifier or fallback makes
+// no subscriber and says what is missing.
+func TestNotifyingSubscribersNeedTheirConfig(t *testing.T) {
+	t.Parallel()
+	n, err := projector.NewNotifier("postgres://nobody@127.0.0.1:1/none", quietLog())
+	require.NoError(t, err)
+	db := &sql.DB{}
+	for _, cfg := range []projector.SubscribersConfig{
+		{Notifier: n, Fallback: time.Second},
+		{DB: db, Fallback: time.Second},
+		{DB: db, Notifier: n},
+	} {
+		_, err := projector.NotifyingSubscribers(cfg)("group")
+		require.ErrorContains(t, err, "DB, Notifier and a positive Fallback are required")
+	}
+	sub, err := projector.NotifyingSubscribers(projector.SubscribersConfig{DB: db, Notifier: n, Fallback: time.Second})("group")
+	require.NoError(t, err)
+	require.NoError(t, sub.Close())
+}

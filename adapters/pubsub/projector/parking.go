@@ -44,9 +44,9 @@ type Parking struct {
 	db          *bun.DB
 	projections map[string]Projection
 	parkedCache anyParkedCache
-	// Audit, when set (before use), records each replay and skip as an
-	// admin action in the replay's or skip's own transaction
-	// (refdata.WriteAudit).
+	// Audit, when set (before use), writes the audit entry of each replay
+	// and skip in the replay's or skip's own transaction
+	// (refdata.WriteAudit); the entry is the use case's (ops.Operator).
 	Audit func(ctx context.Context, tx bun.IDB, e ops.AuditEntry) error
 }
 
@@ -349,35 +349,30 @@ func lockParked(ctx context.Context, tx *sql.Tx, projection, streamID string) ([
 	return out, rows.Err()
 }
 
-// audit records an admin action in tx when Audit is set.
-func (pk *Parking) audit(ctx context.Context, tx bun.Tx, e ops.AuditEntry) error {
-	if pk.Audit == nil {
+// audit records the entry audit returns for res in tx, when Audit is set.
+func audit[R any](ctx context.Context, pk *Parking, tx bun.Tx, audit func(R) ops.AuditEntry, res R) error {
+	if pk.Audit == nil || audit == nil {
 		return nil
 	}
-	return pk.Audit(ctx, tx, e)
+	return pk.Audit(ctx, tx, audit(res))
 }
 
 // Replay applies the waiting events of one parked aggregate in version
 // order. When all apply, the aggregate is unparked; when one fails, the
 // events before it are done, and the aggregate stays parked behind it with
-// the new reason (the result's Error; not an error of Replay). by is who
-// replays, for the audit log.
-func (pk *Parking) Replay(ctx context.Context, projection, streamID, by string) (ops.ReplayResult, error) {
+// the new reason (the result's Error; not an error of Replay). The entry
+// audit returns for the result is recorded in the replay's transaction.
+func (pk *Parking) Replay(ctx context.Context, projection, streamID string, auditOf func(ops.ReplayResult) ops.AuditEntry) (ops.ReplayResult, error) {
 	p, err := pk.projection(projection)
 	if err != nil {
 		return ops.ReplayResult{}, err
 	}
-	if by = strings.TrimSpace(by); by == "" {
-		return ops.ReplayResult{}, apperr.Invalid("by", "is required: say who replays")
-	}
 	res := ops.ReplayResult{Projection: projection, StreamID: streamID}
 	err = pk.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		err := pk.replay(ctx, tx, p, &res)
-		if err != nil {
+		if err := pk.replay(ctx, tx, p, &res); err != nil {
 			return err
 		}
-		return pk.audit(ctx, tx, ops.AuditEntry{Actor: by, Action: ops.ActionParkedReplay, Target: projection + "/" + streamID,
-			Details: map[string]any{"applied": res.Applied, "unparked": res.Unparked, "waiting": res.Waiting, "error": res.Error}})
+		return audit(ctx, pk, tx, auditOf, res)
 	})
 	if err != nil {
 		return ops.ReplayResult{}, fmt.Errorf("replay %s %s: %w", projection, streamID, err)
@@ -426,56 +421,28 @@ func (pk *Parking) replay(ctx context.Context, tx bun.Tx, p Projection, res *ops
 	return nil
 }
 
-// ReplayAll replays every parked aggregate of projection ("" for all),
-// oldest first, and returns one result per aggregate (each recorded as a
-// replay by by).
-func (pk *Parking) ReplayAll(ctx context.Context, projection, by string) ([]ops.ReplayResult, error) {
-	parked, err := pk.List(ctx, projection)
-	if err != nil {
-		return nil, err
-	}
-	out := []ops.ReplayResult{}
-	for _, a := range parked {
-		res, err := pk.Replay(ctx, a.Projection, a.StreamID, by)
-		if errors.Is(err, apperr.ErrNotFound) {
-			continue // replayed meanwhile
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, res)
-	}
-	return out, nil
-}
-
-// Skip skips the first waiting event of a parked aggregate: it records who
-// skipped it and why (skipped_events), and applies it as event.Skipped, a
-// version bump with change-log action "skipped", so that the next event
-// follows it. eventID, when not empty, must name that first event. The
-// events behind it keep waiting (replay them next); when none do, the
-// aggregate is unparked.
-func (pk *Parking) Skip(ctx context.Context, projection, streamID, eventID, by, reason string) (ops.SkipResult, error) {
-	p, err := pk.projection(projection)
+// Skip skips the first waiting event of a parked aggregate (s.By and
+// s.Reason are required; ops.Operator checks them): it records who skipped
+// it and why (skipped_events), and applies it as event.Skipped, a version
+// bump with change-log action "skipped", so that the next event follows
+// it. s.EventID, when not empty, must name that first event. The events
+// behind it keep waiting (replay them next); when none do, the aggregate is
+// unparked. The entry audit returns for the result is recorded in the
+// skip's transaction.
+func (pk *Parking) Skip(ctx context.Context, s ops.Skip, auditOf func(ops.SkipResult) ops.AuditEntry) (ops.SkipResult, error) {
+	p, err := pk.projection(s.Projection)
 	if err != nil {
 		return ops.SkipResult{}, err
 	}
-	reason, by = strings.TrimSpace(reason), strings.TrimSpace(by)
-	if reason == "" {
-		return ops.SkipResult{}, apperr.Invalid("reason", "is required: say why the event is skipped")
-	}
-	if by == "" {
-		return ops.SkipResult{}, apperr.Invalid("by", "is required: say who skips the event")
-	}
-	res := ops.SkipResult{Projection: projection, StreamID: streamID, SkippedBy: by, Reason: reason}
+	res := ops.SkipResult{Projection: s.Projection, StreamID: s.StreamID, SkippedBy: s.By, Reason: s.Reason}
 	err = pk.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if err := pk.skip(ctx, tx, p, eventID, &res); err != nil {
+		if err := pk.skip(ctx, tx, p, s.EventID, &res); err != nil {
 			return err
 		}
-		return pk.audit(ctx, tx, ops.AuditEntry{Actor: by, Action: ops.ActionParkedSkip, Target: projection + "/" + streamID,
-			Details: map[string]any{"event_id": res.EventID, "version": res.Version, "type": res.Type, "reason": reason, "unparked": res.Unparked}})
+		return audit(ctx, pk, tx, auditOf, res)
 	})
 	if err != nil {
-		return ops.SkipResult{}, fmt.Errorf("skip in %s %s: %w", projection, streamID, err)
+		return ops.SkipResult{}, fmt.Errorf("skip in %s %s: %w", s.Projection, s.StreamID, err)
 	}
 	return res, nil
 }

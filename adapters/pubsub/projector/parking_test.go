@@ -18,6 +18,7 @@ import (
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/internal/pgtest"
+	"hearth/internal/refdata"
 )
 
 // breakable is the orders projection with a switch: while broken names a
@@ -53,13 +54,30 @@ func (f fixture) rowVersion(t require.TestingT, id string) int {
 	return o.Version
 }
 
-func (f fixture) verify(t *testing.T) []readmodel.Difference {
+func (f fixture) verify(t *testing.T) []ops.Difference {
 	t.Helper()
 	log, err := pubsub.NewEventLog(f.ES)
 	require.NoError(t, err)
 	report, err := readmodel.Verify(context.Background(), readmodel.VerifyConfig{Log: log, DB: f.RM})
 	require.NoError(t, err)
 	return report.Differences()
+}
+
+// operator is the operator's use cases on parking, wired as serve wires
+// them (the audit log in the event store, written in the replay's or
+// skip's transaction).
+func (f fixture) operator(t *testing.T, parking *projector.Parking) *ops.Operator {
+	t.Helper()
+	log, err := pubsub.NewEventLog(f.ES)
+	require.NoError(t, err)
+	m, err := readmodel.NewMaintenance(log, f.RM)
+	require.NoError(t, err)
+	ref, err := refdata.New(f.ES)
+	require.NoError(t, err)
+	parking.Audit = refdata.WriteAudit
+	op, err := ops.NewOperator(ops.Config{Parking: parking, Rebuilds: m, Verifier: m, Audit: ref})
+	require.NoError(t, err)
+	return op
 }
 
 // Guarantee 6, as the issue checks it: one order's events fail
@@ -76,6 +94,7 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 			b := &breakable{f: f}
 			parking, err := projector.NewParking(f.ES, b.projection())
 			require.NoError(t, err)
+			op := f.operator(t, parking)
 			f.RunRouterWith(t, parking, b.projection())
 			ctx := context.Background()
 
@@ -123,7 +142,7 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 			require.NotEmpty(t, f.verify(t))
 
 			// Replay while the cause is still there: still parked, nothing lost.
-			res, err := parking.Replay(ctx, "orders", bad, "ops:ada")
+			res, err := op.Replay(ctx, "orders", bad, "ops:ada")
 			require.NoError(t, err)
 			require.False(t, res.Unparked)
 			require.Equal(t, 3, res.Waiting)
@@ -131,7 +150,7 @@ func TestParkingHoldsOneAggregateAndReplayRestoresIt(t *testing.T) {
 
 			// The cause is removed: replay applies v2, v3, v4 in order.
 			b.set("")
-			res, err = parking.Replay(ctx, "orders", bad, "ops:ada")
+			res, err = op.Replay(ctx, "orders", bad, "ops:ada")
 			require.NoError(t, err)
 			require.Equal(t, ops.ReplayResult{Projection: "orders", StreamID: bad, Applied: 3, Unparked: true}, res)
 			f.requireProjected(t, []string{bad, good})
@@ -179,6 +198,7 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	b := &breakable{f: f}
 	parking, err := projector.NewParking(f.ES, b.projection())
 	require.NoError(t, err)
+	op := f.operator(t, parking)
 	f.RunRouterWith(t, parking, b.projection())
 	ctx := context.Background()
 
@@ -198,11 +218,16 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 		return err == nil && a.Waiting == 2
 	}, 10*time.Second, 10*time.Millisecond)
 
-	_, err = parking.Skip(ctx, "orders", id, v2, "ops:ada", "")
+	skip := ops.Skip{Projection: "orders", StreamID: id, EventID: v2, By: "ops:ada", Reason: "bad data"}
+	noReason := skip
+	noReason.Reason = " "
+	_, err = op.Skip(ctx, noReason)
 	require.Error(t, err, "a reason is required")
-	_, err = parking.Skip(ctx, "orders", id, f.Stream(t, id)[2].ID, "ops:ada", "bad data")
+	notFirst := skip
+	notFirst.EventID = f.Stream(t, id)[2].ID
+	_, err = op.Skip(ctx, notFirst)
 	require.Error(t, err, "only the first waiting event")
-	res, err := parking.Skip(ctx, "orders", id, v2, "ops:ada", "bad data")
+	res, err := op.Skip(ctx, skip)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Version)
 	require.Equal(t, 1, res.Waiting)
@@ -211,7 +236,7 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	require.NoError(t, f.ES.DB.QueryRow(`SELECT skipped_by, reason FROM skipped_events WHERE event_id = $1`, v2).Scan(&by, &why))
 	require.Equal(t, []string{"ops:ada", "bad data"}, []string{by, why})
 
-	replayed, err := parking.ReplayAll(ctx, "orders", "ops:ada")
+	replayed, err := op.ReplayAll(ctx, "orders", "ops:ada")
 	require.NoError(t, err)
 	require.Len(t, replayed, 1)
 	require.True(t, replayed[0].Unparked)

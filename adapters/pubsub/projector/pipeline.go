@@ -141,7 +141,8 @@ func (pr *Projector) Run(ctx context.Context) error {
 	}
 
 	ahead := NewLookahead()
-	router, err := pr.router(NotifyingSubscribers(pr.db, notifier, log, pr.fallback, ahead), poison, ahead)
+	subscribers := NotifyingSubscribers(SubscribersConfig{DB: pr.db, Notifier: notifier, Fallback: pr.fallback, Lookahead: ahead, Log: log})
+	router, err := pr.router(subscribers, poison, ahead)
 	if err != nil {
 		return fail(err)
 	}

@@ -206,7 +206,7 @@ func TestFallbackPollWithoutNotifications(t *testing.T) {
 	poison, err := projector.SQLPublisher(f.ES.DB, quietLog())
 	require.NoError(t, err)
 	router, err := projector.NewRouter(projector.RouterConfig{
-		Subscriber: projector.NotifyingSubscribers(f.ES.DB, n, quietLog(), 20*time.Millisecond, nil),
+		Subscriber: projector.NotifyingSubscribers(projector.SubscribersConfig{DB: f.ES.DB, Notifier: n, Fallback: 20 * time.Millisecond, Log: quietLog()}),
 		Poison:     poison,
 		Log:        quietLog(),
 	}, f.ordersProjection())

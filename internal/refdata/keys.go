@@ -45,28 +45,25 @@ func newSecret() string {
 // once and never stored.
 type NewKey = access.NewKey
 
-// CreateKey creates a key for set-ups and tests (the demo, benchmarks),
-// recorded in the audit log with actor "system". An operator or worker key
-// creates its merchant when it does not exist; an admin key takes no
-// merchant (""). A worker key needs the id of one of the merchant's active
-// staff members.
+// CreateKey creates a key for set-ups and tests (the demo, benchmarks)
+// through the use case (access.Keys), recorded in the audit log with actor
+// "system". An operator or worker key creates its merchant when it does
+// not exist; an admin key takes no merchant (""). A worker key needs the
+// id of one of the merchant's active staff members.
 func (s *Store) CreateKey(ctx context.Context, merchantName string, role access.Role, staffID string) (NewKey, error) {
-	return s.IssueKey(ctx, access.KeySpec{MerchantName: merchantName, Role: role, StaffID: staffID}, "system")
-}
-
-// IssueKey creates a key as spec says and records it in the audit log, in
-// one transaction. Bad input is a *apperr.ValidationError naming the field.
-func (s *Store) IssueKey(ctx context.Context, spec access.KeySpec, actor string) (NewKey, error) {
-	spec, err := spec.Check(time.Now())
+	keys, err := access.NewKeys(s)
 	if err != nil {
 		return NewKey{}, err
 	}
-	if err := ops.CheckActor(actor); err != nil {
-		return NewKey{}, err
-	}
+	return keys.IssueKey(ctx, access.KeySpec{MerchantName: merchantName, Role: role, StaffID: staffID}, "system")
+}
+
+// InsertKey creates a key as spec (checked: access.KeySpec.Check) says and
+// records the entry audit returns for it, in one transaction.
+func (s *Store) InsertKey(ctx context.Context, spec access.KeySpec, audit func(access.Key) ops.AuditEntry) (NewKey, error) {
 	id, secret := uuid.New(), newSecret()
 	var k NewKey
-	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		merchantID, err := keyMerchant(ctx, tx, spec)
 		if err != nil {
 			return err
@@ -93,7 +90,7 @@ func (s *Store) IssueKey(ctx context.Context, spec access.KeySpec, actor string)
 		if k.Key, err = getKey(ctx, tx, id, false); err != nil {
 			return err
 		}
-		return WriteAudit(ctx, tx, ops.AuditEntry{Actor: actor, Action: ops.ActionKeyCreate, Target: id, Details: keyDetails(k.Key)})
+		return WriteAudit(ctx, tx, audit(k.Key))
 	})
 	if err != nil {
 		return NewKey{}, err
@@ -127,19 +124,12 @@ func keyMerchant(ctx context.Context, tx bun.Tx, spec access.KeySpec) (string, e
 	return id, nil
 }
 
-// RevokeKey revokes a key at once and records it in the audit log, in one
-// transaction. Revoking a revoked key changes nothing (and is recorded).
-// An unknown id is apperr.ErrNotFound.
-func (s *Store) RevokeKey(ctx context.Context, id, actor string) (access.Key, error) {
-	id, err := checkKeyID(id)
-	if err != nil {
-		return access.Key{}, err
-	}
-	if err := ops.CheckActor(actor); err != nil {
-		return access.Key{}, err
-	}
+// RevokeKey revokes a key at once and records the entry audit returns for
+// the key before and after, in one transaction. Revoking a revoked key
+// changes nothing (and is recorded). An unknown id is apperr.ErrNotFound.
+func (s *Store) RevokeKey(ctx context.Context, id string, audit func(before, after access.Key) ops.AuditEntry) (access.Key, error) {
 	var k access.Key
-	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		before, err := getKey(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -152,9 +142,7 @@ func (s *Store) RevokeKey(ctx context.Context, id, actor string) (access.Key, er
 		if k, err = getKey(ctx, tx, id, false); err != nil {
 			return err
 		}
-		details := keyDetails(k)
-		details["already_revoked"] = before.RevokedAt != nil
-		return WriteAudit(ctx, tx, ops.AuditEntry{Actor: actor, Action: ops.ActionKeyRevoke, Target: id, Details: details})
+		return WriteAudit(ctx, tx, audit(before, k))
 	})
 	return k, err
 }
@@ -162,23 +150,13 @@ func (s *Store) RevokeKey(ctx context.Context, id, actor string) (access.Key, er
 // RotateKey replaces a key: a new key (new id, new secret) with the old
 // one's merchant, role, staff member, name and expiry. With grace 0 the old
 // key is revoked at once; otherwise it keeps working for grace (never
-// beyond its own expiry), so that clients can switch. A revoked or expired
-// key cannot be rotated (create a new one). One transaction, with its audit
-// row.
-func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, actor string) (access.Rotation, error) {
-	id, err := checkKeyID(id)
-	if err != nil {
-		return access.Rotation{}, err
-	}
-	if err := access.CheckGrace(grace); err != nil {
-		return access.Rotation{}, err
-	}
-	if err := ops.CheckActor(actor); err != nil {
-		return access.Rotation{}, err
-	}
+// beyond its own expiry). A revoked or expired key cannot be rotated
+// (rules key.revoked, key.expired). One transaction, with the entry audit
+// returns for the rotation.
+func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, audit func(access.Rotation) ops.AuditEntry) (access.Rotation, error) {
 	newID, secret := uuid.New(), newSecret()
 	var rot access.Rotation
-	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		old, err := getKey(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -213,10 +191,7 @@ func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, a
 		if rot.Previous, err = getKey(ctx, tx, id, false); err != nil {
 			return err
 		}
-		details := keyDetails(rot.Previous)
-		details["new_key_id"] = newID
-		details["grace"] = grace.String()
-		return WriteAudit(ctx, tx, ops.AuditEntry{Actor: actor, Action: ops.ActionKeyRotate, Target: id, Details: details})
+		return WriteAudit(ctx, tx, audit(rot))
 	})
 	if err != nil {
 		return access.Rotation{}, err
@@ -277,28 +252,6 @@ func getKey(ctx context.Context, db bun.IDB, id string, lock bool) (access.Key, 
 		return k, fmt.Errorf("read key %s: %w", id, err)
 	}
 	return k, nil
-}
-
-func keyDetails(k access.Key) map[string]any {
-	d := map[string]any{"role": k.Role, "name": k.Name}
-	if k.MerchantID != "" {
-		d["merchant_id"] = k.MerchantID
-	}
-	if k.StaffID != "" {
-		d["staff_id"] = k.StaffID
-	}
-	if k.ExpiresAt != nil {
-		d["expires_at"] = k.ExpiresAt
-	}
-	return d
-}
-
-func checkKeyID(id string) (string, error) {
-	canonical, ok := uuid.Parse(id)
-	if !ok {
-		return "", apperr.Invalid("id", "must be a UUID, got %q", id)
-	}
-	return canonical, nil
 }
 
 func nullIfEmpty(s string) any {

@@ -14,11 +14,11 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/idempotency"
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/reference"
+	"hearth/internal/idempotency"
 	"hearth/internal/keyset"
 )
 

@@ -1,0 +1,571 @@
+// Package relay publishes every event of the event store to a NATS
+// JetStream stream, for other services to consume.
+//
+// # What it publishes
+//
+// Each message of an aggregate type's Watermill topic (internal/aggregates)
+// becomes one JetStream message, published through Watermill's NATS
+// Pub/Sub (watermill-nats, JetStream mode):
+//
+//   - payload the event's public form (app/publicevent: the JSON the event
+//     feed and webhooks carry, with its store position);
+//   - subject SubjectPrefix.<merchant_id>.<public type>, e.g.
+//     hearth.5f0c...e1.order.created (the type's dot makes aggregate and
+//     change two tokens: hearth.<merchant_id>.order.> is one merchant's
+//     order events);
+//   - headers type, merchant_id, aggregate_type, aggregate_id,
+//     aggregate_version, schema_version, and Nats-Msg-Id = the event id,
+//     so JetStream drops a message it already holds within the stream's
+//     duplicate window.
+//
+// # How
+//
+// One leader relays (its own advisory lock, advisory.Relay, and fencing
+// term): Run is the body of one leadership term. Per topic, it reads a page
+// of messages after its position with watermill-sql's own query (the same
+// order, transaction id then offset, and the same pg_snapshot_xmin rule as
+// every subscriber), turns them into public events, publishes them one at
+// a time, each waiting for
+// JetStream's acknowledgement, and then records the page's last position
+// in the read model (readmodel.RelayOffsets) in a transaction fenced by the
+// term. It wakes on the topic tables' NOTIFY (projector.Notifier) and polls
+// every Fallback otherwise.
+//
+// # Guarantees
+//
+//   - At least once: a position is recorded only after JetStream has
+//     acknowledged every message up to it, so a crash, a lost leadership or
+//     a NATS outage makes the next attempt publish again from the recorded
+//     position; failed reads, publishes and saves are retried (100 ms
+//     doubling to 5 s) for as long as the term lasts.
+//   - In order per aggregate: an aggregate's events are in one topic, in
+//     commit order, and message n+1 is published only once message n is
+//     acknowledged (stored, or found to be a duplicate of a stored one).
+//     When two leaders overlap (an old one still finishing a publish), both
+//     publish in that order and JetStream keeps the first copy of each, so
+//     the stream still holds each aggregate's events in order.
+//   - Deduplicated by JetStream: republished messages carry the same
+//     Nats-Msg-Id and are dropped within the stream's duplicate window
+//     (Config.DuplicateWindow). A republish comes after a crash or a lost
+//     term, for at most the page in flight; only a relay stopped for longer
+//     than the window between a publish and its save can put a duplicate
+//     into the stream, which consumers recognise by the event id (or
+//     aggregate_id and aggregate_version).
+//   - Fenced: the position is written only under the relay's current term
+//     (hearth_fence); a relay whose term is over gets readmodel.ErrStaleTerm
+//     and Run returns it.
+package relay
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
+	"hearth/adapters/readmodel"
+	"hearth/app/publicevent"
+	"hearth/domain/event"
+	"hearth/internal/aggregates"
+	"hearth/internal/database"
+)
+
+const (
+	// ApplicationName names the relay's event-store sessions and its NATS
+	// connection. The next leader ends such sessions (leader.Config.FenceAppName).
+	ApplicationName = "hearth-relay"
+	// ConsumerGroup is the group under which the relay's position is copied
+	// into the topics' Watermill offsets tables (see mirror).
+	ConsumerGroup = "relay"
+	// PageSize is how many messages the relay reads, publishes and then
+	// records at a time: at most that many are published again after a crash.
+	PageSize = 100
+	// publishTimeout bounds the wait for JetStream's acknowledgement of one
+	// message; the publish is then retried with the same Nats-Msg-Id.
+	publishTimeout = 5 * time.Second
+)
+
+// Config is what New needs.
+type Config struct {
+	// EventStore is the event store's URL. Each term opens a small pool of
+	// its own on it (application_name ApplicationName) and a LISTEN
+	// connection. Required.
+	EventStore string
+	// Offsets is where the relay's position is kept, fenced by its term.
+	// Required.
+	Offsets *readmodel.RelayOffsets
+	// Lock names the relay's leadership lock: its term row in
+	// projection_leader fences Offsets. Required.
+	Lock string
+	// Lease is the lock's server-side lease (leader.Elector.Lease): the
+	// idle_in_transaction_session_timeout of the fenced transactions.
+	// Required.
+	Lease time.Duration
+	// NATSURL is the NATS server (comma-separated URLs for a cluster).
+	// Required.
+	NATSURL string
+	// Stream is the JetStream stream's name; Run creates the stream when it
+	// is missing. Required: its one default is the configuration's
+	// (cmd/app Config.RelayStream).
+	Stream string
+	// SubjectPrefix begins every subject: Prefix.<merchant_id>.<public type>;
+	// the stream takes Prefix.>. Required (cmd/app Config.RelaySubjectPrefix).
+	SubjectPrefix string
+	// DuplicateWindow is the stream's duplicate window: how long JetStream
+	// remembers a Nats-Msg-Id. Required (cmd/app Config.RelayDuplicateWindow).
+	DuplicateWindow time.Duration
+	// Fallback is how often an idle topic is read when no notification
+	// comes. Required (cmd/app Config.PollInterval).
+	Fallback time.Duration
+	// PageSize defaults to PageSize.
+	PageSize int
+	// Metrics counts what is published. Optional.
+	Metrics *Metrics
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+}
+
+// Relay publishes the event store's topics to JetStream. Run is one
+// leadership term.
+type Relay struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New validates cfg and returns the relay it describes.
+func New(cfg Config) (*Relay, error) {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"EventStore", cfg.EventStore != ""}, {"Offsets", cfg.Offsets != nil}, {"Lock", cfg.Lock != ""},
+		{"Lease", cfg.Lease > 0}, {"NATSURL", cfg.NATSURL != ""}, {"Stream", cfg.Stream != ""},
+		{"SubjectPrefix", cfg.SubjectPrefix != ""}, {"DuplicateWindow", cfg.DuplicateWindow > 0},
+		{"Fallback", cfg.Fallback > 0},
+	} {
+		if !f.ok {
+			errs = append(errs, fmt.Errorf("relay.New: Config.%s is required", f.name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	cfg.PageSize = cmp.Or(cfg.PageSize, PageSize)
+	return &Relay{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "relay")}, nil
+}
+
+// Topics are the topics it relays: every aggregate type's.
+func Topics() []string {
+	var out []string
+	for _, a := range aggregates.All() {
+		out = append(out, a.Topic)
+	}
+	return out
+}
+
+// Run relays for one leadership term, until ctx ends (it then returns nil)
+// or a position write finds term stale (it returns readmodel.ErrStaleTerm).
+// NATS being unreachable is not an error: the relay waits for it.
+func (r *Relay) Run(ctx context.Context, term int64) error {
+	ctx = readmodel.WithFence(ctx, readmodel.Fence{Lock: r.cfg.Lock, Term: term, Lease: r.cfg.Lease})
+	log := r.log.With("term", term)
+	es, err := database.OpenSQL(ctx, r.cfg.EventStore, len(aggregates.All())+1, ApplicationName)
+	if err != nil {
+		return fmt.Errorf("open relay pool: %w", err)
+	}
+	defer es.Close()
+	nc, err := r.connect(log)
+	if err != nil {
+		return err
+	}
+	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
+		Marshaler:         &wmnats.NATSMarshaler{},
+		SubjectCalculator: wmnats.DefaultSubjectCalculator,
+		JetStream: wmnats.JetStreamConfig{
+			// Nats-Msg-Id = the Watermill message's UUID, which is the event id.
+			TrackMsgId:     true,
+			ConnectOptions: []nats.JSOpt{nats.MaxWait(publishTimeout)},
+		},
+	}, watermill.NewSlogLogger(log.With("component", "relay_publisher")))
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("relay publisher: %w", err)
+	}
+	defer pub.Close() // closes nc
+	js, err := nc.JetStream(nats.MaxWait(publishTimeout))
+	if err != nil {
+		return fmt.Errorf("relay: jetstream: %w", err)
+	}
+	if err := r.retry(ctx, log, "stream", func() error { return r.ensureStream(js, log) }); err != nil {
+		return r.ended(ctx, err)
+	}
+	notifier, err := projector.NewNotifier(r.cfg.EventStore, log)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return notifier.Run(gctx) })
+	for _, a := range aggregates.All() {
+		g.Go(func() error { return r.relay(gctx, es, pub, notifier, a, log.With("topic", a.Topic)) })
+	}
+	return r.ended(ctx, g.Wait())
+}
+
+// ended is what Run returns for err: the stale term, or nothing once the
+// term is over (errors of parts cut short are not errors).
+func (r *Relay) ended(ctx context.Context, err error) error {
+	if errors.Is(err, readmodel.ErrStaleTerm) || ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// connect opens the NATS connection of a term. It returns at once even when
+// the server is unreachable and keeps reconnecting; while it is
+// disconnected a publish fails at once (no reconnect buffer) and is retried.
+func (r *Relay) connect(log *slog.Logger) (*nats.Conn, error) {
+	nc, err := nats.Connect(r.cfg.NATSURL,
+		nats.Name(ApplicationName),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("NATS connection lost; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS connection restored", "url", nc.ConnectedUrl()) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("relay: connect to NATS: %w", err)
+	}
+	return nc, nil
+}
+
+// ensureStream creates the stream when it is missing, with the subjects
+// SubjectPrefix.>, file storage, limits retention (nothing expires unless
+// the operator sets limits) and the duplicate window. An existing stream
+// keeps its settings (an operator's limits, replicas), except that its
+// duplicate window is set to DuplicateWindow; it must take our subjects.
+func (r *Relay) ensureStream(js nats.JetStreamManager, log *slog.Logger) error {
+	info, err := js.StreamInfo(r.cfg.Stream)
+	if errors.Is(err, nats.ErrStreamNotFound) {
+		_, err = js.AddStream(&nats.StreamConfig{
+			Name:        r.cfg.Stream,
+			Description: "Hearth's events: subject " + r.cfg.SubjectPrefix + ".<merchant_id>.<type>, public events (schema_version 1), Nats-Msg-Id = event id",
+			Subjects:    []string{r.cfg.SubjectPrefix + ".>"},
+			Storage:     nats.FileStorage,
+			Retention:   nats.LimitsPolicy,
+			Discard:     nats.DiscardOld,
+			Duplicates:  r.cfg.DuplicateWindow,
+		})
+		if err != nil {
+			return fmt.Errorf("create stream %s: %w", r.cfg.Stream, err)
+		}
+		log.Info("created JetStream stream", "stream", r.cfg.Stream, "subjects", r.cfg.SubjectPrefix+".>", "duplicate_window", r.cfg.DuplicateWindow)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", r.cfg.Stream, err)
+	}
+	sample := r.cfg.SubjectPrefix + ".merchant.aggregate.change"
+	if !anyMatches(info.Config.Subjects, sample) {
+		return fmt.Errorf("stream %s takes subjects %v, not %s.>: give it that subject or set RELAY_STREAM to another stream",
+			r.cfg.Stream, info.Config.Subjects, r.cfg.SubjectPrefix)
+	}
+	if info.Config.Duplicates != r.cfg.DuplicateWindow {
+		cfg := info.Config
+		cfg.Duplicates = r.cfg.DuplicateWindow
+		if _, err := js.UpdateStream(&cfg); err != nil {
+			return fmt.Errorf("set the duplicate window of stream %s: %w", r.cfg.Stream, err)
+		}
+		log.Info("set the stream's duplicate window", "stream", r.cfg.Stream, "from", info.Config.Duplicates, "to", r.cfg.DuplicateWindow)
+	}
+	return nil
+}
+
+// anyMatches reports whether one of the subject filters takes subject.
+func anyMatches(filters []string, subject string) bool {
+	for _, f := range filters {
+		if matches(strings.Split(f, "."), strings.Split(subject, ".")) {
+			return true
+		}
+	}
+	return false
+}
+
+func matches(filter, subject []string) bool {
+	for i, tok := range filter {
+		switch {
+		case tok == ">":
+			return i < len(subject)
+		case i >= len(subject):
+			return false
+		case tok != "*" && tok != subject[i]:
+			return false
+		}
+	}
+	return len(filter) == len(subject)
+}
+
+// relay relays the topic of an aggregate type until ctx ends or its term
+// is found stale.
+func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n *projector.Notifier, agg aggregates.Facts, log *slog.Logger) error {
+	topic := agg.Topic
+	var pos readmodel.RelayPosition
+	err := r.retry(ctx, log, "load", func() (err error) {
+		pos, err = r.cfg.Offsets.Load(ctx, topic)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	log.Debug("relaying", "transaction_id", pos.TransactionID, "offset", pos.Offset)
+	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.cfg.PageSize}
+	var quick time.Duration // re-read soon: a notification came, its rows may not be visible yet
+	for {
+		changed := n.Changed(topic) // before the read, so that no notification is missed
+		var rows []wsql.Row
+		err := r.retry(ctx, log, "read", func() (err error) {
+			rows, err = projector.ReadPage(ctx, es, schema, from{pos: pos}, topic, ConsumerGroup)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			if !r.wait(ctx, changed, &quick) {
+				return nil
+			}
+			continue
+		}
+		quick = 0
+		var msgs []*message.Message
+		err = r.retry(ctx, log, "encode", func() (err error) {
+			msgs, err = r.public(ctx, es, agg, rows)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, msg := range msgs {
+			subject := r.subject(msg)
+			publish := func() error {
+				if err := pub.Publish(subject, msg); err != nil {
+					return fmt.Errorf("publish %s to %s: %w", msg.UUID, subject, err)
+				}
+				return nil
+			}
+			if err := r.retry(ctx, log, "publish", publish); err != nil {
+				return err
+			}
+			r.cfg.Metrics.published(topic)
+		}
+		last := rows[len(rows)-1]
+		txid, _ := last.ExtraData["transaction_id"].(int64)
+		pos = readmodel.RelayPosition{TransactionID: txid, Offset: last.Offset}
+		if err := r.retry(ctx, log, "save", func() error { return r.cfg.Offsets.Save(ctx, topic, pos) }); err != nil {
+			return err
+		}
+		r.mirror(ctx, es, topic, pos, log)
+	}
+}
+
+// public turns a page of agg's topic into the messages to publish: each
+// event in its public form (publicevent), with its store position, which
+// the topic message does not carry (one query for the page). An event
+// without a public form (a payload that does not decode) is an error: the
+// relay holds the topic there, retrying and counting, rather than skip it.
+func (r *Relay) public(ctx context.Context, es *sql.DB, agg aggregates.Facts, rows []wsql.Row) ([]*message.Message, error) {
+	recs := make([]event.Recorded, len(rows))
+	ids := make([]string, len(rows))
+	for i, row := range rows {
+		rec, err := event.Unmarshal(row.Msg.Payload, agg.Decode)
+		if err != nil {
+			return nil, fmt.Errorf("message %s of %s: %w", row.Msg.UUID, agg.Topic, err)
+		}
+		recs[i], ids[i] = rec, rec.ID
+	}
+	positions, err := eventPositions(ctx, es, ids)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]*message.Message, len(recs))
+	for i, rec := range recs {
+		position, ok := positions[rec.ID]
+		if !ok {
+			return nil, fmt.Errorf("event %s of %s is not in the events table", rec.ID, agg.Topic)
+		}
+		pe, err := publicevent.From(publicevent.Stored{Recorded: rec, Position: position})
+		if err != nil {
+			return nil, err
+		}
+		payload, err := json.Marshal(pe)
+		if err != nil {
+			return nil, fmt.Errorf("encode event %s: %w", pe.ID, err)
+		}
+		msg := message.NewMessage(pe.ID, payload) // its UUID becomes Nats-Msg-Id
+		msg.Metadata = message.Metadata{
+			"type": pe.Type, "merchant_id": pe.MerchantID, "aggregate_type": pe.AggregateType,
+			"aggregate_id": pe.AggregateID, "aggregate_version": strconv.Itoa(pe.AggregateVersion),
+			"schema_version": strconv.Itoa(pe.SchemaVersion),
+		}
+		msgs[i] = msg
+	}
+	return msgs, nil
+}
+
+// eventPositions reads the store positions of the events ids.
+func eventPositions(ctx context.Context, es *sql.DB, ids []string) (map[string]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rows, err := es.QueryContext(ctx, `SELECT event_id::text, position FROM events WHERE event_id = ANY($1::text[]::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read event positions: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]int64, len(ids))
+	for rows.Next() {
+		var id string
+		var position int64
+		if err := rows.Scan(&id, &position); err != nil {
+			return nil, fmt.Errorf("read event positions: %w", err)
+		}
+		out[id] = position
+	}
+	return out, rows.Err()
+}
+
+// wait waits for topic's notification or the fallback interval; after a
+// notification that found nothing visible yet (watermill-sql reads only
+// below pg_snapshot_xmin), it waits 1, 2, 4 ... ms, up to the fallback. It
+// returns false once ctx has ended.
+func (r *Relay) wait(ctx context.Context, changed <-chan struct{}, quick *time.Duration) bool {
+	d := r.cfg.Fallback
+	if *quick > 0 {
+		d = *quick
+		*quick = min(*quick*2, r.cfg.Fallback)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-changed:
+		*quick = time.Millisecond
+	case <-t.C:
+	}
+	return true
+}
+
+// subject is the message's subject: SubjectPrefix.<merchant_id>.<public
+// type>, the type's aggregate and change as two tokens.
+func (r *Relay) subject(msg *message.Message) string {
+	agg, change, _ := strings.Cut(msg.Metadata.Get("type"), ".")
+	return r.cfg.SubjectPrefix + "." + token(msg.Metadata.Get("merchant_id")) + "." + token(agg) + "." + token(change)
+}
+
+// token makes s one subject token: NATS splits subjects at dots and gives
+// '*', '>' and white space meaning. Merchant ids (UUIDs) and the halves of
+// public types (snake_case words) contain none of them; were one to, it is
+// replaced, rather than the event held back.
+func token(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return strings.Map(func(c rune) rune {
+		if c == '.' || c == '*' || c == '>' || unicode.IsSpace(c) || !unicode.IsPrint(c) {
+			return '_'
+		}
+		return c
+	}, s)
+}
+
+// mirror copies pos into the topic's Watermill offsets table, as consumer
+// group ConsumerGroup, once it is recorded: whatever reads those tables
+// (what the subscribers still need, lag queries) then sees the relay
+// too. The copy is never read by the relay and may lag behind its
+// position; a failure is logged and the next page writes it again.
+func (r *Relay) mirror(ctx context.Context, es *sql.DB, topic string, pos readmodel.RelayPosition, log *slog.Logger) {
+	row := wsql.Row{Offset: pos.Offset, ExtraData: map[string]any{"transaction_id": pos.TransactionID}}
+	q := pubsub.Offsets.AckMessageQuery(topic, row, ConsumerGroup)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := es.ExecContext(ctx, q.Query, q.Args...); err != nil && ctx.Err() == nil {
+		log.Warn("could not copy the relay's position to the topic's offsets table", "err", err)
+	}
+}
+
+// retry runs op (named by what: stream, load, read, encode, publish or save) until
+// it succeeds, ctx ends (it returns ctx's error) or op fails with
+// readmodel.ErrStaleTerm (it returns that), waiting 100 ms doubling to 5 s
+// between attempts. The first failure of a streak is
+// logged at Warn, the rest at Debug, the recovery at Info.
+func (r *Relay) retry(ctx context.Context, log *slog.Logger, what string, op func() error) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	bo.Reset()
+	failures, since := 0, time.Time{}
+	for {
+		err := op()
+		switch {
+		case err == nil:
+			if failures > 0 {
+				log.Info("relay recovered", "op", what, "failures", failures, "after", time.Since(since).Round(time.Millisecond))
+			}
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, readmodel.ErrStaleTerm):
+			return err
+		}
+		failures++
+		r.cfg.Metrics.failed(what)
+		if failures == 1 {
+			since = time.Now()
+			log.Warn("relay operation failed; retrying", "op", what, "err", err)
+		} else {
+			log.Debug("relay operation still failing", "op", what, "err", err, "failures", failures)
+		}
+		t := time.NewTimer(bo.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// from is an offsets adapter that starts watermill-sql's select after a
+// given position instead of a consumer group's row: the relay keeps its
+// position in the read model, under its term.
+type from struct {
+	wsql.DefaultPostgreSQLOffsetsAdapter
+	pos readmodel.RelayPosition
+}
+
+func (f from) NextOffsetQuery(string, string) wsql.Query {
+	return wsql.Query{
+		Query: `SELECT $1::bigint AS offset_acked, $2::bigint::text::xid8 AS last_processed_transaction_id`,
+		Args:  []any{f.pos.Offset, f.pos.TransactionID},
+	}
+}

@@ -1,0 +1,333 @@
+// Package publicevent is the public form of Hearth's domain events: what
+// the event feed (GET /v1/events), webhook deliveries and the NATS relay
+// carry to client apps.
+//
+// It is a contract with integrators, versioned by SchemaVersion, and kept
+// apart from the stored events on purpose: a stored event's fields may
+// change with the aggregate (and carry internal facts: the acting key, the
+// correlation and causation ids), while a public event only ever gains
+// optional fields within one schema version. Every type the package can
+// produce is listed in Types, which the OpenAPI document must match
+// (ports/http's openapi_test.go checks it).
+package publicevent
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
+)
+
+// SchemaVersion is the version of the public form. It changes only when a
+// field is removed or changes meaning; new optional fields keep it.
+const SchemaVersion = 1
+
+// Event is one public event.
+type Event struct {
+	// ID is the event's id, unique for ever: receivers deduplicate by it.
+	ID string `json:"id"`
+	// Type names the event, "<aggregate>.<what happened>" (see Types).
+	Type string `json:"type"`
+	// SchemaVersion is the version of this form (SchemaVersion).
+	SchemaVersion int `json:"schema_version"`
+	// MerchantID is the merchant whose data changed.
+	MerchantID string `json:"merchant_id"`
+	// AggregateType is "order", "schedule" or "service_request"
+	// ("webhook_endpoint" for a ping).
+	AggregateType string `json:"aggregate_type"`
+	// AggregateID is the id of the order, schedule or service request.
+	AggregateID string `json:"aggregate_id"`
+	// AggregateVersion is the aggregate's version after this event: 1 for
+	// the event that created it, then one more per event, without gaps.
+	AggregateVersion int `json:"aggregate_version"`
+	// Position is the event's position in the event store, the position
+	// writes answer with and GET's min_position takes. A merchant's
+	// positions increase along its feed, with gaps (other merchants' events).
+	Position int64 `json:"position"`
+	// OccurredAt is when the command that caused the event ran (UTC).
+	OccurredAt time.Time `json:"occurred_at"`
+	// Data is the event's payload, one of the *Data types below by Type.
+	Data any `json:"data"`
+}
+
+// Stored is what From needs of a stored event besides the decoded payload.
+type Stored struct {
+	event.Recorded
+	Position int64
+}
+
+// The aggregate types, as public events name them.
+const (
+	AggregateOrder           = "order"
+	AggregateSchedule        = "schedule"
+	AggregateServiceRequest  = "service_request"
+	AggregateWebhookEndpoint = "webhook_endpoint"
+)
+
+// The public event types.
+const (
+	OrderCreated              = "order.created"
+	OrderDetailsUpdated       = "order.details_updated"
+	OrderStatusChanged        = "order.status_changed"
+	OrderCancelled            = "order.cancelled"
+	OrderAssignmentUpdated    = "order.assignment_updated"
+	OrderSettlementUpdated    = "order.settlement_updated"
+	ScheduleCreated           = "schedule.created"
+	ScheduleAssignmentUpdated = "schedule.assignment_updated"
+	ScheduleStatusChanged     = "schedule.status_changed"
+	RequestCreated            = "service_request.created"
+	RequestDetailsUpdated     = "service_request.details_updated"
+	RequestStatusChanged      = "service_request.status_changed"
+	RequestConverted          = "service_request.converted"
+	// Skipped stands for an event an operator skipped because no
+	// projection could apply it (see docs/operations.md, parking). Its data
+	// names the skipped event's stored type and nothing else.
+	OrderSkipped          = "order.event_skipped"
+	ScheduleSkipped       = "schedule.event_skipped"
+	RequestSkipped        = "service_request.event_skipped"
+	WebhookEndpointPinged = "webhook_endpoint.ping"
+)
+
+// OrderCreatedData is the data of order.created.
+type OrderCreatedData struct {
+	RequestID        string     `json:"request_id,omitempty"`
+	CustomerID       string     `json:"customer_id"`
+	AmountCents      int64      `json:"amount_cents"`
+	Notes            string     `json:"notes"`
+	ScheduledStartAt *time.Time `json:"scheduled_start_at,omitempty"`
+	ScheduledEndAt   *time.Time `json:"scheduled_end_at,omitempty"`
+	Status           string     `json:"status"`
+}
+
+// OrderDetailsUpdatedData is the data of order.details_updated: the new
+// values of all three fields.
+type OrderDetailsUpdatedData struct {
+	CustomerID  string `json:"customer_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Notes       string `json:"notes"`
+}
+
+// StatusChangedData is the data of every *.status_changed. CompletedAt is
+// set on an order that became completed.
+type StatusChangedData struct {
+	From        string     `json:"from"`
+	To          string     `json:"to"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+}
+
+// OrderCancelledData is the data of order.cancelled.
+type OrderCancelledData struct {
+	From   string `json:"from"`
+	Reason string `json:"reason"`
+}
+
+// OrderAssignmentUpdatedData is the data of order.assignment_updated. An
+// absent staff_id means the order lost its assignment (its schedule was
+// cancelled); absent times leave the window as it was.
+type OrderAssignmentUpdatedData struct {
+	StaffID      string     `json:"staff_id,omitempty"`
+	StartAt      *time.Time `json:"start_at,omitempty"`
+	EndAt        *time.Time `json:"end_at,omitempty"`
+	DispatchNote string     `json:"dispatch_note"`
+}
+
+// OrderSettlementUpdatedData is the data of order.settlement_updated.
+type OrderSettlementUpdatedData struct {
+	SettlementStatus string     `json:"settlement_status"`
+	PaidAmountCents  int64      `json:"paid_amount_cents"`
+	PaymentMethod    string     `json:"payment_method"`
+	PaidAt           *time.Time `json:"paid_at,omitempty"`
+	SettlementNote   string     `json:"settlement_note"`
+}
+
+// ScheduleCreatedData is the data of schedule.created.
+type ScheduleCreatedData struct {
+	OrderID string    `json:"order_id"`
+	StaffID string    `json:"staff_id"`
+	StartAt time.Time `json:"start_at"`
+	EndAt   time.Time `json:"end_at"`
+	Notes   string    `json:"notes"`
+	Status  string    `json:"status"`
+}
+
+// ScheduleAssignmentUpdatedData is the data of schedule.assignment_updated.
+type ScheduleAssignmentUpdatedData struct {
+	StaffID string    `json:"staff_id"`
+	StartAt time.Time `json:"start_at"`
+	EndAt   time.Time `json:"end_at"`
+}
+
+// RequestCreatedData is the data of service_request.created.
+type RequestCreatedData struct {
+	CustomerID         string     `json:"customer_id"`
+	CatalogItemID      string     `json:"catalog_item_id,omitempty"`
+	Content            string     `json:"content"`
+	AppointmentStartAt *time.Time `json:"appointment_start_at,omitempty"`
+	AppointmentEndAt   *time.Time `json:"appointment_end_at,omitempty"`
+	Source             string     `json:"source"`
+	Notes              string     `json:"notes"`
+	Status             string     `json:"status"`
+}
+
+// RequestDetailsUpdatedData is the data of service_request.details_updated:
+// the new values of all its fields.
+type RequestDetailsUpdatedData struct {
+	CatalogItemID      string     `json:"catalog_item_id,omitempty"`
+	Content            string     `json:"content"`
+	AppointmentStartAt *time.Time `json:"appointment_start_at,omitempty"`
+	AppointmentEndAt   *time.Time `json:"appointment_end_at,omitempty"`
+	Notes              string     `json:"notes"`
+}
+
+// RequestConvertedData is the data of service_request.converted.
+type RequestConvertedData struct {
+	OrderID string `json:"order_id"`
+}
+
+// SkippedData is the data of every *.event_skipped.
+type SkippedData struct {
+	// Of is the stored type of the skipped event.
+	Of string `json:"of"`
+}
+
+// PingData is the data of webhook_endpoint.ping, the event a webhook
+// endpoint's test sends.
+type PingData struct {
+	Message string `json:"message"`
+}
+
+// Types returns every public event type, sorted.
+func Types() []string {
+	out := make([]string, 0, len(dataTypes))
+	for t := range dataTypes {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DataOf returns a zero value of the data type of a public event type.
+func DataOf(eventType string) (any, bool) {
+	d, ok := dataTypes[eventType]
+	return d, ok
+}
+
+var dataTypes = map[string]any{
+	OrderCreated:              OrderCreatedData{},
+	OrderDetailsUpdated:       OrderDetailsUpdatedData{},
+	OrderStatusChanged:        StatusChangedData{},
+	OrderCancelled:            OrderCancelledData{},
+	OrderAssignmentUpdated:    OrderAssignmentUpdatedData{},
+	OrderSettlementUpdated:    OrderSettlementUpdatedData{},
+	ScheduleCreated:           ScheduleCreatedData{},
+	ScheduleAssignmentUpdated: ScheduleAssignmentUpdatedData{},
+	ScheduleStatusChanged:     StatusChangedData{},
+	RequestCreated:            RequestCreatedData{},
+	RequestDetailsUpdated:     RequestDetailsUpdatedData{},
+	RequestStatusChanged:      StatusChangedData{},
+	RequestConverted:          RequestConvertedData{},
+	OrderSkipped:              SkippedData{},
+	ScheduleSkipped:           SkippedData{},
+	RequestSkipped:            SkippedData{},
+	WebhookEndpointPinged:     PingData{},
+}
+
+// aggregateOf maps stored stream types to public aggregate types.
+var aggregateOf = map[string]string{
+	order.StreamType:          AggregateOrder,
+	schedule.StreamType:       AggregateSchedule,
+	servicerequest.StreamType: AggregateServiceRequest,
+}
+
+// From returns the public form of a stored event. An event it cannot map
+// (an unknown stream type, a payload type it does not know) is an error
+// that names the event: the store only ever holds events the domain wrote,
+// so such an event is a bug or a corruption, never to be sent as zero
+// values.
+func From(s Stored) (Event, error) {
+	agg, ok := aggregateOf[s.StreamType]
+	if !ok {
+		return Event{}, fmt.Errorf("event %s: stream type %q has no public form", s.ID, s.StreamType)
+	}
+	typ, data, err := mapData(agg, s.Event)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s (%s version %d): %w", s.ID, s.StreamID, s.Version, err)
+	}
+	return Event{
+		ID: s.ID, Type: typ, SchemaVersion: SchemaVersion, MerchantID: s.MerchantID,
+		AggregateType: agg, AggregateID: s.StreamID, AggregateVersion: s.Version,
+		Position: s.Position, OccurredAt: event.Instant(s.OccurredAt), Data: data,
+	}, nil
+}
+
+func mapData(agg string, e event.Event) (string, any, error) {
+	switch e := e.(type) {
+	case order.Created:
+		return OrderCreated, OrderCreatedData{
+			RequestID: e.RequestID, CustomerID: e.CustomerID, AmountCents: e.AmountCents, Notes: e.Notes,
+			ScheduledStartAt: e.ScheduledStartAt, ScheduledEndAt: e.ScheduledEndAt, Status: string(e.Status),
+		}, nil
+	case order.DetailsUpdated:
+		return OrderDetailsUpdated, OrderDetailsUpdatedData{CustomerID: e.CustomerID, AmountCents: e.AmountCents, Notes: e.Notes}, nil
+	case order.StatusChanged:
+		return OrderStatusChanged, StatusChangedData{From: string(e.From), To: string(e.To), CompletedAt: e.CompletedAt}, nil
+	case order.Cancelled:
+		return OrderCancelled, OrderCancelledData{From: string(e.From), Reason: e.Reason}, nil
+	case order.AssignmentUpdated:
+		return OrderAssignmentUpdated, OrderAssignmentUpdatedData{
+			StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt, DispatchNote: e.DispatchNote,
+		}, nil
+	case order.SettlementUpdated:
+		return OrderSettlementUpdated, OrderSettlementUpdatedData{
+			SettlementStatus: string(e.SettlementStatus), PaidAmountCents: e.PaidAmountCents,
+			PaymentMethod: e.PaymentMethod, PaidAt: e.PaidAt, SettlementNote: e.SettlementNote,
+		}, nil
+	case schedule.Created:
+		return ScheduleCreated, ScheduleCreatedData{
+			OrderID: e.OrderID, StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt, Notes: e.Notes, Status: string(e.Status),
+		}, nil
+	case schedule.AssignmentUpdated:
+		return ScheduleAssignmentUpdated, ScheduleAssignmentUpdatedData{StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt}, nil
+	case schedule.StatusChanged:
+		return ScheduleStatusChanged, StatusChangedData{From: string(e.From), To: string(e.To)}, nil
+	case servicerequest.Created:
+		return RequestCreated, RequestCreatedData{
+			CustomerID: e.CustomerID, CatalogItemID: e.CatalogItemID, Content: e.Content,
+			AppointmentStartAt: e.AppointmentStartAt, AppointmentEndAt: e.AppointmentEndAt,
+			Source: e.Source, Notes: e.Notes, Status: string(e.Status),
+		}, nil
+	case servicerequest.DetailsUpdated:
+		return RequestDetailsUpdated, RequestDetailsUpdatedData{
+			CatalogItemID: e.CatalogItemID, Content: e.Content,
+			AppointmentStartAt: e.AppointmentStartAt, AppointmentEndAt: e.AppointmentEndAt, Notes: e.Notes,
+		}, nil
+	case servicerequest.StatusChanged:
+		return RequestStatusChanged, StatusChangedData{From: string(e.From), To: string(e.To)}, nil
+	case servicerequest.Converted:
+		return RequestConverted, RequestConvertedData{OrderID: e.OrderID}, nil
+	case event.Skipped:
+		return agg + ".event_skipped", SkippedData{Of: e.Of}, nil
+	case nil:
+		return "", nil, fmt.Errorf("payload not decoded")
+	default:
+		return "", nil, fmt.Errorf("stored type %q has no public form", e.EventType())
+	}
+}
+
+// Ping returns the ping event a webhook endpoint's test sends: a new id,
+// the endpoint as its aggregate, no position.
+func Ping(id, merchantID, endpointID string, at time.Time) Event {
+	return Event{
+		ID: id, Type: WebhookEndpointPinged, SchemaVersion: SchemaVersion, MerchantID: merchantID,
+		AggregateType: AggregateWebhookEndpoint, AggregateID: endpointID, AggregateVersion: 1,
+		OccurredAt: event.Instant(at), Data: PingData{Message: "Hearth test delivery"},
+	}
+}
+
+// Marshal encodes e as delivered: compact JSON.
+func Marshal(e Event) ([]byte, error) { return json.Marshal(e) }

@@ -1,0 +1,175 @@
+package publicevent_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"hearth/app/publicevent"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/schedule"
+	"hearth/domain/servicerequest"
+)
+
+var at = time.Date(2026, 12, 1, 9, 30, 0, 123456789, time.FixedZone("CET", 3600))
+
+func stored(streamType string, e event.Event) publicevent.Stored {
+	typ := "OrderCancelled"
+	if e != nil {
+		typ = e.EventType()
+	}
+	return publicevent.Stored{Position: 42, Recorded: event.Recorded{
+		Envelope: event.Envelope{
+			ID: "0b9e7f64-5f3c-4d1a-9a49-3c1d6f1e2a10", Type: typ, StreamType: streamType,
+			StreamID: "5d2c1b8e-7d6f-4a3b-8c9d-0e1f2a3b4c5d", Version: 3, MerchantID: "m-1",
+			OccurredAt: at, CorrelationID: "corr", CausationID: "cause", Actor: "key:secret-key-id",
+		},
+		Event: e,
+	}}
+}
+
+// Every event each aggregate can store has a public form whose data is the
+// type DataOf names: adding a stored event without its public form fails
+// here.
+func TestEveryStoredEventHasAPublicForm(t *testing.T) {
+	aggregates := []struct {
+		streamType string
+		types      []string
+		decode     event.Decoder
+	}{
+		{order.StreamType, order.EventTypes(), order.Decode},
+		{schedule.StreamType, schedule.EventTypes(), schedule.Decode},
+		{servicerequest.StreamType, servicerequest.EventTypes(), servicerequest.Decode},
+	}
+	seen := map[string]bool{}
+	for _, a := range aggregates {
+		for _, typ := range append(a.types, event.SkippedType) {
+			var e event.Event = event.Skipped{Of: "X"}
+			if typ != event.SkippedType {
+				var err error
+				if e, err = a.decode(typ, []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pub, err := publicevent.From(stored(a.streamType, e))
+			if err != nil {
+				t.Fatalf("%s %s: %v", a.streamType, typ, err)
+			}
+			if !slices.Contains(publicevent.Types(), pub.Type) {
+				t.Errorf("%s maps to %q, which Types does not list", typ, pub.Type)
+			}
+			if !strings.HasPrefix(pub.Type, pub.AggregateType+".") {
+				t.Errorf("%s maps to %q, not named after its aggregate %q", typ, pub.Type, pub.AggregateType)
+			}
+			want, _ := publicevent.DataOf(pub.Type)
+			if reflect.TypeOf(pub.Data) != reflect.TypeOf(want) {
+				t.Errorf("%s: data is %T, DataOf says %T", pub.Type, pub.Data, want)
+			}
+			seen[pub.Type] = true
+		}
+	}
+	seen[publicevent.WebhookEndpointPinged] = true
+	for _, typ := range publicevent.Types() {
+		if !seen[typ] {
+			t.Errorf("Types lists %q, which no stored event maps to", typ)
+		}
+	}
+}
+
+func ptr(t time.Time) *time.Time { return &t }
+
+// The public JSON of every event type, field by field: these are a
+// contract with integrators.
+func TestPublicJSON(t *testing.T) {
+	start, end := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC), time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	cases := []struct {
+		streamType string
+		e          event.Event
+		want       string
+	}{
+		{order.StreamType, order.Created{OrderID: "o", RequestID: "r", CustomerID: "c", AmountCents: 12000, Notes: "n",
+			ScheduledStartAt: &start, ScheduledEndAt: &end, Status: "pending"},
+			`"type":"order.created","data":{"request_id":"r","customer_id":"c","amount_cents":12000,"notes":"n","scheduled_start_at":"2026-12-02T08:00:00Z","scheduled_end_at":"2026-12-02T10:00:00Z","status":"pending"}`},
+		{order.StreamType, order.DetailsUpdated{CustomerID: "c", AmountCents: 5, Notes: "n"},
+			`"type":"order.details_updated","data":{"customer_id":"c","amount_cents":5,"notes":"n"}`},
+		{order.StreamType, order.StatusChanged{From: "in_service", To: "completed", CompletedAt: &end},
+			`"type":"order.status_changed","data":{"from":"in_service","to":"completed","completed_at":"2026-12-02T10:00:00Z"}`},
+		{order.StreamType, order.Cancelled{From: "pending", Reason: "moved away"},
+			`"type":"order.cancelled","data":{"from":"pending","reason":"moved away"}`},
+		{order.StreamType, order.AssignmentUpdated{StaffID: "s", StartAt: &start, EndAt: &end, DispatchNote: "d"},
+			`"type":"order.assignment_updated","data":{"staff_id":"s","start_at":"2026-12-02T08:00:00Z","end_at":"2026-12-02T10:00:00Z","dispatch_note":"d"}`},
+		{order.StreamType, order.AssignmentUpdated{},
+			`"type":"order.assignment_updated","data":{"dispatch_note":""}`},
+		{order.StreamType, order.SettlementUpdated{SettlementStatus: "paid", PaidAmountCents: 12000, PaymentMethod: "card", PaidAt: &end, SettlementNote: "s"},
+			`"type":"order.settlement_updated","data":{"settlement_status":"paid","paid_amount_cents":12000,"payment_method":"card","paid_at":"2026-12-02T10:00:00Z","settlement_note":"s"}`},
+		{schedule.StreamType, schedule.Created{ScheduleID: "x", OrderID: "o", StaffID: "s", StartAt: start, EndAt: end, Notes: "n", Status: "planned"},
+			`"type":"schedule.created","data":{"order_id":"o","staff_id":"s","start_at":"2026-12-02T08:00:00Z","end_at":"2026-12-02T10:00:00Z","notes":"n","status":"planned"}`},
+		{schedule.StreamType, schedule.AssignmentUpdated{StaffID: "s", StartAt: start, EndAt: end},
+			`"type":"schedule.assignment_updated","data":{"staff_id":"s","start_at":"2026-12-02T08:00:00Z","end_at":"2026-12-02T10:00:00Z"}`},
+		{schedule.StreamType, schedule.StatusChanged{From: "planned", To: "in_service"},
+			`"type":"schedule.status_changed","data":{"from":"planned","to":"in_service"}`},
+		{servicerequest.StreamType, servicerequest.Created{RequestID: "x", CustomerID: "c", CatalogItemID: "i", Content: "leak",
+			AppointmentStartAt: &start, AppointmentEndAt: &end, Source: "phone", Notes: "n", Status: "new"},
+			`"type":"service_request.created","data":{"customer_id":"c","catalog_item_id":"i","content":"leak","appointment_start_at":"2026-12-02T08:00:00Z","appointment_end_at":"2026-12-02T10:00:00Z","source":"phone","notes":"n","status":"new"}`},
+		{servicerequest.StreamType, servicerequest.DetailsUpdated{Content: "leak", Notes: "n"},
+			`"type":"service_request.details_updated","data":{"content":"leak","notes":"n"}`},
+		{servicerequest.StreamType, servicerequest.StatusChanged{From: "new", To: "confirmed"},
+			`"type":"service_request.status_changed","data":{"from":"new","to":"confirmed"}`},
+		{servicerequest.StreamType, servicerequest.Converted{OrderID: "o"},
+			`"type":"service_request.converted","data":{"order_id":"o"}`},
+		{schedule.StreamType, event.Skipped{Of: "ScheduleCreated"},
+			`"type":"schedule.event_skipped","data":{"of":"ScheduleCreated"}`},
+	}
+	for _, c := range cases {
+		pub, err := publicevent.From(stored(c.streamType, c.e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := publicevent.Marshal(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agg := strings.SplitN(strings.SplitN(c.want, `"`, 5)[3], ".", 2)[0]
+		want := `{"id":"0b9e7f64-5f3c-4d1a-9a49-3c1d6f1e2a10",` + strings.Replace(c.want, `,"data"`,
+			`,"schema_version":1,"merchant_id":"m-1","aggregate_type":"`+agg+`","aggregate_id":"5d2c1b8e-7d6f-4a3b-8c9d-0e1f2a3b4c5d","aggregate_version":3,"position":42,"occurred_at":"2026-12-01T08:30:00.123456Z","data"`, 1) + `}`
+		if string(got) != want {
+			t.Errorf("%s:\n got %s\nwant %s", c.e.EventType(), got, want)
+		}
+	}
+}
+
+// Internal facts of the stored envelope never reach the public form.
+func TestInternalFieldsStayInternal(t *testing.T) {
+	pub, err := publicevent.From(stored(order.StreamType, order.Cancelled{From: "pending", Reason: "r"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(pub)
+	for _, internal := range []string{"secret-key-id", "corr", "cause", "stream_type", "actor"} {
+		if strings.Contains(string(b), internal) {
+			t.Errorf("public form carries %q: %s", internal, b)
+		}
+	}
+}
+
+func TestUnmappableEventsAreErrors(t *testing.T) {
+	if _, err := publicevent.From(stored("invoice", order.Cancelled{})); err == nil || !strings.Contains(err.Error(), `"invoice"`) {
+		t.Errorf("unknown stream type: %v", err)
+	}
+	s := stored(order.StreamType, nil)
+	if _, err := publicevent.From(s); err == nil || !strings.Contains(err.Error(), s.ID) {
+		t.Errorf("undecoded payload: %v", err)
+	}
+}
+
+func TestPing(t *testing.T) {
+	b, _ := publicevent.Marshal(publicevent.Ping("id-1", "m-1", "ep-1", at))
+	want := `{"id":"id-1","type":"webhook_endpoint.ping","schema_version":1,"merchant_id":"m-1","aggregate_type":"webhook_endpoint","aggregate_id":"ep-1","aggregate_version":1,"position":0,"occurred_at":"2026-12-01T08:30:00.123456Z","data":{"message":"Hearth test delivery"}}`
+	if string(b) != want {
+		t.Errorf("got %s\nwant %s", b, want)
+	}
+}

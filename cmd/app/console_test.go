@@ -1,0 +1,443 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"hearth/internal/chromium"
+	"hearth/internal/pgtest"
+)
+
+// The console, end to end: headless Chromium (Debian's, driven by
+// chromedp) against a real Hearth on a real Postgres (setup), as a person
+// would use it. Each test saves screenshots under artifacts/screenshots/
+// (kept by CI, ignored by git) and fails on any error in the browser's
+// console.
+
+// screenshotDir is where the tests leave their screenshots: the
+// repository's artifacts/screenshots (cmd/app's tests run in cmd/app).
+var screenshotDir = filepath.Join("..", "..", "artifacts", "screenshots")
+
+// tab is one headless browser on the console.
+type tab struct {
+	t    *testing.T
+	ctx  context.Context
+	base string
+
+	mu   sync.Mutex
+	errs []string // errors the browser reported (exceptions, console.error, failed loads)
+}
+
+// stepTimeout bounds one browser step: a slow CI machine may take
+// seconds, a hang must not take the whole test timeout.
+const stepTimeout = 30 * time.Second
+
+// openTab starts a browser with a fresh profile, sized width x height.
+func openTab(t *testing.T, base string, width, height int) *tab {
+	t.Helper()
+	if chromium.Path() == "" && os.Getenv("CI") == "" {
+		t.Skip(chromium.ErrNotFound.Error() + " (CI installs it and runs these tests)")
+	}
+	ctx, stop, err := chromium.Start(context.Background(), chromium.Options{UserDataDir: t.TempDir(), Width: width, Height: height})
+	require.NoError(t, err)
+	tb := &tab{t: t, ctx: ctx, base: strings.Replace(base, "127.0.0.1", "localhost", 1)}
+	if width < 500 { // a phone: the window cannot be that narrow, the viewport can
+		tb.do(chromedp.EmulateViewport(int64(width), int64(height), chromedp.EmulateMobile, chromedp.EmulateTouch))
+	}
+	var wg sync.WaitGroup
+	collect := func(f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f()
+		}()
+	}
+	exceptions, console, entries := chromedp.Events(ctx, runtime.ExceptionThrown), chromedp.Events(ctx, runtime.ConsoleAPICalled),
+		chromedp.Events(ctx, log.EntryAdded)
+	collect(func() {
+		for ev, err := range exceptions {
+			if err != nil {
+				return
+			}
+			tb.note("exception: %s %s", ev.ExceptionDetails.Text, describe(ev.ExceptionDetails.Exception))
+		}
+	})
+	collect(func() {
+		for ev, err := range console {
+			if err != nil {
+				return
+			}
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, describe(a))
+				}
+				tb.note("console.%s: %s", ev.Type, strings.Join(args, " "))
+			}
+		}
+	})
+	collect(func() {
+		for ev, err := range entries {
+			if err != nil {
+				return
+			}
+			if ev.Entry.Level == log.EntryLevelError && !refusedForm(ev.Entry) {
+				tb.note("log %s: %s (%s)", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
+			}
+		}
+	})
+	t.Cleanup(func() {
+		stop()
+		wg.Wait()
+	})
+	return tb
+}
+
+// refusedForm is Chrome's log line for a console page answered with the
+// API's status: a form the application refused (422, 409) is shown again
+// with that status, which Chrome logs as a failed load of the page.
+func refusedForm(e *log.Entry) bool {
+	return e.Source == log.EntrySourceNetwork && strings.Contains(e.URL, "/console/") &&
+		(strings.Contains(e.Text, "status of 422") || strings.Contains(e.Text, "status of 409"))
+}
+
+func describe(o *runtime.RemoteObject) string {
+	if o == nil {
+		return ""
+	}
+	if o.Description != "" {
+		return o.Description
+	}
+	return string(o.Value)
+}
+
+func (tb *tab) note(format string, args ...any) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.errs = append(tb.errs, fmt.Sprintf(format, args...))
+}
+
+// noErrors checks that the browser reported no error so far.
+func (tb *tab) noErrors() {
+	tb.t.Helper()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	require.Empty(tb.t, tb.errs, "the browser's console shows errors")
+}
+
+// do runs steps, each bounded by stepTimeout.
+func (tb *tab) do(steps ...chromedp.Action[chromedp.Void]) {
+	tb.t.Helper()
+	for i, step := range steps {
+		ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+		err := chromedp.Do(ctx, step)
+		cancel()
+		if err != nil {
+			tb.shot("failed")
+			require.NoError(tb.t, err, "step %d of %d", i+1, len(steps))
+		}
+	}
+}
+
+// open loads a console page.
+func (tb *tab) open(path string) {
+	tb.t.Helper()
+	tb.do(chromedp.Navigate(tb.base + path))
+}
+
+// see waits until the page shows an element that XPath expr finds.
+func (tb *tab) see(expr string) {
+	tb.t.Helper()
+	tb.do(chromedp.WaitVisible(expr))
+}
+
+// seeText waits until an element of the CSS class shows text.
+func (tb *tab) seeText(class, text string) {
+	tb.t.Helper()
+	tb.see(fmt.Sprintf(`//*[contains(concat(" ", @class, " "), " %s ") and contains(., %q)]`, class, text))
+}
+
+// text is the text of the first element the CSS selector finds.
+func (tb *tab) text(css string) string {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
+	require.NoError(tb.t, err, "text of %s", css)
+	return s
+}
+
+// fill sets the fields' values, by id: typed into text fields, set on
+// date and time fields (whose typing depends on the locale).
+func (tb *tab) fill(fields ...string) {
+	tb.t.Helper()
+	for i := 0; i+1 < len(fields); i += 2 {
+		id, v := fields[i], fields[i+1]
+		tb.do(chromedp.WaitVisible(chromedp.ID(id)))
+		ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+		typ, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+			const el = document.getElementById(%q);
+			el.value = "";
+			if (el.type === "datetime-local" || el.type === "date") { el.value = %q; }
+			return el.type;
+		})()`, id, v)))
+		cancel()
+		require.NoError(tb.t, err)
+		if typ != "datetime-local" && typ != "date" {
+			tb.do(chromedp.SendKeys(chromedp.ID(id), v))
+		}
+	}
+}
+
+// choose selects the option with the visible label in a select, by id.
+func (tb *tab) choose(id, label string) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+	defer cancel()
+	ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+		const s = document.getElementById(%q);
+		const opts = s ? [...s.options] : [];
+		const o = opts.find(o => o.textContent.trim() === %[2]q) || opts.find(o => o.textContent.includes(%[2]q));
+		if (!o) return false;
+		s.value = o.value;
+		return true;
+	})()`, id, label)))
+	require.NoError(tb.t, err)
+	require.True(tb.t, ok, "select %s has an option %q", id, label)
+}
+
+// click clicks the first element the XPath expression finds.
+func (tb *tab) click(expr string) {
+	tb.t.Helper()
+	tb.do(chromedp.Click(expr, chromedp.NodeVisible))
+}
+
+// button clicks the button with the label.
+func (tb *tab) button(label string) {
+	tb.t.Helper()
+	tb.click(fmt.Sprintf(`//button[normalize-space(.)=%q]`, label))
+}
+
+// shot saves a screenshot of the whole page as <test>-<name>.png.
+func (tb *tab) shot(name string) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		tb.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	require.NoError(tb.t, os.MkdirAll(screenshotDir, 0o755))
+	file := filepath.Join(screenshotDir, strings.ReplaceAll(tb.t.Name(), "/", "-")+"-"+name+".png")
+	require.NoError(tb.t, os.WriteFile(file, png, 0o644))
+}
+
+// signIn signs in with key and waits for the role's first page.
+func (tb *tab) signIn(key, title string) {
+	tb.t.Helper()
+	tb.open("/console/")
+	tb.see(`//input[@id="key"]`)
+	tb.fill("key", key)
+	tb.button("Sign in")
+	tb.see(fmt.Sprintf(`//h1[normalize-space(.)=%q]`, title))
+}
+
+// A dispatcher's day: sign in, a form refused with the API's problem next
+// to its field, a customer, a staff member and a catalog item created, a
+// request taken through confirm and convert to an order, the order
+// assigned on the board (and a double booking refused plainly), the job
+// started and finished, the order settled, and its change log read as a
+// timeline. Meanwhile a change made through the API appears on the board
+// without a reload.
+func TestConsoleDispatcher(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	tb := openTab(t, a.base, 1366, 900)
+	tb.signIn(a.opA, "Dispatch board")
+
+	// A customer without a name: the API's problem stands next to the
+	// field it names; nothing is created.
+	tb.open("/console/customers")
+	tb.button("Create customer")
+	tb.seeText("err", "is required")
+	require.Equal(t, "is required", tb.text("#new-name-err"))
+	require.Contains(t, tb.text(".problem"), "Check the fields marked below")
+	tb.shot("refused")
+	tb.fill("new-name", "Ada Lovelace", "new-phone", "+44 20 7946 0000", "new-address", "12 St James's Square, London")
+	tb.button("Create customer")
+	tb.seeText("flash", "Created customer Ada Lovelace")
+	tb.see(`//table//a[normalize-space(.)="Ada Lovelace"]`)
+
+	tb.open("/console/catalog")
+	tb.fill("new-name", "Deep clean", "new-base_price_cents", "120.50")
+	tb.button("Create catalog item")
+	tb.seeText("flash", "Created catalog item Deep clean")
+	tb.see(`//td[normalize-space(.)="120.50"]`)
+
+	// A request, from the inbox to an order.
+	day := time.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)
+	tb.open("/console/requests")
+	tb.choose("new-request-customer_id", "Ada Lovelace")
+	tb.choose("new-request-catalog_item_id", "Deep clean")
+	tb.fill("new-request-content", "Deep clean of the library",
+		"new-request-appointment_start_at", day+"T09:00", "new-request-appointment_end_at", day+"T11:00")
+	tb.button("Record request")
+	tb.seeText("flash", "Request recorded")
+	tb.see(`//tr[contains(., "Deep clean of the library")]//button[normalize-space(.)="Confirm"]`)
+	tb.click(`//tr[contains(., "Deep clean of the library")]//button[normalize-space(.)="Confirm"]`)
+	tb.seeText("flash", "Request confirmed")
+	tb.click(`//tr[contains(., "Deep clean of the library")]//button[normalize-space(.)="Convert to order"]`)
+	tb.seeText("flash", "Request converted into this order")
+	require.Equal(t, "120.50", strings.TrimSpace(strings.Split(tb.text("dl.facts"), "Amount")[1][:7]))
+
+	// To the board, with the order picked and its window filled in.
+	tb.click(`//a[normalize-space(.)="Assign on the board"]`)
+	tb.see(`//h1[normalize-space(.)="Dispatch board"]`)
+	tb.choose("assign-staff_id", "Wanda Worker")
+	tb.button("Assign")
+	tb.seeText("flash", "Assigned to Wanda Worker")
+	tb.see(`//table[contains(@class,"board")]//a[contains(@class,"chip") and contains(., "Ada Lovelace")]`)
+
+	// A change made elsewhere (the API) appears on the board by itself.
+	bob := a.createCustomer(a.opA, "Bob Elsewhere")
+	other := a.createOrder(a.opA, bob, 5000)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": day + "T14:00:00Z", "end_at": day + "T15:00:00Z"})
+	tb.see(`//table[contains(@class,"board")]//a[contains(@class,"chip") and contains(., "Bob Elsewhere")]`)
+	tb.shot("board")
+
+	// A double booking is refused, and the board says so plainly.
+	third := a.createOrder(a.opA, bob, 7000)
+	tb.open("/console/board?order=" + third)
+	tb.choose("assign-staff_id", "Wanda Worker")
+	tb.fill("assign-start_at", day+"T10:00", "assign-end_at", day+"T12:00")
+	tb.button("Assign")
+	tb.see(`//div[@id="double-booking"]`)
+	require.Contains(t, tb.text("#double-booking"), "Double booking refused")
+	require.Contains(t, tb.text("#double-booking"), "Wanda Worker is already booked")
+	tb.shot("double-booking")
+
+	// The job, started and done from the order's page; then settled.
+	tb.click(`//table[contains(@class,"board")]//a[contains(@class,"chip") and contains(., "Ada Lovelace")]`)
+	tb.button("Start the job")
+	tb.seeText("flash", "Schedule in service")
+	require.Equal(t, "in service", tb.text("#order-status"))
+	tb.button("Job done")
+	tb.seeText("flash", "Schedule done")
+	require.Equal(t, "completed", tb.text("#order-status"))
+	tb.choose("settle-settlement_status", "settled")
+	tb.fill("settle-paid_amount_cents", "120.50")
+	tb.choose("settle-payment_method", "card")
+	tb.button("Save settlement")
+	tb.seeText("flash", "Settlement saved")
+	require.True(t, strings.HasPrefix(tb.text("#order-settlement"), "settled, paid 120.50 by card"), tb.text("#order-settlement"))
+
+	// The change log as a timeline: who, when, before and after.
+	timeline := tb.text("ol.timeline")
+	for _, want := range []string{"OrderCreated", "OrderAssignmentUpdated", "OrderStatusChanged", "OrderSettlementUpdated", "(you)"} {
+		require.Contains(t, timeline, want)
+	}
+	tb.see(`//ol[contains(@class,"timeline")]//tr[th[normalize-space(.)="status"] and td[1][normalize-space(.)="in_service"] and td[2][normalize-space(.)="completed"]]`)
+	tb.see(`//ol[contains(@class,"timeline")]//tr[th[normalize-space(.)="staff"] and td[2][normalize-space(.)="Wanda Worker"]]`)
+	tb.see(`//ol[contains(@class,"timeline")]//tr[th[normalize-space(.)="paid amount"] and td[1][normalize-space(.)="0.00"] and td[2][normalize-space(.)="120.50"]]`)
+	tb.shot("order")
+	tb.noErrors()
+}
+
+// A field worker on a phone: today's job with the customer's address and
+// phone, started and finished with two buttons.
+func TestConsoleWorker(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := a.must(http.StatusCreated, http.MethodPost, "/v1/customers", a.opA, map[string]any{
+		"name": "Grace Hopper", "phone": "+1 202 555 0143", "address": "1 Navy Yard, Arlington"}).Body["id"].(string)
+	id := a.createOrder(a.opA, c, 9000)
+	start := time.Now().UTC().Truncate(time.Minute).Add(10 * time.Minute)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+id+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": start.Format(time.RFC3339), "end_at": start.Add(time.Hour).Format(time.RFC3339),
+		"dispatch_note": "key under the mat"})
+	a.awaitOrder(a.opA, id, 3)
+
+	tb := openTab(t, a.base, 390, 844) // a phone
+	tb.signIn(a.worker, "My jobs")
+	tb.see(`//li[contains(@class,"job") and contains(., "Grace Hopper")]`)
+	job := tb.text("li.job")
+	require.Contains(t, job, "1 Navy Yard, Arlington")
+	require.Contains(t, job, "+1 202 555 0143")
+	require.Contains(t, job, "key under the mat")
+	tb.shot("jobs")
+	tb.button("Start")
+	tb.seeText("flash", "Job started")
+	tb.seeText("badge", "in service")
+	tb.button("Done")
+	tb.seeText("flash", "Job done")
+	tb.seeText("badge", "done")
+	tb.shot("done")
+	require.Equal(t, "completed", a.awaitOrder(a.opA, id, 5).Body["status"])
+	tb.noErrors()
+}
+
+// The engineer on call: a parked aggregate with its waiting events,
+// replayed once its cause is gone; leadership, the lag chart and a
+// verification on the same view.
+//
+// Not parallel: the failing projection retries inside its subscriber's
+// transaction (TestParkedAdminAPIAndCLI).
+func TestConsoleOnCall(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	lagCtx, stopLags := context.WithCancel(context.Background())
+	lagsDone := make(chan struct{})
+	go func() {
+		defer close(lagsDone)
+		a.w.lags.Run(lagCtx)
+	}()
+	t.Cleanup(func() {
+		stopLags()
+		<-lagsDone
+	})
+	c := a.createCustomer(a.opA, "Ada")
+	bad := a.createOrder(a.opA, c, 100)
+	a.awaitOrder(a.opA, bad, 1)
+	_, err := a.dbs.rm.DB.Exec(fmt.Sprintf(`ALTER TABLE orders ADD CONSTRAINT test_cause CHECK (id <> '%s' OR status = 'pending')`, bad))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+bad+"/status", a.opA, map[string]any{"status": "confirmed"})
+
+	tb := openTab(t, a.base, 1280, 900)
+	tb.signIn(a.admin, "On call")
+	tb.see(`//section//a[contains(., "` + bad + `")]`) // parks after its retries; the page shows it by itself
+	tb.do(chromedp.WaitVisible(chromedp.CSS("svg.chart polyline")))
+	tb.shot("oncall")
+	tb.click(`//section//a[contains(., "` + bad + `")]`)
+	tb.see(`//h2[contains(., "Waiting events (1)")]`)
+	tb.button("Replay")
+	tb.seeText("flash", "Still parked")
+
+	// The cause is removed: the replay applies the waiting event.
+	_, err = a.dbs.rm.DB.Exec(`ALTER TABLE orders DROP CONSTRAINT test_cause`)
+	require.NoError(t, err)
+	tb.button("Replay")
+	tb.seeText("flash", "it flows again")
+	tb.see(`//p[@id="nothing-parked"]`)
+	require.Equal(t, "confirmed", a.awaitOrder(a.opA, bad, 2).Body["status"])
+
+	tb.button("Verify")
+	tb.seeText("flash", "Verification of every projection started")
+	tb.see(`//p[@id="verify-status"]`)
+	require.Contains(t, tb.text("ul.verify"), "orders")
+	require.NotContains(t, tb.text("ul.verify"), "differences: ") // every projection: 0 differences
+	tb.shot("verified")
+	tb.noErrors()
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"hearth/adapters/pubsub/relay"
+	"hearth/adapters/readmodel"
+	"hearth/internal/advisory"
+	"hearth/leader"
+)
+
+// relayUnit is the relay to NATS JetStream (RELAY_NATS_URL): its own
+// leadership lock (advisory.Relay) and fencing term, and its body, one
+// leadership term.
+type relayUnit struct {
+	elector *leader.Elector
+	relay   *relay.Relay
+}
+
+// newRelay builds the relay and registers its metrics; nil when
+// RELAY_NATS_URL is unset or the mode runs no background work (api).
+func newRelay(cfg Config, dbs databases, t *telemetry, log *slog.Logger) (*relayUnit, error) {
+	if cfg.RelayNATSURL == "" || cfg.Mode == ModeAPI {
+		return nil, nil
+	}
+	e, err := leader.New(leader.Config{
+		ConnString: cfg.DatabaseURL, TermDB: dbs.rm.DB, Name: advisory.Relay,
+		// A new leader ends the sessions an earlier one left (its pool).
+		FenceAppName: relay.ApplicationName, Log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	offsets, err := readmodel.NewRelayOffsets(dbs.rm)
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := relay.NewMetrics(t.reg)
+	if err != nil {
+		return nil, err
+	}
+	r, err := relay.New(relay.Config{
+		EventStore: cfg.DatabaseURL, Offsets: offsets, Lock: advisory.Relay, Lease: e.Lease(),
+		NATSURL: cfg.RelayNATSURL, Stream: cfg.RelayStream, SubjectPrefix: cfg.RelaySubjectPrefix,
+		DuplicateWindow: cfg.RelayDuplicateWindow, Fallback: cfg.PollInterval, Metrics: metrics, Log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	leads := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hearth_relay_is_leader",
+		Help: "1 while this instance leads the relay to NATS JetStream, 0 while it is a standby.",
+	}, func() float64 {
+		if e.Status().Role == leader.RoleLeader {
+			return 1
+		}
+		return 0
+	})
+	for _, c := range []prometheus.Collector{leads, relay.NewLagCollector(dbs.es.DB, offsets, relay.Topics(), log)} {
+		if err := t.reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return &relayUnit{elector: e, relay: r}, nil
+}
+
+// run campaigns for the relay's lock until ctx ends, relaying while it
+// leads.
+func (u *relayUnit) run(ctx context.Context) error { return u.elector.Run(ctx, u.relay.Run) }
+
+// checkRelay validates the relay's settings; it names each bad one.
+func (c Config) checkRelay() []error {
+	var errs []error
+	for item := range strings.SplitSeq(c.RelayNATSURL, ",") {
+		if c.RelayNATSURL == "" {
+			break
+		}
+		u, err := url.Parse(strings.TrimSpace(item))
+		if err != nil || u.Host == "" || !map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}[u.Scheme] {
+			// The URL itself is not repeated: it may hold a password.
+			errs = append(errs, errors.New("RELAY_NATS_URL: each comma-separated item must be a NATS URL such as nats://127.0.0.1:4222 (schemes nats, tls, ws, wss)"))
+			break
+		}
+	}
+	if c.RelayStream == "" || strings.ContainsFunc(c.RelayStream, func(r rune) bool {
+		return strings.ContainsRune(`.*>/\`, r) || unicode.IsSpace(r) || !unicode.IsPrint(r)
+	}) {
+		errs = append(errs, fmt.Errorf("RELAY_STREAM=%q: must be a JetStream stream name: no spaces, '.', '*', '>', '/' or '\\'", c.RelayStream))
+	}
+	for tok := range strings.SplitSeq(c.RelaySubjectPrefix, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
+			errs = append(errs, fmt.Errorf("RELAY_SUBJECT_PREFIX=%q: must be NATS subject tokens separated by dots, without wildcards or spaces, such as hearth or acme.hearth", c.RelaySubjectPrefix))
+			break
+		}
+	}
+	return errs
+}

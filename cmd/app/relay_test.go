@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"hearth/app/publicevent"
+	"hearth/internal/natstest"
+	"hearth/internal/pgtest"
+)
+
+// With RELAY_NATS_URL, `app serve` relays what a request wrote to its
+// JetStream stream (created with the configured name, subjects and
+// duplicate window), shows the relay in /metrics, and stops cleanly.
+func TestServeRelaysEvents(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	srv := natstest.Start(t)
+	vars := map[string]string{
+		"DATABASE_URL": url, "LOG_FORMAT": "json", "POLL_INTERVAL": "20ms", "SHUTDOWN_TIMEOUT": "5s",
+		"RELAY_NATS_URL": srv.URL(), "RELAY_STREAM": "CRM", "RELAY_SUBJECT_PREFIX": "acme.crm", "RELAY_DUPLICATE_WINDOW": "3m",
+	}
+	key := createKeyCLI(t, vars, "--merchant", "acme", "--role", "operator")
+	started := startServe(t, vars)
+	a := &api{t: t, base: "http://" + started.HTTPAddr, client: &http.Client{}}
+	id := a.createOrder(key, a.createCustomer(key, "Ada"), 1200)
+
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	var msg *nats.RawStreamMsg
+	require.Eventually(t, func() bool {
+		msg, err = js.GetLastMsg("CRM", "acme.crm.*.order.created")
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the order's creation reaches the stream")
+	var pe publicevent.Event
+	require.NoError(t, json.Unmarshal(msg.Data, &pe))
+	require.Equal(t, id, pe.AggregateID)
+	require.Equal(t, "acme.crm."+pe.MerchantID+".order.created", msg.Subject)
+	info, err := js.StreamInfo("CRM")
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Minute, info.Config.Duplicates)
+
+	require.Eventually(t, func() bool {
+		m := a.metrics()
+		return strings.Contains(m, "\nhearth_relay_is_leader 1\n") &&
+			strings.Contains(m, "\nhearth_relay_lag_events{topic=\"orders\"} 0\n") &&
+			strings.Contains(m, "\nhearth_relay_published_total{topic=\"orders\"} 1\n")
+	}, 10*time.Second, 10*time.Millisecond, "the relay leads, has published the order and has no lag: %s", a.metrics())
+	started.shutdown()
+}

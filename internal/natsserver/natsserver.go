@@ -1,0 +1,285 @@
+// Package natsserver starts and stops a throwaway NATS server with JetStream
+// from the nats-server binary installed on the machine (Debian's nats-server
+// package). It is meant for development (make run) and test harnesses
+// (internal/natstest), never for production data.
+//
+// The server listens on 127.0.0.1 only, on a free port chosen at start,
+// without authentication, and keeps its JetStream store under Dir/store.
+// Restart stops the process and starts it again on the same port and store,
+// as an operator's restart would.
+package natsserver
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"hearth/internal/harness"
+)
+
+// ErrNotInstalled is returned by Start when no nats-server binary is found.
+var ErrNotInstalled = errors.New(`nats-server not found on PATH or in /usr/sbin: ` +
+	`install it, e.g. "apt-get install nats-server" on Debian, or point RELAY_NATS_URL at an existing server`)
+
+// Options configures Start.
+type Options struct {
+	// Dir holds the JetStream store (Dir/store) and the server's log
+	// (Dir/nats.log). Empty: a new temporary directory, removed by Stop.
+	Dir string
+	// Fresh removes an existing store in Dir first.
+	Fresh bool
+	// Install lets Start install Debian's nats-server package with apt-get
+	// when the binary is missing (only as root).
+	Install bool
+	// Log receives progress messages; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Server is a running nats-server started by Start.
+type Server struct {
+	bin  string
+	dir  string
+	temp bool
+	port int
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has exited
+	stopped bool
+}
+
+// readyTimeout bounds the wait for a started server to answer JetStream
+// requests (it recovers its store first).
+const readyTimeout = 30 * time.Second
+
+// Locate returns the path of the nats-server binary, or ErrNotInstalled.
+func Locate() (string, error) {
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return p, nil
+	}
+	// Debian installs it in /usr/sbin, which a non-root PATH may lack.
+	if p := "/usr/sbin/nats-server"; harness.IsExecutable(p) {
+		return p, nil
+	}
+	return "", ErrNotInstalled
+}
+
+// Start starts nats-server with JetStream on a free port of 127.0.0.1 and
+// returns once it answers JetStream requests.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	log := cmp.Or(opts.Log, slog.Default())
+	bin, err := Locate()
+	if errors.Is(err, ErrNotInstalled) && opts.Install && harness.Available() {
+		log.Info("nats-server not found: installing Debian's nats-server package with apt-get")
+		if err := harness.Install(ctx, "nats-server"); err != nil {
+			return nil, fmt.Errorf("natsserver: install nats-server: %w", err)
+		}
+		bin, err = Locate()
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, dir: opts.Dir, log: log}
+	if s.dir == "" {
+		if s.dir, err = os.MkdirTemp("", "hearth-nats-"); err != nil {
+			return nil, fmt.Errorf("natsserver: %w", err)
+		}
+		s.temp = true
+	} else if opts.Fresh {
+		if err := os.RemoveAll(s.storeDir()); err != nil {
+			return nil, fmt.Errorf("natsserver: remove old store: %w", err)
+		}
+	}
+	if err := os.MkdirAll(s.storeDir(), 0o755); err != nil {
+		return nil, fmt.Errorf("natsserver: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		if s.port, err = harness.FreePort(); err != nil {
+			break
+		}
+		if err = s.start(ctx); err == nil || attempt == 2 {
+			break
+		}
+		log.Warn("nats-server did not start; retrying on another port", "port", s.port, "err", err)
+	}
+	if err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
+	log.Info("nats-server started", "url", s.URL(), "store", s.storeDir(), "log", s.logFile())
+	return s, nil
+}
+
+// URL is the client URL of the server.
+func (s *Server) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Dir is the directory that holds the store and the log.
+func (s *Server) Dir() string { return s.dir }
+
+func (s *Server) storeDir() string { return filepath.Join(s.dir, "store") }
+func (s *Server) logFile() string  { return filepath.Join(s.dir, "nats.log") }
+
+// start runs nats-server on s.port and waits until it answers.
+func (s *Server) start(ctx context.Context) error {
+	cmd := exec.Command(s.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", s.storeDir(),
+		"-l", s.logFile())
+	// Its own process group, so that a Ctrl-C meant for Hearth does not stop
+	// the server before Hearth's relay has stopped; and killed if this
+	// process dies without calling Stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("natsserver: start %s: %w", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	if err := s.waitReady(ctx); err != nil {
+		s.signal(syscall.SIGKILL)
+		return err
+	}
+	return nil
+}
+
+// waitReady waits until the server answers a JetStream request (its store
+// is recovered), or it exits.
+func (s *Server) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	var last error
+	for {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("natsserver: nats-server exited at start%s", s.logTail())
+		default:
+		}
+		if last = ping(s.URL()); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("natsserver: not ready: %w (last: %v)%s", ctx.Err(), last, s.logTail())
+		case <-s.exited:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ping connects once and asks JetStream for the account's information.
+func ping(url string) error {
+	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := nc.JetStream(nats.MaxWait(time.Second))
+	if err != nil {
+		return err
+	}
+	_, err = js.AccountInfo()
+	return err
+}
+
+// Restart stops the server (SIGTERM, waiting for it to exit) and starts it
+// again on the same port and store.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.Halt(); err != nil {
+		return err
+	}
+	return s.Resume(ctx)
+}
+
+// Halt stops the server process (SIGTERM, then SIGKILL after 10 s) without
+// removing anything; Resume starts it again. Tests use the two to keep the
+// server down for a while.
+func (s *Server) Halt() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return errors.New("natsserver: Halt after Stop")
+	}
+	s.halt()
+	return nil
+}
+
+// Resume starts a halted server again, on the same port and store.
+func (s *Server) Resume(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return errors.New("natsserver: Resume after Stop")
+	}
+	if err := s.start(ctx); err != nil {
+		return err
+	}
+	s.log.Info("nats-server restarted", "url", s.URL())
+	return nil
+}
+
+// Stop stops the server and removes the directory if Start created it as a
+// temporary one. Safe to call twice.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil
+	}
+	s.stopped = true
+	s.halt()
+	if s.temp {
+		if err := os.RemoveAll(s.dir); err != nil {
+			return fmt.Errorf("natsserver: remove temporary directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// halt signals the process to stop and waits for it to exit.
+func (s *Server) halt() {
+	if s.cmd == nil {
+		return
+	}
+	s.signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		s.log.Warn("nats-server did not stop within 10s; killing it")
+		s.signal(syscall.SIGKILL)
+		<-s.exited
+	}
+	s.cmd = nil
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// logTail is the end of the server's log, for an error message.
+func (s *Server) logTail() string {
+	data, err := os.ReadFile(s.logFile())
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	text := strings.TrimSpace(string(data))
+	if len(text) > 2000 {
+		text = "..." + text[len(text)-2000:]
+	}
+	return "\n--- " + s.logFile() + " ---\n" + text
+}

@@ -1,0 +1,426 @@
+// Package console is Hearth's web console: server-rendered pages for the
+// dispatcher (operator keys), the field worker (worker keys) and the
+// engineer on call (admin keys), served under /console/ by the same binary
+// as the API (modes api and all).
+//
+// It calls the application through the interfaces the HTTP API calls
+// (app.Application, and the operator's interfaces declared in ports/http),
+// never the database, and shows the API's problem details (httpport.ProblemOf)
+// next to the field they name. Pages are html/template; the templates,
+// the stylesheet, a small script and htmx (vendored, see assets.go) are
+// embedded in the binary: there is no build step.
+//
+// Every write is a plain HTML form (POST, then a redirect to a GET), so the
+// console works without JavaScript; htmx only refreshes the live parts of
+// a page (live.go). After its own write the console waits, bounded, until
+// the read models have reached the write's position (the API's read your
+// writes), so the page it shows next is never older than the write.
+//
+// Signing in with a key opens a session kept in memory (session.go); the
+// cookie is Secure, HttpOnly, SameSite=Strict, and every form carries the
+// session's CSRF token.
+package console
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"hearth/app"
+	"hearth/app/access"
+	"hearth/app/ops"
+	"hearth/domain/apperr"
+	httpport "hearth/ports/http"
+)
+
+// Config is what New needs. The interfaces are those of the HTTP API
+// (ports/http), so the console does what the API does and nothing else.
+type Config struct {
+	App  app.Application
+	Auth httpport.Authenticator
+	// KeyUsed is called with the key id of every request a session makes
+	// (the keys' last_used_at). Optional.
+	KeyUsed func(keyID string)
+	// KeyRecheck is how long a session trusts its key before
+	// authenticating it again, so that a revoked or expired key ends its
+	// sessions within it (KEY_CACHE_TTL). 0 checks on every request.
+	KeyRecheck time.Duration
+	// Consistency makes the page after a write wait for it (read your
+	// writes). Optional: without it, nothing waits.
+	Consistency httpport.Consistency
+	// ConsistencyTimeout bounds that wait (CONSISTENCY_TIMEOUT). Defaults
+	// to 2s.
+	ConsistencyTimeout time.Duration
+	// Roles are the keys that may sign in here. Defaults to all three.
+	Roles []access.Role
+	// CookieName names the session cookie. Defaults to hearth_console;
+	// two consoles on one host (the admin listener's) need two names, as
+	// cookies do not tell ports apart.
+	CookieName string
+	// PollEvery is how often the live parts of a page ask for changes.
+	// Defaults to 5s.
+	PollEvery time.Duration
+
+	// The on-call view (admin keys); each part is optional.
+
+	// Leadership reports leadership as GET /admin/leadership does.
+	Leadership func(ctx context.Context) (map[string]any, error)
+	// Parked and Rebuilds are the operator's use cases (ops.Operator),
+	// as the admin API calls them; they record themselves in the audit
+	// log as done by the session's key.
+	Parked   httpport.ParkedAggregates
+	Rebuilds httpport.ProjectionRebuilds
+	// Projections are the projections' names (rebuild, verify).
+	Projections []string
+	// Lags is the lag history the on-call view charts (LagHistory.Run
+	// samples it).
+	Lags *LagHistory
+	// Verifier compares the read models with the events, as app verify
+	// does (ops.Operator).
+	Verifier Verifier
+
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Verifier verifies the read models against the events.
+type Verifier interface {
+	Verify(ctx context.Context, v ops.Verification) (ops.VerifyReport, error)
+}
+
+// Console serves the console's pages.
+type Console struct {
+	cfg      Config
+	log      *slog.Logger
+	tmpl     *template.Template
+	assets   *assets
+	sessions *sessions
+	signins  *signinLimiter
+	waits    chan struct{}
+	mux      *http.ServeMux
+	verify   verifier
+}
+
+// maxWaits caps the read-your-writes waits in flight (each polls the read
+// models); over it, the next page says it may not show the write yet.
+const maxWaits = 64
+
+// New checks the configuration and builds the console.
+func New(cfg Config) (*Console, error) {
+	if cfg.Auth == nil {
+		return nil, errors.New("console.New: Auth is required")
+	}
+	cfg.Log = cmp.Or(cfg.Log, slog.Default())
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.ConsistencyTimeout = cmp.Or(cfg.ConsistencyTimeout, 2*time.Second)
+	cfg.PollEvery = cmp.Or(cfg.PollEvery, 5*time.Second)
+	cfg.CookieName = cmp.Or(cfg.CookieName, "hearth_console")
+	if len(cfg.Roles) == 0 {
+		cfg.Roles = []access.Role{access.Operator, access.Worker, access.Admin}
+	}
+	as, err := loadAssets()
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, log: cfg.Log.With("component", "console"), assets: as, sessions: newSessions(),
+		signins: newSigninLimiter(), waits: make(chan struct{}, maxWaits)}
+	if c.tmpl, err = c.templates(); err != nil {
+		return nil, err
+	}
+	c.mux = http.NewServeMux()
+	c.routes()
+	return c, nil
+}
+
+// Close stops what the console runs in the background (a verification).
+func (c *Console) Close() { c.verify.stop() }
+
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	c.mux.ServeHTTP(w, r)
+}
+
+// handler is a page or an action of a signed-in session.
+type handler func(w http.ResponseWriter, r *http.Request, s *session) error
+
+func (c *Console) routes() {
+	op, worker, admin := []access.Role{access.Operator}, []access.Role{access.Worker}, []access.Role{access.Admin}
+	m := c.mux
+	m.HandleFunc("GET /console/static/{file}", c.serveAsset)
+	m.HandleFunc("GET /console/{$}", c.home)
+	m.HandleFunc("GET /console/signin", c.signinPage)
+	m.HandleFunc("POST /console/signin", c.signin)
+	m.Handle("POST /console/signout", c.with(nil, c.signout))
+	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
+		c.errorPage(w, r, nil, http.StatusNotFound, "No such page", "There is no console page at "+r.URL.Path+".")
+	})
+
+	m.Handle("GET /console/board", c.with(op, c.show(c.board, "board-grid", "board-unassigned")))
+	m.Handle("POST /console/board/assign", c.with(op, c.assign))
+	m.Handle("GET /console/requests", c.with(op, c.show(c.requestsPage, "requests-list")))
+	m.Handle("POST /console/requests", c.with(op, c.createRequest))
+	m.Handle("POST /console/requests/{id}/status", c.with(op, c.requestStatus))
+	m.Handle("POST /console/requests/{id}/convert", c.with(op, c.convertRequest))
+	m.Handle("GET /console/orders", c.with(op, c.orders))
+	m.Handle("GET /console/orders/{id}", c.with(op, c.show(c.orderPage, "order-live")))
+	m.Handle("POST /console/orders/{id}/{action}", c.with(op, c.orderAction))
+	for _, k := range c.recordKinds() {
+		m.Handle("GET /console/"+k.path, c.with(op, k.list))
+		m.Handle("POST /console/"+k.path, c.with(op, k.create))
+		m.Handle("GET /console/"+k.path+"/{id}", c.with(op, k.edit))
+		m.Handle("POST /console/"+k.path+"/{id}", c.with(op, k.update))
+	}
+
+	m.Handle("GET /console/jobs", c.with(worker, c.show(c.jobsPage, "jobs-list")))
+	m.Handle("POST /console/jobs/{id}/status", c.with(worker, c.jobStatus))
+
+	m.Handle("GET /console/oncall", c.with(admin, c.show(c.oncallPage, "oncall-live")))
+	m.Handle("GET /console/oncall/parked/{projection}/{id}", c.with(admin, c.parkedDetail))
+	m.Handle("POST /console/oncall/parked/{projection}/{id}/replay", c.with(admin, c.replay))
+	m.Handle("POST /console/oncall/parked/{projection}/{id}/skip", c.with(admin, c.skip))
+	m.Handle("POST /console/oncall/rebuilds/{projection}", c.with(admin, c.startRebuild))
+	m.Handle("POST /console/oncall/rebuilds/{projection}/cancel", c.with(admin, c.cancelRebuild))
+	m.Handle("POST /console/oncall/verify", c.with(admin, c.startVerify))
+}
+
+// with runs h for a signed-in session whose key has one of roles (any role
+// when roles is nil); a form must carry the session's CSRF token. Without
+// a session, a page redirects to sign-in; a live part's poll (htmx) is
+// told to load the sign-in page instead of swapping it in.
+func (c *Console) with(roles []access.Role, h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := c.session(r)
+		if s == nil {
+			if r.Header.Get("HX-Request") != "" {
+				w.Header().Set("HX-Redirect", "/console/signin")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			next := ""
+			if r.Method == http.MethodGet {
+				next = "?next=" + url.QueryEscape(r.URL.RequestURI())
+			}
+			http.Redirect(w, r, "/console/signin"+next, http.StatusSeeOther)
+			return
+		}
+		if roles != nil && !slices.Contains(roles, s.principal.Role) {
+			c.errorPage(w, r, s, http.StatusForbidden, "Not for this key",
+				fmt.Sprintf("A %s key may not open this page.", s.principal.Role))
+			return
+		}
+		if r.Method != http.MethodGet {
+			if !sameOrigin(r) || !sameToken(r.PostFormValue("csrf"), s.csrf) {
+				c.errorPage(w, r, s, http.StatusForbidden, "Form refused",
+					"This form did not come from this console page (its security token is missing or out of date). Go back, reload the page and try again.")
+				return
+			}
+		}
+		if err := h(w, r, s); err != nil {
+			c.fail(w, r, s, err)
+		}
+	})
+}
+
+// sameOrigin refuses a write a browser says comes from another site
+// (Sec-Fetch-Site, Origin): defence in depth behind SameSite=Strict and
+// the CSRF token.
+func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return false
+		}
+	}
+	return true
+}
+
+// session returns the request's live session, authenticating its key again
+// when KeyRecheck has passed; a key that no longer authenticates (revoked,
+// expired) ends the session.
+func (c *Console) session(r *http.Request) *session {
+	ck, err := r.Cookie(c.cfg.CookieName)
+	if err != nil {
+		return nil
+	}
+	now := c.cfg.Now()
+	s := c.sessions.get(ck.Value, now)
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	due := now.Sub(s.checkedAt) >= c.cfg.KeyRecheck
+	s.mu.Unlock()
+	if due {
+		p, err := c.cfg.Auth.Authenticate(r.Context(), s.secret)
+		switch {
+		case errors.Is(err, apperr.ErrNotFound) || (err == nil && p != s.principal):
+			c.sessions.drop(s.id)
+			return nil
+		case err != nil:
+			// The key store is unreachable: keep the session; the next
+			// request checks again.
+			c.log.WarnContext(r.Context(), "session key check failed", "error", err)
+		default:
+			s.mu.Lock()
+			s.checkedAt = now
+			s.mu.Unlock()
+		}
+	}
+	if c.cfg.KeyUsed != nil {
+		c.cfg.KeyUsed(s.principal.KeyID)
+	}
+	return s
+}
+
+// home sends a signed-in key to its role's first page.
+func (c *Console) home(w http.ResponseWriter, r *http.Request) {
+	s := c.session(r)
+	if s == nil {
+		http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, homeOf(s.principal.Role), http.StatusSeeOther)
+}
+
+func homeOf(role access.Role) string {
+	switch role {
+	case access.Worker:
+		return "/console/jobs"
+	case access.Admin:
+		return "/console/oncall"
+	}
+	return "/console/board"
+}
+
+type signinData struct {
+	Token, Next, Error string
+	NoCookie           bool
+}
+
+func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
+	if s := c.session(r); s != nil {
+		http.Redirect(w, r, cmp.Or(safeNext(r.URL.Query().Get("next")), homeOf(s.principal.Role)), http.StatusSeeOther)
+		return
+	}
+	c.renderSignin(w, r, http.StatusOK, signinData{Next: safeNext(r.URL.Query().Get("next")), NoCookie: r.URL.Query().Has("nocookie")})
+}
+
+func (c *Console) renderSignin(w http.ResponseWriter, r *http.Request, status int, d signinData) {
+	d.Token = randomToken()
+	http.SetCookie(w, cookie(signinCookie, d.Token, 3600))
+	c.render(w, r, nil, status, "signin", &page{Title: "Sign in", Data: d})
+}
+
+// safeNext keeps a return address only when it is a console page.
+func safeNext(next string) string {
+	if strings.HasPrefix(next, "/console/") && !strings.HasPrefix(next, "//") && !strings.ContainsAny(next, "\\\r\n") {
+		return next
+	}
+	return ""
+}
+
+func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
+	ck, _ := r.Cookie(signinCookie)
+	next := safeNext(r.PostFormValue("next"))
+	if ck == nil || !sameOrigin(r) || !sameToken(r.PostFormValue("token"), ck.Value) {
+		c.renderSignin(w, r, http.StatusForbidden, signinData{Next: next,
+			Error: "The sign-in form expired or did not come from this page; try again.", NoCookie: ck == nil})
+		return
+	}
+	now := c.cfg.Now()
+	addr := clientAddr(r)
+	if !c.signins.allowed(addr, now) {
+		w.Header().Set("Retry-After", fmt.Sprint(int(signinFailEvery.Seconds())))
+		c.renderSignin(w, r, http.StatusTooManyRequests, signinData{Next: next,
+			Error: "Too many failed sign-ins from this address; wait a few seconds and try again."})
+		return
+	}
+	secret := strings.TrimSpace(r.PostFormValue("key"))
+	p, err := access.Principal{}, apperr.ErrNotFound
+	if secret != "" && len(secret) <= 200 {
+		p, err = c.cfg.Auth.Authenticate(r.Context(), secret)
+	}
+	switch {
+	case errors.Is(err, apperr.ErrNotFound):
+		c.signins.failed(addr, now)
+		c.renderSignin(w, r, http.StatusUnauthorized, signinData{Next: next, Error: "Unknown, revoked or expired key."})
+		return
+	case err != nil:
+		c.fail(w, r, nil, err)
+		return
+	case !slices.Contains(c.cfg.Roles, p.Role):
+		c.renderSignin(w, r, http.StatusForbidden, signinData{Next: next,
+			Error: fmt.Sprintf("A %s key cannot sign in on this address.", p.Role)})
+		return
+	}
+	loc := time.UTC
+	if tz := r.PostFormValue("tz"); tz != "" && len(tz) < 64 {
+		if l, err := time.LoadLocation(tz); err == nil {
+			loc = l
+		}
+	}
+	s := c.sessions.create(p, secret, loc, now)
+	if s == nil {
+		c.renderSignin(w, r, http.StatusServiceUnavailable, signinData{Next: next, Error: "Too many open sessions; try again later."})
+		return
+	}
+	http.SetCookie(w, cookie(c.cfg.CookieName, s.id, int(sessionMax.Seconds())))
+	http.SetCookie(w, cookie(signinCookie, "", -1))
+	// The next page checks that the browser kept the cookie: a Secure
+	// cookie is dropped on plain http anywhere but localhost.
+	to := cmp.Or(next, homeOf(p.Role))
+	http.Redirect(w, r, "/console/signin?next="+url.QueryEscape(to)+"&nocookie", http.StatusSeeOther)
+}
+
+func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *session) error {
+	c.sessions.drop(s.id)
+	http.SetCookie(w, cookie(c.cfg.CookieName, "", -1))
+	http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
+	return nil
+}
+
+// fail shows err: the API's problem for an error the API expects, a
+// generic page (logged once, here) for any other.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		return // the browser went away
+	}
+	p, known := httpport.ProblemOf(err)
+	if !known {
+		c.log.ErrorContext(r.Context(), "console request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	c.errorPage(w, r, s, p.Status, p.Title, p.Detail)
+}
+
+// verifier runs one verification at a time in the background.
+type verifier struct {
+	mu      sync.Mutex
+	running bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+	last    *verifyRun
+}

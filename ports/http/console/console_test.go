@@ -1,0 +1,408 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/app"
+	"hearth/app/access"
+	"hearth/app/command"
+	"hearth/app/query"
+	"hearth/domain/apperr"
+	"hearth/domain/reference"
+	"hearth/domain/uuid"
+)
+
+// The console's own rules, without a browser or a database: sessions and
+// their cookie, CSRF, roles, the sign-in budget, keys checked again, live
+// parts. The walk-throughs in a real browser are cmd/app's
+// console_test.go.
+
+type keys struct {
+	mu sync.Mutex
+	m  map[string]access.Principal
+}
+
+func (k *keys) Authenticate(_ context.Context, secret string) (access.Principal, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p, ok := k.m[secret]
+	if !ok {
+		return access.Principal{}, apperr.ErrNotFound
+	}
+	return p, nil
+}
+
+func (k *keys) revoke(secret string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, secret)
+}
+
+// customers is a merchant's customers in memory (command.RecordStore and
+// query.RecordReader).
+type customers struct {
+	mu   sync.Mutex
+	rows []reference.Customer
+}
+
+func (c *customers) Insert(_ context.Context, v *reference.Customer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rows = append(c.rows, *v)
+	return nil
+}
+
+func (c *customers) Update(context.Context, string, string, func(v *reference.Customer) error) (reference.Customer, error) {
+	return reference.Customer{}, apperr.ErrNotFound
+}
+
+func (c *customers) Get(context.Context, string, string) (reference.Customer, error) {
+	return reference.Customer{}, apperr.ErrNotFound
+}
+
+func (c *customers) List(_ context.Context, merchantID, _ string, p query.Page) (query.List[reference.Customer], error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []reference.Customer
+	for _, v := range c.rows {
+		if v.MerchantID == merchantID {
+			out = append(out, v)
+		}
+	}
+	return query.List[reference.Customer]{Items: out, Total: len(out), TotalExact: true, Page: p.Number, PageSize: p.Size}, nil
+}
+
+func (c *customers) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.rows)
+}
+
+type fixture struct {
+	t         *testing.T
+	con       *Console
+	keys      *keys
+	customers *customers
+	now       time.Time
+	mu        sync.Mutex
+}
+
+const (
+	opKey     = "op-key"
+	workerKey = "worker-key"
+	adminKey  = "admin-key"
+)
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{t: t, customers: &customers{}, now: time.Date(2030, 5, 6, 9, 0, 0, 0, time.UTC)}
+	merchant := uuid.New()
+	f.keys = &keys{m: map[string]access.Principal{
+		opKey:     {KeyID: uuid.New(), MerchantID: merchant, Role: access.Operator},
+		workerKey: {KeyID: uuid.New(), MerchantID: merchant, Role: access.Worker, StaffID: uuid.New()},
+		adminKey:  {KeyID: uuid.New(), Role: access.Admin},
+	}}
+	var a app.Application
+	var err error
+	a.Commands.Customers, err = command.NewRecords[reference.Customer, *reference.Customer](f.customers)
+	require.NoError(t, err)
+	a.Queries.Customers, err = query.NewRecords[reference.Customer](f.customers)
+	require.NoError(t, err)
+	f.con, err = New(Config{App: a, Auth: f.keys, KeyRecheck: time.Minute, Now: f.clock, Projections: []string{"orders"}})
+	require.NoError(t, err)
+	return f
+}
+
+func (f *fixture) clock() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fixture) advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+}
+
+// browser keeps cookies like a browser, for one client address.
+type browser struct {
+	f       *fixture
+	cookies map[string]*http.Cookie
+	addr    string
+}
+
+func (f *fixture) browser(addr string) *browser {
+	return &browser{f: f, cookies: map[string]*http.Cookie{}, addr: addr + ":50000"}
+}
+
+func (b *browser) do(method, path string, form url.Values, header ...string) *httptest.ResponseRecorder {
+	b.f.t.Helper()
+	var body *strings.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	} else {
+		body = strings.NewReader("")
+	}
+	req := httptest.NewRequest(method, "http://localhost"+path, body)
+	req.RemoteAddr = b.addr
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	for _, c := range b.cookies {
+		req.AddCookie(c)
+	}
+	rec := httptest.NewRecorder()
+	b.f.con.ServeHTTP(rec, req)
+	for _, c := range rec.Result().Cookies() {
+		if c.MaxAge < 0 {
+			delete(b.cookies, c.Name)
+		} else {
+			b.cookies[c.Name] = c
+		}
+	}
+	return rec
+}
+
+var (
+	tokenRe = regexp.MustCompile(`name="token" value="([^"]+)"`)
+	csrfRe  = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+)
+
+// signIn signs in with key through the form and returns the sign-in
+// answer.
+func (b *browser) signIn(key string) *httptest.ResponseRecorder {
+	b.f.t.Helper()
+	page := b.do(http.MethodGet, "/console/signin", nil)
+	m := tokenRe.FindStringSubmatch(page.Body.String())
+	require.NotNil(b.f.t, m, "the sign-in form has a token")
+	return b.do(http.MethodPost, "/console/signin", url.Values{"token": {m[1]}, "key": {key}, "tz": {"Europe/Paris"}})
+}
+
+// csrf reads the session's CSRF token from a page.
+func (b *browser) csrf(path string) string {
+	b.f.t.Helper()
+	rec := b.do(http.MethodGet, path, nil)
+	require.Equal(b.f.t, http.StatusOK, rec.Code, rec.Body.String())
+	m := csrfRe.FindStringSubmatch(rec.Body.String())
+	require.NotNil(b.f.t, m, "the page's forms carry the CSRF token")
+	return m[1]
+}
+
+// Signing in sets the session cookie Secure, HttpOnly, SameSite=Strict on
+// /console/, and lands on the role's page; signing out ends the session.
+func TestSessionCookie(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	rec := b.signIn(opKey)
+	require.Equal(t, http.StatusSeeOther, rec.Code)
+	c := b.cookies["hearth_console"]
+	require.NotNil(t, c, "the session cookie")
+	require.True(t, c.Secure)
+	require.True(t, c.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, c.SameSite)
+	require.Equal(t, "/console/", c.Path)
+	require.NotContains(t, c.Value, opKey, "the cookie holds a random id, not the key")
+
+	// The check that the browser kept the cookie passes it on to the
+	// operator's first page.
+	rec = b.do(http.MethodGet, rec.Header().Get("Location"), nil)
+	require.Equal(t, http.StatusSeeOther, rec.Code)
+	require.Equal(t, "/console/board", rec.Header().Get("Location"))
+
+	csrf := b.csrf("/console/customers")
+	rec = b.do(http.MethodPost, "/console/signout", url.Values{"csrf": {csrf}})
+	require.Equal(t, http.StatusSeeOther, rec.Code)
+	require.Nil(t, b.cookies["hearth_console"])
+	require.Equal(t, "/console/signin?next=%2Fconsole%2Fcustomers", b.do(http.MethodGet, "/console/customers", nil).Header().Get("Location"))
+
+	// The old cookie, kept by someone, no longer opens a session.
+	b.cookies["hearth_console"] = c
+	require.Equal(t, http.StatusSeeOther, b.do(http.MethodGet, "/console/customers", nil).Code)
+}
+
+// A write without the session's CSRF token, or from another site, is
+// refused and writes nothing; with it, it is written.
+func TestFormsNeedTheCSRFToken(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	b.signIn(opKey)
+	csrf := b.csrf("/console/customers")
+	for name, tc := range map[string]struct {
+		form   url.Values
+		header []string
+	}{
+		"no token":      {form: url.Values{"name": {"Mallory"}}},
+		"another token": {form: url.Values{"name": {"Mallory"}, "csrf": {"x" + csrf}}},
+		"another site":  {form: url.Values{"name": {"Mallory"}, "csrf": {csrf}}, header: []string{"Sec-Fetch-Site", "cross-site"}},
+		"another origin": {form: url.Values{"name": {"Mallory"}, "csrf": {csrf}},
+			header: []string{"Origin", "https://evil.example"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := b.do(http.MethodPost, "/console/customers", tc.form, tc.header...)
+			require.Equal(t, http.StatusForbidden, rec.Code)
+			require.Contains(t, rec.Body.String(), "Form refused")
+			require.Zero(t, f.customers.count())
+		})
+	}
+	rec := b.do(http.MethodPost, "/console/customers", url.Values{"name": {"Ada"}, "csrf": {csrf}})
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	require.Equal(t, 1, f.customers.count())
+}
+
+// A refused form shows the API's problem next to the field it names, with
+// the API's status.
+func TestRefusedFormShowsTheProblemByItsField(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	b.signIn(opKey)
+	csrf := b.csrf("/console/customers")
+	rec := b.do(http.MethodPost, "/console/customers", url.Values{"name": {" "}, "email": {"nope"}, "csrf": {csrf}})
+	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
+	body := rec.Body.String()
+	require.Contains(t, body, `<p class="err" id="new-name-err">is required</p>`)
+	require.Contains(t, body, `<p class="err" id="new-email-err">must be an email address</p>`)
+	require.Contains(t, body, `aria-describedby="new-name-err"`)
+	require.Contains(t, body, `/problems/validation-failed`)
+	require.Contains(t, body, `value="nope"`, "what was typed is kept")
+	require.Zero(t, f.customers.count())
+}
+
+// Each role opens its own pages only.
+func TestRolesOpenTheirPages(t *testing.T) {
+	f := newFixture(t)
+	for key, pages := range map[string]map[string]int{
+		opKey:     {"/console/customers": http.StatusOK, "/console/jobs": http.StatusForbidden, "/console/oncall": http.StatusForbidden},
+		workerKey: {"/console/customers": http.StatusForbidden, "/console/oncall": http.StatusForbidden},
+		adminKey:  {"/console/customers": http.StatusForbidden, "/console/jobs": http.StatusForbidden, "/console/oncall": http.StatusOK},
+	} {
+		b := f.browser("192.0.2.1")
+		b.signIn(key)
+		for path, status := range pages {
+			require.Equal(t, status, b.do(http.MethodGet, path, nil).Code, "%s %s", key, path)
+		}
+	}
+}
+
+// A console that takes operator keys only refuses the others at sign-in.
+func TestSignInOnlyForTheConsoleRoles(t *testing.T) {
+	f := newFixture(t)
+	f.con.cfg.Roles = []access.Role{access.Operator, access.Worker}
+	b := f.browser("192.0.2.1")
+	rec := b.signIn(adminKey)
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Nil(t, b.cookies["hearth_console"])
+}
+
+// Failed sign-ins are budgeted per client address: past the burst the
+// form answers 429 without looking the key up; another address still
+// signs in.
+func TestFailedSignInsAreLimited(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	for range signinFailBurst {
+		require.Equal(t, http.StatusUnauthorized, b.signIn("hk_made_up").Code)
+	}
+	rec := b.signIn(opKey)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, "even a good key waits: the address spent its budget")
+	require.NotEmpty(t, rec.Header().Get("Retry-After"))
+	require.Equal(t, http.StatusSeeOther, f.browser("192.0.2.2").signIn(opKey).Code)
+	f.advance(signinFailEvery)
+	require.Equal(t, http.StatusSeeOther, b.signIn(opKey).Code, "the budget refills")
+}
+
+// A revoked key ends its sessions once KeyRecheck has passed.
+func TestRevokedKeyEndsItsSessions(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	b.signIn(opKey)
+	require.Equal(t, http.StatusOK, b.do(http.MethodGet, "/console/customers", nil).Code)
+	f.keys.revoke(opKey)
+	require.Equal(t, http.StatusOK, b.do(http.MethodGet, "/console/customers", nil).Code, "trusted until KeyRecheck")
+	f.advance(time.Minute)
+	rec := b.do(http.MethodGet, "/console/customers", nil)
+	require.Equal(t, http.StatusSeeOther, rec.Code)
+	require.True(t, strings.HasPrefix(rec.Header().Get("Location"), "/console/signin"))
+}
+
+// A live part answers 204 while what the browser shows is current, and the
+// new part when it is not.
+func TestLivePartsAnswerOnlyChanges(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	b.signIn(opKey)
+	poll := func(seen string) *httptest.ResponseRecorder {
+		return b.do(http.MethodGet, "/console/customers?part=records-list", nil, "HX-Request", "true", seenHeader, seen)
+	}
+	first := poll("")
+	require.Equal(t, http.StatusOK, first.Code)
+	fp := regexp.MustCompile(`"X-Console-Seen":"([0-9a-f]+)"`).FindStringSubmatch(first.Body.String())
+	require.NotNil(t, fp)
+	require.Equal(t, http.StatusNoContent, poll(fp[1]).Code)
+
+	csrf := b.csrf("/console/customers")
+	b.do(http.MethodPost, "/console/customers", url.Values{"name": {"Ada"}, "csrf": {csrf}})
+	changed := poll(fp[1])
+	require.Equal(t, http.StatusOK, changed.Code)
+	require.Contains(t, changed.Body.String(), "Ada")
+	require.Equal(t, http.StatusNoContent, b.do(http.MethodGet, "/console/customers?part=nope", nil, "HX-Request", "true").Code)
+}
+
+// Every page sends a Content-Security-Policy without 'unsafe-inline' or
+// 'unsafe-eval': htmx runs with allowEval off and no inline styles.
+func TestContentSecurityPolicy(t *testing.T) {
+	f := newFixture(t)
+	rec := f.browser("192.0.2.1").do(http.MethodGet, "/console/signin", nil)
+	csp := rec.Header().Get("Content-Security-Policy")
+	require.Contains(t, csp, "script-src 'self'")
+	require.NotContains(t, csp, "unsafe")
+	require.Contains(t, rec.Body.String(), `"allowEval":false`)
+	require.Contains(t, rec.Body.String(), `"includeIndicatorStyles":false`)
+}
+
+func TestFormReaderCents(t *testing.T) {
+	for in, want := range map[string]int64{"": 0, "120": 12000, "120.5": 12050, "120.50": 12050, "0.07": 7, "-1.25": -125} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("a="+url.QueryEscape(in)))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		f := &formReader{r: req, loc: time.UTC}
+		require.Equal(t, want, f.cents("a"), in)
+		require.NoError(t, f.Err(), in)
+	}
+	for _, in := range []string{"12,50", "1.234", "abc", "1.-5", "+3"} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("a="+url.QueryEscape(in)))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		f := &formReader{r: req, loc: time.UTC}
+		f.cents("a")
+		require.Error(t, f.Err(), in)
+	}
+}
+
+func TestSafeNext(t *testing.T) {
+	require.Equal(t, "/console/orders?x=1", safeNext("/console/orders?x=1"))
+	for _, bad := range []string{"https://evil.example/", "//evil.example", "/v1/orders", "/console\\x", "/console/\r\n"} {
+		require.Empty(t, safeNext(bad), bad)
+	}
+}
+
+// The lag chart draws one point per sample, the newest at the right edge.
+func TestLagChart(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 10, 0, 0, time.UTC)
+	svg, peak := lagChart("orders", []lagPoint{{At: now.Add(-10 * time.Minute), Events: 0}, {At: now.Add(-5 * time.Minute), Events: 8}, {At: now, Events: 4}},
+		now, 10*time.Minute)
+	require.Equal(t, int64(8), peak)
+	require.Contains(t, string(svg), `points="0.0,46.0 120.0,2.0 240.0,24.0"`)
+	require.Contains(t, string(svg), `role="img"`)
+}
