@@ -15,9 +15,9 @@ import (
 // watermill-sql (v3.1) selects the messages after the consumer group's
 // position as "transaction_id = T AND offset > O, OR transaction_id > T",
 // which Postgres answers with a bitmap scan of every message after the
-// position and a sort of all of them for the first batch: a backlog of
-// 400,000 messages cost 220 ms a page, so a catch-up costs the square of
-// its backlog. The same condition written as a row comparison,
+// position and a sort of all of them for the first batch: every page costs
+// the whole backlog behind it, so a catch-up costs the square of its
+// backlog. The same condition written as a row comparison,
 // (transaction_id, offset) > (T, O), is a range of the topic's primary key
 // (transaction_id, offset), which an index scan walks in order and leaves
 // after one batch. pg_snapshot_xmin bounds it as before, and the offsets
