@@ -33,4 +33,6 @@ type Queries struct {
 	Orders          query.Orders
 	ServiceRequests query.ServiceRequests
 	Schedules       query.Schedules
+	// Events is the event feed (GET /v1/events).
+	Events query.Feed
 }

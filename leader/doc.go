@@ -1,20 +1,26 @@
-// Package leader elects the one Hearth instance that runs the projections,
-// using a PostgreSQL session-level advisory lock, and fences every other
-// one out with a term checked inside each projection transaction.
+// Package leader shares Hearth's leader-only work among its workers: each
+// unit of that work (each projection; later a delivery handler, a relay)
+// has its own PostgreSQL session-level advisory lock, and the instance
+// holding a unit's lock runs it, fenced from every other one by a term of
+// that unit's own, checked inside each of its transactions.
 //
-// Every instance runs an [Elector]. The instance whose database session
-// holds the lock named [LockName] (key [Key](LockName)) is the leader and
-// runs the function given to [Elector.Run]; the others are standbys and
-// keep trying, so a standby takes over on its own when the leader goes
-// away, with nothing restarted.
+// Every worker runs a [Scheduler] over the same [Unit]s; each unit has an
+// [Elector]. The instance whose database session holds a unit's lock
+// (named Unit.Name, key [Key](Name), e.g. "hearth/projections/orders") is
+// that unit's leader and runs Unit.Lead; the others are its standbys and
+// keep trying, so a standby takes the unit over on its own when its leader
+// goes away, with nothing restarted. Each unit goes through the states
+// below on its own, and the Scheduler decides, by fair share, which of its
+// standby units campaign at all. A plain Elector (one lock, Config.Name)
+// works the same way without the fair share.
 //
 // # States
 //
 // Standby. The Elector keeps one dedicated connection (not from a pool,
 // outside any transaction) and calls pg_try_advisory_lock on it every
-// RetryInterval (200 ms by default). pg_try_advisory_lock never waits and
-// takes no transaction id, so a standby neither blocks nor holds back
-// other transactions. If connecting or the attempt fails, the connection
+// RetryInterval (200 ms by default), when the fair share lets it (below).
+// pg_try_advisory_lock never waits and takes no transaction id, so a
+// standby neither blocks nor holds back other transactions. If connecting or the attempt fails, the connection
 // is closed (which frees the lock if the attempt took it unseen) and
 // reopened with exponential backoff from RetryInterval up to five times
 // it; the first failure of a streak is logged at Warn, the rest at Debug,
@@ -24,17 +30,19 @@
 // lock connection. Before leading, the Elector
 //
 //  1. ends every session in the lock's database whose application_name is
-//     Config.FenceAppName (Hearth names its subscribers' sessions
-//     "hearth-projector"): they can only be an earlier leader's, since this
-//     instance opens its own only once it leads. A frozen or cut-off leader
-//     may have a subscriber transaction open that holds its offset rows
-//     and holds back pg_snapshot_xmin for the whole server; ending it lets
-//     the new term start at once;
-//  2. begins a new fencing term: it increments the term of LockName in
-//     table projection_leader of Config.TermDB (the read-model database)
-//     and records itself as holder. The increment takes the term row's
-//     lock, so it waits until every transaction of the old term still in
-//     flight has ended (see below), at most TermTimeout (15 s).
+//     the unit's FenceAppName (Hearth names a projection's subscriber
+//     sessions "hearth-projector/<projection>"): they can only be an
+//     earlier leader's of this unit, since this instance opens its own only
+//     once it leads it. A frozen or cut-off leader may have a subscriber
+//     transaction open that holds its offset rows and holds back
+//     pg_snapshot_xmin for the whole server; ending it lets the new term
+//     start at once;
+//  2. begins a new fencing term: it increments the unit's term (the row
+//     named like its lock) in table projection_leader of Config.TermDB (the
+//     read-model database) and records itself as holder. The increment
+//     takes the term row's lock, so it waits until every transaction of the
+//     unit's old term still in flight has ended (see below), at most
+//     TermTimeout (15 s).
 //
 // Leader. Run logs "acquired leadership" with the term, sets [Status] to
 // leader with the term, and calls lead with the term and a lead context.
@@ -57,6 +65,9 @@
 //   - leader -> standby, stale term: a projection transaction found that
 //     the current term is no longer its own (readmodel.ErrStaleTerm).
 //     Hearth cancels its router at once and lead returns the error.
+//   - leader -> standby, handed over: the Scheduler cancels the lead
+//     context with cause [ErrHandedOver] (fair share, below); lead stops as
+//     on a shutdown.
 //   - leader -> standby, lead returned (nil or an error) or Run's context
 //     was cancelled (the lead context is cancelled too, and lead is
 //     expected to return).
@@ -66,7 +77,60 @@
 // deadline, so it also happens during shutdown), closes the lock
 // connection, waits RetryInterval and campaigns again with a new
 // connection, unless its context is done, in which case Run returns nil.
-// An error returned by lead is logged, never returned by Run.
+// An error returned by lead is logged, never returned by Run. A
+// Scheduler's unit that was handed over, or whose lead failed soon three
+// times in a row (once or twice is what a Postgres restart costs), rests
+// one Lease before it campaigns again, so that another worker takes it.
+//
+// # Fair share
+//
+// A Scheduler counts the live workers and keeps each to its fair share of
+// the units: ceil(units / live workers), so that every unit has a taker
+// (3 units on 3 workers: one each; on 2 workers: two and one; 4 units on 3
+// workers may split 2, 2, 0, which is within the share).
+//
+// Counting. Each worker keeps one more dedicated session, its membership
+// session, named [WorkerApplicationName] ("hearth-worker"), with the same
+// lease and keepalives as a lock session, and reads on it every
+// CheckInterval how many sessions so named the database has. Nothing is
+// written: a killed worker's session ends with its socket, and a frozen or
+// cut-off one's when its lease runs out, at about the moment its locks are
+// freed, so the count follows the locks without a heartbeat table to
+// expire.
+//
+// Campaigning. A standby unit's attempt is one statement that counts the
+// membership sessions itself, so it is never stale, and calls
+// pg_try_advisory_lock only when this worker holds fewer locks than its
+// share; otherwise it only notes whether the lock is free at all. The
+// attempts of one worker's units go one at a time, so two of them never
+// take a lock each on the same count. A unit whose lock stays free for
+// five attempts (1 s) while this worker is at its share is taken anyway
+// (the workers below their share cannot lead it: one whose lead fails, a
+// counted worker that cannot connect), and then kept for a minute rather
+// than handed back to be left free again.
+//
+// Handing over. A worker that has held more locks than its share for two
+// checks in a row (a worker reconnecting makes nothing move) hands over
+// the unit it took last: the unit's term ends as on a shutdown (the
+// message in flight finishes or is rolled back and redelivered, the lock
+// is released explicitly), the unit rests, and a worker below its share
+// takes it within RetryInterval. One unit at a time, each once the last is
+// released. So a worker that starts takes its share within about two
+// checks and a takeover (about 1.3 s), with no one restarted; a worker
+// that leaves frees its units, which the others, now below their larger
+// share, take as after a kill.
+//
+// # Rolling upgrade
+//
+// Versions before per-unit locks ran every projection under the one lock
+// [LockName] ("hearth/projections"). Hearth's projection units set it as
+// their Guard: before campaigning, a unit's lock session takes the guard in
+// shared mode (once per session), which an older leader (exclusive) and
+// the newer units (shared) cannot hold at once; and every term a unit
+// begins also increments the guard's term row, so a transaction of an
+// older leader still in flight, which checks that row, is refused. During
+// a rollout either the older leader runs every projection or the newer
+// workers share them, never both.
 //
 // # The lease
 //
@@ -90,20 +154,29 @@
 //
 // # Timings (defaults)
 //
-//   - Leader killed (crash, SIGKILL, OOM): its kernel closes the socket,
-//     the server ends the session and frees the lock; a standby takes the
-//     lock within RetryInterval (0.2 s) and projects a few tens of
-//     milliseconds later (measured: about 0.3 s from the kill).
+// Per unit: a fault that hits one worker hits only the units it leads, and
+// each is taken over on its own, by the workers then below their share.
+//
+//   - Leader killed (crash, SIGKILL, OOM): its kernel closes the sockets,
+//     the server ends its sessions and frees its locks; its membership
+//     session is gone too, so the survivors' share grows at once, and a
+//     standby takes each lock within RetryInterval (0.2 s) and projects a
+//     few tens of milliseconds later (measured: about 0.3 s from the kill).
 //   - Graceful shutdown (SIGTERM): the lead context is cancelled, the
 //     router stops taking batches, the message in flight finishes or is
 //     aborted (its transaction rolls back and the offset stays, so the next
 //     leader gets it again), and the lock is released explicitly: a standby
-//     takes over within RetryInterval (measured: about 0.25 s).
+//     takes over within RetryInterval (measured: about 0.3 s).
+//   - Worker started: two CheckIntervals after its membership session
+//     appears, a worker above its share hands a unit over (as on a graceful
+//     shutdown, for that unit only), and the new worker leads it about
+//     RetryInterval later: about 1.3 s. A worker that leaves hands its units
+//     over as on a graceful shutdown (or a kill).
 //   - Lock session ended by the server (pg_terminate_backend, restart):
 //     the watcher reads the error at once and the leader fences itself
-//     within milliseconds; a standby (or the same instance, reconnecting)
-//     takes over within RetryInterval, or once the server accepts
-//     connections again. The server frees the lock at the moment it ends
+//     within milliseconds; a standby (usually the same instance,
+//     reconnecting, now below its share) takes over within RetryInterval,
+//     or once the server accepts connections again. The server frees the lock at the moment it ends
 //     the session, so here the old leader cannot stop strictly first: it
 //     stops within milliseconds, usually before a standby's next attempt,
 //     and the new leader's sweep and the term take care of whatever it
@@ -127,9 +200,11 @@
 //
 // # Why two leaders can never both commit
 //
-// A projection commits only in a read-model transaction whose first
-// statement read the term row FOR SHARE and found its own term N (anything
-// else is refused with ErrStaleTerm and rolls back). That statement is the
+// This holds per unit: each unit's term has its own row, and each of its
+// transactions checks that row. A projection commits only in a read-model
+// transaction whose first statement read its unit's term row FOR SHARE and
+// found its own term N (anything else is refused with ErrStaleTerm and
+// rolls back). That statement is the
 // function hearth_fence (migration readmodel/005), sent with the
 // transaction's BEGIN in one round trip. A new leader begins
 // term N+1 by updating that row, which needs a lock that conflicts with
@@ -156,9 +231,9 @@
 // write to the read model must go through a fenced transaction for this to
 // hold; Hearth's projections do (adapters/readmodel, projection.inTx).
 //
-// No deadlock: every projection transaction takes the term row first,
+// No deadlock: every projection transaction takes its term row first,
 // before any read-model row, and shared locks do not conflict with each
-// other; the increment takes only the term row. A transaction waiting for
+// other; the increment takes only term rows (its own, and its guard's). A transaction waiting for
 // the increment holds nothing else yet, and the increment waits only for
 // transactions that already hold their share. Compatible FOR SHARE
 // requests can overtake a waiting increment, so a stale leader that kept
@@ -181,5 +256,7 @@
 //   - Every instance connects as the same role (or one that is a member of
 //     pg_signal_backend), so that a new leader may end an old one's
 //     sessions; without it the Elector logs a warning and the new term may
-//     wait for the old leader's transactions to end by themselves.
+//     wait for the old leader's transactions to end by themselves. The
+//     membership count reads pg_stat_activity.application_name, which every
+//     role may see.
 package leader

@@ -19,8 +19,10 @@ import (
 	"hearth/internal/advisory"
 )
 
-// LockName is the documented name the projections lock key derives from
-// (see [Key]).
+// LockName is the default Config.Name: the one lock under which versions
+// before per-unit leadership ran every projection, now the Guard of each
+// projection's own lock (see the package documentation, "Rolling
+// upgrade").
 const LockName = advisory.Projections
 
 const (
@@ -28,10 +30,15 @@ const (
 	// operator can find it in pg_stat_activity.
 	ApplicationName = "hearth-leader"
 
+	// DefaultLease is Config.Lease's default. Work that fences its own
+	// transactions with the lease (a unit's Lead) can take it before the
+	// Elector or Scheduler exists.
+	DefaultLease = 3 * time.Second
+
 	defaultRetryInterval  = 200 * time.Millisecond
 	defaultCheckInterval  = 500 * time.Millisecond
 	defaultCheckTimeout   = time.Second
-	defaultLease          = 3 * time.Second
+	defaultLease          = DefaultLease
 	defaultTermTimeout    = 15 * time.Second
 	defaultConnectTimeout = 5 * time.Second
 
@@ -56,6 +63,10 @@ var keepaliveParams = map[string]string{
 // because the lock connection failed a check: the session, and with it the
 // lock, may already be gone.
 var ErrLockLost = errors.New("leader: lock connection lost")
+
+// ErrHandedOver is the cause of a lead context cancelled because a
+// [Scheduler] hands the unit over to a worker that leads fewer units.
+var ErrHandedOver = errors.New("leader: unit handed over")
 
 // errLeadReturned is the cause of a lead context cancelled because lead returned.
 var errLeadReturned = errors.New("leader: lead returned")
@@ -106,6 +117,16 @@ type Config struct {
 	// Name is the lock name; the advisory-lock key is [Key](Name).
 	// Defaults to [LockName].
 	Name string
+
+	// Guard, when set, names a lock that an older version of Hearth took
+	// exclusively for work that this lock now covers (a part of). The
+	// Elector holds Guard in shared mode on its lock session before it
+	// campaigns, so an instance of the older version and this Elector
+	// never lead at once; and every term it begins also increments
+	// Guard's term, so that a transaction of the older version still in
+	// flight is refused (see the package documentation, "Rolling
+	// upgrade"). Empty: no guard.
+	Guard string
 
 	// RetryInterval is how often a standby tries to take the lock, and how
 	// long Run waits after a leadership term before campaigning again.
@@ -165,12 +186,40 @@ type Elector struct {
 	cfg      Config
 	connCfg  *pgx.ConnConfig
 	key      int64
+	guard    int64 // Key(cfg.Guard); 0 without a guard
 	classid  uint32
 	objid    uint32
 	log      *slog.Logger
 	running  atomic.Bool
 	statusMu sync.Mutex
 	status   Status
+
+	// holding is true from the lock attempt that took the lock until it is
+	// released: what a Scheduler counts as a unit this worker leads.
+	holding atomic.Bool
+	// acquired counts the times the lock was taken.
+	acquired atomic.Int64
+	// sched, when set, decides whether a lock attempt is made at all (fair
+	// share, see Scheduler); nil for an Elector of its own.
+	sched *Scheduler
+	// stepMu guards stepDown, the current term's cancel (nil between
+	// terms), through which a Scheduler hands the unit over.
+	stepMu   sync.Mutex
+	stepDown context.CancelCauseFunc
+	// restUntil (Unix nanoseconds) is when a Scheduler's unit may campaign
+	// again after handing its unit over or failing to lead it; read and
+	// written under sched.mu or by Run between attempts.
+	restUntil atomic.Int64
+	// freeSince is when this Elector, held off by its fair share, first
+	// saw the lock free in an unbroken run of attempts (zero: held, or not
+	// looked). Used by Scheduler.try only, under sched.mu.
+	freeSince time.Time
+	// failedLeads counts the terms in a row whose lead failed soon (Run's
+	// goroutine only).
+	failedLeads int
+	// orphanTakenAt (Unix nanoseconds) is when a Scheduler's unit last took
+	// its lock because it had stayed free (see Scheduler.rebalance).
+	orphanTakenAt atomic.Int64
 }
 
 // New validates cfg, fills in its defaults and returns an Elector in the
@@ -230,10 +279,18 @@ func New(cfg Config) (*Elector, error) {
 
 	key := Key(cfg.Name)
 	classid, objid := keyHalves(key)
+	var guard int64
+	if cfg.Guard != "" {
+		if cfg.Guard == cfg.Name {
+			return nil, fmt.Errorf("leader: Config.Guard must differ from Config.Name (%s)", cfg.Name)
+		}
+		guard = Key(cfg.Guard)
+	}
 	return &Elector{
 		cfg:     cfg,
 		connCfg: connCfg,
 		key:     key,
+		guard:   guard,
 		classid: classid,
 		objid:   objid,
 		log:     cfg.Log.With("component", "leader", "lock", cfg.Name, "holder", cfg.Holder),
@@ -289,9 +346,10 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term i
 
 	e.log.Debug("campaigning", "key", e.key, "retry_interval", e.cfg.RetryInterval)
 	var (
-		conn   *pgx.Conn // standby connection, reused between lock attempts
-		streak failureStreak
-		bo     = e.newBackoff()
+		conn    *pgx.Conn // standby connection, reused between lock attempts
+		guarded bool      // conn holds Config.Guard in shared mode
+		streak  failureStreak
+		bo      = newBackoff(e.cfg.RetryInterval)
 	)
 	defer func() {
 		if conn != nil {
@@ -306,14 +364,14 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term i
 				if ctx.Err() != nil {
 					break
 				}
-				e.logFailure(&streak, "connect", err)
+				streak.note(e.log, "lock connection", "connect", err)
 				sleep(ctx, bo.NextBackOff())
 				continue
 			}
-			conn = c
+			conn, guarded = c, false
 		}
 
-		acquired, err := e.tryLock(ctx, conn)
+		acquired, err := e.tryLock(ctx, conn, &guarded)
 		if err != nil {
 			// The attempt may have taken the lock on the server without us
 			// seeing the answer: closing the session frees it in that case.
@@ -322,14 +380,11 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term i
 			if ctx.Err() != nil {
 				break
 			}
-			e.logFailure(&streak, "try lock", err)
+			streak.note(e.log, "lock connection", "try lock", err)
 			sleep(ctx, bo.NextBackOff())
 			continue
 		}
-		if streak.failures > 0 {
-			e.log.Info("lock connection restored", "failures", streak.failures, "after", time.Since(streak.since).Round(time.Millisecond))
-			streak = failureStreak{}
-		}
+		streak.restored(e.log, "lock connection")
 		bo.Reset()
 
 		if !acquired {
@@ -339,10 +394,12 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, term i
 		if ctx.Err() != nil {
 			// Shutting down: give the lock back without leading.
 			e.release(ctx, conn)
+			e.holding.Store(false)
 			conn = nil
 			break
 		}
 		e.term(ctx, conn, lead)
+		e.holding.Store(false)
 		conn = nil // term released and closed it
 		sleep(ctx, e.cfg.RetryInterval)
 	}
@@ -361,6 +418,8 @@ func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 
 	leadCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	e.setStepDown(cancel)
+	defer e.setStepDown(nil)
 	var fenced atomic.Bool
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -380,12 +439,23 @@ func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 			"after", time.Since(start).Round(time.Millisecond))
 		err = lead(leadCtx, n)
 	}
+	handedOver := errors.Is(context.Cause(leadCtx), ErrHandedOver)
 	cancel(errLeadReturned)
 	wg.Wait() // the watcher no longer uses conn
 
-	stopping := ctx.Err() != nil || fenced.Load()
+	stopping := ctx.Err() != nil || fenced.Load() || handedOver
 	benign := err == nil || (stopping && errors.Is(err, context.Canceled))
 	switch {
+	case handedOver && !fenced.Load():
+		attrs := []any{"reason", "handed over", "term", n, "held_for", time.Since(start).Round(time.Millisecond)}
+		level := slog.LevelInfo
+		if !benign {
+			level = slog.LevelWarn
+			attrs = append(attrs, "err", err)
+		}
+		e.setStatus(RoleStandby, 0)
+		e.rest()
+		e.log.Log(ctx, level, "lost leadership", attrs...)
 	case fenced.Load():
 		if !benign {
 			e.log.Warn("lead failed after losing leadership", "err", err)
@@ -401,19 +471,43 @@ func (e *Elector) term(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 		e.log.Log(ctx, level, "lost leadership", attrs...)
 	case err != nil:
 		e.setStatus(RoleStandby, 0)
+		e.failedLeads++
+		if time.Since(start) >= e.cfg.Lease {
+			e.failedLeads = 1 // after a while of leading: a failure of its own, not a streak
+		}
+		if e.failedLeads >= failuresBeforeRest {
+			e.rest()
+		}
 		e.log.Error("lost leadership", "reason", "lead failed", "term", n, "err", err, "held_for", time.Since(start).Round(time.Millisecond))
 	default:
 		e.setStatus(RoleStandby, 0)
 		e.log.Info("lost leadership", "reason", "lead returned", "term", n, "held_for", time.Since(start).Round(time.Millisecond))
 	}
+	if benign {
+		e.failedLeads = 0
+	}
 	e.release(ctx, conn)
 }
+
+// failuresBeforeRest is how many terms in a row whose lead failed soon
+// make a Scheduler's unit rest (see Elector.rest). One or two are what a
+// Postgres restart costs (a pool's connections from before it fail once
+// each); more say this worker cannot lead the unit.
+const failuresBeforeRest = 3
 
 // beginTermSQL increments the term of lock $1 (creating its row at term 1)
 // and records the holder ($2). The row lock it takes waits until every
 // transaction that read the row FOR SHARE, i.e. every projection
 // transaction of an earlier term still in flight, has ended.
-const beginTermSQL = `INSERT INTO projection_leader AS p (name, term, holder, since)
+//
+// With a guard ($3, else empty), it also increments the guard's term, when it
+// has a row: a transaction of an older version that checks that row is
+// then refused, and the increment waits for those in flight. Whichever of
+// the two rows is locked first, nothing deadlocks: terms begun at once
+// share only the guard's row, and a projection transaction locks one term
+// row only, its first statement.
+const beginTermSQL = `WITH guard AS (UPDATE projection_leader SET term = term + 1 WHERE name = $3)
+INSERT INTO projection_leader AS p (name, term, holder, since)
 VALUES ($1, 1, $2, now())
 ON CONFLICT (name) DO UPDATE SET term = p.term + 1, holder = EXCLUDED.holder, since = EXCLUDED.since
 RETURNING term`
@@ -423,7 +517,7 @@ func (e *Elector) beginTerm(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.TermTimeout)
 	defer cancel()
 	var term int64
-	if err := e.cfg.TermDB.QueryRowContext(ctx, beginTermSQL, e.cfg.Name, e.cfg.Holder).Scan(&term); err != nil {
+	if err := e.cfg.TermDB.QueryRowContext(ctx, beginTermSQL, e.cfg.Name, e.cfg.Holder, e.cfg.Guard).Scan(&term); err != nil {
 		return 0, fmt.Errorf("begin term: %w", err)
 	}
 	return term, nil
@@ -514,15 +608,72 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// tryLock makes one non-blocking attempt to take the lock on conn.
-func (e *Elector) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+// tryLock makes one non-blocking attempt to take the lock on conn. With a
+// guard, conn first takes the guard in shared mode (once per connection;
+// *guarded records it) and makes no attempt while it cannot. In a
+// Scheduler, the Scheduler decides whether to attempt at all.
+func (e *Elector) tryLock(ctx context.Context, conn *pgx.Conn, guarded *bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.CheckTimeout)
 	defer cancel()
+	if e.guard != 0 && !*guarded {
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock_shared($1)", e.guard).Scan(guarded); err != nil {
+			return false, fmt.Errorf("try guard: %w", err)
+		}
+		if !*guarded {
+			e.log.Debug("an older version leads under the guard lock; waiting", "guard", e.cfg.Guard)
+			return false, nil
+		}
+	}
+	if e.sched != nil {
+		return e.sched.try(ctx, conn, e)
+	}
 	var acquired bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", e.key).Scan(&acquired); err != nil {
 		return false, fmt.Errorf("try lock: %w", err)
 	}
+	if acquired {
+		e.took()
+	}
 	return acquired, nil
+}
+
+// took records that the lock was taken.
+func (e *Elector) took() {
+	e.acquired.Add(1)
+	e.holding.Store(true)
+}
+
+// setStepDown records the current term's cancel (nil when the term ends).
+func (e *Elector) setStepDown(cancel context.CancelCauseFunc) {
+	e.stepMu.Lock()
+	defer e.stepMu.Unlock()
+	e.stepDown = cancel
+}
+
+// handOver ends the current term, if any, as a graceful handover: the lead
+// context is cancelled with cause [ErrHandedOver], lead stops as on a
+// shutdown, and the lock is released. It reports whether a term was ended.
+func (e *Elector) handOver() bool {
+	e.stepMu.Lock()
+	defer e.stepMu.Unlock()
+	if e.stepDown == nil {
+		return false
+	}
+	e.stepDown(ErrHandedOver)
+	return true
+}
+
+// orphanTaken is when the lock was last taken because it had stayed free.
+func (e *Elector) orphanTaken() time.Time { return time.Unix(0, e.orphanTakenAt.Load()) }
+
+// rest keeps a Scheduler's unit from campaigning for one Lease, after it
+// handed the unit over or failed to lead it several times in a row, so
+// that another worker takes it. An Elector of its own campaigns again
+// after RetryInterval.
+func (e *Elector) rest() {
+	if e.sched != nil {
+		e.restUntil.Store(time.Now().Add(e.cfg.Lease).UnixNano())
+	}
 }
 
 // release unlocks explicitly, so that a standby can take over at once
@@ -548,36 +699,50 @@ func (e *Elector) release(ctx context.Context, conn *pgx.Conn) {
 
 // closeConn closes conn, even when ctx is done.
 func (e *Elector) closeConn(ctx context.Context, conn *pgx.Conn) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CheckTimeout)
+	closeConn(ctx, conn, e.cfg.CheckTimeout, e.log)
+}
+
+// closeConn closes conn within timeout, even when ctx is done.
+func closeConn(ctx context.Context, conn *pgx.Conn, timeout time.Duration, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	if err := conn.Close(cctx); err != nil {
-		e.log.Debug("close lock connection", "err", err)
+		log.Debug("close connection", "err", err)
 	}
 }
 
-// failureStreak tracks consecutive connection failures while standby.
+// failureStreak tracks consecutive connection failures.
 type failureStreak struct {
 	failures int
 	since    time.Time
 }
 
-// logFailure logs the first failure of a streak at Warn and the rest at Debug.
-func (e *Elector) logFailure(s *failureStreak, op string, err error) {
+// note logs the first failure of a streak at Warn and the rest at Debug;
+// conn names the connection ("lock connection").
+func (s *failureStreak) note(log *slog.Logger, conn, op string, err error) {
 	s.failures++
 	if s.failures == 1 {
 		s.since = time.Now()
-		e.log.Warn("lock connection failed; retrying", "op", op, "err", err)
+		log.Warn(conn+" failed; retrying", "op", op, "err", err)
 		return
 	}
-	e.log.Debug("lock connection still failing", "op", op, "err", err, "failures", s.failures)
+	log.Debug(conn+" still failing", "op", op, "err", err, "failures", s.failures)
 }
 
-// newBackoff returns the reconnect backoff: RetryInterval doubling up to
-// maxBackoffFactor*RetryInterval, with jitter, never giving up.
-func (e *Elector) newBackoff() *backoff.ExponentialBackOff {
+// restored logs the end of a streak, if there was one, and resets it.
+func (s *failureStreak) restored(log *slog.Logger, conn string) {
+	if s.failures > 0 {
+		log.Info(conn+" restored", "failures", s.failures, "after", time.Since(s.since).Round(time.Millisecond))
+		*s = failureStreak{}
+	}
+}
+
+// newBackoff returns the reconnect backoff: retry doubling up to
+// maxBackoffFactor*retry, with jitter, never giving up.
+func newBackoff(retry time.Duration) *backoff.ExponentialBackOff {
 	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = e.cfg.RetryInterval
-	bo.MaxInterval = maxBackoffFactor * e.cfg.RetryInterval
+	bo.InitialInterval = retry
+	bo.MaxInterval = maxBackoffFactor * retry
 	bo.Multiplier = 2
 	bo.RandomizationFactor = 0.2
 	bo.MaxElapsedTime = 0

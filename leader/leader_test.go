@@ -156,14 +156,18 @@ func (h *hooks) start(t *testing.T, cfg Config) *candidate {
 
 // stop cancels the candidate's Run and requires it to return nil promptly.
 // Calling it again is harmless.
-func (c *candidate) stop(t *testing.T) {
+func (c *candidate) stop(t *testing.T) { stopRun(t, c.cancel, c.done) }
+
+// stopRun cancels a Run (of an Elector or a Scheduler) and requires it to
+// return nil, on done, promptly. Calling it again is harmless.
+func stopRun(t *testing.T, cancel context.CancelFunc, done chan error) {
 	t.Helper()
-	c.cancel()
+	cancel()
 	select {
-	case err, ok := <-c.done:
+	case err, ok := <-done:
 		if ok {
 			require.NoError(t, err)
-			close(c.done)
+			close(done)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context was cancelled")

@@ -37,7 +37,7 @@ func backlog(t *testing.T, after int) *bun.DB {
 // scanned is the most rows any scan of the topic returned in q's plan.
 func scanned(t *testing.T, db *bun.DB, q string, args ...any) float64 {
 	t.Helper()
-	plan, _ := pgtest.Explain(t, db.DB, true, q, args...)
+	plan, _ := pgtest.ExplainAnalyzed(t, db.DB, q, args...)
 	most := 0.0
 	plan.Walk(func(n pgtest.PlanNode) {
 		if strings.Contains(n.NodeType, "Scan") && n.RelationName == "watermill_orders" {

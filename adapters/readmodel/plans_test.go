@@ -235,7 +235,7 @@ func TestPlans(t *testing.T) {
 		require.NotEmpty(t, queries, c.name)
 		fmt.Fprintf(&doc, "### %s\n\n", c.name)
 		for _, q := range queries {
-			plan, raw := pgtest.Explain(t, db.DB, false, q)
+			plan, raw := pgtest.Explain(t, db, q)
 			// The one exception: counting all of a merchant's rows (no filter
 			// but the merchant) when it owns 95% of the table, which the
 			// planner rightly does by reading the table. Its page is still
@@ -253,13 +253,12 @@ func TestPlans(t *testing.T) {
 			})
 			require.NotEmpty(t, scans, c.name)
 			if !strings.HasPrefix(q, "SELECT count(*)") {
-				_, raw := pgtest.Explain(t, defaults.DB, false, q)
+				_, raw := pgtest.Explain(t, defaults, q)
 				require.NotContains(t, raw, `"Seq Scan"`, "%s: with the default random_page_cost too:\n%s\n%s", c.name, q, raw)
 			}
 
 			// What a statement reads is bounded: a count stops at
 			// MaxDepth + 1 rows, a keyset page at its size + 1.
-			analyzed, raw := pgtest.Explain(t, db.DB, true, q)
 			bound := 0
 			switch {
 			case strings.HasPrefix(q, "SELECT count(*)"):
@@ -268,24 +267,14 @@ func TestPlans(t *testing.T) {
 				bound = 21
 			}
 			if bound > 0 {
+				analyzed, raw := pgtest.ExplainAnalyzed(t, db, q)
 				analyzed.Walk(func(n pgtest.PlanNode) {
 					if strings.Contains(n.NodeType, "Scan") {
 						require.LessOrEqual(t, n.ActualRows, float64(bound), "%s: %s read %v rows:\n%s\n%s", c.name, n.NodeType, n.ActualRows, q, raw)
 					}
 				})
 			}
-
-			rows, err := db.QueryContext(ctx, "EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON) "+q)
-			require.NoError(t, err)
-			var text []string
-			for rows.Next() {
-				var line string
-				require.NoError(t, rows.Scan(&line))
-				text = append(text, line)
-			}
-			require.NoError(t, rows.Err())
-			rows.Close()
-			fmt.Fprintf(&doc, "```sql\n%s\n```\n\n```\n%s\n```\n\n", q, strings.Join(text, "\n"))
+			fmt.Fprintf(&doc, "```sql\n%s\n```\n\n```\n%s\n```\n\n", q, pgtest.ExplainAnalyze(t, db, q))
 		}
 	}
 	if *update {
@@ -299,7 +288,8 @@ two statements (` + "`internal/keyset`" + `): the page, and a count of the match
 10,001 (` + "`query.MaxDepth`" + ` + 1) for ` + "`total`" + ` and ` + "`total_exact`" + `. A page is numbered
 (` + "`LIMIT`/`OFFSET`" + `, at most 10,000 rows deep) or follows a cursor (` + "`next_cursor`" + `:
 ` + "`WHERE (created_at, id) < (...)`" + `, or in the time column's order with ` + "`from`/`to`" + `). The SQL
-below is captured from the read model itself (a Bun query hook), not rewritten by hand.
+below is captured from the read model itself (a Bun query hook), not rewritten by hand. The event
+feed's plans are in [query-plans-feed.md](query-plans-feed.md).
 
 What the test asserts:
 

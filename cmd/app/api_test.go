@@ -84,9 +84,17 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	w, err := wire(dbs, log)
 	require.NoError(t, err)
 	w.retryInitial = time.Millisecond // a failing event parks within about a second
+	require.NoError(t, w.wireEventFeed(cfg, dbs, log))
 	if change != nil {
 		change(&cfg, w.projections)
 	}
+	notifyCtx, stopNotifications := context.WithCancel(context.Background())
+	notified := make(chan error, 1)
+	go func() { notified <- w.runNotifications(notifyCtx) }()
+	t.Cleanup(func() {
+		stopNotifications()
+		require.NoError(t, <-notified)
+	})
 
 	projCtx, stopProjections := context.WithCancel(context.Background())
 	projDone := make(chan error, 1)
@@ -1122,6 +1130,7 @@ func TestServe(t *testing.T) {
 	vars := map[string]string{
 		"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel,
 		"LOG_FORMAT": "json", "LOG_LEVEL": "info", "POLL_INTERVAL": "20ms", "SHUTDOWN_TIMEOUT": "5s",
+		"EVENT_FEED_WAIT": "60s",
 	}
 
 	key := createKeyCLI(t, vars, "--merchant", "acme", "--role", "operator")
@@ -1131,19 +1140,32 @@ func TestServe(t *testing.T) {
 	t.Cleanup(transport.CloseIdleConnections)
 	a := &api{t: t, base: "http://" + srv.HTTPAddr, client: &http.Client{Transport: transport}}
 
-	require.Eventually(t, func() bool {
-		return strings.Contains(a.metrics(), "\nhearth_leader_is_leader 1\n")
-	}, 30*time.Second, 10*time.Millisecond, "serve never became the projection leader")
-	require.Eventually(t, func() bool {
-		return strings.Contains(a.metrics(), "\nhearth_projections_live 1\n")
-	}, 30*time.Second, 10*time.Millisecond, "the leader's projections never went live")
+	require.Eventually(t, func() bool { return projectionsLive(a.metrics()) }, 30*time.Second, 10*time.Millisecond,
+		"serve, the only worker, never led every projection live")
 	ready := a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
 	require.Equal(t, map[string]any{"status": "ready"}, ready.Body, "no details without an admin key")
+
+	// One LISTEN connection serves the projections and the event feed.
+	var listeners int
+	require.NoError(t, pgtest.Open(t, urls.EventStore).DB.QueryRow(`SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database()`, projector.NotifyApplicationName).Scan(&listeners))
+	require.Equal(t, 1, listeners)
 
 	id := a.createOrder(key, a.createCustomer(key, "Ada Lovelace"), 4200)
 	got := a.awaitOrder(key, id, 1)
 	require.Equal(t, float64(4200), got.Body["amount_cents"])
+	page := a.feed(key, "wait=10s")
+	require.Len(t, page.Events, 1)
+	require.Equal(t, id, page.Events[0].AggregateID)
+
+	// A long poll waiting at shutdown is answered at once (empty), not cut
+	// off when the shutdown times out.
+	waiting := a.longPoll(key, after(page.NextCursor, "wait=60s"))
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.metrics(), "\nhearth_event_feed_waiting 1\n")
+	}, 10*time.Second, 5*time.Millisecond, "the long poll never waited")
 	srv.shutdown()
+	require.Equal(t, feedPage{Events: []feedEvent{}, NextCursor: page.NextCursor}, <-waiting)
 
 	// A worker prunes the topics (TOPIC_RETENTION): its first round runs at
 	// start-up, and these messages are acknowledged and old by then.

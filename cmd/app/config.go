@@ -66,6 +66,17 @@ type Config struct {
 	// (CONSISTENCY_MAX_WAITS); a GET over the cap answers at once with
 	// Consistency-Status: skipped. Defaults to 256.
 	ConsistencyMaxWaits int
+	// EventFeedWait is the longest a read of the event feed (GET
+	// /v1/events) waits for an event when there is none (EVENT_FEED_WAIT,
+	// a Go duration, at most 60s); a request's wait parameter may shorten
+	// it. Defaults to 20s, below the idle timeout of common proxies and load
+	// balancers (60s).
+	EventFeedWait time.Duration
+	// EventFeedMaxWaits caps the event feed's long polls in flight
+	// (EVENT_FEED_MAX_WAITS); over the cap a read answers at once, 503 when
+	// it has nothing. A waiting poll holds no database connection.
+	// Defaults to 256.
+	EventFeedMaxWaits int
 	// RequestStatementTimeout is the statement_timeout of the request
 	// path's database sessions (REQUEST_STATEMENT_TIMEOUT): a query of an
 	// HTTP request that runs longer is cancelled and the request answers
@@ -77,11 +88,11 @@ type Config struct {
 	// 30s.
 	HTTPReadTimeout time.Duration
 	// HTTPWriteTimeout bounds writing an answer, from the end of its
-	// request's headers (HTTP_WRITE_TIMEOUT). It must exceed
-	// CONSISTENCY_TIMEOUT plus REQUEST_STATEMENT_TIMEOUT, the longest
-	// legitimate answer (a read-your-writes wait, then the read). Defaults
-	// to CONSISTENCY_TIMEOUT + 2 x REQUEST_STATEMENT_TIMEOUT + 20s (32s with
-	// the other defaults).
+	// request's headers (HTTP_WRITE_TIMEOUT). It must exceed the longer of
+	// CONSISTENCY_TIMEOUT and EVENT_FEED_WAIT plus REQUEST_STATEMENT_TIMEOUT,
+	// the longest legitimate answer (a wait, then the read). Defaults to
+	// max(CONSISTENCY_TIMEOUT, EVENT_FEED_WAIT) + 2 x
+	// REQUEST_STATEMENT_TIMEOUT + 20s (50s with the other defaults).
 	HTTPWriteTimeout time.Duration
 	// HTTPIdleTimeout closes a keep-alive connection idle that long
 	// (HTTP_IDLE_TIMEOUT). Defaults to 120s.
@@ -217,11 +228,20 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 			cfg.ConsistencyMaxWaits = n
 		}
 	}
+	cfg.EventFeedWait = duration("EVENT_FEED_WAIT", 20*time.Second)
+	if cfg.EventFeedWait > time.Minute {
+		errs = append(errs, fmt.Errorf("EVENT_FEED_WAIT=%s: must be at most 60s", cfg.EventFeedWait))
+	}
+	cfg.EventFeedMaxWaits = count(getenv, "EVENT_FEED_MAX_WAITS", 256, 1, &errs)
 	cfg.RequestStatementTimeout = duration("REQUEST_STATEMENT_TIMEOUT", 5*time.Second)
 	cfg.HTTPReadTimeout = duration("HTTP_READ_TIMEOUT", 30*time.Second)
-	cfg.HTTPWriteTimeout = duration("HTTP_WRITE_TIMEOUT", cfg.ConsistencyTimeout+2*cfg.RequestStatementTimeout+20*time.Second)
-	if longest := cfg.ConsistencyTimeout + cfg.RequestStatementTimeout; cfg.HTTPWriteTimeout <= longest {
-		errs = append(errs, fmt.Errorf("HTTP_WRITE_TIMEOUT=%s: must exceed CONSISTENCY_TIMEOUT + REQUEST_STATEMENT_TIMEOUT (%s), the longest legitimate answer", cfg.HTTPWriteTimeout, longest))
+	wait, waitName := cfg.ConsistencyTimeout, "CONSISTENCY_TIMEOUT"
+	if cfg.EventFeedWait > wait {
+		wait, waitName = cfg.EventFeedWait, "EVENT_FEED_WAIT"
+	}
+	cfg.HTTPWriteTimeout = duration("HTTP_WRITE_TIMEOUT", wait+2*cfg.RequestStatementTimeout+20*time.Second)
+	if longest := wait + cfg.RequestStatementTimeout; cfg.HTTPWriteTimeout <= longest {
+		errs = append(errs, fmt.Errorf("HTTP_WRITE_TIMEOUT=%s: must exceed %s + REQUEST_STATEMENT_TIMEOUT (%s), the longest legitimate answer", cfg.HTTPWriteTimeout, waitName, longest))
 	}
 	cfg.HTTPIdleTimeout = duration("HTTP_IDLE_TIMEOUT", 120*time.Second)
 	cfg.KeyRPS = perSecond(getenv, "RATE_LIMIT_KEY_RPS", 50, &errs)

@@ -50,7 +50,8 @@ func TestLoadConfig(t *testing.T) {
 		TopicRetention:      7 * 24 * time.Hour,
 		KeyLastUsedFlush:    30 * time.Second,
 		ConsistencyMaxWaits: 256, RequestStatementTimeout: 5 * time.Second,
-		HTTPReadTimeout: 30 * time.Second, HTTPWriteTimeout: 32 * time.Second, HTTPIdleTimeout: 120 * time.Second,
+		EventFeedWait: 20 * time.Second, EventFeedMaxWaits: 256,
+		HTTPReadTimeout: 30 * time.Second, HTTPWriteTimeout: 50 * time.Second, HTTPIdleTimeout: 120 * time.Second,
 		KeyRPS: 50, KeyBurst: 100, MerchantRPS: 100, MerchantBurst: 200, MerchantInFlight: 10,
 		UnknownKeyRPS: 1, UnknownKeyBurst: 20, KeyCacheTTL: 5 * time.Second,
 		RelayStream: "HEARTH", RelaySubjectPrefix: "hearth", RelayDuplicateWindow: 10 * time.Minute,
@@ -82,6 +83,7 @@ func TestLoadConfig(t *testing.T) {
 				"TOPIC_RETENTION":       "36h",
 				"KEY_LAST_USED_FLUSH":   "1m",
 				"CONSISTENCY_MAX_WAITS": "10", "REQUEST_STATEMENT_TIMEOUT": "1s", "HTTP_READ_TIMEOUT": "10s",
+				"EVENT_FEED_WAIT": "4s", "EVENT_FEED_MAX_WAITS": "16",
 				"HTTP_WRITE_TIMEOUT": "7s", "HTTP_IDLE_TIMEOUT": "1m", "ADMIN_ADDR": "127.0.0.1:9090",
 				"RATE_LIMIT_KEY_RPS": "2.5", "RATE_LIMIT_KEY_BURST": "5", "RATE_LIMIT_MERCHANT_RPS": "7",
 				"RATE_LIMIT_MERCHANT_BURST": "9", "RATE_LIMIT_MERCHANT_IN_FLIGHT": "4", "RATE_LIMIT_UNKNOWN_KEY_RPS": "0.2",
@@ -97,6 +99,7 @@ func TestLoadConfig(t *testing.T) {
 				TopicRetention:      36 * time.Hour,
 				KeyLastUsedFlush:    time.Minute,
 				ConsistencyMaxWaits: 10, RequestStatementTimeout: time.Second, HTTPReadTimeout: 10 * time.Second,
+				EventFeedWait: 4 * time.Second, EventFeedMaxWaits: 16,
 				HTTPWriteTimeout: 7 * time.Second, HTTPIdleTimeout: time.Minute, AdminAddr: "127.0.0.1:9090",
 				KeyRPS: 2.5, KeyBurst: 5, MerchantRPS: 7, MerchantBurst: 9, MerchantInFlight: 4,
 				UnknownKeyRPS: 0.2, UnknownKeyBurst: 3, KeyCacheTTL: time.Minute,
@@ -112,6 +115,11 @@ func TestLoadConfig(t *testing.T) {
 			want: with(func(c *Config) {
 				c.ConsistencyTimeout, c.RequestStatementTimeout, c.HTTPWriteTimeout = 30*time.Second, 10*time.Second, 70*time.Second
 			}),
+		},
+		{
+			name: "the write timeout follows the event feed's wait when it is the longer",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "EVENT_FEED_WAIT": "45s"},
+			want: with(func(c *Config) { c.EventFeedWait, c.HTTPWriteTimeout = 45*time.Second, 75*time.Second }),
 		},
 		{
 			name: "0 turns the limits and the key cache off",
@@ -193,9 +201,17 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "HTTP_IDLE_TIMEOUT", env: map[string]string{"HTTP_IDLE_TIMEOUT": "-1s"}, settings: []string{"HTTP_IDLE_TIMEOUT"}},
 		{
 			name:     "HTTP_WRITE_TIMEOUT shorter than a read-your-writes answer",
-			env:      map[string]string{"CONSISTENCY_TIMEOUT": "10s", "HTTP_WRITE_TIMEOUT": "12s"},
+			env:      map[string]string{"CONSISTENCY_TIMEOUT": "10s", "EVENT_FEED_WAIT": "1s", "HTTP_WRITE_TIMEOUT": "12s"},
 			settings: []string{"HTTP_WRITE_TIMEOUT", "CONSISTENCY_TIMEOUT", "REQUEST_STATEMENT_TIMEOUT"},
 		},
+		{
+			name:     "HTTP_WRITE_TIMEOUT shorter than an event feed long poll",
+			env:      map[string]string{"EVENT_FEED_WAIT": "30s", "HTTP_WRITE_TIMEOUT": "32s"},
+			settings: []string{"HTTP_WRITE_TIMEOUT", "EVENT_FEED_WAIT", "REQUEST_STATEMENT_TIMEOUT"},
+		},
+		{name: "EVENT_FEED_WAIT over 60s", env: map[string]string{"EVENT_FEED_WAIT": "61s"}, settings: []string{"EVENT_FEED_WAIT"}},
+		{name: "zero EVENT_FEED_WAIT", env: map[string]string{"EVENT_FEED_WAIT": "0s"}, settings: []string{"EVENT_FEED_WAIT"}},
+		{name: "zero EVENT_FEED_MAX_WAITS", env: map[string]string{"EVENT_FEED_MAX_WAITS": "0"}, settings: []string{"EVENT_FEED_MAX_WAITS"}},
 		{name: "ADMIN_ADDR", env: map[string]string{"ADMIN_ADDR": "nonsense"}, settings: []string{"ADMIN_ADDR"}},
 		{name: "ADMIN_ADDR equal to HTTP_ADDR", env: map[string]string{"ADMIN_ADDR": ":8080"}, settings: []string{"ADMIN_ADDR", "HTTP_ADDR"}},
 		{name: "negative RATE_LIMIT_KEY_RPS", env: map[string]string{"RATE_LIMIT_KEY_RPS": "-1"}, settings: []string{"RATE_LIMIT_KEY_RPS"}},

@@ -731,18 +731,8 @@ func TestListOrdersGenerated(t *testing.T) {
 		require.NoError(t, err)
 	}
 	sqlIDs := func(merchantID, where, order string, args ...any) []string {
-		rows, err := a.dbs.rm.DB.QueryContext(ctx, `SELECT id FROM orders WHERE merchant_id = $1 AND (`+where+`) ORDER BY `+order,
+		return column[string](t, a.dbs.rm.DB, `SELECT id FROM orders WHERE merchant_id = $1 AND (`+where+`) ORDER BY `+order,
 			append([]any{merchantID}, args...)...)
-		require.NoError(t, err)
-		defer rows.Close()
-		var ids []string
-		for rows.Next() {
-			var id string
-			require.NoError(t, rows.Scan(&id))
-			ids = append(ids, id)
-		}
-		require.NoError(t, rows.Err())
-		return ids
 	}
 	const newest = "created_at DESC, id DESC"
 	const byStart = "scheduled_start_at ASC, id ASC"

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,36 +73,54 @@ func (t *telemetry) observeRequest(method, route string, status int, d time.Dura
 	t.durations.WithLabelValues(method, route).Observe(d.Seconds())
 }
 
-// leader exposes the elector's role, term and since when, and whether its
-// projections run live (liveTerm is the term they run live in, 0 when
-// none).
-func (t *telemetry) leader(e *leader.Elector, liveTerm *atomic.Int64) error {
-	gauge := func(name, help string, f func(leader.Status) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
-			func() float64 { return f(e.Status()) })
+// leadership registers, read from the scheduler on each scrape, what this
+// worker leads: per unit (its lock name) whether it leads it, under which
+// term and since when; per projection whether it runs live here; and the
+// live workers and this worker's fair share.
+func (t *telemetry) leadership(s *leader.Scheduler, live map[string]*projectionLive) error {
+	return t.reg.Register(&leadershipCollector{s: s, live: live,
+		isLeader: prometheus.NewDesc("hearth_leader_is_leader", "1 while this instance leads the unit (a projection's lock), 0 while it is a standby for it.", []string{"unit"}, nil),
+		term:     prometheus.NewDesc("hearth_leader_term", "The fencing term this instance leads the unit under; 0 while it is a standby.", []string{"unit"}, nil),
+		since:    prometheus.NewDesc("hearth_leader_since_seconds", "Unix time at which this instance entered its current role and term for the unit.", []string{"unit"}, nil),
+		projLive: prometheus.NewDesc("hearth_projections_live", "1 while this instance leads the projection and it runs live (caught up, subscribed), else 0.", []string{"projection"}, nil),
+		workers:  prometheus.NewDesc("hearth_leader_workers", "Live workers (membership sessions) at this instance's last count; 0 before the first or while it cannot count.", nil, nil),
+		share:    prometheus.NewDesc("hearth_leader_fair_share", "Units this instance may lead: the units divided by the live workers, rounded up.", nil, nil),
+	})
+}
+
+type leadershipCollector struct {
+	s                                               *leader.Scheduler
+	live                                            map[string]*projectionLive
+	isLeader, term, since, projLive, workers, share *prometheus.Desc
+}
+
+func (c *leadershipCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.since, c.projLive, c.workers, c.share} {
+		ch <- d
 	}
-	var errs []error
-	for _, c := range []prometheus.Collector{
-		gauge("hearth_leader_is_leader", "1 while this instance leads the projections, 0 while it is a standby.",
-			func(s leader.Status) float64 {
-				if s.Role == leader.RoleLeader {
-					return 1
-				}
-				return 0
-			}),
-		gauge("hearth_leader_term", "The fencing term this instance leads under; 0 while it is a standby.",
-			func(s leader.Status) float64 { return float64(s.Term) }),
-		gauge("hearth_leader_since_seconds", "Unix time at which this instance entered its current role and term.",
-			func(s leader.Status) float64 { return float64(s.Since.UnixNano()) / 1e9 }),
-		gauge("hearth_projections_live", "1 while this instance leads and its projections run live (caught up, subscribed), else 0.",
-			func(s leader.Status) float64 {
-				if s.Role == leader.RoleLeader && s.Term != 0 && liveTerm.Load() == s.Term {
-					return 1
-				}
-				return 0
-			}),
-	} {
-		errs = append(errs, t.reg.Register(c))
+}
+
+func (c *leadershipCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	return errors.Join(errs...)
+	st := c.s.Status()
+	gauge(c.workers, float64(st.Workers))
+	gauge(c.share, float64(st.FairShare))
+	for _, u := range st.Units {
+		leads := u.Role == leader.RoleLeader
+		gauge(c.isLeader, boolGauge(leads), u.Name)
+		gauge(c.term, float64(u.Term), u.Name)
+		gauge(c.since, float64(u.Since.UnixNano())/1e9, u.Name)
+		if l, ok := c.live[u.Name]; ok {
+			gauge(c.projLive, boolGauge(leads && u.Term != 0 && l.term.Load() == u.Term), l.projection)
+		}
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,35 +8,19 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
 	"hearth/internal/advisory"
 	"hearth/leader"
 )
 
-// relayUnit is the relay to NATS JetStream (RELAY_NATS_URL): its own
-// leadership lock (advisory.Relay) and fencing term, and its body, one
-// leadership term.
-type relayUnit struct {
-	elector *leader.Elector
-	relay   *relay.Relay
-}
-
-// newRelay builds the relay and registers its metrics; nil when
-// RELAY_NATS_URL is unset or the mode runs no background work (api).
-func newRelay(cfg Config, dbs databases, t *telemetry, log *slog.Logger) (*relayUnit, error) {
+// newRelay builds the relay to NATS JetStream (RELAY_NATS_URL) as a
+// leadership unit (its own lock, advisory.Relay, and fencing term, shared out
+// by the Scheduler like the projections) and registers its metrics; nil
+// when RELAY_NATS_URL is unset or the mode runs no background work (api).
+func newRelay(cfg Config, dbs databases, t *telemetry, log *slog.Logger) (*leader.Unit, error) {
 	if cfg.RelayNATSURL == "" || cfg.Mode == ModeAPI {
 		return nil, nil
-	}
-	e, err := leader.New(leader.Config{
-		ConnString: cfg.DatabaseURL, TermDB: dbs.rm.DB, Name: advisory.Relay,
-		// A new leader ends the sessions an earlier one left (its pool).
-		FenceAppName: relay.ApplicationName, Log: log,
-	})
-	if err != nil {
-		return nil, err
 	}
 	offsets, err := readmodel.NewRelayOffsets(dbs.rm)
 	if err != nil {
@@ -48,33 +31,19 @@ func newRelay(cfg Config, dbs databases, t *telemetry, log *slog.Logger) (*relay
 		return nil, err
 	}
 	r, err := relay.New(relay.Config{
-		EventStore: cfg.DatabaseURL, Offsets: offsets, Lock: advisory.Relay, Lease: e.Lease(),
+		EventStore: cfg.DatabaseURL, Offsets: offsets, Lock: advisory.Relay, Lease: leader.DefaultLease,
 		NATSURL: cfg.RelayNATSURL, Stream: cfg.RelayStream, SubjectPrefix: cfg.RelaySubjectPrefix,
 		DuplicateWindow: cfg.RelayDuplicateWindow, Fallback: cfg.PollInterval, Metrics: metrics, Log: log,
 	})
 	if err != nil {
 		return nil, err
 	}
-	leads := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "hearth_relay_is_leader",
-		Help: "1 while this instance leads the relay to NATS JetStream, 0 while it is a standby.",
-	}, func() float64 {
-		if e.Status().Role == leader.RoleLeader {
-			return 1
-		}
-		return 0
-	})
-	for _, c := range []prometheus.Collector{leads, relay.NewLagCollector(dbs.es.DB, offsets, relay.Topics(), log)} {
-		if err := t.reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := t.reg.Register(relay.NewLagCollector(dbs.es.DB, offsets, relay.Topics(), log)); err != nil {
+		return nil, err
 	}
-	return &relayUnit{elector: e, relay: r}, nil
+	// A new leader ends the sessions an earlier one left (its pool).
+	return &leader.Unit{Name: advisory.Relay, FenceAppName: relay.ApplicationName, Lead: r.Run}, nil
 }
-
-// run campaigns for the relay's lock until ctx ends, relaying while it
-// leads.
-func (u *relayUnit) run(ctx context.Context) error { return u.elector.Run(ctx, u.relay.Run) }
 
 // checkRelay validates the relay's settings; it names each bad one.
 func (c Config) checkRelay() []error {

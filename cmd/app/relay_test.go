@@ -51,7 +51,7 @@ func TestServeRelaysEvents(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		m := a.metrics()
-		return strings.Contains(m, "\nhearth_relay_is_leader 1\n") &&
+		return strings.Contains(m, "\nhearth_leader_is_leader{unit=\"hearth/relay\"} 1\n") &&
 			strings.Contains(m, "\nhearth_relay_lag_events{topic=\"orders\"} 0\n") &&
 			strings.Contains(m, "\nhearth_relay_published_total{topic=\"orders\"} 1\n")
 	}, 10*time.Second, 10*time.Millisecond, "the relay leads, has published the order and has no lag: %s", a.metrics())

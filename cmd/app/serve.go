@@ -10,10 +10,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
 	"golang.org/x/sync/errgroup"
 
@@ -145,11 +145,57 @@ type wiring struct {
 	// retryInitial shortens the projections' retry budget in tests.
 	// Defaults to projector.RetryInitial.
 	retryInitial time.Duration
-	// liveTerm is the term whose projections run live (caught up, router
-	// running); 0 when none.
-	liveTerm *atomic.Int64
+	// live is, by unit name, the term each projection runs live under on
+	// this instance (caught up, router running).
+	live map[string]*projectionLive
+	// holder names this instance in leadership (tests run several workers
+	// in one process). Defaults to the leader package's HOSTNAME/PID.
+	holder string
 	// lags is the projections' recent lag, for the console's on-call view.
 	lags *console.LagHistory
+	// notifier and feedWatcher are set by wireEventFeed (modes api and
+	// all) and run by runNotifications. The projections share the notifier
+	// when it is set; otherwise each term opens its own.
+	notifier    *projector.Notifier
+	feedWatcher *pubsub.FeedWatcher
+}
+
+// wireEventFeed adds the event feed (GET /v1/events) to w: its reads on
+// the request pool, and the process's one LISTEN connection (the notifier)
+// with the watcher that wakes the feed's long polls from it.
+func (w *wiring) wireEventFeed(cfg Config, dbs databases, log *slog.Logger) error {
+	apiES, _ := dbs.api()
+	store, err := pubsub.NewFeed(apiES.DB)
+	if err != nil {
+		return err
+	}
+	if w.notifier, err = projector.NewNotifier(cfg.DatabaseURL, log); err != nil {
+		return err
+	}
+	w.feedWatcher, err = pubsub.NewFeedWatcher(pubsub.FeedWatcherConfig{
+		DB: dbs.es.DB, Changed: w.notifier.AnyChanged, Fallback: cfg.PollInterval, Log: log})
+	if err != nil {
+		return err
+	}
+	if w.app.Queries.Events, err = query.NewFeed(store, w.feedWatcher); err != nil {
+		return err
+	}
+	return w.telemetry.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hearth_event_feed_waiting",
+		Help: "Reads of the event feed (GET /v1/events) waiting for events (long polls) on this instance.",
+	}, func() float64 { return float64(w.feedWatcher.Waiting()) }))
+}
+
+// runNotifications runs the notifier and the event feed's watcher until ctx
+// ends.
+func (w wiring) runNotifications(ctx context.Context) error {
+	if w.notifier == nil {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.notifier.Run(gctx) })
+	g.Go(func() error { return w.feedWatcher.Run(gctx) })
+	return g.Wait()
 }
 
 // wire builds the application on the request pools (dbs.api) and the
@@ -205,10 +251,11 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref, liveTerm: new(atomic.Int64)}
+	w := wiring{app: a, refdata: ref}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		w.projections = append(w.projections, projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
 	}
+	w.live = liveByUnit(w.projections)
 	if w.parking, err = projector.NewParking(dbs.es, w.projections...); err != nil {
 		return wiring{}, err
 	}
@@ -243,7 +290,7 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 
 // serve runs Hearth in its mode until ctx is done, then shuts down
 // gracefully: the HTTP server drains, the projections finish or abort the
-// message in flight, and the leadership lock is released.
+// message in flight, and the leadership locks are released.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	dbs, err := openDatabases(ctx, cfg)
 	if err != nil {
@@ -262,25 +309,31 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Mode != ModeWorker {
+		if err := w.wireEventFeed(cfg, dbs, log); err != nil {
+			return err
+		}
+	}
 
-	var elector *leader.Elector
-	if cfg.Mode != ModeAPI {
-		elector, err = newElector(cfg, dbs, log)
-		if err != nil {
-			return err
-		}
-	}
-	if elector != nil {
-		if err := w.telemetry.leader(elector, w.liveTerm); err != nil {
-			return err
-		}
-	}
+	var extra []leader.Unit
 	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
 	if err != nil {
 		return err
 	}
+	if relayUnit != nil {
+		extra = append(extra, *relayUnit)
+	}
+	var sched *leader.Scheduler
+	if cfg.Mode != ModeAPI {
+		if sched, err = newScheduler(cfg, dbs, w, log, extra...); err != nil {
+			return err
+		}
+		if err := w.telemetry.leadership(sched, w.live); err != nil {
+			return err
+		}
+	}
 	defer w.maintenance.Close()
-	hcfg, err := httpConfig(cfg, dbs, w, elector, log)
+	hcfg, err := httpConfig(cfg, dbs, w, sched, log)
 	if err != nil {
 		return err
 	}
@@ -303,6 +356,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		surfaces = []httpport.Surface{httpport.SurfacePublic, httpport.SurfaceAdmin}
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.runNotifications(gctx) })
+	// Closed when shutdown begins: the event feed's long polls answer at
+	// once, so that the servers drain without waiting for them.
+	draining := make(chan struct{})
+	hcfg.Draining = draining
+	g.Go(func() error {
+		<-gctx.Done()
+		close(draining)
+		return nil
+	})
 	addrs := make([]any, 0, 2*len(listeners))
 	defer closeConsole(hcfg.Console)
 	for i, l := range listeners {
@@ -360,15 +423,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("hearth started", append([]any{"mode", cfg.Mode, "split_databases", dbs.rm != dbs.es}, addrs...)...)
 
-	if elector != nil {
-		g.Go(func() error {
-			return elector.Run(gctx, func(leadCtx context.Context, term int64) error {
-				return lead(leadCtx, term, cfg, elector.Lease(), w, log)
-			})
-		})
-	}
-	if relayUnit != nil {
-		g.Go(func() error { return relayUnit.run(gctx) })
+	if sched != nil {
+		g.Go(func() error { return sched.Run(gctx) })
 	}
 	err = g.Wait()
 	log.Info("hearth stopped")
@@ -377,18 +433,19 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // httpConfig is the HTTP API's configuration on the wiring: serve's, and
 // the tests' (cmd/app/api_test.go), so that they cannot drift apart.
-// elector is nil in API mode (and in tests without leadership).
-func httpConfig(cfg Config, dbs databases, w wiring, elector *leader.Elector, log *slog.Logger) (httpport.Config, error) {
+// sched is nil in API mode (and in tests without leadership).
+func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, log *slog.Logger) (httpport.Config, error) {
 	positions, err := readmodel.NewPositions(dbs.api())
 	if err != nil {
 		return httpport.Config{}, err
 	}
 	hc := httpport.Config{
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
-		Ready: readiness(cfg, dbs, elector, w.liveTerm), Leadership: leadership(elector),
+		Ready: readiness(cfg, dbs, sched, w.live), Leadership: leadership(sched),
 		Parked: w.operator, Rebuilds: w.operator,
 		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
+		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
@@ -475,6 +532,7 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 	pr, err := projector.New(projector.Config{
 		EventStore:   es,
 		ConnString:   cfg.DatabaseURL,
+		Notifier:     w.notifier,
 		SameDB:       cfg.ReadModelDatabaseURL == cfg.DatabaseURL,
 		Fallback:     cfg.PollInterval,
 		Log:          log,
@@ -489,29 +547,4 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 		return err
 	}
 	return pr.Run(ctx)
-}
-
-func readiness(cfg Config, dbs databases, elector *leader.Elector, liveTerm *atomic.Int64) func(context.Context) (map[string]any, error) {
-	return func(ctx context.Context) (map[string]any, error) {
-		details := map[string]any{"mode": cfg.Mode}
-		if elector != nil {
-			st := elector.Status()
-			details["role"] = st.Role
-			details["term"] = st.Term
-			details["since"] = st.Since.UTC().Format(time.RFC3339Nano)
-			if st.Role == leader.RoleLeader {
-				details["projections"] = "catching_up"
-				if liveTerm.Load() == st.Term {
-					details["projections"] = "live"
-				}
-			}
-		}
-		if err := dbs.es.PingContext(ctx); err != nil {
-			return details, fmt.Errorf("event store: %w", err)
-		}
-		if err := dbs.rm.PingContext(ctx); err != nil {
-			return details, fmt.Errorf("read model: %w", err)
-		}
-		return details, nil
-	}
 }

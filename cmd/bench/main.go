@@ -16,6 +16,9 @@
 //   - the console's dispatch board with 50 staff and 500 schedules in the
 //     week against an empty board: page weight and time to first render
 //     in headless Chromium;
+//   - the event feed: commit to the answer of the long poll that carries
+//     the event, beside the read-your-writes GET's commit to answer, alone
+//     and with idle long polls of other merchants;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -58,6 +61,7 @@ func main() {
 		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
 		noisyFor /= 10
+		feedIdlePolls /= 10
 		consoleLoads = 5
 		scaleOrders /= 10
 	}
@@ -72,8 +76,8 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-// scale runs only when named (make bench-scale): it takes about 20 minutes.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "scale"}
+// scale runs only when named (make bench-scale): it takes about 15 minutes.
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed", "scale"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -191,6 +195,13 @@ func run() error {
 			return fmt.Errorf("console: %w", err)
 		}
 		rows = append(rows, cs...)
+	}
+	if only("feed") {
+		fr, err := b.feed(ctx)
+		if err != nil {
+			return fmt.Errorf("event feed: %w", err)
+		}
+		rows = append(rows, fr...)
 	}
 	var scaleTable string
 	if only("scale") {

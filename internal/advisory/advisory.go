@@ -4,8 +4,14 @@
 //
 // Lock names and keys:
 //
-//   - [Projections] ("hearth/projections"): the leadership lock (package
-//     leader), session-level, on the event store.
+//   - [Projection](name) ("hearth/projections/<projection>"): the
+//     leadership lock of one projection (package leader: a Scheduler unit),
+//     session-level, on the event store. Each has its fencing term in
+//     projection_leader under the same name.
+//   - [Projections] ("hearth/projections"): the one leadership lock of the
+//     versions before per-projection leadership, which ran every
+//     projection under it. Each projection's lock session now holds it in
+//     shared mode (leader.Config.Guard), see below.
 //   - [Relay] ("hearth/relay"): the leadership lock of the relay to NATS
 //     JetStream (adapters/pubsub/relay), session-level, on the event store;
 //     its fencing term has its own row in projection_leader.
@@ -22,6 +28,15 @@
 // key that old instances take on their own during a rollout never changes.
 //
 //   - The leadership key was already Key("hearth/projections"): unchanged.
+//     Leadership per projection added a lock per projection; an older
+//     instance knows only the one lock, so the new locks alone would let it
+//     project beside them. Each projection's lock session therefore takes
+//     Key("hearth/projections") in shared mode before it campaigns: an
+//     older leader (exclusive) and newer ones (shared) exclude each other,
+//     and each term a newer one begins increments the older term too,
+//     which refuses an older leader's transactions still in flight. When no
+//     instance older than per-projection leadership can run any more, the
+//     guard can go.
 //   - The migrations key predates this scheme (the first 8 bytes of
 //     "hearth-migrations" as a big-endian int64). Every instance migrates at
 //     start-up, so during a rollout old and new instances run migrations at
@@ -39,8 +54,12 @@ import (
 	"encoding/binary"
 )
 
-// Projections names the leadership lock.
+// Projections names the leadership lock of older versions, which now
+// guards the projections' own locks (see the package documentation).
 const Projections = "hearth/projections"
+
+// Projection names the leadership lock of one projection.
+func Projection(projection string) string { return Projections + "/" + projection }
 
 // Relay names the relay's leadership lock.
 const Relay = "hearth/relay"

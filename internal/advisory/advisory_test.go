@@ -22,4 +22,6 @@ func TestKeysDifferByName(t *testing.T) {
 	t.Parallel()
 	require.NotEqual(t, advisory.Key(advisory.Rebuild("orders")), advisory.Key(advisory.Rebuild("schedules")))
 	require.Equal(t, "hearth/rebuild/orders", advisory.Rebuild("orders"))
+	require.NotEqual(t, advisory.Key(advisory.Projection("orders")), advisory.Key(advisory.Projection("schedules")))
+	require.Equal(t, "hearth/projections/orders", advisory.Projection("orders"))
 }

@@ -1,24 +1,34 @@
 package chaos
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/internal/aggregates"
 	"hearth/internal/pgtest"
 )
 
 // faults are the kinds of failure TestChaos injects, in turn.
 var faults = []string{"sigkill", "sigterm", "terminate_backend", "sigstop", "restart_fast", "restart_immediate"}
 
-// TestChaos runs three workers, an api process and a writer issuing
-// commands through the API, injects one fault per round, and checks at the
-// end that every event was applied exactly once. A round's takeover time
-// runs from the fault to the first change-log row written under a newer
-// term; it is printed, not asserted.
+// TestChaos runs three workers, which share the three projections (one
+// each), an api process and a writer issuing commands for every projection
+// through the API; it injects one fault per round and checks at the end
+// that every event was applied exactly once. A round's target is one
+// projection, in turn: the signals go to the worker leading it (its other
+// projections, if any, are hit too), pg_terminate_backend ends that
+// projection's lock session only, and a Postgres restart hits every
+// projection. A projection's takeover time runs from the fault to the
+// first change-log row of that projection written under a newer term; it
+// is printed per projection, not asserted. After each round the workers
+// share the projections fairly again, a replacement worker included:
+// that time is printed too.
 func TestChaos(t *testing.T) {
 	ctx := t.Context()
 	w := newWorld(t, pgtest.NewSplitDBs(t), 3)
@@ -31,15 +41,37 @@ func TestChaos(t *testing.T) {
 		}
 	}()
 
-	takeovers := map[string]figures{}
-	var afterRestart figures // takeover counted from pg_ctl restart's return
+	projections := aggregates.Projections()
+	takeovers := map[string]map[string]figures{} // fault -> projection -> times
+	var afterRestart, rebalanced figures
 	for round := range *rounds {
 		kind := faults[round%len(faults)]
-		old, term := w.settledLeader()
+		target := projections[(round/len(faults)+round)%len(projections)]
+		leads := w.settledSpread()
 		mark := w.maxChangeID()
-		require.Eventually(t, func() bool { return w.maxChangeID() > mark }, time.Minute, 5*time.Millisecond, "the writer's events are being projected")
+		require.Eventually(t, func() bool {
+			for _, p := range projections {
+				if !w.projected(p, mark) {
+					return false
+				}
+			}
+			return true
+		}, time.Minute, 5*time.Millisecond, "the writer's events are being projected, in every projection")
 		mark = w.maxChangeID()
 
+		old := leads[target].proc
+		hit := []string{target}
+		switch kind {
+		case "restart_fast", "restart_immediate":
+			hit = projections
+		case "sigkill", "sigterm", "sigstop":
+			hit = nil
+			for _, p := range projections {
+				if leads[p].proc == old {
+					hit = append(hit, p)
+				}
+			}
+		}
 		injected := time.Now()
 		var restarted time.Duration
 		switch kind {
@@ -48,21 +80,49 @@ func TestChaos(t *testing.T) {
 		case "sigterm":
 			old.signal(t, syscall.SIGTERM)
 		case "terminate_backend":
-			w.terminateLockSession()
+			w.terminateLockSession(target)
 		case "sigstop":
 			old.signal(t, syscall.SIGSTOP)
 		case "restart_fast", "restart_immediate":
 			require.NoError(t, pgtest.Cluster().Restart(ctx, strings.TrimPrefix(kind, "restart_")))
 			restarted = time.Since(injected)
 		}
-		require.Eventually(t, func() bool { return w.projectedUnder(mark, term) }, 2*time.Minute, 5*time.Millisecond,
-			"round %d (%s): a leader projects under a term newer than %d", round, kind, term)
-		took := time.Since(injected)
-		takeovers[kind] = append(takeovers[kind], took)
-		t.Logf("round %2d %-17s old leader %s (term %d): projecting under a newer term after %v", round, kind, old.name, term, took.Round(time.Millisecond))
+		// Each projection hit is taken over on its own: wait for them all
+		// at once, so that each time is its own.
+		took := map[string]time.Duration{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, p := range hit {
+			wg.Go(func() { // polls as require.Eventually does, which must not run off the test's goroutine
+				poll := time.NewTicker(5 * time.Millisecond)
+				defer poll.Stop()
+				for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); <-poll.C {
+					if w.projectedUnder(p, mark, leads[p].term) {
+						mu.Lock()
+						took[p] = time.Since(injected)
+						mu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		var line []string
+		for _, p := range hit {
+			d, ok := took[p]
+			require.True(t, ok, "round %d (%s): %s projects under a term newer than %d", round, kind, p, leads[p].term)
+			if takeovers[kind] == nil {
+				takeovers[kind] = map[string]figures{}
+			}
+			takeovers[kind][p] = append(takeovers[kind][p], d)
+			line = append(line, fmt.Sprintf("%s %v (term %d)", p, d.Round(time.Millisecond), leads[p].term))
+			if restarted > 0 {
+				afterRestart = append(afterRestart, d-restarted)
+			}
+		}
+		t.Logf("round %2d %-17s %s: projecting under a newer term: %s", round, kind, old.name, strings.Join(line, ", "))
 		if restarted > 0 {
-			t.Logf("         (pg_ctl restart returned after %v: %v after Postgres was back)", restarted.Round(time.Millisecond), (took - restarted).Round(time.Millisecond))
-			afterRestart = append(afterRestart, took-restarted)
+			t.Logf("         (pg_ctl restart returned after %v)", restarted.Round(time.Millisecond))
 		}
 
 		switch kind {
@@ -76,23 +136,38 @@ func TestChaos(t *testing.T) {
 			}
 			w.replace(old)
 		}
-		// Every process survived (restarts included) and answers again.
+		// Every process survived (restarts included) and answers again, and
+		// the workers share the projections fairly again: a replacement
+		// takes its share from the others, without a restart.
 		require.Eventually(t, func() bool { _, ok := w.api.ready(); return ok }, time.Minute, 10*time.Millisecond, "the api process answers")
 		for _, p := range w.workers {
 			require.False(t, p.exited(), "%s is still running", p.name)
 		}
+		settling := time.Now()
+		w.settledSpread()
+		rebalanced = append(rebalanced, time.Since(settling))
 	}
-	_, _ = w.settledLeader()
 	wr.halt()
 	w.checkAcknowledged(wr)
 	events := w.checkExactlyOnce()
 	t.Logf("writer: %d commands acknowledged (all stored), %d failed (Postgres restarting); %d events, each applied exactly once",
 		wr.ok.Load(), wr.failed.Load(), events)
-	var all figures
+	all := map[string]figures{}
 	for _, kind := range faults {
-		t.Logf("takeover %-17s %v", kind, takeovers[kind])
-		all = append(all, takeovers[kind]...)
+		var perProjection []string
+		for _, p := range projections {
+			f := takeovers[kind][p]
+			all[p] = append(all[p], f...)
+			perProjection = append(perProjection, fmt.Sprintf("%s %v", p, f))
+		}
+		t.Logf("takeover %-17s %s", kind, strings.Join(perProjection, "; "))
 	}
-	t.Logf("takeover %-17s %v", "all", all)
+	var everything figures
+	for _, p := range projections {
+		t.Logf("takeover %-17s %s %v", "all faults", p, all[p])
+		everything = append(everything, all[p]...)
+	}
+	t.Logf("takeover %-17s %v", "all", everything)
 	t.Logf("takeover %-17s %v (counted from pg_ctl restart's return)", "after restarts", afterRestart)
+	t.Logf("spread again after %v (from the end of a takeover until every worker leads its share)", rebalanced)
 }

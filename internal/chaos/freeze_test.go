@@ -12,12 +12,13 @@ import (
 	"hearth/internal/pgtest"
 )
 
-// TestFrozenLeaderWritesNothing freezes the leader (SIGSTOP) while one of
-// its projection transactions has a write pending, waits until the other
-// worker leads and has applied that event itself, thaws the old leader
-// (SIGCONT) and proves that nothing the frozen leader had pending ever
-// committed: no change-log row written under its term is newer than the
-// freeze, and the pending event's row carries the new term.
+// TestFrozenLeaderWritesNothing freezes the leader of the orders projection
+// (SIGSTOP) while one of its projection transactions has a write pending,
+// waits until the other worker leads orders and has applied that event
+// itself, thaws the old leader (SIGCONT) and proves that nothing the frozen
+// leader had pending ever committed: no orders change-log row written under
+// its term is newer than the freeze, and the pending event's row carries
+// the new term.
 //
 // The pending write is made deterministic by holding the orders table
 // locked while the event is applied: the leader's transaction has then
@@ -28,7 +29,8 @@ import (
 func TestFrozenLeaderWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, pgtest.NewDB(t), 2)
-	old, oldTerm := w.settledLeader()
+	leads := w.settledSpread()
+	old, oldTerm := leads["orders"].proc, leads["orders"].term
 	var standby *proc
 	for _, p := range w.workers {
 		if p != old {
@@ -73,8 +75,8 @@ func TestFrozenLeaderWritesNothing(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		r, ok := standby.ready()
-		return ok && r.Role == "leader" && r.Term > oldTerm
-	}, time.Minute, 10*time.Millisecond, "the standby leads while the old leader is frozen")
+		return ok && r.Leads["orders"] > oldTerm
+	}, time.Minute, 10*time.Millisecond, "the other worker leads orders while the old leader is frozen")
 	require.Eventually(t, func() bool { _, ok := changeRow(2); return ok }, time.Minute, 5*time.Millisecond, "the new leader applies the pending event")
 	t.Logf("frozen leader (term %d): the standby applied its pending event %v after the freeze", oldTerm, time.Since(frozen).Round(time.Millisecond))
 	newTerm, _ := changeRow(2)
@@ -83,8 +85,9 @@ func TestFrozenLeaderWritesNothing(t *testing.T) {
 	old.signal(t, syscall.SIGCONT)
 	require.Eventually(t, func() bool {
 		r, ok := old.ready()
-		return ok && r.Role == "standby"
-	}, time.Minute, 10*time.Millisecond, "the thawed leader steps down")
+		_, leads := r.Leads["orders"]
+		return ok && !leads
+	}, time.Minute, 10*time.Millisecond, "the thawed leader steps down from orders")
 	// More events, so a stale write, if any were possible, would have had
 	// its chance.
 	for i := range 5 {
@@ -95,8 +98,9 @@ func TestFrozenLeaderWritesNothing(t *testing.T) {
 	w.checkExactlyOnce()
 
 	var stale int
-	require.NoError(t, w.rm.DB.QueryRow(`SELECT count(*) FROM change_log WHERE id > $1 AND (term IS NULL OR term <= $2)`, before, oldTerm).Scan(&stale))
-	require.Zero(t, stale, "no change-log row of the frozen leader's term committed after the freeze")
+	require.NoError(t, w.rm.DB.QueryRow(`SELECT count(*) FROM change_log WHERE id > $1 AND aggregate_type = $2 AND (term IS NULL OR term <= $3)`,
+		before, aggregateType("orders"), oldTerm).Scan(&stale))
+	require.Zero(t, stale, "no orders change-log row of the frozen leader's term committed after the freeze")
 	term, _ := changeRow(2)
 	require.Equal(t, newTerm, term)
 	require.False(t, old.exited(), "the thawed leader keeps running, as a standby")

@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/internal/advisory"
+	"hearth/internal/aggregates"
 	"hearth/internal/pgtest"
 )
 
@@ -118,16 +120,17 @@ func (p *proc) exited() bool {
 }
 
 // readiness is a process's leadership, as its /metrics report it (the
-// details of /readyz are for admin keys).
+// details of /readyz are for admin keys): per projection, whether it leads
+// it and under which term.
 type readiness struct {
-	Role string // leader or standby; "" in mode api
-	Term int64
+	Leads map[string]int64 // projection -> term, for the projections it leads
+	Units int              // units it reports (0 in mode api)
 }
 
 // ready asks /readyz and /metrics; ok is false when the process does not
 // answer 200 to both.
 func (p *proc) ready() (readiness, bool) {
-	var r readiness
+	r := readiness{Leads: map[string]int64{}}
 	get := func(path string) (string, bool) {
 		resp, err := client.Get("http://" + p.addr + path)
 		if err != nil {
@@ -144,39 +147,58 @@ func (p *proc) ready() (readiness, bool) {
 	if !ok {
 		return r, false
 	}
+	leads, terms := map[string]bool{}, map[string]int64{}
 	for _, line := range strings.Split(metrics, "\n") {
-		switch name, value, _ := strings.Cut(line, " "); name {
+		series, value, _ := strings.Cut(line, " ")
+		name, labels, _ := strings.Cut(series, "{")
+		unit := strings.TrimSuffix(strings.TrimPrefix(labels, `unit="`), `"}`)
+		projection, isProjection := strings.CutPrefix(unit, advisory.Projection(""))
+		if !isProjection {
+			continue
+		}
+		switch name {
 		case "hearth_leader_is_leader":
-			r.Role = map[string]string{"1": "leader", "0": "standby"}[value]
+			r.Units++
+			leads[projection] = value == "1"
 		case "hearth_leader_term":
 			term, _ := strconv.ParseFloat(value, 64) // Prometheus' text format
-			r.Term = int64(term)
+			terms[projection] = int64(term)
+		}
+	}
+	for projection, yes := range leads {
+		if yes {
+			r.Leads[projection] = terms[projection]
 		}
 	}
 	return r, true
 }
 
-// leaderOf returns the one worker that reports leading with the highest
-// term, and whether exactly one leads and every other answers standby.
-func leaderOf(workers []*proc) (leader *proc, term int64, settled bool) {
-	settled = true
+// leaders returns, for each projection, the worker that leads it and its
+// term, and whether every worker answered and every projection has exactly
+// one leader.
+func leaders(workers []*proc) (map[string]lead, bool) {
+	out := map[string]lead{}
+	settled := true
 	for _, w := range workers {
 		r, ok := w.ready()
-		switch {
-		case !ok:
+		if !ok || r.Units != len(aggregates.Projections()) {
 			settled = false
-		case r.Role == "leader":
-			if leader != nil {
+			continue
+		}
+		for projection, term := range r.Leads {
+			if _, twice := out[projection]; twice {
 				settled = false
 			}
-			if r.Term > term {
-				leader, term = w, r.Term
-			}
-		case r.Role != "standby":
-			settled = false
+			out[projection] = lead{w, term}
 		}
 	}
-	return leader, term, settled && leader != nil
+	return out, settled && len(out) == len(aggregates.Projections())
+}
+
+// lead is a projection's leader and its term.
+type lead struct {
+	proc *proc
+	term int64
 }
 
 // call sends one JSON request with key and decodes the answer into out (if

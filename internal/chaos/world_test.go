@@ -18,6 +18,8 @@ import (
 	"hearth/adapters/readmodel"
 	"hearth/app/access"
 	"hearth/app/query"
+	"hearth/internal/advisory"
+	"hearth/internal/aggregates"
 	"hearth/internal/pgtest"
 	"hearth/internal/refdata"
 )
@@ -32,6 +34,7 @@ type world struct {
 	key      string // an operator key
 	merchant string
 	customer string
+	staff    string
 	started  int // workers started so far, for names
 }
 
@@ -56,6 +59,10 @@ func newWorld(t *testing.T, urls pgtest.URLs, workers int) *world {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status)
 	w.customer = c.ID
+	status, err = call(http.MethodPost, w.url("/v1/staff"), w.key, map[string]any{"name": "Chaos Staff"}, &c)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status)
+	w.staff = c.ID
 	return w
 }
 
@@ -76,18 +83,28 @@ func (w *world) replace(p *proc) {
 	w.addWorker()
 }
 
-// settledLeader waits until exactly one worker leads and the others are
-// standbys, and returns the leader and its term.
-func (w *world) settledLeader() (*proc, int64) {
+// settledSpread waits until every projection has one leader and the
+// workers share them fairly: none leads more than its fair share (the
+// projections divided by the workers, rounded up; one each with three
+// workers). It returns each projection's leader and term.
+func (w *world) settledSpread() map[string]lead {
 	w.t.Helper()
-	var leader *proc
-	var term int64
+	var out map[string]lead
+	share := (len(aggregates.Projections()) + len(w.workers) - 1) / len(w.workers)
 	require.Eventually(w.t, func() bool {
 		var settled bool
-		leader, term, settled = leaderOf(w.workers)
-		return settled
-	}, 60*time.Second, 10*time.Millisecond, "one leader, the other workers standby")
-	return leader, term
+		if out, settled = leaders(w.workers); !settled {
+			return false
+		}
+		led := map[*proc]int{}
+		for _, l := range out {
+			if led[l.proc]++; led[l.proc] > share {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 10*time.Millisecond, "every projection led, at most %d by each worker", share)
+	return out
 }
 
 // createOrder creates an order through the API and returns its id.
@@ -124,9 +141,10 @@ func (w *world) startWriter(interval time.Duration) *writer {
 	wr := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]int{}}
 	go func() {
 		defer close(wr.done)
-		var orders []string
+		var orders, requests []string
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
+		window := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		for i := 0; ; i++ {
 			select {
 			case <-wr.stop:
@@ -139,14 +157,33 @@ func (w *world) startWriter(interval time.Duration) *writer {
 			}
 			var status int
 			var err error
-			if len(orders) < 10 || i%5 == 0 {
+			// Each projection gets an event every third tick: orders,
+			// service requests, and schedules (an order's assignment).
+			switch {
+			case i%3 == 0 && (len(orders) < 10 || i%5 == 0):
 				status, err = call(http.MethodPost, w.url("/v1/orders"), w.key, map[string]any{"customer_id": w.customer, "amount_cents": i}, &o)
 				if err == nil && status == http.StatusCreated {
 					orders = append(orders, o.ID)
 				}
-			} else {
+			case i%3 == 0:
 				id := orders[rand.IntN(len(orders))]
 				status, err = call(http.MethodPatch, w.url("/v1/orders/"+id), w.key, map[string]any{"notes": fmt.Sprint("note ", i), "amount_cents": i}, &o)
+			case i%3 == 1 && (len(requests) < 10 || i%5 == 0):
+				status, err = call(http.MethodPost, w.url("/v1/service-requests"), w.key, map[string]any{"customer_id": w.customer, "content": fmt.Sprint("request ", i), "source": "phone"}, &o)
+				if err == nil && status == http.StatusCreated {
+					requests = append(requests, o.ID)
+				}
+			case i%3 == 1:
+				id := requests[rand.IntN(len(requests))]
+				status, err = call(http.MethodPatch, w.url("/v1/service-requests/"+id), w.key, map[string]any{"notes": fmt.Sprint("note ", i)}, &o)
+			case len(orders) > 0:
+				// A new window each time, so the staff member is never booked twice.
+				window = window.Add(time.Hour)
+				id := orders[rand.IntN(len(orders))]
+				status, err = call(http.MethodPut, w.url("/v1/orders/"+id+"/assignment"), w.key, map[string]any{
+					"staff_id": w.staff, "start_at": window, "end_at": window.Add(30 * time.Minute)}, &o)
+			default:
+				continue
 			}
 			if err == nil && status < 300 {
 				wr.ok.Add(1)
@@ -185,6 +222,25 @@ func (w *world) checkExactlyOnce() int {
 	var changes []string
 	require.NoError(t, w.rm.NewRaw("SELECT event_id::text FROM change_log ORDER BY event_id").Scan(ctx, &changes))
 	require.Equal(t, events, changes, "exactly one change-log row per event")
+
+	// Every row of every projection is at its stream's last version.
+	for _, f := range aggregates.All() {
+		versions := func(db *bun.DB, query string, args ...any) map[string]int {
+			var rows []struct {
+				ID      string `bun:"id"`
+				Version int    `bun:"version"`
+			}
+			require.NoError(t, db.NewRaw(query, args...).Scan(ctx, &rows))
+			out := map[string]int{}
+			for _, r := range rows {
+				out[r.ID] = r.Version
+			}
+			return out
+		}
+		want := versions(w.es, "SELECT stream_id::text AS id, max(version) AS version FROM events WHERE stream_type = ? GROUP BY stream_id", f.Type)
+		got := versions(w.rm, "SELECT id::text AS id, version FROM ?", bun.Ident(f.Table))
+		require.Equal(t, want, got, "%s rows at their streams' last versions", f.Projection)
+	}
 
 	var ids []string
 	require.NoError(t, w.es.NewRaw("SELECT DISTINCT stream_id::text FROM events WHERE stream_type = ?", pubsub.OrderStream.Type).Scan(ctx, &ids))
@@ -232,24 +288,43 @@ func (w *world) maxChangeID() int64 {
 	return id
 }
 
-// projectedUnder reports whether a change-log row newer than after was
-// written under a term newer than term: a new leader is projecting.
-func (w *world) projectedUnder(after, term int64) bool {
+// projectedUnder reports whether a change-log row of projection newer than
+// after was written under a term newer than term: a new leader of that
+// projection is projecting.
+func (w *world) projectedUnder(projection string, after, term int64) bool {
 	var yes bool
-	err := w.rm.DB.QueryRow("SELECT EXISTS (SELECT FROM change_log WHERE id > $1 AND term > $2)", after, term).Scan(&yes)
+	err := w.rm.DB.QueryRow("SELECT EXISTS (SELECT FROM change_log WHERE aggregate_type = $1 AND id > $2 AND term > $3)",
+		aggregateType(projection), after, term).Scan(&yes)
 	return err == nil && yes
 }
 
-// terminateLockSession ends the session holding the leadership lock, as an
-// operator (or a connection killer) would.
-func (w *world) terminateLockSession() {
+// projected reports whether a change-log row of projection newer than after
+// exists.
+func (w *world) projected(projection string, after int64) bool {
+	return w.projectedUnder(projection, after, 0)
+}
+
+// aggregateType is the stream type a projection projects.
+func aggregateType(projection string) string {
+	for _, f := range aggregates.All() {
+		if f.Projection == projection {
+			return f.Type
+		}
+	}
+	panic("no projection " + projection)
+}
+
+// terminateLockSession ends the session holding a projection's leadership
+// lock, as an operator (or a connection killer) would.
+func (w *world) terminateLockSession(projection string) {
 	w.t.Helper()
+	key := advisory.Key(advisory.Projection(projection))
 	var n int
 	require.NoError(w.t, w.es.DB.QueryRow(`
 		SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
 		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND l.classid::bigint = 3563993274 AND l.objid::bigint = 3050863740`).Scan(&n))
-	require.Equal(w.t, 1, n, "one session holds the lock")
+		  AND l.classid::bigint = $1 AND l.objid::bigint = $2`, uint32(uint64(key)>>32), uint32(uint64(key))).Scan(&n))
+	require.Equal(w.t, 1, n, "one session holds the lock of %s", projection)
 }
 
 // figures summarises durations: count, median and max.

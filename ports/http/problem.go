@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/order"
 	"hearth/domain/servicerequest"
@@ -30,6 +31,9 @@ type problem struct {
 	// Limit names the limit a 429 hit: key, merchant, in-flight or
 	// client-address.
 	Limit string `json:"limit,omitempty"`
+	// EventID names the event the event feed cannot give in its public
+	// form (/problems/unpublishable-event).
+	EventID string `json:"event_id,omitempty"`
 }
 
 func newProblem(status int, slug, detail string) problem {
@@ -71,6 +75,8 @@ func ProblemOf(err error) (p Problem, ok bool) {
 		conflict *apperr.ConflictError
 		tooBig   *http.MaxBytesError
 		ruled    interface{ Rule() string }
+
+		unpublishable *query.UnpublishableEventError
 	)
 	switch {
 	case errors.As(err, &bad):
@@ -97,6 +103,12 @@ func ProblemOf(err error) (p Problem, ok bool) {
 	case errors.As(err, &conflict):
 		p = newProblem(http.StatusConflict, "conflict", conflict.Detail)
 		p.ConflictingScheduleID = conflict.With["conflicting_schedule_id"]
+	case errors.As(err, &unpublishable):
+		p = newProblem(http.StatusInternalServerError, "unpublishable-event", err.Error()+
+			"; the feed stops before it until a fix is deployed or an operator skips it (docs/operations.md, parked aggregates)")
+		p.EventID = unpublishable.EventID
+	case errors.Is(err, errTooManyFeedWaits):
+		p = newProblem(http.StatusServiceUnavailable, "too-many-waits", err.Error())
 	case errors.Is(err, apperr.ErrNotFound):
 		p = newProblem(http.StatusNotFound, "not-found", "no such resource")
 	case errors.Is(err, apperr.ErrForbidden):
@@ -112,10 +124,16 @@ func ProblemOf(err error) (p Problem, ok bool) {
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p, known := ProblemOf(err)
 	var (
-		version *apperr.VersionError
-		idem    *idempotencyError
+		version       *apperr.VersionError
+		idem          *idempotencyError
+		unpublishable *query.UnpublishableEventError
 	)
 	switch {
+	case known && errors.As(err, &unpublishable):
+		// A bug or a corruption that stops a merchant's feed: the operator
+		// must hear of it.
+		s.log.ErrorContext(r.Context(), "event feed stopped before an event", "method", r.Method, "path", r.URL.Path,
+			"event_id", unpublishable.EventID, "position", unpublishable.Position, "error", err)
 	case known && p.Status == http.StatusConflict && errors.As(err, &version) && r.Header.Get("If-Match") != "":
 		w.Header().Set("ETag", etag(version.Actual))
 		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", version.Error())

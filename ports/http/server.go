@@ -101,6 +101,17 @@ type Config struct {
 	// answers without waiting (Consistency-Status: skipped). Defaults to 256;
 	// negative: no GET waits.
 	ConsistencyMaxWaits int
+	// FeedWait is the longest a read of the event feed waits for an event
+	// (long poll); a request's wait parameter may shorten it. Defaults to
+	// 20s.
+	FeedWait time.Duration
+	// FeedMaxWaits caps the event feed's long polls in flight; over the cap
+	// a read answers at once (503 when it has nothing). Defaults to 256.
+	FeedMaxWaits int
+	// Draining, once closed, ends the event feed's long polls at once, each
+	// with what it has: the server is shutting down, and its graceful
+	// shutdown should not wait for them. Optional.
+	Draining <-chan struct{}
 	// Surface is which routes this handler serves: all of them (the
 	// default), or the public or admin half when /metrics and /admin/* have
 	// a listener of their own (ADMIN_ADDR).
@@ -141,6 +152,7 @@ type server struct {
 	log             *slog.Logger
 	idempotentSlots chan struct{}
 	waits           chan struct{} // one token per read-your-writes wait in flight
+	feedWaits       chan struct{} // one token per event feed long poll in flight
 	limits          *limiter
 	keyHits         *keyCache
 	ready           readiness
@@ -166,6 +178,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.ConsistencyMaxWaits == 0 {
 		cfg.ConsistencyMaxWaits = 256
 	}
+	cfg.FeedWait = cmp.Or(cfg.FeedWait, 20*time.Second)
+	cfg.FeedMaxWaits = cmp.Or(cfg.FeedMaxWaits, 256)
 	if cfg.Ready == nil {
 		cfg.Ready = func(context.Context) (map[string]any, error) { return map[string]any{}, nil }
 	}
@@ -173,7 +187,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
 	cfg.IdempotencyMaxInFlight = cmp.Or(cfg.IdempotencyMaxInFlight, 8)
 	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: make(chan struct{}, cfg.IdempotencyMaxInFlight),
-		waits:  make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)),
+		waits: make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)), feedWaits: make(chan struct{}, max(cfg.FeedMaxWaits, 0)),
 		limits: newLimiter(cfg.Limits, cfg.TrustedProxies), keyHits: newKeyCache(cfg.KeyCacheTTL)}
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
@@ -262,6 +276,7 @@ func (s *server) routes() []route {
 		versioned("POST /v1/orders/{id}/cancel", op, s.cancelOrder),
 		versioned("PUT /v1/orders/{id}/assignment", op, s.assignOrder),
 		versioned("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
+		v1("GET /v1/events", op, s.listEvents),
 		v1("GET /admin/parked", admin, s.configured(s.Parked != nil, s.listParked)),
 		v1("POST /admin/parked/replay", admin, s.configured(s.Parked != nil, s.replayAllParked)),
 		v1("GET /admin/parked/{projection}/{id}", admin, s.configured(s.Parked != nil, s.getParked)),

@@ -5,6 +5,7 @@ import (
 
 	"hearth/app/access"
 	"hearth/app/ops"
+	"hearth/app/publicevent"
 	"hearth/app/query"
 	"hearth/domain/reference"
 )
@@ -348,4 +349,25 @@ type rotationBody struct {
 
 func rotationBodyOf(r access.Rotation) rotationBody {
 	return rotationBody{newKeyBody: newKeyBodyOf(r.NewKey), Previous: KeyBodyOf(r.Previous)}
+}
+
+// eventBody is one event of the feed: the public event, and the cursor
+// that continues after it.
+type eventBody struct {
+	publicevent.Event
+	Cursor string `json:"cursor"`
+}
+
+// eventListBody is one page of the feed.
+type eventListBody struct {
+	Events     []eventBody `json:"events"`
+	NextCursor string      `json:"next_cursor"`
+}
+
+func eventListBodyOf(p query.FeedPage) eventListBody {
+	out := eventListBody{Events: make([]eventBody, len(p.Events)), NextCursor: p.Next.String()}
+	for i, e := range p.Events {
+		out.Events[i] = eventBody{Event: e.Event, Cursor: e.Cursor.String()}
+	}
+	return out
 }

@@ -42,6 +42,9 @@ type Notifier struct {
 	signals map[string]chan struct{} // by table name; closed and replaced on each notification
 }
 
+// anyTable is the key of signals whose channel every notification closes.
+const anyTable = ""
+
 // NewNotifier returns a notifier on the event-store database. Call Run.
 func NewNotifier(connString string, log *slog.Logger) (*Notifier, error) {
 	if _, err := pgx.ParseConfig(connString); err != nil {
@@ -134,12 +137,20 @@ func (n *Notifier) signal(table string) <-chan struct{} {
 // not missed.
 func (n *Notifier) Changed(topic string) <-chan struct{} { return n.signal(topicTable(topic)) }
 
+// AnyChanged returns the channel that the next notification closes,
+// whatever its topic, or the next (re)connection. The event feed's watcher
+// waits on it: one LISTEN connection serves the projections and every long
+// poll.
+func (n *Notifier) AnyChanged() <-chan struct{} { return n.signal(anyTable) }
+
 func (n *Notifier) wake(table string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if ch, ok := n.signals[table]; ok {
-		close(ch)
-		delete(n.signals, table)
+	for _, key := range []string{table, anyTable} {
+		if ch, ok := n.signals[key]; ok {
+			close(ch)
+			delete(n.signals, key)
+		}
 	}
 }
 
@@ -170,7 +181,8 @@ type notifyBackoff struct {
 	// that came during the poll has closed it already.
 	seen <-chan struct{}
 	// quick, when not zero, is a short wait for a re-poll after a
-	// notification found nothing visible yet; it doubles up to fallback.
+	// notification found nothing visible yet; it doubles up to
+	// min(fallback, quickMax).
 	quick time.Duration
 	// done ends any wait: this subscription's context ended or the
 	// subscriber is closing.
@@ -192,12 +204,7 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		b.seen = b.n.signal(b.table)
 		return 0 // there may be more: poll again at once
 	}
-	wait := b.fallback
-	if b.quick > 0 {
-		wait = b.quick
-		b.quick = min(b.quick*2, b.fallback)
-	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(b.nextWait())
 	select {
 	case <-b.seen:
 		b.quick = time.Millisecond
@@ -207,6 +214,25 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 	t.Stop()
 	b.seen = b.n.signal(b.table)
 	return 0
+}
+
+// quickMax caps the re-polls after a notification. A notified message can
+// stay invisible for as long as an older transaction anywhere in the
+// cluster is open (watermill-sql reads only below pg_snapshot_xmin, which is
+// cluster-wide), and without the cap the doubling would soon wait as long as
+// the fallback, leaving a message known to be there unread until then.
+const quickMax = time.Second
+
+// nextWait is how long to wait after an empty poll (unless a notification
+// comes first): the fallback, or while a notification's message is not yet
+// visible, the next quick re-poll.
+func (b *notifyBackoff) nextWait() time.Duration {
+	if b.quick == 0 {
+		return b.fallback
+	}
+	wait := b.quick
+	b.quick = min(b.quick*2, b.fallback, quickMax)
+	return wait
 }
 
 func (b *notifyBackoff) ending() bool {

@@ -19,6 +19,10 @@ type Config struct {
 	EventStore *sql.DB
 	// ConnString is the event store's URL, for the LISTEN connection.
 	ConnString string
+	// Notifier, when set, is the process's notifier, run by its owner: the
+	// projections share its LISTEN connection (with the event feed).
+	// Otherwise each Run opens a notifier of its own on ConnString.
+	Notifier *Notifier
 	// SameDB reports that the read model lives in the event store's
 	// database (the catch-up then moves offsets in the read-model
 	// transaction).
@@ -56,6 +60,7 @@ type Config struct {
 type Projector struct {
 	db           *sql.DB
 	connString   string
+	notifier     *Notifier
 	sameDB       bool
 	fallback     time.Duration
 	log          *slog.Logger
@@ -82,7 +87,7 @@ func New(cfg Config) (*Projector, error) {
 		onLive = func() {}
 	}
 	return &Projector{
-		db: cfg.EventStore, connString: cfg.ConnString, sameDB: cfg.SameDB, fallback: cfg.Fallback,
+		db: cfg.EventStore, connString: cfg.ConnString, notifier: cfg.Notifier, sameDB: cfg.SameDB, fallback: cfg.Fallback,
 		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
 		pageSize: cfg.CatchUpPageSize, parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry,
 		onLive: onLive, projections: cfg.Projections,
@@ -95,9 +100,12 @@ func New(cfg Config) (*Projector, error) {
 // NOTIFY (Notifier) and poll every Fallback otherwise.
 func (pr *Projector) Run(ctx context.Context) error {
 	log := pr.log
-	notifier, err := NewNotifier(pr.connString, log)
-	if err != nil {
-		return err
+	notifier, own := pr.notifier, pr.notifier == nil
+	if own {
+		var err error
+		if notifier, err = NewNotifier(pr.connString, log); err != nil {
+			return err
+		}
 	}
 	poison, err := SQLPublisher(pr.db, log)
 	if err != nil {
@@ -109,7 +117,9 @@ func (pr *Projector) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return notifier.Run(gctx) })
+	if own {
+		g.Go(func() error { return notifier.Run(gctx) })
+	}
 	fail := func(err error) error {
 		cancel()
 		return errors.Join(err, g.Wait())

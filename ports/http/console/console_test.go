@@ -406,3 +406,21 @@ func TestLagChart(t *testing.T) {
 	require.Contains(t, string(svg), `points="0.0,46.0 120.0,2.0 240.0,24.0"`)
 	require.Contains(t, string(svg), `role="img"`)
 }
+
+// The on-call view reads who leads each unit from the leadership report
+// (GET /admin/leadership): the current term's holder, and this instance's
+// role; a unit no one has led yet has no holder.
+func TestLeadersOf(t *testing.T) {
+	t.Parallel()
+	report := map[string]any{"holder": "w1", "workers": 2, "units": []any{
+		map[string]any{"name": "hearth/projections/orders", "role": "leader", "term": 4, "since": "s1",
+			"current": map[string]any{"term": 4, "holder": "w1", "since": "s1"}},
+		map[string]any{"name": "hearth/projections/schedules", "role": "standby", "term": 0, "since": "s2"},
+	}}
+	got := leadersOf(report, strings.ToUpper)
+	require.Equal(t, []leaderView{
+		{Unit: "hearth/projections/orders", Holder: "w1", Term: "4", Since: "S1", Role: "leader", ThisSince: "S1"},
+		{Unit: "hearth/projections/schedules", Role: "standby", ThisSince: "S2"},
+	}, got)
+	require.Empty(t, leadersOf(map[string]any{}, strings.ToUpper))
+}

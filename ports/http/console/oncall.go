@@ -279,33 +279,42 @@ type rebuildView struct {
 	Percent    int64
 }
 
-// leaderView is who leads the projections, as the leadership report says.
+// leaderView is who leads one unit (a projection's lock), as the
+// leadership report says.
 type leaderView struct {
-	Holder, Term, Since string
+	Unit, Holder, Term, Since string
 	// Role is this instance's: leader or standby.
 	Role, ThisSince string
 }
 
-// leaderOf reads the leader from a leadership report (GET
-// /admin/leadership): the term the database records (current), and this
+// leadersOf reads from a leadership report (GET /admin/leadership) who
+// leads each unit: the term the database records (current), and this
 // instance's role.
-func leaderOf(m map[string]any, stamp func(string) string) *leaderView {
-	cur, ok := m["current"].(map[string]any)
-	if !ok {
-		return nil
-	}
+func leadersOf(m map[string]any, stamp func(string) string) []leaderView {
+	units, _ := m["units"].([]any)
 	str := func(v any) string {
 		if v == nil {
 			return ""
 		}
 		return fmt.Sprint(v)
 	}
-	return &leaderView{Holder: str(cur["holder"]), Term: str(cur["term"]), Since: stamp(str(cur["since"])),
-		Role: str(m["role"]), ThisSince: stamp(str(m["since"]))}
+	var out []leaderView
+	for _, x := range units {
+		u, ok := x.(map[string]any)
+		if !ok {
+			continue
+		}
+		v := leaderView{Unit: str(u["name"]), Role: str(u["role"]), ThisSince: stamp(str(u["since"]))}
+		if cur, ok := u["current"].(map[string]any); ok {
+			v.Holder, v.Term, v.Since = str(cur["holder"]), str(cur["term"]), stamp(str(cur["since"]))
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 type oncallData struct {
-	Leader        *leaderView
+	Leaders       []leaderView
 	Leadership    []kv
 	LeadershipErr string
 	Lags          []lagView
@@ -336,7 +345,7 @@ func (c *Console) oncallPage(r *http.Request, s *session) (*page, error) {
 			d.LeadershipErr = err.Error()
 		}
 		d.Leadership = kvs(m)
-		d.Leader = leaderOf(m, func(v string) string {
+		d.Leaders = leadersOf(m, func(v string) string {
 			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 				return t.In(s.loc).Format("2006-01-02 15:04:05 MST")
 			}
