@@ -25,7 +25,7 @@ bench:
 
 # bench-scale builds a merchant of 2,000,000 events (500,000 orders) and one
 # of 10,000, measures both the same way and writes the scale section of
-# docs/benchmarks.md (about 20 minutes).
+# docs/benchmarks.md (about 15 minutes on 2 cores).
 bench-scale:
 	BENCH_ONLY=scale $(GO) run ./cmd/bench
 
