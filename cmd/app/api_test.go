@@ -23,6 +23,7 @@ import (
 	"hearth/adapters/pubsub/projector"
 	"hearth/app/access"
 	"hearth/app/query"
+	"hearth/client"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 	httpport "hearth/ports/http"
@@ -138,6 +139,14 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	return a
 }
 
+// hearth is Hearth's generated Go client (client_test.go) on the same
+// server and HTTP client as the raw requests. Built as NewClientWithResponses
+// builds it (a server URL ending in a slash), without its error: only a
+// failing option makes one.
+func (a *api) hearth() *client.ClientWithResponses {
+	return &client.ClientWithResponses{ClientInterface: &client.Client{Server: a.base + "/", Client: a.client}}
+}
+
 // response is an HTTP answer with its JSON body decoded (numbers are
 // float64, as encoding/json decodes them into any).
 type response struct {
@@ -217,18 +226,21 @@ func (a *api) must(status int, method, path, key string, body any) response {
 	return r
 }
 
+// createCustomer creates a customer through the generated client and
+// returns its id.
 func (a *api) createCustomer(key, name string) string {
 	a.t.Helper()
-	r := a.must(http.StatusCreated, http.MethodPost, "/v1/customers", key, map[string]any{"name": name})
-	return r.Body["id"].(string)
+	r, err := a.hearth().CreateCustomerWithResponse(a.t.Context(), nil, client.CustomerInput{Name: new(name)}, as(key))
+	return expect(a.t, http.StatusCreated, r, err).JSON201.Id.String()
 }
 
-// createOrder creates a pending order and returns its id.
+// createOrder creates a pending order through the generated client and
+// returns its id.
 func (a *api) createOrder(key, customerID string, amountCents int) string {
 	a.t.Helper()
-	r := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", key,
-		map[string]any{"customer_id": customerID, "amount_cents": amountCents})
-	return r.Body["id"].(string)
+	r, err := a.hearth().CreateOrderWithResponse(a.t.Context(), nil,
+		client.OrderCreate{CustomerId: uid(a.t, customerID), AmountCents: new(amountCents)}, as(key))
+	return expect(a.t, http.StatusCreated, r, err).JSON201.Id.String()
 }
 
 // awaitOrder waits until the read model shows the order at version (a
@@ -341,124 +353,148 @@ func problemFields(r response) []string {
 	return fields
 }
 
+// An order's life, through Hearth's generated Go client: every write's
+// answer, events, change log, correlation ids, and the refusals of a final
+// order.
 func TestOrderLifecycle(t *testing.T) {
 	t.Parallel()
 	for name, newDB := range pgtest.Layouts() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			a := setup(t, newDB(t))
+			ctx, op := t.Context(), as(a.opA)
 			customerID := a.createCustomer(a.opA, "Ada Lovelace")
 
-			created := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA,
-				map[string]any{"customer_id": customerID, "amount_cents": 12000, "notes": "ring twice"})
-			id, _ := created.Body["id"].(string)
-			require.True(t, uuid.Valid(id), "%s", created)
-			require.Equal(t, "/v1/orders/"+id, created.Header.Get("Location"))
-			require.Equal(t, 1, intOf(created.Body["version"]))
-			require.Equal(t, "pending", created.Body["status"])
-			require.Equal(t, "unsettled", created.Body["settlement_status"])
-			position, _ := created.Body["position"].(string)
-			require.NotEmpty(t, position, "%s", created)
-			require.Equal(t, position, created.Header.Get("Consistency-Position"))
-			require.Equal(t, "Ada Lovelace", created.Body["customer_name"], "the write answers with the name its customer check read")
+			createR, err := a.hearth().CreateOrderWithResponse(ctx, nil,
+				client.OrderCreate{CustomerId: uid(t, customerID), AmountCents: new(12000), Notes: new("ring twice")}, op)
+			created := expect(t, http.StatusCreated, createR, err).JSON201
+			id := created.Id.String()
+			oid := created.Id
+			require.Equal(t, "/v1/orders/"+id, *createR.Headers201.Location)
+			require.Equal(t, 1, created.Version)
+			require.Equal(t, client.OrderWrittenStatusPending, created.Status)
+			require.Equal(t, client.OrderWrittenSettlementStatusUnsettled, created.SettlementStatus)
+			position := created.Position
+			require.NotEmpty(t, position)
+			require.Equal(t, position, *createR.Headers201.ConsistencyPosition)
+			require.Equal(t, "Ada Lovelace", *created.CustomerName, "the write answers with the name its customer check read")
 			require.Equal(t, 1, a.events(id))
-			got := a.awaitOrder(a.opA, id, 1)
-			requireShows(t, created.Body, got.Body, "the read model shows what the write answered")
-			require.Equal(t, "Ada Lovelace", got.Body["customer_name"], "reads join the customer's name")
+			got := a.awaitOrderAt(a.opA, id, 1)
+			requireShows(t, fieldsMap(t, created), fieldsMap(t, got), "the read model shows what the write answered")
+			require.Equal(t, "Ada Lovelace", *got.CustomerName, "reads join the customer's name")
 
+			// written is a write's answer: the order, and the HTTP answer
+			// for its headers and its body as sent.
+			type written struct {
+				order *client.OrderWritten
+				res   *http.Response
+				body  []byte
+			}
 			steps := []struct {
-				name         string
-				method, path string
-				body         map[string]any
-				appends      int            // events the step appends
-				want         map[string]any // fields of the order afterwards
+				name    string
+				send    func() written
+				appends int            // events the step appends
+				want    map[string]any // fields of the order afterwards, as JSON
 			}{
 				{
-					name: "update details", method: http.MethodPatch, path: "",
-					body:    map[string]any{"amount_cents": 15000, "notes": "gate code 1234"},
+					name: "update details",
+					send: func() written {
+						r, err := a.hearth().UpdateOrderWithResponse(ctx, oid, nil, client.OrderUpdate{AmountCents: new(15000), Notes: new("gate code 1234")}, op)
+						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
+					},
 					appends: 1, want: map[string]any{"status": "pending", "amount_cents": 15000, "notes": "gate code 1234"},
 				},
 				{
-					name: "confirm", method: http.MethodPost, path: "/status",
-					body:    map[string]any{"status": "confirmed"},
+					name: "confirm",
+					send: func() written {
+						r, err := a.hearth().ChangeOrderStatusWithResponse(ctx, oid, nil, client.OrderStatusInput{Status: client.OrderStatusInputStatusConfirmed}, op)
+						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
+					},
 					appends: 1, want: map[string]any{"status": "confirmed"},
 				},
 				{
-					name: "assign", method: http.MethodPut, path: "/assignment",
-					body: map[string]any{"staff_id": a.staffA, "start_at": "2030-03-04T10:00:00+02:00",
-						"end_at": "2030-03-04T12:30:00+02:00", "dispatch_note": "bring a ladder"},
+					name: "assign",
+					send: func() written {
+						r, err := a.hearth().AssignOrderWithResponse(ctx, oid, nil, client.AssignmentInput{StaffId: uid(t, a.staffA),
+							StartAt: instant(t, "2030-03-04T10:00:00+02:00"), EndAt: instant(t, "2030-03-04T12:30:00+02:00"),
+							DispatchNote: new("bring a ladder")}, op)
+						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
+					},
 					appends: 2, // OrderAssignmentUpdated and OrderStatusChanged to dispatching
 					want: map[string]any{"status": "dispatching", "staff_id": a.staffA, "dispatch_note": "bring a ladder",
 						"scheduled_start_at": "2030-03-04T08:00:00Z", "scheduled_end_at": "2030-03-04T10:30:00Z"},
 				},
 				{
-					name: "settle", method: http.MethodPut, path: "/settlement",
-					body: map[string]any{"settlement_status": "settled", "paid_amount_cents": 15000,
-						"payment_method": "card", "paid_at": "2030-03-04T12:45:00Z", "settlement_note": "paid on site"},
+					name: "settle",
+					send: func() written {
+						r, err := a.hearth().SettleOrderWithResponse(ctx, oid, nil, client.SettlementInput{
+							SettlementStatus: client.SettlementInputSettlementStatusSettled, PaidAmountCents: new(15000),
+							PaymentMethod: new("card"), PaidAt: new(instant(t, "2030-03-04T12:45:00Z")), SettlementNote: new("paid on site")}, op)
+						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
+					},
 					appends: 1,
 					want: map[string]any{"status": "dispatching", "settlement_status": "settled", "paid_amount_cents": 15000,
 						"payment_method": "card", "paid_at": "2030-03-04T12:45:00Z", "settlement_note": "paid on site"},
 				},
 				{
-					name: "cancel", method: http.MethodPost, path: "/cancel",
-					body:    map[string]any{"reason": "customer moved away"},
+					name: "cancel",
+					send: func() written {
+						r, err := a.hearth().CancelOrderWithResponse(ctx, oid, nil, client.CancelInput{Reason: "customer moved away"}, op)
+						return written{expect(t, http.StatusOK, r, err).JSON200, r.HTTPResponse, r.Body}
+					},
 					appends: 1, want: map[string]any{"status": "cancelled", "cancellation_reason": "customer moved away"},
 				},
 			}
 			version := 1
-			correlation := map[int]string{1: created.Header.Get("X-Correlation-ID")} // by event version
+			correlation := map[int]string{1: *createR.Headers201.XCorrelationID} // by event version
 			for _, step := range steps {
 				before := a.events(id)
-				r := a.must(http.StatusOK, step.method, "/v1/orders/"+id+step.path, a.opA, step.body)
-				require.Equal(t, version+step.appends, intOf(r.Body["version"]), "%s: %s", step.name, r)
+				w := step.send()
+				require.Equal(t, version+step.appends, w.order.Version, "%s: %s", step.name, w.body)
 				require.Equal(t, before+step.appends, a.events(id), "%s appends %d events", step.name, step.appends)
 				version += step.appends
 				for field, want := range step.want {
-					require.Equal(t, jsonValue(t, want), r.Body[field], "%s: %s", step.name, field)
+					require.Equal(t, jsonValue(t, want), rawField(t, w.body, field), "%s: %s", step.name, field)
 				}
-				next, _ := r.Body["position"].(string)
-				require.Equal(t, next, r.Header.Get("Consistency-Position"), step.name)
-				require.NotEqual(t, position, next, "%s: a write that appends answers a new position", step.name)
-				position = next
+				require.Equal(t, w.order.Position, w.res.Header.Get("Consistency-Position"), step.name)
+				require.NotEqual(t, position, w.order.Position, "%s: a write that appends answers a new position", step.name)
+				position = w.order.Position
 				for v := version - step.appends + 1; v <= version; v++ {
-					correlation[v] = r.Header.Get("X-Correlation-ID")
+					correlation[v] = w.res.Header.Get("X-Correlation-ID")
 				}
 
-				got := a.awaitOrder(a.opA, id, version)
-				requireShows(t, r.Body, got.Body, "%s: the read model shows what the write answered", step.name)
+				got := a.awaitOrderAt(a.opA, id, version)
+				requireShows(t, fieldsMap(t, w.order), fieldsMap(t, got), "%s: the read model shows what the write answered", step.name)
 			}
 
-			changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id+"/changes", a.opA, nil)
-			items, _ := changes.Body["items"].([]any)
+			changesR, err := a.hearth().OrderChangesWithResponse(ctx, oid, nil, op)
+			items := expect(t, http.StatusOK, changesR, err).JSON200.Items
 			stored := a.stream(id)
 			require.Len(t, stored, version)
-			require.Len(t, items, len(stored), "one change per event: %s", changes)
-			final := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id, a.opA, nil)
-			for i, item := range items {
-				c := item.(map[string]any)
+			require.Len(t, items, len(stored), "one change per event: %s", changesR.Body)
+			finalR, err := a.hearth().GetOrderWithResponse(ctx, oid, nil, op)
+			final := expect(t, http.StatusOK, finalR, err).JSON200
+			for i, c := range items {
 				v := i + 1
-				require.Equal(t, v, intOf(c["version"]), "change %d", i)
-				require.Equal(t, stored[i].ID, c["event_id"], "change %d", v)
-				require.Equal(t, stored[i].Type, c["action"], "change %d", v)
-				require.Equal(t, "key:"+a.opAKeyID, c["actor"], "change %d", v)
-				require.Equal(t, stored[i].Actor, c["actor"], "change %d", v)
-				require.Equal(t, "order", c["aggregate_type"], "change %d", v)
-				require.Equal(t, id, c["aggregate_id"], "change %d", v)
-				after, ok := c["after"].(map[string]any)
-				require.True(t, ok, "change %d has an after snapshot: %v", v, c)
-				require.Equal(t, v, intOf(after["version"]), "change %d", v)
+				require.Equal(t, v, c.Version, "change %d", i)
+				require.Equal(t, stored[i].ID, c.EventId.String(), "change %d", v)
+				require.Equal(t, stored[i].Type, c.Action, "change %d", v)
+				require.Equal(t, "key:"+a.opAKeyID, c.Actor, "change %d", v)
+				require.Equal(t, stored[i].Actor, c.Actor, "change %d", v)
+				require.Equal(t, "order", c.AggregateType, "change %d", v)
+				require.Equal(t, id, c.AggregateId.String(), "change %d", v)
+				require.Equal(t, v, intOf(c.After["version"]), "change %d", v)
 				if v == 1 {
-					require.Nil(t, c["before"], "the first change has no before")
+					require.Nil(t, c.Before, "the first change has no before")
 					continue
 				}
-				before, ok := c["before"].(map[string]any)
-				require.True(t, ok, "change %d has a before snapshot: %v", v, c)
-				require.Equal(t, v-1, intOf(before["version"]), "change %d", v)
-				require.Equal(t, items[i-1].(map[string]any)["after"], c["before"], "change %d starts where %d ended", v, v-1)
+				require.NotNil(t, c.Before, "change %d has a before snapshot", v)
+				require.Equal(t, v-1, intOf((*c.Before)["version"]), "change %d", v)
+				require.Equal(t, items[i-1].After, *c.Before, "change %d starts where %d ended", v, v-1)
 			}
-			requireShows(t, items[len(items)-1].(map[string]any)["after"].(map[string]any), final.Body, "the last change ends at the row")
-			require.Equal(t, "Wanda Worker", final.Body["staff_name"], "reads join the staff member's name")
-			require.Equal(t, fmt.Sprintf(`"%d"`, version), final.Header.Get("ETag"))
+			requireShows(t, items[len(items)-1].After, fieldsMap(t, final), "the last change ends at the row")
+			require.Equal(t, "Wanda Worker", *final.StaffName, "reads join the staff member's name")
+			require.Equal(t, fmt.Sprintf(`"%d"`, version), *finalR.Headers200.ETag)
 			for _, e := range stored {
 				require.NotEmpty(t, correlation[e.Version])
 				require.Equal(t, correlation[e.Version], e.CorrelationID,
@@ -466,21 +502,13 @@ func TestOrderLifecycle(t *testing.T) {
 			}
 
 			// A final order refuses every change, and says which rule.
-			refusals := []struct {
-				method, path string
-				body         map[string]any
-				rule         string
-			}{
-				{http.MethodPatch, "", map[string]any{"notes": "too late"}, "order.final"},
-				{http.MethodPost, "/status", map[string]any{"status": "confirmed"}, "order.invalid_transition"},
-				{http.MethodPut, "/assignment", map[string]any{"staff_id": a.staffA,
-					"start_at": "2030-03-05T10:00:00Z", "end_at": "2030-03-05T11:00:00Z"}, "order.assignment_not_allowed"},
-			}
-			for _, refusal := range refusals {
-				r := a.do(refusal.method, "/v1/orders/"+id+refusal.path, a.opA, refusal.body)
-				requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/rule-broken")
-				require.Equal(t, refusal.rule, r.Body["rule"], "%s %s: %s", refusal.method, refusal.path, r)
-			}
+			updateR, err := a.hearth().UpdateOrderWithResponse(ctx, oid, nil, client.OrderUpdate{Notes: new("too late")}, op)
+			requireRule(t, "order.final", updateR, err)
+			statusR, err := a.hearth().ChangeOrderStatusWithResponse(ctx, oid, nil, client.OrderStatusInput{Status: client.OrderStatusInputStatusConfirmed}, op)
+			requireRule(t, "order.invalid_transition", statusR, err)
+			assignR, err := a.hearth().AssignOrderWithResponse(ctx, oid, nil, client.AssignmentInput{StaffId: uid(t, a.staffA),
+				StartAt: instant(t, "2030-03-05T10:00:00Z"), EndAt: instant(t, "2030-03-05T11:00:00Z")}, op)
+			requireRule(t, "order.assignment_not_allowed", assignR, err)
 			require.Equal(t, version, a.events(id), "refusals append nothing")
 		})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/client"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
@@ -232,129 +233,162 @@ func TestReferenceData(t *testing.T) {
 	}
 }
 
+// The service request's walk-through, through Hearth's generated Go client:
+// create, read, update, refusals, confirm, convert into an order, lists and
+// their filters.
 func TestServiceRequestLifecycle(t *testing.T) {
 	t.Parallel()
 	for name, newDB := range pgtest.Layouts() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			a := setup(t, newDB(t))
+			ctx, op := t.Context(), as(a.opA)
 			customer := a.createCustomer(a.opA, "Ada Lovelace")
-			item := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Plumbing", "base_price_cents": 8900})
+			itemR, err := a.hearth().CreateCatalogItemWithResponse(ctx, nil,
+				client.CatalogItemInput{Name: new("Plumbing"), BasePriceCents: new(8900)}, op)
+			item := expect(t, http.StatusCreated, itemR, err).JSON201.Id.String()
 
-			created := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA, map[string]any{
-				"customer_id": customer, "catalog_item_id": item, "content": "  Fix the leaking sink  ", "source": "phone",
-				"appointment_start_at": "2030-04-01T09:00:00+02:00", "appointment_end_at": "2030-04-01T11:00:00+02:00", "notes": "side door"})
-			id := created.Body["id"].(string)
-			require.Equal(t, "/v1/service-requests/"+id, created.Header.Get("Location"))
-			require.Equal(t, "new", created.Body["status"])
-			require.Equal(t, "Fix the leaking sink", created.Body["content"], "content is trimmed")
-			require.Equal(t, "2030-04-01T07:00:00Z", created.Body["appointment_start_at"], "UTC")
-			require.Equal(t, 1, intOf(created.Body["version"]))
-			require.NotEmpty(t, created.Body["position"])
-			require.Equal(t, created.Body["position"], created.Header.Get("Consistency-Position"))
-			got := a.crmAwaitVersion(a.opA, "/v1/service-requests/"+id, 1)
-			requireShows(t, created.Body, got.Body)
-			require.Equal(t, "Ada Lovelace", got.Body["customer_name"])
-			require.Equal(t, "Plumbing", got.Body["catalog_item_name"])
+			createR, err := a.hearth().CreateServiceRequestWithResponse(ctx, nil, client.ServiceRequestCreate{
+				CustomerId: uid(t, customer), CatalogItemId: new(uid(t, item)), Content: "  Fix the leaking sink  ",
+				Source:             new(client.ServiceRequestCreateSourcePhone),
+				AppointmentStartAt: new(instant(t, "2030-04-01T09:00:00+02:00")), AppointmentEndAt: new(instant(t, "2030-04-01T11:00:00+02:00")),
+				Notes: new("side door")}, op)
+			created := expect(t, http.StatusCreated, createR, err).JSON201
+			id := created.Id.String()
+			require.Equal(t, "/v1/service-requests/"+id, *createR.Headers201.Location)
+			require.Equal(t, client.ServiceRequestWrittenStatusNew, created.Status)
+			require.Equal(t, "Fix the leaking sink", created.Content, "content is trimmed")
+			require.Equal(t, "2030-04-01T07:00:00Z", rawField(t, createR.Body, "appointment_start_at"), "UTC")
+			require.Equal(t, 1, created.Version)
+			require.NotEmpty(t, created.Position)
+			require.Equal(t, created.Position, *createR.Headers201.ConsistencyPosition)
+			got := a.awaitRequestAt(a.opA, id, 1)
+			requireShows(t, fieldsMap(t, created), fieldsMap(t, got))
+			require.Equal(t, "Ada Lovelace", *got.CustomerName)
+			require.Equal(t, "Plumbing", *got.CatalogItemName)
 
 			// A request without a source is manual.
-			manual := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA,
-				map[string]any{"customer_id": customer, "content": "Paint the fence"})
-			require.Equal(t, "manual", manual.Body["source"])
-			require.Nil(t, manual.Body["catalog_item_id"])
+			manualR, err := a.hearth().CreateServiceRequestWithResponse(ctx, nil,
+				client.ServiceRequestCreate{CustomerId: uid(t, customer), Content: "Paint the fence"}, op)
+			manual := expect(t, http.StatusCreated, manualR, err).JSON201
+			require.Equal(t, client.ServiceRequestWrittenSourceManual, manual.Source)
+			require.Nil(t, manual.CatalogItemId)
+			require.Nil(t, rawField(t, manualR.Body, "catalog_item_id"), "answered as null")
 
-			updated := a.must(http.StatusOK, http.MethodPatch, "/v1/service-requests/"+id, a.opA,
-				map[string]any{"content": "Fix the sink and the tap", "expected_version": 1})
-			require.Equal(t, 2, intOf(updated.Body["version"]))
-			require.Equal(t, "side door", updated.Body["notes"], "absent fields keep their value")
-			noop := a.must(http.StatusOK, http.MethodPatch, "/v1/service-requests/"+id, a.opA, map[string]any{"content": "Fix the sink and the tap "})
-			require.Equal(t, 2, intOf(noop.Body["version"]), "a change to nothing appends nothing")
-			stale := a.do(http.MethodPatch, "/v1/service-requests/"+id, a.opA, map[string]any{"notes": "x", "expected_version": 1})
-			requireProblem(t, stale, http.StatusConflict, "/problems/conflict")
+			updateR, err := a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
+				client.ServiceRequestUpdate{Content: new("Fix the sink and the tap"), ExpectedVersion: new(1)}, op)
+			updated := expect(t, http.StatusOK, updateR, err).JSON200
+			require.Equal(t, 2, updated.Version)
+			require.Equal(t, "side door", updated.Notes, "absent fields keep their value")
+			noopR, err := a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
+				client.ServiceRequestUpdate{Content: new("Fix the sink and the tap ")}, op)
+			require.Equal(t, 2, expect(t, http.StatusOK, noopR, err).JSON200.Version, "a change to nothing appends nothing")
+			staleR, err := a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
+				client.ServiceRequestUpdate{Notes: new("x"), ExpectedVersion: new(1)}, op)
+			problemOf(t, http.StatusConflict, "/problems/conflict", staleR, err)
 
 			// Converting a request that is not confirmed breaks a rule.
 			before := a.events("")
-			r := a.do(http.MethodPost, "/v1/service-requests/"+id+"/convert", a.opA, nil)
-			requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/rule-broken")
-			require.Equal(t, "service_request.not_confirmed", r.Body["rule"])
+			convertR, err := a.hearth().ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
+			requireRule(t, "service_request.not_confirmed", convertR, err)
 			require.Equal(t, before, a.events(""))
 
-			a.must(http.StatusOK, http.MethodPost, "/v1/service-requests/"+id+"/status", a.opA, map[string]any{"status": "confirmed"})
-			converted := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests/"+id+"/convert", a.opA, nil)
-			orderID := converted.Body["id"].(string)
-			require.Equal(t, "/v1/orders/"+orderID, converted.Header.Get("Location"))
-			require.Equal(t, "pending", converted.Body["status"])
-			require.Equal(t, id, converted.Body["request_id"])
-			require.Equal(t, customer, converted.Body["customer_id"])
-			require.Equal(t, float64(8900), converted.Body["amount_cents"], "the catalog item's base price")
-			require.Equal(t, "2030-04-01T07:00:00Z", converted.Body["scheduled_start_at"])
-			require.Equal(t, "2030-04-01T09:00:00Z", converted.Body["scheduled_end_at"])
-			require.Equal(t, "side door", converted.Body["notes"])
+			statusR, err := a.hearth().ChangeServiceRequestStatusWithResponse(ctx, uid(t, id), nil,
+				client.ServiceRequestStatusInput{Status: client.ServiceRequestStatusInputStatusConfirmed}, op)
+			expect(t, http.StatusOK, statusR, err)
+			convertR, err = a.hearth().ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
+			converted := expect(t, http.StatusCreated, convertR, err).JSON201
+			orderID := converted.Id.String()
+			require.Equal(t, "/v1/orders/"+orderID, *convertR.Headers201.Location)
+			require.Equal(t, client.OrderWrittenStatusPending, converted.Status)
+			require.Equal(t, id, converted.RequestId.String())
+			require.Equal(t, customer, converted.CustomerId.String())
+			require.Equal(t, 8900, converted.AmountCents, "the catalog item's base price")
+			require.Equal(t, "2030-04-01T07:00:00Z", rawField(t, convertR.Body, "scheduled_start_at"))
+			require.Equal(t, "2030-04-01T09:00:00Z", rawField(t, convertR.Body, "scheduled_end_at"))
+			require.Equal(t, "side door", converted.Notes)
 			require.Equal(t, []string{"ServiceRequestCreated", "ServiceRequestDetailsUpdated", "ServiceRequestStatusChanged", "ServiceRequestConverted"},
 				types(a.stream(id)))
 			require.Equal(t, []string{"OrderCreated"}, types(a.stream(orderID)))
-			order := a.awaitOrder(a.opA, orderID, 1)
-			require.Equal(t, "Ada Lovelace", order.Body["customer_name"])
-			request := a.crmAwaitVersion(a.opA, "/v1/service-requests/"+id, 4)
-			require.Equal(t, "converted", request.Body["status"])
-			require.Equal(t, orderID, request.Body["order_id"])
+			order := a.awaitOrderAt(a.opA, orderID, 1)
+			require.Equal(t, "Ada Lovelace", *order.CustomerName)
+			request := a.awaitRequestAt(a.opA, id, 4)
+			require.Equal(t, client.ServiceRequestStatusConverted, request.Status)
+			require.Equal(t, orderID, request.OrderId.String())
 
 			// A converted request is final.
 			before = a.events("")
-			for _, c := range []struct {
-				method, path string
-				body         map[string]any
-				rule         string
-			}{
-				{http.MethodPost, "/convert", nil, "service_request.not_confirmed"},
-				{http.MethodPatch, "", map[string]any{"notes": "late"}, "service_request.final"},
-				{http.MethodPost, "/status", map[string]any{"status": "cancelled"}, "service_request.invalid_transition"},
-				{http.MethodPost, "/status", map[string]any{"status": "new"}, "service_request.invalid_transition"},
-			} {
-				r := a.do(c.method, "/v1/service-requests/"+id+c.path, a.opA, c.body)
-				requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/rule-broken")
-				require.Equal(t, c.rule, r.Body["rule"], "%s %s: %s", c.method, c.path, r)
+			convertR, err = a.hearth().ConvertServiceRequestWithResponse(ctx, uid(t, id), nil, client.ConvertInput{}, op)
+			requireRule(t, "service_request.not_confirmed", convertR, err)
+			updateR, err = a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil, client.ServiceRequestUpdate{Notes: new("late")}, op)
+			requireRule(t, "service_request.final", updateR, err)
+			for _, status := range []client.ServiceRequestStatusInputStatus{client.ServiceRequestStatusInputStatusCancelled, "new"} {
+				statusR, err = a.hearth().ChangeServiceRequestStatusWithResponse(ctx, uid(t, id), nil, client.ServiceRequestStatusInput{Status: status}, op)
+				requireRule(t, "service_request.invalid_transition", statusR, err)
 			}
 			require.Equal(t, before, a.events(""), "refusals append nothing")
 
 			// Cancel: new -> cancelled is final too.
-			cancelled := a.must(http.StatusOK, http.MethodPost, "/v1/service-requests/"+manual.Body["id"].(string)+"/status", a.opA,
-				map[string]any{"status": "cancelled"})
-			require.Equal(t, "cancelled", cancelled.Body["status"])
-			r = a.do(http.MethodPost, "/v1/service-requests/"+manual.Body["id"].(string)+"/status", a.opA, map[string]any{"status": "confirmed"})
-			require.Equal(t, "service_request.invalid_transition", r.Body["rule"], "%s", r)
+			statusR, err = a.hearth().ChangeServiceRequestStatusWithResponse(ctx, manual.Id, nil,
+				client.ServiceRequestStatusInput{Status: client.ServiceRequestStatusInputStatusCancelled}, op)
+			require.Equal(t, client.ServiceRequestWrittenStatusCancelled, expect(t, http.StatusOK, statusR, err).JSON200.Status)
+			statusR, err = a.hearth().ChangeServiceRequestStatusWithResponse(ctx, manual.Id, nil,
+				client.ServiceRequestStatusInput{Status: client.ServiceRequestStatusInputStatusConfirmed}, op)
+			requireRule(t, "service_request.invalid_transition", statusR, err)
 
 			// Lists and their filters.
-			a.crmAwaitVersion(a.opA, "/v1/service-requests/"+manual.Body["id"].(string), 2)
+			a.awaitRequestAt(a.opA, manual.Id.String(), 2)
 			other := a.createCustomer(a.opA, "Grace Hopper")
 			third := a.crmRequest(a.opA, other, "")
-			a.crmAwaitVersion(a.opA, "/v1/service-requests/"+third, 1)
-			for path, want := range map[string][]string{
-				"/v1/service-requests":                                                   {third, manual.Body["id"].(string), id},
-				"/v1/service-requests?status=converted":                                  {id},
-				"/v1/service-requests?status=new&status=cancelled":                       {third, manual.Body["id"].(string)},
-				"/v1/service-requests?customer_id=" + other:                              {third},
-				"/v1/service-requests?from=2030-04-01T06:00:00Z&to=2030-04-02T00:00:00Z": {id, third},
-				"/v1/service-requests?to=2030-04-01T07:00:00Z":                           {},
+			a.awaitRequestAt(a.opA, third, 1)
+			list := func(key string, params client.ListServiceRequestsParams, pageSize int) ([]string, int) {
+				t.Helper()
+				return listed(t, pageSize, func(page, pageSize int) (*client.ListServiceRequestsResponse, error) {
+					params.Page, params.PageSize = &page, &pageSize
+					return a.hearth().ListServiceRequestsWithResponse(ctx, &params, as(key))
+				}, func(r *client.ListServiceRequestsResponse) (ids []string, total int) {
+					require.Equal(t, *params.Page, r.JSON200.Page)
+					require.Equal(t, pageSize, r.JSON200.PageSize)
+					for _, it := range r.JSON200.Items {
+						ids = append(ids, it.Id.String())
+					}
+					return ids, r.JSON200.Total
+				})
+			}
+			manualID := manual.Id.String()
+			for _, c := range []struct {
+				name   string
+				params client.ListServiceRequestsParams
+				want   []string
+			}{
+				{"all", client.ListServiceRequestsParams{}, []string{third, manualID, id}},
+				{"converted", client.ListServiceRequestsParams{Status: &client.RequestStatuses{"converted"}}, []string{id}},
+				{"new or cancelled", client.ListServiceRequestsParams{Status: &client.RequestStatuses{"new", "cancelled"}}, []string{third, manualID}},
+				{"customer", client.ListServiceRequestsParams{CustomerId: new(uid(t, other))}, []string{third}},
+				{"window", client.ListServiceRequestsParams{From: new(instant(t, "2030-04-01T06:00:00Z")), To: new(instant(t, "2030-04-02T00:00:00Z"))},
+					[]string{id, third}},
+				{"before", client.ListServiceRequestsParams{To: new(instant(t, "2030-04-01T07:00:00Z"))}, nil},
 			} {
-				ids, total := a.crmAll(a.opA, path, 2)
-				if path == "/v1/service-requests?from=2030-04-01T06:00:00Z&to=2030-04-02T00:00:00Z" {
-					require.ElementsMatch(t, want, ids, path) // same start: ordered by id
+				ids, total := list(a.opA, c.params, 2)
+				if c.name == "window" {
+					require.ElementsMatch(t, c.want, ids, c.name) // same start: ordered by id
 				} else {
-					require.Equal(t, want, append([]string{}, ids...), path)
+					require.Equal(t, c.want, ids, c.name)
 				}
-				require.Equal(t, len(want), total, path)
+				require.Equal(t, len(c.want), total, c.name)
 			}
-			list := a.must(http.StatusOK, http.MethodGet, "/v1/service-requests?customer_id="+customer, a.opA, nil)
-			for _, it := range list.Body["items"].([]any) {
-				require.Equal(t, "Ada Lovelace", it.(map[string]any)["customer_name"])
+			byCustomer, err := a.hearth().ListServiceRequestsWithResponse(ctx, &client.ListServiceRequestsParams{CustomerId: new(uid(t, customer))}, op)
+			for _, it := range expect(t, http.StatusOK, byCustomer, err).JSON200.Items {
+				require.Equal(t, "Ada Lovelace", *it.CustomerName)
 			}
+			// What a typed client cannot send, the server refuses too.
 			for _, bad := range []string{"status=open", "customer_id=7", "from=yesterday", "page_size=500"} {
 				requireProblem(t, a.do(http.MethodGet, "/v1/service-requests?"+bad, a.opA, nil), http.StatusBadRequest, "/problems/malformed-request")
 			}
-			ids, _ := a.crmAll(a.opB, "/v1/service-requests", 50)
+			ids, _ := list(a.opB, client.ListServiceRequestsParams{}, 50)
 			require.Empty(t, ids, "merchant B sees none of A's requests")
-			requireProblem(t, a.do(http.MethodGet, "/v1/service-requests", a.worker, nil), http.StatusForbidden, "/problems/forbidden")
+			forbidden, err := a.hearth().ListServiceRequestsWithResponse(ctx, nil, as(a.worker))
+			problemOf(t, http.StatusForbidden, "/problems/forbidden", forbidden, err)
 		})
 	}
 }
@@ -441,102 +475,145 @@ func TestServiceRequestBadInput(t *testing.T) {
 	a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA, valid(map[string]any{"appointment_end_at": "2030-04-01T09:00:00Z"}))
 }
 
-// Assignment, schedules and the order following its schedule, over HTTP.
+// Assignment, schedules and the order following its schedule, through
+// Hearth's generated Go client.
 func TestAssignmentAndSchedules(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
+	ctx, op := t.Context(), as(a.opA)
 	customer := a.createCustomer(a.opA, "Ada Lovelace")
 	first, second, third := a.createOrder(a.opA, customer, 100), a.createOrder(a.opA, customer, 200), a.createOrder(a.opA, customer, 300)
-	window := map[string]any{"staff_id": a.staffA, "start_at": "2030-06-01T10:00:00Z", "end_at": "2030-06-01T12:00:00Z", "dispatch_note": "van 2"}
+	assign := func(order string, in client.AssignmentInput) (*client.AssignOrderResponse, error) {
+		return a.hearth().AssignOrderWithResponse(ctx, uid(t, order), nil, in, op)
+	}
+	window := func(staff, start, end string) client.AssignmentInput {
+		return client.AssignmentInput{StaffId: uid(t, staff), StartAt: instant(t, start), EndAt: instant(t, end)}
+	}
 
-	assigned := a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+first+"/assignment", a.opA, window)
-	require.Equal(t, "dispatching", assigned.Body["status"])
-	require.Equal(t, a.staffA, assigned.Body["staff_id"])
-	sch := a.crmSchedule(a.opA, first)
-	scheduleID := sch.Body["id"].(string)
-	require.Equal(t, "planned", sch.Body["status"])
-	require.Equal(t, "Wanda Worker", sch.Body["staff_name"])
-	require.Equal(t, "2030-06-01T10:00:00Z", sch.Body["start_at"])
-	detail := a.must(http.StatusOK, http.MethodGet, "/v1/schedules/"+scheduleID, a.opA, nil)
-	require.Equal(t, sch.Body, detail.Body)
-	order := a.awaitOrder(a.opA, first, 3)
-	require.Equal(t, "Wanda Worker", order.Body["staff_name"])
+	in := window(a.staffA, "2030-06-01T10:00:00Z", "2030-06-01T12:00:00Z")
+	in.DispatchNote = new("van 2")
+	assignR, err := assign(first, in)
+	assigned := expect(t, http.StatusOK, assignR, err).JSON200
+	require.Equal(t, client.OrderWrittenStatusDispatching, assigned.Status)
+	require.Equal(t, a.staffA, assigned.StaffId.String())
+	sch := a.liveSchedule(a.opA, first)
+	scheduleID := sch.Id.String()
+	require.Equal(t, client.ScheduleStatusPlanned, sch.Status)
+	require.Equal(t, "Wanda Worker", *sch.StaffName)
+	require.Equal(t, instant(t, "2030-06-01T10:00:00Z"), sch.StartAt)
+	detailR, err := a.hearth().GetScheduleWithResponse(ctx, sch.Id, nil, op)
+	require.Equal(t, sch, *expect(t, http.StatusOK, detailR, err).JSON200)
+	order := a.awaitOrderAt(a.opA, first, 3)
+	require.Equal(t, "Wanda Worker", *order.StaffName)
 
 	// A clash names the schedule; touching windows do not clash.
 	before := a.events("")
-	clash := a.do(http.MethodPut, "/v1/orders/"+second+"/assignment", a.opA,
-		map[string]any{"staff_id": a.staffA, "start_at": "2030-06-01T11:59:00Z", "end_at": "2030-06-01T13:00:00Z"})
-	requireProblem(t, clash, http.StatusConflict, "/problems/conflict")
-	require.Equal(t, scheduleID, clash.Body["conflicting_schedule_id"], "%s", clash)
+	assignR, err = assign(second, window(a.staffA, "2030-06-01T11:59:00Z", "2030-06-01T13:00:00Z"))
+	clash := problemOf(t, http.StatusConflict, "/problems/conflict", assignR, err)
+	require.Equal(t, sch.Id, *clash.ConflictingScheduleId)
 	require.Equal(t, before, a.events(""))
-	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+second+"/assignment", a.opA,
-		map[string]any{"staff_id": a.staffA, "start_at": "2030-06-01T12:00:00Z", "end_at": "2030-06-01T13:00:00Z"})
+	assignR, err = assign(second, window(a.staffA, "2030-06-01T12:00:00Z", "2030-06-01T13:00:00Z"))
+	expect(t, http.StatusOK, assignR, err)
 
 	// Bad assignments: 422 naming the field or rule, nothing appended.
-	inactive := a.crmCreate(a.opA, "/v1/staff", map[string]any{"name": "On Leave", "active": false})
+	inactiveR, err := a.hearth().CreateStaffMemberWithResponse(ctx, nil, client.StaffInput{Name: new("On Leave"), Active: new(false)}, op)
+	inactive := expect(t, http.StatusCreated, inactiveR, err).JSON201.Id.String()
 	for _, c := range []struct {
-		body        map[string]any
+		in          client.AssignmentInput
 		field, rule string
 	}{
-		{map[string]any{"staff_id": a.staffA, "start_at": "2030-06-02T10:00:00Z", "end_at": "2030-06-02T10:00:00Z"}, "end_at", ""},
-		{map[string]any{"staff_id": a.staffA, "start_at": "2030-06-02T10:00:00Z"}, "end_at", ""},
-		{map[string]any{"start_at": "2030-06-02T10:00:00Z", "end_at": "2030-06-02T11:00:00Z"}, "staff_id", ""},
-		{map[string]any{"staff_id": a.staffB, "start_at": "2030-06-02T10:00:00Z", "end_at": "2030-06-02T11:00:00Z"}, "staff_id", ""},
-		{map[string]any{"staff_id": inactive, "start_at": "2030-06-02T10:00:00Z", "end_at": "2030-06-02T11:00:00Z"}, "", "order.staff_inactive"},
+		{window(a.staffA, "2030-06-02T10:00:00Z", "2030-06-02T10:00:00Z"), "end_at", ""},
+		{window(a.staffB, "2030-06-02T10:00:00Z", "2030-06-02T11:00:00Z"), "staff_id", ""},
+		{window(inactive, "2030-06-02T10:00:00Z", "2030-06-02T11:00:00Z"), "", "order.staff_inactive"},
 	} {
 		before := a.events("")
-		r := a.do(http.MethodPut, "/v1/orders/"+third+"/assignment", a.opA, c.body)
-		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%v: %s", c.body, r)
+		r, err := assign(third, c.in)
+		p := expect(t, http.StatusUnprocessableEntity, r, err).ApplicationproblemJSON422
 		if c.field != "" {
-			require.Contains(t, problemFields(r), c.field, "%s", r)
+			require.Contains(t, fieldsOf(p), c.field, "%s", r.Body)
 		} else {
-			require.Equal(t, c.rule, r.Body["rule"], "%s", r)
+			require.Equal(t, c.rule, *p.Rule, "%s", r.Body)
 		}
 		require.Equal(t, before, a.events(""))
 	}
+	// What a typed client cannot leave out (staff_id, end_at), the server
+	// refuses too.
+	for field, body := range map[string]map[string]any{
+		"end_at":   {"staff_id": a.staffA, "start_at": "2030-06-02T10:00:00Z"},
+		"staff_id": {"start_at": "2030-06-02T10:00:00Z", "end_at": "2030-06-02T11:00:00Z"},
+	} {
+		r := a.do(http.MethodPut, "/v1/orders/"+third+"/assignment", a.opA, body)
+		requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+		require.Contains(t, problemFields(r), field, "%s", r)
+	}
 
 	// Status drives the order: in_service, then done completes it.
-	moved := a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+scheduleID+"/status", a.opA, map[string]any{"status": "in_service"})
-	require.Equal(t, "in_service", moved.Body["status"])
-	require.NotEmpty(t, moved.Body["position"])
-	require.Equal(t, "in_service", a.awaitOrder(a.opA, first, 4).Body["status"])
-	r := a.do(http.MethodPost, "/v1/schedules/"+scheduleID+"/status", a.opA, map[string]any{"status": "planned"})
-	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/rule-broken")
-	require.Equal(t, "schedule.invalid_transition", r.Body["rule"])
-	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+scheduleID+"/status", a.opA, map[string]any{"status": "done"})
-	done := a.awaitOrder(a.opA, first, 5)
-	require.Equal(t, "completed", done.Body["status"])
-	require.NotNil(t, done.Body["completed_at"])
+	move := func(schedule client.Id, status client.ScheduleStatusInputStatus) (*client.ChangeScheduleStatusResponse, error) {
+		return a.hearth().ChangeScheduleStatusWithResponse(ctx, schedule, nil, client.ScheduleStatusInput{Status: status}, op)
+	}
+	moveR, err := move(sch.Id, client.ScheduleStatusInputStatusInService)
+	moved := expect(t, http.StatusOK, moveR, err).JSON200
+	require.Equal(t, client.ScheduleWrittenStatusInService, moved.Status)
+	require.NotEmpty(t, moved.Position)
+	require.Equal(t, client.OrderStatusInService, a.awaitOrderAt(a.opA, first, 4).Status)
+	moveR, err = move(sch.Id, "planned")
+	requireRule(t, "schedule.invalid_transition", moveR, err)
+	moveR, err = move(sch.Id, client.ScheduleStatusInputStatusDone)
+	expect(t, http.StatusOK, moveR, err)
+	done := a.awaitOrderAt(a.opA, first, 5)
+	require.Equal(t, client.OrderStatusCompleted, done.Status)
+	require.NotNil(t, done.CompletedAt)
 
 	// Cancelled: the order loses its staff member and returns to confirmed.
-	secondSchedule := a.crmSchedule(a.opA, second).Body["id"].(string)
-	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+secondSchedule+"/status", a.opA, map[string]any{"status": "cancelled"})
-	back := a.awaitOrder(a.opA, second, 5)
-	require.Equal(t, "confirmed", back.Body["status"])
-	require.Nil(t, back.Body["staff_id"])
-	require.NotContains(t, back.Body, "staff_name")
+	secondSchedule := a.liveSchedule(a.opA, second).Id
+	moveR, err = move(secondSchedule, client.ScheduleStatusInputStatusCancelled)
+	expect(t, http.StatusOK, moveR, err)
+	back := a.awaitOrderAt(a.opA, second, 5)
+	require.Equal(t, client.OrderStatusConfirmed, back.Status)
+	require.Nil(t, back.StaffId)
+	require.Nil(t, back.StaffName)
 
 	// Schedule lists: filters by status, staff and window.
-	a.crmAwaitVersion(a.opA, "/v1/schedules/"+secondSchedule, 2)
-	for path, want := range map[string][]string{
-		"/v1/schedules?status=done":                                       {scheduleID},
-		"/v1/schedules?status=cancelled&status=planned":                   {secondSchedule},
-		"/v1/schedules?staff_id=" + a.staffA:                              {secondSchedule, scheduleID},
-		"/v1/schedules?from=2030-06-01T11:00:00Z&to=2030-06-02T00:00:00Z": {secondSchedule},
-		"/v1/schedules?from=2030-06-01T00:00:00Z":                         {scheduleID, secondSchedule},
+	awaitAt(t, "the cancelled schedule", 2, func() (*client.GetScheduleResponse, error) {
+		return a.hearth().GetScheduleWithResponse(ctx, secondSchedule, nil, op)
+	}, func(r *client.GetScheduleResponse) *client.Schedule { return r.JSON200 }, func(s *client.Schedule) int { return s.Version })
+	list := func(key string, params client.ListSchedulesParams, pageSize int) ([]string, int) {
+		t.Helper()
+		return listed(t, pageSize, func(page, pageSize int) (*client.ListSchedulesResponse, error) {
+			params.Page, params.PageSize = &page, &pageSize
+			return a.hearth().ListSchedulesWithResponse(ctx, &params, as(key))
+		}, func(r *client.ListSchedulesResponse) (ids []string, total int) {
+			for _, it := range r.JSON200.Items {
+				ids = append(ids, it.Id.String())
+			}
+			return ids, r.JSON200.Total
+		})
+	}
+	for _, c := range []struct {
+		name   string
+		params client.ListSchedulesParams
+		want   []string
+	}{
+		{"done", client.ListSchedulesParams{Status: &client.ScheduleStatuses{"done"}}, []string{scheduleID}},
+		{"cancelled or planned", client.ListSchedulesParams{Status: &client.ScheduleStatuses{"cancelled", "planned"}}, []string{secondSchedule.String()}},
+		{"staff", client.ListSchedulesParams{StaffId: new(uid(t, a.staffA))}, []string{secondSchedule.String(), scheduleID}},
+		{"window", client.ListSchedulesParams{From: new(instant(t, "2030-06-01T11:00:00Z")), To: new(instant(t, "2030-06-02T00:00:00Z"))},
+			[]string{secondSchedule.String()}},
+		{"from", client.ListSchedulesParams{From: new(instant(t, "2030-06-01T00:00:00Z"))}, []string{scheduleID, secondSchedule.String()}},
 	} {
-		ids, total := a.crmAll(a.opA, path, 1)
-		require.Equal(t, want, ids, path)
-		require.Equal(t, len(want), total, path)
+		ids, total := list(a.opA, c.params, 1)
+		require.Equal(t, c.want, ids, c.name)
+		require.Equal(t, len(c.want), total, c.name)
 	}
 	for _, bad := range []string{"status=open", "staff_id=x", "to=tomorrow"} {
 		requireProblem(t, a.do(http.MethodGet, "/v1/schedules?"+bad, a.opA, nil), http.StatusBadRequest, "/problems/malformed-request")
 	}
-	ids, _ := a.crmAll(a.opB, "/v1/schedules", 50)
+	ids, _ := list(a.opB, client.ListSchedulesParams{}, 50)
 	require.Empty(t, ids)
-	requireProblem(t, a.do(http.MethodPost, "/v1/schedules/"+scheduleID+"/status", a.opA, map[string]any{"status": "paused"}),
-		http.StatusUnprocessableEntity, "/problems/validation-failed")
-	requireProblem(t, a.do(http.MethodGet, "/v1/schedules", a.admin, nil), http.StatusForbidden, "/problems/forbidden")
+	moveR, err = move(sch.Id, "paused")
+	problemOf(t, http.StatusUnprocessableEntity, "/problems/validation-failed", moveR, err)
+	forbidden, err := a.hearth().ListSchedulesWithResponse(ctx, nil, as(a.admin))
+	problemOf(t, http.StatusForbidden, "/problems/forbidden", forbidden, err)
 }
 
 // A worker key sees only its staff member's schedules and their orders, and

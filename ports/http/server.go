@@ -249,6 +249,7 @@ func (s *server) routes() []route {
 		{pattern: "GET /healthz", handle: s.healthz},
 		{pattern: "GET /readyz", handle: s.readyz},
 		{pattern: "GET /openapi.json", handle: serveOpenAPI},
+		{pattern: "GET /openapi-3.0.json", handle: serveOpenAPI30},
 		{pattern: "GET /metrics", handle: s.metrics},
 		{pattern: "GET /admin/leadership", roles: admin, handle: s.configured(s.Leadership != nil, s.leadership)},
 	}
