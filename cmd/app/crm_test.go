@@ -347,7 +347,7 @@ func TestServiceRequestLifecycle(t *testing.T) {
 					params.Page, params.PageSize = &page, &pageSize
 					return a.hearth().ListServiceRequestsWithResponse(ctx, &params, as(key))
 				}, func(r *client.ListServiceRequestsResponse) (ids []string, total int) {
-					require.Equal(t, *params.Page, r.JSON200.Page)
+					require.Equal(t, params.Page, r.JSON200.Page, "a numbered page says its number")
 					require.Equal(t, pageSize, r.JSON200.PageSize)
 					for _, it := range r.JSON200.Items {
 						ids = append(ids, it.Id.String())
