@@ -23,6 +23,7 @@ type Commands struct {
 	Orders          command.OrderHandlers
 	ServiceRequests command.ServiceRequestHandlers
 	Schedules       command.ScheduleHandlers
+	Webhooks        command.Webhooks
 }
 
 // Queries are the reads.
@@ -33,6 +34,7 @@ type Queries struct {
 	Orders          query.Orders
 	ServiceRequests query.ServiceRequests
 	Schedules       query.Schedules
+	Webhooks        query.Webhooks
 	// Events is the event feed (GET /v1/events).
 	Events query.Feed
 }

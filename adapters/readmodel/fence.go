@@ -1,6 +1,7 @@
 package readmodel
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -29,6 +30,11 @@ type Fence struct {
 	// the server ends a transaction its leader leaves idle this long (a
 	// frozen process), so it cannot hold up the next term for longer.
 	Lease time.Duration
+	// Function is the SQL function that checks the term, with hearth_fence's
+	// arguments and refusal (SQLSTATE HT001). Defaults to hearth_fence (the
+	// read model's); writes to the event-store database check
+	// hearth_es_fence (migration eventstore/008, adapters/webhooks).
+	Function string
 }
 
 type fenceKey struct{}
@@ -56,16 +62,35 @@ func WithFence(ctx context.Context, f Fence) context.Context {
 // A pool that would ignore the check (not opened by package database) is
 // refused: a fenced write never goes through unchecked.
 func fenced(ctx context.Context, db *sql.DB) (context.Context, error) {
-	f, ok := ctx.Value(fenceKey{}).(Fence)
+	stmt, ok := FenceSQL(ctx)
 	if !ok {
 		return ctx, nil
 	}
 	if !database.HonoursWithBegin(db) {
 		return nil, errors.New("readmodel: the read-model pool was not opened by package database, so it cannot check the leadership term")
 	}
-	return database.WithBegin(ctx, fmt.Sprintf("SELECT hearth_fence(%s, %d, %d)",
-		quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds())), nil
+	return database.WithBegin(ctx, stmt), nil
 }
+
+// FenceSQL is the fencing check of ctx's Fence, as a statement with its
+// values inlined, for a transaction sent as a pgx batch (its first
+// statement after BEGIN); false when ctx carries no Fence.
+func FenceSQL(ctx context.Context) (string, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("SELECT %s(%s, %d, %d)", cmp.Or(f.Function, "hearth_fence"), quoteLiteral(f.Lock), f.Term, f.Lease.Milliseconds()), true
+}
+
+// Fenced is fenced for the stores outside this package that write under a
+// leadership term (adapters/webhooks): ctx for a transaction on db whose
+// BEGIN checks the term of ctx's Fence, if any.
+func Fenced(ctx context.Context, db *sql.DB) (context.Context, error) { return fenced(ctx, db) }
+
+// StaleTerm turns a fencing function's refusal (SQLSTATE HT001) into
+// ErrStaleTerm; other errors pass through.
+func StaleTerm(err error) error { return staleTerm(err) }
 
 // staleTerm turns hearth_fence's refusal into ErrStaleTerm.
 func staleTerm(err error) error {

@@ -72,6 +72,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 		Mode: ModeAll, PollInterval: 20 * time.Millisecond, ConsistencyTimeout: 2 * time.Second,
 		ConsistencyMaxWaits: 256, RequestStatementTimeout: 5 * time.Second,
 	}
+	webhookTestSettings(&cfg)
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -82,7 +83,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	t.Cleanup(func() { dbs.close() }) // the request pools too, once open
 	require.NoError(t, dbs.openRequestPools(ctx, cfg))
 	require.Equal(t, urls.Split(), dbs.rm != dbs.es, "one pool per database")
-	w, err := wire(dbs, log)
+	w, err := wire(cfg, dbs, log)
 	require.NoError(t, err)
 	w.retryInitial = time.Millisecond // a failing event parks within about a second
 	require.NoError(t, w.wireEventFeed(cfg, dbs, log))
@@ -1170,6 +1171,9 @@ func TestServe(t *testing.T) {
 
 	require.Eventually(t, func() bool { return projectionsLive(a.metrics()) }, 30*time.Second, 10*time.Millisecond,
 		"serve, the only worker, never led every projection live")
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.metrics(), "\nhearth_leader_is_leader{unit=\"hearth/webhooks\"} 1\n")
+	}, 30*time.Second, 10*time.Millisecond, "serve, the only worker, never led webhook delivery")
 	ready := a.must(http.StatusOK, http.MethodGet, "/readyz", "", nil)
 	require.Equal(t, map[string]any{"status": "ready"}, ready.Body, "no details without an admin key")
 
@@ -1296,11 +1300,12 @@ func TestProjectionsCancelledDuringStartup(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	urls := pgtest.NewDB(t)
 	cfg := Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, PollInterval: 20 * time.Millisecond}
+	webhookTestSettings(&cfg)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	dbs, err := openDatabases(t.Context(), cfg)
 	require.NoError(t, err)
 	defer dbs.close()
-	w, err := wire(dbs, log)
+	w, err := wire(cfg, dbs, log)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"hearth/domain/webhook"
 	httpport "hearth/ports/http"
 )
 
@@ -140,6 +141,31 @@ type Config struct {
 	// none: the header is ignored.
 	TrustedProxies []netip.Prefix
 
+	// Webhooks (docs/api.md, "Webhooks").
+
+	// WebhookRetryFor is how long a failing delivery is retried, from its
+	// first attempt; then its endpoint is disabled, with the reason
+	// (WEBHOOK_RETRY_FOR). Defaults to 24h.
+	WebhookRetryFor time.Duration
+	// WebhookRetryInitial is the wait after a delivery's first failed
+	// attempt; each further failure doubles it, up to WebhookRetryMax, and
+	// each wait is spread by +-50 % (WEBHOOK_RETRY_INITIAL). Defaults to 10s.
+	WebhookRetryInitial time.Duration
+	// WebhookRetryMax caps the wait between two attempts, before the spread
+	// (WEBHOOK_RETRY_MAX). Defaults to 1h.
+	WebhookRetryMax time.Duration
+	// WebhookTimeout bounds one delivery attempt, from dialling to the end
+	// of the answer (WEBHOOK_TIMEOUT, at most 1m). Defaults to 10s.
+	WebhookTimeout time.Duration
+	// WebhookAllowPrivate lets endpoints and deliveries reach loopback,
+	// private and link-local addresses (WEBHOOK_ALLOW_PRIVATE, true or
+	// false): for receivers inside one's own network, and tests. Defaults to
+	// false: such targets are refused when an endpoint is saved and again
+	// at every connection.
+	WebhookAllowPrivate bool
+	// WebhookDeliveryKeep is how long a finished delivery stays in the
+	// delivery log (WEBHOOK_DELIVERY_KEEP). Defaults to 168h (7 days).
+	WebhookDeliveryKeep time.Duration
 	// The relay to NATS JetStream (docs/operations.md, "Relay to NATS
 	// JetStream"): it runs on the worker that holds its own lock.
 
@@ -261,6 +287,25 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		}
 	}
 	cfg.TrustedProxies = trustedProxies(getenv("TRUSTED_PROXIES"), &errs)
+	cfg.WebhookRetryFor = duration("WEBHOOK_RETRY_FOR", 24*time.Hour)
+	cfg.WebhookRetryInitial = duration("WEBHOOK_RETRY_INITIAL", 10*time.Second)
+	cfg.WebhookRetryMax = duration("WEBHOOK_RETRY_MAX", time.Hour)
+	if cfg.WebhookRetryInitial > cfg.WebhookRetryMax || cfg.WebhookRetryMax > cfg.WebhookRetryFor {
+		errs = append(errs, fmt.Errorf("WEBHOOK_RETRY_INITIAL (%s) <= WEBHOOK_RETRY_MAX (%s) <= WEBHOOK_RETRY_FOR (%s) must hold",
+			cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor))
+	}
+	cfg.WebhookTimeout = duration("WEBHOOK_TIMEOUT", 10*time.Second)
+	if cfg.WebhookTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("WEBHOOK_TIMEOUT=%s: must be at most 1m", cfg.WebhookTimeout))
+	}
+	switch v := getenv("WEBHOOK_ALLOW_PRIVATE"); v {
+	case "", "false":
+	case "true":
+		cfg.WebhookAllowPrivate = true
+	default:
+		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_PRIVATE=%q: must be true or false", v))
+	}
+	cfg.WebhookDeliveryKeep = duration("WEBHOOK_DELIVERY_KEEP", 168*time.Hour)
 	cfg.RelayNATSURL = getenv("RELAY_NATS_URL")
 	cfg.RelayStream = cmp.Or(getenv("RELAY_STREAM"), "HEARTH")
 	cfg.RelaySubjectPrefix = cmp.Or(getenv("RELAY_SUBJECT_PREFIX"), "hearth")
@@ -371,6 +416,11 @@ func (c Config) httpLimits() httpport.Limits {
 		MerchantRate: c.MerchantRPS, MerchantBurst: c.MerchantBurst, MerchantInFlight: c.MerchantInFlight,
 		UnknownKeyRate: c.UnknownKeyRPS, UnknownKeyBurst: c.UnknownKeyBurst,
 	}
+}
+
+// webhookSchedule is the retry schedule of webhook deliveries.
+func (c Config) webhookSchedule() webhook.Schedule {
+	return webhook.Schedule{Initial: c.WebhookRetryInitial, Max: c.WebhookRetryMax, For: c.WebhookRetryFor}
 }
 
 // requireDatabase checks that DATABASE_URL is set.

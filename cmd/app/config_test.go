@@ -54,6 +54,8 @@ func TestLoadConfig(t *testing.T) {
 		HTTPReadTimeout: 30 * time.Second, HTTPWriteTimeout: 50 * time.Second, HTTPIdleTimeout: 120 * time.Second,
 		KeyRPS: 50, KeyBurst: 100, MerchantRPS: 100, MerchantBurst: 200, MerchantInFlight: 10,
 		UnknownKeyRPS: 1, UnknownKeyBurst: 20, KeyCacheTTL: 5 * time.Second,
+		WebhookRetryFor: 24 * time.Hour, WebhookRetryInitial: 10 * time.Second, WebhookRetryMax: time.Hour,
+		WebhookTimeout: 10 * time.Second, WebhookDeliveryKeep: 168 * time.Hour,
 		RelayStream: "HEARTH", RelaySubjectPrefix: "hearth", RelayDuplicateWindow: 10 * time.Minute,
 	}
 	with := func(change func(*Config)) Config {
@@ -88,6 +90,8 @@ func TestLoadConfig(t *testing.T) {
 				"RATE_LIMIT_KEY_RPS": "2.5", "RATE_LIMIT_KEY_BURST": "5", "RATE_LIMIT_MERCHANT_RPS": "7",
 				"RATE_LIMIT_MERCHANT_BURST": "9", "RATE_LIMIT_MERCHANT_IN_FLIGHT": "4", "RATE_LIMIT_UNKNOWN_KEY_RPS": "0.2",
 				"RATE_LIMIT_UNKNOWN_KEY_BURST": "3", "KEY_CACHE_TTL": "1m", "TRUSTED_PROXIES": " 10.0.0.0/8, 192.0.2.7,2001:db8::/32 ,::ffff:198.51.100.1",
+				"WEBHOOK_RETRY_FOR": "48h", "WEBHOOK_RETRY_INITIAL": "1s", "WEBHOOK_RETRY_MAX": "10m", "WEBHOOK_TIMEOUT": "3s",
+				"WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_DELIVERY_KEEP": "24h",
 				"RELAY_NATS_URL": "nats://n1.example:4222, tls://u:p@n2.example:4222", "RELAY_STREAM": "CRM",
 				"RELAY_SUBJECT_PREFIX": "acme.crm", "RELAY_DUPLICATE_WINDOW": "1h",
 			},
@@ -105,6 +109,8 @@ func TestLoadConfig(t *testing.T) {
 				UnknownKeyRPS: 0.2, UnknownKeyBurst: 3, KeyCacheTTL: time.Minute,
 				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"),
 					netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("198.51.100.1/32")},
+				WebhookRetryFor: 48 * time.Hour, WebhookRetryInitial: time.Second, WebhookRetryMax: 10 * time.Minute,
+				WebhookTimeout: 3 * time.Second, WebhookAllowPrivate: true, WebhookDeliveryKeep: 24 * time.Hour,
 				RelayNATSURL: "nats://n1.example:4222, tls://u:p@n2.example:4222", RelayStream: "CRM",
 				RelaySubjectPrefix: "acme.crm", RelayDuplicateWindow: time.Hour,
 			},

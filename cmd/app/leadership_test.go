@@ -125,11 +125,12 @@ func newWorker(t *testing.T, urls pgtest.URLs, holder string, options ...func(*w
 		cfg: Config{DatabaseURL: urls.EventStore, ReadModelDatabaseURL: urls.ReadModel, Mode: ModeWorker, PollInterval: 20 * time.Millisecond},
 		log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", holder),
 	}
+	webhookTestSettings(&p.cfg)
 	var err error
 	p.dbs, err = openDatabases(t.Context(), p.cfg)
 	require.NoError(t, err)
 	t.Cleanup(p.dbs.close)
-	p.w, err = wire(p.dbs, p.log)
+	p.w, err = wire(p.cfg, p.dbs, p.log)
 	require.NoError(t, err)
 	p.w.holder = holder
 	for _, o := range options {

@@ -111,7 +111,7 @@ func openWired(ctx context.Context, cfg Config, log *slog.Logger) (databases, wi
 		dbs.close()
 		return databases{}, wiring{}, err
 	}
-	w, err := wire(dbs, log)
+	w, err := wire(cfg, dbs, log)
 	if err != nil {
 		dbs.close()
 		return databases{}, wiring{}, err

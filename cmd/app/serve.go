@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
+	"hearth/adapters/webhooks"
 	"hearth/app"
 	"hearth/app/access"
 	"hearth/app/command"
@@ -142,6 +144,14 @@ type wiring struct {
 	maintenance *readmodel.Maintenance
 	telemetry   *telemetry
 	idempotency *idempotency.Store
+	// fanout are the webhook fan-out's projections (one per topic), run by
+	// the webhook leader (leadWebhooks); webhookSender sends the deliveries.
+	fanout         []projector.Projection
+	webhookSender  *webhooks.Sender
+	webhookMetrics *webhooks.Metrics
+	// webhookRand draws the jitter of webhook retries; nil: random (tests
+	// fix it).
+	webhookRand func() float64
 	// retryInitial shortens the projections' retry budget in tests.
 	// Defaults to projector.RetryInitial.
 	retryInitial time.Duration
@@ -200,7 +210,7 @@ func (w wiring) runNotifications(ctx context.Context) error {
 
 // wire builds the application on the request pools (dbs.api) and the
 // projections and the operator's tools on the others.
-func wire(dbs databases, log *slog.Logger) (wiring, error) {
+func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	apiES, apiRM := dbs.api()
 	var errs []error
 	must := func(err error) { errs = append(errs, err) }
@@ -217,6 +227,12 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	requestsRead, err := readmodel.NewServiceRequests(apiRM)
 	must(err)
 	schedulesRead, err := readmodel.NewSchedules(apiRM)
+	must(err)
+	hooks, err := webhooks.NewStore(apiES.DB)
+	must(err)
+	sender, err := webhooks.NewSender(webhooks.SenderConfig{Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivate})
+	must(err)
+	fanout, err := webhooks.NewFanout(dbs.es)
 	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
@@ -248,15 +264,19 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	a.Queries.Schedules, err = query.NewSchedules(schedulesRead, ref)
 	must(err)
+	a.Commands.Webhooks, err = command.NewWebhooks(hooks, sender.CheckTarget)
+	must(err)
+	a.Queries.Webhooks, err = query.NewWebhooks(hooks)
+	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref}
+	w := wiring{app: a, refdata: ref, fanout: fanout.Projections(), webhookSender: sender}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		w.projections = append(w.projections, projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
 	}
 	w.live = liveByUnit(w.projections)
-	if w.parking, err = projector.NewParking(dbs.es, w.projections...); err != nil {
+	if w.parking, err = projector.NewParking(dbs.es, append(slices.Clone(w.projections), w.fanout...)...); err != nil {
 		return wiring{}, err
 	}
 	w.parking.Audit = refdata.WriteAudit
@@ -279,7 +299,13 @@ func wire(dbs databases, log *slog.Logger) (wiring, error) {
 	if w.idempotency, err = idempotency.New(apiES.DB); err != nil {
 		return wiring{}, err
 	}
-	if w.telemetry, err = newTelemetry(dbs, w.projections, log); err != nil {
+	if w.telemetry, err = newTelemetry(dbs, append(slices.Clone(w.projections), w.fanout...), log); err != nil {
+		return wiring{}, err
+	}
+	if w.webhookMetrics, err = webhooks.NewMetrics(w.telemetry.reg); err != nil {
+		return wiring{}, err
+	}
+	if err := w.telemetry.reg.Register(webhooks.NewStatsCollector(dbs.es.DB, log)); err != nil {
 		return wiring{}, err
 	}
 	if w.lags, err = newLagHistory(dbs, w); err != nil {
@@ -305,7 +331,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	w, err := wire(dbs, log)
+	w, err := wire(cfg, dbs, log)
 	if err != nil {
 		return err
 	}
@@ -323,6 +349,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if relayUnit != nil {
 		extra = append(extra, *relayUnit)
 	}
+	extra = append(extra, webhookUnit(cfg, w, log))
 	var sched *leader.Scheduler
 	if cfg.Mode != ModeAPI {
 		if sched, err = newScheduler(cfg, dbs, w, log, extra...); err != nil {

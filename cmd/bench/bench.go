@@ -252,26 +252,38 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 	if err != nil {
 		return nil, err
 	}
+	visible := newArrivals()
+	err = loadOrders(ctx, db, url, d, merchantID, customerID, visible)
+	return visible.latencies(), err
+}
+
+// loadOrders creates orders of the merchant through the command handlers
+// at a steady rate for d, and notes each commit in visible and the others
+// (what else watches them: a webhook receiver); visible also sees the
+// moment each orders row became readable in db (visibleSQL, on a LISTEN
+// connection to url). It returns once all of them have seen every order,
+// or 30 s after the load (the rest are left out of the figures).
+func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, merchantID, customerID string, visible *arrivals, others ...*arrivals) error {
 	if _, err := db.ExecContext(ctx, visibleSQL); err != nil {
-		return nil, fmt.Errorf("visibility trigger: %w", err)
+		return fmt.Errorf("visibility trigger: %w", err)
 	}
 	listener, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer listener.Close(context.WithoutCancel(ctx))
 	if _, err := listener.Exec(ctx, "LISTEN "+visibleChannel); err != nil {
-		return nil, err
+		return err
 	}
 	tx, err := transactor(db)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	orders, err := command.NewOrderHandlers(tx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	arrived := newArrivals()
+	watchers := append([]*arrivals{visible}, others...)
 	var mu sync.Mutex
 	var firstErr error
 	fail := func(err error) {
@@ -291,7 +303,7 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 				}
 				return
 			}
-			arrived.seen(note.Payload, time.Now())
+			visible.seen(note.Payload, time.Now())
 		}
 	}()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -309,16 +321,20 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 				fail(err)
 				return
 			}
-			arrived.committed(w.Stream[0].StreamID, at)
+			for _, a := range watchers {
+				a.committed(w.Stream[0].StreamID, at)
+			}
 		})
 	}
 	wg.Wait()
-	arrived.drain()
+	for _, a := range watchers {
+		a.drain()
+	}
 	stopWatching()
 	<-watched
 	mu.Lock()
 	defer mu.Unlock()
-	return arrived.latencies(), firstErr
+	return firstErr
 }
 
 // arrivals pairs each id's commit with the moment it was seen, in

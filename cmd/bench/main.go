@@ -19,6 +19,10 @@
 //   - the event feed: commit to the answer of the long poll that carries
 //     the event, beside the read-your-writes GET's commit to answer, alone
 //     and with idle long polls of other merchants;
+//   - webhooks: delivery latency from the commit to a receiver at 200
+//     events/s beside the read model's latency of the same events, the same
+//     beside a slow endpoint, and the rate a receiver drains a backlog at,
+//     beside Hearth's sender alone;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -61,6 +65,7 @@ func main() {
 		latencyFor, latencyWarmUp, isolationFor, perEventTxFor, commandsFor = latencyFor/10, latencyWarmUp/10, isolationFor/10, perEventTxFor/10, commandsFor/10
 		backlogEvents /= 10
 		noisyFor /= 10
+		hookBacklog /= 10
 		feedIdlePolls /= 10
 		consoleLoads = 5
 		scaleOrders /= 10
@@ -77,7 +82,7 @@ func main() {
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
 // scale runs only when named (make bench-scale): it takes about 15 minutes.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed", "scale"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed", "webhooks", "scale"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -202,6 +207,13 @@ func run() error {
 			return fmt.Errorf("event feed: %w", err)
 		}
 		rows = append(rows, fr...)
+	}
+	if only("webhooks") {
+		wh, err := b.webhooks(ctx)
+		if err != nil {
+			return fmt.Errorf("webhooks: %w", err)
+		}
+		rows = append(rows, wh...)
 	}
 	var scaleTable string
 	if only("scale") {

@@ -15,6 +15,11 @@
 //   - [Relay] ("hearth/relay"): the leadership lock of the relay to NATS
 //     JetStream (adapters/pubsub/relay), session-level, on the event store;
 //     its fencing term has its own row in projection_leader.
+//   - [Webhooks] ("hearth/webhooks"): the leadership lock of webhook
+//     delivery (cmd/app, adapters/webhooks: a Scheduler unit),
+//     session-level, on the event store; its term has its own row in
+//     projection_leader, and is copied to event_store_terms, which fences
+//     the delivery's writes to the event store.
 //   - [Rebuild](projection) ("hearth/rebuild/<projection>"): one rebuild of a
 //     projection at a time (adapters/readmodel), session-level, on the read
 //     model.
@@ -63,6 +68,9 @@ func Projection(projection string) string { return Projections + "/" + projectio
 
 // Relay names the relay's leadership lock.
 const Relay = "hearth/relay"
+
+// Webhooks names the leadership lock of webhook delivery.
+const Webhooks = "hearth/webhooks"
 
 // Rebuild names the lock that keeps two rebuilds of one projection apart.
 func Rebuild(projection string) string { return "hearth/rebuild/" + projection }

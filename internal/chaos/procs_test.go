@@ -124,7 +124,11 @@ func (p *proc) exited() bool {
 // it and under which term.
 type readiness struct {
 	Leads map[string]int64 // projection -> term, for the projections it leads
-	Units int              // units it reports (0 in mode api)
+	Units int              // projection units it reports (0 in mode api)
+	// AllUnits and Leading count every unit it reports and leads,
+	// projections and the other leader-only work (webhook delivery) alike:
+	// the fair share is of all of them.
+	AllUnits, Leading int
 }
 
 // ready asks /readyz and /metrics; ok is false when the process does not
@@ -152,6 +156,12 @@ func (p *proc) ready() (readiness, bool) {
 		series, value, _ := strings.Cut(line, " ")
 		name, labels, _ := strings.Cut(series, "{")
 		unit := strings.TrimSuffix(strings.TrimPrefix(labels, `unit="`), `"}`)
+		if name == "hearth_leader_is_leader" {
+			r.AllUnits++
+			if value == "1" {
+				r.Leading++
+			}
+		}
 		projection, isProjection := strings.CutPrefix(unit, advisory.Projection(""))
 		if !isProjection {
 			continue
@@ -175,9 +185,10 @@ func (p *proc) ready() (readiness, bool) {
 
 // leaders returns, for each projection, the worker that leads it and its
 // term, and whether every worker answered and every projection has exactly
-// one leader.
-func leaders(workers []*proc) (map[string]lead, bool) {
+// one leader; and, per worker, how many units it leads of how many.
+func leaders(workers []*proc) (map[string]lead, map[*proc]readiness, bool) {
 	out := map[string]lead{}
+	all := map[*proc]readiness{}
 	settled := true
 	for _, w := range workers {
 		r, ok := w.ready()
@@ -185,6 +196,7 @@ func leaders(workers []*proc) (map[string]lead, bool) {
 			settled = false
 			continue
 		}
+		all[w] = r
 		for projection, term := range r.Leads {
 			if _, twice := out[projection]; twice {
 				settled = false
@@ -192,7 +204,7 @@ func leaders(workers []*proc) (map[string]lead, bool) {
 			out[projection] = lead{w, term}
 		}
 	}
-	return out, settled && len(out) == len(aggregates.Projections())
+	return out, all, settled && len(out) == len(aggregates.Projections())
 }
 
 // lead is a projection's leader and its term.

@@ -84,26 +84,25 @@ func (w *world) replace(p *proc) {
 }
 
 // settledSpread waits until every projection has one leader and the
-// workers share them fairly: none leads more than its fair share (the
-// projections divided by the workers, rounded up; one each with three
-// workers). It returns each projection's leader and term.
+// workers share the units fairly: none leads more than its fair share (all
+// the units, the projections and webhook delivery, divided by the workers,
+// rounded up). It returns each projection's leader and term.
 func (w *world) settledSpread() map[string]lead {
 	w.t.Helper()
 	var out map[string]lead
-	share := (len(aggregates.Projections()) + len(w.workers) - 1) / len(w.workers)
 	require.Eventually(w.t, func() bool {
+		var all map[*proc]readiness
 		var settled bool
-		if out, settled = leaders(w.workers); !settled {
+		if out, all, settled = leaders(w.workers); !settled {
 			return false
 		}
-		led := map[*proc]int{}
-		for _, l := range out {
-			if led[l.proc]++; led[l.proc] > share {
+		for _, r := range all {
+			if share := (r.AllUnits + len(w.workers) - 1) / len(w.workers); r.Leading > share {
 				return false
 			}
 		}
 		return true
-	}, 2*time.Minute, 10*time.Millisecond, "every projection led, at most %d by each worker", share)
+	}, 2*time.Minute, 10*time.Millisecond, "every projection led, no worker over its fair share of the units")
 	return out
 }
 

@@ -49,6 +49,28 @@ func TakenOver(err error) error {
 	return err
 }
 
+// Seal renders the answer of attempt i from result (what the write wrote,
+// as the port's Render takes it) and stores it in the write's transaction
+// tx; the write and its answer then commit together or not at all.
+func Seal(ctx context.Context, tx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}, i *command.Idempotent, result any) error {
+	a, err := i.Render(ctx, result)
+	if err != nil {
+		return fmt.Errorf("render idempotent answer: %w", err)
+	}
+	args, err := CompleteArgs(i, a)
+	if err != nil {
+		return err
+	}
+	// $n text on the raw transaction: Bun formats only its own ? marks.
+	if _, err := tx.ExecContext(ctx, CompleteSQL, args...); err != nil {
+		return TakenOver(err)
+	}
+	i.Sealed(a) // should the commit fail, the write fails: the port goes by the error
+	return nil
+}
+
 // Store keeps the records.
 type Store struct {
 	db *sql.DB

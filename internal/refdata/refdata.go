@@ -67,7 +67,7 @@ func (t Table[T, P]) Insert(ctx context.Context, v *T) error {
 			if err := t.insert(ctx, tx, v); err != nil {
 				return err
 			}
-			return answer(ctx, tx, i, v)
+			return idempotency.Seal(ctx, tx.Tx, i, v)
 		})
 	}
 	return t.insert(ctx, t.db, v)
@@ -77,25 +77,6 @@ func (t Table[T, P]) insert(ctx context.Context, db bun.IDB, v *T) error {
 	if _, err := db.NewInsert().Model(v).ModelTableExpr(t.expr).Exec(ctx); err != nil {
 		return fmt.Errorf("insert into %s: %w", t.expr, err)
 	}
-	return nil
-}
-
-// answer stores the answer of idempotent attempt i, rendered from the
-// record v, in the record's transaction tx.
-func answer(ctx context.Context, tx bun.Tx, i *command.Idempotent, v any) error {
-	a, err := i.Render(ctx, v)
-	if err != nil {
-		return fmt.Errorf("render idempotent answer: %w", err)
-	}
-	args, err := idempotency.CompleteArgs(i, a)
-	if err != nil {
-		return err
-	}
-	// $n text on the raw transaction: Bun formats only its own ? marks.
-	if _, err := tx.Tx.ExecContext(ctx, idempotency.CompleteSQL, args...); err != nil {
-		return idempotency.TakenOver(err)
-	}
-	i.Sealed(a) // should the commit fail, the write fails: the port goes by the error
 	return nil
 }
 
@@ -137,7 +118,7 @@ func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(
 		}
 		out = v
 		if i := command.IdempotentOf(ctx); i != nil {
-			return answer(ctx, tx, i, &v)
+			return idempotency.Seal(ctx, tx.Tx, i, &v)
 		}
 		return nil
 	})

@@ -9,7 +9,8 @@ import (
 // Conditional requests (RFC 9110, section 13). The entity tag of an order,
 // a service request or a schedule is its version, as a strong tag ("3"):
 // it changes with every event of the aggregate. Names joined into the view
-// (customer, staff, catalog item) are not part of it.
+// (customer, staff, catalog item) are not part of it. A webhook endpoint's
+// tag is its version too, which every change moves on.
 
 // etag is the entity tag of a version.
 func etag(version int) string { return strconv.Quote(strconv.Itoa(version)) }
@@ -68,7 +69,7 @@ func (e *preconditionFailed) Error() string { return e.detail }
 func noIfMatch(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if v := strings.TrimSpace(r.Header.Get("If-Match")); v != "" && v != "*" {
-			return &preconditionFailed{detail: "If-Match: this resource has no entity tag; only orders, service requests and schedules do"}
+			return &preconditionFailed{detail: "If-Match: this resource has no entity tag; only orders, service requests, schedules and webhook endpoints do"}
 		}
 		return h(w, r)
 	}

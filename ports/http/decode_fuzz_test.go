@@ -27,6 +27,8 @@ var requestInputs = []func() any{
 	func() any { return &serviceRequestInput{} },
 	func() any { return &convertInput{} },
 	func() any { return &skipInput{} },
+	func() any { return &webhookEndpointInput{} },
+	func() any { return &rotateSecretInput{} },
 }
 
 // FuzzDecode: the request decoder with its input checks never panics; a
@@ -43,6 +45,8 @@ func FuzzDecode(f *testing.F) {
 		`{"staff_id":"0d3f4a6c-1b2e-4c3d-8e9f-0a1b2c3d4e5f","start_at":"2030-01-01T00:00:00Z","end_at":"2030-01-01T01:00:00Z"}`,
 		`{"expected_version":1,"status":"confirmed"}`,
 		`{"reason":"line\r\nline"}`,
+		`{"url":"https://example.com/hook","event_types":["order.created"],"description":"a\u0007b","enabled":true}`,
+		`{"overlap":"24h","expected_version":2}`,
 		`{"event_id":"` + uuid.New() + `","reason":"x"}`,
 		`{"unknown":1}`, `{"amount_cents":"1"}`, `[]`, `null`, ``, `{`, `{} {}`, `{"name":"\ud800"}`,
 		`{"name":"` + string(bytes.Repeat([]byte("a"), 5000)) + `"}`,

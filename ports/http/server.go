@@ -258,6 +258,9 @@ func (s *server) routes() []route {
 			rts = append(rts, v1(rt.pattern, op, rt.handle))
 		}
 	}
+	rts = append(rts, s.webhookRoutes(
+		func(pattern string, h handlerFunc) route { return v1(pattern, op, h) },
+		func(pattern string, h handlerFunc) route { return versioned(pattern, op, h) })...)
 	return append(rts,
 		v1("POST /v1/service-requests", op, s.createServiceRequest),
 		v1("GET /v1/service-requests", op, s.listServiceRequests),

@@ -119,6 +119,13 @@ func closeQuietly(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
+// Signal returns the channel that the next notification for table closes
+// (or the next reconnection): Changed for a table that is not a topic's.
+// Writers of such a table announce it on NotifyChannel with its name
+// (webhook deliveries do). Take the channel before looking for work, then
+// wait on it, so that no notification in between is missed.
+func (n *Notifier) Signal(table string) <-chan struct{} { return n.signal(table) }
+
 // signal returns the channel that the next notification for table closes.
 func (n *Notifier) signal(table string) <-chan struct{} {
 	n.mu.Lock()

@@ -1,0 +1,730 @@
+package webhooks
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"hearth/adapters/readmodel"
+	"hearth/app/publicevent"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/webhook"
+	"hearth/internal/aggregates"
+	"hearth/internal/database"
+)
+
+const (
+	// inFlightPerEndpoint is how many deliveries one endpoint gets at once
+	// (each of another aggregate).
+	inFlightPerEndpoint = 8
+	// claimBatch is how many deliveries one round of a worker claims at
+	// most.
+	claimBatch = 32
+	// holdMargin is added to the timeout for a claim's hold: the time after
+	// which a delivery claimed by a leader that died is tried again.
+	holdMargin = 5 * time.Second
+	// rescanEvery is how often the dispatcher looks for pending deliveries
+	// that no notification announced (a lost notification, a missed
+	// reconnect).
+	rescanEvery = 10 * time.Second
+	// pruneEvery and pruneBatch: finished deliveries older than Keep are
+	// deleted this often, this many rows per statement.
+	pruneEvery = 10 * time.Minute
+	pruneBatch = 1000
+	// stepTimeout bounds one round's transaction.
+	stepTimeout = 10 * time.Second
+)
+
+// DispatcherConfig is what NewDispatcher needs.
+type DispatcherConfig struct {
+	// DB is the event-store database, a pool opened by package database (it
+	// must honour the fencing check sent with BEGIN).
+	DB *sql.DB
+	// Sender sends the deliveries. Required.
+	Sender *Sender
+	// Schedule is when failed deliveries are tried again, and for how
+	// long. Required (cmd/app Config: WEBHOOK_RETRY_*).
+	Schedule webhook.Schedule
+	// Keep is how long finished deliveries stay in the log
+	// (WEBHOOK_DELIVERY_KEEP). Required.
+	Keep time.Duration
+	// Metrics counts outcomes and lag. Optional.
+	Metrics *Metrics
+	// OnStale is called when a transaction finds the term stale
+	// (readmodel.ErrStaleTerm): the leader steps down. Required.
+	OnStale func(err error)
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+	// Rand draws the jitter, in [0, 1). Defaults to math/rand/v2.
+	Rand func() float64
+}
+
+// Dispatcher delivers the pending deliveries of one leadership term: one
+// worker per endpoint with pending deliveries (see the package
+// documentation). Build one per term.
+type Dispatcher struct {
+	cfg  DispatcherConfig
+	log  *slog.Logger
+	hold time.Duration
+	ctx  context.Context
+
+	mu      sync.Mutex
+	workers map[string]*worker // by endpoint
+	closed  bool               // the term ended: no new worker
+	wg      sync.WaitGroup
+}
+
+// worker is the state of one endpoint's worker the dispatcher shares with
+// it: its wake-ups, each buffered (one pending wake-up is enough).
+type worker struct {
+	// poke: the endpoint has new deliveries (from the fan-out, or a scan).
+	poke chan struct{}
+	// urgent: an operator queued one (a test ping, a redelivery); it ends
+	// even the wait of a worker whose receiver keeps failing.
+	urgent chan struct{}
+}
+
+// wake sends a wake-up on ch, unless one is pending already.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// drain takes w's pending wake-ups: the round about to start serves them.
+func (w *worker) drain() {
+	for _, ch := range []chan struct{}{w.poke, w.urgent} {
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
+
+// NewDispatcher returns a dispatcher whose workers run until ctx ends (the
+// term's context, carrying its fence).
+func NewDispatcher(ctx context.Context, cfg DispatcherConfig) (*Dispatcher, error) {
+	if cfg.DB == nil || cfg.Sender == nil || cfg.OnStale == nil {
+		return nil, errors.New("webhooks.NewDispatcher: DB, Sender and OnStale are required")
+	}
+	if cfg.Schedule.Initial <= 0 || cfg.Schedule.Max <= 0 || cfg.Schedule.For <= 0 || cfg.Keep <= 0 {
+		return nil, errors.New("webhooks.NewDispatcher: Schedule and Keep are required")
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	return &Dispatcher{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "webhooks"),
+		hold: cfg.Sender.timeout + holdMargin, ctx: ctx, workers: map[string]*worker{}}, nil
+}
+
+// WithDispatcher returns ctx in which the fan-out wakes d's workers after
+// each commit (the fan-out of the same term).
+func WithDispatcher(ctx context.Context, d *Dispatcher) context.Context {
+	return withWake(ctx, func(ids []string) { d.poke(ids, false) })
+}
+
+// Run starts a worker for every endpoint with pending deliveries, again
+// whenever signal's channel closes (a delivery queued by the API: its
+// worker is woken even while its receiver keeps failing) and every
+// rescanEvery, and prunes the log, until the term's context ends; then it
+// waits for the workers. signal returns the channel the next notification
+// closes (projector.Notifier.Signal of DeliveriesTable).
+func (d *Dispatcher) Run(signal func() <-chan struct{}) error {
+	ctx := d.ctx
+	defer func() {
+		d.mu.Lock()
+		d.closed = true // no worker starts after the Wait has begun
+		d.mu.Unlock()
+		d.wg.Wait()
+	}()
+	lastPrune := time.Time{}
+	urgent := false
+	for {
+		woken := signal()
+		if err := d.rescan(ctx, urgent); err != nil && ctx.Err() == nil {
+			d.log.Warn("look for pending webhook deliveries", "error", err)
+		}
+		if time.Since(lastPrune) >= pruneEvery {
+			lastPrune = time.Now()
+			d.prune(ctx)
+		}
+		t := time.NewTimer(rescanEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-woken:
+			urgent = true
+		case <-t.C:
+			urgent = false
+		}
+		t.Stop()
+	}
+}
+
+// rescan pokes the worker of every endpoint with pending deliveries.
+func (d *Dispatcher) rescan(ctx context.Context, urgent bool) error {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	rows, err := d.cfg.DB.QueryContext(ctx, `SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE status = 'pending'`)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	d.poke(ids, urgent)
+	return nil
+}
+
+// prune deletes finished deliveries older than Keep, a batch at a time.
+func (d *Dispatcher) prune(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+			res, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id = ANY (ARRAY(
+				SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND completed_at < now() - $1 * interval '1 millisecond'
+				ORDER BY completed_at LIMIT $2))`, d.cfg.Keep.Milliseconds(), pruneBatch)
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		})
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, readmodel.ErrStaleTerm) {
+				d.log.Warn("prune the webhook delivery log", "error", err)
+			}
+			return
+		}
+		if n < pruneBatch {
+			return
+		}
+	}
+}
+
+// poke wakes the workers of the endpoints, starting those not running.
+func (d *Dispatcher) poke(endpointIDs []string, urgent bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || d.ctx.Err() != nil {
+		return
+	}
+	for _, id := range endpointIDs {
+		if w, ok := d.workers[id]; ok {
+			wake(w.poke)
+			if urgent {
+				wake(w.urgent)
+			}
+			continue
+		}
+		w := &worker{poke: make(chan struct{}, 1), urgent: make(chan struct{}, 1)}
+		d.workers[id] = w
+		d.wg.Go(func() { d.work(id, w) })
+	}
+}
+
+// done removes a worker that found nothing pending, unless it was woken
+// meanwhile (then it goes on).
+func (d *Dispatcher) done(id string, w *worker) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if (len(w.poke) > 0 || len(w.urgent) > 0) && d.ctx.Err() == nil {
+		return false
+	}
+	delete(d.workers, id)
+	return true
+}
+
+// claim is one delivery a round claimed, with what its attempt needs.
+type claim struct {
+	id, eventID    string
+	body           []byte
+	bodyErr        error // the event has no public form: fails without a send
+	ping, again    bool
+	attempts       int
+	first, claimed time.Time // first attempt, this attempt (the database's clock)
+	since          time.Time // what the lag counts from: the event's time, or the queueing of a ping or redelivery
+}
+
+// result is the outcome of a claimed delivery, to record.
+type result struct {
+	id      string
+	status  string // webhook.Pending (retry), Succeeded or Failed
+	wait    time.Duration
+	code    int
+	latency time.Duration
+	err     string
+	// disable, when set, disables the endpoint with this reason.
+	disable string
+	// release puts the claim back untried (the term ended during the send).
+	release bool
+}
+
+// target is what a round reads of its endpoint.
+type target struct {
+	found, enabled bool
+	endpoint       webhook.Endpoint
+}
+
+// work is one endpoint's worker: rounds until nothing is pending.
+func (d *Dispatcher) work(id string, w *worker) {
+	ctx := d.ctx
+	log := d.log.With("endpoint_id", id)
+	var results []result
+	// failing: the endpoint's last attempts all failed. Then the round
+	// right after them claims only retries that are due, and the worker
+	// waits for the next retry before it claims deliveries never tried:
+	// a receiver that is down gets the new events in waves, at its retry
+	// times, not one request per event as they come.
+	failing, fresh := false, true
+	for {
+		w.drain()
+		claims, tgt, nextIn, err := d.round(ctx, id, results, fresh)
+		if err != nil {
+			if errors.Is(err, readmodel.ErrStaleTerm) {
+				d.cfg.OnStale(err)
+			}
+			if ctx.Err() != nil || errors.Is(err, readmodel.ErrStaleTerm) {
+				d.flush(id, results)
+				d.done(id, w)
+				return
+			}
+			log.Warn("webhook delivery round failed; trying again", "error", err)
+			if !sleep(ctx, time.Second) {
+				d.flush(id, results)
+				d.done(id, w)
+				return
+			}
+			continue // with the same results
+		}
+		results = nil
+		if len(claims) > 0 {
+			results = d.send(ctx, tgt.endpoint, claims)
+			failing = true
+			for _, r := range results {
+				failing = failing && r.status != webhook.Succeeded && !r.release
+			}
+			fresh = !failing
+			continue
+		}
+		if nextIn < 0 { // nothing pending
+			if d.done(id, w) {
+				return
+			}
+			continue
+		}
+		// Wait for the next retry. A poke (new deliveries) ends the wait,
+		// unless the endpoint is failing: then new deliveries wait for its
+		// next retry too (and its queue is not scanned for every event).
+		// What an operator queued ends it anyway.
+		t := time.NewTimer(max(nextIn, time.Millisecond))
+		poked := w.poke
+		if failing {
+			poked = nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-poked:
+		case <-w.urgent:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			d.done(id, w)
+			return
+		}
+		fresh = true // a retry wave, new deliveries, or an operator's
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// inTx runs fn in one transaction whose BEGIN checks the term.
+func (d *Dispatcher) inTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) (int64, error)) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	ctx, err := readmodel.Fenced(ctx, d.cfg.DB)
+	if err != nil {
+		return 0, err
+	}
+	tx, err := d.cfg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, readmodel.StaleTerm(err)
+	}
+	n, err := fn(ctx, tx)
+	if err != nil {
+		return 0, readmodel.StaleTerm(errors.Join(err, ignoreDone(tx.Rollback())))
+	}
+	return n, readmodel.StaleTerm(tx.Commit())
+}
+
+// round is one transaction of a worker, sent as one pgx batch (one round
+// trip): BEGIN with the fencing check, the results of the round before
+// (disabling the endpoint when one says so), the endpoint, the claim of
+// the deliveries whose turn has come (those never tried only when fresh),
+// COMMIT. With nothing claimed, nextIn is how long until the next one is
+// due, counting those never tried only when fresh or when there is nothing
+// else (negative: nothing is pending); a disabled endpoint's pending
+// deliveries fail then.
+func (d *Dispatcher) round(ctx context.Context, endpointID string, results []result, fresh bool) (claims []claim, tgt target, nextIn time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	fence, fenced := readmodel.FenceSQL(ctx)
+	record := recordStatements(endpointID, results)
+	err = database.WithConn(ctx, d.cfg.DB, func(conn *pgx.Conn) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		if fenced {
+			b.Queue(fence)
+		}
+		for _, st := range record {
+			b.Queue(st.sql, st.args...)
+		}
+		b.Queue(`SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, endpointID)
+		b.Queue(claimSQL, endpointID, claimBatch, d.hold.Milliseconds(), fresh)
+		b.Queue("COMMIT")
+		br := conn.SendBatch(ctx, b)
+		err := d.readRound(br, endpointID, fenced, record, &tgt, &claims)
+		return errors.Join(err, br.Close())
+	})
+	if err = readmodel.StaleTerm(err); err != nil || len(claims) > 0 {
+		return claims, tgt, 0, err
+	}
+	switch {
+	case !tgt.found: // deleted, and its deliveries with it
+		return nil, tgt, -1, nil
+	case !tgt.enabled:
+		_, err = d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+			return exec(ctx, tx, failPending(endpointID, "the endpoint is disabled"))
+		})
+		return nil, tgt, -1, err
+	}
+	var seconds sql.NullFloat64
+	err = d.cfg.DB.QueryRowContext(ctx, `SELECT EXTRACT(EPOCH FROM coalesce(
+			min(next_attempt_at) FILTER (WHERE attempts > 0 OR $2), min(next_attempt_at)) - now())::float8 FROM (
+		SELECT DISTINCT ON (aggregate_id) next_attempt_at, attempts FROM webhook_deliveries
+		WHERE endpoint_id = $1 AND status = 'pending' ORDER BY aggregate_id, aggregate_version, seq) heads`, endpointID, fresh).Scan(&seconds)
+	if err != nil {
+		return nil, tgt, 0, fmt.Errorf("next webhook delivery: %w", err)
+	}
+	if !seconds.Valid {
+		return nil, tgt, -1, nil
+	}
+	return nil, tgt, max(time.Duration(seconds.Float64*float64(time.Second)), 0), nil
+}
+
+// readRound reads the answers of round's batch, in its order.
+func (d *Dispatcher) readRound(br pgx.BatchResults, endpointID string, fenced bool, record []statement, tgt *target, claims *[]claim) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	if fenced {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	for _, st := range record {
+		tag, err := br.Exec()
+		if err != nil {
+			return fmt.Errorf("record webhook deliveries: %w", err)
+		}
+		d.noteDisabled(endpointID, st, tag.RowsAffected())
+	}
+	e, err := scanEndpoint(br.QueryRow())
+	switch {
+	case errors.Is(err, apperr.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("read webhook endpoint: %w", err)
+	default:
+		*tgt = target{found: true, enabled: e.Enabled, endpoint: e}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("claim webhook deliveries: %w", err)
+	}
+	if *claims, err = readClaims(rows); err != nil {
+		return fmt.Errorf("claim webhook deliveries: %w", err)
+	}
+	_, err = br.Exec() // COMMIT
+	return err
+}
+
+// statement is one statement of a round, with its arguments.
+type statement struct {
+	sql  string
+	args []any
+	// disables is the reason of an endpoint's disabling, when this
+	// statement disables it.
+	disables string
+}
+
+func exec(ctx context.Context, tx *sql.Tx, sts ...statement) (int64, error) {
+	for _, st := range sts {
+		if _, err := tx.ExecContext(ctx, st.sql, st.args...); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
+
+// failPending gives up the endpoint's pending deliveries.
+func failPending(endpointID, why string) statement {
+	return statement{sql: `UPDATE webhook_deliveries SET status = 'failed', completed_at = now(),
+		error = CASE WHEN error = '' THEN 'not sent: ' || $2 ELSE error || '; then: ' || $2 END
+		WHERE endpoint_id = $1 AND status = 'pending'`, args: []any{endpointID, why}}
+}
+
+// claimSQL claims the due deliveries of an enabled endpoint: pending ones
+// whose time has come and that are the first pending one of their
+// aggregate (by version), at most $2, oldest first; those never tried yet
+// only when $4. It counts the attempt and moves the
+// next one past the send's timeout ($3 ms, the hold), and reads each event
+// as stored. The pending rows are read in insertion order
+// (webhook_deliveries_pending) and each is checked to be the first of its
+// aggregate (webhook_deliveries_queue; a scalar subquery, so that the check
+// is one index probe per row whatever the planner estimates), so a round
+// costs about as much however long the endpoint's queue is, as long as it
+// is moving.
+// The rows are updated and the events read by key (= ANY, LATERAL): joined,
+// the planner may scan the whole table for a few rows.
+const claimSQL = `WITH due AS (
+	SELECT d.id FROM webhook_deliveries d
+	WHERE d.endpoint_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= now() AND (d.attempts > 0 OR $4)
+	  AND EXISTS (SELECT FROM webhook_endpoints w WHERE w.id = $1 AND w.enabled)
+	  AND d.id = (SELECT e.id FROM webhook_deliveries e
+	              WHERE e.endpoint_id = $1 AND e.aggregate_id = d.aggregate_id AND e.status = 'pending'
+	              ORDER BY e.aggregate_version, e.seq LIMIT 1)
+	ORDER BY d.seq LIMIT $2
+), claimed AS (
+	UPDATE webhook_deliveries d
+	SET attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()),
+	    last_attempt_at = now(), next_attempt_at = now() + $3 * interval '1 millisecond'
+	WHERE d.id = ANY (ARRAY(SELECT id FROM due))
+	RETURNING d.id, d.event_id, d.ping_payload, d.redelivery_of IS NOT NULL AS again, d.attempts,
+	          d.first_attempt_at, d.last_attempt_at, d.created_at
+)
+SELECT c.id, c.event_id, c.ping_payload, c.again, c.attempts, c.first_attempt_at, c.last_attempt_at, c.created_at,
+       e.position, e.stream_type, e.stream_id, e.version, e.merchant_id, e.type, e.data, e.occurred_at,
+       e.correlation_id, e.causation_id, e.actor
+FROM claimed c LEFT JOIN LATERAL (SELECT * FROM events WHERE event_id = c.event_id AND c.ping_payload IS NULL) e ON true`
+
+// readClaims reads what claimSQL returns.
+func readClaims(rows pgx.Rows) ([]claim, error) {
+	defer rows.Close()
+	var out []claim
+	for rows.Next() {
+		var c claim
+		var ping []byte
+		var created time.Time
+		var position sql.NullInt64
+		var version sql.NullInt32
+		var streamType, streamID, merchantID, typ, correlationID, causationID, actor sql.NullString
+		var data []byte
+		var occurred sql.NullTime
+		if err := rows.Scan(&c.id, &c.eventID, &ping, &c.again, &c.attempts, &c.first, &c.claimed, &created,
+			&position, &streamType, &streamID, &version, &merchantID, &typ, &data, &occurred,
+			&correlationID, &causationID, &actor); err != nil {
+			return nil, err
+		}
+		c.since = created
+		if ping != nil {
+			c.ping, c.body = true, ping
+		} else if !position.Valid {
+			c.bodyErr = fmt.Errorf("event %s is not in the event store", c.eventID)
+		} else {
+			env := event.Envelope{ID: c.eventID, Type: typ.String, StreamType: streamType.String, StreamID: streamID.String,
+				Version: int(version.Int32), MerchantID: merchantID.String, OccurredAt: occurred.Time,
+				CorrelationID: correlationID.String, CausationID: causationID.String, Actor: actor.String, Data: data}
+			c.body, c.bodyErr = body(env, position.Int64)
+			if !c.again {
+				c.since = occurred.Time
+			}
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// body is the public form of a stored event, as delivered: the same bytes
+// at every attempt.
+func body(env event.Envelope, position int64) ([]byte, error) {
+	facts, ok := aggregates.ByType(env.StreamType)
+	if !ok {
+		return nil, fmt.Errorf("event %s: unknown stream type %q", env.ID, env.StreamType)
+	}
+	e, err := facts.Decode(env.Type, env.Data)
+	if err != nil {
+		return nil, fmt.Errorf("event %s: %w", env.ID, err)
+	}
+	pub, err := publicevent.From(publicevent.Stored{Recorded: event.Recorded{Envelope: env, Event: e}, Position: position})
+	if err != nil {
+		return nil, err
+	}
+	return publicevent.Marshal(pub)
+}
+
+// send makes the claimed deliveries, at most inFlightPerEndpoint at once,
+// and judges each.
+func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []claim) []result {
+	out := make([]result, len(claims))
+	slots := make(chan struct{}, inFlightPerEndpoint)
+	var wg sync.WaitGroup
+	for i, c := range claims {
+		if c.bodyErr != nil {
+			out[i] = result{id: c.id, status: webhook.Failed, err: "not sent: " + c.bodyErr.Error()}
+			d.cfg.Metrics.outcome("failed")
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			o := d.cfg.Sender.Send(ctx, e.URL, e.Secrets(d.cfg.Sender.now()), c.eventID, c.body)
+			if !o.OK() && ctx.Err() != nil {
+				out[i] = result{id: c.id, release: true}
+				return
+			}
+			out[i] = d.judge(c, o)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// judge turns an attempt's outcome into what to record.
+func (d *Dispatcher) judge(c claim, o Outcome) result {
+	r := result{id: c.id, code: o.Status, latency: o.Latency, err: o.Err}
+	switch {
+	case o.OK():
+		r.status = webhook.Succeeded
+		d.cfg.Metrics.delivered(time.Since(c.since))
+		return r
+	case o.Gone():
+		r.status, r.disable = webhook.Failed, "the receiver answered 410 Gone"
+	case c.ping:
+		r.status = webhook.Failed
+	default:
+		at := c.claimed.Add(o.Latency)
+		next, ok := d.cfg.Schedule.Next(c.first, at, c.attempts, d.cfg.Rand())
+		if ok {
+			r.status, r.wait = webhook.Pending, next.Sub(at)
+			d.cfg.Metrics.outcome("retrying")
+			return r
+		}
+		r.status = webhook.Failed
+		r.disable = fmt.Sprintf("a delivery failed for %s (%d attempts since %s; WEBHOOK_RETRY_FOR is %s); its last error: %s",
+			at.Sub(c.first).Round(time.Second), c.attempts, c.first.UTC().Format(time.RFC3339), d.cfg.Schedule.For, o.Err)
+	}
+	d.cfg.Metrics.outcome("failed")
+	return r
+}
+
+// recordSQL records results, from one array per column.
+const recordSQL = `UPDATE webhook_deliveries d SET status = r.status,
+	next_attempt_at = CASE WHEN r.status = 'pending' THEN now() + r.wait_ms * interval '1 millisecond' ELSE d.next_attempt_at END,
+	response_status = nullif(r.code, 0), latency_ms = r.latency_ms, error = r.err,
+	completed_at = CASE WHEN r.status = 'pending' THEN NULL ELSE now() END
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[])
+     AS r(id, status, wait_ms, code, latency_ms, err)
+WHERE d.id = ANY ($1::uuid[]) AND d.id = r.id AND d.status = 'pending'`
+
+// releaseSQL puts claims back, untried: due at once, the attempt uncounted.
+const releaseSQL = `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now(),
+	first_attempt_at = CASE WHEN attempts = 1 THEN NULL ELSE first_attempt_at END
+WHERE id = ANY ($1::uuid[]) AND status = 'pending' AND attempts > 0`
+
+// recordStatements store results, and disable the endpoint when one says
+// so (then its pending deliveries fail).
+func recordStatements(endpointID string, results []result) []statement {
+	var ids, statuses, errs, released []string
+	var waits []int64
+	var codes []int32
+	var latencies []float64
+	disable := ""
+	for _, r := range results {
+		if r.release {
+			released = append(released, r.id)
+			continue
+		}
+		ids, statuses, errs = append(ids, r.id), append(statuses, r.status), append(errs, r.err)
+		waits, codes = append(waits, r.wait.Milliseconds()), append(codes, int32(r.code))
+		latencies = append(latencies, float64(r.latency.Microseconds())/1000)
+		disable = cmp.Or(disable, r.disable)
+	}
+	var out []statement
+	if len(ids) > 0 {
+		out = append(out, statement{sql: recordSQL, args: []any{ids, statuses, waits, codes, latencies, errs}})
+	}
+	if len(released) > 0 {
+		out = append(out, statement{sql: releaseSQL, args: []any{released}})
+	}
+	if disable != "" {
+		out = append(out, statement{sql: `UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2,
+			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled`,
+			args: []any{endpointID, disable}, disables: disable},
+			failPending(endpointID, "the endpoint was disabled: "+disable))
+	}
+	return out
+}
+
+// noteDisabled logs and counts an endpoint that st disabled.
+func (d *Dispatcher) noteDisabled(endpointID string, st statement, rows int64) {
+	if st.disables != "" && rows > 0 {
+		d.log.Warn("webhook endpoint disabled", "endpoint_id", endpointID, "reason", st.disables)
+		d.cfg.Metrics.disabledEndpoint()
+	}
+}
+
+// flush records, in a transaction of its own, the results a worker could
+// not record in a round because its term ended: what it sent, and what it
+// claimed but did not send (put back, so that the next leader sends it at
+// once instead of after the hold). It still checks the term: once a new
+// term has begun, nothing is recorded, and the claims wait for the hold
+// (their sends may be sent again: at least once).
+func (d *Dispatcher) flush(endpointID string, results []result) {
+	if len(results) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), 2*time.Second)
+	defer cancel()
+	if _, err := d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		for _, st := range recordStatements(endpointID, results) {
+			res, err := tx.ExecContext(ctx, st.sql, st.args...)
+			if err != nil {
+				return 0, err
+			}
+			n, _ := res.RowsAffected()
+			d.noteDisabled(endpointID, st, n)
+		}
+		return 0, nil
+	}); err != nil {
+		d.log.Debug("webhook delivery results not recorded at the end of the term; the next leader tries them again after the hold",
+			"endpoint_id", endpointID, "error", err)
+	}
+}

@@ -1,0 +1,221 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"hearth/domain/webhook"
+)
+
+// UserAgent is the User-Agent of every delivery.
+const UserAgent = "Hearth-Webhooks/1"
+
+// Sender makes the HTTP POSTs of deliveries: signed (webhook.Signature),
+// bounded by a timeout, never following a redirect, and never reaching an
+// address webhook.Refused names unless AllowPrivate.
+type Sender struct {
+	client       *http.Client
+	timeout      time.Duration
+	allowPrivate bool
+	now          func() time.Time
+}
+
+// SenderConfig is what NewSender needs.
+type SenderConfig struct {
+	// Timeout bounds one attempt, from dialling to the end of the answer.
+	// Required: its one default is the configuration's (cmd/app
+	// Config.WebhookTimeout, WEBHOOK_TIMEOUT).
+	Timeout time.Duration
+	// AllowPrivate lets deliveries reach loopback, private and link-local
+	// addresses (WEBHOOK_ALLOW_PRIVATE; tests, and receivers inside one's own
+	// network).
+	AllowPrivate bool
+	// Now is the clock of the webhook-timestamp header. Defaults to
+	// time.Now.
+	Now func() time.Time
+}
+
+// NewSender returns a sender.
+func NewSender(cfg SenderConfig) (*Sender, error) {
+	if cfg.Timeout <= 0 {
+		return nil, errors.New("webhooks.NewSender: Timeout is required")
+	}
+	s := &Sender{timeout: cfg.Timeout, allowPrivate: cfg.AllowPrivate, now: cfg.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+	if !cfg.AllowPrivate {
+		// The check runs on the address actually dialled, after name
+		// resolution: a name that resolved to a public address when the
+		// endpoint was created and to a private one now (DNS rebinding) is
+		// refused all the same.
+		dialer.Control = refuseAddresses
+	}
+	s.client = &http.Client{
+		Transport: &http.Transport{
+			// No proxy: through one, the dialled address would be the
+			// proxy's, and the check would see nothing of the target.
+			Proxy:                 nil,
+			DialContext:           dialer.DialContext,
+			TLSHandshakeTimeout:   cfg.Timeout,
+			ResponseHeaderTimeout: cfg.Timeout,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   inFlightPerEndpoint,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		},
+		// A 3xx is the receiver's answer, and a failure: following it would
+		// send the event (and a valid signature) somewhere the operator did
+		// not register, maybe inside the network.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return s, nil
+}
+
+// refuseAddresses is the dialer's Control: it refuses to connect to an
+// address webhook.Refused names.
+func refuseAddresses(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return err
+	}
+	if reason := webhook.Refused(addr); reason != "" {
+		return &RefusedError{Addr: addr, Reason: reason}
+	}
+	return nil
+}
+
+// RefusedError is a target address deliveries may not reach.
+type RefusedError struct {
+	Addr   netip.Addr
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%s is %s; deliveries to it are refused (WEBHOOK_ALLOW_PRIVATE)", e.Addr, e.Reason)
+}
+
+// CheckTarget refuses a URL whose host is an address deliveries may not
+// reach, or a name that resolves to one (command.TargetCheck). A name that
+// does not resolve now is accepted: the dialer checks every address it
+// connects to anyway.
+func (s *Sender) CheckTarget(ctx context.Context, rawURL string) error {
+	if s.allowPrivate {
+		return nil
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return err
+	}
+	host := u.Hostname()
+	if addr, err := netip.ParseAddr(host); err == nil {
+		if reason := webhook.Refused(addr); reason != "" {
+			return &RefusedError{Addr: addr, Reason: reason}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil
+	}
+	for _, a := range addrs {
+		if reason := webhook.Refused(a); reason != "" {
+			return fmt.Errorf("%s resolves to %w", host, &RefusedError{Addr: a, Reason: reason})
+		}
+	}
+	return nil
+}
+
+// Outcome is what one attempt gave.
+type Outcome struct {
+	// Status is the receiver's HTTP status; 0 when it gave none.
+	Status  int
+	Latency time.Duration
+	// Err says why the attempt failed; "" when it succeeded (a 2xx).
+	Err string
+}
+
+// OK reports a delivered attempt.
+func (o Outcome) OK() bool { return o.Err == "" }
+
+// Gone reports a receiver that answered 410 Gone: its endpoint is disabled
+// at once.
+func (o Outcome) Gone() bool { return o.Status == http.StatusGone }
+
+// maxErrorBody is how much of a failed answer's body the log keeps.
+const maxErrorBody = 256
+
+// Send POSTs body to rawURL, signed with secrets, as event id.
+func (s *Sender) Send(ctx context.Context, rawURL string, secrets []string, id string, body []byte) Outcome {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	ts := s.now().Unix()
+	sig, err := webhook.Signature(secrets, id, ts, body)
+	if err != nil {
+		return Outcome{Err: err.Error()}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
+	if err != nil {
+		return Outcome{Err: err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	res, err := s.client.Do(req)
+	if err != nil {
+		return Outcome{Latency: time.Since(start), Err: s.describe(ctx, err)}
+	}
+	snippet, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10)) // so that the connection can be reused
+	_ = res.Body.Close()
+	out := Outcome{Status: res.StatusCode, Latency: time.Since(start)}
+	switch {
+	case res.StatusCode >= 200 && res.StatusCode < 300:
+	case res.StatusCode >= 300 && res.StatusCode < 400:
+		out.Err = fmt.Sprintf("HTTP %d: redirects are not followed (Location: %s)", res.StatusCode, res.Header.Get("Location"))
+	default:
+		out.Err = fmt.Sprintf("HTTP %d", res.StatusCode)
+		if b := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "")); b != "" {
+			out.Err += ": " + b
+		}
+	}
+	return out
+}
+
+// describe says why a request got no answer, briefly.
+func (s *Sender) describe(ctx context.Context, err error) string {
+	var refused *RefusedError
+	var timeout net.Error
+	switch {
+	case errors.As(err, &refused):
+		return "refused: " + refused.Error()
+	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
+		return fmt.Sprintf("no answer within %s (WEBHOOK_TIMEOUT)", s.timeout)
+	}
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err
+	}
+	return err.Error()
+}

@@ -1,0 +1,125 @@
+package webhooks
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/domain/webhook"
+)
+
+func newTestSender(t *testing.T, timeout time.Duration, allowPrivate bool) *Sender {
+	t.Helper()
+	s, err := NewSender(SenderConfig{Timeout: timeout, AllowPrivate: allowPrivate})
+	require.NoError(t, err)
+	return s
+}
+
+// countingServer counts the requests it gets and answers with h.
+func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int32) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		h(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+// A delivery carries the Standard Webhooks headers, signed over id,
+// timestamp and body.
+func TestSendSigns(t *testing.T) {
+	t.Parallel()
+	var got http.Header
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) { got = r.Header.Clone() })
+	secret := webhook.NewSecret()
+	out := newTestSender(t, time.Second, true).Send(t.Context(), srv.URL, []string{secret}, "evt-1", []byte(`{"a":1}`))
+	require.True(t, out.OK(), out.Err)
+	require.Equal(t, http.StatusOK, out.Status)
+	require.Equal(t, "evt-1", got.Get("webhook-id"))
+	ts := got.Get("webhook-timestamp")
+	require.NotEmpty(t, ts)
+	want, err := webhook.Signature([]string{secret}, "evt-1", mustInt(t, ts), []byte(`{"a":1}`))
+	require.NoError(t, err)
+	require.Equal(t, want, got.Get("webhook-signature"))
+}
+
+// Without AllowPrivate, the dialer refuses loopback, private and link-local
+// addresses, whether the URL names them or a name resolves to them (the
+// check is on the address dialled), and the target gets nothing.
+func TestSendRefusesPrivateAddresses(t *testing.T) {
+	t.Parallel()
+	srv, n := countingServer(t, func(http.ResponseWriter, *http.Request) {})
+	s := newTestSender(t, time.Second, false)
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	for _, target := range []string{srv.URL, "http://localhost:" + u.Port() + "/"} {
+		out := s.Send(t.Context(), target, []string{webhook.NewSecret()}, "evt", []byte("{}"))
+		require.False(t, out.OK(), target)
+		require.Contains(t, out.Err, "refused: 127.0.0.1 is a loopback address", target)
+		require.Zero(t, out.Status)
+	}
+	require.Zero(t, n.Load(), "nothing reached the target")
+
+	require.ErrorContains(t, s.CheckTarget(t.Context(), "http://169.254.169.254/latest"), "link-local")
+	require.ErrorContains(t, s.CheckTarget(t.Context(), "http://localhost:9/"), "localhost resolves to")
+	require.NoError(t, s.CheckTarget(t.Context(), "https://203.0.113.7/hook"))
+	require.NoError(t, newTestSender(t, time.Second, true).CheckTarget(t.Context(), srv.URL), "allowed by configuration")
+}
+
+// A redirect is the receiver's answer, and a failure: it is not followed.
+func TestSendDoesNotFollowRedirects(t *testing.T) {
+	t.Parallel()
+	target, reached := countingServer(t, func(http.ResponseWriter, *http.Request) {})
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL, http.StatusTemporaryRedirect)
+	})
+	out := newTestSender(t, time.Second, true).Send(t.Context(), srv.URL, []string{webhook.NewSecret()}, "evt", []byte("{}"))
+	require.False(t, out.OK())
+	require.Equal(t, http.StatusTemporaryRedirect, out.Status)
+	require.Contains(t, out.Err, "redirects are not followed")
+	require.Zero(t, reached.Load())
+}
+
+// An attempt is bounded by the timeout.
+func TestSendTimesOut(t *testing.T) {
+	t.Parallel()
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // net/http notices a client gone only once the body is read
+		<-r.Context().Done()
+	})
+	out := newTestSender(t, 50*time.Millisecond, true).Send(t.Context(), srv.URL, []string{webhook.NewSecret()}, "evt", []byte("{}"))
+	require.False(t, out.OK())
+	require.Contains(t, out.Err, "no answer within 50ms")
+}
+
+// A failed answer's error keeps the start of its body.
+func TestSendReportsTheAnswer(t *testing.T) {
+	t.Parallel()
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "database down"+strings.Repeat("!", 1000), http.StatusServiceUnavailable)
+	})
+	out := newTestSender(t, time.Second, true).Send(context.Background(), srv.URL, []string{webhook.NewSecret()}, "evt", []byte("{}"))
+	require.Equal(t, http.StatusServiceUnavailable, out.Status)
+	require.True(t, strings.HasPrefix(out.Err, "HTTP 503: database down!!!"), out.Err)
+	require.LessOrEqual(t, len(out.Err), 300)
+	gone := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusGone) }))
+	defer gone.Close()
+	require.True(t, newTestSender(t, time.Second, true).Send(context.Background(), gone.URL, []string{webhook.NewSecret()}, "evt", nil).Gone())
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err)
+	return n
+}

@@ -1,0 +1,343 @@
+// Package webhooks delivers Hearth's public events to the URLs operators
+// register: the endpoints and the delivery log (Store), the fan-out of
+// events into the outbox of deliveries (Fanout), and the delivery itself
+// (Dispatcher, Sender), run by the webhook leader (Run).
+//
+// # How a delivery flows
+//
+//  1. Fan-out. On the webhook leader, one projection per aggregate topic
+//     (consumer groups webhooks_orders, webhooks_schedules,
+//     webhooks_service_requests) runs through the projector like the read
+//     models: catch-up, then a Watermill router woken by NOTIFY, with its
+//     retries, poison queue and parking. For each event (or batch) it
+//     inserts one pending row per matching endpoint into
+//     webhook_deliveries, in one transaction that checks the leader's term
+//     first (hearth_es_fence). A redelivered event inserts nothing twice
+//     (a unique index on endpoint and event).
+//  2. Dispatch. The Dispatcher runs one worker per endpoint with pending
+//     rows. A worker's round is one fenced transaction that records the
+//     outcomes of the round before and claims the next deliveries: the
+//     first pending row of each aggregate (by version) whose time has
+//     come. So an aggregate's next event goes out only once the one before
+//     it succeeded, while other aggregates, other endpoints and other
+//     merchants go on: a slow or failing endpoint holds up only its own
+//     worker. The claimed deliveries are sent concurrently (at most
+//     inFlightPerEndpoint), each bounded by the timeout.
+//  3. Outcome. A 2xx succeeds. A 410 disables the endpoint at once. Any
+//     other answer, or none, is retried on the schedule (webhook.Schedule);
+//     once a delivery's retries run out the endpoint is disabled with the
+//     reason, and its pending deliveries fail. A test ping is tried once.
+//
+// A claim moves the delivery's next attempt past the send's timeout, so a
+// leader that dies while sending leaves it to the next leader after that
+// hold; a leader that steps down gracefully puts back what it claimed but
+// did not send. Delivery is at least once: an attempt whose answer was lost
+// is sent again, with the same webhook-id.
+package webhooks
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"hearth/app/command"
+	"hearth/app/query"
+	"hearth/domain/apperr"
+	"hearth/domain/webhook"
+	"hearth/internal/idempotency"
+)
+
+// Store keeps the endpoints and reads the delivery log, on the event-store
+// database (the API's request pool). It implements command.WebhookStore and
+// query.WebhookReads.
+type Store struct {
+	db *sql.DB
+}
+
+// NewStore returns a store on the event-store database.
+func NewStore(db *sql.DB) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("webhooks.NewStore: nil db")
+	}
+	return &Store{db: db}, nil
+}
+
+// wakeDispatcher is the notification that tells the webhook leader's
+// dispatcher that deliveries were queued outside its own fan-out (a test
+// ping, a redelivery, a parked event replayed): the projector's notifier
+// listens on the same channel.
+const wakeDispatcher = `SELECT pg_notify('hearth_topics', 'webhook_deliveries')`
+
+// DeliveriesTable is the name wakeDispatcher announces.
+const DeliveriesTable = "webhook_deliveries"
+
+const endpointColumns = `id, merchant_id, url, to_json(event_types), description, enabled, disabled_reason,
+	disabled_at, secret, coalesce(previous_secret, ''), previous_secret_until, version, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanEndpoint(row scanner) (webhook.Endpoint, error) {
+	var e webhook.Endpoint
+	var types []byte
+	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &types, &e.Description, &e.Enabled, &e.DisabledReason,
+		&e.DisabledAt, &e.Secret, &e.PreviousSecret, &e.PreviousSecretUntil, &e.Version, &e.CreatedAt, &e.UpdatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, apperr.ErrNotFound
+	}
+	if err != nil {
+		return e, err
+	}
+	if err := json.Unmarshal(types, &e.EventTypes); err != nil {
+		return e, fmt.Errorf("webhook endpoint %s: event types: %w", e.ID, err)
+	}
+	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
+	e.DisabledAt, e.PreviousSecretUntil = utc(e.DisabledAt), utc(e.PreviousSecretUntil)
+	return e, nil
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// inTx runs fn in one transaction on db, and stores the answer of an
+// idempotent attempt (command.IdempotentOf) from what result returns, in
+// it.
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) (result any, err error)) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, ignoreDone(tx.Rollback()))
+		}
+	}()
+	result, err := fn(tx)
+	if err != nil {
+		return err
+	}
+	if i := command.IdempotentOf(ctx); i != nil {
+		if err := idempotency.Seal(ctx, tx, i, result); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+// InsertEndpoint stores a new endpoint, unless the merchant has
+// webhook.MaxEndpoints already (the merchant's row is locked while it
+// counts, so two creates cannot both pass).
+func (s *Store) InsertEndpoint(ctx context.Context, e *webhook.Endpoint) error {
+	return inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
+		var n int
+		err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM webhook_endpoints WHERE merchant_id = m.id)
+			FROM merchants m WHERE m.id = $1 FOR NO KEY UPDATE OF m`, e.MerchantID).Scan(&n)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("merchant %s does not exist", e.MerchantID)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("count webhook endpoints: %w", err)
+		}
+		if n >= webhook.MaxEndpoints {
+			return nil, &apperr.RuleError{Rule: webhook.RuleEndpointLimit,
+				Detail: fmt.Sprintf("a merchant may have at most %d webhook endpoints; delete one first", webhook.MaxEndpoints)}
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO webhook_endpoints
+			(id, merchant_id, url, event_types, description, enabled, secret, version, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			e.ID, e.MerchantID, e.URL, nonNil(e.EventTypes), e.Description, e.Enabled, e.Secret, e.Version, e.CreatedAt, e.UpdatedAt)
+		if err != nil {
+			return nil, fmt.Errorf("insert webhook endpoint: %w", err)
+		}
+		return e, nil
+	})
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// UpdateEndpoint changes one endpoint of the merchant in one transaction.
+func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn func(e *webhook.Endpoint) error) (webhook.Endpoint, error) {
+	var out webhook.Endpoint
+	err := inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
+		e, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+			WHERE merchant_id = $1 AND id = $2 FOR UPDATE`, merchantID, id))
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(&e); err != nil {
+			return nil, err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET url = $3, event_types = $4, description = $5,
+			enabled = $6, disabled_reason = $7, disabled_at = $8, secret = $9, previous_secret = nullif($10, ''),
+			previous_secret_until = $11, version = $12, updated_at = $13
+			WHERE merchant_id = $1 AND id = $2`, merchantID, id, e.URL, nonNil(e.EventTypes), e.Description,
+			e.Enabled, e.DisabledReason, e.DisabledAt, e.Secret, e.PreviousSecret, e.PreviousSecretUntil, e.Version, e.UpdatedAt)
+		if err != nil {
+			return nil, fmt.Errorf("update webhook endpoint: %w", err)
+		}
+		out = e
+		return &out, nil
+	})
+	return out, err
+}
+
+// DeleteEndpoint deletes one endpoint of the merchant and its deliveries.
+func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2`, merchantID, id)
+	if err != nil {
+		return fmt.Errorf("delete webhook endpoint: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return cmpErr(err, apperr.ErrNotFound)
+	}
+	return nil
+}
+
+func cmpErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}
+
+// QueueDelivery queues the delivery make returns for the merchant's
+// endpoint (read FOR SHARE, so it cannot be disabled or deleted before the
+// commit) and wakes the dispatcher at the commit.
+func (s *Store) QueueDelivery(ctx context.Context, merchantID, endpointID string, make func(e webhook.Endpoint) (webhook.Delivery, error)) (webhook.Delivery, error) {
+	var out webhook.Delivery
+	err := inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
+		e, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+			WHERE merchant_id = $1 AND id = $2 FOR SHARE`, merchantID, endpointID))
+		if err != nil {
+			return nil, err
+		}
+		d, err := make(e)
+		if err != nil {
+			return nil, err
+		}
+		var ping []byte
+		if d.Ping {
+			ping = d.Body
+		}
+		out, err = scanDelivery(tx.QueryRowContext(ctx, `INSERT INTO webhook_deliveries
+			(id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload, redelivery_of)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, '')::uuid)
+			RETURNING `+deliveryColumns, d.ID, d.EndpointID, d.MerchantID, d.EventID, d.EventType, d.AggregateID,
+			d.AggregateVersion, ping, d.RedeliveryOf))
+		if err != nil {
+			return nil, fmt.Errorf("queue webhook delivery: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, wakeDispatcher); err != nil {
+			return nil, err
+		}
+		return &out, nil
+	})
+	return out, err
+}
+
+const deliveryColumns = `id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version,
+	ping_payload IS NOT NULL, ping_payload, coalesce(redelivery_of::text, ''), status, attempts,
+	CASE WHEN status = 'pending' THEN next_attempt_at END, first_attempt_at, last_attempt_at,
+	coalesce(response_status, 0), coalesce(latency_ms, 0), error, created_at, completed_at`
+
+func scanDelivery(row scanner) (webhook.Delivery, error) {
+	var d webhook.Delivery
+	var latencyMS float64
+	err := row.Scan(&d.ID, &d.EndpointID, &d.MerchantID, &d.EventID, &d.EventType, &d.AggregateID, &d.AggregateVersion,
+		&d.Ping, &d.Body, &d.RedeliveryOf, &d.Status, &d.Attempts, &d.NextAttemptAt, &d.FirstAttemptAt, &d.LastAttemptAt,
+		&d.ResponseStatus, &latencyMS, &d.Error, &d.CreatedAt, &d.CompletedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return d, apperr.ErrNotFound
+	}
+	d.Latency = time.Duration(latencyMS * float64(time.Millisecond))
+	d.CreatedAt = d.CreatedAt.UTC()
+	d.NextAttemptAt, d.FirstAttemptAt, d.LastAttemptAt, d.CompletedAt = utc(d.NextAttemptAt), utc(d.FirstAttemptAt), utc(d.LastAttemptAt), utc(d.CompletedAt)
+	return d, err
+}
+
+// Endpoints returns a page of the merchant's endpoints, newest first.
+func (s *Store) Endpoints(ctx context.Context, merchantID string, p query.Page) ([]webhook.Endpoint, int, error) {
+	var total int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1`, merchantID).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count webhook endpoints: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE merchant_id = $1
+		ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`, merchantID, p.Size, p.Offset())
+	if err != nil {
+		return nil, 0, fmt.Errorf("list webhook endpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []webhook.Endpoint
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, e)
+	}
+	return out, total, rows.Err()
+}
+
+// Endpoint returns one endpoint of the merchant.
+func (s *Store) Endpoint(ctx context.Context, merchantID, id string) (webhook.Endpoint, error) {
+	return scanEndpoint(s.db.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE merchant_id = $1 AND id = $2`, merchantID, id))
+}
+
+// Deliveries returns a page of the endpoint's log, newest first, of the
+// given statuses (all when none).
+func (s *Store) Deliveries(ctx context.Context, merchantID, endpointID string, statuses []string, p query.Page) ([]webhook.Delivery, int, error) {
+	if _, err := s.Endpoint(ctx, merchantID, endpointID); err != nil {
+		return nil, 0, err
+	}
+	var filter any // NULL: every status
+	if len(statuses) > 0 {
+		filter = statuses
+	}
+	var total int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries
+		WHERE endpoint_id = $1 AND ($2::text[] IS NULL OR status = ANY ($2))`, endpointID, filter).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count webhook deliveries: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+		WHERE endpoint_id = $1 AND ($2::text[] IS NULL OR status = ANY ($2))
+		ORDER BY seq DESC LIMIT $3 OFFSET $4`, endpointID, filter, p.Size, p.Offset())
+	if err != nil {
+		return nil, 0, fmt.Errorf("list webhook deliveries: %w", err)
+	}
+	defer rows.Close()
+	var out []webhook.Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, d)
+	}
+	return out, total, rows.Err()
+}
+
+// Delivery returns one delivery of the merchant's endpoint.
+func (s *Store) Delivery(ctx context.Context, merchantID, endpointID, id string) (webhook.Delivery, error) {
+	return scanDelivery(s.db.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+		WHERE merchant_id = $1 AND endpoint_id = $2 AND id = $3`, merchantID, endpointID, id))
+}

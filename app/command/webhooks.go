@@ -1,0 +1,218 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"time"
+
+	"hearth/app/publicevent"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
+	"hearth/domain/webhook"
+)
+
+// WebhookStore keeps webhook endpoints and queues their deliveries
+// (adapters/webhooks). Each write stores the answer of an idempotent
+// attempt (IdempotentOf) in its own transaction, from the endpoint or the
+// delivery it wrote.
+type WebhookStore interface {
+	// InsertEndpoint stores a new endpoint; a *apperr.RuleError
+	// (webhook.RuleEndpointLimit) when the merchant has MaxEndpoints.
+	InsertEndpoint(ctx context.Context, e *webhook.Endpoint) error
+	// UpdateEndpoint loads the merchant's endpoint (apperr.ErrNotFound when
+	// it has none), lets fn change it and saves it, in one transaction.
+	UpdateEndpoint(ctx context.Context, merchantID, id string, fn func(e *webhook.Endpoint) error) (webhook.Endpoint, error)
+	// DeleteEndpoint deletes the merchant's endpoint and its delivery log.
+	DeleteEndpoint(ctx context.Context, merchantID, id string) error
+	// QueueDelivery queues the delivery that make returns for the
+	// merchant's endpoint, as make sees it (locked until the commit), and
+	// wakes the dispatcher.
+	QueueDelivery(ctx context.Context, merchantID, endpointID string, make func(e webhook.Endpoint) (webhook.Delivery, error)) (webhook.Delivery, error)
+	// Delivery reads one delivery of the merchant's endpoint.
+	Delivery(ctx context.Context, merchantID, endpointID, id string) (webhook.Delivery, error)
+}
+
+// TargetCheck refuses (with a reason) a URL whose host is, or resolves
+// only to, addresses deliveries may not reach (webhook.Refused), unless the
+// configuration allows them.
+type TargetCheck func(ctx context.Context, rawURL string) error
+
+// Webhooks are the use cases of webhook endpoints.
+type Webhooks struct {
+	store WebhookStore
+	check TargetCheck
+}
+
+// NewWebhooks checks its dependencies.
+func NewWebhooks(store WebhookStore, check TargetCheck) (Webhooks, error) {
+	if store == nil || check == nil {
+		return Webhooks{}, errors.New("command.NewWebhooks: nil dependency")
+	}
+	return Webhooks{store: store, check: check}, nil
+}
+
+// MaxOverlap bounds a secret rotation's overlap: a receiver has that long
+// to switch to the new secret.
+const MaxOverlap = 7 * 24 * time.Hour
+
+// CreateEndpoint validates e (URL, its target, event types, description) and
+// stores it for the merchant under a new id with a new signing secret.
+func (h Webhooks) CreateEndpoint(ctx context.Context, merchantID string, e webhook.Endpoint, now time.Time) (webhook.Endpoint, error) {
+	if err := h.valid(ctx, &e); err != nil {
+		return e, err
+	}
+	now = event.Instant(now)
+	e.ID, e.MerchantID, e.Secret, e.Version, e.CreatedAt, e.UpdatedAt = uuid.New(), merchantID, webhook.NewSecret(), 1, now, now
+	e.DisabledReason, e.DisabledAt, e.PreviousSecret, e.PreviousSecretUntil = "", nil, "", nil
+	return e, h.store.InsertEndpoint(ctx, &e)
+}
+
+// valid normalises e and checks its URL's target.
+func (h Webhooks) valid(ctx context.Context, e *webhook.Endpoint) error {
+	if err := e.Normalize(publicevent.Types()); err != nil {
+		return err
+	}
+	if err := h.check(ctx, e.URL); err != nil {
+		return apperr.Invalid("url", "%v", err)
+	}
+	return nil
+}
+
+// EndpointChange is a partial update of an endpoint: nil fields keep their
+// value. ExpectedVersion, when set, must be the endpoint's version.
+type EndpointChange struct {
+	URL             *string
+	EventTypes      *[]string
+	Description     *string
+	Enabled         *bool
+	ExpectedVersion *int
+}
+
+// UpdateEndpoint applies c. Enabling an endpoint that Hearth disabled clears
+// the reason; a change that changes nothing leaves the version alone.
+func (h Webhooks) UpdateEndpoint(ctx context.Context, merchantID, id string, c EndpointChange, now time.Time) (webhook.Endpoint, error) {
+	return h.change(ctx, merchantID, id, c.ExpectedVersion, now, func(e *webhook.Endpoint) error {
+		urlBefore := e.URL
+		set(&e.URL, c.URL)
+		set(&e.EventTypes, c.EventTypes)
+		set(&e.Description, c.Description)
+		if c.Enabled != nil && *c.Enabled != e.Enabled {
+			e.Enabled = *c.Enabled
+			if e.Enabled {
+				e.DisabledReason, e.DisabledAt = "", nil
+			}
+		}
+		if err := e.Normalize(publicevent.Types()); err != nil {
+			return err
+		}
+		if e.URL != urlBefore {
+			if err := h.check(ctx, e.URL); err != nil {
+				return apperr.Invalid("url", "%v", err)
+			}
+		}
+		return nil
+	})
+}
+
+func set[V any](dst *V, src *V) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+// RotateSecret gives the endpoint a new signing secret. For overlap (at
+// most MaxOverlap; 0: none) deliveries are signed with both, so that its
+// receiver can switch without refusing any.
+func (h Webhooks) RotateSecret(ctx context.Context, merchantID, id string, overlap time.Duration, expected *int, now time.Time) (webhook.Endpoint, error) {
+	if overlap < 0 || overlap > MaxOverlap {
+		return webhook.Endpoint{}, apperr.Invalid("overlap", "must be from 0s to %s, got %s", MaxOverlap, overlap)
+	}
+	now = event.Instant(now)
+	return h.change(ctx, merchantID, id, expected, now, func(e *webhook.Endpoint) error {
+		e.PreviousSecret, e.PreviousSecretUntil = "", nil
+		if overlap > 0 {
+			until := now.Add(overlap)
+			e.PreviousSecret, e.PreviousSecretUntil = e.Secret, &until
+		}
+		e.Secret = webhook.NewSecret()
+		return nil
+	})
+}
+
+// change runs fn on the stored endpoint, checks the version the caller
+// stated, and moves the version and updated_at on when fn changed anything.
+func (h Webhooks) change(ctx context.Context, merchantID, id string, expected *int, now time.Time, fn func(e *webhook.Endpoint) error) (webhook.Endpoint, error) {
+	return h.store.UpdateEndpoint(ctx, merchantID, id, func(e *webhook.Endpoint) error {
+		if expected != nil && *expected != e.Version {
+			return &apperr.VersionError{Kind: "webhook endpoint", ID: e.ID, Expected: *expected, Actual: e.Version}
+		}
+		before := *e
+		if err := fn(e); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(before, *e) {
+			e.Version++
+			e.UpdatedAt = event.Instant(now)
+		}
+		return nil
+	})
+}
+
+// DeleteEndpoint deletes the endpoint and its delivery log; deliveries not
+// yet made are dropped.
+func (h Webhooks) DeleteEndpoint(ctx context.Context, merchantID, id string) error {
+	return h.store.DeleteEndpoint(ctx, merchantID, id)
+}
+
+// Test queues a ping (webhook_endpoint.ping) to an enabled endpoint: tried
+// once, never retried.
+func (h Webhooks) Test(ctx context.Context, merchantID, id string, now time.Time) (webhook.Delivery, error) {
+	return h.store.QueueDelivery(ctx, merchantID, id, func(e webhook.Endpoint) (webhook.Delivery, error) {
+		if err := enabled(e); err != nil {
+			return webhook.Delivery{}, err
+		}
+		ping := publicevent.Ping(uuid.New(), merchantID, e.ID, now)
+		body, err := publicevent.Marshal(ping)
+		if err != nil {
+			return webhook.Delivery{}, err
+		}
+		return webhook.Delivery{
+			ID: uuid.New(), EndpointID: e.ID, MerchantID: merchantID, EventID: ping.ID, EventType: ping.Type,
+			AggregateID: ping.AggregateID, AggregateVersion: ping.AggregateVersion, Ping: true, Body: body,
+		}, nil
+	})
+}
+
+// Redeliver queues one delivery of an enabled endpoint again, as a new
+// delivery of the same event (same body, same webhook-id): after whatever
+// is pending for its aggregate, with a fresh retry schedule.
+func (h Webhooks) Redeliver(ctx context.Context, merchantID, endpointID, deliveryID string) (webhook.Delivery, error) {
+	d, err := h.store.Delivery(ctx, merchantID, endpointID, deliveryID)
+	if err != nil {
+		return d, err
+	}
+	return h.store.QueueDelivery(ctx, merchantID, endpointID, func(e webhook.Endpoint) (webhook.Delivery, error) {
+		if err := enabled(e); err != nil {
+			return webhook.Delivery{}, err
+		}
+		again := webhook.Delivery{
+			ID: uuid.New(), EndpointID: e.ID, MerchantID: merchantID, EventID: d.EventID, EventType: d.EventType,
+			AggregateID: d.AggregateID, AggregateVersion: d.AggregateVersion, Ping: d.Ping,
+			Body: d.Body, RedeliveryOf: d.ID,
+		}
+		return again, nil
+	})
+}
+
+func enabled(e webhook.Endpoint) error {
+	if e.Enabled {
+		return nil
+	}
+	detail := "the endpoint is disabled; enable it (PATCH enabled: true) first"
+	if e.DisabledReason != "" {
+		detail = "the endpoint was disabled (" + e.DisabledReason + "); enable it (PATCH enabled: true) first"
+	}
+	return &apperr.RuleError{Rule: webhook.RuleEndpointDisabled, Detail: detail}
+}

@@ -1,0 +1,803 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/app/command"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
+	"hearth/domain/webhook"
+	"hearth/internal/pgtest"
+	"hearth/leader"
+)
+
+// webhookTestSettings are the webhook settings of the tests' Hearth:
+// deliveries may reach loopback (the receivers are httptest servers), and
+// retries come within milliseconds.
+func webhookTestSettings(cfg *Config) {
+	cfg.WebhookTimeout = 5 * time.Second
+	cfg.WebhookAllowPrivate = true
+	cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = 10*time.Millisecond, 50*time.Millisecond, time.Minute
+	cfg.WebhookDeliveryKeep = time.Hour
+}
+
+// delivery is one request a receiver got.
+type delivery struct {
+	at     time.Time
+	header http.Header
+	body   []byte
+	status int // what the receiver answered
+	event  struct {
+		ID               string `json:"id"`
+		Type             string `json:"type"`
+		AggregateID      string `json:"aggregate_id"`
+		AggregateVersion int    `json:"aggregate_version"`
+		Position         int64  `json:"position"`
+	}
+}
+
+// receiver is a webhook receiver: it records every request and answers the
+// status answer gives for it (200 when answer is nil). While hold is set, requests
+// wait until it is closed (a slow receiver).
+type receiver struct {
+	*httptest.Server
+	mu       sync.Mutex
+	got      []delivery
+	answer   func(d delivery) int
+	hold     chan struct{}
+	arrivals chan struct{} // one value per request, for tests that wait for one
+}
+
+func newReceiver(t *testing.T) *receiver {
+	rc := &receiver{arrivals: make(chan struct{}, 10_000)}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		hold := rc.hold
+		rc.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		d := delivery{at: time.Now(), header: r.Header.Clone(), body: body, status: http.StatusOK}
+		_ = json.Unmarshal(body, &d.event)
+		rc.mu.Lock()
+		if rc.answer != nil {
+			d.status = rc.answer(d)
+		}
+		rc.got = append(rc.got, d)
+		rc.mu.Unlock()
+		select {
+		case rc.arrivals <- struct{}{}:
+		default:
+		}
+		w.WriteHeader(d.status)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) setAnswer(f func(d delivery) int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.answer = f
+}
+
+func (rc *receiver) deliveries() []delivery {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.got)
+}
+
+// delivered are the deliveries the receiver answered 2xx.
+func (rc *receiver) delivered() []delivery {
+	var out []delivery
+	for _, d := range rc.deliveries() {
+		if d.status < 300 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// runWebhookLeader runs webhook delivery on a wiring the way serve's
+// scheduler runs its unit (an Elector on the unit's lock, running the
+// unit's Lead) until stop is called or the test ends.
+func runWebhookLeader(t *testing.T, cfg Config, dbs databases, w wiring, log *slog.Logger) (el *leader.Elector, stop func()) {
+	t.Helper()
+	unit := webhookUnit(cfg, w, log)
+	el, err := leader.New(leader.Config{ConnString: cfg.DatabaseURL, TermDB: dbs.rm.DB, Name: unit.Name,
+		FenceAppName: unit.FenceAppName, Lease: leader.DefaultLease, Log: log})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- el.Run(ctx, unit.Lead) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	t.Cleanup(stop)
+	return el, stop
+}
+
+// withWebhooks is Hearth (setup) with webhook delivery running.
+func withWebhooks(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)) *api {
+	t.Helper()
+	a := setupConfigured(t, urls, configure, nil)
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return a
+}
+
+// createEndpoint registers url for key's merchant and returns the
+// endpoint's id and signing secret.
+func (a *api) createEndpoint(key, url string, eventTypes ...string) (id, secret string) {
+	a.t.Helper()
+	body := map[string]any{"url": url}
+	if len(eventTypes) > 0 {
+		body["event_types"] = eventTypes
+	}
+	r := a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", key, body)
+	return r.Body["id"].(string), r.Body["secret"].(string)
+}
+
+// orderEvents creates n orders of merchant A and gives each events more
+// events (details updates), through the commands, and returns the orders'
+// ids: n aggregates of 1+events versions each.
+func (a *api) orderEvents(n, events int) []string {
+	a.t.Helper()
+	customer := a.createCustomer(a.opA, "Webhook Customer")
+	meta := func() event.Meta {
+		return event.Meta{MerchantID: a.merchantA, Actor: "key:" + a.opAKeyID, CorrelationID: uuid.New(), OccurredAt: time.Now()}
+	}
+	var ids []string
+	for range n {
+		w, err := a.w.app.Commands.Orders.Create(a.t.Context(), command.CreateOrder{Meta: meta(), CustomerID: customer, AmountCents: 100})
+		require.NoError(a.t, err)
+		ids = append(ids, w.Stream[0].StreamID)
+	}
+	for k := range events {
+		for _, id := range ids {
+			amount := int64(200 + k)
+			_, err := a.w.app.Commands.Orders.UpdateDetails(a.t.Context(), command.UpdateOrderDetails{
+				OrderTarget: command.OrderTarget{Meta: meta(), OrderID: id}, AmountCents: &amount})
+			require.NoError(a.t, err)
+		}
+	}
+	return ids
+}
+
+// webhookMetrics are the lines of metrics about webhooks and projections.
+func webhookMetrics(metrics string) string {
+	var out []string
+	for line := range strings.SplitSeq(metrics, "\n") {
+		if strings.HasPrefix(line, "hearth_webhook") || strings.HasPrefix(line, "hearth_projection_lag_events") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// requireInOrder checks what the receiver got of the orders: every version
+// of each, and, per aggregate, never a version after a later one (a
+// duplicate may repeat the last one: delivery is at least once).
+func requireInOrder(t *testing.T, got []delivery, orders []string, versions int) {
+	t.Helper()
+	seen := map[string][]int{}
+	for _, d := range got {
+		seen[d.event.AggregateID] = append(seen[d.event.AggregateID], d.event.AggregateVersion)
+	}
+	for _, id := range orders {
+		vs := seen[id]
+		require.True(t, slices.IsSorted(vs), "order %s: versions delivered out of order: %v", id, vs)
+		require.Equal(t, versions, len(slices.Compact(slices.Clone(vs))), "order %s: every version delivered: %v", id, vs)
+	}
+}
+
+// awaitDelivered waits until the receiver has answered 2xx to n
+// deliveries.
+func awaitDelivered(t *testing.T, rc *receiver, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(rc.delivered()) >= n }, 20*time.Second, 5*time.Millisecond,
+		"the receiver got %d of %d deliveries", len(rc.delivered()), n)
+}
+
+// verifySignature checks a delivery's signature against secret, as a receiver
+// would (the same rule as docs/api.md's example).
+func verifySignature(t *testing.T, secret string, d delivery) {
+	t.Helper()
+	ts, err := strconv.ParseInt(d.header.Get("webhook-timestamp"), 10, 64)
+	require.NoError(t, err)
+	require.InDelta(t, time.Now().Unix(), ts, 300, "timestamp within five minutes")
+	want, err := webhook.Signature([]string{secret}, d.header.Get("webhook-id"), ts, d.body)
+	require.NoError(t, err)
+	require.Contains(t, strings.Fields(d.header.Get("webhook-signature")), want)
+}
+
+func TestWebhookEndpointsAPI(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	const path = "/v1/webhook-endpoints"
+
+	// Create: the secret is shown once, with the endpoint; the event types
+	// are checked against the public types.
+	r := a.must(http.StatusCreated, http.MethodPost, path, a.opA, map[string]any{
+		"url": "https://hooks.example.com/hearth", "event_types": []string{"order.created", "order.status_changed"}, "description": "CRM sync"})
+	id := r.Body["id"].(string)
+	require.True(t, strings.HasPrefix(r.Body["secret"].(string), "whsec_"), "%s", r)
+	require.Equal(t, path+"/"+id, r.Header.Get("Location"))
+	require.Equal(t, `"1"`, r.Header.Get("ETag"))
+	require.Equal(t, true, r.Body["enabled"])
+	got := a.must(http.StatusOK, http.MethodGet, path+"/"+id, a.opA, nil)
+	require.NotContains(t, got.Body, "secret", "never shown again")
+	require.Equal(t, []any{"order.created", "order.status_changed"}, got.Body["event_types"])
+	list := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
+	require.Equal(t, float64(1), list.Body["total"])
+
+	// Bad input names its field.
+	for _, tc := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"url": "ftp://example.com"}, "url"},
+		{map[string]any{}, "url"},
+		{map[string]any{"url": "https://example.com", "event_types": []string{"order.created", "order.exploded"}}, "event_types[1]"},
+		{map[string]any{"url": "https://example.com", "description": strings.Repeat("x", 501)}, "description"},
+	} {
+		r := a.do(http.MethodPost, path, a.opA, tc.body)
+		requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+		require.Equal(t, []string{tc.field}, problemFields(r), "%s", r)
+	}
+
+	// Worker keys may not; other merchants see nothing.
+	requireProblem(t, a.do(http.MethodGet, path, a.worker, nil), http.StatusForbidden, "/problems/forbidden")
+	requireProblem(t, a.do(http.MethodPost, path, a.worker, map[string]any{"url": "https://example.com"}), http.StatusForbidden, "/problems/forbidden")
+	requireProblem(t, a.do(http.MethodGet, path+"/"+id, a.opB, nil), http.StatusNotFound, "/problems/not-found")
+	require.Equal(t, float64(0), a.must(http.StatusOK, http.MethodGet, path, a.opB, nil).Body["total"])
+
+	// Update, conditional on the version.
+	upd := a.must(http.StatusOK, http.MethodPatch, path+"/"+id, a.opA, map[string]any{"enabled": false, "event_types": []string{}})
+	require.Equal(t, false, upd.Body["enabled"])
+	require.Equal(t, []any{}, upd.Body["event_types"], "empty: every type")
+	require.Equal(t, float64(2), upd.Body["version"])
+	stale, err := a.send(http.MethodPatch, path+"/"+id, http.Header{"Authorization": {"Bearer " + a.opA}, "If-Match": {`"1"`}}, map[string]any{"enabled": true})
+	require.NoError(t, err)
+	requireProblem(t, stale, http.StatusPreconditionFailed, "/problems/precondition-failed")
+	require.Equal(t, float64(2), a.must(http.StatusOK, http.MethodPatch, path+"/"+id, a.opA, map[string]any{"description": "CRM sync"}).Body["version"],
+		"a change that changes nothing keeps the version")
+
+	// Rotation: a new secret, the old one still signing for the overlap.
+	rot := a.must(http.StatusOK, http.MethodPost, path+"/"+id+"/rotate-secret", a.opA, map[string]any{"overlap": "1h"})
+	require.True(t, strings.HasPrefix(rot.Body["secret"].(string), "whsec_"))
+	require.NotEqual(t, r.Body["secret"], rot.Body["secret"])
+	until, err := time.Parse(time.RFC3339Nano, rot.Body["previous_secret_expires_at"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(time.Hour), until, time.Minute)
+	requireProblem(t, a.do(http.MethodPost, path+"/"+id+"/rotate-secret", a.opA, map[string]any{"overlap": "8d"}), http.StatusBadRequest, "/problems/malformed-request")
+	requireProblem(t, a.do(http.MethodPost, path+"/"+id+"/rotate-secret", a.opA, map[string]any{"overlap": "200h"}), http.StatusUnprocessableEntity, "/problems/validation-failed")
+
+	// A disabled endpoint takes no test.
+	ping := a.do(http.MethodPost, path+"/"+id+"/test", a.opA, nil)
+	requireProblem(t, ping, http.StatusUnprocessableEntity, "/problems/rule-broken")
+	require.Equal(t, webhook.RuleEndpointDisabled, ping.Body["rule"])
+
+	// Idempotency-Key: the same creation answers the same endpoint (and
+	// secret), once.
+	key := http.Header{"Authorization": {"Bearer " + a.opA}, "Idempotency-Key": {uuid.New()}}
+	first, err := a.send(http.MethodPost, path, key, map[string]any{"url": "https://other.example.com/"})
+	require.NoError(t, err)
+	again, err := a.send(http.MethodPost, path, key, map[string]any{"url": "https://other.example.com/"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, again.Status, "%s", again)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body["id"], again.Body["id"])
+	require.Equal(t, first.Body["secret"], again.Body["secret"])
+	require.Equal(t, float64(2), a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Body["total"])
+
+	// At most webhook.MaxEndpoints per merchant.
+	for range webhook.MaxEndpoints - 2 {
+		a.must(http.StatusCreated, http.MethodPost, path, a.opA, map[string]any{"url": "https://more.example.com/"})
+	}
+	over := a.do(http.MethodPost, path, a.opA, map[string]any{"url": "https://more.example.com/"})
+	requireProblem(t, over, http.StatusUnprocessableEntity, "/problems/rule-broken")
+	require.Equal(t, webhook.RuleEndpointLimit, over.Body["rule"])
+
+	// Delete.
+	a.must(http.StatusNoContent, http.MethodDelete, path+"/"+id, a.opA, nil)
+	requireProblem(t, a.do(http.MethodGet, path+"/"+id, a.opA, nil), http.StatusNotFound, "/problems/not-found")
+	requireProblem(t, a.do(http.MethodDelete, path+"/"+id, a.opA, nil), http.StatusNotFound, "/problems/not-found")
+}
+
+// Deliveries are signed (Standard Webhooks), carry the public event, and
+// reach the receiver in order per aggregate; the log, the test ping, a
+// redelivery and the metrics show them.
+func TestWebhookDelivery(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	endpoint, secret := a.createEndpoint(a.opA, rc.URL+"/hook")
+	other := newReceiver(t)
+	a.createEndpoint(a.opB, other.URL) // merchant B's: gets none of A's events
+	onlyCreated := newReceiver(t)
+	a.createEndpoint(a.opA, onlyCreated.URL, "order.created")
+
+	orders := a.orderEvents(3, 2)
+	awaitDelivered(t, rc, 9)
+	awaitDelivered(t, onlyCreated, 3)
+	requireInOrder(t, rc.delivered(), orders, 3)
+	for _, d := range rc.delivered() {
+		verifySignature(t, secret, d)
+		require.Equal(t, d.event.ID, d.header.Get("webhook-id"))
+		require.Equal(t, "application/json", d.header.Get("Content-Type"))
+		require.Equal(t, "Hearth-Webhooks/1", d.header.Get("User-Agent"))
+		require.NotZero(t, d.event.Position)
+	}
+	for _, d := range onlyCreated.delivered() {
+		require.Equal(t, "order.created", d.event.Type)
+	}
+	require.Empty(t, other.deliveries(), "another merchant's endpoint")
+
+	// The log: newest first, with status, attempts, response and latency
+	// (recorded once the answer has come).
+	path := "/v1/webhook-endpoints/" + endpoint
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=succeeded", auth(a.opA), nil)
+		return err == nil && intOf(r.Body["total"]) == 9
+	}, 5*time.Second, 5*time.Millisecond)
+	log := a.must(http.StatusOK, http.MethodGet, path+"/deliveries?page_size=5", a.opA, nil)
+	require.Equal(t, float64(9), log.Body["total"])
+	items := log.Body["items"].([]any)
+	require.Len(t, items, 5)
+	first := items[0].(map[string]any)
+	require.Equal(t, "succeeded", first["status"])
+	require.Equal(t, float64(1), first["attempts"])
+	require.Equal(t, float64(200), first["response_status"])
+	require.Contains(t, first, "latency_ms")
+	require.Equal(t, "", first["error"])
+	require.Equal(t, float64(0), a.must(http.StatusOK, http.MethodGet, path+"/deliveries?status=failed", a.opA, nil).Body["total"])
+	requireProblem(t, a.do(http.MethodGet, path+"/deliveries?status=lost", a.opA, nil), http.StatusBadRequest, "/problems/malformed-request")
+	requireProblem(t, a.do(http.MethodGet, path+"/deliveries", a.opB, nil), http.StatusNotFound, "/problems/not-found")
+
+	// A test ping.
+	ping := a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil)
+	require.Equal(t, true, ping.Body["ping"])
+	require.Equal(t, "webhook_endpoint.ping", ping.Body["event_type"])
+	awaitDelivered(t, rc, 10)
+	last := rc.delivered()[9]
+	require.Equal(t, "webhook_endpoint.ping", last.event.Type)
+	verifySignature(t, secret, last)
+	pingPath := ping.Header.Get("Location")
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, pingPath, auth(a.opA), nil)
+		return err == nil && r.Body["status"] == "succeeded"
+	}, 5*time.Second, 5*time.Millisecond)
+
+	// Redelivery: the same event again (same webhook-id, same body).
+	redo := a.must(http.StatusAccepted, http.MethodPost, path+"/deliveries/"+first["id"].(string)+"/redeliver", a.opA, nil)
+	require.Equal(t, first["id"], redo.Body["redelivery_of"])
+	awaitDelivered(t, rc, 11)
+	again := rc.delivered()[10]
+	require.Equal(t, first["event_id"], again.event.ID)
+	var original delivery
+	for _, d := range rc.delivered()[:9] {
+		if d.event.ID == first["event_id"] {
+			original = d
+		}
+	}
+	require.Equal(t, string(original.body), string(again.body), "the same bytes")
+	requireProblem(t, a.do(http.MethodPost, path+"/deliveries/"+uuid.New()+"/redeliver", a.opA, nil), http.StatusNotFound, "/problems/not-found")
+
+	// Metrics.
+	metrics := webhookMetrics(a.metrics())
+	require.Contains(t, metrics, `hearth_webhook_deliveries_total{outcome="succeeded"}`)
+	require.Contains(t, metrics, "hearth_webhook_delivery_lag_seconds_count")
+	require.Contains(t, metrics, "hearth_webhook_endpoints_disabled 0")
+	require.Contains(t, metrics, `hearth_projection_lag_events{projection="webhooks_orders"}`)
+}
+
+// A receiver that is down for a while, then back, gets every event, in
+// order per aggregate: deliveries are retried, and an aggregate's next
+// event waits for the one before.
+func TestWebhookReceiverDownThenBack(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	down := true
+	rc.setAnswer(func(delivery) int {
+		if down {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	a.createEndpoint(a.opA, rc.URL)
+	orders := a.orderEvents(4, 3)
+	// Down until it has refused a few retries of each aggregate's first.
+	require.Eventually(t, func() bool { return len(rc.deliveries()) >= 4*3 }, 20*time.Second, 5*time.Millisecond)
+	for _, d := range rc.deliveries() {
+		require.Equal(t, 1, d.event.AggregateVersion, "nothing after an aggregate's first event went out while it failed")
+	}
+	rc.setAnswer(func(delivery) int { return http.StatusOK })
+	awaitDelivered(t, rc, 4*4)
+	requireInOrder(t, rc.delivered(), orders, 4)
+	require.Len(t, rc.delivered(), 16, "each event once")
+}
+
+// A receiver that always fails is retried on the schedule, then its
+// endpoint is disabled with the reason, and its pending deliveries fail.
+func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
+	t.Parallel()
+	schedule := webhook.Schedule{Initial: 20 * time.Millisecond, Max: 80 * time.Millisecond, For: 700 * time.Millisecond}
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
+		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = schedule.Initial, schedule.Max, schedule.For
+	}, nil)
+	a.w.webhookRand = func() float64 { return 0.5 } // no jitter: each wait is the base
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})))
+	rc := newReceiver(t)
+	rc.setAnswer(func(delivery) int { return http.StatusInternalServerError })
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	a.orderEvents(1, 1)
+
+	path := "/v1/webhook-endpoints/" + endpoint
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, path, auth(a.opA), nil)
+		return err == nil && r.Body["enabled"] == false
+	}, 20*time.Second, 5*time.Millisecond)
+	e := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
+	require.Contains(t, e.Body["disabled_reason"], "a delivery failed for")
+	require.Contains(t, e.Body["disabled_reason"], "HTTP 500")
+	require.Contains(t, e.Body, "disabled_at")
+
+	// The attempts came on the schedule: the n-th retry no sooner than the
+	// n-th wait after the attempt before, and none more than For after the
+	// first.
+	got := rc.deliveries()
+	for _, d := range got {
+		require.Equal(t, 1, d.event.AggregateVersion)
+	}
+	for n := 1; n < len(got); n++ {
+		gap := got[n].at.Sub(got[n-1].at)
+		require.GreaterOrEqual(t, gap, schedule.Base(n), "retry %d came %s after the attempt before", n, gap)
+	}
+	require.LessOrEqual(t, got[len(got)-1].at.Sub(got[0].at), schedule.For)
+	// 20, 40, 80, 80, ... ms: 1 + 2 + (700 - 60) / 80 = 11 attempts at most.
+	require.GreaterOrEqual(t, len(got), 4)
+	require.LessOrEqual(t, len(got), 11)
+
+	failed := a.must(http.StatusOK, http.MethodGet, path+"/deliveries?status=failed", a.opA, nil)
+	require.Equal(t, float64(2), failed.Body["total"], "both events given up: %s", failed)
+	require.Equal(t, float64(0), a.must(http.StatusOK, http.MethodGet, path+"/deliveries?status=pending", a.opA, nil).Body["total"])
+	var attempts []int
+	for _, it := range failed.Body["items"].([]any) {
+		d := it.(map[string]any)
+		attempts = append(attempts, intOf(d["attempts"]))
+		require.NotEmpty(t, d["error"])
+	}
+	require.ElementsMatch(t, []int{len(got), 0}, attempts, "the second event never went out")
+
+	metrics := webhookMetrics(a.metrics())
+	require.Contains(t, metrics, "hearth_webhook_endpoints_disabled 1")
+	require.Contains(t, metrics, "hearth_webhook_endpoints_disabled_total 1")
+
+	// Enabled again, it gets new events (and the operator redelivers the
+	// old ones).
+	rc.setAnswer(func(delivery) int { return http.StatusOK })
+	a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"enabled": true})
+	require.NotContains(t, a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Body, "disabled_reason")
+	a.orderEvents(1, 0)
+	awaitDelivered(t, rc, 1)
+}
+
+// The default schedule, as the configuration gives it: a failing delivery
+// is attempted 32 times over about 23.4 hours (without jitter), then its
+// endpoint is disabled.
+func TestWebhookDefaultSchedule(t *testing.T) {
+	t.Parallel()
+	cfg, _, err := loadConfig(env(map[string]string{}), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+	require.NoError(t, err)
+	s := cfg.webhookSchedule()
+	require.Equal(t, webhook.Schedule{Initial: 10 * time.Second, Max: time.Hour, For: 24 * time.Hour}, s)
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at, attempts := first, 1
+	var waits []time.Duration
+	for {
+		next, ok := s.Next(first, at, attempts, 0.5)
+		if !ok {
+			break
+		}
+		waits = append(waits, next.Sub(at))
+		at, attempts = next, attempts+1
+	}
+	require.Equal(t, 32, attempts)
+	require.Equal(t, []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second,
+		320 * time.Second, 640 * time.Second, 1280 * time.Second, 2560 * time.Second, time.Hour}, waits[:10])
+	require.Equal(t, 5110*time.Second+22*time.Hour, at.Sub(first), "the last attempt, 23h25m10s after the first")
+	// With the jitter at its extremes the waits are half and one and a
+	// half times as long.
+	require.Equal(t, 5*time.Second, s.Wait(1, 0))
+	require.Equal(t, 90*time.Minute, s.Wait(20, 1))
+}
+
+// A receiver's 410 disables its endpoint at once.
+func TestWebhookGoneDisablesAtOnce(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	rc.setAnswer(func(delivery) int { return http.StatusGone })
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	a.orderEvents(2, 1)
+	path := "/v1/webhook-endpoints/" + endpoint
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, path, auth(a.opA), nil)
+		return err == nil && r.Body["enabled"] == false
+	}, 20*time.Second, 5*time.Millisecond)
+	require.Contains(t, a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Body["disabled_reason"], "410")
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=failed", auth(a.opA), nil)
+		return err == nil && intOf(r.Body["total"]) == 4
+	}, 5*time.Second, 5*time.Millisecond)
+	require.LessOrEqual(t, len(rc.deliveries()), 2, "no attempt after the 410 but those already in flight (one per aggregate)")
+}
+
+// Without WEBHOOK_ALLOW_PRIVATE, an endpoint on a loopback, private or
+// link-local address is refused when it is saved (and at every
+// connection: adapters/webhooks' sender tests).
+func TestWebhookPrivateTargetsRefused(t *testing.T) {
+	t.Parallel()
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) { cfg.WebhookAllowPrivate = false }, nil)
+	for _, u := range []string{"http://127.0.0.1:8080/hook", "http://localhost:8080/hook", "http://10.0.0.7/hook",
+		"http://169.254.169.254/latest/meta-data", "http://[::1]/hook", "http://[fd00::1]/"} {
+		r := a.do(http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": u})
+		requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+		require.Equal(t, []string{"url"}, problemFields(r), "%s: %s", u, r)
+		require.Contains(t, r.Raw, "WEBHOOK_ALLOW_PRIVATE", u)
+	}
+	a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "https://203.0.113.9/hook"})
+	id := a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "https://198.51.100.4/hook"}).Body["id"].(string)
+	r := a.do(http.MethodPatch, "/v1/webhook-endpoints/"+id, a.opA, map[string]any{"url": "http://192.168.1.1/"})
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+}
+
+// One slow endpoint does not hold up another endpoint of the same
+// merchant, nor another merchant's.
+func TestWebhookSlowEndpointDelaysNoOther(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	slow := newReceiver(t)
+	release := make(chan struct{})
+	slow.hold = release
+	fast := newReceiver(t)
+	a.createEndpoint(a.opA, slow.URL)
+	a.createEndpoint(a.opA, fast.URL)
+	orders := a.orderEvents(5, 2)
+	awaitDelivered(t, fast, 15) // while every request to the slow one hangs
+	requireInOrder(t, fast.delivered(), orders, 3)
+	require.Empty(t, slow.deliveries())
+	close(release)
+	awaitDelivered(t, slow, 15)
+	requireInOrder(t, slow.delivered(), orders, 3)
+}
+
+// A secret rotation's overlap signs with both secrets.
+func TestWebhookRotationSignsWithBoth(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	endpoint, old := a.createEndpoint(a.opA, rc.URL)
+	rot := a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, nil)
+	fresh := rot.Body["secret"].(string)
+	a.orderEvents(1, 0)
+	awaitDelivered(t, rc, 1)
+	d := rc.delivered()[0]
+	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 2)
+	verifySignature(t, old, d)
+	verifySignature(t, fresh, d)
+
+	a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, map[string]any{"overlap": "0s"})
+	newest := a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, map[string]any{"overlap": "0s"}).Body["secret"].(string)
+	a.orderEvents(1, 0)
+	awaitDelivered(t, rc, 2)
+	d = rc.delivered()[1]
+	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 1)
+	verifySignature(t, newest, d)
+}
+
+// A test ping to a failing receiver is tried once and leaves the endpoint
+// enabled.
+func TestWebhookFailedPingIsNotRetried(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	rc.setAnswer(func(delivery) int { return http.StatusBadGateway })
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	ping := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", a.opA, nil)
+	var d response
+	require.Eventually(t, func() bool {
+		var err error
+		d, err = a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
+		return err == nil && d.Body["status"] == "failed"
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, float64(1), d.Body["attempts"])
+	require.Equal(t, float64(502), d.Body["response_status"])
+	require.Equal(t, "HTTP 502", d.Body["error"])
+	require.Len(t, rc.deliveries(), 1)
+	require.Equal(t, true, a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil).Body["enabled"])
+}
+
+// A leadership change in the middle of a burst loses nothing and does not
+// reorder an aggregate's events: two instances, the leader stopped while
+// deliveries flow.
+func TestWebhookLeadershipChangeMidBurst(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := setup(t, urls)
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	second, err := openDatabases(t.Context(), a.cfg)
+	require.NoError(t, err)
+	t.Cleanup(second.close)
+	w2, err := wire(a.cfg, second, log)
+	require.NoError(t, err)
+
+	elA, stopA := runWebhookLeader(t, a.cfg, a.dbs, a.w, log)
+	require.Eventually(t, func() bool { return elA.Status().Role == leader.RoleLeader }, 10*time.Second, 5*time.Millisecond)
+	elB, _ := runWebhookLeader(t, a.cfg, second, w2, log)
+
+	rc := newReceiver(t)
+	a.createEndpoint(a.opA, rc.URL)
+	const aggregates, versions = 10, 6
+	orders := a.orderEvents(aggregates, versions-1)
+	require.Eventually(t, func() bool { return len(rc.delivered()) >= aggregates*versions/3 }, 20*time.Second, time.Millisecond)
+	stopA() // mid-burst: a third delivered
+	require.Eventually(t, func() bool { return elB.Status().Role == leader.RoleLeader }, 10*time.Second, 5*time.Millisecond)
+	more := a.orderEvents(3, 1) // and events after the change
+	awaitDelivered(t, rc, aggregates*versions+3*2)
+	requireInOrder(t, rc.delivered(), orders, versions)
+	requireInOrder(t, rc.delivered(), more, 2)
+	t.Logf("%d deliveries for %d events (duplicates are allowed: at least once)", len(rc.delivered()), aggregates*versions+6)
+}
+
+func TestWebhookSettingsErrors(t *testing.T) {
+	t.Parallel()
+	for name, vars := range map[string]map[string]string{
+		"WEBHOOK_RETRY_FOR":     {"WEBHOOK_RETRY_FOR": "30m"},
+		"WEBHOOK_TIMEOUT":       {"WEBHOOK_TIMEOUT": "2m"},
+		"WEBHOOK_ALLOW_PRIVATE": {"WEBHOOK_ALLOW_PRIVATE": "yes"},
+		"WEBHOOK_DELIVERY_KEEP": {"WEBHOOK_DELIVERY_KEEP": "-1h"},
+		"WEBHOOK_RETRY_INITIAL": {"WEBHOOK_RETRY_INITIAL": "2h"},
+	} {
+		_, _, err := loadConfig(env(vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+		require.ErrorContains(t, err, name, fmt.Sprint(vars))
+	}
+}
+
+// An endpoint disabled while a delivery is in flight gets nothing more: the
+// round that records that delivery claims no other, and the rest fail.
+func TestWebhookDisabledGetsNothingMore(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	release := make(chan struct{})
+	rc.hold = release
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	a.orderEvents(1, 2)
+	path := "/v1/webhook-endpoints/" + endpoint
+	require.Eventually(t, func() bool { // the first is in flight
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=pending", auth(a.opA), nil)
+		if err != nil || intOf(r.Body["total"]) != 3 {
+			return false
+		}
+		for _, it := range r.Body["items"].([]any) {
+			if intOf(it.(map[string]any)["attempts"]) == 1 {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"enabled": false})
+	close(release)
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=failed", auth(a.opA), nil)
+		return err == nil && intOf(r.Body["total"]) == 2
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, float64(1), a.must(http.StatusOK, http.MethodGet, path+"/deliveries?status=succeeded", a.opA, nil).Body["total"])
+	require.Len(t, rc.deliveries(), 1, "nothing after the endpoint was disabled")
+}
+
+// A test ping reaches an endpoint whose receiver keeps failing at once,
+// not at its next retry (which, here, is an hour away).
+func TestWebhookPingReachesAFailingEndpoint(t *testing.T) {
+	t.Parallel()
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
+		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
+	}, nil)
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	rc := newReceiver(t)
+	rc.setAnswer(func(d delivery) int {
+		if d.event.Type == "webhook_endpoint.ping" {
+			return http.StatusOK
+		}
+		return http.StatusInternalServerError
+	})
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	a.orderEvents(1, 0)
+	path := "/v1/webhook-endpoints/" + endpoint
+	require.Eventually(t, func() bool { // failed once, waiting for its retry
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=pending", auth(a.opA), nil)
+		if err != nil || intOf(r.Body["total"]) != 1 {
+			return false
+		}
+		d := r.Body["items"].([]any)[0].(map[string]any)
+		return intOf(d["attempts"]) == 1 && d["response_status"] == float64(500)
+	}, 10*time.Second, 5*time.Millisecond)
+	a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil)
+	require.Eventually(t, func() bool { return len(rc.delivered()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, "webhook_endpoint.ping", rc.delivered()[0].event.Type)
+}
+
+// While a receiver keeps failing, the events that come meanwhile wait for
+// its next retry instead of going out one by one: the round that records
+// the failure claims no delivery never tried.
+func TestWebhookFailingEndpointGetsNewEventsInWaves(t *testing.T) {
+	t.Parallel()
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
+		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
+	}, nil)
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	rc := newReceiver(t)
+	release := make(chan struct{})
+	rc.hold = release
+	rc.setAnswer(func(delivery) int { return http.StatusServiceUnavailable })
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	pending := func() []map[string]any {
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=pending", auth(a.opA), nil)
+		if err != nil {
+			return nil
+		}
+		var out []map[string]any
+		for _, it := range r.Body["items"].([]any) {
+			out = append(out, it.(map[string]any))
+		}
+		return out
+	}
+	a.orderEvents(1, 0)
+	require.Eventually(t, func() bool { // the first event is in flight, held
+		p := pending()
+		return len(p) == 1 && intOf(p[0]["attempts"]) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	a.orderEvents(3, 0) // three more aggregates meanwhile
+	require.Eventually(t, func() bool { return len(pending()) == 4 }, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	var p []map[string]any
+	require.Eventually(t, func() bool { // the failure is recorded...
+		p = pending()
+		for _, d := range p {
+			if d["response_status"] == float64(503) {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	for _, d := range p { // ... and in the same round nothing new was claimed
+		if d["response_status"] != float64(503) {
+			require.Equal(t, 0, intOf(d["attempts"]), "a new event went out to a failing receiver: %v", d)
+		}
+	}
+	require.Len(t, rc.deliveries(), 1)
+}

@@ -1,0 +1,310 @@
+// Package webhook is what Hearth promises about webhooks, apart from how
+// they are stored and sent: an endpoint's rules, its signing secrets and
+// the signature of a delivery (the Standard Webhooks scheme), the retry
+// schedule, and the target addresses a delivery must never reach.
+//
+// # Signature
+//
+// A delivery carries three headers, as the Standard Webhooks specification
+// (www.standardwebhooks.com) names them:
+//
+//   - webhook-id: the event's id (the same on every attempt and
+//     redelivery, so receivers deduplicate by it);
+//   - webhook-timestamp: the attempt's time, in Unix seconds;
+//   - webhook-signature: "v1,<base64 of HMAC-SHA256(key, id.timestamp.body)>",
+//     where key is the base64-decoded part of the secret after "whsec_".
+//     During a secret rotation's overlap there is one such value per
+//     secret, separated by a space; a receiver accepts the delivery when any
+//     of them verifies with a secret it holds.
+//
+// A receiver refuses a timestamp too far from its clock (the usual
+// tolerance is five minutes): the timestamp is signed, so an old delivery
+// cannot be replayed with a new one.
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"hearth/domain/apperr"
+	"hearth/domain/text"
+)
+
+// Endpoint is a URL a merchant's events are delivered to.
+type Endpoint struct {
+	ID         string
+	MerchantID string
+	// URL receives the deliveries (http or https).
+	URL string
+	// EventTypes are the public event types delivered; empty: all.
+	EventTypes  []string
+	Description string
+	// Enabled endpoints get deliveries. Hearth disables an endpoint whose
+	// retries run out or whose receiver answers 410, and says why in
+	// DisabledReason (cleared when an operator enables it again).
+	Enabled        bool
+	DisabledReason string
+	DisabledAt     *time.Time
+	// Secret signs every delivery; PreviousSecret signs too until
+	// PreviousSecretUntil (a rotation's overlap).
+	Secret              string
+	PreviousSecret      string
+	PreviousSecretUntil *time.Time
+	Version             int
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+}
+
+// Limits of an endpoint's fields, and of a merchant's endpoints.
+const (
+	MaxURLLength         = 2048
+	MaxDescriptionLength = 500
+	// MaxEndpoints is how many endpoints one merchant may have: every event
+	// is fanned out to each of them, so the number bounds the work one
+	// merchant's events cost.
+	MaxEndpoints = 20
+)
+
+// Rules an endpoint command may break.
+const (
+	RuleEndpointLimit    = "webhook_endpoint.limit"
+	RuleEndpointDisabled = "webhook_endpoint.disabled"
+)
+
+// Normalize trims the fields and checks them; known lists the public event
+// types EventTypes may name. The URL's target address is checked apart
+// (Refused), since that depends on configuration and name resolution.
+func (e *Endpoint) Normalize(known []string) error {
+	var errs apperr.Fields
+	e.URL = strings.TrimSpace(e.URL)
+	if problem := URLProblem(e.URL); problem != "" {
+		errs.Add("url", "%s", problem)
+	}
+	e.Description = strings.TrimSpace(e.Description)
+	if n := len([]rune(e.Description)); n > MaxDescriptionLength {
+		errs.Add("description", "must be at most %d characters, got %d", MaxDescriptionLength, n)
+	} else {
+		text.Line(&errs, "description", e.Description)
+	}
+	seen := map[string]bool{}
+	types := make([]string, 0, len(e.EventTypes))
+	for i, t := range e.EventTypes {
+		switch {
+		case !contains(known, t):
+			errs.Add("event_types["+strconv.Itoa(i)+"]", "unknown event type %q; one of %s", t, strings.Join(known, ", "))
+		case !seen[t]:
+			seen[t] = true
+			types = append(types, t)
+		}
+	}
+	e.EventTypes = types
+	return errs.Err()
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// URLProblem says what is wrong with u as an endpoint's URL ("" when
+// nothing): it must be an absolute http or https URL with a host, without a
+// fragment, at most MaxURLLength bytes.
+func URLProblem(u string) string {
+	if u == "" {
+		return "is required"
+	}
+	if len(u) > MaxURLLength {
+		return fmt.Sprintf("must be at most %d bytes", MaxURLLength)
+	}
+	if p := text.Problem(u, false); p != "" {
+		return p
+	}
+	parsed, err := url.Parse(u)
+	switch {
+	case err != nil:
+		return "must be a URL: " + err.Error()
+	case parsed.Scheme != "http" && parsed.Scheme != "https":
+		return "must be an http or https URL, such as https://example.com/hooks/hearth"
+	case parsed.Hostname() == "":
+		return "must name a host"
+	case parsed.Fragment != "" || strings.Contains(u, "#"):
+		return "must not have a fragment"
+	}
+	return ""
+}
+
+// Refused says why a delivery must not go to addr ("" when it may):
+// loopback, private, link-local and other addresses that are not the public
+// internet's. A receiver there would let an operator make Hearth send
+// requests inside its own network.
+func Refused(addr netip.Addr) string {
+	a := addr.Unmap()
+	switch {
+	case !a.IsValid():
+		return "not an IP address"
+	case a.IsLoopback():
+		return "a loopback address"
+	case a.IsPrivate() || siteLocal.Contains(a):
+		return "a private address"
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+		return "a link-local address"
+	case a.IsUnspecified() || thisNetwork.Contains(a):
+		return "an unspecified address"
+	case a.IsMulticast() || a == broadcast:
+		return "a multicast or broadcast address"
+	case sharedSpace.Contains(a):
+		return "a shared (carrier-grade NAT) address"
+	}
+	return ""
+}
+
+var (
+	siteLocal   = netip.MustParsePrefix("fec0::/10")
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+	sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
+	broadcast   = netip.MustParseAddr("255.255.255.255")
+)
+
+// SecretPrefix starts every signing secret.
+const SecretPrefix = "whsec_"
+
+// secretBytes is the length of a secret's key: the specification asks for
+// 24 to 64 bytes.
+const secretBytes = 32
+
+// NewSecret returns a new signing secret: "whsec_" and the base64 of 32
+// random bytes.
+func NewSecret() string {
+	b := make([]byte, secretBytes)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24: it crashes the program instead)
+	return SecretPrefix + base64.StdEncoding.EncodeToString(b)
+}
+
+// key is the HMAC key of a secret.
+func key(secret string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(secret, SecretPrefix)
+	if !ok {
+		return nil, fmt.Errorf("signing secret does not start with %s", SecretPrefix)
+	}
+	k, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, fmt.Errorf("signing secret: %w", err)
+	}
+	return k, nil
+}
+
+// Signature is the webhook-signature header of a delivery: one
+// "v1,<signature>" per secret, separated by spaces.
+func Signature(secrets []string, id string, timestamp int64, body []byte) (string, error) {
+	parts := make([]string, 0, len(secrets))
+	for _, s := range secrets {
+		k, err := key(s)
+		if err != nil {
+			return "", err
+		}
+		mac := hmac.New(sha256.New, k)
+		mac.Write([]byte(id + "." + strconv.FormatInt(timestamp, 10) + "."))
+		mac.Write(body)
+		parts = append(parts, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	}
+	return strings.Join(parts, " "), nil
+}
+
+// Secrets are the secrets that sign a delivery at now: the current one,
+// and the previous one during a rotation's overlap.
+func (e Endpoint) Secrets(now time.Time) []string {
+	if e.PreviousSecret != "" && e.PreviousSecretUntil != nil && now.Before(*e.PreviousSecretUntil) {
+		return []string{e.Secret, e.PreviousSecret}
+	}
+	return []string{e.Secret}
+}
+
+// Schedule is when a failing delivery is tried again: after its n-th failed
+// attempt it waits Initial * 2^(n-1), at most Max, spread by Jitter either
+// way; it is not tried again once the next attempt would come more than For
+// after its first.
+type Schedule struct {
+	Initial, Max, For time.Duration
+}
+
+// Jitter is how far a wait may stray from the exponential value, as a share
+// of it: 0.5 spreads a wait w over [w/2, 3w/2], so that the deliveries a
+// receiver's outage failed together do not all come back at once
+// (cenkalti/backoff's default randomization).
+const Jitter = 0.5
+
+// Base is the wait after the n-th failed attempt (n >= 1), before jitter.
+func (s Schedule) Base(n int) time.Duration {
+	w := float64(s.Initial) * math.Pow(2, float64(max(n, 1)-1))
+	return time.Duration(min(w, float64(s.Max)))
+}
+
+// Wait is the wait after the n-th failed attempt, with jitter: rnd is a
+// random number in [0, 1).
+func (s Schedule) Wait(n int, rnd float64) time.Duration {
+	b := float64(s.Base(n))
+	return time.Duration(b * (1 - Jitter + 2*Jitter*rnd))
+}
+
+// Next is when a delivery whose first attempt was at first, and whose n-th
+// attempt failed at now, is tried again; ok is false when it is not: the
+// next attempt would come more than For after the first.
+func (s Schedule) Next(first, now time.Time, n int, rnd float64) (time.Time, bool) {
+	next := now.Add(s.Wait(n, rnd))
+	return next, next.Sub(first) <= s.For
+}
+
+// The states of a delivery.
+const (
+	// Pending: waiting for its first attempt, for the one before it of its
+	// aggregate, or for its next retry.
+	Pending = "pending"
+	// Succeeded: the receiver answered 2xx.
+	Succeeded = "succeeded"
+	// Failed: given up (its retries ran out, its endpoint was disabled, or a
+	// test ping failed); a redelivery may send it again.
+	Failed = "failed"
+)
+
+// Delivery is one event (or test ping) on its way to one endpoint, and
+// what happened to it: the delivery log.
+type Delivery struct {
+	ID               string
+	EndpointID       string
+	MerchantID       string
+	EventID          string
+	EventType        string
+	AggregateID      string
+	AggregateVersion int
+	// Ping is a test delivery: tried once, never retried, never disables
+	// its endpoint. Body is its body, stored with it (an event's is built
+	// from the stored event at each attempt).
+	Ping bool
+	Body []byte
+	// RedeliveryOf is the delivery this one sends again ("" for none).
+	RedeliveryOf   string
+	Status         string
+	Attempts       int
+	NextAttemptAt  *time.Time // pending deliveries only
+	FirstAttemptAt *time.Time
+	LastAttemptAt  *time.Time
+	// ResponseStatus, Latency and Error are those of the last attempt.
+	ResponseStatus int // 0: no answer (refused, timed out, ...)
+	Latency        time.Duration
+	Error          string
+	CreatedAt      time.Time
+	CompletedAt    *time.Time
+}

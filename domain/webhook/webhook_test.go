@@ -1,0 +1,134 @@
+package webhook
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/domain/apperr"
+)
+
+// The signature is the Standard Webhooks one: the specification's own
+// example verifies, byte for byte.
+func TestSignatureIsStandardWebhooks(t *testing.T) {
+	t.Parallel()
+	sig, err := Signature([]string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
+	require.NoError(t, err)
+	require.Equal(t, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", sig)
+
+	// Two secrets (a rotation's overlap): one value each, space-separated.
+	other := NewSecret()
+	both, err := Signature([]string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", other}, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
+	require.NoError(t, err)
+	first, second, ok := strings.Cut(both, " ")
+	require.True(t, ok)
+	require.Equal(t, sig, first)
+	require.True(t, strings.HasPrefix(second, "v1,"))
+	require.NotEqual(t, first, second)
+
+	_, err = Signature([]string{"not-a-secret"}, "id", 1, nil)
+	require.ErrorContains(t, err, "whsec_")
+}
+
+func TestNewSecret(t *testing.T) {
+	t.Parallel()
+	a, b := NewSecret(), NewSecret()
+	require.NotEqual(t, a, b)
+	k, err := key(a)
+	require.NoError(t, err)
+	require.Len(t, k, 32)
+}
+
+func TestSecretsDuringOverlap(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	until := now.Add(time.Hour)
+	e := Endpoint{Secret: "new", PreviousSecret: "old", PreviousSecretUntil: &until}
+	require.Equal(t, []string{"new", "old"}, e.Secrets(now))
+	require.Equal(t, []string{"new"}, e.Secrets(until))
+	require.Equal(t, []string{"new"}, Endpoint{Secret: "new"}.Secrets(now))
+}
+
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	known := []string{"order.created", "order.cancelled"}
+	e := Endpoint{URL: " https://example.com/hooks ", Description: " ours ", EventTypes: []string{"order.created", "order.created"}}
+	require.NoError(t, e.Normalize(known))
+	require.Equal(t, "https://example.com/hooks", e.URL)
+	require.Equal(t, "ours", e.Description)
+	require.Equal(t, []string{"order.created"}, e.EventTypes)
+
+	bad := Endpoint{URL: "ftp://example.com", Description: "a\x01b", EventTypes: []string{"order.created", "order.teleported"}}
+	err := bad.Normalize(known)
+	var v *apperr.ValidationError
+	require.ErrorAs(t, err, &v)
+	fields := map[string]string{}
+	for _, f := range v.Fields {
+		fields[f.Field] = f.Message
+	}
+	require.Contains(t, fields["url"], "http or https")
+	require.Contains(t, fields["description"], "control characters")
+	require.Contains(t, fields["event_types[1]"], `unknown event type "order.teleported"`)
+}
+
+func TestURLProblem(t *testing.T) {
+	t.Parallel()
+	for u, want := range map[string]string{
+		"https://example.com/x":             "",
+		"http://203.0.113.7:8080/hook?x=1":  "",
+		"":                                  "is required",
+		"example.com/hook":                  "http or https",
+		"https:///path":                     "must name a host",
+		"https://example.com/x#frag":        "fragment",
+		"https://example.com/" + long(2100): "at most 2048",
+		"https://exa mple.com/":             "must be a URL",
+		"javascript:alert(1)":               "http or https",
+		"https://example.com/\x00":          "control characters",
+	} {
+		got := URLProblem(u)
+		if want == "" {
+			require.Empty(t, got, u)
+		} else {
+			require.Contains(t, got, want, u)
+		}
+	}
+}
+
+func long(n int) string { return strings.Repeat("a", n) }
+
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	for addr, refused := range map[string]bool{
+		"127.0.0.1": true, "::1": true, "10.1.2.3": true, "172.16.0.1": true, "192.168.1.1": true,
+		"169.254.169.254": true, "fe80::1": true, "fc00::1": true, "0.0.0.0": true, "::": true,
+		"100.64.0.1": true, "224.0.0.1": true, "255.255.255.255": true, "::ffff:127.0.0.1": true,
+		"::ffff:10.0.0.1": true, "fec0::1": true,
+		"93.184.216.34": false, "2606:2800:220:1:248:1893:25c8:1946": false, "8.8.8.8": false,
+	} {
+		got := Refused(netip.MustParseAddr(addr))
+		require.Equal(t, refused, got != "", "%s: %q", addr, got)
+	}
+}
+
+// The schedule doubles from Initial up to Max, spreads each wait by Jitter
+// and stops once the next attempt would come more than For after the
+// first.
+func TestSchedule(t *testing.T) {
+	t.Parallel()
+	s := Schedule{Initial: time.Second, Max: 10 * time.Second, For: time.Minute}
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second},
+		[]time.Duration{s.Base(1), s.Base(2), s.Base(3), s.Base(4), s.Base(5), s.Base(40)})
+	require.Equal(t, 2*time.Second, s.Wait(3, 0))
+	require.Equal(t, 4*time.Second, s.Wait(3, 0.5))
+	require.InDelta(t, float64(6*time.Second), float64(s.Wait(3, 0.999999)), float64(time.Millisecond))
+
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	next, ok := s.Next(first, first.Add(50*time.Second), 7, 0.5)
+	require.True(t, ok)
+	require.Equal(t, first.Add(time.Minute), next, "exactly For after the first attempt: still tried")
+	_, ok = s.Next(first, first.Add(50*time.Second+time.Millisecond), 7, 0.5)
+	require.False(t, ok, "past For: given up")
+}
