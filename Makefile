@@ -3,7 +3,7 @@
 # test harness starts itself.
 GO ?= go
 
-.PHONY: run test chaos bench build vet clean
+.PHONY: run test chaos bench bench-scale build vet clean
 
 run:
 	$(GO) run ./cmd/app dev
@@ -22,6 +22,12 @@ chaos:
 # 7 minutes).
 bench:
 	$(GO) run ./cmd/bench
+
+# bench-scale builds a merchant of 2,000,000 events (500,000 orders) and one
+# of 10,000, measures both the same way and writes the scale section of
+# docs/benchmarks.md (about 15 minutes on 2 cores).
+bench-scale:
+	BENCH_ONLY=scale $(GO) run ./cmd/bench
 
 build:
 	$(GO) build -o bin/app ./cmd/app

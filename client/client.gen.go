@@ -51,6 +51,21 @@ func (e AuditEntryAction) Valid() bool {
 	}
 }
 
+// Defines values for AuditListTotalExact.
+const (
+	AuditListTotalExactTrue AuditListTotalExact = true
+)
+
+// Valid indicates whether the value is a known member of the AuditListTotalExact enum.
+func (e AuditListTotalExact) Valid() bool {
+	switch e {
+	case AuditListTotalExactTrue:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventAggregateType.
 const (
 	EventAggregateTypeOrder           EventAggregateType = "order"
@@ -306,6 +321,21 @@ func (e KeyInputRole) Valid() bool {
 	case KeyInputRoleOperator:
 		return true
 	case KeyInputRoleWorker:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KeyListTotalExact.
+const (
+	KeyListTotalExactTrue KeyListTotalExact = true
+)
+
+// Valid indicates whether the value is a known member of the KeyListTotalExact enum.
+func (e KeyListTotalExact) Valid() bool {
+	switch e {
+	case KeyListTotalExactTrue:
 		return true
 	default:
 		return false
@@ -2366,7 +2396,13 @@ type AuditList struct {
 	Page     int          `json:"page"`
 	PageSize int          `json:"page_size"`
 	Total    int          `json:"total"`
+
+	// TotalExact admin lists count exactly
+	TotalExact AuditListTotalExact `json:"total_exact"`
 }
+
+// AuditListTotalExact admin lists count exactly
+type AuditListTotalExact bool
 
 // CancelInput defines model for CancelInput.
 type CancelInput struct {
@@ -2400,12 +2436,20 @@ type CatalogItemInput struct {
 
 // CatalogItemList defines model for CatalogItemList.
 type CatalogItemList struct {
-	Items    []CatalogItem `json:"items"`
-	Page     int           `json:"page"`
-	PageSize int           `json:"page_size"`
+	Items []CatalogItem `json:"items"`
 
-	// Total rows matching the filters
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
 	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
 }
 
 // Change defines model for Change.
@@ -2472,12 +2516,20 @@ type CustomerInput struct {
 
 // CustomerList defines model for CustomerList.
 type CustomerList struct {
-	Items    []Customer `json:"items"`
-	Page     int        `json:"page"`
-	PageSize int        `json:"page_size"`
+	Items []Customer `json:"items"`
 
-	// Total rows matching the filters
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
 	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
 }
 
 // Event A public event (schema version 1). Receivers deduplicate by id; per aggregate, aggregate_version increases by one without gaps. data depends on type: see the webhooks section and the *Data schemas.
@@ -2639,7 +2691,13 @@ type KeyList struct {
 
 	// Total rows matching the filters
 	Total int `json:"total"`
+
+	// TotalExact admin lists count exactly
+	TotalExact KeyListTotalExact `json:"total_exact"`
 }
+
+// KeyListTotalExact admin lists count exactly
+type KeyListTotalExact bool
 
 // LeadershipUnit defines model for LeadershipUnit.
 type LeadershipUnit struct {
@@ -2818,12 +2876,20 @@ type OrderDetailsUpdatedData struct {
 
 // OrderList defines model for OrderList.
 type OrderList struct {
-	Items    []Order `json:"items"`
-	Page     int     `json:"page"`
-	PageSize int     `json:"page_size"`
+	Items []Order `json:"items"`
 
-	// Total rows matching the filters
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
 	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
 }
 
 // OrderSettlementUpdatedData defines model for OrderSettlementUpdatedData.
@@ -3184,12 +3250,20 @@ type ScheduleCreatedData struct {
 
 // ScheduleList defines model for ScheduleList.
 type ScheduleList struct {
-	Items    []Schedule `json:"items"`
-	Page     int        `json:"page"`
-	PageSize int        `json:"page_size"`
+	Items []Schedule `json:"items"`
 
-	// Total rows matching the filters
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
 	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
 }
 
 // ScheduleStatusInput defines model for ScheduleStatusInput.
@@ -3301,12 +3375,20 @@ type ServiceRequestCreateSource string
 
 // ServiceRequestList defines model for ServiceRequestList.
 type ServiceRequestList struct {
-	Items    []ServiceRequest `json:"items"`
-	Page     int              `json:"page"`
-	PageSize int              `json:"page_size"`
+	Items []ServiceRequest `json:"items"`
 
-	// Total rows matching the filters
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
 	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
 }
 
 // ServiceRequestStatusInput defines model for ServiceRequestStatusInput.
@@ -3432,12 +3514,20 @@ type StaffInput struct {
 
 // StaffList defines model for StaffList.
 type StaffList struct {
-	Items    []StaffMember `json:"items"`
-	Page     int           `json:"page"`
-	PageSize int           `json:"page_size"`
+	Items []StaffMember `json:"items"`
 
-	// Total rows matching the filters
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
 	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
 }
 
 // StaffMember defines model for StaffMember.
@@ -3513,12 +3603,20 @@ type WebhookDeliveryStatus string
 
 // WebhookDeliveryList defines model for WebhookDeliveryList.
 type WebhookDeliveryList struct {
-	Items    []WebhookDelivery `json:"items"`
-	Page     int               `json:"page"`
-	PageSize int               `json:"page_size"`
+	Items []WebhookDelivery `json:"items"`
 
-	// Total rows matching the filters
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
 	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
 }
 
 // WebhookEndpoint defines model for WebhookEndpoint.
@@ -3570,12 +3668,20 @@ type WebhookEndpointInput struct {
 
 // WebhookEndpointList defines model for WebhookEndpointList.
 type WebhookEndpointList struct {
-	Items    []WebhookEndpoint `json:"items"`
-	Page     int               `json:"page"`
-	PageSize int               `json:"page_size"`
+	Items []WebhookEndpoint `json:"items"`
 
-	// Total rows matching the filters
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
 	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
 }
 
 // WebhookEndpointWithSecret The endpoint with its signing secret: only the answer of a creation or a rotation shows it.
@@ -3631,6 +3737,9 @@ type ConsistencyPosition = string
 // ConsistencyTimeout defines model for consistency_timeout.
 type ConsistencyTimeout = string
 
+// Cursor defines model for cursor.
+type Cursor = string
+
 // CustomerId defines model for customer_id.
 type CustomerId = openapi_types.UUID
 
@@ -3657,6 +3766,9 @@ type Id = openapi_types.UUID
 
 // KeyId defines model for key_id.
 type KeyId = openapi_types.UUID
+
+// ListPage defines model for list_page.
+type ListPage = int
 
 // MerchantIdQuery defines model for merchant_id_query.
 type MerchantIdQuery = openapi_types.UUID
@@ -3801,8 +3913,13 @@ type StartRebuildParamsProjection string
 // ListCatalogItemsParams defines parameters for ListCatalogItems.
 type ListCatalogItemsParams struct {
 	// Q case-insensitive substring of the name
-	Q        *Q        `form:"q,omitempty" json:"q,omitempty"`
-	Page     *Page     `form:"page,omitempty" json:"page,omitempty"`
+	Q *Q `form:"q,omitempty" json:"q,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
@@ -3842,8 +3959,13 @@ type UpdateCatalogItemParams struct {
 // ListCustomersParams defines parameters for ListCustomers.
 type ListCustomersParams struct {
 	// Q case-insensitive substring of the name
-	Q        *Q        `form:"q,omitempty" json:"q,omitempty"`
-	Page     *Page     `form:"page,omitempty" json:"page,omitempty"`
+	Q *Q `form:"q,omitempty" json:"q,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
@@ -3910,8 +4032,13 @@ type ListOrdersParams struct {
 	From *OrdersFrom `form:"from,omitempty" json:"from,omitempty"`
 
 	// To exclusive bound on scheduled_start_at; with from or to the list is ordered by scheduled_start_at, earliest first
-	To       *OrdersTo `form:"to,omitempty" json:"to,omitempty"`
-	Page     *Page     `form:"page,omitempty" json:"page,omitempty"`
+	To *OrdersTo `form:"to,omitempty" json:"to,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
@@ -4018,9 +4145,14 @@ type ListSchedulesParams struct {
 	From *SchedulesFrom `form:"from,omitempty" json:"from,omitempty"`
 
 	// To exclusive bound on start_at; with from or to the list is ordered by start_at, earliest first
-	To       *SchedulesTo `form:"to,omitempty" json:"to,omitempty"`
-	Page     *Page        `form:"page,omitempty" json:"page,omitempty"`
-	PageSize *PageSize    `form:"page_size,omitempty" json:"page_size,omitempty"`
+	To *SchedulesTo `form:"to,omitempty" json:"to,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
+	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
 	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
@@ -4069,9 +4201,14 @@ type ListServiceRequestsParams struct {
 	From *RequestsFrom `form:"from,omitempty" json:"from,omitempty"`
 
 	// To exclusive bound on appointment_start_at; with from or to the list is ordered by appointment_start_at, earliest first
-	To       *RequestsTo `form:"to,omitempty" json:"to,omitempty"`
-	Page     *Page       `form:"page,omitempty" json:"page,omitempty"`
-	PageSize *PageSize   `form:"page_size,omitempty" json:"page_size,omitempty"`
+	To *RequestsTo `form:"to,omitempty" json:"to,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
+	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
 	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
@@ -4137,8 +4274,13 @@ type ChangeServiceRequestStatusParams struct {
 // ListStaffMembersParams defines parameters for ListStaffMembers.
 type ListStaffMembersParams struct {
 	// Q case-insensitive substring of the name
-	Q        *Q        `form:"q,omitempty" json:"q,omitempty"`
-	Page     *Page     `form:"page,omitempty" json:"page,omitempty"`
+	Q *Q `form:"q,omitempty" json:"q,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
@@ -8011,6 +8153,18 @@ func NewListCatalogItemsRequest(server string, params *ListCatalogItemsParams) (
 
 		}
 
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.PageSize != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_size", *params.PageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -8322,6 +8476,18 @@ func NewListCustomersRequest(server string, params *ListCustomersParams) (*http.
 		if params.Page != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page", *params.Page, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -8792,6 +8958,18 @@ func NewListOrdersRequest(server string, params *ListOrdersParams) (*http.Reques
 		if params.Page != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page", *params.Page, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9558,6 +9736,18 @@ func NewListSchedulesRequest(server string, params *ListSchedulesParams) (*http.
 
 		}
 
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.PageSize != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_size", *params.PageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -9872,6 +10062,18 @@ func NewListServiceRequestsRequest(server string, params *ListServiceRequestsPar
 		if params.Page != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page", *params.Page, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -10360,6 +10562,18 @@ func NewListStaffMembersRequest(server string, params *ListStaffMembersParams) (
 		if params.Page != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page", *params.Page, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

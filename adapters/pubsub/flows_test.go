@@ -461,10 +461,10 @@ func TestScheduleStatusDrivesOrder(t *testing.T) {
 				require.Equal(c, done, *req.OrderID)
 			}, 10*time.Second, 10*time.Millisecond)
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
-				list, total, err := schedules.List(ctx, scope, query.ScheduleFilter{Statuses: []string{"cancelled"}}, query.Page{Number: 1, Size: 10})
+				list, err := schedules.List(ctx, scope, query.ScheduleFilter{Statuses: []string{"cancelled"}}, query.Page{Number: 1, Size: 10})
 				require.NoError(c, err)
-				require.Equal(c, 2, total)
-				require.Len(c, list, 2)
+				require.Equal(c, 2, list.Total)
+				require.Len(c, list.Items, 2)
 			}, 10*time.Second, 10*time.Millisecond)
 			// One change-log row per event of every aggregate.
 			var events, changes int

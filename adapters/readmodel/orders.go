@@ -59,6 +59,13 @@ func (r orderRow) view() query.Order {
 	}
 }
 
+func (r orderRow) sortKey(byTime bool) (time.Time, string) {
+	if byTime && r.ScheduledStartAt != nil {
+		return *r.ScheduledStartAt, r.ID
+	}
+	return r.CreatedAt, r.ID
+}
+
 func orderRowOf(o query.Order) orderRow {
 	return orderRow{
 		ID: o.ID, MerchantID: o.MerchantID, RequestID: o.RequestID, CustomerID: o.CustomerID,
@@ -151,19 +158,14 @@ func (p *Orders) Get(ctx context.Context, scope query.Scope, id string) (query.O
 
 // List returns a page of orders visible to scope. With a time range the
 // order is by scheduled start (earliest first), otherwise newest first.
-func (p *Orders) List(ctx context.Context, scope query.Scope, f query.OrderFilter, pg query.Page) ([]query.Order, int, error) {
-	var rows []orderRow
-	total, err := newListing(p.db.NewSelect().Model(&rows), scope, "staff_id", "scheduled_start_at").
+func (p *Orders) List(ctx context.Context, scope query.Scope, f query.OrderFilter, pg query.Page) (query.List[query.Order], error) {
+	l, err := listPage[orderRow, query.Order](ctx, p.db, newListing(scope, "staff_id", "scheduled_start_at").
 		in("status", f.Statuses).eq("settlement_status", f.SettlementStatus).eq("customer_id", f.CustomerID).
-		eq("staff_id", f.StaffID).between(f.From, f.To).page(ctx, pg)
+		eq("staff_id", f.StaffID).between(f.From, f.To), pg)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list orders: %w", err)
+		return l, fmt.Errorf("list orders: %w", err)
 	}
-	out := make([]query.Order, len(rows))
-	for i, r := range rows {
-		out[i] = r.view()
-	}
-	return out, total, nil
+	return l, nil
 }
 
 // Changes returns the change log of one aggregate in version order.

@@ -101,6 +101,10 @@ type planCase struct {
 	run  func(ctx context.Context) error
 }
 
+// keysetCase is a list page that follows a cursor: each of its scans may
+// return at most the page and one more row, however deep the cursor.
+func keysetCase(name string) bool { return strings.Contains(name, "after a cursor") }
+
 // Every list query the read model issues stays an index scan on a merchant
 // with 100,000 rows: no sequential scan of the table, for the page and for
 // its count.
@@ -142,15 +146,33 @@ func TestPlans(t *testing.T) {
 	all := query.Scope{MerchantID: bigMerchant}
 	worker := query.Scope{MerchantID: bigMerchant, StaffID: staff}
 	page := query.Page{Number: 1, Size: 20}
-	deep := query.Page{Number: 200, Size: 50}
+	deep := query.Page{Number: 200, Size: 50} // the deepest numbered page: query.MaxDepth rows
 	from, to := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2030, 3, 8, 0, 0, 0, 0, time.UTC)
+	// Cursors 90,000 rows deep, as a client gets them by following
+	// next_cursor: the sort key of the row before the page.
+	yearLater := from.AddDate(1, 0, 0)
+	after := func(col string, depth int, where string, args ...any) query.Page {
+		c := query.Cursor{Order: col}
+		dir := "ASC"
+		if col == "created_at" {
+			dir = "DESC"
+		}
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT `+col+`, id::text FROM orders WHERE merchant_id = ? `+where+
+			` ORDER BY `+col+` `+dir+`, id `+dir+` OFFSET ? LIMIT 1`, append(append([]any{bigMerchant}, args...), depth)...).Scan(&c.At, &c.ID))
+		return query.Page{Size: 20, After: &c}
+	}
 
 	listOrders := func(scope query.Scope, f query.OrderFilter, p query.Page) func(context.Context) error {
-		return func(ctx context.Context) error { _, _, err := orders.List(ctx, scope, f, p); return err }
+		return func(ctx context.Context) error { _, err := orders.List(ctx, scope, f, p); return err }
 	}
 	cases := []planCase{
 		{"orders: default (newest first)", listOrders(all, query.OrderFilter{}, page)},
 		{"orders: default, page 200 of 50", listOrders(all, query.OrderFilter{}, deep)},
+		{"orders: default, after a cursor 90,000 rows deep", listOrders(all, query.OrderFilter{}, after("created_at", 90_000, ""))},
+		{"orders: status=pending, after a cursor", listOrders(all, query.OrderFilter{Statuses: []string{"pending"}},
+			after("created_at", 15_000, "AND status = 'pending'"))},
+		{"orders: from/to (a year), after a cursor", listOrders(all, query.OrderFilter{From: &from, To: &yearLater},
+			after("scheduled_start_at", 50_000, "AND scheduled_start_at >= ? AND scheduled_start_at < ?", from, yearLater))},
 		{"orders: status=pending", listOrders(all, query.OrderFilter{Statuses: []string{"pending"}}, page)},
 		{"orders: status=pending&status=confirmed", listOrders(all, query.OrderFilter{Statuses: []string{"pending", "confirmed"}}, page)},
 		{"orders: settlement_status=settled", listOrders(all, query.OrderFilter{SettlementStatus: "settled"}, page)},
@@ -168,39 +190,39 @@ func TestPlans(t *testing.T) {
 			return nil
 		}},
 		{"service requests: default", func(ctx context.Context) error {
-			_, _, err := requests.List(ctx, all, query.ServiceRequestFilter{}, page)
+			_, err := requests.List(ctx, all, query.ServiceRequestFilter{}, page)
 			return err
 		}},
 		{"service requests: status=new", func(ctx context.Context) error {
-			_, _, err := requests.List(ctx, all, query.ServiceRequestFilter{Statuses: []string{"new"}}, page)
+			_, err := requests.List(ctx, all, query.ServiceRequestFilter{Statuses: []string{"new"}}, page)
 			return err
 		}},
 		{"service requests: customer_id", func(ctx context.Context) error {
-			_, _, err := requests.List(ctx, all, query.ServiceRequestFilter{CustomerID: customer}, page)
+			_, err := requests.List(ctx, all, query.ServiceRequestFilter{CustomerID: customer}, page)
 			return err
 		}},
 		{"service requests: from/to", func(ctx context.Context) error {
-			_, _, err := requests.List(ctx, all, query.ServiceRequestFilter{From: &from, To: &to}, page)
+			_, err := requests.List(ctx, all, query.ServiceRequestFilter{From: &from, To: &to}, page)
 			return err
 		}},
 		{"schedules: default", func(ctx context.Context) error {
-			_, _, err := schedules.List(ctx, all, query.ScheduleFilter{}, page)
+			_, err := schedules.List(ctx, all, query.ScheduleFilter{}, page)
 			return err
 		}},
 		{"schedules: status=planned", func(ctx context.Context) error {
-			_, _, err := schedules.List(ctx, all, query.ScheduleFilter{Statuses: []string{"planned"}}, page)
+			_, err := schedules.List(ctx, all, query.ScheduleFilter{Statuses: []string{"planned"}}, page)
 			return err
 		}},
 		{"schedules: staff_id + from/to", func(ctx context.Context) error {
-			_, _, err := schedules.List(ctx, all, query.ScheduleFilter{StaffID: staff, From: &from, To: &to}, page)
+			_, err := schedules.List(ctx, all, query.ScheduleFilter{StaffID: staff, From: &from, To: &to}, page)
 			return err
 		}},
 		{"schedules: from/to", func(ctx context.Context) error {
-			_, _, err := schedules.List(ctx, all, query.ScheduleFilter{From: &from, To: &to}, page)
+			_, err := schedules.List(ctx, all, query.ScheduleFilter{From: &from, To: &to}, page)
 			return err
 		}},
 		{"schedules: worker key", func(ctx context.Context) error {
-			_, _, err := schedules.List(ctx, worker, query.ScheduleFilter{}, page)
+			_, err := schedules.List(ctx, worker, query.ScheduleFilter{}, page)
 			return err
 		}},
 	}
@@ -234,6 +256,24 @@ func TestPlans(t *testing.T) {
 				_, raw := pgtest.Explain(t, defaults, q)
 				require.NotContains(t, raw, `"Seq Scan"`, "%s: with the default random_page_cost too:\n%s\n%s", c.name, q, raw)
 			}
+
+			// What a statement reads is bounded: a count stops at
+			// MaxDepth + 1 rows, a keyset page at its size + 1.
+			bound := 0
+			switch {
+			case strings.HasPrefix(q, "SELECT count(*)"):
+				bound = query.MaxDepth + 1
+			case keysetCase(c.name):
+				bound = 21
+			}
+			if bound > 0 {
+				analyzed, raw := pgtest.ExplainAnalyzed(t, db, q)
+				analyzed.Walk(func(n pgtest.PlanNode) {
+					if strings.Contains(n.NodeType, "Scan") {
+						require.LessOrEqual(t, n.ActualRows, float64(bound), "%s: %s read %v rows:\n%s\n%s", c.name, n.NodeType, n.ActualRows, q, raw)
+					}
+				})
+			}
 			fmt.Fprintf(&doc, "```sql\n%s\n```\n\n```\n%s\n```\n\n", q, pgtest.ExplainAnalyze(t, db, q))
 		}
 	}
@@ -244,27 +284,34 @@ Generated by ` + "`go test ./adapters/readmodel -run TestPlans -update`" + ` (Po
 cluster): the read model holds 100,000 orders, service requests and schedules for one
 merchant and 1,000 of each for five others (1,000 customers and 50 staff members per merchant,
 a year of scheduled starts, every status), after ` + "`VACUUM (FREEZE, ANALYZE)`" + `. Each list answers
-two statements: the page (` + "`LIMIT`/`OFFSET`" + `) and its ` + "`count(*)`" + ` for ` + "`total`" + `. The SQL below is
-captured from the read model itself (a Bun query hook), not rewritten by hand. The event
+two statements (` + "`internal/keyset`" + `): the page, and a count of the matching rows that stops at
+10,001 (` + "`query.MaxDepth`" + ` + 1) for ` + "`total`" + ` and ` + "`total_exact`" + `. A page is numbered
+(` + "`LIMIT`/`OFFSET`" + `, at most 10,000 rows deep) or follows a cursor (` + "`next_cursor`" + `:
+` + "`WHERE (created_at, id) < (...)`" + `, or in the time column's order with ` + "`from`/`to`" + `). The SQL
+below is captured from the read model itself (a Bun query hook), not rewritten by hand. The event
 feed's plans are in [query-plans-feed.md](query-plans-feed.md).
 
 What the test asserts:
 
 - Every page query is an index scan (no ` + "`Seq Scan`" + ` node), both with Postgres' default
   ` + "`random_page_cost`" + ` (4) and with 1.1, the usual setting on SSD storage.
-- Every count is an index (or index-only) scan with ` + "`random_page_cost = 1.1`" + `, except one case:
-  counting *all* rows of a merchant that owns 95% of the table (service requests and
-  schedules without a filter). Reading the whole table is then the cheapest plan and the
-  planner rightly takes it; with many merchants sharing the table it is an index-only scan.
-  With the default cost of 4 the same holds for the unfiltered order count.
+- A page after a cursor reads at most its size + 1 rows, 90,000 rows deep as on the first page:
+  the cursor is an ` + "`Index Cond`" + ` on the list's index, which walks from there.
+- A count reads at most 10,001 rows, and is an index (or index-only) scan with
+  ` + "`random_page_cost = 1.1`" + `, except when it counts *all* rows of a merchant that owns 95% of the
+  table (service requests and schedules without a filter): reading the table until 10,001 rows
+  matched is then the cheapest plan and the planner rightly takes it; with many merchants
+  sharing the table it is an index-only scan.
 - Without ` + "`orders_merchant_settlement`" + ` (migrations/readmodel/003_list_indexes.sql), the count of
   ` + "`settlement_status=...`" + ` was a sequential scan; that index was added for it.
 
 Indexes (migrations/readmodel/*.sql): every list index leads with ` + "`merchant_id`" + `, then the filter
 column, then the sort columns (` + "`created_at DESC, id DESC`" + `, or the time column and ` + "`id`" + ` when
 ` + "`from`/`to`" + ` is given), so a page walks an index in order and stops after ` + "`LIMIT`" + ` rows.
-A deep ` + "`OFFSET`" + ` still walks the skipped entries (see "page 200 of 50"); keyset pagination
-would be the next step if clients page that deep. Timings are from one run and only indicative.
+What still grows with the merchant: a numbered page walks the rows it skips (up to 10,000,
+"page 200 of 50"); a filter without an index of its own in front of the sort (several
+statuses, or staff and a time range together) walks the index and filters, so it reads as many
+rows as it takes to find a page of matches. Timings are from one run and only indicative.
 
 `
 		require.NoError(t, os.WriteFile("../../docs/query-plans.md", []byte(header+doc.String()), 0o644))

@@ -62,16 +62,14 @@ func (p *Schedules) Get(ctx context.Context, scope query.Scope, id string) (quer
 }
 
 // List returns a page of schedules visible to scope.
-func (p *Schedules) List(ctx context.Context, scope query.Scope, f query.ScheduleFilter, pg query.Page) ([]query.Schedule, int, error) {
-	var rows []scheduleRow
-	total, err := newListing(p.db.NewSelect().Model(&rows), scope, "staff_id", "start_at").
-		in("status", f.Statuses).eq("staff_id", f.StaffID).between(f.From, f.To).page(ctx, pg)
-	if err != nil {
-		return nil, 0, err
+func (p *Schedules) List(ctx context.Context, scope query.Scope, f query.ScheduleFilter, pg query.Page) (query.List[query.Schedule], error) {
+	return listPage[scheduleRow, query.Schedule](ctx, p.db, newListing(scope, "staff_id", "start_at").
+		in("status", f.Statuses).eq("staff_id", f.StaffID).between(f.From, f.To), pg)
+}
+
+func (r scheduleRow) sortKey(byTime bool) (time.Time, string) {
+	if byTime {
+		return r.StartAt, r.ID
 	}
-	out := make([]query.Schedule, len(rows))
-	for i, r := range rows {
-		out[i] = r.view()
-	}
-	return out, total, nil
+	return r.CreatedAt, r.ID
 }

@@ -67,16 +67,14 @@ func (p *ServiceRequests) Get(ctx context.Context, scope query.Scope, id string)
 }
 
 // List returns a page of requests.
-func (p *ServiceRequests) List(ctx context.Context, scope query.Scope, f query.ServiceRequestFilter, pg query.Page) ([]query.ServiceRequest, int, error) {
-	var rows []serviceRequestRow
-	total, err := newListing(p.db.NewSelect().Model(&rows), scope, "", "appointment_start_at").
-		in("status", f.Statuses).eq("customer_id", f.CustomerID).between(f.From, f.To).page(ctx, pg)
-	if err != nil {
-		return nil, 0, err
+func (p *ServiceRequests) List(ctx context.Context, scope query.Scope, f query.ServiceRequestFilter, pg query.Page) (query.List[query.ServiceRequest], error) {
+	return listPage[serviceRequestRow, query.ServiceRequest](ctx, p.db, newListing(scope, "", "appointment_start_at").
+		in("status", f.Statuses).eq("customer_id", f.CustomerID).between(f.From, f.To), pg)
+}
+
+func (r serviceRequestRow) sortKey(byTime bool) (time.Time, string) {
+	if byTime && r.AppointmentStartAt != nil {
+		return *r.AppointmentStartAt, r.ID
 	}
-	out := make([]query.ServiceRequest, len(rows))
-	for i, r := range rows {
-		out[i] = r.view()
-	}
-	return out, total, nil
+	return r.CreatedAt, r.ID
 }

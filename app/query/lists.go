@@ -10,7 +10,7 @@ import (
 // filtered pages, both limited to scope.
 type ReadModel[V, F any] interface {
 	Get(ctx context.Context, scope Scope, id string) (V, error)
-	List(ctx context.Context, scope Scope, f F, p Page) ([]V, int, error)
+	List(ctx context.Context, scope Scope, f F, p Page) (List[V], error)
 }
 
 // ServiceRequestFilter narrows a list of service requests.
@@ -62,13 +62,13 @@ func (q Reads[V, F]) Named(ctx context.Context, scope Scope, v V, known map[stri
 }
 
 // List returns a page of rows, newest first (time-ordered when the filter
-// has a time range).
+// has a time range), and where the next page starts.
 func (q Reads[V, F]) List(ctx context.Context, scope Scope, f F, p Page) (List[V], error) {
-	items, total, err := q.rm.List(ctx, scope, f, p)
+	l, err := q.rm.List(ctx, scope, f, p)
 	if err == nil {
-		err = joinNames(ctx, q.names, scope.MerchantID, nil, items, q.fields...)
+		err = joinNames(ctx, q.names, scope.MerchantID, nil, l.Items, q.fields...)
 	}
-	return newList(items, total, p), err
+	return l, err
 }
 
 // ServiceRequests answers the service-request reads.
@@ -95,7 +95,7 @@ func NewSchedules(rm ReadModel[Schedule, ScheduleFilter], names Names) (Schedule
 // RecordReader reads one kind of reference record of a merchant.
 type RecordReader[T any] interface {
 	Get(ctx context.Context, merchantID, id string) (T, error)
-	List(ctx context.Context, merchantID, q string, p Page) ([]T, int, error)
+	List(ctx context.Context, merchantID, q string, p Page) (List[T], error)
 }
 
 // Records answers the reads of one kind of reference record.
@@ -118,6 +118,5 @@ func (q Records[T]) Get(ctx context.Context, merchantID, id string) (T, error) {
 
 // List returns a page of records, newest first; search matches the name.
 func (q Records[T]) List(ctx context.Context, merchantID, search string, p Page) (List[T], error) {
-	items, total, err := q.rm.List(ctx, merchantID, search, p)
-	return newList(items, total, p), err
+	return q.rm.List(ctx, merchantID, search, p)
 }

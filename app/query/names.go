@@ -63,10 +63,3 @@ func joinNames[V any](ctx context.Context, names Names, merchantID string, known
 	}
 	return nil
 }
-
-func newList[T any](items []T, total int, p Page) List[T] {
-	if items == nil {
-		items = []T{}
-	}
-	return List[T]{Items: items, Total: total, Page: p.Number, PageSize: p.Size}
-}

@@ -53,3 +53,12 @@ func (q Webhooks) Deliveries(ctx context.Context, merchantID, endpointID string,
 func (q Webhooks) Delivery(ctx context.Context, merchantID, endpointID, id string) (webhook.Delivery, error) {
 	return q.rm.Delivery(ctx, merchantID, endpointID, id)
 }
+
+// newList is a numbered page of a list whose total is counted exactly (an
+// endpoint's lists stay small: its endpoints, its delivery log).
+func newList[T any](items []T, total int, p Page) List[T] {
+	if items == nil {
+		items = []T{}
+	}
+	return List[T]{Items: items, Total: total, TotalExact: true, Page: p.Number, PageSize: p.Size}
+}

@@ -22,6 +22,7 @@ import (
 
 	"hearth/adapters/pubsub/projector"
 	"hearth/app/access"
+	"hearth/app/query"
 	"hearth/client"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
@@ -951,6 +952,31 @@ func TestListOrders(t *testing.T) {
 		r := a.must(http.StatusOK, http.MethodGet, "/v1/orders", a.opA, nil)
 		require.Len(t, listed(r), 20, "page_size defaults to 20")
 		require.Equal(t, 20, intOf(r.Body["page_size"]))
+		require.Equal(t, true, r.Body["total_exact"])
+	})
+
+	t.Run("cursors", func(t *testing.T) {
+		for _, q := range []url.Values{{}, {"from": {hour(0).Format(time.RFC3339)}}} {
+			want := ids(func(created) bool { return true })
+			if q.Has("from") {
+				want = byStart(3, 8, 13, 18, 23)
+			}
+			var seen []string
+			q.Set("page_size", "2")
+			r := a.must(http.StatusOK, http.MethodGet, "/v1/orders?"+q.Encode(), a.opA, nil)
+			for {
+				require.Equal(t, len(want), intOf(r.Body["total"]))
+				seen = append(seen, listed(r)...)
+				next, ok := r.Body["next_cursor"].(string)
+				if !ok {
+					break
+				}
+				q.Set("cursor", next)
+				r = a.must(http.StatusOK, http.MethodGet, "/v1/orders?"+q.Encode(), a.opA, nil)
+				require.NotContains(t, r.Body, "page", "a page after a cursor has no number")
+			}
+			require.Equal(t, want, seen, "%v: every order exactly once, in order", q)
+		}
 	})
 
 	t.Run("bad parameters", func(t *testing.T) {
@@ -965,6 +991,10 @@ func TestListOrders(t *testing.T) {
 			{"staff_id=x", "staff_id"},
 			{"settlement_status=paid", "settlement_status"},
 			{"from=yesterday", "from"},
+			{"page=501", "page"}, // past the first 10,000 rows (20 a page)
+			{"page=51&page_size=200", "page"},
+			{"cursor=bm90IGEgY3Vyc29y", "cursor"},
+			{"cursor=" + httpport.FormatCursor(&query.Cursor{Order: "created_at", At: base, ID: uuid.New()}) + "&page=2", "page"},
 		}
 		for _, tc := range cases {
 			t.Run(tc.query, func(t *testing.T) {
@@ -974,6 +1004,12 @@ func TestListOrders(t *testing.T) {
 				require.Contains(t, r.Body["detail"], tc.param)
 			})
 		}
+		// A well-formed cursor of the newest-first order does not fit a
+		// time-ordered list.
+		r := a.do(http.MethodGet, "/v1/orders?from="+base.Format(time.RFC3339)+"&cursor="+
+			httpport.FormatCursor(&query.Cursor{Order: "created_at", At: base, ID: uuid.New()}), a.opA, nil)
+		requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+		require.Equal(t, []string{"cursor"}, problemFields(r), "%s", r)
 	})
 }
 
@@ -1162,6 +1198,19 @@ func TestServe(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "the long poll never waited")
 	srv.shutdown()
 	require.Equal(t, feedPage{Events: []feedEvent{}, NextCursor: page.NextCursor}, <-waiting)
+
+	// A worker prunes the topics (TOPIC_RETENTION): its first round runs at
+	// start-up, and these messages are acknowledged and old by then.
+	es := pgtest.Open(t, urls.EventStore)
+	_, err := es.DB.Exec(`UPDATE watermill_orders SET created_at = created_at - interval '2 hours'`)
+	require.NoError(t, err)
+	vars["MODE"], vars["TOPIC_RETENTION"] = "worker", "1h"
+	worker := startServe(t, vars)
+	require.Eventually(t, func() bool {
+		var n int
+		return es.DB.QueryRow(`SELECT count(*) FROM watermill_orders`).Scan(&n) == nil && n == 0
+	}, 10*time.Second, 10*time.Millisecond, "the worker never pruned the orders topic")
+	worker.shutdown()
 }
 
 // RFC 9110 (11.1): the authentication scheme is a case-insensitive token, so

@@ -53,6 +53,12 @@ type Config struct {
 	// kept, after which a retry with it runs as a new request
 	// (IDEMPOTENCY_KEEP, at least 24h). Defaults to 24h.
 	IdempotencyKeep time.Duration
+	// TopicRetention is how long a message stays in its Watermill topic
+	// table once every consumer group has acknowledged it; the worker then
+	// deletes it, in small batches (TOPIC_RETENTION, a Go duration; 0 keeps
+	// every message for ever). The events table, which verify and rebuild
+	// read, is never pruned. Defaults to 168h (7 days).
+	TopicRetention time.Duration
 	// KeyLastUsedFlush is how often the API writes the keys' last_used_at,
 	// in one statement for all keys used since (KEY_LAST_USED_FLUSH, a Go
 	// duration, at most 1h). Defaults to 30s.
@@ -225,6 +231,15 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	cfg.IdempotencyKeep = duration("IDEMPOTENCY_KEEP", 24*time.Hour)
 	if cfg.IdempotencyKeep < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("IDEMPOTENCY_KEEP=%s: must be at least 24h, so that a client's retries within a day are safe", cfg.IdempotencyKeep))
+	}
+	cfg.TopicRetention = 7 * 24 * time.Hour
+	if v := getenv("TOPIC_RETENTION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("TOPIC_RETENTION=%q: must be a Go duration such as 168h (7 days), or 0 to keep every message", v))
+		} else {
+			cfg.TopicRetention = d
+		}
 	}
 	cfg.KeyLastUsedFlush = duration("KEY_LAST_USED_FLUSH", 30*time.Second)
 	if cfg.KeyLastUsedFlush > time.Hour {

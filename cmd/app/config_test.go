@@ -47,6 +47,7 @@ func TestLoadConfig(t *testing.T) {
 		HTTPAddr: ":8080", Mode: ModeAll, LogFormat: "text", LogLevel: "info",
 		PollInterval: 100 * time.Millisecond, ShutdownTimeout: 20 * time.Second, ConsistencyTimeout: 2 * time.Second,
 		IdempotencyKeep:     24 * time.Hour,
+		TopicRetention:      7 * 24 * time.Hour,
 		KeyLastUsedFlush:    30 * time.Second,
 		ConsistencyMaxWaits: 256, RequestStatementTimeout: 5 * time.Second,
 		EventFeedWait: 20 * time.Second, EventFeedMaxWaits: 256,
@@ -81,6 +82,7 @@ func TestLoadConfig(t *testing.T) {
 				"HTTP_ADDR": "127.0.0.1:9000", "MODE": "api", "LOG_FORMAT": "json", "LOG_LEVEL": "debug",
 				"POLL_INTERVAL": "250ms", "SHUTDOWN_TIMEOUT": "5s", "CONSISTENCY_TIMEOUT": "5s",
 				"IDEMPOTENCY_KEEP":      "72h",
+				"TOPIC_RETENTION":       "36h",
 				"KEY_LAST_USED_FLUSH":   "1m",
 				"CONSISTENCY_MAX_WAITS": "10", "REQUEST_STATEMENT_TIMEOUT": "1s", "HTTP_READ_TIMEOUT": "10s",
 				"EVENT_FEED_WAIT": "4s", "EVENT_FEED_MAX_WAITS": "16",
@@ -98,6 +100,7 @@ func TestLoadConfig(t *testing.T) {
 				HTTPAddr: "127.0.0.1:9000", Mode: ModeAPI, LogFormat: "json", LogLevel: "debug",
 				PollInterval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second, ConsistencyTimeout: 5 * time.Second,
 				IdempotencyKeep:     72 * time.Hour,
+				TopicRetention:      36 * time.Hour,
 				KeyLastUsedFlush:    time.Minute,
 				ConsistencyMaxWaits: 10, RequestStatementTimeout: time.Second, HTTPReadTimeout: 10 * time.Second,
 				EventFeedWait: 4 * time.Second, EventFeedMaxWaits: 16,
@@ -131,6 +134,11 @@ func TestLoadConfig(t *testing.T) {
 			want: with(func(c *Config) {
 				c.KeyRPS, c.MerchantRPS, c.MerchantInFlight, c.UnknownKeyRPS, c.KeyCacheTTL = 0, 0, 0, 0, 0
 			}),
+		},
+		{
+			name: "TOPIC_RETENTION=0 keeps every message",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "TOPIC_RETENTION": "0"},
+			want: with(func(c *Config) { c.TopicRetention = 0 }),
 		},
 		{
 			name: "flags override the environment",
@@ -220,6 +228,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "fractional RATE_LIMIT_MERCHANT_BURST", env: map[string]string{"RATE_LIMIT_MERCHANT_BURST": "2.5"}, settings: []string{"RATE_LIMIT_MERCHANT_BURST"}},
 		{name: "huge RATE_LIMIT_UNKNOWN_KEY_BURST", env: map[string]string{"RATE_LIMIT_UNKNOWN_KEY_BURST": "99999999999"}, settings: []string{"RATE_LIMIT_UNKNOWN_KEY_BURST"}},
 		{name: "negative RATE_LIMIT_MERCHANT_IN_FLIGHT", env: map[string]string{"RATE_LIMIT_MERCHANT_IN_FLIGHT": "-1"}, settings: []string{"RATE_LIMIT_MERCHANT_IN_FLIGHT"}},
+		{name: "negative TOPIC_RETENTION", env: map[string]string{"TOPIC_RETENTION": "-1h"}, settings: []string{"TOPIC_RETENTION"}},
+		{name: "TOPIC_RETENTION in days", env: map[string]string{"TOPIC_RETENTION": "7d"}, settings: []string{"TOPIC_RETENTION"}},
 		{name: "negative KEY_CACHE_TTL", env: map[string]string{"KEY_CACHE_TTL": "-5s"}, settings: []string{"KEY_CACHE_TTL"}},
 		{name: "KEY_CACHE_TTL too long", env: map[string]string{"KEY_CACHE_TTL": "1h"}, settings: []string{"KEY_CACHE_TTL"}},
 		{name: "KEY_CACHE_TTL without a unit", env: map[string]string{"KEY_CACHE_TTL": "5"}, settings: []string{"KEY_CACHE_TTL"}},

@@ -146,9 +146,21 @@ func (tb *tab) do(steps ...chromedp.Action[chromedp.Void]) {
 		cancel()
 		if err != nil {
 			tb.shot("failed")
-			require.NoError(tb.t, err, "step %d of %d", i+1, len(steps))
+			require.NoError(tb.t, err, "step %d of %d; the page showed:\n%s", i+1, len(steps), tb.shows())
 		}
 	}
+}
+
+// shows is what the page shows when a step failed: its address and the
+// text of its main part, for the failure message.
+func (tb *tab) shows() string {
+	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.pathname + location.search + "\n" + (document.querySelector("main") || document.body).innerText`))
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	return s
 }
 
 // open loads a console page.
@@ -320,7 +332,12 @@ func TestConsoleDispatcher(t *testing.T) {
 	tb.shot("board")
 
 	// A double booking is refused, and the board says so plainly.
+	// The API's writes reach the console's read models asynchronously
+	// (only the console's own writes wait for them): the board picks an
+	// order from ?order only once the read model has it, else it shows an
+	// empty choice and the form is refused for its missing order.
 	third := a.createOrder(a.opA, bob, 7000)
+	a.awaitOrder(a.opA, third, 1)
 	tb.open("/console/board?order=" + third)
 	tb.choose("assign-staff_id", "Wanda Worker")
 	tb.fill("assign-start_at", day+"T10:00", "assign-end_at", day+"T12:00")

@@ -135,12 +135,12 @@ Try:
 }
 
 func demoStaff(ctx context.Context, db *bun.DB, store *refdata.Store, merchantID string) (string, error) {
-	existing, _, err := refdata.Staff(db).List(ctx, merchantID, "Demo Worker", query.Page{Number: 1, Size: 1})
+	existing, err := refdata.Staff(db).List(ctx, merchantID, "Demo Worker", query.Page{Number: 1, Size: 1})
 	if err != nil {
 		return "", err
 	}
-	if len(existing) > 0 {
-		return existing[0].ID, nil
+	if len(existing.Items) > 0 {
+		return existing.Items[0].ID, nil
 	}
 	return store.CreateStaff(ctx, merchantID, "Demo Worker")
 }

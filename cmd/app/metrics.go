@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
 	"hearth/leader"
 )
@@ -40,6 +42,7 @@ func newTelemetry(dbs databases, projections []projector.Projection, log *slog.L
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		t.requests, t.durations,
 		projector.NewStatsCollector(dbs.es.DB, log, projections...),
+		pubsub.NewTopicStats(dbs.es.DB, log, topics(projections)...),
 	} {
 		if err := t.reg.Register(c); err != nil {
 			return nil, err
@@ -48,6 +51,17 @@ func newTelemetry(dbs databases, projections []projector.Projection, log *slog.L
 	var err error
 	t.projections, err = projector.NewMetrics(t.reg)
 	return t, err
+}
+
+// topics are the projections' topics, each once, and the poison topic.
+func topics(projections []projector.Projection) []string {
+	var out []string
+	for _, p := range projections {
+		if !slices.Contains(out, p.Topic) {
+			out = append(out, p.Topic)
+		}
+	}
+	return append(out, pubsub.TopicPoison)
 }
 
 func (t *telemetry) handler() http.Handler {

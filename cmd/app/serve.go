@@ -20,6 +20,7 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
+	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
 	"hearth/adapters/webhooks"
 	"hearth/app"
@@ -437,6 +438,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return nil
 		})
 	}
+	if cfg.Mode != ModeAPI && cfg.TopicRetention > 0 {
+		retention, err := newRetention(cfg, dbs, w, log)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error {
+			retention.Run(gctx, topicPruneEvery)
+			return nil
+		})
+	}
 	log.Info("hearth started", append([]any{"mode", cfg.Mode, "split_databases", dbs.rm != dbs.es}, addrs...)...)
 
 	if sched != nil {
@@ -481,6 +492,45 @@ const (
 	idempotencyPruneEvery = 10 * time.Minute
 	idempotencyPruneBatch = 1000
 )
+
+// The worker prunes the topic tables (TOPIC_RETENTION) this often, in
+// statements of at most this many rows, so that no statement holds many
+// row locks or runs long beside the subscribers.
+const (
+	topicPruneEvery = time.Minute
+	topicPruneBatch = 1000
+)
+
+// newRetention prunes each projection's topic: a message goes once every
+// consumer group of its topic has acknowledged it (the projections' groups
+// at least, and the relay's when it is on) and TOPIC_RETENTION has passed.
+func newRetention(cfg Config, dbs databases, w wiring, log *slog.Logger) (*pubsub.Retention, error) {
+	var topics []pubsub.RetainedTopic
+	index := map[string]int{}
+	require := func(topic, group string) {
+		i, ok := index[topic]
+		if !ok {
+			i = len(topics)
+			index[topic] = i
+			topics = append(topics, pubsub.RetainedTopic{Topic: topic})
+		}
+		topics[i].Groups = append(topics[i].Groups, group)
+	}
+	for _, p := range w.projections {
+		require(p.Topic, p.Name)
+	}
+	if cfg.RelayNATSURL != "" {
+		// Until the relay has published a page of a topic it has no
+		// position there, and retention would take what it has not seen.
+		for _, topic := range relay.Topics() {
+			require(topic, relay.ConsumerGroup)
+		}
+	}
+	return pubsub.NewRetention(pubsub.RetentionConfig{
+		DB: dbs.es.DB, Topics: topics, Keep: cfg.TopicRetention, Batch: topicPruneBatch,
+		Log: log, Registry: w.telemetry.reg,
+	})
+}
 
 // maxHeaderBytes caps a request's headers (the request line too): Hearth's
 // requests need a few hundred bytes.

@@ -72,6 +72,19 @@ func (b *bench) newDB(ctx context.Context, name string, sets ...migrations.Set) 
 // and they run live (caught up, router running). The fair-share limits and
 // the key cache are off (capacity runs), or Hearth's defaults (withLimits).
 func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLimits ...bool) (*exec.Cmd, string, error) {
+	return b.start(ctx, hearthRun{name: name, url: url, mode: mode, limits: len(withLimits) > 0 && withLimits[0], live: mode != "api"})
+}
+
+// hearthRun is how to start one Hearth process: live waits until its
+// projections run live (up to 30 s), otherwise it only waits until it
+// answers /readyz.
+type hearthRun struct {
+	name, url, mode string
+	limits, live    bool
+}
+
+func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, error) {
+	name, url, mode := h.name, h.url, h.mode
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
@@ -84,7 +97,7 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLim
 		// The webhook receivers listen on loopback, in the bench process; a
 		// held receiver keeps its requests until the backlog is queued.
 		"WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_TIMEOUT=1m")
-	if len(withLimits) == 0 || !withLimits[0] {
+	if !h.limits {
 		// One key of one merchant drives the throughput runs: the fair-share
 		// limits (which would hold it to RATE_LIMIT_KEY_RPS) are off, and so
 		// is the key cache, so that Hearth looks its key up on every request
@@ -119,7 +132,7 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLim
 	}
 	for time.Now().Before(deadline) {
 		if _, ready := get("/readyz"); ready {
-			if metrics, _ := get("/metrics"); mode == "api" || allLive(metrics) {
+			if metrics, _ := get("/metrics"); !h.live || allLive(metrics) {
 				return cmd, base, nil
 			}
 		}
@@ -265,11 +278,7 @@ func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, me
 	if _, err := listener.Exec(ctx, "LISTEN "+visibleChannel); err != nil {
 		return err
 	}
-	store, err := pubsub.NewStore(db, nil)
-	if err != nil {
-		return err
-	}
-	tx, err := pubsub.NewTransactor(store)
+	tx, err := transactor(db)
 	if err != nil {
 		return err
 	}
@@ -454,6 +463,15 @@ func (b *bench) latencyPlain(ctx context.Context) (stats, error) {
 		return nil, err
 	}
 	return measureLatency(ctx, db, url, latencyFor)
+}
+
+// transactor is the write path on db: the store and its Transactor.
+func transactor(db *bun.DB) (*pubsub.Transactor, error) {
+	store, err := pubsub.NewStore(db, nil)
+	if err != nil {
+		return nil, err
+	}
+	return pubsub.NewTransactor(store)
 }
 
 // runRouter runs router until the returned stop is called.

@@ -34,10 +34,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"hearth/internal/pgcluster"
@@ -66,6 +68,7 @@ func main() {
 		hookBacklog /= 10
 		feedIdlePolls /= 10
 		consoleLoads = 5
+		scaleOrders /= 10
 	}
 	if err := checkOnly(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -78,11 +81,12 @@ func main() {
 }
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed", "webhooks"}
+// scale runs only when named (make bench-scale): it takes about 15 minutes.
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed", "webhooks", "scale"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
-	return v == "" || slices.Contains(strings.Split(v, ","), section)
+	return (v == "" && section != "scale") || slices.Contains(strings.Split(v, ","), section)
 }
 
 func checkOnly() error {
@@ -109,7 +113,10 @@ func percentOf(rate, reference float64) string {
 type row struct{ name, hearth, plain, note string }
 
 func run() error {
-	ctx := context.Background()
+	// Ctrl-C (or a timeout's SIGTERM) ends the runs, and the deferred
+	// clean-up stops the Hearth processes and the cluster.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
@@ -208,19 +215,57 @@ func run() error {
 		}
 		rows = append(rows, wh...)
 	}
+	var scaleTable string
+	if only("scale") {
+		if scaleTable, err = b.scale(ctx); err != nil {
+			return err
+		}
+	}
 	rows = append(rows, row{"Hearth peak RSS (VmHWM, largest of its processes)", fmt.Sprintf("%.1f MB", float64(b.peakRSS)/1024), "", "by process: " + b.rssByProcess()})
 
+	// A whole run is the record: docs/benchmarks.md is written by the
+	// bench, never by hand. The main sections and the scale section are
+	// written by their own runs, each keeping the other's part.
+	record := os.Getenv("BENCH_QUICK") == "" && os.Getenv("BENCH_SCALE_ORDERS") == ""
+	if scaleTable != "" {
+		section := scaleHeader + machine("Hearth bench-scale") + scaleTable
+		fmt.Print("\n" + section)
+		if record && os.Getenv("BENCH_ONLY") == "scale" {
+			return writeBenchmarks(func(main, _ string) string { return main + section })
+		}
+		return nil
+	}
 	table := formatTable(rows)
 	fmt.Print(table)
-	if os.Getenv("BENCH_ONLY") == "" && os.Getenv("BENCH_QUICK") == "" {
-		// A whole run is the record: docs/benchmarks.md is written by the
-		// bench, never by hand.
-		doc := benchmarksHeader + table
-		if err := os.WriteFile(filepath.Join("docs", "benchmarks.md"), []byte(doc), 0o644); err != nil {
-			return fmt.Errorf("write docs/benchmarks.md: %w", err)
-		}
-		fmt.Fprintln(os.Stderr, "bench: wrote docs/benchmarks.md")
+	if record && os.Getenv("BENCH_ONLY") == "" {
+		return writeBenchmarks(func(_, scale string) string {
+			if scale != "" {
+				scale = "\n" + scale
+			}
+			return benchmarksHeader + table + scale
+		})
 	}
+	return nil
+}
+
+// writeBenchmarks rewrites docs/benchmarks.md: doc gets its main part and
+// its scale section (from "## Scale" on) as they are, and returns the new
+// text.
+func writeBenchmarks(doc func(main, scale string) string) error {
+	path := filepath.Join("docs", "benchmarks.md")
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	main, scale := string(old), ""
+	if i := strings.Index(main, "\n"+scaleHeading); i >= 0 {
+		main, scale = main[:i+1], main[i+1:]
+	}
+	main = strings.TrimRight(main, "\n") + "\n\n"
+	if err := os.WriteFile(path, []byte(doc(main, scale)), 0o644); err != nil {
+		return fmt.Errorf("write docs/benchmarks.md: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "bench: wrote docs/benchmarks.md")
 	return nil
 }
 
@@ -238,8 +283,8 @@ heaviest flood, A's p99 at most 2 x its p99 under the unknown-key flood, A keeps
 its rate, and B is told 429.
 `
 
-func formatTable(rows []row) string {
-	var table strings.Builder
+// machine is the line that says what ran where and when.
+func machine(what string) string {
 	host, _ := os.Hostname()
 	cpu := "unknown CPU"
 	if out, err := exec.Command("sh", "-c", "lscpu | grep 'Model name' | sed 's/.*: *//'").Output(); err == nil {
@@ -249,8 +294,13 @@ func formatTable(rows []row) string {
 	if out, err := exec.Command("sh", "-c", "ls /usr/lib/postgresql | sort -V | tail -1").Output(); err == nil {
 		pgVersion = "Postgres " + strings.TrimSpace(string(out))
 	}
-	fmt.Fprintf(&table, "\nHearth bench, %s: %d cores (%s), %s on the same machine (fsync=off, synchronous_commit=off), %s, host %s\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpu, pgVersion, runtime.Version(), host)
+	return fmt.Sprintf("\n%s, %s: %d cores (%s), %s on the same machine (fsync=off, synchronous_commit=off), %s, host %s\n\n",
+		what, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpu, pgVersion, runtime.Version(), host)
+}
+
+func formatTable(rows []row) string {
+	var table strings.Builder
+	table.WriteString(machine("Hearth bench"))
 	fmt.Fprintf(&table, "| measure | Hearth | plain / reference | note |\n|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&table, "| %s | %s | %s | %s |\n", r.name, r.hearth, r.plain, r.note)

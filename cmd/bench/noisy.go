@@ -15,7 +15,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"hearth/adapters/pubsub"
 	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/event"
@@ -326,11 +325,7 @@ func seedOrdersFor(ctx context.Context, es *bun.DB, merchantID, customerID strin
 	if _, err := es.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, customerID, merchantID); err != nil {
 		return nil, err
 	}
-	store, err := pubsub.NewStore(es, nil)
-	if err != nil {
-		return nil, err
-	}
-	tx, err := pubsub.NewTransactor(store)
+	tx, err := transactor(es)
 	if err != nil {
 		return nil, err
 	}

@@ -127,7 +127,7 @@ func (b *bench) commands(ctx context.Context) (commandResults, error) {
 	for round := range commandRounds {
 		b.progress("commands, round %d of %d: POST /v1/orders to Hearth in mode api, then pgbench, %d clients for %s each",
 			round+1, commandRounds, concurrency, slice)
-		res.api.add(postOrders(base, api.Process.Pid, request, slice))
+		res.api.add(postOrders(base, api.Process.Pid, request, slice, concurrency, 0))
 		if round == 0 { // the transaction pgbench runs copies a real order's rows
 			if sh, err = orderShape(ctx, es, key.ID, key.MerchantID, customerID); err != nil {
 				b.stopHearth(api)
@@ -150,7 +150,7 @@ func (b *bench) commands(ctx context.Context) (commandResults, error) {
 		return res, err
 	}
 	b.progress("commands: POST /v1/orders to Hearth in mode all, %d clients for %s", concurrency, commandsFor)
-	res.all = postOrders(base, all.Process.Pid, request, commandsFor)
+	res.all = postOrders(base, all.Process.Pid, request, commandsFor, concurrency, 0)
 	b.stopHearth(all)
 
 	res.goLoop, err = b.goLoop(ctx, es, sh)
@@ -190,23 +190,23 @@ func (r postResult) String() string {
 }
 
 // postOrders sends request (a POST /v1/orders) to the Hearth process pid
-// listening at base, from concurrency clients for d; nothing else runs
-// meanwhile.
-func postOrders(base string, pid int, request []byte, d time.Duration) postResult {
+// listening at base, from clients clients for d (or, when d is 0, count
+// times in all); nothing else runs meanwhile.
+func postOrders(base string, pid int, request []byte, d time.Duration, clients, count int) postResult {
 	var res postResult
 	var mu sync.Mutex
 	before := cpuNow(pid)
 	start := time.Now()
 	end := start.Add(d)
 	var wg sync.WaitGroup
-	for range concurrency {
+	for range clients {
 		wg.Go(func() {
 			// One keep-alive connection per client, its request written as
 			// bytes: the load generator should cost little of the machine
 			// it shares with Hearth and Postgres.
 			c := &httpClient{addr: strings.TrimPrefix(base, "http://")}
 			defer c.close()
-			for time.Now().Before(end) {
+			for n := 0; (d > 0 && time.Now().Before(end)) || (d == 0 && n < count/clients); n++ {
 				t := time.Now()
 				status, err := c.do(request)
 				took := time.Since(t)
@@ -458,7 +458,7 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := waitConsumed(ctx, db, backlogProjections, start, func() { b.sampleRSS(cmd) }); err != nil {
+	if err := waitConsumed(ctx, db, backlogProjections, start, 3*time.Minute, func() { b.sampleRSS(cmd) }); err != nil {
 		return nil, fmt.Errorf("hearth: %w", err)
 	}
 	hearth := time.Since(start)
@@ -530,7 +530,7 @@ func (b *bench) consume(ctx context.Context, db *bun.DB, prefix string, with fun
 	start := time.Now()
 	stop := runRouter(ctx, router)
 	defer stop()
-	if err := waitConsumed(ctx, db, ps, start, func() {}); err != nil {
+	if err := waitConsumed(ctx, db, ps, start, 3*time.Minute, func() {}); err != nil {
 		return 0, fmt.Errorf("plain consumers: %w", err)
 	}
 	return time.Since(start), nil
@@ -539,7 +539,7 @@ func (b *bench) consume(ctx context.Context, db *bun.DB, prefix string, with fun
 // waitConsumed waits until the consumer group of every projection has
 // acked its topic's last message: a few index lookups every 10 ms, so
 // watching costs the run next to nothing. each runs at every look.
-func waitConsumed(ctx context.Context, db *bun.DB, ps []projector.Projection, start time.Time, each func()) error {
+func waitConsumed(ctx context.Context, db *bun.DB, ps []projector.Projection, start time.Time, limit time.Duration, each func()) error {
 	for {
 		each()
 		done := true
@@ -557,8 +557,8 @@ func waitConsumed(ctx context.Context, db *bun.DB, ps []projector.Projection, st
 		if done {
 			return nil
 		}
-		if time.Since(start) > 3*time.Minute {
-			return errors.New("the backlog was not consumed in 3 minutes")
+		if time.Since(start) > limit {
+			return fmt.Errorf("the backlog was not consumed in %s", limit)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -606,11 +606,7 @@ func writeBacklog(ctx context.Context, db *bun.DB) error {
 	if err != nil {
 		return err
 	}
-	store, err := pubsub.NewStore(db, nil)
-	if err != nil {
-		return err
-	}
-	tx, err := pubsub.NewTransactor(store)
+	tx, err := transactor(db)
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,11 @@ package natsserver
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,15 +108,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.MkdirAll(s.storeDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("natsserver: %w", err)
 	}
-	for attempt := 1; ; attempt++ {
-		if s.port, err = harness.FreePort(); err != nil {
-			break
-		}
-		if err = s.start(ctx); err == nil || attempt == 2 {
-			break
-		}
-		log.Warn("nats-server did not start; retrying on another port", "port", s.port, "err", err)
-	}
+	// The first start lets nats-server pick its port (-p -1), and the port
+	// is read from the ports file that this process writes once it listens:
+	// a port picked here and handed over could be taken by another server
+	// in between, and the readiness ping would then reach that server.
+	err = s.start(ctx)
 	if err != nil {
 		_ = s.Stop()
 		return nil, err
@@ -134,8 +132,12 @@ func (s *Server) logFile() string  { return filepath.Join(s.dir, "nats.log") }
 
 // start runs nats-server on s.port and waits until it answers.
 func (s *Server) start(ctx context.Context) error {
-	cmd := exec.Command(s.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", s.storeDir(),
-		"-l", s.logFile())
+	port := "-1" // the first start: nats-server picks a free port
+	if s.port != 0 {
+		port = strconv.Itoa(s.port) // a restart: the same port
+	}
+	cmd := exec.Command(s.bin, "-a", "127.0.0.1", "-p", port, "-js", "-sd", s.storeDir(),
+		"-l", s.logFile(), "--ports_file_dir", s.dir)
 	// Its own process group, so that a Ctrl-C meant for Hearth does not stop
 	// the server before Hearth's relay has stopped; and killed if this
 	// process dies without calling Stop.
@@ -168,8 +170,10 @@ func (s *Server) waitReady(ctx context.Context) error {
 			return fmt.Errorf("natsserver: nats-server exited at start%s", s.logTail())
 		default:
 		}
-		if last = ping(s.URL()); last == nil {
-			return nil
+		if last = s.readPort(); last == nil {
+			if last = ping(s.URL()); last == nil {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -178,6 +182,36 @@ func (s *Server) waitReady(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// readPort reads the port the running process listens on from its ports
+// file (named after its pid, so no other server's), and sets s.port from it
+// on the first start; on a restart it must be the same port.
+func (s *Server) readPort() error {
+	name := filepath.Join(s.dir, fmt.Sprintf("%s_%d.ports", filepath.Base(s.bin), s.cmd.Process.Pid))
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return fmt.Errorf("ports file: %w", err)
+	}
+	var ports struct {
+		Nats []string `json:"nats"`
+	}
+	if err := json.Unmarshal(b, &ports); err != nil || len(ports.Nats) == 0 {
+		return fmt.Errorf("ports file %s: no client URL in %q", name, b)
+	}
+	u, err := url.Parse(ports.Nats[0])
+	if err != nil {
+		return fmt.Errorf("ports file %s: %w", name, err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return fmt.Errorf("ports file %s: port: %w", name, err)
+	}
+	if s.port != 0 && port != s.port {
+		return fmt.Errorf("nats-server listens on port %d, not %d", port, s.port)
+	}
+	s.port = port
+	return nil
 }
 
 // ping connects once and asks JetStream for the account's information.

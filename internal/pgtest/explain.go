@@ -19,6 +19,7 @@ type PlanNode struct {
 	NodeType     string     `json:"Node Type"`
 	RelationName string     `json:"Relation Name"`
 	IndexName    string     `json:"Index Name"`
+	ActualRows   float64    `json:"Actual Rows"` // per loop, after ExplainAnalyzed only
 	Plans        []PlanNode `json:"Plans"`
 }
 
@@ -33,8 +34,20 @@ func (n PlanNode) Walk(fn func(PlanNode)) {
 // Explain returns the plan of q on db, and the plan's JSON for messages.
 func Explain(t testing.TB, db Querier, q string) (PlanNode, string) {
 	t.Helper()
+	return explain(t, db, "FORMAT JSON", q)
+}
+
+// ExplainAnalyzed runs q with args and returns its plan with the rows each
+// node returned (ActualRows), and the plan's JSON for messages.
+func ExplainAnalyzed(t testing.TB, db Querier, q string, args ...any) (PlanNode, string) {
+	t.Helper()
+	return explain(t, db, "ANALYZE, TIMING OFF, FORMAT JSON", q, args...)
+}
+
+func explain(t testing.TB, db Querier, options, q string, args ...any) (PlanNode, string) {
+	t.Helper()
 	var raw string
-	if err := db.QueryRowContext(context.Background(), "EXPLAIN (FORMAT JSON) "+q).Scan(&raw); err != nil {
+	if err := db.QueryRowContext(context.Background(), "EXPLAIN ("+options+") "+q, args...).Scan(&raw); err != nil {
 		t.Fatalf("explain %s: %v", q, err)
 	}
 	var plan []struct {

@@ -19,6 +19,7 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/reference"
 	"hearth/internal/idempotency"
+	"hearth/internal/keyset"
 )
 
 // Store holds the keys and the admin audit log, and implements
@@ -126,17 +127,26 @@ func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(
 
 // List returns a page of the merchant's records, newest first; q matches
 // the name, case-insensitively.
-func (t Table[T, P]) List(ctx context.Context, merchantID, q string, p query.Page) ([]T, int, error) {
-	var items []T
-	sel := t.db.NewSelect().Model(&items).ModelTableExpr(t.expr).Where("merchant_id = ?", merchantID)
-	if q != "" {
-		sel = sel.Where("name ILIKE ? ESCAPE '\\'", "%"+escapeLike(q)+"%")
-	}
-	total, err := sel.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Size)).Offset(int64(p.Offset())).ScanAndCount(ctx)
+func (t Table[T, P]) List(ctx context.Context, merchantID, q string, p query.Page) (query.List[T], error) {
+	l, err := keyset.Query[T]{
+		DB: t.db,
+		New: func(model any) *bun.SelectQuery {
+			sel := t.db.NewSelect().Model(model).ModelTableExpr(t.expr).Where("merchant_id = ?", merchantID)
+			if q != "" {
+				sel = sel.Where("name ILIKE ? ESCAPE '\\'", "%"+escapeLike(q)+"%")
+			}
+			return sel
+		},
+		Order: keyset.Order{Col: "created_at", Desc: true},
+		Key: func(v T) (time.Time, string) {
+			k := P(&v).Key()
+			return *k.CreatedAt, *k.ID
+		},
+	}.Run(ctx, p)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list %s: %w", t.expr, err)
+		return l, fmt.Errorf("list %s: %w", t.expr, err)
 	}
-	return items, int(total), nil
+	return l, nil
 }
 
 var nameTables = map[query.NameKind]string{

@@ -35,7 +35,7 @@ func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBody[KeyBody]{Items: mapAll(keys, KeyBodyOf), Total: total, Page: page.Number, PageSize: page.Size})
+	writeJSON(w, http.StatusOK, listBody[KeyBody]{Items: mapAll(keys, KeyBodyOf), Total: total, TotalExact: true, Page: page.Number, PageSize: page.Size})
 	return nil
 }
 
@@ -126,6 +126,6 @@ func (s *server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBody[AuditEntryBody]{Items: mapAll(items, AuditEntryBodyOf), Total: total, Page: page.Number, PageSize: page.Size})
+	writeJSON(w, http.StatusOK, listBody[AuditEntryBody]{Items: mapAll(items, AuditEntryBodyOf), Total: total, TotalExact: true, Page: page.Number, PageSize: page.Size})
 	return nil
 }

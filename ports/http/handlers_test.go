@@ -44,8 +44,8 @@ func (rows[V, F]) Get(context.Context, query.Scope, string) (V, error) {
 	return v, apperr.ErrNotFound
 }
 
-func (rows[V, F]) List(context.Context, query.Scope, F, query.Page) ([]V, int, error) {
-	return nil, 0, nil
+func (rows[V, F]) List(context.Context, query.Scope, F, query.Page) (query.List[V], error) {
+	return query.List[V]{}, nil
 }
 
 type orderRows struct {

@@ -62,8 +62,8 @@ func (b blockingCustomers) Get(ctx context.Context, merchantID, id string) (refe
 	return reference.Customer{}, apperr.ErrNotFound
 }
 
-func (b blockingCustomers) List(context.Context, string, string, query.Page) ([]reference.Customer, int, error) {
-	return nil, 0, nil
+func (b blockingCustomers) List(context.Context, string, string, query.Page) (query.List[reference.Customer], error) {
+	return query.List[reference.Customer]{}, nil
 }
 
 func operators(merchants ...string) *fakeKeys {

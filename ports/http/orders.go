@@ -219,7 +219,7 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 	if ss := p.oneOf("settlement_status", []string{string(order.Unsettled), string(order.Settled)}); len(ss) > 0 {
 		f.SettlementStatus = ss[len(ss)-1]
 	}
-	page := p.page()
+	page := p.listPage()
 	if p.err != nil {
 		return p.err
 	}

@@ -1,6 +1,8 @@
 package httpport
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -38,8 +40,59 @@ func (p *params) int(name string, def, min, max int) int {
 	return n
 }
 
+// page reads a numbered page (the admin lists, whose tables stay small).
 func (p *params) page() query.Page {
 	return query.Page{Number: p.int("page", 1, 1, 1_000_000), Size: p.int("page_size", 20, 1, 200)}
+}
+
+// listPage reads a page of a /v1 list: page_size, and page or cursor (a
+// next_cursor this API returned). Numbered pages reach query.MaxDepth rows
+// deep, since an OFFSET walks every row it skips; a cursor goes anywhere at
+// the cost of the first page.
+func (p *params) listPage() query.Page {
+	pg := p.page()
+	if c := p.v.Get("cursor"); c != "" {
+		if p.v.Has("page") {
+			p.fail("page", "must not be given with cursor: the cursor says where the page starts")
+		}
+		after, ok := parseCursor(c)
+		if !ok {
+			p.fail("cursor", "must be a next_cursor of this API, unchanged")
+		}
+		pg.Number, pg.After = 0, after
+		return pg
+	}
+	if pg.Offset()+pg.Size > query.MaxDepth {
+		p.fail("page", "must end within the first %d rows (page x page_size); follow next_cursor to go deeper", query.MaxDepth)
+	}
+	return pg
+}
+
+// cursorToken is a cursor as clients see it: opaque, base64url of JSON.
+type cursorToken struct {
+	Order string `json:"o"`
+	At    string `json:"t"`
+	ID    string `json:"i"`
+}
+
+// FormatCursor is the next_cursor of c.
+func FormatCursor(c *query.Cursor) string {
+	b, _ := json.Marshal(cursorToken{Order: c.Order, At: c.At.UTC().Format(time.RFC3339Nano), ID: c.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func parseCursor(s string) (*query.Cursor, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var tok cursorToken
+	if err != nil || json.Unmarshal(b, &tok) != nil || tok.Order == "" {
+		return nil, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, tok.At)
+	id, ok := uuid.Parse(tok.ID)
+	if err != nil || !ok {
+		return nil, false
+	}
+	return &query.Cursor{Order: tok.Order, At: at, ID: id}, true
 }
 
 func (p *params) uuid(name string) string {

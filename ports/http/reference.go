@@ -61,7 +61,7 @@ func (rs records[T, P, In, B]) get(w http.ResponseWriter, r *http.Request) error
 
 func (rs records[T, P, In, B]) list(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
-	page := p.page()
+	page := p.listPage()
 	q := p.v.Get("q")
 	if len(q) > 200 {
 		p.fail("q", "must be at most 200 bytes")

@@ -58,7 +58,7 @@ func (s *server) listSchedules(w http.ResponseWriter, r *http.Request) error {
 		From:     p.time("from"),
 		To:       p.time("to"),
 	}
-	page := p.page()
+	page := p.listPage()
 	if p.err != nil {
 		return p.err
 	}

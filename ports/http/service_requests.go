@@ -165,7 +165,7 @@ func (s *server) listServiceRequests(w http.ResponseWriter, r *http.Request) err
 		From:       p.time("from"),
 		To:         p.time("to"),
 	}
-	page := p.page()
+	page := p.listPage()
 	if p.err != nil {
 		return p.err
 	}

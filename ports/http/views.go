@@ -171,18 +171,27 @@ func catalogItemBodyOf(v reference.CatalogItem) catalogItemBody {
 		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt}
 }
 
-// listBody is one page of a list.
+// listBody is one page of a list. Total counts the matching rows up to
+// query.MaxDepth; TotalExact is false when more match. NextCursor, when
+// set, is where the next page starts (the cursor parameter). Page is
+// omitted on a page that followed a cursor.
 type listBody[T any] struct {
-	Items    []T `json:"items"`
-	Total    int `json:"total"`
-	Page     int `json:"page"`
-	PageSize int `json:"page_size"`
+	Items      []T    `json:"items"`
+	Total      int    `json:"total"`
+	TotalExact bool   `json:"total_exact"`
+	Page       int    `json:"page,omitempty"`
+	PageSize   int    `json:"page_size"`
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // listBodyOf maps a page; a nil page of items stays nil (null), as the
 // application returned it.
 func listBodyOf[V, T any](l query.List[V], of func(V) T) listBody[T] {
-	return listBody[T]{Items: mapAll(l.Items, of), Total: l.Total, Page: l.Page, PageSize: l.PageSize}
+	b := listBody[T]{Items: mapAll(l.Items, of), Total: l.Total, TotalExact: l.TotalExact, Page: l.Page, PageSize: l.PageSize}
+	if l.Next != nil {
+		b.NextCursor = FormatCursor(l.Next)
+	}
+	return b
 }
 
 // mapAll maps every item; nil stays nil.

@@ -62,10 +62,39 @@ func TestRecordAndListBodiesKeepTheAPI(t *testing.T) {
 		jsonOf(t, changeBodyOf(query.Change{EventID: "e", AggregateType: "order", AggregateID: "o", Version: 1,
 			Action: "order.created", Actor: "key:k", After: json.RawMessage(`{"id":"o"}`), OccurredAt: at})))
 	id := func(v string) string { return v }
-	require.Equal(t, `{"items":["a"],"total":1,"page":1,"page_size":20}`,
-		jsonOf(t, listBodyOf(query.List[string]{Items: []string{"a"}, Total: 1, Page: 1, PageSize: 20}, id)))
-	require.Equal(t, `{"items":null,"total":0,"page":1,"page_size":20}`,
-		jsonOf(t, listBodyOf(query.List[string]{Page: 1, PageSize: 20}, id)))
+	require.Equal(t, `{"items":["a"],"total":1,"total_exact":true,"page":1,"page_size":20}`,
+		jsonOf(t, listBodyOf(query.List[string]{Items: []string{"a"}, Total: 1, TotalExact: true, Page: 1, PageSize: 20}, id)))
+	require.Equal(t, `{"items":null,"total":0,"total_exact":true,"page":1,"page_size":20}`,
+		jsonOf(t, listBodyOf(query.List[string]{TotalExact: true, Page: 1, PageSize: 20}, id)))
+	// After a cursor: no page number; the next page's cursor.
+	next := &query.Cursor{Order: "created_at", At: at, ID: "00000000-0000-4000-8000-000000000001"}
+	body := jsonOf(t, listBodyOf(query.List[string]{Items: []string{"a"}, Total: 10000, PageSize: 1, Next: next}, id))
+	require.Equal(t, `{"items":["a"],"total":10000,"total_exact":false,"page_size":1,"next_cursor":"`+FormatCursor(next)+`"}`, body)
+	back, ok := parseCursor(FormatCursor(next))
+	require.True(t, ok)
+	require.Equal(t, next, back)
+}
+
+// A cursor from a client is read or refused, never trusted blindly: what
+// parses is a cursor that formats back to an equivalent token.
+func FuzzCursor(f *testing.F) {
+	f.Add(FormatCursor(&query.Cursor{Order: "created_at", At: time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC), ID: "00000000-0000-4000-8000-000000000001"}))
+	for _, s := range []string{"", "e30", "bm90IGEgY3Vyc29y", "eyJvIjoieCJ9", "%%%"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, token string) {
+		c, ok := parseCursor(token)
+		if !ok {
+			require.Nil(t, c)
+			return
+		}
+		require.NotEmpty(t, c.Order)
+		again, ok := parseCursor(FormatCursor(c))
+		require.True(t, ok)
+		require.Equal(t, c.Order, again.Order)
+		require.Equal(t, c.ID, again.ID)
+		require.True(t, c.At.Equal(again.At))
+	})
 }
 
 // The admin API's bodies (and the CLI's --json, which prints the same) are

@@ -12,6 +12,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/uptrace/bun"
 
+	"hearth/adapters/pubsub"
 	"hearth/domain/event"
 )
 
@@ -22,10 +23,11 @@ const CatchUpPageSize = 1000
 // CatchUp brings a projection up to date before its live subscriber starts.
 // Watermill hands messages over one at a time and waits for each ack, so a
 // backlog costs a read-model transaction per event. CatchUp reads the topic
-// table itself, with watermill-sql's own query (the same order, the same
-// pg_snapshot_xmin rule, the consumer group's offset), a page at a time;
-// applies each page with Projection.ApplyBatch in one read-model
-// transaction (version guard, gap check and change log unchanged); and only
+// table itself, with the subscribers' query (pubsub.KeysetSchema: the same
+// order, the same pg_snapshot_xmin rule, the consumer group's offset), a
+// page at a time; applies each page with Projection.ApplyBatch in one
+// read-model transaction (version guard, gap check and change log
+// unchanged); and only
 // then moves the group's offset past the page: in the same transaction
 // when the read model shares the event store's database, right after the
 // commit otherwise (a crash in between redelivers the page, which the
@@ -118,14 +120,15 @@ func (c CatchUp) exec(ctx context.Context, db execer, q wsql.Query) error {
 }
 
 // ReadPage reads the next page of a consumer group's messages, exactly as
-// the watermill-sql subscriber would (schema's order and page size, the
-// pg_snapshot_xmin rule, the position offsets gives), but in one statement,
-// without holding a transaction. The catch-up reads with it, and so does the
-// relay (adapters/pubsub/relay), whose position lives in the read model.
+// Hearth's subscribers would (schema's page size, their order and query,
+// pubsub.KeysetSchema, the pg_snapshot_xmin rule, the position offsets
+// gives), but in one statement, without holding a transaction. The catch-up
+// reads with it, and so does the relay (adapters/pubsub/relay), whose
+// position lives in the read model.
 func ReadPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSchema, offsets wsql.OffsetsAdapter, topic, group string) ([]wsql.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	q := schema.SelectQuery(topic, group, offsets)
+	q := pubsub.KeysetSchema{DefaultPostgreSQLSchema: schema}.SelectQuery(topic, group, offsets)
 	rows, err := db.QueryContext(ctx, q.Query, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", topic, err)

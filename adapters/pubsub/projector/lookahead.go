@@ -66,11 +66,11 @@ func (l *Lookahead) of(group string) *fetched {
 // schema is watermill-sql's Postgres schema for group's subscriber, noting
 // the messages of each query.
 func (l *Lookahead) schema(group string) wsql.SchemaAdapter {
-	return lookaheadSchema{DefaultPostgreSQLSchema: pubsub.Schema, f: l.of(group)}
+	return lookaheadSchema{KeysetSchema: pubsub.KeysetSchema{DefaultPostgreSQLSchema: pubsub.Schema}, f: l.of(group)}
 }
 
 type lookaheadSchema struct {
-	wsql.DefaultPostgreSQLSchema
+	pubsub.KeysetSchema
 	f *fetched
 }
 
@@ -80,7 +80,7 @@ func (s lookaheadSchema) SelectQuery(topic, group string, offsets wsql.OffsetsAd
 	s.f.mu.Lock()
 	s.f.msgs, s.f.alone = s.f.msgs[:0], nil
 	s.f.mu.Unlock()
-	return s.DefaultPostgreSQLSchema.SelectQuery(topic, group, offsets)
+	return s.KeysetSchema.SelectQuery(topic, group, offsets)
 }
 
 func (s lookaheadSchema) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {

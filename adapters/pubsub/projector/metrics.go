@@ -153,17 +153,24 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// lag counts the messages of p's topic after its consumer group's offset,
-// the way watermill-sql's Postgres schema orders them (transaction id, then
-// offset), and the age of the oldest.
+// lag counts the messages of p's topic after its consumer group's position,
+// the way the subscribers order them (transaction id, then offset), and the
+// age of the oldest. The position is a row comparison, so Postgres reads
+// only the range of the primary key after it, not the whole topic (which
+// keeps TOPIC_RETENTION of messages) on every scrape; a group without a
+// position has acknowledged nothing.
 func lag(ctx context.Context, db *sql.DB, p Projection) (int64, float64, error) {
 	var n int64
 	var age float64
-	err := db.QueryRowContext(ctx, `
-		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now()::timestamp - min(m.created_at))::float8, 0)
-		FROM `+strconv.Quote("watermill_"+p.Topic)+` m
-		LEFT JOIN `+strconv.Quote("watermill_offsets_"+p.Topic)+` o ON o.consumer_group = $1
-		WHERE o.consumer_group IS NULL OR m.transaction_id > o.last_processed_transaction_id
-		   OR (m.transaction_id = o.last_processed_transaction_id AND m."offset" > o.offset_acked)`, p.Name).Scan(&n, &age)
+	err := db.QueryRowContext(ctx, lagQuery(p), p.Name).Scan(&n, &age)
 	return n, max(age, 0), err
+}
+
+func lagQuery(p Projection) string {
+	offsets := strconv.Quote("watermill_offsets_" + p.Topic)
+	return `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now()::timestamp - min(m.created_at))::float8, 0)
+		FROM ` + strconv.Quote("watermill_"+p.Topic) + ` m
+		WHERE (m.transaction_id, m."offset") >
+			(coalesce((SELECT last_processed_transaction_id FROM ` + offsets + ` WHERE consumer_group = $1), '0'),
+			 coalesce((SELECT offset_acked FROM ` + offsets + ` WHERE consumer_group = $1), 0))`
 }

@@ -286,7 +286,7 @@ func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (mes
 	db, n, fallback, ahead := cfg.DB, cfg.Notifier, cfg.Fallback, cfg.Lookahead
 	wlog := watermill.NewSlogLogger(cmp.Or(cfg.Log, slog.Default()).With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
-		var schema wsql.SchemaAdapter = pubsub.Schema
+		var schema wsql.SchemaAdapter = pubsub.KeysetSchema{DefaultPostgreSQLSchema: pubsub.Schema}
 		if ahead != nil {
 			schema = ahead.schema(group)
 		}

@@ -70,18 +70,21 @@ func (c *Console) done(w http.ResponseWriter, r *http.Request, s *session, pos i
 	return seeOther(w, r, s, to, flash{Kind: "ok", Text: message, Behind: !c.await(r.Context(), s, pos)})
 }
 
-// all reads every page of a list (pages of 200, the API's largest).
+// all reads every page of a list (pages of 200, the API's largest), up to
+// limit rows, following each page's cursor.
 func all[T any](limit int, list func(p query.Page) (query.List[T], error)) ([]T, error) {
 	var out []T
-	for n := 1; ; n++ {
-		l, err := list(query.Page{Number: n, Size: 200})
+	p := query.Page{Number: 1, Size: 200}
+	for {
+		l, err := list(p)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, l.Items...)
-		if len(l.Items) < 200 || len(out) >= l.Total || len(out) >= limit {
+		if l.Next == nil || len(out) >= limit {
 			return out, nil
 		}
+		p = query.Page{Size: 200, After: l.Next}
 	}
 }
 

@@ -70,7 +70,7 @@ func (c *customers) Get(context.Context, string, string) (reference.Customer, er
 	return reference.Customer{}, apperr.ErrNotFound
 }
 
-func (c *customers) List(_ context.Context, merchantID, _ string, _ query.Page) ([]reference.Customer, int, error) {
+func (c *customers) List(_ context.Context, merchantID, _ string, p query.Page) (query.List[reference.Customer], error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []reference.Customer
@@ -79,7 +79,7 @@ func (c *customers) List(_ context.Context, merchantID, _ string, _ query.Page) 
 			out = append(out, v)
 		}
 	}
-	return out, len(out), nil
+	return query.List[reference.Customer]{Items: out, Total: len(out), TotalExact: true, Page: p.Number, PageSize: p.Size}, nil
 }
 
 func (c *customers) count() int {

@@ -15,14 +15,17 @@ import (
 )
 
 // pager links the pages of a list, keeping the list's other parameters.
+// A list counts up to query.MaxDepth rows (More: there are more), and
+// numbered pages stop there.
 type pager struct {
 	Page, Pages, Total int
+	More               bool
 	Prev, Next         string
 }
 
-func newPager(r *http.Request, l interface{ total() (int, int, int) }) pager {
-	total, page, size := l.total()
-	p := pager{Page: page, Total: total, Pages: max(1, (total+size-1)/size)}
+func newPager(r *http.Request, l interface{ total() (int, bool, int, int) }) pager {
+	total, exact, page, size := l.total()
+	p := pager{Page: page, Total: total, More: !exact, Pages: max(1, (total+size-1)/size)}
 	link := func(n int) string {
 		q := r.URL.Query()
 		q.Del("part")
@@ -41,15 +44,16 @@ func newPager(r *http.Request, l interface{ total() (int, int, int) }) pager {
 // listOf adapts a query.List to newPager.
 type listOf[T any] query.List[T]
 
-func (l listOf[T]) total() (int, int, int) { return l.Total, l.Page, l.PageSize }
+func (l listOf[T]) total() (int, bool, int, int) { return l.Total, l.TotalExact, l.Page, l.PageSize }
 
-// pageParam reads ?page (from 1).
+// pageParam reads ?page (from 1, at most the last page within the first
+// query.MaxDepth rows).
 func pageParam(r *http.Request, size int) query.Page {
 	n, err := strconv.Atoi(r.URL.Query().Get("page"))
-	if err != nil || n < 1 || n > 1_000_000 {
+	if err != nil || n < 1 {
 		n = 1
 	}
-	return query.Page{Number: n, Size: size}
+	return query.Page{Number: min(n, query.MaxDepth/size), Size: size}
 }
 
 // dayRange reads ?from and ?to as dates in the session's zone: [from 00:00,

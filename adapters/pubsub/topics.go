@@ -1,0 +1,43 @@
+package pubsub
+
+import (
+	"cmp"
+	"strconv"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+)
+
+// KeysetSchema is watermill-sql's Postgres schema adapter with another
+// shape of its select query, for Hearth's own subscribers and catch-up:
+// the same messages in the same order, at a cost that does not grow with
+// the backlog.
+//
+// watermill-sql (v3.1) selects the messages after the consumer group's
+// position as "transaction_id = T AND offset > O, OR transaction_id > T",
+// which Postgres answers with a bitmap scan of every message after the
+// position and a sort of all of them for the first batch: every page costs
+// the whole backlog behind it, so a catch-up costs the square of its
+// backlog. The same condition written as a row comparison,
+// (transaction_id, offset) > (T, O), is a range of the topic's primary key
+// (transaction_id, offset), which an index scan walks in order and leaves
+// after one batch. pg_snapshot_xmin bounds it as before, and the offsets
+// adapter's query (Hearth's LockFreeOffsets, or the default one with its
+// FOR UPDATE) is used unchanged.
+type KeysetSchema struct {
+	wsql.DefaultPostgreSQLSchema
+}
+
+// SelectQuery selects the next batch after the group's position.
+func (s KeysetSchema) SelectQuery(topic, group string, offsets wsql.OffsetsAdapter) wsql.Query {
+	next := offsets.NextOffsetQuery(topic, group)
+	return wsql.Query{
+		Query: `WITH last_processed AS (` + next.Query + `)
+		SELECT "offset", transaction_id, uuid, payload, metadata FROM ` + s.MessagesTable(topic) + `
+		WHERE (transaction_id, "offset") > ((SELECT last_processed_transaction_id FROM last_processed),
+		                                    (SELECT coalesce(offset_acked, 0) FROM last_processed))
+		  AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY transaction_id, "offset"
+		LIMIT ` + strconv.Itoa(cmp.Or(s.SubscribeBatchSize, 100)),
+		Args: next.Args,
+	}
+}

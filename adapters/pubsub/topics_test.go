@@ -1,0 +1,93 @@
+package pubsub_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
+	"hearth/internal/pgtest"
+)
+
+// backlog fills the orders topic with 100,000 messages in 100
+// transactions and places the consumer group "orders" after the first
+// `after` of them, in delivery order.
+func backlog(t *testing.T, after int) *bun.DB {
+	t.Helper()
+	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	ctx := context.Background()
+	for range 100 {
+		_, err := db.DB.ExecContext(ctx, `INSERT INTO watermill_orders (uuid, payload, metadata, transaction_id)
+			SELECT gen_random_uuid()::text, '{}', '{}', pg_current_xact_id() FROM generate_series(1, 1000)`)
+		require.NoError(t, err)
+	}
+	_, err := db.DB.ExecContext(ctx, `VACUUM ANALYZE watermill_orders`)
+	require.NoError(t, err)
+	_, err = db.DB.ExecContext(ctx, `INSERT INTO watermill_offsets_orders (consumer_group, offset_acked, last_processed_transaction_id)
+		SELECT 'orders', "offset", transaction_id FROM watermill_orders ORDER BY transaction_id, "offset" OFFSET $1 - 1 LIMIT 1`, after)
+	require.NoError(t, err)
+	return db
+}
+
+// scanned is the most rows any scan of the topic returned in q's plan.
+func scanned(t *testing.T, db *bun.DB, q string, args ...any) float64 {
+	t.Helper()
+	plan, _ := pgtest.ExplainAnalyzed(t, db.DB, q, args...)
+	most := 0.0
+	plan.Walk(func(n pgtest.PlanNode) {
+		if strings.Contains(n.NodeType, "Scan") && n.RelationName == "watermill_orders" {
+			most = max(most, n.ActualRows)
+		}
+	})
+	return most
+}
+
+// The subscribers' query selects the batch after the group's position,
+// the same messages in the same order as watermill-sql's own query, and
+// reads one batch from the topic however long the backlog behind it
+// (watermill-sql's query reads the whole backlog for every batch).
+func TestKeysetSchemaReadsOneBatch(t *testing.T) {
+	t.Parallel()
+	db := backlog(t, 50_500)
+	batch := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 1000}
+	ours := pubsub.KeysetSchema{DefaultPostgreSQLSchema: batch}.SelectQuery(pubsub.TopicOrders, "orders", projector.LockFreeOffsets{})
+	theirs := batch.SelectQuery(pubsub.TopicOrders, "orders", projector.LockFreeOffsets{})
+	read := func(q wsql.Query) []string {
+		rows, err := db.DB.Query(q.Query, q.Args...)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			r, err := batch.UnmarshalMessage(rows)
+			require.NoError(t, err)
+			out = append(out, r.Msg.UUID)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	want := read(theirs)
+	require.Len(t, want, 1000)
+	require.Equal(t, want, read(ours))
+	require.LessOrEqual(t, scanned(t, db, ours.Query, ours.Args...), 1000.0)
+	require.Greater(t, scanned(t, db, theirs.Query, theirs.Args...), 40_000.0, "watermill-sql's query reads the backlog")
+
+	// With watermill-sql's own offsets adapter (FOR UPDATE on the group's
+	// row) too, inside the subscriber's transaction.
+	tx, err := db.DB.Begin()
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	locking := pubsub.KeysetSchema{DefaultPostgreSQLSchema: batch}.SelectQuery(pubsub.TopicOrders, "orders", pubsub.Offsets)
+	rows, err := tx.Query(locking.Query, locking.Args...)
+	require.NoError(t, err)
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 1000, n)
+}
