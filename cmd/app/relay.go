@@ -18,7 +18,8 @@ import (
 // leadership unit (its own lock, advisory.Relay, and fencing term, shared out
 // by the Scheduler like the projections) and registers its metrics; nil
 // when RELAY_NATS_URL is unset or the mode runs no background work (api).
-func newRelay(cfg Config, dbs databases, t *telemetry, log *slog.Logger) (*leader.Unit, error) {
+// It shares the process's notifier when there is one (mode all).
+func newRelay(cfg Config, dbs databases, w wiring, log *slog.Logger) (*leader.Unit, error) {
 	if cfg.RelayNATSURL == "" || cfg.Mode == ModeAPI {
 		return nil, nil
 	}
@@ -26,19 +27,19 @@ func newRelay(cfg Config, dbs databases, t *telemetry, log *slog.Logger) (*leade
 	if err != nil {
 		return nil, err
 	}
-	metrics, err := relay.NewMetrics(t.reg)
+	metrics, err := relay.NewMetrics(w.telemetry.reg)
 	if err != nil {
 		return nil, err
 	}
 	r, err := relay.New(relay.Config{
-		EventStore: cfg.DatabaseURL, Offsets: offsets, Lock: advisory.Relay, Lease: leader.DefaultLease,
+		EventStore: cfg.DatabaseURL, Notifier: w.notifier, Offsets: offsets, Lock: advisory.Relay, Lease: leader.DefaultLease,
 		NATSURL: cfg.RelayNATSURL, Stream: cfg.RelayStream, SubjectPrefix: cfg.RelaySubjectPrefix,
 		DuplicateWindow: cfg.RelayDuplicateWindow, Fallback: cfg.PollInterval, Metrics: metrics, Log: log,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := t.reg.Register(relay.NewLagCollector(dbs.es.DB, offsets, relay.Topics(), log)); err != nil {
+	if err := w.telemetry.reg.Register(relay.NewLagCollector(dbs.es.DB, offsets, relay.Topics(), log)); err != nil {
 		return nil, err
 	}
 	// A new leader ends the sessions an earlier one left (its pool).

@@ -36,11 +36,16 @@ func TestServeRelaysEvents(t *testing.T) {
 	defer nc.Close()
 	js, err := nc.JetStream()
 	require.NoError(t, err)
-	var msg *nats.RawStreamMsg
+	// Wait on the stream's state, and read the message only once it is
+	// there: Debian's nats-server 2.9 can crash (a nil dereference in
+	// jsMsgGetRequest) on a message read that meets the stream being
+	// created, and the relay creates it as it starts.
 	require.Eventually(t, func() bool {
-		msg, err = js.GetLastMsg("CRM", "acme.crm.*.order.created")
-		return err == nil
+		info, err := js.StreamInfo("CRM")
+		return err == nil && info.State.Msgs > 0
 	}, 30*time.Second, 10*time.Millisecond, "the order's creation reaches the stream")
+	msg, err := js.GetLastMsg("CRM", "acme.crm.*.order.created")
+	require.NoError(t, err)
 	var pe publicevent.Event
 	require.NoError(t, json.Unmarshal(msg.Data, &pe))
 	require.Equal(t, id, pe.AggregateID)

@@ -164,8 +164,9 @@ type wiring struct {
 	// lags is the projections' recent lag, for the console's on-call view.
 	lags *console.LagHistory
 	// notifier and feedWatcher are set by wireEventFeed (modes api and
-	// all) and run by runNotifications. The projections share the notifier
-	// when it is set; otherwise each term opens its own.
+	// all) and run by runNotifications. The projections, webhook delivery
+	// and the relay share the notifier when it is set; otherwise each of
+	// their terms opens its own.
 	notifier    *projector.Notifier
 	feedWatcher *pubsub.FeedWatcher
 }
@@ -342,7 +343,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	var extra []leader.Unit
-	relayUnit, err := newRelay(cfg, dbs, w.telemetry, log)
+	relayUnit, err := newRelay(cfg, dbs, w, log)
 	if err != nil {
 		return err
 	}

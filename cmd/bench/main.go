@@ -36,12 +36,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"hearth/internal/harness"
 	"hearth/internal/pgcluster"
 )
 
@@ -285,17 +285,7 @@ its rate, and B is told 429.
 
 // machine is the line that says what ran where and when.
 func machine(what string) string {
-	host, _ := os.Hostname()
-	cpu := "unknown CPU"
-	if out, err := exec.Command("sh", "-c", "lscpu | grep 'Model name' | sed 's/.*: *//'").Output(); err == nil {
-		cpu = strings.TrimSpace(string(out))
-	}
-	pgVersion := "Postgres"
-	if out, err := exec.Command("sh", "-c", "ls /usr/lib/postgresql | sort -V | tail -1").Output(); err == nil {
-		pgVersion = "Postgres " + strings.TrimSpace(string(out))
-	}
-	return fmt.Sprintf("\n%s, %s: %d cores (%s), %s on the same machine (fsync=off, synchronous_commit=off), %s, host %s\n\n",
-		what, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpu, pgVersion, runtime.Version(), host)
+	return "\n" + harness.Machine(what) + "; Postgres on the same machine with fsync=off and synchronous_commit=off\n\n"
 }
 
 func formatTable(rows []row) string {

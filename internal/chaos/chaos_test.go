@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/internal/aggregates"
+	"hearth/internal/harness"
 	"hearth/internal/pgtest"
 )
 
@@ -150,7 +152,13 @@ func TestChaos(t *testing.T) {
 	wr.halt()
 	w.checkAcknowledged(wr)
 	events := w.checkExactlyOnce()
-	t.Logf("writer: %d commands acknowledged (all stored), %d failed (Postgres restarting); %d events, each applied exactly once",
+	var summary []string
+	say := func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		t.Log(line)
+		summary = append(summary, line)
+	}
+	say("writer: %d commands acknowledged (all stored), %d failed (Postgres restarting); %d events, each applied exactly once",
 		wr.ok.Load(), wr.failed.Load(), events)
 	all := map[string]figures{}
 	for _, kind := range faults {
@@ -160,14 +168,40 @@ func TestChaos(t *testing.T) {
 			all[p] = append(all[p], f...)
 			perProjection = append(perProjection, fmt.Sprintf("%s %v", p, f))
 		}
-		t.Logf("takeover %-17s %s", kind, strings.Join(perProjection, "; "))
+		say("takeover %-17s %s", kind, strings.Join(perProjection, "; "))
 	}
 	var everything figures
 	for _, p := range projections {
-		t.Logf("takeover %-17s %s %v", "all faults", p, all[p])
+		say("takeover %-17s %s %v", "all faults", p, all[p])
 		everything = append(everything, all[p]...)
 	}
-	t.Logf("takeover %-17s %v", "all", everything)
-	t.Logf("takeover %-17s %v (counted from pg_ctl restart's return)", "after restarts", afterRestart)
-	t.Logf("spread again after %v (from the end of a takeover until every worker leads its share)", rebalanced)
+	say("takeover %-17s %v", "all", everything)
+	say("takeover %-17s %v (counted from pg_ctl restart's return)", "after restarts", afterRestart)
+	say("spread again after %v (from the end of a takeover until every worker leads its share)", rebalanced)
+	if *report != "" {
+		require.NoError(t, writeReport(*report, *rounds, summary))
+	}
+}
+
+// writeReport writes the figures of a passing run, with the machine and
+// the date, to path (make chaos: docs/chaos.md), so that the runbook links
+// to measured figures instead of keeping them by hand.
+func writeReport(path string, rounds int, summary []string) error {
+	var b strings.Builder
+	b.WriteString("# Leadership faults\n\n")
+	b.WriteString("Written by `make chaos` (internal/chaos, TestChaos) at the end of a passing run; never edit it\n")
+	b.WriteString("by hand. Three workers share the projections, an api process takes commands from a writer, and\n")
+	b.WriteString("each round injects one fault aimed at one projection's leader, in turn: SIGKILL, SIGTERM,\n")
+	b.WriteString("`pg_terminate_backend` of its lock session, SIGSTOP (then SIGCONT), and Postgres restarts\n")
+	b.WriteString("(`pg_ctl restart -m fast` and `-m immediate`, which hit every projection). A takeover runs from\n")
+	b.WriteString("the fault to the first change-log row of the projection written under a newer term: count,\n")
+	b.WriteString("median and max per fault and projection. What the times should be, and why, is in\n")
+	b.WriteString("`leader/doc.go` (Timings); the runbook is [operations.md](operations.md).\n\n")
+	fmt.Fprintf(&b, "%s; %d rounds; Postgres with fsync and synchronous_commit on\n\n", harness.Machine("make chaos"), rounds)
+	b.WriteString("```\n")
+	for _, line := range summary {
+		b.WriteString(line + "\n")
+	}
+	b.WriteString("```\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -8,7 +8,10 @@ import (
 	"hearth/internal/pgtest"
 )
 
-var rounds = flag.Int("chaos.rounds", len(faults), "number of TestChaos rounds; the faults are taken in turn")
+var (
+	rounds = flag.Int("chaos.rounds", len(faults), "number of TestChaos rounds; the faults are taken in turn")
+	report = flag.String("chaos.report", "", "a Markdown file TestChaos writes its figures to at the end of a passing run (make chaos: docs/chaos.md)")
+)
 
 // TestMain starts the package's own throwaway Postgres, which the tests
 // restart, with fsync and synchronous_commit on: a crash (pg_ctl restart -m

@@ -1,7 +1,8 @@
 // Package harness is what the development and test harnesses that start
 // local servers (internal/pgcluster, internal/natsserver) share: installing
 // a Debian package when a server's program is missing (only as root, and
-// only where apt-get exists), and finding a free port.
+// only where apt-get exists), and finding a free port; and the line that
+// says on what machine the figures of make bench and make chaos were taken.
 package harness
 
 import (
@@ -11,7 +12,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"time"
 )
 
 // Available reports whether this process can install packages: it runs as
@@ -55,4 +58,21 @@ func FreePort() (int, error) {
 func IsExecutable(path string) bool {
 	info, err := os.Stat(path)
 	return err == nil && info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0
+}
+
+// Machine says what ran where and when, for a results file: what (the run),
+// the time in UTC, the cores and their model, the newest Postgres installed,
+// the Go version and the host name.
+func Machine(what string) string {
+	host, _ := os.Hostname()
+	cpu := "unknown CPU"
+	if out, err := exec.Command("sh", "-c", "lscpu | grep 'Model name' | sed 's/.*: *//'").Output(); err == nil {
+		cpu = strings.TrimSpace(string(out))
+	}
+	pgVersion := "Postgres"
+	if out, err := exec.Command("sh", "-c", "ls /usr/lib/postgresql | sort -V | tail -1").Output(); err == nil {
+		pgVersion = "Postgres " + strings.TrimSpace(string(out))
+	}
+	return fmt.Sprintf("%s, %s: %d cores (%s), %s, %s, host %s",
+		what, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpu, pgVersion, runtime.Version(), host)
 }

@@ -2,12 +2,17 @@ package natsserver_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"hearth/internal/natsserver"
 	"hearth/internal/natstest"
 )
 
@@ -35,4 +40,39 @@ func TestRestartKeepsPortAndStore(t *testing.T) {
 	info, err := js.StreamInfo("T")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, info.State.Msgs)
+}
+
+// The server outlives the thread that started it. The kernel sends a
+// child's parent-death signal when the thread that forked it ends, not
+// its process (go.dev/issue/27505), and the Go runtime ends a thread whose
+// goroutine exits locked to it: a server started from such a goroutine
+// must keep running, here and in a test binary whose threads come and go.
+func TestServerOutlivesTheThreadThatStartedIt(t *testing.T) {
+	t.Parallel()
+	type started struct {
+		s   *natsserver.Server
+		tid int
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		s, err := natsserver.Start(context.Background(), natsserver.Options{Install: true})
+		ch <- started{s, syscall.Gettid(), err}
+	}()
+	st := <-ch
+	require.NoError(t, st.err)
+	t.Cleanup(func() { require.NoError(t, st.s.Stop()) })
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", st.tid))
+		return os.IsNotExist(err)
+	}, 10*time.Second, 5*time.Millisecond, "the starting thread has ended")
+
+	nc, err := nats.Connect(st.s.URL(), nats.Timeout(2*time.Second), nats.NoReconnect())
+	require.NoError(t, err, "the server still runs")
+	defer nc.Close()
+	js, err := nc.JetStream(nats.MaxWait(2 * time.Second))
+	require.NoError(t, err)
+	_, err = js.AccountInfo()
+	require.NoError(t, err, "and answers JetStream requests")
 }

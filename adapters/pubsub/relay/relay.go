@@ -104,9 +104,13 @@ const (
 // Config is what New needs.
 type Config struct {
 	// EventStore is the event store's URL. Each term opens a small pool of
-	// its own on it (application_name ApplicationName) and a LISTEN
-	// connection. Required.
+	// its own on it (application_name ApplicationName), and a LISTEN
+	// connection unless Notifier is set. Required.
 	EventStore string
+	// Notifier is the process's notifier, shared with the projections, the
+	// event feed and webhook delivery, and run by its owner. Optional: when
+	// nil, each term opens and runs one of its own.
+	Notifier *projector.Notifier
 	// Offsets is where the relay's position is kept, fenced by its term.
 	// Required.
 	Offsets *readmodel.RelayOffsets
@@ -216,12 +220,16 @@ func (r *Relay) Run(ctx context.Context, term int64) error {
 	if err := r.retry(ctx, log, "stream", func() error { return r.ensureStream(js, log) }); err != nil {
 		return r.ended(ctx, err)
 	}
-	notifier, err := projector.NewNotifier(r.cfg.EventStore, log)
-	if err != nil {
-		return err
+	notifier, own := r.cfg.Notifier, r.cfg.Notifier == nil
+	if own {
+		if notifier, err = projector.NewNotifier(r.cfg.EventStore, log); err != nil {
+			return err
+		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return notifier.Run(gctx) })
+	if own {
+		g.Go(func() error { return notifier.Run(gctx) })
+	}
 	for _, a := range aggregates.All() {
 		g.Go(func() error { return r.relay(gctx, es, pub, notifier, a, log.With("topic", a.Topic)) })
 	}

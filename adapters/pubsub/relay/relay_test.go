@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub/internal/pubsubtest"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
 	"hearth/app/command"
@@ -301,6 +302,37 @@ func TestRelayPublishesEveryEventInOrder(t *testing.T) {
 			require.Equal(t, []string{"hearth.>"}, info.Config.Subjects)
 		})
 	}
+}
+
+// A relay given the process's notifier opens no LISTEN connection of its
+// own and is woken by that one: with a fallback poll too slow to matter,
+// live events still reach the stream, and the database holds one notifier
+// session, the shared one.
+func TestRelaySharesTheProcessNotifier(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	notifier, err := projector.NewNotifier(f.urls.EventStore, quiet)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- notifier.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-ran) })
+	listeners := func() int {
+		var n int
+		require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
+			projector.NotifyApplicationName).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return listeners() == 1 }, 30*time.Second, 10*time.Millisecond, "the process's notifier listens")
+
+	cfg := f.config()
+	cfg.Notifier = notifier
+	cfg.Fallback = time.Hour
+	in := f.startInstance(t, "a", cfg)
+	require.Eventually(t, in.leads, 30*time.Second, 10*time.Millisecond)
+	f.write(5).wait(t)
+	f.requireAllRelayed(t)
+	require.Equal(t, 1, listeners(), "one LISTEN session: the process's")
 }
 
 // Publishing again from an older position (a crash before the save, a
