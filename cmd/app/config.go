@@ -232,28 +232,12 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	if cfg.IdempotencyKeep < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("IDEMPOTENCY_KEEP=%s: must be at least 24h, so that a client's retries within a day are safe", cfg.IdempotencyKeep))
 	}
-	cfg.TopicRetention = 7 * 24 * time.Hour
-	if v := getenv("TOPIC_RETENTION"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("TOPIC_RETENTION=%q: must be a Go duration such as 168h (7 days), or 0 to keep every message", v))
-		} else {
-			cfg.TopicRetention = d
-		}
-	}
+	cfg.TopicRetention = durationOrOff(getenv, "TOPIC_RETENTION", 7*24*time.Hour, 0, "to keep every message", &errs)
 	cfg.KeyLastUsedFlush = duration("KEY_LAST_USED_FLUSH", 30*time.Second)
 	if cfg.KeyLastUsedFlush > time.Hour {
 		errs = append(errs, fmt.Errorf("KEY_LAST_USED_FLUSH=%s: must be at most 1h", cfg.KeyLastUsedFlush))
 	}
-	cfg.ConsistencyMaxWaits = 256
-	if s := getenv("CONSISTENCY_MAX_WAITS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			errs = append(errs, fmt.Errorf("CONSISTENCY_MAX_WAITS=%q: must be a positive integer", s))
-		} else {
-			cfg.ConsistencyMaxWaits = n
-		}
-	}
+	cfg.ConsistencyMaxWaits = count(getenv, "CONSISTENCY_MAX_WAITS", 256, 1, &errs)
 	cfg.EventFeedWait = duration("EVENT_FEED_WAIT", 20*time.Second)
 	if cfg.EventFeedWait > time.Minute {
 		errs = append(errs, fmt.Errorf("EVENT_FEED_WAIT=%s: must be at most 60s", cfg.EventFeedWait))
@@ -277,15 +261,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	cfg.MerchantInFlight = count(getenv, "RATE_LIMIT_MERCHANT_IN_FLIGHT", 10, 0, &errs)
 	cfg.UnknownKeyRPS = perSecond(getenv, "RATE_LIMIT_UNKNOWN_KEY_RPS", 1, &errs)
 	cfg.UnknownKeyBurst = count(getenv, "RATE_LIMIT_UNKNOWN_KEY_BURST", 20, 1, &errs)
-	cfg.KeyCacheTTL = 5 * time.Second
-	if v := getenv("KEY_CACHE_TTL"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > 5*time.Minute {
-			errs = append(errs, fmt.Errorf("KEY_CACHE_TTL=%q: must be a Go duration from 0 (no cache) to 5m, such as 5s", v))
-		} else {
-			cfg.KeyCacheTTL = d
-		}
-	}
+	cfg.KeyCacheTTL = durationOrOff(getenv, "KEY_CACHE_TTL", 5*time.Second, 5*time.Minute, "for no cache", &errs)
 	cfg.TrustedProxies = trustedProxies(getenv("TRUSTED_PROXIES"), &errs)
 	cfg.WebhookRetryFor = duration("WEBHOOK_RETRY_FOR", 24*time.Hour)
 	cfg.WebhookRetryInitial = duration("WEBHOOK_RETRY_INITIAL", 10*time.Second)
@@ -370,6 +346,38 @@ func perSecond(getenv func(string) string, name string, def float64, errs *[]err
 		return def
 	}
 	return f
+}
+
+// durationOrOff reads a Go duration of at least 0, which turns the
+// setting's work off (off says how, for the message), and at most most
+// when most is not 0.
+func durationOrOff(getenv func(string) string, name string, def, most time.Duration, off string, errs *[]error) time.Duration {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || (most > 0 && d > most) {
+		limit := ""
+		if most > 0 {
+			limit = ", at most " + shortDuration(most)
+		}
+		*errs = append(*errs, fmt.Errorf("%s=%q: must be a Go duration such as %s (the default)%s, or 0 %s", name, v, shortDuration(def), limit, off))
+		return def
+	}
+	return d
+}
+
+// shortDuration writes d as people do: 168h, 5m, 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // count reads a whole number of at least least.

@@ -363,3 +363,13 @@ func TestRunUnknownFlagIsUsageError(t *testing.T) {
 	err := run(t.Context(), []string{"serve", "--verbose"}, env(nil), io.Discard, io.Discard)
 	require.ErrorAs(t, err, new(usageError))
 }
+
+// Settings' messages write durations as people do.
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		168 * time.Hour: "168h", 5 * time.Minute: "5m", 10 * time.Minute: "10m", 90 * time.Minute: "1h30m",
+		5 * time.Second: "5s", 1500 * time.Millisecond: "1.5s",
+	} {
+		require.Equal(t, want, shortDuration(d))
+	}
+}
