@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"hearth/domain/uuid"
 	"hearth/internal/chromium"
 	"hearth/internal/pgtest"
 )
@@ -331,11 +332,14 @@ func TestConsoleDispatcher(t *testing.T) {
 	tb.see(`//table[contains(@class,"board")]//a[contains(@class,"chip") and contains(., "Bob Elsewhere")]`)
 	tb.shot("board")
 
-	// A double booking is refused, and the board says so plainly.
 	// The API's writes reach the console's read models asynchronously
 	// (only the console's own writes wait for them): the board picks an
-	// order from ?order only once the read model has it, else it shows an
-	// empty choice and the form is refused for its missing order.
+	// order from ?order only once the read model has it, else it says so
+	// and shows an empty choice.
+	tb.open("/console/board?order=" + uuid.New())
+	tb.seeText("flash", "The order to assign was not found")
+
+	// A double booking is refused, and the board says so plainly.
 	third := a.createOrder(a.opA, bob, 7000)
 	a.awaitOrder(a.opA, third, 1)
 	tb.open("/console/board?order=" + third)

@@ -132,6 +132,8 @@ type boardData struct {
 	Pick                       assignPick
 	Conflict                   *conflictView
 	Schedules                  int
+	// pickMissing: the order picked (?order) is not in the read model.
+	pickMissing bool
 }
 
 // weekOf is the Monday that starts the week of the date in loc (today
@@ -228,7 +230,13 @@ func (c *Console) boardPage(r *http.Request, s *session, week string, pick assig
 	if err := c.fillPick(r, s, d, day); err != nil {
 		return nil, err
 	}
-	return &page{Title: "Dispatch board", Nav: "board", Data: d, name: "board"}, nil
+	p := &page{Title: "Dispatch board", Nav: "board", Data: d, name: "board"}
+	if d.pickMissing {
+		// Said, not dropped silently: an order just created through the
+		// API reaches the read models a moment later.
+		p.Flash = flash{Kind: "warn", Text: "The order to assign was not found: if it was just created, it has not reached the console yet (reload in a moment)."}
+	}
+	return p, nil
 }
 
 func orderLabel(o query.Order, loc *time.Location) string {
@@ -244,11 +252,14 @@ func orderLabel(o query.Order, loc *time.Location) string {
 // starts at 09:00 that day, for two hours.
 func (c *Console) fillPick(r *http.Request, s *session, d *boardData, day string) error {
 	pk := &d.Pick
-	if pk.OrderID != "" && uuid.Valid(pk.OrderID) {
+	if pk.OrderID != "" && !uuid.Valid(pk.OrderID) {
+		pk.OrderID, d.pickMissing = "", true
+	}
+	if pk.OrderID != "" {
 		o, err := c.cfg.App.Queries.Orders.Get(r.Context(), scope(s), pk.OrderID)
 		switch {
 		case errors.Is(err, apperr.ErrNotFound):
-			pk.OrderID = ""
+			pk.OrderID, d.pickMissing = "", true
 		case err != nil:
 			return err
 		default:
