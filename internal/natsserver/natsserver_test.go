@@ -50,18 +50,33 @@ func TestRestartKeepsPortAndStore(t *testing.T) {
 func TestServerOutlivesTheThreadThatStartedIt(t *testing.T) {
 	t.Parallel()
 	type started struct {
-		s   *natsserver.Server
-		tid int
-		err error
+		s      *natsserver.Server
+		tid    int
+		onMain bool
+		err    error
 	}
-	ch := make(chan started, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		s, err := natsserver.Start(context.Background(), natsserver.Options{Install: true})
-		ch <- started{s, syscall.Gettid(), err}
-	}()
-	st := <-ch
-	require.NoError(t, st.err)
+	var st started
+	for st.s == nil {
+		ch, release := make(chan started, 1), make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+			if syscall.Gettid() == syscall.Getpid() {
+				// The runtime never ends the main thread (it parks it). Hold
+				// it, so that the next try runs on another.
+				ch <- started{onMain: true}
+				<-release
+				runtime.UnlockOSThread()
+				return
+			}
+			s, err := natsserver.Start(context.Background(), natsserver.Options{Install: true})
+			ch <- started{s: s, tid: syscall.Gettid(), err: err}
+		}()
+		if st = <-ch; st.onMain {
+			defer close(release)
+			continue
+		}
+		require.NoError(t, st.err)
+	}
 	t.Cleanup(func() { require.NoError(t, st.s.Stop()) })
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", st.tid))
