@@ -183,25 +183,27 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// reportHeader opens docs/chaos.md.
+const reportHeader = `# Leadership faults
+
+Written by ` + "`make chaos`" + ` (internal/chaos, TestChaos) at the end of a passing run; never edit it
+by hand. Three workers share the projections, an api process takes commands from a writer, and
+each round injects one fault aimed at one projection's leader, in turn: SIGKILL, SIGTERM,
+` + "`pg_terminate_backend`" + ` of its lock session, SIGSTOP (then SIGCONT), and Postgres restarts
+(` + "`pg_ctl restart -m fast` and `-m immediate`" + `, which hit every projection). A takeover runs from
+the fault to the first change-log row of the projection written under a newer term: count,
+median and max per fault and projection. What the times should be, and why, is in
+` + "`leader/doc.go`" + ` (Timings); the runbook is [operations.md](operations.md).
+
+`
+
 // writeReport writes the figures of a passing run, with the machine and
 // the date, to path (make chaos: docs/chaos.md), so that the runbook links
 // to measured figures instead of keeping them by hand.
 func writeReport(path string, rounds int, summary []string) error {
 	var b strings.Builder
-	b.WriteString("# Leadership faults\n\n")
-	b.WriteString("Written by `make chaos` (internal/chaos, TestChaos) at the end of a passing run; never edit it\n")
-	b.WriteString("by hand. Three workers share the projections, an api process takes commands from a writer, and\n")
-	b.WriteString("each round injects one fault aimed at one projection's leader, in turn: SIGKILL, SIGTERM,\n")
-	b.WriteString("`pg_terminate_backend` of its lock session, SIGSTOP (then SIGCONT), and Postgres restarts\n")
-	b.WriteString("(`pg_ctl restart -m fast` and `-m immediate`, which hit every projection). A takeover runs from\n")
-	b.WriteString("the fault to the first change-log row of the projection written under a newer term: count,\n")
-	b.WriteString("median and max per fault and projection. What the times should be, and why, is in\n")
-	b.WriteString("`leader/doc.go` (Timings); the runbook is [operations.md](operations.md).\n\n")
+	b.WriteString(reportHeader)
 	fmt.Fprintf(&b, "%s; %d rounds; Postgres with fsync and synchronous_commit on\n\n", harness.Machine("make chaos"), rounds)
-	b.WriteString("```\n")
-	for _, line := range summary {
-		b.WriteString(line + "\n")
-	}
-	b.WriteString("```\n")
+	b.WriteString("```\n" + strings.Join(summary, "\n") + "\n```\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
