@@ -3839,6 +3839,9 @@ type Conflict = Problem
 // Forbidden RFC 9457 problem details (application/problem+json).
 type Forbidden = Problem
 
+// HeaderTooLarge RFC 9457 problem details (application/problem+json).
+type HeaderTooLarge = Problem
+
 // Internal RFC 9457 problem details (application/problem+json).
 type Internal = Problem
 
@@ -12172,6 +12175,11 @@ type ListAuditResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListAuditResponse431Headers the declared response headers of an HTTP 431 response for ListAudit
+type ListAuditResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListAuditResponse500Headers the declared response headers of an HTTP 500 response for ListAudit
 type ListAuditResponse500Headers struct {
 	CacheControl        *string
@@ -12198,6 +12206,8 @@ type ListAuditResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -12212,6 +12222,8 @@ type ListAuditResponse struct {
 	Headers403 *ListAuditResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListAuditResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListAuditResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListAuditResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12241,6 +12253,11 @@ func (r ListAuditResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListAuditResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListAuditResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -12322,6 +12339,11 @@ type ListKeysResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListKeysResponse431Headers the declared response headers of an HTTP 431 response for ListKeys
+type ListKeysResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListKeysResponse500Headers the declared response headers of an HTTP 500 response for ListKeys
 type ListKeysResponse500Headers struct {
 	CacheControl        *string
@@ -12348,6 +12370,8 @@ type ListKeysResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -12362,6 +12386,8 @@ type ListKeysResponse struct {
 	Headers403 *ListKeysResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListKeysResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListKeysResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListKeysResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12391,6 +12417,11 @@ func (r ListKeysResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListKeysResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListKeysResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -12484,6 +12515,11 @@ type CreateKeyResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CreateKeyResponse431Headers the declared response headers of an HTTP 431 response for CreateKey
+type CreateKeyResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CreateKeyResponse500Headers the declared response headers of an HTTP 500 response for CreateKey
 type CreateKeyResponse500Headers struct {
 	CacheControl        *string
@@ -12514,6 +12550,8 @@ type CreateKeyResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -12532,6 +12570,8 @@ type CreateKeyResponse struct {
 	Headers422 *CreateKeyResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateKeyResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CreateKeyResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateKeyResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12571,6 +12611,11 @@ func (r CreateKeyResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CreateKeyResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CreateKeyResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -12658,6 +12703,11 @@ type RevokeKeyResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// RevokeKeyResponse431Headers the declared response headers of an HTTP 431 response for RevokeKey
+type RevokeKeyResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // RevokeKeyResponse500Headers the declared response headers of an HTTP 500 response for RevokeKey
 type RevokeKeyResponse500Headers struct {
 	CacheControl        *string
@@ -12686,6 +12736,8 @@ type RevokeKeyResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -12702,6 +12754,8 @@ type RevokeKeyResponse struct {
 	Headers404 *RevokeKeyResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RevokeKeyResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *RevokeKeyResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RevokeKeyResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12736,6 +12790,11 @@ func (r RevokeKeyResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RevokeKeyResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r RevokeKeyResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -12835,6 +12894,11 @@ type RotateKeyResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// RotateKeyResponse431Headers the declared response headers of an HTTP 431 response for RotateKey
+type RotateKeyResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // RotateKeyResponse500Headers the declared response headers of an HTTP 500 response for RotateKey
 type RotateKeyResponse500Headers struct {
 	CacheControl        *string
@@ -12867,6 +12931,8 @@ type RotateKeyResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -12887,6 +12953,8 @@ type RotateKeyResponse struct {
 	Headers422 *RotateKeyResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RotateKeyResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *RotateKeyResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RotateKeyResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12931,6 +12999,11 @@ func (r RotateKeyResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RotateKeyResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r RotateKeyResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -13012,6 +13085,11 @@ type GetLeadershipResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetLeadershipResponse431Headers the declared response headers of an HTTP 431 response for GetLeadership
+type GetLeadershipResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetLeadershipResponse500Headers the declared response headers of an HTTP 500 response for GetLeadership
 type GetLeadershipResponse500Headers struct {
 	CacheControl        *string
@@ -13051,6 +13129,8 @@ type GetLeadershipResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -13065,6 +13145,8 @@ type GetLeadershipResponse struct {
 	Headers404 *GetLeadershipResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetLeadershipResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetLeadershipResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetLeadershipResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -13107,6 +13189,11 @@ func (r GetLeadershipResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetLeadershipResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetLeadershipResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -13194,6 +13281,11 @@ type ListParkedResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListParkedResponse431Headers the declared response headers of an HTTP 431 response for ListParked
+type ListParkedResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListParkedResponse500Headers the declared response headers of an HTTP 500 response for ListParked
 type ListParkedResponse500Headers struct {
 	CacheControl        *string
@@ -13222,6 +13314,8 @@ type ListParkedResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -13238,6 +13332,8 @@ type ListParkedResponse struct {
 	Headers422 *ListParkedResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListParkedResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListParkedResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListParkedResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -13272,6 +13368,11 @@ func (r ListParkedResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListParkedResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListParkedResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -13359,6 +13460,11 @@ type ReplayAllParkedResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ReplayAllParkedResponse431Headers the declared response headers of an HTTP 431 response for ReplayAllParked
+type ReplayAllParkedResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ReplayAllParkedResponse500Headers the declared response headers of an HTTP 500 response for ReplayAllParked
 type ReplayAllParkedResponse500Headers struct {
 	CacheControl        *string
@@ -13387,6 +13493,8 @@ type ReplayAllParkedResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -13403,6 +13511,8 @@ type ReplayAllParkedResponse struct {
 	Headers422 *ReplayAllParkedResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReplayAllParkedResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ReplayAllParkedResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReplayAllParkedResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -13437,6 +13547,11 @@ func (r ReplayAllParkedResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ReplayAllParkedResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ReplayAllParkedResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -13530,6 +13645,11 @@ type GetParkedResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetParkedResponse431Headers the declared response headers of an HTTP 431 response for GetParked
+type GetParkedResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetParkedResponse500Headers the declared response headers of an HTTP 500 response for GetParked
 type GetParkedResponse500Headers struct {
 	CacheControl        *string
@@ -13560,6 +13680,8 @@ type GetParkedResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -13578,6 +13700,8 @@ type GetParkedResponse struct {
 	Headers422 *GetParkedResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetParkedResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetParkedResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetParkedResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -13617,6 +13741,11 @@ func (r GetParkedResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetParkedResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetParkedResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -13710,6 +13839,11 @@ type ReplayParkedResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ReplayParkedResponse431Headers the declared response headers of an HTTP 431 response for ReplayParked
+type ReplayParkedResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ReplayParkedResponse500Headers the declared response headers of an HTTP 500 response for ReplayParked
 type ReplayParkedResponse500Headers struct {
 	CacheControl        *string
@@ -13740,6 +13874,8 @@ type ReplayParkedResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -13758,6 +13894,8 @@ type ReplayParkedResponse struct {
 	Headers422 *ReplayParkedResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReplayParkedResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ReplayParkedResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReplayParkedResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -13797,6 +13935,11 @@ func (r ReplayParkedResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ReplayParkedResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ReplayParkedResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -13902,6 +14045,11 @@ type SkipParkedResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// SkipParkedResponse431Headers the declared response headers of an HTTP 431 response for SkipParked
+type SkipParkedResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // SkipParkedResponse500Headers the declared response headers of an HTTP 500 response for SkipParked
 type SkipParkedResponse500Headers struct {
 	CacheControl        *string
@@ -13936,6 +14084,8 @@ type SkipParkedResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -13958,6 +14108,8 @@ type SkipParkedResponse struct {
 	Headers422 *SkipParkedResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *SkipParkedResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *SkipParkedResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *SkipParkedResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -14007,6 +14159,11 @@ func (r SkipParkedResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r SkipParkedResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r SkipParkedResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14094,6 +14251,11 @@ type CancelRebuildResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CancelRebuildResponse431Headers the declared response headers of an HTTP 431 response for CancelRebuild
+type CancelRebuildResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CancelRebuildResponse500Headers the declared response headers of an HTTP 500 response for CancelRebuild
 type CancelRebuildResponse500Headers struct {
 	CacheControl        *string
@@ -14122,6 +14284,8 @@ type CancelRebuildResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -14138,6 +14302,8 @@ type CancelRebuildResponse struct {
 	Headers422 *CancelRebuildResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CancelRebuildResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CancelRebuildResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CancelRebuildResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -14172,6 +14338,11 @@ func (r CancelRebuildResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CancelRebuildResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CancelRebuildResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14259,6 +14430,11 @@ type RebuildStatusResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// RebuildStatusResponse431Headers the declared response headers of an HTTP 431 response for RebuildStatus
+type RebuildStatusResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // RebuildStatusResponse500Headers the declared response headers of an HTTP 500 response for RebuildStatus
 type RebuildStatusResponse500Headers struct {
 	CacheControl        *string
@@ -14287,6 +14463,8 @@ type RebuildStatusResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -14303,6 +14481,8 @@ type RebuildStatusResponse struct {
 	Headers422 *RebuildStatusResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RebuildStatusResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *RebuildStatusResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RebuildStatusResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -14337,6 +14517,11 @@ func (r RebuildStatusResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RebuildStatusResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r RebuildStatusResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14430,6 +14615,11 @@ type StartRebuildResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// StartRebuildResponse431Headers the declared response headers of an HTTP 431 response for StartRebuild
+type StartRebuildResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // StartRebuildResponse500Headers the declared response headers of an HTTP 500 response for StartRebuild
 type StartRebuildResponse500Headers struct {
 	CacheControl        *string
@@ -14460,6 +14650,8 @@ type StartRebuildResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -14478,6 +14670,8 @@ type StartRebuildResponse struct {
 	Headers422 *StartRebuildResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *StartRebuildResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *StartRebuildResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *StartRebuildResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -14517,6 +14711,11 @@ func (r StartRebuildResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r StartRebuildResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r StartRebuildResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14575,6 +14774,11 @@ type HealthResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// HealthResponse431Headers the declared response headers of an HTTP 431 response for Health
+type HealthResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // HealthResponse500Headers the declared response headers of an HTTP 500 response for Health
 type HealthResponse500Headers struct {
 	CacheControl        *string
@@ -14588,12 +14792,16 @@ type HealthResponse struct {
 	JSON200 *Health
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HealthResponse200Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *HealthResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *HealthResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *HealthResponse500Headers
 }
@@ -14606,6 +14814,11 @@ func (r HealthResponse) GetJSON200() *Health {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r HealthResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r HealthResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14664,6 +14877,11 @@ type MetricsResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// MetricsResponse431Headers the declared response headers of an HTTP 431 response for Metrics
+type MetricsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // MetricsResponse500Headers the declared response headers of an HTTP 500 response for Metrics
 type MetricsResponse500Headers struct {
 	CacheControl        *string
@@ -14677,6 +14895,8 @@ type MetricsResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -14685,6 +14905,8 @@ type MetricsResponse struct {
 	Headers404 *MetricsResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *MetricsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *MetricsResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *MetricsResponse500Headers
 }
@@ -14697,6 +14919,11 @@ func (r MetricsResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r MetricsResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14749,6 +14976,11 @@ type Openapi30Response429Headers struct {
 	RetryAfter         *int
 }
 
+// Openapi30Response431Headers the declared response headers of an HTTP 431 response for Openapi30
+type Openapi30Response431Headers struct {
+	XContentTypeOptions *string
+}
+
 // Openapi30Response500Headers the declared response headers of an HTTP 500 response for Openapi30
 type Openapi30Response500Headers struct {
 	CacheControl        *string
@@ -14762,12 +14994,16 @@ type Openapi30Response struct {
 	JSON200 *map[string]interface{}
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *Openapi30Response200Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *Openapi30Response429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *Openapi30Response431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *Openapi30Response500Headers
 }
@@ -14780,6 +15016,11 @@ func (r Openapi30Response) GetJSON200() *map[string]interface{} {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r Openapi30Response) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r Openapi30Response) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14832,6 +15073,11 @@ type OpenapiResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// OpenapiResponse431Headers the declared response headers of an HTTP 431 response for Openapi
+type OpenapiResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // OpenapiResponse500Headers the declared response headers of an HTTP 500 response for Openapi
 type OpenapiResponse500Headers struct {
 	CacheControl        *string
@@ -14845,12 +15091,16 @@ type OpenapiResponse struct {
 	JSON200 *map[string]interface{}
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *OpenapiResponse200Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *OpenapiResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *OpenapiResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *OpenapiResponse500Headers
 }
@@ -14863,6 +15113,11 @@ func (r OpenapiResponse) GetJSON200() *map[string]interface{} {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r OpenapiResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r OpenapiResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14916,6 +15171,11 @@ type ReadyResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ReadyResponse431Headers the declared response headers of an HTTP 431 response for Ready
+type ReadyResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ReadyResponse500Headers the declared response headers of an HTTP 500 response for Ready
 type ReadyResponse500Headers struct {
 	CacheControl        *string
@@ -14935,6 +15195,8 @@ type ReadyResponse struct {
 	JSON200 *Ready
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -14943,6 +15205,8 @@ type ReadyResponse struct {
 	Headers200 *ReadyResponse200Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReadyResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ReadyResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReadyResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -14957,6 +15221,11 @@ func (r ReadyResponse) GetJSON200() *Ready {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ReadyResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ReadyResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -15045,6 +15314,11 @@ type ListCatalogItemsResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListCatalogItemsResponse431Headers the declared response headers of an HTTP 431 response for ListCatalogItems
+type ListCatalogItemsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListCatalogItemsResponse500Headers the declared response headers of an HTTP 500 response for ListCatalogItems
 type ListCatalogItemsResponse500Headers struct {
 	CacheControl        *string
@@ -15073,6 +15347,8 @@ type ListCatalogItemsResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -15089,6 +15365,8 @@ type ListCatalogItemsResponse struct {
 	Headers422 *ListCatalogItemsResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListCatalogItemsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListCatalogItemsResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListCatalogItemsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -15123,6 +15401,11 @@ func (r ListCatalogItemsResponse) GetApplicationproblemJSON422() *Unprocessable 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListCatalogItemsResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListCatalogItemsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -15229,6 +15512,11 @@ type CreateCatalogItemResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CreateCatalogItemResponse431Headers the declared response headers of an HTTP 431 response for CreateCatalogItem
+type CreateCatalogItemResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CreateCatalogItemResponse500Headers the declared response headers of an HTTP 500 response for CreateCatalogItem
 type CreateCatalogItemResponse500Headers struct {
 	CacheControl        *string
@@ -15263,6 +15551,8 @@ type CreateCatalogItemResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -15285,6 +15575,8 @@ type CreateCatalogItemResponse struct {
 	Headers422 *CreateCatalogItemResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateCatalogItemResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CreateCatalogItemResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateCatalogItemResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -15334,6 +15626,11 @@ func (r CreateCatalogItemResponse) GetApplicationproblemJSON422() *Unprocessable
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CreateCatalogItemResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CreateCatalogItemResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -15428,6 +15725,11 @@ type GetCatalogItemResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetCatalogItemResponse431Headers the declared response headers of an HTTP 431 response for GetCatalogItem
+type GetCatalogItemResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetCatalogItemResponse500Headers the declared response headers of an HTTP 500 response for GetCatalogItem
 type GetCatalogItemResponse500Headers struct {
 	CacheControl        *string
@@ -15458,6 +15760,8 @@ type GetCatalogItemResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -15476,6 +15780,8 @@ type GetCatalogItemResponse struct {
 	Headers422 *GetCatalogItemResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetCatalogItemResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetCatalogItemResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetCatalogItemResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -15515,6 +15821,11 @@ func (r GetCatalogItemResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetCatalogItemResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetCatalogItemResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -15626,6 +15937,11 @@ type UpdateCatalogItemResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// UpdateCatalogItemResponse431Headers the declared response headers of an HTTP 431 response for UpdateCatalogItem
+type UpdateCatalogItemResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // UpdateCatalogItemResponse500Headers the declared response headers of an HTTP 500 response for UpdateCatalogItem
 type UpdateCatalogItemResponse500Headers struct {
 	CacheControl        *string
@@ -15662,6 +15978,8 @@ type UpdateCatalogItemResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -15686,6 +16004,8 @@ type UpdateCatalogItemResponse struct {
 	Headers422 *UpdateCatalogItemResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateCatalogItemResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *UpdateCatalogItemResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *UpdateCatalogItemResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -15740,6 +16060,11 @@ func (r UpdateCatalogItemResponse) GetApplicationproblemJSON422() *Unprocessable
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r UpdateCatalogItemResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r UpdateCatalogItemResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -15828,6 +16153,11 @@ type ListCustomersResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListCustomersResponse431Headers the declared response headers of an HTTP 431 response for ListCustomers
+type ListCustomersResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListCustomersResponse500Headers the declared response headers of an HTTP 500 response for ListCustomers
 type ListCustomersResponse500Headers struct {
 	CacheControl        *string
@@ -15856,6 +16186,8 @@ type ListCustomersResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -15872,6 +16204,8 @@ type ListCustomersResponse struct {
 	Headers422 *ListCustomersResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListCustomersResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListCustomersResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListCustomersResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -15906,6 +16240,11 @@ func (r ListCustomersResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListCustomersResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListCustomersResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -16012,6 +16351,11 @@ type CreateCustomerResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CreateCustomerResponse431Headers the declared response headers of an HTTP 431 response for CreateCustomer
+type CreateCustomerResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CreateCustomerResponse500Headers the declared response headers of an HTTP 500 response for CreateCustomer
 type CreateCustomerResponse500Headers struct {
 	CacheControl        *string
@@ -16046,6 +16390,8 @@ type CreateCustomerResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -16068,6 +16414,8 @@ type CreateCustomerResponse struct {
 	Headers422 *CreateCustomerResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateCustomerResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CreateCustomerResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateCustomerResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -16117,6 +16465,11 @@ func (r CreateCustomerResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CreateCustomerResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CreateCustomerResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -16211,6 +16564,11 @@ type GetCustomerResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetCustomerResponse431Headers the declared response headers of an HTTP 431 response for GetCustomer
+type GetCustomerResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetCustomerResponse500Headers the declared response headers of an HTTP 500 response for GetCustomer
 type GetCustomerResponse500Headers struct {
 	CacheControl        *string
@@ -16241,6 +16599,8 @@ type GetCustomerResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -16259,6 +16619,8 @@ type GetCustomerResponse struct {
 	Headers422 *GetCustomerResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetCustomerResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetCustomerResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetCustomerResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -16298,6 +16660,11 @@ func (r GetCustomerResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetCustomerResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetCustomerResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -16409,6 +16776,11 @@ type UpdateCustomerResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// UpdateCustomerResponse431Headers the declared response headers of an HTTP 431 response for UpdateCustomer
+type UpdateCustomerResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // UpdateCustomerResponse500Headers the declared response headers of an HTTP 500 response for UpdateCustomer
 type UpdateCustomerResponse500Headers struct {
 	CacheControl        *string
@@ -16445,6 +16817,8 @@ type UpdateCustomerResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -16469,6 +16843,8 @@ type UpdateCustomerResponse struct {
 	Headers422 *UpdateCustomerResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateCustomerResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *UpdateCustomerResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *UpdateCustomerResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -16523,6 +16899,11 @@ func (r UpdateCustomerResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r UpdateCustomerResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r UpdateCustomerResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -16604,6 +16985,11 @@ type ListEventsResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListEventsResponse431Headers the declared response headers of an HTTP 431 response for ListEvents
+type ListEventsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListEventsResponse500Headers the declared response headers of an HTTP 500 response for ListEvents
 type ListEventsResponse500Headers struct {
 	CacheControl        *string
@@ -16630,6 +17016,8 @@ type ListEventsResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -16644,6 +17032,8 @@ type ListEventsResponse struct {
 	Headers403 *ListEventsResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListEventsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListEventsResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListEventsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -16673,6 +17063,11 @@ func (r ListEventsResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListEventsResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -16761,6 +17156,11 @@ type ListOrdersResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListOrdersResponse431Headers the declared response headers of an HTTP 431 response for ListOrders
+type ListOrdersResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListOrdersResponse500Headers the declared response headers of an HTTP 500 response for ListOrders
 type ListOrdersResponse500Headers struct {
 	CacheControl        *string
@@ -16789,6 +17189,8 @@ type ListOrdersResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -16805,6 +17207,8 @@ type ListOrdersResponse struct {
 	Headers422 *ListOrdersResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListOrdersResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListOrdersResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListOrdersResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -16839,6 +17243,11 @@ func (r ListOrdersResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListOrdersResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListOrdersResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -16947,6 +17356,11 @@ type CreateOrderResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CreateOrderResponse431Headers the declared response headers of an HTTP 431 response for CreateOrder
+type CreateOrderResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CreateOrderResponse500Headers the declared response headers of an HTTP 500 response for CreateOrder
 type CreateOrderResponse500Headers struct {
 	CacheControl        *string
@@ -16981,6 +17395,8 @@ type CreateOrderResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -17003,6 +17419,8 @@ type CreateOrderResponse struct {
 	Headers422 *CreateOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateOrderResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CreateOrderResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateOrderResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -17052,6 +17470,11 @@ func (r CreateOrderResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CreateOrderResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CreateOrderResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -17153,6 +17576,11 @@ type GetOrderResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetOrderResponse431Headers the declared response headers of an HTTP 431 response for GetOrder
+type GetOrderResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetOrderResponse500Headers the declared response headers of an HTTP 500 response for GetOrder
 type GetOrderResponse500Headers struct {
 	CacheControl        *string
@@ -17183,6 +17611,8 @@ type GetOrderResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -17203,6 +17633,8 @@ type GetOrderResponse struct {
 	Headers422 *GetOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetOrderResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetOrderResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetOrderResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -17242,6 +17674,11 @@ func (r GetOrderResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetOrderResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -17355,6 +17792,11 @@ type UpdateOrderResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// UpdateOrderResponse431Headers the declared response headers of an HTTP 431 response for UpdateOrder
+type UpdateOrderResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // UpdateOrderResponse500Headers the declared response headers of an HTTP 500 response for UpdateOrder
 type UpdateOrderResponse500Headers struct {
 	CacheControl        *string
@@ -17391,6 +17833,8 @@ type UpdateOrderResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -17415,6 +17859,8 @@ type UpdateOrderResponse struct {
 	Headers422 *UpdateOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateOrderResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *UpdateOrderResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *UpdateOrderResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -17469,6 +17915,11 @@ func (r UpdateOrderResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r UpdateOrderResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r UpdateOrderResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -17582,6 +18033,11 @@ type AssignOrderResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// AssignOrderResponse431Headers the declared response headers of an HTTP 431 response for AssignOrder
+type AssignOrderResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // AssignOrderResponse500Headers the declared response headers of an HTTP 500 response for AssignOrder
 type AssignOrderResponse500Headers struct {
 	CacheControl        *string
@@ -17618,6 +18074,8 @@ type AssignOrderResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -17642,6 +18100,8 @@ type AssignOrderResponse struct {
 	Headers422 *AssignOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AssignOrderResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *AssignOrderResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AssignOrderResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -17696,6 +18156,11 @@ func (r AssignOrderResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r AssignOrderResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r AssignOrderResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -17809,6 +18274,11 @@ type CancelOrderResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CancelOrderResponse431Headers the declared response headers of an HTTP 431 response for CancelOrder
+type CancelOrderResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CancelOrderResponse500Headers the declared response headers of an HTTP 500 response for CancelOrder
 type CancelOrderResponse500Headers struct {
 	CacheControl        *string
@@ -17845,6 +18315,8 @@ type CancelOrderResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -17869,6 +18341,8 @@ type CancelOrderResponse struct {
 	Headers422 *CancelOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CancelOrderResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CancelOrderResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CancelOrderResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -17923,6 +18397,11 @@ func (r CancelOrderResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CancelOrderResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -18017,6 +18496,11 @@ type OrderChangesResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// OrderChangesResponse431Headers the declared response headers of an HTTP 431 response for OrderChanges
+type OrderChangesResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // OrderChangesResponse500Headers the declared response headers of an HTTP 500 response for OrderChanges
 type OrderChangesResponse500Headers struct {
 	CacheControl        *string
@@ -18047,6 +18531,8 @@ type OrderChangesResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -18065,6 +18551,8 @@ type OrderChangesResponse struct {
 	Headers422 *OrderChangesResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *OrderChangesResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *OrderChangesResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *OrderChangesResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -18104,6 +18592,11 @@ func (r OrderChangesResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r OrderChangesResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r OrderChangesResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -18217,6 +18710,11 @@ type SettleOrderResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// SettleOrderResponse431Headers the declared response headers of an HTTP 431 response for SettleOrder
+type SettleOrderResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // SettleOrderResponse500Headers the declared response headers of an HTTP 500 response for SettleOrder
 type SettleOrderResponse500Headers struct {
 	CacheControl        *string
@@ -18253,6 +18751,8 @@ type SettleOrderResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -18277,6 +18777,8 @@ type SettleOrderResponse struct {
 	Headers422 *SettleOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *SettleOrderResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *SettleOrderResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *SettleOrderResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -18331,6 +18833,11 @@ func (r SettleOrderResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r SettleOrderResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r SettleOrderResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -18444,6 +18951,11 @@ type ChangeOrderStatusResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ChangeOrderStatusResponse431Headers the declared response headers of an HTTP 431 response for ChangeOrderStatus
+type ChangeOrderStatusResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ChangeOrderStatusResponse500Headers the declared response headers of an HTTP 500 response for ChangeOrderStatus
 type ChangeOrderStatusResponse500Headers struct {
 	CacheControl        *string
@@ -18480,6 +18992,8 @@ type ChangeOrderStatusResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -18504,6 +19018,8 @@ type ChangeOrderStatusResponse struct {
 	Headers422 *ChangeOrderStatusResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ChangeOrderStatusResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ChangeOrderStatusResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ChangeOrderStatusResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -18558,6 +19074,11 @@ func (r ChangeOrderStatusResponse) GetApplicationproblemJSON422() *Unprocessable
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ChangeOrderStatusResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ChangeOrderStatusResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -18646,6 +19167,11 @@ type ListSchedulesResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListSchedulesResponse431Headers the declared response headers of an HTTP 431 response for ListSchedules
+type ListSchedulesResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListSchedulesResponse500Headers the declared response headers of an HTTP 500 response for ListSchedules
 type ListSchedulesResponse500Headers struct {
 	CacheControl        *string
@@ -18674,6 +19200,8 @@ type ListSchedulesResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -18690,6 +19218,8 @@ type ListSchedulesResponse struct {
 	Headers422 *ListSchedulesResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListSchedulesResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListSchedulesResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListSchedulesResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -18724,6 +19254,11 @@ func (r ListSchedulesResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListSchedulesResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -18825,6 +19360,11 @@ type GetScheduleResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetScheduleResponse431Headers the declared response headers of an HTTP 431 response for GetSchedule
+type GetScheduleResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetScheduleResponse500Headers the declared response headers of an HTTP 500 response for GetSchedule
 type GetScheduleResponse500Headers struct {
 	CacheControl        *string
@@ -18855,6 +19395,8 @@ type GetScheduleResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -18875,6 +19417,8 @@ type GetScheduleResponse struct {
 	Headers422 *GetScheduleResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetScheduleResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetScheduleResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetScheduleResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -18914,6 +19458,11 @@ func (r GetScheduleResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetScheduleResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -19027,6 +19576,11 @@ type ChangeScheduleStatusResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ChangeScheduleStatusResponse431Headers the declared response headers of an HTTP 431 response for ChangeScheduleStatus
+type ChangeScheduleStatusResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ChangeScheduleStatusResponse500Headers the declared response headers of an HTTP 500 response for ChangeScheduleStatus
 type ChangeScheduleStatusResponse500Headers struct {
 	CacheControl        *string
@@ -19063,6 +19617,8 @@ type ChangeScheduleStatusResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -19087,6 +19643,8 @@ type ChangeScheduleStatusResponse struct {
 	Headers422 *ChangeScheduleStatusResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ChangeScheduleStatusResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ChangeScheduleStatusResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ChangeScheduleStatusResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -19141,6 +19699,11 @@ func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON422() *Unprocessa
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -19229,6 +19792,11 @@ type ListServiceRequestsResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListServiceRequestsResponse431Headers the declared response headers of an HTTP 431 response for ListServiceRequests
+type ListServiceRequestsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListServiceRequestsResponse500Headers the declared response headers of an HTTP 500 response for ListServiceRequests
 type ListServiceRequestsResponse500Headers struct {
 	CacheControl        *string
@@ -19257,6 +19825,8 @@ type ListServiceRequestsResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -19273,6 +19843,8 @@ type ListServiceRequestsResponse struct {
 	Headers422 *ListServiceRequestsResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListServiceRequestsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListServiceRequestsResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListServiceRequestsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -19307,6 +19879,11 @@ func (r ListServiceRequestsResponse) GetApplicationproblemJSON422() *Unprocessab
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListServiceRequestsResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListServiceRequestsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -19415,6 +19992,11 @@ type CreateServiceRequestResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CreateServiceRequestResponse431Headers the declared response headers of an HTTP 431 response for CreateServiceRequest
+type CreateServiceRequestResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CreateServiceRequestResponse500Headers the declared response headers of an HTTP 500 response for CreateServiceRequest
 type CreateServiceRequestResponse500Headers struct {
 	CacheControl        *string
@@ -19449,6 +20031,8 @@ type CreateServiceRequestResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -19471,6 +20055,8 @@ type CreateServiceRequestResponse struct {
 	Headers422 *CreateServiceRequestResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateServiceRequestResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CreateServiceRequestResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateServiceRequestResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -19520,6 +20106,11 @@ func (r CreateServiceRequestResponse) GetApplicationproblemJSON422() *Unprocessa
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CreateServiceRequestResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CreateServiceRequestResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -19621,6 +20212,11 @@ type GetServiceRequestResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetServiceRequestResponse431Headers the declared response headers of an HTTP 431 response for GetServiceRequest
+type GetServiceRequestResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetServiceRequestResponse500Headers the declared response headers of an HTTP 500 response for GetServiceRequest
 type GetServiceRequestResponse500Headers struct {
 	CacheControl        *string
@@ -19651,6 +20247,8 @@ type GetServiceRequestResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -19671,6 +20269,8 @@ type GetServiceRequestResponse struct {
 	Headers422 *GetServiceRequestResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetServiceRequestResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetServiceRequestResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetServiceRequestResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -19710,6 +20310,11 @@ func (r GetServiceRequestResponse) GetApplicationproblemJSON422() *Unprocessable
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetServiceRequestResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetServiceRequestResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -19823,6 +20428,11 @@ type UpdateServiceRequestResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// UpdateServiceRequestResponse431Headers the declared response headers of an HTTP 431 response for UpdateServiceRequest
+type UpdateServiceRequestResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // UpdateServiceRequestResponse500Headers the declared response headers of an HTTP 500 response for UpdateServiceRequest
 type UpdateServiceRequestResponse500Headers struct {
 	CacheControl        *string
@@ -19859,6 +20469,8 @@ type UpdateServiceRequestResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -19883,6 +20495,8 @@ type UpdateServiceRequestResponse struct {
 	Headers422 *UpdateServiceRequestResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateServiceRequestResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *UpdateServiceRequestResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *UpdateServiceRequestResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -19937,6 +20551,11 @@ func (r UpdateServiceRequestResponse) GetApplicationproblemJSON422() *Unprocessa
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r UpdateServiceRequestResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r UpdateServiceRequestResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -20051,6 +20670,11 @@ type ConvertServiceRequestResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ConvertServiceRequestResponse431Headers the declared response headers of an HTTP 431 response for ConvertServiceRequest
+type ConvertServiceRequestResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ConvertServiceRequestResponse500Headers the declared response headers of an HTTP 500 response for ConvertServiceRequest
 type ConvertServiceRequestResponse500Headers struct {
 	CacheControl        *string
@@ -20087,6 +20711,8 @@ type ConvertServiceRequestResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -20111,6 +20737,8 @@ type ConvertServiceRequestResponse struct {
 	Headers422 *ConvertServiceRequestResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ConvertServiceRequestResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ConvertServiceRequestResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ConvertServiceRequestResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -20165,6 +20793,11 @@ func (r ConvertServiceRequestResponse) GetApplicationproblemJSON422() *Unprocess
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ConvertServiceRequestResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ConvertServiceRequestResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -20278,6 +20911,11 @@ type ChangeServiceRequestStatusResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ChangeServiceRequestStatusResponse431Headers the declared response headers of an HTTP 431 response for ChangeServiceRequestStatus
+type ChangeServiceRequestStatusResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ChangeServiceRequestStatusResponse500Headers the declared response headers of an HTTP 500 response for ChangeServiceRequestStatus
 type ChangeServiceRequestStatusResponse500Headers struct {
 	CacheControl        *string
@@ -20314,6 +20952,8 @@ type ChangeServiceRequestStatusResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -20338,6 +20978,8 @@ type ChangeServiceRequestStatusResponse struct {
 	Headers422 *ChangeServiceRequestStatusResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ChangeServiceRequestStatusResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ChangeServiceRequestStatusResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ChangeServiceRequestStatusResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -20392,6 +21034,11 @@ func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON422() *Unpr
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -20480,6 +21127,11 @@ type ListStaffMembersResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListStaffMembersResponse431Headers the declared response headers of an HTTP 431 response for ListStaffMembers
+type ListStaffMembersResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListStaffMembersResponse500Headers the declared response headers of an HTTP 500 response for ListStaffMembers
 type ListStaffMembersResponse500Headers struct {
 	CacheControl        *string
@@ -20508,6 +21160,8 @@ type ListStaffMembersResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -20524,6 +21178,8 @@ type ListStaffMembersResponse struct {
 	Headers422 *ListStaffMembersResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListStaffMembersResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListStaffMembersResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListStaffMembersResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -20558,6 +21214,11 @@ func (r ListStaffMembersResponse) GetApplicationproblemJSON422() *Unprocessable 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListStaffMembersResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListStaffMembersResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -20664,6 +21325,11 @@ type CreateStaffMemberResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CreateStaffMemberResponse431Headers the declared response headers of an HTTP 431 response for CreateStaffMember
+type CreateStaffMemberResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CreateStaffMemberResponse500Headers the declared response headers of an HTTP 500 response for CreateStaffMember
 type CreateStaffMemberResponse500Headers struct {
 	CacheControl        *string
@@ -20698,6 +21364,8 @@ type CreateStaffMemberResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -20720,6 +21388,8 @@ type CreateStaffMemberResponse struct {
 	Headers422 *CreateStaffMemberResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateStaffMemberResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CreateStaffMemberResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateStaffMemberResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -20769,6 +21439,11 @@ func (r CreateStaffMemberResponse) GetApplicationproblemJSON422() *Unprocessable
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CreateStaffMemberResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CreateStaffMemberResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -20863,6 +21538,11 @@ type GetStaffMemberResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetStaffMemberResponse431Headers the declared response headers of an HTTP 431 response for GetStaffMember
+type GetStaffMemberResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetStaffMemberResponse500Headers the declared response headers of an HTTP 500 response for GetStaffMember
 type GetStaffMemberResponse500Headers struct {
 	CacheControl        *string
@@ -20893,6 +21573,8 @@ type GetStaffMemberResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -20911,6 +21593,8 @@ type GetStaffMemberResponse struct {
 	Headers422 *GetStaffMemberResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetStaffMemberResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetStaffMemberResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetStaffMemberResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -20950,6 +21634,11 @@ func (r GetStaffMemberResponse) GetApplicationproblemJSON422() *Unprocessable {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetStaffMemberResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetStaffMemberResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -21061,6 +21750,11 @@ type UpdateStaffMemberResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// UpdateStaffMemberResponse431Headers the declared response headers of an HTTP 431 response for UpdateStaffMember
+type UpdateStaffMemberResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // UpdateStaffMemberResponse500Headers the declared response headers of an HTTP 500 response for UpdateStaffMember
 type UpdateStaffMemberResponse500Headers struct {
 	CacheControl        *string
@@ -21097,6 +21791,8 @@ type UpdateStaffMemberResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -21121,6 +21817,8 @@ type UpdateStaffMemberResponse struct {
 	Headers422 *UpdateStaffMemberResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateStaffMemberResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *UpdateStaffMemberResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *UpdateStaffMemberResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -21175,6 +21873,11 @@ func (r UpdateStaffMemberResponse) GetApplicationproblemJSON422() *Unprocessable
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r UpdateStaffMemberResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r UpdateStaffMemberResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -21256,6 +21959,11 @@ type ListWebhookEndpointsResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListWebhookEndpointsResponse431Headers the declared response headers of an HTTP 431 response for ListWebhookEndpoints
+type ListWebhookEndpointsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListWebhookEndpointsResponse500Headers the declared response headers of an HTTP 500 response for ListWebhookEndpoints
 type ListWebhookEndpointsResponse500Headers struct {
 	CacheControl        *string
@@ -21282,6 +21990,8 @@ type ListWebhookEndpointsResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -21296,6 +22006,8 @@ type ListWebhookEndpointsResponse struct {
 	Headers403 *ListWebhookEndpointsResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListWebhookEndpointsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListWebhookEndpointsResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListWebhookEndpointsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -21325,6 +22037,11 @@ func (r ListWebhookEndpointsResponse) GetApplicationproblemJSON403() *Forbidden 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListWebhookEndpointsResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListWebhookEndpointsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -21432,6 +22149,11 @@ type CreateWebhookEndpointResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// CreateWebhookEndpointResponse431Headers the declared response headers of an HTTP 431 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // CreateWebhookEndpointResponse500Headers the declared response headers of an HTTP 500 response for CreateWebhookEndpoint
 type CreateWebhookEndpointResponse500Headers struct {
 	CacheControl        *string
@@ -21466,6 +22188,8 @@ type CreateWebhookEndpointResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -21488,6 +22212,8 @@ type CreateWebhookEndpointResponse struct {
 	Headers422 *CreateWebhookEndpointResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateWebhookEndpointResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CreateWebhookEndpointResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateWebhookEndpointResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -21537,6 +22263,11 @@ func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON422() *Unprocess
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -21624,6 +22355,11 @@ type DeleteWebhookEndpointResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// DeleteWebhookEndpointResponse431Headers the declared response headers of an HTTP 431 response for DeleteWebhookEndpoint
+type DeleteWebhookEndpointResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // DeleteWebhookEndpointResponse500Headers the declared response headers of an HTTP 500 response for DeleteWebhookEndpoint
 type DeleteWebhookEndpointResponse500Headers struct {
 	CacheControl        *string
@@ -21650,6 +22386,8 @@ type DeleteWebhookEndpointResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -21666,6 +22404,8 @@ type DeleteWebhookEndpointResponse struct {
 	Headers404 *DeleteWebhookEndpointResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteWebhookEndpointResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *DeleteWebhookEndpointResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *DeleteWebhookEndpointResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -21695,6 +22435,11 @@ func (r DeleteWebhookEndpointResponse) GetApplicationproblemJSON404() *NotFound 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r DeleteWebhookEndpointResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r DeleteWebhookEndpointResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -21788,6 +22533,11 @@ type GetWebhookEndpointResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetWebhookEndpointResponse431Headers the declared response headers of an HTTP 431 response for GetWebhookEndpoint
+type GetWebhookEndpointResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetWebhookEndpointResponse500Headers the declared response headers of an HTTP 500 response for GetWebhookEndpoint
 type GetWebhookEndpointResponse500Headers struct {
 	CacheControl        *string
@@ -21816,6 +22566,8 @@ type GetWebhookEndpointResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -21834,6 +22586,8 @@ type GetWebhookEndpointResponse struct {
 	Headers404 *GetWebhookEndpointResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetWebhookEndpointResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetWebhookEndpointResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetWebhookEndpointResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -21868,6 +22622,11 @@ func (r GetWebhookEndpointResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetWebhookEndpointResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetWebhookEndpointResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -21980,6 +22739,11 @@ type UpdateWebhookEndpointResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// UpdateWebhookEndpointResponse431Headers the declared response headers of an HTTP 431 response for UpdateWebhookEndpoint
+type UpdateWebhookEndpointResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // UpdateWebhookEndpointResponse500Headers the declared response headers of an HTTP 500 response for UpdateWebhookEndpoint
 type UpdateWebhookEndpointResponse500Headers struct {
 	CacheControl        *string
@@ -22016,6 +22780,8 @@ type UpdateWebhookEndpointResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -22040,6 +22806,8 @@ type UpdateWebhookEndpointResponse struct {
 	Headers422 *UpdateWebhookEndpointResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateWebhookEndpointResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *UpdateWebhookEndpointResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *UpdateWebhookEndpointResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -22094,6 +22862,11 @@ func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON422() *Unprocess
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -22181,6 +22954,11 @@ type ListWebhookDeliveriesResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// ListWebhookDeliveriesResponse431Headers the declared response headers of an HTTP 431 response for ListWebhookDeliveries
+type ListWebhookDeliveriesResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // ListWebhookDeliveriesResponse500Headers the declared response headers of an HTTP 500 response for ListWebhookDeliveries
 type ListWebhookDeliveriesResponse500Headers struct {
 	CacheControl        *string
@@ -22209,6 +22987,8 @@ type ListWebhookDeliveriesResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -22225,6 +23005,8 @@ type ListWebhookDeliveriesResponse struct {
 	Headers404 *ListWebhookDeliveriesResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListWebhookDeliveriesResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListWebhookDeliveriesResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListWebhookDeliveriesResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -22259,6 +23041,11 @@ func (r ListWebhookDeliveriesResponse) GetApplicationproblemJSON404() *NotFound 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r ListWebhookDeliveriesResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListWebhookDeliveriesResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -22346,6 +23133,11 @@ type GetWebhookDeliveryResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// GetWebhookDeliveryResponse431Headers the declared response headers of an HTTP 431 response for GetWebhookDelivery
+type GetWebhookDeliveryResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // GetWebhookDeliveryResponse500Headers the declared response headers of an HTTP 500 response for GetWebhookDelivery
 type GetWebhookDeliveryResponse500Headers struct {
 	CacheControl        *string
@@ -22374,6 +23166,8 @@ type GetWebhookDeliveryResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -22390,6 +23184,8 @@ type GetWebhookDeliveryResponse struct {
 	Headers404 *GetWebhookDeliveryResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetWebhookDeliveryResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetWebhookDeliveryResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetWebhookDeliveryResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -22424,6 +23220,11 @@ func (r GetWebhookDeliveryResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetWebhookDeliveryResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetWebhookDeliveryResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -22530,6 +23331,11 @@ type RedeliverWebhookResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// RedeliverWebhookResponse431Headers the declared response headers of an HTTP 431 response for RedeliverWebhook
+type RedeliverWebhookResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // RedeliverWebhookResponse500Headers the declared response headers of an HTTP 500 response for RedeliverWebhook
 type RedeliverWebhookResponse500Headers struct {
 	CacheControl        *string
@@ -22564,6 +23370,8 @@ type RedeliverWebhookResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -22586,6 +23394,8 @@ type RedeliverWebhookResponse struct {
 	Headers422 *RedeliverWebhookResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RedeliverWebhookResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *RedeliverWebhookResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RedeliverWebhookResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -22635,6 +23445,11 @@ func (r RedeliverWebhookResponse) GetApplicationproblemJSON422() *Unprocessable 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RedeliverWebhookResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r RedeliverWebhookResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -22747,6 +23562,11 @@ type RotateWebhookSecretResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// RotateWebhookSecretResponse431Headers the declared response headers of an HTTP 431 response for RotateWebhookSecret
+type RotateWebhookSecretResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // RotateWebhookSecretResponse500Headers the declared response headers of an HTTP 500 response for RotateWebhookSecret
 type RotateWebhookSecretResponse500Headers struct {
 	CacheControl        *string
@@ -22783,6 +23603,8 @@ type RotateWebhookSecretResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -22807,6 +23629,8 @@ type RotateWebhookSecretResponse struct {
 	Headers422 *RotateWebhookSecretResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RotateWebhookSecretResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *RotateWebhookSecretResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RotateWebhookSecretResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -22861,6 +23685,11 @@ func (r RotateWebhookSecretResponse) GetApplicationproblemJSON422() *Unprocessab
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RotateWebhookSecretResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -22967,6 +23796,11 @@ type TestWebhookEndpointResponse429Headers struct {
 	RetryAfter         *int
 }
 
+// TestWebhookEndpointResponse431Headers the declared response headers of an HTTP 431 response for TestWebhookEndpoint
+type TestWebhookEndpointResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
 // TestWebhookEndpointResponse500Headers the declared response headers of an HTTP 500 response for TestWebhookEndpoint
 type TestWebhookEndpointResponse500Headers struct {
 	CacheControl        *string
@@ -23001,6 +23835,8 @@ type TestWebhookEndpointResponse struct {
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -23023,6 +23859,8 @@ type TestWebhookEndpointResponse struct {
 	Headers422 *TestWebhookEndpointResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *TestWebhookEndpointResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *TestWebhookEndpointResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *TestWebhookEndpointResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -23072,6 +23910,11 @@ func (r TestWebhookEndpointResponse) GetApplicationproblemJSON422() *Unprocessab
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r TestWebhookEndpointResponse) GetApplicationproblemJSON429() *TooManyRequests {
 	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r TestWebhookEndpointResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -24315,6 +25158,13 @@ func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
 		}
 		response.ApplicationproblemJSON429 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -24487,6 +25337,16 @@ func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListAuditResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListAuditResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -24581,6 +25441,13 @@ func ParseListKeysResponse(rsp *http.Response) (*ListKeysResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -24754,6 +25621,16 @@ func ParseListKeysResponse(rsp *http.Response) (*ListKeysResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListKeysResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListKeysResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -24862,6 +25739,13 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -25069,6 +25953,16 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CreateKeyResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateKeyResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -25170,6 +26064,13 @@ func ParseRevokeKeyResponse(rsp *http.Response) (*RevokeKeyResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -25360,6 +26261,16 @@ func ParseRevokeKeyResponse(rsp *http.Response) (*RevokeKeyResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers RevokeKeyResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers RevokeKeyResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -25475,6 +26386,13 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -25699,6 +26617,16 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers RotateKeyResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers RotateKeyResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -25806,6 +26734,13 @@ func ParseGetLeadershipResponse(rsp *http.Response) (*GetLeadershipResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -25979,6 +26914,16 @@ func ParseGetLeadershipResponse(rsp *http.Response) (*GetLeadershipResponse, err
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetLeadershipResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetLeadershipResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26080,6 +27025,13 @@ func ParseListParkedResponse(rsp *http.Response) (*ListParkedResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -26270,6 +27222,16 @@ func ParseListParkedResponse(rsp *http.Response) (*ListParkedResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListParkedResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListParkedResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26371,6 +27333,13 @@ func ParseReplayAllParkedResponse(rsp *http.Response) (*ReplayAllParkedResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -26561,6 +27530,16 @@ func ParseReplayAllParkedResponse(rsp *http.Response) (*ReplayAllParkedResponse,
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ReplayAllParkedResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ReplayAllParkedResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26669,6 +27648,13 @@ func ParseGetParkedResponse(rsp *http.Response) (*GetParkedResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -26876,6 +27862,16 @@ func ParseGetParkedResponse(rsp *http.Response) (*GetParkedResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetParkedResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetParkedResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26984,6 +27980,13 @@ func ParseReplayParkedResponse(rsp *http.Response) (*ReplayParkedResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -27191,6 +28194,16 @@ func ParseReplayParkedResponse(rsp *http.Response) (*ReplayParkedResponse, error
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ReplayParkedResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ReplayParkedResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -27313,6 +28326,13 @@ func ParseSkipParkedResponse(rsp *http.Response) (*SkipParkedResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -27554,6 +28574,16 @@ func ParseSkipParkedResponse(rsp *http.Response) (*SkipParkedResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers SkipParkedResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers SkipParkedResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -27655,6 +28685,13 @@ func ParseCancelRebuildResponse(rsp *http.Response) (*CancelRebuildResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -27845,6 +28882,16 @@ func ParseCancelRebuildResponse(rsp *http.Response) (*CancelRebuildResponse, err
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CancelRebuildResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CancelRebuildResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -27946,6 +28993,13 @@ func ParseRebuildStatusResponse(rsp *http.Response) (*RebuildStatusResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -28136,6 +29190,16 @@ func ParseRebuildStatusResponse(rsp *http.Response) (*RebuildStatusResponse, err
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers RebuildStatusResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers RebuildStatusResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28244,6 +29308,13 @@ func ParseStartRebuildResponse(rsp *http.Response) (*StartRebuildResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -28451,6 +29522,16 @@ func ParseStartRebuildResponse(rsp *http.Response) (*StartRebuildResponse, error
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers StartRebuildResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers StartRebuildResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28524,6 +29605,13 @@ func ParseHealthResponse(rsp *http.Response) (*HealthResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -28604,6 +29692,16 @@ func ParseHealthResponse(rsp *http.Response) (*HealthResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers HealthResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers HealthResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28653,6 +29751,13 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -28743,6 +29848,16 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers MetricsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers MetricsResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28792,6 +29907,13 @@ func ParseOpenapi30Response(rsp *http.Response) (*Openapi30Response, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -28865,6 +29987,16 @@ func ParseOpenapi30Response(rsp *http.Response) (*Openapi30Response, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers Openapi30Response431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers Openapi30Response500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28914,6 +30046,13 @@ func ParseOpenapiResponse(rsp *http.Response) (*OpenapiResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -28987,6 +30126,16 @@ func ParseOpenapiResponse(rsp *http.Response) (*OpenapiResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers OpenapiResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers OpenapiResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29036,6 +30185,13 @@ func ParseReadyResponse(rsp *http.Response) (*ReadyResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -29123,6 +30279,16 @@ func ParseReadyResponse(rsp *http.Response) (*ReadyResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ReadyResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ReadyResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29217,6 +30383,13 @@ func ParseListCatalogItemsResponse(rsp *http.Response) (*ListCatalogItemsRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -29414,6 +30587,16 @@ func ParseListCatalogItemsResponse(rsp *http.Response) (*ListCatalogItemsRespons
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListCatalogItemsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListCatalogItemsResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29536,6 +30719,13 @@ func ParseCreateCatalogItemResponse(rsp *http.Response) (*CreateCatalogItemRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -29784,6 +30974,16 @@ func ParseCreateCatalogItemResponse(rsp *http.Response) (*CreateCatalogItemRespo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CreateCatalogItemResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateCatalogItemResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29892,6 +31092,13 @@ func ParseGetCatalogItemResponse(rsp *http.Response) (*GetCatalogItemResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -30106,6 +31313,16 @@ func ParseGetCatalogItemResponse(rsp *http.Response) (*GetCatalogItemResponse, e
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetCatalogItemResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetCatalogItemResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -30235,6 +31452,13 @@ func ParseUpdateCatalogItemResponse(rsp *http.Response) (*UpdateCatalogItemRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -30493,6 +31717,16 @@ func ParseUpdateCatalogItemResponse(rsp *http.Response) (*UpdateCatalogItemRespo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers UpdateCatalogItemResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers UpdateCatalogItemResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -30594,6 +31828,13 @@ func ParseListCustomersResponse(rsp *http.Response) (*ListCustomersResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -30791,6 +32032,16 @@ func ParseListCustomersResponse(rsp *http.Response) (*ListCustomersResponse, err
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListCustomersResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListCustomersResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -30913,6 +32164,13 @@ func ParseCreateCustomerResponse(rsp *http.Response) (*CreateCustomerResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -31161,6 +32419,16 @@ func ParseCreateCustomerResponse(rsp *http.Response) (*CreateCustomerResponse, e
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CreateCustomerResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateCustomerResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -31269,6 +32537,13 @@ func ParseGetCustomerResponse(rsp *http.Response) (*GetCustomerResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -31483,6 +32758,16 @@ func ParseGetCustomerResponse(rsp *http.Response) (*GetCustomerResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetCustomerResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetCustomerResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -31612,6 +32897,13 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -31870,6 +33162,16 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers UpdateCustomerResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers UpdateCustomerResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -31964,6 +33266,13 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
@@ -32137,6 +33446,16 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListEventsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListEventsResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -32238,6 +33557,13 @@ func ParseListOrdersResponse(rsp *http.Response) (*ListOrdersResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -32435,6 +33761,16 @@ func ParseListOrdersResponse(rsp *http.Response) (*ListOrdersResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListOrdersResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListOrdersResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -32557,6 +33893,13 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -32819,6 +34162,16 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CreateOrderResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateOrderResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -32930,6 +34283,13 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -33168,6 +34528,16 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetOrderResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetOrderResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -33297,6 +34667,13 @@ func ParseUpdateOrderResponse(rsp *http.Response) (*UpdateOrderResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -33569,6 +34946,16 @@ func ParseUpdateOrderResponse(rsp *http.Response) (*UpdateOrderResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers UpdateOrderResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers UpdateOrderResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -33698,6 +35085,13 @@ func ParseAssignOrderResponse(rsp *http.Response) (*AssignOrderResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -33970,6 +35364,16 @@ func ParseAssignOrderResponse(rsp *http.Response) (*AssignOrderResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers AssignOrderResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers AssignOrderResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -34099,6 +35503,13 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -34371,6 +35782,16 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CancelOrderResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CancelOrderResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -34479,6 +35900,13 @@ func ParseOrderChangesResponse(rsp *http.Response) (*OrderChangesResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -34693,6 +36121,16 @@ func ParseOrderChangesResponse(rsp *http.Response) (*OrderChangesResponse, error
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers OrderChangesResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers OrderChangesResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -34822,6 +36260,13 @@ func ParseSettleOrderResponse(rsp *http.Response) (*SettleOrderResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -35094,6 +36539,16 @@ func ParseSettleOrderResponse(rsp *http.Response) (*SettleOrderResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers SettleOrderResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers SettleOrderResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -35223,6 +36678,13 @@ func ParseChangeOrderStatusResponse(rsp *http.Response) (*ChangeOrderStatusRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -35495,6 +36957,16 @@ func ParseChangeOrderStatusResponse(rsp *http.Response) (*ChangeOrderStatusRespo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ChangeOrderStatusResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ChangeOrderStatusResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -35596,6 +37068,13 @@ func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -35793,6 +37272,16 @@ func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, err
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListSchedulesResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListSchedulesResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -35904,6 +37393,13 @@ func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -36142,6 +37638,16 @@ func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) 
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetScheduleResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetScheduleResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -36271,6 +37777,13 @@ func ParseChangeScheduleStatusResponse(rsp *http.Response) (*ChangeScheduleStatu
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -36543,6 +38056,16 @@ func ParseChangeScheduleStatusResponse(rsp *http.Response) (*ChangeScheduleStatu
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ChangeScheduleStatusResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ChangeScheduleStatusResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -36644,6 +38167,13 @@ func ParseListServiceRequestsResponse(rsp *http.Response) (*ListServiceRequestsR
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -36841,6 +38371,16 @@ func ParseListServiceRequestsResponse(rsp *http.Response) (*ListServiceRequestsR
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListServiceRequestsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListServiceRequestsResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -36963,6 +38503,13 @@ func ParseCreateServiceRequestResponse(rsp *http.Response) (*CreateServiceReques
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -37225,6 +38772,16 @@ func ParseCreateServiceRequestResponse(rsp *http.Response) (*CreateServiceReques
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CreateServiceRequestResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateServiceRequestResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -37336,6 +38893,13 @@ func ParseGetServiceRequestResponse(rsp *http.Response) (*GetServiceRequestRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -37574,6 +39138,16 @@ func ParseGetServiceRequestResponse(rsp *http.Response) (*GetServiceRequestRespo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetServiceRequestResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetServiceRequestResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -37703,6 +39277,13 @@ func ParseUpdateServiceRequestResponse(rsp *http.Response) (*UpdateServiceReques
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -37975,6 +39556,16 @@ func ParseUpdateServiceRequestResponse(rsp *http.Response) (*UpdateServiceReques
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers UpdateServiceRequestResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers UpdateServiceRequestResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -38104,6 +39695,13 @@ func ParseConvertServiceRequestResponse(rsp *http.Response) (*ConvertServiceRequ
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -38383,6 +39981,16 @@ func ParseConvertServiceRequestResponse(rsp *http.Response) (*ConvertServiceRequ
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ConvertServiceRequestResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ConvertServiceRequestResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -38512,6 +40120,13 @@ func ParseChangeServiceRequestStatusResponse(rsp *http.Response) (*ChangeService
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -38784,6 +40399,16 @@ func ParseChangeServiceRequestStatusResponse(rsp *http.Response) (*ChangeService
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ChangeServiceRequestStatusResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ChangeServiceRequestStatusResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -38885,6 +40510,13 @@ func ParseListStaffMembersResponse(rsp *http.Response) (*ListStaffMembersRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -39082,6 +40714,16 @@ func ParseListStaffMembersResponse(rsp *http.Response) (*ListStaffMembersRespons
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListStaffMembersResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListStaffMembersResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -39204,6 +40846,13 @@ func ParseCreateStaffMemberResponse(rsp *http.Response) (*CreateStaffMemberRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -39452,6 +41101,16 @@ func ParseCreateStaffMemberResponse(rsp *http.Response) (*CreateStaffMemberRespo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CreateStaffMemberResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateStaffMemberResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -39560,6 +41219,13 @@ func ParseGetStaffMemberResponse(rsp *http.Response) (*GetStaffMemberResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -39774,6 +41440,16 @@ func ParseGetStaffMemberResponse(rsp *http.Response) (*GetStaffMemberResponse, e
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetStaffMemberResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetStaffMemberResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -39903,6 +41579,13 @@ func ParseUpdateStaffMemberResponse(rsp *http.Response) (*UpdateStaffMemberRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -40161,6 +41844,16 @@ func ParseUpdateStaffMemberResponse(rsp *http.Response) (*UpdateStaffMemberRespo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers UpdateStaffMemberResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers UpdateStaffMemberResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -40255,6 +41948,13 @@ func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpoint
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -40428,6 +42128,16 @@ func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpoint
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListWebhookEndpointsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListWebhookEndpointsResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -40550,6 +42260,13 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -40805,6 +42522,16 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CreateWebhookEndpointResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateWebhookEndpointResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -40902,6 +42629,13 @@ func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -41092,6 +42826,16 @@ func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers DeleteWebhookEndpointResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteWebhookEndpointResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -41196,6 +42940,13 @@ func ParseGetWebhookEndpointResponse(rsp *http.Response) (*GetWebhookEndpointRes
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -41403,6 +43154,16 @@ func ParseGetWebhookEndpointResponse(rsp *http.Response) (*GetWebhookEndpointRes
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetWebhookEndpointResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetWebhookEndpointResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -41532,6 +43293,13 @@ func ParseUpdateWebhookEndpointResponse(rsp *http.Response) (*UpdateWebhookEndpo
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -41797,6 +43565,16 @@ func ParseUpdateWebhookEndpointResponse(rsp *http.Response) (*UpdateWebhookEndpo
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers UpdateWebhookEndpointResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers UpdateWebhookEndpointResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -41898,6 +43676,13 @@ func ParseListWebhookDeliveriesResponse(rsp *http.Response) (*ListWebhookDeliver
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -42088,6 +43873,16 @@ func ParseListWebhookDeliveriesResponse(rsp *http.Response) (*ListWebhookDeliver
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListWebhookDeliveriesResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListWebhookDeliveriesResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -42189,6 +43984,13 @@ func ParseGetWebhookDeliveryResponse(rsp *http.Response) (*GetWebhookDeliveryRes
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -42379,6 +44181,16 @@ func ParseGetWebhookDeliveryResponse(rsp *http.Response) (*GetWebhookDeliveryRes
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetWebhookDeliveryResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetWebhookDeliveryResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -42501,6 +44313,13 @@ func ParseRedeliverWebhookResponse(rsp *http.Response) (*RedeliverWebhookRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -42749,6 +44568,16 @@ func ParseRedeliverWebhookResponse(rsp *http.Response) (*RedeliverWebhookRespons
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers RedeliverWebhookResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers RedeliverWebhookResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -42878,6 +44707,13 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -43143,6 +44979,16 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers RotateWebhookSecretResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers RotateWebhookSecretResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -43265,6 +45111,13 @@ func ParseTestWebhookEndpointResponse(rsp *http.Response) (*TestWebhookEndpointR
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -43513,6 +45366,16 @@ func ParseTestWebhookEndpointResponse(rsp *http.Response) (*TestWebhookEndpointR
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers TestWebhookEndpointResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
 	case rsp.StatusCode == 500:
 		var headers TestWebhookEndpointResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {

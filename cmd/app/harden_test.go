@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +55,7 @@ func TestHTTPServerLimits(t *testing.T) {
 	require.Equal(t, maxHeaderBytes, srv.MaxHeaderBytes)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = serveOn(srv, ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	dial := func(t *testing.T) net.Conn {
@@ -86,7 +88,35 @@ func TestHTTPServerLimits(t *testing.T) {
 		conn := dial(t)
 		_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", maxHeaderBytes+4096)+"\r\n\r\n")
 		require.NoError(t, err)
-		require.Contains(t, closed(t, conn), "431 Request Header Fields Too Large")
+		status, p := rawProblem(t, closed(t, conn))
+		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, status)
+		require.Equal(t, "/problems/headers-too-large", p.Type)
+		require.Contains(t, p.Detail, strconv.Itoa(maxHeaderBytes))
+	})
+	t.Run("unreadable header", func(t *testing.T) {
+		conn := dial(t)
+		_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n")
+		require.NoError(t, err)
+		status, p := rawProblem(t, closed(t, conn))
+		require.Equal(t, http.StatusBadRequest, status)
+		require.Equal(t, "/problems/malformed-request", p.Type)
+		require.Equal(t, "the request could not be read as HTTP/1.1", p.Detail)
+	})
+	t.Run("no host", func(t *testing.T) {
+		conn := dial(t)
+		_, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\n\r\n")
+		require.NoError(t, err)
+		status, p := rawProblem(t, closed(t, conn))
+		require.Equal(t, http.StatusBadRequest, status)
+		require.Equal(t, "the request could not be read as HTTP/1.1: missing required Host header", p.Detail)
+	})
+	t.Run("unsupported transfer coding", func(t *testing.T) {
+		conn := dial(t)
+		_, err := io.WriteString(conn, "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+		require.NoError(t, err)
+		status, p := rawProblem(t, closed(t, conn))
+		require.Equal(t, http.StatusNotImplemented, status)
+		require.Equal(t, "/problems/not-implemented", p.Type)
 	})
 	t.Run("idle keep-alive", func(t *testing.T) {
 		conn := dial(t)
@@ -94,6 +124,20 @@ func TestHTTPServerLimits(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, closed(t, conn), "204 No Content", "answered, then closed when idle")
 	})
+}
+
+// rawProblem reads a raw HTTP answer that must be a problem: its status and
+// body.
+func rawProblem(t *testing.T, raw string) (int, httpport.Problem) {
+	t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(raw)), nil)
+	require.NoError(t, err, "an HTTP answer: %q", raw)
+	defer resp.Body.Close()
+	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), "%q", raw)
+	var p httpport.Problem
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p), "%q", raw)
+	require.Equal(t, resp.StatusCode, p.Status)
+	return resp.StatusCode, p
 }
 
 // A panicking handler answers a 500 problem without internals, its stack is

@@ -415,7 +415,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		addrs = append(addrs, strings.ToLower(l.setting), ln.Addr().String())
 		srv := newHTTPServer(cfg, handler)
 		g.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := serveOn(srv, ln); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("http server (%s): %w", l.setting, err)
 			}
 			return nil
@@ -551,6 +551,13 @@ func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
 		IdleTimeout:       cfg.HTTPIdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
+}
+
+// serveOn serves srv on ln, whose connections answer net/http's own errors
+// (headers over maxHeaderBytes, an unreadable request) as problems
+// (httpport.Listener).
+func serveOn(srv *http.Server, ln net.Listener) error {
+	return srv.Serve(httpport.Listener(ln, maxHeaderBytes))
 }
 
 // runProjections runs the projection pipeline on the event store es for one

@@ -187,6 +187,7 @@ func TestOpenAPIOperationsAreComplete(t *testing.T) {
 			require.True(t, success, "%s %s has a success answer", method, path)
 			require.Contains(t, op.Responses, "500", "%s %s", method, path)
 			require.Contains(t, op.Responses, "429", "%s %s: every operation may be rate limited", method, path)
+			require.Contains(t, op.Responses, "431", "%s %s: net/http refuses headers over the cap before any route (httpport.Listener)", method, path)
 			tooMany := op.Responses["429"].(map[string]any)
 			if ref, ok := tooMany["$ref"].(string); ok {
 				resolved, _ := resolve(ref)
