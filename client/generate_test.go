@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"go/format"
 	"go/parser"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/internal/harness"
 	httpport "hearth/ports/http"
 )
 
@@ -134,8 +136,10 @@ func firstDifference(a, b string) (int, string, string) {
 // openapi-typescript; a file that uses them as a client would
 // (testdata/typescript/check.ts) must compile with tsc against the types of
 // the 3.1 source and of the 3.0 form. The versions are pinned in
-// testdata/typescript/package-lock.json. Without npm this fails: the check
-// is part of `make test`, and .ci/run installs Node.js and npm.
+// testdata/typescript/package-lock.json. Without npm the check installs
+// Debian's nodejs and npm itself, as the Postgres and NATS harnesses install
+// their servers (as root with apt-get; elsewhere it fails and says what to
+// install): it is part of `make test`.
 func TestTypeScriptTypesCompile(t *testing.T) {
 	t.Parallel()
 	pkg, err := filepath.Abs(filepath.Join("testdata", "typescript"))
@@ -165,8 +169,8 @@ func TestTypeScriptTypesCompile(t *testing.T) {
 // already holds what package-lock.json says (.ci/run runs npm ci first).
 func npmInstall(t *testing.T, dir string) {
 	t.Helper()
-	_, err := exec.LookPath("npm")
-	require.NoError(t, err, "the TypeScript check needs Node.js and npm (Debian: apt-get install nodejs npm)")
+	_, err := harness.Ensure(context.Background(), "npm", "nodejs", "npm")
+	require.NoError(t, err, "the TypeScript check needs Node.js and npm")
 	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
 	require.NoError(t, err)
 	installed, err := os.ReadFile(filepath.Join(dir, "node_modules", ".package-lock.json"))

@@ -26,6 +26,7 @@ import (
 	"hearth/app/publicevent"
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
+	"hearth/internal/harness"
 )
 
 // The receiver's side, as docs/api.md ("Verifying a delivery") shows it,
@@ -166,9 +167,8 @@ func TestVerifyExampleIsTheDocumented(t *testing.T) {
 // tampered one.
 func TestVerifyShellExample(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Fatal("openssl is needed (.ci/run installs it)")
-	}
+	_, err := harness.Ensure(context.Background(), "openssl", "openssl")
+	require.NoError(t, err, "the example needs openssl")
 	script := regexp.MustCompile("(?s)In a shell, with `openssl`.*?```sh\n(.*?)```").FindStringSubmatch(docsAPI(t))
 	require.NotNil(t, script, "docs/api.md has the shell example")
 	secret := webhook.NewSecret()

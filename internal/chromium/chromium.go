@@ -10,6 +10,8 @@ import (
 	"os/exec"
 
 	"github.com/chromedp/chromedp"
+
+	"hearth/internal/harness"
 )
 
 // Path is the Chromium binary: $CHROMIUM when set, else the first of
@@ -26,8 +28,8 @@ func Path() string {
 	return ""
 }
 
-// ErrNotFound is Start without a Chromium on this machine
-// (apt-get install chromium; .ci/run installs it).
+// ErrNotFound is Start without a Chromium on this machine, where it could
+// not install Debian's (not root, or no apt-get).
 var ErrNotFound = errors.New("chromium not found: apt-get install chromium, or set CHROMIUM")
 
 // Options are the browser's.
@@ -40,9 +42,16 @@ type Options struct {
 }
 
 // Start launches a headless Chromium and returns a chromedp context on its
-// first tab; stop closes the browser and waits for the process to end.
+// first tab; stop closes the browser and waits for the process to end. On a
+// machine without one it installs Debian's chromium first when it can, as
+// the Postgres and NATS harnesses install their servers.
 func Start(parent context.Context, o Options) (ctx context.Context, stop func(), err error) {
 	path := Path()
+	if path == "" && harness.Available() {
+		if path, err = harness.Ensure(parent, "chromium", "chromium"); err != nil {
+			return nil, nil, err
+		}
+	}
 	if path == "" {
 		return nil, nil, ErrNotFound
 	}

@@ -12,8 +12,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -25,12 +27,19 @@ func Available() bool {
 }
 
 // Install runs apt-get update, then apt-get install -y packages, streaming
-// apt-get's output to os.Stderr.
+// apt-get's output to os.Stderr. Installs are serialised across processes
+// (installLock): go test runs packages' test binaries in parallel, and two
+// apt-get runs at once fail on apt's own locks instead of waiting.
 func Install(ctx context.Context, packages ...string) error {
 	aptGet, err := exec.LookPath("apt-get")
 	if err != nil || os.Geteuid() != 0 {
 		return errors.New("harness: cannot install packages here (not root, or no apt-get)")
 	}
+	unlock, err := lockInstalls()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	for _, args := range [][]string{{"update"}, append([]string{"install", "-y"}, packages...)} {
 		cmd := exec.CommandContext(ctx, aptGet, args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
@@ -41,6 +50,48 @@ func Install(ctx context.Context, packages ...string) error {
 		}
 	}
 	return nil
+}
+
+// Ensure returns the path of program, installing packages with apt-get
+// first when program is not on PATH and this process can install
+// (Available). A process that waited for another's install finds program
+// and installs nothing.
+func Ensure(ctx context.Context, program string, packages ...string) (string, error) {
+	return ensure(ctx, program, Available(), Install, packages...)
+}
+
+func ensure(ctx context.Context, program string, canInstall bool, install func(context.Context, ...string) error, packages ...string) (string, error) {
+	if path, err := exec.LookPath(program); err == nil {
+		return path, nil
+	}
+	if !canInstall {
+		return "", fmt.Errorf("harness: %s is not installed, and this process cannot install it (as root with apt-get: apt-get install %s)",
+			program, strings.Join(packages, " "))
+	}
+	if err := install(ctx, packages...); err != nil {
+		return "", fmt.Errorf("harness: install %s for %s: %w", strings.Join(packages, " "), program, err)
+	}
+	path, err := exec.LookPath(program)
+	if err != nil {
+		return "", fmt.Errorf("harness: apt-get installed %s, but %s is still not on PATH: %w", strings.Join(packages, " "), program, err)
+	}
+	return path, nil
+}
+
+// installLock is the file whose lock serialises Install across processes.
+var installLock = filepath.Join(os.TempDir(), "hearth-harness-apt.lock")
+
+// lockInstalls takes installLock, waiting for another process's install.
+func lockInstalls() (unlock func(), err error) {
+	f, err := os.OpenFile(installLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("harness: open %s: %w", installLock, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("harness: lock %s: %w", installLock, err)
+	}
+	return func() { _ = f.Close() }, nil // closing the file releases the lock
 }
 
 // FreePort returns a TCP port of 127.0.0.1 that was free a moment ago; a

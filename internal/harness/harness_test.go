@@ -1,0 +1,62 @@
+package harness
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestEnsure(t *testing.T) {
+	ctx := context.Background()
+	bin := t.TempDir()
+	t.Setenv("PATH", bin)
+	installs := 0
+	// installs writes program into bin, as apt-get would put it on PATH.
+	fakeInstall := func(program string) func(context.Context, ...string) error {
+		return func(_ context.Context, packages ...string) error {
+			installs++
+			require.Equal(t, []string{"nodejs", "npm"}, packages)
+			if program == "" {
+				return nil
+			}
+			return os.WriteFile(filepath.Join(bin, program), []byte("#!/bin/sh\n"), 0o755)
+		}
+	}
+
+	_, err := ensure(ctx, "npm", false, fakeInstall("npm"), "nodejs", "npm")
+	require.ErrorContains(t, err, "apt-get install nodejs npm", "says what to install")
+	require.Zero(t, installs, "installs nothing it may not")
+
+	_, err = ensure(ctx, "npm", true, fakeInstall(""), "nodejs", "npm")
+	require.ErrorContains(t, err, "still not on PATH")
+	require.Equal(t, 1, installs)
+
+	path, err := ensure(ctx, "npm", true, fakeInstall("npm"), "nodejs", "npm")
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(bin, "npm"), path)
+	require.Equal(t, 2, installs)
+
+	path, err = ensure(ctx, "npm", true, fakeInstall("npm"), "nodejs", "npm")
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(bin, "npm"), path)
+	require.Equal(t, 2, installs, "a program on PATH is not installed again")
+}
+
+// Installs are serialised through a lock on a file, which another process
+// (another open file) cannot take while it is held.
+func TestInstallLock(t *testing.T) {
+	installLock = filepath.Join(t.TempDir(), "apt.lock")
+	unlock, err := lockInstalls()
+	require.NoError(t, err)
+
+	other, err := os.Open(installLock)
+	require.NoError(t, err)
+	defer other.Close()
+	require.ErrorIs(t, syscall.Flock(int(other.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK, "held")
+	unlock()
+	require.NoError(t, syscall.Flock(int(other.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), "released")
+}
