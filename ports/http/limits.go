@@ -50,21 +50,30 @@ const (
 )
 
 // Bounds of the limiters' tables. An entry idle long enough for its bucket
-// to be full again is dropped (a new one would be the same); past the bound,
-// an arbitrary idle entry makes room, so a flood of addresses costs a bounded
-// amount of memory (about 200 bytes an entry) at the price of precision.
+// to be full again is dropped (a new one would be the same). Past the bound,
+// keys and merchants (only authenticated ones get an entry) make room by
+// dropping an arbitrary idle entry; client addresses instead share one
+// overflow bucket, so that a flood of new addresses cannot earn fresh
+// budgets by pushing older ones out. Memory stays bounded (about 200 bytes
+// an entry) and so do the lookups.
 const (
 	maxTrackedAddresses = 1 << 14
-	maxTrackedKeys      = 1 << 16 // keys and merchants: only authenticated ones get an entry
+	maxTrackedKeys      = 1 << 16
 	sweepEvery          = 10 * time.Second
 )
+
+// siteShare is how many addresses' worth of unknown-key budget one IPv6 /48
+// (a site's usual allocation) gets, shared by all its /64s: a client that
+// owns a /48 has 65,536 /64s to draw from, not 65,536 budgets.
+const siteShare = 8
 
 // limiter enforces Limits.
 type limiter struct {
 	Limits
 	keys      *buckets[string]     // by key id; nil when off
 	merchants *buckets[string]     // by merchant id, with the in-flight count; nil when both are off
-	addresses *buckets[netip.Addr] // by client address; nil when off
+	addresses *buckets[netip.Addr] // by client address (IPv6: /64); nil when off
+	sites     *buckets[netip.Addr] // by IPv6 /48, siteShare budgets each; nil when off
 	trusted   []netip.Prefix
 	policy    string // the RateLimit-Policy value
 }
@@ -86,7 +95,8 @@ func newLimiter(l Limits, trusted []netip.Prefix) *limiter {
 	}
 	if l.UnknownKeyRate > 0 {
 		l.UnknownKeyBurst = max(l.UnknownKeyBurst, 1)
-		lim.addresses = newBuckets[netip.Addr](l.UnknownKeyRate, l.UnknownKeyBurst, maxTrackedAddresses)
+		lim.addresses = newBuckets[netip.Addr](l.UnknownKeyRate, l.UnknownKeyBurst, maxTrackedAddresses).withOverflow()
+		lim.sites = newBuckets[netip.Addr](l.UnknownKeyRate*siteShare, l.UnknownKeyBurst*siteShare, maxTrackedAddresses).withOverflow()
 	}
 	lim.Limits = l
 	lim.policy = strings.Join(policies, ", ")
@@ -157,25 +167,40 @@ func (l *limiter) admit(p access.Principal, now time.Time) verdict {
 }
 
 // lookup reports whether a key that is not in the cache may be looked up
-// for r (counted against its client address); when it may, the caller calls the returned
-// function once the lookup is over, telling whether the key was unknown
-// (which spends the address's budget). Lookups in flight count against the
-// budget too, so a burst of concurrent requests cannot overdraw it.
+// for r (counted against its client address, and an IPv6 address's /48 too);
+// when it may, the caller calls the returned function once the lookup is
+// over, telling whether the key was unknown (which spends the budgets).
+// Lookups in flight count against the budgets too, so a burst of concurrent
+// requests cannot overdraw them.
 func (l *limiter) lookup(r *http.Request, now time.Time) (done func(unknown bool), refused quota, ok bool) {
 	if l.addresses == nil {
 		return func(bool) {}, quota{}, true
 	}
-	b := l.addresses.get(l.clientAddress(r), now)
-	tokens := b.lim.TokensAt(now)
-	if float64(b.count.Add(1)) > tokens {
-		b.count.Add(-1)
-		return nil, quota{name: limitClientAddress, burst: l.UnknownKeyBurst, rate: l.UnknownKeyRate, tokens: tokens}, false
+	addr := l.clientAddress(r)
+	held := []*bucket{l.addresses.get(addr, now)}
+	if addr.Is6() {
+		held = append(held, l.sites.get(netip.PrefixFrom(addr, 48).Masked().Addr(), now))
+	}
+	for i, b := range held {
+		tokens := b.lim.TokensAt(now)
+		if float64(b.count.Add(1)) > tokens {
+			for _, h := range held[:i+1] {
+				h.count.Add(-1)
+			}
+			q := quota{name: limitClientAddress, burst: l.UnknownKeyBurst, rate: l.UnknownKeyRate, tokens: tokens}
+			if i > 0 {
+				q.burst, q.rate = q.burst*siteShare, q.rate*siteShare
+			}
+			return nil, q, false
+		}
 	}
 	return func(unknown bool) {
-		if unknown {
-			b.lim.AllowN(now, 1)
+		for _, b := range held {
+			if unknown {
+				b.lim.AllowN(now, 1)
+			}
+			b.count.Add(-1)
 		}
-		b.count.Add(-1)
 	}, quota{}, true
 }
 
@@ -327,6 +352,7 @@ type buckets[K comparable] struct {
 	mu        sync.Mutex
 	m         map[K]*bucket
 	nextSweep time.Time
+	overflow  *bucket // shared by new keys while the table is full; nil: evict instead
 }
 
 // bucket is one entry: its token bucket (nil without a rate) and a count
@@ -345,7 +371,23 @@ func newBuckets[K comparable](r float64, burst, maxEntries int) *buckets[K] {
 	return &buckets[K]{rate: rate.Limit(r), burst: burst, idle: idle, max: maxEntries, m: map[K]*bucket{}}
 }
 
-// get returns k's entry, creating it with a full bucket.
+// withOverflow makes the keys that find t full share one overflow bucket
+// instead of evicting an entry.
+func (t *buckets[K]) withOverflow() *buckets[K] {
+	t.overflow = t.newBucket()
+	return t
+}
+
+func (t *buckets[K]) newBucket() *bucket {
+	b := &bucket{}
+	if t.rate > 0 {
+		b.lim = rate.NewLimiter(t.rate, t.burst)
+	}
+	return b
+}
+
+// get returns k's entry, creating it with a full bucket; while the table is
+// full, a new k gets the overflow bucket, or an idle entry makes room.
 func (t *buckets[K]) get(k K, now time.Time) *bucket {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -355,12 +397,12 @@ func (t *buckets[K]) get(k K, now time.Time) *bucket {
 			t.sweep(now)
 		}
 		if len(t.m) >= t.max {
+			if t.overflow != nil {
+				return t.overflow
+			}
 			t.evictOne()
 		}
-		b = &bucket{}
-		if t.rate > 0 {
-			b.lim = rate.NewLimiter(t.rate, t.burst)
-		}
+		b = t.newBucket()
 		t.m[k] = b
 	}
 	b.last = now

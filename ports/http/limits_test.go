@@ -3,6 +3,7 @@ package httpport
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -156,6 +157,40 @@ func TestLimitUnknownKeyLookupsInFlight(t *testing.T) {
 	wg.Wait()
 }
 
+// An IPv6 client's unknown keys count per /64 and per /48 too: a site that
+// owns a /48 gets siteShare budgets, not one per /64 it can draw from.
+func TestLimitUnknownKeysPerSite(t *testing.T) {
+	t.Parallel()
+	h, err := NewHandler(Config{Auth: operators(), APIEnabled: true, Limits: Limits{UnknownKeyRate: 0.001, UnknownKeyBurst: 2}})
+	require.NoError(t, err)
+	from := func(subnet int) string { return fmt.Sprintf("[2001:db8:7:%x::1]:443", subnet) }
+	for i := range 2 * siteShare {
+		rec := get(h, "/v1/orders", "nobody", from(i/2), nil)
+		require.Equal(t, http.StatusUnauthorized, rec.Code, "lookup %d, within the /64's and the /48's budgets", i)
+	}
+	requireRateLimited(t, get(h, "/v1/orders", "nobody", from(1000), nil), limitClientAddress)
+	require.Equal(t, http.StatusUnauthorized, get(h, "/v1/orders", "nobody", "[2001:db8:8::1]:443", nil).Code,
+		"another /48 has its own budget")
+}
+
+// A flood of new client addresses past the table's bound shares one
+// overflow budget: pushing entries out cannot earn fresh budgets.
+func TestLimitAddressFloodSharesOverflow(t *testing.T) {
+	t.Parallel()
+	h, err := NewHandler(Config{Auth: operators(), APIEnabled: true, Limits: Limits{UnknownKeyRate: 0.001, UnknownKeyBurst: 2}})
+	require.NoError(t, err)
+	addr := func(i int) string { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String() + ":1" }
+	for i := range maxTrackedAddresses {
+		require.Equal(t, http.StatusUnauthorized, get(h, "/v1/orders", "nobody", addr(i), nil).Code)
+	}
+	next := maxTrackedAddresses
+	for range 2 { // the overflow bucket's burst
+		require.Equal(t, http.StatusUnauthorized, get(h, "/v1/orders", "nobody", addr(next), nil).Code)
+		next++
+	}
+	requireRateLimited(t, get(h, "/v1/orders", "nobody", addr(next), nil), limitClientAddress)
+}
+
 func TestLimitClientAddress(t *testing.T) {
 	t.Parallel()
 	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::1/128")}
@@ -209,6 +244,13 @@ func TestLimitTablesAreBounded(t *testing.T) {
 	tbl.get(5000, later)
 	require.Equal(t, 2, tbl.len(), "idle entries are dropped; the held one and the new one stay")
 	require.Same(t, held, tbl.get(-1, later))
+
+	shared := newBuckets[int](10, 20, 100).withOverflow()
+	for i := range 100 {
+		shared.get(i, now)
+	}
+	require.Same(t, shared.get(1000, now), shared.get(1001, now), "past the bound, new keys share the overflow bucket")
+	require.Equal(t, 100, shared.len())
 }
 
 func TestLimitHeaderArithmetic(t *testing.T) {
