@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -130,8 +131,23 @@ Try:
   curl -s -X POST %s/v1/orders -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -d '{"customer_id":"<customer id>","amount_cents":12000}'
   curl -s %s/v1/orders -H "Authorization: Bearer $KEY"
 
-`, op.MerchantID, op.Secret, admin.Secret, worker.Secret, staffID, base, op.Secret, base, base, base)
+The operator's commands (keys, audit, parked, verify, rebuild; docs/operations.md) read
+this database; in another shell:
+  export DATABASE_URL='%s'
+  go run ./cmd/app keys list
+
+`, op.MerchantID, op.Secret, admin.Secret, worker.Secret, staffID, base, op.Secret, base, base, base, printableURL(cfg.DatabaseURL))
 	return nil
+}
+
+// printableURL is a connection string for the banner, its password (if
+// any) masked.
+func printableURL(conn string) string {
+	u, err := url.Parse(conn)
+	if err != nil || u.Scheme == "" {
+		return "<your DATABASE_URL>"
+	}
+	return u.Redacted()
 }
 
 func demoStaff(ctx context.Context, db *bun.DB, store *refdata.Store, merchantID string) (string, error) {

@@ -192,7 +192,8 @@ func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string
 		if err != nil {
 			return flagError(verb, err, "")
 		}
-		fmt.Fprintf(stdout, "%s: revoked at %s\n", describeKey(key), key.RevokedAt.Format(time.RFC3339))
+		fmt.Fprintf(stdout, "%s: revoked at %s; API instances refuse it once their cached copy expires (KEY_CACHE_TTL)\n",
+			describeKey(key), key.RevokedAt.Format(time.RFC3339))
 		return nil
 	default: // rotate
 		rot, err := tools.keys.RotateKey(ctx, id, grace, by)
@@ -202,7 +203,7 @@ func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string
 		if err != nil {
 			return flagError(verb, err, "")
 		}
-		old := "revoked now"
+		old := "revoked now, refused once API instances' cached copies expire (KEY_CACHE_TTL)"
 		if rot.Previous.RevokedAt == nil {
 			old = "works until " + rot.Previous.ExpiresAt.Format(time.RFC3339)
 		}

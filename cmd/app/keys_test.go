@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -308,4 +309,19 @@ func TestKeysLifecycleCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "key.revoke")
 	require.Contains(t, out, "2 of 5 entries")
+}
+
+// make run's banner says which database the operator's commands must be
+// pointed at, and that command line works as printed.
+func TestDevBannerNamesTheDatabase(t *testing.T) {
+	t.Parallel()
+	k := setupKeys(t)
+	var banner syncBuffer
+	require.NoError(t, seedDemo(t.Context(), Config{DatabaseURL: k.url, HTTPAddr: ":8080"}, &banner))
+	url := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(banner.String())
+	require.NotNil(t, url, "the banner prints DATABASE_URL:\n%s", banner.String())
+	k.url = url[1]
+	out, err := k.run("keys", "list")
+	require.NoError(t, err)
+	require.Contains(t, out, "demo", "the printed database has the demo merchant's keys")
 }

@@ -32,7 +32,7 @@ const usage = `usage:
   app keys create --role operator|worker --merchant NAME [--staff ID] [--name N] [--expires-in D | --expires-at T] [--by WHO]
   app keys create --role admin [--name N] [--expires-in D | --expires-at T] [--by WHO]   a platform key (no merchant)
   app keys list [--merchant NAME] [--json]                 keys, newest first (never their secrets)
-  app keys revoke ID [--by WHO]                            the key stops working now
+  app keys revoke ID [--by WHO]                            the key is refused within KEY_CACHE_TTL (API instances cache keys)
   app keys rotate ID [--grace D] [--by WHO]                a new key like it; the old one is revoked, or works for D more
   app audit list [--limit N] [--json]                      the admin audit log, newest first
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset (and nats-server when installed and RELAY_NATS_URL is unset)

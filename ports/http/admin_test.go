@@ -145,5 +145,7 @@ func TestAdminRoutesCallTheUseCases(t *testing.T) {
 		"start orders by key:4", "cancel orders by key:4",
 		"issue by key:4", "rotate " + id + " 1h30m0s by key:4",
 	}, f.calls)
-	require.Equal(t, http.StatusForbidden, adminDo(h, "POST", "/admin/rebuilds/orders", "op-key", "").Code, "admin keys only")
+	forbidden := adminDo(h, "POST", "/admin/rebuilds/orders", "op-key", "")
+	require.Equal(t, http.StatusForbidden, forbidden.Code, "admin keys only")
+	require.Contains(t, forbidden.Body.String(), `"an operator key may not POST /admin/rebuilds/orders"`)
 }

@@ -432,7 +432,7 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 			}
 			if !allowed {
 				writeProblem(w, newProblem(http.StatusForbidden, "forbidden",
-					"a "+string(p.Role)+" key may not "+r.Method+" "+r.URL.Path))
+					article(string(p.Role))+" key may not "+r.Method+" "+r.URL.Path))
 				return
 			}
 			v := s.limits.admit(p, now)
@@ -584,4 +584,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// article is word with its indefinite article: "an admin", "a worker".
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an " + word
+	}
+	return "a " + word
 }
