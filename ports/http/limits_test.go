@@ -179,7 +179,9 @@ func TestLimitAddressFloodSharesOverflow(t *testing.T) {
 	t.Parallel()
 	h, err := NewHandler(Config{Auth: operators(), APIEnabled: true, Limits: Limits{UnknownKeyRate: 0.001, UnknownKeyBurst: 2}})
 	require.NoError(t, err)
-	addr := func(i int) string { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String() + ":1" }
+	addr := func(i int) string {
+		return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String() + ":1"
+	}
 	for i := range maxTrackedAddresses {
 		require.Equal(t, http.StatusUnauthorized, get(h, "/v1/orders", "nobody", addr(i), nil).Code)
 	}
