@@ -2948,8 +2948,8 @@ type OrderWritten struct {
 	PaidAt        *time.Time `json:"paid_at"`
 	PaymentMethod string     `json:"payment_method"`
 
-	// Position point in the event log this write reached (also the Consistency-Position header)
-	Position  string              `json:"position"`
+	// Position point in the event log this write reached: the position of its last event, the same value as the events' position in the feed, webhooks and the relay (also the Consistency-Position header)
+	Position  int64               `json:"position"`
 	RequestId *openapi_types.UUID `json:"request_id"`
 
 	// ScheduledEndAt RFC 3339 with an offset; answered in UTC
@@ -3289,8 +3289,8 @@ type ScheduleWritten struct {
 	Notes   string             `json:"notes"`
 	OrderId openapi_types.UUID `json:"order_id"`
 
-	// Position point in the event log this write reached (also the Consistency-Position header)
-	Position string             `json:"position"`
+	// Position point in the event log this write reached: the position of its last event, the same value as the events' position in the feed, webhooks and the relay (also the Consistency-Position header)
+	Position int64              `json:"position"`
 	StaffId  openapi_types.UUID `json:"staff_id"`
 
 	// StaffName same merchant only
@@ -3445,8 +3445,8 @@ type ServiceRequestWritten struct {
 	// OrderId set once converted
 	OrderId *openapi_types.UUID `json:"order_id"`
 
-	// Position point in the event log this write reached (also the Consistency-Position header)
-	Position string                      `json:"position"`
+	// Position point in the event log this write reached: the position of its last event, the same value as the events' position in the feed, webhooks and the relay (also the Consistency-Position header)
+	Position int64                       `json:"position"`
 	Source   ServiceRequestWrittenSource `json:"source"`
 	Status   ServiceRequestWrittenStatus `json:"status"`
 

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -300,6 +301,17 @@ func intOf(v any) int {
 	return int(f)
 }
 
+// positionOf is a write's answered position (a JSON number) as the
+// Consistency-Position header and min_position carry it; "" when the body
+// has none.
+func positionOf(body map[string]any) string {
+	f, ok := body["position"].(float64)
+	if !ok {
+		return ""
+	}
+	return strconv.FormatInt(int64(f), 10)
+}
+
 // jsonValue turns v into what decoding its JSON into any gives, so that
 // expectations written with Go values compare with decoded bodies.
 func jsonValue(t *testing.T, v any) any {
@@ -377,7 +389,7 @@ func TestOrderLifecycle(t *testing.T) {
 			require.Equal(t, client.OrderWrittenSettlementStatusUnsettled, created.SettlementStatus)
 			position := created.Position
 			require.NotEmpty(t, position)
-			require.Equal(t, position, *createR.Headers201.ConsistencyPosition)
+			require.Equal(t, strconv.FormatInt(position, 10), *createR.Headers201.ConsistencyPosition, "the header and the body name one position")
 			require.Equal(t, "Ada Lovelace", *created.CustomerName, "the write answers with the name its customer check read")
 			require.Equal(t, 1, a.events(id))
 			got := a.awaitOrderAt(a.opA, id, 1)
@@ -457,7 +469,7 @@ func TestOrderLifecycle(t *testing.T) {
 				for field, want := range step.want {
 					require.Equal(t, jsonValue(t, want), rawField(t, w.body, field), "%s: %s", step.name, field)
 				}
-				require.Equal(t, w.order.Position, w.res.Header.Get("Consistency-Position"), step.name)
+				require.Equal(t, strconv.FormatInt(w.order.Position, 10), w.res.Header.Get("Consistency-Position"), step.name)
 				require.NotEqual(t, position, w.order.Position, "%s: a write that appends answers a new position", step.name)
 				position = w.order.Position
 				for v := version - step.appends + 1; v <= version; v++ {
@@ -807,7 +819,7 @@ func TestOrderNoOpCommands(t *testing.T) {
 		require.Equal(t, before+step.appends, a.events(id), "%s appends %d events", step.name, step.appends)
 		version += step.appends
 		require.Equal(t, version, intOf(r.Body["version"]), "%s: %s", step.name, r)
-		require.NotEmpty(t, r.Body["position"], step.name)
+		require.NotEmpty(t, positionOf(r.Body), step.name)
 	}
 	got := a.awaitOrder(a.opA, id, version)
 	require.Equal(t, "cancelled", got.Body["status"])
@@ -1137,12 +1149,12 @@ func TestReadYourWrites(t *testing.T) {
 			map[string]any{"customer_id": customerID, "amount_cents": i})
 		id := created.Body["id"].(string)
 		r := a.must(http.StatusOK, http.MethodGet,
-			"/v1/orders/"+id+"?min_position="+url.QueryEscape(created.Body["position"].(string)), a.opA, nil)
+			"/v1/orders/"+id+"?min_position="+url.QueryEscape(positionOf(created.Body)), a.opA, nil)
 		require.Equal(t, 1, intOf(r.Body["version"]))
 
 		updated := a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+id, a.opA, map[string]any{"notes": "changed"})
 		header := auth(a.opA)
-		header.Set("Consistency-Position", updated.Body["position"].(string))
+		header.Set("Consistency-Position", positionOf(updated.Body))
 		r, err := a.send(http.MethodGet, "/v1/orders/"+id, header, nil)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, r.Status, "%s", r)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -261,7 +262,7 @@ func TestServiceRequestLifecycle(t *testing.T) {
 			require.Equal(t, "2030-04-01T07:00:00Z", rawField(t, createR.Body, "appointment_start_at"), "UTC")
 			require.Equal(t, 1, created.Version)
 			require.NotEmpty(t, created.Position)
-			require.Equal(t, created.Position, *createR.Headers201.ConsistencyPosition)
+			require.Equal(t, strconv.FormatInt(created.Position, 10), *createR.Headers201.ConsistencyPosition)
 			got := a.awaitRequestAt(a.opA, id, 1)
 			requireShows(t, fieldsMap(t, created), fieldsMap(t, got))
 			require.Equal(t, "Ada Lovelace", *got.CustomerName)

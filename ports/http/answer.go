@@ -89,7 +89,7 @@ func writtenAnswerer[V any, P interface {
 			if status == http.StatusCreated {
 				header["Location"] = location + "/" + idOf(out)
 			}
-			body, err := withPosition(body(view), pos)
+			body, err := withPosition(body(view), out.Position)
 			if err != nil {
 				return command.Answer{}, err
 			}
@@ -147,8 +147,9 @@ func idOf(out command.Written) string {
 	return out.Stream[0].StreamID
 }
 
-// withPosition is the view's JSON object with "position" added.
-func withPosition(view any, pos string) (json.RawMessage, error) {
+// withPosition is the view's JSON object with "position" added, a JSON
+// integer like the events' position (the event feed, webhooks, the relay).
+func withPosition(view any, pos int64) (json.RawMessage, error) {
 	b, err := json.Marshal(view)
 	if err != nil {
 		return nil, err
@@ -161,7 +162,7 @@ func withPosition(view any, pos string) (json.RawMessage, error) {
 		b = append(b, ',')
 	}
 	b = append(b, `"position":`...)
-	b = strconv.AppendQuote(b, pos)
+	b = strconv.AppendInt(b, pos, 10)
 	return append(b, '}'), nil
 }
 

@@ -172,7 +172,7 @@ func TestWriteAnswerShape(t *testing.T) {
 	require.Equal(t, "/v1/orders/"+id, a.Header().Get("Location"))
 	require.Equal(t, `"1"`, a.Header().Get("ETag"))
 	require.Equal(t, pos, a.Header().Get(HeaderPosition))
-	require.Equal(t, pos, a.body["position"])
+	require.EqualValues(t, f.tx.Position(), a.body["position"], "a JSON number, like the events' position")
 	require.Equal(t, f.customer, a.body["customer_id"], "ids made canonical")
 	require.Equal(t, "Carla Customer", a.body["customer_name"], "the name the command read")
 	require.Equal(t, "pending", a.body["status"])
