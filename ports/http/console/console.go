@@ -287,7 +287,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (s *session, r
 	var st access.Session
 	err = fs.Lookup(w, r, func() error {
 		var err error
-		st, err = c.cfg.Sessions.Session(r.Context(), access.SessionUse{TokenHash: hash, At: c.cfg.Now(), Idle: sessionIdle})
+		st, err = c.cfg.Sessions.Session(r.Context(), access.SessionUse{TokenHash: hash, At: c.cfg.Now(), Idle: SessionIdle})
 		return err
 	})
 	switch {
@@ -417,7 +417,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	token := randomToken()
 	err = c.cfg.Sessions.OpenSession(r.Context(), access.NewSession{TokenHash: tokenHash(token), KeyID: p.KeyID, TimeZone: tz,
-		At: c.cfg.Now(), Idle: sessionIdle, Lifetime: sessionMax, PerKey: sessionsPerKey})
+		At: c.cfg.Now(), Idle: SessionIdle, Lifetime: SessionLifetime, PerKey: SessionsPerKey})
 	switch {
 	case errors.Is(err, apperr.ErrNotFound): // revoked since the key cache saw it
 		c.renderSignin(w, r, http.StatusUnauthorized, signinData{Next: next, Error: "Unknown, revoked or expired key."})
@@ -426,7 +426,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, err)
 		return
 	}
-	http.SetCookie(w, cookie(c.cfg.CookieName, token, int(sessionMax.Seconds())))
+	http.SetCookie(w, cookie(c.cfg.CookieName, token, int(SessionLifetime.Seconds())))
 	http.SetCookie(w, cookie(signinCookie, "", -1))
 	// The next page checks that the browser kept the cookie: a Secure
 	// cookie is dropped on plain http anywhere but localhost.

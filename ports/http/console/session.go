@@ -21,14 +21,14 @@ import (
 // key's id, and this process keeps nothing between requests. Every lookup
 // checks the key too: a revoked or expired key ends its sessions at once.
 const (
-	// sessionIdle ends a session nobody used for this long.
-	sessionIdle = 8 * time.Hour
-	// sessionMax ends a session this long after sign-in, used or not.
-	sessionMax = 24 * time.Hour
-	// sessionsPerKey caps one key's sessions: a sign-in past it closes
+	// SessionIdle ends a session nobody used for this long.
+	SessionIdle = 8 * time.Hour
+	// SessionLifetime ends a session this long after sign-in, used or not.
+	SessionLifetime = 24 * time.Hour
+	// SessionsPerKey caps one key's sessions: a sign-in past it closes
 	// the key's least recently used session, so that no key can fill the
 	// store.
-	sessionsPerKey = 20
+	SessionsPerKey = 20
 	// signinCookie carries the token of the sign-in form (login CSRF):
 	// the form posts it back, and a page of another site cannot read it.
 	signinCookie = "hearth_console_signin"
