@@ -2,6 +2,7 @@ package httpport
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -16,7 +17,12 @@ import (
 // server: a key's and its merchant's rates, the merchant's requests in
 // flight, and the client address's budget of unknown keys, with the
 // address read as the API reads it (TRUSTED_PROXIES).
-type FairShare struct{ s *server }
+type FairShare struct {
+	s *server
+	// found remembers the credentials Lookup found lately (by SHA-256),
+	// as the key cache remembers known keys.
+	found *keyCache
+}
 
 type fairShareKey struct{}
 
@@ -30,7 +36,7 @@ func FairShareOf(r *http.Request) *FairShare {
 // shareFairly serves h with the server's fair share in each request's
 // context.
 func (s *server) shareFairly(h http.Handler) http.Handler {
-	f := &FairShare{s: s}
+	f := &FairShare{s: s, found: newKeyCache(knownFor)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), fairShareKey{}, f)))
 	})
@@ -57,19 +63,34 @@ func (f *FairShare) Authenticate(w http.ResponseWriter, r *http.Request, secret 
 	return p, err
 }
 
-// Lookup runs find, the lookup of a credential that is not an API key (a
-// console session's token), under the same budget as the lookup of an
-// unknown key: refused without running find when the client address has
+// Lookup runs find, the lookup of credential, a secret that is not an API
+// key (a console session's token), under the same budget as the lookup of
+// an unknown key: refused without running find when the client address has
 // spent it (a *RateLimitedError), spending it when find reports
 // apperr.ErrNotFound. Unknown tokens then cost the database no more than
-// unknown keys do.
-func (f *FairShare) Lookup(w http.ResponseWriter, r *http.Request, find func() error) error {
-	done, refused, ok := f.s.limits.lookup(r, f.s.Now())
+// unknown keys do. As with keys, a credential found in the last 10
+// minutes is looked up even from an address whose budget is spent: a
+// flood cannot make one up, so the real sessions behind the flood's
+// address keep working.
+func (f *FairShare) Lookup(w http.ResponseWriter, r *http.Request, credential string, find func() error) error {
+	now := f.s.Now()
+	hash := sha256.Sum256([]byte(credential))
+	done, refused, ok := f.s.limits.lookup(r, now)
 	if !ok {
-		return f.refuse(w, limitClientAddress, refused)
+		if _, _, known := f.found.get(hash, now); !known {
+			return f.refuse(w, limitClientAddress, refused)
+		}
+		done = func(bool) {}
 	}
 	err := find()
-	done(errors.Is(err, apperr.ErrNotFound))
+	unknown := errors.Is(err, apperr.ErrNotFound)
+	done(unknown)
+	switch {
+	case unknown:
+		f.found.forget(hash)
+	case err == nil:
+		f.found.put(hash, access.Principal{}, now)
+	}
 	return err
 }
 

@@ -285,7 +285,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (s *session, r
 	}
 	hash := tokenHash(ck.Value)
 	var st access.Session
-	err = fs.Lookup(w, r, func() error {
+	err = fs.Lookup(w, r, ck.Value, func() error {
 		var err error
 		st, err = c.cfg.Sessions.Session(r.Context(), access.SessionUse{TokenHash: hash, At: c.cfg.Now(), Idle: SessionIdle})
 		return err

@@ -507,6 +507,21 @@ func TestUnknownSessionsSpendTheAddressBudget(t *testing.T) {
 	require.Equal(t, looked, f.sessions.lookupCount(), "not looked up")
 }
 
+// A flood of made-up keys from a session's address does not end the
+// session: a token found lately is looked up past the spent budget, as a
+// key that authenticated lately is.
+func TestSessionsOutlastAFloodFromTheirAddress(t *testing.T) {
+	f := newFixture(t)
+	ada, mallory := f.browser("192.0.2.1"), f.browser("192.0.2.1")
+	require.Equal(t, http.StatusSeeOther, ada.signIn(opKey).Code)
+	require.Equal(t, http.StatusOK, ada.do(http.MethodGet, "/console/customers", nil).Code)
+	for range fixtureLimits.UnknownKeyBurst {
+		require.Equal(t, http.StatusUnauthorized, mallory.signIn("hk_made_up").Code)
+	}
+	require.Equal(t, http.StatusTooManyRequests, mallory.signIn("hk_made_up").Code)
+	require.Equal(t, http.StatusOK, ada.do(http.MethodGet, "/console/customers", nil).Code)
+}
+
 // A revoked key ends its sessions at once: each lookup checks the key.
 func TestRevokedKeyEndsItsSessions(t *testing.T) {
 	f := newFixture(t)
