@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/app/access"
+	"hearth/domain/apperr"
 	"hearth/domain/uuid"
 	"hearth/internal/chromium"
 	"hearth/internal/pgtest"
@@ -692,6 +693,26 @@ func TestConsoleSessionsStored(t *testing.T) {
 	require.Equal(t, 2, a.sessionRows(a.adminKeyID))
 	newConsoleClient(t, a.base).signIn(a.opB)
 	require.Equal(t, 1, a.sessionRows(a.adminKeyID), "the expired session was pruned")
+
+	// Each use keeps a session alive for its idle time (an hour here)
+	// more, up to its lifetime (three hours); past either it is gone.
+	open := func(b byte) []byte {
+		hash := make([]byte, 32)
+		hash[0] = b
+		require.NoError(t, a.w.refdata.OpenSession(ctx, access.NewSession{TokenHash: hash, KeyID: a.adminKeyID, TimeZone: "UTC",
+			At: now, Idle: time.Hour, Lifetime: 3 * time.Hour, PerKey: console.SessionsPerKey}))
+		return hash
+	}
+	use := func(hash []byte, after time.Duration) error {
+		_, err := a.w.refdata.Session(ctx, access.SessionUse{TokenHash: hash, At: now.Add(after), Idle: time.Hour})
+		return err
+	}
+	used, idle := open(3), open(4)
+	for _, after := range []time.Duration{50 * time.Minute, 100 * time.Minute, 150 * time.Minute, 179 * time.Minute} {
+		require.NoError(t, use(used, after), "used within the hour, %s after sign-in", after)
+	}
+	require.ErrorIs(t, use(used, 181*time.Minute), apperr.ErrNotFound, "past its lifetime")
+	require.ErrorIs(t, use(idle, 61*time.Minute), apperr.ErrNotFound, "idle for more than an hour")
 
 	a.must(http.StatusOK, http.MethodPost, "/admin/keys/"+a.opAKeyID+"/revoke", a.admin, nil)
 	require.Zero(t, a.sessionRows(a.opAKeyID), "revoking the key deletes its sessions")

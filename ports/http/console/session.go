@@ -18,8 +18,10 @@ import (
 // beside the keys), so that every API instance sees them: no sticky
 // sessions behind a load balancer, and a restart signs nobody out. The
 // cookie holds a random token; the store keeps only its SHA-256 and the
-// key's id, and this process keeps nothing between requests. Every lookup
-// checks the key too: a revoked or expired key ends its sessions at once.
+// key's id, and this process keeps no key material: only the fair share
+// remembers the SHA-256 of tokens found lately (httpport.FairShare.Lookup).
+// Every lookup checks the key too: a revoked or expired key ends its
+// sessions at once.
 const (
 	// SessionIdle ends a session nobody used for this long.
 	SessionIdle = 8 * time.Hour
