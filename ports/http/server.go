@@ -117,7 +117,8 @@ type Config struct {
 	// a listener of their own (ADMIN_ADDR).
 	Surface Surface
 	// Console is the web console (ports/http/console), served under
-	// /console/ when APIEnabled. Optional.
+	// /console/ when APIEnabled, with this server's fair share in each
+	// request's context (FairShareOf). Optional.
 	Console http.Handler
 }
 
@@ -204,7 +205,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		mux.Handle(rt.pattern, s.auth(rt.roles...)(h))
 	}
 	if cfg.Console != nil && cfg.APIEnabled {
-		mux.Handle("/console/", cfg.Console)
+		mux.Handle("/console/", s.shareFairly(cfg.Console))
 		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
