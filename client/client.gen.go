@@ -66,6 +66,21 @@ func (e AuditListTotalExact) Valid() bool {
 	}
 }
 
+// Defines values for CustomerExportSchema.
+const (
+	HearthCustomerExport1 CustomerExportSchema = "hearth.customer-export/1"
+)
+
+// Valid indicates whether the value is a known member of the CustomerExportSchema enum.
+func (e CustomerExportSchema) Valid() bool {
+	switch e {
+	case HearthCustomerExport1:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventAggregateType.
 const (
 	EventAggregateTypeOrder           EventAggregateType = "order"
@@ -162,6 +177,27 @@ func (e EventType) Valid() bool {
 	case EventTypeServiceRequestStatusChanged:
 		return true
 	case EventTypeWebhookEndpointPing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExportedWebhookDeliveryStatus.
+const (
+	ExportedWebhookDeliveryStatusFailed    ExportedWebhookDeliveryStatus = "failed"
+	ExportedWebhookDeliveryStatusPending   ExportedWebhookDeliveryStatus = "pending"
+	ExportedWebhookDeliveryStatusSucceeded ExportedWebhookDeliveryStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the ExportedWebhookDeliveryStatus enum.
+func (e ExportedWebhookDeliveryStatus) Valid() bool {
+	switch e {
+	case ExportedWebhookDeliveryStatusFailed:
+		return true
+	case ExportedWebhookDeliveryStatusPending:
+		return true
+	case ExportedWebhookDeliveryStatusSucceeded:
 		return true
 	default:
 		return false
@@ -2503,6 +2539,38 @@ type Customer struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// CustomerExport Everything Hearth holds about one customer (GET /v1/customers/{id}/export, app customers export). Lists are never null. Rows and change log come from one snapshot of the read models, events and deliveries from one snapshot of the event store taken after it: the events hold at least every version the rows reflect.
+type CustomerExport struct {
+	// ChangeLog the change-log rows of those requests, orders and schedules, by aggregate then version
+	ChangeLog []Change `json:"change_log"`
+	Customer  Customer `json:"customer"`
+
+	// Events the stored events of those aggregates in their public form, by position (an event an operator skipped in a projection is shown as it was stored)
+	Events []Event `json:"events"`
+
+	// ExportedAt when the event store was read (the audit entry's time; RFC 3339, UTC)
+	ExportedAt time.Time          `json:"exported_at"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// Orders the orders whose customer is this one, oldest first
+	Orders []Order `json:"orders"`
+
+	// Schedules the schedules of those orders, oldest first
+	Schedules []Schedule `json:"schedules"`
+
+	// Schema the format of this document; a new name when a field is removed or changes meaning
+	Schema CustomerExportSchema `json:"schema"`
+
+	// ServiceRequests the requests whose customer is this one, oldest first
+	ServiceRequests []ServiceRequest `json:"service_requests"`
+
+	// WebhookDeliveries the deliveries of those events (pings excluded), by endpoint and queue order; redeliveries included
+	WebhookDeliveries []ExportedWebhookDelivery `json:"webhook_deliveries"`
+}
+
+// CustomerExportSchema the format of this document; a new name when a field is removed or changes meaning
+type CustomerExportSchema string
+
 // CustomerInput POST: name is required. PATCH: absent fields keep their value.
 type CustomerInput struct {
 	Address *string `json:"address,omitempty"`
@@ -2576,6 +2644,60 @@ type EventList struct {
 	// NextCursor where to continue: the last event's cursor, or past events types left out, or after itself when nothing came (empty at the start of an empty feed)
 	NextCursor string `json:"next_cursor"`
 }
+
+// ExportedWebhookDelivery A webhook delivery of an event about the customer: the delivery log's fields, the endpoint's URL and the payload the delivery sends (the event's public form, the request body).
+type ExportedWebhookDelivery struct {
+	AggregateId      openapi_types.UUID `json:"aggregate_id"`
+	AggregateVersion int                `json:"aggregate_version"`
+	Attempts         int                `json:"attempts"`
+
+	// CompletedAt when it succeeded or was given up; absent while pending (RFC 3339, UTC)
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+
+	// CreatedAt RFC 3339 with an offset; answered in UTC
+	CreatedAt  time.Time          `json:"created_at"`
+	EndpointId openapi_types.UUID `json:"endpoint_id"`
+
+	// Error why the last attempt failed (HTTP 500: ..., no answer within 10s, refused: ..., redirects are not followed); empty when it did not
+	Error string `json:"error"`
+
+	// EventId the event (the webhook-id header); the same for a redelivery
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// EventType a public event type (see the webhooks section)
+	EventType WebhookEventType   `json:"event_type"`
+	Id        openapi_types.UUID `json:"id"`
+
+	// LastAttemptAt the last attempt; absent before the first (RFC 3339, UTC)
+	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
+
+	// LatencyMs the last attempt's duration; absent before the first
+	LatencyMs *float32 `json:"latency_ms,omitempty"`
+
+	// NextAttemptAt when a pending delivery is tried next, at the earliest (after the one before it of its aggregate); absent otherwise (RFC 3339, UTC)
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+
+	// Payload A public event (schema version 1). Receivers deduplicate by id; per aggregate, aggregate_version increases by one without gaps. data depends on type: see the webhooks section and the *Data schemas.
+	Payload Event `json:"payload"`
+
+	// Ping a test delivery: tried once, never retried
+	Ping bool `json:"ping"`
+
+	// RedeliveryOf the delivery this one sends again; absent otherwise
+	RedeliveryOf *openapi_types.UUID `json:"redelivery_of,omitempty"`
+
+	// ResponseStatus the receiver's HTTP status at the last attempt; absent when it gave none
+	ResponseStatus *int `json:"response_status,omitempty"`
+
+	// Status pending: waiting for its turn or its next retry; succeeded: answered 2xx; failed: given up
+	Status ExportedWebhookDeliveryStatus `json:"status"`
+
+	// Url the endpoint's URL (as it is now)
+	Url string `json:"url"`
+}
+
+// ExportedWebhookDeliveryStatus pending: waiting for its turn or its next retry; succeeded: answered 2xx; failed: given up
+type ExportedWebhookDeliveryStatus string
 
 // FeedEvent A public event of the feed, with the cursor that continues right after it.
 type FeedEvent struct {
@@ -4003,6 +4125,18 @@ type GetCustomerParams struct {
 type UpdateCustomerParams struct {
 	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ExportCustomerParams defines parameters for ExportCustomer.
+type ExportCustomerParams struct {
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // ListEventsParams defines parameters for ListEvents.
@@ -5576,6 +5710,13 @@ type ClientInterface interface {
 	// Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 	UpdateCustomer(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExportCustomer Export everything held about the customer (an access request)
+	//
+	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+	//
+	// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
+	ExportCustomer(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListEvents Read the event feed
 	//
 	// The key's merchant's events in their public form, in commit order, after the cursor after. A client that stores the cursor of the last event it processed and reads on from it never misses or reorders an event, across restarts, deploys and leadership changes. When there is nothing after the cursor, the request waits (long poll) up to wait for the first event; an empty answer keeps the cursor. Events are answered only once every transaction that could still commit before them has ended, so an event shows up a few milliseconds after its write answers. See docs/api.md, Events out.
@@ -6488,6 +6629,23 @@ func (c *Client) UpdateCustomerWithBody(ctx context.Context, id Id, params *Upda
 // Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 func (c *Client) UpdateCustomer(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateCustomerRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExportCustomer Export everything held about the customer (an access request)
+//
+// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+//
+// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
+func (c *Client) ExportCustomer(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExportCustomerRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -8761,6 +8919,93 @@ func NewUpdateCustomerRequestWithBody(server string, id Id, params *UpdateCustom
 			}
 
 			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewExportCustomerRequest constructs an http.Request for the ExportCustomer method
+func NewExportCustomerRequest(server string, id Id, params *ExportCustomerParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/customers/%s/export", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
 		}
 
 	}
@@ -11756,6 +12001,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 	UpdateCustomerWithResponse(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateCustomerResponse, error)
+
+	// ExportCustomerWithResponse Export everything held about the customer (an access request)
+	//
+	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
+	ExportCustomerWithResponse(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*ExportCustomerResponse, error)
 
 	// ListEventsWithResponse Read the event feed
 	//
@@ -16939,6 +17193,201 @@ func (r UpdateCustomerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UpdateCustomerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExportCustomerResponse200Headers the declared response headers of an HTTP 200 response for ExportCustomer
+type ExportCustomerResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ExportCustomerResponse400Headers the declared response headers of an HTTP 400 response for ExportCustomer
+type ExportCustomerResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse401Headers the declared response headers of an HTTP 401 response for ExportCustomer
+type ExportCustomerResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse403Headers the declared response headers of an HTTP 403 response for ExportCustomer
+type ExportCustomerResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse404Headers the declared response headers of an HTTP 404 response for ExportCustomer
+type ExportCustomerResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse422Headers the declared response headers of an HTTP 422 response for ExportCustomer
+type ExportCustomerResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse429Headers the declared response headers of an HTTP 429 response for ExportCustomer
+type ExportCustomerResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ExportCustomerResponse431Headers the declared response headers of an HTTP 431 response for ExportCustomer
+type ExportCustomerResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse500Headers the declared response headers of an HTTP 500 response for ExportCustomer
+type ExportCustomerResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse503Headers the declared response headers of an HTTP 503 response for ExportCustomer
+type ExportCustomerResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ExportCustomerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CustomerExport
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExportCustomerResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExportCustomerResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExportCustomerResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ExportCustomerResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExportCustomerResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ExportCustomerResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExportCustomerResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ExportCustomerResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ExportCustomerResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExportCustomerResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExportCustomerResponse) GetJSON200() *CustomerExport {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ExportCustomerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExportCustomerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExportCustomerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExportCustomerResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -24436,6 +24885,21 @@ func (c *ClientWithResponses) UpdateCustomerWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseUpdateCustomerResponse(rsp)
+}
+
+// ExportCustomerWithResponse Export everything held about the customer (an access request)
+//
+// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
+func (c *ClientWithResponses) ExportCustomerWithResponse(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*ExportCustomerResponse, error) {
+	rsp, err := c.ExportCustomer(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExportCustomerResponse(rsp)
 }
 
 // ListEventsWithResponse Read the event feed
@@ -33191,6 +33655,345 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers UpdateCustomerResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExportCustomerResponse parses an HTTP response from a ExportCustomerWithResponse call
+func ParseExportCustomerResponse(rsp *http.Response) (*ExportCustomerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExportCustomerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CustomerExport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExportCustomerResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExportCustomerResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExportCustomerResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ExportCustomerResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExportCustomerResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers ExportCustomerResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExportCustomerResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ExportCustomerResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ExportCustomerResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExportCustomerResponse503Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -131,10 +131,13 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 // with the operator's use cases (and the adapters under them: parking, the
 // event log, the read models' maintenance) and metrics.
 type wiring struct {
-	app         app.Application
-	operator    *ops.Operator
-	keys        *access.Keys
-	auditTrail  *ops.AuditTrail
+	app        app.Application
+	operator   *ops.Operator
+	keys       *access.Keys
+	auditTrail *ops.AuditTrail
+	// exports exports a customer's data (GET /v1/customers/{id}/export,
+	// app customers export).
+	exports     *ops.Exports
 	refdata     *refdata.Store
 	projections []projector.Projection
 	parking     *projector.Parking
@@ -293,6 +296,10 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	w.keys, err = access.NewKeys(ref)
 	must(err)
 	w.auditTrail, err = ops.NewAuditTrail(ref)
+	must(err)
+	exportRows, err := readmodel.NewCustomerRows(apiRM)
+	must(err)
+	w.exports, err = ops.NewExports(exportRows, ref, 0)
 	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
@@ -475,7 +482,7 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail, Exports: w.exports,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	}
 	if hc.APIEnabled {

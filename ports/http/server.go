@@ -97,6 +97,9 @@ type Config struct {
 	Keys KeyAdmin
 	// Audit serves GET /admin/audit (admin keys). Optional.
 	Audit AuditLog
+	// Exports serves GET /v1/customers/{id}/export (operator keys;
+	// ops.Exports). Optional: without it, the route answers 404.
+	Exports CustomerExports
 	// ConsistencyMaxWaits caps the waits in flight; a GET over the cap
 	// answers without waiting (Consistency-Status: skipped). Defaults to 256;
 	// negative: no GET waits.
@@ -282,6 +285,7 @@ func (s *server) routes() []route {
 		versioned("PUT /v1/orders/{id}/assignment", op, s.assignOrder),
 		versioned("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
 		v1("GET /v1/events", op, s.listEvents),
+		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),
 		v1("GET /admin/parked", admin, s.configured(s.Parked != nil, s.listParked)),
 		v1("POST /admin/parked/replay", admin, s.configured(s.Parked != nil, s.replayAllParked)),
 		v1("GET /admin/parked/{projection}/{id}", admin, s.configured(s.Parked != nil, s.getParked)),
