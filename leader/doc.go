@@ -92,14 +92,17 @@
 // Counting. Each worker keeps one more dedicated session, its membership
 // session, named [WorkerApplicationName] ("hearth-worker"), with the same
 // lease and keepalives as a lock session, and reads on it every
-// CheckInterval how many sessions so named the database has. Nothing is
-// written: a killed worker's session ends with its socket, and a frozen or
-// cut-off one's when its lease runs out, at about the moment its locks are
-// freed, so the count follows the locks without a heartbeat table to
-// expire.
+// CheckInterval how many sessions so named the database has that were
+// active within half the lease: the live workers. Nothing is written: a
+// killed worker's session ends with its socket, at the moment its locks are
+// freed; a frozen or cut-off one's falls silent and stops counting half a
+// lease later, before the server frees its locks (a lease after their last
+// statement, which a leader makes every CheckInterval), so the others'
+// share has grown by the time its units are free. The count follows the
+// locks without a heartbeat table to expire.
 //
 // Campaigning. A standby unit's attempt is one statement that counts the
-// membership sessions itself, so it is never stale, and calls
+// live membership sessions itself, so it is never stale, and calls
 // pg_try_advisory_lock only when this worker holds fewer locks than its
 // share; otherwise it only notes whether the lock is free at all. The
 // attempts of one worker's units go one at a time, so two of them never
@@ -190,8 +193,10 @@
 //     delay the last answer had on the way). New refuses settings with
 //     2*(CheckInterval + CheckTimeout) > Lease.
 //   - Leader frozen: the server ends its lock session and its projection
-//     transaction after Lease; a standby takes over about Lease +
-//     RetryInterval after the freeze (measured: about 3.2 s). When the
+//     transaction after Lease; the others stopped counting it half a Lease
+//     after the freeze, so a standby below its grown share takes over
+//     within RetryInterval of that: about Lease + RetryInterval after the
+//     freeze (measured: about 3.2 s). When the
 //     process resumes, its watcher finds the session gone and it fences
 //     itself before doing anything else that could commit: its old
 //     transactions are gone, and new ones read the new term.
@@ -258,5 +263,8 @@
 //     sessions; without it the Elector logs a warning and the new term may
 //     wait for the old leader's transactions to end by themselves. The
 //     membership count reads pg_stat_activity.application_name, which every
-//     role may see.
+//     role may see, and state_change, which only the same role (or one with
+//     pg_read_all_stats) sees: a session whose state_change is hidden, or
+//     NULL (track_activities off), counts as live however long it is
+//     silent.
 package leader
