@@ -80,7 +80,9 @@
 // An error returned by lead is logged, never returned by Run. A
 // Scheduler's unit that was handed over, or whose lead failed soon three
 // times in a row (once or twice is what a Postgres restart costs), rests
-// one Lease before it campaigns again, so that another worker takes it.
+// one Lease before it campaigns again, so that another worker takes it;
+// the rest ends as soon as an attempt finds the lock held by another
+// worker, so that the unit is this worker's again if that one dies.
 //
 // # Fair share
 //
@@ -163,8 +165,10 @@
 //   - Leader killed (crash, SIGKILL, OOM): its kernel closes the sockets,
 //     the server ends its sessions and frees its locks; its membership
 //     session is gone too, so the survivors' share grows at once, and a
-//     standby takes each lock within RetryInterval (0.2 s) and projects a
-//     few tens of milliseconds later (measured: about 0.3 s from the kill).
+//     standby takes each lock within RetryInterval (0.2 s), a unit it
+//     handed over or failed to lead shortly before included, and projects
+//     a few tens of milliseconds later (measured: about 0.3 s from the
+//     kill).
 //   - Graceful shutdown (SIGTERM): the lead context is cancelled, the
 //     router stops taking batches, the message in flight finishes or is
 //     aborted (its transaction rolls back and the offset stays, so the next

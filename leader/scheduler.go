@@ -250,7 +250,7 @@ func (s *Scheduler) try(ctx context.Context, conn *pgx.Conn, e *Elector) (bool, 
 			leading++
 		}
 	}
-	resting := now.UnixNano() < e.restUntil.Load()
+	resting := e.resting(now)
 	orphaned := !e.freeSince.IsZero() && now.Sub(e.freeSince) >= s.orphanAfter()
 	var got *bool
 	var free bool
@@ -273,7 +273,12 @@ func (s *Scheduler) try(ctx context.Context, conn *pgx.Conn, e *Elector) (bool, 
 			e.freeSince = now
 		}
 	default:
+		// Another session holds the lock: the rest has done its work, a
+		// worker below its share took the unit. Resting on would keep this
+		// worker from it if that worker dies within the Lease, even while
+		// this one is below its share and no other survivor is.
 		e.freeSince = time.Time{}
+		e.restUntil.Store(0)
 	}
 	return false, nil
 }

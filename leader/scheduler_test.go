@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -241,8 +240,8 @@ func TestSchedulerSurvivorsTakeADeadWorkersUnitAtOnce(t *testing.T) {
 
 	f.start()
 	f.start()
-	p := startProxy(t, fmt.Sprintf("127.0.0.1:%d", cluster.Port()))
-	f.cfg.ConnString = strings.Replace(f.url, fmt.Sprintf("127.0.0.1:%d", cluster.Port()), p.l.Addr().String(), 1)
+	p, proxied := proxyTo(t, f.url)
+	f.cfg.ConnString = proxied
 	victim := f.start()
 	f.settled(1, 1, 1)
 	require.Eventually(t, func() bool {
@@ -257,6 +256,46 @@ func TestSchedulerSurvivorsTakeADeadWorkersUnitAtOnce(t *testing.T) {
 	// server and the new term; orphanAfter (5 attempts) is out of reach.
 	require.Eventually(t, func() bool { leads, all := f.leads(); return all && leads[victim.holder] == 0 },
 		3*f.cfg.RetryInterval, 5*time.Millisecond, "a survivor leads the dead worker's unit at its next attempt")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Empty(t, f.overlap, "two workers led one unit at once")
+}
+
+// A worker that handed a unit over rests it (for a Lease) only until it
+// sees the taker hold it: when the taker then dies, within that Lease, the
+// worker, below its share again, takes the unit back at its next attempt,
+// where a rest for the whole Lease would keep the unit free until the rest
+// ran out (a Lease after the handover; no worker at its share takes a
+// unit that rests on the only one below it).
+func TestSchedulerTakesBackAUnitItHandedOverWhenTheTakerDies(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "test/units/a", "test/units/b")
+	f.cfg.RetryInterval = 300 * time.Millisecond
+	f.cfg.CheckInterval = 100 * time.Millisecond
+	f.cfg.CheckTimeout = 400 * time.Millisecond
+	f.cfg.Lease = 4 * time.Second
+	giver := f.start()
+	f.settled(2)
+	p, proxied := proxyTo(t, f.url)
+	f.cfg.ConnString = proxied
+	taker := f.start()
+	f.settled(1, 1)
+	var handed *Elector
+	f.mu.Lock()
+	for _, u := range giver.s.units {
+		if hs := f.leaders[u.Name]; len(hs) == 1 && hs[0] == taker.holder {
+			handed = u.e
+		}
+	}
+	f.mu.Unlock()
+	require.NotNil(t, handed)
+	// Its next attempt or the one after sees the taker hold the lock.
+	require.Eventually(t, func() bool { return !handed.resting(time.Now()) }, 3*f.cfg.RetryInterval, 5*time.Millisecond,
+		"%s's unit rests no longer once %s leads it", giver.holder, taker.holder)
+
+	p.close() // the taker dies, well within a Lease of the handover
+	require.Eventually(t, func() bool { leads, all := f.leads(); return all && leads[giver.holder] == 2 },
+		3*f.cfg.RetryInterval, 5*time.Millisecond, "%s takes the unit back at its next attempt", giver.holder)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.Empty(t, f.overlap, "two workers led one unit at once")
