@@ -28,8 +28,10 @@
 // a time, each waiting for
 // JetStream's acknowledgement, and then records the page's last position
 // in the read model (readmodel.RelayOffsets) in a transaction fenced by the
-// term. It wakes on the topic tables' NOTIFY (projector.Notifier) and polls
-// every Fallback otherwise.
+// term. It waits as the projections' subscribers do (projector.Repoll): it
+// wakes on the topic tables' NOTIFY (projector.Notifier), re-reads soon
+// after one whose message was not visible yet, and polls every Fallback
+// otherwise.
 //
 // # Guarantees
 //
@@ -137,6 +139,9 @@ type Config struct {
 	// Fallback is how often an idle topic is read when no notification
 	// comes. Required (cmd/app Config.PollInterval).
 	Fallback time.Duration
+	// Timer starts the waits between reads (projector.Repoll). Nil: real
+	// time; tests pass timers that they fire.
+	Timer projector.Timer
 	// PageSize defaults to PageSize.
 	PageSize int
 	// Metrics counts what is published. Optional.
@@ -348,9 +353,10 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 	}
 	log.Debug("relaying", "transaction_id", pos.TransactionID, "offset", pos.Offset)
 	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.cfg.PageSize}
-	var quick time.Duration // re-read soon: a notification came, its rows may not be visible yet
+	// The subscribers' waits: a notification, capped quick re-reads while
+	// its message is not visible yet, or the fallback.
+	wait := projector.NewRepoll(n, topic, r.cfg.Fallback, r.cfg.Timer)
 	for {
-		changed := n.Changed(topic) // before the read, so that no notification is missed
 		var rows []wsql.Row
 		err := r.retry(ctx, log, "read", func() (err error) {
 			rows, err = projector.ReadPage(ctx, es, schema, from{pos: pos}, topic, ConsumerGroup)
@@ -360,12 +366,12 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 			return err
 		}
 		if len(rows) == 0 {
-			if !r.wait(ctx, changed, &quick) {
+			if !wait.Wait(ctx.Done()) {
 				return nil
 			}
 			continue
 		}
-		quick = 0
+		wait.Found()
 		var msgs []*message.Message
 		err = r.retry(ctx, log, "encode", func() (err error) {
 			msgs, err = r.public(ctx, es, agg, rows)
@@ -460,28 +466,6 @@ func eventPositions(ctx context.Context, es *sql.DB, ids []string) (map[string]i
 		out[id] = position
 	}
 	return out, rows.Err()
-}
-
-// wait waits for topic's notification or the fallback interval; after a
-// notification that found nothing visible yet (watermill-sql reads only
-// below pg_snapshot_xmin), it waits 1, 2, 4 ... ms, up to the fallback. It
-// returns false once ctx has ended.
-func (r *Relay) wait(ctx context.Context, changed <-chan struct{}, quick *time.Duration) bool {
-	d := r.cfg.Fallback
-	if *quick > 0 {
-		d = *quick
-		*quick = min(*quick*2, r.cfg.Fallback)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-changed:
-		*quick = time.Millisecond
-	case <-t.C:
-	}
-	return true
 }
 
 // subject is the message's subject: SubjectPrefix.<merchant_id>.<public

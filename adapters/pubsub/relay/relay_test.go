@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,28 +312,160 @@ func TestRelayPublishesEveryEventInOrder(t *testing.T) {
 func TestRelaySharesTheProcessNotifier(t *testing.T) {
 	t.Parallel()
 	f := setup(t, pgtest.NewDB(t))
+	cfg := f.config()
+	cfg.Notifier = f.listen(t)
+	cfg.Fallback = time.Hour
+	in := f.startInstance(t, "a", cfg)
+	require.Eventually(t, in.leads, 30*time.Second, 10*time.Millisecond)
+	f.write(5).wait(t)
+	f.requireAllRelayed(t)
+	require.Equal(t, 1, f.listeners(t), "one LISTEN session: the process's")
+}
+
+// listen runs a notifier, as a process does for its parts, until the test
+// ends, and returns it once it listens.
+func (f *fixture) listen(t *testing.T) *projector.Notifier {
+	t.Helper()
 	notifier, err := projector.NewNotifier(f.urls.EventStore, quiet)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- notifier.Run(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-ran) })
-	listeners := func() int {
-		var n int
-		require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
-			projector.NotifyApplicationName).Scan(&n))
-		return n
-	}
-	require.Eventually(t, func() bool { return listeners() == 1 }, 30*time.Second, 10*time.Millisecond, "the process's notifier listens")
+	require.Eventually(t, func() bool { return f.listeners(t) == 1 }, 30*time.Second, 10*time.Millisecond, "the notifier listens")
+	return notifier
+}
 
-	cfg := f.config()
-	cfg.Notifier = notifier
-	cfg.Fallback = time.Hour
-	in := f.startInstance(t, "a", cfg)
-	require.Eventually(t, in.leads, 30*time.Second, 10*time.Millisecond)
-	f.write(5).wait(t)
-	f.requireAllRelayed(t)
-	require.Equal(t, 1, listeners(), "one LISTEN session: the process's")
+// listeners counts the LISTEN sessions on the event store.
+func (f *fixture) listeners(t *testing.T) int {
+	var n int
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
+		projector.NotifyApplicationName).Scan(&n))
+	return n
+}
+
+// timers are the relay's waits between reads on a clock of the test's:
+// a wait is over only when advance moves the clock past its end.
+type timers struct {
+	mu      sync.Mutex
+	now     time.Duration
+	next    int
+	pending map[int]pendingWait
+	stopped int // waits ended early (by a notification)
+}
+
+type pendingWait struct {
+	end  time.Duration
+	over chan time.Time
+}
+
+func (ts *timers) start(d time.Duration) (<-chan time.Time, func() bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	id := ts.next
+	ts.next++
+	w := pendingWait{end: ts.now + d, over: make(chan time.Time, 1)}
+	ts.pending[id] = w
+	return w.over, func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		_, was := ts.pending[id]
+		if was {
+			ts.stopped++
+		}
+		delete(ts.pending, id)
+		return was
+	}
+}
+
+// waiting is how many waits are running.
+func (ts *timers) waiting() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.pending)
+}
+
+// interrupted is how many waits ended early.
+func (ts *timers) interrupted() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.stopped
+}
+
+// advance moves the clock to the end of the first wait to end, ends every
+// wait due then, and returns how far the clock moved.
+func (ts *timers) advance() time.Duration {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	first := time.Duration(-1)
+	for _, w := range ts.pending {
+		if first < 0 || w.end < first {
+			first = w.end
+		}
+	}
+	moved := first - ts.now
+	ts.now = first
+	for id, w := range ts.pending {
+		if w.end <= ts.now {
+			w.over <- time.Time{}
+			delete(ts.pending, id)
+		}
+	}
+	return moved
+}
+
+// A message hidden from the relay by an older open transaction (reads see
+// only below pg_snapshot_xmin, which is cluster-wide) is read again within
+// a second, however long the transaction stays open and whatever the
+// fallback (an hour here): whether its notification comes while the relay
+// runs, or came before the relay started. On the test's clock, every wait
+// the relay makes while the message is hidden, and the one after it shows,
+// is at most a second. Not parallel: it holds pg_snapshot_xmin back.
+func TestRelayRereadsAHiddenMessageWithinASecond(t *testing.T) {
+	for name, before := range map[string]bool{"notified while running": false, "written before the start": true} {
+		t.Run(name, func(t *testing.T) {
+			f := setup(t, pgtest.NewDB(t))
+			ctx := context.Background()
+			clock := &timers{pending: map[int]pendingWait{}}
+			cfg := f.config()
+			cfg.Notifier, cfg.Fallback, cfg.Timer = f.listen(t), time.Hour, clock.start
+			topics := len(relay.Topics())
+			older, err := f.ES.DB.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer func() { _ = older.Rollback() }()
+			_, err = older.Exec(`SELECT pg_current_xact_id()`) // holds pg_snapshot_xmin below what follows
+			require.NoError(t, err)
+			create := func() {
+				_, err := f.OrderCmds.Create(ctx, command.CreateOrder{Meta: f.Meta(), CustomerID: f.CustomerID, AmountCents: 500})
+				require.NoError(t, err)
+			}
+			if before {
+				create()
+			}
+			f.startInstance(t, "a", cfg)
+			require.Eventually(t, func() bool { return clock.waiting() == topics }, 30*time.Second, time.Millisecond, "every topic read and waits")
+			if !before {
+				create()
+				require.Eventually(t, func() bool { return clock.interrupted() == 1 }, 30*time.Second, time.Millisecond,
+					"the notification wakes the relay's orders topic, which finds nothing visible")
+			}
+			// step lets the first wait end, once every topic waits, and
+			// requires that it was at most a second.
+			step := func() {
+				require.Eventually(t, func() bool { return clock.waiting() == topics }, 30*time.Second, time.Millisecond, "every topic waits again")
+				require.LessOrEqual(t, clock.advance(), time.Second, "a wait while a notified message is hidden")
+			}
+			for clock.now < 30*time.Second {
+				step()
+			}
+			require.Zero(t, f.streamCount(), "hidden")
+			require.NoError(t, older.Commit())
+			for deadline := time.Now().Add(30 * time.Second); f.streamCount() == 0; {
+				require.True(t, time.Now().Before(deadline), "relayed once visible")
+				step()
+			}
+		})
+	}
 }
 
 // Publishing again from an older position (a crash before the save, a
