@@ -344,9 +344,14 @@ func matches(filter, subject []string) bool {
 func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n *projector.Notifier, agg aggregates.Facts, log *slog.Logger) error {
 	topic := agg.Topic
 	var pos readmodel.RelayPosition
+	// The position goes into the topic's offsets table before the first
+	// read, so that retention keeps what the relay has not published from
+	// then on; whatever it deleted before, the reads' gap check finds.
 	err := r.retry(ctx, log, "load", func() (err error) {
-		pos, err = r.cfg.Offsets.Load(ctx, topic)
-		return err
+		if pos, err = r.cfg.Offsets.Load(ctx, topic); err != nil {
+			return err
+		}
+		return r.register(ctx, es, topic, pos)
 	})
 	if err != nil {
 		return err
@@ -493,22 +498,32 @@ func token(s string) string {
 
 // mirror copies pos into the topic's Watermill offsets table, as consumer
 // group ConsumerGroup, once it is recorded: whatever reads those tables
-// (what the subscribers still need, lag queries) then sees the relay
-// too. The copy is never read by the relay and may lag behind its
-// position; a failure is logged and the next page writes it again.
+// (retention, which keeps what a group still needs, lag queries) then sees
+// the relay too. The copy is never read by the relay and may lag behind
+// its position; a failure is logged and the next page writes it again.
 func (r *Relay) mirror(ctx context.Context, es *sql.DB, topic string, pos readmodel.RelayPosition, log *slog.Logger) {
-	row := wsql.Row{Offset: pos.Offset, ExtraData: map[string]any{"transaction_id": pos.TransactionID}}
-	q := pubsub.Offsets.AckMessageQuery(topic, row, ConsumerGroup)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := es.ExecContext(ctx, q.Query, q.Args...); err != nil && ctx.Err() == nil {
+	if err := r.register(ctx, es, topic, pos); err != nil && ctx.Err() == nil {
 		log.Warn("could not copy the relay's position to the topic's offsets table", "err", err)
 	}
 }
 
+// register writes pos into the topic's offsets table as ConsumerGroup's.
+func (r *Relay) register(ctx context.Context, es *sql.DB, topic string, pos readmodel.RelayPosition) error {
+	row := wsql.Row{Offset: pos.Offset, ExtraData: map[string]any{"transaction_id": pos.TransactionID}}
+	q := pubsub.Offsets.AckMessageQuery(topic, row, ConsumerGroup)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := es.ExecContext(ctx, q.Query, q.Args...); err != nil {
+		return fmt.Errorf("copy the relay's position to the offsets table of %s: %w", topic, err)
+	}
+	return nil
+}
+
 // retry runs op (named by what: stream, load, read, encode, publish or save) until
 // it succeeds, ctx ends (it returns ctx's error) or op fails with
-// readmodel.ErrStaleTerm (it returns that), waiting 100 ms doubling to 5 s
+// readmodel.ErrStaleTerm or a *pubsub.TopicGapError (it returns that: the
+// term ends there, and the next one meets the gap again until the operator
+// deals with it), waiting 100 ms doubling to 5 s
 // between attempts. The first failure of a streak is
 // logged at Warn, the rest at Debug, the recovery at Info.
 func (r *Relay) retry(ctx context.Context, log *slog.Logger, what string, op func() error) error {
@@ -526,7 +541,7 @@ func (r *Relay) retry(ctx context.Context, log *slog.Logger, what string, op fun
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case errors.Is(err, readmodel.ErrStaleTerm):
+		case errors.Is(err, readmodel.ErrStaleTerm), errors.As(err, new(*pubsub.TopicGapError)):
 			return err
 		}
 		failures++
