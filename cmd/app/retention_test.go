@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/internal/pgtest"
 )
 
@@ -128,6 +130,20 @@ func TestRetentionKeepsThePipelineWhole(t *testing.T) {
 			var left int
 			require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM watermill_orders`).Scan(&left))
 			require.Zero(t, left)
+
+			// The fan-out's group deleted while it was still needed: the
+			// webhook term's catch-up stops at the gap and names it.
+			var acked int64
+			var tx string
+			require.NoError(t, a.dbs.es.DB.QueryRow(`DELETE FROM watermill_offsets_orders WHERE consumer_group = 'webhooks_orders'
+				RETURNING offset_acked, last_processed_transaction_id::text`).Scan(&acked, &tx))
+			i := slices.IndexFunc(a.w.fanout, func(p projector.Projection) bool { return p.Name == "webhooks_orders" })
+			_, err = projector.CatchUp{DB: a.dbs.es.DB, SameDB: true, Log: slog.New(slog.DiscardHandler)}.Run(t.Context(), a.w.fanout[i])
+			var gap *pubsub.TopicGapError
+			require.ErrorAs(t, err, &gap)
+			require.Equal(t, "webhooks_orders", gap.Group)
+			require.Equal(t, pubsub.Position{}, gap.After)
+			a.ackAt(pubsub.TopicOrders, "webhooks_orders", tx, acked)
 
 			// New events flow, to new orders and to old ones.
 			fresh := a.createOrder(a.opA, c, 999)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/pubsub/relay"
@@ -649,4 +651,93 @@ func TestRelayAdoptsAnExistingStream(t *testing.T) {
 	require.Equal(t, 10*time.Minute, info.Config.Duplicates, "the duplicate window is the relay's")
 	require.Equal(t, time.Hour, info.Config.MaxAge, "the operator's limit stays")
 	require.Equal(t, []string{"other.>", "hearth.*.*.*"}, info.Config.Subjects)
+}
+
+// lastOrdersMessage is the position of the orders topic's last message.
+func (f *fixture) lastOrdersMessage(t *testing.T) pubsub.Position {
+	t.Helper()
+	var tx string
+	var p pubsub.Position
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT transaction_id::text, "offset" FROM watermill_orders
+		ORDER BY transaction_id DESC, "offset" DESC LIMIT 1`).Scan(&tx, &p.Offset))
+	var err error
+	p.TransactionID, err = strconv.ParseUint(tx, 10, 64)
+	require.NoError(t, err)
+	return p
+}
+
+// pruneOrders makes every message of the orders topic old, has the
+// projections' group acknowledge them all, and runs retention on a worker
+// that knows only that group; it returns how many messages went.
+func (f *fixture) pruneOrders(t *testing.T) int {
+	t.Helper()
+	_, err := f.ES.DB.Exec(`UPDATE watermill_orders SET created_at = created_at - interval '8 days'`)
+	require.NoError(t, err)
+	last := f.lastOrdersMessage(t)
+	_, err = f.ES.DB.Exec(`INSERT INTO watermill_offsets_orders (consumer_group, offset_acked, last_processed_transaction_id)
+		VALUES ('orders', $1, $2::text::xid8) ON CONFLICT (consumer_group) DO UPDATE
+		SET offset_acked = excluded.offset_acked, last_processed_transaction_id = excluded.last_processed_transaction_id`,
+		last.Offset, strconv.FormatUint(last.TransactionID, 10))
+	require.NoError(t, err)
+	r, err := pubsub.NewRetention(pubsub.RetentionConfig{DB: f.ES.DB, Keep: 7 * 24 * time.Hour, Batch: 100, Log: quiet,
+		Topics: []pubsub.RetainedTopic{{Topic: pubsub.TopicOrders, Groups: []string{"orders"}}}})
+	require.NoError(t, err)
+	n, err := r.PruneAll(context.Background())
+	require.NoError(t, err)
+	return n
+}
+
+// The relay writes its position into every topic's offsets table as it
+// starts, before it has published anything, so that retention on any
+// worker, whatever its settings, keeps what the relay has not published.
+func TestRelayHoldsRetentionFromItsStart(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	in := f.startInstance(t, "a", f.config())
+	require.Eventually(t, func() bool {
+		for _, topic := range relay.Topics() {
+			var n int
+			require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM `+pubsub.Offsets.MessagesOffsetsTable(topic)+` WHERE consumer_group = $1`,
+				relay.ConsumerGroup).Scan(&n))
+			if n == 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "the relay's group is in every topic's offsets table")
+	in.stop()
+
+	f.write(4).wait(t)
+	require.Zero(t, f.pruneOrders(t), "the relay has published none of them")
+	f.startInstance(t, "a", f.config())
+	f.requireAllRelayed(t)
+}
+
+// A relay that meets a gap (messages pruned before it published them: it
+// started after retention had deleted them, or its group's row was
+// deleted while still needed) ends its term with a *pubsub.TopicGapError
+// naming the topic, its group and the range, and publishes nothing after
+// it. Once its position is moved past the gap (docs/operations.md), it
+// relays what follows.
+func TestRelayStopsAtAGap(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	f.write(4).wait(t) // four orders
+	through := f.lastOrdersMessage(t)
+	require.Equal(t, 16, f.pruneOrders(t))
+	f.write(1).wait(t) // one more
+
+	r, err := relay.New(f.config())
+	require.NoError(t, err)
+	err = r.Run(context.Background(), 1)
+	var gap *pubsub.TopicGapError
+	require.ErrorAs(t, err, &gap)
+	require.Equal(t, &pubsub.TopicGapError{Topic: pubsub.TopicOrders, Group: relay.ConsumerGroup, Through: through}, gap)
+	require.Zero(t, f.streamCount(), "nothing published after the gap")
+
+	_, err = f.RM.DB.Exec(`INSERT INTO relay_offsets (topic, transaction_id, "offset", term, relayed_at) VALUES ('orders', $1, $2, 0, now())`,
+		int64(through.TransactionID), through.Offset)
+	require.NoError(t, err)
+	f.startInstance(t, "a", f.config())
+	require.Eventually(t, func() bool { return f.streamCount() == 4 }, 30*time.Second, 10*time.Millisecond, "the order written after the gap")
 }
