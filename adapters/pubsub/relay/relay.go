@@ -53,6 +53,11 @@
 //     than the window between a publish and its save can put a duplicate
 //     into the stream, which consumers recognise by the event id (or
 //     aggregate_id and aggregate_version).
+//   - No gap skipped: the position is in each topic's offsets table (group
+//     ConsumerGroup) from the start of a term, so retention keeps what the
+//     relay has not published; were some deleted all the same (a relay
+//     started after, its row deleted), each read's gap check
+//     (pubsub.CheckGap) ends the term with a *pubsub.TopicGapError instead.
 //   - Fenced: the position is written only under the relay's current term
 //     (hearth_fence); a relay whose term is over gets readmodel.ErrStaleTerm
 //     and Run returns it.
