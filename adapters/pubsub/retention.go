@@ -224,10 +224,12 @@ func (r *Retention) bound(ctx context.Context, t RetainedTopic) (bound Position,
 	bound.Offset++ // the acknowledged row itself goes too
 	var tx string
 	var young Position
-	err = r.db.QueryRowContext(ctx, `SELECT transaction_id::text, "offset" FROM `+Schema.MessagesTable(t.Topic)+`
-		WHERE (transaction_id, "offset") < ($1::text::xid8, $2::bigint)
-		  AND created_at >= (now() - $3::bigint * interval '1 millisecond')::timestamp
-		ORDER BY transaction_id, "offset" LIMIT 1`, strconv.FormatUint(bound.TransactionID, 10), bound.Offset, r.keep.Milliseconds()).
+	// ORDER BY names the table's columns (m.): a bare transaction_id would be
+	// the text output column, ordered as text (999 after 1000).
+	err = r.db.QueryRowContext(ctx, `SELECT m.transaction_id::text, m."offset" FROM `+Schema.MessagesTable(t.Topic)+` m
+		WHERE (m.transaction_id, m."offset") < ($1::text::xid8, $2::bigint)
+		  AND m.created_at >= (now() - $3::bigint * interval '1 millisecond')::timestamp
+		ORDER BY m.transaction_id, m."offset" LIMIT 1`, strconv.FormatUint(bound.TransactionID, 10), bound.Offset, r.keep.Milliseconds()).
 		Scan(&tx, &young.Offset)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

@@ -27,7 +27,8 @@ type topicRow struct {
 // ordersTopic lists the orders topic in delivery order.
 func (f fixture) ordersTopic(t *testing.T) []topicRow {
 	t.Helper()
-	rows, err := f.ES.DB.Query(`SELECT transaction_id::text, "offset" FROM watermill_orders ORDER BY transaction_id, "offset"`)
+	// m.: a bare transaction_id would order by the text output column.
+	rows, err := f.ES.DB.Query(`SELECT m.transaction_id::text, m."offset" FROM watermill_orders m ORDER BY m.transaction_id, m."offset"`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []topicRow
@@ -343,4 +344,22 @@ hearth_topic_retention_held_by{group="` + group + `",topic="orders"} 1
 	heldBy("")
 	require.Contains(t, logged.String(), `msg="the consumer group no longer holds the topic back" component=retention topic=orders group=relay`)
 	require.Equal(t, 2, strings.Count(logged.String(), "level=WARN"), "a warning when the group changes, not on every pass")
+}
+
+// Transaction ids are ordered as numbers, not as text ("10" sorts before
+// "9"): of young messages 9 and 10, the first young message in delivery
+// order is 9, and it stays, with everything after it.
+func TestRetentionOrdersTransactionIDsAsNumbers(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	for _, tx := range []string{"8", "9", "10"} {
+		_, err := f.ES.DB.Exec(`INSERT INTO watermill_orders (uuid, payload, metadata, transaction_id)
+			VALUES (gen_random_uuid()::text, '{}', '{}', $1::text::xid8)`, tx)
+		require.NoError(t, err)
+	}
+	rows := f.ordersTopic(t)
+	require.Equal(t, []string{"8", "9", "10"}, []string{rows[0].tx, rows[1].tx, rows[2].tx})
+	f.age(t, rows[0]) // 9 and 10 are young
+	f.ack(t, "orders", rows[2])
+	f.prunes(t, newRetention(t, f.ES.DB, 1000, nil), 1, rows[1:], "only the old message 8 goes")
 }

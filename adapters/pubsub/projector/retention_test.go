@@ -67,8 +67,8 @@ func TestCatchUpStopsAtAGap(t *testing.T) {
 	require.NoError(t, err)
 	var through pubsub.Position
 	var tx string
-	require.NoError(t, f.ES.DB.QueryRow(`SELECT transaction_id::text, "offset" FROM watermill_orders
-		ORDER BY transaction_id DESC, "offset" DESC LIMIT 1`).Scan(&tx, &through.Offset))
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT m.transaction_id::text, m."offset" FROM watermill_orders m
+		ORDER BY m.transaction_id DESC, m."offset" DESC LIMIT 1`).Scan(&tx, &through.Offset))
 	through.TransactionID, err = strconv.ParseUint(tx, 10, 64)
 	require.NoError(t, err)
 	_, err = f.ES.DB.Exec(`UPDATE watermill_orders SET created_at = created_at - interval '8 days'`)

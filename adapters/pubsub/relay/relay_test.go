@@ -658,8 +658,9 @@ func (f *fixture) lastOrdersMessage(t *testing.T) pubsub.Position {
 	t.Helper()
 	var tx string
 	var p pubsub.Position
-	require.NoError(t, f.ES.DB.QueryRow(`SELECT transaction_id::text, "offset" FROM watermill_orders
-		ORDER BY transaction_id DESC, "offset" DESC LIMIT 1`).Scan(&tx, &p.Offset))
+	// m.: a bare transaction_id would order by the text output column.
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT m.transaction_id::text, m."offset" FROM watermill_orders m
+		ORDER BY m.transaction_id DESC, m."offset" DESC LIMIT 1`).Scan(&tx, &p.Offset))
 	var err error
 	p.TransactionID, err = strconv.ParseUint(tx, 10, 64)
 	require.NoError(t, err)
