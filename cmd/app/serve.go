@@ -20,7 +20,6 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
-	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
 	"hearth/adapters/webhooks"
 	"hearth/app"
@@ -509,30 +508,23 @@ const (
 	topicPruneBatch = 1000
 )
 
-// newRetention prunes each projection's topic: a message goes once every
-// consumer group of its topic has acknowledged it (the projections' groups
-// at least, and the relay's when it is on) and TOPIC_RETENTION has passed.
+// newRetention prunes each aggregate type's topic: a message goes once
+// every consumer group in the topic's offsets table has acknowledged it
+// and TOPIC_RETENTION has passed. The groups are the database's, whatever
+// this worker's settings (the relay's is there once a relay has started
+// anywhere); the projections' and the fan-out's, which every process runs,
+// hold the topic until they have a row.
 func newRetention(cfg Config, dbs databases, w wiring, log *slog.Logger) (*pubsub.Retention, error) {
 	var topics []pubsub.RetainedTopic
 	index := map[string]int{}
-	require := func(topic, group string) {
-		i, ok := index[topic]
+	for _, p := range append(slices.Clone(w.projections), w.fanout...) {
+		i, ok := index[p.Topic]
 		if !ok {
 			i = len(topics)
-			index[topic] = i
-			topics = append(topics, pubsub.RetainedTopic{Topic: topic})
+			index[p.Topic] = i
+			topics = append(topics, pubsub.RetainedTopic{Topic: p.Topic})
 		}
-		topics[i].Groups = append(topics[i].Groups, group)
-	}
-	for _, p := range w.projections {
-		require(p.Topic, p.Name)
-	}
-	if cfg.RelayNATSURL != "" {
-		// Until the relay has published a page of a topic it has no
-		// position there, and retention would take what it has not seen.
-		for _, topic := range relay.Topics() {
-			require(topic, relay.ConsumerGroup)
-		}
+		topics[i].Groups = append(topics[i].Groups, p.Name)
 	}
 	return pubsub.NewRetention(pubsub.RetentionConfig{
 		DB: dbs.es.DB, Topics: topics, Keep: cfg.TopicRetention, Batch: topicPruneBatch,

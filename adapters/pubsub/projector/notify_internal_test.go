@@ -11,7 +11,7 @@ import (
 // becoming visible, whatever the fallback.
 func TestQuickRepollsAreCapped(t *testing.T) {
 	for _, fallback := range []time.Duration{time.Hour, 250 * time.Millisecond} {
-		b := &notifyBackoff{fallback: fallback, quick: time.Millisecond}
+		b := &Repoll{fallback: fallback, quick: time.Millisecond}
 		var waits []time.Duration
 		for range 20 {
 			waits = append(waits, b.nextWait())
