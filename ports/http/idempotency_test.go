@@ -3,6 +3,7 @@ package httpport
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -33,15 +34,15 @@ type heldKey struct {
 	gets   int
 }
 
-func (h *heldKey) Claim(context.Context, string, string, []byte, time.Duration) (string, error) {
+func (h *heldKey) Claim(context.Context, string, string, string, []byte, time.Duration) (string, error) {
 	return "", nil
 }
 
-func (h *heldKey) Get(_ context.Context, _, key string) (command.IdempotencyRecord, error) {
+func (h *heldKey) Get(context.Context, string, string, string) (command.IdempotencyRecord, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.gets++
-	return command.IdempotencyRecord{Fingerprint: fingerprint(http.MethodPost, "/v1/customers", []byte(`{"name":"Ada"}`)),
+	return command.IdempotencyRecord{Fingerprint: fingerprint(http.MethodPost, "/v1/customers", "", []byte(`{"name":"Ada"}`)),
 		Answer: h.answer, LockedUntil: time.Now().Add(time.Hour)}, nil
 }
 
@@ -96,31 +97,50 @@ func TestIdempotentRepeatWaitsForTheFirstAttempt(t *testing.T) {
 	require.Equal(t, "true", rec.Header().Get(headerReplayed))
 }
 
-// Retries are matched by content, not spelling; anything else differs.
+// Retries are matched by content, not spelling; anything else differs,
+// If-Match included.
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
-	base := fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`))
-	require.Equal(t, base, fingerprint(http.MethodPost, "/v1/orders", []byte("{\n \"c\": {\"x\":\"y\"}, \"b\":[1, 2], \"a\":1}\n")))
-	require.Equal(t, base, fingerprint(http.MethodPost, "/V1/ORDERS", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)))
+	body := []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)
+	base := fingerprint(http.MethodPost, "/v1/orders", "", body)
+	require.Equal(t, base, fingerprint(http.MethodPost, "/v1/orders", "", []byte("{\n \"c\": {\"x\":\"y\"}, \"b\":[1, 2], \"a\":1}\n")))
+	require.Equal(t, base, fingerprint(http.MethodPost, "/V1/ORDERS", "", body))
+	require.Equal(t, base, fingerprint(http.MethodPost, "/v1/orders", " * ", body), "* states no version")
+	// Without If-Match, the fingerprint is the one records kept before
+	// If-Match counted (legacy records are compared with it).
+	old := sha256.Sum256([]byte("POST /v1/orders\n" + `{"a":1,"b":[1,2],"c":{"x":"y"}}`))
+	require.Equal(t, old[:], base)
+	tagged := fingerprint(http.MethodPost, "/v1/orders", `"3"`, body)
+	require.Equal(t, tagged, fingerprint(http.MethodPost, "/v1/orders", ` "3" `, body))
 	for name, other := range map[string][]byte{
-		"method": fingerprint(http.MethodPut, "/v1/orders", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)),
-		"path":   fingerprint(http.MethodPost, "/v1/customers", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)),
-		"value":  fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":2,"b":[1,2],"c":{"x":"y"}}`)),
-		"order":  fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1,"b":[2,1],"c":{"x":"y"}}`)),
-		"number": fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1.0,"b":[1,2],"c":{"x":"y"}}`)),
+		"method":   fingerprint(http.MethodPut, "/v1/orders", "", body),
+		"path":     fingerprint(http.MethodPost, "/v1/customers", "", body),
+		"value":    fingerprint(http.MethodPost, "/v1/orders", "", []byte(`{"a":2,"b":[1,2],"c":{"x":"y"}}`)),
+		"order":    fingerprint(http.MethodPost, "/v1/orders", "", []byte(`{"a":1,"b":[2,1],"c":{"x":"y"}}`)),
+		"number":   fingerprint(http.MethodPost, "/v1/orders", "", []byte(`{"a":1.0,"b":[1,2],"c":{"x":"y"}}`)),
+		"if-match": tagged,
+		"another":  fingerprint(http.MethodPost, "/v1/orders", `"4"`, body),
 	} {
 		require.NotEqual(t, base, other, name)
+		if name != "if-match" {
+			require.NotEqual(t, tagged, other, name)
+		}
 	}
 }
 
 func FuzzFingerprint(f *testing.F) {
-	f.Add(`{"customer_id":"c","amount_cents":100}`)
-	f.Add(`{"a":[1,{"b":null}],"c":"\u00e9"}`)
-	f.Add(`not json`)
-	f.Add(``)
-	f.Fuzz(func(t *testing.T, body string) {
-		fp := fingerprint(http.MethodPost, "/v1/orders", []byte(body))
+	for _, ifMatch := range []string{"", `"3"`, "*"} {
+		f.Add(`{"customer_id":"c","amount_cents":100}`, ifMatch)
+		f.Add(`{"a":[1,{"b":null}],"c":"\u00e9"}`, ifMatch)
+		f.Add(`not json`, ifMatch)
+		f.Add(``, ifMatch)
+	}
+	f.Fuzz(func(t *testing.T, body, ifMatch string) {
+		fp := fingerprint(http.MethodPost, "/v1/orders", ifMatch, []byte(body))
 		require.Len(t, fp, 32)
+		if v := strings.TrimSpace(ifMatch); v != "" && v != "*" {
+			require.NotEqual(t, fingerprint(http.MethodPost, "/v1/orders", "", []byte(body)), fp, "If-Match counts")
+		}
 		var v any
 		if json.Unmarshal([]byte(body), &v) != nil {
 			return
@@ -128,7 +148,7 @@ func FuzzFingerprint(f *testing.F) {
 		// The same JSON re-encoded with other spacing fingerprints the same.
 		var indented bytes.Buffer
 		if json.Indent(&indented, []byte(body), " ", "\t") == nil {
-			require.Equal(t, fp, fingerprint(http.MethodPost, "/v1/orders", indented.Bytes()))
+			require.Equal(t, fp, fingerprint(http.MethodPost, "/v1/orders", ifMatch, indented.Bytes()))
 		}
 	})
 }
