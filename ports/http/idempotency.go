@@ -99,17 +99,16 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 	cleanup := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	}
-	select {
-	case s.idempotentSlots <- struct{}{}:
-		defer func() { <-s.idempotentSlots }()
-	case <-r.Context().Done():
+	release, err := s.idempotentSlots.acquire(r.Context(), i.MerchantID)
+	if err != nil {
 		ctx, cancel := cleanup()
 		defer cancel()
-		return command.Answer{}, errors.Join(r.Context().Err(), s.Idempotency.Release(ctx, i))
+		return command.Answer{}, errors.Join(err, s.Idempotency.Release(ctx, i))
 	}
+	defer release()
 	rec := &answerRecorder{header: http.Header{}}
 	runCtx := context.WithValue(command.WithIdempotent(r.Context(), i), idempotentCtxKey{}, i)
-	err := h(rec, r.WithContext(runCtx))
+	err = h(rec, r.WithContext(runCtx))
 	if errors.Is(err, command.ErrKeyTakenOver) {
 		return command.Answer{}, err
 	}

@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,8 @@ import (
 
 	"hearth/app/access"
 	"hearth/app/command"
+	"hearth/domain/apperr"
+	"hearth/domain/uuid"
 )
 
 type oneKey struct{}
@@ -203,4 +207,109 @@ func FuzzIfMatch(f *testing.F) {
 		}
 		require.Equal(t, strconv.Quote(strconv.Itoa(*v)), trimmed)
 	})
+}
+
+// freshKeys is an idempotency store in which every key is new.
+type freshKeys struct{}
+
+func (freshKeys) Claim(context.Context, string, string, string, []byte, time.Duration) (string, error) {
+	return uuid.New(), nil
+}
+
+func (freshKeys) Get(context.Context, string, string, string) (command.IdempotencyRecord, error) {
+	return command.IdempotencyRecord{}, apperr.ErrNotFound
+}
+
+func (freshKeys) Complete(context.Context, *command.Idempotent, command.Answer) error { return nil }
+func (freshKeys) Release(context.Context, *command.Idempotent) error                  { return nil }
+
+// One merchant's idempotent writes hold at most its share of the slots:
+// while merchant A's writes hold theirs and more of them wait, merchant B's
+// write runs at once instead of queueing behind them.
+func TestIdempotentSlotsAreShared(t *testing.T) {
+	t.Parallel()
+	s := &server{Config: Config{Idempotency: freshKeys{}, IdempotencyWait: time.Second, IdempotencyLease: time.Minute},
+		log: slog.New(slog.DiscardHandler), idempotentSlots: newFairSlots(4, 2)}
+	var runningA atomic.Int32
+	open := make(chan struct{})
+	h := s.idempotent(func(w http.ResponseWriter, r *http.Request) error {
+		if principal(r).MerchantID == "A" {
+			runningA.Add(1)
+			<-open
+		}
+		w.WriteHeader(http.StatusCreated)
+		return nil
+	})
+	send := func(merchant, key string) <-chan int {
+		done := make(chan int, 1)
+		go func() {
+			req := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(`{}`))
+			req = req.WithContext(context.WithValue(req.Context(), principalKey{}, access.Principal{MerchantID: merchant, Role: access.Operator}))
+			req.Header.Set(HeaderIdempotencyKey, key)
+			rec := httptest.NewRecorder()
+			if err := h(rec, req); err != nil {
+				s.writeError(rec, req, err)
+			}
+			done <- rec.Code
+		}()
+		return done
+	}
+	var writesA []<-chan int
+	for i := range 4 {
+		writesA = append(writesA, send("A", "a-"+strconv.Itoa(i)))
+	}
+	require.Eventually(t, func() bool { return int(runningA.Load())+s.idempotentSlots.waiting() == 4 }, 5*time.Second, time.Millisecond,
+		"every write of A runs or waits for a slot")
+	select {
+	case code := <-send("B", "b-1"):
+		require.Equal(t, http.StatusCreated, code)
+	case <-time.After(10 * time.Second): // a bound on a failing test, not a wait for an event
+		t.Fatal("B's write waited behind A's")
+	}
+	require.Equal(t, int32(2), runningA.Load(), "A ran its share")
+	require.Equal(t, 2, s.idempotentSlots.waiting())
+	close(open)
+	for _, w := range writesA {
+		require.Equal(t, http.StatusCreated, <-w)
+	}
+	require.Equal(t, int32(4), runningA.Load())
+}
+
+// A freed slot goes to the waiting merchant that holds the fewest, not to
+// the earliest waiter; a waiter whose request ends leaves the queue.
+func TestFairSlotsHandOff(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newFairSlots(2, 2)
+	releaseA1, err := s.acquire(ctx, "A")
+	require.NoError(t, err)
+	_, err = s.acquire(ctx, "A")
+	require.NoError(t, err)
+	acquired := func(merchant string) <-chan func() {
+		c := make(chan func(), 1)
+		go func() {
+			release, err := s.acquire(ctx, merchant)
+			if err == nil {
+				c <- release
+			}
+		}()
+		return c
+	}
+	a3 := acquired("A")
+	require.Eventually(t, func() bool { return s.waiting() == 1 }, 5*time.Second, time.Millisecond)
+	b1 := acquired("B")
+	require.Eventually(t, func() bool { return s.waiting() == 2 }, 5*time.Second, time.Millisecond)
+
+	releaseA1()
+	require.Equal(t, 1, s.waiting(), "one waiter got the slot")
+	require.Eventually(t, func() bool { return len(b1) == 1 }, 5*time.Second, time.Millisecond, "B got it, A's third write still waits")
+	(<-b1)()
+	require.Eventually(t, func() bool { return len(a3) == 1 }, 5*time.Second, time.Millisecond)
+	<-a3 // A holds both slots again
+
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s.acquire(gone, "C")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, s.waiting())
 }
