@@ -560,6 +560,7 @@ const (
 	ProblemspreconditionFailed    ProblemType = "/problems/precondition-failed"
 	ProblemsrateLimited           ProblemType = "/problems/rate-limited"
 	ProblemsruleBroken            ProblemType = "/problems/rule-broken"
+	ProblemssecretShownOnce       ProblemType = "/problems/secret-shown-once"
 	Problemstimeout               ProblemType = "/problems/timeout"
 	ProblemstooManyWaits          ProblemType = "/problems/too-many-waits"
 	Problemsunauthenticated       ProblemType = "/problems/unauthenticated"
@@ -593,6 +594,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemsrateLimited:
 		return true
 	case ProblemsruleBroken:
+		return true
+	case ProblemssecretShownOnce:
 		return true
 	case Problemstimeout:
 		return true
@@ -3934,7 +3937,7 @@ type ListCatalogItemsParams struct {
 
 // CreateCatalogItemParams defines parameters for CreateCatalogItem.
 type CreateCatalogItemParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3952,7 +3955,7 @@ type GetCatalogItemParams struct {
 
 // UpdateCatalogItemParams defines parameters for UpdateCatalogItem.
 type UpdateCatalogItemParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3980,7 +3983,7 @@ type ListCustomersParams struct {
 
 // CreateCustomerParams defines parameters for CreateCustomer.
 type CreateCustomerParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3998,7 +4001,7 @@ type GetCustomerParams struct {
 
 // UpdateCustomerParams defines parameters for UpdateCustomer.
 type UpdateCustomerParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4059,7 +4062,7 @@ type ListOrdersParamsSettlementStatus string
 
 // CreateOrderParams defines parameters for CreateOrder.
 type CreateOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4080,7 +4083,7 @@ type GetOrderParams struct {
 
 // UpdateOrderParams defines parameters for UpdateOrder.
 type UpdateOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4089,7 +4092,7 @@ type UpdateOrderParams struct {
 
 // AssignOrderParams defines parameters for AssignOrder.
 type AssignOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4098,7 +4101,7 @@ type AssignOrderParams struct {
 
 // CancelOrderParams defines parameters for CancelOrder.
 type CancelOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4119,7 +4122,7 @@ type OrderChangesParams struct {
 
 // SettleOrderParams defines parameters for SettleOrder.
 type SettleOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4128,7 +4131,7 @@ type SettleOrderParams struct {
 
 // ChangeOrderStatusParams defines parameters for ChangeOrderStatus.
 type ChangeOrderStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4184,7 +4187,7 @@ type GetScheduleParams struct {
 
 // ChangeScheduleStatusParams defines parameters for ChangeScheduleStatus.
 type ChangeScheduleStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4225,7 +4228,7 @@ type ListServiceRequestsParamsStatus string
 
 // CreateServiceRequestParams defines parameters for CreateServiceRequest.
 type CreateServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4246,7 +4249,7 @@ type GetServiceRequestParams struct {
 
 // UpdateServiceRequestParams defines parameters for UpdateServiceRequest.
 type UpdateServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4255,7 +4258,7 @@ type UpdateServiceRequestParams struct {
 
 // ConvertServiceRequestParams defines parameters for ConvertServiceRequest.
 type ConvertServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4264,7 +4267,7 @@ type ConvertServiceRequestParams struct {
 
 // ChangeServiceRequestStatusParams defines parameters for ChangeServiceRequestStatus.
 type ChangeServiceRequestStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4295,7 +4298,7 @@ type ListStaffMembersParams struct {
 
 // CreateStaffMemberParams defines parameters for CreateStaffMember.
 type CreateStaffMemberParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4313,7 +4316,7 @@ type GetStaffMemberParams struct {
 
 // UpdateStaffMemberParams defines parameters for UpdateStaffMember.
 type UpdateStaffMemberParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4325,7 +4328,7 @@ type ListWebhookEndpointsParams struct {
 
 // CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
 type CreateWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4337,7 +4340,7 @@ type GetWebhookEndpointParams struct {
 
 // UpdateWebhookEndpointParams defines parameters for UpdateWebhookEndpoint.
 type UpdateWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4357,13 +4360,13 @@ type ListWebhookDeliveriesParamsStatus string
 
 // RedeliverWebhookParams defines parameters for RedeliverWebhook.
 type RedeliverWebhookParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // RotateWebhookSecretParams defines parameters for RotateWebhookSecret.
 type RotateWebhookSecretParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4372,7 +4375,7 @@ type RotateWebhookSecretParams struct {
 
 // TestWebhookEndpointParams defines parameters for TestWebhookEndpoint.
 type TestWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 

@@ -84,6 +84,12 @@ func TestIdempotencyScopeMigration(t *testing.T) {
 	_, err = db.ExecContext(ctx, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, token, locked_until)
 		VALUES ($1, 'unscoped', 'f', gen_random_uuid(), now())`, merchant)
 	require.ErrorContains(t, err, "scope")
+	// The claim of the version before fails: during a rolling upgrade its
+	// instances answer 500 to writes with a key, and write nothing.
+	_, err = db.ExecContext(ctx, `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, token, locked_until)
+		VALUES ($1, 'old', 'f', gen_random_uuid(), now())
+		ON CONFLICT (merchant_id, key) DO UPDATE SET token = excluded.token RETURNING token`, merchant)
+	require.ErrorContains(t, err, "ON CONFLICT")
 }
 
 func keys[V any](m map[string]V) []string {
