@@ -37,9 +37,9 @@ type Idempotency interface {
 var storedHeaders = []string{"Content-Type", "Location", "ETag", HeaderPosition}
 
 // idempotent runs a write at most once per Idempotency-Key of the
-// principal (idempotencyScope): the first attempt claims the key, the write stores its answer in its own
-// transaction, and a repeat with the same key and body is answered from
-// there. A repeat while the first attempt runs waits for its answer, up to
+// principal (idempotencyScope): the first attempt claims the key, the write
+// stores its answer in its own transaction, and a repeat with the same key
+// and body is answered from there. A repeat while the first attempt runs waits for its answer, up to
 // IdempotencyWait, then answers 409 idempotency-in-progress; the same key
 // with another body (or another route, or another If-Match) is 422
 // idempotency-key-reused.
@@ -192,7 +192,7 @@ func (e *idempotencyError) Error() string { return e.detail }
 
 var (
 	errKeyReused = &idempotencyError{http.StatusUnprocessableEntity, "idempotency-key-reused",
-		"this Idempotency-Key was used with another request (another body or route); use a new key for a new request"}
+		"this Idempotency-Key was used with another request (another body, route or If-Match); use a new key for a new request"}
 	errInProgress = &idempotencyError{http.StatusConflict, "idempotency-in-progress",
 		"a request with this Idempotency-Key is still running; retry shortly to get its answer"}
 )
