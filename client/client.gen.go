@@ -596,6 +596,7 @@ const (
 	ProblemspreconditionFailed    ProblemType = "/problems/precondition-failed"
 	ProblemsrateLimited           ProblemType = "/problems/rate-limited"
 	ProblemsruleBroken            ProblemType = "/problems/rule-broken"
+	ProblemssecretShownOnce       ProblemType = "/problems/secret-shown-once"
 	Problemstimeout               ProblemType = "/problems/timeout"
 	ProblemstooManyWaits          ProblemType = "/problems/too-many-waits"
 	Problemsunauthenticated       ProblemType = "/problems/unauthenticated"
@@ -629,6 +630,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemsrateLimited:
 		return true
 	case ProblemsruleBroken:
+		return true
+	case ProblemssecretShownOnce:
 		return true
 	case Problemstimeout:
 		return true
@@ -4059,7 +4062,7 @@ type ListCatalogItemsParams struct {
 
 // CreateCatalogItemParams defines parameters for CreateCatalogItem.
 type CreateCatalogItemParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4077,7 +4080,7 @@ type GetCatalogItemParams struct {
 
 // UpdateCatalogItemParams defines parameters for UpdateCatalogItem.
 type UpdateCatalogItemParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4105,7 +4108,7 @@ type ListCustomersParams struct {
 
 // CreateCustomerParams defines parameters for CreateCustomer.
 type CreateCustomerParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4123,7 +4126,7 @@ type GetCustomerParams struct {
 
 // UpdateCustomerParams defines parameters for UpdateCustomer.
 type UpdateCustomerParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4196,7 +4199,7 @@ type ListOrdersParamsSettlementStatus string
 
 // CreateOrderParams defines parameters for CreateOrder.
 type CreateOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4217,7 +4220,7 @@ type GetOrderParams struct {
 
 // UpdateOrderParams defines parameters for UpdateOrder.
 type UpdateOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4226,7 +4229,7 @@ type UpdateOrderParams struct {
 
 // AssignOrderParams defines parameters for AssignOrder.
 type AssignOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4235,7 +4238,7 @@ type AssignOrderParams struct {
 
 // CancelOrderParams defines parameters for CancelOrder.
 type CancelOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4256,7 +4259,7 @@ type OrderChangesParams struct {
 
 // SettleOrderParams defines parameters for SettleOrder.
 type SettleOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4265,7 +4268,7 @@ type SettleOrderParams struct {
 
 // ChangeOrderStatusParams defines parameters for ChangeOrderStatus.
 type ChangeOrderStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4321,7 +4324,7 @@ type GetScheduleParams struct {
 
 // ChangeScheduleStatusParams defines parameters for ChangeScheduleStatus.
 type ChangeScheduleStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4362,7 +4365,7 @@ type ListServiceRequestsParamsStatus string
 
 // CreateServiceRequestParams defines parameters for CreateServiceRequest.
 type CreateServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4383,7 +4386,7 @@ type GetServiceRequestParams struct {
 
 // UpdateServiceRequestParams defines parameters for UpdateServiceRequest.
 type UpdateServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4392,7 +4395,7 @@ type UpdateServiceRequestParams struct {
 
 // ConvertServiceRequestParams defines parameters for ConvertServiceRequest.
 type ConvertServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4401,7 +4404,7 @@ type ConvertServiceRequestParams struct {
 
 // ChangeServiceRequestStatusParams defines parameters for ChangeServiceRequestStatus.
 type ChangeServiceRequestStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4432,7 +4435,7 @@ type ListStaffMembersParams struct {
 
 // CreateStaffMemberParams defines parameters for CreateStaffMember.
 type CreateStaffMemberParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4450,7 +4453,7 @@ type GetStaffMemberParams struct {
 
 // UpdateStaffMemberParams defines parameters for UpdateStaffMember.
 type UpdateStaffMemberParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4462,7 +4465,7 @@ type ListWebhookEndpointsParams struct {
 
 // CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
 type CreateWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4474,7 +4477,7 @@ type GetWebhookEndpointParams struct {
 
 // UpdateWebhookEndpointParams defines parameters for UpdateWebhookEndpoint.
 type UpdateWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4494,13 +4497,13 @@ type ListWebhookDeliveriesParamsStatus string
 
 // RedeliverWebhookParams defines parameters for RedeliverWebhook.
 type RedeliverWebhookParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // RotateWebhookSecretParams defines parameters for RotateWebhookSecret.
 type RotateWebhookSecretParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4509,7 +4512,7 @@ type RotateWebhookSecretParams struct {
 
 // TestWebhookEndpointParams defines parameters for TestWebhookEndpoint.
 type TestWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 

@@ -298,17 +298,16 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 	requireProblem(t, ping, http.StatusUnprocessableEntity, "/problems/rule-broken")
 	require.Equal(t, webhook.RuleEndpointDisabled, ping.Body["rule"])
 
-	// Idempotency-Key: the same creation answers the same endpoint (and
-	// secret), once.
+	// Idempotency-Key: the same creation writes once; its secret is not
+	// kept, so the repeat is told so, with the endpoint.
 	key := http.Header{"Authorization": {"Bearer " + a.opA}, "Idempotency-Key": {uuid.New()}}
 	first, err := a.send(http.MethodPost, path, key, map[string]any{"url": "https://other.example.com/"})
 	require.NoError(t, err)
 	again, err := a.send(http.MethodPost, path, key, map[string]any{"url": "https://other.example.com/"})
 	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, again.Status, "%s", again)
+	requireProblem(t, again, http.StatusConflict, "/problems/secret-shown-once")
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, first.Body["id"], again.Body["id"])
-	require.Equal(t, first.Body["secret"], again.Body["secret"])
+	require.Equal(t, path+"/"+first.Body["id"].(string), again.Header.Get("Location"))
 	require.Equal(t, float64(2), a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Body["total"])
 
 	// At most webhook.MaxEndpoints per merchant.

@@ -92,6 +92,11 @@ type Config struct {
 	// each holds a connection while it renders its answer, which may take
 	// another, so the cap stays below the pool's size. Defaults to 8.
 	IdempotencyMaxInFlight int
+	// IdempotencyMerchantMaxInFlight caps one merchant's share of them, so
+	// that the others still get slots while its writes hold theirs; a freed
+	// slot goes to the waiting merchant that holds the fewest (slots.go).
+	// Defaults to half of IdempotencyMaxInFlight, at least 1.
+	IdempotencyMerchantMaxInFlight int
 	// Keys serves /admin/keys (admin keys; access.Keys). Optional: without
 	// it, those routes answer 404.
 	Keys KeyAdmin
@@ -154,7 +159,7 @@ func (sf Surface) serves(rt route) bool {
 type server struct {
 	Config
 	log             *slog.Logger
-	idempotentSlots chan struct{}
+	idempotentSlots *fairSlots
 	waits           chan struct{} // one token per read-your-writes wait in flight
 	feedWaits       chan struct{} // one token per event feed long poll in flight
 	limits          *limiter
@@ -190,7 +195,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	cfg.IdempotencyWait = cmp.Or(cfg.IdempotencyWait, 5*time.Second)
 	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
 	cfg.IdempotencyMaxInFlight = cmp.Or(cfg.IdempotencyMaxInFlight, 8)
-	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: make(chan struct{}, cfg.IdempotencyMaxInFlight),
+	cfg.IdempotencyMerchantMaxInFlight = cmp.Or(cfg.IdempotencyMerchantMaxInFlight, max(cfg.IdempotencyMaxInFlight/2, 1))
+	slots := newFairSlots(cfg.IdempotencyMaxInFlight, cfg.IdempotencyMerchantMaxInFlight)
+	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: slots,
 		waits: make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)), feedWaits: make(chan struct{}, max(cfg.FeedMaxWaits, 0)),
 		limits: newLimiter(cfg.Limits, cfg.TrustedProxies), keyHits: newKeyCache(cfg.KeyCacheTTL)}
 	mux := http.NewServeMux()
