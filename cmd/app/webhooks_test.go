@@ -562,15 +562,20 @@ func TestWebhookPrivateTargetsRefused(t *testing.T) {
 	t.Parallel()
 	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) { cfg.WebhookAllowPrivate = false }, nil)
 	for _, u := range []string{"http://127.0.0.1:8080/hook", "http://localhost:8080/hook", "http://10.0.0.7/hook",
-		"http://169.254.169.254/latest/meta-data", "http://[::1]/hook", "http://[fd00::1]/"} {
+		"http://169.254.169.254/latest/meta-data", "http://[::1]/hook", "http://[fd00::1]/", "http://[64:ff9b::a9fe:a9fe]/"} {
 		r := a.do(http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": u})
 		requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
 		require.Equal(t, []string{"url"}, problemFields(r), "%s: %s", u, r)
+		require.Contains(t, r.Raw, "a private address", u)
 		require.Contains(t, r.Raw, "WEBHOOK_ALLOW_PRIVATE", u)
 	}
+	// A name's answer does not say what it resolved to.
+	r := a.do(http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "http://localhost:8080/hook"})
+	require.NotContains(t, r.Raw, "127.0.0.1")
+	require.NotContains(t, r.Raw, "loopback")
 	a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "https://203.0.113.9/hook"})
 	id := a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "https://198.51.100.4/hook"}).Body["id"].(string)
-	r := a.do(http.MethodPatch, "/v1/webhook-endpoints/"+id, a.opA, map[string]any{"url": "http://192.168.1.1/"})
+	r = a.do(http.MethodPatch, "/v1/webhook-endpoints/"+id, a.opA, map[string]any{"url": "http://192.168.1.1/"})
 	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
 }
 

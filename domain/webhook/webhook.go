@@ -167,6 +167,12 @@ func Refused(addr netip.Addr) string {
 		return "a multicast or broadcast address"
 	case sharedSpace.Contains(a):
 		return "a shared (carrier-grade NAT) address"
+	case nat64.Contains(a) || nat64Local.Contains(a):
+		// A NAT64 gateway turns these into the IPv4 address they embed
+		// (64:ff9b::7f00:1 is 127.0.0.1), whatever that is: refused as
+		// a whole rather than judged by the embedded address, since a
+		// local-use prefix may map anywhere.
+		return "a NAT64 address"
 	}
 	return ""
 }
@@ -175,6 +181,8 @@ var (
 	siteLocal   = netip.MustParsePrefix("fec0::/10")
 	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
 	sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052, the well-known prefix
+	nat64Local  = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215, local use
 	broadcast   = netip.MustParseAddr("255.255.255.255")
 )
 

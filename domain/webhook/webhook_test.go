@@ -106,6 +106,10 @@ func TestRefused(t *testing.T) {
 		"169.254.169.254": true, "fe80::1": true, "fc00::1": true, "0.0.0.0": true, "::": true,
 		"100.64.0.1": true, "224.0.0.1": true, "255.255.255.255": true, "::ffff:127.0.0.1": true,
 		"::ffff:10.0.0.1": true, "fec0::1": true,
+		// NAT64: the well-known prefix (here 127.0.0.1 and 8.8.8.8
+		// embedded) and the local-use one.
+		"64:ff9b::7f00:1": true, "64:ff9b::808:808": true, "64:ff9b:1::a00:1": true, "64:ff9b:1:ffff::1": true,
+		"64:ff9b:2::1": false,
 		"93.184.216.34": false, "2606:2800:220:1:248:1893:25c8:1946": false, "8.8.8.8": false,
 	} {
 		got := Refused(netip.MustParseAddr(addr))
