@@ -109,7 +109,7 @@ func TestRefused(t *testing.T) {
 		// NAT64: the well-known prefix (here 127.0.0.1 and 8.8.8.8
 		// embedded) and the local-use one.
 		"64:ff9b::7f00:1": true, "64:ff9b::808:808": true, "64:ff9b:1::a00:1": true, "64:ff9b:1:ffff::1": true,
-		"64:ff9b:2::1": false,
+		"64:ff9b:2::1":  false,
 		"93.184.216.34": false, "2606:2800:220:1:248:1893:25c8:1946": false, "8.8.8.8": false,
 	} {
 		got := Refused(netip.MustParseAddr(addr))
