@@ -625,10 +625,10 @@ func (d *Dispatcher) judge(c claim, o Outcome) result {
 		r.status = webhook.Succeeded
 		d.cfg.Metrics.delivered(time.Since(c.since))
 		return r
+	case c.ping: // tried once, and never disables its endpoint, not even by a 410
+		r.status = webhook.Failed
 	case o.Gone():
 		r.status, r.disable = webhook.Failed, "the receiver answered 410 Gone"
-	case c.ping:
-		r.status = webhook.Failed
 	default:
 		at := c.claimed.Add(o.Latency)
 		next, ok := d.cfg.Schedule.Next(c.first, at, c.attempts, d.cfg.Rand())

@@ -160,7 +160,7 @@ type Outcome struct {
 func (o Outcome) OK() bool { return o.Err == "" }
 
 // Gone reports a receiver that answered 410 Gone: its endpoint is disabled
-// at once.
+// at once (unless the attempt was a test ping).
 func (o Outcome) Gone() bool { return o.Status == http.StatusGone }
 
 // maxErrorBody is how much of a failed answer's body the log keeps.

@@ -23,7 +23,8 @@
 //     merchants go on: a slow or failing endpoint holds up only its own
 //     worker. The claimed deliveries are sent concurrently (at most
 //     inFlightPerEndpoint), each bounded by the timeout.
-//  3. Outcome. A 2xx succeeds. A 410 disables the endpoint at once. Any
+//  3. Outcome. A 2xx succeeds. A 410 disables the endpoint at once (but
+//     a test ping's, which never disables it). Any
 //     other answer, or none, is retried on the schedule (webhook.Schedule);
 //     once a delivery's retries run out the endpoint is disabled with the
 //     reason, and its pending deliveries fail. A test ping is tried once.

@@ -645,6 +645,27 @@ func TestWebhookFailedPingIsNotRetried(t *testing.T) {
 	require.Equal(t, true, a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil).Body["enabled"])
 }
 
+// A test ping answered 410 fails, and leaves its endpoint enabled: a ping
+// never disables one.
+func TestWebhookGonePingDisablesNothing(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	rc.setAnswer(func(delivery) int { return http.StatusGone })
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	ping := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", a.opA, nil)
+	var d response
+	require.Eventually(t, func() bool {
+		var err error
+		d, err = a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
+		return err == nil && d.Body["status"] == "failed"
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, float64(410), d.Body["response_status"])
+	e := a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil)
+	require.Equal(t, true, e.Body["enabled"], "%s", e)
+	require.NotContains(t, e.Body, "disabled_reason")
+}
+
 // A leadership change in the middle of a burst loses nothing and does not
 // reorder an aggregate's events: two instances, the leader stopped while
 // deliveries flow.
