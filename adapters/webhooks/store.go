@@ -29,9 +29,10 @@
 //     once a delivery's retries run out the endpoint is disabled with the
 //     reason, and its pending deliveries fail. A test ping is tried once.
 //
-// A claim moves the delivery's next attempt past the send's timeout, so a
-// leader that dies while sending leaves it to the next leader after that
-// hold; a leader that steps down gracefully puts back what it claimed but
+// A claim moves the delivery's next attempt past the round's sends (all
+// its waves, each as long as the timeout at worst: holdFor), and no send
+// starts that could end after that, so a leader that dies or stalls while
+// sending leaves it to the next leader after that hold; a leader that steps down gracefully puts back what it claimed but
 // did not send. Delivery is at least once: an attempt whose answer was lost
 // is sent again, with the same webhook-id.
 package webhooks

@@ -146,6 +146,37 @@ func withWebhooks(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)) *
 	return a
 }
 
+// hourlyRetries: failed deliveries are tried again after an hour only (so
+// that nothing a test awaits comes from a retry).
+func hourlyRetries(cfg *Config) {
+	cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
+}
+
+// answerPingsOnly has the receiver answer test pings 200 and every other
+// delivery status.
+func (rc *receiver) answerPingsOnly(status int) {
+	rc.setAnswer(func(d delivery) int {
+		if d.event.Type == "webhook_endpoint.ping" {
+			return http.StatusOK
+		}
+		return status
+	})
+}
+
+// pendingDeliveries are the first page of the endpoint's pending
+// deliveries (nil when the request failed).
+func (a *api) pendingDeliveries(key, endpoint string) []map[string]any {
+	r, err := a.send(http.MethodGet, "/v1/webhook-endpoints/"+endpoint+"/deliveries?status=pending", auth(key), nil)
+	if err != nil {
+		return nil
+	}
+	var out []map[string]any
+	for _, it := range r.Body["items"].([]any) {
+		out = append(out, it.(map[string]any))
+	}
+	return out
+}
+
 // createEndpoint registers url for key's merchant and returns the
 // endpoint's id and signing secret.
 func (a *api) createEndpoint(key, url string, eventTypes ...string) (id, secret string) {
@@ -749,17 +780,9 @@ func TestWebhookDisabledGetsNothingMore(t *testing.T) {
 // not at its next retry (which, here, is an hour away).
 func TestWebhookPingReachesAFailingEndpoint(t *testing.T) {
 	t.Parallel()
-	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
-		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
-	}, nil)
-	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
 	rc := newReceiver(t)
-	rc.setAnswer(func(d delivery) int {
-		if d.event.Type == "webhook_endpoint.ping" {
-			return http.StatusOK
-		}
-		return http.StatusInternalServerError
-	})
+	rc.answerPingsOnly(http.StatusInternalServerError)
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
 	a.orderEvents(1, 0)
 	path := "/v1/webhook-endpoints/" + endpoint
@@ -776,32 +799,65 @@ func TestWebhookPingReachesAFailingEndpoint(t *testing.T) {
 	require.Equal(t, "webhook_endpoint.ping", rc.delivered()[0].event.Type)
 }
 
+// Another merchant's test pings wake only that merchant's endpoint: a
+// failing endpoint gets no wave before its next retry (an hour away here)
+// however often others ping theirs, nor when its own operator pings it
+// (the ping goes out at once, alone).
+func TestWebhookPingsWakeOnlyTheirEndpoint(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
+	failing := newReceiver(t)
+	failing.answerPingsOnly(http.StatusServiceUnavailable)
+	endpoint, _ := a.createEndpoint(a.opA, failing.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	pending := func() []map[string]any { return a.pendingDeliveries(a.opA, endpoint) }
+	a.orderEvents(1, 0)
+	require.Eventually(t, func() bool { // failed once, its retry an hour away
+		p := pending()
+		return len(p) == 1 && p[0]["response_status"] == float64(503)
+	}, 10*time.Second, 5*time.Millisecond)
+	a.orderEvents(3, 0) // three more aggregates: they wait for the retry
+	require.Eventually(t, func() bool { return len(pending()) == 4 }, 10*time.Second, 5*time.Millisecond)
+
+	// Merchant B pings its own endpoint, again and again.
+	other := newReceiver(t)
+	otherEndpoint, _ := a.createEndpoint(a.opB, other.URL)
+	for n := 1; n <= 3; n++ {
+		a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+otherEndpoint+"/test", a.opB, nil)
+		awaitDelivered(t, other, n)
+	}
+	// Then A pings the failing endpoint: its ping goes out, and once it is
+	// recorded (with whatever its round claimed), nothing else has been
+	// claimed: the three new deliveries were never tried.
+	ping := a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil)
+	require.Eventually(t, func() bool {
+		d, err := a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
+		return err == nil && d.Body["status"] == "succeeded"
+	}, 10*time.Second, 5*time.Millisecond)
+	p := pending()
+	require.Len(t, p, 4)
+	tried := 0
+	for _, d := range p {
+		tried += intOf(d["attempts"])
+	}
+	require.Equal(t, 1, tried, "only the first delivery was tried, once, before its retry: %v", p)
+	got := failing.deliveries()
+	require.Len(t, got, 2, "the first attempt and the ping")
+	require.Equal(t, "webhook_endpoint.ping", got[1].event.Type)
+}
+
 // While a receiver keeps failing, the events that come meanwhile wait for
 // its next retry instead of going out one by one: the round that records
 // the failure claims no delivery never tried.
 func TestWebhookFailingEndpointGetsNewEventsInWaves(t *testing.T) {
 	t.Parallel()
-	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
-		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
-	}, nil)
-	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
 	rc := newReceiver(t)
 	release := make(chan struct{})
 	rc.hold = release
 	rc.setAnswer(func(delivery) int { return http.StatusServiceUnavailable })
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
-	path := "/v1/webhook-endpoints/" + endpoint
-	pending := func() []map[string]any {
-		r, err := a.send(http.MethodGet, path+"/deliveries?status=pending", auth(a.opA), nil)
-		if err != nil {
-			return nil
-		}
-		var out []map[string]any
-		for _, it := range r.Body["items"].([]any) {
-			out = append(out, it.(map[string]any))
-		}
-		return out
-	}
+	pending := func() []map[string]any { return a.pendingDeliveries(a.opA, endpoint) }
 	a.orderEvents(1, 0)
 	require.Eventually(t, func() bool { // the first event is in flight, held
 		p := pending()
