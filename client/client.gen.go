@@ -3158,7 +3158,7 @@ type RotateSecretInput struct {
 	// ExpectedVersion the version the rotation is based on (or If-Match)
 	ExpectedVersion *int `json:"expected_version,omitempty"`
 
-	// Overlap how long deliveries are also signed with the old secret, a duration such as 24h (the default) or 90m, at most 168h; 0s ends the old secret at once
+	// Overlap how long deliveries are also signed with the old secret, a duration such as 24h (the default) or 90m, at most 168h; 0s ends the old secret at once. Earlier secrets still inside their own overlaps keep signing until those end; at most three secrets sign at once, and a rotation with an overlap that would make a fourth is 422 naming overlap
 	//
 	// Examples: 24h
 	Overlap *string `json:"overlap,omitempty"`
@@ -4408,7 +4408,7 @@ type WebhookOrderAssignmentUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4453,7 +4453,7 @@ type WebhookOrderCancelledParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4498,7 +4498,7 @@ type WebhookOrderCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4543,7 +4543,7 @@ type WebhookOrderDetailsUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4588,7 +4588,7 @@ type WebhookOrderEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4633,7 +4633,7 @@ type WebhookOrderSettlementUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4678,7 +4678,7 @@ type WebhookOrderStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4723,7 +4723,7 @@ type WebhookScheduleAssignmentUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4768,7 +4768,7 @@ type WebhookScheduleCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4813,7 +4813,7 @@ type WebhookScheduleEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4858,7 +4858,7 @@ type WebhookScheduleStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4903,7 +4903,7 @@ type WebhookServiceRequestConvertedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4948,7 +4948,7 @@ type WebhookServiceRequestCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4993,7 +4993,7 @@ type WebhookServiceRequestDetailsUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5038,7 +5038,7 @@ type WebhookServiceRequestEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5083,7 +5083,7 @@ type WebhookServiceRequestStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5128,7 +5128,7 @@ type WebhookWebhookEndpointPingParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 

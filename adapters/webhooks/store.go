@@ -77,7 +77,8 @@ const wakeDispatcher = `SELECT pg_notify('hearth_topics', 'webhook_deliveries')`
 const DeliveriesTable = "webhook_deliveries"
 
 const endpointColumns = `id, merchant_id, url, to_json(event_types), description, enabled, disabled_reason,
-	disabled_at, secret, coalesce(previous_secret, ''), previous_secret_until, version, created_at, updated_at`
+	disabled_at, secret, coalesce(previous_secret, ''), previous_secret_until, coalesce(older_secret, ''), older_secret_until,
+	version, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -85,7 +86,8 @@ func scanEndpoint(row scanner) (webhook.Endpoint, error) {
 	var e webhook.Endpoint
 	var types []byte
 	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &types, &e.Description, &e.Enabled, &e.DisabledReason,
-		&e.DisabledAt, &e.Secret, &e.PreviousSecret, &e.PreviousSecretUntil, &e.Version, &e.CreatedAt, &e.UpdatedAt)
+		&e.DisabledAt, &e.Secret, &e.PreviousSecret, &e.PreviousSecretUntil, &e.OlderSecret, &e.OlderSecretUntil,
+		&e.Version, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, apperr.ErrNotFound
 	}
@@ -96,7 +98,7 @@ func scanEndpoint(row scanner) (webhook.Endpoint, error) {
 		return e, fmt.Errorf("webhook endpoint %s: event types: %w", e.ID, err)
 	}
 	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
-	e.DisabledAt, e.PreviousSecretUntil = utc(e.DisabledAt), utc(e.PreviousSecretUntil)
+	e.DisabledAt, e.PreviousSecretUntil, e.OlderSecretUntil = utc(e.DisabledAt), utc(e.PreviousSecretUntil), utc(e.OlderSecretUntil)
 	return e, nil
 }
 
@@ -190,9 +192,10 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET url = $3, event_types = $4, description = $5,
 			enabled = $6, disabled_reason = $7, disabled_at = $8, secret = $9, previous_secret = nullif($10, ''),
-			previous_secret_until = $11, version = $12, updated_at = $13
+			previous_secret_until = $11, older_secret = nullif($14, ''), older_secret_until = $15, version = $12, updated_at = $13
 			WHERE merchant_id = $1 AND id = $2`, merchantID, id, e.URL, nonNil(e.EventTypes), e.Description,
-			e.Enabled, e.DisabledReason, e.DisabledAt, e.Secret, e.PreviousSecret, e.PreviousSecretUntil, e.Version, e.UpdatedAt)
+			e.Enabled, e.DisabledReason, e.DisabledAt, e.Secret, e.PreviousSecret, e.PreviousSecretUntil, e.Version, e.UpdatedAt,
+			e.OlderSecret, e.OlderSecretUntil)
 		if err != nil {
 			return nil, fmt.Errorf("update webhook endpoint: %w", err)
 		}

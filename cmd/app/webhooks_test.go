@@ -645,13 +645,34 @@ func TestWebhookRotationSignsWithBoth(t *testing.T) {
 	verifySignature(t, old, d)
 	verifySignature(t, fresh, d)
 
-	a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, map[string]any{"overlap": "0s"})
-	newest := a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, map[string]any{"overlap": "0s"}).Body["secret"].(string)
+	// A rotation during the overlap keeps the first secret signing until
+	// its overlap ends, and the one it replaces for its own.
+	rotate := func(overlap string) string {
+		return a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA,
+			map[string]any{"overlap": overlap}).Body["secret"].(string)
+	}
+	second := rotate("1h")
 	a.orderEvents(1, 0)
 	awaitDelivered(t, rc, 2)
 	d = rc.delivered()[1]
-	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 1)
+	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 3)
+	verifySignature(t, old, d)
+	verifySignature(t, fresh, d)
+	verifySignature(t, second, d)
+
+	// Three sign at most: another rotation with an overlap is refused, one
+	// without goes through and drops only the secret it replaces.
+	r := a.do(http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, map[string]any{"overlap": "1h"})
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Equal(t, []string{"overlap"}, problemFields(r))
+	newest := rotate("0s")
+	a.orderEvents(1, 0)
+	awaitDelivered(t, rc, 3)
+	d = rc.delivered()[2]
+	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 3)
 	verifySignature(t, newest, d)
+	verifySignature(t, fresh, d)
+	verifySignature(t, old, d)
 }
 
 // A test ping to a failing receiver is tried once and leaves the endpoint
