@@ -29,11 +29,9 @@ const (
 	// claimBatch is how many deliveries one round of a worker claims at
 	// most.
 	claimBatch = 32
-	// sendWaves is how many times over a round's sends can each take the
-	// whole timeout: claimBatch deliveries, inFlightPerEndpoint at a time.
-	sendWaves = (claimBatch + inFlightPerEndpoint - 1) / inFlightPerEndpoint
-	// holdMargin is added to the sends' time for a claim's hold: the time
-	// after which a delivery claimed by a leader that died is tried again.
+	// holdMargin is added to the timeout for a claim's hold: the time after
+	// which a delivery claimed by a leader that died is tried again. A send
+	// starts only while it can end within the hold (send).
 	holdMargin = 5 * time.Second
 	// rescanEvery is how often the dispatcher looks for pending deliveries
 	// that no notification announced (a lost notification, a missed
@@ -137,19 +135,8 @@ func NewDispatcher(ctx context.Context, cfg DispatcherConfig) (*Dispatcher, erro
 		cfg.Rand = rand.Float64
 	}
 	return &Dispatcher{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "webhooks"),
-		hold: holdFor(cfg.Sender.timeout), ctx: ctx, workers: map[string]*worker{},
+		hold: cfg.Sender.timeout + holdMargin, ctx: ctx, workers: map[string]*worker{},
 		pending: walk{sql: pendingSQL}, queued: walk{sql: queuedSQL}}, nil
-}
-
-// holdFor is the hold of a round's claims when one send takes at most
-// timeout: the round sends its claims in sendWaves waves, each as long as
-// the timeout at worst, so the last send of a round may start
-// (sendWaves-1) timeouts after the claim; the hold covers the last one's
-// end, and a margin. No send starts after the point where it could outlive
-// the hold (send), so a leader paused in the middle of a round does not
-// send what the next leader has claimed meanwhile.
-func holdFor(timeout time.Duration) time.Duration {
-	return sendWaves*timeout + holdMargin
 }
 
 // WithDispatcher returns ctx in which the fan-out wakes d's workers after
@@ -702,9 +689,13 @@ func body(env event.Envelope, position int64) ([]byte, error) {
 
 // send makes the claimed deliveries, at most inFlightPerEndpoint at once,
 // and judges each. start is a time before the claim: a send that could
-// end after the claim's hold (the process was paused, or the sends took
-// longer than the hold allows for) does not start; its claim is put back,
-// since the next leader may have claimed it again by then.
+// end after the claim's hold does not start, and its claim is put back
+// (the next round claims it again, with a hold of its own). A round claims
+// up to claimBatch, and a slow receiver's sends take the timeout each, so
+// its later sends would start timeouts after the claim (or a paused
+// process would resume after the hold): by then the next leader may have
+// claimed them, and both would send. The hold stays one timeout long, so
+// that the next leader takes over a dead one's claims soon.
 func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []claim, start time.Time) []result {
 	out := make([]result, len(claims))
 	slots := make(chan struct{}, inFlightPerEndpoint)

@@ -82,14 +82,17 @@ func TestWalkPlan(t *testing.T) {
 		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1 FROM generate_series(1, 100)`, pinged, merchant)
 	exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
 		VALUES ($1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}')`, pinged, merchant)
+	// A ping in flight on the backlog's endpoint: queued, but tried.
+	exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload, attempts)
+		VALUES ($1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}', 1)`, backlog, merchant)
 	exec(`ANALYZE webhook_deliveries`)
 	exec(`SET plan_cache_mode = force_generic_plan`)
 	for name, c := range map[string]struct {
-		sql  string
-		want []string
+		sql, index string
+		want       []string
 	}{
-		"pending": {pendingSQL, []string{backlog, pinged}},
-		"queued":  {queuedSQL, []string{pinged}},
+		"pending": {pendingSQL, "webhook_deliveries_pending", []string{backlog, pinged}},
+		"queued":  {queuedSQL, "webhook_deliveries_queued", []string{pinged}},
 	} {
 		exec(`PREPARE ` + name + `(uuid, int) AS ` + c.sql)
 		got := column(t, conn, `EXECUTE `+name+`('00000000-0000-0000-0000-000000000000', 1000)`)
@@ -103,6 +106,7 @@ func TestWalkPlan(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(plan), &doc))
 		read := doc[0].Plan.rowsOf("webhook_deliveries")
 		require.LessOrEqual(t, read, 3*len(c.want)+3, "%s: %d rows read of webhook_deliveries: %s", name, read, plan)
+		require.Contains(t, plan, `"Index Name": "`+c.index+`"`, name)
 	}
 }
 
