@@ -4347,9 +4347,14 @@ type UpdateWebhookEndpointParams struct {
 // ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
 type ListWebhookDeliveriesParams struct {
 	// Status repeatable: deliveries in any of these statuses
-	Status   *ListWebhookDeliveriesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
-	Page     *Page                              `form:"page,omitempty" json:"page,omitempty"`
-	PageSize *PageSize                          `form:"page_size,omitempty" json:"page_size,omitempty"`
+	Status *ListWebhookDeliveriesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
+	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 }
 
 // ListWebhookDeliveriesParamsStatus defines parameters for ListWebhookDeliveries.
@@ -11178,6 +11183,18 @@ func NewListWebhookDeliveriesRequest(server string, id Id, params *ListWebhookDe
 		if params.Page != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page", *params.Page, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

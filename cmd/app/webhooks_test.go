@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/app/command"
+	"hearth/app/query"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
@@ -468,6 +469,54 @@ func TestWebhookReceiverDownThenBack(t *testing.T) {
 	awaitDelivered(t, rc, 4*4)
 	requireInOrder(t, rc.delivered(), orders, 4)
 	require.Len(t, rc.delivered(), 16, "each event once")
+}
+
+// The delivery log is paged like the other lists: its total is counted up
+// to query.MaxDepth, numbered pages stop there, and next_cursor goes on
+// from any page, as cheap as the first.
+func TestWebhookDeliveryLogIsBounded(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	endpoint, _ := a.createEndpoint(a.opA, "https://203.0.113.9/hook")
+	path := "/v1/webhook-endpoints/" + endpoint + "/deliveries"
+	// More finished deliveries than the count goes, and three pending.
+	_, err := a.dbs.es.DB.ExecContext(a.t.Context(), `INSERT INTO webhook_deliveries
+		(endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, status, completed_at)
+		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 'succeeded', now() FROM generate_series(1, $3)`,
+		endpoint, a.merchantA, query.MaxDepth+2)
+	require.NoError(t, err)
+	_, err = a.dbs.es.DB.ExecContext(a.t.Context(), `INSERT INTO webhook_deliveries
+		(endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), v FROM generate_series(1, 3) v`, endpoint, a.merchantA)
+	require.NoError(t, err)
+
+	all := a.must(http.StatusOK, http.MethodGet, path+"?page_size=2", a.opA, nil)
+	require.Equal(t, float64(query.MaxDepth), all.Body["total"], "counted up to MaxDepth")
+	require.Equal(t, false, all.Body["total_exact"])
+	pending := a.must(http.StatusOK, http.MethodGet, path+"?status=pending", a.opA, nil)
+	require.Equal(t, float64(3), pending.Body["total"])
+	require.Equal(t, true, pending.Body["total_exact"])
+	require.NotContains(t, pending.Body, "next_cursor", "the last page")
+
+	r := a.do(http.MethodGet, path+"?page=51&page_size=200", a.opA, nil)
+	requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+	require.Equal(t, []string{"page"}, problemFields(r))
+
+	// Newest first; the cursor's page follows the numbered one.
+	items := func(r response) []string {
+		var out []string
+		for _, it := range r.Body["items"].([]any) {
+			d := it.(map[string]any)
+			out = append(out, fmt.Sprintf("%d/%s", intOf(d["aggregate_version"]), d["status"]))
+		}
+		return out
+	}
+	require.Equal(t, []string{"3/pending", "2/pending"}, items(all))
+	next := a.must(http.StatusOK, http.MethodGet, path+"?page_size=2&cursor="+all.Body["next_cursor"].(string), a.opA, nil)
+	require.Equal(t, []string{"1/pending", "1/succeeded"}, items(next))
+	require.NotContains(t, next.Body, "page", "a page after a cursor has no number")
+	r = a.do(http.MethodGet, path+"?page=2&cursor="+all.Body["next_cursor"].(string), a.opA, nil)
+	requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
 }
 
 // A receiver that always fails is retried on the schedule, then its
