@@ -3283,7 +3283,7 @@ type RotateSecretInput struct {
 	// ExpectedVersion the version the rotation is based on (or If-Match)
 	ExpectedVersion *int `json:"expected_version,omitempty"`
 
-	// Overlap how long deliveries are also signed with the old secret, a duration such as 24h (the default) or 90m, at most 168h; 0s ends the old secret at once
+	// Overlap how long deliveries are also signed with the old secret, a duration such as 24h (the default) or 90m, at most 168h; 0s ends the old secret at once. Earlier secrets still inside their own overlaps keep signing until those end; at most three secrets sign at once, and a rotation with an overlap that would make a fourth is 422 naming overlap
 	//
 	// Examples: 24h
 	Overlap *string `json:"overlap,omitempty"`
@@ -4487,9 +4487,14 @@ type UpdateWebhookEndpointParams struct {
 // ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
 type ListWebhookDeliveriesParams struct {
 	// Status repeatable: deliveries in any of these statuses
-	Status   *ListWebhookDeliveriesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
-	Page     *Page                              `form:"page,omitempty" json:"page,omitempty"`
-	PageSize *PageSize                          `form:"page_size,omitempty" json:"page_size,omitempty"`
+	Status *ListWebhookDeliveriesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
+	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 }
 
 // ListWebhookDeliveriesParamsStatus defines parameters for ListWebhookDeliveries.
@@ -4548,7 +4553,7 @@ type WebhookOrderAssignmentUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4593,7 +4598,7 @@ type WebhookOrderCancelledParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4638,7 +4643,7 @@ type WebhookOrderCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4683,7 +4688,7 @@ type WebhookOrderDetailsUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4728,7 +4733,7 @@ type WebhookOrderEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4773,7 +4778,7 @@ type WebhookOrderSettlementUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4818,7 +4823,7 @@ type WebhookOrderStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4863,7 +4868,7 @@ type WebhookScheduleAssignmentUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4908,7 +4913,7 @@ type WebhookScheduleCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4953,7 +4958,7 @@ type WebhookScheduleEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4998,7 +5003,7 @@ type WebhookScheduleStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5043,7 +5048,7 @@ type WebhookServiceRequestConvertedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5088,7 +5093,7 @@ type WebhookServiceRequestCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5133,7 +5138,7 @@ type WebhookServiceRequestDetailsUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5178,7 +5183,7 @@ type WebhookServiceRequestEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5223,7 +5228,7 @@ type WebhookServiceRequestStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5268,7 +5273,7 @@ type WebhookWebhookEndpointPingParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -11429,6 +11434,18 @@ func NewListWebhookDeliveriesRequest(server string, id Id, params *ListWebhookDe
 		if params.Page != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page", *params.Page, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

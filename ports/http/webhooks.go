@@ -229,7 +229,7 @@ func (s *server) listWebhookDeliveries(w http.ResponseWriter, r *http.Request) e
 	}
 	p := newParams(r)
 	statuses := p.oneOf("status", []string{webhook.Pending, webhook.Succeeded, webhook.Failed})
-	page := p.page()
+	page := p.listPage()
 	if p.err != nil {
 		return p.err
 	}
