@@ -225,9 +225,18 @@ func (r *Repoll) arm() { r.seen = r.n.signal(r.table) }
 
 // Found is called after a read that found messages: there may be more,
 // and the reader reads again at once; a later empty read waits for the
-// fallback (or a notification).
+// fallback (or a notification). A notification that came during the read
+// is not forgotten: its message may have committed after the read's
+// snapshot and still be hidden from the next read (pg_snapshot_xmin), so
+// that read, if empty, is followed by quick re-reads as after any
+// notification, not by the fallback.
 func (r *Repoll) Found() {
 	r.quick = 0
+	select {
+	case <-r.seen:
+		r.quick = time.Millisecond
+	default:
+	}
 	r.arm()
 }
 
