@@ -3283,7 +3283,7 @@ type RotateSecretInput struct {
 	// ExpectedVersion the version the rotation is based on (or If-Match)
 	ExpectedVersion *int `json:"expected_version,omitempty"`
 
-	// Overlap how long deliveries are also signed with the old secret, a duration such as 24h (the default) or 90m, at most 168h; 0s ends the old secret at once. Earlier secrets still inside their own overlaps keep signing until those end; at most three secrets sign at once, and a rotation with an overlap that would make a fourth is 422 naming overlap
+	// Overlap how long deliveries are also signed with the old secret, a duration such as 24h (the default) or 90m, at most 168h; 0s ends the old secret and every earlier one at once (after a leak). With an overlap, earlier secrets still inside their own overlaps keep signing until those end; at most three secrets sign at once, and a rotation with an overlap that would make a fourth is 422 naming overlap
 	//
 	// Examples: 24h
 	Overlap *string `json:"overlap,omitempty"`

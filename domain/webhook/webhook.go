@@ -270,16 +270,18 @@ func (e Endpoint) Secrets(now time.Time) []string {
 	return out
 }
 
-// Rotate makes secret the current secret at now. For overlap (0: none)
-// the one it replaces still signs, so that the receiver can switch without
-// refusing any delivery; the previous secrets still inside their own
-// overlaps keep signing until they end, whatever the new overlap: a
-// receiver that has not switched yet keeps verifying. A rotation with an
-// overlap that would make more than MaxSecrets sign at once is refused
-// (one with none is always possible: after a leak, say).
+// Rotate makes secret the current secret at now. For overlap the one it
+// replaces still signs, so that the receiver can switch without refusing
+// any delivery; the previous secrets still inside their own overlaps keep
+// signing until they end: a receiver that has not switched yet keeps
+// verifying. A rotation with an overlap that would make more than
+// MaxSecrets sign at once is refused. A rotation without one (0) ends every
+// earlier secret at once, and is always possible: after a leak, nothing
+// old may sign any more.
 func (e *Endpoint) Rotate(secret string, now time.Time, overlap time.Duration) error {
-	kept := e.retired(now)
+	var kept []retired
 	if overlap > 0 {
+		kept = e.retired(now)
 		if len(kept) >= MaxSecrets-1 {
 			ends := *kept[0].until
 			for _, r := range kept[1:] {

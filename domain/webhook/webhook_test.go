@@ -69,8 +69,8 @@ func TestRotateKeepsSecretsInsideTheirOverlaps(t *testing.T) {
 	require.Equal(t, []string{"s3"}, e.Secrets(t0.Add(24*time.Hour)))
 
 	// A third secret inside its overlap would make four: refused, naming
-	// the overlap; without an overlap it goes through, and the earlier ones
-	// keep theirs.
+	// the overlap; without an overlap it goes through and ends every
+	// earlier secret (after a leak, nothing old signs).
 	err := e.Rotate("s4", t0.Add(90*time.Minute), time.Hour)
 	var invalid *apperr.ValidationError
 	require.ErrorAs(t, err, &invalid)
@@ -78,10 +78,15 @@ func TestRotateKeepsSecretsInsideTheirOverlaps(t *testing.T) {
 	require.Contains(t, err.Error(), "2026-01-01T03:00:00Z", "when the first of them ends")
 	require.Equal(t, "s3", e.Secret, "a refused rotation changes nothing")
 	require.NoError(t, e.Rotate("s4", t0.Add(90*time.Minute), 0))
-	require.Equal(t, []string{"s4", "s2", "s1"}, e.Secrets(t0.Add(90*time.Minute)))
-	// Once they end, a rotation forgets them.
-	require.NoError(t, e.Rotate("s5", t0.Add(25*time.Hour), time.Hour))
-	require.Equal(t, []string{"s5", "s4"}, e.Secrets(t0.Add(25*time.Hour)))
+	require.Equal(t, []string{"s4"}, e.Secrets(t0.Add(90*time.Minute)))
+	require.Empty(t, e.PreviousSecret)
+	require.Empty(t, e.OlderSecret)
+	// Ended overlaps are forgotten by the next rotation.
+	require.NoError(t, e.Rotate("s5", t0.Add(2*time.Hour), time.Hour))
+	require.NoError(t, e.Rotate("s6", t0.Add(2*time.Hour+time.Minute), time.Hour))
+	require.Equal(t, []string{"s6", "s5", "s4"}, e.Secrets(t0.Add(2*time.Hour+time.Minute)))
+	require.NoError(t, e.Rotate("s7", t0.Add(25*time.Hour), time.Hour))
+	require.Equal(t, []string{"s7", "s6"}, e.Secrets(t0.Add(25*time.Hour)))
 	require.Empty(t, e.OlderSecret)
 	require.LessOrEqual(t, len(e.Secrets(t0.Add(25*time.Hour))), MaxSecrets)
 }
