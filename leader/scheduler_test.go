@@ -39,11 +39,16 @@ type fleetWorker struct {
 	done   chan error
 }
 
+// newFleet's timings are short, so that the tests run fast, but its
+// CheckTimeout is as long as the one-second lease allows
+// (2*(CheckInterval + CheckTimeout) <= Lease): a lock check slower than it
+// counts as a lost lock, as it must, and a loaded test machine (CI beside
+// other work) can hold a query back for a few hundred milliseconds.
 func newFleet(t *testing.T, units ...string) *fleet {
 	url := testDB(t)
 	return &fleet{t: t, url: url, units: units, leaders: map[string][]string{}, causes: map[string][]error{},
 		cfg: Config{ConnString: url, TermDB: openDB(t, url), Log: testLogger(t),
-			RetryInterval: 20 * time.Millisecond, CheckInterval: 50 * time.Millisecond, CheckTimeout: 200 * time.Millisecond, Lease: time.Second}}
+			RetryInterval: 20 * time.Millisecond, CheckInterval: 50 * time.Millisecond, CheckTimeout: 450 * time.Millisecond, Lease: time.Second}}
 }
 
 // start starts one more worker; it stops when the test ends.
