@@ -35,6 +35,7 @@ const usage = `usage:
   app keys revoke ID [--by WHO]                            the key is refused within KEY_CACHE_TTL (API instances cache keys)
   app keys rotate ID [--grace D] [--by WHO]                a new key like it; the old one is revoked, or works for D more
   app audit list [--limit N] [--json]                      the admin audit log, newest first
+  app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset (and nats-server when installed and RELAY_NATS_URL is unset)
   app parked list [--projection P] [--json]                parked aggregates
   app parked replay PROJECTION ID | --all [--projection P] [--by WHO]   apply their waiting events in order
@@ -82,8 +83,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sub := ""
 	switch cmd {
 	case "serve", "dev", "migrate", "parked", "verify", "rebuild":
-	case "keys", "audit":
-		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}}[cmd]
+	case "keys", "audit", "keyring":
+		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "keyring": {"new"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -104,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration: %w", err)
 	}
 	switch cmd {
-	case "parked", "rebuild", "keys", "audit":
+	case "parked", "rebuild", "keys", "audit", "keyring":
 		if rest, err = parseInterleaved(fs, rest); err != nil {
 			return err
 		}
@@ -129,6 +130,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return auditList(ctx, cfg, keyArgs, rest, stdout)
 		}
 		return keys(ctx, cfg, sub, keyArgs, rest, getenv, stdout)
+	case "keyring":
+		return keyringCommand(ctx, cfg, sub, keyArgs, rest, getenv, stdout)
 	case "dev":
 		return dev(ctx, cfg, log, stdout)
 	case "parked", "verify", "rebuild":
@@ -145,6 +148,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	default:
 		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		if err := cfg.requireMasterKeys(); err != nil {
 			return err
 		}
 		return serve(ctx, cfg, log)
