@@ -66,6 +66,21 @@ func (e AuditListTotalExact) Valid() bool {
 	}
 }
 
+// Defines values for CustomerExportSchema.
+const (
+	HearthCustomerExport1 CustomerExportSchema = "hearth.customer-export/1"
+)
+
+// Valid indicates whether the value is a known member of the CustomerExportSchema enum.
+func (e CustomerExportSchema) Valid() bool {
+	switch e {
+	case HearthCustomerExport1:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventAggregateType.
 const (
 	EventAggregateTypeOrder           EventAggregateType = "order"
@@ -162,6 +177,27 @@ func (e EventType) Valid() bool {
 	case EventTypeServiceRequestStatusChanged:
 		return true
 	case EventTypeWebhookEndpointPing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExportedWebhookDeliveryStatus.
+const (
+	ExportedWebhookDeliveryStatusFailed    ExportedWebhookDeliveryStatus = "failed"
+	ExportedWebhookDeliveryStatusPending   ExportedWebhookDeliveryStatus = "pending"
+	ExportedWebhookDeliveryStatusSucceeded ExportedWebhookDeliveryStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the ExportedWebhookDeliveryStatus enum.
+func (e ExportedWebhookDeliveryStatus) Valid() bool {
+	switch e {
+	case ExportedWebhookDeliveryStatusFailed:
+		return true
+	case ExportedWebhookDeliveryStatusPending:
+		return true
+	case ExportedWebhookDeliveryStatusSucceeded:
 		return true
 	default:
 		return false
@@ -560,6 +596,7 @@ const (
 	ProblemspreconditionFailed    ProblemType = "/problems/precondition-failed"
 	ProblemsrateLimited           ProblemType = "/problems/rate-limited"
 	ProblemsruleBroken            ProblemType = "/problems/rule-broken"
+	ProblemssecretShownOnce       ProblemType = "/problems/secret-shown-once"
 	Problemstimeout               ProblemType = "/problems/timeout"
 	ProblemstooManyWaits          ProblemType = "/problems/too-many-waits"
 	Problemsunauthenticated       ProblemType = "/problems/unauthenticated"
@@ -593,6 +630,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemsrateLimited:
 		return true
 	case ProblemsruleBroken:
+		return true
+	case ProblemssecretShownOnce:
 		return true
 	case Problemstimeout:
 		return true
@@ -2503,6 +2542,38 @@ type Customer struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// CustomerExport Everything Hearth holds about one customer (GET /v1/customers/{id}/export, app customers export). Lists are never null. Rows and change log come from one snapshot of the read models, events and deliveries from one snapshot of the event store taken after it: the events hold at least every version the rows reflect.
+type CustomerExport struct {
+	// ChangeLog the change-log rows of those requests, orders and schedules, by aggregate then version
+	ChangeLog []Change `json:"change_log"`
+	Customer  Customer `json:"customer"`
+
+	// Events the stored events of those aggregates in their public form, by position (an event an operator skipped in a projection is shown as it was stored)
+	Events []Event `json:"events"`
+
+	// ExportedAt when the event store was read (the audit entry's time; RFC 3339, UTC)
+	ExportedAt time.Time          `json:"exported_at"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// Orders the orders whose customer is this one, oldest first
+	Orders []Order `json:"orders"`
+
+	// Schedules the schedules of those orders, oldest first
+	Schedules []Schedule `json:"schedules"`
+
+	// Schema the format of this document; a new name when a field is removed or changes meaning
+	Schema CustomerExportSchema `json:"schema"`
+
+	// ServiceRequests the requests whose customer is this one, oldest first
+	ServiceRequests []ServiceRequest `json:"service_requests"`
+
+	// WebhookDeliveries the deliveries of those events (pings excluded), by endpoint and queue order; redeliveries included
+	WebhookDeliveries []ExportedWebhookDelivery `json:"webhook_deliveries"`
+}
+
+// CustomerExportSchema the format of this document; a new name when a field is removed or changes meaning
+type CustomerExportSchema string
+
 // CustomerInput POST: name is required. PATCH: absent fields keep their value.
 type CustomerInput struct {
 	Address *string `json:"address,omitempty"`
@@ -2576,6 +2647,60 @@ type EventList struct {
 	// NextCursor where to continue: the last event's cursor, or past events types left out, or after itself when nothing came (empty at the start of an empty feed)
 	NextCursor string `json:"next_cursor"`
 }
+
+// ExportedWebhookDelivery A webhook delivery of an event about the customer: the delivery log's fields, the endpoint's URL and the payload the delivery sends (the event's public form, the request body).
+type ExportedWebhookDelivery struct {
+	AggregateId      openapi_types.UUID `json:"aggregate_id"`
+	AggregateVersion int                `json:"aggregate_version"`
+	Attempts         int                `json:"attempts"`
+
+	// CompletedAt when it succeeded or was given up; absent while pending (RFC 3339, UTC)
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+
+	// CreatedAt RFC 3339 with an offset; answered in UTC
+	CreatedAt  time.Time          `json:"created_at"`
+	EndpointId openapi_types.UUID `json:"endpoint_id"`
+
+	// Error why the last attempt failed (HTTP 500: ..., no answer within 10s, refused: ..., redirects are not followed); empty when it did not
+	Error string `json:"error"`
+
+	// EventId the event (the webhook-id header); the same for a redelivery
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// EventType a public event type (see the webhooks section)
+	EventType WebhookEventType   `json:"event_type"`
+	Id        openapi_types.UUID `json:"id"`
+
+	// LastAttemptAt the last attempt; absent before the first (RFC 3339, UTC)
+	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
+
+	// LatencyMs the last attempt's duration; absent before the first
+	LatencyMs *float32 `json:"latency_ms,omitempty"`
+
+	// NextAttemptAt when a pending delivery is tried next, at the earliest (after the one before it of its aggregate); absent otherwise (RFC 3339, UTC)
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+
+	// Payload A public event (schema version 1). Receivers deduplicate by id; per aggregate, aggregate_version increases by one without gaps. data depends on type: see the webhooks section and the *Data schemas.
+	Payload Event `json:"payload"`
+
+	// Ping a test delivery: tried once, never retried
+	Ping bool `json:"ping"`
+
+	// RedeliveryOf the delivery this one sends again; absent otherwise
+	RedeliveryOf *openapi_types.UUID `json:"redelivery_of,omitempty"`
+
+	// ResponseStatus the receiver's HTTP status at the last attempt; absent when it gave none
+	ResponseStatus *int `json:"response_status,omitempty"`
+
+	// Status pending: waiting for its turn or its next retry; succeeded: answered 2xx; failed: given up
+	Status ExportedWebhookDeliveryStatus `json:"status"`
+
+	// Url the endpoint's URL (as it is now)
+	Url string `json:"url"`
+}
+
+// ExportedWebhookDeliveryStatus pending: waiting for its turn or its next retry; succeeded: answered 2xx; failed: given up
+type ExportedWebhookDeliveryStatus string
 
 // FeedEvent A public event of the feed, with the cursor that continues right after it.
 type FeedEvent struct {
@@ -3158,7 +3283,7 @@ type RotateSecretInput struct {
 	// ExpectedVersion the version the rotation is based on (or If-Match)
 	ExpectedVersion *int `json:"expected_version,omitempty"`
 
-	// Overlap how long deliveries are also signed with the old secret, a duration such as 24h (the default) or 90m, at most 168h; 0s ends the old secret at once
+	// Overlap how long deliveries are also signed with the old secret, a duration such as 24h (the default) or 90m, at most 168h; 0s ends the old secret and every earlier one at once (after a leak). With an overlap, earlier secrets still inside their own overlaps keep signing until those end; at most three secrets sign at once, and a rotation with an overlap that would make a fourth is 422 naming overlap
 	//
 	// Examples: 24h
 	Overlap *string `json:"overlap,omitempty"`
@@ -3937,7 +4062,7 @@ type ListCatalogItemsParams struct {
 
 // CreateCatalogItemParams defines parameters for CreateCatalogItem.
 type CreateCatalogItemParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3955,7 +4080,7 @@ type GetCatalogItemParams struct {
 
 // UpdateCatalogItemParams defines parameters for UpdateCatalogItem.
 type UpdateCatalogItemParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3983,7 +4108,7 @@ type ListCustomersParams struct {
 
 // CreateCustomerParams defines parameters for CreateCustomer.
 type CreateCustomerParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4001,8 +4126,20 @@ type GetCustomerParams struct {
 
 // UpdateCustomerParams defines parameters for UpdateCustomer.
 type UpdateCustomerParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ExportCustomerParams defines parameters for ExportCustomer.
+type ExportCustomerParams struct {
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // ListEventsParams defines parameters for ListEvents.
@@ -4062,7 +4199,7 @@ type ListOrdersParamsSettlementStatus string
 
 // CreateOrderParams defines parameters for CreateOrder.
 type CreateOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4083,7 +4220,7 @@ type GetOrderParams struct {
 
 // UpdateOrderParams defines parameters for UpdateOrder.
 type UpdateOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4092,7 +4229,7 @@ type UpdateOrderParams struct {
 
 // AssignOrderParams defines parameters for AssignOrder.
 type AssignOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4101,7 +4238,7 @@ type AssignOrderParams struct {
 
 // CancelOrderParams defines parameters for CancelOrder.
 type CancelOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4122,7 +4259,7 @@ type OrderChangesParams struct {
 
 // SettleOrderParams defines parameters for SettleOrder.
 type SettleOrderParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4131,7 +4268,7 @@ type SettleOrderParams struct {
 
 // ChangeOrderStatusParams defines parameters for ChangeOrderStatus.
 type ChangeOrderStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4187,7 +4324,7 @@ type GetScheduleParams struct {
 
 // ChangeScheduleStatusParams defines parameters for ChangeScheduleStatus.
 type ChangeScheduleStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4228,7 +4365,7 @@ type ListServiceRequestsParamsStatus string
 
 // CreateServiceRequestParams defines parameters for CreateServiceRequest.
 type CreateServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4249,7 +4386,7 @@ type GetServiceRequestParams struct {
 
 // UpdateServiceRequestParams defines parameters for UpdateServiceRequest.
 type UpdateServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4258,7 +4395,7 @@ type UpdateServiceRequestParams struct {
 
 // ConvertServiceRequestParams defines parameters for ConvertServiceRequest.
 type ConvertServiceRequestParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4267,7 +4404,7 @@ type ConvertServiceRequestParams struct {
 
 // ChangeServiceRequestStatusParams defines parameters for ChangeServiceRequestStatus.
 type ChangeServiceRequestStatusParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4298,7 +4435,7 @@ type ListStaffMembersParams struct {
 
 // CreateStaffMemberParams defines parameters for CreateStaffMember.
 type CreateStaffMemberParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4316,7 +4453,7 @@ type GetStaffMemberParams struct {
 
 // UpdateStaffMemberParams defines parameters for UpdateStaffMember.
 type UpdateStaffMemberParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4328,7 +4465,7 @@ type ListWebhookEndpointsParams struct {
 
 // CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
 type CreateWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4340,7 +4477,7 @@ type GetWebhookEndpointParams struct {
 
 // UpdateWebhookEndpointParams defines parameters for UpdateWebhookEndpoint.
 type UpdateWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4350,9 +4487,14 @@ type UpdateWebhookEndpointParams struct {
 // ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
 type ListWebhookDeliveriesParams struct {
 	// Status repeatable: deliveries in any of these statuses
-	Status   *ListWebhookDeliveriesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
-	Page     *Page                              `form:"page,omitempty" json:"page,omitempty"`
-	PageSize *PageSize                          `form:"page_size,omitempty" json:"page_size,omitempty"`
+	Status *ListWebhookDeliveriesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
+	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 }
 
 // ListWebhookDeliveriesParamsStatus defines parameters for ListWebhookDeliveries.
@@ -4360,13 +4502,13 @@ type ListWebhookDeliveriesParamsStatus string
 
 // RedeliverWebhookParams defines parameters for RedeliverWebhook.
 type RedeliverWebhookParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // RotateWebhookSecretParams defines parameters for RotateWebhookSecret.
 type RotateWebhookSecretParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
@@ -4375,7 +4517,7 @@ type RotateWebhookSecretParams struct {
 
 // TestWebhookEndpointParams defines parameters for TestWebhookEndpoint.
 type TestWebhookEndpointParams struct {
-	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant, kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body or route is 422 idempotency-key-reused. 409 and 5xx answers are not kept.
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
@@ -4411,7 +4553,7 @@ type WebhookOrderAssignmentUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4456,7 +4598,7 @@ type WebhookOrderCancelledParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4501,7 +4643,7 @@ type WebhookOrderCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4546,7 +4688,7 @@ type WebhookOrderDetailsUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4591,7 +4733,7 @@ type WebhookOrderEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4636,7 +4778,7 @@ type WebhookOrderSettlementUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4681,7 +4823,7 @@ type WebhookOrderStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4726,7 +4868,7 @@ type WebhookScheduleAssignmentUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4771,7 +4913,7 @@ type WebhookScheduleCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4816,7 +4958,7 @@ type WebhookScheduleEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4861,7 +5003,7 @@ type WebhookScheduleStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4906,7 +5048,7 @@ type WebhookServiceRequestConvertedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4951,7 +5093,7 @@ type WebhookServiceRequestCreatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -4996,7 +5138,7 @@ type WebhookServiceRequestDetailsUpdatedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5041,7 +5183,7 @@ type WebhookServiceRequestEventSkippedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5086,7 +5228,7 @@ type WebhookServiceRequestStatusChangedParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5131,7 +5273,7 @@ type WebhookWebhookEndpointPingParams struct {
 	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
 	WebhookTimestamp string `json:"webhook-timestamp"`
 
-	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap two values, space-separated (Standard Webhooks)
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
 	WebhookSignature string `json:"webhook-signature"`
 }
 
@@ -5575,6 +5717,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 	UpdateCustomer(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExportCustomer Export everything held about the customer (an access request)
+	//
+	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+	//
+	// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
+	ExportCustomer(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListEvents Read the event feed
 	//
@@ -6488,6 +6637,23 @@ func (c *Client) UpdateCustomerWithBody(ctx context.Context, id Id, params *Upda
 // Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 func (c *Client) UpdateCustomer(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateCustomerRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExportCustomer Export everything held about the customer (an access request)
+//
+// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+//
+// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
+func (c *Client) ExportCustomer(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExportCustomerRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -8761,6 +8927,93 @@ func NewUpdateCustomerRequestWithBody(server string, id Id, params *UpdateCustom
 			}
 
 			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewExportCustomerRequest constructs an http.Request for the ExportCustomer method
+func NewExportCustomerRequest(server string, id Id, params *ExportCustomerParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/customers/%s/export", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
 		}
 
 	}
@@ -11190,6 +11443,18 @@ func NewListWebhookDeliveriesRequest(server string, id Id, params *ListWebhookDe
 
 		}
 
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.PageSize != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_size", *params.PageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -11756,6 +12021,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 	UpdateCustomerWithResponse(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateCustomerResponse, error)
+
+	// ExportCustomerWithResponse Export everything held about the customer (an access request)
+	//
+	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
+	ExportCustomerWithResponse(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*ExportCustomerResponse, error)
 
 	// ListEventsWithResponse Read the event feed
 	//
@@ -16939,6 +17213,201 @@ func (r UpdateCustomerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UpdateCustomerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExportCustomerResponse200Headers the declared response headers of an HTTP 200 response for ExportCustomer
+type ExportCustomerResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ExportCustomerResponse400Headers the declared response headers of an HTTP 400 response for ExportCustomer
+type ExportCustomerResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse401Headers the declared response headers of an HTTP 401 response for ExportCustomer
+type ExportCustomerResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse403Headers the declared response headers of an HTTP 403 response for ExportCustomer
+type ExportCustomerResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse404Headers the declared response headers of an HTTP 404 response for ExportCustomer
+type ExportCustomerResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse422Headers the declared response headers of an HTTP 422 response for ExportCustomer
+type ExportCustomerResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse429Headers the declared response headers of an HTTP 429 response for ExportCustomer
+type ExportCustomerResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ExportCustomerResponse431Headers the declared response headers of an HTTP 431 response for ExportCustomer
+type ExportCustomerResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse500Headers the declared response headers of an HTTP 500 response for ExportCustomer
+type ExportCustomerResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportCustomerResponse503Headers the declared response headers of an HTTP 503 response for ExportCustomer
+type ExportCustomerResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ExportCustomerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CustomerExport
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExportCustomerResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExportCustomerResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExportCustomerResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ExportCustomerResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExportCustomerResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ExportCustomerResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExportCustomerResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ExportCustomerResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ExportCustomerResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExportCustomerResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExportCustomerResponse) GetJSON200() *CustomerExport {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExportCustomerResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ExportCustomerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExportCustomerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExportCustomerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExportCustomerResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -24436,6 +24905,21 @@ func (c *ClientWithResponses) UpdateCustomerWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseUpdateCustomerResponse(rsp)
+}
+
+// ExportCustomerWithResponse Export everything held about the customer (an access request)
+//
+// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
+func (c *ClientWithResponses) ExportCustomerWithResponse(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*ExportCustomerResponse, error) {
+	rsp, err := c.ExportCustomer(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExportCustomerResponse(rsp)
 }
 
 // ListEventsWithResponse Read the event feed
@@ -33191,6 +33675,345 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers UpdateCustomerResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExportCustomerResponse parses an HTTP response from a ExportCustomerWithResponse call
+func ParseExportCustomerResponse(rsp *http.Response) (*ExportCustomerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExportCustomerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CustomerExport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExportCustomerResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExportCustomerResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExportCustomerResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ExportCustomerResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExportCustomerResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers ExportCustomerResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExportCustomerResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ExportCustomerResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ExportCustomerResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExportCustomerResponse503Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

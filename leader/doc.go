@@ -80,7 +80,9 @@
 // An error returned by lead is logged, never returned by Run. A
 // Scheduler's unit that was handed over, or whose lead failed soon three
 // times in a row (once or twice is what a Postgres restart costs), rests
-// one Lease before it campaigns again, so that another worker takes it.
+// one Lease before it campaigns again, so that another worker takes it;
+// the rest ends as soon as an attempt finds the lock held by another
+// worker, so that the unit is this worker's again if that one dies.
 //
 // # Fair share
 //
@@ -92,14 +94,17 @@
 // Counting. Each worker keeps one more dedicated session, its membership
 // session, named [WorkerApplicationName] ("hearth-worker"), with the same
 // lease and keepalives as a lock session, and reads on it every
-// CheckInterval how many sessions so named the database has. Nothing is
-// written: a killed worker's session ends with its socket, and a frozen or
-// cut-off one's when its lease runs out, at about the moment its locks are
-// freed, so the count follows the locks without a heartbeat table to
-// expire.
+// CheckInterval how many sessions so named the database has that were
+// active within half the lease: the live workers. Nothing is written: a
+// killed worker's session ends with its socket, at the moment its locks are
+// freed; a frozen or cut-off one's falls silent and stops counting half a
+// lease later, before the server frees its locks (a lease after their last
+// statement, which a leader makes every CheckInterval), so the others'
+// share has grown by the time its units are free. The count follows the
+// locks without a heartbeat table to expire.
 //
 // Campaigning. A standby unit's attempt is one statement that counts the
-// membership sessions itself, so it is never stale, and calls
+// live membership sessions itself, so it is never stale, and calls
 // pg_try_advisory_lock only when this worker holds fewer locks than its
 // share; otherwise it only notes whether the lock is free at all. The
 // attempts of one worker's units go one at a time, so two of them never
@@ -160,8 +165,10 @@
 //   - Leader killed (crash, SIGKILL, OOM): its kernel closes the sockets,
 //     the server ends its sessions and frees its locks; its membership
 //     session is gone too, so the survivors' share grows at once, and a
-//     standby takes each lock within RetryInterval (0.2 s) and projects a
-//     few tens of milliseconds later (measured: about 0.3 s from the kill).
+//     standby takes each lock within RetryInterval (0.2 s), a unit it
+//     handed over or failed to lead shortly before included, and projects
+//     a few tens of milliseconds later (measured: about 0.3 s from the
+//     kill).
 //   - Graceful shutdown (SIGTERM): the lead context is cancelled, the
 //     router stops taking batches, the message in flight finishes or is
 //     aborted (its transaction rolls back and the offset stays, so the next
@@ -190,8 +197,10 @@
 //     delay the last answer had on the way). New refuses settings with
 //     2*(CheckInterval + CheckTimeout) > Lease.
 //   - Leader frozen: the server ends its lock session and its projection
-//     transaction after Lease; a standby takes over about Lease +
-//     RetryInterval after the freeze (measured: about 3.2 s). When the
+//     transaction after Lease; the others stopped counting it half a Lease
+//     after the freeze, so a standby below its grown share takes over
+//     within RetryInterval of that: about Lease + RetryInterval after the
+//     freeze (measured: about 3.2 s). When the
 //     process resumes, its watcher finds the session gone and it fences
 //     itself before doing anything else that could commit: its old
 //     transactions are gone, and new ones read the new term.
@@ -258,5 +267,8 @@
 //     sessions; without it the Elector logs a warning and the new term may
 //     wait for the old leader's transactions to end by themselves. The
 //     membership count reads pg_stat_activity.application_name, which every
-//     role may see.
+//     role may see, and state_change, which only the same role (or one with
+//     pg_read_all_stats) sees: a session whose state_change is hidden, or
+//     NULL (track_activities off), counts as live however long it is
+//     silent.
 package leader

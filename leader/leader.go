@@ -207,8 +207,9 @@ type Elector struct {
 	stepMu   sync.Mutex
 	stepDown context.CancelCauseFunc
 	// restUntil (Unix nanoseconds) is when a Scheduler's unit may campaign
-	// again after handing its unit over or failing to lead it; read and
-	// written under sched.mu or by Run between attempts.
+	// again after handing its unit over or failing to lead it (0: once
+	// another session was seen holding the lock); read and written under
+	// sched.mu or by Run between attempts.
 	restUntil atomic.Int64
 	// freeSince is when this Elector, held off by its fair share, first
 	// saw the lock free in an unbroken run of attempts (zero: held, or not
@@ -668,13 +669,17 @@ func (e *Elector) orphanTaken() time.Time { return time.Unix(0, e.orphanTakenAt.
 
 // rest keeps a Scheduler's unit from campaigning for one Lease, after it
 // handed the unit over or failed to lead it several times in a row, so
-// that another worker takes it. An Elector of its own campaigns again
-// after RetryInterval.
+// that another worker takes it; the rest ends early once an attempt finds
+// the lock held by another session (Scheduler.try). An Elector of its own
+// campaigns again after RetryInterval.
 func (e *Elector) rest() {
 	if e.sched != nil {
 		e.restUntil.Store(time.Now().Add(e.cfg.Lease).UnixNano())
 	}
 }
+
+// resting reports whether a Scheduler's unit rests at now (see rest).
+func (e *Elector) resting(now time.Time) bool { return now.UnixNano() < e.restUntil.Load() }
 
 // release unlocks explicitly, so that a standby can take over at once
 // rather than when the server gets round to ending the session, then closes

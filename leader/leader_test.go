@@ -486,6 +486,16 @@ func startProxy(t *testing.T, target string) *proxy {
 	return p
 }
 
+// proxyTo starts a proxy to the cluster and returns it with url (one of
+// the cluster's databases) rewritten to go through it.
+func proxyTo(t *testing.T, url string) (*proxy, string) {
+	t.Helper()
+	p := startProxy(t, fmt.Sprintf("127.0.0.1:%d", cluster.Port()))
+	proxied := strings.Replace(url, fmt.Sprintf("127.0.0.1:%d", cluster.Port()), p.l.Addr().String(), 1)
+	require.NotEqual(t, url, proxied)
+	return p, proxied
+}
+
 func (p *proxy) accept() {
 	for {
 		down, err := p.l.Accept()
@@ -566,9 +576,7 @@ func (p *proxy) close() {
 func TestSelfFencingOnSilentNetwork(t *testing.T) {
 	t.Parallel()
 	url := testDB(t)
-	p := startProxy(t, fmt.Sprintf("127.0.0.1:%d", cluster.Port()))
-	proxied := strings.Replace(url, fmt.Sprintf("127.0.0.1:%d", cluster.Port()), p.l.Addr().String(), 1)
-	require.NotEqual(t, url, proxied)
+	p, proxied := proxyTo(t, url)
 
 	h := &hooks{}
 	timing := Config{RetryInterval: 50 * time.Millisecond, CheckInterval: 100 * time.Millisecond, CheckTimeout: 200 * time.Millisecond}

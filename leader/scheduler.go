@@ -213,16 +213,26 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// liveMembersSQL counts the membership sessions (named by the parameter
+// name) in this database that were active within the last silence
+// milliseconds (the parameter silence, see memberSilence): the live workers.
+// A session whose activity the role may not see (state_change NULL: another
+// role without pg_read_all_stats, or track_activities off) counts as live.
+func liveMembersSQL(name, silence string) string {
+	return `(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = ` + name + `
+		AND (state_change IS NULL OR state_change > clock_timestamp() - ` + silence + `::int * interval '1 millisecond'))`
+}
+
 // tryFairSQL takes the lock ($1) when this unit may campaign ($8: it does
 // not rest) and either this worker leads ($2) fewer units than its fair
 // share, the units ($3) divided by the live workers (the sessions named $4
-// in this database) rounded up, or the unit has been seen free for a while
-// ($5: no worker below its share takes it). got is NULL when no attempt was
-// made. free reports whether the lock is granted to no session at all
-// ($6, $7: its classid and objid), for that "while". The statement also
-// keeps the session busy, inside its lease, while no attempt is made.
-const tryFairSQL = `SELECT CASE WHEN $8::boolean AND ($5::boolean OR $2::int < ceil($3::numeric / greatest(1, (
-		SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $4))))
+// in this database, active within $9 ms) rounded up, or the unit has been
+// seen free for a while ($5: no worker below its share takes it). got is
+// NULL when no attempt was made. free reports whether the lock is granted
+// to no session at all ($6, $7: its classid and objid), for that "while".
+// The statement also keeps the session busy, inside its lease, while no
+// attempt is made.
+var tryFairSQL = `SELECT CASE WHEN $8::boolean AND ($5::boolean OR $2::int < ceil($3::numeric / greatest(1, ` + liveMembersSQL("$4", "$9") + `)))
 	THEN pg_try_advisory_lock($1) END AS got,
 	NOT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -240,12 +250,12 @@ func (s *Scheduler) try(ctx context.Context, conn *pgx.Conn, e *Elector) (bool, 
 			leading++
 		}
 	}
-	resting := now.UnixNano() < e.restUntil.Load()
+	resting := e.resting(now)
 	orphaned := !e.freeSince.IsZero() && now.Sub(e.freeSince) >= s.orphanAfter()
 	var got *bool
 	var free bool
 	err := conn.QueryRow(ctx, tryFairSQL, e.key, leading, len(s.units), WorkerApplicationName, orphaned,
-		e.classid, e.objid, !resting).Scan(&got, &free)
+		e.classid, e.objid, !resting, s.memberSilence().Milliseconds()).Scan(&got, &free)
 	if err != nil {
 		return false, fmt.Errorf("try lock: %w", err)
 	}
@@ -263,10 +273,27 @@ func (s *Scheduler) try(ctx context.Context, conn *pgx.Conn, e *Elector) (bool, 
 			e.freeSince = now
 		}
 	default:
+		// Another session holds the lock: the rest has done its work, a
+		// worker below its share took the unit. Resting on would keep this
+		// worker from it if that worker dies within the Lease, even while
+		// this one is below its share and no other survivor is.
 		e.freeSince = time.Time{}
+		e.restUntil.Store(0)
 	}
 	return false, nil
 }
+
+// memberSilence is how long a membership session may stay silent and still
+// count as a live worker: half the lease. A live worker counts every
+// CheckInterval, each count within CheckTimeout, which New keeps within half
+// the lease. A worker frozen or cut off is silent from the moment it
+// stopped; its lock sessions, which a leader keeps busy every CheckInterval,
+// are ended by the server a lease after their last statement, so at least a
+// lease less CheckInterval after it stopped: more than half a lease. So the
+// others stop counting it before its locks are freed, and the worker below
+// its share then takes each at its next attempt, instead of the workers at
+// their share waiting for its membership session's own lease to run out.
+func (s *Scheduler) memberSilence() time.Duration { return s.cfg.Lease / 2 }
 
 // orphanAfter is how long a unit's lock must stay free before a worker at
 // or above its fair share takes it: five attempts of a worker below the
@@ -337,14 +364,15 @@ func (s *Scheduler) membership(ctx context.Context) {
 	}
 }
 
-// countWorkersSQL counts the membership sessions in this database.
-const countWorkersSQL = `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`
+// countWorkersSQL counts the live membership sessions in this database
+// (named $1, active within $2 ms).
+var countWorkersSQL = `SELECT ` + liveMembersSQL("$1", "$2")
 
 func (s *Scheduler) countWorkers(ctx context.Context, conn *pgx.Conn) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CheckTimeout)
 	defer cancel()
 	var n int
-	if err := conn.QueryRow(ctx, countWorkersSQL, WorkerApplicationName).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, countWorkersSQL, WorkerApplicationName, s.memberSilence().Milliseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count workers: %w", err)
 	}
 	return n, nil

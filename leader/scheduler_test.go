@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -213,6 +214,91 @@ func TestSchedulerTakesAUnitNoOneBelowItsShareLeads(t *testing.T) {
 		"%s keeps x: handing it over would leave it free again", keeper)
 	require.Eventually(t, func() bool { return leaderOf("test/units/y") == v }, 20*time.Second, 5*time.Millisecond,
 		"%s hands y over instead", keeper)
+}
+
+// A worker that dies (its sessions end at once, as on SIGKILL: the proxy
+// it connects through closes them) leaves its unit to a survivor at the
+// survivors' next attempt, although they are at their fair share and a
+// membership session the server has not ended is still there: one silent
+// for more than half the lease (a worker frozen, cut off, or gone without
+// the end of its socket reaching the server) counts as no live worker, so
+// the survivors' share has grown. Counted, it would keep them at their
+// share until the unit had been free for orphanAfter.
+func TestSchedulerSurvivorsTakeADeadWorkersUnitAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "test/units/a", "test/units/b", "test/units/c")
+	f.cfg.RetryInterval = 300 * time.Millisecond
+	f.cfg.CheckInterval = 100 * time.Millisecond
+	f.cfg.CheckTimeout = 400 * time.Millisecond
+	f.cfg.Lease = 2 * time.Second
+	ghostCfg, err := pgx.ParseConfig(f.url)
+	require.NoError(t, err)
+	ghostCfg.RuntimeParams["application_name"] = WorkerApplicationName
+	ghost, err := pgx.ConnectConfig(t.Context(), ghostCfg) // then silent, and never ended by the server
+	require.NoError(t, err)
+	t.Cleanup(func() { ghost.Close(context.Background()) })
+
+	f.start()
+	f.start()
+	p, proxied := proxyTo(t, f.url)
+	f.cfg.ConnString = proxied
+	victim := f.start()
+	f.settled(1, 1, 1)
+	require.Eventually(t, func() bool {
+		var silent bool
+		err := f.cfg.TermDB.QueryRow(`SELECT clock_timestamp() - state_change > $2::int * interval '1 millisecond' FROM pg_stat_activity WHERE pid = $1`,
+			ghost.PgConn().PID(), (f.cfg.Lease / 2).Milliseconds()).Scan(&silent)
+		return err == nil && silent
+	}, 10*time.Second, 5*time.Millisecond, "the ghost member has been silent for half the lease")
+
+	p.close() // the victim dies
+	// Within the retry interval, with room for the lock's release on the
+	// server and the new term; orphanAfter (5 attempts) is out of reach.
+	require.Eventually(t, func() bool { leads, all := f.leads(); return all && leads[victim.holder] == 0 },
+		3*f.cfg.RetryInterval, 5*time.Millisecond, "a survivor leads the dead worker's unit at its next attempt")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Empty(t, f.overlap, "two workers led one unit at once")
+}
+
+// A worker that handed a unit over rests it (for a Lease) only until it
+// sees the taker hold it: when the taker then dies, within that Lease, the
+// worker, below its share again, takes the unit back at its next attempt,
+// where a rest for the whole Lease would keep the unit free until the rest
+// ran out (a Lease after the handover; no worker at its share takes a
+// unit that rests on the only one below it).
+func TestSchedulerTakesBackAUnitItHandedOverWhenTheTakerDies(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "test/units/a", "test/units/b")
+	f.cfg.RetryInterval = 300 * time.Millisecond
+	f.cfg.CheckInterval = 100 * time.Millisecond
+	f.cfg.CheckTimeout = 400 * time.Millisecond
+	f.cfg.Lease = 4 * time.Second
+	giver := f.start()
+	f.settled(2)
+	p, proxied := proxyTo(t, f.url)
+	f.cfg.ConnString = proxied
+	taker := f.start()
+	f.settled(1, 1)
+	var handed *Elector
+	f.mu.Lock()
+	for _, u := range giver.s.units {
+		if hs := f.leaders[u.Name]; len(hs) == 1 && hs[0] == taker.holder {
+			handed = u.e
+		}
+	}
+	f.mu.Unlock()
+	require.NotNil(t, handed)
+	// Its next attempt or the one after sees the taker hold the lock.
+	require.Eventually(t, func() bool { return !handed.resting(time.Now()) }, 3*f.cfg.RetryInterval, 5*time.Millisecond,
+		"%s's unit rests no longer once %s leads it", giver.holder, taker.holder)
+
+	p.close() // the taker dies, well within a Lease of the handover
+	require.Eventually(t, func() bool { leads, all := f.leads(); return all && leads[giver.holder] == 2 },
+		3*f.cfg.RetryInterval, 5*time.Millisecond, "%s takes the unit back at its next attempt", giver.holder)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Empty(t, f.overlap, "two workers led one unit at once")
 }
 
 // A unit guarded by the lock an older version took for all the work (it

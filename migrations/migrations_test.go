@@ -78,21 +78,8 @@ func TestKeysMigrationMakesAdminKeysMerchantless(t *testing.T) {
 	db, err := sql.Open("pgx", pgtest.NewEmptyDB(t))
 	require.NoError(t, err)
 	defer db.Close()
-	all, err := migrations.List(migrations.EventStore)
-	require.NoError(t, err)
-	later := 0
-	for _, m := range all {
-		if m.Version >= 6 {
-			later++
-			continue
-		}
-		_, err := db.ExecContext(ctx, m.SQL)
-		require.NoError(t, err, m.Name)
-	}
+	later := applyBefore(t, db, 6)
 	_, err = db.ExecContext(ctx, `
-		CREATE TABLE hearth_migrations (set_name text NOT NULL, version integer NOT NULL, name text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (set_name, version));
-		INSERT INTO hearth_migrations (set_name, version, name) SELECT 'eventstore', v, 'before' FROM generate_series(1, 5) v;
 		INSERT INTO merchants (id, name) VALUES ('00000000-0000-4000-8000-000000000001', 'acme');
 		INSERT INTO api_keys (id, merchant_id, role, key_hash) VALUES
 			('00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-8000-000000000001', 'admin', 'a'),

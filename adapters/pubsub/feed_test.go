@@ -166,7 +166,7 @@ func TestFeedPlans(t *testing.T) {
 
 	var mid query.FeedCursor
 	var txid string
-	require.NoError(t, db.DB.QueryRowContext(ctx, `SELECT transaction_id::text, position FROM events WHERE merchant_id = $1 ORDER BY transaction_id, position OFFSET 50000 LIMIT 1`, big).
+	require.NoError(t, db.DB.QueryRowContext(ctx, `SELECT transaction_id::text, position FROM events WHERE merchant_id = $1 ORDER BY events.transaction_id, position OFFSET 50000 LIMIT 1`, big).
 		Scan(&txid, &mid.Position))
 	_, err = fmt.Sscan(txid, &mid.Transaction)
 	require.NoError(t, err)

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,11 +39,22 @@ import (
 // until the next ack; a row already deleted would have been a redelivery,
 // which the projections ignore (version guard).
 //
-// A group with no row yet (a projection that never ran) has acknowledged
-// nothing: a topic is not pruned until each of its required groups has a
-// row. A group's row that no one advances any more (a projection removed,
-// an experiment) holds the topic back for ever: delete that row
+// The groups come from the database, not from the settings of the worker
+// that prunes: every group with a row in the topic's offsets table counts
+// (a consumer writes its row before it reads: watermill-sql's subscribers
+// and the catch-up their zero offset, the relay its position), and a
+// required group (RetainedTopic.Groups: the consumers every Hearth process
+// runs) with no row yet holds the whole topic. A group's row that no one
+// advances any more (the relay turned off for good, a projection removed)
+// holds the topic back for ever: retention logs which group holds it
+// (hearth_topic_retention_held_by), and the operator deletes that row
 // (docs/operations.md, "Retention").
+//
+// The statement that deletes also records the last message it deleted
+// (table topic_pruned). A consumer whose position is before that mark
+// meets a gap (messages it never consumed are gone: a group that wrote its
+// row too late, or whose row was deleted while it was still needed);
+// CheckGap finds it and the consumers stop there with a *TopicGapError.
 type Retention struct {
 	db     *sql.DB
 	topics []RetainedTopic
@@ -48,11 +62,16 @@ type Retention struct {
 	batch  int
 	log    *slog.Logger
 	pruned *prometheus.CounterVec
+	heldBy *prometheus.GaugeVec
+
+	mu      sync.Mutex
+	holders map[string]string // by topic: the group last found holding it back
 }
 
-// RetainedTopic is a topic and the consumer groups that must have
-// acknowledged a message before it goes; every other group found in the
-// topic's offsets table counts too.
+// RetainedTopic is a topic and the consumer groups that must have a
+// position before anything goes (the consumers every Hearth process runs,
+// whatever its settings); every group found in the topic's offsets table
+// counts too.
 type RetainedTopic struct {
 	Topic  string
 	Groups []string
@@ -72,7 +91,8 @@ type RetentionConfig struct {
 	Batch int
 	// Log defaults to slog.Default().
 	Log *slog.Logger
-	// Registry, when set, gets hearth_topic_pruned_messages_total.
+	// Registry, when set, gets hearth_topic_pruned_messages_total and
+	// hearth_topic_retention_held_by.
 	Registry prometheus.Registerer
 }
 
@@ -82,14 +102,20 @@ func NewRetention(cfg RetentionConfig) (*Retention, error) {
 		return nil, errors.New("pubsub.NewRetention: DB, Topics, Keep and Batch are required")
 	}
 	r := &Retention{db: cfg.DB, topics: cfg.Topics, keep: cfg.Keep, batch: cfg.Batch,
-		log: cmp.Or(cfg.Log, slog.Default()).With("component", "retention")}
+		log: cmp.Or(cfg.Log, slog.Default()).With("component", "retention"), holders: map[string]string{}}
 	if cfg.Registry != nil {
 		r.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_topic_pruned_messages_total",
 			Help: "Messages deleted from a topic table by retention (acknowledged by every consumer group and older than TOPIC_RETENTION).",
 		}, []string{"topic"})
-		if err := cfg.Registry.Register(r.pruned); err != nil {
-			return nil, fmt.Errorf("register retention metrics: %w", err)
+		r.heldBy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hearth_topic_retention_held_by",
+			Help: "1 for the consumer group that keeps messages older than TOPIC_RETENTION in a topic table (no position yet, or not past them); absent when none does.",
+		}, []string{"topic", "group"})
+		for _, c := range []prometheus.Collector{r.pruned, r.heldBy} {
+			if err := cfg.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("register retention metrics: %w", err)
+			}
 		}
 	}
 	return r, nil
@@ -138,7 +164,7 @@ func (r *Retention) Prune(ctx context.Context, t RetainedTopic) (int, error) {
 		return 0, err
 	}
 	total := 0
-	var after *position // the last row deleted: each batch starts past it, not over the dead rows before
+	var after *Position // the last row deleted: each batch starts past it, not over the dead rows before
 	for {
 		n, last, err := r.deleteBatch(ctx, t.Topic, after, bound)
 		total += n
@@ -152,14 +178,18 @@ func (r *Retention) Prune(ctx context.Context, t RetainedTopic) (int, error) {
 	}
 }
 
-// position is a message's place in delivery order.
-type position struct {
-	tx     uint64 // transaction_id
-	offset int64
+// Position is a message's place in delivery order.
+type Position struct {
+	TransactionID uint64 // transaction_id
+	Offset        int64
 }
 
-func (p position) less(q position) bool {
-	return p.tx < q.tx || (p.tx == q.tx && p.offset < q.offset)
+func (p Position) less(q Position) bool {
+	return p.TransactionID < q.TransactionID || (p.TransactionID == q.TransactionID && p.Offset < q.Offset)
+}
+
+func (p Position) String() string {
+	return fmt.Sprintf("(transaction %d, offset %d)", p.TransactionID, p.Offset)
 }
 
 // bound returns the position before which every row may go: the smallest
@@ -167,107 +197,214 @@ func (p position) less(q position) bool {
 // included), or the first row younger than Keep in delivery order,
 // whichever comes first. Every row before that first young row is old by
 // definition, so the batches are ranges of the primary key. ok is false
-// when nothing may go.
-func (r *Retention) bound(ctx context.Context, t RetainedTopic) (bound position, ok bool, err error) {
+// when nothing may go. It notes the group that keeps messages older than
+// Keep, if one does (see held).
+func (r *Retention) bound(ctx context.Context, t RetainedTopic) (bound Position, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rows, err := r.db.QueryContext(ctx, `SELECT consumer_group, coalesce(offset_acked, 0), last_processed_transaction_id::text FROM `+
-		Offsets.MessagesOffsetsTable(t.Topic))
+	acked, err := r.acked(ctx, t.Topic)
 	if err != nil {
-		return position{}, false, fmt.Errorf("read offsets of %s: %w", t.Topic, err)
+		return Position{}, false, err
+	}
+	for _, g := range t.Groups {
+		if _, found := acked[g]; !found { // it has acknowledged nothing yet
+			return Position{}, false, r.held(ctx, t.Topic, g, nil)
+		}
+	}
+	holder := ""
+	for g, p := range acked {
+		if holder == "" || p.less(bound) || (p == bound && g < holder) {
+			bound, holder = p, g
+		}
+	}
+	if holder == "" {
+		return Position{}, false, r.held(ctx, t.Topic, "", nil)
+	}
+	at := bound
+	bound.Offset++ // the acknowledged row itself goes too
+	var tx string
+	var young Position
+	// ORDER BY names the table's columns (m.): a bare transaction_id would be
+	// the text output column, ordered as text (999 after 1000).
+	err = r.db.QueryRowContext(ctx, `SELECT m.transaction_id::text, m."offset" FROM `+Schema.MessagesTable(t.Topic)+` m
+		WHERE (m.transaction_id, m."offset") < ($1::text::xid8, $2::bigint)
+		  AND m.created_at >= (now() - $3::bigint * interval '1 millisecond')::timestamp
+		ORDER BY m.transaction_id, m."offset" LIMIT 1`, strconv.FormatUint(bound.TransactionID, 10), bound.Offset, r.keep.Milliseconds()).
+		Scan(&tx, &young.Offset)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		// The group is the limit: it holds back what follows its position.
+		return bound, true, r.held(ctx, t.Topic, holder, &at)
+	case err != nil:
+		return Position{}, false, fmt.Errorf("first young message of %s: %w", t.Topic, err)
+	}
+	if young.TransactionID, err = strconv.ParseUint(tx, 10, 64); err != nil {
+		return Position{}, false, fmt.Errorf("%s: transaction id %q: %w", t.Topic, tx, err)
+	}
+	return young, true, r.held(ctx, t.Topic, "", nil)
+}
+
+// acked reads the position of every consumer group of topic.
+func (r *Retention) acked(ctx context.Context, topic string) (map[string]Position, error) {
+	rows, err := r.db.QueryContext(ctx, `SELECT consumer_group, coalesce(offset_acked, 0), last_processed_transaction_id::text FROM `+
+		Offsets.MessagesOffsetsTable(topic))
+	if err != nil {
+		return nil, fmt.Errorf("read offsets of %s: %w", topic, err)
 	}
 	defer rows.Close()
-	acked := map[string]position{}
+	acked := map[string]Position{}
 	for rows.Next() {
 		var group, tx string
-		var p position
-		if err := rows.Scan(&group, &p.offset, &tx); err != nil {
-			return position{}, false, fmt.Errorf("read offsets of %s: %w", t.Topic, err)
+		var p Position
+		if err := rows.Scan(&group, &p.Offset, &tx); err != nil {
+			return nil, fmt.Errorf("read offsets of %s: %w", topic, err)
 		}
-		if p.tx, err = strconv.ParseUint(tx, 10, 64); err != nil {
-			return position{}, false, fmt.Errorf("offsets of %s: transaction id %q: %w", t.Topic, tx, err)
+		if p.TransactionID, err = strconv.ParseUint(tx, 10, 64); err != nil {
+			return nil, fmt.Errorf("offsets of %s: transaction id %q: %w", topic, tx, err)
 		}
 		acked[group] = p
 	}
 	if err := rows.Err(); err != nil {
-		return position{}, false, fmt.Errorf("read offsets of %s: %w", t.Topic, err)
+		return nil, fmt.Errorf("read offsets of %s: %w", topic, err)
 	}
-	for _, g := range t.Groups {
-		if _, found := acked[g]; !found {
-			return position{}, false, nil // it has acknowledged nothing yet
+	return acked, nil
+}
+
+// held notes whether group (at position at, nil when it has none; ""
+// for no group) keeps messages of topic older than Keep: when the first
+// message after its position is. It sets hearth_topic_retention_held_by
+// and logs each change, so that an operator learns which group to look
+// at (a consumer that is behind or stopped, or a retired group whose row
+// should go).
+func (r *Retention) held(ctx context.Context, topic, group string, at *Position) error {
+	if group != "" {
+		from := cmp.Or(at, &Position{})
+		var old bool
+		err := r.db.QueryRowContext(ctx, `SELECT coalesce((SELECT created_at < (now() - $3::bigint * interval '1 millisecond')::timestamp
+			FROM `+Schema.MessagesTable(topic)+` WHERE (transaction_id, "offset") > ($1::text::xid8, $2::bigint)
+			ORDER BY transaction_id, "offset" LIMIT 1), false)`,
+			strconv.FormatUint(from.TransactionID, 10), from.Offset, r.keep.Milliseconds()).Scan(&old)
+		if err != nil {
+			return fmt.Errorf("oldest message %s keeps in %s: %w", group, topic, err)
+		}
+		if !old {
+			group = ""
 		}
 	}
-	if len(acked) == 0 {
-		return position{}, false, nil
-	}
-	first := true
-	for _, p := range acked {
-		if first || p.less(bound) {
-			bound, first = p, false
+	r.mu.Lock()
+	before := r.holders[topic]
+	r.holders[topic] = group
+	r.mu.Unlock()
+	if r.heldBy != nil {
+		r.heldBy.DeletePartialMatch(prometheus.Labels{"topic": topic})
+		if group != "" {
+			r.heldBy.WithLabelValues(topic, group).Set(1)
 		}
 	}
-	bound.offset++ // the acknowledged row itself goes too
-	var tx string
-	var young position
-	err = r.db.QueryRowContext(ctx, `SELECT transaction_id::text, "offset" FROM `+Schema.MessagesTable(t.Topic)+`
-		WHERE (transaction_id, "offset") < ($1::text::xid8, $2::bigint)
-		  AND created_at >= (now() - $3::bigint * interval '1 millisecond')::timestamp
-		ORDER BY transaction_id, "offset" LIMIT 1`, strconv.FormatUint(bound.tx, 10), bound.offset, r.keep.Milliseconds()).
-		Scan(&tx, &young.offset)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return position{}, false, fmt.Errorf("first young message of %s: %w", t.Topic, err)
-	default:
-		if young.tx, err = strconv.ParseUint(tx, 10, 64); err != nil {
-			return position{}, false, fmt.Errorf("%s: transaction id %q: %w", t.Topic, tx, err)
+	case group != "" && group != before:
+		position := "none: it has consumed nothing yet"
+		if at != nil {
+			position = at.String()
 		}
-		bound = young
+		r.log.Warn("a consumer group holds the topic back: messages older than TOPIC_RETENTION stay until it consumes them (or, if the group is retired, its row in the offsets table is deleted)",
+			"topic", topic, "group", group, "position", position, "offsets_table", strings.Trim(Offsets.MessagesOffsetsTable(topic), `"`))
+	case group == "" && before != "":
+		r.log.Info("the consumer group no longer holds the topic back", "topic", topic, "group", before)
 	}
-	return bound, true, nil
+	return nil
 }
 
 // deleteBatch deletes up to Batch rows of topic after after (nil: from the
 // start) and before bound, oldest first, skipping rows another pruner has
-// locked; it returns how many it deleted and the last of them.
-func (r *Retention) deleteBatch(ctx context.Context, topic string, after *position, bound position) (int, position, error) {
+// locked, and moves the topic's mark in topic_pruned up to the last of them
+// in the same statement; it returns how many it deleted and the last.
+func (r *Retention) deleteBatch(ctx context.Context, topic string, after *Position, bound Position) (int, Position, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	table := Schema.MessagesTable(topic)
-	args := []any{strconv.FormatUint(bound.tx, 10), bound.offset, r.batch}
+	args := []any{strconv.FormatUint(bound.TransactionID, 10), bound.Offset, r.batch, topic}
 	var from strings.Builder
 	if after != nil {
-		from.WriteString(` AND (transaction_id, "offset") > ($4::text::xid8, $5::bigint)`)
-		args = append(args, strconv.FormatUint(after.tx, 10), after.offset)
+		from.WriteString(` AND (transaction_id, "offset") > ($5::text::xid8, $6::bigint)`)
+		args = append(args, strconv.FormatUint(after.TransactionID, 10), after.Offset)
 	}
-	rows, err := r.db.QueryContext(ctx, `DELETE FROM `+table+` WHERE ctid = ANY (ARRAY(
-			SELECT ctid FROM `+table+`
-			WHERE (transaction_id, "offset") < ($1::text::xid8, $2::bigint)`+from.String()+`
-			ORDER BY transaction_id, "offset" LIMIT $3 FOR UPDATE SKIP LOCKED))
-		RETURNING transaction_id::text, "offset"`, args...)
+	var n int
+	var tx sql.NullString
+	var offset sql.NullInt64
+	err := r.db.QueryRowContext(ctx, `WITH gone AS (
+			DELETE FROM `+table+` WHERE ctid = ANY (ARRAY(
+				SELECT ctid FROM `+table+`
+				WHERE (transaction_id, "offset") < ($1::text::xid8, $2::bigint)`+from.String()+`
+				ORDER BY transaction_id, "offset" LIMIT $3 FOR UPDATE SKIP LOCKED))
+			RETURNING transaction_id, "offset"),
+		last AS (SELECT transaction_id, "offset" FROM gone ORDER BY transaction_id DESC, "offset" DESC LIMIT 1),
+		mark AS (
+			INSERT INTO topic_pruned AS p (topic, transaction_id, "offset") SELECT $4, transaction_id, "offset" FROM last
+			ON CONFLICT (topic) DO UPDATE SET transaction_id = excluded.transaction_id, "offset" = excluded."offset", pruned_at = now()
+			WHERE (p.transaction_id, p."offset") < (excluded.transaction_id, excluded."offset"))
+		SELECT (SELECT count(*) FROM gone), (SELECT transaction_id::text FROM last), (SELECT "offset" FROM last)`, args...).
+		Scan(&n, &tx, &offset)
 	if err != nil {
-		return 0, position{}, fmt.Errorf("prune %s: %w", topic, err)
+		return 0, Position{}, fmt.Errorf("prune %s: %w", topic, err)
 	}
-	defer rows.Close()
-	n, last := 0, position{}
-	for rows.Next() {
-		var tx string
-		var p position
-		if err := rows.Scan(&tx, &p.offset); err != nil {
-			return n, last, fmt.Errorf("prune %s: %w", topic, err)
-		}
-		if p.tx, err = strconv.ParseUint(tx, 10, 64); err != nil {
-			return n, last, fmt.Errorf("prune %s: transaction id %q: %w", topic, tx, err)
-		}
-		if n == 0 || last.less(p) {
-			last = p
-		}
-		n++
+	if n == 0 {
+		return 0, Position{}, nil
 	}
-	if err := rows.Err(); err != nil {
-		return n, last, fmt.Errorf("prune %s: %w", topic, err)
+	last := Position{Offset: offset.Int64}
+	if last.TransactionID, err = strconv.ParseUint(tx.String, 10, 64); err != nil {
+		return n, last, fmt.Errorf("prune %s: transaction id %q: %w", topic, tx.String, err)
 	}
 	return n, last, nil
+}
+
+// TopicGapError is a consumer group that meets a gap: messages of its
+// topic that it has not consumed were deleted by retention (it wrote its
+// position too late, or its row was deleted while it was still needed).
+// The consumer stops there rather than skip them.
+type TopicGapError struct {
+	Topic, Group string
+	// After is the group's position; Through is the last message retention
+	// deleted. What the group had not consumed up to Through is gone.
+	After, Through Position
+}
+
+func (e *TopicGapError) Error() string {
+	return fmt.Sprintf("topic %s, consumer group %s: the messages after %s up to %s were pruned before the group consumed them; "+
+		"it stops rather than skip them; to go on without them, move the group's position to %s (docs/operations.md, Retention)",
+		e.Topic, e.Group, e.After, e.Through, e.Through)
+}
+
+// CheckGap returns a *TopicGapError when retention has deleted messages of
+// topic after group's position, which next reads (an offsets adapter's
+// NextOffsetQuery, as the read used). A consumer calls it after each read:
+// whatever retention deleted before the read is then seen, since the
+// deletion and its mark commit together.
+func CheckGap(ctx context.Context, db *sql.DB, topic, group string, next wsql.Query) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var after, through string
+	var afterOffset, throughOffset int64
+	err := db.QueryRowContext(ctx, `WITH last_processed AS (`+next.Query+`)
+		SELECT coalesce(l.last_processed_transaction_id, '0')::text, coalesce(l.offset_acked, 0), p.transaction_id::text, p."offset"
+		FROM topic_pruned p LEFT JOIN last_processed l ON true
+		WHERE p.topic = $`+strconv.Itoa(len(next.Args)+1)+`
+		  AND (p.transaction_id, p."offset") > (coalesce(l.last_processed_transaction_id, '0'), coalesce(l.offset_acked, 0))`,
+		append(slices.Clone(next.Args), topic)...).Scan(&after, &afterOffset, &through, &throughOffset)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check %s of %s for a gap: %w", group, topic, err)
+	}
+	gap := &TopicGapError{Topic: topic, Group: group, After: Position{Offset: afterOffset}, Through: Position{Offset: throughOffset}}
+	if gap.After.TransactionID, err = strconv.ParseUint(after, 10, 64); err != nil {
+		return fmt.Errorf("check %s of %s for a gap: transaction id %q: %w", group, topic, after, err)
+	}
+	if gap.Through.TransactionID, err = strconv.ParseUint(through, 10, 64); err != nil {
+		return fmt.Errorf("check %s of %s for a gap: transaction id %q: %w", group, topic, through, err)
+	}
+	return gap
 }
 
 // TopicStats reads, on each scrape, the size of every topic table: rows

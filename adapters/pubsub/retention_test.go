@@ -3,6 +3,9 @@ package pubsub_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +27,8 @@ type topicRow struct {
 // ordersTopic lists the orders topic in delivery order.
 func (f fixture) ordersTopic(t *testing.T) []topicRow {
 	t.Helper()
-	rows, err := f.ES.DB.Query(`SELECT transaction_id::text, "offset" FROM watermill_orders ORDER BY transaction_id, "offset"`)
+	// m.: a bare transaction_id would order by the text output column.
+	rows, err := f.ES.DB.Query(`SELECT m.transaction_id::text, m."offset" FROM watermill_orders m ORDER BY m.transaction_id, m."offset"`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []topicRow
@@ -245,4 +249,117 @@ hearth_topic_messages{topic="poison"} 0
 	require.Greater(t, got["hearth_topic_bytes/orders"], 0.0)
 	require.InDelta(t, 8*24*3600, got["hearth_topic_oldest_message_age_seconds/orders"], 60, "the first message in delivery order is the aged one")
 	require.Zero(t, got["hearth_topic_oldest_message_age_seconds/poison"], "empty")
+}
+
+// position is r's place in delivery order.
+func position(t *testing.T, r topicRow) pubsub.Position {
+	t.Helper()
+	tx, err := strconv.ParseUint(r.tx, 10, 64)
+	require.NoError(t, err)
+	return pubsub.Position{TransactionID: tx, Offset: r.offset}
+}
+
+// Retention marks the last message it deleted, in the statement that
+// deletes; a consumer group whose position is before the mark has lost
+// messages it never consumed, and CheckGap says which (topic, group and
+// range), whichever way the group got there: a row written after the
+// pruning, or deleted and written again behind.
+func TestRetentionMarksWhatItPrunedAndConsumersFindTheGap(t *testing.T) {
+	t.Parallel()
+	f, rows := messages(t, 5)
+	f.age(t, rows...)
+	f.ack(t, "orders", rows[2])
+	ctx := context.Background()
+	gapOf := func(group string) error {
+		return pubsub.CheckGap(ctx, f.ES.DB, pubsub.TopicOrders, group, pubsub.Offsets.NextOffsetQuery(pubsub.TopicOrders, group))
+	}
+	require.NoError(t, gapOf("late"), "nothing pruned yet")
+
+	f.prunes(t, newRetention(t, f.ES.DB, 2, nil), 3, rows[3:])
+	require.NoError(t, gapOf("orders"), "it consumed everything that went")
+
+	err := gapOf("late") // no row: it starts at the beginning
+	var gap *pubsub.TopicGapError
+	require.ErrorAs(t, err, &gap)
+	require.Equal(t, &pubsub.TopicGapError{Topic: "orders", Group: "late", Through: position(t, rows[2])}, gap)
+	require.ErrorContains(t, err, fmt.Sprintf("topic orders, consumer group late: the messages after (transaction 0, offset 0) up to (transaction %s, offset %d) were pruned before the group consumed them",
+		rows[2].tx, rows[2].offset))
+
+	f.ack(t, "behind", rows[0])
+	require.ErrorAs(t, gapOf("behind"), &gap)
+	require.Equal(t, &pubsub.TopicGapError{Topic: "orders", Group: "behind", After: position(t, rows[0]), Through: position(t, rows[2])}, gap)
+	f.ack(t, "behind", rows[2])
+	require.NoError(t, gapOf("behind"))
+
+	// The mark moves on with the next pruning.
+	f.ack(t, "orders", rows[4])
+	f.ack(t, "behind", rows[4])
+	f.prunes(t, newRetention(t, f.ES.DB, 2, nil), 2, nil)
+	require.ErrorAs(t, gapOf("late"), &gap)
+	require.Equal(t, position(t, rows[4]), gap.Through)
+}
+
+// Retention names the consumer group that keeps messages older than Keep
+// (one with no position yet, or one behind them), in its log and in
+// hearth_topic_retention_held_by, until that group moves on or its row is
+// deleted (a retired group released by the operator).
+func TestRetentionSaysWhichGroupHoldsItBack(t *testing.T) {
+	t.Parallel()
+	f, rows := messages(t, 4)
+	f.age(t, rows[:3]...) // row 3 is young
+	reg := prometheus.NewRegistry()
+	var logged strings.Builder
+	r, err := pubsub.NewRetention(pubsub.RetentionConfig{
+		DB: f.ES.DB, Keep: 7 * 24 * time.Hour, Batch: 10, Registry: reg,
+		Log:    slog.New(slog.NewTextHandler(&logged, nil)),
+		Topics: []pubsub.RetainedTopic{ordersTopic},
+	})
+	require.NoError(t, err)
+	heldBy := func(group string) {
+		t.Helper()
+		want := ""
+		if group != "" {
+			want = `# HELP hearth_topic_retention_held_by 1 for the consumer group that keeps messages older than TOPIC_RETENTION in a topic table (no position yet, or not past them); absent when none does.
+# TYPE hearth_topic_retention_held_by gauge
+hearth_topic_retention_held_by{group="` + group + `",topic="orders"} 1
+`
+		}
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "hearth_topic_retention_held_by"))
+	}
+
+	f.prunes(t, r, 0, rows, "the orders group has no position")
+	heldBy("orders")
+	require.Contains(t, logged.String(), `msg="a consumer group holds the topic back`)
+	require.Contains(t, logged.String(), `topic=orders group=orders position="none: it has consumed nothing yet" offsets_table=watermill_offsets_orders`)
+
+	f.ack(t, "orders", rows[3])
+	f.ack(t, "relay", rows[0]) // a relay turned off for good
+	f.prunes(t, r, 1, rows[1:])
+	heldBy("relay")
+	require.Contains(t, logged.String(), `topic=orders group=relay position="(transaction `+rows[0].tx)
+
+	_, err = f.ES.DB.Exec(`DELETE FROM watermill_offsets_orders WHERE consumer_group = 'relay'`) // released
+	require.NoError(t, err)
+	f.prunes(t, r, 2, rows[3:], "only the young message stays")
+	heldBy("")
+	require.Contains(t, logged.String(), `msg="the consumer group no longer holds the topic back" component=retention topic=orders group=relay`)
+	require.Equal(t, 2, strings.Count(logged.String(), "level=WARN"), "a warning when the group changes, not on every pass")
+}
+
+// Transaction ids are ordered as numbers, not as text ("10" sorts before
+// "9"): of young messages 9 and 10, the first young message in delivery
+// order is 9, and it stays, with everything after it.
+func TestRetentionOrdersTransactionIDsAsNumbers(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	for _, tx := range []string{"8", "9", "10"} {
+		_, err := f.ES.DB.Exec(`INSERT INTO watermill_orders (uuid, payload, metadata, transaction_id)
+			VALUES (gen_random_uuid()::text, '{}', '{}', $1::text::xid8)`, tx)
+		require.NoError(t, err)
+	}
+	rows := f.ordersTopic(t)
+	require.Equal(t, []string{"8", "9", "10"}, []string{rows[0].tx, rows[1].tx, rows[2].tx})
+	f.age(t, rows[0]) // 9 and 10 are young
+	f.ack(t, "orders", rows[2])
+	f.prunes(t, newRetention(t, f.ES.DB, 1000, nil), 1, rows[1:], "only the old message 8 goes")
 }

@@ -179,15 +179,21 @@ func (p *Orders) Changes(ctx context.Context, scope query.Scope, aggregateType, 
 	}
 	out := make([]query.Change, len(rows))
 	for i, r := range rows {
-		out[i] = query.Change{
-			EventID: r.EventID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, Version: r.Version,
-			Action: r.Action, Actor: r.Actor, Before: r.Before, After: r.After, OccurredAt: r.OccurredAt.UTC(),
-		}
-		if r.Before == nil {
-			out[i].Before = nil
-		}
+		out[i] = r.change()
 	}
 	return out, nil
+}
+
+// change is the row as the queries show it.
+func (r changeRow) change() query.Change {
+	c := query.Change{
+		EventID: r.EventID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, Version: r.Version,
+		Action: r.Action, Actor: r.Actor, Before: r.Before, After: r.After, OccurredAt: r.OccurredAt.UTC(),
+	}
+	if r.Before == nil {
+		c.Before = nil // a nil json.RawMessage in an interface is not nil
+	}
+	return c
 }
 
 func utc(t *time.Time) *time.Time {

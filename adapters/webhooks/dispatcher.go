@@ -30,12 +30,17 @@ const (
 	// most.
 	claimBatch = 32
 	// holdMargin is added to the timeout for a claim's hold: the time after
-	// which a delivery claimed by a leader that died is tried again.
+	// which a delivery claimed by a leader that died is tried again. A send
+	// starts only while it can end within the hold (send).
 	holdMargin = 5 * time.Second
 	// rescanEvery is how often the dispatcher looks for pending deliveries
 	// that no notification announced (a lost notification, a missed
-	// reconnect).
+	// reconnect, a parked event replayed).
 	rescanEvery = 10 * time.Second
+	// walkLimit bounds the endpoints one look (a rescan, or the look after
+	// a notification) walks: one index probe each. The next look goes on
+	// from where this one stopped.
+	walkLimit = 1000
 	// pruneEvery and pruneBatch: finished deliveries older than Keep are
 	// deleted this often, this many rows per statement.
 	pruneEvery = 10 * time.Minute
@@ -81,6 +86,11 @@ type Dispatcher struct {
 	workers map[string]*worker // by endpoint
 	closed  bool               // the term ended: no new worker
 	wg      sync.WaitGroup
+
+	// pending walks the endpoints with pending deliveries (the rescan),
+	// queued those with deliveries an operator queued (a notification);
+	// only Run uses them.
+	pending, queued walk
 }
 
 // worker is the state of one endpoint's worker the dispatcher shares with
@@ -88,8 +98,9 @@ type Dispatcher struct {
 type worker struct {
 	// poke: the endpoint has new deliveries (from the fan-out, or a scan).
 	poke chan struct{}
-	// urgent: an operator queued one (a test ping, a redelivery); it ends
-	// even the wait of a worker whose receiver keeps failing.
+	// urgent: an operator queued one for this endpoint (a test ping, a
+	// redelivery); it ends even the wait of a worker whose receiver keeps
+	// failing, for what the operator queued only.
 	urgent chan struct{}
 }
 
@@ -124,7 +135,8 @@ func NewDispatcher(ctx context.Context, cfg DispatcherConfig) (*Dispatcher, erro
 		cfg.Rand = rand.Float64
 	}
 	return &Dispatcher{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "webhooks"),
-		hold: cfg.Sender.timeout + holdMargin, ctx: ctx, workers: map[string]*worker{}}, nil
+		hold: cfg.Sender.timeout + holdMargin, ctx: ctx, workers: map[string]*worker{},
+		pending: walk{sql: pendingSQL}, queued: walk{sql: queuedSQL}}, nil
 }
 
 // WithDispatcher returns ctx in which the fan-out wakes d's workers after
@@ -133,12 +145,14 @@ func WithDispatcher(ctx context.Context, d *Dispatcher) context.Context {
 	return withWake(ctx, func(ids []string) { d.poke(ids, false) })
 }
 
-// Run starts a worker for every endpoint with pending deliveries, again
-// whenever signal's channel closes (a delivery queued by the API: its
-// worker is woken even while its receiver keeps failing) and every
-// rescanEvery, and prunes the log, until the term's context ends; then it
-// waits for the workers. signal returns the channel the next notification
-// closes (projector.Notifier.Signal of DeliveriesTable).
+// Run starts a worker for the endpoints with pending deliveries every
+// rescanEvery (walkLimit endpoints a time, going on from where the last
+// rescan stopped); whenever signal's channel closes (a delivery queued by
+// the API), it wakes the workers of the endpoints with deliveries an
+// operator queued and never tried, those only, as urgent (see work). It
+// prunes the log, until the term's context ends; then it waits for the
+// workers. signal returns the channel the next notification closes
+// (projector.Notifier.Signal of DeliveriesTable).
 func (d *Dispatcher) Run(signal func() <-chan struct{}) error {
 	ctx := d.ctx
 	defer func() {
@@ -147,54 +161,111 @@ func (d *Dispatcher) Run(signal func() <-chan struct{}) error {
 		d.mu.Unlock()
 		d.wg.Wait()
 	}()
-	lastPrune := time.Time{}
-	urgent := false
+	var lastPrune, lastRescan time.Time
+	notified := false
 	for {
 		woken := signal()
-		if err := d.rescan(ctx, urgent); err != nil && ctx.Err() == nil {
-			d.log.Warn("look for pending webhook deliveries", "error", err)
+		if notified {
+			if err := d.look(ctx, &d.queued, true); err != nil && ctx.Err() == nil {
+				d.log.Warn("look for queued webhook deliveries", "error", err)
+			}
+		}
+		// Timed apart from the notifications, so that a stream of them
+		// (pings) neither delays the rescan nor repeats it.
+		if time.Since(lastRescan) >= rescanEvery {
+			lastRescan = time.Now()
+			if err := d.look(ctx, &d.pending, false); err != nil && ctx.Err() == nil {
+				d.log.Warn("look for pending webhook deliveries", "error", err)
+			}
 		}
 		if time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
 			d.prune(ctx)
 		}
-		t := time.NewTimer(rescanEvery)
+		t := time.NewTimer(max(rescanEvery-time.Since(lastRescan), 0))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
 		case <-woken:
-			urgent = true
+			notified = true
 		case <-t.C:
-			urgent = false
+			notified = false
 		}
 		t.Stop()
 	}
 }
 
-// rescan pokes the worker of every endpoint with pending deliveries.
-func (d *Dispatcher) rescan(ctx context.Context, urgent bool) error {
+// look pokes the workers of the next endpoints w walks.
+func (d *Dispatcher) look(ctx context.Context, w *walk, urgent bool) error {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	rows, err := d.cfg.DB.QueryContext(ctx, `SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE status = 'pending'`)
+	ids, err := w.next(ctx, d.cfg.DB, walkLimit)
 	if err != nil {
 		return err
+	}
+	d.poke(ids, urgent)
+	return nil
+}
+
+// walk goes through the distinct endpoints of a partial index on
+// webhook_deliveries (endpoint_id, ...), a batch at a time, in id order,
+// starting over after the last.
+type walk struct {
+	sql   string // walkSQL's
+	after string // the last endpoint of the batch before; "" at the start
+}
+
+// next returns the next endpoints, at most limit.
+func (w *walk) next(ctx context.Context, db *sql.DB, limit int) ([]string, error) {
+	rows, err := db.QueryContext(ctx, w.sql, cmp.Or(w.after, "00000000-0000-0000-0000-000000000000"), limit)
+	if err != nil {
+		return nil, fmt.Errorf("walk webhook endpoints: %w", err)
 	}
 	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		ids = append(ids, id)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return err
+		return nil, fmt.Errorf("walk webhook endpoints: %w", err)
 	}
-	d.poke(ids, urgent)
-	return nil
+	w.after = ""
+	if len(ids) == limit { // more, maybe: the next batch goes on after the last
+		w.after = ids[len(ids)-1]
+	}
+	return ids, nil
 }
+
+// walkSQL returns the distinct endpoints after $1 (at most $2, in order) of
+// the rows that match where, through the partial index of the same
+// predicate that leads with endpoint_id: a loose index scan, one probe per
+// endpoint (each finds the first entry of the next endpoint), so that what
+// it costs grows with the endpoints, never with their rows (DISTINCT would
+// read every row).
+func walkSQL(where string) string {
+	next := `SELECT d.endpoint_id FROM webhook_deliveries d WHERE ` + where + ` AND d.endpoint_id > %s ORDER BY d.endpoint_id LIMIT 1`
+	return `WITH RECURSIVE walk (endpoint_id, n) AS (
+	SELECT f.endpoint_id, 1 FROM (` + fmt.Sprintf(next, "$1::uuid") + `) f
+	UNION ALL
+	SELECT e.endpoint_id, walk.n + 1 FROM walk CROSS JOIN LATERAL (` + fmt.Sprintf(next, "walk.endpoint_id") + `) e
+	WHERE walk.n < $2
+)
+SELECT endpoint_id FROM walk`
+}
+
+// pendingSQL walks the endpoints with pending deliveries
+// (webhook_deliveries_pending); queuedSQL those with deliveries an operator
+// queued and that were never tried (webhook_deliveries_queued, migration
+// 011).
+var (
+	pendingSQL = walkSQL(`d.status = 'pending'`)
+	queuedSQL  = walkSQL(`d.status = 'pending' AND d.attempts = 0 AND (d.ping_payload IS NOT NULL OR d.redelivery_of IS NOT NULL)`)
+)
 
 // prune deletes finished deliveries older than Keep, a batch at a time.
 func (d *Dispatcher) prune(ctx context.Context) {
@@ -274,8 +345,12 @@ type result struct {
 	err     string
 	// disable, when set, disables the endpoint with this reason.
 	disable string
-	// release puts the claim back untried (the term ended during the send).
+	// release puts the claim back untried (the term ended before the send
+	// ended, or the send could not end before the claim's hold).
 	release bool
+	// ping: the attempt was a test ping's (it says nothing of whether the
+	// endpoint is failing).
+	ping bool
 }
 
 // target is what a round reads of its endpoint.
@@ -289,14 +364,16 @@ func (d *Dispatcher) work(id string, w *worker) {
 	ctx := d.ctx
 	log := d.log.With("endpoint_id", id)
 	var results []result
-	// failing: the endpoint's last attempts all failed. Then the round
-	// right after them claims only retries that are due, and the worker
-	// waits for the next retry before it claims deliveries never tried:
-	// a receiver that is down gets the new events in waves, at its retry
-	// times, not one request per event as they come.
+	// failing: the endpoint's last attempts (but test pings) all failed.
+	// Then the round right after them claims only retries that are due
+	// (and what an operator queued), and the worker waits for the next
+	// retry before it claims deliveries never tried: a receiver that is
+	// down gets the new events in waves, at its retry times, not one
+	// request per event as they come, nor one wave per wake-up.
 	failing, fresh := false, true
 	for {
 		w.drain()
+		start := time.Now() // before the claim: its hold ends after start + hold
 		claims, tgt, nextIn, err := d.round(ctx, id, results, fresh)
 		if err != nil {
 			if errors.Is(err, readmodel.ErrStaleTerm) {
@@ -317,11 +394,8 @@ func (d *Dispatcher) work(id string, w *worker) {
 		}
 		results = nil
 		if len(claims) > 0 {
-			results = d.send(ctx, tgt.endpoint, claims)
-			failing = true
-			for _, r := range results {
-				failing = failing && r.status != webhook.Succeeded && !r.release
-			}
+			results = d.send(ctx, tgt.endpoint, claims, start)
+			failing = stillFailing(failing, results)
 			fresh = !failing
 			continue
 		}
@@ -334,25 +408,45 @@ func (d *Dispatcher) work(id string, w *worker) {
 		// Wait for the next retry. A poke (new deliveries) ends the wait,
 		// unless the endpoint is failing: then new deliveries wait for its
 		// next retry too (and its queue is not scanned for every event).
-		// What an operator queued ends it anyway.
+		// What an operator queued for this endpoint ends it anyway, but
+		// the round it starts claims only that while the endpoint is
+		// failing: nothing else goes out before the next retry.
 		t := time.NewTimer(max(nextIn, time.Millisecond))
 		poked := w.poke
 		if failing {
 			poked = nil
 		}
+		fresh = true // a retry wave, or new deliveries
 		select {
 		case <-ctx.Done():
 		case <-t.C:
 		case <-poked:
 		case <-w.urgent:
+			fresh = !failing
 		}
 		t.Stop()
 		if ctx.Err() != nil {
 			d.done(id, w)
 			return
 		}
-		fresh = true // a retry wave, new deliveries, or an operator's
 	}
+}
+
+// stillFailing says whether an endpoint is failing after a round's
+// results: all its attempts failed; a round of test pings only (or of
+// releases) leaves it as it was.
+func stillFailing(was bool, results []result) bool {
+	tried, ok := false, false
+	for _, r := range results {
+		if r.release || r.ping {
+			continue
+		}
+		tried, ok = true, ok || r.status == webhook.Succeeded
+	}
+	if !tried {
+		return was
+	}
+	return !ok
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -388,11 +482,11 @@ func (d *Dispatcher) inTx(ctx context.Context, fn func(ctx context.Context, tx *
 // round is one transaction of a worker, sent as one pgx batch (one round
 // trip): BEGIN with the fencing check, the results of the round before
 // (disabling the endpoint when one says so), the endpoint, the claim of
-// the deliveries whose turn has come (those never tried only when fresh),
-// COMMIT. With nothing claimed, nextIn is how long until the next one is
-// due, counting those never tried only when fresh or when there is nothing
-// else (negative: nothing is pending); a disabled endpoint's pending
-// deliveries fail then.
+// the deliveries whose turn has come (those never tried only when fresh,
+// or when an operator queued them), COMMIT. With nothing claimed, nextIn is
+// how long until the next one is due, counting those never tried only when
+// fresh, queued by an operator, or when there is nothing else (negative:
+// nothing is pending); a disabled endpoint's pending deliveries fail then.
 func (d *Dispatcher) round(ctx context.Context, endpointID string, results []result, fresh bool) (claims []claim, tgt target, nextIn time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
@@ -428,8 +522,9 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 	}
 	var seconds sql.NullFloat64
 	err = d.cfg.DB.QueryRowContext(ctx, `SELECT EXTRACT(EPOCH FROM coalesce(
-			min(next_attempt_at) FILTER (WHERE attempts > 0 OR $2), min(next_attempt_at)) - now())::float8 FROM (
-		SELECT DISTINCT ON (aggregate_id) next_attempt_at, attempts FROM webhook_deliveries
+			min(next_attempt_at) FILTER (WHERE attempts > 0 OR $2 OR queued), min(next_attempt_at)) - now())::float8 FROM (
+		SELECT DISTINCT ON (aggregate_id) next_attempt_at, attempts,
+			ping_payload IS NOT NULL OR redelivery_of IS NOT NULL AS queued FROM webhook_deliveries
 		WHERE endpoint_id = $1 AND status = 'pending' ORDER BY aggregate_id, aggregate_version, seq) heads`, endpointID, fresh).Scan(&seconds)
 	if err != nil {
 		return nil, tgt, 0, fmt.Errorf("next webhook delivery: %w", err)
@@ -504,7 +599,8 @@ func failPending(endpointID, why string) statement {
 // claimSQL claims the due deliveries of an enabled endpoint: pending ones
 // whose time has come and that are the first pending one of their
 // aggregate (by version), at most $2, oldest first; those never tried yet
-// only when $4. It counts the attempt and moves the
+// only when $4 or when an operator queued them (a test ping, a
+// redelivery). It counts the attempt and moves the
 // next one past the send's timeout ($3 ms, the hold), and reads each event
 // as stored. The pending rows are read in insertion order
 // (webhook_deliveries_pending) and each is checked to be the first of its
@@ -516,7 +612,8 @@ func failPending(endpointID, why string) statement {
 // the planner may scan the whole table for a few rows.
 const claimSQL = `WITH due AS (
 	SELECT d.id FROM webhook_deliveries d
-	WHERE d.endpoint_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= now() AND (d.attempts > 0 OR $4)
+	WHERE d.endpoint_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
+	  AND (d.attempts > 0 OR $4 OR d.ping_payload IS NOT NULL OR d.redelivery_of IS NOT NULL)
 	  AND EXISTS (SELECT FROM webhook_endpoints w WHERE w.id = $1 AND w.enabled)
 	  AND d.id = (SELECT e.id FROM webhook_deliveries e
 	              WHERE e.endpoint_id = $1 AND e.aggregate_id = d.aggregate_id AND e.status = 'pending'
@@ -591,18 +688,34 @@ func body(env event.Envelope, position int64) ([]byte, error) {
 }
 
 // send makes the claimed deliveries, at most inFlightPerEndpoint at once,
-// and judges each.
-func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []claim) []result {
+// and judges each. start is a time before the claim: a send that could
+// end after the claim's hold does not start, and its claim is put back
+// (the next round claims it again, with a hold of its own). A round claims
+// up to claimBatch, and a slow receiver's sends take the timeout each, so
+// its later sends would start timeouts after the claim (or a paused
+// process would resume after the hold): by then the next leader may have
+// claimed them, and both would send. The hold stays one timeout long, so
+// that the next leader takes over a dead one's claims soon.
+func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []claim, start time.Time) []result {
 	out := make([]result, len(claims))
 	slots := make(chan struct{}, inFlightPerEndpoint)
+	// Half the margin is left for the round's own transaction and the
+	// clocks: start is taken before it, the hold counted from the
+	// database's now().
+	last := start.Add(d.hold - holdMargin/2 - d.cfg.Sender.timeout)
 	var wg sync.WaitGroup
 	for i, c := range claims {
 		if c.bodyErr != nil {
-			out[i] = result{id: c.id, status: webhook.Failed, err: "not sent: " + c.bodyErr.Error()}
+			out[i] = result{id: c.id, status: webhook.Failed, err: "not sent: " + c.bodyErr.Error(), ping: c.ping}
 			d.cfg.Metrics.outcome("failed")
 			continue
 		}
 		slots <- struct{}{}
+		if time.Now().After(last) {
+			<-slots
+			out[i] = result{id: c.id, release: true}
+			continue
+		}
 		wg.Go(func() {
 			defer func() { <-slots }()
 			o := d.cfg.Sender.Send(ctx, e.URL, e.Secrets(d.cfg.Sender.now()), c.eventID, c.body)
@@ -619,16 +732,16 @@ func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []clai
 
 // judge turns an attempt's outcome into what to record.
 func (d *Dispatcher) judge(c claim, o Outcome) result {
-	r := result{id: c.id, code: o.Status, latency: o.Latency, err: o.Err}
+	r := result{id: c.id, code: o.Status, latency: o.Latency, err: o.Err, ping: c.ping}
 	switch {
 	case o.OK():
 		r.status = webhook.Succeeded
 		d.cfg.Metrics.delivered(time.Since(c.since))
 		return r
+	case c.ping: // tried once, and never disables its endpoint, not even by a 410
+		r.status = webhook.Failed
 	case o.Gone():
 		r.status, r.disable = webhook.Failed, "the receiver answered 410 Gone"
-	case c.ping:
-		r.status = webhook.Failed
 	default:
 		at := c.claimed.Add(o.Latency)
 		next, ok := d.cfg.Schedule.Next(c.first, at, c.attempts, d.cfg.Rand())

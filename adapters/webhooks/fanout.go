@@ -36,7 +36,12 @@ func NewFanout(db *bun.DB) (*Fanout, error) {
 }
 
 // Projections are the fan-out's projections, one per aggregate type's
-// topic, for the projector (and for parking and the lag metrics).
+// topic, for the projector (and for parking and the lag metrics). Their
+// groups hold retention like the read models' (cmd/app newRetention), and
+// the projector's catch-up, which starts each webhook term, checks every
+// read for a gap (pubsub.CheckGap): a fan-out that lost messages to
+// retention stops there, naming them, rather than leave out their
+// deliveries unseen.
 func (f *Fanout) Projections() []projector.Projection {
 	var out []projector.Projection
 	for _, a := range aggregates.All() {

@@ -2,6 +2,8 @@ package webhooks
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -43,17 +45,104 @@ func TestClaimPlan(t *testing.T) {
 		_, err := conn.ExecContext(ctx, q.sql, q.args...)
 		require.NoError(t, err, q.sql)
 	}
-	rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE claim('"+endpoint+"', 32, 15000, true)")
-	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan = append(plan, line)
-	}
-	require.NoError(t, rows.Err())
-	text := strings.Join(plan, "\n")
+	text := strings.Join(column(t, conn, "EXPLAIN EXECUTE claim('"+endpoint+"', 32, 15000, true)"), "\n")
 	require.NotContains(t, text, "Seq Scan on webhook_deliveries", text)
 	require.Contains(t, text, "Index Scan using webhook_deliveries_pending", text)
 	require.Regexp(t, `Index Cond: \(\(endpoint_id = \$1\) AND \(aggregate_id = d\.aggregate_id\)\)`, text, "one probe per row, by aggregate")
+}
+
+// The dispatcher's looks for endpoints (the rescan, and the look after a
+// notification) cost one index probe per endpoint, however many rows are
+// pending: on a failing endpoint's queue of 5,000 deliveries never tried
+// and a log of 100,000 finished ones, they read a few index entries, and
+// the look after a notification finds only the endpoint an operator queued
+// something for.
+func TestWalkPlan(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	ctx := context.Background()
+	conn, err := db.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	merchant, backlog, pinged, idle := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	exec := func(sql string, args ...any) {
+		_, err := conn.ExecContext(ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
+	exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchant, "m-"+merchant)
+	for _, e := range []string{backlog, pinged, idle} {
+		exec(`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at) VALUES ($1, $2, 'https://example.com/', $3, now(), now())`,
+			e, merchant, webhook.NewSecret())
+	}
+	exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, status, completed_at)
+		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 'succeeded', now() FROM generate_series(1, 100000)`, idle, merchant)
+	exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1 FROM generate_series(1, 5000)`, backlog, merchant)
+	exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1 FROM generate_series(1, 100)`, pinged, merchant)
+	exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
+		VALUES ($1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}')`, pinged, merchant)
+	// A ping in flight on the backlog's endpoint: queued, but tried.
+	exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload, attempts)
+		VALUES ($1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}', 1)`, backlog, merchant)
+	exec(`ANALYZE webhook_deliveries`)
+	exec(`SET plan_cache_mode = force_generic_plan`)
+	for name, c := range map[string]struct {
+		sql, index string
+		want       []string
+	}{
+		"pending": {pendingSQL, "webhook_deliveries_pending", []string{backlog, pinged}},
+		"queued":  {queuedSQL, "webhook_deliveries_queued", []string{pinged}},
+	} {
+		exec(`PREPARE ` + name + `(uuid, int) AS ` + c.sql)
+		got := column(t, conn, `EXECUTE `+name+`('00000000-0000-0000-0000-000000000000', 1000)`)
+		require.ElementsMatch(t, c.want, got, name)
+
+		var plan string
+		require.NoError(t, conn.QueryRowContext(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE `+name+`('00000000-0000-0000-0000-000000000000', 1000)`).Scan(&plan))
+		var doc []struct {
+			Plan planNode `json:"Plan"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(plan), &doc))
+		read := doc[0].Plan.rowsOf("webhook_deliveries")
+		require.LessOrEqual(t, read, 3*len(c.want)+3, "%s: %d rows read of webhook_deliveries: %s", name, read, plan)
+		require.Contains(t, plan, `"Index Name": "`+c.index+`"`, name)
+	}
+}
+
+// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).
+type planNode struct {
+	Relation string     `json:"Relation Name"`
+	Rows     float64    `json:"Actual Rows"`
+	Loops    float64    `json:"Actual Loops"`
+	Removed  float64    `json:"Rows Removed by Filter"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// rowsOf is how many rows the nodes scanning table produced or filtered
+// out, over all their loops.
+func (n planNode) rowsOf(table string) int {
+	total := 0
+	if n.Relation == table {
+		total += int((n.Rows + n.Removed) * n.Loops)
+	}
+	for _, c := range n.Plans {
+		total += c.rowsOf(table)
+	}
+	return total
+}
+
+// column is the one column of what query returns on conn.
+func column(t *testing.T, conn *sql.Conn, query string) []string {
+	t.Helper()
+	rows, err := conn.QueryContext(context.Background(), query)
+	require.NoError(t, err)
+	var out []string
+	for rows.Next() {
+		var v string
+		require.NoError(t, rows.Scan(&v))
+		out = append(out, v)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }

@@ -101,14 +101,17 @@ func refuseAddresses(_, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-// RefusedError is a target address deliveries may not reach.
+// RefusedError is a target address deliveries may not reach. Its message
+// names neither the address nor its kind: the merchant reads it (the API's
+// 422, the delivery log), and the address a name resolved to, inside
+// Hearth's network, is none of its business.
 type RefusedError struct {
 	Addr   netip.Addr
-	Reason string
+	Reason string // webhook.Refused's
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("%s is %s; deliveries to it are refused (WEBHOOK_ALLOW_PRIVATE)", e.Addr, e.Reason)
+	return "a private address; deliveries to it are refused (WEBHOOK_ALLOW_PRIVATE)"
 }
 
 // CheckTarget refuses a URL whose host is an address deliveries may not
@@ -126,7 +129,7 @@ func (s *Sender) CheckTarget(ctx context.Context, rawURL string) error {
 	host := u.Hostname()
 	if addr, err := netip.ParseAddr(host); err == nil {
 		if reason := webhook.Refused(addr); reason != "" {
-			return &RefusedError{Addr: addr, Reason: reason}
+			return fmt.Errorf("%s is %w", host, &RefusedError{Addr: addr, Reason: reason})
 		}
 		return nil
 	}
@@ -157,7 +160,7 @@ type Outcome struct {
 func (o Outcome) OK() bool { return o.Err == "" }
 
 // Gone reports a receiver that answered 410 Gone: its endpoint is disabled
-// at once.
+// at once (unless the attempt was a test ping).
 func (o Outcome) Gone() bool { return o.Status == http.StatusGone }
 
 // maxErrorBody is how much of a failed answer's body the log keeps.
@@ -209,7 +212,7 @@ func (s *Sender) describe(ctx context.Context, err error) string {
 	var timeout net.Error
 	switch {
 	case errors.As(err, &refused):
-		return "refused: " + refused.Error()
+		return "refused: the receiver's address is " + refused.Error()
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
 		return fmt.Sprintf("no answer within %s (WEBHOOK_TIMEOUT)", s.timeout)
 	}

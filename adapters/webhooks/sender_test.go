@@ -65,13 +65,20 @@ func TestSendRefusesPrivateAddresses(t *testing.T) {
 	for _, target := range []string{srv.URL, "http://localhost:" + u.Port() + "/"} {
 		out := s.Send(t.Context(), target, []string{webhook.NewSecret()}, "evt", []byte("{}"))
 		require.False(t, out.OK(), target)
-		require.Contains(t, out.Err, "refused: 127.0.0.1 is a loopback address", target)
+		require.Contains(t, out.Err, "refused: the receiver's address is a private address", target)
+		require.NotContains(t, out.Err, "127.0.0.1", "the log the merchant reads names no address of the network")
 		require.Zero(t, out.Status)
 	}
 	require.Zero(t, n.Load(), "nothing reached the target")
 
-	require.ErrorContains(t, s.CheckTarget(t.Context(), "http://169.254.169.254/latest"), "link-local")
-	require.ErrorContains(t, s.CheckTarget(t.Context(), "http://localhost:9/"), "localhost resolves to")
+	require.ErrorContains(t, s.CheckTarget(t.Context(), "http://169.254.169.254/latest"), "169.254.169.254 is a private address")
+	require.ErrorContains(t, s.CheckTarget(t.Context(), "http://[64:ff9b::a9fe:a9fe]/"), "is a private address", "NAT64")
+	require.ErrorContains(t, s.CheckTarget(t.Context(), "http://[64:ff9b:1::a00:1]/"), "is a private address", "NAT64, local use")
+	err = s.CheckTarget(t.Context(), "http://localhost:9/")
+	require.ErrorContains(t, err, "localhost resolves to a private address")
+	for _, addr := range []string{"127.0.0.1", "::1", "loopback"} {
+		require.NotContains(t, err.Error(), addr, "the answer does not say what a name resolved to")
+	}
 	require.NoError(t, s.CheckTarget(t.Context(), "https://203.0.113.7/hook"))
 	require.NoError(t, newTestSender(t, time.Second, true).CheckTarget(t.Context(), srv.URL), "allowed by configuration")
 }

@@ -23,13 +23,16 @@
 //     merchants go on: a slow or failing endpoint holds up only its own
 //     worker. The claimed deliveries are sent concurrently (at most
 //     inFlightPerEndpoint), each bounded by the timeout.
-//  3. Outcome. A 2xx succeeds. A 410 disables the endpoint at once. Any
+//  3. Outcome. A 2xx succeeds. A 410 disables the endpoint at once (but
+//     a test ping's, which never disables it). Any
 //     other answer, or none, is retried on the schedule (webhook.Schedule);
 //     once a delivery's retries run out the endpoint is disabled with the
 //     reason, and its pending deliveries fail. A test ping is tried once.
 //
-// A claim moves the delivery's next attempt past the send's timeout, so a
-// leader that dies while sending leaves it to the next leader after that
+// A claim moves the delivery's next attempt past the send's timeout, and
+// no send starts that could end after that (a round's later sends to a
+// slow receiver are claimed again by the next round), so a leader that
+// dies or stalls while sending leaves it to the next leader after that
 // hold; a leader that steps down gracefully puts back what it claimed but
 // did not send. Delivery is at least once: an attempt whose answer was lost
 // is sent again, with the same webhook-id.
@@ -41,6 +44,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"hearth/app/command"
@@ -75,7 +79,8 @@ const wakeDispatcher = `SELECT pg_notify('hearth_topics', 'webhook_deliveries')`
 const DeliveriesTable = "webhook_deliveries"
 
 const endpointColumns = `id, merchant_id, url, to_json(event_types), description, enabled, disabled_reason,
-	disabled_at, secret, coalesce(previous_secret, ''), previous_secret_until, version, created_at, updated_at`
+	disabled_at, secret, coalesce(previous_secret, ''), previous_secret_until, coalesce(older_secret, ''), older_secret_until,
+	version, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -83,7 +88,8 @@ func scanEndpoint(row scanner) (webhook.Endpoint, error) {
 	var e webhook.Endpoint
 	var types []byte
 	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &types, &e.Description, &e.Enabled, &e.DisabledReason,
-		&e.DisabledAt, &e.Secret, &e.PreviousSecret, &e.PreviousSecretUntil, &e.Version, &e.CreatedAt, &e.UpdatedAt)
+		&e.DisabledAt, &e.Secret, &e.PreviousSecret, &e.PreviousSecretUntil, &e.OlderSecret, &e.OlderSecretUntil,
+		&e.Version, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, apperr.ErrNotFound
 	}
@@ -94,7 +100,7 @@ func scanEndpoint(row scanner) (webhook.Endpoint, error) {
 		return e, fmt.Errorf("webhook endpoint %s: event types: %w", e.ID, err)
 	}
 	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
-	e.DisabledAt, e.PreviousSecretUntil = utc(e.DisabledAt), utc(e.PreviousSecretUntil)
+	e.DisabledAt, e.PreviousSecretUntil, e.OlderSecretUntil = utc(e.DisabledAt), utc(e.PreviousSecretUntil), utc(e.OlderSecretUntil)
 	return e, nil
 }
 
@@ -188,9 +194,10 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET url = $3, event_types = $4, description = $5,
 			enabled = $6, disabled_reason = $7, disabled_at = $8, secret = $9, previous_secret = nullif($10, ''),
-			previous_secret_until = $11, version = $12, updated_at = $13
+			previous_secret_until = $11, older_secret = nullif($14, ''), older_secret_until = $15, version = $12, updated_at = $13
 			WHERE merchant_id = $1 AND id = $2`, merchantID, id, e.URL, nonNil(e.EventTypes), e.Description,
-			e.Enabled, e.DisabledReason, e.DisabledAt, e.Secret, e.PreviousSecret, e.PreviousSecretUntil, e.Version, e.UpdatedAt)
+			e.Enabled, e.DisabledReason, e.DisabledAt, e.Secret, e.PreviousSecret, e.PreviousSecretUntil, e.Version, e.UpdatedAt,
+			e.OlderSecret, e.OlderSecretUntil)
 		if err != nil {
 			return nil, fmt.Errorf("update webhook endpoint: %w", err)
 		}
@@ -259,12 +266,14 @@ const deliveryColumns = `id, endpoint_id, merchant_id, event_id, event_type, agg
 	CASE WHEN status = 'pending' THEN next_attempt_at END, first_attempt_at, last_attempt_at,
 	coalesce(response_status, 0), coalesce(latency_ms, 0), error, created_at, completed_at`
 
-func scanDelivery(row scanner) (webhook.Delivery, error) {
+// scanDelivery reads deliveryColumns, and the columns after them into
+// more.
+func scanDelivery(row scanner, more ...any) (webhook.Delivery, error) {
 	var d webhook.Delivery
 	var latencyMS float64
-	err := row.Scan(&d.ID, &d.EndpointID, &d.MerchantID, &d.EventID, &d.EventType, &d.AggregateID, &d.AggregateVersion,
+	err := row.Scan(append([]any{&d.ID, &d.EndpointID, &d.MerchantID, &d.EventID, &d.EventType, &d.AggregateID, &d.AggregateVersion,
 		&d.Ping, &d.Body, &d.RedeliveryOf, &d.Status, &d.Attempts, &d.NextAttemptAt, &d.FirstAttemptAt, &d.LastAttemptAt,
-		&d.ResponseStatus, &latencyMS, &d.Error, &d.CreatedAt, &d.CompletedAt)
+		&d.ResponseStatus, &latencyMS, &d.Error, &d.CreatedAt, &d.CompletedAt}, more...)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, apperr.ErrNotFound
 	}
@@ -303,37 +312,71 @@ func (s *Store) Endpoint(ctx context.Context, merchantID, id string) (webhook.En
 		WHERE merchant_id = $1 AND id = $2`, merchantID, id))
 }
 
+// logOrder names the delivery log's order (newest first, by insertion) in
+// its cursors.
+const logOrder = "seq"
+
 // Deliveries returns a page of the endpoint's log, newest first, of the
-// given statuses (all when none).
-func (s *Store) Deliveries(ctx context.Context, merchantID, endpointID string, statuses []string, p query.Page) ([]webhook.Delivery, int, error) {
+// given statuses (all when none), as internal/keyset pages the other
+// lists: a numbered page (at most query.MaxDepth rows deep: the port
+// checks) or the rows after a cursor (keyset, through webhook_deliveries_log
+// from the cursor's delivery), and the count behind the total stops at
+// query.MaxDepth.
+func (s *Store) Deliveries(ctx context.Context, merchantID, endpointID string, statuses []string, p query.Page) (query.List[webhook.Delivery], error) {
+	var l query.List[webhook.Delivery]
+	if p.After != nil && p.After.Order != logOrder {
+		return l, apperr.Invalid("cursor", "was made for a list sorted by %s; this one is sorted by %s: start again without a cursor", p.After.Order, logOrder)
+	}
 	if _, err := s.Endpoint(ctx, merchantID, endpointID); err != nil {
-		return nil, 0, err
+		return l, err
 	}
 	var filter any // NULL: every status
 	if len(statuses) > 0 {
 		filter = statuses
 	}
-	var total int
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries
-		WHERE endpoint_id = $1 AND ($2::text[] IS NULL OR status = ANY ($2))`, endpointID, filter).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count webhook deliveries: %w", err)
+	before, offset := int64(math.MaxInt64), p.Offset()
+	if p.After != nil {
+		err := s.db.QueryRowContext(ctx, `SELECT seq FROM webhook_deliveries WHERE id = $1 AND endpoint_id = $2`, p.After.ID, endpointID).Scan(&before)
+		if errors.Is(err, sql.ErrNoRows) {
+			return l, apperr.Invalid("cursor", "names a delivery no longer in the log (finished deliveries are kept WEBHOOK_DELIVERY_KEEP): start again without a cursor")
+		}
+		if err != nil {
+			return l, fmt.Errorf("read webhook delivery cursor: %w", err)
+		}
+		offset = 0
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
-		WHERE endpoint_id = $1 AND ($2::text[] IS NULL OR status = ANY ($2))
-		ORDER BY seq DESC LIMIT $3 OFFSET $4`, endpointID, filter, p.Size, p.Offset())
+	var n int
+	// Counting stops at MaxDepth + 1 rows: enough to tell "more".
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT FROM webhook_deliveries
+		WHERE endpoint_id = $1 AND ($2::text[] IS NULL OR status = ANY ($2)) LIMIT $3) matching`,
+		endpointID, filter, query.MaxDepth+1).Scan(&n); err != nil {
+		return l, fmt.Errorf("count webhook deliveries: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+deliveryColumns+`, seq FROM webhook_deliveries
+		WHERE endpoint_id = $1 AND ($2::text[] IS NULL OR status = ANY ($2)) AND seq < $5
+		ORDER BY seq DESC LIMIT $3 OFFSET $4`, endpointID, filter, p.Size+1, offset, before)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list webhook deliveries: %w", err)
+		return l, fmt.Errorf("list webhook deliveries: %w", err)
 	}
 	defer rows.Close()
-	var out []webhook.Delivery
-	for rows.Next() {
-		d, err := scanDelivery(rows)
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, d)
+	l = query.List[webhook.Delivery]{Items: []webhook.Delivery{}, Total: min(n, query.MaxDepth), TotalExact: n <= query.MaxDepth, PageSize: p.Size}
+	if p.After == nil {
+		l.Page = p.Number
 	}
-	return out, total, rows.Err()
+	for rows.Next() {
+		var seq int64
+		d, err := scanDelivery(rows, &seq)
+		if err != nil {
+			return l, err
+		}
+		if len(l.Items) == p.Size { // one more: the page before it is not the last
+			last := l.Items[len(l.Items)-1]
+			l.Next = &query.Cursor{Order: logOrder, At: last.CreatedAt, ID: last.ID}
+			break
+		}
+		l.Items = append(l.Items, d)
+	}
+	return l, rows.Err()
 }
 
 // Delivery returns one delivery of the merchant's endpoint.

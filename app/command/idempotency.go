@@ -34,10 +34,26 @@ type Answer struct {
 	Status int
 	Header map[string]string
 	Body   []byte
+	// Replay, when set, is what is stored and what a retry is answered
+	// instead of this answer, which shows something only once (a webhook
+	// endpoint's signing secret): a stored copy would outlive a rotation.
+	Replay *Answer
+}
+
+// Replayed is the part of the answer that is stored and replayed.
+func (a Answer) Replayed() Answer {
+	if a.Replay != nil {
+		return *a.Replay
+	}
+	return a
 }
 
 // IdempotencyRecord is what is stored of a key.
 type IdempotencyRecord struct {
+	// Legacy is a record stored before records had a scope (migration
+	// eventstore/010): it answers any principal of its merchant, and its
+	// fingerprint is the one of that version (without If-Match).
+	Legacy      bool
 	Fingerprint []byte
 	// Answer is nil while an attempt holds the key.
 	Answer *Answer

@@ -65,7 +65,7 @@ func (h Webhooks) CreateEndpoint(ctx context.Context, merchantID string, e webho
 	}
 	now = event.Instant(now)
 	e.ID, e.MerchantID, e.Secret, e.Version, e.CreatedAt, e.UpdatedAt = uuid.New(), merchantID, webhook.NewSecret(), 1, now, now
-	e.DisabledReason, e.DisabledAt, e.PreviousSecret, e.PreviousSecretUntil = "", nil, "", nil
+	e.DisabledReason, e.DisabledAt, e.PreviousSecret, e.PreviousSecretUntil, e.OlderSecret, e.OlderSecretUntil = "", nil, "", nil, "", nil
 	return e, h.store.InsertEndpoint(ctx, &e)
 }
 
@@ -124,20 +124,16 @@ func set[V any](dst *V, src *V) {
 
 // RotateSecret gives the endpoint a new signing secret. For overlap (at
 // most MaxOverlap; 0: none) deliveries are signed with both, so that its
-// receiver can switch without refusing any.
+// receiver can switch without refusing any; earlier secrets still inside
+// their overlaps keep signing (webhook.Endpoint.Rotate, at most
+// webhook.MaxSecrets at once).
 func (h Webhooks) RotateSecret(ctx context.Context, merchantID, id string, overlap time.Duration, expected *int, now time.Time) (webhook.Endpoint, error) {
 	if overlap < 0 || overlap > MaxOverlap {
 		return webhook.Endpoint{}, apperr.Invalid("overlap", "must be from 0s to %s, got %s", MaxOverlap, overlap)
 	}
 	now = event.Instant(now)
 	return h.change(ctx, merchantID, id, expected, now, func(e *webhook.Endpoint) error {
-		e.PreviousSecret, e.PreviousSecretUntil = "", nil
-		if overlap > 0 {
-			until := now.Add(overlap)
-			e.PreviousSecret, e.PreviousSecretUntil = e.Secret, &until
-		}
-		e.Secret = webhook.NewSecret()
-		return nil
+		return e.Rotate(webhook.NewSecret(), now, overlap)
 	})
 }
 

@@ -12,10 +12,11 @@ import (
 type WebhookReads interface {
 	Endpoints(ctx context.Context, merchantID string, p Page) ([]webhook.Endpoint, int, error)
 	Endpoint(ctx context.Context, merchantID, id string) (webhook.Endpoint, error)
-	// Deliveries is the endpoint's log, newest first, of the given
-	// statuses (all when none); apperr.ErrNotFound when the merchant has
-	// no such endpoint.
-	Deliveries(ctx context.Context, merchantID, endpointID string, statuses []string, p Page) ([]webhook.Delivery, int, error)
+	// Deliveries is a page of the endpoint's log, newest first, of the
+	// given statuses (all when none), paged like the other lists (a
+	// numbered page or after a cursor, the total counted up to MaxDepth);
+	// apperr.ErrNotFound when the merchant has no such endpoint.
+	Deliveries(ctx context.Context, merchantID, endpointID string, statuses []string, p Page) (List[webhook.Delivery], error)
 	Delivery(ctx context.Context, merchantID, endpointID, id string) (webhook.Delivery, error)
 }
 
@@ -43,10 +44,10 @@ func (q Webhooks) Endpoint(ctx context.Context, merchantID, id string) (webhook.
 	return q.rm.Endpoint(ctx, merchantID, id)
 }
 
-// Deliveries returns a page of an endpoint's delivery log, newest first.
+// Deliveries returns a page of an endpoint's delivery log, newest first:
+// it grows with every event, so it is paged like the other lists.
 func (q Webhooks) Deliveries(ctx context.Context, merchantID, endpointID string, statuses []string, p Page) (List[webhook.Delivery], error) {
-	items, total, err := q.rm.Deliveries(ctx, merchantID, endpointID, statuses, p)
-	return newList(items, total, p), err
+	return q.rm.Deliveries(ctx, merchantID, endpointID, statuses, p)
 }
 
 // Delivery returns one delivery of an endpoint, or apperr.ErrNotFound.
@@ -54,8 +55,8 @@ func (q Webhooks) Delivery(ctx context.Context, merchantID, endpointID, id strin
 	return q.rm.Delivery(ctx, merchantID, endpointID, id)
 }
 
-// newList is a numbered page of a list whose total is counted exactly (an
-// endpoint's lists stay small: its endpoints, its delivery log).
+// newList is a numbered page of a list whose total is counted exactly (a
+// merchant's endpoints: at most webhook.MaxEndpoints).
 func newList[T any](items []T, total int, p Page) List[T] {
 	if items == nil {
 		items = []T{}

@@ -1208,12 +1208,19 @@ func TestServe(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(a.metrics(), "\nhearth_event_feed_waiting 1\n")
 	}, 10*time.Second, 5*time.Millisecond, "the long poll never waited")
+	// Retention waits for every consumer group of the topic: the webhook
+	// fan-out's too, which no read waits for.
+	es := pgtest.Open(t, urls.EventStore)
+	require.Eventually(t, func() bool {
+		var behind int
+		return es.DB.QueryRow(`SELECT count(*) FROM watermill_offsets_orders o
+			WHERE o.offset_acked < (SELECT max("offset") FROM watermill_orders)`).Scan(&behind) == nil && behind == 0
+	}, 10*time.Second, 10*time.Millisecond, "every consumer group acknowledged the order's messages")
 	srv.shutdown()
 	require.Equal(t, feedPage{Events: []feedEvent{}, NextCursor: page.NextCursor}, <-waiting)
 
 	// A worker prunes the topics (TOPIC_RETENTION): its first round runs at
 	// start-up, and these messages are acknowledged and old by then.
-	es := pgtest.Open(t, urls.EventStore)
 	_, err := es.DB.Exec(`UPDATE watermill_orders SET created_at = created_at - interval '2 hours'`)
 	require.NoError(t, err)
 	vars["MODE"], vars["TOPIC_RETENTION"] = "worker", "1h"

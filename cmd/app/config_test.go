@@ -328,6 +328,13 @@ func TestRun(t *testing.T) {
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "bogus"},
 		{name: "keys create without a merchant", args: []string{"keys", "create", "--role", "operator"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--merchant"},
+		{name: "customers without a subcommand", args: []string{"customers"}, usage: true, contains: "customers: the subcommands are export"},
+		{name: "customers export without DATABASE_URL", args: []string{"customers", "export", "--merchant", "acme", "x"},
+			contains: "DATABASE_URL"},
+		{name: "customers export without a merchant", args: []string{"customers", "export", "x"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--merchant NAME CUSTOMER_ID"},
+		{name: "customers export with a flag of keys", args: []string{"customers", "export", "x", "--role", "admin"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "role"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

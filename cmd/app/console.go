@@ -38,7 +38,7 @@ func newLagHistory(dbs databases, w wiring) (*console.LagHistory, error) {
 // the on-call view being on the admin listener with a cookie of its own.
 func consoleFor(surface httpport.Surface, cfg Config, w wiring, hcfg httpport.Config, log *slog.Logger) (http.Handler, error) {
 	ccfg := console.Config{
-		App: w.app, Auth: hcfg.Auth, KeyUsed: hcfg.KeyUsed, KeyRecheck: cfg.KeyCacheTTL,
+		App: w.app, Sessions: w.refdata, KeyUsed: hcfg.KeyUsed,
 		Consistency: hcfg.Consistency, ConsistencyTimeout: cfg.ConsistencyTimeout,
 		Leadership: hcfg.Leadership, Parked: hcfg.Parked, Rebuilds: hcfg.Rebuilds, Verifier: w.operator,
 		Projections: readmodel.Projections(), Lags: w.lags, Log: log,

@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -16,9 +22,13 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"hearth/app/access"
+	"hearth/domain/apperr"
 	"hearth/domain/uuid"
 	"hearth/internal/chromium"
 	"hearth/internal/pgtest"
+	httpport "hearth/ports/http"
+	"hearth/ports/http/console"
 )
 
 // The console, end to end: headless Chromium (Debian's, driven by
@@ -461,4 +471,250 @@ func TestConsoleOnCall(t *testing.T) {
 	require.NotContains(t, tb.text("ul.verify"), "differences: ") // every projection: 0 differences
 	tb.shot("verified")
 	tb.noErrors()
+}
+
+// consoleClient is a browser without a page: cookies kept by hand (Go's
+// cookie jar holds back Secure cookies on http://), redirects not
+// followed, so that a test can show one session to several instances.
+type consoleClient struct {
+	t       *testing.T
+	base    string
+	cookies map[string]string
+}
+
+func newConsoleClient(t *testing.T, base string) *consoleClient {
+	return &consoleClient{t: t, base: base, cookies: map[string]string{}}
+}
+
+// at is the same browser talking to another instance.
+func (c *consoleClient) at(base string) *consoleClient {
+	return &consoleClient{t: c.t, base: base, cookies: c.cookies}
+}
+
+func (c *consoleClient) do(method, path string, form url.Values) (status int, location, body string) {
+	c.t.Helper()
+	var rd io.Reader
+	if form != nil {
+		rd = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(c.t.Context(), method, c.base+path, rd)
+	require.NoError(c.t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for name, v := range c.cookies {
+		req.AddCookie(&http.Cookie{Name: name, Value: v})
+	}
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	for _, ck := range resp.Cookies() {
+		if ck.MaxAge < 0 {
+			delete(c.cookies, ck.Name)
+		} else {
+			c.cookies[ck.Name] = ck.Value
+		}
+	}
+	return resp.StatusCode, resp.Header.Get("Location"), string(b)
+}
+
+var (
+	signinTokenRe = regexp.MustCompile(`name="token" value="([^"]+)"`)
+	csrfTokenRe   = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+)
+
+// signIn signs in with key through the form; it returns the session's
+// cookie.
+func (c *consoleClient) signIn(key string) string {
+	c.t.Helper()
+	_, _, page := c.do(http.MethodGet, "/console/signin", nil)
+	m := signinTokenRe.FindStringSubmatch(page)
+	require.NotNil(c.t, m, "the sign-in form has a token")
+	status, _, body := c.do(http.MethodPost, "/console/signin", url.Values{"token": {m[1]}, "key": {key}, "tz": {"Europe/Paris"}})
+	require.Equal(c.t, http.StatusSeeOther, status, body)
+	require.NotEmpty(c.t, c.cookies["hearth_console"])
+	return c.cookies["hearth_console"]
+}
+
+// signedIn reports whether the browser's session opens a page of the
+// operator (or is sent to sign in).
+func (c *consoleClient) signedIn() bool {
+	c.t.Helper()
+	status, location, body := c.do(http.MethodGet, "/console/customers", nil)
+	if status == http.StatusSeeOther && strings.HasPrefix(location, "/console/signin") {
+		return false
+	}
+	require.Equal(c.t, http.StatusOK, status, body)
+	return true
+}
+
+// instance is one more Hearth API process on a's databases, as a second
+// instance behind a load balancer, or a restart, would be: pools, wiring,
+// key cache and console of its own, nothing shared but the databases. stop
+// ends it (and runs at the test's end if not called).
+func (a *api) instance() (base string, stop func()) {
+	t := a.t
+	t.Helper()
+	cfg := a.cfg
+	cfg.Mode = ModeAPI
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dbs, err := openDatabases(t.Context(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, dbs.openRequestPools(t.Context(), cfg))
+	w, err := wire(cfg, dbs, log)
+	require.NoError(t, err)
+	require.NoError(t, w.wireEventFeed(cfg, dbs, log))
+	hcfg, err := httpConfig(cfg, dbs, w, nil, log)
+	require.NoError(t, err)
+	handler, err := httpport.NewHandler(hcfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(handler)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			srv.Close()
+			closeConsole(hcfg.Console)
+			w.maintenance.Close()
+			dbs.close()
+		})
+	}
+	t.Cleanup(stop)
+	return srv.URL, stop
+}
+
+// sessionRows counts the console sessions of a key in the database.
+func (a *api) sessionRows(keyID string) int {
+	a.t.Helper()
+	var n int
+	require.NoError(a.t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM console_sessions WHERE key_id = $1`, keyID).Scan(&n))
+	return n
+}
+
+// A session opened on one instance works on another on the same database
+// (no sticky sessions), its flash message reaches the page the other
+// instance serves, and it outlives the instance that opened it (a
+// restart signs nobody out).
+func TestConsoleSessionsAcrossInstances(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	first, stopFirst := a.instance()
+	second, _ := a.instance()
+	alice := newConsoleClient(t, first)
+	alice.signIn(a.opA)
+	require.True(t, alice.signedIn())
+	require.True(t, alice.at(second).signedIn(), "the other instance knows the session")
+
+	// A write on the first instance; its redirect, served by the second,
+	// shows its message.
+	_, _, page := alice.do(http.MethodGet, "/console/customers", nil)
+	m := csrfTokenRe.FindStringSubmatch(page)
+	require.NotNil(t, m)
+	status, location, body := alice.do(http.MethodPost, "/console/customers", url.Values{"name": {"Ada Lovelace"}, "csrf": {m[1]}})
+	require.Equal(t, http.StatusSeeOther, status, body)
+	status, _, page = alice.at(second).do(http.MethodGet, location, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "Created customer Ada Lovelace.")
+
+	stopFirst()
+	restarted, _ := a.instance()
+	require.True(t, alice.at(restarted).signedIn(), "a restart keeps the session")
+	require.True(t, alice.at(a.base).signedIn())
+
+	// Signing out on one instance ends the session on all.
+	_, _, page = alice.at(restarted).do(http.MethodGet, "/console/customers", nil)
+	m = csrfTokenRe.FindStringSubmatch(page)
+	require.NotNil(t, m)
+	cookie := alice.cookies["hearth_console"]
+	status, _, _ = alice.at(restarted).do(http.MethodPost, "/console/signout", url.Values{"csrf": {m[1]}})
+	require.Equal(t, http.StatusSeeOther, status)
+	kept := newConsoleClient(t, second)
+	kept.cookies["hearth_console"] = cookie
+	require.False(t, kept.signedIn(), "signed out everywhere")
+}
+
+// One key keeps at most console.SessionsPerKey sessions: a sign-in past the cap
+// ends the key's least recently used session, so no key can fill the
+// store; other keys' sessions are untouched.
+func TestConsoleSessionsPerKey(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	other := newConsoleClient(t, a.base)
+	other.signIn(a.opB)
+	oldest := newConsoleClient(t, a.base)
+	oldest.signIn(a.opA)
+	var rest []*consoleClient
+	for range console.SessionsPerKey {
+		c := newConsoleClient(t, a.base)
+		c.signIn(a.opA)
+		rest = append(rest, c)
+	}
+	require.Equal(t, console.SessionsPerKey, a.sessionRows(a.opAKeyID))
+	require.False(t, oldest.signedIn(), "the least recently used session ended")
+	for _, c := range rest {
+		require.True(t, c.signedIn())
+	}
+	require.True(t, other.signedIn())
+}
+
+// The database holds a session's token hashed, and neither the token nor
+// the key; revoking the key ends its sessions at once, rows and all; and a
+// sign-in prunes expired sessions.
+func TestConsoleSessionsStored(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	alice := newConsoleClient(t, a.base)
+	token := alice.signIn(a.opA)
+	var hash []byte
+	var row string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(ctx, `SELECT token_hash, cs::text FROM console_sessions cs WHERE key_id = $1`,
+		a.opAKeyID).Scan(&hash, &row))
+	sum := sha256.Sum256([]byte(token))
+	require.Equal(t, sum[:], hash)
+	require.NotContains(t, row, token)
+	require.NotContains(t, row, a.opA)
+	require.Contains(t, row, "Europe/Paris")
+
+	// An expired session of another key, and one about to be: the next
+	// sign-in deletes the first only.
+	expired, live := make([]byte, 32), make([]byte, 32)
+	expired[0], live[0] = 1, 2
+	now := time.Now()
+	for _, s := range []struct {
+		hash []byte
+		at   time.Time
+	}{{expired, now.Add(-console.SessionLifetime - time.Minute)}, {live, now.Add(-console.SessionLifetime + time.Hour)}} {
+		require.NoError(t, a.w.refdata.OpenSession(ctx, access.NewSession{TokenHash: s.hash, KeyID: a.adminKeyID, TimeZone: "UTC",
+			At: s.at, Idle: console.SessionLifetime, Lifetime: console.SessionLifetime, PerKey: console.SessionsPerKey}))
+	}
+	require.Equal(t, 2, a.sessionRows(a.adminKeyID))
+	newConsoleClient(t, a.base).signIn(a.opB)
+	require.Equal(t, 1, a.sessionRows(a.adminKeyID), "the expired session was pruned")
+
+	// Each use keeps a session alive for its idle time (an hour here)
+	// more, up to its lifetime (three hours); past either it is gone.
+	open := func(b byte) []byte {
+		hash := make([]byte, 32)
+		hash[0] = b
+		require.NoError(t, a.w.refdata.OpenSession(ctx, access.NewSession{TokenHash: hash, KeyID: a.adminKeyID, TimeZone: "UTC",
+			At: now, Idle: time.Hour, Lifetime: 3 * time.Hour, PerKey: console.SessionsPerKey}))
+		return hash
+	}
+	use := func(hash []byte, after time.Duration) error {
+		_, err := a.w.refdata.Session(ctx, access.SessionUse{TokenHash: hash, At: now.Add(after), Idle: time.Hour})
+		return err
+	}
+	used, idle := open(3), open(4)
+	for _, after := range []time.Duration{50 * time.Minute, 100 * time.Minute, 150 * time.Minute, 179 * time.Minute} {
+		require.NoError(t, use(used, after), "used within the hour, %s after sign-in", after)
+	}
+	require.ErrorIs(t, use(used, 181*time.Minute), apperr.ErrNotFound, "past its lifetime")
+	require.ErrorIs(t, use(idle, 61*time.Minute), apperr.ErrNotFound, "idle for more than an hour")
+
+	a.must(http.StatusOK, http.MethodPost, "/admin/keys/"+a.opAKeyID+"/revoke", a.admin, nil)
+	require.Zero(t, a.sessionRows(a.opAKeyID), "revoking the key deletes its sessions")
+	require.False(t, alice.signedIn())
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net/http"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
@@ -186,18 +188,18 @@ func TestIdempotencyTakeoverWritesOnce(t *testing.T) {
 	store := a.w.idempotency
 	fp := []byte("fingerprint")
 
-	old, err := store.Claim(ctx, a.merchantA, "k", fp, time.Millisecond)
+	old, err := store.Claim(ctx, a.merchantA, "operator", "k", fp, time.Millisecond)
 	require.NoError(t, err)
 	require.NotEmpty(t, old)
 	var retry string
 	require.Eventually(t, func() bool { // the lease runs out on the database's clock
-		retry, err = store.Claim(ctx, a.merchantA, "k", fp, time.Hour)
+		retry, err = store.Claim(ctx, a.merchantA, "operator", "k", fp, time.Hour)
 		return err == nil && retry != ""
 	}, 5*time.Second, 5*time.Millisecond)
-	again, err := store.Claim(ctx, a.merchantA, "k", fp, time.Hour)
+	again, err := store.Claim(ctx, a.merchantA, "operator", "k", fp, time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, again, "a live lease is not taken over")
-	other, err := store.Claim(ctx, a.merchantA, "k", []byte("another request"), time.Hour)
+	other, err := store.Claim(ctx, a.merchantA, "operator", "k", []byte("another request"), time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, other)
 
@@ -216,7 +218,7 @@ func TestIdempotencyTakeoverWritesOnce(t *testing.T) {
 	_, err = create(retry)
 	require.NoError(t, err)
 	require.Equal(t, 1, a.countEvents(a.merchantA, "OrderCreated"))
-	rec, err := store.Get(ctx, a.merchantA, "k")
+	rec, err := store.Get(ctx, a.merchantA, "operator", "k")
 	require.NoError(t, err)
 	require.NotNil(t, rec.Answer)
 	require.Equal(t, retry, string(rec.Answer.Body))
@@ -233,12 +235,12 @@ func TestIdempotencyKeysArePruned(t *testing.T) {
 	ctx := t.Context()
 	store := a.w.idempotency
 	for i := range 5 {
-		_, err := store.Claim(ctx, a.merchantA, "old-"+strconv.Itoa(i), []byte("x"), time.Minute)
+		_, err := store.Claim(ctx, a.merchantA, "operator", "old-"+strconv.Itoa(i), []byte("x"), time.Minute)
 		require.NoError(t, err)
 	}
 	_, err := a.dbs.es.DB.ExecContext(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '25 hours'`)
 	require.NoError(t, err)
-	_, err = store.Claim(ctx, a.merchantA, "young", []byte("x"), time.Minute)
+	_, err = store.Claim(ctx, a.merchantA, "operator", "young", []byte("x"), time.Minute)
 	require.NoError(t, err)
 
 	n, err := store.Prune(ctx, 24*time.Hour, 2)
@@ -267,6 +269,176 @@ func TestIdempotencyKeysArePruned(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "batches run until a short one")
 	stop()
 	<-pruned
-	_, err = store.Get(ctx, a.merchantA, "old-0")
+	_, err = store.Get(ctx, a.merchantA, "operator", "old-0")
 	require.True(t, errors.Is(err, apperr.ErrNotFound), "%v", err)
+}
+
+// A key belongs to the principal that sent it (its role, and a worker's
+// staff member): another role or another worker reusing it runs its own
+// request and is refused what it may not do, never told another principal's
+// answer; another key of the same role replays it.
+func TestIdempotencyKeysBelongToThePrincipal(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	customer := a.createCustomer(a.opA, "Ada")
+	colleague, err := a.w.refdata.CreateStaff(ctx, a.merchantA, "Cole Colleague")
+	require.NoError(t, err)
+	k, err := a.w.refdata.CreateKey(ctx, "acme", access.Worker, colleague)
+	require.NoError(t, err)
+	colleagueKey := k.Secret
+	schedule := func() string {
+		order := a.createOrder(a.opA, customer, 100)
+		a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA,
+			map[string]any{"staff_id": a.staffA, "start_at": "2030-01-02T09:00:00Z", "end_at": "2030-01-02T10:00:00Z"})
+		return a.crmSchedule(a.opA, order).Body["id"].(string)
+	}
+
+	// The operator cancels a schedule; the worker, who may not cancel,
+	// sends the same request with the same key.
+	cancelled := schedule()
+	path := "/v1/schedules/" + cancelled + "/status"
+	cancel := map[string]any{"status": "cancelled"}
+	op := a.sendOK(http.MethodPost, path, withKey(a.opA, "shared-1"), cancel)
+	require.Equal(t, http.StatusOK, op.Status, "%s", op)
+	w := a.sendOK(http.MethodPost, path, withKey(a.worker, "shared-1"), cancel)
+	requireProblem(t, w, http.StatusForbidden, "/problems/forbidden")
+	require.Empty(t, w.Header.Get("Idempotent-Replayed"), "the worker's own request ran")
+	w2 := a.sendOK(http.MethodPost, path, withKey(a.worker, "shared-1"), cancel)
+	require.Equal(t, w.Raw, w2.Raw, "the worker's refusal is kept for the worker")
+	require.Equal(t, "true", w2.Header.Get("Idempotent-Replayed"))
+	// Another operator key of the merchant retries the operator's request.
+	again := a.sendOK(http.MethodPost, path, withKey(a.newOperatorKey("acme"), "shared-1"), cancel)
+	require.Equal(t, op.Raw, again.Raw)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+
+	// A worker starts its schedule; a worker of another staff member sends
+	// the same with the same key: the schedule is not its own.
+	started := schedule()
+	start := map[string]any{"status": "in_service"}
+	own := a.sendOK(http.MethodPost, "/v1/schedules/"+started+"/status", withKey(a.worker, "shared-2"), start)
+	require.Equal(t, http.StatusOK, own.Status, "%s", own)
+	other := a.sendOK(http.MethodPost, "/v1/schedules/"+started+"/status", withKey(colleagueKey, "shared-2"), start)
+	requireProblem(t, other, http.StatusNotFound, "/problems/not-found")
+	require.Empty(t, other.Header.Get("Idempotent-Replayed"))
+}
+
+// A stale If-Match (412) frees its key, as a stale expected_version (409)
+// does, so the retry with the right version runs; If-Match is part of the
+// request a key names, as expected_version is.
+func TestIdempotentStaleIfMatchIsNotKept(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	for _, c := range []struct {
+		name         string
+		stale, fresh func() (http.Header, map[string]any)
+		status       int
+		problem      string
+	}{
+		{"If-Match",
+			func() (http.Header, map[string]any) {
+				return header(a.opA, "Idempotency-Key", "if-match-1", "If-Match", `"7"`), map[string]any{"status": "confirmed"}
+			},
+			func() (http.Header, map[string]any) {
+				return header(a.opA, "Idempotency-Key", "if-match-1", "If-Match", `"1"`), map[string]any{"status": "confirmed"}
+			},
+			http.StatusPreconditionFailed, "/problems/precondition-failed"},
+		{"expected_version",
+			func() (http.Header, map[string]any) {
+				return withKey(a.opA, "expected-1"), map[string]any{"status": "confirmed", "expected_version": 7}
+			},
+			func() (http.Header, map[string]any) {
+				return withKey(a.opA, "expected-1"), map[string]any{"status": "confirmed", "expected_version": 1}
+			},
+			http.StatusConflict, "/problems/conflict"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := "/v1/orders/" + a.createOrder(a.opA, customer, 100) + "/status"
+			h, body := c.stale()
+			requireProblem(t, a.sendOK(http.MethodPost, path, h, body), c.status, c.problem)
+			h, body = c.fresh()
+			ok := a.sendOK(http.MethodPost, path, h, body)
+			require.Equal(t, http.StatusOK, ok.Status, "%s", ok)
+			require.Empty(t, ok.Header.Get("Idempotent-Replayed"), "the key was free: the retry ran")
+			h, body = c.fresh()
+			replay := a.sendOK(http.MethodPost, path, h, body)
+			require.Equal(t, ok.Raw, replay.Raw)
+			require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+			h, body = c.stale()
+			requireProblem(t, a.sendOK(http.MethodPost, path, h, body), http.StatusUnprocessableEntity, "/problems/idempotency-key-reused")
+		})
+	}
+}
+
+// A stored answer never keeps a webhook endpoint's signing secret: a retry
+// of its creation or of a rotation is told 409 secret-shown-once, with the
+// endpoint and how to get a new secret, and writes nothing.
+func TestIdempotentSecretsAreNotReplayed(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	endpoints := "/v1/webhook-endpoints"
+	create := map[string]any{"url": "https://203.0.113.9/hook"}
+	first := a.sendOK(http.MethodPost, endpoints, withKey(a.opA, "hook-1"), create)
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first)
+	require.Contains(t, first.Body["secret"], "whsec_", "the first answer shows the secret")
+	id := first.Body["id"].(string)
+	self := endpoints + "/" + id
+
+	requireShownOnce := func(r response) {
+		t.Helper()
+		requireProblem(t, r, http.StatusConflict, "/problems/secret-shown-once")
+		require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, self, r.Header.Get("Location"))
+		require.Contains(t, r.Body["detail"], "POST "+self+"/rotate-secret")
+		require.NotContains(t, r.Raw, "whsec_")
+	}
+	requireShownOnce(a.sendOK(http.MethodPost, endpoints, withKey(a.opA, "hook-1"), create))
+	list := a.must(http.StatusOK, http.MethodGet, endpoints, a.opA, nil)
+	require.Len(t, list.Body["items"], 1, "written once")
+
+	rotated := a.sendOK(http.MethodPost, self+"/rotate-secret", withKey(a.opA, "rotate-1"), nil)
+	require.Equal(t, http.StatusOK, rotated.Status, "%s", rotated)
+	require.Contains(t, rotated.Body["secret"], "whsec_")
+	requireShownOnce(a.sendOK(http.MethodPost, self+"/rotate-secret", withKey(a.opA, "rotate-1"), nil))
+	got := a.must(http.StatusOK, http.MethodGet, self, a.opA, nil)
+	require.Equal(t, float64(2), got.Body["version"], "rotated once")
+
+	var kept int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(),
+		`SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1 AND position('whsec_'::bytea IN body) > 0`, a.merchantA).Scan(&kept))
+	require.Zero(t, kept, "no stored answer keeps a secret")
+}
+
+// Records from before keys had a scope (migration eventstore/010) answer
+// any key of their merchant, as they did, until they are pruned, and are
+// compared with the fingerprint of that version (without If-Match): a
+// retry across the upgrade writes once.
+func TestLegacyIdempotencyRecordsStillAnswer(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	order := a.createOrder(a.opA, customer, 100)
+	path := "/v1/orders/" + order + "/status"
+	fp := sha256.Sum256([]byte("POST " + path + "\n" + `{"status":"confirmed"}`))
+	stored := `{"id":"` + order + `","status":"confirmed","legacy":true}` + "\n"
+	_, err := a.dbs.es.DB.ExecContext(t.Context(), `
+		INSERT INTO idempotency_keys (merchant_id, scope, key, fingerprint, token, locked_until, status, header, body, completed_at)
+		VALUES ($1, '', 'legacy-1', $2, gen_random_uuid(), now(), 200, '{"Content-Type": "application/json", "ETag": "\"2\""}', $3, now())`,
+		a.merchantA, fp[:], []byte(stored))
+	require.NoError(t, err)
+
+	for _, h := range []http.Header{
+		withKey(a.opA, "legacy-1"),
+		header(a.newOperatorKey("acme"), "Idempotency-Key", "legacy-1", "If-Match", `"1"`),
+	} {
+		r := a.sendOK(http.MethodPost, path, h, map[string]any{"status": "confirmed"})
+		require.Equal(t, http.StatusOK, r.Status, "%s", r)
+		require.Equal(t, stored, r.Raw)
+		require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, `"2"`, r.Header.Get("ETag"))
+	}
+	other := a.sendOK(http.MethodPost, path, withKey(a.opA, "legacy-1"), map[string]any{"status": "cancelled"})
+	requireProblem(t, other, http.StatusUnprocessableEntity, "/problems/idempotency-key-reused")
+	require.Equal(t, 1, a.events(order), "nothing ran")
 }

@@ -5,6 +5,7 @@
 //	app migrate
 //	app keys create|list|revoke|rotate ...
 //	app audit list [--limit N] [--json]
+//	app customers export --merchant NAME ID [--by WHO]
 //	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
 //	app parked list|replay|skip ...
 //	app verify [--projection P]
@@ -35,6 +36,7 @@ const usage = `usage:
   app keys revoke ID [--by WHO]                            the key is refused within KEY_CACHE_TTL (API instances cache keys)
   app keys rotate ID [--grace D] [--by WHO]                a new key like it; the old one is revoked, or works for D more
   app audit list [--limit N] [--json]                      the admin audit log, newest first
+  app customers export --merchant NAME ID [--by WHO]       everything held about one customer, as JSON (recorded in the audit log)
   app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset (and nats-server when installed and RELAY_NATS_URL is unset)
   app parked list [--projection P] [--json]                parked aggregates
@@ -83,8 +85,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sub := ""
 	switch cmd {
 	case "serve", "dev", "migrate", "parked", "verify", "rebuild":
-	case "keys", "audit", "keyring":
-		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "keyring": {"new"}}[cmd]
+	case "keys", "audit", "customers", "keyring":
+		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export"},
+			"keyring": {"new"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -100,12 +103,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	keyArgs.register(cmd, sub, fs)
 	var opArgs opsFlags
 	opArgs.register(cmd, fs)
+	var customerArgs customerFlags
+	customerArgs.register(cmd, fs)
 	cfg, rest, err := loadConfig(getenv, fs, args)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	switch cmd {
-	case "parked", "rebuild", "keys", "audit", "keyring":
+	case "parked", "rebuild", "keys", "audit", "customers", "keyring":
 		if rest, err = parseInterleaved(fs, rest); err != nil {
 			return err
 		}
@@ -130,6 +135,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return auditList(ctx, cfg, keyArgs, rest, stdout)
 		}
 		return keys(ctx, cfg, sub, keyArgs, rest, getenv, stdout)
+	case "customers":
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		return customersExport(ctx, cfg, log, customerArgs, rest, getenv, stdout)
 	case "keyring":
 		return keyringCommand(ctx, cfg, sub, keyArgs, rest, getenv, stdout)
 	case "dev":

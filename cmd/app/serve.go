@@ -20,7 +20,6 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
-	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
 	"hearth/adapters/webhooks"
 	"hearth/app"
@@ -131,10 +130,13 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 // with the operator's use cases (and the adapters under them: parking, the
 // event log, the read models' maintenance) and metrics.
 type wiring struct {
-	app         app.Application
-	operator    *ops.Operator
-	keys        *access.Keys
-	auditTrail  *ops.AuditTrail
+	app        app.Application
+	operator   *ops.Operator
+	keys       *access.Keys
+	auditTrail *ops.AuditTrail
+	// exports exports a customer's data (GET /v1/customers/{id}/export,
+	// app customers export).
+	exports     *ops.Exports
 	refdata     *refdata.Store
 	projections []projector.Projection
 	parking     *projector.Parking
@@ -293,6 +295,10 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	w.keys, err = access.NewKeys(ref)
 	must(err)
 	w.auditTrail, err = ops.NewAuditTrail(ref)
+	must(err)
+	exportRows, err := readmodel.NewCustomerRows(apiRM)
+	must(err)
+	w.exports, err = ops.NewExports(exportRows, ref, 0)
 	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
@@ -475,7 +481,7 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail, Exports: w.exports,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	}
 	if hc.APIEnabled {
@@ -502,30 +508,23 @@ const (
 	topicPruneBatch = 1000
 )
 
-// newRetention prunes each projection's topic: a message goes once every
-// consumer group of its topic has acknowledged it (the projections' groups
-// at least, and the relay's when it is on) and TOPIC_RETENTION has passed.
+// newRetention prunes each aggregate type's topic: a message goes once
+// every consumer group in the topic's offsets table has acknowledged it
+// and TOPIC_RETENTION has passed. The groups are the database's, whatever
+// this worker's settings (the relay's is there once a relay has started
+// anywhere); the projections' and the fan-out's, which every process runs,
+// hold the topic until they have a row.
 func newRetention(cfg Config, dbs databases, w wiring, log *slog.Logger) (*pubsub.Retention, error) {
 	var topics []pubsub.RetainedTopic
 	index := map[string]int{}
-	require := func(topic, group string) {
-		i, ok := index[topic]
+	for _, p := range append(slices.Clone(w.projections), w.fanout...) {
+		i, ok := index[p.Topic]
 		if !ok {
 			i = len(topics)
-			index[topic] = i
-			topics = append(topics, pubsub.RetainedTopic{Topic: topic})
+			index[p.Topic] = i
+			topics = append(topics, pubsub.RetainedTopic{Topic: p.Topic})
 		}
-		topics[i].Groups = append(topics[i].Groups, group)
-	}
-	for _, p := range w.projections {
-		require(p.Topic, p.Name)
-	}
-	if cfg.RelayNATSURL != "" {
-		// Until the relay has published a page of a topic it has no
-		// position there, and retention would take what it has not seen.
-		for _, topic := range relay.Topics() {
-			require(topic, relay.ConsumerGroup)
-		}
+		topics[i].Groups = append(topics[i].Groups, p.Name)
 	}
 	return pubsub.NewRetention(pubsub.RetentionConfig{
 		DB: dbs.es.DB, Topics: topics, Keep: cfg.TopicRetention, Batch: topicPruneBatch,

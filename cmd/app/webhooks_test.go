@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/app/command"
+	"hearth/app/query"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
@@ -144,6 +145,37 @@ func withWebhooks(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)) *
 	a := setupConfigured(t, urls, configure, nil)
 	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	return a
+}
+
+// hourlyRetries: failed deliveries are tried again after an hour only (so
+// that nothing a test awaits comes from a retry).
+func hourlyRetries(cfg *Config) {
+	cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
+}
+
+// answerPingsOnly has the receiver answer test pings 200 and every other
+// delivery status.
+func (rc *receiver) answerPingsOnly(status int) {
+	rc.setAnswer(func(d delivery) int {
+		if d.event.Type == "webhook_endpoint.ping" {
+			return http.StatusOK
+		}
+		return status
+	})
+}
+
+// pendingDeliveries are the first page of the endpoint's pending
+// deliveries (nil when the request failed).
+func (a *api) pendingDeliveries(key, endpoint string) []map[string]any {
+	r, err := a.send(http.MethodGet, "/v1/webhook-endpoints/"+endpoint+"/deliveries?status=pending", auth(key), nil)
+	if err != nil {
+		return nil
+	}
+	var out []map[string]any
+	for _, it := range r.Body["items"].([]any) {
+		out = append(out, it.(map[string]any))
+	}
+	return out
 }
 
 // createEndpoint registers url for key's merchant and returns the
@@ -298,17 +330,16 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 	requireProblem(t, ping, http.StatusUnprocessableEntity, "/problems/rule-broken")
 	require.Equal(t, webhook.RuleEndpointDisabled, ping.Body["rule"])
 
-	// Idempotency-Key: the same creation answers the same endpoint (and
-	// secret), once.
+	// Idempotency-Key: the same creation writes once; its secret is not
+	// kept, so the repeat is told so, with the endpoint.
 	key := http.Header{"Authorization": {"Bearer " + a.opA}, "Idempotency-Key": {uuid.New()}}
 	first, err := a.send(http.MethodPost, path, key, map[string]any{"url": "https://other.example.com/"})
 	require.NoError(t, err)
 	again, err := a.send(http.MethodPost, path, key, map[string]any{"url": "https://other.example.com/"})
 	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, again.Status, "%s", again)
+	requireProblem(t, again, http.StatusConflict, "/problems/secret-shown-once")
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, first.Body["id"], again.Body["id"])
-	require.Equal(t, first.Body["secret"], again.Body["secret"])
+	require.Equal(t, path+"/"+first.Body["id"].(string), again.Header.Get("Location"))
 	require.Equal(t, float64(2), a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Body["total"])
 
 	// At most webhook.MaxEndpoints per merchant.
@@ -439,6 +470,54 @@ func TestWebhookReceiverDownThenBack(t *testing.T) {
 	require.Len(t, rc.delivered(), 16, "each event once")
 }
 
+// The delivery log is paged like the other lists: its total is counted up
+// to query.MaxDepth, numbered pages stop there, and next_cursor goes on
+// from any page, as cheap as the first.
+func TestWebhookDeliveryLogIsBounded(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	endpoint, _ := a.createEndpoint(a.opA, "https://203.0.113.9/hook")
+	path := "/v1/webhook-endpoints/" + endpoint + "/deliveries"
+	// More finished deliveries than the count goes, and three pending.
+	_, err := a.dbs.es.DB.ExecContext(a.t.Context(), `INSERT INTO webhook_deliveries
+		(endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, status, completed_at)
+		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 'succeeded', now() FROM generate_series(1, $3)`,
+		endpoint, a.merchantA, query.MaxDepth+2)
+	require.NoError(t, err)
+	_, err = a.dbs.es.DB.ExecContext(a.t.Context(), `INSERT INTO webhook_deliveries
+		(endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), v FROM generate_series(1, 3) v`, endpoint, a.merchantA)
+	require.NoError(t, err)
+
+	all := a.must(http.StatusOK, http.MethodGet, path+"?page_size=2", a.opA, nil)
+	require.Equal(t, float64(query.MaxDepth), all.Body["total"], "counted up to MaxDepth")
+	require.Equal(t, false, all.Body["total_exact"])
+	pending := a.must(http.StatusOK, http.MethodGet, path+"?status=pending", a.opA, nil)
+	require.Equal(t, float64(3), pending.Body["total"])
+	require.Equal(t, true, pending.Body["total_exact"])
+	require.NotContains(t, pending.Body, "next_cursor", "the last page")
+
+	r := a.do(http.MethodGet, path+"?page=51&page_size=200", a.opA, nil)
+	requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+	require.Equal(t, []string{"page"}, problemFields(r))
+
+	// Newest first; the cursor's page follows the numbered one.
+	items := func(r response) []string {
+		var out []string
+		for _, it := range r.Body["items"].([]any) {
+			d := it.(map[string]any)
+			out = append(out, fmt.Sprintf("%d/%s", intOf(d["aggregate_version"]), d["status"]))
+		}
+		return out
+	}
+	require.Equal(t, []string{"3/pending", "2/pending"}, items(all))
+	next := a.must(http.StatusOK, http.MethodGet, path+"?page_size=2&cursor="+all.Body["next_cursor"].(string), a.opA, nil)
+	require.Equal(t, []string{"1/pending", "1/succeeded"}, items(next))
+	require.NotContains(t, next.Body, "page", "a page after a cursor has no number")
+	r = a.do(http.MethodGet, path+"?page=2&cursor="+all.Body["next_cursor"].(string), a.opA, nil)
+	requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+}
+
 // A receiver that always fails is retried on the schedule, then its
 // endpoint is disabled with the reason, and its pending deliveries fail.
 func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
@@ -562,15 +641,20 @@ func TestWebhookPrivateTargetsRefused(t *testing.T) {
 	t.Parallel()
 	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) { cfg.WebhookAllowPrivate = false }, nil)
 	for _, u := range []string{"http://127.0.0.1:8080/hook", "http://localhost:8080/hook", "http://10.0.0.7/hook",
-		"http://169.254.169.254/latest/meta-data", "http://[::1]/hook", "http://[fd00::1]/"} {
+		"http://169.254.169.254/latest/meta-data", "http://[::1]/hook", "http://[fd00::1]/", "http://[64:ff9b::a9fe:a9fe]/"} {
 		r := a.do(http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": u})
 		requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
 		require.Equal(t, []string{"url"}, problemFields(r), "%s: %s", u, r)
+		require.Contains(t, r.Raw, "a private address", u)
 		require.Contains(t, r.Raw, "WEBHOOK_ALLOW_PRIVATE", u)
 	}
+	// A name's answer does not say what it resolved to.
+	r := a.do(http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "http://localhost:8080/hook"})
+	require.NotContains(t, r.Raw, "127.0.0.1")
+	require.NotContains(t, r.Raw, "loopback")
 	a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "https://203.0.113.9/hook"})
 	id := a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "https://198.51.100.4/hook"}).Body["id"].(string)
-	r := a.do(http.MethodPatch, "/v1/webhook-endpoints/"+id, a.opA, map[string]any{"url": "http://192.168.1.1/"})
+	r = a.do(http.MethodPatch, "/v1/webhook-endpoints/"+id, a.opA, map[string]any{"url": "http://192.168.1.1/"})
 	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
 }
 
@@ -609,12 +693,31 @@ func TestWebhookRotationSignsWithBoth(t *testing.T) {
 	verifySignature(t, old, d)
 	verifySignature(t, fresh, d)
 
-	a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, map[string]any{"overlap": "0s"})
-	newest := a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, map[string]any{"overlap": "0s"}).Body["secret"].(string)
+	// A rotation during the overlap keeps the first secret signing until
+	// its overlap ends, and the one it replaces for its own.
+	rotate := func(overlap string) string {
+		return a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA,
+			map[string]any{"overlap": overlap}).Body["secret"].(string)
+	}
+	second := rotate("1h")
 	a.orderEvents(1, 0)
 	awaitDelivered(t, rc, 2)
 	d = rc.delivered()[1]
-	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 1)
+	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 3)
+	verifySignature(t, old, d)
+	verifySignature(t, fresh, d)
+	verifySignature(t, second, d)
+
+	// Three sign at most: another rotation with an overlap is refused; one
+	// without goes through and ends every earlier secret (after a leak).
+	r := a.do(http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA, map[string]any{"overlap": "1h"})
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Equal(t, []string{"overlap"}, problemFields(r))
+	newest := rotate("0s")
+	a.orderEvents(1, 0)
+	awaitDelivered(t, rc, 3)
+	d = rc.delivered()[2]
+	require.Len(t, strings.Fields(d.header.Get("webhook-signature")), 1, "only the newest signs")
 	verifySignature(t, newest, d)
 }
 
@@ -638,6 +741,27 @@ func TestWebhookFailedPingIsNotRetried(t *testing.T) {
 	require.Equal(t, "HTTP 502", d.Body["error"])
 	require.Len(t, rc.deliveries(), 1)
 	require.Equal(t, true, a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil).Body["enabled"])
+}
+
+// A test ping answered 410 fails, and leaves its endpoint enabled: a ping
+// never disables one.
+func TestWebhookGonePingDisablesNothing(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	rc.setAnswer(func(delivery) int { return http.StatusGone })
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	ping := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", a.opA, nil)
+	var d response
+	require.Eventually(t, func() bool {
+		var err error
+		d, err = a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
+		return err == nil && d.Body["status"] == "failed"
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, float64(410), d.Body["response_status"])
+	e := a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil)
+	require.Equal(t, true, e.Body["enabled"], "%s", e)
+	require.NotContains(t, e.Body, "disabled_reason")
 }
 
 // A leadership change in the middle of a burst loses nothing and does not
@@ -723,17 +847,9 @@ func TestWebhookDisabledGetsNothingMore(t *testing.T) {
 // not at its next retry (which, here, is an hour away).
 func TestWebhookPingReachesAFailingEndpoint(t *testing.T) {
 	t.Parallel()
-	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
-		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
-	}, nil)
-	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
 	rc := newReceiver(t)
-	rc.setAnswer(func(d delivery) int {
-		if d.event.Type == "webhook_endpoint.ping" {
-			return http.StatusOK
-		}
-		return http.StatusInternalServerError
-	})
+	rc.answerPingsOnly(http.StatusInternalServerError)
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
 	a.orderEvents(1, 0)
 	path := "/v1/webhook-endpoints/" + endpoint
@@ -750,32 +866,65 @@ func TestWebhookPingReachesAFailingEndpoint(t *testing.T) {
 	require.Equal(t, "webhook_endpoint.ping", rc.delivered()[0].event.Type)
 }
 
+// Another merchant's test pings wake only that merchant's endpoint: a
+// failing endpoint gets no wave before its next retry (an hour away here)
+// however often others ping theirs, nor when its own operator pings it
+// (the ping goes out at once, alone).
+func TestWebhookPingsWakeOnlyTheirEndpoint(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
+	failing := newReceiver(t)
+	failing.answerPingsOnly(http.StatusServiceUnavailable)
+	endpoint, _ := a.createEndpoint(a.opA, failing.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	pending := func() []map[string]any { return a.pendingDeliveries(a.opA, endpoint) }
+	a.orderEvents(1, 0)
+	require.Eventually(t, func() bool { // failed once, its retry an hour away
+		p := pending()
+		return len(p) == 1 && p[0]["response_status"] == float64(503)
+	}, 10*time.Second, 5*time.Millisecond)
+	a.orderEvents(3, 0) // three more aggregates: they wait for the retry
+	require.Eventually(t, func() bool { return len(pending()) == 4 }, 10*time.Second, 5*time.Millisecond)
+
+	// Merchant B pings its own endpoint, again and again.
+	other := newReceiver(t)
+	otherEndpoint, _ := a.createEndpoint(a.opB, other.URL)
+	for n := 1; n <= 3; n++ {
+		a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+otherEndpoint+"/test", a.opB, nil)
+		awaitDelivered(t, other, n)
+	}
+	// Then A pings the failing endpoint: its ping goes out, and once it is
+	// recorded (with whatever its round claimed), nothing else has been
+	// claimed: the three new deliveries were never tried.
+	ping := a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil)
+	require.Eventually(t, func() bool {
+		d, err := a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
+		return err == nil && d.Body["status"] == "succeeded"
+	}, 10*time.Second, 5*time.Millisecond)
+	p := pending()
+	require.Len(t, p, 4)
+	tried := 0
+	for _, d := range p {
+		tried += intOf(d["attempts"])
+	}
+	require.Equal(t, 1, tried, "only the first delivery was tried, once, before its retry: %v", p)
+	got := failing.deliveries()
+	require.Len(t, got, 2, "the first attempt and the ping")
+	require.Equal(t, "webhook_endpoint.ping", got[1].event.Type)
+}
+
 // While a receiver keeps failing, the events that come meanwhile wait for
 // its next retry instead of going out one by one: the round that records
 // the failure claims no delivery never tried.
 func TestWebhookFailingEndpointGetsNewEventsInWaves(t *testing.T) {
 	t.Parallel()
-	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
-		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 24*time.Hour
-	}, nil)
-	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
 	rc := newReceiver(t)
 	release := make(chan struct{})
 	rc.hold = release
 	rc.setAnswer(func(delivery) int { return http.StatusServiceUnavailable })
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
-	path := "/v1/webhook-endpoints/" + endpoint
-	pending := func() []map[string]any {
-		r, err := a.send(http.MethodGet, path+"/deliveries?status=pending", auth(a.opA), nil)
-		if err != nil {
-			return nil
-		}
-		var out []map[string]any
-		for _, it := range r.Body["items"].([]any) {
-			out = append(out, it.(map[string]any))
-		}
-		return out
-	}
+	pending := func() []map[string]any { return a.pendingDeliveries(a.opA, endpoint) }
 	a.orderEvents(1, 0)
 	require.Eventually(t, func() bool { // the first event is in flight, held
 		p := pending()

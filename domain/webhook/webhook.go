@@ -55,10 +55,14 @@ type Endpoint struct {
 	DisabledReason string
 	DisabledAt     *time.Time
 	// Secret signs every delivery; PreviousSecret signs too until
-	// PreviousSecretUntil (a rotation's overlap).
+	// PreviousSecretUntil (a rotation's overlap), and OlderSecret, the one
+	// before it, until OlderSecretUntil (a rotation during the overlap of
+	// the one before: see Rotate).
 	Secret              string
 	PreviousSecret      string
 	PreviousSecretUntil *time.Time
+	OlderSecret         string
+	OlderSecretUntil    *time.Time
 	Version             int
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
@@ -167,6 +171,12 @@ func Refused(addr netip.Addr) string {
 		return "a multicast or broadcast address"
 	case sharedSpace.Contains(a):
 		return "a shared (carrier-grade NAT) address"
+	case nat64.Contains(a) || nat64Local.Contains(a):
+		// A NAT64 gateway turns these into the IPv4 address they embed
+		// (64:ff9b::7f00:1 is 127.0.0.1), whatever that is: refused as
+		// a whole rather than judged by the embedded address, since a
+		// local-use prefix may map anywhere.
+		return "a NAT64 address"
 	}
 	return ""
 }
@@ -175,6 +185,8 @@ var (
 	siteLocal   = netip.MustParsePrefix("fec0::/10")
 	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
 	sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052, the well-known prefix
+	nat64Local  = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215, local use
 	broadcast   = netip.MustParseAddr("255.255.255.255")
 )
 
@@ -223,13 +235,76 @@ func Signature(secrets []string, id string, timestamp int64, body []byte) (strin
 	return strings.Join(parts, " "), nil
 }
 
-// Secrets are the secrets that sign a delivery at now: the current one,
-// and the previous one during a rotation's overlap.
-func (e Endpoint) Secrets(now time.Time) []string {
-	if e.PreviousSecret != "" && e.PreviousSecretUntil != nil && now.Before(*e.PreviousSecretUntil) {
-		return []string{e.Secret, e.PreviousSecret}
+// MaxSecrets is how many secrets at most sign a delivery at once: the
+// current one and the previous ones still inside their overlaps. Each adds
+// a signature to every delivery's header, and each is one more secret a
+// leak can have exposed.
+const MaxSecrets = 3
+
+// retired is a previous secret and the end of its overlap.
+type retired struct {
+	secret string
+	until  *time.Time
+}
+
+// retired are the previous secrets still inside their overlaps at now,
+// newest first.
+func (e Endpoint) retired(now time.Time) []retired {
+	var out []retired
+	for _, r := range []retired{{e.PreviousSecret, e.PreviousSecretUntil}, {e.OlderSecret, e.OlderSecretUntil}} {
+		if r.secret != "" && r.until != nil && now.Before(*r.until) {
+			out = append(out, r)
+		}
 	}
-	return []string{e.Secret}
+	return out
+}
+
+// Secrets are the secrets that sign a delivery at now: the current one,
+// and the previous ones still inside their overlaps (at most MaxSecrets in
+// all).
+func (e Endpoint) Secrets(now time.Time) []string {
+	out := []string{e.Secret}
+	for _, r := range e.retired(now) {
+		out = append(out, r.secret)
+	}
+	return out
+}
+
+// Rotate makes secret the current secret at now. For overlap the one it
+// replaces still signs, so that the receiver can switch without refusing
+// any delivery; the previous secrets still inside their own overlaps keep
+// signing until they end: a receiver that has not switched yet keeps
+// verifying. A rotation with an overlap that would make more than
+// MaxSecrets sign at once is refused. A rotation without one (0) ends every
+// earlier secret at once, and is always possible: after a leak, nothing
+// old may sign any more.
+func (e *Endpoint) Rotate(secret string, now time.Time, overlap time.Duration) error {
+	var kept []retired
+	if overlap > 0 {
+		kept = e.retired(now)
+		if len(kept) >= MaxSecrets-1 {
+			ends := *kept[0].until
+			for _, r := range kept[1:] {
+				ends = minTime(ends, *r.until)
+			}
+			return apperr.Invalid("overlap", "at most %d secrets sign at once, and %d earlier secrets still sign (the first until %s): rotate with overlap 0s, or after then",
+				MaxSecrets, len(kept), ends.UTC().Format(time.RFC3339))
+		}
+		until := now.Add(overlap)
+		kept = append([]retired{{e.Secret, &until}}, kept...)
+	}
+	kept = append(kept, retired{}, retired{})
+	e.PreviousSecret, e.PreviousSecretUntil = kept[0].secret, kept[0].until
+	e.OlderSecret, e.OlderSecretUntil = kept[1].secret, kept[1].until
+	e.Secret = secret
+	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // Schedule is when a failing delivery is tried again: after its n-th failed

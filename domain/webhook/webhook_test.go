@@ -52,6 +52,45 @@ func TestSecretsDuringOverlap(t *testing.T) {
 	require.Equal(t, []string{"new"}, Endpoint{Secret: "new"}.Secrets(now))
 }
 
+// A rotation during an overlap keeps every secret still inside its overlap
+// signing, until its own end; at most MaxSecrets sign at once, and a
+// rotation without overlap is always possible.
+func TestRotateKeepsSecretsInsideTheirOverlaps(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := Endpoint{Secret: "s1"}
+	require.NoError(t, e.Rotate("s2", t0, 24*time.Hour))
+	require.Equal(t, []string{"s2", "s1"}, e.Secrets(t0))
+	// An hour later, during s1's overlap, another rotation: s1 keeps
+	// signing until its own end, s2 for the new overlap.
+	require.NoError(t, e.Rotate("s3", t0.Add(time.Hour), 2*time.Hour))
+	require.Equal(t, []string{"s3", "s2", "s1"}, e.Secrets(t0.Add(time.Hour)))
+	require.Equal(t, []string{"s3", "s1"}, e.Secrets(t0.Add(3*time.Hour)), "s2's overlap ended, s1's goes on")
+	require.Equal(t, []string{"s3"}, e.Secrets(t0.Add(24*time.Hour)))
+
+	// A third secret inside its overlap would make four: refused, naming
+	// the overlap; without an overlap it goes through and ends every
+	// earlier secret (after a leak, nothing old signs).
+	err := e.Rotate("s4", t0.Add(90*time.Minute), time.Hour)
+	var invalid *apperr.ValidationError
+	require.ErrorAs(t, err, &invalid)
+	require.Contains(t, err.Error(), "at most 3 secrets sign at once")
+	require.Contains(t, err.Error(), "2026-01-01T03:00:00Z", "when the first of them ends")
+	require.Equal(t, "s3", e.Secret, "a refused rotation changes nothing")
+	require.NoError(t, e.Rotate("s4", t0.Add(90*time.Minute), 0))
+	require.Equal(t, []string{"s4"}, e.Secrets(t0.Add(90*time.Minute)))
+	require.Empty(t, e.PreviousSecret)
+	require.Empty(t, e.OlderSecret)
+	// Ended overlaps are forgotten by the next rotation.
+	require.NoError(t, e.Rotate("s5", t0.Add(2*time.Hour), time.Hour))
+	require.NoError(t, e.Rotate("s6", t0.Add(2*time.Hour+time.Minute), time.Hour))
+	require.Equal(t, []string{"s6", "s5", "s4"}, e.Secrets(t0.Add(2*time.Hour+time.Minute)))
+	require.NoError(t, e.Rotate("s7", t0.Add(25*time.Hour), time.Hour))
+	require.Equal(t, []string{"s7", "s6"}, e.Secrets(t0.Add(25*time.Hour)))
+	require.Empty(t, e.OlderSecret)
+	require.LessOrEqual(t, len(e.Secrets(t0.Add(25*time.Hour))), MaxSecrets)
+}
+
 func TestNormalize(t *testing.T) {
 	t.Parallel()
 	known := []string{"order.created", "order.cancelled"}
@@ -106,6 +145,10 @@ func TestRefused(t *testing.T) {
 		"169.254.169.254": true, "fe80::1": true, "fc00::1": true, "0.0.0.0": true, "::": true,
 		"100.64.0.1": true, "224.0.0.1": true, "255.255.255.255": true, "::ffff:127.0.0.1": true,
 		"::ffff:10.0.0.1": true, "fec0::1": true,
+		// NAT64: the well-known prefix (here 127.0.0.1 and 8.8.8.8
+		// embedded) and the local-use one.
+		"64:ff9b::7f00:1": true, "64:ff9b::808:808": true, "64:ff9b:1::a00:1": true, "64:ff9b:1:ffff::1": true,
+		"64:ff9b:2::1":  false,
 		"93.184.216.34": false, "2606:2800:220:1:248:1893:25c8:1946": false, "8.8.8.8": false,
 	} {
 		got := Refused(netip.MustParseAddr(addr))

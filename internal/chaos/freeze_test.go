@@ -68,6 +68,11 @@ func TestFrozenLeaderWritesNothing(t *testing.T) {
 	old.signal(t, syscall.SIGSTOP)
 	frozen := time.Now()
 	t.Cleanup(func() { _ = old.cmd.Process.Signal(syscall.SIGCONT) })
+	// The signal stops the process some time after kill returns (see
+	// stopped): until every thread has stopped, the old leader may still
+	// commit the pending write under its own term, rightly, so the write is
+	// let go, and the newest change-log row read, only once it has.
+	require.Eventually(t, old.stopped, 10*time.Second, time.Millisecond, "every thread of the old leader stops")
 	before := w.maxChangeID()
 	// Let the pending transaction go on: on the server it locks the row and
 	// then waits, idle, for a client that no longer runs.

@@ -123,6 +123,30 @@ func (p *proc) exited() bool {
 	}
 }
 
+// stopped reports whether every thread of the process is stopped (state T
+// in /proc). kill(SIGSTOP) returns before that: the kernel wakes one thread
+// to begin the group stop, and the others run on, and may commit, until it
+// has been scheduled and stopped them all, which on a loaded machine can
+// take milliseconds.
+func (p *proc) stopped() bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", p.cmd.Process.Pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// "pid (comm) state ...": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
+
 // readiness is a process's leadership, as its /metrics report it (the
 // details of /readyz are for admin keys): per projection, whether it leads
 // it and under which term.

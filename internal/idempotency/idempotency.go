@@ -1,5 +1,10 @@
 // Package idempotency keeps the Idempotency-Key records of writes in the
-// event-store database (table idempotency_keys, migration eventstore/005).
+// event-store database (table idempotency_keys, migrations eventstore/005
+// and 010). A record belongs to a merchant and a scope (the principal that
+// sent the key: its role, and a worker's staff member), so one principal's
+// key never answers another's request. Records from before 010 have the
+// scope "" (legacy): they answer any principal of their merchant, as they
+// did, until they are pruned, and no new record of their key is made.
 //
 // A record goes through two states. Claimed: one attempt holds it (a random
 // token and a lease); no answer yet. Answered: the write's answer (status,
@@ -31,7 +36,9 @@ import (
 const CompleteSQL = `SELECT hearth_idempotency_complete($1, $2, $3, $4, $5, $6)`
 
 // CompleteArgs are CompleteSQL's arguments for attempt i and its answer.
+// What is stored is the answer's replayable part (Answer.Replayed).
 func CompleteArgs(i *command.Idempotent, a command.Answer) ([]any, error) {
+	a = a.Replayed()
 	header, err := json.Marshal(a.Header)
 	if err != nil {
 		return nil, fmt.Errorf("idempotent answer headers: %w", err)
@@ -84,25 +91,31 @@ func New(db *sql.DB) (*Store, error) {
 	return &Store{db: db}, nil
 }
 
-// Claim makes the attempt the holder of the merchant's key for lease: a new
-// record, or one whose holder's lease has expired without an answer (and
-// whose fingerprint is the same). It returns the new token, or "" when
-// another attempt holds the key or has answered it (Get tells which).
-func (s *Store) Claim(ctx context.Context, merchantID, key string, fingerprint []byte, lease time.Duration) (string, error) {
+// Claim makes the attempt the holder of the key in the merchant's scope for
+// lease: a new record, or one whose holder's lease has expired without an
+// answer (and whose fingerprint is the same). It returns the new token, or
+// "" when another attempt holds the key or has answered it, or when the key
+// has a legacy record (Get tells which).
+func (s *Store) Claim(ctx context.Context, merchantID, scope, key string, fingerprint []byte, lease time.Duration) (string, error) {
+	if scope == "" {
+		return "", errors.New("claim idempotency key: no scope")
+	}
 	token := uuid.New()
-	// $n text: prepared once per connection. A conflicting row that another
-	// transaction is inserting or answering makes this wait for it, then
-	// decide on what it committed.
+	// $n text: prepared once per connection; cast, since INSERT ... SELECT
+	// does not type its parameters from the columns. A conflicting row that
+	// another transaction is inserting or answering makes this wait for it,
+	// then decide on what it committed.
 	var got string
 	err := s.db.QueryRowContext(ctx, `
-		INSERT INTO idempotency_keys (merchant_id, key, fingerprint, token, locked_until)
-		VALUES ($1, $2, $3, $4, now() + $5 * interval '1 millisecond')
-		ON CONFLICT (merchant_id, key) DO UPDATE
+		INSERT INTO idempotency_keys (merchant_id, scope, key, fingerprint, token, locked_until)
+		SELECT $1::uuid, $2::text, $3::text, $4::bytea, $5::uuid, now() + $6::bigint * interval '1 millisecond'
+		 WHERE NOT EXISTS (SELECT 1 FROM idempotency_keys WHERE merchant_id = $1::uuid AND scope = '' AND key = $3::text)
+		ON CONFLICT (merchant_id, scope, key) DO UPDATE
 		   SET token = excluded.token, locked_until = excluded.locked_until
 		 WHERE idempotency_keys.status IS NULL
 		   AND idempotency_keys.locked_until < now()
 		   AND idempotency_keys.fingerprint = excluded.fingerprint
-		RETURNING token`, merchantID, key, fingerprint, token, lease.Milliseconds()).Scan(&got)
+		RETURNING token`, merchantID, scope, key, fingerprint, token, lease.Milliseconds()).Scan(&got)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
@@ -112,16 +125,17 @@ func (s *Store) Claim(ctx context.Context, merchantID, key string, fingerprint [
 	return got, nil
 }
 
-// Get reads the merchant's key; apperr.ErrNotFound when there is none (or
-// its holder released it).
-func (s *Store) Get(ctx context.Context, merchantID, key string) (command.IdempotencyRecord, error) {
+// Get reads the key in the merchant's scope, or its legacy record;
+// apperr.ErrNotFound when there is neither (or its holder released it).
+func (s *Store) Get(ctx context.Context, merchantID, scope, key string) (command.IdempotencyRecord, error) {
 	var rec command.IdempotencyRecord
 	var status sql.NullInt32
 	var header []byte
 	var body []byte
 	err := s.db.QueryRowContext(ctx, `
-		SELECT fingerprint, locked_until, status, header, body FROM idempotency_keys
-		WHERE merchant_id = $1 AND key = $2`, merchantID, key).Scan(&rec.Fingerprint, &rec.LockedUntil, &status, &header, &body)
+		SELECT scope = '', fingerprint, locked_until, status, header, body FROM idempotency_keys
+		WHERE merchant_id = $1 AND scope IN ($2, '') AND key = $3
+		ORDER BY scope = '' DESC LIMIT 1`, merchantID, scope, key).Scan(&rec.Legacy, &rec.Fingerprint, &rec.LockedUntil, &status, &header, &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return command.IdempotencyRecord{}, apperr.ErrNotFound
 	}

@@ -139,6 +139,11 @@ func (s *Store) RevokeKey(ctx context.Context, id string, audit func(before, aft
 				return fmt.Errorf("revoke key: %w", err)
 			}
 		}
+		// Its console sessions end with it (they would not pass their
+		// lookup anyway): nothing of a revoked key stays.
+		if err := endKeySessions(ctx, tx, id); err != nil {
+			return err
+		}
 		if k, err = getKey(ctx, tx, id, false); err != nil {
 			return err
 		}
@@ -177,6 +182,9 @@ func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, a
 		}
 		if grace == 0 {
 			_, err = tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = ?`, id)
+			if err == nil {
+				err = endKeySessions(ctx, tx, id)
+			}
 		} else {
 			// LEAST ignores NULL: a key without expiry gets now() + grace.
 			_, err = tx.ExecContext(ctx, `UPDATE api_keys SET expires_at = LEAST(expires_at, now() + ?::interval) WHERE id = ?`,
@@ -278,9 +286,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 		return conn.QueryRow(ctx, `
 			SELECT k.id, k.merchant_id, k.role, k.staff_id
 			FROM api_keys k LEFT JOIN staff s ON s.id = k.staff_id
-			WHERE k.key_hash = $1 AND k.revoked_at IS NULL
-			  AND (k.expires_at IS NULL OR k.expires_at > now())
-			  AND (k.staff_id IS NULL OR s.active)`, hashKey(secret)).Scan(&p.KeyID, &merchant, &role, &staff)
+			WHERE k.key_hash = $1 AND `+keyWorks, hashKey(secret)).Scan(&p.KeyID, &merchant, &role, &staff)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return access.Principal{}, apperr.ErrNotFound

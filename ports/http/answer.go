@@ -24,6 +24,12 @@ type answerer[R any] struct {
 	// record) into what render takes.
 	pick   func(result any) (R, error)
 	render func(ctx context.Context, result R) (command.Answer, error)
+	// secretOf, when set, marks an answer that shows a secret once (a
+	// webhook endpoint's signing secret) and names the resource whose
+	// secret it is. What is stored for a retry with the key is then the
+	// problem secretShownOnce, not the answer: a stored secret would sit in
+	// the records for IDEMPOTENCY_KEEP and be replayed after a rotation.
+	secretOf func(result R) (path string)
 }
 
 // seal returns the context to run the write in: the request's, with the
@@ -35,7 +41,13 @@ func (a answerer[R]) seal(r *http.Request) context.Context {
 			if err != nil {
 				return command.Answer{}, err
 			}
-			return a.render(ctx, picked)
+			ans, err := a.render(ctx, picked)
+			if err != nil || a.secretOf == nil {
+				return ans, err
+			}
+			replay, err := secretShownOnce(a.secretOf(picked))
+			ans.Replay = &replay
+			return ans, err
 		}
 	}
 	return r.Context()
@@ -182,6 +194,20 @@ func jsonAnswer(status int, v any, header map[string]string) (command.Answer, er
 	}
 	header["Content-Type"] = "application/json"
 	return command.Answer{Status: status, Header: header, Body: append(body, '\n')}, nil
+}
+
+// secretShownOnce is what a retry of a write whose answer showed the
+// secret of the resource at path is answered: 409 secret-shown-once, with
+// the resource's Location and how to get a new secret.
+func secretShownOnce(path string) (command.Answer, error) {
+	p := newProblem(http.StatusConflict, "secret-shown-once", "this request was answered before, with the signing secret of "+path+
+		", which is shown only once and not kept; to get a new secret, rotate it: POST "+path+"/rotate-secret")
+	body, err := json.Marshal(p)
+	if err != nil {
+		return command.Answer{}, err
+	}
+	return command.Answer{Status: p.Status, Body: append(body, '\n'),
+		Header: map[string]string{"Content-Type": "application/problem+json", "Location": path}}, nil
 }
 
 func writeAnswer(w http.ResponseWriter, a command.Answer) {

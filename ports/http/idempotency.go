@@ -9,9 +9,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/apperr"
 )
@@ -24,8 +26,8 @@ const headerReplayed = "Idempotent-Replayed"
 
 // Idempotency keeps the records of idempotency keys (internal/idempotency).
 type Idempotency interface {
-	Claim(ctx context.Context, merchantID, key string, fingerprint []byte, lease time.Duration) (token string, err error)
-	Get(ctx context.Context, merchantID, key string) (command.IdempotencyRecord, error)
+	Claim(ctx context.Context, merchantID, scope, key string, fingerprint []byte, lease time.Duration) (token string, err error)
+	Get(ctx context.Context, merchantID, scope, key string) (command.IdempotencyRecord, error)
 	Complete(ctx context.Context, i *command.Idempotent, a command.Answer) error
 	Release(ctx context.Context, i *command.Idempotent) error
 }
@@ -34,16 +36,18 @@ type Idempotency interface {
 // replayed; the others (correlation id, rate limits) belong to each request.
 var storedHeaders = []string{"Content-Type", "Location", "ETag", HeaderPosition}
 
-// idempotent runs a write at most once per Idempotency-Key of the merchant:
-// the first attempt claims the key, the write stores its answer in its own
-// transaction, and a repeat with the same key and body is answered from
-// there. A repeat while the first attempt runs waits for its answer, up to
+// idempotent runs a write at most once per Idempotency-Key of the
+// principal (idempotencyScope): the first attempt claims the key, the write
+// stores its answer in its own transaction, and a repeat with the same key
+// and body is answered from there. A repeat while the first attempt runs waits for its answer, up to
 // IdempotencyWait, then answers 409 idempotency-in-progress; the same key
-// with another body (or another route) is 422 idempotency-key-reused.
+// with another body (or another route, or another If-Match) is 422
+// idempotency-key-reused.
 //
-// Answers below 500 are kept, except 409 (a race the client may retry) and
-// 429; a 409, a 5xx or a client gone away releases the key, so a retry with
-// it runs the write again.
+// Answers below 500 are kept, except 409 and 412 (a race or a stale
+// version, as expected_version or as If-Match states it: the client may
+// retry) and 429; those, a 5xx or a client gone away release the key, so a
+// retry with it runs the write again.
 func (s *server) idempotent(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		keys := r.Header.Values(HeaderIdempotencyKey)
@@ -59,10 +63,14 @@ func (s *server) idempotent(h handlerFunc) handlerFunc {
 			return err // too large: 413
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		fp := fingerprint(r.Method, r.URL.Path, body)
-		merchantID := principal(r).MerchantID
+		ifMatch := r.Header.Get("If-Match")
+		fp := fingerprint(r.Method, r.URL.Path, ifMatch, body)
+		p := principal(r)
+		merchantID, scope := p.MerchantID, idempotencyScope(p)
 		for {
-			token, replay, err := s.claimKey(r.Context(), merchantID, key, fp)
+			token, replay, err := s.claimKey(r.Context(), merchantID, scope, key, fp, func() []byte {
+				return fingerprint(r.Method, r.URL.Path, "", body) // as the version before If-Match counted
+			})
 			if err != nil {
 				return err
 			}
@@ -91,17 +99,16 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 	cleanup := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	}
-	select {
-	case s.idempotentSlots <- struct{}{}:
-		defer func() { <-s.idempotentSlots }()
-	case <-r.Context().Done():
+	release, err := s.idempotentSlots.acquire(r.Context(), i.MerchantID)
+	if err != nil {
 		ctx, cancel := cleanup()
 		defer cancel()
-		return command.Answer{}, errors.Join(r.Context().Err(), s.Idempotency.Release(ctx, i))
+		return command.Answer{}, errors.Join(err, s.Idempotency.Release(ctx, i))
 	}
+	defer release()
 	rec := &answerRecorder{header: http.Header{}}
 	runCtx := context.WithValue(command.WithIdempotent(r.Context(), i), idempotentCtxKey{}, i)
-	err := h(rec, r.WithContext(runCtx))
+	err = h(rec, r.WithContext(runCtx))
 	if errors.Is(err, command.ErrKeyTakenOver) {
 		return command.Answer{}, err
 	}
@@ -113,7 +120,8 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 	defer cancel()
 	switch {
 	case err == nil && i.Answered() != nil: // stored with the write
-	case a.Status != 0 && a.Status < 500 && a.Status != http.StatusConflict && a.Status != http.StatusTooManyRequests:
+	case a.Status != 0 && a.Status < 500 && a.Status != http.StatusConflict && a.Status != http.StatusPreconditionFailed &&
+		a.Status != http.StatusTooManyRequests:
 		// A write refused before it wrote anything: kept on its own.
 		if err := s.Idempotency.Complete(ctx, i, kept(a)); err != nil {
 			return command.Answer{}, err
@@ -129,31 +137,37 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 	return a, nil
 }
 
-// claimKey claims the merchant's key for this attempt (token), or returns
-// the answer of an earlier attempt with the same fingerprint (replay). It
-// waits, polling, while another attempt holds the key.
-func (s *server) claimKey(ctx context.Context, merchantID, key string, fp []byte) (token string, replay *command.Answer, err error) {
+// claimKey claims the key in the merchant's scope for this attempt (token),
+// or returns the answer of an earlier attempt with the same fingerprint
+// (replay). It waits, polling, while another attempt holds the key. A
+// legacy record (command.IdempotencyRecord.Legacy) is compared with
+// legacyFP's.
+func (s *server) claimKey(ctx context.Context, merchantID, scope, key string, fp []byte, legacyFP func() []byte) (token string, replay *command.Answer, err error) {
 	// Wall-clock time, not s.Now (a clock for what requests record).
 	deadline := time.Now().Add(s.IdempotencyWait)
 	pause := 5 * time.Millisecond
 	for {
-		token, err := s.Idempotency.Claim(ctx, merchantID, key, fp, s.IdempotencyLease)
+		token, err := s.Idempotency.Claim(ctx, merchantID, scope, key, fp, s.IdempotencyLease)
 		if err != nil || token != "" {
 			return token, nil, err
 		}
-		rec, err := s.Idempotency.Get(ctx, merchantID, key)
+		rec, err := s.Idempotency.Get(ctx, merchantID, scope, key)
+		want := fp
+		if err == nil && rec.Legacy {
+			want = legacyFP()
+		}
 		switch {
 		case errors.Is(err, apperr.ErrNotFound):
 			continue // released between the two: claim it
 		case err != nil:
 			return "", nil, err
-		case !bytes.Equal(rec.Fingerprint, fp):
+		case !bytes.Equal(rec.Fingerprint, want):
 			return "", nil, errKeyReused
 		case rec.Answer != nil:
 			return "", rec.Answer, nil
 		case !time.Now().Before(deadline):
 			return "", nil, errInProgress
-		case !rec.LockedUntil.After(time.Now()):
+		case !rec.Legacy && !rec.LockedUntil.After(time.Now()):
 			continue // its holder's lease is over: take it over
 		}
 		t := time.NewTimer(min(pause, time.Until(deadline)))
@@ -178,7 +192,7 @@ func (e *idempotencyError) Error() string { return e.detail }
 
 var (
 	errKeyReused = &idempotencyError{http.StatusUnprocessableEntity, "idempotency-key-reused",
-		"this Idempotency-Key was used with another request (another body or route); use a new key for a new request"}
+		"this Idempotency-Key was used with another request (another body, route or If-Match); use a new key for a new request"}
 	errInProgress = &idempotencyError{http.StatusConflict, "idempotency-in-progress",
 		"a request with this Idempotency-Key is still running; retry shortly to get its answer"}
 )
@@ -196,13 +210,32 @@ func checkIdempotencyKey(values []string) (string, error) {
 	return key, nil
 }
 
-// fingerprint identifies a request for its key: the method, the path and
-// the body. A JSON body counts by its content, not its spacing or member
-// order, so a client that re-encodes the same request on retry still
-// matches.
-func fingerprint(method, path string, body []byte) []byte {
+// idempotencyScope is whom a principal's keys belong to within its
+// merchant: its role, and a worker's staff member. Keys of one role share
+// their records (an operator's retry may come through another operator key,
+// or a rotated one); a key of another role or another worker never gets
+// their answers, which its own request might not have been given.
+func idempotencyScope(p access.Principal) string {
+	if p.Role == access.Worker {
+		return string(p.Role) + ":" + p.StaffID
+	}
+	return string(p.Role)
+}
+
+// fingerprint identifies a request for its key: the method, the path, the
+// If-Match header and the body. A JSON body counts by its content, not its
+// spacing or member order, so a client that re-encodes the same request on
+// retry still matches. Without If-Match (or with "*", which states no
+// version), the fingerprint is the one of the versions before If-Match
+// counted; with it, the quoted header comes before the path, where no path
+// (always "/...") can put a quote.
+func fingerprint(method, path, ifMatch string, body []byte) []byte {
 	h := sha256.New()
-	h.Write([]byte(method + " " + strings.ToLower(path) + "\n"))
+	h.Write([]byte(method + " "))
+	if v := strings.TrimSpace(ifMatch); v != "" && v != "*" {
+		h.Write([]byte(strconv.Quote(v) + " "))
+	}
+	h.Write([]byte(strings.ToLower(path) + "\n"))
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

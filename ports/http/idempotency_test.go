@@ -3,13 +3,16 @@ package httpport
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +20,8 @@ import (
 
 	"hearth/app/access"
 	"hearth/app/command"
+	"hearth/domain/apperr"
+	"hearth/domain/uuid"
 )
 
 type oneKey struct{}
@@ -33,15 +38,15 @@ type heldKey struct {
 	gets   int
 }
 
-func (h *heldKey) Claim(context.Context, string, string, []byte, time.Duration) (string, error) {
+func (h *heldKey) Claim(context.Context, string, string, string, []byte, time.Duration) (string, error) {
 	return "", nil
 }
 
-func (h *heldKey) Get(_ context.Context, _, key string) (command.IdempotencyRecord, error) {
+func (h *heldKey) Get(context.Context, string, string, string) (command.IdempotencyRecord, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.gets++
-	return command.IdempotencyRecord{Fingerprint: fingerprint(http.MethodPost, "/v1/customers", []byte(`{"name":"Ada"}`)),
+	return command.IdempotencyRecord{Fingerprint: fingerprint(http.MethodPost, "/v1/customers", "", []byte(`{"name":"Ada"}`)),
 		Answer: h.answer, LockedUntil: time.Now().Add(time.Hour)}, nil
 }
 
@@ -96,31 +101,50 @@ func TestIdempotentRepeatWaitsForTheFirstAttempt(t *testing.T) {
 	require.Equal(t, "true", rec.Header().Get(headerReplayed))
 }
 
-// Retries are matched by content, not spelling; anything else differs.
+// Retries are matched by content, not spelling; anything else differs,
+// If-Match included.
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
-	base := fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`))
-	require.Equal(t, base, fingerprint(http.MethodPost, "/v1/orders", []byte("{\n \"c\": {\"x\":\"y\"}, \"b\":[1, 2], \"a\":1}\n")))
-	require.Equal(t, base, fingerprint(http.MethodPost, "/V1/ORDERS", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)))
+	body := []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)
+	base := fingerprint(http.MethodPost, "/v1/orders", "", body)
+	require.Equal(t, base, fingerprint(http.MethodPost, "/v1/orders", "", []byte("{\n \"c\": {\"x\":\"y\"}, \"b\":[1, 2], \"a\":1}\n")))
+	require.Equal(t, base, fingerprint(http.MethodPost, "/V1/ORDERS", "", body))
+	require.Equal(t, base, fingerprint(http.MethodPost, "/v1/orders", " * ", body), "* states no version")
+	// Without If-Match, the fingerprint is the one records kept before
+	// If-Match counted (legacy records are compared with it).
+	old := sha256.Sum256([]byte("POST /v1/orders\n" + `{"a":1,"b":[1,2],"c":{"x":"y"}}`))
+	require.Equal(t, old[:], base)
+	tagged := fingerprint(http.MethodPost, "/v1/orders", `"3"`, body)
+	require.Equal(t, tagged, fingerprint(http.MethodPost, "/v1/orders", ` "3" `, body))
 	for name, other := range map[string][]byte{
-		"method": fingerprint(http.MethodPut, "/v1/orders", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)),
-		"path":   fingerprint(http.MethodPost, "/v1/customers", []byte(`{"a":1,"b":[1,2],"c":{"x":"y"}}`)),
-		"value":  fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":2,"b":[1,2],"c":{"x":"y"}}`)),
-		"order":  fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1,"b":[2,1],"c":{"x":"y"}}`)),
-		"number": fingerprint(http.MethodPost, "/v1/orders", []byte(`{"a":1.0,"b":[1,2],"c":{"x":"y"}}`)),
+		"method":   fingerprint(http.MethodPut, "/v1/orders", "", body),
+		"path":     fingerprint(http.MethodPost, "/v1/customers", "", body),
+		"value":    fingerprint(http.MethodPost, "/v1/orders", "", []byte(`{"a":2,"b":[1,2],"c":{"x":"y"}}`)),
+		"order":    fingerprint(http.MethodPost, "/v1/orders", "", []byte(`{"a":1,"b":[2,1],"c":{"x":"y"}}`)),
+		"number":   fingerprint(http.MethodPost, "/v1/orders", "", []byte(`{"a":1.0,"b":[1,2],"c":{"x":"y"}}`)),
+		"if-match": tagged,
+		"another":  fingerprint(http.MethodPost, "/v1/orders", `"4"`, body),
 	} {
 		require.NotEqual(t, base, other, name)
+		if name != "if-match" {
+			require.NotEqual(t, tagged, other, name)
+		}
 	}
 }
 
 func FuzzFingerprint(f *testing.F) {
-	f.Add(`{"customer_id":"c","amount_cents":100}`)
-	f.Add(`{"a":[1,{"b":null}],"c":"\u00e9"}`)
-	f.Add(`not json`)
-	f.Add(``)
-	f.Fuzz(func(t *testing.T, body string) {
-		fp := fingerprint(http.MethodPost, "/v1/orders", []byte(body))
+	for _, ifMatch := range []string{"", `"3"`, "*"} {
+		f.Add(`{"customer_id":"c","amount_cents":100}`, ifMatch)
+		f.Add(`{"a":[1,{"b":null}],"c":"\u00e9"}`, ifMatch)
+		f.Add(`not json`, ifMatch)
+		f.Add(``, ifMatch)
+	}
+	f.Fuzz(func(t *testing.T, body, ifMatch string) {
+		fp := fingerprint(http.MethodPost, "/v1/orders", ifMatch, []byte(body))
 		require.Len(t, fp, 32)
+		if v := strings.TrimSpace(ifMatch); v != "" && v != "*" {
+			require.NotEqual(t, fingerprint(http.MethodPost, "/v1/orders", "", []byte(body)), fp, "If-Match counts")
+		}
 		var v any
 		if json.Unmarshal([]byte(body), &v) != nil {
 			return
@@ -128,7 +152,7 @@ func FuzzFingerprint(f *testing.F) {
 		// The same JSON re-encoded with other spacing fingerprints the same.
 		var indented bytes.Buffer
 		if json.Indent(&indented, []byte(body), " ", "\t") == nil {
-			require.Equal(t, fp, fingerprint(http.MethodPost, "/v1/orders", indented.Bytes()))
+			require.Equal(t, fp, fingerprint(http.MethodPost, "/v1/orders", ifMatch, indented.Bytes()))
 		}
 	})
 }
@@ -183,4 +207,109 @@ func FuzzIfMatch(f *testing.F) {
 		}
 		require.Equal(t, strconv.Quote(strconv.Itoa(*v)), trimmed)
 	})
+}
+
+// freshKeys is an idempotency store in which every key is new.
+type freshKeys struct{}
+
+func (freshKeys) Claim(context.Context, string, string, string, []byte, time.Duration) (string, error) {
+	return uuid.New(), nil
+}
+
+func (freshKeys) Get(context.Context, string, string, string) (command.IdempotencyRecord, error) {
+	return command.IdempotencyRecord{}, apperr.ErrNotFound
+}
+
+func (freshKeys) Complete(context.Context, *command.Idempotent, command.Answer) error { return nil }
+func (freshKeys) Release(context.Context, *command.Idempotent) error                  { return nil }
+
+// One merchant's idempotent writes hold at most its share of the slots:
+// while merchant A's writes hold theirs and more of them wait, merchant B's
+// write runs at once instead of queueing behind them.
+func TestIdempotentSlotsAreShared(t *testing.T) {
+	t.Parallel()
+	s := &server{Config: Config{Idempotency: freshKeys{}, IdempotencyWait: time.Second, IdempotencyLease: time.Minute},
+		log: slog.New(slog.DiscardHandler), idempotentSlots: newFairSlots(4, 2)}
+	var runningA atomic.Int32
+	open := make(chan struct{})
+	h := s.idempotent(func(w http.ResponseWriter, r *http.Request) error {
+		if principal(r).MerchantID == "A" {
+			runningA.Add(1)
+			<-open
+		}
+		w.WriteHeader(http.StatusCreated)
+		return nil
+	})
+	send := func(merchant, key string) <-chan int {
+		done := make(chan int, 1)
+		go func() {
+			req := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(`{}`))
+			req = req.WithContext(context.WithValue(req.Context(), principalKey{}, access.Principal{MerchantID: merchant, Role: access.Operator}))
+			req.Header.Set(HeaderIdempotencyKey, key)
+			rec := httptest.NewRecorder()
+			if err := h(rec, req); err != nil {
+				s.writeError(rec, req, err)
+			}
+			done <- rec.Code
+		}()
+		return done
+	}
+	var writesA []<-chan int
+	for i := range 4 {
+		writesA = append(writesA, send("A", "a-"+strconv.Itoa(i)))
+	}
+	require.Eventually(t, func() bool { return int(runningA.Load())+s.idempotentSlots.waiting() == 4 }, 5*time.Second, time.Millisecond,
+		"every write of A runs or waits for a slot")
+	select {
+	case code := <-send("B", "b-1"):
+		require.Equal(t, http.StatusCreated, code)
+	case <-time.After(10 * time.Second): // a bound on a failing test, not a wait for an event
+		t.Fatal("B's write waited behind A's")
+	}
+	require.Equal(t, int32(2), runningA.Load(), "A ran its share")
+	require.Equal(t, 2, s.idempotentSlots.waiting())
+	close(open)
+	for _, w := range writesA {
+		require.Equal(t, http.StatusCreated, <-w)
+	}
+	require.Equal(t, int32(4), runningA.Load())
+}
+
+// A freed slot goes to the waiting merchant that holds the fewest, not to
+// the earliest waiter; a waiter whose request ends leaves the queue.
+func TestFairSlotsHandOff(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newFairSlots(2, 2)
+	releaseA1, err := s.acquire(ctx, "A")
+	require.NoError(t, err)
+	_, err = s.acquire(ctx, "A")
+	require.NoError(t, err)
+	acquired := func(merchant string) <-chan func() {
+		c := make(chan func(), 1)
+		go func() {
+			release, err := s.acquire(ctx, merchant)
+			if err == nil {
+				c <- release
+			}
+		}()
+		return c
+	}
+	a3 := acquired("A")
+	require.Eventually(t, func() bool { return s.waiting() == 1 }, 5*time.Second, time.Millisecond)
+	b1 := acquired("B")
+	require.Eventually(t, func() bool { return s.waiting() == 2 }, 5*time.Second, time.Millisecond)
+
+	releaseA1()
+	require.Equal(t, 1, s.waiting(), "one waiter got the slot")
+	require.Eventually(t, func() bool { return len(b1) == 1 }, 5*time.Second, time.Millisecond, "B got it, A's third write still waits")
+	(<-b1)()
+	require.Eventually(t, func() bool { return len(a3) == 1 }, 5*time.Second, time.Millisecond)
+	<-a3 // A holds both slots again
+
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s.acquire(gone, "C")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, s.waiting())
 }

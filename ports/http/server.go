@@ -92,11 +92,19 @@ type Config struct {
 	// each holds a connection while it renders its answer, which may take
 	// another, so the cap stays below the pool's size. Defaults to 8.
 	IdempotencyMaxInFlight int
+	// IdempotencyMerchantMaxInFlight caps one merchant's share of them, so
+	// that the others still get slots while its writes hold theirs; a freed
+	// slot goes to the waiting merchant that holds the fewest (slots.go).
+	// Defaults to half of IdempotencyMaxInFlight, at least 1.
+	IdempotencyMerchantMaxInFlight int
 	// Keys serves /admin/keys (admin keys; access.Keys). Optional: without
 	// it, those routes answer 404.
 	Keys KeyAdmin
 	// Audit serves GET /admin/audit (admin keys). Optional.
 	Audit AuditLog
+	// Exports serves GET /v1/customers/{id}/export (operator keys;
+	// ops.Exports). Optional: without it, the route answers 404.
+	Exports CustomerExports
 	// ConsistencyMaxWaits caps the waits in flight; a GET over the cap
 	// answers without waiting (Consistency-Status: skipped). Defaults to 256;
 	// negative: no GET waits.
@@ -117,7 +125,8 @@ type Config struct {
 	// a listener of their own (ADMIN_ADDR).
 	Surface Surface
 	// Console is the web console (ports/http/console), served under
-	// /console/ when APIEnabled. Optional.
+	// /console/ when APIEnabled, with this server's fair share in each
+	// request's context (FairShareOf). Optional.
 	Console http.Handler
 }
 
@@ -150,7 +159,7 @@ func (sf Surface) serves(rt route) bool {
 type server struct {
 	Config
 	log             *slog.Logger
-	idempotentSlots chan struct{}
+	idempotentSlots *fairSlots
 	waits           chan struct{} // one token per read-your-writes wait in flight
 	feedWaits       chan struct{} // one token per event feed long poll in flight
 	limits          *limiter
@@ -186,7 +195,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	cfg.IdempotencyWait = cmp.Or(cfg.IdempotencyWait, 5*time.Second)
 	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
 	cfg.IdempotencyMaxInFlight = cmp.Or(cfg.IdempotencyMaxInFlight, 8)
-	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: make(chan struct{}, cfg.IdempotencyMaxInFlight),
+	cfg.IdempotencyMerchantMaxInFlight = cmp.Or(cfg.IdempotencyMerchantMaxInFlight, max(cfg.IdempotencyMaxInFlight/2, 1))
+	slots := newFairSlots(cfg.IdempotencyMaxInFlight, cfg.IdempotencyMerchantMaxInFlight)
+	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: slots,
 		waits: make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)), feedWaits: make(chan struct{}, max(cfg.FeedMaxWaits, 0)),
 		limits: newLimiter(cfg.Limits, cfg.TrustedProxies), keyHits: newKeyCache(cfg.KeyCacheTTL)}
 	mux := http.NewServeMux()
@@ -204,7 +215,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		mux.Handle(rt.pattern, s.auth(rt.roles...)(h))
 	}
 	if cfg.Console != nil && cfg.APIEnabled {
-		mux.Handle("/console/", cfg.Console)
+		mux.Handle("/console/", s.shareFairly(cfg.Console))
 		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -281,6 +292,7 @@ func (s *server) routes() []route {
 		versioned("PUT /v1/orders/{id}/assignment", op, s.assignOrder),
 		versioned("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
 		v1("GET /v1/events", op, s.listEvents),
+		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),
 		v1("GET /admin/parked", admin, s.configured(s.Parked != nil, s.listParked)),
 		v1("POST /admin/parked/replay", admin, s.configured(s.Parked != nil, s.replayAllParked)),
 		v1("GET /admin/parked/{projection}/{id}", admin, s.configured(s.Parked != nil, s.getParked)),

@@ -42,7 +42,7 @@ type webhookEndpointInput struct {
 // the secret too when withSecret (a creation or a rotation: the only time
 // it is shown).
 func endpointAnswer(status int, withSecret bool) answerer[*webhook.Endpoint] {
-	return answerer[*webhook.Endpoint]{
+	how := answerer[*webhook.Endpoint]{
 		pick: func(result any) (*webhook.Endpoint, error) {
 			e, ok := result.(*webhook.Endpoint)
 			if !ok {
@@ -62,6 +62,10 @@ func endpointAnswer(status int, withSecret bool) answerer[*webhook.Endpoint] {
 			return jsonAnswer(status, body, header)
 		},
 	}
+	if withSecret { // a retry with the key is not shown the secret (answer.go)
+		how.secretOf = func(e *webhook.Endpoint) string { return "/v1/webhook-endpoints/" + e.ID }
+	}
+	return how
 }
 
 func (s *server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) error {
@@ -225,7 +229,7 @@ func (s *server) listWebhookDeliveries(w http.ResponseWriter, r *http.Request) e
 	}
 	p := newParams(r)
 	statuses := p.oneOf("status", []string{webhook.Pending, webhook.Succeeded, webhook.Failed})
-	page := p.page()
+	page := p.listPage()
 	if p.err != nil {
 		return p.err
 	}

@@ -36,7 +36,9 @@ const CatchUpPageSize = 1000
 // It stops when a page is not full (the live subscriber takes over from
 // there) or at the first page that fails (a gap, a bad payload, a database
 // error): that page is rolled back and left to the live subscriber, whose
-// retries and poison queue deal with it event by event.
+// retries and poison queue deal with it event by event. Messages of the
+// topic that retention deleted before the group consumed them (ReadPage's
+// check) are an error instead: the term stops there, saying so.
 type CatchUp struct {
 	// DB is the event-store database.
 	DB *sql.DB
@@ -124,8 +126,22 @@ func (c CatchUp) exec(ctx context.Context, db execer, q wsql.Query) error {
 // pubsub.KeysetSchema, the pg_snapshot_xmin rule, the position offsets
 // gives), but in one statement, without holding a transaction. The catch-up
 // reads with it, and so does the relay (adapters/pubsub/relay), whose
-// position lives in the read model.
+// position lives in the read model. After the page it checks that
+// retention deleted nothing the group has not consumed (pubsub.CheckGap):
+// a *pubsub.TopicGapError then, and no page, so that no consumer skips a
+// gap.
 func ReadPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSchema, offsets wsql.OffsetsAdapter, topic, group string) ([]wsql.Row, error) {
+	out, err := readPage(ctx, db, schema, offsets, topic, group)
+	if err != nil {
+		return nil, err
+	}
+	if err := pubsub.CheckGap(ctx, db, topic, group, offsets.NextOffsetQuery(topic, group)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func readPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSchema, offsets wsql.OffsetsAdapter, topic, group string) ([]wsql.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	q := pubsub.KeysetSchema{DefaultPostgreSQLSchema: schema}.SelectQuery(topic, group, offsets)

@@ -175,22 +175,116 @@ func topicTable(topic string) string {
 	return strings.Trim(pubsub.Schema.MessagesTable(topic), `"`)
 }
 
-// notifyBackoff is the BackoffManager of one subscriber: after an empty
-// poll it waits for its topic's notification or the fallback interval,
-// whichever comes first. watermill-sql calls HandleError synchronously after
-// every poll, so this changes the library's timing without forking it.
-type notifyBackoff struct {
+// Repoll is how a reader of a topic waits after a read that found
+// nothing: for the topic's next notification, or the fallback interval
+// (none comes while the LISTEN connection is down). A notification can
+// arrive before its message is visible (watermill-sql reads only below
+// pg_snapshot_xmin), so after one the reader reads again after 1, 2, 4 ...
+// ms, never waiting longer than quickMax; so it does from the start, since
+// a notification may have come before the reader existed. The
+// subscribers' BackoffManager and the relay (adapters/pubsub/relay) wait
+// through it, so the two cannot drift apart.
+type Repoll struct {
 	n        *Notifier
 	table    string
 	fallback time.Duration
-	retry    time.Duration
-	// seen is the signal current when the last poll started; a notification
-	// that came during the poll has closed it already.
+	timer    Timer
+	// seen is the signal current when the last read started; a
+	// notification that came during the read has closed it already.
 	seen <-chan struct{}
-	// quick, when not zero, is a short wait for a re-poll after a
+	// quick, when not zero, is a short wait for a re-read after a
 	// notification found nothing visible yet; it doubles up to
 	// min(fallback, quickMax).
 	quick time.Duration
+}
+
+// Timer starts a Repoll's wait of d: c receives when it is over, stop
+// ends it early. Real time (time.NewTimer) unless a test passes timers
+// that it fires itself.
+type Timer func(d time.Duration) (c <-chan time.Time, stop func() bool)
+
+func realTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// NewRepoll returns the waits of a reader of topic, which reads next. The
+// signal is taken now, before that read, so that no notification is
+// missed. timer nil is real time.
+func NewRepoll(n *Notifier, topic string, fallback time.Duration, timer Timer) *Repoll {
+	if timer == nil {
+		timer = realTimer
+	}
+	r := &Repoll{n: n, table: topicTable(topic), fallback: fallback, timer: timer, quick: time.Millisecond}
+	r.arm()
+	return r
+}
+
+// arm takes the signal current now: call it before each read.
+func (r *Repoll) arm() { r.seen = r.n.signal(r.table) }
+
+// Found is called after a read that found messages: there may be more,
+// and the reader reads again at once; a later empty read waits for the
+// fallback (or a notification). A notification that came during the read
+// is not forgotten: its message may have committed after the read's
+// snapshot and still be hidden from the next read (pg_snapshot_xmin), so
+// that read, if empty, is followed by quick re-reads as after any
+// notification, not by the fallback.
+func (r *Repoll) Found() {
+	r.quick = 0
+	select {
+	case <-r.seen:
+		r.quick = time.Millisecond
+	default:
+	}
+	r.arm()
+}
+
+// Wait waits, after a read that found nothing, until the topic's
+// notification, the next quick re-read or the fallback, whichever comes
+// first, and returns true for the reader to read again; false once done
+// is closed.
+func (r *Repoll) Wait(done <-chan struct{}) bool {
+	over, stop := r.timer(r.nextWait())
+	defer stop()
+	ok := true
+	select {
+	case <-r.seen:
+		r.quick = time.Millisecond
+	case <-over:
+	case <-done:
+		ok = false
+	}
+	r.arm()
+	return ok
+}
+
+// quickMax caps the re-reads after a notification. A notified message can
+// stay invisible for as long as an older transaction anywhere in the
+// cluster is open (watermill-sql reads only below pg_snapshot_xmin, which is
+// cluster-wide), and without the cap the doubling would soon wait as long as
+// the fallback, leaving a message known to be there unread until then.
+const quickMax = time.Second
+
+// nextWait is how long to wait after an empty read (unless a notification
+// comes first): the fallback, or while a notification's message is not yet
+// visible, the next quick re-read.
+func (r *Repoll) nextWait() time.Duration {
+	if r.quick == 0 {
+		return r.fallback
+	}
+	wait := r.quick
+	r.quick = min(r.quick*2, r.fallback, quickMax)
+	return wait
+}
+
+// notifyBackoff is the BackoffManager of one subscriber: after an empty
+// poll it waits through its Repoll. watermill-sql calls HandleError
+// synchronously after every poll, so this changes the library's timing
+// without forking it.
+type notifyBackoff struct {
+	wait  *Repoll
+	retry time.Duration
 	// done ends any wait: this subscription's context ended or the
 	// subscriber is closing.
 	done <-chan struct{}
@@ -204,42 +298,14 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		return b.retry
 	case err != nil:
 		logger.Error("Error querying for message", err, watermill.LogFields{"wait_time": b.retry})
-		b.seen = b.n.signal(b.table)
+		b.wait.arm()
 		return b.retry
 	case !noMsg:
-		b.quick = 0
-		b.seen = b.n.signal(b.table)
+		b.wait.Found()
 		return 0 // there may be more: poll again at once
 	}
-	t := time.NewTimer(b.nextWait())
-	select {
-	case <-b.seen:
-		b.quick = time.Millisecond
-	case <-t.C:
-	case <-b.done:
-	}
-	t.Stop()
-	b.seen = b.n.signal(b.table)
+	b.wait.Wait(b.done)
 	return 0
-}
-
-// quickMax caps the re-polls after a notification. A notified message can
-// stay invisible for as long as an older transaction anywhere in the
-// cluster is open (watermill-sql reads only below pg_snapshot_xmin, which is
-// cluster-wide), and without the cap the doubling would soon wait as long as
-// the fallback, leaving a message known to be there unread until then.
-const quickMax = time.Second
-
-// nextWait is how long to wait after an empty poll (unless a notification
-// comes first): the fallback, or while a notification's message is not yet
-// visible, the next quick re-poll.
-func (b *notifyBackoff) nextWait() time.Duration {
-	if b.quick == 0 {
-		return b.fallback
-	}
-	wait := b.quick
-	b.quick = min(b.quick*2, b.fallback, quickMax)
-	return wait
 }
 
 func (b *notifyBackoff) ending() bool {
@@ -292,16 +358,11 @@ func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (mes
 		}
 		return &topicSubscriber{make: func(topic string, done <-chan struct{}) (message.Subscriber, error) {
 			deadline := AckDeadline
-			table := topicTable(topic)
 			return wsql.NewSubscriber(db, wsql.SubscriberConfig{
 				ConsumerGroup:  group,
 				AckDeadline:    &deadline,
 				ResendInterval: 200 * time.Millisecond,
-				BackoffManager: &notifyBackoff{n: n, table: table, fallback: fallback, retry: time.Second,
-					// Taken before the first poll, so no notification is lost; and
-					// the first empty polls are quick, since a notification may
-					// have come before the subscriber existed.
-					seen: n.signal(table), quick: time.Millisecond, done: done},
+				BackoffManager: &notifyBackoff{wait: NewRepoll(n, topic, fallback, nil), retry: time.Second, done: done},
 				SchemaAdapter:  schema,
 				OffsetsAdapter: LockFreeOffsets{},
 			}, wlog)

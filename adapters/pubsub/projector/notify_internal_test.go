@@ -11,7 +11,7 @@ import (
 // becoming visible, whatever the fallback.
 func TestQuickRepollsAreCapped(t *testing.T) {
 	for _, fallback := range []time.Duration{time.Hour, 250 * time.Millisecond} {
-		b := &notifyBackoff{fallback: fallback, quick: time.Millisecond}
+		b := &Repoll{fallback: fallback, quick: time.Millisecond}
 		var waits []time.Duration
 		for range 20 {
 			waits = append(waits, b.nextWait())
@@ -32,5 +32,35 @@ func TestQuickRepollsAreCapped(t *testing.T) {
 		if w := b.nextWait(); w != fallback {
 			t.Errorf("without a notification the wait is %v, want the fallback %v", w, fallback)
 		}
+	}
+}
+
+// A notification that comes while a read finds messages is not lost: if the
+// next read finds nothing (the notified message still hidden), the reader
+// re-reads quickly, not after the fallback. (The relay's test with a
+// one-hour fallback waited an hour when this was lost.)
+func TestNotificationDuringAFindingReadIsKept(t *testing.T) {
+	n := &Notifier{signals: map[string]chan struct{}{}}
+	var waits []time.Duration
+	timer := func(d time.Duration) (<-chan time.Time, func() bool) {
+		waits = append(waits, d)
+		c := make(chan time.Time, 1)
+		c <- time.Time{}
+		return c, func() bool { return true }
+	}
+	r := NewRepoll(n, "orders", time.Hour, timer)
+
+	n.wake(topicTable("orders")) // during a read that finds messages
+	r.Found()
+	r.Wait(nil) // the next read found nothing
+	if len(waits) != 1 || waits[0] > time.Second {
+		t.Fatalf("after a notification during a finding read, the empty read waits %v; want a quick re-read (at most 1s)", waits)
+	}
+
+	r.Found() // a finding read with no notification during it
+	waits = nil
+	r.Wait(nil)
+	if len(waits) != 1 || waits[0] != time.Hour {
+		t.Fatalf("without a notification the empty read waits %v; want the fallback", waits)
 	}
 }

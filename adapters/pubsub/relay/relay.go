@@ -28,8 +28,10 @@
 // a time, each waiting for
 // JetStream's acknowledgement, and then records the page's last position
 // in the read model (readmodel.RelayOffsets) in a transaction fenced by the
-// term. It wakes on the topic tables' NOTIFY (projector.Notifier) and polls
-// every Fallback otherwise.
+// term. It waits as the projections' subscribers do (projector.Repoll): it
+// wakes on the topic tables' NOTIFY (projector.Notifier), re-reads soon
+// after one whose message was not visible yet, and polls every Fallback
+// otherwise.
 //
 // # Guarantees
 //
@@ -51,6 +53,11 @@
 //     than the window between a publish and its save can put a duplicate
 //     into the stream, which consumers recognise by the event id (or
 //     aggregate_id and aggregate_version).
+//   - No gap skipped: the position is in each topic's offsets table (group
+//     ConsumerGroup) from the start of a term, so retention keeps what the
+//     relay has not published; were some deleted all the same (a relay
+//     started after, its row deleted), each read's gap check
+//     (pubsub.CheckGap) ends the term with a *pubsub.TopicGapError instead.
 //   - Fenced: the position is written only under the relay's current term
 //     (hearth_fence); a relay whose term is over gets readmodel.ErrStaleTerm
 //     and Run returns it.
@@ -137,6 +144,9 @@ type Config struct {
 	// Fallback is how often an idle topic is read when no notification
 	// comes. Required (cmd/app Config.PollInterval).
 	Fallback time.Duration
+	// Timer starts the waits between reads (projector.Repoll). Nil: real
+	// time; tests pass timers that they fire.
+	Timer projector.Timer
 	// PageSize defaults to PageSize.
 	PageSize int
 	// Metrics counts what is published. Optional.
@@ -339,18 +349,24 @@ func matches(filter, subject []string) bool {
 func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n *projector.Notifier, agg aggregates.Facts, log *slog.Logger) error {
 	topic := agg.Topic
 	var pos readmodel.RelayPosition
+	// The position goes into the topic's offsets table before the first
+	// read, so that retention keeps what the relay has not published from
+	// then on; whatever it deleted before, the reads' gap check finds.
 	err := r.retry(ctx, log, "load", func() (err error) {
-		pos, err = r.cfg.Offsets.Load(ctx, topic)
-		return err
+		if pos, err = r.cfg.Offsets.Load(ctx, topic); err != nil {
+			return err
+		}
+		return r.register(ctx, es, topic, pos)
 	})
 	if err != nil {
 		return err
 	}
 	log.Debug("relaying", "transaction_id", pos.TransactionID, "offset", pos.Offset)
 	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.cfg.PageSize}
-	var quick time.Duration // re-read soon: a notification came, its rows may not be visible yet
+	// The subscribers' waits: a notification, capped quick re-reads while
+	// its message is not visible yet, or the fallback.
+	wait := projector.NewRepoll(n, topic, r.cfg.Fallback, r.cfg.Timer)
 	for {
-		changed := n.Changed(topic) // before the read, so that no notification is missed
 		var rows []wsql.Row
 		err := r.retry(ctx, log, "read", func() (err error) {
 			rows, err = projector.ReadPage(ctx, es, schema, from{pos: pos}, topic, ConsumerGroup)
@@ -360,12 +376,12 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 			return err
 		}
 		if len(rows) == 0 {
-			if !r.wait(ctx, changed, &quick) {
+			if !wait.Wait(ctx.Done()) {
 				return nil
 			}
 			continue
 		}
-		quick = 0
+		wait.Found()
 		var msgs []*message.Message
 		err = r.retry(ctx, log, "encode", func() (err error) {
 			msgs, err = r.public(ctx, es, agg, rows)
@@ -462,28 +478,6 @@ func eventPositions(ctx context.Context, es *sql.DB, ids []string) (map[string]i
 	return out, rows.Err()
 }
 
-// wait waits for topic's notification or the fallback interval; after a
-// notification that found nothing visible yet (watermill-sql reads only
-// below pg_snapshot_xmin), it waits 1, 2, 4 ... ms, up to the fallback. It
-// returns false once ctx has ended.
-func (r *Relay) wait(ctx context.Context, changed <-chan struct{}, quick *time.Duration) bool {
-	d := r.cfg.Fallback
-	if *quick > 0 {
-		d = *quick
-		*quick = min(*quick*2, r.cfg.Fallback)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-changed:
-		*quick = time.Millisecond
-	case <-t.C:
-	}
-	return true
-}
-
 // subject is the message's subject: SubjectPrefix.<merchant_id>.<public
 // type>, the type's aggregate and change as two tokens.
 func (r *Relay) subject(msg *message.Message) string {
@@ -509,22 +503,32 @@ func token(s string) string {
 
 // mirror copies pos into the topic's Watermill offsets table, as consumer
 // group ConsumerGroup, once it is recorded: whatever reads those tables
-// (what the subscribers still need, lag queries) then sees the relay
-// too. The copy is never read by the relay and may lag behind its
-// position; a failure is logged and the next page writes it again.
+// (retention, which keeps what a group still needs, lag queries) then sees
+// the relay too. The copy is never read by the relay and may lag behind
+// its position; a failure is logged and the next page writes it again.
 func (r *Relay) mirror(ctx context.Context, es *sql.DB, topic string, pos readmodel.RelayPosition, log *slog.Logger) {
-	row := wsql.Row{Offset: pos.Offset, ExtraData: map[string]any{"transaction_id": pos.TransactionID}}
-	q := pubsub.Offsets.AckMessageQuery(topic, row, ConsumerGroup)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := es.ExecContext(ctx, q.Query, q.Args...); err != nil && ctx.Err() == nil {
+	if err := r.register(ctx, es, topic, pos); err != nil && ctx.Err() == nil {
 		log.Warn("could not copy the relay's position to the topic's offsets table", "err", err)
 	}
 }
 
+// register writes pos into the topic's offsets table as ConsumerGroup's.
+func (r *Relay) register(ctx context.Context, es *sql.DB, topic string, pos readmodel.RelayPosition) error {
+	row := wsql.Row{Offset: pos.Offset, ExtraData: map[string]any{"transaction_id": pos.TransactionID}}
+	q := pubsub.Offsets.AckMessageQuery(topic, row, ConsumerGroup)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := es.ExecContext(ctx, q.Query, q.Args...); err != nil {
+		return fmt.Errorf("copy the relay's position to the offsets table of %s: %w", topic, err)
+	}
+	return nil
+}
+
 // retry runs op (named by what: stream, load, read, encode, publish or save) until
 // it succeeds, ctx ends (it returns ctx's error) or op fails with
-// readmodel.ErrStaleTerm (it returns that), waiting 100 ms doubling to 5 s
+// readmodel.ErrStaleTerm or a *pubsub.TopicGapError (it returns that: the
+// term ends there, and the next one meets the gap again until the operator
+// deals with it), waiting 100 ms doubling to 5 s
 // between attempts. The first failure of a streak is
 // logged at Warn, the rest at Debug, the recovery at Info.
 func (r *Relay) retry(ctx context.Context, log *slog.Logger, what string, op func() error) error {
@@ -542,7 +546,7 @@ func (r *Relay) retry(ctx context.Context, log *slog.Logger, what string, op fun
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case errors.Is(err, readmodel.ErrStaleTerm):
+		case errors.Is(err, readmodel.ErrStaleTerm), errors.As(err, new(*pubsub.TopicGapError)):
 			return err
 		}
 		failures++

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/pubsub/relay"
@@ -311,28 +314,160 @@ func TestRelayPublishesEveryEventInOrder(t *testing.T) {
 func TestRelaySharesTheProcessNotifier(t *testing.T) {
 	t.Parallel()
 	f := setup(t, pgtest.NewDB(t))
+	cfg := f.config()
+	cfg.Notifier = f.listen(t)
+	cfg.Fallback = time.Hour
+	in := f.startInstance(t, "a", cfg)
+	require.Eventually(t, in.leads, 30*time.Second, 10*time.Millisecond)
+	f.write(5).wait(t)
+	f.requireAllRelayed(t)
+	require.Equal(t, 1, f.listeners(t), "one LISTEN session: the process's")
+}
+
+// listen runs a notifier, as a process does for its parts, until the test
+// ends, and returns it once it listens.
+func (f *fixture) listen(t *testing.T) *projector.Notifier {
+	t.Helper()
 	notifier, err := projector.NewNotifier(f.urls.EventStore, quiet)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- notifier.Run(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-ran) })
-	listeners := func() int {
-		var n int
-		require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
-			projector.NotifyApplicationName).Scan(&n))
-		return n
-	}
-	require.Eventually(t, func() bool { return listeners() == 1 }, 30*time.Second, 10*time.Millisecond, "the process's notifier listens")
+	require.Eventually(t, func() bool { return f.listeners(t) == 1 }, 30*time.Second, 10*time.Millisecond, "the notifier listens")
+	return notifier
+}
 
-	cfg := f.config()
-	cfg.Notifier = notifier
-	cfg.Fallback = time.Hour
-	in := f.startInstance(t, "a", cfg)
-	require.Eventually(t, in.leads, 30*time.Second, 10*time.Millisecond)
-	f.write(5).wait(t)
-	f.requireAllRelayed(t)
-	require.Equal(t, 1, listeners(), "one LISTEN session: the process's")
+// listeners counts the LISTEN sessions on the event store.
+func (f *fixture) listeners(t *testing.T) int {
+	var n int
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
+		projector.NotifyApplicationName).Scan(&n))
+	return n
+}
+
+// timers are the relay's waits between reads on a clock of the test's:
+// a wait is over only when advance moves the clock past its end.
+type timers struct {
+	mu      sync.Mutex
+	now     time.Duration
+	next    int
+	pending map[int]pendingWait
+	stopped int // waits ended early (by a notification)
+}
+
+type pendingWait struct {
+	end  time.Duration
+	over chan time.Time
+}
+
+func (ts *timers) start(d time.Duration) (<-chan time.Time, func() bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	id := ts.next
+	ts.next++
+	w := pendingWait{end: ts.now + d, over: make(chan time.Time, 1)}
+	ts.pending[id] = w
+	return w.over, func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		_, was := ts.pending[id]
+		if was {
+			ts.stopped++
+		}
+		delete(ts.pending, id)
+		return was
+	}
+}
+
+// waiting is how many waits are running.
+func (ts *timers) waiting() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.pending)
+}
+
+// interrupted is how many waits ended early.
+func (ts *timers) interrupted() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.stopped
+}
+
+// advance moves the clock to the end of the first wait to end, ends every
+// wait due then, and returns how far the clock moved.
+func (ts *timers) advance() time.Duration {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	first := time.Duration(-1)
+	for _, w := range ts.pending {
+		if first < 0 || w.end < first {
+			first = w.end
+		}
+	}
+	moved := first - ts.now
+	ts.now = first
+	for id, w := range ts.pending {
+		if w.end <= ts.now {
+			w.over <- time.Time{}
+			delete(ts.pending, id)
+		}
+	}
+	return moved
+}
+
+// A message hidden from the relay by an older open transaction (reads see
+// only below pg_snapshot_xmin, which is cluster-wide) is read again within
+// a second, however long the transaction stays open and whatever the
+// fallback (an hour here): whether its notification comes while the relay
+// runs, or came before the relay started. On the test's clock, every wait
+// the relay makes while the message is hidden, and the one after it shows,
+// is at most a second. Not parallel: it holds pg_snapshot_xmin back.
+func TestRelayRereadsAHiddenMessageWithinASecond(t *testing.T) {
+	for name, before := range map[string]bool{"notified while running": false, "written before the start": true} {
+		t.Run(name, func(t *testing.T) {
+			f := setup(t, pgtest.NewDB(t))
+			ctx := context.Background()
+			clock := &timers{pending: map[int]pendingWait{}}
+			cfg := f.config()
+			cfg.Notifier, cfg.Fallback, cfg.Timer = f.listen(t), time.Hour, clock.start
+			topics := len(relay.Topics())
+			older, err := f.ES.DB.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer func() { _ = older.Rollback() }()
+			_, err = older.Exec(`SELECT pg_current_xact_id()`) // holds pg_snapshot_xmin below what follows
+			require.NoError(t, err)
+			create := func() {
+				_, err := f.OrderCmds.Create(ctx, command.CreateOrder{Meta: f.Meta(), CustomerID: f.CustomerID, AmountCents: 500})
+				require.NoError(t, err)
+			}
+			if before {
+				create()
+			}
+			f.startInstance(t, "a", cfg)
+			require.Eventually(t, func() bool { return clock.waiting() == topics }, 30*time.Second, time.Millisecond, "every topic read and waits")
+			if !before {
+				create()
+				require.Eventually(t, func() bool { return clock.interrupted() == 1 }, 30*time.Second, time.Millisecond,
+					"the notification wakes the relay's orders topic, which finds nothing visible")
+			}
+			// step lets the first wait end, once every topic waits, and
+			// requires that it was at most a second.
+			step := func() {
+				require.Eventually(t, func() bool { return clock.waiting() == topics }, 30*time.Second, time.Millisecond, "every topic waits again")
+				require.LessOrEqual(t, clock.advance(), time.Second, "a wait while a notified message is hidden")
+			}
+			for clock.now < 30*time.Second {
+				step()
+			}
+			require.Zero(t, f.streamCount(), "hidden")
+			require.NoError(t, older.Commit())
+			for deadline := time.Now().Add(30 * time.Second); f.streamCount() == 0; {
+				require.True(t, time.Now().Before(deadline), "relayed once visible")
+				step()
+			}
+		})
+	}
 }
 
 // Publishing again from an older position (a crash before the save, a
@@ -516,4 +651,94 @@ func TestRelayAdoptsAnExistingStream(t *testing.T) {
 	require.Equal(t, 10*time.Minute, info.Config.Duplicates, "the duplicate window is the relay's")
 	require.Equal(t, time.Hour, info.Config.MaxAge, "the operator's limit stays")
 	require.Equal(t, []string{"other.>", "hearth.*.*.*"}, info.Config.Subjects)
+}
+
+// lastOrdersMessage is the position of the orders topic's last message.
+func (f *fixture) lastOrdersMessage(t *testing.T) pubsub.Position {
+	t.Helper()
+	var tx string
+	var p pubsub.Position
+	// m.: a bare transaction_id would order by the text output column.
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT m.transaction_id::text, m."offset" FROM watermill_orders m
+		ORDER BY m.transaction_id DESC, m."offset" DESC LIMIT 1`).Scan(&tx, &p.Offset))
+	var err error
+	p.TransactionID, err = strconv.ParseUint(tx, 10, 64)
+	require.NoError(t, err)
+	return p
+}
+
+// pruneOrders makes every message of the orders topic old, has the
+// projections' group acknowledge them all, and runs retention on a worker
+// that knows only that group; it returns how many messages went.
+func (f *fixture) pruneOrders(t *testing.T) int {
+	t.Helper()
+	_, err := f.ES.DB.Exec(`UPDATE watermill_orders SET created_at = created_at - interval '8 days'`)
+	require.NoError(t, err)
+	last := f.lastOrdersMessage(t)
+	_, err = f.ES.DB.Exec(`INSERT INTO watermill_offsets_orders (consumer_group, offset_acked, last_processed_transaction_id)
+		VALUES ('orders', $1, $2::text::xid8) ON CONFLICT (consumer_group) DO UPDATE
+		SET offset_acked = excluded.offset_acked, last_processed_transaction_id = excluded.last_processed_transaction_id`,
+		last.Offset, strconv.FormatUint(last.TransactionID, 10))
+	require.NoError(t, err)
+	r, err := pubsub.NewRetention(pubsub.RetentionConfig{DB: f.ES.DB, Keep: 7 * 24 * time.Hour, Batch: 100, Log: quiet,
+		Topics: []pubsub.RetainedTopic{{Topic: pubsub.TopicOrders, Groups: []string{"orders"}}}})
+	require.NoError(t, err)
+	n, err := r.PruneAll(context.Background())
+	require.NoError(t, err)
+	return n
+}
+
+// The relay writes its position into every topic's offsets table as it
+// starts, before it has published anything, so that retention on any
+// worker, whatever its settings, keeps what the relay has not published.
+func TestRelayHoldsRetentionFromItsStart(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	in := f.startInstance(t, "a", f.config())
+	require.Eventually(t, func() bool {
+		for _, topic := range relay.Topics() {
+			var n int
+			require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM `+pubsub.Offsets.MessagesOffsetsTable(topic)+` WHERE consumer_group = $1`,
+				relay.ConsumerGroup).Scan(&n))
+			if n == 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "the relay's group is in every topic's offsets table")
+	in.stop()
+
+	f.write(4).wait(t)
+	require.Zero(t, f.pruneOrders(t), "the relay has published none of them")
+	f.startInstance(t, "a", f.config())
+	f.requireAllRelayed(t)
+}
+
+// A relay that meets a gap (messages pruned before it published them: it
+// started after retention had deleted them, or its group's row was
+// deleted while still needed) ends its term with a *pubsub.TopicGapError
+// naming the topic, its group and the range, and publishes nothing after
+// it. Once its position is moved past the gap (docs/operations.md), it
+// relays what follows.
+func TestRelayStopsAtAGap(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	f.write(4).wait(t) // four orders
+	through := f.lastOrdersMessage(t)
+	require.Equal(t, 16, f.pruneOrders(t))
+	f.write(1).wait(t) // one more
+
+	r, err := relay.New(f.config())
+	require.NoError(t, err)
+	err = r.Run(context.Background(), 1)
+	var gap *pubsub.TopicGapError
+	require.ErrorAs(t, err, &gap)
+	require.Equal(t, &pubsub.TopicGapError{Topic: pubsub.TopicOrders, Group: relay.ConsumerGroup, Through: through}, gap)
+	require.Zero(t, f.streamCount(), "nothing published after the gap")
+
+	_, err = f.RM.DB.Exec(`INSERT INTO relay_offsets (topic, transaction_id, "offset", term, relayed_at) VALUES ('orders', $1, $2, 0, now())`,
+		int64(through.TransactionID), through.Offset)
+	require.NoError(t, err)
+	f.startInstance(t, "a", f.config())
+	require.Eventually(t, func() bool { return f.streamCount() == 4 }, 30*time.Second, 10*time.Millisecond, "the order written after the gap")
 }

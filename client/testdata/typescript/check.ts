@@ -21,9 +21,10 @@ export function describe(o: Schemas["Order"]): string {
   return `${o.id} v${o.version} ${o.status} ${start ?? "unscheduled"} ${staff}`;
 }
 
-// A write answers the resource and the position it reached.
-export function position(w: Schemas["OrderWritten"]): [string, number] {
-  return [w.position, w.amount_cents];
+// A write answers the resource and the position it reached: a number, as
+// the events' position is.
+export function position(w: Schemas["OrderWritten"], e: Schemas["Event"]): [boolean, number] {
+  return [w.position === e.position, w.amount_cents];
 }
 
 // A change log entry's rows are objects of any members; before is null for

@@ -16,9 +16,13 @@
 // the read models have reached the write's position (the API's read your
 // writes), so the page it shows next is never older than the write.
 //
-// Signing in with a key opens a session kept in memory (session.go); the
-// cookie is Secure, HttpOnly, SameSite=Strict, and every form carries the
-// session's CSRF token.
+// Signing in with a key opens a session kept in the event store's
+// database, beside the keys (session.go), so that every instance sees it;
+// the cookie is Secure, HttpOnly, SameSite=Strict, and every form carries
+// the session's CSRF token. The console is served inside the API's server
+// (httpport.Config.Console) and spends its fair share: sign-ins and
+// session lookups the client address's budget of unknown keys, a
+// session's requests its key's and merchant's budgets (httpport.FairShare).
 package console
 
 import (
@@ -45,15 +49,12 @@ import (
 // Config is what New needs. The interfaces are those of the HTTP API
 // (ports/http), so the console does what the API does and nothing else.
 type Config struct {
-	App  app.Application
-	Auth httpport.Authenticator
+	App app.Application
+	// Sessions keeps the sessions where every instance sees them.
+	Sessions SessionStore
 	// KeyUsed is called with the key id of every request a session makes
 	// (the keys' last_used_at). Optional.
 	KeyUsed func(keyID string)
-	// KeyRecheck is how long a session trusts its key before
-	// authenticating it again, so that a revoked or expired key ends its
-	// sessions within it (KEY_CACHE_TTL). 0 checks on every request.
-	KeyRecheck time.Duration
 	// Consistency makes the page after a write wait for it (read your
 	// writes). Optional: without it, nothing waits.
 	Consistency httpport.Consistency
@@ -101,15 +102,13 @@ type Verifier interface {
 
 // Console serves the console's pages.
 type Console struct {
-	cfg      Config
-	log      *slog.Logger
-	tmpl     *template.Template
-	assets   *assets
-	sessions *sessions
-	signins  *signinLimiter
-	waits    chan struct{}
-	mux      *http.ServeMux
-	verify   verifier
+	cfg    Config
+	log    *slog.Logger
+	tmpl   *template.Template
+	assets *assets
+	waits  chan struct{}
+	mux    *http.ServeMux
+	verify verifier
 }
 
 // maxWaits caps the read-your-writes waits in flight (each polls the read
@@ -118,8 +117,8 @@ const maxWaits = 64
 
 // New checks the configuration and builds the console.
 func New(cfg Config) (*Console, error) {
-	if cfg.Auth == nil {
-		return nil, errors.New("console.New: Auth is required")
+	if cfg.Sessions == nil {
+		return nil, errors.New("console.New: Sessions is required")
 	}
 	cfg.Log = cmp.Or(cfg.Log, slog.Default())
 	if cfg.Now == nil {
@@ -135,8 +134,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, log: cfg.Log.With("component", "console"), assets: as, sessions: newSessions(),
-		signins: newSigninLimiter(), waits: make(chan struct{}, maxWaits)}
+	c := &Console{cfg: cfg, log: cfg.Log.With("component", "console"), assets: as, waits: make(chan struct{}, maxWaits)}
 	if c.tmpl, err = c.templates(); err != nil {
 		return nil, err
 	}
@@ -208,7 +206,12 @@ func (c *Console) routes() {
 // told to load the sign-in page instead of swapping it in.
 func (c *Console) with(roles []access.Role, h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := c.session(r)
+		s, release, err := c.session(w, r)
+		defer release()
+		if err != nil {
+			c.fail(w, r, nil, err)
+			return
+		}
 		if s == nil {
 			if r.Header.Get("HX-Request") != "" {
 				w.Header().Set("HX-Redirect", "/console/signin")
@@ -258,47 +261,59 @@ func sameOrigin(r *http.Request) bool {
 	return true
 }
 
-// session returns the request's live session, authenticating its key again
-// when KeyRecheck has passed; a key that no longer authenticates (revoked,
-// expired) ends the session.
-func (c *Console) session(r *http.Request) *session {
+// errNotMounted is a console request that did not come through the API's
+// server (httpport.NewHandler), whose fair share it must spend.
+var errNotMounted = errors.New("console request without the API server's fair share: serve the console through httpport.Config.Console")
+
+func noRelease() {}
+
+// session returns the request's live session (nil without one), its key
+// checked in the same lookup: a session whose key was revoked or expired
+// has ended. The lookup spends the client address's budget of unknown keys
+// when the cookie names no live session, and a session's request spends
+// its key's and merchant's budgets and holds one of the merchant's
+// in-flight slots until release. err is a refusal
+// (*httpport.RateLimitedError) or a failed lookup.
+func (c *Console) session(w http.ResponseWriter, r *http.Request) (s *session, release func(), err error) {
 	ck, err := r.Cookie(c.cfg.CookieName)
-	if err != nil {
-		return nil
+	if err != nil || ck.Value == "" || len(ck.Value) > 100 {
+		return nil, noRelease, nil
 	}
-	now := c.cfg.Now()
-	s := c.sessions.get(ck.Value, now)
-	if s == nil {
-		return nil
+	fs := httpport.FairShareOf(r)
+	if fs == nil {
+		return nil, noRelease, errNotMounted
 	}
-	s.mu.Lock()
-	due := now.Sub(s.checkedAt) >= c.cfg.KeyRecheck
-	s.mu.Unlock()
-	if due {
-		p, err := c.cfg.Auth.Authenticate(r.Context(), s.secret)
-		switch {
-		case errors.Is(err, apperr.ErrNotFound) || (err == nil && p != s.principal):
-			c.sessions.drop(s.id)
-			return nil
-		case err != nil:
-			// The key store is unreachable: keep the session; the next
-			// request checks again.
-			c.log.WarnContext(r.Context(), "session key check failed", "error", err)
-		default:
-			s.mu.Lock()
-			s.checkedAt = now
-			s.mu.Unlock()
-		}
+	hash := tokenHash(ck.Value)
+	var st access.Session
+	err = fs.Lookup(w, r, ck.Value, func() error {
+		var err error
+		st, err = c.cfg.Sessions.Session(r.Context(), access.SessionUse{TokenHash: hash, At: c.cfg.Now(), Idle: SessionIdle})
+		return err
+	})
+	switch {
+	case errors.Is(err, apperr.ErrNotFound):
+		return nil, noRelease, nil
+	case err != nil:
+		return nil, noRelease, err
+	}
+	if release, err = fs.Admit(w, st.Principal); err != nil {
+		return nil, noRelease, err
 	}
 	if c.cfg.KeyUsed != nil {
-		c.cfg.KeyUsed(s.principal.KeyID)
+		c.cfg.KeyUsed(st.Principal.KeyID)
 	}
-	return s
+	return &session{hash: hash, principal: st.Principal, csrf: csrfOf(ck.Value), loc: zone(st.TimeZone),
+		flash: decodeFlash(st.Flash), store: c.cfg.Sessions}, release, nil
 }
 
 // home sends a signed-in key to its role's first page.
 func (c *Console) home(w http.ResponseWriter, r *http.Request) {
-	s := c.session(r)
+	s, release, err := c.session(w, r)
+	defer release()
+	if err != nil {
+		c.fail(w, r, nil, err)
+		return
+	}
 	if s == nil {
 		http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
 		return
@@ -322,7 +337,13 @@ type signinData struct {
 }
 
 func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
-	if s := c.session(r); s != nil {
+	s, release, err := c.session(w, r)
+	defer release()
+	if err != nil {
+		c.fail(w, r, nil, err)
+		return
+	}
+	if s != nil {
 		http.Redirect(w, r, cmp.Or(safeNext(r.URL.Query().Get("next")), homeOf(s.principal.Role)), http.StatusSeeOther)
 		return
 	}
@@ -351,22 +372,26 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 			Error: "The sign-in form expired or did not come from this page; try again.", NoCookie: ck == nil})
 		return
 	}
-	now := c.cfg.Now()
-	addr := clientAddr(r)
-	if !c.signins.allowed(addr, now) {
-		w.Header().Set("Retry-After", fmt.Sprint(int(signinFailEvery.Seconds())))
-		c.renderSignin(w, r, http.StatusTooManyRequests, signinData{Next: next,
-			Error: "Too many failed sign-ins from this address; wait a few seconds and try again."})
+	fs := httpport.FairShareOf(r)
+	if fs == nil {
+		c.fail(w, r, nil, errNotMounted)
 		return
 	}
+	// The key is resolved as the API resolves one: the key cache, or a
+	// lookup the client address's budget of unknown keys allows (the
+	// address as the API reads it, TRUSTED_PROXIES).
 	secret := strings.TrimSpace(r.PostFormValue("key"))
 	p, err := access.Principal{}, apperr.ErrNotFound
 	if secret != "" && len(secret) <= 200 {
-		p, err = c.cfg.Auth.Authenticate(r.Context(), secret)
+		p, err = fs.Authenticate(w, r, secret)
 	}
+	var limited *httpport.RateLimitedError
 	switch {
+	case errors.As(err, &limited):
+		c.renderSignin(w, r, http.StatusTooManyRequests, signinData{Next: next,
+			Error: "Too many sign-ins with unknown keys from this address; wait a few seconds and try again."})
+		return
 	case errors.Is(err, apperr.ErrNotFound):
-		c.signins.failed(addr, now)
 		c.renderSignin(w, r, http.StatusUnauthorized, signinData{Next: next, Error: "Unknown, revoked or expired key."})
 		return
 	case err != nil:
@@ -377,18 +402,31 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 			Error: fmt.Sprintf("A %s key cannot sign in on this address.", p.Role)})
 		return
 	}
-	loc := time.UTC
-	if tz := r.PostFormValue("tz"); tz != "" && len(tz) < 64 {
-		if l, err := time.LoadLocation(tz); err == nil {
-			loc = l
-		}
-	}
-	s := c.sessions.create(p, secret, loc, now)
-	if s == nil {
-		c.renderSignin(w, r, http.StatusServiceUnavailable, signinData{Next: next, Error: "Too many open sessions; try again later."})
+	// A sign-in is a request of the key: it spends the key's budgets.
+	release, err := fs.Admit(w, p)
+	defer release()
+	if errors.As(err, &limited) {
+		c.renderSignin(w, r, http.StatusTooManyRequests, signinData{Next: next, Error: limited.Problem.Detail + "."})
 		return
 	}
-	http.SetCookie(w, cookie(c.cfg.CookieName, s.id, int(sessionMax.Seconds())))
+	tz := "UTC"
+	if name := r.PostFormValue("tz"); name != "" && len(name) < 64 {
+		if _, err := time.LoadLocation(name); err == nil {
+			tz = name
+		}
+	}
+	token := randomToken()
+	err = c.cfg.Sessions.OpenSession(r.Context(), access.NewSession{TokenHash: tokenHash(token), KeyID: p.KeyID, TimeZone: tz,
+		At: c.cfg.Now(), Idle: SessionIdle, Lifetime: SessionLifetime, PerKey: SessionsPerKey})
+	switch {
+	case errors.Is(err, apperr.ErrNotFound): // revoked since the key cache saw it
+		c.renderSignin(w, r, http.StatusUnauthorized, signinData{Next: next, Error: "Unknown, revoked or expired key."})
+		return
+	case err != nil:
+		c.fail(w, r, nil, err)
+		return
+	}
+	http.SetCookie(w, cookie(c.cfg.CookieName, token, int(SessionLifetime.Seconds())))
 	http.SetCookie(w, cookie(signinCookie, "", -1))
 	// The next page checks that the browser kept the cookie: a Secure
 	// cookie is dropped on plain http anywhere but localhost.
@@ -397,7 +435,9 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *session) error {
-	c.sessions.drop(s.id)
+	if err := s.store.CloseSession(r.Context(), s.hash); err != nil {
+		return err
+	}
 	http.SetCookie(w, cookie(c.cfg.CookieName, "", -1))
 	http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
 	return nil
@@ -408,6 +448,11 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *session) er
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
 		return // the browser went away
+	}
+	var limited *httpport.RateLimitedError
+	if errors.As(err, &limited) { // its Retry-After is set
+		c.errorPage(w, r, s, limited.Problem.Status, "Too many requests", limited.Problem.Detail+".")
+		return
 	}
 	p, known := httpport.ProblemOf(err)
 	if !known {

@@ -2,8 +2,10 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -20,12 +22,14 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/reference"
 	"hearth/domain/uuid"
+	httpport "hearth/ports/http"
 )
 
 // The console's own rules, without a browser or a database: sessions and
-// their cookie, CSRF, roles, the sign-in budget, keys checked again, live
-// parts. The walk-throughs in a real browser are cmd/app's
-// console_test.go.
+// their cookie, CSRF, roles, the fair share it spends (served, as in
+// production, by the API's server), revoked keys, live parts. The
+// walk-throughs in a real browser, and the sessions in Postgres, are
+// cmd/app's console_test.go.
 
 type keys struct {
 	mu sync.Mutex
@@ -46,6 +50,79 @@ func (k *keys) revoke(secret string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.m, secret)
+}
+
+// byID is the principal of the key with the id, if it still works.
+func (k *keys) byID(id string) (access.Principal, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, p := range k.m {
+		if p.KeyID == id {
+			return p, true
+		}
+	}
+	return access.Principal{}, false
+}
+
+// sessionStore keeps sessions in memory, checking their keys as the real
+// store (refdata) does; cmd/app's tests run that one on Postgres.
+type sessionStore struct {
+	keys    *keys
+	mu      sync.Mutex
+	m       map[string]storedSession
+	lookups int
+}
+
+type storedSession struct {
+	keyID, tz, flash string
+	expires          time.Time
+}
+
+func (ss *sessionStore) OpenSession(_ context.Context, n access.NewSession) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.keys.byID(n.KeyID); !ok {
+		return apperr.ErrNotFound
+	}
+	ss.m[string(n.TokenHash)] = storedSession{keyID: n.KeyID, tz: n.TimeZone, expires: n.At.Add(n.Idle)}
+	return nil
+}
+
+func (ss *sessionStore) Session(_ context.Context, u access.SessionUse) (access.Session, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.lookups++
+	st, ok := ss.m[string(u.TokenHash)]
+	p, works := ss.keys.byID(st.keyID)
+	if !ok || !works || !u.At.Before(st.expires) {
+		return access.Session{}, apperr.ErrNotFound
+	}
+	st.expires = u.At.Add(u.Idle)
+	ss.m[string(u.TokenHash)] = st
+	return access.Session{Principal: p, TimeZone: st.tz, Flash: st.flash}, nil
+}
+
+func (ss *sessionStore) SetSessionFlash(_ context.Context, tokenHash []byte, flash string) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if st, ok := ss.m[string(tokenHash)]; ok {
+		st.flash = flash
+		ss.m[string(tokenHash)] = st
+	}
+	return nil
+}
+
+func (ss *sessionStore) CloseSession(_ context.Context, tokenHash []byte) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.m, string(tokenHash))
+	return nil
+}
+
+func (ss *sessionStore) lookupCount() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.lookups
 }
 
 // customers is a merchant's customers in memory (command.RecordStore and
@@ -91,6 +168,8 @@ func (c *customers) count() int {
 type fixture struct {
 	t         *testing.T
 	con       *Console
+	server    http.Handler // the API's server, the console mounted in it
+	sessions  *sessionStore
 	keys      *keys
 	customers *customers
 	now       time.Time
@@ -103,7 +182,17 @@ const (
 	adminKey  = "admin-key"
 )
 
+// The fair share of the fixture's server: a failed sign-in budget like
+// the old console's own, keys and merchants limited only where a test says
+// so, and 10.0.0.0/8 the trusted proxies.
+var fixtureLimits = httpport.Limits{UnknownKeyRate: 0.5, UnknownKeyBurst: 10}
+
 func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	return newFixtureLimited(t, fixtureLimits)
+}
+
+func newFixtureLimited(t *testing.T, limits httpport.Limits) *fixture {
 	t.Helper()
 	f := &fixture{t: t, customers: &customers{}, now: time.Date(2030, 5, 6, 9, 0, 0, 0, time.UTC)}
 	merchant := uuid.New()
@@ -118,7 +207,11 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, err)
 	a.Queries.Customers, err = query.NewRecords[reference.Customer](f.customers)
 	require.NoError(t, err)
-	f.con, err = New(Config{App: a, Auth: f.keys, KeyRecheck: time.Minute, Now: f.clock, Projections: []string{"orders"}})
+	f.sessions = &sessionStore{keys: f.keys, m: map[string]storedSession{}}
+	f.con, err = New(Config{App: a, Sessions: f.sessions, Now: f.clock, Projections: []string{"orders"}})
+	require.NoError(t, err)
+	f.server, err = httpport.NewHandler(httpport.Config{App: a, Auth: f.keys, APIEnabled: true, Console: f.con, Now: f.clock,
+		Limits: limits, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 	require.NoError(t, err)
 	return f
 }
@@ -140,10 +233,18 @@ type browser struct {
 	f       *fixture
 	cookies map[string]*http.Cookie
 	addr    string
+	via     string // X-Forwarded-For, when behind a proxy
 }
 
 func (f *fixture) browser(addr string) *browser {
 	return &browser{f: f, cookies: map[string]*http.Cookie{}, addr: addr + ":50000"}
+}
+
+// browserVia is a browser at addr behind the proxy.
+func (f *fixture) browserVia(proxy, addr string) *browser {
+	b := f.browser(proxy)
+	b.via = addr
+	return b
 }
 
 func (b *browser) do(method, path string, form url.Values, header ...string) *httptest.ResponseRecorder {
@@ -156,6 +257,9 @@ func (b *browser) do(method, path string, form url.Values, header ...string) *ht
 	}
 	req := httptest.NewRequest(method, "http://localhost"+path, body)
 	req.RemoteAddr = b.addr
+	if b.via != "" {
+		req.Header.Set("X-Forwarded-For", b.via)
+	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
@@ -166,7 +270,7 @@ func (b *browser) do(method, path string, form url.Values, header ...string) *ht
 		req.AddCookie(c)
 	}
 	rec := httptest.NewRecorder()
-	b.f.con.ServeHTTP(rec, req)
+	b.f.server.ServeHTTP(rec, req)
 	for _, c := range rec.Result().Cookies() {
 		if c.MaxAge < 0 {
 			delete(b.cookies, c.Name)
@@ -307,32 +411,124 @@ func TestSignInOnlyForTheConsoleRoles(t *testing.T) {
 	require.Nil(t, b.cookies["hearth_console"])
 }
 
-// Failed sign-ins are budgeted per client address: past the burst the
-// form answers 429 without looking the key up; another address still
-// signs in.
+// Failed sign-ins spend the API's budget of unknown keys per client
+// address: past the burst the form answers 429 without looking the key
+// up; another address still signs in.
 func TestFailedSignInsAreLimited(t *testing.T) {
 	f := newFixture(t)
 	b := f.browser("192.0.2.1")
-	for range signinFailBurst {
+	for range fixtureLimits.UnknownKeyBurst {
 		require.Equal(t, http.StatusUnauthorized, b.signIn("hk_made_up").Code)
 	}
 	rec := b.signIn(opKey)
 	require.Equal(t, http.StatusTooManyRequests, rec.Code, "even a good key waits: the address spent its budget")
 	require.NotEmpty(t, rec.Header().Get("Retry-After"))
 	require.Equal(t, http.StatusSeeOther, f.browser("192.0.2.2").signIn(opKey).Code)
-	f.advance(signinFailEvery)
+	f.advance(time.Duration(float64(time.Second) / fixtureLimits.UnknownKeyRate))
 	require.Equal(t, http.StatusSeeOther, b.signIn(opKey).Code, "the budget refills")
 }
 
-// A revoked key ends its sessions once KeyRecheck has passed.
+// Behind a trusted proxy (TRUSTED_PROXIES), sign-ins count against the
+// client's address, as the API's requests do: one client's failures do not
+// lock out the others behind the same load balancer.
+func TestSignInsCountTheClientBehindAProxy(t *testing.T) {
+	f := newFixture(t)
+	mallory, ada := f.browserVia("10.0.0.1", "198.51.100.1"), f.browserVia("10.0.0.1", "198.51.100.2")
+	for range fixtureLimits.UnknownKeyBurst {
+		require.Equal(t, http.StatusUnauthorized, mallory.signIn("hk_made_up").Code)
+	}
+	require.Equal(t, http.StatusTooManyRequests, mallory.signIn(opKey).Code)
+	require.Equal(t, http.StatusSeeOther, ada.signIn(opKey).Code, "another client behind the proxy keeps its budget")
+}
+
+// An address that spent its budget stays refused while many other
+// addresses fail too: the table of budgets is not started anew.
+func TestSignInBudgetOutlastsManyAddresses(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	for range fixtureLimits.UnknownKeyBurst {
+		require.Equal(t, http.StatusUnauthorized, b.signIn("hk_made_up").Code)
+	}
+	const token = "sign-in-form-token"
+	form := url.Values{"token": {token}, "key": {"hk_made_up"}}.Encode()
+	for i := range 10_000 {
+		req := httptest.NewRequest(http.MethodPost, "http://localhost/console/signin", strings.NewReader(form))
+		req.RemoteAddr = fmt.Sprintf("198.18.%d.%d:50000", i/256, i%256)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(&http.Cookie{Name: signinCookie, Value: token})
+		rec := httptest.NewRecorder()
+		f.server.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusUnauthorized, rec.Code)
+	}
+	require.Equal(t, http.StatusTooManyRequests, b.signIn(opKey).Code)
+}
+
+// A session's pages spend its key's budget, the one the API's requests
+// spend: past it the console answers 429, and so does the API for that
+// key.
+func TestConsoleSpendsTheKeysBudget(t *testing.T) {
+	limits := fixtureLimits
+	limits.KeyRate, limits.KeyBurst = 0.001, 5
+	f := newFixtureLimited(t, limits)
+	b := f.browser("192.0.2.1")
+	require.Equal(t, http.StatusSeeOther, b.signIn(opKey).Code)
+	var rec *httptest.ResponseRecorder
+	for i := 0; ; i++ {
+		require.Less(t, i, limits.KeyBurst, "the console stops at the key's burst")
+		if rec = b.do(http.MethodGet, "/console/customers", nil); rec.Code != http.StatusOK {
+			break
+		}
+	}
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	require.NotEmpty(t, rec.Header().Get("Retry-After"))
+	require.Contains(t, rec.Body.String(), "this API key is over its rate limit")
+
+	req := httptest.NewRequest(http.MethodGet, "http://localhost/v1/customers", nil)
+	req.Header.Set("Authorization", "Bearer "+opKey)
+	api := httptest.NewRecorder()
+	f.server.ServeHTTP(api, req)
+	require.Equal(t, http.StatusTooManyRequests, api.Code, "the API spends the same budget")
+}
+
+// A cookie that names no session spends the address's budget of unknown
+// keys: past it, made-up cookies are refused without a lookup.
+func TestUnknownSessionsSpendTheAddressBudget(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	guess := func() *httptest.ResponseRecorder {
+		b.cookies["hearth_console"] = &http.Cookie{Name: "hearth_console", Value: randomToken()}
+		return b.do(http.MethodGet, "/console/customers", nil)
+	}
+	for range fixtureLimits.UnknownKeyBurst {
+		require.Equal(t, http.StatusSeeOther, guess().Code)
+	}
+	looked := f.sessions.lookupCount()
+	require.Equal(t, http.StatusTooManyRequests, guess().Code)
+	require.Equal(t, looked, f.sessions.lookupCount(), "not looked up")
+}
+
+// A flood of made-up keys from a session's address does not end the
+// session: a token found lately is looked up past the spent budget, as a
+// key that authenticated lately is.
+func TestSessionsOutlastAFloodFromTheirAddress(t *testing.T) {
+	f := newFixture(t)
+	ada, mallory := f.browser("192.0.2.1"), f.browser("192.0.2.1")
+	require.Equal(t, http.StatusSeeOther, ada.signIn(opKey).Code)
+	require.Equal(t, http.StatusOK, ada.do(http.MethodGet, "/console/customers", nil).Code)
+	for range fixtureLimits.UnknownKeyBurst {
+		require.Equal(t, http.StatusUnauthorized, mallory.signIn("hk_made_up").Code)
+	}
+	require.Equal(t, http.StatusTooManyRequests, mallory.signIn("hk_made_up").Code)
+	require.Equal(t, http.StatusOK, ada.do(http.MethodGet, "/console/customers", nil).Code)
+}
+
+// A revoked key ends its sessions at once: each lookup checks the key.
 func TestRevokedKeyEndsItsSessions(t *testing.T) {
 	f := newFixture(t)
 	b := f.browser("192.0.2.1")
 	b.signIn(opKey)
 	require.Equal(t, http.StatusOK, b.do(http.MethodGet, "/console/customers", nil).Code)
 	f.keys.revoke(opKey)
-	require.Equal(t, http.StatusOK, b.do(http.MethodGet, "/console/customers", nil).Code, "trusted until KeyRecheck")
-	f.advance(time.Minute)
 	rec := b.do(http.MethodGet, "/console/customers", nil)
 	require.Equal(t, http.StatusSeeOther, rec.Code)
 	require.True(t, strings.HasPrefix(rec.Header().Get("Location"), "/console/signin"))

@@ -306,7 +306,8 @@ func prepare(r *http.Request, s *session, p *page) {
 		p.loc = s.loc
 		p.S = &sessionView{Role: s.principal.Role, CSRF: s.csrf, Zone: s.loc.String(), Subject: shortActor(s.principal.Subject())}
 		if p.Flash.Text == "" && r.Header.Get("HX-Request") == "" {
-			p.Flash = s.takeFlash()
+			// Should clearing it fail, the next page shows it again.
+			p.Flash, _ = s.takeFlash(r.Context())
 		}
 	}
 }
@@ -358,7 +359,9 @@ func acceptsGzip(r *http.Request) bool {
 // it (POST, redirect, GET: a reload does not send the form again).
 func seeOther(w http.ResponseWriter, r *http.Request, s *session, to string, f flash) error {
 	if f.Text != "" {
-		s.setFlash(f)
+		if err := s.setFlash(r.Context(), f); err != nil {
+			return err
+		}
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
 	return nil

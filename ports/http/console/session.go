@@ -1,51 +1,59 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"net"
+	"encoding/json"
 	"net/http"
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"hearth/app/access"
 )
 
-// Sessions live in this process's memory: a restart signs everyone out,
-// and behind a load balancer with several API instances a browser must
-// stick to one (docs/console.md). The cookie holds only a random id; the
-// key it was opened with stays on the server, so that the key is checked
-// again (a revoked or expired key ends its sessions, within KeyRecheck).
+// Sessions live in the store (SessionStore: the event store's database,
+// beside the keys), so that every API instance sees them: no sticky
+// sessions behind a load balancer, and a restart signs nobody out. The
+// cookie holds a random token; the store keeps only its SHA-256 and the
+// key's id, and this process keeps no key material: only the fair share
+// remembers the SHA-256 of tokens found lately (httpport.FairShare.Lookup).
+// Every lookup checks the key too: a revoked or expired key ends its
+// sessions at once.
 const (
-	// sessionIdle ends a session nobody used for this long.
-	sessionIdle = 8 * time.Hour
-	// sessionMax ends a session this long after sign-in, used or not.
-	sessionMax = 24 * time.Hour
-	// maxSessions bounds the memory sessions take; at the cap, sign-in
-	// answers 503 until sessions end.
-	maxSessions = 10_000
+	// SessionIdle ends a session nobody used for this long.
+	SessionIdle = 8 * time.Hour
+	// SessionLifetime ends a session this long after sign-in, used or not.
+	SessionLifetime = 24 * time.Hour
+	// SessionsPerKey caps one key's sessions: a sign-in past it closes
+	// the key's least recently used session, so that no key can fill the
+	// store.
+	SessionsPerKey = 20
 	// signinCookie carries the token of the sign-in form (login CSRF):
 	// the form posts it back, and a page of another site cannot read it.
 	signinCookie = "hearth_console_signin"
 )
 
-// session is one signed-in browser.
+// SessionStore keeps the console's sessions where every instance sees them
+// (refdata.Store). Session and OpenSession answer apperr.ErrNotFound for a
+// session that ended or a key that no longer works.
+type SessionStore interface {
+	OpenSession(ctx context.Context, n access.NewSession) error
+	Session(ctx context.Context, u access.SessionUse) (access.Session, error)
+	SetSessionFlash(ctx context.Context, tokenHash []byte, flash string) error
+	CloseSession(ctx context.Context, tokenHash []byte) error
+}
+
+// session is one signed-in browser, for the request at hand.
 type session struct {
-	id        string // the cookie's value
-	secret    string // the key it signed in with
+	hash      []byte // the SHA-256 of the cookie's token: the session's id in the store
 	principal access.Principal
 	csrf      string
 	loc       *time.Location
-	created   time.Time
-
-	mu        sync.Mutex
-	lastSeen  time.Time
-	checkedAt time.Time // when the key was last authenticated
-	flash     flash
+	flash     flash // the stored flash, for the next page
+	store     SessionStore
 }
 
 // flash is a one-shot message shown on the next page.
@@ -58,26 +66,34 @@ type flash struct {
 	Behind bool
 }
 
-func (s *session) setFlash(f flash) {
-	s.mu.Lock()
-	s.flash = f
-	s.mu.Unlock()
+// setFlash stores the message for the session's next page, whichever
+// instance serves it.
+func (s *session) setFlash(ctx context.Context, f flash) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return s.store.SetSessionFlash(ctx, s.hash, string(b))
 }
 
-func (s *session) takeFlash() flash {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// takeFlash returns the stored message and clears it.
+func (s *session) takeFlash(ctx context.Context) (flash, error) {
 	f := s.flash
+	if f.Text == "" {
+		return f, nil
+	}
 	s.flash = flash{}
+	return f, s.store.SetSessionFlash(ctx, s.hash, "")
+}
+
+// decodeFlash reads a stored flash; anything unreadable is none.
+func decodeFlash(stored string) flash {
+	var f flash
+	if stored != "" {
+		_ = json.Unmarshal([]byte(stored), &f)
+	}
 	return f
 }
-
-type sessions struct {
-	mu   sync.Mutex
-	byID map[[sha256.Size]byte]*session
-}
-
-func newSessions() *sessions { return &sessions{byID: map[[sha256.Size]byte]*session{}} }
 
 // randomToken is 32 random bytes, base64url.
 func randomToken() string {
@@ -86,62 +102,40 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// key indexes sessions by the id's hash, so that a lookup's timing says
-// nothing about the ids in the map.
-func key(id string) [sha256.Size]byte { return sha256.Sum256([]byte(id)) }
-
-// create opens a session, or returns nil when the store is full even after
-// dropping ended sessions.
-func (ss *sessions) create(p access.Principal, secret string, loc *time.Location, now time.Time) *session {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if len(ss.byID) >= maxSessions {
-		for k, s := range ss.byID {
-			if s.ended(now) {
-				delete(ss.byID, k)
-			}
-		}
-		if len(ss.byID) >= maxSessions {
-			return nil
-		}
-	}
-	s := &session{id: randomToken(), secret: secret, principal: p, csrf: randomToken(), loc: loc,
-		created: now, lastSeen: now, checkedAt: now}
-	ss.byID[key(s.id)] = s
-	return s
+// tokenHash is a session's id in the store: the SHA-256 of its token. The
+// token is 256 random bits, so a fast hash is enough.
+func tokenHash(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
 }
 
-func (s *session) ended(now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return now.Sub(s.lastSeen) > sessionIdle || now.Sub(s.created) > sessionMax
+// csrfOf is a session's CSRF token, derived from its token (so that it is
+// stored nowhere) under a label of its own: it differs from the stored
+// hash, and the pages that show it do not show the token.
+func csrfOf(token string) string {
+	sum := sha256.Sum256([]byte("hearth console csrf\x00" + token))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// get returns the live session with the id, and notes its use.
-func (ss *sessions) get(id string, now time.Time) *session {
-	if id == "" {
-		return nil
-	}
-	k := key(id)
-	ss.mu.Lock()
-	s := ss.byID[k]
-	if s != nil && s.ended(now) {
-		delete(ss.byID, k)
-		s = nil
-	}
-	ss.mu.Unlock()
-	if s != nil {
-		s.mu.Lock()
-		s.lastSeen = now
-		s.mu.Unlock()
-	}
-	return s
-}
+// zones caches the time zones sessions name: time.LoadLocation reads the
+// zone's file on every call. Only names that loaded are kept, so it holds
+// at most the system's zones.
+var zones sync.Map // name -> *time.Location
 
-func (ss *sessions) drop(id string) {
-	ss.mu.Lock()
-	delete(ss.byID, key(id))
-	ss.mu.Unlock()
+// zone is the named time zone, UTC when the name is none.
+func zone(name string) *time.Location {
+	if l, ok := zones.Load(name); ok {
+		return l.(*time.Location)
+	}
+	if name == "" || len(name) >= 64 {
+		return time.UTC
+	}
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return time.UTC
+	}
+	zones.Store(name, l)
+	return l
 }
 
 // sameToken compares a token from a request with the expected one in
@@ -156,54 +150,4 @@ func sameToken(got, want string) bool {
 func cookie(name, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{Name: name, Value: value, Path: "/console/", MaxAge: maxAge,
 		Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode}
-}
-
-// signinLimiter bounds failed sign-ins per client address, so that the
-// form is not a way to look up made-up keys in bulk. Only failures spend
-// it.
-type signinLimiter struct {
-	mu     sync.Mutex
-	byAddr map[string]*rate.Limiter
-}
-
-// Failed sign-ins: a burst of 10, then one every 2 seconds per address.
-const (
-	signinFailBurst = 10
-	signinFailEvery = 2 * time.Second
-	signinAddrs     = 10_000 // addresses tracked; past it the map starts anew
-)
-
-func newSigninLimiter() *signinLimiter { return &signinLimiter{byAddr: map[string]*rate.Limiter{}} }
-
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-func (l *signinLimiter) limiter(addr string) *rate.Limiter {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lim := l.byAddr[addr]
-	if lim == nil {
-		if len(l.byAddr) >= signinAddrs {
-			clear(l.byAddr)
-		}
-		lim = rate.NewLimiter(rate.Every(signinFailEvery), signinFailBurst)
-		l.byAddr[addr] = lim
-	}
-	return lim
-}
-
-// allowed reports whether the address may try a key now (it has failures
-// to spend).
-func (l *signinLimiter) allowed(addr string, now time.Time) bool {
-	return l.limiter(addr).TokensAt(now) >= 1
-}
-
-// failed spends one of the address's failures.
-func (l *signinLimiter) failed(addr string, now time.Time) {
-	l.limiter(addr).AllowN(now, 1)
 }

@@ -1,0 +1,126 @@
+package readmodel
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"hearth/app/ops"
+	"hearth/app/query"
+	"hearth/internal/aggregates"
+)
+
+// CustomerRows reads what the read models hold about one customer
+// (ops.ExportReadModel).
+type CustomerRows struct {
+	db *bun.DB
+}
+
+// NewCustomerRows returns the reader on the read-model database (the
+// request pool).
+func NewCustomerRows(db *bun.DB) (*CustomerRows, error) {
+	if db == nil {
+		return nil, errors.New("readmodel.NewCustomerRows: nil db")
+	}
+	return &CustomerRows{db: db}, nil
+}
+
+// CustomerRows implements ops.ExportReadModel: the customer's service
+// requests and orders, the orders' schedules and the change log of all of
+// them, in one REPEATABLE READ snapshot, so that the rows and their change
+// log agree. Each list reads at most limit+1 rows, to tell a list past the
+// cap (ops.TooLarge) without reading it whole.
+func (c *CustomerRows) CustomerRows(ctx context.Context, merchantID, customerID string, limit int) (ops.ExportRows, error) {
+	var out ops.ExportRows
+	err := c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(ctx context.Context, tx bun.Tx) error {
+		var requests []serviceRequestRow
+		if err := tx.NewSelect().Model(&requests).Where("merchant_id = ? AND customer_id = ?", merchantID, customerID).
+			OrderExpr("created_at, id").Limit(int64(limit + 1)).Scan(ctx); err != nil {
+			return fmt.Errorf("select the customer's service requests: %w", err)
+		}
+		var orders []orderRow
+		if err := tx.NewSelect().Model(&orders).Where("merchant_id = ? AND customer_id = ?", merchantID, customerID).
+			OrderExpr("created_at, id").Limit(int64(limit + 1)).Scan(ctx); err != nil {
+			return fmt.Errorf("select the customer's orders: %w", err)
+		}
+		if len(requests) > limit {
+			return ops.TooLarge("service requests", limit)
+		}
+		if len(orders) > limit {
+			return ops.TooLarge("orders", limit)
+		}
+		orderIDs := make([]string, len(orders))
+		for i, o := range orders {
+			orderIDs[i] = o.ID
+		}
+		var schedules []scheduleRow
+		if len(orderIDs) > 0 {
+			if err := tx.NewSelect().Model(&schedules).Where("merchant_id = ? AND order_id IN (?)", merchantID, bun.In(orderIDs)).
+				OrderExpr("created_at, id").Limit(int64(limit + 1)).Scan(ctx); err != nil {
+				return fmt.Errorf("select the customer's schedules: %w", err)
+			}
+			if len(schedules) > limit {
+				return ops.TooLarge("schedules", limit)
+			}
+		}
+		ids := map[string][]string{aggregates.Order.Type: orderIDs}
+		for _, r := range requests {
+			ids[aggregates.ServiceRequest.Type] = append(ids[aggregates.ServiceRequest.Type], r.ID)
+		}
+		for _, s := range schedules {
+			ids[aggregates.Schedule.Type] = append(ids[aggregates.Schedule.Type], s.ID)
+		}
+		changes, err := changesOf(ctx, tx, merchantID, ids, limit)
+		if err != nil {
+			return err
+		}
+		out = ops.ExportRows{ServiceRequests: make([]query.ServiceRequest, len(requests)), Orders: make([]query.Order, len(orders)),
+			Schedules: make([]query.Schedule, len(schedules)), ChangeLog: changes}
+		for i, r := range requests {
+			out.ServiceRequests[i] = r.view()
+		}
+		for i, r := range orders {
+			out.Orders[i] = r.view()
+		}
+		for i, r := range schedules {
+			out.Schedules[i] = r.view()
+		}
+		return nil
+	})
+	return out, err
+}
+
+// changesOf reads the change log of the aggregates ids holds by type, by
+// aggregate then version, through the index of (aggregate_type,
+// aggregate_id, version).
+func changesOf(ctx context.Context, tx bun.Tx, merchantID string, ids map[string][]string, limit int) ([]query.Change, error) {
+	var rows []changeRow
+	sel := tx.NewSelect().Model(&rows).Where("merchant_id = ?", merchantID)
+	some := false
+	sel = sel.WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
+		for _, f := range aggregates.All() {
+			if len(ids[f.Type]) > 0 {
+				q = q.WhereOr("aggregate_type = ? AND aggregate_id IN (?)", f.Type, bun.In(ids[f.Type]))
+				some = true
+			}
+		}
+		return q
+	})
+	out := []query.Change{}
+	if !some {
+		return out, nil
+	}
+	if err := sel.OrderExpr("aggregate_type, aggregate_id, version").Limit(int64(limit + 1)).Scan(ctx); err != nil {
+		return nil, fmt.Errorf("select the customer's change log: %w", err)
+	}
+	if len(rows) > limit {
+		return nil, ops.TooLarge("change-log entries", limit)
+	}
+	for _, r := range rows {
+		out = append(out, r.change())
+	}
+	return out, nil
+}

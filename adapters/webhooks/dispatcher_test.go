@@ -1,0 +1,96 @@
+package webhooks
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/domain/uuid"
+	"hearth/domain/webhook"
+	"hearth/internal/pgtest"
+)
+
+// Every send ends within the hold of the claim it was sent under, even when
+// every one takes the whole timeout: a round claims claimBatch deliveries
+// and sends inFlightPerEndpoint at a time, so its later sends would start
+// several timeouts after the claim (then a leader slowed or paused in the
+// middle of a round would send what the next leader claimed after the
+// hold). Those are put back and claimed again by the next round. And a send
+// that could no longer end within the hold does not start.
+func TestRoundSendsEndWithinTheClaim(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	// The hold's margin is a few seconds: the timeout must be long enough
+	// for a round's later waves to go past a hold of one timeout.
+	const timeout = 2 * time.Second
+	type arrival struct{ at, holdEnds time.Time }
+	var mu sync.Mutex
+	var arrivals []arrival
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // net/http notices a client gone only once the body is read
+		a := arrival{at: time.Now()}
+		// The hold of the claim this send is made under.
+		if err := db.DB.QueryRow(`SELECT next_attempt_at FROM webhook_deliveries WHERE event_id = $1`,
+			r.Header.Get("webhook-id")).Scan(&a.holdEnds); err != nil {
+			t.Errorf("read the claim: %v", err)
+		}
+		mu.Lock()
+		arrivals = append(arrivals, a)
+		mu.Unlock()
+		<-r.Context().Done() // no answer: every send takes the whole timeout
+	}))
+	defer receiver.Close()
+	merchant, endpoint := uuid.New(), uuid.New()
+	_, err := db.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchant, "m-"+merchant)
+	require.NoError(t, err)
+	_, err = db.DB.Exec(`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, now(), now())`, endpoint, merchant, receiver.URL, webhook.NewSecret())
+	require.NoError(t, err)
+	// A round's worth of test pings, each of its own aggregate.
+	_, err = db.DB.Exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
+		SELECT $1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}' FROM generate_series(1, $3)`, endpoint, merchant, claimBatch)
+	require.NoError(t, err)
+
+	sender, err := NewSender(SenderConfig{Timeout: timeout, AllowPrivate: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d, err := NewDispatcher(ctx, DispatcherConfig{DB: db.DB, Sender: sender, Keep: time.Hour,
+		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
+		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
+	require.NoError(t, err)
+	d.poke([]string{endpoint}, false)
+
+	require.Eventually(t, func() bool {
+		var failed, attempts int
+		require.NoError(t, db.DB.QueryRow(`SELECT count(*), coalesce(sum(attempts), 0) FROM webhook_deliveries WHERE endpoint_id = $1 AND status = 'failed'`,
+			endpoint).Scan(&failed, &attempts))
+		return failed == claimBatch && attempts == claimBatch
+	}, 20*time.Second, 10*time.Millisecond, "every ping tried once (those put back uncounted), then recorded")
+	mu.Lock()
+	got := arrivals
+	mu.Unlock()
+	require.Len(t, got, claimBatch)
+	for i, a := range got {
+		require.True(t, a.at.Add(timeout).Before(a.holdEnds), "send %d may end at %s, after its claim's hold, %s", i, a.at.Add(timeout), a.holdEnds)
+	}
+
+	// A send that could not end within the hold does not start (the round
+	// began a hold ago: the leader was paused since); its claim is put
+	// back, untried.
+	out := d.send(ctx, webhook.Endpoint{URL: receiver.URL, Secret: webhook.NewSecret()},
+		[]claim{{id: uuid.New(), eventID: uuid.New(), body: []byte("{}")}}, time.Now().Add(-d.hold))
+	require.Len(t, out, 1)
+	require.True(t, out[0].release, "%+v", out[0])
+	mu.Lock()
+	require.Len(t, arrivals, claimBatch, "nothing sent")
+	mu.Unlock()
+	cancel()
+	d.wg.Wait()
+}

@@ -1,0 +1,208 @@
+package ops
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"hearth/app/publicevent"
+	"hearth/app/query"
+	"hearth/domain/apperr"
+	"hearth/domain/reference"
+	"hearth/domain/uuid"
+	"hearth/domain/webhook"
+)
+
+// ActionCustomerExport is an export of everything held about one customer
+// (an access request: GDPR articles 15 and 20).
+const ActionCustomerExport = "customer.export"
+
+// ExportSchema names the export document's format; it changes when a field
+// is removed or changes meaning (docs/api.md, the schema CustomerExport).
+const ExportSchema = "hearth.customer-export/1"
+
+// MaxExportItems caps each list of an export (service requests, orders,
+// schedules, change log, events, webhook deliveries). The document is built
+// in memory, so the cap bounds what one export costs; a customer past it is
+// refused whole (RuleExportTooLarge), never exported in part.
+const MaxExportItems = 20_000
+
+// RuleExportTooLarge is an export one of whose lists would pass
+// MaxExportItems.
+const RuleExportTooLarge = "export.too_large"
+
+// ExportRequest is one export: who asks, and which customer of which
+// merchant.
+type ExportRequest struct {
+	// By is who exports, for the audit log ("key:<id>" over HTTP, the
+	// CLI's --by or cli:$USER).
+	By         string
+	MerchantID string
+	CustomerID string
+}
+
+// CustomerExport is everything Hearth holds about one customer.
+type CustomerExport struct {
+	Schema     string
+	ExportedAt time.Time
+	MerchantID string
+	Customer   reference.Customer
+	// ServiceRequests and Orders are the customer's (their customer_id is
+	// the customer's now); Schedules are those of the orders. Each list is
+	// ordered by creation, then id.
+	ServiceRequests []query.ServiceRequest
+	Orders          []query.Order
+	Schedules       []query.Schedule
+	// ChangeLog holds the change-log rows of those aggregates, by
+	// aggregate then version.
+	ChangeLog []query.Change
+	// Events are the stored events of those aggregates in their public
+	// form, by position.
+	Events []publicevent.Event
+	// WebhookDeliveries are the deliveries of those events, by endpoint and
+	// insertion order, each with the body it sends.
+	WebhookDeliveries []ExportedDelivery
+}
+
+// ExportedDelivery is one webhook delivery of an event about the customer,
+// with its endpoint's URL and the payload it sends (the event's public
+// form).
+type ExportedDelivery struct {
+	webhook.Delivery
+	URL     string
+	Payload publicevent.Event
+}
+
+// ExportRows is what the read models hold about a customer
+// (readmodel.CustomerRows).
+type ExportRows struct {
+	ServiceRequests []query.ServiceRequest
+	Orders          []query.Order
+	Schedules       []query.Schedule
+	ChangeLog       []query.Change
+}
+
+// ExportHistory is what the event store holds about a customer
+// (refdata.Store).
+type ExportHistory struct {
+	Customer reference.Customer
+	// Events are the stored events, decoded, with their positions.
+	Events            []publicevent.Stored
+	WebhookDeliveries []StoredDelivery
+	// At is the transaction's time: when the export was taken.
+	At time.Time
+}
+
+// StoredDelivery is a delivery as the event store holds it: its endpoint's
+// URL beside it; its payload is built from its event.
+type StoredDelivery struct {
+	webhook.Delivery
+	URL string
+}
+
+// ExportReadModel reads what the read models hold about one customer of a
+// merchant, in one snapshot. limit caps each list: more rows than limit in
+// one is an *apperr.RuleError RuleExportTooLarge.
+type ExportReadModel interface {
+	CustomerRows(ctx context.Context, merchantID, customerID string, limit int) (ExportRows, error)
+}
+
+// ExportEventStore reads the customer's record, the events of the given
+// aggregates and their webhook deliveries in one snapshot of the event
+// store, and records the entry audit returns in the same transaction. An
+// unknown customer (or another merchant's) is apperr.ErrNotFound, and
+// nothing is recorded. limit caps each list as for ExportReadModel.
+type ExportEventStore interface {
+	CustomerHistory(ctx context.Context, merchantID, customerID string, aggregateIDs []string, limit int,
+		audit func(ExportHistory) AuditEntry) (ExportHistory, error)
+}
+
+// Exports is the use case of exporting a customer's data.
+type Exports struct {
+	rows  ExportReadModel
+	store ExportEventStore
+	limit int
+}
+
+// NewExports returns the export use case on its adapters; limit caps each
+// list (0: MaxExportItems).
+func NewExports(rows ExportReadModel, store ExportEventStore, limit int) (*Exports, error) {
+	if rows == nil || store == nil {
+		return nil, errors.New("ops.NewExports: nil dependency")
+	}
+	return &Exports{rows: rows, store: store, limit: cmp.Or(limit, MaxExportItems)}, nil
+}
+
+// ExportCustomer returns everything Hearth holds about one customer and
+// records the export in the audit log (who, which customer, how many of
+// each; never a value), in the event store's transaction that read it.
+//
+// The read models are read first, in one snapshot, and name the
+// aggregates; the event store is read next, in one snapshot of its own.
+// Read models only ever trail the event store, so the events and
+// deliveries hold at least every version the rows and the change log
+// reflect (and maybe later ones not yet projected).
+func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (CustomerExport, error) {
+	by := strings.TrimSpace(req.By)
+	if err := CheckActor(by); err != nil {
+		return CustomerExport{}, err
+	}
+	id, ok := uuid.Parse(req.CustomerID)
+	if !ok {
+		return CustomerExport{}, apperr.Invalid("id", "must be a UUID, got %q", req.CustomerID)
+	}
+	if req.MerchantID == "" {
+		return CustomerExport{}, errors.New("export customer: no merchant")
+	}
+	req.CustomerID = id
+	rows, err := x.rows.CustomerRows(ctx, req.MerchantID, req.CustomerID, x.limit)
+	if err != nil {
+		return CustomerExport{}, err
+	}
+	ids := make([]string, 0, len(rows.ServiceRequests)+len(rows.Orders)+len(rows.Schedules))
+	for _, v := range rows.ServiceRequests {
+		ids = append(ids, v.ID)
+	}
+	for _, v := range rows.Orders {
+		ids = append(ids, v.ID)
+	}
+	for _, v := range rows.Schedules {
+		ids = append(ids, v.ID)
+	}
+	h, err := x.store.CustomerHistory(ctx, req.MerchantID, req.CustomerID, ids, x.limit, func(h ExportHistory) AuditEntry {
+		return AuditEntry{Actor: by, Action: ActionCustomerExport, Target: "customer/" + req.CustomerID,
+			Details: map[string]any{"merchant_id": req.MerchantID, "service_requests": len(rows.ServiceRequests),
+				"orders": len(rows.Orders), "schedules": len(rows.Schedules), "change_log": len(rows.ChangeLog),
+				"events": len(h.Events), "webhook_deliveries": len(h.WebhookDeliveries)}}
+	})
+	if err != nil {
+		return CustomerExport{}, err
+	}
+	out := CustomerExport{Schema: ExportSchema, ExportedAt: h.At, MerchantID: req.MerchantID, Customer: h.Customer,
+		ServiceRequests: rows.ServiceRequests, Orders: rows.Orders, Schedules: rows.Schedules, ChangeLog: rows.ChangeLog,
+		Events: make([]publicevent.Event, len(h.Events)), WebhookDeliveries: make([]ExportedDelivery, len(h.WebhookDeliveries))}
+	byID := make(map[string]publicevent.Event, len(h.Events))
+	for i, s := range h.Events {
+		if out.Events[i], err = publicevent.From(s); err != nil {
+			return CustomerExport{}, fmt.Errorf("export customer: %w", err)
+		}
+		byID[s.ID] = out.Events[i]
+	}
+	for i, d := range h.WebhookDeliveries {
+		p, ok := byID[d.EventID]
+		if !ok {
+			return CustomerExport{}, fmt.Errorf("export customer: delivery %s: event %s is not among the customer's events", d.ID, d.EventID)
+		}
+		out.WebhookDeliveries[i] = ExportedDelivery{Delivery: d.Delivery, URL: d.URL, Payload: p}
+	}
+	return out, nil
+}
+
+// TooLarge is the error of an export whose list what would pass limit.
+func TooLarge(what string, limit int) error {
+	return &apperr.RuleError{Rule: RuleExportTooLarge,
+		Detail: fmt.Sprintf("the customer has more than %d %s: an export holds at most %d of each", limit, what, limit)}
+}

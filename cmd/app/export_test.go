@@ -1,0 +1,263 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/adapters/readmodel"
+	"hearth/app/command"
+	"hearth/app/ops"
+	"hearth/app/query"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
+	"hearth/internal/pgtest"
+)
+
+// exportFixture is a customer of merchant A with a marker in every field
+// that holds their data: the record, a service request, an order assigned
+// (a schedule), dispatched and settled, and an order cancelled.
+type exportFixture struct {
+	customer string
+	ids      []string // the customer's aggregates: request, orders, schedule
+}
+
+// mark is the marker of one field of the customer tagged tag.
+func mark(field, tag string) string { return field + "-" + tag + "-mark" }
+
+// exportMarkerFields are the fields that carry a marker.
+var exportMarkerFields = []string{"name", "phone", "email", "address", "notes", "request-content", "request-notes",
+	"order-notes", "dispatch-note", "settlement-note", "cancel-reason", "cancelled-order-notes"}
+
+func (a *api) exportFixture(tag string, hour int) exportFixture {
+	a.t.Helper()
+	c := a.must(http.StatusCreated, http.MethodPost, "/v1/customers", a.opA, map[string]any{
+		"name": mark("name", tag), "phone": mark("phone", tag), "email": mark("email", tag) + "@example.com",
+		"address": mark("address", tag), "notes": mark("notes", tag)}).Body["id"].(string)
+	f := exportFixture{customer: c}
+	req := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA, map[string]any{
+		"customer_id": c, "content": mark("request-content", tag), "notes": mark("request-notes", tag), "source": "phone"})
+	order := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": c, "amount_cents": 5000, "notes": mark("order-notes", tag)}).Body["id"].(string)
+	start := time.Date(2030, 1, 1, hour, 0, 0, 0, time.UTC)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": start.Format(time.RFC3339), "end_at": start.Add(time.Hour).Format(time.RFC3339),
+		"dispatch_note": mark("dispatch-note", tag)})
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/settlement", a.opA, map[string]any{
+		"settlement_status": "settled", "paid_amount_cents": 5000, "settlement_note": mark("settlement-note", tag)})
+	cancelled := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": c, "amount_cents": 100, "notes": mark("cancelled-order-notes", tag)}).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+cancelled+"/cancel", a.opA, map[string]any{"reason": mark("cancel-reason", tag)})
+	f.ids = []string{req.Body["id"].(string), order, cancelled, a.liveSchedule(a.opA, order).Id.String()}
+	return f
+}
+
+// awaitProjectedAndDelivered waits until every event is in the change log
+// and delivered to the one endpoint.
+func (a *api) awaitProjectedAndDelivered() {
+	a.t.Helper()
+	require.Eventually(a.t, func() bool {
+		var events, changes, delivered int
+		ctx := a.t.Context()
+		if a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&events) != nil ||
+			a.dbs.rm.DB.QueryRowContext(ctx, `SELECT count(*) FROM change_log`).Scan(&changes) != nil ||
+			a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status = 'succeeded'`).Scan(&delivered) != nil {
+			return false
+		}
+		return changes == events && delivered == events
+	}, 10*time.Second, 10*time.Millisecond, "every event projected and delivered")
+}
+
+// exportAudit are the audit log's export entries, newest first.
+func (a *api) exportAudit() []ops.AuditEntry {
+	a.t.Helper()
+	entries, _, err := a.w.auditTrail.ListAudit(a.t.Context(), query.Page{Number: 1, Size: 100})
+	require.NoError(a.t, err)
+	var out []ops.AuditEntry
+	for _, e := range entries {
+		if e.Action == ops.ActionCustomerExport {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// An operator exports everything held about one customer: every field of
+// theirs is in the document, nothing of another customer is, the export is
+// in the audit log without a value, and the CLI prints the same document.
+func TestCustomerExport(t *testing.T) {
+	t.Parallel()
+	for name, newDB := range pgtest.Layouts() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			urls := newDB(t)
+			a := withWebhooks(t, urls, nil)
+			rc := newReceiver(t)
+			endpoint, _ := a.createEndpoint(a.opA, rc.URL+"/hook")
+			alpha, bravo := a.exportFixture("ALPHA", 9), a.exportFixture("BRAVO", 11)
+			otherMerchants := a.createCustomer(a.opB, "Globex Customer")
+			a.awaitProjectedAndDelivered()
+
+			r, err := a.hearth().ExportCustomerWithResponse(t.Context(), uid(t, alpha.customer), nil, as(a.opA))
+			expect(t, http.StatusOK, r, err)
+			require.Equal(t, "no-store", r.HTTPResponse.Header.Get("Cache-Control"))
+			doc := string(r.Body)
+			for _, f := range exportMarkerFields {
+				require.Contains(t, doc, mark(f, "ALPHA"), "customer A's %s", f)
+			}
+			require.NotContains(t, doc, "BRAVO", "nothing of customer B")
+			for _, id := range append([]string{bravo.customer}, bravo.ids...) {
+				require.NotContains(t, doc, id, "nothing of customer B's")
+			}
+
+			x := r.JSON200
+			require.EqualValues(t, "hearth.customer-export/1", x.Schema)
+			require.Equal(t, a.merchantA, x.MerchantId.String())
+			require.Equal(t, alpha.customer, x.Customer.Id.String())
+			require.Equal(t, mark("address", "ALPHA"), x.Customer.Address)
+			require.Len(t, x.ServiceRequests, 1)
+			require.Len(t, x.Orders, 2)
+			require.Len(t, x.Schedules, 1)
+			var ids []string
+			for _, v := range x.ServiceRequests {
+				ids = append(ids, v.Id.String())
+			}
+			for _, v := range x.Orders {
+				ids = append(ids, v.Id.String())
+			}
+			for _, v := range x.Schedules {
+				ids = append(ids, v.Id.String())
+			}
+			require.ElementsMatch(t, alpha.ids, ids)
+			// Every event of those aggregates, each in the change log and
+			// delivered to the endpoint with its public form as payload.
+			var stored int
+			for _, id := range alpha.ids {
+				stored += a.events(id)
+			}
+			require.Len(t, x.Events, stored)
+			require.Len(t, x.ChangeLog, stored)
+			require.Len(t, x.WebhookDeliveries, stored)
+			events := map[string]bool{}
+			for _, e := range x.Events {
+				events[e.Id.String()] = true
+			}
+			for _, c := range x.ChangeLog {
+				require.True(t, events[c.EventId.String()], "change %s of an exported event", c.EventId)
+			}
+			for _, d := range x.WebhookDeliveries {
+				require.Equal(t, d.EventId, d.Payload.Id)
+				require.True(t, events[d.EventId.String()])
+				require.Equal(t, endpoint, d.EndpointId.String())
+				require.Equal(t, rc.URL+"/hook", d.Url)
+				require.EqualValues(t, "succeeded", d.Status)
+			}
+
+			// Who exported which customer, and how many of each: no value.
+			audit := a.exportAudit()
+			require.Len(t, audit, 1)
+			require.Equal(t, "key:"+a.opAKeyID, audit[0].Actor)
+			require.Equal(t, "customer/"+alpha.customer, audit[0].Target)
+			require.EqualValues(t, 2, audit[0].Details["orders"])
+			require.EqualValues(t, stored, audit[0].Details["events"])
+			entry, err := json.Marshal(audit[0])
+			require.NoError(t, err)
+			require.NotContains(t, string(entry), "-mark")
+
+			// Not found: unknown, another merchant's; forbidden: worker and
+			// admin keys; a bad id. None is recorded.
+			notFound := func(key, id string) {
+				r, err := a.hearth().ExportCustomerWithResponse(t.Context(), uid(t, id), nil, as(key))
+				problemOf(t, http.StatusNotFound, "/problems/not-found", r, err)
+			}
+			notFound(a.opA, uuid.New())
+			notFound(a.opA, otherMerchants)
+			notFound(a.opB, alpha.customer)
+			for _, key := range []string{a.worker, a.admin} {
+				r, err := a.hearth().ExportCustomerWithResponse(t.Context(), uid(t, alpha.customer), nil, as(key))
+				problemOf(t, http.StatusForbidden, "/problems/forbidden", r, err)
+			}
+			requireProblem(t, a.do(http.MethodGet, "/v1/customers/nope/export", a.opA, nil), http.StatusBadRequest, "/problems/invalid-id")
+			require.Len(t, a.exportAudit(), 1)
+
+			// The CLI: the same document from the same use case, recorded
+			// for --by.
+			var stdout, stderr syncBuffer
+			require.NoError(t, run(t.Context(), []string{"customers", "export", "--merchant", "acme", alpha.customer, "--by", "dpo@acme.example"},
+				env(map[string]string{"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel, "USER": "tester"}),
+				&stdout, &stderr), "%s", stderr.String())
+			var fromAPI, fromCLI map[string]any
+			require.NoError(t, json.Unmarshal(r.Body, &fromAPI))
+			require.NoError(t, json.Unmarshal([]byte(stdout.String()), &fromCLI))
+			require.NotEmpty(t, fromCLI["exported_at"])
+			delete(fromAPI, "exported_at")
+			delete(fromCLI, "exported_at")
+			require.Equal(t, fromAPI, fromCLI)
+			audit = a.exportAudit()
+			require.Len(t, audit, 2)
+			require.Equal(t, "dpo@acme.example", audit[0].Actor)
+
+			err = run(t.Context(), []string{"customers", "export", "--merchant", "acme", bravo.customer + "x"},
+				env(map[string]string{"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel, "USER": "tester"}),
+				&stdout, &stderr)
+			require.ErrorContains(t, err, "ID: must be a UUID")
+			err = run(t.Context(), []string{"customers", "export", "--merchant", "globex", alpha.customer},
+				env(map[string]string{"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel, "USER": "tester"}),
+				&stdout, &stderr)
+			require.ErrorContains(t, err, `merchant "globex" has no customer`)
+			require.Len(t, a.exportAudit(), 2)
+		})
+	}
+}
+
+// A customer with a thousand orders exports whole; past the cap, the export
+// is refused (never cut short) and not recorded.
+func TestCustomerExportLarge(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	customer := a.createCustomer(a.opA, "Many Orders")
+	const n = 1000
+	var last string
+	for range n {
+		w, err := a.w.app.Commands.Orders.Create(t.Context(), command.CreateOrder{Meta: event.Meta{MerchantID: a.merchantA,
+			Actor: "key:" + a.opAKeyID, CorrelationID: uuid.New(), OccurredAt: time.Now()}, CustomerID: customer, AmountCents: 100})
+		require.NoError(t, err)
+		last = w.Stream[0].StreamID
+	}
+	a.awaitOrderAt(a.opA, last, 1)
+	require.Eventually(t, func() bool {
+		var changes int
+		return a.dbs.rm.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM change_log`).Scan(&changes) == nil && changes == n
+	}, 10*time.Second, 10*time.Millisecond)
+
+	r, err := a.hearth().ExportCustomerWithResponse(t.Context(), uid(t, customer), nil, as(a.opA))
+	expect(t, http.StatusOK, r, err)
+	require.Len(t, r.JSON200.Orders, n)
+	require.Len(t, r.JSON200.Events, n)
+	require.Len(t, r.JSON200.ChangeLog, n)
+
+	// The cap, lowered to the list's size and one below.
+	_, rm := a.dbs.api()
+	rows, err := readmodel.NewCustomerRows(rm)
+	require.NoError(t, err)
+	for limit, tooLarge := range map[int]bool{n: false, n - 1: true} {
+		x, err := ops.NewExports(rows, a.w.refdata, limit)
+		require.NoError(t, err)
+		got, err := x.ExportCustomer(t.Context(), ops.ExportRequest{By: "test", MerchantID: a.merchantA, CustomerID: customer})
+		if !tooLarge {
+			require.NoError(t, err)
+			require.Len(t, got.Orders, n)
+			continue
+		}
+		var rule *apperr.RuleError
+		require.ErrorAs(t, err, &rule)
+		require.Equal(t, ops.RuleExportTooLarge, rule.Rule)
+		require.Contains(t, rule.Detail, fmt.Sprintf("more than %d orders", n-1))
+	}
+	require.Len(t, a.exportAudit(), 2, "the API's and the cap's own export; the refused one is not recorded")
+}

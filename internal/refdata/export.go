@@ -1,0 +1,126 @@
+package refdata
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"hearth/app/ops"
+	"hearth/app/publicevent"
+	"hearth/domain/event"
+	"hearth/internal/aggregates"
+)
+
+// CustomerHistory implements ops.ExportEventStore: the customer's record,
+// the stored events of the given aggregates and the webhook deliveries of
+// those events, in one REPEATABLE READ snapshot of the event store, and the
+// audit entry of the export in that same transaction (the export and its
+// record commit together). Each list reads at most limit+1 rows.
+func (s *Store) CustomerHistory(ctx context.Context, merchantID, customerID string, aggregateIDs []string, limit int,
+	audit func(ops.ExportHistory) ops.AuditEntry) (ops.ExportHistory, error) {
+	var out ops.ExportHistory
+	err := s.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, func(ctx context.Context, tx bun.Tx) error {
+		c, err := Customers(s.db).get(ctx, tx, merchantID, customerID, false)
+		if err != nil {
+			return err
+		}
+		h := ops.ExportHistory{Customer: c, Events: []publicevent.Stored{}, WebhookDeliveries: []ops.StoredDelivery{}}
+		if err := tx.QueryRowContext(ctx, `SELECT now()`).Scan(&h.At); err != nil {
+			return fmt.Errorf("read the transaction's time: %w", err)
+		}
+		h.At = event.Instant(h.At)
+		if len(aggregateIDs) > 0 {
+			if h.Events, err = exportEvents(ctx, tx.Tx, merchantID, aggregateIDs, limit); err != nil {
+				return err
+			}
+			if h.WebhookDeliveries, err = exportDeliveries(ctx, tx.Tx, merchantID, aggregateIDs, limit); err != nil {
+				return err
+			}
+		}
+		if err := WriteAudit(ctx, tx, audit(h)); err != nil {
+			return err
+		}
+		out = h
+		return nil
+	})
+	return out, err
+}
+
+// exportEvents reads the aggregates' events by position, decoded as they
+// were stored (an event an operator skipped in a projection is still held,
+// so it is exported as it is).
+func exportEvents(ctx context.Context, tx *sql.Tx, merchantID string, ids []string, limit int) ([]publicevent.Stored, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT position, event_id, type, stream_type, stream_id, version, merchant_id,
+		occurred_at, correlation_id, causation_id, actor, data FROM events
+		WHERE merchant_id = $1 AND stream_id = ANY($2::uuid[]) ORDER BY position LIMIT $3`, merchantID, ids, limit+1)
+	if err != nil {
+		return nil, fmt.Errorf("select the customer's events: %w", err)
+	}
+	defer rows.Close()
+	out := []publicevent.Stored{}
+	for rows.Next() {
+		var s publicevent.Stored
+		var data []byte
+		if err := rows.Scan(&s.Position, &s.ID, &s.Type, &s.StreamType, &s.StreamID, &s.Version, &s.MerchantID,
+			&s.OccurredAt, &s.CorrelationID, &s.CausationID, &s.Actor, &data); err != nil {
+			return nil, fmt.Errorf("scan the customer's events: %w", err)
+		}
+		if len(out) == limit {
+			return nil, ops.TooLarge("events", limit)
+		}
+		facts, ok := aggregates.ByType(s.StreamType)
+		if !ok {
+			return nil, fmt.Errorf("event %s: unknown stream type %q", s.ID, s.StreamType)
+		}
+		s.Data, s.OccurredAt = data, event.Instant(s.OccurredAt)
+		if s.Event, err = facts.Decode(s.Type, data); err != nil {
+			return nil, fmt.Errorf("event %s: %w", s.ID, err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// exportDeliveries reads the webhook deliveries of the aggregates' events
+// (pings concern no customer), by endpoint and insertion order, through
+// the index webhook_deliveries_aggregate.
+func exportDeliveries(ctx context.Context, tx *sql.Tx, merchantID string, ids []string, limit int) ([]ops.StoredDelivery, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT d.id, d.endpoint_id, d.merchant_id, d.event_id, d.event_type,
+		d.aggregate_id, d.aggregate_version, coalesce(d.redelivery_of::text, ''), d.status, d.attempts,
+		CASE WHEN d.status = 'pending' THEN d.next_attempt_at END, d.first_attempt_at, d.last_attempt_at,
+		coalesce(d.response_status, 0), coalesce(d.latency_ms, 0), d.error, d.created_at, d.completed_at, e.url
+		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		WHERE d.aggregate_id = ANY($2::uuid[]) AND d.merchant_id = $1 AND d.ping_payload IS NULL
+		ORDER BY d.endpoint_id, d.seq LIMIT $3`, merchantID, ids, limit+1)
+	if err != nil {
+		return nil, fmt.Errorf("select the customer's webhook deliveries: %w", err)
+	}
+	defer rows.Close()
+	out := []ops.StoredDelivery{}
+	for rows.Next() {
+		var d ops.StoredDelivery
+		var latencyMS float64
+		if err := rows.Scan(&d.ID, &d.EndpointID, &d.MerchantID, &d.EventID, &d.EventType, &d.AggregateID,
+			&d.AggregateVersion, &d.RedeliveryOf, &d.Status, &d.Attempts, &d.NextAttemptAt, &d.FirstAttemptAt,
+			&d.LastAttemptAt, &d.ResponseStatus, &latencyMS, &d.Error, &d.CreatedAt, &d.CompletedAt, &d.URL); err != nil {
+			return nil, fmt.Errorf("scan the customer's webhook deliveries: %w", err)
+		}
+		if len(out) == limit {
+			return nil, ops.TooLarge("webhook deliveries", limit)
+		}
+		d.Latency = time.Duration(latencyMS * float64(time.Millisecond))
+		d.CreatedAt = event.Instant(d.CreatedAt)
+		d.NextAttemptAt, d.FirstAttemptAt = event.InstantPtr(d.NextAttemptAt), event.InstantPtr(d.FirstAttemptAt)
+		d.LastAttemptAt, d.CompletedAt = event.InstantPtr(d.LastAttemptAt), event.InstantPtr(d.CompletedAt)
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+var _ ops.ExportEventStore = (*Store)(nil)
