@@ -38,6 +38,7 @@ const usage = `usage:
   app audit list [--limit N] [--json]                      the admin audit log, newest first
   app customers export --merchant NAME ID [--by WHO]       everything held about one customer, as JSON (recorded in the audit log)
   app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
+  app keyring rewrap [--by WHO]                            re-seal every secret under the first master key, so the others can go
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset (and nats-server when installed and RELAY_NATS_URL is unset)
   app parked list [--projection P] [--json]                parked aggregates
   app parked replay PROJECTION ID | --all [--projection P] [--by WHO]   apply their waiting events in order
@@ -87,7 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "serve", "dev", "migrate", "parked", "verify", "rebuild":
 	case "keys", "audit", "customers", "keyring":
 		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export"},
-			"keyring": {"new"}}[cmd]
+			"keyring": {"new", "rewrap"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
