@@ -56,6 +56,9 @@ type DispatcherConfig struct {
 	DB *sql.DB
 	// Sender sends the deliveries. Required.
 	Sender *Sender
+	// Secrets opens the endpoints' sealed signing secrets (the master
+	// keys). Required.
+	Secrets Sealer
 	// Schedule is when failed deliveries are tried again, and for how
 	// long. Required (cmd/app Config: WEBHOOK_RETRY_*).
 	Schedule webhook.Schedule
@@ -125,8 +128,8 @@ func (w *worker) drain() {
 // NewDispatcher returns a dispatcher whose workers run until ctx ends (the
 // term's context, carrying its fence).
 func NewDispatcher(ctx context.Context, cfg DispatcherConfig) (*Dispatcher, error) {
-	if cfg.DB == nil || cfg.Sender == nil || cfg.OnStale == nil {
-		return nil, errors.New("webhooks.NewDispatcher: DB, Sender and OnStale are required")
+	if cfg.DB == nil || cfg.Sender == nil || cfg.Secrets == nil || cfg.OnStale == nil {
+		return nil, errors.New("webhooks.NewDispatcher: DB, Sender, Secrets and OnStale are required")
 	}
 	if cfg.Schedule.Initial <= 0 || cfg.Schedule.Max <= 0 || cfg.Schedule.For <= 0 || cfg.Keep <= 0 {
 		return nil, errors.New("webhooks.NewDispatcher: Schedule and Keep are required")
@@ -552,7 +555,7 @@ func (d *Dispatcher) readRound(br pgx.BatchResults, endpointID string, fenced bo
 		}
 		d.noteDisabled(endpointID, st, tag.RowsAffected())
 	}
-	e, err := scanEndpoint(br.QueryRow())
+	e, err := scanEndpoint(br.QueryRow(), d.cfg.Secrets)
 	switch {
 	case errors.Is(err, apperr.ErrNotFound):
 	case err != nil:

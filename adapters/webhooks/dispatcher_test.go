@@ -61,7 +61,7 @@ func TestRoundSendsEndWithinTheClaim(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d, err := NewDispatcher(ctx, DispatcherConfig{DB: db.DB, Sender: sender, Keep: time.Hour,
+	d, err := NewDispatcher(ctx, DispatcherConfig{DB: db.DB, Sender: sender, Secrets: testKeys, Keep: time.Hour,
 		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
 		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
 	require.NoError(t, err)

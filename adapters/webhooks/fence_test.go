@@ -72,7 +72,7 @@ func TestStaleTermRecordsNothing(t *testing.T) {
 	runCtx, cancel := context.WithCancel(fence(2))
 	defer cancel()
 	stale := make(chan error, 1)
-	d, err := NewDispatcher(runCtx, DispatcherConfig{DB: db.DB, Sender: sender, Keep: time.Hour,
+	d, err := NewDispatcher(runCtx, DispatcherConfig{DB: db.DB, Sender: sender, Secrets: testKeys, Keep: time.Hour,
 		Schedule: webhook.Schedule{Initial: time.Millisecond, Max: time.Millisecond, For: time.Second},
 		OnStale:  func(err error) { stale <- err; cancel() }})
 	require.NoError(t, err)

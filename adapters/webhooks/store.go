@@ -58,15 +58,17 @@ import (
 // database (the API's request pool). It implements command.WebhookStore and
 // query.WebhookReads.
 type Store struct {
-	db *sql.DB
+	db      *sql.DB
+	secrets Sealer
 }
 
-// NewStore returns a store on the event-store database.
-func NewStore(db *sql.DB) (*Store, error) {
-	if db == nil {
-		return nil, errors.New("webhooks.NewStore: nil db")
+// NewStore returns a store on the event-store database, which keeps the
+// signing secrets sealed by secrets.
+func NewStore(db *sql.DB, secrets Sealer) (*Store, error) {
+	if db == nil || secrets == nil {
+		return nil, errors.New("webhooks.NewStore: db and secrets are required")
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, secrets: secrets}, nil
 }
 
 // wakeDispatcher is the notification that tells the webhook leader's
@@ -78,30 +80,39 @@ const wakeDispatcher = `SELECT pg_notify('hearth_topics', 'webhook_deliveries')`
 // DeliveriesTable is the name wakeDispatcher announces.
 const DeliveriesTable = "webhook_deliveries"
 
-const endpointColumns = `id, merchant_id, url, to_json(event_types), description, enabled, disabled_reason,
-	disabled_at, secret, coalesce(previous_secret, ''), previous_secret_until, coalesce(older_secret, ''), older_secret_until,
-	version, created_at, updated_at`
-
 type scanner interface{ Scan(dest ...any) error }
 
-func scanEndpoint(row scanner) (webhook.Endpoint, error) {
+// scanEndpoint reads an endpoint of endpointColumns, its secrets opened.
+func scanEndpoint(row scanner, secrets Sealer) (webhook.Endpoint, error) {
+	e, _, err := scanEndpointSlots(row, secrets)
+	return e, err
+}
+
+// scanEndpointSlots is scanEndpoint, with the secrets as stored.
+func scanEndpointSlots(row scanner, secrets Sealer) (webhook.Endpoint, [3]storedSecret, error) {
 	var e webhook.Endpoint
 	var types []byte
+	var slots [3]storedSecret
 	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &types, &e.Description, &e.Enabled, &e.DisabledReason,
-		&e.DisabledAt, &e.Secret, &e.PreviousSecret, &e.PreviousSecretUntil, &e.OlderSecret, &e.OlderSecretUntil,
-		&e.Version, &e.CreatedAt, &e.UpdatedAt)
+		&e.DisabledAt, &slots[0].plain, &slots[0].sealed, &slots[1].plain, &slots[1].sealed, &e.PreviousSecretUntil,
+		&slots[2].plain, &slots[2].sealed, &e.OlderSecretUntil, &e.Version, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
-		return e, apperr.ErrNotFound
+		return e, slots, apperr.ErrNotFound
 	}
 	if err != nil {
-		return e, err
+		return e, slots, err
+	}
+	for i, dst := range []*string{&e.Secret, &e.PreviousSecret, &e.OlderSecret} {
+		if *dst, err = slots[i].open(secrets, e.ID); err != nil {
+			return e, slots, err
+		}
 	}
 	if err := json.Unmarshal(types, &e.EventTypes); err != nil {
-		return e, fmt.Errorf("webhook endpoint %s: event types: %w", e.ID, err)
+		return e, slots, fmt.Errorf("webhook endpoint %s: event types: %w", e.ID, err)
 	}
 	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
 	e.DisabledAt, e.PreviousSecretUntil, e.OlderSecretUntil = utc(e.DisabledAt), utc(e.PreviousSecretUntil), utc(e.OlderSecretUntil)
-	return e, nil
+	return e, slots, nil
 }
 
 func utc(t *time.Time) *time.Time {
@@ -162,10 +173,14 @@ func (s *Store) InsertEndpoint(ctx context.Context, e *webhook.Endpoint) error {
 			return nil, &apperr.RuleError{Rule: webhook.RuleEndpointLimit,
 				Detail: fmt.Sprintf("a merchant may have at most %d webhook endpoints; delete one first", webhook.MaxEndpoints)}
 		}
+		secret, _, _, err := sealSecrets(s.secrets, e)
+		if err != nil {
+			return nil, err
+		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO webhook_endpoints
-			(id, merchant_id, url, event_types, description, enabled, secret, version, created_at, updated_at)
+			(id, merchant_id, url, event_types, description, enabled, secret_sealed, version, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			e.ID, e.MerchantID, e.URL, nonNil(e.EventTypes), e.Description, e.Enabled, e.Secret, e.Version, e.CreatedAt, e.UpdatedAt)
+			e.ID, e.MerchantID, e.URL, nonNil(e.EventTypes), e.Description, e.Enabled, secret, e.Version, e.CreatedAt, e.UpdatedAt)
 		if err != nil {
 			return nil, fmt.Errorf("insert webhook endpoint: %w", err)
 		}
@@ -185,19 +200,24 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 	var out webhook.Endpoint
 	err := inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
 		e, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
-			WHERE merchant_id = $1 AND id = $2 FOR UPDATE`, merchantID, id))
+			WHERE merchant_id = $1 AND id = $2 FOR UPDATE`, merchantID, id), s.secrets)
 		if err != nil {
 			return nil, err
 		}
 		if err := fn(&e); err != nil {
 			return nil, err
 		}
+		current, previous, older, err := sealSecrets(s.secrets, &e)
+		if err != nil {
+			return nil, err
+		}
 		_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET url = $3, event_types = $4, description = $5,
-			enabled = $6, disabled_reason = $7, disabled_at = $8, secret = $9, previous_secret = nullif($10, ''),
-			previous_secret_until = $11, older_secret = nullif($14, ''), older_secret_until = $15, version = $12, updated_at = $13
+			enabled = $6, disabled_reason = $7, disabled_at = $8, secret = NULL, secret_sealed = $9,
+			previous_secret = NULL, previous_secret_sealed = $10, previous_secret_until = $11,
+			older_secret = NULL, older_secret_sealed = $14, older_secret_until = $15, version = $12, updated_at = $13
 			WHERE merchant_id = $1 AND id = $2`, merchantID, id, e.URL, nonNil(e.EventTypes), e.Description,
-			e.Enabled, e.DisabledReason, e.DisabledAt, e.Secret, e.PreviousSecret, e.PreviousSecretUntil, e.Version, e.UpdatedAt,
-			e.OlderSecret, e.OlderSecretUntil)
+			e.Enabled, e.DisabledReason, e.DisabledAt, current, previous, e.PreviousSecretUntil, e.Version, e.UpdatedAt,
+			older, e.OlderSecretUntil)
 		if err != nil {
 			return nil, fmt.Errorf("update webhook endpoint: %w", err)
 		}
@@ -233,7 +253,7 @@ func (s *Store) QueueDelivery(ctx context.Context, merchantID, endpointID string
 	var out webhook.Delivery
 	err := inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
 		e, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
-			WHERE merchant_id = $1 AND id = $2 FOR SHARE`, merchantID, endpointID))
+			WHERE merchant_id = $1 AND id = $2 FOR SHARE`, merchantID, endpointID), s.secrets)
 		if err != nil {
 			return nil, err
 		}
@@ -297,7 +317,7 @@ func (s *Store) Endpoints(ctx context.Context, merchantID string, p query.Page) 
 	defer rows.Close()
 	var out []webhook.Endpoint
 	for rows.Next() {
-		e, err := scanEndpoint(rows)
+		e, err := scanEndpoint(rows, s.secrets)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -309,7 +329,7 @@ func (s *Store) Endpoints(ctx context.Context, merchantID string, p query.Page) 
 // Endpoint returns one endpoint of the merchant.
 func (s *Store) Endpoint(ctx context.Context, merchantID, id string) (webhook.Endpoint, error) {
 	return scanEndpoint(s.db.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
-		WHERE merchant_id = $1 AND id = $2`, merchantID, id))
+		WHERE merchant_id = $1 AND id = $2`, merchantID, id), s.secrets)
 }
 
 // logOrder names the delivery log's order (newest first, by insertion) in

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"hearth/domain/webhook"
+	"hearth/internal/keyring"
 	httpport "hearth/ports/http"
 )
 
@@ -163,6 +165,13 @@ type Config struct {
 	// false: such targets are refused when an endpoint is saved and again
 	// at every connection.
 	WebhookAllowPrivate bool
+	// MasterKeys seal what Hearth keeps secret at rest: webhook signing
+	// secrets (docs/personal-data.md). MASTER_KEY holds one or more ID:KEY
+	// lines (comma-separated; the first seals, the others only open what
+	// they sealed until `app keyring rewrap`), or MASTER_KEY_FILE names a
+	// file of such lines. Required by serve; `app dev` makes a throwaway one
+	// under .data/ when neither is set.
+	MasterKeys *keyring.Ring
 	// WebhookDeliveryKeep is how long a finished delivery stays in the
 	// delivery log (WEBHOOK_DELIVERY_KEEP). Defaults to 168h (7 days).
 	WebhookDeliveryKeep time.Duration
@@ -282,6 +291,11 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_PRIVATE=%q: must be true or false", v))
 	}
 	cfg.WebhookDeliveryKeep = duration("WEBHOOK_DELIVERY_KEEP", 168*time.Hour)
+	if ring, err := masterKeys(getenv); err != nil {
+		errs = append(errs, err)
+	} else {
+		cfg.MasterKeys = ring
+	}
 	cfg.RelayNATSURL = getenv("RELAY_NATS_URL")
 	cfg.RelayStream = cmp.Or(getenv("RELAY_STREAM"), "HEARTH")
 	cfg.RelaySubjectPrefix = cmp.Or(getenv("RELAY_SUBJECT_PREFIX"), "hearth")
@@ -432,6 +446,43 @@ func (c Config) webhookSchedule() webhook.Schedule {
 }
 
 // requireDatabase checks that DATABASE_URL is set.
+// masterKeys reads MASTER_KEY or the file MASTER_KEY_FILE names; nil when
+// neither is set. Errors name the setting (and the file), never a key.
+func masterKeys(getenv func(string) string) (*keyring.Ring, error) {
+	inline, file := getenv("MASTER_KEY"), getenv("MASTER_KEY_FILE")
+	switch {
+	case inline != "" && file != "":
+		return nil, errors.New("MASTER_KEY and MASTER_KEY_FILE are both set: set one")
+	case file != "":
+		text, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("MASTER_KEY_FILE=%s: %w", file, err)
+		}
+		ring, err := keyring.Parse(string(text))
+		if err != nil {
+			return nil, fmt.Errorf("MASTER_KEY_FILE=%s: %w", file, err)
+		}
+		return ring, nil
+	case inline != "":
+		ring, err := keyring.Parse(inline)
+		if err != nil {
+			return nil, fmt.Errorf("MASTER_KEY: %w", err)
+		}
+		return ring, nil
+	}
+	return nil, nil
+}
+
+// requireMasterKeys is serve's check: Hearth does not start without the
+// keys that seal its secrets.
+func (c Config) requireMasterKeys() error {
+	if c.MasterKeys == nil {
+		return errors.New("MASTER_KEY (or MASTER_KEY_FILE) is not set: Hearth seals webhook signing secrets with it; " +
+			"make one with `app keyring new`, keep it in your secret store, and set MASTER_KEY to the line it prints")
+	}
+	return nil
+}
+
 func (c Config) requireDatabase() error {
 	if c.DatabaseURL == "" {
 		return errors.New("DATABASE_URL is not set: point it at Postgres 14 or newer, e.g. postgres://user:pass@localhost:5432/hearth (or use `make run`, which starts a throwaway cluster)")

@@ -6,15 +6,23 @@ import (
 	"flag"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"hearth/internal/keyring"
 )
 
 // env is a fake getenv over a map.
+// testMasterKey is the master key of the tests that run serve (MASTER_KEY):
+// a fixed key, which seals nothing that outlives a test.
+const testMasterKey = "test:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+
 func env(vars map[string]string) func(string) string {
 	return func(name string) string { return vars[name] }
 }
@@ -379,4 +387,65 @@ func TestShortDuration(t *testing.T) {
 	} {
 		require.Equal(t, want, shortDuration(d))
 	}
+}
+
+// The master keys: MASTER_KEY or a file, parsed once at start-up; every
+// error names the setting and never shows a key; serve refuses to start
+// without them.
+func TestMasterKeySettings(t *testing.T) {
+	t.Parallel()
+	load := func(vars map[string]string) (Config, error) {
+		cfg, _, err := loadConfig(env(vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+		return cfg, err
+	}
+	cfg, err := load(map[string]string{"MASTER_KEY": testMasterKey})
+	require.NoError(t, err)
+	require.Equal(t, "test", cfg.MasterKeys.ActiveID())
+
+	older, err := keyring.New("older")
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "master.key")
+	require.NoError(t, os.WriteFile(file, []byte("# rotated 2026-12\n"+testMasterKey+"\n"+older+"\n"), 0o600))
+	cfg, err = load(map[string]string{"MASTER_KEY_FILE": file})
+	require.NoError(t, err)
+	require.Equal(t, []string{"test", "older"}, cfg.MasterKeys.IDs(), "the first line seals")
+
+	cfg, err = load(nil)
+	require.NoError(t, err)
+	require.Nil(t, cfg.MasterKeys)
+
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		vars map[string]string
+		want string
+	}{
+		{map[string]string{"MASTER_KEY": "test:c2hvcnQ="}, "MASTER_KEY: key 1 (test): KEY must be 32 bytes, not 5"},
+		{map[string]string{"MASTER_KEY": testMasterKey + ",nocolon"}, "MASTER_KEY: key 2: must be ID:KEY"},
+		{map[string]string{"MASTER_KEY_FILE": missing}, "MASTER_KEY_FILE=" + missing + ": open"},
+		{map[string]string{"MASTER_KEY": testMasterKey, "MASTER_KEY_FILE": file}, "MASTER_KEY and MASTER_KEY_FILE are both set"},
+	} {
+		_, err := load(tc.vars)
+		require.ErrorContains(t, err, tc.want)
+		require.NotContains(t, err.Error(), testMasterKey[5:], "no key material in the message")
+	}
+
+	err = run(t.Context(), []string{"serve"}, env(map[string]string{"DATABASE_URL": "postgres://nowhere/x"}), io.Discard, io.Discard)
+	require.ErrorContains(t, err, "MASTER_KEY (or MASTER_KEY_FILE) is not set", "serve does not start without master keys")
+}
+
+// `app keyring new` prints a line MASTER_KEY takes.
+func TestKeyringNew(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"keyring", "new", "2027-01"}, env(nil), &out, io.Discard))
+	ring, err := keyring.Parse(out.String())
+	require.NoError(t, err)
+	require.Equal(t, "2027-01", ring.ActiveID())
+
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"keyring", "new"}, env(nil), &out, io.Discard))
+	require.Regexp(t, `^k\d{8}:[A-Za-z0-9+/]{43}=\n$`, out.String(), "an id from the date when none is given")
+
+	err = run(t.Context(), []string{"keyring", "new", "bad id"}, env(nil), io.Discard, io.Discard)
+	require.ErrorAs(t, err, new(usageError))
 }

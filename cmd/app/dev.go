@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -15,6 +17,7 @@ import (
 	"hearth/app/access"
 	"hearth/app/query"
 	"hearth/internal/database"
+	"hearth/internal/keyring"
 	"hearth/internal/natsserver"
 	"hearth/internal/pgcluster"
 	"hearth/internal/refdata"
@@ -23,8 +26,9 @@ import (
 // devDir holds the throwaway cluster of `app dev`, devNATSDir its
 // throwaway NATS server.
 const (
-	devDir     = ".data/postgres"
-	devNATSDir = ".data/nats"
+	devDir       = ".data/postgres"
+	devNATSDir   = ".data/nats"
+	devMasterKey = ".data/master.key"
 )
 
 // dev is `make run`: without DATABASE_URL it starts a fresh throwaway
@@ -35,7 +39,8 @@ const (
 // key and a staff member, prints them with a curl example, serves until
 // Ctrl-C, and then stops the servers it started.
 func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (err error) {
-	if cfg.DatabaseURL == "" {
+	throwaway := cfg.DatabaseURL == ""
+	if throwaway {
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		cluster, err := pgcluster.Start(startCtx, pgcluster.Options{Dir: devDir, Fresh: true, Install: true, Log: log})
 		cancel()
@@ -52,6 +57,19 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		cfg.DatabaseURL = cluster.URL("hearth")
 		cfg.ReadModelDatabaseURL = cfg.DatabaseURL
 		log.Info("throwaway Postgres started", "url", cfg.DatabaseURL, "dir", devDir)
+	}
+	switch {
+	case cfg.MasterKeys == nil && !throwaway:
+		// A database of your own outlives this run: a throwaway key would
+		// leave what it sealed unreadable at the next.
+		return cfg.requireMasterKeys()
+	case cfg.MasterKeys == nil:
+		ring, err := throwawayMasterKey(devMasterKey)
+		if err != nil {
+			return err
+		}
+		cfg.MasterKeys = ring
+		log.Info("throwaway master key made: set MASTER_KEY or MASTER_KEY_FILE to keep your own", "file", devMasterKey)
 	}
 	if err := migrate(ctx, cfg, log); err != nil {
 		return err
@@ -138,6 +156,24 @@ this database; in another shell:
 
 `, op.MerchantID, op.Secret, admin.Secret, worker.Secret, staffID, base, op.Secret, base, base, base, printableURL(cfg.DatabaseURL))
 	return nil
+}
+
+// throwawayMasterKey writes a new master key to file (readable by its owner
+// only) and returns its ring: what `app dev` seals with when no master key
+// is configured. Its throwaway cluster is new at every start, so nothing
+// sealed under an older throwaway key is left to open.
+func throwawayMasterKey(file string) (*keyring.Ring, error) {
+	line, err := keyring.New("dev")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return nil, fmt.Errorf("throwaway master key: %w", err)
+	}
+	if err := os.WriteFile(file, []byte(line+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("throwaway master key: %w", err)
+	}
+	return keyring.Parse(line)
 }
 
 // printableURL is a connection string for the banner, its password (if

@@ -8,6 +8,7 @@ import (
 	"io"
 	stdlog "log"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -477,6 +478,13 @@ func startServe(t *testing.T, vars map[string]string) *served {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	s := &served{t: t, stderr: &syncBuffer{}, stop: stop, done: make(chan error, 1)}
+	if _, set := vars["MASTER_KEY"]; !set {
+		vars = maps.Clone(vars)
+		if vars == nil {
+			vars = map[string]string{}
+		}
+		vars["MASTER_KEY"] = testMasterKey
+	}
 	go func() {
 		s.done <- run(ctx, []string{"serve", "--http-addr", "127.0.0.1:0"}, env(vars), io.Discard, s.stderr)
 	}()

@@ -48,6 +48,8 @@ func (k *keyFlags) register(cmd, sub string, fs *flag.FlagSet) {
 	case "keys rotate":
 		fs.StringVar(&k.grace, "grace", "0s", "how long the old key keeps working (0s: revoked now; at most 720h)")
 		fs.StringVar(&k.by, "by", "", "who rotates it, for the audit log (defaults to cli:$USER)")
+	case "keyring rewrap":
+		fs.StringVar(&k.by, "by", "", "who rewraps, for the audit log (defaults to cli:$USER)")
 	case "audit list":
 		fs.IntVar(&k.limit, "limit", 50, "how many entries, newest first (1 to 1000)")
 		fs.BoolVar(&k.asJSON, "json", false, "print JSON")

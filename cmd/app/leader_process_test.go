@@ -42,7 +42,7 @@ func startWorker(t *testing.T, bin, dbURL string) *workerProcess {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	cmd := exec.Command(bin, "--mode", "worker", "--http-addr", addr)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "POLL_INTERVAL=20ms", "LOG_LEVEL=warn")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "MASTER_KEY="+testMasterKey, "POLL_INTERVAL=20ms", "LOG_LEVEL=warn")
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	w := &workerProcess{cmd: cmd, addr: addr}

@@ -37,6 +37,8 @@ const usage = `usage:
   app keys rotate ID [--grace D] [--by WHO]                a new key like it; the old one is revoked, or works for D more
   app audit list [--limit N] [--json]                      the admin audit log, newest first
   app customers export --merchant NAME ID [--by WHO]       everything held about one customer, as JSON (recorded in the audit log)
+  app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
+  app keyring rewrap [--by WHO]                            re-seal every secret under the first master key, so the others can go
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset (and nats-server when installed and RELAY_NATS_URL is unset)
   app parked list [--projection P] [--json]                parked aggregates
   app parked replay PROJECTION ID | --all [--projection P] [--by WHO]   apply their waiting events in order
@@ -84,8 +86,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sub := ""
 	switch cmd {
 	case "serve", "dev", "migrate", "parked", "verify", "rebuild":
-	case "keys", "audit", "customers":
-		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export"}}[cmd]
+	case "keys", "audit", "customers", "keyring":
+		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export"},
+			"keyring": {"new", "rewrap"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -108,7 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration: %w", err)
 	}
 	switch cmd {
-	case "parked", "rebuild", "keys", "audit", "customers":
+	case "parked", "rebuild", "keys", "audit", "customers", "keyring":
 		if rest, err = parseInterleaved(fs, rest); err != nil {
 			return err
 		}
@@ -138,6 +141,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		return customersExport(ctx, cfg, log, customerArgs, rest, getenv, stdout)
+	case "keyring":
+		return keyringCommand(ctx, cfg, sub, keyArgs, rest, getenv, stdout)
 	case "dev":
 		return dev(ctx, cfg, log, stdout)
 	case "parked", "verify", "rebuild":
@@ -154,6 +159,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	default:
 		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		if err := cfg.requireMasterKeys(); err != nil {
 			return err
 		}
 		return serve(ctx, cfg, log)

@@ -148,8 +148,10 @@ type wiring struct {
 	idempotency *idempotency.Store
 	// fanout are the webhook fan-out's projections (one per topic), run by
 	// the webhook leader (leadWebhooks); webhookSender sends the deliveries.
-	fanout         []projector.Projection
-	webhookSender  *webhooks.Sender
+	fanout        []projector.Projection
+	webhookSender *webhooks.Sender
+	// webhookStore keeps the endpoints, their secrets sealed.
+	webhookStore   *webhooks.Store
 	webhookMetrics *webhooks.Metrics
 	// webhookRand draws the jitter of webhook retries; nil: random (tests
 	// fix it).
@@ -231,7 +233,7 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	schedulesRead, err := readmodel.NewSchedules(apiRM)
 	must(err)
-	hooks, err := webhooks.NewStore(apiES.DB)
+	hooks, err := webhooks.NewStore(apiES.DB, sealer(cfg.MasterKeys))
 	must(err)
 	sender, err := webhooks.NewSender(webhooks.SenderConfig{Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivate})
 	must(err)
@@ -274,7 +276,7 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref, fanout: fanout.Projections(), webhookSender: sender}
+	w := wiring{app: a, refdata: ref, fanout: fanout.Projections(), webhookSender: sender, webhookStore: hooks}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		w.projections = append(w.projections, projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
 	}
@@ -341,6 +343,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	w, err := wire(cfg, dbs, log)
 	if err != nil {
 		return err
+	}
+	// Secrets written before they were sealed (or by a Hearth without a
+	// master key) are sealed now, so none stays in clear past an upgrade.
+	if n, err := w.webhookStore.SealSecrets(ctx, false); err != nil {
+		return fmt.Errorf("seal webhook secrets: %w", err)
+	} else if n > 0 {
+		log.Info("sealed webhook signing secrets kept in clear", "endpoints", n, "master_key", cfg.MasterKeys.ActiveID())
 	}
 	if cfg.Mode != ModeWorker {
 		if err := w.wireEventFeed(cfg, dbs, log); err != nil {

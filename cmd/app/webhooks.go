@@ -14,6 +14,7 @@ import (
 	"hearth/adapters/webhooks"
 	"hearth/internal/advisory"
 	"hearth/internal/database"
+	"hearth/internal/keyring"
 	"hearth/leader"
 )
 
@@ -68,7 +69,7 @@ func leadWebhooks(ctx context.Context, term int64, cfg Config, lease time.Durati
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	d, err := webhooks.NewDispatcher(gctx, webhooks.DispatcherConfig{
-		DB: db.DB, Sender: w.webhookSender, Schedule: cfg.webhookSchedule(), Keep: cfg.WebhookDeliveryKeep,
+		DB: db.DB, Sender: w.webhookSender, Secrets: sealer(cfg.MasterKeys), Schedule: cfg.webhookSchedule(), Keep: cfg.WebhookDeliveryKeep,
 		Metrics: w.webhookMetrics, OnStale: stepDown, Log: log, Rand: w.webhookRand,
 	})
 	if err != nil {
@@ -95,3 +96,20 @@ func leadWebhooks(ctx context.Context, term int64, cfg Config, lease time.Durati
 	}
 	return err
 }
+
+// sealer is the master keys as what seals webhook secrets. The operator's
+// commands that wire Hearth but touch no secret (parked, verify, rebuild)
+// run without master keys: their sealer then fails any use, naming the
+// setting. (serve and dev refuse to start without them.)
+func sealer(ring *keyring.Ring) webhooks.Sealer {
+	if ring == nil {
+		return noMasterKeys{}
+	}
+	return ring
+}
+
+type noMasterKeys struct{}
+
+func (noMasterKeys) Seal([]byte, []byte) ([]byte, error) { return nil, Config{}.requireMasterKeys() }
+func (noMasterKeys) Open([]byte, []byte) ([]byte, error) { return nil, Config{}.requireMasterKeys() }
+func (noMasterKeys) Stale([]byte) bool                   { return false }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -18,11 +19,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/webhooks"
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
+	"hearth/internal/keyring"
 	"hearth/internal/pgtest"
 	"hearth/leader"
 )
@@ -31,6 +34,11 @@ import (
 // deliveries may reach loopback (the receivers are httptest servers), and
 // retries come within milliseconds.
 func webhookTestSettings(cfg *Config) {
+	ring, err := keyring.Parse(testMasterKey)
+	if err != nil {
+		panic(err)
+	}
+	cfg.MasterKeys = ring
 	cfg.WebhookTimeout = 5 * time.Second
 	cfg.WebhookAllowPrivate = true
 	cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = 10*time.Millisecond, 50*time.Millisecond, time.Minute
@@ -972,4 +980,82 @@ func TestServeDeliversWebhooks(t *testing.T) {
 	require.Equal(t, id, d.event.AggregateID)
 	verifySignature(t, secret, d)
 	srv.shutdown()
+}
+
+// Signing secrets are sealed at rest under the master key: no row holds
+// one in clear, a row sealed before (in clear) is sealed at start-up and
+// signs with the same secret, and `app keyring rewrap` moves every secret
+// to a new first master key, so that the old one can go.
+func TestWebhookSecretsSealedAtRest(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := withWebhooks(t, urls, nil)
+	rc := newReceiver(t)
+	endpoint, secret := a.createEndpoint(a.opA, rc.URL)
+	rotated := a.must(http.StatusOK, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/rotate-secret", a.opA,
+		map[string]any{"overlap": "1h"}).Body["secret"].(string)
+	inClear := func() int {
+		var n int
+		require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM webhook_endpoints e
+			WHERE row_to_json(e)::text LIKE '%whsec_%' OR secret IS NOT NULL OR previous_secret IS NOT NULL`).Scan(&n))
+		return n
+	}
+	require.Zero(t, inClear(), "no secret in clear, in any column")
+	a.orderEvents(1, 0)
+	awaitDelivered(t, rc, 1)
+	verifySignature(t, secret, rc.delivered()[0])
+	verifySignature(t, rotated, rc.delivered()[0])
+
+	// A row as a Hearth before sealing wrote it: start-up seals it.
+	_, err := a.dbs.es.DB.Exec(`UPDATE webhook_endpoints SET secret = $2, secret_sealed = NULL,
+		previous_secret = NULL, previous_secret_sealed = NULL, previous_secret_until = NULL WHERE id = $1`, endpoint, secret)
+	require.NoError(t, err)
+	require.Equal(t, 1, inClear())
+	started := startServe(t, map[string]string{"DATABASE_URL": urls.EventStore, "MODE": ModeAPI, "LOG_FORMAT": "json"})
+	started.shutdown()
+	require.Zero(t, inClear(), "serve seals what it finds in clear at start-up")
+	n, err := a.w.webhookStore.SealSecrets(t.Context(), false)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing left to seal")
+	a.orderEvents(1, 0)
+	awaitDelivered(t, rc, 2)
+	require.Len(t, strings.Fields(rc.delivered()[1].header.Get("webhook-signature")), 1)
+	verifySignature(t, secret, rc.delivered()[1])
+
+	// A new master key first: rewrap re-seals under it, and records it.
+	newKey, err := keyring.New("next")
+	require.NoError(t, err)
+	var out bytes.Buffer
+	vars := map[string]string{"DATABASE_URL": urls.EventStore, "MASTER_KEY": newKey + "," + testMasterKey, "USER": "tester"}
+	require.NoError(t, run(t.Context(), []string{"keyring", "rewrap"}, env(vars), &out, io.Discard))
+	require.Contains(t, out.String(), "re-sealed the secrets of 1 webhook endpoints under master key next; no longer needed: test")
+	var sealed []byte
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT secret_sealed FROM webhook_endpoints WHERE id = $1`, endpoint).Scan(&sealed))
+	id, err := keyring.KeyID(sealed)
+	require.NoError(t, err)
+	require.Equal(t, "next", id)
+	var action, target string
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT action, target FROM admin_audit ORDER BY id DESC LIMIT 1`).Scan(&action, &target))
+	require.Equal(t, []string{"keyring.rewrap", "master_key/next"}, []string{action, target})
+
+	// The old key can go: the new one alone opens the secret.
+	only, err := keyring.Parse(newKey)
+	require.NoError(t, err)
+	store, err := webhooks.NewStore(a.dbs.es.DB, only)
+	require.NoError(t, err)
+	e, err := store.Endpoint(t.Context(), a.merchantA, endpoint)
+	require.NoError(t, err)
+	require.Equal(t, secret, e.Secret)
+	// Without the key that sealed it, the secret does not open.
+	other, err := webhooks.NewStore(a.dbs.es.DB, mustRing(t, testMasterKey))
+	require.NoError(t, err)
+	_, err = other.Endpoint(t.Context(), a.merchantA, endpoint)
+	require.ErrorIs(t, err, keyring.ErrUnknownKey)
+}
+
+func mustRing(t *testing.T, text string) *keyring.Ring {
+	t.Helper()
+	r, err := keyring.Parse(text)
+	require.NoError(t, err)
+	return r
 }

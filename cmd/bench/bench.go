@@ -92,7 +92,7 @@ func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, erro
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(b.bin, "serve")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode,
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode, "MASTER_KEY="+benchMasterKey,
 		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String(),
 		// The webhook receivers listen on loopback, in the bench process; a
 		// held receiver keeps its requests until the backlog is queued.
@@ -504,3 +504,7 @@ func (b *bench) rssByProcess() string {
 	slices.Sort(parts)
 	return strings.Join(parts, ", ")
 }
+
+// benchMasterKey is the MASTER_KEY of every Hearth the bench starts: fixed,
+// since every Hearth of one database must open what another sealed.
+const benchMasterKey = "bench:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="

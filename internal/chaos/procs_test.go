@@ -53,6 +53,10 @@ func binary(t *testing.T) string {
 // test.
 var client = &http.Client{Timeout: time.Second}
 
+// masterKey is the workers' MASTER_KEY: fixed, since every process of a
+// test must open what another sealed.
+const masterKey = "chaos:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+
 // proc is one Hearth process.
 type proc struct {
 	name string
@@ -74,7 +78,7 @@ func start(t *testing.T, name, mode string, urls pgtest.URLs) *proc {
 	f, err := os.Create(logFile)
 	require.NoError(t, err)
 	cmd := exec.Command(binary(t), "--mode", mode, "--http-addr", addr)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+urls.EventStore, "READMODEL_DATABASE_URL="+urls.ReadModel,
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+urls.EventStore, "READMODEL_DATABASE_URL="+urls.ReadModel, "MASTER_KEY="+masterKey,
 		"POLL_INTERVAL=20ms", "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s")
 	cmd.Stderr = f
 	require.NoError(t, cmd.Start())

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"hearth/adapters/webhooks"
+	"hearth/app/ops"
+	"hearth/internal/database"
+	"hearth/internal/keyring"
+	"hearth/internal/refdata"
+)
+
+// keyringCommand runs `app keyring new [ID]`, which prints a new master key
+// line (ID:KEY) for MASTER_KEY or MASTER_KEY_FILE and stores it nowhere,
+// and `app keyring rewrap`, which re-seals every secret under the first
+// master key (ops.Rewrap).
+func keyringCommand(ctx context.Context, cfg Config, sub string, k keyFlags, rest []string, getenv func(string) string, stdout io.Writer) error {
+	switch sub {
+	case "rewrap":
+		if len(rest) > 0 {
+			return usageError{fmt.Sprintf("keyring rewrap: unexpected arguments %q", rest)}
+		}
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		if err := cfg.requireMasterKeys(); err != nil {
+			return err
+		}
+		db, err := database.Open(ctx, cfg.DatabaseURL, 2)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		hooks, err := webhooks.NewStore(db.DB, cfg.MasterKeys)
+		if err != nil {
+			return err
+		}
+		audit, err := refdata.New(db)
+		if err != nil {
+			return err
+		}
+		n, err := ops.Rewrap(ctx, hooks, audit, actor(k.by, getenv), cfg.MasterKeys.ActiveID())
+		if err != nil {
+			return asUsage(flagError("keyring rewrap", err, ""))
+		}
+		fmt.Fprintf(stdout, "re-sealed the secrets of %d webhook endpoints under master key %s; no longer needed: %s\n",
+			n, cfg.MasterKeys.ActiveID(), cmpOr(strings.Join(cfg.MasterKeys.IDs()[1:], ", "), "none"))
+		return nil
+	case "new":
+		if len(rest) > 1 {
+			return usageError{fmt.Sprintf("keyring new: one ID at most, not %q", rest)}
+		}
+		id := "k" + time.Now().UTC().Format("20060102")
+		if len(rest) == 1 {
+			id = rest[0]
+		}
+		line, err := keyring.New(id)
+		if err != nil {
+			return usageError{"keyring new: " + err.Error()}
+		}
+		fmt.Fprintln(stdout, line)
+		return nil
+	}
+	return usageError{"keyring: unknown subcommand " + sub}
+}
