@@ -506,7 +506,7 @@ func (p *Plan) apply(e event.Event) {
 		p.skipped, p.moved = map[civil.Date]bool{}, map[civil.Date]move{}
 		p.status = StatusActive
 	case Changed:
-		keep := 1 // the first segment covers the dates before every change
+		keep := 0
 		for keep < len(p.segments) && p.segments[keep].from.Before(e.From) {
 			keep++
 		}

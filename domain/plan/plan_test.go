@@ -2,6 +2,7 @@ package plan_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,6 +226,8 @@ func TestNewRejectsBadInput(t *testing.T) {
 			in.Terms.Recurrence = plan.Recurrence{Frequency: plan.Monthly, Interval: 1, MonthDay: 20, Start: day(t, "2027-01-21"), Until: dayPtr(t, "2027-02-19")}
 		}, []string{"recurrence.until"}},
 		{"end before start", func(in *plan.NewPlan) { in.Terms.Recurrence.Until = dayPtr(t, "2026-12-31") }, []string{"recurrence.until"}},
+		{"end before start, said so", func(in *plan.NewPlan) { in.Terms.Recurrence.Until = dayPtr(t, "2026-12-31") },
+			[]string{"recurrence.until: must not be before recurrence.start"}},
 		{"window longer than a day", func(in *plan.NewPlan) { in.Terms.Window.End = civil.EndOfDay + 30 }, []string{"window.end"}},
 		{"window ends before it starts", func(in *plan.NewPlan) { in.Terms.Window.End = civil.At(8, 0) }, []string{"window.end"}},
 		{"empty window", func(in *plan.NewPlan) { in.Terms.Window.End = in.Terms.Window.Start }, []string{"window.end"}},
@@ -260,6 +263,10 @@ func TestNewRejectsBadInput(t *testing.T) {
 				return
 			}
 			require.Nil(t, p, "nothing half-created")
+			if strings.Contains(c.fields[0], ": ") {
+				require.EqualError(t, err, "invalid input: "+c.fields[0])
+				return
+			}
 			require.Equal(t, c.fields, fieldsOf(t, err))
 		})
 	}
@@ -303,8 +310,16 @@ func TestChangeFrom(t *testing.T) {
 	require.NoError(t, p.ChangeFrom(day(t, "2027-02-09"), tuesdays, now), "the same terms again")
 	require.Empty(t, p.Changes(), "change nothing, record nothing")
 
-	// A change from an earlier visit replaces the later change.
-	require.NoError(t, p.ChangeFrom(day(t, "2027-01-18"), priceOnly, now))
+	// The same terms from an earlier visit are a change: that visit on.
+	require.NoError(t, p.ChangeFrom(day(t, "2027-01-18"), tuesdays, now))
+	require.Len(t, p.Changes(), 1)
+	p = commit(t, p)
+	require.Equal(t, []string{"2027-01-04", "2027-01-11", "2027-02-02"}, dates(all(p))[:3])
+
+	require.Equal(t, plan.RuleNoSuchVisit, ruleOf(t, p.ChangeFrom(day(t, "2027-01-18"), priceOnly, now)), "that visit is gone")
+
+	// A change from an earlier visit replaces the later changes.
+	require.NoError(t, p.ChangeFrom(day(t, "2027-01-11"), priceOnly, now))
 	p = commit(t, p)
 	require.Equal(t, dates(before), dates(all(p)))
 }
