@@ -204,9 +204,7 @@ func subtract(from, cut []Interval) []Interval {
 			if cut[k].Start.After(start) {
 				out = append(out, Interval{start, cut[k].Start})
 			}
-			if cut[k].End.After(start) {
-				start = cut[k].End
-			}
+			start = cut[k].End // after start: cut is sorted and disjoint, and j skipped those that end by start
 		}
 		if start.Before(f.End) {
 			out = append(out, Interval{start, f.End})
