@@ -135,8 +135,8 @@ type Interval struct {
 // touching and overlapping shifts merged (a shift to 24:00 and the next
 // day's from 00:00 are one span), clipped to [from, to).
 func (h WorkingHours) Intervals(from, to time.Time, loc *time.Location) []Interval {
-	var out []Interval
 	last := civil.DateOf(to, loc).AddDays(1)
+	out := make([]Interval, 0, 2*(last.DaysSince(civil.DateOf(from, loc))+2))
 	for d := civil.DateOf(from, loc).AddDays(-1); !d.After(last); d = d.AddDays(1) {
 		for _, s := range h.ShiftsOn(d) {
 			start, end := civil.Resolve(d, s.Start, loc), civil.Resolve(d, s.End, loc)

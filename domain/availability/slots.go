@@ -132,7 +132,7 @@ func Slots(q Query, staff []Staff) (Page, error) {
 	}
 	after, _ := parseCursor(q.Cursor)
 	g := grid{loc: loc, step: int64(q.Step / time.Second)}
-	var found []Slot
+	var each [][]Slot // per staff member, in order
 	for _, s := range staff {
 		if q.StaffID != "" && s.ID != q.StaffID || q.CatalogItemID != "" && !slices.Contains(s.CatalogItems, q.CatalogItemID) {
 			continue
@@ -149,14 +149,34 @@ func Slots(q Query, staff []Staff) (Page, error) {
 				from = lb
 			}
 		}
-		found = append(found, free(s, q, from, g, q.Limit+1)...)
+		if slots := free(s, q, from, g, q.Limit+1); len(slots) > 0 {
+			each = append(each, slots)
+		}
 	}
-	slices.SortFunc(found, func(a, b Slot) int { return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.StaffID, b.StaffID)) })
-	if len(found) <= q.Limit {
-		return Page{Slots: found}, nil
+	// Merge the sorted lists, up to a page and one.
+	var page []Slot
+	for len(page) <= q.Limit && len(each) > 0 {
+		first := 0
+		for i, slots := range each[1:] {
+			if before(slots[0], each[first][0]) {
+				first = i + 1
+			}
+		}
+		page = append(page, each[first][0])
+		if each[first] = each[first][1:]; len(each[first]) == 0 {
+			each = slices.Delete(each, first, first+1)
+		}
 	}
-	page := found[:q.Limit:q.Limit]
+	if len(page) <= q.Limit {
+		return Page{Slots: page}, nil
+	}
+	page = page[:q.Limit:q.Limit]
 	return Page{Slots: page, Next: cursor{page[q.Limit-1].Start, page[q.Limit-1].StaffID}.String()}, nil
+}
+
+// before orders slots by start, then staff id.
+func before(a, b Slot) bool {
+	return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.StaffID, b.StaffID)) < 0
 }
 
 // free returns up to n of staff member s's slots that start at or after
@@ -178,7 +198,7 @@ func free(s Staff, q Query, from time.Time, g grid, n int) []Slot {
 		}
 	}
 	blocked = merge(blocked)
-	var out []Slot
+	out := make([]Slot, 0, min(n, 128))
 	for _, w := range subtract(working, blocked) {
 		for at := g.ceil(w.Start); !at.Add(q.Duration).After(w.End); at = g.ceil(at.Add(time.Second)) {
 			out = append(out, Slot{StaffID: s.ID, Start: at, End: at.Add(q.Duration)})
