@@ -246,11 +246,8 @@ func (p *Plan) ChangeFrom(from civil.Date, t Terms, now time.Time) error {
 		return err
 	}
 	t = t.normalized()
-	if err := p.live(); err != nil {
+	if _, err := p.existing(from); err != nil {
 		return err
-	}
-	if _, ok := p.visit(from); !ok {
-		return noSuchVisit(from)
 	}
 	if err := notStarted(p.firstFrom(from), now); err != nil {
 		return err
@@ -274,15 +271,9 @@ func (p *Plan) ChangeFrom(from civil.Date, t Terms, now time.Time) error {
 
 // Skip drops the visit dated d. Skipping it again changes nothing.
 func (p *Plan) Skip(d civil.Date, now time.Time) error {
-	if err := p.live(); err != nil {
+	v, err := p.existing(d)
+	if err != nil || p.skipped[d] {
 		return err
-	}
-	v, ok := p.visit(d)
-	if !ok {
-		return noSuchVisit(d)
-	}
-	if p.skipped[d] {
-		return nil
 	}
 	if err := notStarted(v, now); err != nil {
 		return err
@@ -307,12 +298,9 @@ func (p *Plan) Move(d, to civil.Date, start civil.Clock, now time.Time) error {
 	if err := errs.Err(); err != nil {
 		return err
 	}
-	if err := p.live(); err != nil {
+	v, err := p.existing(d)
+	if err != nil {
 		return err
-	}
-	v, ok := p.visit(d)
-	if !ok {
-		return noSuchVisit(d)
 	}
 	if p.skipped[d] {
 		return &apperr.RuleError{Rule: RuleVisitSkipped, Detail: fmt.Sprintf("the visit of %s is skipped", d)}
@@ -480,8 +468,16 @@ func (p *Plan) live() error {
 	return nil
 }
 
-func noSuchVisit(d civil.Date) error {
-	return &apperr.RuleError{Rule: RuleNoSuchVisit, Detail: fmt.Sprintf("the plan has no visit dated %s", d)}
+// existing returns the visit dated d of a plan that has not ended.
+func (p *Plan) existing(d civil.Date) (Visit, error) {
+	if err := p.live(); err != nil {
+		return Visit{}, err
+	}
+	v, ok := p.visit(d)
+	if !ok {
+		return Visit{}, &apperr.RuleError{Rule: RuleNoSuchVisit, Detail: fmt.Sprintf("the plan has no visit dated %s", d)}
+	}
+	return v, nil
 }
 
 func notStarted(v Visit, now time.Time) error {
