@@ -222,16 +222,20 @@ func Rehydrate(events []event.Event) (*Plan, error) {
 	return p, nil
 }
 
-func (p *Plan) ID() string                { return p.id }
-func (p *Plan) CustomerID() string        { return p.customerID }
-func (p *Plan) CatalogItemID() string     { return p.catalogItemID }
-func (p *Plan) TimeZone() string          { return p.timeZone }
-func (p *Plan) Location() *time.Location  { return p.loc }
-func (p *Plan) Status() Status            { return p.status }
-func (p *Plan) Version() int              { return p.version }
-func (p *Plan) Changes() []event.Event    { return p.changes }
-func (p *Plan) Terms() Terms              { return p.segments[len(p.segments)-1].terms }
+func (p *Plan) ID() string               { return p.id }
+func (p *Plan) CustomerID() string       { return p.customerID }
+func (p *Plan) CatalogItemID() string    { return p.catalogItemID }
+func (p *Plan) TimeZone() string         { return p.timeZone }
+func (p *Plan) Location() *time.Location { return p.loc }
+func (p *Plan) Status() Status           { return p.status }
+func (p *Plan) Version() int             { return p.version }
+func (p *Plan) Changes() []event.Event   { return p.changes }
+
 func (p *Plan) Skipped(d civil.Date) bool { return p.skipped[d] }
+
+// Terms returns the terms of the plan's last visits (a copy: changing it
+// changes nothing).
+func (p *Plan) Terms() Terms { return p.segments[len(p.segments)-1].terms.normalized() }
 
 // ChangeFrom gives the plan new terms from its visit dated from on ("this
 // and following"). Visits dated before from keep their terms; from on, the

@@ -504,3 +504,15 @@ func TestDecodeAndRehydrate(t *testing.T) {
 	require.Contains(t, string(b), `"window":{"start":"09:00","end":"11:00"}`)
 	require.Contains(t, string(b), `"start":"2027-01-04"`)
 }
+
+// Terms hands out a copy: changing it changes no visit.
+func TestTermsIsACopy(t *testing.T) {
+	terms := weekly(t, "2027-01-04", time.Monday, time.Friday)
+	terms.Recurrence.Until = dayPtr(t, "2027-02-01")
+	p := newPlan(t, "Europe/London", terms)
+	before := all(p)
+	got := p.Terms()
+	*got.Recurrence.Until = day(t, "2027-12-31")
+	got.Recurrence.Weekdays[0] = time.Sunday
+	require.Equal(t, before, all(p))
+}

@@ -106,9 +106,10 @@ func (r Recurrence) check(errs *apperr.Fields) {
 // and its weekdays sorted Monday first, without repeats, so that equal
 // rules compare equal.
 func (r Recurrence) normalized() Recurrence {
+	r.Weekdays = slices.Clone(r.Weekdays)
 	switch r.Frequency {
 	case Weekly:
-		days := slices.Clone(r.Weekdays)
+		days := r.Weekdays
 		if len(days) == 0 {
 			days = []time.Weekday{r.Start.Weekday()}
 		}
