@@ -179,11 +179,11 @@ func New(in NewPlan, now time.Time) (*Plan, error) {
 	if !uuid.Valid(in.ID) {
 		errs.Add("id", "must be a UUID")
 	}
-	for field, id := range map[string]string{"customer_id": in.CustomerID, "catalog_item_id": in.CatalogItemID} {
-		if id == "" {
-			errs.Add(field, "is required")
-		} else if !uuid.Valid(id) {
-			errs.Add(field, "must be a UUID")
+	for _, f := range []struct{ field, id string }{{"customer_id", in.CustomerID}, {"catalog_item_id", in.CatalogItemID}} {
+		if f.id == "" {
+			errs.Add(f.field, "is required")
+		} else if !uuid.Valid(f.id) {
+			errs.Add(f.field, "must be a UUID")
 		}
 	}
 	loc, err := civil.LoadZone("time_zone", in.TimeZone)
@@ -197,7 +197,6 @@ func New(in NewPlan, now time.Time) (*Plan, error) {
 		}
 	}
 	if err := errs.Err(); err != nil {
-		slices.SortStableFunc(err.(*apperr.ValidationError).Fields, func(a, b apperr.FieldError) int { return cmp.Compare(a.Field, b.Field) })
 		return nil, err
 	}
 	p := &Plan{}

@@ -235,7 +235,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"unknown time zone", func(in *plan.NewPlan) { in.TimeZone = "Europe/Atlantis" }, []string{"time_zone"}},
 		{"no time zone", func(in *plan.NewPlan) { in.TimeZone = "" }, []string{"time_zone"}},
 		{"ids", func(in *plan.NewPlan) { in.ID, in.CustomerID, in.CatalogItemID, in.Terms.StaffID = "x", "", "y", "z" },
-			[]string{"catalog_item_id", "customer_id", "id", "staff_id"}},
+			[]string{"id", "customer_id", "catalog_item_id", "staff_id"}},
 		{"negative price", func(in *plan.NewPlan) { in.Terms.PriceCents = -1 }, []string{"price_cents"}},
 		{"no frequency", func(in *plan.NewPlan) { in.Terms.Recurrence.Frequency = "" }, []string{"recurrence.frequency"}},
 		{"interval 0", func(in *plan.NewPlan) { in.Terms.Recurrence.Interval = 0 }, []string{"recurrence.interval"}},
