@@ -230,6 +230,7 @@ func (p *Plan) Status() Status           { return p.status }
 func (p *Plan) Version() int             { return p.version }
 func (p *Plan) Changes() []event.Event   { return p.changes }
 
+// Skipped reports whether the visit dated d is skipped.
 func (p *Plan) Skipped(d civil.Date) bool { return p.skipped[d] }
 
 // Terms returns the terms of the plan's last visits (a copy: changing it
