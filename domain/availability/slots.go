@@ -1,0 +1,288 @@
+package availability
+
+import (
+	"cmp"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"hearth/domain/apperr"
+	"hearth/domain/civil"
+)
+
+// Limits of a query.
+const (
+	MaxRange    = 31 * 24 * time.Hour
+	MaxDuration = 24 * time.Hour
+	MaxBuffer   = 24 * time.Hour
+	MaxLimit    = 500
+)
+
+// Staff is what Slots needs to know of one staff member.
+type Staff struct {
+	ID string
+	// CatalogItems are the catalog items the staff member does; a query for
+	// an item keeps only those who list it.
+	CatalogItems []string
+	Hours        WorkingHours
+	// TimeOff is time away within working hours (an appointment, half a
+	// day): no slot overlaps it.
+	TimeOff []Interval
+	// Busy is the staff member's jobs (their live schedules): no slot
+	// overlaps one, nor the buffer either side of it.
+	Busy []Interval
+}
+
+// Query asks for bookable slots.
+type Query struct {
+	// From and To bound the slots: each lies within [From, To).
+	From, To time.Time
+	// Duration is each slot's length: more than 0, at most 24 hours, whole
+	// minutes.
+	Duration time.Duration
+	// Buffer is kept free before and after every job (0 to 24 hours, whole
+	// minutes); it does not apply to time off or the ends of shifts.
+	Buffer time.Duration
+	// Step is the slots' grid: a slot starts where the local clock shows a
+	// whole multiple of Step since midnight (Step 15m: 09:00, 09:15, ...).
+	// Whole minutes, dividing 24 hours.
+	Step time.Duration
+	// TimeZone is the merchant's IANA time zone, the clock of the grid and
+	// of the working hours.
+	TimeZone string
+	// StaffID, when set, keeps only that staff member; CatalogItemID, when
+	// set, only the staff members who do that item.
+	StaffID       string
+	CatalogItemID string
+	// Cursor continues from a page's Next; empty for the first page.
+	Cursor string
+	// Limit is the page size, 1 to MaxLimit.
+	Limit int
+}
+
+// Slot is one bookable slot: StaffID is free over [Start, End).
+type Slot struct {
+	StaffID    string
+	Start, End time.Time
+}
+
+// Page is a page of slots, ordered by start, then staff id. Next is the
+// cursor of the next page, empty on the last.
+type Page struct {
+	Slots []Slot
+	Next  string
+}
+
+func (q Query) check() (*time.Location, error) {
+	var errs apperr.Fields
+	if q.From.IsZero() {
+		errs.Add("from", "is required")
+	}
+	if q.To.IsZero() {
+		errs.Add("to", "is required")
+	} else if !q.From.IsZero() && !q.To.After(q.From) {
+		errs.Add("to", "must be after from")
+	} else if q.To.Sub(q.From) > MaxRange {
+		errs.Add("to", "must be at most %s after from", MaxRange)
+	}
+	minutes := func(field string, d, lo, hi time.Duration) {
+		if d < lo || d > hi || d%time.Minute != 0 {
+			errs.Add(field, "must be whole minutes from %s to %s", lo, hi)
+		}
+	}
+	minutes("duration", q.Duration, time.Minute, MaxDuration)
+	minutes("buffer", q.Buffer, 0, MaxBuffer)
+	if q.Step < time.Minute || q.Step%time.Minute != 0 || (24*time.Hour)%q.Step != 0 {
+		errs.Add("step", "must be whole minutes that divide 24 hours, such as 5m, 15m or 1h")
+	}
+	loc, err := civil.LoadZone("time_zone", q.TimeZone)
+	if v := (*apperr.ValidationError)(nil); errors.As(err, &v) {
+		errs = append(errs, v.Fields...)
+	}
+	if q.Limit < 1 || q.Limit > MaxLimit {
+		errs.Add("limit", "must be between 1 and %d", MaxLimit)
+	}
+	if _, err := parseCursor(q.Cursor); err != nil {
+		errs.Add("cursor", "is not a cursor of these slots")
+	}
+	return loc, errs.Err()
+}
+
+// Slots answers the bookable slots of a query, in order, one page at a
+// time. A slot of staff member S is [s, s+Duration) such that:
+//
+//   - it lies within [From, To);
+//   - the local clock shows a multiple of Step since midnight at s;
+//   - it lies within S's working time (Intervals: shifts joined where they
+//     touch, so a slot may run from one shift into the next);
+//   - it overlaps none of S's time off, and none of S's jobs widened by
+//     Buffer on either side.
+//
+// Slots are ordered by start, then staff id (unique per staff member);
+// a page holds Limit of them, and Next names its last, so the next page
+// starts right after it whatever was booked in between.
+func Slots(q Query, staff []Staff) (Page, error) {
+	loc, err := q.check()
+	if err != nil {
+		return Page{}, err
+	}
+	after, _ := parseCursor(q.Cursor)
+	g := grid{loc: loc, step: int64(q.Step / time.Second)}
+	var each [][]Slot // per staff member, in order
+	for _, s := range staff {
+		if q.StaffID != "" && s.ID != q.StaffID || q.CatalogItemID != "" && !slices.Contains(s.CatalogItems, q.CatalogItemID) {
+			continue
+		}
+		// Only slots after the cursor, and at most a page and one of each
+		// staff member: the page's slots are among them.
+		from := q.From
+		if after != nil {
+			lb := after.start
+			if s.ID <= after.staffID {
+				lb = lb.Add(time.Nanosecond)
+			}
+			if lb.After(from) {
+				from = lb
+			}
+		}
+		if slots := free(s, q, from, g, q.Limit+1); len(slots) > 0 {
+			each = append(each, slots)
+		}
+	}
+	// Merge the sorted lists, up to a page and one.
+	var page []Slot
+	for len(page) <= q.Limit && len(each) > 0 {
+		first := 0
+		for i, slots := range each[1:] {
+			if before(slots[0], each[first][0]) {
+				first = i + 1
+			}
+		}
+		page = append(page, each[first][0])
+		if each[first] = each[first][1:]; len(each[first]) == 0 {
+			each = slices.Delete(each, first, first+1)
+		}
+	}
+	if len(page) <= q.Limit {
+		return Page{Slots: page}, nil
+	}
+	page = page[:q.Limit:q.Limit]
+	return Page{Slots: page, Next: cursor{page[q.Limit-1].Start, page[q.Limit-1].StaffID}.String()}, nil
+}
+
+// before orders slots by start, then staff id.
+func before(a, b Slot) bool {
+	return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.StaffID, b.StaffID)) < 0
+}
+
+// free returns up to n of staff member s's slots that start at or after
+// from, in order.
+func free(s Staff, q Query, from time.Time, g grid, n int) []Slot {
+	if !from.Add(q.Duration).After(from) || from.Add(q.Duration).After(q.To) {
+		return nil
+	}
+	working := s.Hours.Intervals(from, q.To, g.loc)
+	blocked := make([]Interval, 0, len(s.TimeOff)+len(s.Busy))
+	for _, b := range s.TimeOff {
+		if b.Start.Before(b.End) {
+			blocked = append(blocked, b)
+		}
+	}
+	for _, b := range s.Busy {
+		if b.Start.Before(b.End) {
+			blocked = append(blocked, Interval{b.Start.Add(-q.Buffer), b.End.Add(q.Buffer)})
+		}
+	}
+	blocked = merge(blocked)
+	out := make([]Slot, 0, min(n, 128))
+	for _, w := range subtract(working, blocked) {
+		for at := g.ceil(w.Start); !at.Add(q.Duration).After(w.End); at = g.ceil(at.Add(time.Second)) {
+			out = append(out, Slot{StaffID: s.ID, Start: at, End: at.Add(q.Duration)})
+			if len(out) == n {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// subtract returns the parts of the sorted, disjoint spans in from that no
+// span of the sorted, disjoint cut covers.
+func subtract(from, cut []Interval) []Interval {
+	var out []Interval
+	j := 0
+	for _, f := range from {
+		start := f.Start
+		for j < len(cut) && !cut[j].End.After(start) {
+			j++
+		}
+		for k := j; k < len(cut) && cut[k].Start.Before(f.End); k++ {
+			if cut[k].Start.After(start) {
+				out = append(out, Interval{start, cut[k].Start})
+			}
+			start = cut[k].End // after start: cut is sorted and disjoint, and j skipped those that end by start
+		}
+		if start.Before(f.End) {
+			out = append(out, Interval{start, f.End})
+		}
+	}
+	return out
+}
+
+// grid is the instants where the clock of loc shows a multiple of step
+// seconds since midnight. Within one period of the zone (one offset) they
+// are the instants whose Unix time plus the offset is a multiple of step,
+// since step divides a day; a change of the clocks starts a new period.
+type grid struct {
+	loc  *time.Location
+	step int64
+}
+
+// ceil returns the first instant of the grid at or after t.
+func (g grid) ceil(t time.Time) time.Time {
+	for {
+		local := t.In(g.loc)
+		_, off := local.Zone()
+		_, end := local.ZoneBounds()
+		u := t.Unix()
+		if t.Nanosecond() > 0 {
+			u++
+		}
+		wall := u + int64(off)
+		at := time.Unix(wall+((-wall%g.step)+g.step)%g.step-int64(off), 0)
+		if end.IsZero() || at.Before(end) {
+			return at
+		}
+		t = end
+	}
+}
+
+type cursor struct {
+	start   time.Time
+	staffID string
+}
+
+func (c cursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.start.Unix(), 10) + " " + c.staffID))
+}
+
+// parseCursor reads a page's Next; nil for an empty one.
+func parseCursor(s string) (*cursor, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("decode cursor: %w", err)
+	}
+	unix, staffID, ok := strings.Cut(string(b), " ")
+	sec, err := strconv.ParseInt(unix, 10, 64)
+	if !ok || err != nil || staffID == "" {
+		return nil, fmt.Errorf("decode cursor: %q is not <unix seconds> <staff id>", b)
+	}
+	return &cursor{time.Unix(sec, 0), staffID}, nil
+}

@@ -1,0 +1,220 @@
+// Package civil holds local calendar dates and times of day, and the one
+// rule that turns them into instants in a time zone (Resolve). Service
+// plans and working hours are written in the merchant's local time; every
+// local time Hearth turns into an instant goes through Resolve, so a visit
+// at 09:00 stays at 09:00 on both sides of a daylight-saving change and
+// the times a clock skips or shows twice are resolved the same way
+// everywhere.
+package civil
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"hearth/domain/apperr"
+)
+
+// Date is a day of the calendar, without a time zone.
+type Date struct {
+	Year  int
+	Month time.Month
+	Day   int
+}
+
+// DateOf returns the local date of t in loc.
+func DateOf(t time.Time, loc *time.Location) Date {
+	y, m, d := t.In(loc).Date()
+	return Date{y, m, d}
+}
+
+// ParseDate reads a date written as 2006-01-02.
+func ParseDate(s string) (Date, error) {
+	t, err := time.Parse(time.DateOnly, s)
+	if err != nil {
+		return Date{}, fmt.Errorf("parse date %q: want YYYY-MM-DD", s)
+	}
+	return DateOf(t, time.UTC), nil
+}
+
+// IsZero reports whether d is the zero Date (no date given).
+func (d Date) IsZero() bool { return d == Date{} }
+
+// Valid reports whether d is a real day of the calendar.
+func (d Date) Valid() bool {
+	return d.Year >= 1 && d.Year <= 9999 && d.noon().Day() == d.Day && d.noon().Month() == d.Month
+}
+
+func (d Date) noon() time.Time { return time.Date(d.Year, d.Month, d.Day, 12, 0, 0, 0, time.UTC) }
+
+// AddDays returns the date n days after d (before it when n < 0).
+func (d Date) AddDays(n int) Date { return DateOf(d.noon().AddDate(0, 0, n), time.UTC) }
+
+// Weekday returns the day of the week of d.
+func (d Date) Weekday() time.Weekday { return d.noon().Weekday() }
+
+// DaysSince returns the number of days from e to d (negative when d is
+// before e).
+func (d Date) DaysSince(e Date) int { return int(d.noon().Sub(e.noon()).Hours() / 24) }
+
+// Compare returns -1, 0 or +1 as d is before, equal to or after e.
+func (d Date) Compare(e Date) int { return d.noon().Compare(e.noon()) }
+
+// Before reports whether d is before e.
+func (d Date) Before(e Date) bool { return d.Compare(e) < 0 }
+
+// After reports whether d is after e.
+func (d Date) After(e Date) bool { return d.Compare(e) > 0 }
+
+// String writes d as 2006-01-02.
+func (d Date) String() string { return fmt.Sprintf("%04d-%02d-%02d", d.Year, int(d.Month), d.Day) }
+
+// MarshalText writes d as 2006-01-02 (the form it is stored in).
+func (d Date) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads d written as 2006-01-02.
+func (d *Date) UnmarshalText(b []byte) error {
+	v, err := ParseDate(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// DaysIn returns the number of days in month m of year y.
+func DaysIn(y int, m time.Month) int { return time.Date(y, m+1, 0, 12, 0, 0, 0, time.UTC).Day() }
+
+// Clock is a local time of day, in minutes after midnight: 0 is 00:00 and
+// 1440 is 24:00, the end of the day (allowed as the end of a window or a
+// shift, never as a start).
+type Clock int
+
+// EndOfDay is 24:00.
+const EndOfDay Clock = 24 * 60
+
+// At returns the time of day h:m.
+func At(h, m int) Clock { return Clock(h*60 + m) }
+
+// ParseClock reads a time of day written as 15:04 (24:00 included).
+func ParseClock(s string) (Clock, error) {
+	digit := func(i int) int {
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return -100
+		}
+		return int(s[i] - '0')
+	}
+	h, m := digit(0)*10+digit(1), digit(3)*10+digit(4)
+	if len(s) != 5 || s[2] != ':' || h < 0 || m < 0 || m > 59 || h > 24 || (h == 24 && m != 0) {
+		return 0, fmt.Errorf("parse time of day %q: want HH:MM between 00:00 and 24:00", s)
+	}
+	return At(h, m), nil
+}
+
+// Valid reports whether c is a time of day (00:00 to 24:00).
+func (c Clock) Valid() bool { return c >= 0 && c <= EndOfDay }
+
+// Duration returns c as the time since midnight on a day without a
+// daylight-saving change.
+func (c Clock) Duration() time.Duration { return time.Duration(c) * time.Minute }
+
+// String writes c as 15:04.
+func (c Clock) String() string {
+	if !c.Valid() {
+		return fmt.Sprintf("Clock(%d)", int(c))
+	}
+	return fmt.Sprintf("%02d:%02d", int(c)/60, int(c)%60)
+}
+
+// MarshalText writes c as 15:04 (the form it is stored in).
+func (c Clock) MarshalText() ([]byte, error) {
+	if !c.Valid() {
+		return nil, fmt.Errorf("marshal time of day: %d minutes is not between 00:00 and 24:00", int(c))
+	}
+	return []byte(c.String()), nil
+}
+
+// UnmarshalText reads c written as 15:04.
+func (c *Clock) UnmarshalText(b []byte) error {
+	v, err := ParseClock(string(b))
+	if err != nil {
+		return err
+	}
+	*c = v
+	return nil
+}
+
+// LoadZone loads an IANA time zone by name ("Europe/London"). An empty,
+// unknown or machine-dependent name ("Local") is a validation error naming
+// field: time.LoadLocation would read "" as UTC and "Local" as whatever the
+// server runs in.
+func LoadZone(field, name string) (*time.Location, error) {
+	if name == "" {
+		return nil, apperr.Invalid(field, "is required")
+	}
+	if name == "Local" || strings.HasPrefix(name, "/") || strings.Contains(name, "..") {
+		return nil, apperr.Invalid(field, "must be an IANA time zone name, such as Europe/London")
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, apperr.Invalid(field, "unknown time zone %q", name)
+	}
+	return loc, nil
+}
+
+// Resolve returns the instant at which clocks in loc show time c on date d
+// (c = 24:00 is midnight at the end of d). Where that is not one instant,
+// the rule is:
+//
+//   - a local time that does not exist (the clock jumps over it, when
+//     daylight-saving time starts) moves forward by the length of the
+//     jump: 01:30 on a day London skips 01:00 to 02:00 is 02:30 BST;
+//   - a local time that exists twice (the clock goes back over it) is the
+//     earlier of the two instants: 01:30 on a day London goes back from
+//     02:00 BST to 01:00 GMT is 01:30 BST.
+//
+// time.Date does not promise which instant it picks in either case, so
+// Resolve looks at the zone's offsets itself.
+func Resolve(d Date, c Clock, loc *time.Location) time.Time {
+	// The wall time written as if it were UTC; the instant is wall minus
+	// the offset in force then.
+	wall := time.Date(d.Year, d.Month, d.Day, 0, int(c), 0, 0, time.UTC)
+	// Offsets lie between -12 and +14 hours, so every instant whose wall
+	// clock reads wall lies within 15 hours of it: collect the zone
+	// periods (offset and start) in force over that span.
+	type period struct {
+		start  time.Time
+		offset time.Duration
+	}
+	var periods []period
+	lo, hi := wall.Add(-15*time.Hour), wall.Add(15*time.Hour)
+	for t := lo; ; {
+		_, off := t.In(loc).Zone()
+		periods = append(periods, period{t, time.Duration(off) * time.Second})
+		_, end := t.In(loc).ZoneBounds()
+		if end.IsZero() || !end.Before(hi) || !end.After(t) {
+			break
+		}
+		t = end
+	}
+	var best time.Time
+	for _, p := range periods {
+		at := wall.Add(-p.offset)
+		if _, off := at.In(loc).Zone(); time.Duration(off)*time.Second == p.offset && (best.IsZero() || at.Before(best)) {
+			best = at
+		}
+	}
+	if !best.IsZero() {
+		return best.In(loc)
+	}
+	// The clock jumped over wall at the start of some period: read wall with
+	// the offset before the jump, which lands as far past the jump as wall
+	// is past the last time shown before it.
+	for i := 1; i < len(periods); i++ {
+		before, after, jump := periods[i-1].offset, periods[i].offset, periods[i].start
+		if after > before && !wall.Before(jump.Add(before)) && wall.Before(jump.Add(after)) {
+			return wall.Add(-before).In(loc)
+		}
+	}
+	return time.Date(d.Year, d.Month, d.Day, 0, int(c), 0, 0, loc)
+}

@@ -1,0 +1,533 @@
+// Package plan is the service plan aggregate: repeat work for one customer
+// and one catalog item, at a price per visit, on a recurrence of local
+// dates, in a local time window in the merchant's time zone, with an
+// optional preferred staff member.
+//
+// A plan decides no orders itself; it answers which visits it has
+// (Visits), each with a key (VisitKey: the plan's id and the visit's
+// original local date) that a generator of orders is idempotent on: one
+// order per key. The key of a visit never changes: not when the visit is
+// moved, nor when the plan changes from a later visit on.
+//
+// Life cycle: active, paused (Pause, Resume) and ended (End, final). The
+// commands that re-plan visits (ChangeFrom, Skip, Move) touch only visits
+// that have not started yet (their start is after now), and the terms of a
+// visit are those in force on its original date, so nothing before the
+// visit a change starts from moves.
+//
+// Local times become instants through civil.Resolve (its rule covers the
+// times a daylight-saving change skips or repeats). A visit lasts as long
+// as its window (end minus start): a change of the clocks inside a window
+// moves the end's local time, not the visit's length.
+package plan
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+	"time"
+
+	"hearth/domain/apperr"
+	"hearth/domain/civil"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
+)
+
+// Status is where a plan is in its life cycle.
+type Status string
+
+const (
+	StatusActive Status = "active"
+	StatusPaused Status = "paused"
+	StatusEnded  Status = "ended"
+)
+
+// The rules the commands can break.
+const (
+	// RuleEnded: an ended plan changes no more.
+	RuleEnded = "service_plan.ended"
+	// RuleNoSuchVisit: the date is not a visit of the plan.
+	RuleNoSuchVisit = "service_plan.no_such_visit"
+	// RuleVisitStarted: a visit that has started (or whose start has passed)
+	// is never re-planned.
+	RuleVisitStarted = "service_plan.visit_started"
+	// RuleVisitSkipped: a skipped visit is not moved.
+	RuleVisitSkipped = "service_plan.visit_skipped"
+	// RuleMoveIntoPast: a visit moves to a start after now only.
+	RuleMoveIntoPast = "service_plan.move_into_past"
+)
+
+// Window is the local time of day a visit takes: [Start, End), within one
+// day (End may be 24:00).
+type Window struct {
+	Start civil.Clock `json:"start"`
+	End   civil.Clock `json:"end"`
+}
+
+// Length is how long a visit in the window lasts.
+func (w Window) Length() time.Duration { return (w.End - w.Start).Duration() }
+
+func (w Window) check(errs *apperr.Fields) {
+	startOK := w.Start >= 0 && w.Start < civil.EndOfDay
+	if !startOK {
+		errs.Add("window.start", "must be a time of day from 00:00 to 23:59")
+	}
+	if !w.End.Valid() {
+		errs.Add("window.end", "must be a time of day from 00:00 to 24:00: a window lies within one day")
+	} else if startOK && w.End <= w.Start {
+		errs.Add("window.end", "must be after window.start")
+	}
+}
+
+// Terms are what a plan promises from a visit on.
+type Terms struct {
+	PriceCents int64      `json:"price_cents"`
+	StaffID    string     `json:"staff_id,omitempty"` // the preferred staff member, if any
+	Window     Window     `json:"window"`
+	Recurrence Recurrence `json:"recurrence"`
+}
+
+// MaxPriceCents bounds the price of a visit.
+const MaxPriceCents = 100_000_000_00
+
+func (t Terms) check(errs *apperr.Fields) {
+	if t.PriceCents < 0 || t.PriceCents > MaxPriceCents {
+		errs.Add("price_cents", "must be between 0 and %d", int64(MaxPriceCents))
+	}
+	if t.StaffID != "" && !uuid.Valid(t.StaffID) {
+		errs.Add("staff_id", "must be a UUID")
+	}
+	t.Window.check(errs)
+	t.Recurrence.check(errs)
+}
+
+func (t Terms) normalized() Terms {
+	t.Recurrence = t.Recurrence.normalized()
+	return t
+}
+
+func (t Terms) equal(u Terms) bool {
+	return t.PriceCents == u.PriceCents && t.StaffID == u.StaffID && t.Window == u.Window &&
+		t.Recurrence.equal(u.Recurrence)
+}
+
+// NewPlan is the input of New.
+type NewPlan struct {
+	ID            string
+	CustomerID    string
+	CatalogItemID string
+	TimeZone      string // an IANA name, the merchant's setting
+	Terms         Terms
+}
+
+// Visit is one visit of a plan.
+type Visit struct {
+	// Key identifies the visit for good (VisitKey): one order per key.
+	Key string
+	// Date is the visit's original local date, the one in its key.
+	Date civil.Date
+	// StartAt and EndAt are the visit's instants (UTC); a moved visit's
+	// are where it was moved to.
+	StartAt, EndAt time.Time
+	PriceCents     int64
+	StaffID        string
+	Moved          bool
+}
+
+// VisitKey is the key of the visit dated d (its original local date) of
+// plan planID.
+func VisitKey(planID string, d civil.Date) string { return planID + "/" + d.String() }
+
+type segment struct {
+	from  civil.Date // zero for the first: it covers every date before the next
+	terms Terms
+}
+
+type move struct {
+	date  civil.Date
+	start civil.Clock
+}
+
+type pause struct{ from, to time.Time } // to is zero while paused
+
+// Plan is the aggregate.
+type Plan struct {
+	id            string
+	customerID    string
+	catalogItemID string
+	timeZone      string
+	loc           *time.Location
+	segments      []segment
+	skipped       map[civil.Date]bool
+	moved         map[civil.Date]move
+	pauses        []pause
+	status        Status
+	endedAt       time.Time
+
+	version int
+	changes []event.Event
+}
+
+// New decides a new plan and records ServicePlanCreated. Every field is
+// checked first: a plan with a bad field is not created at all. The
+// recurrence may not start before today in the plan's time zone.
+func New(in NewPlan, now time.Time) (*Plan, error) {
+	var errs apperr.Fields
+	if !uuid.Valid(in.ID) {
+		errs.Add("id", "must be a UUID")
+	}
+	for _, f := range []struct{ field, id string }{{"customer_id", in.CustomerID}, {"catalog_item_id", in.CatalogItemID}} {
+		if f.id == "" {
+			errs.Add(f.field, "is required")
+		} else if !uuid.Valid(f.id) {
+			errs.Add(f.field, "must be a UUID")
+		}
+	}
+	loc, err := civil.LoadZone("time_zone", in.TimeZone)
+	if v := (*apperr.ValidationError)(nil); errors.As(err, &v) {
+		errs = append(errs, v.Fields...)
+	}
+	in.Terms.check(&errs)
+	if loc != nil && in.Terms.Recurrence.Start.Valid() {
+		if today := civil.DateOf(now, loc); in.Terms.Recurrence.Start.Before(today) {
+			errs.Add("recurrence.start", "must not be before today (%s in %s)", today, in.TimeZone)
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	p := &Plan{}
+	p.record(Created{PlanID: in.ID, CustomerID: in.CustomerID, CatalogItemID: in.CatalogItemID,
+		TimeZone: in.TimeZone, Terms: in.Terms.normalized()})
+	return p, nil
+}
+
+// Rehydrate rebuilds a plan from its stored events, in version order.
+func Rehydrate(events []event.Event) (*Plan, error) {
+	p := &Plan{}
+	for i, e := range events {
+		if _, ok := e.(Created); i == 0 && !ok {
+			return nil, fmt.Errorf("service plan stream starts with %s, not ServicePlanCreated", e.EventType())
+		}
+		p.apply(e)
+		p.version++
+	}
+	if p.loc == nil {
+		return nil, fmt.Errorf("load service plan %s: time zone %q is unknown here", p.id, p.timeZone)
+	}
+	return p, nil
+}
+
+func (p *Plan) ID() string               { return p.id }
+func (p *Plan) CustomerID() string       { return p.customerID }
+func (p *Plan) CatalogItemID() string    { return p.catalogItemID }
+func (p *Plan) TimeZone() string         { return p.timeZone }
+func (p *Plan) Location() *time.Location { return p.loc }
+func (p *Plan) Status() Status           { return p.status }
+func (p *Plan) Version() int             { return p.version }
+func (p *Plan) Changes() []event.Event   { return p.changes }
+
+// Skipped reports whether the visit dated d is skipped.
+func (p *Plan) Skipped(d civil.Date) bool { return p.skipped[d] }
+
+// Terms returns the terms of the plan's last visits (a copy: changing it
+// changes nothing).
+func (p *Plan) Terms() Terms { return p.segments[len(p.segments)-1].terms.normalized() }
+
+// ChangeFrom gives the plan new terms from its visit dated from on ("this
+// and following"). Visits dated before from keep their terms; from on, the
+// new recurrence gives the dates (from its own start: an unchanged
+// recurrence keeps every date, and so every key). A skip or move of a
+// visit from on stays with its date while the new recurrence still has that
+// date. Refused when a visit dated from on has started.
+func (p *Plan) ChangeFrom(from civil.Date, t Terms, now time.Time) error {
+	var errs apperr.Fields
+	t.check(&errs)
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	t = t.normalized()
+	if _, err := p.existing(from); err != nil {
+		return err
+	}
+	if err := notStarted(p.firstFrom(from), now); err != nil {
+		return err
+	}
+	hasVisit := false
+	for d := range t.Recurrence.dates() {
+		if !d.Before(from) {
+			hasVisit = true
+			break
+		}
+	}
+	if !hasVisit {
+		return apperr.Invalid("recurrence", "has no visit on or after %s, the visit the change starts from", from)
+	}
+	if last := p.segments[len(p.segments)-1]; last.from.Compare(from) <= 0 && last.terms.equal(t) {
+		return nil
+	}
+	p.record(Changed{From: from, Terms: t})
+	return nil
+}
+
+// Skip drops the visit dated d. Skipping it again changes nothing.
+func (p *Plan) Skip(d civil.Date, now time.Time) error {
+	v, err := p.existing(d)
+	if err != nil || p.skipped[d] {
+		return err
+	}
+	if err := notStarted(v, now); err != nil {
+		return err
+	}
+	p.record(VisitSkipped{Date: d})
+	return nil
+}
+
+// Move moves the visit dated d to start at start on local date to. It keeps
+// its key, its length and its terms; it must not have started, and must
+// move to a start after now.
+func (p *Plan) Move(d, to civil.Date, start civil.Clock, now time.Time) error {
+	var errs apperr.Fields
+	if to.IsZero() {
+		errs.Add("to_date", "is required")
+	} else if !to.Valid() {
+		errs.Add("to_date", "is not a date")
+	}
+	if start < 0 || start >= civil.EndOfDay {
+		errs.Add("start", "must be a time of day from 00:00 to 23:59")
+	}
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	v, err := p.existing(d)
+	if err != nil {
+		return err
+	}
+	if p.skipped[d] {
+		return &apperr.RuleError{Rule: RuleVisitSkipped, Detail: fmt.Sprintf("the visit of %s is skipped", d)}
+	}
+	if err := notStarted(v, now); err != nil {
+		return err
+	}
+	if at := civil.Resolve(to, start, p.loc); !at.After(now) {
+		return &apperr.RuleError{Rule: RuleMoveIntoPast,
+			Detail: fmt.Sprintf("a visit moves to a start after now; %s %s is %s", to, start, at.Format(time.RFC3339))}
+	}
+	if m, ok := p.moved[d]; (ok && m == move{to, start}) {
+		return nil
+	}
+	p.record(VisitMoved{Date: d, ToDate: to, ToStart: start})
+	return nil
+}
+
+// Pause stops visits from starting from now on, until Resume. Pausing a
+// paused plan changes nothing.
+func (p *Plan) Pause(now time.Time) error {
+	if err := p.live(); err != nil || p.status == StatusPaused {
+		return err
+	}
+	p.record(Paused{At: event.Instant(now)})
+	return nil
+}
+
+// Resume lets visits start again from now on. Resuming an active plan
+// changes nothing.
+func (p *Plan) Resume(now time.Time) error {
+	if err := p.live(); err != nil || p.status == StatusActive {
+		return err
+	}
+	p.record(Resumed{At: event.Instant(now)})
+	return nil
+}
+
+// End stops every visit that would start from now on, for good. Ending an
+// ended plan changes nothing.
+func (p *Plan) End(now time.Time) error {
+	if p.status == StatusEnded {
+		return nil
+	}
+	p.record(Ended{At: event.Instant(now)})
+	return nil
+}
+
+// Visits lists the plan's visits that start in [from, to), ordered by
+// start (then date): not skipped, not starting while the plan was paused,
+// nor from its end on. Moved visits are where they were moved to. The
+// list is a function of the stored events and the range only.
+func (p *Plan) Visits(from, to time.Time) []Visit {
+	lo, hi := civil.DateOf(from, p.loc).AddDays(-1), civil.DateOf(to, p.loc).AddDays(1)
+	var out []Visit
+	keep := func(v Visit) {
+		if !v.StartAt.Before(from) && v.StartAt.Before(to) && !p.skipped[v.Date] && !p.stopped(v.StartAt) {
+			out = append(out, v)
+		}
+	}
+	for d, t := range p.occurrences() {
+		if d.After(hi) {
+			break
+		}
+		if _, moved := p.moved[d]; !moved && !d.Before(lo) {
+			keep(p.visitOf(d, t))
+		}
+	}
+	for _, d := range slices.SortedFunc(maps.Keys(p.moved), civil.Date.Compare) {
+		if v, ok := p.visit(d); ok {
+			keep(v)
+		}
+	}
+	slices.SortFunc(out, func(a, b Visit) int { return cmp.Or(a.StartAt.Compare(b.StartAt), a.Date.Compare(b.Date)) })
+	return out
+}
+
+// occurrences yields the plan's visit dates in order (skipped, paused or
+// not), each with the terms in force on it: segment i gives the dates of
+// its recurrence from its own from up to the next segment's.
+func (p *Plan) occurrences() iter.Seq2[civil.Date, Terms] {
+	return func(yield func(civil.Date, Terms) bool) {
+		for i, s := range p.segments {
+			for d := range s.terms.Recurrence.dates() {
+				if i+1 < len(p.segments) && !d.Before(p.segments[i+1].from) {
+					break
+				}
+				if !d.Before(s.from) && !yield(d, s.terms) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// firstFrom returns the visit that starts first among those dated from on
+// (skipped or not): the first one not moved, or a moved one.
+func (p *Plan) firstFrom(from civil.Date) Visit {
+	var first Visit
+	for d, t := range p.occurrences() {
+		if _, moved := p.moved[d]; !moved && !d.Before(from) {
+			first = p.visitOf(d, t)
+			break
+		}
+	}
+	for d := range p.moved {
+		if v, ok := p.visit(d); ok && !d.Before(from) && (first.Key == "" || v.StartAt.Before(first.StartAt)) {
+			first = v
+		}
+	}
+	return first
+}
+
+// visit returns the visit dated d (skipped, paused or not), if the plan has
+// one.
+func (p *Plan) visit(d civil.Date) (Visit, bool) {
+	i := len(p.segments) - 1
+	for i > 0 && p.segments[i].from.After(d) {
+		i--
+	}
+	s := p.segments[i]
+	if d.Before(s.from) {
+		return Visit{}, false
+	}
+	for x := range s.terms.Recurrence.dates() {
+		if x == d {
+			return p.visitOf(d, s.terms), true
+		}
+		if x.After(d) {
+			break
+		}
+	}
+	return Visit{}, false
+}
+
+func (p *Plan) visitOf(d civil.Date, t Terms) Visit {
+	day, clock := d, t.Window.Start
+	m, moved := p.moved[d]
+	if moved {
+		day, clock = m.date, m.start
+	}
+	start := event.Instant(civil.Resolve(day, clock, p.loc))
+	return Visit{Key: VisitKey(p.id, d), Date: d, StartAt: start, EndAt: start.Add(t.Window.Length()),
+		PriceCents: t.PriceCents, StaffID: t.StaffID, Moved: moved}
+}
+
+// stopped reports whether a visit starting at t falls in a pause or after
+// the end.
+func (p *Plan) stopped(t time.Time) bool {
+	if !p.endedAt.IsZero() && !t.Before(p.endedAt) {
+		return true
+	}
+	for _, ps := range p.pauses {
+		if !t.Before(ps.from) && (ps.to.IsZero() || t.Before(ps.to)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Plan) live() error {
+	if p.status == StatusEnded {
+		return &apperr.RuleError{Rule: RuleEnded, Detail: "the service plan has ended"}
+	}
+	return nil
+}
+
+// existing returns the visit dated d of a plan that has not ended.
+func (p *Plan) existing(d civil.Date) (Visit, error) {
+	if err := p.live(); err != nil {
+		return Visit{}, err
+	}
+	v, ok := p.visit(d)
+	if !ok {
+		return Visit{}, &apperr.RuleError{Rule: RuleNoSuchVisit, Detail: fmt.Sprintf("the plan has no visit dated %s", d)}
+	}
+	return v, nil
+}
+
+func notStarted(v Visit, now time.Time) error {
+	if v.StartAt.After(now) {
+		return nil
+	}
+	return &apperr.RuleError{Rule: RuleVisitStarted,
+		Detail: fmt.Sprintf("the visit of %s started at %s; started visits are not re-planned", v.Date, v.StartAt.Format(time.RFC3339))}
+}
+
+func (p *Plan) record(e event.Event) {
+	p.apply(e)
+	p.changes = append(p.changes, e)
+}
+
+func (p *Plan) apply(e event.Event) {
+	switch e := e.(type) {
+	case Created:
+		p.id, p.customerID, p.catalogItemID, p.timeZone = e.PlanID, e.CustomerID, e.CatalogItemID, e.TimeZone
+		p.loc, _ = time.LoadLocation(e.TimeZone) // nil when unknown: Rehydrate reports it
+		p.segments = []segment{{terms: e.Terms}}
+		p.skipped, p.moved = map[civil.Date]bool{}, map[civil.Date]move{}
+		p.status = StatusActive
+	case Changed:
+		keep := 0
+		for keep < len(p.segments) && p.segments[keep].from.Before(e.From) {
+			keep++
+		}
+		p.segments = append(p.segments[:keep:keep], segment{from: e.From, terms: e.Terms})
+	case VisitSkipped:
+		p.skipped[e.Date] = true
+	case VisitMoved:
+		p.moved[e.Date] = move{e.ToDate, e.ToStart}
+	case Paused:
+		p.pauses = append(p.pauses, pause{from: e.At})
+		p.status = StatusPaused
+	case Resumed:
+		if n := len(p.pauses); n > 0 {
+			p.pauses[n-1].to = e.At
+		}
+		p.status = StatusActive
+	case Ended:
+		p.endedAt = e.At
+		if n := len(p.pauses); n > 0 && p.pauses[n-1].to.IsZero() {
+			p.pauses[n-1].to = e.At
+		}
+		p.status = StatusEnded
+	}
+}
