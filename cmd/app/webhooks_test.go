@@ -730,46 +730,32 @@ func TestWebhookRotationSignsWithBoth(t *testing.T) {
 }
 
 // A test ping to a failing receiver is tried once and leaves the endpoint
-// enabled.
+// enabled, even one answered 410 (a ping never disables an endpoint).
 func TestWebhookFailedPingIsNotRetried(t *testing.T) {
 	t.Parallel()
-	a := withWebhooks(t, pgtest.NewDB(t), nil)
-	rc := newReceiver(t)
-	rc.setAnswer(func(delivery) int { return http.StatusBadGateway })
-	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
-	ping := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", a.opA, nil)
-	var d response
-	require.Eventually(t, func() bool {
-		var err error
-		d, err = a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
-		return err == nil && d.Body["status"] == "failed"
-	}, 10*time.Second, 5*time.Millisecond)
-	require.Equal(t, float64(1), d.Body["attempts"])
-	require.Equal(t, float64(502), d.Body["response_status"])
-	require.Equal(t, "HTTP 502", d.Body["error"])
-	require.Len(t, rc.deliveries(), 1)
-	require.Equal(t, true, a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil).Body["enabled"])
-}
-
-// A test ping answered 410 fails, and leaves its endpoint enabled: a ping
-// never disables one.
-func TestWebhookGonePingDisablesNothing(t *testing.T) {
-	t.Parallel()
-	a := withWebhooks(t, pgtest.NewDB(t), nil)
-	rc := newReceiver(t)
-	rc.setAnswer(func(delivery) int { return http.StatusGone })
-	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
-	ping := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", a.opA, nil)
-	var d response
-	require.Eventually(t, func() bool {
-		var err error
-		d, err = a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
-		return err == nil && d.Body["status"] == "failed"
-	}, 10*time.Second, 5*time.Millisecond)
-	require.Equal(t, float64(410), d.Body["response_status"])
-	e := a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil)
-	require.Equal(t, true, e.Body["enabled"], "%s", e)
-	require.NotContains(t, e.Body, "disabled_reason")
+	for _, status := range []int{http.StatusBadGateway, http.StatusGone} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			a := withWebhooks(t, pgtest.NewDB(t), nil)
+			rc := newReceiver(t)
+			rc.setAnswer(func(delivery) int { return status })
+			endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+			ping := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", a.opA, nil)
+			var d response
+			require.Eventually(t, func() bool {
+				var err error
+				d, err = a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
+				return err == nil && d.Body["status"] == "failed"
+			}, 10*time.Second, 5*time.Millisecond)
+			require.Equal(t, float64(1), d.Body["attempts"])
+			require.Equal(t, float64(status), d.Body["response_status"])
+			require.Equal(t, "HTTP "+strconv.Itoa(status), d.Body["error"])
+			require.Len(t, rc.deliveries(), 1)
+			e := a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil)
+			require.Equal(t, true, e.Body["enabled"], "%s", e)
+			require.NotContains(t, e.Body, "disabled_reason")
+		})
+	}
 }
 
 // A leadership change in the middle of a burst loses nothing and does not
