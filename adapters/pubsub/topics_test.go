@@ -41,7 +41,7 @@ func scanned(t *testing.T, db *bun.DB, q string, args ...any) float64 {
 	most := 0.0
 	plan.Walk(func(n pgtest.PlanNode) {
 		if strings.Contains(n.NodeType, "Scan") && n.RelationName == "watermill_orders" {
-			most = max(most, n.ActualRows)
+			most = max(most, n.Rows())
 		}
 	})
 	return most

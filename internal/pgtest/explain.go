@@ -20,8 +20,15 @@ type PlanNode struct {
 	RelationName string     `json:"Relation Name"`
 	IndexName    string     `json:"Index Name"`
 	ActualRows   float64    `json:"Actual Rows"` // per loop, after ExplainAnalyzed only
+	ActualLoops  float64    `json:"Actual Loops"`
 	Plans        []PlanNode `json:"Plans"`
 }
+
+// Rows is how many rows the node returned in all (after ExplainAnalyzed
+// only): Postgres gives rows per loop, and a parallel scan runs one loop per
+// process, so a node's rows are counted smaller the more workers the
+// server could start at that moment.
+func (n PlanNode) Rows() float64 { return n.ActualRows * max(n.ActualLoops, 1) }
 
 // Walk calls fn with the node and every node below it.
 func (n PlanNode) Walk(fn func(PlanNode)) {
