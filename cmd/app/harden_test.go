@@ -243,14 +243,17 @@ func TestAdminSurface(t *testing.T) {
 		"one listener": {a, want{
 			"admin /metrics": 200, "admin /admin/parked": 200, "operator /admin/parked": 403,
 			"operator /v1/orders": 200, "none /healthz": 200, "none /readyz": 200, "none /openapi.json": 200,
+			"none /debug/pprof/cmdline": 404,
 		}},
 		"public": {handler(httpport.SurfacePublic), want{
 			"admin /metrics": 404, "admin /admin/parked": 404, "operator /admin/parked": 404,
 			"operator /v1/orders": 200, "none /healthz": 200, "none /readyz": 200, "none /openapi.json": 200,
+			"none /debug/pprof/cmdline": 404,
 		}},
 		"admin": {handler(httpport.SurfaceAdmin), want{
 			"admin /metrics": 200, "admin /admin/parked": 200, "operator /admin/parked": 403,
 			"operator /v1/orders": 404, "none /healthz": 200, "none /readyz": 200, "none /openapi.json": 404,
+			"none /debug/pprof/cmdline": 200, "none /debug/pprof/heap": 200,
 		}},
 	} {
 		for req, status := range c.want {
@@ -288,6 +291,16 @@ func TestServeAdminAddr(t *testing.T) {
 	admin.must(http.StatusForbidden, http.MethodGet, "/admin/parked", key, nil)
 	admin.must(http.StatusNotFound, http.MethodGet, "/v1/orders", key, nil)
 	admin.must(http.StatusOK, http.MethodGet, "/healthz", "", nil)
+	// A CPU profile, from the admin listener only.
+	profile, err := http.Get("http://" + started.AdminAddr + "/debug/pprof/profile?seconds=1")
+	require.NoError(t, err)
+	body, err := io.ReadAll(profile.Body)
+	require.NoError(t, err)
+	require.NoError(t, profile.Body.Close())
+	require.Equal(t, http.StatusOK, profile.StatusCode, "%s", body)
+	require.Equal(t, "application/octet-stream", profile.Header.Get("Content-Type"))
+	require.NotEmpty(t, body)
+	public.must(http.StatusNotFound, http.MethodGet, "/debug/pprof/cmdline", "", nil)
 
 	started.shutdown()
 	for _, base := range []string{public.base, admin.base} {

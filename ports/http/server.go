@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -213,6 +214,16 @@ func NewHandler(cfg Config) (http.Handler, error) {
 			h = s.idempotent(h)
 		}
 		mux.Handle(rt.pattern, s.auth(rt.roles...)(h))
+	}
+	if cfg.Surface == SurfaceAdmin {
+		// Go's profiles, on the admin listener only (the private network's,
+		// like /metrics), never on the public one nor when one listener
+		// serves everything: a profile shows the code and costs CPU.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	if cfg.Console != nil && cfg.APIEnabled {
 		mux.Handle("/console/", s.shareFairly(cfg.Console))
