@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"hearth/adapters/pubsub"
+	"hearth/internal/database"
 )
 
 // NotifyChannel is the Postgres channel on which a statement trigger on every
@@ -47,7 +48,7 @@ const anyTable = ""
 
 // NewNotifier returns a notifier on the event-store database. Call Run.
 func NewNotifier(connString string, log *slog.Logger) (*Notifier, error) {
-	if _, err := pgx.ParseConfig(connString); err != nil {
+	if _, err := database.ParseConfig(connString); err != nil {
 		return nil, fmt.Errorf("projector.NewNotifier: %w", err)
 	}
 	if log == nil {
@@ -80,7 +81,7 @@ func (n *Notifier) Run(ctx context.Context) error {
 // listen runs one connection until it fails. It returns nil when the
 // connection had been established (so the next attempt waits briefly).
 func (n *Notifier) listen(ctx context.Context) error {
-	cfg, err := pgx.ParseConfig(n.connString)
+	cfg, err := database.ParseConfig(n.connString) // keepalives, user timeout: a silent server is left
 	if err != nil {
 		return err
 	}
