@@ -221,4 +221,3 @@ func childrenOf(t *testing.T, pid int) []int {
 	}
 	return kids
 }
-
