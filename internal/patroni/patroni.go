@@ -520,6 +520,11 @@ func (c *Cluster) await(ctx context.Context, timeout time.Duration, what string,
 	}
 }
 
+// AwaitReady waits until the nodes not killed or frozen have a running
+// leader and a synchronous standby (after Thaw, the old primary rejoins as
+// a standby).
+func (c *Cluster) AwaitReady(ctx context.Context) error { return c.awaitSynchronous(ctx, readyTimeout) }
+
 // awaitSynchronous waits for a running leader and a synchronous standby.
 func (c *Cluster) awaitSynchronous(ctx context.Context, timeout time.Duration) error {
 	return c.await(ctx, timeout, "a primary and a synchronous standby", func(ms []member) bool {

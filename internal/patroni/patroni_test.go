@@ -1,8 +1,13 @@
 package patroni_test
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,16 +18,22 @@ import (
 	"hearth/internal/patroni"
 )
 
-// failoverBound is how long a write may fail after the primary is lost: the
+// failoverBound is how long writes may fail after the primary is lost: the
 // leader key expires TTL after its last renewal, a loop later the standby
 // promotes, and a new connection finds it; the margin is for a loaded
 // machine.
 const failoverBound = 3*patroni.TTL + 30*time.Second
 
-// The harness: a primary and a synchronous standby behind one multi-host
-// URL, a switchover, and a failover after the primary is killed. Hearth's
-// pool, opened once, follows the primary throughout, without being
-// reopened.
+// opTimeout is each write's deadline, as Hearth's calls carry one: room for
+// a pooled connection's check, then a connection attempt to a silent first
+// host before the next.
+const opTimeout = 3 * database.ConnectTimeout
+
+// Hearth's pool, opened once on the multi-host URL, follows the primary
+// without being reopened: through the primary's freeze (every process of
+// it stopped, as in a paused machine: its connections must be abandoned,
+// not waited on until it comes back), a switchover, and the primary's
+// loss. Synchronous mode loses no acknowledged write.
 func TestFailover(t *testing.T) {
 	ctx := context.Background()
 	c, err := patroni.Start(ctx, patroni.Options{Nodes: 2, Install: true})
@@ -38,49 +49,61 @@ func TestFailover(t *testing.T) {
 
 	n := 0
 	// write inserts the next row through the pool, and through a new
-	// connection of the same URL, each under a deadline, as Hearth's calls
-	// are; it reports the first failure.
+	// connection of the same URL, each under its deadline.
 	write := func() error {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if _, err := pool.ExecContext(ctx, `INSERT INTO writes VALUES ($1)`, n+1); err != nil {
+		ctx1, cancel1 := context.WithTimeout(ctx, opTimeout)
+		defer cancel1()
+		if _, err := pool.ExecContext(ctx1, `INSERT INTO writes VALUES ($1)`, n+1); err != nil {
 			return err
 		}
+		n++
+		ctx2, cancel2 := context.WithTimeout(ctx, opTimeout)
+		defer cancel2()
 		cfg, err := database.ParseConfig(url)
 		if err != nil {
 			return err
 		}
-		conn, err := pgx.ConnectConfig(ctx, cfg)
+		conn, err := pgx.ConnectConfig(ctx2, cfg)
 		if err != nil {
 			return err
 		}
-		defer conn.Close(context.WithoutCancel(ctx))
-		if _, err := conn.Exec(ctx, `INSERT INTO writes VALUES ($1)`, n+2); err != nil {
+		defer conn.Close(context.WithoutCancel(ctx2))
+		if _, err := conn.Exec(ctx2, `INSERT INTO writes VALUES ($1)`, n+1); err != nil {
 			return err
 		}
-		n += 2
+		n++
 		return nil
 	}
 	require.NoError(t, write())
-	requireStandbyHas(t, c, n)
-
-	first, err := c.Primary(ctx)
-	require.NoError(t, err)
-	other := 1 - first
-	require.NoError(t, c.Switchover(ctx, other))
 	primary, err := c.Primary(ctx)
 	require.NoError(t, err)
-	require.Equal(t, other, primary)
+	require.Equal(t, 0, primary, "the first node bootstraps the cluster")
+	requireStandbyHas(t, c, n)
+
+	// The primary is the URL's first host: every new connection tries it
+	// first, and must pass over it within its connect timeout.
+	c.Freeze(0)
+	start := time.Now()
+	awaitWrite(t, write, failoverBound+2*opTimeout)
+	t.Logf("writes resumed %v after the primary froze", time.Since(start).Round(time.Millisecond))
+	primary, err = c.Primary(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, primary)
+	c.Thaw(0)
+	require.NoError(t, c.AwaitReady(ctx)) // demoted, it follows the new primary
+	requireStandbyHas(t, c, n)
+
+	require.NoError(t, c.Switchover(ctx, 0))
 	awaitWrite(t, write, failoverBound) // the old primary restarts as a standby: its sessions end
 	requireStandbyHas(t, c, n)
 
-	c.Kill(primary)
-	start := time.Now()
+	c.Kill(0)
+	start = time.Now()
 	awaitWrite(t, write, failoverBound)
 	t.Logf("writes resumed %v after the primary was killed", time.Since(start).Round(time.Millisecond))
-	now, err := c.Primary(ctx)
+	primary, err = c.Primary(ctx)
 	require.NoError(t, err)
-	require.Equal(t, first, now)
+	require.Equal(t, 1, primary)
 	var count int
 	require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM writes`).Scan(&count))
 	require.Equal(t, n, count, "every acknowledged write survived (synchronous mode)")
@@ -92,11 +115,12 @@ func awaitWrite(t *testing.T, write func() error, bound time.Duration) {
 	require.Eventually(t, func() bool {
 		last = write()
 		return last == nil
-	}, bound, 200*time.Millisecond, "no write succeeded within %v: last error %v", bound, func() error { return last }())
+	}, bound, 200*time.Millisecond, "no write succeeded within %v", bound)
+	_ = last
 }
 
-// requireStandbyHas checks that the standby holds n rows: what the primary
-// acknowledged, the synchronous standby had.
+// requireStandbyHas checks that the standby holds the n rows written: the
+// primary acknowledged each once the synchronous standby had it.
 func requireStandbyHas(t *testing.T, c *patroni.Cluster, n int) {
 	t.Helper()
 	ctx := context.Background()
@@ -110,5 +134,56 @@ func requireStandbyHas(t *testing.T, c *patroni.Cluster, n int) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		return db.QueryRowContext(ctx, `SELECT count(*) FROM writes`).Scan(&count) == nil && count == n
-	}, time.Minute, 100*time.Millisecond, "the standby has %d rows of %d", func() int { return count }())
+	}, time.Minute, 100*time.Millisecond, "the standby has not all %d rows", n)
+}
+
+// No process of the cluster outlives the process that started it, even
+// one killed without a chance to call Stop: the test runs itself as a
+// child that starts a cluster, kills the child, and waits until nothing
+// names the cluster's directory any more.
+func TestNoProcessOutlivesItsStarter(t *testing.T) {
+	if os.Getenv("HEARTH_PATRONI_CHILD") != "" {
+		c, err := patroni.Start(context.Background(), patroni.Options{Install: true})
+		require.NoError(t, err)
+		os.Stdout.WriteString("dir " + c.Dir() + "\n")
+		select {} // until killed
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNoProcessOutlivesItsStarter$", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), "HEARTH_PATRONI_CHILD=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var dir string
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		if d, ok := strings.CutPrefix(sc.Text(), "dir "); ok {
+			dir = d
+			break
+		}
+	}
+	require.NotEmpty(t, dir, "the child started no cluster")
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	require.NotEmpty(t, processesNaming(dir), "the cluster runs")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	require.Eventually(t, func() bool { return len(processesNaming(dir)) == 0 },
+		30*time.Second, 100*time.Millisecond, "processes left: %v", func() []string { return processesNaming(dir) }())
+}
+
+// processesNaming lists the command lines that name dir.
+func processesNaming(dir string) []string {
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if line := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(line, dir+"/") {
+			found = append(found, e.Name()+": "+line)
+		}
+	}
+	return found
 }
