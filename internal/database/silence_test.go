@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,7 +180,7 @@ func freeze(t *testing.T, cluster *pgcluster.Cluster) (thaw func()) {
 	pm, err := cluster.PostmasterPID()
 	require.NoError(t, err)
 	require.NoError(t, syscall.Kill(pm, syscall.SIGSTOP)) // first: it starts no child after this
-	pids := append([]int{pm}, childrenOf(t, pm)...)
+	pids := harness.Descendants(pm)                       // pm first
 	for _, pid := range pids[1:] {
 		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	}
@@ -196,28 +194,4 @@ func freeze(t *testing.T, cluster *pgcluster.Cluster) (thaw func()) {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}
-}
-
-// childrenOf lists the processes whose parent is pid, from /proc.
-func childrenOf(t *testing.T, pid int) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	var kids []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // ended meanwhile
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so read after its ")".
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
-			kids = append(kids, child)
-		}
-	}
-	return kids
 }

@@ -574,44 +574,7 @@ func (c *Cluster) pids(i int) []int {
 			roots = append(roots, pid)
 		}
 	}
-	return descendants(roots)
-}
-
-// descendants is roots and every process under them, from /proc.
-func descendants(roots []int) []int {
-	parent := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // ended meanwhile
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so read after its ")".
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 1 {
-			if ppid, err := strconv.Atoi(fields[1]); err == nil {
-				parent[ppid] = append(parent[ppid], pid)
-			}
-		}
-	}
-	var out []int
-	seen := map[int]bool{}
-	queue := slices.Clone(roots)
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		if seen[pid] {
-			continue
-		}
-		seen[pid] = true
-		out = append(out, pid)
-		queue = append(queue, parent[pid]...)
-	}
-	return out
+	return harness.Descendants(roots...)
 }
 
 // signalAll stops the processes first (so none starts another), then sends

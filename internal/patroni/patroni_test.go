@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"hearth/internal/database"
@@ -111,12 +112,9 @@ func TestFailover(t *testing.T) {
 
 func awaitWrite(t *testing.T, write func() error, bound time.Duration) {
 	t.Helper()
-	var last error
-	require.Eventually(t, func() bool {
-		last = write()
-		return last == nil
+	require.EventuallyWithT(t, func(c *assert.CollectT) { // reports the last attempt's error
+		assert.NoError(c, write())
 	}, bound, 200*time.Millisecond, "no write succeeded within %v", bound)
-	_ = last
 }
 
 // requireStandbyHas checks that the standby holds the n rows written: the
@@ -168,8 +166,8 @@ func TestNoProcessOutlivesItsStarter(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
-	require.Eventually(t, func() bool { return len(processesNaming(dir)) == 0 },
-		30*time.Second, 100*time.Millisecond, "processes left: %v", func() []string { return processesNaming(dir) }())
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, processesNaming(dir), "processes left") },
+		30*time.Second, 100*time.Millisecond)
 }
 
 // processesNaming lists the command lines that name dir.
