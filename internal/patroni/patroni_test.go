@@ -76,9 +76,7 @@ func TestFailover(t *testing.T) {
 		return nil
 	}
 	require.NoError(t, write())
-	primary, err := c.Primary(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 0, primary, "the first node bootstraps the cluster")
+	awaitPrimary(t, c, 0) // the first node bootstraps the cluster
 	requireStandbyHas(t, c, n)
 
 	// The primary is the URL's first host: every new connection tries it
@@ -87,9 +85,7 @@ func TestFailover(t *testing.T) {
 	start := time.Now()
 	awaitWrite(t, write, failoverBound+2*opTimeout)
 	t.Logf("writes resumed %v after the primary froze", time.Since(start).Round(time.Millisecond))
-	primary, err = c.Primary(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, primary)
+	awaitPrimary(t, c, 1)
 	c.Thaw(0)
 	require.NoError(t, c.AwaitReady(ctx)) // demoted, it follows the new primary
 	requireStandbyHas(t, c, n)
@@ -102,12 +98,21 @@ func TestFailover(t *testing.T) {
 	start = time.Now()
 	awaitWrite(t, write, failoverBound)
 	t.Logf("writes resumed %v after the primary was killed", time.Since(start).Round(time.Millisecond))
-	primary, err = c.Primary(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, primary)
+	awaitPrimary(t, c, 1)
 	var count int
 	require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM writes`).Scan(&count))
 	require.Equal(t, n, count, "every acknowledged write survived (synchronous mode)")
+}
+
+// awaitPrimary waits until Patroni reports node i as the running leader
+// (its member state may trail the promotion by a loop).
+func awaitPrimary(t *testing.T, c *patroni.Cluster, i int) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		p, err := c.Primary(context.Background())
+		assert.NoError(ct, err)
+		assert.Equal(ct, i, p)
+	}, failoverBound, 100*time.Millisecond)
 }
 
 func awaitWrite(t *testing.T, write func() error, bound time.Duration) {
