@@ -141,7 +141,7 @@ func startProcess(cmd *exec.Cmd) (*process, error) {
 
 // Start starts etcd and opts.Nodes Patroni nodes, and returns once a
 // primary accepts connections and a synchronous standby streams from it.
-func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	log := cmp.Or(opts.Log, slog.Default())
 	n := cmp.Or(opts.Nodes, 2)
 	if n < 2 {
@@ -151,7 +151,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{log: log, frozen: map[int][]int{}, killed: map[int]bool{}}
+	c := &Cluster{log: log, frozen: map[int][]int{}, killed: map[int]bool{}}
 	if os.Geteuid() == 0 {
 		if c.osUser, err = user.Lookup("postgres"); err != nil {
 			return nil, fmt.Errorf("patroni: Postgres refuses to run as root, and there is no postgres user: %w", err)
