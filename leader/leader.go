@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"hearth/internal/advisory"
+	"hearth/internal/database"
 )
 
 // LockName is the default Config.Name: the one lock under which versions
@@ -244,7 +245,7 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.TermDB == nil {
 		return nil, errors.New("leader: Config.TermDB is required")
 	}
-	connCfg, err := pgx.ParseConfig(cfg.ConnString)
+	connCfg, err := database.ParseConfig(cfg.ConnString) // keepalives, user timeout: a silent server is left
 	if err != nil {
 		return nil, fmt.Errorf("leader: Config.ConnString: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"hearth/internal/database"
 	"hearth/internal/pgcluster"
 	"hearth/migrations"
 )
@@ -700,4 +702,26 @@ func TestFenceAppNameEndsLeftoverSessions(t *testing.T) {
 	require.Error(t, err, "the leftover session was ended")
 	_, err = other.Exec(ctx, "SELECT 1")
 	require.NoError(t, err)
+}
+
+// The lock sessions are dialled as every Hearth connection is
+// (database.ParseConfig): a server that goes silent is left after
+// database.SilenceBound, not after TCP's retries.
+func TestLockSessionAbandonsASilentServer(t *testing.T) {
+	t.Parallel()
+	url := testDB(t)
+	e, err := New(Config{ConnString: url, TermDB: openDB(t, url)})
+	require.NoError(t, err)
+	conn, err := e.connect(t.Context())
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(t.Context()))
+	raw, err := conn.PgConn().Conn().(*net.TCPConn).SyscallConn()
+	require.NoError(t, err)
+	var ms int
+	var optErr error
+	require.NoError(t, raw.Control(func(fd uintptr) {
+		ms, optErr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, 0x12) // TCP_USER_TIMEOUT
+	}))
+	require.NoError(t, optErr)
+	require.Equal(t, int(database.SilenceBound/time.Millisecond), ms)
 }

@@ -3,6 +3,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -29,6 +30,16 @@ type Options struct {
 	// StatementTimeout, when positive, cancels any statement of the pool
 	// that runs longer (statement_timeout, in milliseconds).
 	StatementTimeout time.Duration
+
+	// pingIdle is how long a pooled connection sits idle before it is
+	// checked (pinged) on reuse; 0 is pgx stdlib's default, a second. A
+	// server that went away while the connection sat in the pool (a
+	// failover: Patroni restarts a demoted primary as a standby, which ends
+	// its sessions; Postgres cannot demote in place) is seen by the ping,
+	// and the pool dials again, through the multi-host URL to the new
+	// primary. A busy connection, reused within the second, costs no
+	// round trip; its next statement fails instead, once.
+	pingIdle time.Duration
 }
 
 // OpenWith is Open with session settings.
@@ -47,7 +58,7 @@ func OpenSQL(ctx context.Context, url string, maxConns int, applicationName stri
 }
 
 func openSQL(ctx context.Context, url string, maxConns int, opts Options) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
@@ -57,7 +68,10 @@ func openSQL(ctx context.Context, url string, maxConns int, opts Options) (*sql.
 	if opts.StatementTimeout > 0 {
 		cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(opts.StatementTimeout.Milliseconds(), 1), 10)
 	}
-	sqldb := sql.OpenDB(simpleWhenBare{stdlib.GetConnector(*cfg)})
+	idle := cmp.Or(opts.pingIdle, time.Second)
+	sqldb := sql.OpenDB(simpleWhenBare{stdlib.GetConnector(*cfg, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
+		return p.IdleDuration > idle
+	}))})
 	sqldb.SetMaxOpenConns(maxConns)
 	sqldb.SetMaxIdleConns(maxConns)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
@@ -65,7 +79,7 @@ func openSQL(ctx context.Context, url string, maxConns int, opts Options) (*sql.
 	defer cancel()
 	if err := sqldb.PingContext(pingCtx); err != nil {
 		_ = sqldb.Close()
-		return nil, fmt.Errorf("connect to %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+		return nil, fmt.Errorf("connect to %s/%s: %w", hosts(cfg), cfg.Database, err)
 	}
 	return sqldb, nil
 }
@@ -93,4 +107,13 @@ func CreateDatabase(ctx context.Context, adminURL, name string) error {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// hosts lists cfg's hosts (a multi-host URL names several) as host:port.
+func hosts(cfg *pgx.ConnConfig) string {
+	s := fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+	for _, f := range cfg.Fallbacks {
+		s += fmt.Sprintf(",%s:%d", f.Host, f.Port)
+	}
+	return s
 }

@@ -65,12 +65,25 @@ func HonoursWithBegin(db *sql.DB) bool {
 // is pgx's own.
 type bareQueryConn struct{ *stdlib.Conn }
 
+// ResetSession is pgx's check of a pooled connection before reuse, bounded
+// by checkTimeout whatever the caller's deadline (see dial.go).
+func (c bareQueryConn) ResetSession(ctx context.Context) error {
+	ctx, cancel := boundedCheck(ctx)
+	defer cancel()
+	return c.Conn.ResetSession(ctx)
+}
+
 func (c bareQueryConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	if len(args) == 0 {
 		args = []driver.NamedValue{{Ordinal: 1, Value: pgx.QueryExecModeSimpleProtocol}}
 	}
 	return c.Conn.QueryContext(ctx, query, args)
 }
+
+// rollbackTimeout bounds the clean-up of a failed transaction, which runs
+// even when the caller's context has ended: a silent server must not keep
+// it waiting.
+const rollbackTimeout = 5 * time.Second
 
 type beginKey struct{}
 
@@ -97,7 +110,9 @@ func (c bareQueryConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 		// BEGIN went through and stmt failed: the session is in a failed
 		// transaction, which must not go back to the pool.
 		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-			if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+			rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			defer cancel()
+			if _, rbErr := conn.Exec(rbCtx, "ROLLBACK"); rbErr != nil {
 				return nil, errors.Join(err, driver.ErrBadConn)
 			}
 		}
@@ -140,7 +155,7 @@ func WithConn(ctx context.Context, db *sql.DB, fn func(conn *pgx.Conn) error) er
 			if err == nil {
 				err = errors.New("database: WithConn's fn returned with its transaction open; rolled back")
 			}
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 			defer cancel()
 			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
 				_ = conn.Close(ctx) // closed: database/sql drops it

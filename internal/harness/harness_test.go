@@ -3,9 +3,11 @@ package harness
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -59,4 +61,22 @@ func TestInstallLock(t *testing.T) {
 	require.ErrorIs(t, syscall.Flock(int(other.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK, "held")
 	unlock()
 	require.NoError(t, syscall.Flock(int(other.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), "released")
+}
+
+// Descendants finds a process's children and their children.
+func TestDescendants(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sh -c 'sleep 600' & wait")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		for _, pid := range Descendants(cmd.Process.Pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = cmd.Wait()
+	})
+	require.Eventually(t, func() bool { // the grandchild forked
+		return len(Descendants(cmd.Process.Pid)) >= 3
+	}, 30*time.Second, 10*time.Millisecond)
+	d := Descendants(cmd.Process.Pid)
+	require.Equal(t, cmd.Process.Pid, d[0])
+	require.NotContains(t, d, os.Getpid(), "not its parent")
 }

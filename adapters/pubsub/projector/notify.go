@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"hearth/adapters/pubsub"
+	"hearth/internal/database"
 )
 
 // NotifyChannel is the Postgres channel on which a statement trigger on every
@@ -35,8 +36,8 @@ const NotifyApplicationName = "hearth-notify"
 // row is visible to them (watermill-sql reads only below
 // pg_snapshot_xmin), and none arrives while the connection is down.
 type Notifier struct {
-	connString string
-	log        *slog.Logger
+	cfg *pgx.ConnConfig // dialled as every Hearth connection (database.ParseConfig)
+	log *slog.Logger
 
 	mu      sync.Mutex
 	signals map[string]chan struct{} // by table name; closed and replaced on each notification
@@ -47,13 +48,15 @@ const anyTable = ""
 
 // NewNotifier returns a notifier on the event-store database. Call Run.
 func NewNotifier(connString string, log *slog.Logger) (*Notifier, error) {
-	if _, err := pgx.ParseConfig(connString); err != nil {
+	cfg, err := database.ParseConfig(connString) // keepalives, user timeout: a silent server is left
+	if err != nil {
 		return nil, fmt.Errorf("projector.NewNotifier: %w", err)
 	}
+	cfg.RuntimeParams["application_name"] = NotifyApplicationName
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Notifier{connString: connString, log: log.With("component", "notifier"), signals: map[string]chan struct{}{}}, nil
+	return &Notifier{cfg: cfg, log: log.With("component", "notifier"), signals: map[string]chan struct{}{}}, nil
 }
 
 // Run listens until ctx ends, reconnecting after any failure.
@@ -80,13 +83,8 @@ func (n *Notifier) Run(ctx context.Context) error {
 // listen runs one connection until it fails. It returns nil when the
 // connection had been established (so the next attempt waits briefly).
 func (n *Notifier) listen(ctx context.Context) error {
-	cfg, err := pgx.ParseConfig(n.connString)
-	if err != nil {
-		return err
-	}
-	cfg.RuntimeParams["application_name"] = NotifyApplicationName
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(connectCtx, cfg)
+	conn, err := pgx.ConnectConfig(connectCtx, n.cfg)
 	if err == nil {
 		_, err = conn.Exec(connectCtx, "LISTEN "+NotifyChannel)
 	}
