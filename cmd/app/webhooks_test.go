@@ -650,9 +650,20 @@ func TestWebhookGoneDisablesAtOnce(t *testing.T) {
 	t.Parallel()
 	a := withWebhooks(t, pgtest.NewDB(t), nil)
 	rc := newReceiver(t)
-	rc.setAnswer(func(delivery) int { return http.StatusGone })
+	// The receiver answers once the fan-out has queued all four events:
+	// the fan-out queues nothing for a disabled endpoint, so a 410 before
+	// the last of them would leave fewer than four to fail.
+	queued := make(chan struct{})
+	release := sync.OnceFunc(func() { close(queued) })
+	t.Cleanup(release) // before the receiver closes, should the test stop early
+	rc.setAnswer(func(delivery) int { <-queued; return http.StatusGone })
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
 	a.orderEvents(2, 1)
+	require.Eventually(t, func() bool {
+		var n int
+		return a.dbs.es.DB.QueryRow(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, endpoint).Scan(&n) == nil && n == 4
+	}, 20*time.Second, 5*time.Millisecond, "the fan-out queues the four events")
+	release()
 	path := "/v1/webhook-endpoints/" + endpoint
 	require.Eventually(t, func() bool {
 		r, err := a.send(http.MethodGet, path, auth(a.opA), nil)
