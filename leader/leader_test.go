@@ -21,6 +21,7 @@ import (
 
 	"hearth/internal/database"
 	"hearth/internal/pgcluster"
+	"hearth/internal/pgtest"
 	"hearth/migrations"
 )
 
@@ -715,13 +716,6 @@ func TestLockSessionAbandonsASilentServer(t *testing.T) {
 	conn, err := e.connect(t.Context())
 	require.NoError(t, err)
 	defer conn.Close(context.WithoutCancel(t.Context()))
-	raw, err := conn.PgConn().Conn().(*net.TCPConn).SyscallConn()
-	require.NoError(t, err)
-	var ms int
-	var optErr error
-	require.NoError(t, raw.Control(func(fd uintptr) {
-		ms, optErr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, 0x12) // TCP_USER_TIMEOUT
-	}))
-	require.NoError(t, optErr)
+	ms := pgtest.Sockopt(t, conn.PgConn().Conn(), syscall.IPPROTO_TCP, pgtest.TCPUserTimeout)
 	require.Equal(t, int(database.SilenceBound/time.Millisecond), ms)
 }

@@ -45,20 +45,11 @@ func TestConnectionsAbandonASilentNetwork(t *testing.T) {
 
 func requireHardened(t *testing.T, c net.Conn) {
 	t.Helper()
-	tcp, ok := c.(*net.TCPConn)
-	require.True(t, ok, "a TCP connection, not %T", c)
-	raw, err := tcp.SyscallConn()
-	require.NoError(t, err)
-	opt := func(level, name int) (v int) {
-		require.NoError(t, raw.Control(func(fd uintptr) { v, err = syscall.GetsockoptInt(int(fd), level, name) }))
-		require.NoError(t, err)
-		return v
-	}
+	opt := func(level, name int) int { return pgtest.Sockopt(t, c, level, name) }
 	require.Equal(t, 1, opt(syscall.SOL_SOCKET, syscall.SO_KEEPALIVE), "keepalives on")
 	require.Equal(t, int(database.KeepaliveIdle/time.Second), opt(syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE))
 	require.Equal(t, int(database.KeepaliveInterval/time.Second), opt(syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL))
-	const tcpUserTimeout = 0x12
-	require.Equal(t, int(database.SilenceBound/time.Millisecond), opt(syscall.IPPROTO_TCP, tcpUserTimeout))
+	require.Equal(t, int(database.SilenceBound/time.Millisecond), opt(syscall.IPPROTO_TCP, pgtest.TCPUserTimeout))
 }
 
 // A URL may name several hosts: pgx tries them in order, and with

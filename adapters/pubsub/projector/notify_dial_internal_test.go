@@ -2,7 +2,6 @@ package projector
 
 import (
 	"context"
-	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -26,13 +25,6 @@ func TestNotifierAbandonsASilentServer(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close(context.WithoutCancel(t.Context()))
 	require.Equal(t, NotifyApplicationName, conn.Config().RuntimeParams["application_name"])
-	raw, err := conn.PgConn().Conn().(*net.TCPConn).SyscallConn()
-	require.NoError(t, err)
-	var ms int
-	var optErr error
-	require.NoError(t, raw.Control(func(fd uintptr) {
-		ms, optErr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, 0x12) // TCP_USER_TIMEOUT
-	}))
-	require.NoError(t, optErr)
+	ms := pgtest.Sockopt(t, conn.PgConn().Conn(), syscall.IPPROTO_TCP, pgtest.TCPUserTimeout)
 	require.Equal(t, int(database.SilenceBound/time.Millisecond), ms)
 }
