@@ -36,6 +36,15 @@ func (e *ValidationError) Error() string {
 	return "invalid input: " + strings.Join(parts, "; ")
 }
 
+// FieldNames are the names of the fields in error, in order.
+func (e *ValidationError) FieldNames() []string {
+	out := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		out[i] = f.Field
+	}
+	return out
+}
+
 // Invalid returns a ValidationError for one field.
 func Invalid(field, format string, args ...any) *ValidationError {
 	return &ValidationError{Fields: []FieldError{{Field: field, Message: fmt.Sprintf(format, args...)}}}

@@ -42,11 +42,7 @@ func fields(t *testing.T, err error) []string {
 	t.Helper()
 	var v *apperr.ValidationError
 	require.ErrorAs(t, err, &v)
-	var out []string
-	for _, f := range v.Fields {
-		out = append(out, f.Field)
-	}
-	return out
+	return v.FieldNames()
 }
 
 func TestWorkingHoursRejectBadInput(t *testing.T) {

@@ -195,11 +195,7 @@ func fieldsOf(t *testing.T, err error) []string {
 	t.Helper()
 	var v *apperr.ValidationError
 	require.ErrorAs(t, err, &v)
-	var out []string
-	for _, f := range v.Fields {
-		out = append(out, f.Field)
-	}
-	return out
+	return v.FieldNames()
 }
 
 // Bad input names its field, and nothing is created.
