@@ -127,3 +127,37 @@ func Machine(what string) string {
 	return fmt.Sprintf("%s, %s: %d cores (%s), %s, %s, host %s",
 		what, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpu, pgVersion, runtime.Version(), host)
 }
+
+// StartChild starts cmd as a child that dies with this process: in its own
+// process group (a Ctrl-C meant for the tests is not its), with SIGKILL as
+// its parent-death signal. The kernel sends that signal when the *thread*
+// that started the child ends, not this process (go.dev/issue/27505), and
+// the Go runtime ends threads, so the child is started and waited for by a
+// goroutine that holds its OS thread until the child exits. exited closes
+// then, after onExit (optional) got cmd.Wait's error.
+func StartChild(cmd *exec.Cmd, onExit func(error)) (exited <-chan struct{}, err error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	started, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		if onExit != nil {
+			onExit(err)
+		}
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	return done, nil
+}

@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +61,7 @@ type Server struct {
 	mu      sync.Mutex
 	halting atomic.Bool // set when this package stops the process, until the next start
 	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd has exited
+	exited  <-chan struct{} // closed when cmd has exited
 	stopped bool
 }
 
@@ -142,10 +141,9 @@ func (s *Server) start(ctx context.Context) error {
 	s.halting.Store(false)
 	cmd := exec.Command(s.bin, "-a", "127.0.0.1", "-p", port, "-js", "-sd", s.storeDir(),
 		"-l", s.logFile(), "--ports_file_dir", s.dir)
-	// Its own process group, so that a Ctrl-C meant for Hearth does not stop
-	// the server before Hearth's relay has stopped; and killed if this
-	// process dies without calling Stop.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// harness.StartChild: its own process group, so that a Ctrl-C meant for
+	// Hearth does not stop the server before Hearth's relay has stopped; and
+	// killed if this process dies without calling Stop.
 	// What it writes outside its log (a panic) goes to the end of the log.
 	logFile, err := os.OpenFile(s.logFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -153,27 +151,13 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	defer logFile.Close() // the child has its own descriptor
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// The kernel sends Pdeathsig when the thread that started the process
-	// ends, not this process (go.dev/issue/27505), and the Go runtime ends
-	// threads: the process is started and waited for by a goroutine that
-	// holds its thread until the server exits.
-	started, exited := make(chan error, 1), make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		err := cmd.Wait()
+	exited, err := harness.StartChild(cmd, func(err error) {
 		if !s.halting.Load() {
 			s.log.Warn("nats-server exited on its own", "status", err, "log", s.logFile())
 		}
-		close(exited)
-	}()
-	if err := <-started; err != nil {
-		return fmt.Errorf("natsserver: start %s: %w", s.bin, err)
+	})
+	if err != nil {
+		return fmt.Errorf("natsserver: %w", err)
 	}
 	s.cmd, s.exited = cmd, exited
 	if err := s.waitReady(ctx); err != nil {

@@ -33,7 +33,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,37 +105,19 @@ type node struct {
 	proc    *process
 }
 
-// process is a started program, waited for by a goroutine that holds its
-// OS thread: the kernel sends the parent-death signal when the thread that
-// started the process ends, not this process (go.dev/issue/27505), and the
-// Go runtime ends threads.
+// process is a program started by harness.StartChild: it dies with this
+// process.
 type process struct {
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 }
 
 func startProcess(cmd *exec.Cmd) (*process, error) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	exited, err := harness.StartChild(cmd, nil)
+	if err != nil {
+		return nil, err
 	}
-	cmd.SysProcAttr.Setpgid = true // a Ctrl-C meant for the tests is not theirs
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	started, p := make(chan error, 1), &process{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
-	}
-	return p, nil
+	return &process{cmd: cmd, exited: exited}, nil
 }
 
 // Start starts etcd and opts.Nodes Patroni nodes, and returns once a
