@@ -81,22 +81,46 @@ func (e CustomerExportSchema) Valid() bool {
 	}
 }
 
+// Defines values for ErasureSubjectType.
+const (
+	ErasureSubjectTypeCustomer    ErasureSubjectType = "customer"
+	ErasureSubjectTypeStaffMember ErasureSubjectType = "staff_member"
+)
+
+// Valid indicates whether the value is a known member of the ErasureSubjectType enum.
+func (e ErasureSubjectType) Valid() bool {
+	switch e {
+	case ErasureSubjectTypeCustomer:
+		return true
+	case ErasureSubjectTypeStaffMember:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventAggregateType.
 const (
+	EventAggregateTypeCustomer        EventAggregateType = "customer"
 	EventAggregateTypeOrder           EventAggregateType = "order"
 	EventAggregateTypeSchedule        EventAggregateType = "schedule"
 	EventAggregateTypeServiceRequest  EventAggregateType = "service_request"
+	EventAggregateTypeStaffMember     EventAggregateType = "staff_member"
 	EventAggregateTypeWebhookEndpoint EventAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the EventAggregateType enum.
 func (e EventAggregateType) Valid() bool {
 	switch e {
+	case EventAggregateTypeCustomer:
+		return true
 	case EventAggregateTypeOrder:
 		return true
 	case EventAggregateTypeSchedule:
 		return true
 	case EventAggregateTypeServiceRequest:
+		return true
+	case EventAggregateTypeStaffMember:
 		return true
 	case EventAggregateTypeWebhookEndpoint:
 		return true
@@ -122,28 +146,35 @@ func (e EventSchemaVersion) Valid() bool {
 
 // Defines values for EventType.
 const (
-	EventTypeOrderAssignmentUpdated       EventType = "order.assignment_updated"
-	EventTypeOrderCancelled               EventType = "order.cancelled"
-	EventTypeOrderCreated                 EventType = "order.created"
-	EventTypeOrderDetailsUpdated          EventType = "order.details_updated"
-	EventTypeOrderEventSkipped            EventType = "order.event_skipped"
-	EventTypeOrderSettlementUpdated       EventType = "order.settlement_updated"
-	EventTypeOrderStatusChanged           EventType = "order.status_changed"
-	EventTypeScheduleAssignmentUpdated    EventType = "schedule.assignment_updated"
-	EventTypeScheduleCreated              EventType = "schedule.created"
-	EventTypeScheduleEventSkipped         EventType = "schedule.event_skipped"
-	EventTypeScheduleStatusChanged        EventType = "schedule.status_changed"
-	EventTypeServiceRequestConverted      EventType = "service_request.converted"
-	EventTypeServiceRequestCreated        EventType = "service_request.created"
-	EventTypeServiceRequestDetailsUpdated EventType = "service_request.details_updated"
-	EventTypeServiceRequestEventSkipped   EventType = "service_request.event_skipped"
-	EventTypeServiceRequestStatusChanged  EventType = "service_request.status_changed"
-	EventTypeWebhookEndpointPing          EventType = "webhook_endpoint.ping"
+	EventTypeCustomerErased                   EventType = "customer.erased"
+	EventTypeOrderAssignmentUpdated           EventType = "order.assignment_updated"
+	EventTypeOrderCancelled                   EventType = "order.cancelled"
+	EventTypeOrderCreated                     EventType = "order.created"
+	EventTypeOrderDetailsUpdated              EventType = "order.details_updated"
+	EventTypeOrderEventSkipped                EventType = "order.event_skipped"
+	EventTypeOrderPersonalDataErased          EventType = "order.personal_data_erased"
+	EventTypeOrderSettlementUpdated           EventType = "order.settlement_updated"
+	EventTypeOrderStatusChanged               EventType = "order.status_changed"
+	EventTypeScheduleAssignmentUpdated        EventType = "schedule.assignment_updated"
+	EventTypeScheduleCreated                  EventType = "schedule.created"
+	EventTypeScheduleEventSkipped             EventType = "schedule.event_skipped"
+	EventTypeSchedulePersonalDataErased       EventType = "schedule.personal_data_erased"
+	EventTypeScheduleStatusChanged            EventType = "schedule.status_changed"
+	EventTypeServiceRequestConverted          EventType = "service_request.converted"
+	EventTypeServiceRequestCreated            EventType = "service_request.created"
+	EventTypeServiceRequestDetailsUpdated     EventType = "service_request.details_updated"
+	EventTypeServiceRequestEventSkipped       EventType = "service_request.event_skipped"
+	EventTypeServiceRequestPersonalDataErased EventType = "service_request.personal_data_erased"
+	EventTypeServiceRequestStatusChanged      EventType = "service_request.status_changed"
+	EventTypeStaffMemberErased                EventType = "staff_member.erased"
+	EventTypeWebhookEndpointPing              EventType = "webhook_endpoint.ping"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
 func (e EventType) Valid() bool {
 	switch e {
+	case EventTypeCustomerErased:
+		return true
 	case EventTypeOrderAssignmentUpdated:
 		return true
 	case EventTypeOrderCancelled:
@@ -153,6 +184,8 @@ func (e EventType) Valid() bool {
 	case EventTypeOrderDetailsUpdated:
 		return true
 	case EventTypeOrderEventSkipped:
+		return true
+	case EventTypeOrderPersonalDataErased:
 		return true
 	case EventTypeOrderSettlementUpdated:
 		return true
@@ -164,6 +197,8 @@ func (e EventType) Valid() bool {
 		return true
 	case EventTypeScheduleEventSkipped:
 		return true
+	case EventTypeSchedulePersonalDataErased:
+		return true
 	case EventTypeScheduleStatusChanged:
 		return true
 	case EventTypeServiceRequestConverted:
@@ -174,7 +209,11 @@ func (e EventType) Valid() bool {
 		return true
 	case EventTypeServiceRequestEventSkipped:
 		return true
+	case EventTypeServiceRequestPersonalDataErased:
+		return true
 	case EventTypeServiceRequestStatusChanged:
+		return true
+	case EventTypeStaffMemberErased:
 		return true
 	case EventTypeWebhookEndpointPing:
 		return true
@@ -206,20 +245,26 @@ func (e ExportedWebhookDeliveryStatus) Valid() bool {
 
 // Defines values for FeedEventAggregateType.
 const (
+	FeedEventAggregateTypeCustomer        FeedEventAggregateType = "customer"
 	FeedEventAggregateTypeOrder           FeedEventAggregateType = "order"
 	FeedEventAggregateTypeSchedule        FeedEventAggregateType = "schedule"
 	FeedEventAggregateTypeServiceRequest  FeedEventAggregateType = "service_request"
+	FeedEventAggregateTypeStaffMember     FeedEventAggregateType = "staff_member"
 	FeedEventAggregateTypeWebhookEndpoint FeedEventAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the FeedEventAggregateType enum.
 func (e FeedEventAggregateType) Valid() bool {
 	switch e {
+	case FeedEventAggregateTypeCustomer:
+		return true
 	case FeedEventAggregateTypeOrder:
 		return true
 	case FeedEventAggregateTypeSchedule:
 		return true
 	case FeedEventAggregateTypeServiceRequest:
+		return true
+	case FeedEventAggregateTypeStaffMember:
 		return true
 	case FeedEventAggregateTypeWebhookEndpoint:
 		return true
@@ -245,28 +290,35 @@ func (e FeedEventSchemaVersion) Valid() bool {
 
 // Defines values for FeedEventType.
 const (
-	FeedEventTypeOrderAssignmentUpdated       FeedEventType = "order.assignment_updated"
-	FeedEventTypeOrderCancelled               FeedEventType = "order.cancelled"
-	FeedEventTypeOrderCreated                 FeedEventType = "order.created"
-	FeedEventTypeOrderDetailsUpdated          FeedEventType = "order.details_updated"
-	FeedEventTypeOrderEventSkipped            FeedEventType = "order.event_skipped"
-	FeedEventTypeOrderSettlementUpdated       FeedEventType = "order.settlement_updated"
-	FeedEventTypeOrderStatusChanged           FeedEventType = "order.status_changed"
-	FeedEventTypeScheduleAssignmentUpdated    FeedEventType = "schedule.assignment_updated"
-	FeedEventTypeScheduleCreated              FeedEventType = "schedule.created"
-	FeedEventTypeScheduleEventSkipped         FeedEventType = "schedule.event_skipped"
-	FeedEventTypeScheduleStatusChanged        FeedEventType = "schedule.status_changed"
-	FeedEventTypeServiceRequestConverted      FeedEventType = "service_request.converted"
-	FeedEventTypeServiceRequestCreated        FeedEventType = "service_request.created"
-	FeedEventTypeServiceRequestDetailsUpdated FeedEventType = "service_request.details_updated"
-	FeedEventTypeServiceRequestEventSkipped   FeedEventType = "service_request.event_skipped"
-	FeedEventTypeServiceRequestStatusChanged  FeedEventType = "service_request.status_changed"
-	FeedEventTypeWebhookEndpointPing          FeedEventType = "webhook_endpoint.ping"
+	FeedEventTypeCustomerErased                   FeedEventType = "customer.erased"
+	FeedEventTypeOrderAssignmentUpdated           FeedEventType = "order.assignment_updated"
+	FeedEventTypeOrderCancelled                   FeedEventType = "order.cancelled"
+	FeedEventTypeOrderCreated                     FeedEventType = "order.created"
+	FeedEventTypeOrderDetailsUpdated              FeedEventType = "order.details_updated"
+	FeedEventTypeOrderEventSkipped                FeedEventType = "order.event_skipped"
+	FeedEventTypeOrderPersonalDataErased          FeedEventType = "order.personal_data_erased"
+	FeedEventTypeOrderSettlementUpdated           FeedEventType = "order.settlement_updated"
+	FeedEventTypeOrderStatusChanged               FeedEventType = "order.status_changed"
+	FeedEventTypeScheduleAssignmentUpdated        FeedEventType = "schedule.assignment_updated"
+	FeedEventTypeScheduleCreated                  FeedEventType = "schedule.created"
+	FeedEventTypeScheduleEventSkipped             FeedEventType = "schedule.event_skipped"
+	FeedEventTypeSchedulePersonalDataErased       FeedEventType = "schedule.personal_data_erased"
+	FeedEventTypeScheduleStatusChanged            FeedEventType = "schedule.status_changed"
+	FeedEventTypeServiceRequestConverted          FeedEventType = "service_request.converted"
+	FeedEventTypeServiceRequestCreated            FeedEventType = "service_request.created"
+	FeedEventTypeServiceRequestDetailsUpdated     FeedEventType = "service_request.details_updated"
+	FeedEventTypeServiceRequestEventSkipped       FeedEventType = "service_request.event_skipped"
+	FeedEventTypeServiceRequestPersonalDataErased FeedEventType = "service_request.personal_data_erased"
+	FeedEventTypeServiceRequestStatusChanged      FeedEventType = "service_request.status_changed"
+	FeedEventTypeStaffMemberErased                FeedEventType = "staff_member.erased"
+	FeedEventTypeWebhookEndpointPing              FeedEventType = "webhook_endpoint.ping"
 )
 
 // Valid indicates whether the value is a known member of the FeedEventType enum.
 func (e FeedEventType) Valid() bool {
 	switch e {
+	case FeedEventTypeCustomerErased:
+		return true
 	case FeedEventTypeOrderAssignmentUpdated:
 		return true
 	case FeedEventTypeOrderCancelled:
@@ -276,6 +328,8 @@ func (e FeedEventType) Valid() bool {
 	case FeedEventTypeOrderDetailsUpdated:
 		return true
 	case FeedEventTypeOrderEventSkipped:
+		return true
+	case FeedEventTypeOrderPersonalDataErased:
 		return true
 	case FeedEventTypeOrderSettlementUpdated:
 		return true
@@ -287,6 +341,8 @@ func (e FeedEventType) Valid() bool {
 		return true
 	case FeedEventTypeScheduleEventSkipped:
 		return true
+	case FeedEventTypeSchedulePersonalDataErased:
+		return true
 	case FeedEventTypeScheduleStatusChanged:
 		return true
 	case FeedEventTypeServiceRequestConverted:
@@ -297,7 +353,11 @@ func (e FeedEventType) Valid() bool {
 		return true
 	case FeedEventTypeServiceRequestEventSkipped:
 		return true
+	case FeedEventTypeServiceRequestPersonalDataErased:
+		return true
 	case FeedEventTypeServiceRequestStatusChanged:
+		return true
+	case FeedEventTypeStaffMemberErased:
 		return true
 	case FeedEventTypeWebhookEndpointPing:
 		return true
@@ -552,6 +612,21 @@ func (e OrderWrittenStatus) Valid() bool {
 	case OrderWrittenStatusInService:
 		return true
 	case OrderWrittenStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PersonalDataErasedDataSubjectType.
+const (
+	PersonalDataErasedDataSubjectTypeCustomer PersonalDataErasedDataSubjectType = "customer"
+)
+
+// Valid indicates whether the value is a known member of the PersonalDataErasedDataSubjectType enum.
+func (e PersonalDataErasedDataSubjectType) Valid() bool {
+	switch e {
+	case PersonalDataErasedDataSubjectTypeCustomer:
 		return true
 	default:
 		return false
@@ -986,28 +1061,35 @@ func (e WebhookDeliveryStatus) Valid() bool {
 
 // Defines values for WebhookEventType.
 const (
-	WebhookEventTypeOrderAssignmentUpdated       WebhookEventType = "order.assignment_updated"
-	WebhookEventTypeOrderCancelled               WebhookEventType = "order.cancelled"
-	WebhookEventTypeOrderCreated                 WebhookEventType = "order.created"
-	WebhookEventTypeOrderDetailsUpdated          WebhookEventType = "order.details_updated"
-	WebhookEventTypeOrderEventSkipped            WebhookEventType = "order.event_skipped"
-	WebhookEventTypeOrderSettlementUpdated       WebhookEventType = "order.settlement_updated"
-	WebhookEventTypeOrderStatusChanged           WebhookEventType = "order.status_changed"
-	WebhookEventTypeScheduleAssignmentUpdated    WebhookEventType = "schedule.assignment_updated"
-	WebhookEventTypeScheduleCreated              WebhookEventType = "schedule.created"
-	WebhookEventTypeScheduleEventSkipped         WebhookEventType = "schedule.event_skipped"
-	WebhookEventTypeScheduleStatusChanged        WebhookEventType = "schedule.status_changed"
-	WebhookEventTypeServiceRequestConverted      WebhookEventType = "service_request.converted"
-	WebhookEventTypeServiceRequestCreated        WebhookEventType = "service_request.created"
-	WebhookEventTypeServiceRequestDetailsUpdated WebhookEventType = "service_request.details_updated"
-	WebhookEventTypeServiceRequestEventSkipped   WebhookEventType = "service_request.event_skipped"
-	WebhookEventTypeServiceRequestStatusChanged  WebhookEventType = "service_request.status_changed"
-	WebhookEventTypeWebhookEndpointPing          WebhookEventType = "webhook_endpoint.ping"
+	WebhookEventTypeCustomerErased                   WebhookEventType = "customer.erased"
+	WebhookEventTypeOrderAssignmentUpdated           WebhookEventType = "order.assignment_updated"
+	WebhookEventTypeOrderCancelled                   WebhookEventType = "order.cancelled"
+	WebhookEventTypeOrderCreated                     WebhookEventType = "order.created"
+	WebhookEventTypeOrderDetailsUpdated              WebhookEventType = "order.details_updated"
+	WebhookEventTypeOrderEventSkipped                WebhookEventType = "order.event_skipped"
+	WebhookEventTypeOrderPersonalDataErased          WebhookEventType = "order.personal_data_erased"
+	WebhookEventTypeOrderSettlementUpdated           WebhookEventType = "order.settlement_updated"
+	WebhookEventTypeOrderStatusChanged               WebhookEventType = "order.status_changed"
+	WebhookEventTypeScheduleAssignmentUpdated        WebhookEventType = "schedule.assignment_updated"
+	WebhookEventTypeScheduleCreated                  WebhookEventType = "schedule.created"
+	WebhookEventTypeScheduleEventSkipped             WebhookEventType = "schedule.event_skipped"
+	WebhookEventTypeSchedulePersonalDataErased       WebhookEventType = "schedule.personal_data_erased"
+	WebhookEventTypeScheduleStatusChanged            WebhookEventType = "schedule.status_changed"
+	WebhookEventTypeServiceRequestConverted          WebhookEventType = "service_request.converted"
+	WebhookEventTypeServiceRequestCreated            WebhookEventType = "service_request.created"
+	WebhookEventTypeServiceRequestDetailsUpdated     WebhookEventType = "service_request.details_updated"
+	WebhookEventTypeServiceRequestEventSkipped       WebhookEventType = "service_request.event_skipped"
+	WebhookEventTypeServiceRequestPersonalDataErased WebhookEventType = "service_request.personal_data_erased"
+	WebhookEventTypeServiceRequestStatusChanged      WebhookEventType = "service_request.status_changed"
+	WebhookEventTypeStaffMemberErased                WebhookEventType = "staff_member.erased"
+	WebhookEventTypeWebhookEndpointPing              WebhookEventType = "webhook_endpoint.ping"
 )
 
 // Valid indicates whether the value is a known member of the WebhookEventType enum.
 func (e WebhookEventType) Valid() bool {
 	switch e {
+	case WebhookEventTypeCustomerErased:
+		return true
 	case WebhookEventTypeOrderAssignmentUpdated:
 		return true
 	case WebhookEventTypeOrderCancelled:
@@ -1017,6 +1099,8 @@ func (e WebhookEventType) Valid() bool {
 	case WebhookEventTypeOrderDetailsUpdated:
 		return true
 	case WebhookEventTypeOrderEventSkipped:
+		return true
+	case WebhookEventTypeOrderPersonalDataErased:
 		return true
 	case WebhookEventTypeOrderSettlementUpdated:
 		return true
@@ -1028,6 +1112,8 @@ func (e WebhookEventType) Valid() bool {
 		return true
 	case WebhookEventTypeScheduleEventSkipped:
 		return true
+	case WebhookEventTypeSchedulePersonalDataErased:
+		return true
 	case WebhookEventTypeScheduleStatusChanged:
 		return true
 	case WebhookEventTypeServiceRequestConverted:
@@ -1038,7 +1124,11 @@ func (e WebhookEventType) Valid() bool {
 		return true
 	case WebhookEventTypeServiceRequestEventSkipped:
 		return true
+	case WebhookEventTypeServiceRequestPersonalDataErased:
+		return true
 	case WebhookEventTypeServiceRequestStatusChanged:
+		return true
+	case WebhookEventTypeStaffMemberErased:
 		return true
 	case WebhookEventTypeWebhookEndpointPing:
 		return true
@@ -1298,27 +1388,34 @@ func (e StartRebuildParamsProjection) Valid() bool {
 
 // Defines values for ListEventsParamsTypes.
 const (
-	ListEventsParamsTypesOrderAssignmentUpdated       ListEventsParamsTypes = "order.assignment_updated"
-	ListEventsParamsTypesOrderCancelled               ListEventsParamsTypes = "order.cancelled"
-	ListEventsParamsTypesOrderCreated                 ListEventsParamsTypes = "order.created"
-	ListEventsParamsTypesOrderDetailsUpdated          ListEventsParamsTypes = "order.details_updated"
-	ListEventsParamsTypesOrderEventSkipped            ListEventsParamsTypes = "order.event_skipped"
-	ListEventsParamsTypesOrderSettlementUpdated       ListEventsParamsTypes = "order.settlement_updated"
-	ListEventsParamsTypesOrderStatusChanged           ListEventsParamsTypes = "order.status_changed"
-	ListEventsParamsTypesScheduleAssignmentUpdated    ListEventsParamsTypes = "schedule.assignment_updated"
-	ListEventsParamsTypesScheduleCreated              ListEventsParamsTypes = "schedule.created"
-	ListEventsParamsTypesScheduleEventSkipped         ListEventsParamsTypes = "schedule.event_skipped"
-	ListEventsParamsTypesScheduleStatusChanged        ListEventsParamsTypes = "schedule.status_changed"
-	ListEventsParamsTypesServiceRequestConverted      ListEventsParamsTypes = "service_request.converted"
-	ListEventsParamsTypesServiceRequestCreated        ListEventsParamsTypes = "service_request.created"
-	ListEventsParamsTypesServiceRequestDetailsUpdated ListEventsParamsTypes = "service_request.details_updated"
-	ListEventsParamsTypesServiceRequestEventSkipped   ListEventsParamsTypes = "service_request.event_skipped"
-	ListEventsParamsTypesServiceRequestStatusChanged  ListEventsParamsTypes = "service_request.status_changed"
+	ListEventsParamsTypesCustomerErased                   ListEventsParamsTypes = "customer.erased"
+	ListEventsParamsTypesOrderAssignmentUpdated           ListEventsParamsTypes = "order.assignment_updated"
+	ListEventsParamsTypesOrderCancelled                   ListEventsParamsTypes = "order.cancelled"
+	ListEventsParamsTypesOrderCreated                     ListEventsParamsTypes = "order.created"
+	ListEventsParamsTypesOrderDetailsUpdated              ListEventsParamsTypes = "order.details_updated"
+	ListEventsParamsTypesOrderEventSkipped                ListEventsParamsTypes = "order.event_skipped"
+	ListEventsParamsTypesOrderPersonalDataErased          ListEventsParamsTypes = "order.personal_data_erased"
+	ListEventsParamsTypesOrderSettlementUpdated           ListEventsParamsTypes = "order.settlement_updated"
+	ListEventsParamsTypesOrderStatusChanged               ListEventsParamsTypes = "order.status_changed"
+	ListEventsParamsTypesScheduleAssignmentUpdated        ListEventsParamsTypes = "schedule.assignment_updated"
+	ListEventsParamsTypesScheduleCreated                  ListEventsParamsTypes = "schedule.created"
+	ListEventsParamsTypesScheduleEventSkipped             ListEventsParamsTypes = "schedule.event_skipped"
+	ListEventsParamsTypesSchedulePersonalDataErased       ListEventsParamsTypes = "schedule.personal_data_erased"
+	ListEventsParamsTypesScheduleStatusChanged            ListEventsParamsTypes = "schedule.status_changed"
+	ListEventsParamsTypesServiceRequestConverted          ListEventsParamsTypes = "service_request.converted"
+	ListEventsParamsTypesServiceRequestCreated            ListEventsParamsTypes = "service_request.created"
+	ListEventsParamsTypesServiceRequestDetailsUpdated     ListEventsParamsTypes = "service_request.details_updated"
+	ListEventsParamsTypesServiceRequestEventSkipped       ListEventsParamsTypes = "service_request.event_skipped"
+	ListEventsParamsTypesServiceRequestPersonalDataErased ListEventsParamsTypes = "service_request.personal_data_erased"
+	ListEventsParamsTypesServiceRequestStatusChanged      ListEventsParamsTypes = "service_request.status_changed"
+	ListEventsParamsTypesStaffMemberErased                ListEventsParamsTypes = "staff_member.erased"
 )
 
 // Valid indicates whether the value is a known member of the ListEventsParamsTypes enum.
 func (e ListEventsParamsTypes) Valid() bool {
 	switch e {
+	case ListEventsParamsTypesCustomerErased:
+		return true
 	case ListEventsParamsTypesOrderAssignmentUpdated:
 		return true
 	case ListEventsParamsTypesOrderCancelled:
@@ -1328,6 +1425,8 @@ func (e ListEventsParamsTypes) Valid() bool {
 	case ListEventsParamsTypesOrderDetailsUpdated:
 		return true
 	case ListEventsParamsTypesOrderEventSkipped:
+		return true
+	case ListEventsParamsTypesOrderPersonalDataErased:
 		return true
 	case ListEventsParamsTypesOrderSettlementUpdated:
 		return true
@@ -1339,6 +1438,8 @@ func (e ListEventsParamsTypes) Valid() bool {
 		return true
 	case ListEventsParamsTypesScheduleEventSkipped:
 		return true
+	case ListEventsParamsTypesSchedulePersonalDataErased:
+		return true
 	case ListEventsParamsTypesScheduleStatusChanged:
 		return true
 	case ListEventsParamsTypesServiceRequestConverted:
@@ -1349,7 +1450,11 @@ func (e ListEventsParamsTypes) Valid() bool {
 		return true
 	case ListEventsParamsTypesServiceRequestEventSkipped:
 		return true
+	case ListEventsParamsTypesServiceRequestPersonalDataErased:
+		return true
 	case ListEventsParamsTypesServiceRequestStatusChanged:
+		return true
+	case ListEventsParamsTypesStaffMemberErased:
 		return true
 	default:
 		return false
@@ -1473,22 +1578,88 @@ func (e ListWebhookDeliveriesParamsStatus) Valid() bool {
 	}
 }
 
+// Defines values for WebhookCustomerErasedJSONBodyAggregateType.
+const (
+	WebhookCustomerErasedJSONBodyAggregateTypeCustomer        WebhookCustomerErasedJSONBodyAggregateType = "customer"
+	WebhookCustomerErasedJSONBodyAggregateTypeOrder           WebhookCustomerErasedJSONBodyAggregateType = "order"
+	WebhookCustomerErasedJSONBodyAggregateTypeSchedule        WebhookCustomerErasedJSONBodyAggregateType = "schedule"
+	WebhookCustomerErasedJSONBodyAggregateTypeServiceRequest  WebhookCustomerErasedJSONBodyAggregateType = "service_request"
+	WebhookCustomerErasedJSONBodyAggregateTypeStaffMember     WebhookCustomerErasedJSONBodyAggregateType = "staff_member"
+	WebhookCustomerErasedJSONBodyAggregateTypeWebhookEndpoint WebhookCustomerErasedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookCustomerErasedJSONBodyAggregateType enum.
+func (e WebhookCustomerErasedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookCustomerErasedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookCustomerErasedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookCustomerErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookCustomerErasedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookCustomerErasedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookCustomerErasedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookCustomerErasedJSONBodySchemaVersion.
+const (
+	WebhookCustomerErasedJSONBodySchemaVersionN1 WebhookCustomerErasedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookCustomerErasedJSONBodySchemaVersion enum.
+func (e WebhookCustomerErasedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookCustomerErasedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookCustomerErasedJSONBodyType.
+const (
+	WebhookCustomerErasedJSONBodyTypeCustomerErased WebhookCustomerErasedJSONBodyType = "customer.erased"
+)
+
+// Valid indicates whether the value is a known member of the WebhookCustomerErasedJSONBodyType enum.
+func (e WebhookCustomerErasedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookCustomerErasedJSONBodyTypeCustomerErased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookOrderAssignmentUpdatedJSONBodyAggregateType.
 const (
+	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeCustomer        WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "customer"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeOrder           WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "order"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "schedule"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "service_request"
+	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeStaffMember     WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookOrderAssignmentUpdatedJSONBodyAggregateType enum.
 func (e WebhookOrderAssignmentUpdatedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1529,20 +1700,26 @@ func (e WebhookOrderAssignmentUpdatedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookOrderCancelledJSONBodyAggregateType.
 const (
+	WebhookOrderCancelledJSONBodyAggregateTypeCustomer        WebhookOrderCancelledJSONBodyAggregateType = "customer"
 	WebhookOrderCancelledJSONBodyAggregateTypeOrder           WebhookOrderCancelledJSONBodyAggregateType = "order"
 	WebhookOrderCancelledJSONBodyAggregateTypeSchedule        WebhookOrderCancelledJSONBodyAggregateType = "schedule"
 	WebhookOrderCancelledJSONBodyAggregateTypeServiceRequest  WebhookOrderCancelledJSONBodyAggregateType = "service_request"
+	WebhookOrderCancelledJSONBodyAggregateTypeStaffMember     WebhookOrderCancelledJSONBodyAggregateType = "staff_member"
 	WebhookOrderCancelledJSONBodyAggregateTypeWebhookEndpoint WebhookOrderCancelledJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookOrderCancelledJSONBodyAggregateType enum.
 func (e WebhookOrderCancelledJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookOrderCancelledJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookOrderCancelledJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderCancelledJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookOrderCancelledJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderCancelledJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookOrderCancelledJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1583,20 +1760,26 @@ func (e WebhookOrderCancelledJSONBodyType) Valid() bool {
 
 // Defines values for WebhookOrderCreatedJSONBodyAggregateType.
 const (
+	WebhookOrderCreatedJSONBodyAggregateTypeCustomer        WebhookOrderCreatedJSONBodyAggregateType = "customer"
 	WebhookOrderCreatedJSONBodyAggregateTypeOrder           WebhookOrderCreatedJSONBodyAggregateType = "order"
 	WebhookOrderCreatedJSONBodyAggregateTypeSchedule        WebhookOrderCreatedJSONBodyAggregateType = "schedule"
 	WebhookOrderCreatedJSONBodyAggregateTypeServiceRequest  WebhookOrderCreatedJSONBodyAggregateType = "service_request"
+	WebhookOrderCreatedJSONBodyAggregateTypeStaffMember     WebhookOrderCreatedJSONBodyAggregateType = "staff_member"
 	WebhookOrderCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderCreatedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookOrderCreatedJSONBodyAggregateType enum.
 func (e WebhookOrderCreatedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookOrderCreatedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookOrderCreatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderCreatedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookOrderCreatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderCreatedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookOrderCreatedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1637,20 +1820,26 @@ func (e WebhookOrderCreatedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookOrderDetailsUpdatedJSONBodyAggregateType.
 const (
+	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeCustomer        WebhookOrderDetailsUpdatedJSONBodyAggregateType = "customer"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeOrder           WebhookOrderDetailsUpdatedJSONBodyAggregateType = "order"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderDetailsUpdatedJSONBodyAggregateType = "schedule"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderDetailsUpdatedJSONBodyAggregateType = "service_request"
+	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeStaffMember     WebhookOrderDetailsUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderDetailsUpdatedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookOrderDetailsUpdatedJSONBodyAggregateType enum.
 func (e WebhookOrderDetailsUpdatedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1691,20 +1880,26 @@ func (e WebhookOrderDetailsUpdatedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookOrderEventSkippedJSONBodyAggregateType.
 const (
+	WebhookOrderEventSkippedJSONBodyAggregateTypeCustomer        WebhookOrderEventSkippedJSONBodyAggregateType = "customer"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeOrder           WebhookOrderEventSkippedJSONBodyAggregateType = "order"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeSchedule        WebhookOrderEventSkippedJSONBodyAggregateType = "schedule"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookOrderEventSkippedJSONBodyAggregateType = "service_request"
+	WebhookOrderEventSkippedJSONBodyAggregateTypeStaffMember     WebhookOrderEventSkippedJSONBodyAggregateType = "staff_member"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderEventSkippedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookOrderEventSkippedJSONBodyAggregateType enum.
 func (e WebhookOrderEventSkippedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookOrderEventSkippedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookOrderEventSkippedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderEventSkippedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookOrderEventSkippedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderEventSkippedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookOrderEventSkippedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1743,22 +1938,88 @@ func (e WebhookOrderEventSkippedJSONBodyType) Valid() bool {
 	}
 }
 
+// Defines values for WebhookOrderPersonalDataErasedJSONBodyAggregateType.
+const (
+	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeCustomer        WebhookOrderPersonalDataErasedJSONBodyAggregateType = "customer"
+	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeOrder           WebhookOrderPersonalDataErasedJSONBodyAggregateType = "order"
+	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeSchedule        WebhookOrderPersonalDataErasedJSONBodyAggregateType = "schedule"
+	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeServiceRequest  WebhookOrderPersonalDataErasedJSONBodyAggregateType = "service_request"
+	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeStaffMember     WebhookOrderPersonalDataErasedJSONBodyAggregateType = "staff_member"
+	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderPersonalDataErasedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderPersonalDataErasedJSONBodyAggregateType enum.
+func (e WebhookOrderPersonalDataErasedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderPersonalDataErasedJSONBodySchemaVersion.
+const (
+	WebhookOrderPersonalDataErasedJSONBodySchemaVersionN1 WebhookOrderPersonalDataErasedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderPersonalDataErasedJSONBodySchemaVersion enum.
+func (e WebhookOrderPersonalDataErasedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookOrderPersonalDataErasedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookOrderPersonalDataErasedJSONBodyType.
+const (
+	WebhookOrderPersonalDataErasedJSONBodyTypeOrderPersonalDataErased WebhookOrderPersonalDataErasedJSONBodyType = "order.personal_data_erased"
+)
+
+// Valid indicates whether the value is a known member of the WebhookOrderPersonalDataErasedJSONBodyType enum.
+func (e WebhookOrderPersonalDataErasedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookOrderPersonalDataErasedJSONBodyTypeOrderPersonalDataErased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookOrderSettlementUpdatedJSONBodyAggregateType.
 const (
+	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeCustomer        WebhookOrderSettlementUpdatedJSONBodyAggregateType = "customer"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeOrder           WebhookOrderSettlementUpdatedJSONBodyAggregateType = "order"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderSettlementUpdatedJSONBodyAggregateType = "schedule"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderSettlementUpdatedJSONBodyAggregateType = "service_request"
+	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeStaffMember     WebhookOrderSettlementUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderSettlementUpdatedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookOrderSettlementUpdatedJSONBodyAggregateType enum.
 func (e WebhookOrderSettlementUpdatedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1799,20 +2060,26 @@ func (e WebhookOrderSettlementUpdatedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookOrderStatusChangedJSONBodyAggregateType.
 const (
+	WebhookOrderStatusChangedJSONBodyAggregateTypeCustomer        WebhookOrderStatusChangedJSONBodyAggregateType = "customer"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeOrder           WebhookOrderStatusChangedJSONBodyAggregateType = "order"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeSchedule        WebhookOrderStatusChangedJSONBodyAggregateType = "schedule"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookOrderStatusChangedJSONBodyAggregateType = "service_request"
+	WebhookOrderStatusChangedJSONBodyAggregateTypeStaffMember     WebhookOrderStatusChangedJSONBodyAggregateType = "staff_member"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderStatusChangedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookOrderStatusChangedJSONBodyAggregateType enum.
 func (e WebhookOrderStatusChangedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookOrderStatusChangedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookOrderStatusChangedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderStatusChangedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookOrderStatusChangedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookOrderStatusChangedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookOrderStatusChangedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1853,20 +2120,26 @@ func (e WebhookOrderStatusChangedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookScheduleAssignmentUpdatedJSONBodyAggregateType.
 const (
+	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeCustomer        WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "customer"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeOrder           WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "order"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeSchedule        WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "schedule"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeServiceRequest  WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "service_request"
+	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeStaffMember     WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookScheduleAssignmentUpdatedJSONBodyAggregateType enum.
 func (e WebhookScheduleAssignmentUpdatedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1907,20 +2180,26 @@ func (e WebhookScheduleAssignmentUpdatedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookScheduleCreatedJSONBodyAggregateType.
 const (
+	WebhookScheduleCreatedJSONBodyAggregateTypeCustomer        WebhookScheduleCreatedJSONBodyAggregateType = "customer"
 	WebhookScheduleCreatedJSONBodyAggregateTypeOrder           WebhookScheduleCreatedJSONBodyAggregateType = "order"
 	WebhookScheduleCreatedJSONBodyAggregateTypeSchedule        WebhookScheduleCreatedJSONBodyAggregateType = "schedule"
 	WebhookScheduleCreatedJSONBodyAggregateTypeServiceRequest  WebhookScheduleCreatedJSONBodyAggregateType = "service_request"
+	WebhookScheduleCreatedJSONBodyAggregateTypeStaffMember     WebhookScheduleCreatedJSONBodyAggregateType = "staff_member"
 	WebhookScheduleCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleCreatedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookScheduleCreatedJSONBodyAggregateType enum.
 func (e WebhookScheduleCreatedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookScheduleCreatedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookScheduleCreatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookScheduleCreatedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookScheduleCreatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookScheduleCreatedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookScheduleCreatedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -1961,20 +2240,26 @@ func (e WebhookScheduleCreatedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookScheduleEventSkippedJSONBodyAggregateType.
 const (
+	WebhookScheduleEventSkippedJSONBodyAggregateTypeCustomer        WebhookScheduleEventSkippedJSONBodyAggregateType = "customer"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeOrder           WebhookScheduleEventSkippedJSONBodyAggregateType = "order"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeSchedule        WebhookScheduleEventSkippedJSONBodyAggregateType = "schedule"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookScheduleEventSkippedJSONBodyAggregateType = "service_request"
+	WebhookScheduleEventSkippedJSONBodyAggregateTypeStaffMember     WebhookScheduleEventSkippedJSONBodyAggregateType = "staff_member"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleEventSkippedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookScheduleEventSkippedJSONBodyAggregateType enum.
 func (e WebhookScheduleEventSkippedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookScheduleEventSkippedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookScheduleEventSkippedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookScheduleEventSkippedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookScheduleEventSkippedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookScheduleEventSkippedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookScheduleEventSkippedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -2013,22 +2298,88 @@ func (e WebhookScheduleEventSkippedJSONBodyType) Valid() bool {
 	}
 }
 
+// Defines values for WebhookSchedulePersonalDataErasedJSONBodyAggregateType.
+const (
+	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeCustomer        WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "customer"
+	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeOrder           WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "order"
+	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeSchedule        WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "schedule"
+	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeServiceRequest  WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "service_request"
+	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeStaffMember     WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "staff_member"
+	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookSchedulePersonalDataErasedJSONBodyAggregateType enum.
+func (e WebhookSchedulePersonalDataErasedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookSchedulePersonalDataErasedJSONBodySchemaVersion.
+const (
+	WebhookSchedulePersonalDataErasedJSONBodySchemaVersionN1 WebhookSchedulePersonalDataErasedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookSchedulePersonalDataErasedJSONBodySchemaVersion enum.
+func (e WebhookSchedulePersonalDataErasedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookSchedulePersonalDataErasedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookSchedulePersonalDataErasedJSONBodyType.
+const (
+	WebhookSchedulePersonalDataErasedJSONBodyTypeSchedulePersonalDataErased WebhookSchedulePersonalDataErasedJSONBodyType = "schedule.personal_data_erased"
+)
+
+// Valid indicates whether the value is a known member of the WebhookSchedulePersonalDataErasedJSONBodyType enum.
+func (e WebhookSchedulePersonalDataErasedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookSchedulePersonalDataErasedJSONBodyTypeSchedulePersonalDataErased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookScheduleStatusChangedJSONBodyAggregateType.
 const (
+	WebhookScheduleStatusChangedJSONBodyAggregateTypeCustomer        WebhookScheduleStatusChangedJSONBodyAggregateType = "customer"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeOrder           WebhookScheduleStatusChangedJSONBodyAggregateType = "order"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeSchedule        WebhookScheduleStatusChangedJSONBodyAggregateType = "schedule"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookScheduleStatusChangedJSONBodyAggregateType = "service_request"
+	WebhookScheduleStatusChangedJSONBodyAggregateTypeStaffMember     WebhookScheduleStatusChangedJSONBodyAggregateType = "staff_member"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleStatusChangedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookScheduleStatusChangedJSONBodyAggregateType enum.
 func (e WebhookScheduleStatusChangedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookScheduleStatusChangedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookScheduleStatusChangedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookScheduleStatusChangedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookScheduleStatusChangedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookScheduleStatusChangedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookScheduleStatusChangedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -2069,20 +2420,26 @@ func (e WebhookScheduleStatusChangedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookServiceRequestConvertedJSONBodyAggregateType.
 const (
+	WebhookServiceRequestConvertedJSONBodyAggregateTypeCustomer        WebhookServiceRequestConvertedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeOrder           WebhookServiceRequestConvertedJSONBodyAggregateType = "order"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeSchedule        WebhookServiceRequestConvertedJSONBodyAggregateType = "schedule"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestConvertedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestConvertedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestConvertedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestConvertedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookServiceRequestConvertedJSONBodyAggregateType enum.
 func (e WebhookServiceRequestConvertedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookServiceRequestConvertedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookServiceRequestConvertedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestConvertedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookServiceRequestConvertedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestConvertedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookServiceRequestConvertedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -2123,20 +2480,26 @@ func (e WebhookServiceRequestConvertedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookServiceRequestCreatedJSONBodyAggregateType.
 const (
+	WebhookServiceRequestCreatedJSONBodyAggregateTypeCustomer        WebhookServiceRequestCreatedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeOrder           WebhookServiceRequestCreatedJSONBodyAggregateType = "order"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeSchedule        WebhookServiceRequestCreatedJSONBodyAggregateType = "schedule"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestCreatedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestCreatedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestCreatedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestCreatedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookServiceRequestCreatedJSONBodyAggregateType enum.
 func (e WebhookServiceRequestCreatedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookServiceRequestCreatedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookServiceRequestCreatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestCreatedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookServiceRequestCreatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestCreatedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookServiceRequestCreatedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -2177,20 +2540,26 @@ func (e WebhookServiceRequestCreatedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType.
 const (
+	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeCustomer        WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeOrder           WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "order"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeSchedule        WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "schedule"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType enum.
 func (e WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -2231,20 +2600,26 @@ func (e WebhookServiceRequestDetailsUpdatedJSONBodyType) Valid() bool {
 
 // Defines values for WebhookServiceRequestEventSkippedJSONBodyAggregateType.
 const (
+	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeCustomer        WebhookServiceRequestEventSkippedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeOrder           WebhookServiceRequestEventSkippedJSONBodyAggregateType = "order"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeSchedule        WebhookServiceRequestEventSkippedJSONBodyAggregateType = "schedule"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestEventSkippedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestEventSkippedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestEventSkippedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookServiceRequestEventSkippedJSONBodyAggregateType enum.
 func (e WebhookServiceRequestEventSkippedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -2283,22 +2658,88 @@ func (e WebhookServiceRequestEventSkippedJSONBodyType) Valid() bool {
 	}
 }
 
+// Defines values for WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType.
+const (
+	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeCustomer        WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "customer"
+	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeOrder           WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "order"
+	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeSchedule        WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "staff_member"
+	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType enum.
+func (e WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersion.
+const (
+	WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersionN1 WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersion enum.
+func (e WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServiceRequestPersonalDataErasedJSONBodyType.
+const (
+	WebhookServiceRequestPersonalDataErasedJSONBodyTypeServiceRequestPersonalDataErased WebhookServiceRequestPersonalDataErasedJSONBodyType = "service_request.personal_data_erased"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServiceRequestPersonalDataErasedJSONBodyType enum.
+func (e WebhookServiceRequestPersonalDataErasedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServiceRequestPersonalDataErasedJSONBodyTypeServiceRequestPersonalDataErased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookServiceRequestStatusChangedJSONBodyAggregateType.
 const (
+	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeCustomer        WebhookServiceRequestStatusChangedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeOrder           WebhookServiceRequestStatusChangedJSONBodyAggregateType = "order"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeSchedule        WebhookServiceRequestStatusChangedJSONBodyAggregateType = "schedule"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestStatusChangedJSONBodyAggregateType = "service_request"
+	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestStatusChangedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestStatusChangedJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookServiceRequestStatusChangedJSONBodyAggregateType enum.
 func (e WebhookServiceRequestStatusChangedJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -2337,22 +2778,88 @@ func (e WebhookServiceRequestStatusChangedJSONBodyType) Valid() bool {
 	}
 }
 
+// Defines values for WebhookStaffMemberErasedJSONBodyAggregateType.
+const (
+	WebhookStaffMemberErasedJSONBodyAggregateTypeCustomer        WebhookStaffMemberErasedJSONBodyAggregateType = "customer"
+	WebhookStaffMemberErasedJSONBodyAggregateTypeOrder           WebhookStaffMemberErasedJSONBodyAggregateType = "order"
+	WebhookStaffMemberErasedJSONBodyAggregateTypeSchedule        WebhookStaffMemberErasedJSONBodyAggregateType = "schedule"
+	WebhookStaffMemberErasedJSONBodyAggregateTypeServiceRequest  WebhookStaffMemberErasedJSONBodyAggregateType = "service_request"
+	WebhookStaffMemberErasedJSONBodyAggregateTypeStaffMember     WebhookStaffMemberErasedJSONBodyAggregateType = "staff_member"
+	WebhookStaffMemberErasedJSONBodyAggregateTypeWebhookEndpoint WebhookStaffMemberErasedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookStaffMemberErasedJSONBodyAggregateType enum.
+func (e WebhookStaffMemberErasedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookStaffMemberErasedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookStaffMemberErasedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookStaffMemberErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookStaffMemberErasedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookStaffMemberErasedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookStaffMemberErasedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookStaffMemberErasedJSONBodySchemaVersion.
+const (
+	WebhookStaffMemberErasedJSONBodySchemaVersionN1 WebhookStaffMemberErasedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookStaffMemberErasedJSONBodySchemaVersion enum.
+func (e WebhookStaffMemberErasedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookStaffMemberErasedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookStaffMemberErasedJSONBodyType.
+const (
+	WebhookStaffMemberErasedJSONBodyTypeStaffMemberErased WebhookStaffMemberErasedJSONBodyType = "staff_member.erased"
+)
+
+// Valid indicates whether the value is a known member of the WebhookStaffMemberErasedJSONBodyType enum.
+func (e WebhookStaffMemberErasedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookStaffMemberErasedJSONBodyTypeStaffMemberErased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookWebhookEndpointPingJSONBodyAggregateType.
 const (
+	WebhookWebhookEndpointPingJSONBodyAggregateTypeCustomer        WebhookWebhookEndpointPingJSONBodyAggregateType = "customer"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeOrder           WebhookWebhookEndpointPingJSONBodyAggregateType = "order"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeSchedule        WebhookWebhookEndpointPingJSONBodyAggregateType = "schedule"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeServiceRequest  WebhookWebhookEndpointPingJSONBodyAggregateType = "service_request"
+	WebhookWebhookEndpointPingJSONBodyAggregateTypeStaffMember     WebhookWebhookEndpointPingJSONBodyAggregateType = "staff_member"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeWebhookEndpoint WebhookWebhookEndpointPingJSONBodyAggregateType = "webhook_endpoint"
 )
 
 // Valid indicates whether the value is a known member of the WebhookWebhookEndpointPingJSONBodyAggregateType enum.
 func (e WebhookWebhookEndpointPingJSONBodyAggregateType) Valid() bool {
 	switch e {
+	case WebhookWebhookEndpointPingJSONBodyAggregateTypeCustomer:
+		return true
 	case WebhookWebhookEndpointPingJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookWebhookEndpointPingJSONBodyAggregateTypeSchedule:
 		return true
 	case WebhookWebhookEndpointPingJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookWebhookEndpointPingJSONBodyAggregateTypeStaffMember:
 		return true
 	case WebhookWebhookEndpointPingJSONBodyAggregateTypeWebhookEndpoint:
 		return true
@@ -2602,6 +3109,29 @@ type CustomerList struct {
 	// TotalExact false when more than 10,000 rows match: total is then 10,000
 	TotalExact bool `json:"total_exact"`
 }
+
+// EraseInput defines model for EraseInput.
+type EraseInput struct {
+	// Confirm the id of the subject to erase, repeated: an erasure cannot be undone
+	Confirm openapi_types.UUID `json:"confirm"`
+}
+
+// Erasure defines model for Erasure.
+type Erasure struct {
+	// Aggregates the orders, service requests and schedules this request marked erased
+	Aggregates int `json:"aggregates"`
+
+	// ErasedAt when the subject was first erased (erasing again keeps it)
+	ErasedAt time.Time          `json:"erased_at"`
+	Id       openapi_types.UUID `json:"id"`
+
+	// Position the store position of the last event this request wrote (0 when none): a GET with min_position reads the aggregates as erased
+	Position    int64              `json:"position"`
+	SubjectType ErasureSubjectType `json:"subject_type"`
+}
+
+// ErasureSubjectType defines model for Erasure.SubjectType.
+type ErasureSubjectType string
 
 // Event A public event (schema version 1). Receivers deduplicate by id; per aggregate, aggregate_version increases by one without gaps. data depends on type: see the webhooks section and the *Data schemas.
 type Event struct {
@@ -2893,8 +3423,10 @@ type NewKeyRole string
 
 // Order defines model for Order.
 type Order struct {
-	AmountCents        int    `json:"amount_cents"`
-	CancellationReason string `json:"cancellation_reason"`
+	AmountCents int `json:"amount_cents"`
+
+	// CancellationReason null when the customer was erased (named in erased)
+	CancellationReason *string `json:"cancellation_reason"`
 
 	// CompletedAt RFC 3339 with an offset; answered in UTC
 	CompletedAt *time.Time `json:"completed_at"`
@@ -2904,11 +3436,18 @@ type Order struct {
 	CustomerId openapi_types.UUID `json:"customer_id"`
 
 	// CustomerName same merchant only; absent when unknown
-	CustomerName    *string            `json:"customer_name,omitempty"`
-	DispatchNote    string             `json:"dispatch_note"`
-	Id              openapi_types.UUID `json:"id"`
-	Notes           string             `json:"notes"`
-	PaidAmountCents int                `json:"paid_amount_cents"`
+	CustomerName *string `json:"customer_name,omitempty"`
+
+	// DispatchNote null when the customer was erased (named in erased)
+	DispatchNote *string `json:"dispatch_note"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes           *string `json:"notes"`
+	PaidAmountCents int     `json:"paid_amount_cents"`
 
 	// PaidAt RFC 3339 with an offset; answered in UTC
 	PaidAt        *time.Time          `json:"paid_at"`
@@ -2919,8 +3458,10 @@ type Order struct {
 	ScheduledEndAt *time.Time `json:"scheduled_end_at"`
 
 	// ScheduledStartAt RFC 3339 with an offset; answered in UTC
-	ScheduledStartAt *time.Time            `json:"scheduled_start_at"`
-	SettlementNote   string                `json:"settlement_note"`
+	ScheduledStartAt *time.Time `json:"scheduled_start_at"`
+
+	// SettlementNote null when the customer was erased (named in erased)
+	SettlementNote   *string               `json:"settlement_note"`
 	SettlementStatus OrderSettlementStatus `json:"settlement_status"`
 	StaffId          *openapi_types.UUID   `json:"staff_id"`
 
@@ -2943,22 +3484,36 @@ type OrderStatus string
 
 // OrderAssignmentUpdatedData defines model for OrderAssignmentUpdatedData.
 type OrderAssignmentUpdatedData struct {
-	DispatchNote string `json:"dispatch_note"`
+	// DispatchNote personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	DispatchNote *string `json:"dispatch_note"`
 
 	// EndAt absent: the window is unchanged
 	EndAt *time.Time `json:"end_at,omitempty"`
+
+	// Erased the personal fields that are null because the customer was erased
+	Erased *[]string `json:"erased,omitempty"`
 
 	// StaffId absent: the order lost its assignment (its schedule was cancelled)
 	StaffId *openapi_types.UUID `json:"staff_id,omitempty"`
 
 	// StartAt absent: the window is unchanged
 	StartAt *time.Time `json:"start_at,omitempty"`
+
+	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
+	Withheld *[]string `json:"withheld,omitempty"`
 }
 
 // OrderCancelledData defines model for OrderCancelledData.
 type OrderCancelledData struct {
-	From   string `json:"from"`
-	Reason string `json:"reason"`
+	// Erased the personal fields that are null because the customer was erased
+	Erased *[]string `json:"erased,omitempty"`
+	From   string    `json:"from"`
+
+	// Reason personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	Reason *string `json:"reason"`
+
+	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
+	Withheld *[]string `json:"withheld,omitempty"`
 }
 
 // OrderCreate defines model for OrderCreate.
@@ -2983,20 +3538,36 @@ type OrderCreate struct {
 type OrderCreatedData struct {
 	AmountCents int64              `json:"amount_cents"`
 	CustomerId  openapi_types.UUID `json:"customer_id"`
-	Notes       string             `json:"notes"`
+
+	// Erased the personal fields that are null because the customer was erased
+	Erased *[]string `json:"erased,omitempty"`
+
+	// Notes personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	Notes *string `json:"notes"`
 
 	// RequestId the service request it was converted from
 	RequestId        *openapi_types.UUID `json:"request_id,omitempty"`
 	ScheduledEndAt   *time.Time          `json:"scheduled_end_at,omitempty"`
 	ScheduledStartAt *time.Time          `json:"scheduled_start_at,omitempty"`
 	Status           string              `json:"status"`
+
+	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
+	Withheld *[]string `json:"withheld,omitempty"`
 }
 
 // OrderDetailsUpdatedData defines model for OrderDetailsUpdatedData.
 type OrderDetailsUpdatedData struct {
 	AmountCents int64              `json:"amount_cents"`
 	CustomerId  openapi_types.UUID `json:"customer_id"`
-	Notes       string             `json:"notes"`
+
+	// Erased the personal fields that are null because the customer was erased
+	Erased *[]string `json:"erased,omitempty"`
+
+	// Notes personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	Notes *string `json:"notes"`
+
+	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
+	Withheld *[]string `json:"withheld,omitempty"`
 }
 
 // OrderList defines model for OrderList.
@@ -3019,11 +3590,18 @@ type OrderList struct {
 
 // OrderSettlementUpdatedData defines model for OrderSettlementUpdatedData.
 type OrderSettlementUpdatedData struct {
-	PaidAmountCents  int64      `json:"paid_amount_cents"`
-	PaidAt           *time.Time `json:"paid_at,omitempty"`
-	PaymentMethod    string     `json:"payment_method"`
-	SettlementNote   string     `json:"settlement_note"`
-	SettlementStatus string     `json:"settlement_status"`
+	// Erased the personal fields that are null because the customer was erased
+	Erased          *[]string  `json:"erased,omitempty"`
+	PaidAmountCents int64      `json:"paid_amount_cents"`
+	PaidAt          *time.Time `json:"paid_at,omitempty"`
+	PaymentMethod   string     `json:"payment_method"`
+
+	// SettlementNote personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	SettlementNote   *string `json:"settlement_note"`
+	SettlementStatus string  `json:"settlement_status"`
+
+	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
+	Withheld *[]string `json:"withheld,omitempty"`
 }
 
 // OrderStatusInput defines model for OrderStatusInput.
@@ -3052,8 +3630,10 @@ type OrderUpdate struct {
 
 // OrderWritten defines model for OrderWritten.
 type OrderWritten struct {
-	AmountCents        int    `json:"amount_cents"`
-	CancellationReason string `json:"cancellation_reason"`
+	AmountCents int `json:"amount_cents"`
+
+	// CancellationReason null when the customer was erased (named in erased)
+	CancellationReason *string `json:"cancellation_reason"`
 
 	// CompletedAt RFC 3339 with an offset; answered in UTC
 	CompletedAt *time.Time `json:"completed_at"`
@@ -3063,11 +3643,18 @@ type OrderWritten struct {
 	CustomerId openapi_types.UUID `json:"customer_id"`
 
 	// CustomerName same merchant only; absent when unknown
-	CustomerName    *string            `json:"customer_name,omitempty"`
-	DispatchNote    string             `json:"dispatch_note"`
-	Id              openapi_types.UUID `json:"id"`
-	Notes           string             `json:"notes"`
-	PaidAmountCents int                `json:"paid_amount_cents"`
+	CustomerName *string `json:"customer_name,omitempty"`
+
+	// DispatchNote null when the customer was erased (named in erased)
+	DispatchNote *string `json:"dispatch_note"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes           *string `json:"notes"`
+	PaidAmountCents int     `json:"paid_amount_cents"`
 
 	// PaidAt RFC 3339 with an offset; answered in UTC
 	PaidAt        *time.Time `json:"paid_at"`
@@ -3081,8 +3668,10 @@ type OrderWritten struct {
 	ScheduledEndAt *time.Time `json:"scheduled_end_at"`
 
 	// ScheduledStartAt RFC 3339 with an offset; answered in UTC
-	ScheduledStartAt *time.Time                   `json:"scheduled_start_at"`
-	SettlementNote   string                       `json:"settlement_note"`
+	ScheduledStartAt *time.Time `json:"scheduled_start_at"`
+
+	// SettlementNote null when the customer was erased (named in erased)
+	SettlementNote   *string                      `json:"settlement_note"`
 	SettlementStatus OrderWrittenSettlementStatus `json:"settlement_status"`
 	StaffId          *openapi_types.UUID          `json:"staff_id"`
 
@@ -3144,6 +3733,18 @@ type ParkedList struct {
 	Items []ParkedAggregate `json:"items"`
 	Total int               `json:"total"`
 }
+
+// PersonalDataErasedData defines model for PersonalDataErasedData.
+type PersonalDataErasedData struct {
+	// SubjectId the customer erased; the earlier events of this aggregate now read with their personal fields null (erased): erase your copies
+	SubjectId openapi_types.UUID `json:"subject_id"`
+
+	// SubjectType whose personal data was erased
+	SubjectType PersonalDataErasedDataSubjectType `json:"subject_type"`
+}
+
+// PersonalDataErasedDataSubjectType whose personal data was erased
+type PersonalDataErasedDataSubjectType string
 
 // PingData defines model for PingData.
 type PingData struct {
@@ -3254,11 +3855,21 @@ type RequestCreatedData struct {
 	AppointmentEndAt   *time.Time          `json:"appointment_end_at,omitempty"`
 	AppointmentStartAt *time.Time          `json:"appointment_start_at,omitempty"`
 	CatalogItemId      *openapi_types.UUID `json:"catalog_item_id,omitempty"`
-	Content            string              `json:"content"`
-	CustomerId         openapi_types.UUID  `json:"customer_id"`
-	Notes              string              `json:"notes"`
-	Source             string              `json:"source"`
-	Status             string              `json:"status"`
+
+	// Content personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	Content    *string            `json:"content"`
+	CustomerId openapi_types.UUID `json:"customer_id"`
+
+	// Erased the personal fields that are null because the customer was erased
+	Erased *[]string `json:"erased,omitempty"`
+
+	// Notes personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	Notes  *string `json:"notes"`
+	Source string  `json:"source"`
+	Status string  `json:"status"`
+
+	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
+	Withheld *[]string `json:"withheld,omitempty"`
 }
 
 // RequestDetailsUpdatedData defines model for RequestDetailsUpdatedData.
@@ -3266,8 +3877,18 @@ type RequestDetailsUpdatedData struct {
 	AppointmentEndAt   *time.Time          `json:"appointment_end_at,omitempty"`
 	AppointmentStartAt *time.Time          `json:"appointment_start_at,omitempty"`
 	CatalogItemId      *openapi_types.UUID `json:"catalog_item_id,omitempty"`
-	Content            string              `json:"content"`
-	Notes              string              `json:"notes"`
+
+	// Content personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	Content *string `json:"content"`
+
+	// Erased the personal fields that are null because the customer was erased
+	Erased *[]string `json:"erased,omitempty"`
+
+	// Notes personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	Notes *string `json:"notes"`
+
+	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
+	Withheld *[]string `json:"withheld,omitempty"`
 }
 
 // RotateInput Optional body; without it the old key is revoked at once.
@@ -3333,9 +3954,14 @@ type Schedule struct {
 	CreatedAt time.Time `json:"created_at"`
 
 	// EndAt RFC 3339 with an offset; answered in UTC
-	EndAt   time.Time          `json:"end_at"`
-	Id      openapi_types.UUID `json:"id"`
-	Notes   string             `json:"notes"`
+	EndAt time.Time `json:"end_at"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes   *string            `json:"notes"`
 	OrderId openapi_types.UUID `json:"order_id"`
 	StaffId openapi_types.UUID `json:"staff_id"`
 
@@ -3365,12 +3991,20 @@ type ScheduleAssignmentUpdatedData struct {
 
 // ScheduleCreatedData defines model for ScheduleCreatedData.
 type ScheduleCreatedData struct {
-	EndAt   time.Time          `json:"end_at"`
-	Notes   string             `json:"notes"`
+	EndAt time.Time `json:"end_at"`
+
+	// Erased the personal fields that are null because the customer was erased
+	Erased *[]string `json:"erased,omitempty"`
+
+	// Notes personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
+	Notes   *string            `json:"notes"`
 	OrderId openapi_types.UUID `json:"order_id"`
 	StaffId openapi_types.UUID `json:"staff_id"`
 	StartAt time.Time          `json:"start_at"`
 	Status  string             `json:"status"`
+
+	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
+	Withheld *[]string `json:"withheld,omitempty"`
 }
 
 // ScheduleList defines model for ScheduleList.
@@ -3409,9 +4043,14 @@ type ScheduleWritten struct {
 	CreatedAt time.Time `json:"created_at"`
 
 	// EndAt RFC 3339 with an offset; answered in UTC
-	EndAt   time.Time          `json:"end_at"`
-	Id      openapi_types.UUID `json:"id"`
-	Notes   string             `json:"notes"`
+	EndAt time.Time `json:"end_at"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes   *string            `json:"notes"`
 	OrderId openapi_types.UUID `json:"order_id"`
 
 	// Position point in the event log this write reached: the position of its last event, the same value as the events' position in the feed, webhooks and the relay (also the Consistency-Position header)
@@ -3446,16 +4085,23 @@ type ServiceRequest struct {
 
 	// CatalogItemName the catalog item's name (same merchant only); absent when none
 	CatalogItemName *string `json:"catalog_item_name,omitempty"`
-	Content         string  `json:"content"`
+
+	// Content null when the customer was erased (named in erased)
+	Content *string `json:"content"`
 
 	// CreatedAt RFC 3339 with an offset; answered in UTC
 	CreatedAt  time.Time          `json:"created_at"`
 	CustomerId openapi_types.UUID `json:"customer_id"`
 
 	// CustomerName the customer's name (same merchant only); absent when unknown
-	CustomerName *string            `json:"customer_name,omitempty"`
-	Id           openapi_types.UUID `json:"id"`
-	Notes        string             `json:"notes"`
+	CustomerName *string `json:"customer_name,omitempty"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes *string `json:"notes"`
 
 	// OrderId set once converted
 	OrderId *openapi_types.UUID  `json:"order_id"`
@@ -3556,16 +4202,23 @@ type ServiceRequestWritten struct {
 
 	// CatalogItemName the catalog item's name (same merchant only); absent when none
 	CatalogItemName *string `json:"catalog_item_name,omitempty"`
-	Content         string  `json:"content"`
+
+	// Content null when the customer was erased (named in erased)
+	Content *string `json:"content"`
 
 	// CreatedAt RFC 3339 with an offset; answered in UTC
 	CreatedAt  time.Time          `json:"created_at"`
 	CustomerId openapi_types.UUID `json:"customer_id"`
 
 	// CustomerName the customer's name (same merchant only); absent when unknown
-	CustomerName *string            `json:"customer_name,omitempty"`
-	Id           openapi_types.UUID `json:"id"`
-	Notes        string             `json:"notes"`
+	CustomerName *string `json:"customer_name,omitempty"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes *string `json:"notes"`
 
 	// OrderId set once converted
 	OrderId *openapi_types.UUID `json:"order_id"`
@@ -3676,6 +4329,12 @@ type StatusChangedData struct {
 	CompletedAt *time.Time `json:"completed_at,omitempty"`
 	From        string     `json:"from"`
 	To          string     `json:"to"`
+}
+
+// SubjectErasedData defines model for SubjectErasedData.
+type SubjectErasedData struct {
+	// ErasedAt when the subject was erased
+	ErasedAt time.Time `json:"erased_at"`
 }
 
 // WebhookDelivery defines model for WebhookDelivery.
@@ -4130,6 +4789,12 @@ type UpdateCustomerParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// EraseCustomerParams defines parameters for EraseCustomer.
+type EraseCustomerParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ExportCustomerParams defines parameters for ExportCustomer.
 type ExportCustomerParams struct {
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
@@ -4457,6 +5122,12 @@ type UpdateStaffMemberParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// EraseStaffMemberParams defines parameters for EraseStaffMember.
+type EraseStaffMemberParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListWebhookEndpointsParams defines parameters for ListWebhookEndpoints.
 type ListWebhookEndpointsParams struct {
 	Page     *Page     `form:"page,omitempty" json:"page,omitempty"`
@@ -4520,6 +5191,51 @@ type TestWebhookEndpointParams struct {
 	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
+
+// WebhookCustomerErasedJSONBody defines parameters for WebhookCustomerErased.
+type WebhookCustomerErasedJSONBody struct {
+	AggregateId   openapi_types.UUID                         `json:"aggregate_id"`
+	AggregateType WebhookCustomerErasedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int               `json:"aggregate_version"`
+	Data             SubjectErasedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookCustomerErasedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookCustomerErasedJSONBodyType          `json:"type"`
+}
+
+// WebhookCustomerErasedParams defines parameters for WebhookCustomerErased.
+type WebhookCustomerErasedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookCustomerErasedJSONBodyAggregateType defines parameters for WebhookCustomerErased.
+type WebhookCustomerErasedJSONBodyAggregateType string
+
+// WebhookCustomerErasedJSONBodySchemaVersion defines parameters for WebhookCustomerErased.
+type WebhookCustomerErasedJSONBodySchemaVersion int
+
+// WebhookCustomerErasedJSONBodyType defines parameters for WebhookCustomerErased.
+type WebhookCustomerErasedJSONBodyType string
 
 // WebhookOrderAssignmentUpdatedJSONBody defines parameters for WebhookOrderAssignmentUpdated.
 type WebhookOrderAssignmentUpdatedJSONBody struct {
@@ -4746,6 +5462,51 @@ type WebhookOrderEventSkippedJSONBodySchemaVersion int
 // WebhookOrderEventSkippedJSONBodyType defines parameters for WebhookOrderEventSkipped.
 type WebhookOrderEventSkippedJSONBodyType string
 
+// WebhookOrderPersonalDataErasedJSONBody defines parameters for WebhookOrderPersonalDataErased.
+type WebhookOrderPersonalDataErasedJSONBody struct {
+	AggregateId   openapi_types.UUID                                  `json:"aggregate_id"`
+	AggregateType WebhookOrderPersonalDataErasedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                    `json:"aggregate_version"`
+	Data             PersonalDataErasedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookOrderPersonalDataErasedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookOrderPersonalDataErasedJSONBodyType          `json:"type"`
+}
+
+// WebhookOrderPersonalDataErasedParams defines parameters for WebhookOrderPersonalDataErased.
+type WebhookOrderPersonalDataErasedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookOrderPersonalDataErasedJSONBodyAggregateType defines parameters for WebhookOrderPersonalDataErased.
+type WebhookOrderPersonalDataErasedJSONBodyAggregateType string
+
+// WebhookOrderPersonalDataErasedJSONBodySchemaVersion defines parameters for WebhookOrderPersonalDataErased.
+type WebhookOrderPersonalDataErasedJSONBodySchemaVersion int
+
+// WebhookOrderPersonalDataErasedJSONBodyType defines parameters for WebhookOrderPersonalDataErased.
+type WebhookOrderPersonalDataErasedJSONBodyType string
+
 // WebhookOrderSettlementUpdatedJSONBody defines parameters for WebhookOrderSettlementUpdated.
 type WebhookOrderSettlementUpdatedJSONBody struct {
 	AggregateId   openapi_types.UUID                                 `json:"aggregate_id"`
@@ -4970,6 +5731,51 @@ type WebhookScheduleEventSkippedJSONBodySchemaVersion int
 
 // WebhookScheduleEventSkippedJSONBodyType defines parameters for WebhookScheduleEventSkipped.
 type WebhookScheduleEventSkippedJSONBodyType string
+
+// WebhookSchedulePersonalDataErasedJSONBody defines parameters for WebhookSchedulePersonalDataErased.
+type WebhookSchedulePersonalDataErasedJSONBody struct {
+	AggregateId   openapi_types.UUID                                     `json:"aggregate_id"`
+	AggregateType WebhookSchedulePersonalDataErasedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                    `json:"aggregate_version"`
+	Data             PersonalDataErasedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookSchedulePersonalDataErasedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookSchedulePersonalDataErasedJSONBodyType          `json:"type"`
+}
+
+// WebhookSchedulePersonalDataErasedParams defines parameters for WebhookSchedulePersonalDataErased.
+type WebhookSchedulePersonalDataErasedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookSchedulePersonalDataErasedJSONBodyAggregateType defines parameters for WebhookSchedulePersonalDataErased.
+type WebhookSchedulePersonalDataErasedJSONBodyAggregateType string
+
+// WebhookSchedulePersonalDataErasedJSONBodySchemaVersion defines parameters for WebhookSchedulePersonalDataErased.
+type WebhookSchedulePersonalDataErasedJSONBodySchemaVersion int
+
+// WebhookSchedulePersonalDataErasedJSONBodyType defines parameters for WebhookSchedulePersonalDataErased.
+type WebhookSchedulePersonalDataErasedJSONBodyType string
 
 // WebhookScheduleStatusChangedJSONBody defines parameters for WebhookScheduleStatusChanged.
 type WebhookScheduleStatusChangedJSONBody struct {
@@ -5196,6 +6002,51 @@ type WebhookServiceRequestEventSkippedJSONBodySchemaVersion int
 // WebhookServiceRequestEventSkippedJSONBodyType defines parameters for WebhookServiceRequestEventSkipped.
 type WebhookServiceRequestEventSkippedJSONBodyType string
 
+// WebhookServiceRequestPersonalDataErasedJSONBody defines parameters for WebhookServiceRequestPersonalDataErased.
+type WebhookServiceRequestPersonalDataErasedJSONBody struct {
+	AggregateId   openapi_types.UUID                                           `json:"aggregate_id"`
+	AggregateType WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int                    `json:"aggregate_version"`
+	Data             PersonalDataErasedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServiceRequestPersonalDataErasedJSONBodyType          `json:"type"`
+}
+
+// WebhookServiceRequestPersonalDataErasedParams defines parameters for WebhookServiceRequestPersonalDataErased.
+type WebhookServiceRequestPersonalDataErasedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType defines parameters for WebhookServiceRequestPersonalDataErased.
+type WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType string
+
+// WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersion defines parameters for WebhookServiceRequestPersonalDataErased.
+type WebhookServiceRequestPersonalDataErasedJSONBodySchemaVersion int
+
+// WebhookServiceRequestPersonalDataErasedJSONBodyType defines parameters for WebhookServiceRequestPersonalDataErased.
+type WebhookServiceRequestPersonalDataErasedJSONBodyType string
+
 // WebhookServiceRequestStatusChangedJSONBody defines parameters for WebhookServiceRequestStatusChanged.
 type WebhookServiceRequestStatusChangedJSONBody struct {
 	AggregateId   openapi_types.UUID                                      `json:"aggregate_id"`
@@ -5240,6 +6091,51 @@ type WebhookServiceRequestStatusChangedJSONBodySchemaVersion int
 
 // WebhookServiceRequestStatusChangedJSONBodyType defines parameters for WebhookServiceRequestStatusChanged.
 type WebhookServiceRequestStatusChangedJSONBodyType string
+
+// WebhookStaffMemberErasedJSONBody defines parameters for WebhookStaffMemberErased.
+type WebhookStaffMemberErasedJSONBody struct {
+	AggregateId   openapi_types.UUID                            `json:"aggregate_id"`
+	AggregateType WebhookStaffMemberErasedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int               `json:"aggregate_version"`
+	Data             SubjectErasedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookStaffMemberErasedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookStaffMemberErasedJSONBodyType          `json:"type"`
+}
+
+// WebhookStaffMemberErasedParams defines parameters for WebhookStaffMemberErased.
+type WebhookStaffMemberErasedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookStaffMemberErasedJSONBodyAggregateType defines parameters for WebhookStaffMemberErased.
+type WebhookStaffMemberErasedJSONBodyAggregateType string
+
+// WebhookStaffMemberErasedJSONBodySchemaVersion defines parameters for WebhookStaffMemberErased.
+type WebhookStaffMemberErasedJSONBodySchemaVersion int
+
+// WebhookStaffMemberErasedJSONBodyType defines parameters for WebhookStaffMemberErased.
+type WebhookStaffMemberErasedJSONBodyType string
 
 // WebhookWebhookEndpointPingJSONBody defines parameters for WebhookWebhookEndpointPing.
 type WebhookWebhookEndpointPingJSONBody struct {
@@ -5307,6 +6203,9 @@ type CreateCustomerJSONRequestBody = CustomerInput
 // UpdateCustomerJSONRequestBody defines body for UpdateCustomer for application/json ContentType.
 type UpdateCustomerJSONRequestBody = CustomerInput
 
+// EraseCustomerJSONRequestBody defines body for EraseCustomer for application/json ContentType.
+type EraseCustomerJSONRequestBody = EraseInput
+
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody = OrderCreate
 
@@ -5346,6 +6245,9 @@ type CreateStaffMemberJSONRequestBody = StaffInput
 // UpdateStaffMemberJSONRequestBody defines body for UpdateStaffMember for application/json ContentType.
 type UpdateStaffMemberJSONRequestBody = StaffInput
 
+// EraseStaffMemberJSONRequestBody defines body for EraseStaffMember for application/json ContentType.
+type EraseStaffMemberJSONRequestBody = EraseInput
+
 // CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
 type CreateWebhookEndpointJSONRequestBody = WebhookEndpointInput
 
@@ -5354,6 +6256,9 @@ type UpdateWebhookEndpointJSONRequestBody = WebhookEndpointInput
 
 // RotateWebhookSecretJSONRequestBody defines body for RotateWebhookSecret for application/json ContentType.
 type RotateWebhookSecretJSONRequestBody = RotateSecretInput
+
+// WebhookCustomerErasedJSONRequestBody defines body for WebhookCustomerErased for application/json ContentType.
+type WebhookCustomerErasedJSONRequestBody WebhookCustomerErasedJSONBody
 
 // WebhookOrderAssignmentUpdatedJSONRequestBody defines body for WebhookOrderAssignmentUpdated for application/json ContentType.
 type WebhookOrderAssignmentUpdatedJSONRequestBody WebhookOrderAssignmentUpdatedJSONBody
@@ -5370,6 +6275,9 @@ type WebhookOrderDetailsUpdatedJSONRequestBody WebhookOrderDetailsUpdatedJSONBod
 // WebhookOrderEventSkippedJSONRequestBody defines body for WebhookOrderEventSkipped for application/json ContentType.
 type WebhookOrderEventSkippedJSONRequestBody WebhookOrderEventSkippedJSONBody
 
+// WebhookOrderPersonalDataErasedJSONRequestBody defines body for WebhookOrderPersonalDataErased for application/json ContentType.
+type WebhookOrderPersonalDataErasedJSONRequestBody WebhookOrderPersonalDataErasedJSONBody
+
 // WebhookOrderSettlementUpdatedJSONRequestBody defines body for WebhookOrderSettlementUpdated for application/json ContentType.
 type WebhookOrderSettlementUpdatedJSONRequestBody WebhookOrderSettlementUpdatedJSONBody
 
@@ -5384,6 +6292,9 @@ type WebhookScheduleCreatedJSONRequestBody WebhookScheduleCreatedJSONBody
 
 // WebhookScheduleEventSkippedJSONRequestBody defines body for WebhookScheduleEventSkipped for application/json ContentType.
 type WebhookScheduleEventSkippedJSONRequestBody WebhookScheduleEventSkippedJSONBody
+
+// WebhookSchedulePersonalDataErasedJSONRequestBody defines body for WebhookSchedulePersonalDataErased for application/json ContentType.
+type WebhookSchedulePersonalDataErasedJSONRequestBody WebhookSchedulePersonalDataErasedJSONBody
 
 // WebhookScheduleStatusChangedJSONRequestBody defines body for WebhookScheduleStatusChanged for application/json ContentType.
 type WebhookScheduleStatusChangedJSONRequestBody WebhookScheduleStatusChangedJSONBody
@@ -5400,8 +6311,14 @@ type WebhookServiceRequestDetailsUpdatedJSONRequestBody WebhookServiceRequestDet
 // WebhookServiceRequestEventSkippedJSONRequestBody defines body for WebhookServiceRequestEventSkipped for application/json ContentType.
 type WebhookServiceRequestEventSkippedJSONRequestBody WebhookServiceRequestEventSkippedJSONBody
 
+// WebhookServiceRequestPersonalDataErasedJSONRequestBody defines body for WebhookServiceRequestPersonalDataErased for application/json ContentType.
+type WebhookServiceRequestPersonalDataErasedJSONRequestBody WebhookServiceRequestPersonalDataErasedJSONBody
+
 // WebhookServiceRequestStatusChangedJSONRequestBody defines body for WebhookServiceRequestStatusChanged for application/json ContentType.
 type WebhookServiceRequestStatusChangedJSONRequestBody WebhookServiceRequestStatusChangedJSONBody
+
+// WebhookStaffMemberErasedJSONRequestBody defines body for WebhookStaffMemberErased for application/json ContentType.
+type WebhookStaffMemberErasedJSONRequestBody WebhookStaffMemberErasedJSONBody
 
 // WebhookWebhookEndpointPingJSONRequestBody defines body for WebhookWebhookEndpointPing for application/json ContentType.
 type WebhookWebhookEndpointPingJSONRequestBody WebhookWebhookEndpointPingJSONBody
@@ -5718,6 +6635,24 @@ type ClientInterface interface {
 	// Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 	UpdateCustomer(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// EraseCustomerWithBody Erase the customer's personal data, irreversibly (GDPR article 17)
+	//
+	// Empties the record (the id stays), deletes the customer's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/customers/{id}/erase (the `EraseCustomer` operationId).
+	EraseCustomerWithBody(ctx context.Context, id Id, params *EraseCustomerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EraseCustomer Erase the customer's personal data, irreversibly (GDPR article 17)
+	//
+	// Empties the record (the id stays), deletes the customer's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/customers/{id}/erase (the `EraseCustomer` operationId).
+	EraseCustomer(ctx context.Context, id Id, params *EraseCustomerParams, body EraseCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExportCustomer Export everything held about the customer (an access request)
 	//
 	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
@@ -5984,6 +6919,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /v1/staff/{id} (the `UpdateStaffMember` operationId).
 	UpdateStaffMember(ctx context.Context, id Id, params *UpdateStaffMemberParams, body UpdateStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EraseStaffMemberWithBody Erase the staff member's personal data, irreversibly (GDPR article 17)
+	//
+	// Empties the record (the id stays), deletes the staff member's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
+	EraseStaffMemberWithBody(ctx context.Context, id Id, params *EraseStaffMemberParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EraseStaffMember Erase the staff member's personal data, irreversibly (GDPR article 17)
+	//
+	// Empties the record (the id stays), deletes the staff member's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
+	EraseStaffMember(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWebhookEndpoints List endpoints, newest first
 	//
@@ -6647,6 +7600,44 @@ func (c *Client) UpdateCustomer(ctx context.Context, id Id, params *UpdateCustom
 	return c.Client.Do(req)
 }
 
+// EraseCustomerWithBody Erase the customer's personal data, irreversibly (GDPR article 17)
+//
+// Empties the record (the id stays), deletes the customer's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/customers/{id}/erase (the `EraseCustomer` operationId).
+func (c *Client) EraseCustomerWithBody(ctx context.Context, id Id, params *EraseCustomerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEraseCustomerRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EraseCustomer Erase the customer's personal data, irreversibly (GDPR article 17)
+//
+// Empties the record (the id stays), deletes the customer's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/customers/{id}/erase (the `EraseCustomer` operationId).
+func (c *Client) EraseCustomer(ctx context.Context, id Id, params *EraseCustomerParams, body EraseCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEraseCustomerRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ExportCustomer Export everything held about the customer (an access request)
 //
 // One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
@@ -7274,6 +8265,44 @@ func (c *Client) UpdateStaffMemberWithBody(ctx context.Context, id Id, params *U
 // Corresponds with PATCH /v1/staff/{id} (the `UpdateStaffMember` operationId).
 func (c *Client) UpdateStaffMember(ctx context.Context, id Id, params *UpdateStaffMemberParams, body UpdateStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateStaffMemberRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EraseStaffMemberWithBody Erase the staff member's personal data, irreversibly (GDPR article 17)
+//
+// Empties the record (the id stays), deletes the staff member's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
+func (c *Client) EraseStaffMemberWithBody(ctx context.Context, id Id, params *EraseStaffMemberParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEraseStaffMemberRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EraseStaffMember Erase the staff member's personal data, irreversibly (GDPR article 17)
+//
+// Empties the record (the id stays), deletes the staff member's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
+func (c *Client) EraseStaffMember(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEraseStaffMemberRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -8910,6 +9939,68 @@ func NewUpdateCustomerRequestWithBody(server string, id Id, params *UpdateCustom
 	}
 
 	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewEraseCustomerRequest calls the generic EraseCustomer builder with application/json body
+func NewEraseCustomerRequest(server string, id Id, params *EraseCustomerParams, body EraseCustomerJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewEraseCustomerRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewEraseCustomerRequestWithBody constructs an http.Request for the EraseCustomer method, with any body, and a specified content type
+func NewEraseCustomerRequestWithBody(server string, id Id, params *EraseCustomerParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/customers/%s/erase", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -11107,6 +12198,68 @@ func NewUpdateStaffMemberRequestWithBody(server string, id Id, params *UpdateSta
 	return req, nil
 }
 
+// NewEraseStaffMemberRequest calls the generic EraseStaffMember builder with application/json body
+func NewEraseStaffMemberRequest(server string, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewEraseStaffMemberRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewEraseStaffMemberRequestWithBody constructs an http.Request for the EraseStaffMember method, with any body, and a specified content type
+func NewEraseStaffMemberRequestWithBody(server string, id Id, params *EraseStaffMemberParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/staff/%s/erase", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListWebhookEndpointsRequest constructs an http.Request for the ListWebhookEndpoints method
 func NewListWebhookEndpointsRequest(server string, params *ListWebhookEndpointsParams) (*http.Request, error) {
 	var err error
@@ -12022,6 +13175,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /v1/customers/{id} (the `UpdateCustomer` operationId).
 	UpdateCustomerWithResponse(ctx context.Context, id Id, params *UpdateCustomerParams, body UpdateCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateCustomerResponse, error)
 
+	// EraseCustomerWithBodyWithResponse Erase the customer's personal data, irreversibly (GDPR article 17)
+	//
+	// Empties the record (the id stays), deletes the customer's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/customers/{id}/erase (the `EraseCustomer` operationId).
+	EraseCustomerWithBodyWithResponse(ctx context.Context, id Id, params *EraseCustomerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EraseCustomerResponse, error)
+
+	// EraseCustomerWithResponse Erase the customer's personal data, irreversibly (GDPR article 17)
+	//
+	// Empties the record (the id stays), deletes the customer's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/customers/{id}/erase (the `EraseCustomer` operationId).
+	EraseCustomerWithResponse(ctx context.Context, id Id, params *EraseCustomerParams, body EraseCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*EraseCustomerResponse, error)
+
 	// ExportCustomerWithResponse Export everything held about the customer (an access request)
 	//
 	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
@@ -12310,6 +13481,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /v1/staff/{id} (the `UpdateStaffMember` operationId).
 	UpdateStaffMemberWithResponse(ctx context.Context, id Id, params *UpdateStaffMemberParams, body UpdateStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateStaffMemberResponse, error)
+
+	// EraseStaffMemberWithBodyWithResponse Erase the staff member's personal data, irreversibly (GDPR article 17)
+	//
+	// Empties the record (the id stays), deletes the staff member's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
+	EraseStaffMemberWithBodyWithResponse(ctx context.Context, id Id, params *EraseStaffMemberParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EraseStaffMemberResponse, error)
+
+	// EraseStaffMemberWithResponse Erase the staff member's personal data, irreversibly (GDPR article 17)
+	//
+	// Empties the record (the id stays), deletes the staff member's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
+	EraseStaffMemberWithResponse(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*EraseStaffMemberResponse, error)
 
 	// ListWebhookEndpointsWithResponse List endpoints, newest first
 	//
@@ -17213,6 +18402,245 @@ func (r UpdateCustomerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UpdateCustomerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// EraseCustomerResponse200Headers the declared response headers of an HTTP 200 response for EraseCustomer
+type EraseCustomerResponse200Headers struct {
+	CacheControl        *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// EraseCustomerResponse400Headers the declared response headers of an HTTP 400 response for EraseCustomer
+type EraseCustomerResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse401Headers the declared response headers of an HTTP 401 response for EraseCustomer
+type EraseCustomerResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse403Headers the declared response headers of an HTTP 403 response for EraseCustomer
+type EraseCustomerResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse404Headers the declared response headers of an HTTP 404 response for EraseCustomer
+type EraseCustomerResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse409Headers the declared response headers of an HTTP 409 response for EraseCustomer
+type EraseCustomerResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse412Headers the declared response headers of an HTTP 412 response for EraseCustomer
+type EraseCustomerResponse412Headers struct {
+	ETag *string
+}
+
+// EraseCustomerResponse413Headers the declared response headers of an HTTP 413 response for EraseCustomer
+type EraseCustomerResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse422Headers the declared response headers of an HTTP 422 response for EraseCustomer
+type EraseCustomerResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse429Headers the declared response headers of an HTTP 429 response for EraseCustomer
+type EraseCustomerResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// EraseCustomerResponse431Headers the declared response headers of an HTTP 431 response for EraseCustomer
+type EraseCustomerResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse500Headers the declared response headers of an HTTP 500 response for EraseCustomer
+type EraseCustomerResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseCustomerResponse503Headers the declared response headers of an HTTP 503 response for EraseCustomer
+type EraseCustomerResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type EraseCustomerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Erasure
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *EraseCustomerResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *EraseCustomerResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *EraseCustomerResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *EraseCustomerResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *EraseCustomerResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *EraseCustomerResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *EraseCustomerResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *EraseCustomerResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *EraseCustomerResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *EraseCustomerResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *EraseCustomerResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *EraseCustomerResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *EraseCustomerResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r EraseCustomerResponse) GetJSON200() *Erasure {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r EraseCustomerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r EraseCustomerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r EraseCustomerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r EraseCustomerResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -22388,6 +23816,245 @@ func (r UpdateStaffMemberResponse) ContentType() string {
 	return ""
 }
 
+// EraseStaffMemberResponse200Headers the declared response headers of an HTTP 200 response for EraseStaffMember
+type EraseStaffMemberResponse200Headers struct {
+	CacheControl        *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// EraseStaffMemberResponse400Headers the declared response headers of an HTTP 400 response for EraseStaffMember
+type EraseStaffMemberResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse401Headers the declared response headers of an HTTP 401 response for EraseStaffMember
+type EraseStaffMemberResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse403Headers the declared response headers of an HTTP 403 response for EraseStaffMember
+type EraseStaffMemberResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse404Headers the declared response headers of an HTTP 404 response for EraseStaffMember
+type EraseStaffMemberResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse409Headers the declared response headers of an HTTP 409 response for EraseStaffMember
+type EraseStaffMemberResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse412Headers the declared response headers of an HTTP 412 response for EraseStaffMember
+type EraseStaffMemberResponse412Headers struct {
+	ETag *string
+}
+
+// EraseStaffMemberResponse413Headers the declared response headers of an HTTP 413 response for EraseStaffMember
+type EraseStaffMemberResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse422Headers the declared response headers of an HTTP 422 response for EraseStaffMember
+type EraseStaffMemberResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse429Headers the declared response headers of an HTTP 429 response for EraseStaffMember
+type EraseStaffMemberResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// EraseStaffMemberResponse431Headers the declared response headers of an HTTP 431 response for EraseStaffMember
+type EraseStaffMemberResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse500Headers the declared response headers of an HTTP 500 response for EraseStaffMember
+type EraseStaffMemberResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EraseStaffMemberResponse503Headers the declared response headers of an HTTP 503 response for EraseStaffMember
+type EraseStaffMemberResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type EraseStaffMemberResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Erasure
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *EraseStaffMemberResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *EraseStaffMemberResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *EraseStaffMemberResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *EraseStaffMemberResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *EraseStaffMemberResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *EraseStaffMemberResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *EraseStaffMemberResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *EraseStaffMemberResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *EraseStaffMemberResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *EraseStaffMemberResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *EraseStaffMemberResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *EraseStaffMemberResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *EraseStaffMemberResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r EraseStaffMemberResponse) GetJSON200() *Erasure {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r EraseStaffMemberResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r EraseStaffMemberResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r EraseStaffMemberResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r EraseStaffMemberResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListWebhookEndpointsResponse200Headers the declared response headers of an HTTP 200 response for ListWebhookEndpoints
 type ListWebhookEndpointsResponse200Headers struct {
 	CacheControl        *string
@@ -24907,6 +26574,36 @@ func (c *ClientWithResponses) UpdateCustomerWithResponse(ctx context.Context, id
 	return ParseUpdateCustomerResponse(rsp)
 }
 
+// EraseCustomerWithBodyWithResponse Erase the customer's personal data, irreversibly (GDPR article 17)
+//
+// Empties the record (the id stays), deletes the customer's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/customers/{id}/erase (the `EraseCustomer` operationId).
+func (c *ClientWithResponses) EraseCustomerWithBodyWithResponse(ctx context.Context, id Id, params *EraseCustomerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EraseCustomerResponse, error) {
+	rsp, err := c.EraseCustomerWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEraseCustomerResponse(rsp)
+}
+
+// EraseCustomerWithResponse Erase the customer's personal data, irreversibly (GDPR article 17)
+//
+// Empties the record (the id stays), deletes the customer's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/customers/{id}/erase (the `EraseCustomer` operationId).
+func (c *ClientWithResponses) EraseCustomerWithResponse(ctx context.Context, id Id, params *EraseCustomerParams, body EraseCustomerJSONRequestBody, reqEditors ...RequestEditorFn) (*EraseCustomerResponse, error) {
+	rsp, err := c.EraseCustomer(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEraseCustomerResponse(rsp)
+}
+
 // ExportCustomerWithResponse Export everything held about the customer (an access request)
 //
 // One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
@@ -25416,6 +27113,36 @@ func (c *ClientWithResponses) UpdateStaffMemberWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseUpdateStaffMemberResponse(rsp)
+}
+
+// EraseStaffMemberWithBodyWithResponse Erase the staff member's personal data, irreversibly (GDPR article 17)
+//
+// Empties the record (the id stays), deletes the staff member's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
+func (c *ClientWithResponses) EraseStaffMemberWithBodyWithResponse(ctx context.Context, id Id, params *EraseStaffMemberParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EraseStaffMemberResponse, error) {
+	rsp, err := c.EraseStaffMemberWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEraseStaffMemberResponse(rsp)
+}
+
+// EraseStaffMemberWithResponse Erase the staff member's personal data, irreversibly (GDPR article 17)
+//
+// Empties the record (the id stays), deletes the staff member's data key so that every personal field Hearth sealed for them reads as erased everywhere (read models, change log, event feed, webhooks), deletes stored Idempotency-Key answers naming them, and records the erasure in the audit log. Erasing again succeeds with the same answer. The answer comes after a short wait (a few seconds) in which no instance of Hearth can still hold the deleted key. See docs/personal-data.md.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
+func (c *ClientWithResponses) EraseStaffMemberWithResponse(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*EraseStaffMemberResponse, error) {
+	rsp, err := c.EraseStaffMember(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEraseStaffMemberResponse(rsp)
 }
 
 // ListWebhookEndpointsWithResponse List endpoints, newest first
@@ -33675,6 +35402,410 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers UpdateCustomerResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseEraseCustomerResponse parses an HTTP response from a EraseCustomerWithResponse call
+func ParseEraseCustomerResponse(rsp *http.Response) (*EraseCustomerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &EraseCustomerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Erasure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers EraseCustomerResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers EraseCustomerResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers EraseCustomerResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers EraseCustomerResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers EraseCustomerResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers EraseCustomerResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers EraseCustomerResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers EraseCustomerResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers EraseCustomerResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers EraseCustomerResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers EraseCustomerResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers EraseCustomerResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers EraseCustomerResponse503Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -42723,6 +44854,410 @@ func ParseUpdateStaffMemberResponse(rsp *http.Response) (*UpdateStaffMemberRespo
 	return response, nil
 }
 
+// ParseEraseStaffMemberResponse parses an HTTP response from a EraseStaffMemberWithResponse call
+func ParseEraseStaffMemberResponse(rsp *http.Response) (*EraseStaffMemberResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &EraseStaffMemberResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Erasure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers EraseStaffMemberResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers EraseStaffMemberResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers EraseStaffMemberResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers EraseStaffMemberResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers EraseStaffMemberResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers EraseStaffMemberResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers EraseStaffMemberResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers EraseStaffMemberResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers EraseStaffMemberResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers EraseStaffMemberResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers EraseStaffMemberResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers EraseStaffMemberResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers EraseStaffMemberResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListWebhookEndpointsResponse parses an HTTP response from a ListWebhookEndpointsWithResponse call
 func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpointsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -46311,6 +48846,11 @@ func (p *WebhookInitiator) applyWebhookEditors(ctx context.Context, req *http.Re
 
 // WebhookInitiatorInterface is the interface specification for the webhook initiator.
 type WebhookInitiatorInterface interface {
+	// WebhookCustomerErasedWithBody fires the customer.erased webhook with any body
+	WebhookCustomerErasedWithBody(ctx context.Context, targetURL string, params *WebhookCustomerErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookCustomerErased(ctx context.Context, targetURL string, params *WebhookCustomerErasedParams, body WebhookCustomerErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// WebhookOrderAssignmentUpdatedWithBody fires the order.assignment_updated webhook with any body
 	WebhookOrderAssignmentUpdatedWithBody(ctx context.Context, targetURL string, params *WebhookOrderAssignmentUpdatedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -46335,6 +48875,11 @@ type WebhookInitiatorInterface interface {
 	WebhookOrderEventSkippedWithBody(ctx context.Context, targetURL string, params *WebhookOrderEventSkippedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	WebhookOrderEventSkipped(ctx context.Context, targetURL string, params *WebhookOrderEventSkippedParams, body WebhookOrderEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookOrderPersonalDataErasedWithBody fires the order.personal_data_erased webhook with any body
+	WebhookOrderPersonalDataErasedWithBody(ctx context.Context, targetURL string, params *WebhookOrderPersonalDataErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookOrderPersonalDataErased(ctx context.Context, targetURL string, params *WebhookOrderPersonalDataErasedParams, body WebhookOrderPersonalDataErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// WebhookOrderSettlementUpdatedWithBody fires the order.settlement_updated webhook with any body
 	WebhookOrderSettlementUpdatedWithBody(ctx context.Context, targetURL string, params *WebhookOrderSettlementUpdatedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -46361,6 +48906,11 @@ type WebhookInitiatorInterface interface {
 
 	WebhookScheduleEventSkipped(ctx context.Context, targetURL string, params *WebhookScheduleEventSkippedParams, body WebhookScheduleEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WebhookSchedulePersonalDataErasedWithBody fires the schedule.personal_data_erased webhook with any body
+	WebhookSchedulePersonalDataErasedWithBody(ctx context.Context, targetURL string, params *WebhookSchedulePersonalDataErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookSchedulePersonalDataErased(ctx context.Context, targetURL string, params *WebhookSchedulePersonalDataErasedParams, body WebhookSchedulePersonalDataErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// WebhookScheduleStatusChangedWithBody fires the schedule.status_changed webhook with any body
 	WebhookScheduleStatusChangedWithBody(ctx context.Context, targetURL string, params *WebhookScheduleStatusChangedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -46386,15 +48936,49 @@ type WebhookInitiatorInterface interface {
 
 	WebhookServiceRequestEventSkipped(ctx context.Context, targetURL string, params *WebhookServiceRequestEventSkippedParams, body WebhookServiceRequestEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WebhookServiceRequestPersonalDataErasedWithBody fires the service_request.personal_data_erased webhook with any body
+	WebhookServiceRequestPersonalDataErasedWithBody(ctx context.Context, targetURL string, params *WebhookServiceRequestPersonalDataErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServiceRequestPersonalDataErased(ctx context.Context, targetURL string, params *WebhookServiceRequestPersonalDataErasedParams, body WebhookServiceRequestPersonalDataErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// WebhookServiceRequestStatusChangedWithBody fires the service_request.status_changed webhook with any body
 	WebhookServiceRequestStatusChangedWithBody(ctx context.Context, targetURL string, params *WebhookServiceRequestStatusChangedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	WebhookServiceRequestStatusChanged(ctx context.Context, targetURL string, params *WebhookServiceRequestStatusChangedParams, body WebhookServiceRequestStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WebhookStaffMemberErasedWithBody fires the staff_member.erased webhook with any body
+	WebhookStaffMemberErasedWithBody(ctx context.Context, targetURL string, params *WebhookStaffMemberErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookStaffMemberErased(ctx context.Context, targetURL string, params *WebhookStaffMemberErasedParams, body WebhookStaffMemberErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// WebhookWebhookEndpointPingWithBody fires the webhook_endpoint.ping webhook with any body
 	WebhookWebhookEndpointPingWithBody(ctx context.Context, targetURL string, params *WebhookWebhookEndpointPingParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	WebhookWebhookEndpointPing(ctx context.Context, targetURL string, params *WebhookWebhookEndpointPingParams, body WebhookWebhookEndpointPingJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+func (p *WebhookInitiator) WebhookCustomerErasedWithBody(ctx context.Context, targetURL string, params *WebhookCustomerErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookCustomerErasedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookCustomerErased(ctx context.Context, targetURL string, params *WebhookCustomerErasedParams, body WebhookCustomerErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookCustomerErasedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
 }
 
 func (p *WebhookInitiator) WebhookOrderAssignmentUpdatedWithBody(ctx context.Context, targetURL string, params *WebhookOrderAssignmentUpdatedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -46507,6 +49091,30 @@ func (p *WebhookInitiator) WebhookOrderEventSkippedWithBody(ctx context.Context,
 
 func (p *WebhookInitiator) WebhookOrderEventSkipped(ctx context.Context, targetURL string, params *WebhookOrderEventSkippedParams, body WebhookOrderEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWebhookOrderEventSkippedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderPersonalDataErasedWithBody(ctx context.Context, targetURL string, params *WebhookOrderPersonalDataErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderPersonalDataErasedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookOrderPersonalDataErased(ctx context.Context, targetURL string, params *WebhookOrderPersonalDataErasedParams, body WebhookOrderPersonalDataErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookOrderPersonalDataErasedWebhookRequest(targetURL, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -46637,6 +49245,30 @@ func (p *WebhookInitiator) WebhookScheduleEventSkipped(ctx context.Context, targ
 	return p.Client.Do(req)
 }
 
+func (p *WebhookInitiator) WebhookSchedulePersonalDataErasedWithBody(ctx context.Context, targetURL string, params *WebhookSchedulePersonalDataErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookSchedulePersonalDataErasedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookSchedulePersonalDataErased(ctx context.Context, targetURL string, params *WebhookSchedulePersonalDataErasedParams, body WebhookSchedulePersonalDataErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookSchedulePersonalDataErasedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
 func (p *WebhookInitiator) WebhookScheduleStatusChangedWithBody(ctx context.Context, targetURL string, params *WebhookScheduleStatusChangedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWebhookScheduleStatusChangedWebhookRequestWithBody(targetURL, params, contentType, body)
 	if err != nil {
@@ -46757,6 +49389,30 @@ func (p *WebhookInitiator) WebhookServiceRequestEventSkipped(ctx context.Context
 	return p.Client.Do(req)
 }
 
+func (p *WebhookInitiator) WebhookServiceRequestPersonalDataErasedWithBody(ctx context.Context, targetURL string, params *WebhookServiceRequestPersonalDataErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestPersonalDataErasedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServiceRequestPersonalDataErased(ctx context.Context, targetURL string, params *WebhookServiceRequestPersonalDataErasedParams, body WebhookServiceRequestPersonalDataErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServiceRequestPersonalDataErasedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
 func (p *WebhookInitiator) WebhookServiceRequestStatusChangedWithBody(ctx context.Context, targetURL string, params *WebhookServiceRequestStatusChangedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWebhookServiceRequestStatusChangedWebhookRequestWithBody(targetURL, params, contentType, body)
 	if err != nil {
@@ -46771,6 +49427,30 @@ func (p *WebhookInitiator) WebhookServiceRequestStatusChangedWithBody(ctx contex
 
 func (p *WebhookInitiator) WebhookServiceRequestStatusChanged(ctx context.Context, targetURL string, params *WebhookServiceRequestStatusChangedParams, body WebhookServiceRequestStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWebhookServiceRequestStatusChangedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookStaffMemberErasedWithBody(ctx context.Context, targetURL string, params *WebhookStaffMemberErasedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookStaffMemberErasedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookStaffMemberErased(ctx context.Context, targetURL string, params *WebhookStaffMemberErasedParams, body WebhookStaffMemberErasedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookStaffMemberErasedWebhookRequest(targetURL, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -46803,6 +49483,67 @@ func (p *WebhookInitiator) WebhookWebhookEndpointPing(ctx context.Context, targe
 		return nil, err
 	}
 	return p.Client.Do(req)
+}
+
+// NewWebhookCustomerErasedWebhookRequest builds a application/json POST request for the customer.erased webhook
+func NewWebhookCustomerErasedWebhookRequest(targetURL string, params *WebhookCustomerErasedParams, body WebhookCustomerErasedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookCustomerErasedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookCustomerErasedWebhookRequestWithBody builds a POST request for the customer.erased webhook with any body
+func NewWebhookCustomerErasedWebhookRequestWithBody(targetURL string, params *WebhookCustomerErasedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
 }
 
 // NewWebhookOrderAssignmentUpdatedWebhookRequest builds a application/json POST request for the order.assignment_updated webhook
@@ -47062,6 +49803,67 @@ func NewWebhookOrderEventSkippedWebhookRequest(targetURL string, params *Webhook
 
 // NewWebhookOrderEventSkippedWebhookRequestWithBody builds a POST request for the order.event_skipped webhook with any body
 func NewWebhookOrderEventSkippedWebhookRequestWithBody(targetURL string, params *WebhookOrderEventSkippedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookOrderPersonalDataErasedWebhookRequest builds a application/json POST request for the order.personal_data_erased webhook
+func NewWebhookOrderPersonalDataErasedWebhookRequest(targetURL string, params *WebhookOrderPersonalDataErasedParams, body WebhookOrderPersonalDataErasedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookOrderPersonalDataErasedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookOrderPersonalDataErasedWebhookRequestWithBody builds a POST request for the order.personal_data_erased webhook with any body
+func NewWebhookOrderPersonalDataErasedWebhookRequestWithBody(targetURL string, params *WebhookOrderPersonalDataErasedParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 	_ = err
 
@@ -47415,6 +50217,67 @@ func NewWebhookScheduleEventSkippedWebhookRequestWithBody(targetURL string, para
 	return req, nil
 }
 
+// NewWebhookSchedulePersonalDataErasedWebhookRequest builds a application/json POST request for the schedule.personal_data_erased webhook
+func NewWebhookSchedulePersonalDataErasedWebhookRequest(targetURL string, params *WebhookSchedulePersonalDataErasedParams, body WebhookSchedulePersonalDataErasedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookSchedulePersonalDataErasedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookSchedulePersonalDataErasedWebhookRequestWithBody builds a POST request for the schedule.personal_data_erased webhook with any body
+func NewWebhookSchedulePersonalDataErasedWebhookRequestWithBody(targetURL string, params *WebhookSchedulePersonalDataErasedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
 // NewWebhookScheduleStatusChangedWebhookRequest builds a application/json POST request for the schedule.status_changed webhook
 func NewWebhookScheduleStatusChangedWebhookRequest(targetURL string, params *WebhookScheduleStatusChangedParams, body WebhookScheduleStatusChangedJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -47720,6 +50583,67 @@ func NewWebhookServiceRequestEventSkippedWebhookRequestWithBody(targetURL string
 	return req, nil
 }
 
+// NewWebhookServiceRequestPersonalDataErasedWebhookRequest builds a application/json POST request for the service_request.personal_data_erased webhook
+func NewWebhookServiceRequestPersonalDataErasedWebhookRequest(targetURL string, params *WebhookServiceRequestPersonalDataErasedParams, body WebhookServiceRequestPersonalDataErasedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServiceRequestPersonalDataErasedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServiceRequestPersonalDataErasedWebhookRequestWithBody builds a POST request for the service_request.personal_data_erased webhook with any body
+func NewWebhookServiceRequestPersonalDataErasedWebhookRequestWithBody(targetURL string, params *WebhookServiceRequestPersonalDataErasedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
 // NewWebhookServiceRequestStatusChangedWebhookRequest builds a application/json POST request for the service_request.status_changed webhook
 func NewWebhookServiceRequestStatusChangedWebhookRequest(targetURL string, params *WebhookServiceRequestStatusChangedParams, body WebhookServiceRequestStatusChangedJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -47733,6 +50657,67 @@ func NewWebhookServiceRequestStatusChangedWebhookRequest(targetURL string, param
 
 // NewWebhookServiceRequestStatusChangedWebhookRequestWithBody builds a POST request for the service_request.status_changed webhook with any body
 func NewWebhookServiceRequestStatusChangedWebhookRequestWithBody(targetURL string, params *WebhookServiceRequestStatusChangedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookStaffMemberErasedWebhookRequest builds a application/json POST request for the staff_member.erased webhook
+func NewWebhookStaffMemberErasedWebhookRequest(targetURL string, params *WebhookStaffMemberErasedParams, body WebhookStaffMemberErasedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookStaffMemberErasedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookStaffMemberErasedWebhookRequestWithBody builds a POST request for the staff_member.erased webhook with any body
+func NewWebhookStaffMemberErasedWebhookRequestWithBody(targetURL string, params *WebhookStaffMemberErasedParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 	_ = err
 

@@ -24,15 +24,17 @@ import (
 // v3 reads a topic (see app/query/feed.go for why). The index
 // events_merchant_feed (migrations/eventstore/007) answers a page in order.
 type Feed struct {
-	db *sql.DB
+	db  *sql.DB
+	dec aggregates.Decoders
 }
 
-// NewFeed returns the feed on the event-store database (the request pool).
-func NewFeed(db *sql.DB) (*Feed, error) {
+// NewFeed returns the feed on the event-store database (the request pool);
+// dec opens the events' sealed fields (the vault; nil leaves them sealed).
+func NewFeed(db *sql.DB, dec aggregates.Decoders) (*Feed, error) {
 	if db == nil {
 		return nil, errors.New("pubsub.NewFeed: nil db")
 	}
-	return &Feed{db: db}, nil
+	return &Feed{db: db, dec: aggregates.Or(dec)}, nil
 }
 
 // feedPageSQL is a page of one merchant's feed. An event an operator skipped
@@ -95,13 +97,13 @@ func (f *Feed) Page(ctx context.Context, merchantID string, after query.FeedCurs
 		}
 		env.OccurredAt = env.OccurredAt.UTC()
 		e.Stored = publicevent.Stored{Recorded: event.Recorded{Envelope: env}, Position: e.Cursor.Position}
-		switch agg, ok := aggregates.ByType(env.StreamType); {
+		switch agg, ok := aggregates.OutboundByType(env.StreamType); {
 		case skipped:
 			e.Stored.Recorded = event.Skip(e.Stored.Recorded)
 		case !ok:
 			e.Err = fmt.Errorf("stream type %q is not an aggregate type", env.StreamType)
 		default:
-			if e.Stored.Event, err = agg.Decode(env.Type, env.Data); err != nil {
+			if e.Stored.Event, err = f.dec.Decoder(agg)(env.Type, env.Data); err != nil {
 				e.Err = err
 			}
 		}

@@ -67,7 +67,7 @@ func (f *flows) widePool(t *testing.T, url string, conns int) {
 	db, err := database.Open(context.Background(), url, conns)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	store, err := pubsub.NewStore(db, nil)
+	store, err := pubsub.NewStore(db, nil, nil)
 	require.NoError(t, err)
 	tx, err := pubsub.NewTransactor(store)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"hearth/adapters/vault"
 	"hearth/app/command"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
@@ -193,7 +194,7 @@ func (s *session) AddSchedule(sch *schedule.Schedule) {
 // commit appends every tracked aggregate's changes, in the order the use
 // case touched them, and commits, all in one batch.
 func (s *session) commit(ctx context.Context) (command.Outcome, error) {
-	b, appends, err := s.queueAppends()
+	b, appends, err := s.queueAppends(ctx)
 	if err != nil {
 		return command.Outcome{}, err
 	}
@@ -211,7 +212,7 @@ func (s *session) commit(ctx context.Context) (command.Outcome, error) {
 // the outcome is stored with COMMIT, so the events and the answer commit
 // together or not at all. One round trip more than commit.
 func (s *session) commitAnswered(ctx context.Context, i *command.Idempotent) (command.Outcome, error) {
-	b, appends, err := s.queueAppends()
+	b, appends, err := s.queueAppends(ctx)
 	if err != nil {
 		return command.Outcome{}, err
 	}
@@ -239,18 +240,118 @@ func (s *session) commitAnswered(ctx context.Context, i *command.Idempotent) (co
 	return out, nil
 }
 
-// queueAppends queues the appends of every tracked aggregate.
-func (s *session) queueAppends() (*pgx.Batch, []*appended, error) {
+// queueAppends queues the appends of every tracked aggregate, their
+// personal fields sealed for their customers.
+func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, error) {
+	subjects, err := s.subjects(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	b := &pgx.Batch{}
 	appends := make([]*appended, len(s.ordered))
 	for i, t := range s.ordered {
-		a, err := s.store.queueAppend(b, t.stream, s.meta, t.agg.ID(), t.agg.Version(), t.agg.Changes())
+		a, err := s.store.queueAppend(b, t.stream, s.meta, t.agg.ID(), subjects[i], t.agg.Version(), t.agg.Changes())
 		if err != nil {
 			return nil, nil, err
 		}
 		appends[i] = a
 	}
 	return b, appends, nil
+}
+
+// subjects returns, by tracked aggregate, the customer whose data key seals
+// its new events' personal fields ("" when it appends none), and has the
+// vault adopt the keys it does not hold: one round trip, in the command's
+// transaction, for the customers new to this instance. A customer who was
+// erased gets no key: the command fails with a conflict.
+func (s *session) subjects(ctx context.Context) ([]string, error) {
+	out := make([]string, len(s.ordered))
+	v := s.store.vault
+	if v == nil {
+		return out, nil
+	}
+	var missing []string
+	for i, t := range s.ordered {
+		if !slices.ContainsFunc(t.agg.Changes(), func(e event.Event) bool { return len(t.stream.Personal[e.EventType()]) > 0 }) {
+			continue
+		}
+		subject, err := s.subjectOf(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = subject
+		if !v.Cached(subject) && !slices.Contains(missing, subject) {
+			missing = append(missing, subject)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	b := &pgx.Batch{}
+	for _, subject := range missing {
+		sealed, err := v.NewKey(subject)
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(vault.KeySQL, subject, s.meta.MerchantID, event.SubjectCustomer, sealed).Query(func(rows pgx.Rows) error {
+			found := false
+			for rows.Next() {
+				var stored []byte
+				if err := rows.Scan(&stored); err != nil {
+					return err
+				}
+				if err := v.Adopt(subject, stored); err != nil {
+					return err
+				}
+				found = true
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if !found {
+				return sealError(&vault.ErasedError{Subject: subject})
+			}
+			return nil
+		})
+	}
+	if err := s.tx.send(ctx, b); err != nil {
+		return nil, fmt.Errorf("data keys: %w", err)
+	}
+	return out, nil
+}
+
+// subjectOf is the customer of a tracked aggregate. A schedule created
+// before schedules recorded it names its order's.
+func (s *session) subjectOf(ctx context.Context, t *tracked) (string, error) {
+	switch a := t.agg.(type) {
+	case *order.Order:
+		return a.CustomerID(), nil
+	case *servicerequest.Request:
+		return a.CustomerID(), nil
+	case *schedule.Schedule:
+		if a.CustomerID() != "" {
+			return a.CustomerID(), nil
+		}
+		if o, ok := s.byID[a.OrderID()]; ok {
+			if o, ok := o.agg.(*order.Order); ok {
+				return o.CustomerID(), nil
+			}
+		}
+		recs, _, err := s.store.load(ctx, s.tx, OrderStream, s.meta.MerchantID, a.OrderID())
+		if err != nil {
+			return "", fmt.Errorf("the customer of schedule %s: %w", a.ID(), err)
+		}
+		events := make([]event.Event, len(recs))
+		for i, r := range recs {
+			events[i] = r.Event
+		}
+		o, err := order.Rehydrate(events)
+		if err != nil {
+			return "", err
+		}
+		return o.CustomerID(), nil
+	}
+	return "", fmt.Errorf("%s %s: no data subject known for this aggregate type", t.stream.Type, t.agg.ID())
 }
 
 func queueCommit(b *pgx.Batch) {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
+	"hearth/adapters/vault"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
@@ -43,19 +44,29 @@ var (
 // Store appends events to streams and publishes them in the same
 // transaction.
 type Store struct {
-	db  *bun.DB
-	log watermill.LoggerAdapter
+	db    *bun.DB
+	log   watermill.LoggerAdapter
+	vault *vault.Vault // nil: personal fields stay in clear
+	dec   aggregates.Decoders
 }
 
-// NewStore returns a store on the event-store database.
-func NewStore(db *bun.DB, log watermill.LoggerAdapter) (*Store, error) {
+// NewStore returns a store on the event-store database. With a vault (in
+// production always: serve requires a master key), the personal fields of
+// every event it appends are sealed with its subject's data key, and the
+// events it loads are opened; without one (tests, the bench's baseline)
+// they are stored in clear.
+func NewStore(db *bun.DB, log watermill.LoggerAdapter, v *vault.Vault) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("pubsub.NewStore: nil db")
 	}
 	if log == nil {
 		log = watermill.NopLogger{}
 	}
-	return &Store{db: db, log: log}, nil
+	s := &Store{db: db, log: log, vault: v, dec: aggregates.Plain}
+	if v != nil {
+		s.dec = v
+	}
+	return s, nil
 }
 
 // Stream is one stream's type, its decoder and its topic: an aggregate
@@ -82,6 +93,7 @@ func (s *Store) load(ctx context.Context, p *pipe, st Stream, merchantID, id str
 	var out []event.Recorded
 	var position int64
 	foreign := false // another merchant's stream, or another type's
+	decode := s.dec.Decoder(st)
 	b := &pgx.Batch{}
 	b.Queue(`
 		SELECT position, event_id, type, stream_type, stream_id, version, merchant_id,
@@ -100,7 +112,7 @@ func (s *Store) load(ctx context.Context, p *pipe, st Stream, merchantID, id str
 			if env.Version != len(out)+1 {
 				return fmt.Errorf("stream %s: version %d follows %d", id, env.Version, len(out))
 			}
-			e, err := st.Decode(env.Type, env.Data)
+			e, err := decode(env.Type, env.Data)
 			if err != nil {
 				return fmt.Errorf("stream %s version %d: %w", id, env.Version, err)
 			}
@@ -127,8 +139,10 @@ type appended struct {
 // queueAppend queues, into b, the insert of events at versions after+1,
 // after+2, ... and their publication to the stream's topic, so that both
 // run in the transaction that sends b. An append that races another one to
-// the same stream fails with an *apperr.ConflictError when b runs.
-func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id string, after int, events []event.Event) (*appended, error) {
+// the same stream fails with an *apperr.ConflictError when b runs. The
+// personal fields of events are sealed for subject (the aggregate's
+// customer, whose key the session has adopted) when the store has a vault.
+func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id, subject string, after int, events []event.Event) (*appended, error) {
 	out := &appended{recs: make([]event.Recorded, len(events))}
 	if len(events) == 0 {
 		return out, nil
@@ -137,12 +151,22 @@ func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id string,
 	meta.OccurredAt = event.Instant(meta.OccurredAt)
 	var q strings.Builder
 	q.WriteString(`INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data,
-		occurred_at, correlation_id, causation_id, actor) VALUES `)
-	args := make([]any, 0, len(events)*11)
+		occurred_at, correlation_id, causation_id, actor, subject_id) VALUES `)
+	args := make([]any, 0, len(events)*12)
 	for i, e := range events {
 		data, err := json.Marshal(e)
 		if err != nil {
 			return nil, fmt.Errorf("marshal %s: %w", e.EventType(), err)
+		}
+		var sealedFor *string
+		if fields := st.Personal[e.EventType()]; s.vault != nil && len(fields) > 0 {
+			if subject == "" {
+				return nil, fmt.Errorf("seal %s of %s %s: the aggregate names no customer", e.EventType(), st.Type, id)
+			}
+			if data, err = s.vault.Seal(subject, e.EventType(), data, fields); err != nil {
+				return nil, sealError(err)
+			}
+			sealedFor = &subject
 		}
 		out.recs[i] = event.Recorded{Event: e, Envelope: event.Envelope{
 			ID: uuid.New(), Type: e.EventType(), StreamType: st.Type, StreamID: id, Version: after + i + 1,
@@ -155,7 +179,7 @@ func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id string,
 		}
 		n := len(args)
 		q.WriteString("(")
-		for j := 1; j <= 11; j++ {
+		for j := 1; j <= 12; j++ {
 			if j > 1 {
 				q.WriteString(",")
 			}
@@ -163,7 +187,7 @@ func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id string,
 		}
 		q.WriteString(")")
 		args = append(args, env.ID, env.StreamType, env.StreamID, env.Version, env.MerchantID, env.Type, string(data),
-			env.OccurredAt, env.CorrelationID, env.CausationID, env.Actor)
+			env.OccurredAt, env.CorrelationID, env.CausationID, env.Actor, sealedFor)
 	}
 	q.WriteString(" RETURNING position")
 	b.Queue(q.String(), args...).Query(func(rows pgx.Rows) error {
@@ -230,6 +254,15 @@ func (e batchExecutor) ExecContext(_ context.Context, query string, args ...any)
 		return nil
 	}
 	return driver.RowsAffected(0), nil
+}
+
+// sealError is a failed seal: an erased customer is the client's conflict.
+func sealError(err error) error {
+	var erased *vault.ErasedError
+	if errors.As(err, &erased) {
+		return &apperr.ConflictError{Detail: fmt.Sprintf("customer %s was erased: nothing personal can be written about them any more", erased.Subject)}
+	}
+	return err
 }
 
 func appendError(id string, err error) error {

@@ -45,6 +45,7 @@ type orderRow struct {
 	CreatedAt          time.Time  `bun:"created_at"`
 	UpdatedAt          time.Time  `bun:"updated_at"`
 	Version            int        `bun:"version"`
+	Erased             []string   `bun:"erased,array"`
 }
 
 func (r orderRow) view() query.Order {
@@ -56,6 +57,7 @@ func (r orderRow) view() query.Order {
 		SettlementStatus: r.SettlementStatus, PaidAmountCents: r.PaidAmountCents, PaymentMethod: r.PaymentMethod,
 		PaidAt: utc(r.PaidAt), SettlementNote: r.SettlementNote, Notes: r.Notes,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), Version: r.Version,
+		Erased: erasedField(r.Erased),
 	}
 }
 
@@ -75,7 +77,25 @@ func orderRowOf(o query.Order) orderRow {
 		SettlementStatus: o.SettlementStatus, PaidAmountCents: o.PaidAmountCents, PaymentMethod: o.PaymentMethod,
 		PaidAt: o.PaidAt, SettlementNote: o.SettlementNote, Notes: o.Notes,
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Version: o.Version,
+		Erased: erasedColumn(o.Erased),
 	}
+}
+
+// erasedColumn is a view's erased fields as the column stores them (never
+// null), erasedField the column as the view holds it (nil when none), so
+// that a row read back equals the fold that wrote it.
+func erasedColumn(fields []string) []string {
+	if fields == nil {
+		return []string{}
+	}
+	return fields
+}
+
+func erasedField(column []string) []string {
+	if len(column) == 0 {
+		return nil
+	}
+	return column
 }
 
 type changeRow struct {

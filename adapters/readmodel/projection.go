@@ -26,8 +26,9 @@ type View interface {
 // the version guard, the gap check, the change log) is the same for every
 // aggregate and lives in apply.
 type projection[V View] struct {
-	agg aggregates.Facts // its name, table and stream type
-	db  *bun.DB
+	agg    aggregates.Facts // its name, table and stream type
+	db     *bun.DB
+	refold Refold // to forget an erased subject (erasure.go)
 	// load reads the row FOR UPDATE; found is false when there is none.
 	load func(ctx context.Context, tx bun.Tx, id string) (v V, found bool, err error)
 	// save is the statement that inserts (when insert) or updates the row.
@@ -47,20 +48,26 @@ type projection[V View] struct {
 // one whose predecessor is missing, and ErrStaleTerm when ctx carries a
 // leadership term (WithFence) that is no longer current.
 func (p *projection[V]) Apply(ctx context.Context, r event.Recorded) error {
-	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		view, found, err := p.load(ctx, tx, r.StreamID)
-		if err != nil {
-			return fmt.Errorf("lock %s %s: %w", p.agg.Table, r.StreamID, err)
-		}
-		change, err := p.step(view, found, r, nil)
-		if err != nil || change == nil {
-			return err
-		}
-		if err := p.write(ctx, tx, p.save(tx, view, !found), []changeRow{*change}); err != nil {
-			return fmt.Errorf("write %s %s: %w", p.agg.Table, r.StreamID, err)
-		}
-		return nil
-	})
+	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error { return p.applyOne(ctx, tx, r) })
+}
+
+// applyOne is Apply inside the transaction.
+func (p *projection[V]) applyOne(ctx context.Context, tx bun.Tx, r event.Recorded) error {
+	if _, ok := r.Event.(event.PersonalDataErased); ok {
+		return p.erase(ctx, tx, r)
+	}
+	view, found, err := p.load(ctx, tx, r.StreamID)
+	if err != nil {
+		return fmt.Errorf("lock %s %s: %w", p.agg.Table, r.StreamID, err)
+	}
+	change, err := p.step(view, found, r, nil)
+	if err != nil || change == nil {
+		return err
+	}
+	if err := p.write(ctx, tx, p.save(tx, view, !found), []changeRow{*change}); err != nil {
+		return fmt.Errorf("write %s %s: %w", p.agg.Table, r.StreamID, err)
+	}
+	return nil
 }
 
 // ApplyBatch applies events, in order, in one read-model transaction, with
@@ -72,6 +79,14 @@ func (p *projection[V]) Apply(ctx context.Context, r event.Recorded) error {
 // batch back.
 func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
 	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if hasErasure(recs) { // rare: one event at a time, in the same transaction
+			for _, r := range recs {
+				if err := p.applyOne(ctx, tx, r); err != nil {
+					return err
+				}
+			}
+			return runAlso(ctx, tx, alsoInTx)
+		}
 		ids := make([]string, 0, len(recs))
 		seen := make(map[string]bool, len(recs))
 		for _, r := range recs {

@@ -17,12 +17,16 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/internal/advisory"
+	"hearth/internal/aggregates"
 )
 
 // RebuildConfig is what Rebuild needs.
 type RebuildConfig struct {
 	// Log reads the event store (pubsub.EventLog). Required.
 	Log EventLog
+	// Decoders open the events' sealed fields (the vault). Default:
+	// aggregates.Plain, which leaves them sealed.
+	Decoders aggregates.Decoders
 	// DB is the read-model database. Required.
 	DB *bun.DB
 	// Projection names the projection to rebuild. Required.
@@ -172,7 +176,7 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		batch = batch[:0]
 		return nil
 	}
-	err = rb.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, func(stream []event.Recorded) error {
+	err = rb.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, aggregates.Or(rb.cfg.Decoders).Decoder(t.agg), func(stream []event.Recorded) error {
 		v, err := t.fold(stream, 0)
 		if err != nil {
 			return err
@@ -263,7 +267,7 @@ func (t *table[V, PV, R]) behind(ctx context.Context, db bun.IDB, shadow string)
 // their events up to the given version (0 removes the row).
 func (t *table[V, PV, R]) reconcile(ctx context.Context, db bun.IDB, rb *rebuilder, shadow string, versions map[string]int) error {
 	for batch := range slices.Chunk(slices.Collect(maps.Keys(versions)), rb.cfg.BatchSize) {
-		streams, err := rb.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, batch)
+		streams, err := rb.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, aggregates.Or(rb.cfg.Decoders).Decoder(t.agg), batch)
 		if err != nil {
 			return err
 		}
@@ -358,6 +362,7 @@ func swapTables(ctx context.Context, tx bun.Tx, live, shadow string) error {
 // out) or in the foreground (the CLI), and verification.
 type Maintenance struct {
 	log  EventLog
+	dec  aggregates.Decoders
 	db   *bun.DB
 	mu   sync.Mutex
 	runs map[string]*rebuildRun
@@ -371,22 +376,22 @@ type rebuildRun struct {
 
 // NewMaintenance returns the operator's work on the read-model database
 // db, reading the event store through log.
-func NewMaintenance(log EventLog, db *bun.DB) (*Maintenance, error) {
+func NewMaintenance(log EventLog, dec aggregates.Decoders, db *bun.DB) (*Maintenance, error) {
 	if log == nil || db == nil {
 		return nil, errors.New("readmodel.NewMaintenance: nil dependency")
 	}
-	return &Maintenance{log: log, db: db, runs: map[string]*rebuildRun{}}, nil
+	return &Maintenance{log: log, dec: aggregates.Or(dec), db: db, runs: map[string]*rebuildRun{}}, nil
 }
 
 // Run rebuilds projection in the foreground (see Rebuild) until it is done
 // or ctx ends; progress, when set, is called as Rebuild says.
 func (r *Maintenance) Run(ctx context.Context, projection string, progress func(ops.RebuildProgress)) (ops.RebuildProgress, error) {
-	return Rebuild(ctx, RebuildConfig{Log: r.log, DB: r.db, Projection: projection, Progress: progress})
+	return Rebuild(ctx, RebuildConfig{Log: r.log, Decoders: r.dec, DB: r.db, Projection: projection, Progress: progress})
 }
 
 // Verify verifies the read models (see Verify).
 func (r *Maintenance) Verify(ctx context.Context, v ops.Verification) (ops.VerifyReport, error) {
-	return Verify(ctx, VerifyConfig{Log: r.log, DB: r.db, Verification: v})
+	return Verify(ctx, VerifyConfig{Log: r.log, Decoders: r.dec, DB: r.db, Verification: v})
 }
 
 // Start starts a rebuild of projection in the background and returns its

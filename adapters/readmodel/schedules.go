@@ -24,18 +24,19 @@ type scheduleRow struct {
 	CreatedAt  time.Time `bun:"created_at"`
 	UpdatedAt  time.Time `bun:"updated_at"`
 	Version    int       `bun:"version"`
+	Erased     []string  `bun:"erased,array"`
 }
 
 func (r scheduleRow) view() query.Schedule {
 	return query.Schedule{ID: r.ID, MerchantID: r.MerchantID, OrderID: r.OrderID, StaffID: r.StaffID,
 		StartAt: r.StartAt.UTC(), EndAt: r.EndAt.UTC(), Status: r.Status, Notes: r.Notes,
-		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), Version: r.Version}
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), Version: r.Version, Erased: erasedField(r.Erased)}
 }
 
 func scheduleRowOf(v query.Schedule) scheduleRow {
 	return scheduleRow{ID: v.ID, MerchantID: v.MerchantID, OrderID: v.OrderID, StaffID: v.StaffID,
 		StartAt: v.StartAt, EndAt: v.EndAt, Status: v.Status, Notes: v.Notes,
-		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version}
+		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version, Erased: erasedColumn(v.Erased)}
 }
 
 // Schedules is the schedules projection and read model.

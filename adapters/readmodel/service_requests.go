@@ -27,20 +27,21 @@ type serviceRequestRow struct {
 	CreatedAt          time.Time  `bun:"created_at"`
 	UpdatedAt          time.Time  `bun:"updated_at"`
 	Version            int        `bun:"version"`
+	Erased             []string   `bun:"erased,array"`
 }
 
 func (r serviceRequestRow) view() query.ServiceRequest {
 	return query.ServiceRequest{ID: r.ID, MerchantID: r.MerchantID, CustomerID: r.CustomerID,
 		CatalogItemID: r.CatalogItemID, Content: r.Content, AppointmentStartAt: utc(r.AppointmentStartAt),
 		AppointmentEndAt: utc(r.AppointmentEndAt), Status: r.Status, Source: r.Source, Notes: r.Notes,
-		OrderID: r.OrderID, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), Version: r.Version}
+		OrderID: r.OrderID, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), Version: r.Version, Erased: erasedField(r.Erased)}
 }
 
 func serviceRequestRowOf(v query.ServiceRequest) serviceRequestRow {
 	return serviceRequestRow{ID: v.ID, MerchantID: v.MerchantID, CustomerID: v.CustomerID,
 		CatalogItemID: v.CatalogItemID, Content: v.Content, AppointmentStartAt: v.AppointmentStartAt,
 		AppointmentEndAt: v.AppointmentEndAt, Status: v.Status, Source: v.Source, Notes: v.Notes,
-		OrderID: v.OrderID, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version}
+		OrderID: v.OrderID, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version, Erased: erasedColumn(v.Erased)}
 }
 
 // ServiceRequests is the service_requests projection and read model.

@@ -77,7 +77,7 @@ func targets() []target {
 // target is a table whatever its types.
 type target interface {
 	projectionName() string
-	projector(db *bun.DB) Projector
+	projector(db *bun.DB, refold Refold) Projector
 	// rowTable is the table the Bun row model names in its tag, which
 	// must be the registry's (a test checks).
 	rowTable() string
@@ -87,7 +87,11 @@ type target interface {
 
 func (t *table[V, PV, R]) projectionName() string { return t.agg.Projection }
 
-func (t *table[V, PV, R]) projector(db *bun.DB) Projector { return newProjection(db, t) }
+func (t *table[V, PV, R]) projector(db *bun.DB, refold Refold) Projector {
+	p := newProjection(db, t)
+	p.refold = refold
+	return p
+}
 
 func (t *table[V, PV, R]) rowTable() string {
 	f, _ := reflect.TypeFor[R]().FieldByName("BaseModel")
@@ -108,14 +112,15 @@ type Projector interface {
 }
 
 // NewProjectors returns the projection of every aggregate type, on the
-// read model db, in the order of aggregates.All.
-func NewProjectors(db *bun.DB) ([]Projector, error) {
-	if db == nil {
-		return nil, errors.New("readmodel.NewProjectors: nil db")
+// read model db, in the order of aggregates.All; refold is how they forget
+// an erased subject.
+func NewProjectors(db *bun.DB, refold Refold) ([]Projector, error) {
+	if db == nil || refold.Log == nil {
+		return nil, errors.New("readmodel.NewProjectors: db and refold.Log are required")
 	}
 	var ps []Projector
 	for _, t := range targets() {
-		ps = append(ps, t.projector(db))
+		ps = append(ps, t.projector(db, refold))
 	}
 	return ps, nil
 }

@@ -17,12 +17,16 @@ import (
 
 	"hearth/app/ops"
 	"hearth/domain/event"
+	"hearth/internal/aggregates"
 )
 
 // VerifyConfig is what Verify needs.
 type VerifyConfig struct {
 	// Log reads the event store (pubsub.EventLog). Required.
 	Log EventLog
+	// Decoders open the events' sealed fields (the vault). Default:
+	// aggregates.Plain, which leaves them sealed.
+	Decoders aggregates.Decoders
 	// DB is the read-model database. Required.
 	DB *bun.DB
 	// Verification says which projections, and how (Projections defaults
@@ -91,7 +95,7 @@ func (t *table[V, PV, R]) verify(ctx context.Context, v *verifier) error {
 		streams = map[string][]event.Recorded{}
 		return nil
 	}
-	err = v.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, func(stream []event.Recorded) error {
+	err = v.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, aggregates.Or(v.cfg.Decoders).Decoder(t.agg), func(stream []event.Recorded) error {
 		id := stream[0].StreamID
 		seen[id] = true
 		streams[id] = stream
@@ -144,7 +148,7 @@ func (t *table[V, PV, R]) recheck(ctx context.Context, v *verifier, differing ma
 	}
 	var out []ops.Difference
 	for batch := range slices.Chunk(slices.Collect(maps.Keys(differing)), v.cfg.BatchSize) {
-		streams, err := v.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, t.agg.Decode, batch)
+		streams, err := v.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, aggregates.Or(v.cfg.Decoders).Decoder(t.agg), batch)
 		if err != nil {
 			return nil, err
 		}

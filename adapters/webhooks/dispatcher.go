@@ -65,6 +65,9 @@ type DispatcherConfig struct {
 	// Keep is how long finished deliveries stay in the log
 	// (WEBHOOK_DELIVERY_KEEP). Required.
 	Keep time.Duration
+	// Decoders open the events' sealed fields for the bodies (the vault):
+	// after an erasure they read as erased. Default aggregates.Plain.
+	Decoders aggregates.Decoders
 	// Metrics counts outcomes and lag. Optional.
 	Metrics *Metrics
 	// OnStale is called when a transaction finds the term stale
@@ -567,7 +570,7 @@ func (d *Dispatcher) readRound(br pgx.BatchResults, endpointID string, fenced bo
 	if err != nil {
 		return fmt.Errorf("claim webhook deliveries: %w", err)
 	}
-	if *claims, err = readClaims(rows); err != nil {
+	if *claims, err = readClaims(rows, d.cfg.Decoders); err != nil {
 		return fmt.Errorf("claim webhook deliveries: %w", err)
 	}
 	_, err = br.Exec() // COMMIT
@@ -636,7 +639,7 @@ SELECT c.id, c.event_id, c.ping_payload, c.again, c.attempts, c.first_attempt_at
 FROM claimed c LEFT JOIN LATERAL (SELECT * FROM events WHERE event_id = c.event_id AND c.ping_payload IS NULL) e ON true`
 
 // readClaims reads what claimSQL returns.
-func readClaims(rows pgx.Rows) ([]claim, error) {
+func readClaims(rows pgx.Rows, dec aggregates.Decoders) ([]claim, error) {
 	defer rows.Close()
 	var out []claim
 	for rows.Next() {
@@ -662,7 +665,7 @@ func readClaims(rows pgx.Rows) ([]claim, error) {
 			env := event.Envelope{ID: c.eventID, Type: typ.String, StreamType: streamType.String, StreamID: streamID.String,
 				Version: int(version.Int32), MerchantID: merchantID.String, OccurredAt: occurred.Time,
 				CorrelationID: correlationID.String, CausationID: causationID.String, Actor: actor.String, Data: data}
-			c.body, c.bodyErr = body(env, position.Int64)
+			c.body, c.bodyErr = body(dec, env, position.Int64)
 			if !c.again {
 				c.since = occurred.Time
 			}
@@ -673,13 +676,14 @@ func readClaims(rows pgx.Rows) ([]claim, error) {
 }
 
 // body is the public form of a stored event, as delivered: the same bytes
-// at every attempt.
-func body(env event.Envelope, position int64) ([]byte, error) {
-	facts, ok := aggregates.ByType(env.StreamType)
+// at every attempt, until its subject is erased (then its personal fields
+// are null, and named erased).
+func body(dec aggregates.Decoders, env event.Envelope, position int64) ([]byte, error) {
+	facts, ok := aggregates.OutboundByType(env.StreamType)
 	if !ok {
 		return nil, fmt.Errorf("event %s: unknown stream type %q", env.ID, env.StreamType)
 	}
-	e, err := facts.Decode(env.Type, env.Data)
+	e, err := aggregates.Or(dec).Decoder(facts)(env.Type, env.Data)
 	if err != nil {
 		return nil, fmt.Errorf("event %s: %w", env.ID, err)
 	}

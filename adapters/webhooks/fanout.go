@@ -44,7 +44,7 @@ func NewFanout(db *bun.DB) (*Fanout, error) {
 // deliveries unseen.
 func (f *Fanout) Projections() []projector.Projection {
 	var out []projector.Projection
-	for _, a := range aggregates.All() {
+	for _, a := range aggregates.Outbound() { // customer.erased and staff_member.erased too
 		out = append(out, projector.Projection{
 			Name: ProjectionPrefix + a.Projection, Topic: a.Topic, Decode: a.Decode,
 			Apply:      func(ctx context.Context, r event.Recorded) error { return f.FanOut(ctx, []event.Recorded{r}, nil) },

@@ -204,7 +204,7 @@ func (h OrderHandlers) Assign(ctx context.Context, cmd AssignOrder) (Written, er
 				return err
 			}
 		} else {
-			if sch, err = schedule.New(uuid.New(), o.ID(), w, ""); err != nil {
+			if sch, err = schedule.New(uuid.New(), o.ID(), o.CustomerID(), w, ""); err != nil {
 				return err
 			}
 			s.AddSchedule(sch)

@@ -38,7 +38,8 @@ type Event struct {
 	// MerchantID is the merchant whose data changed.
 	MerchantID string `json:"merchant_id"`
 	// AggregateType is "order", "schedule" or "service_request"
-	// ("webhook_endpoint" for a ping).
+	// ("webhook_endpoint" for a ping, "customer" or "staff_member" for
+	// their erasure).
 	AggregateType string `json:"aggregate_type"`
 	// AggregateID is the id of the order, schedule or service request.
 	AggregateID string `json:"aggregate_id"`
@@ -67,6 +68,8 @@ const (
 	AggregateSchedule        = "schedule"
 	AggregateServiceRequest  = "service_request"
 	AggregateWebhookEndpoint = "webhook_endpoint"
+	AggregateCustomer        = "customer"
+	AggregateStaffMember     = "staff_member"
 )
 
 // The public event types.
@@ -87,10 +90,18 @@ const (
 	// Skipped stands for an event an operator skipped because no
 	// projection could apply it (see docs/operations.md, parking). Its data
 	// names the skipped event's stored type and nothing else.
-	OrderSkipped          = "order.event_skipped"
-	ScheduleSkipped       = "schedule.event_skipped"
-	RequestSkipped        = "service_request.event_skipped"
-	WebhookEndpointPinged = "webhook_endpoint.ping"
+	// CustomerErased and StaffMemberErased tell receivers that an operator
+	// erased a customer or a staff member (GDPR article 17): erase your
+	// copies of their data.
+	CustomerErased             = "customer.erased"
+	StaffMemberErased          = "staff_member.erased"
+	OrderPersonalDataErased    = "order.personal_data_erased"
+	SchedulePersonalDataErased = "schedule.personal_data_erased"
+	RequestPersonalDataErased  = "service_request.personal_data_erased"
+	OrderSkipped               = "order.event_skipped"
+	ScheduleSkipped            = "schedule.event_skipped"
+	RequestSkipped             = "service_request.event_skipped"
+	WebhookEndpointPinged      = "webhook_endpoint.ping"
 )
 
 // OrderCreatedData is the data of order.created.
@@ -98,18 +109,20 @@ type OrderCreatedData struct {
 	RequestID        string     `json:"request_id,omitempty"`
 	CustomerID       string     `json:"customer_id"`
 	AmountCents      int64      `json:"amount_cents"`
-	Notes            string     `json:"notes"`
+	Notes            *string    `json:"notes"`
 	ScheduledStartAt *time.Time `json:"scheduled_start_at,omitempty"`
 	ScheduledEndAt   *time.Time `json:"scheduled_end_at,omitempty"`
 	Status           string     `json:"status"`
+	Personal
 }
 
 // OrderDetailsUpdatedData is the data of order.details_updated: the new
 // values of all three fields.
 type OrderDetailsUpdatedData struct {
-	CustomerID  string `json:"customer_id"`
-	AmountCents int64  `json:"amount_cents"`
-	Notes       string `json:"notes"`
+	CustomerID  string  `json:"customer_id"`
+	AmountCents int64   `json:"amount_cents"`
+	Notes       *string `json:"notes"`
+	Personal
 }
 
 // StatusChangedData is the data of every *.status_changed. CompletedAt is
@@ -122,8 +135,9 @@ type StatusChangedData struct {
 
 // OrderCancelledData is the data of order.cancelled.
 type OrderCancelledData struct {
-	From   string `json:"from"`
-	Reason string `json:"reason"`
+	From   string  `json:"from"`
+	Reason *string `json:"reason"`
+	Personal
 }
 
 // OrderAssignmentUpdatedData is the data of order.assignment_updated. An
@@ -133,7 +147,8 @@ type OrderAssignmentUpdatedData struct {
 	StaffID      string     `json:"staff_id,omitempty"`
 	StartAt      *time.Time `json:"start_at,omitempty"`
 	EndAt        *time.Time `json:"end_at,omitempty"`
-	DispatchNote string     `json:"dispatch_note"`
+	DispatchNote *string    `json:"dispatch_note"`
+	Personal
 }
 
 // OrderSettlementUpdatedData is the data of order.settlement_updated.
@@ -142,7 +157,8 @@ type OrderSettlementUpdatedData struct {
 	PaidAmountCents  int64      `json:"paid_amount_cents"`
 	PaymentMethod    string     `json:"payment_method"`
 	PaidAt           *time.Time `json:"paid_at,omitempty"`
-	SettlementNote   string     `json:"settlement_note"`
+	SettlementNote   *string    `json:"settlement_note"`
+	Personal
 }
 
 // ScheduleCreatedData is the data of schedule.created.
@@ -151,8 +167,9 @@ type ScheduleCreatedData struct {
 	StaffID string    `json:"staff_id"`
 	StartAt time.Time `json:"start_at"`
 	EndAt   time.Time `json:"end_at"`
-	Notes   string    `json:"notes"`
+	Notes   *string   `json:"notes"`
 	Status  string    `json:"status"`
+	Personal
 }
 
 // ScheduleAssignmentUpdatedData is the data of schedule.assignment_updated.
@@ -166,27 +183,54 @@ type ScheduleAssignmentUpdatedData struct {
 type RequestCreatedData struct {
 	CustomerID         string     `json:"customer_id"`
 	CatalogItemID      string     `json:"catalog_item_id,omitempty"`
-	Content            string     `json:"content"`
+	Content            *string    `json:"content"`
 	AppointmentStartAt *time.Time `json:"appointment_start_at,omitempty"`
 	AppointmentEndAt   *time.Time `json:"appointment_end_at,omitempty"`
 	Source             string     `json:"source"`
-	Notes              string     `json:"notes"`
+	Notes              *string    `json:"notes"`
 	Status             string     `json:"status"`
+	Personal
 }
 
 // RequestDetailsUpdatedData is the data of service_request.details_updated:
 // the new values of all its fields.
 type RequestDetailsUpdatedData struct {
 	CatalogItemID      string     `json:"catalog_item_id,omitempty"`
-	Content            string     `json:"content"`
+	Content            *string    `json:"content"`
 	AppointmentStartAt *time.Time `json:"appointment_start_at,omitempty"`
 	AppointmentEndAt   *time.Time `json:"appointment_end_at,omitempty"`
-	Notes              string     `json:"notes"`
+	Notes              *string    `json:"notes"`
+	Personal
 }
 
 // RequestConvertedData is the data of service_request.converted.
 type RequestConvertedData struct {
 	OrderID string `json:"order_id"`
+}
+
+// Personal is part of the data of every public event that carries personal
+// data (free text about a customer). Such a field is null when it is not
+// there to read, and the reason names it: Erased when the customer was
+// erased (Hearth holds the text no more), Withheld when this copy leaves it
+// out (the NATS relay never carries personal data: docs/personal-data.md).
+type Personal struct {
+	Erased   []string `json:"erased,omitempty"`
+	Withheld []string `json:"withheld,omitempty"`
+}
+
+// PersonalDataErasedData is the data of every *.personal_data_erased: the
+// customer whose data in this aggregate was erased. Earlier events of the
+// aggregate now read with their personal fields null (erased); receivers
+// should erase their copies.
+type PersonalDataErasedData struct {
+	SubjectType string `json:"subject_type"`
+	SubjectID   string `json:"subject_id"`
+}
+
+// SubjectErasedData is the data of customer.erased and staff_member.erased;
+// the event's aggregate is the subject.
+type SubjectErasedData struct {
+	ErasedAt time.Time `json:"erased_at"`
 }
 
 // SkippedData is the data of every *.event_skipped.
@@ -218,23 +262,28 @@ func DataOf(eventType string) (any, bool) {
 }
 
 var dataTypes = map[string]any{
-	OrderCreated:              OrderCreatedData{},
-	OrderDetailsUpdated:       OrderDetailsUpdatedData{},
-	OrderStatusChanged:        StatusChangedData{},
-	OrderCancelled:            OrderCancelledData{},
-	OrderAssignmentUpdated:    OrderAssignmentUpdatedData{},
-	OrderSettlementUpdated:    OrderSettlementUpdatedData{},
-	ScheduleCreated:           ScheduleCreatedData{},
-	ScheduleAssignmentUpdated: ScheduleAssignmentUpdatedData{},
-	ScheduleStatusChanged:     StatusChangedData{},
-	RequestCreated:            RequestCreatedData{},
-	RequestDetailsUpdated:     RequestDetailsUpdatedData{},
-	RequestStatusChanged:      StatusChangedData{},
-	RequestConverted:          RequestConvertedData{},
-	OrderSkipped:              SkippedData{},
-	ScheduleSkipped:           SkippedData{},
-	RequestSkipped:            SkippedData{},
-	WebhookEndpointPinged:     PingData{},
+	OrderCreated:               OrderCreatedData{},
+	OrderDetailsUpdated:        OrderDetailsUpdatedData{},
+	OrderStatusChanged:         StatusChangedData{},
+	OrderCancelled:             OrderCancelledData{},
+	OrderAssignmentUpdated:     OrderAssignmentUpdatedData{},
+	OrderSettlementUpdated:     OrderSettlementUpdatedData{},
+	ScheduleCreated:            ScheduleCreatedData{},
+	ScheduleAssignmentUpdated:  ScheduleAssignmentUpdatedData{},
+	ScheduleStatusChanged:      StatusChangedData{},
+	RequestCreated:             RequestCreatedData{},
+	RequestDetailsUpdated:      RequestDetailsUpdatedData{},
+	RequestStatusChanged:       StatusChangedData{},
+	RequestConverted:           RequestConvertedData{},
+	CustomerErased:             SubjectErasedData{},
+	StaffMemberErased:          SubjectErasedData{},
+	OrderPersonalDataErased:    PersonalDataErasedData{},
+	SchedulePersonalDataErased: PersonalDataErasedData{},
+	RequestPersonalDataErased:  PersonalDataErasedData{},
+	OrderSkipped:               SkippedData{},
+	ScheduleSkipped:            SkippedData{},
+	RequestSkipped:             SkippedData{},
+	WebhookEndpointPinged:      PingData{},
 }
 
 // aggregateOf maps stored stream types to public aggregate types.
@@ -250,6 +299,17 @@ var aggregateOf = map[string]string{
 // so such an event is a bug or a corruption, never to be sent as zero
 // values.
 func From(s Stored) (Event, error) {
+	if e, ok := s.Event.(event.SubjectErased); ok && s.StreamType == event.SubjectStreamType {
+		typ, agg := CustomerErased, AggregateCustomer
+		if e.SubjectType == event.SubjectStaffMember {
+			typ, agg = StaffMemberErased, AggregateStaffMember
+		}
+		return Event{
+			ID: s.ID, Type: typ, SchemaVersion: SchemaVersion, MerchantID: s.MerchantID,
+			AggregateType: agg, AggregateID: s.StreamID, AggregateVersion: s.Version,
+			Position: s.Position, OccurredAt: event.Instant(s.OccurredAt), Data: SubjectErasedData{ErasedAt: event.Instant(s.OccurredAt)},
+		}, nil
+	}
 	agg, ok := aggregateOf[s.StreamType]
 	if !ok {
 		return Event{}, fmt.Errorf("event %s: stream type %q has no public form", s.ID, s.StreamType)
@@ -269,27 +329,33 @@ func mapData(agg string, e event.Event) (string, any, error) {
 	switch e := e.(type) {
 	case order.Created:
 		return OrderCreated, OrderCreatedData{
-			RequestID: e.RequestID, CustomerID: e.CustomerID, AmountCents: e.AmountCents, Notes: e.Notes,
+			RequestID: e.RequestID, CustomerID: e.CustomerID, AmountCents: e.AmountCents, Notes: text(e.Notes, "notes", e.Erasure),
 			ScheduledStartAt: e.ScheduledStartAt, ScheduledEndAt: e.ScheduledEndAt, Status: string(e.Status),
+			Personal: erasedOf(e.Erasure, "notes"),
 		}, nil
 	case order.DetailsUpdated:
-		return OrderDetailsUpdated, OrderDetailsUpdatedData{CustomerID: e.CustomerID, AmountCents: e.AmountCents, Notes: e.Notes}, nil
+		return OrderDetailsUpdated, OrderDetailsUpdatedData{CustomerID: e.CustomerID, AmountCents: e.AmountCents,
+			Notes: text(e.Notes, "notes", e.Erasure), Personal: erasedOf(e.Erasure, "notes")}, nil
 	case order.StatusChanged:
 		return OrderStatusChanged, StatusChangedData{From: string(e.From), To: string(e.To), CompletedAt: e.CompletedAt}, nil
 	case order.Cancelled:
-		return OrderCancelled, OrderCancelledData{From: string(e.From), Reason: e.Reason}, nil
+		return OrderCancelled, OrderCancelledData{From: string(e.From), Reason: text(e.Reason, "reason", e.Erasure),
+			Personal: erasedOf(e.Erasure, "reason")}, nil
 	case order.AssignmentUpdated:
 		return OrderAssignmentUpdated, OrderAssignmentUpdatedData{
-			StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt, DispatchNote: e.DispatchNote,
+			StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt, DispatchNote: text(e.DispatchNote, "dispatch_note", e.Erasure),
+			Personal: erasedOf(e.Erasure, "dispatch_note"),
 		}, nil
 	case order.SettlementUpdated:
 		return OrderSettlementUpdated, OrderSettlementUpdatedData{
 			SettlementStatus: string(e.SettlementStatus), PaidAmountCents: e.PaidAmountCents,
-			PaymentMethod: e.PaymentMethod, PaidAt: e.PaidAt, SettlementNote: e.SettlementNote,
+			PaymentMethod: e.PaymentMethod, PaidAt: e.PaidAt, SettlementNote: text(e.SettlementNote, "settlement_note", e.Erasure),
+			Personal: erasedOf(e.Erasure, "settlement_note"),
 		}, nil
 	case schedule.Created:
 		return ScheduleCreated, ScheduleCreatedData{
-			OrderID: e.OrderID, StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt, Notes: e.Notes, Status: string(e.Status),
+			OrderID: e.OrderID, StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt, Notes: text(e.Notes, "notes", e.Erasure),
+			Status: string(e.Status), Personal: erasedOf(e.Erasure, "notes"),
 		}, nil
 	case schedule.AssignmentUpdated:
 		return ScheduleAssignmentUpdated, ScheduleAssignmentUpdatedData{StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt}, nil
@@ -297,14 +363,16 @@ func mapData(agg string, e event.Event) (string, any, error) {
 		return ScheduleStatusChanged, StatusChangedData{From: string(e.From), To: string(e.To)}, nil
 	case servicerequest.Created:
 		return RequestCreated, RequestCreatedData{
-			CustomerID: e.CustomerID, CatalogItemID: e.CatalogItemID, Content: e.Content,
+			CustomerID: e.CustomerID, CatalogItemID: e.CatalogItemID, Content: text(e.Content, "content", e.Erasure),
 			AppointmentStartAt: e.AppointmentStartAt, AppointmentEndAt: e.AppointmentEndAt,
-			Source: e.Source, Notes: e.Notes, Status: string(e.Status),
+			Source: e.Source, Notes: text(e.Notes, "notes", e.Erasure), Status: string(e.Status),
+			Personal: erasedOf(e.Erasure, "content", "notes"),
 		}, nil
 	case servicerequest.DetailsUpdated:
 		return RequestDetailsUpdated, RequestDetailsUpdatedData{
-			CatalogItemID: e.CatalogItemID, Content: e.Content,
-			AppointmentStartAt: e.AppointmentStartAt, AppointmentEndAt: e.AppointmentEndAt, Notes: e.Notes,
+			CatalogItemID: e.CatalogItemID, Content: text(e.Content, "content", e.Erasure),
+			AppointmentStartAt: e.AppointmentStartAt, AppointmentEndAt: e.AppointmentEndAt, Notes: text(e.Notes, "notes", e.Erasure),
+			Personal: erasedOf(e.Erasure, "content", "notes"),
 		}, nil
 	case servicerequest.StatusChanged:
 		return RequestStatusChanged, StatusChangedData{From: string(e.From), To: string(e.To)}, nil
@@ -312,6 +380,8 @@ func mapData(agg string, e event.Event) (string, any, error) {
 		return RequestConverted, RequestConvertedData{OrderID: e.OrderID}, nil
 	case event.Skipped:
 		return agg + ".event_skipped", SkippedData{Of: e.Of}, nil
+	case event.PersonalDataErased:
+		return agg + ".personal_data_erased", PersonalDataErasedData{SubjectType: e.SubjectType, SubjectID: e.SubjectID}, nil
 	case nil:
 		return "", nil, fmt.Errorf("payload not decoded")
 	default:
@@ -331,3 +401,64 @@ func Ping(id, merchantID, endpointID string, at time.Time) Event {
 
 // Marshal encodes e as delivered: compact JSON.
 func Marshal(e Event) ([]byte, error) { return json.Marshal(e) }
+
+// text is a personal field as published: null when it was erased.
+func text(v, field string, e event.Erasure) *string {
+	if e.Erased(field) {
+		return nil
+	}
+	return &v
+}
+
+// erasedOf names which of fields were erased.
+func erasedOf(e event.Erasure, fields ...string) Personal {
+	var p Personal
+	for _, f := range fields {
+		if e.Erased(f) {
+			p.Erased = append(p.Erased, f)
+		}
+	}
+	return p
+}
+
+// WithoutPersonalData returns e with every personal field of its data null
+// and named withheld: the copy the NATS relay publishes, so that the
+// stream (which Hearth cannot rewrite in place) never holds personal data
+// to erase. Receivers read such fields through the API or the feed.
+func WithoutPersonalData(e Event) Event {
+	// withhold nulls the fields and names them withheld (which covers
+	// erased ones too).
+	withhold := func(p *Personal, names []string, fields ...**string) {
+		for _, f := range fields {
+			*f = nil
+		}
+		*p = Personal{Withheld: names}
+	}
+	switch d := e.Data.(type) {
+	case OrderCreatedData:
+		withhold(&d.Personal, []string{"notes"}, &d.Notes)
+		e.Data = d
+	case OrderDetailsUpdatedData:
+		withhold(&d.Personal, []string{"notes"}, &d.Notes)
+		e.Data = d
+	case OrderCancelledData:
+		withhold(&d.Personal, []string{"reason"}, &d.Reason)
+		e.Data = d
+	case OrderAssignmentUpdatedData:
+		withhold(&d.Personal, []string{"dispatch_note"}, &d.DispatchNote)
+		e.Data = d
+	case OrderSettlementUpdatedData:
+		withhold(&d.Personal, []string{"settlement_note"}, &d.SettlementNote)
+		e.Data = d
+	case ScheduleCreatedData:
+		withhold(&d.Personal, []string{"notes"}, &d.Notes)
+		e.Data = d
+	case RequestCreatedData:
+		withhold(&d.Personal, []string{"content", "notes"}, &d.Content, &d.Notes)
+		e.Data = d
+	case RequestDetailsUpdatedData:
+		withhold(&d.Personal, []string{"content", "notes"}, &d.Content, &d.Notes)
+		e.Data = d
+	}
+	return e
+}

@@ -72,6 +72,17 @@ func TestEveryStoredEventHasAPublicForm(t *testing.T) {
 			seen[pub.Type] = true
 		}
 	}
+	// The data subjects' streams hold one event each, public by subject type.
+	for _, subject := range []string{event.SubjectCustomer, event.SubjectStaffMember} {
+		pub, err := publicevent.From(stored(event.SubjectStreamType, event.SubjectErased{SubjectType: subject, SubjectID: "s"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pub.AggregateType != subject || pub.Type != subject+".erased" {
+			t.Errorf("%s's erasure maps to %q of %q", subject, pub.Type, pub.AggregateType)
+		}
+		seen[pub.Type] = true
+	}
 	seen[publicevent.WebhookEndpointPinged] = true
 	for _, typ := range publicevent.Types() {
 		if !seen[typ] {

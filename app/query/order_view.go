@@ -4,6 +4,7 @@ package query
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"hearth/domain/event"
@@ -37,6 +38,9 @@ type Order struct {
 	CreatedAt          time.Time  `json:"created_at"`
 	UpdatedAt          time.Time  `json:"updated_at"`
 	Version            int        `json:"version"`
+	// Erased names the personal fields that read as erased (empty): their
+	// data subject was erased. Empty otherwise.
+	Erased []string `json:"erased,omitempty"`
 }
 
 // Apply folds one order event into the view. It does not check versions:
@@ -55,8 +59,10 @@ func (o *Order) Apply(r event.Recorded) error {
 		if e.RequestID != "" {
 			o.RequestID = &e.RequestID
 		}
+		markErased(&o.Erased, "notes", e.Erased("notes"))
 	case order.DetailsUpdated:
 		o.CustomerID, o.AmountCents, o.Notes = e.CustomerID, e.AmountCents, e.Notes
+		markErased(&o.Erased, "notes", e.Erased("notes"))
 	case order.StatusChanged:
 		o.Status = string(e.To)
 		if e.CompletedAt != nil {
@@ -64,6 +70,7 @@ func (o *Order) Apply(r event.Recorded) error {
 		}
 	case order.Cancelled:
 		o.Status, o.CancellationReason = string(order.StatusCancelled), e.Reason
+		markErased(&o.Erased, "cancellation_reason", e.Erased("reason"))
 	case order.AssignmentUpdated:
 		o.StaffID = nil
 		if e.StaffID != "" {
@@ -73,10 +80,12 @@ func (o *Order) Apply(r event.Recorded) error {
 			o.ScheduledStartAt, o.ScheduledEndAt = e.StartAt, e.EndAt
 		}
 		o.DispatchNote = e.DispatchNote
+		markErased(&o.Erased, "dispatch_note", e.Erased("dispatch_note"))
 	case order.SettlementUpdated:
 		o.SettlementStatus, o.PaidAmountCents = string(e.SettlementStatus), e.PaidAmountCents
 		o.PaymentMethod, o.PaidAt, o.SettlementNote = e.PaymentMethod, e.PaidAt, e.SettlementNote
-	case event.Skipped: // a version bump only: the operator skipped this event
+		markErased(&o.Erased, "settlement_note", e.Erased("settlement_note"))
+	case event.Skipped, event.PersonalDataErased: // a version bump only (see erasedStep)
 	default:
 		return fmt.Errorf("order view: unexpected event %T", r.Event)
 	}
@@ -85,6 +94,25 @@ func (o *Order) Apply(r event.Recorded) error {
 	}
 	o.UpdatedAt, o.Version = at, r.Version
 	return nil
+}
+
+// markErased keeps a view's list of erased fields (by API name) in step with
+// the event that last wrote field: an event whose subject was erased adds
+// it, a later readable one removes it. A PersonalDataErased event itself
+// changes no field: the read models re-fold the stream before it, whose
+// events then read as erased (adapters/readmodel).
+func markErased(list *[]string, field string, erased bool) {
+	i := slices.Index(*list, field)
+	switch {
+	case erased && i < 0: // a copy: views are copied by value
+		*list = append(slices.Clone(*list), field)
+		slices.Sort(*list)
+	case !erased && i >= 0:
+		*list = slices.Delete(slices.Clone(*list), i, i+1)
+		if len(*list) == 0 {
+			*list = nil
+		}
+	}
 }
 
 // FoldOrder builds the view from a whole stream.

@@ -28,6 +28,9 @@ type ServiceRequest struct {
 	CreatedAt          time.Time  `json:"created_at"`
 	UpdatedAt          time.Time  `json:"updated_at"`
 	Version            int        `json:"version"`
+	// Erased names the personal fields that read as erased (empty): their
+	// data subject was erased. Empty otherwise.
+	Erased []string `json:"erased,omitempty"`
 }
 
 // Apply folds one service-request event into the view.
@@ -45,14 +48,18 @@ func (v *ServiceRequest) Apply(r event.Recorded) error {
 			CatalogItemID: optional(e.CatalogItemID), Content: e.Content,
 			AppointmentStartAt: e.AppointmentStartAt, AppointmentEndAt: e.AppointmentEndAt,
 			Status: string(e.Status), Source: e.Source, Notes: e.Notes, CreatedAt: at}
+		markErased(&v.Erased, "content", e.Erased("content"))
+		markErased(&v.Erased, "notes", e.Erased("notes"))
 	case servicerequest.DetailsUpdated:
 		v.CatalogItemID, v.Content, v.Notes = optional(e.CatalogItemID), e.Content, e.Notes
 		v.AppointmentStartAt, v.AppointmentEndAt = e.AppointmentStartAt, e.AppointmentEndAt
+		markErased(&v.Erased, "content", e.Erased("content"))
+		markErased(&v.Erased, "notes", e.Erased("notes"))
 	case servicerequest.StatusChanged:
 		v.Status = string(e.To)
 	case servicerequest.Converted:
 		v.Status, v.OrderID = string(servicerequest.StatusConverted), optional(e.OrderID)
-	case event.Skipped: // a version bump only: the operator skipped this event
+	case event.Skipped, event.PersonalDataErased: // a version bump only (see markErased)
 	default:
 		return fmt.Errorf("service request view: unexpected event %T", r.Event)
 	}
@@ -78,6 +85,9 @@ type Schedule struct {
 	CreatedAt  time.Time `json:"created_at"`
 	UpdatedAt  time.Time `json:"updated_at"`
 	Version    int       `json:"version"`
+	// Erased names the personal fields that read as erased (empty): their
+	// data subject was erased. Empty otherwise.
+	Erased []string `json:"erased,omitempty"`
 }
 
 // Apply folds one schedule event into the view.
@@ -87,11 +97,12 @@ func (v *Schedule) Apply(r event.Recorded) error {
 	case schedule.Created:
 		*v = Schedule{ID: e.ScheduleID, MerchantID: r.MerchantID, OrderID: e.OrderID, StaffID: e.StaffID,
 			StartAt: e.StartAt, EndAt: e.EndAt, Status: string(e.Status), Notes: e.Notes, CreatedAt: at}
+		markErased(&v.Erased, "notes", e.Erased("notes"))
 	case schedule.AssignmentUpdated:
 		v.StaffID, v.StartAt, v.EndAt = e.StaffID, e.StartAt, e.EndAt
 	case schedule.StatusChanged:
 		v.Status = string(e.To)
-	case event.Skipped: // a version bump only: the operator skipped this event
+	case event.Skipped, event.PersonalDataErased: // a version bump only (see markErased)
 	default:
 		return fmt.Errorf("schedule view: unexpected event %T", r.Event)
 	}

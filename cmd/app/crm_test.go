@@ -258,7 +258,7 @@ func TestServiceRequestLifecycle(t *testing.T) {
 			id := created.Id.String()
 			require.Equal(t, "/v1/service-requests/"+id, *createR.Headers201.Location)
 			require.Equal(t, client.ServiceRequestWrittenStatusNew, created.Status)
-			require.Equal(t, "Fix the leaking sink", created.Content, "content is trimmed")
+			require.Equal(t, "Fix the leaking sink", *created.Content, "content is trimmed")
 			require.Equal(t, "2030-04-01T07:00:00Z", rawField(t, createR.Body, "appointment_start_at"), "UTC")
 			require.Equal(t, 1, created.Version)
 			require.NotEmpty(t, created.Position)
@@ -280,7 +280,7 @@ func TestServiceRequestLifecycle(t *testing.T) {
 				client.ServiceRequestUpdate{Content: new("Fix the sink and the tap"), ExpectedVersion: new(1)}, op)
 			updated := expect(t, http.StatusOK, updateR, err).JSON200
 			require.Equal(t, 2, updated.Version)
-			require.Equal(t, "side door", updated.Notes, "absent fields keep their value")
+			require.Equal(t, "side door", *updated.Notes, "absent fields keep their value")
 			noopR, err := a.hearth().UpdateServiceRequestWithResponse(ctx, uid(t, id), nil,
 				client.ServiceRequestUpdate{Content: new("Fix the sink and the tap ")}, op)
 			require.Equal(t, 2, expect(t, http.StatusOK, noopR, err).JSON200.Version, "a change to nothing appends nothing")
@@ -307,7 +307,7 @@ func TestServiceRequestLifecycle(t *testing.T) {
 			require.Equal(t, 8900, converted.AmountCents, "the catalog item's base price")
 			require.Equal(t, "2030-04-01T07:00:00Z", rawField(t, convertR.Body, "scheduled_start_at"))
 			require.Equal(t, "2030-04-01T09:00:00Z", rawField(t, convertR.Body, "scheduled_end_at"))
-			require.Equal(t, "side door", converted.Notes)
+			require.Equal(t, "side door", *converted.Notes)
 			require.Equal(t, []string{"ServiceRequestCreated", "ServiceRequestDetailsUpdated", "ServiceRequestStatusChanged", "ServiceRequestConverted"},
 				types(a.stream(id)))
 			require.Equal(t, []string{"OrderCreated"}, types(a.stream(orderID)))

@@ -8,23 +8,80 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"time"
 
 	"hearth/app/ops"
 	"hearth/domain/apperr"
+	"hearth/domain/event"
 	httpport "hearth/ports/http"
 )
 
-// customerFlags are the flags of `app customers export`.
+// customerFlags are the flags of `app customers export|erase` and `app
+// staff erase`.
 type customerFlags struct {
-	merchant, by string
+	merchant, by, confirm string
 }
 
 func (c *customerFlags) register(cmd string, fs *flag.FlagSet) {
-	if cmd != "customers" {
+	if cmd != "customers" && cmd != "staff" {
 		return
 	}
-	fs.StringVar(&c.merchant, "merchant", "", "the customer's merchant (a name; required)")
-	fs.StringVar(&c.by, "by", "", "who exports, for the audit log (defaults to cli:$USER)")
+	fs.StringVar(&c.merchant, "merchant", "", "the merchant (a name; required)")
+	fs.StringVar(&c.by, "by", "", "who does it, for the audit log (defaults to cli:$USER)")
+	fs.StringVar(&c.confirm, "confirm", "", "erase: the id again, to confirm (an erasure cannot be undone)")
+}
+
+// openForMerchant checks --by, opens Hearth and finds the merchant --merchant
+// names, for the commands on one merchant's data (name is the command, for
+// its errors). The caller closes dbs.
+func openForMerchant(ctx context.Context, cfg Config, log *slog.Logger, name string, c customerFlags, getenv func(string) string) (by, merchantID string, dbs databases, w wiring, err error) {
+	by = actor(c.by, getenv)
+	if err := ops.CheckActor(by); err != nil {
+		return "", "", databases{}, wiring{}, asUsage(flagError(name, err, ""))
+	}
+	if dbs, w, err = openWired(ctx, cfg, log); err != nil {
+		return "", "", databases{}, wiring{}, err
+	}
+	merchantID, err = w.keys.MerchantID(ctx, c.merchant)
+	if errors.Is(err, apperr.ErrNotFound) {
+		err = fmt.Errorf("%s: no merchant named %q", name, c.merchant)
+	} else if err != nil {
+		err = fmt.Errorf("%s: %w", name, err)
+	}
+	if err != nil {
+		dbs.close()
+		return "", "", databases{}, wiring{}, err
+	}
+	return by, merchantID, dbs, w, nil
+}
+
+// eraseSubject runs `app customers erase` and `app staff erase`: the use
+// case POST /v1/customers/{id}/erase runs, recorded as done by --by.
+func eraseSubject(ctx context.Context, cfg Config, log *slog.Logger, cmd string, c customerFlags, args []string, getenv func(string) string, stdout io.Writer) error {
+	name, subjectType := cmd+" erase", event.SubjectCustomer
+	if cmd == "staff" {
+		subjectType = event.SubjectStaffMember
+	}
+	if len(args) != 1 || c.merchant == "" {
+		return usageError{name + ": --merchant NAME ID --confirm ID [--by WHO]"}
+	}
+	by, merchantID, dbs, w, err := openForMerchant(ctx, cfg, log, name, c, getenv)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	e, err := w.erasures.Erase(ctx, ops.ErasureRequest{By: by, MerchantID: merchantID, SubjectType: subjectType,
+		SubjectID: args[0], Confirm: c.confirm})
+	if errors.Is(err, apperr.ErrNotFound) {
+		return fmt.Errorf("%s: merchant %q has no %s %s", name, c.merchant, strings.ReplaceAll(subjectType, "_", " "), args[0])
+	}
+	if err != nil {
+		return flagError(name, err, "")
+	}
+	fmt.Fprintf(stdout, "erased %s %s (first erased at %s); %d aggregates marked now\n", strings.ReplaceAll(subjectType, "_", " "),
+		e.SubjectID, e.ErasedAt.Format(time.RFC3339), e.Streams)
+	return nil
 }
 
 // customersExport runs `app customers export --merchant NAME ID`: the
@@ -34,22 +91,11 @@ func customersExport(ctx context.Context, cfg Config, log *slog.Logger, c custom
 	if len(args) != 1 || c.merchant == "" {
 		return usageError{"customers export: --merchant NAME CUSTOMER_ID [--by WHO]"}
 	}
-	by := actor(c.by, getenv)
-	if err := ops.CheckActor(by); err != nil {
-		return asUsage(flagError("customers export", err, ""))
-	}
-	dbs, w, err := openWired(ctx, cfg, log)
+	by, merchantID, dbs, w, err := openForMerchant(ctx, cfg, log, "customers export", c, getenv)
 	if err != nil {
 		return err
 	}
 	defer dbs.close()
-	merchantID, err := w.keys.MerchantID(ctx, c.merchant)
-	if errors.Is(err, apperr.ErrNotFound) {
-		return fmt.Errorf("customers export: no merchant named %q", c.merchant)
-	}
-	if err != nil {
-		return fmt.Errorf("customers export: %w", err)
-	}
 	x, err := w.exports.ExportCustomer(ctx, ops.ExportRequest{By: by, MerchantID: merchantID, CustomerID: args[0]})
 	if errors.Is(err, apperr.ErrNotFound) {
 		return fmt.Errorf("customers export: merchant %q has no customer %s", c.merchant, args[0])

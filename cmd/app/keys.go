@@ -59,7 +59,7 @@ func (k *keyFlags) register(cmd, sub string, fs *flag.FlagSet) {
 // keyFlagNames maps the fields of key errors to the flags that set them.
 var keyFlagNames = map[string]string{
 	"merchant_id": "--merchant", "merchant": "--merchant", "role": "--role", "staff_id": "--staff",
-	"name": "--name", "grace": "--grace", "by": "--by", "id": "ID",
+	"name": "--name", "grace": "--grace", "by": "--by", "id": "ID", "confirm": "--confirm",
 }
 
 // flagError renders a validation error with flag names instead of fields;

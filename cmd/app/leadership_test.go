@@ -55,7 +55,7 @@ func newWriters(t *testing.T, url string) *writers {
 	require.NoError(t, err)
 	_, err = es.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, 'Grace')`, w.staffID, w.merchantID)
 	require.NoError(t, err)
-	store, err := pubsub.NewStore(es, nil)
+	store, err := pubsub.NewStore(es, nil, nil)
 	require.NoError(t, err)
 	tx, err := pubsub.NewTransactor(store)
 	require.NoError(t, err)

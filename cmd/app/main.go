@@ -6,6 +6,8 @@
 //	app keys create|list|revoke|rotate ...
 //	app audit list [--limit N] [--json]
 //	app customers export --merchant NAME ID [--by WHO]
+//	app customers erase --merchant NAME ID --confirm ID [--by WHO]
+//	app staff erase --merchant NAME ID --confirm ID [--by WHO]
 //	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
 //	app parked list|replay|skip ...
 //	app verify [--projection P]
@@ -37,6 +39,10 @@ const usage = `usage:
   app keys rotate ID [--grace D] [--by WHO]                a new key like it; the old one is revoked, or works for D more
   app audit list [--limit N] [--json]                      the admin audit log, newest first
   app customers export --merchant NAME ID [--by WHO]       everything held about one customer, as JSON (recorded in the audit log)
+  app customers erase --merchant NAME ID --confirm ID [--by WHO]
+                                                          erase a customer's personal data, irreversibly (recorded in the audit log)
+  app staff erase --merchant NAME ID --confirm ID [--by WHO]
+                                                          erase a staff member's personal data, irreversibly
   app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
   app keyring rewrap [--by WHO]                            re-seal every secret under the first master key, so the others can go
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset (and nats-server when installed and RELAY_NATS_URL is unset)
@@ -86,9 +92,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sub := ""
 	switch cmd {
 	case "serve", "dev", "migrate", "parked", "verify", "rebuild":
-	case "keys", "audit", "customers", "keyring":
-		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export"},
-			"keyring": {"new", "rewrap"}}[cmd]
+	case "keys", "audit", "customers", "staff", "keyring":
+		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export", "erase"},
+			"staff": {"erase"}, "keyring": {"new", "rewrap"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -111,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration: %w", err)
 	}
 	switch cmd {
-	case "parked", "rebuild", "keys", "audit", "customers", "keyring":
+	case "parked", "rebuild", "keys", "audit", "customers", "staff", "keyring":
 		if rest, err = parseInterleaved(fs, rest); err != nil {
 			return err
 		}
@@ -136,9 +142,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return auditList(ctx, cfg, keyArgs, rest, stdout)
 		}
 		return keys(ctx, cfg, sub, keyArgs, rest, getenv, stdout)
-	case "customers":
+	case "customers", "staff":
 		if err := cfg.requireDatabase(); err != nil {
 			return err
+		}
+		if sub == "erase" {
+			return eraseSubject(ctx, cfg, log, cmd, customerArgs, rest, getenv, stdout)
 		}
 		return customersExport(ctx, cfg, log, customerArgs, rest, getenv, stdout)
 	case "keyring":

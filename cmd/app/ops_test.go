@@ -23,7 +23,7 @@ import (
 // cli runs one subcommand of the binary against the test's databases and
 // returns its standard output.
 func cli(ctx context.Context, urls pgtest.URLs, args ...string) (string, error) {
-	env := map[string]string{"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel, "LOG_LEVEL": "warn", "USER": "tester"}
+	env := map[string]string{"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel, "LOG_LEVEL": "warn", "USER": "tester", "MASTER_KEY": testMasterKey}
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, args, func(k string) string { return env[k] }, &stdout, &stderr)
 	return stdout.String(), err

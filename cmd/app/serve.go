@@ -21,6 +21,7 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
+	"hearth/adapters/vault"
 	"hearth/adapters/webhooks"
 	"hearth/app"
 	"hearth/app/access"
@@ -137,10 +138,12 @@ type wiring struct {
 	// exports exports a customer's data (GET /v1/customers/{id}/export,
 	// app customers export).
 	exports     *ops.Exports
+	erasures    *ops.Erasures
 	refdata     *refdata.Store
 	projections []projector.Projection
 	parking     *projector.Parking
 	eventLog    *pubsub.EventLog
+	vault       *vault.Vault // seals and opens personal fields: every event reader decodes through it
 	// maintenance runs the rebuilds the admin API starts in the
 	// background: close it at shutdown.
 	maintenance *readmodel.Maintenance
@@ -180,7 +183,7 @@ type wiring struct {
 // with the watcher that wakes the feed's long polls from it.
 func (w *wiring) wireEventFeed(cfg Config, dbs databases, log *slog.Logger) error {
 	apiES, _ := dbs.api()
-	store, err := pubsub.NewFeed(apiES.DB)
+	store, err := pubsub.NewFeed(apiES.DB, w.vault)
 	if err != nil {
 		return err
 	}
@@ -219,13 +222,20 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	apiES, apiRM := dbs.api()
 	var errs []error
 	must := func(err error) { errs = append(errs, err) }
-	store, err := pubsub.NewStore(apiES, watermill.NewSlogLogger(log.With("component", "publisher")))
+	if cfg.MasterKeys == nil { // every event reader and writer needs them
+		return wiring{}, cfg.requireMasterKeys()
+	}
+	vlt, err := vault.New(apiES.DB, cfg.MasterKeys)
+	must(err)
+	eventLog, err := pubsub.NewEventLog(dbs.es)
+	must(err)
+	store, err := pubsub.NewStore(apiES, watermill.NewSlogLogger(log.With("component", "publisher")), vlt)
 	must(err)
 	ref, err := refdata.New(apiES)
 	must(err)
 	tx, err := pubsub.NewTransactor(store)
 	must(err)
-	projectors, err := readmodel.NewProjectors(dbs.rm)
+	projectors, err := readmodel.NewProjectors(dbs.rm, readmodel.Refold{Log: eventLog, Decoders: vlt})
 	must(err)
 	ordersRead, err := readmodel.NewOrders(apiRM)
 	must(err)
@@ -276,19 +286,19 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
 	}
-	w := wiring{app: a, refdata: ref, fanout: fanout.Projections(), webhookSender: sender, webhookStore: hooks}
+	w := wiring{app: a, refdata: ref, fanout: fanout.Projections(), webhookSender: sender, webhookStore: hooks,
+		vault: vlt, eventLog: eventLog}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
-		w.projections = append(w.projections, projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch))
+		pr := projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch)
+		pr.Decode = vlt.Decoder(p.Aggregate()) // the one decoder that opens sealed fields
+		w.projections = append(w.projections, pr)
 	}
 	w.live = liveByUnit(w.projections)
 	if w.parking, err = projector.NewParking(dbs.es, append(slices.Clone(w.projections), w.fanout...)...); err != nil {
 		return wiring{}, err
 	}
 	w.parking.Audit = refdata.WriteAudit
-	if w.eventLog, err = pubsub.NewEventLog(dbs.es); err != nil {
-		return wiring{}, err
-	}
-	if w.maintenance, err = readmodel.NewMaintenance(w.eventLog, dbs.rm); err != nil {
+	if w.maintenance, err = readmodel.NewMaintenance(w.eventLog, vlt, dbs.rm); err != nil {
 		return wiring{}, err
 	}
 	w.operator, err = ops.NewOperator(ops.Config{Parking: w.parking, Rebuilds: w.maintenance, Verifier: w.maintenance,
@@ -301,6 +311,8 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	exportRows, err := readmodel.NewCustomerRows(apiRM)
 	must(err)
 	w.exports, err = ops.NewExports(exportRows, ref, 0)
+	must(err)
+	w.erasures, err = ops.NewErasures(store, vault.CacheFor)
 	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
@@ -490,7 +502,7 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail, Exports: w.exports,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail, Exports: w.exports, Erasures: w.erasures,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	}
 	if hc.APIEnabled {

@@ -70,7 +70,7 @@ func leadWebhooks(ctx context.Context, term int64, cfg Config, lease time.Durati
 	g, gctx := errgroup.WithContext(ctx)
 	d, err := webhooks.NewDispatcher(gctx, webhooks.DispatcherConfig{
 		DB: db.DB, Sender: w.webhookSender, Secrets: sealer(cfg.MasterKeys), Schedule: cfg.webhookSchedule(), Keep: cfg.WebhookDeliveryKeep,
-		Metrics: w.webhookMetrics, OnStale: stepDown, Log: log, Rand: w.webhookRand,
+		Decoders: w.vault, Metrics: w.webhookMetrics, OnStale: stepDown, Log: log, Rand: w.webhookRand,
 	})
 	if err != nil {
 		return err

@@ -467,7 +467,7 @@ func (b *bench) latencyPlain(ctx context.Context) (stats, error) {
 
 // transactor is the write path on db: the store and its Transactor.
 func transactor(db *bun.DB) (*pubsub.Transactor, error) {
-	store, err := pubsub.NewStore(db, nil)
+	store, err := pubsub.NewStore(db, nil, nil)
 	if err != nil {
 		return nil, err
 	}

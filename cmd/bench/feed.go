@@ -124,7 +124,7 @@ func (b *bench) feed(ctx context.Context) ([]row, error) {
 
 // orderHandlers are the command handlers on the event store.
 func orderHandlers(es *bun.DB) (command.OrderHandlers, error) {
-	store, err := pubsub.NewStore(es, nil)
+	store, err := pubsub.NewStore(es, nil, nil)
 	if err != nil {
 		return command.OrderHandlers{}, err
 	}

@@ -567,7 +567,11 @@ func waitConsumed(ctx context.Context, db *bun.DB, ps []projector.Projection, st
 // perEventTx runs the projections' one-event-per-transaction Apply through
 // plain watermill-sql into a separate read model, for perEventTxFor.
 func (b *bench) perEventTx(ctx context.Context, db, rm *bun.DB) (string, error) {
-	projectors, err := readmodel.NewProjectors(rm)
+	log, err := pubsub.NewEventLog(db)
+	if err != nil {
+		return "", err
+	}
+	projectors, err := readmodel.NewProjectors(rm, readmodel.Refold{Log: log})
 	if err != nil {
 		return "", err
 	}
@@ -664,7 +668,7 @@ func addBacklogStream(s command.Session, i int, customerID string) error {
 		s.AddServiceRequest(r)
 	default:
 		start := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-		sch, err := schedule.New(id, uuid.New(), schedule.Window{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour)}, "")
+		sch, err := schedule.New(id, uuid.New(), uuid.New(), schedule.Window{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour)}, "")
 		if err != nil {
 			return err
 		}

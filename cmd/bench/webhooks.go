@@ -291,7 +291,7 @@ func (b *bench) drainBacklog(ctx context.Context, db *bun.DB, base, merchantID, 
 		return 0, err
 	}
 	b.progress("webhooks: a backlog of %d deliveries to one held receiver", hookBacklog)
-	store, err := pubsub.NewStore(db, nil)
+	store, err := pubsub.NewStore(db, nil, nil)
 	if err != nil {
 		return 0, err
 	}

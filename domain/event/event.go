@@ -42,8 +42,10 @@ type Envelope struct {
 	Data          json.RawMessage `json:"data"`
 }
 
-// Decoder turns a stored payload back into a typed event.
-type Decoder func(eventType string, data []byte) (Event, error)
+// Decoder turns a stored payload back into a typed event. more, when given,
+// are JSON objects decoded into the same event after data: the fields the
+// vault opened from the event's sealed box, or the erased marker.
+type Decoder func(eventType string, data []byte, more ...[]byte) (Event, error)
 
 // Recorded is a stored event with its payload decoded.
 type Recorded struct {
@@ -100,13 +102,21 @@ func InstantPtr(t *time.Time) *time.Time {
 
 // Registry maps the stored type names of one aggregate's events to their
 // decoders.
-type Registry map[string]func(data []byte) (Event, error)
+type Registry map[string]func(data []byte, more ...[]byte) (Event, error)
 
-// As decodes a payload as event type T.
-func As[T Event](data []byte) (Event, error) {
+// As decodes a payload as event type T, then each of more into the same
+// value.
+func As[T Event](data []byte, more ...[]byte) (Event, error) {
 	var v T
-	err := json.Unmarshal(data, &v)
-	return v, err
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, err
+	}
+	for _, m := range more {
+		if err := json.Unmarshal(m, &v); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
 }
 
 // Types returns the registry's stored type names, sorted.
@@ -122,12 +132,12 @@ func (r Registry) Types() []string {
 // Decode decodes a stored payload. An unknown type or a payload that does
 // not parse is an error, so that a corrupt event is reported rather than
 // applied as zero values.
-func (r Registry) Decode(eventType string, data []byte) (Event, error) {
+func (r Registry) Decode(eventType string, data []byte, more ...[]byte) (Event, error) {
 	decode, ok := r[eventType]
 	if !ok {
 		return nil, fmt.Errorf("unknown event type %q", eventType)
 	}
-	e, err := decode(data)
+	e, err := decode(data, more...)
 	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", eventType, err)
 	}

@@ -19,6 +19,7 @@ type Created struct {
 	ScheduledStartAt *time.Time `json:"scheduled_start_at,omitempty"`
 	ScheduledEndAt   *time.Time `json:"scheduled_end_at,omitempty"`
 	Status           Status     `json:"status"`
+	event.Erasure
 }
 
 // DetailsUpdated carries the new customer, amount and notes.
@@ -26,6 +27,7 @@ type DetailsUpdated struct {
 	CustomerID  string `json:"customer_id"`
 	AmountCents int64  `json:"amount_cents"`
 	Notes       string `json:"notes"`
+	event.Erasure
 }
 
 // StatusChanged moves the order along its life cycle. CompletedAt is set
@@ -40,6 +42,7 @@ type StatusChanged struct {
 type Cancelled struct {
 	From   Status `json:"from"`
 	Reason string `json:"reason"`
+	event.Erasure
 }
 
 // AssignmentUpdated sets who goes and when. An empty StaffID removes the
@@ -50,6 +53,7 @@ type AssignmentUpdated struct {
 	StartAt      *time.Time `json:"start_at,omitempty"`
 	EndAt        *time.Time `json:"end_at,omitempty"`
 	DispatchNote string     `json:"dispatch_note"`
+	event.Erasure
 }
 
 // SettlementUpdated records payment.
@@ -59,6 +63,7 @@ type SettlementUpdated struct {
 	PaymentMethod    string           `json:"payment_method"`
 	PaidAt           *time.Time       `json:"paid_at,omitempty"`
 	SettlementNote   string           `json:"settlement_note"`
+	event.Erasure
 }
 
 func (Created) EventType() string           { return "OrderCreated" }
@@ -74,15 +79,27 @@ func EventTypes() []string { return registry.Types() }
 // Decode turns a stored order event back into its type. It rejects unknown
 // types and payloads that do not parse, so that a corrupt event is reported
 // rather than applied as zero values.
-func Decode(eventType string, data []byte) (event.Event, error) {
-	return registry.Decode(eventType, data)
+func Decode(eventType string, data []byte, more ...[]byte) (event.Event, error) {
+	return registry.Decode(eventType, data, more...)
+}
+
+// Personal names, by stored event type, the fields that hold personal data
+// of the order's customer: sealed at rest with the customer's data key
+// (adapters/vault), erased with the customer.
+var Personal = map[string][]string{
+	"OrderCreated":           {"notes"},
+	"OrderDetailsUpdated":    {"notes"},
+	"OrderCancelled":         {"reason"},
+	"OrderAssignmentUpdated": {"dispatch_note"},
+	"OrderSettlementUpdated": {"settlement_note"},
 }
 
 var registry = event.Registry{
-	"OrderCreated":           event.As[Created],
-	"OrderDetailsUpdated":    event.As[DetailsUpdated],
-	"OrderStatusChanged":     event.As[StatusChanged],
-	"OrderCancelled":         event.As[Cancelled],
-	"OrderAssignmentUpdated": event.As[AssignmentUpdated],
-	"OrderSettlementUpdated": event.As[SettlementUpdated],
+	event.PersonalDataErasedType: event.As[event.PersonalDataErased],
+	"OrderCreated":               event.As[Created],
+	"OrderDetailsUpdated":        event.As[DetailsUpdated],
+	"OrderStatusChanged":         event.As[StatusChanged],
+	"OrderCancelled":             event.As[Cancelled],
+	"OrderAssignmentUpdated":     event.As[AssignmentUpdated],
+	"OrderSettlementUpdated":     event.As[SettlementUpdated],
 }

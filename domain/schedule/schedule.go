@@ -53,13 +53,18 @@ func (s Status) Live() bool { return s == StatusPlanned || s == StatusInService 
 
 // Created starts a schedule's stream.
 type Created struct {
-	ScheduleID string    `json:"schedule_id"`
-	OrderID    string    `json:"order_id"`
+	ScheduleID string `json:"schedule_id"`
+	OrderID    string `json:"order_id"`
+	// CustomerID is the order's customer, whose data key seals Notes.
+	// Schedules created before it was recorded have none: the protect
+	// command (app protect) finds it from the order.
+	CustomerID string    `json:"customer_id,omitempty"`
 	StaffID    string    `json:"staff_id"`
 	StartAt    time.Time `json:"start_at"`
 	EndAt      time.Time `json:"end_at"`
 	Notes      string    `json:"notes"`
 	Status     Status    `json:"status"`
+	event.Erasure
 }
 
 // AssignmentUpdated moves a planned schedule to another staff member or
@@ -84,14 +89,20 @@ func (StatusChanged) EventType() string     { return "ScheduleStatusChanged" }
 func EventTypes() []string { return registry.Types() }
 
 // Decode turns a stored schedule event back into its type.
-func Decode(eventType string, data []byte) (event.Event, error) {
-	return registry.Decode(eventType, data)
+func Decode(eventType string, data []byte, more ...[]byte) (event.Event, error) {
+	return registry.Decode(eventType, data, more...)
 }
 
+// Personal names, by stored event type, the fields that hold personal data
+// of the customer of the schedule's order: sealed at rest with the
+// customer's data key (adapters/vault), erased with the customer.
+var Personal = map[string][]string{"ScheduleCreated": {"notes"}}
+
 var registry = event.Registry{
-	"ScheduleCreated":           event.As[Created],
-	"ScheduleAssignmentUpdated": event.As[AssignmentUpdated],
-	"ScheduleStatusChanged":     event.As[StatusChanged],
+	event.PersonalDataErasedType: event.As[event.PersonalDataErased],
+	"ScheduleCreated":            event.As[Created],
+	"ScheduleAssignmentUpdated":  event.As[AssignmentUpdated],
+	"ScheduleStatusChanged":      event.As[StatusChanged],
 }
 
 // InvalidTransitionError is a status change the life cycle does not allow.
@@ -139,23 +150,24 @@ func (w Window) normalized() Window {
 
 // Schedule is the aggregate.
 type Schedule struct {
-	id      string
-	orderID string
-	window  Window
-	status  Status
+	id         string
+	orderID    string
+	customerID string
+	window     Window
+	status     Status
 
 	version int
 	changes []event.Event
 }
 
 // New decides a new planned schedule for an order.
-func New(id, orderID string, w Window, notes string) (*Schedule, error) {
+func New(id, orderID, customerID string, w Window, notes string) (*Schedule, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
 	w = w.normalized()
 	s := &Schedule{}
-	s.record(Created{ScheduleID: id, OrderID: orderID, StaffID: w.StaffID, StartAt: w.StartAt, EndAt: w.EndAt,
+	s.record(Created{ScheduleID: id, OrderID: orderID, CustomerID: customerID, StaffID: w.StaffID, StartAt: w.StartAt, EndAt: w.EndAt,
 		Notes: notes, Status: StatusPlanned})
 	return s, nil
 }
@@ -173,8 +185,12 @@ func Rehydrate(events []event.Event) (*Schedule, error) {
 	return s, nil
 }
 
-func (s *Schedule) ID() string             { return s.id }
-func (s *Schedule) OrderID() string        { return s.orderID }
+func (s *Schedule) ID() string      { return s.id }
+func (s *Schedule) OrderID() string { return s.orderID }
+
+// CustomerID is the customer of the schedule's order, whose data key seals
+// its notes; empty for a schedule created before it was recorded.
+func (s *Schedule) CustomerID() string     { return s.customerID }
 func (s *Schedule) Window() Window         { return s.window }
 func (s *Schedule) Status() Status         { return s.status }
 func (s *Schedule) Version() int           { return s.version }
@@ -217,7 +233,7 @@ func (s *Schedule) record(e event.Event) {
 func (s *Schedule) apply(e event.Event) {
 	switch e := e.(type) {
 	case Created:
-		s.id, s.orderID, s.status = e.ScheduleID, e.OrderID, e.Status
+		s.id, s.orderID, s.customerID, s.status = e.ScheduleID, e.OrderID, e.CustomerID, e.Status
 		s.window = Window{StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt}
 	case AssignmentUpdated:
 		s.window = Window{StaffID: e.StaffID, StartAt: e.StartAt, EndAt: e.EndAt}

@@ -15,7 +15,7 @@ var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
 func planned(t *testing.T) *schedule.Schedule {
 	t.Helper()
-	s, err := schedule.New(uuid.New(), uuid.New(), schedule.Window{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour)}, "")
+	s, err := schedule.New(uuid.New(), uuid.New(), uuid.New(), schedule.Window{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour)}, "")
 	require.NoError(t, err)
 	s, err = schedule.Rehydrate(s.Changes())
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestReassignOnlyWhilePlanned(t *testing.T) {
 }
 
 func TestWindowValidation(t *testing.T) {
-	_, err := schedule.New(uuid.New(), uuid.New(), schedule.Window{StaffID: "x", StartAt: start, EndAt: start}, "")
+	_, err := schedule.New(uuid.New(), uuid.New(), uuid.New(), schedule.Window{StaffID: "x", StartAt: start, EndAt: start}, "")
 	var v *apperr.ValidationError
 	require.ErrorAs(t, err, &v)
 	fields := map[string]bool{}

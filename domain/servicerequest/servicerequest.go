@@ -59,6 +59,7 @@ type Created struct {
 	Source             string     `json:"source"`
 	Notes              string     `json:"notes"`
 	Status             Status     `json:"status"`
+	event.Erasure
 }
 
 // DetailsUpdated carries the new details, all of them.
@@ -68,6 +69,7 @@ type DetailsUpdated struct {
 	AppointmentStartAt *time.Time `json:"appointment_start_at,omitempty"`
 	AppointmentEndAt   *time.Time `json:"appointment_end_at,omitempty"`
 	Notes              string     `json:"notes"`
+	event.Erasure
 }
 
 // StatusChanged moves the request to confirmed or cancelled.
@@ -90,11 +92,20 @@ func (Converted) EventType() string      { return "ServiceRequestConverted" }
 func EventTypes() []string { return registry.Types() }
 
 // Decode turns a stored request event back into its type.
-func Decode(eventType string, data []byte) (event.Event, error) {
-	return registry.Decode(eventType, data)
+func Decode(eventType string, data []byte, more ...[]byte) (event.Event, error) {
+	return registry.Decode(eventType, data, more...)
+}
+
+// Personal names, by stored event type, the fields that hold personal data
+// of the request's customer: sealed at rest with the customer's data key
+// (adapters/vault), erased with the customer.
+var Personal = map[string][]string{
+	"ServiceRequestCreated":        {"content", "notes"},
+	"ServiceRequestDetailsUpdated": {"content", "notes"},
 }
 
 var registry = event.Registry{
+	event.PersonalDataErasedType:   event.As[event.PersonalDataErased],
 	"ServiceRequestCreated":        event.As[Created],
 	"ServiceRequestDetailsUpdated": event.As[DetailsUpdated],
 	"ServiceRequestStatusChanged":  event.As[StatusChanged],

@@ -26,8 +26,12 @@ import (
 type Facts struct {
 	// Type is the stream type (events.stream_type, change_log.aggregate_type).
 	Type string
-	// Decode decodes the aggregate's events.
+	// Decode decodes the aggregate's events as stored, sealed fields left
+	// sealed: readers decode through a Decoders (the vault's) instead.
 	Decode event.Decoder
+	// Personal names, by stored event type, the fields that hold personal
+	// data of the aggregate's customer (sealed at rest: adapters/vault).
+	Personal map[string][]string
 	// Topic is the Watermill topic its events are published on.
 	Topic string
 	// Projection names its projection, which is also the projection's
@@ -48,25 +52,40 @@ type Kind[A any] struct {
 // The aggregate types.
 var (
 	Order = Kind[*order.Order]{Facts: Facts{
-		Type: order.StreamType, Decode: order.Decode,
+		Type: order.StreamType, Decode: order.Decode, Personal: order.Personal,
 		Topic: "orders", Projection: "orders", Table: "orders",
 	}, Rehydrate: order.Rehydrate}
 	ServiceRequest = Kind[*servicerequest.Request]{Facts: Facts{
-		Type: servicerequest.StreamType, Decode: servicerequest.Decode,
+		Type: servicerequest.StreamType, Decode: servicerequest.Decode, Personal: servicerequest.Personal,
 		Topic: "service_requests", Projection: "service_requests", Table: "service_requests",
 	}, Rehydrate: servicerequest.Rehydrate}
 	Schedule = Kind[*schedule.Schedule]{Facts: Facts{
-		Type: schedule.StreamType, Decode: schedule.Decode,
+		Type: schedule.StreamType, Decode: schedule.Decode, Personal: schedule.Personal,
 		Topic: "schedules", Projection: "schedules", Table: "schedules",
 	}, Rehydrate: schedule.Rehydrate}
 )
+
+// Subjects are the data subjects' own streams (event.SubjectStreamType):
+// not an aggregate with a read model, but a topic whose events (the public
+// customer.erased and staff_member.erased) the outbound consumers, the
+// webhook fan-out and the relay, carry like the aggregates'.
+var Subjects = Facts{Type: event.SubjectStreamType, Decode: event.DecodeSubject, Topic: "data_subjects", Projection: "data_subjects"}
+
+// Outbound returns the aggregate types and Subjects: what the event feed,
+// webhooks and the relay carry.
+func Outbound() []Facts { return append(All(), Subjects) }
 
 // All returns every aggregate type, sorted by projection name.
 func All() []Facts { return []Facts{Order.Facts, Schedule.Facts, ServiceRequest.Facts} }
 
 // ByType returns the aggregate type of a stream type.
-func ByType(streamType string) (Facts, bool) {
-	for _, f := range All() {
+func ByType(streamType string) (Facts, bool) { return byType(All(), streamType) }
+
+// OutboundByType is ByType among Outbound: an aggregate type, or Subjects.
+func OutboundByType(streamType string) (Facts, bool) { return byType(Outbound(), streamType) }
+
+func byType(among []Facts, streamType string) (Facts, bool) {
+	for _, f := range among {
 		if f.Type == streamType {
 			return f, true
 		}
@@ -81,4 +100,31 @@ func Projections() []string {
 		names = append(names, f.Projection)
 	}
 	return names
+}
+
+// Decoders gives the decoder every reader of stored events uses for an
+// aggregate type: the vault's (adapters/vault), which opens sealed fields,
+// or Plain, which leaves them sealed (for tests and the bench's baseline).
+type Decoders interface {
+	Decoder(Facts) event.Decoder
+	// Erasing is Decoder reading subject's sealed fields as erased, whatever
+	// is cached: what a read model re-folds a stream with when it meets
+	// the subject's PersonalDataErased.
+	Erasing(f Facts, subject string) event.Decoder
+}
+
+// Plain decodes events as stored.
+var Plain Decoders = plain{}
+
+type plain struct{}
+
+func (plain) Decoder(f Facts) event.Decoder           { return f.Decode }
+func (plain) Erasing(f Facts, _ string) event.Decoder { return f.Decode }
+
+// Or returns d, or Plain when d is nil.
+func Or(d Decoders) Decoders {
+	if d == nil {
+		return Plain
+	}
+	return d
 }

@@ -106,6 +106,10 @@ type Config struct {
 	// Exports serves GET /v1/customers/{id}/export (operator keys;
 	// ops.Exports). Optional: without it, the route answers 404.
 	Exports CustomerExports
+	// Erasures serves POST /v1/customers/{id}/erase and POST
+	// /v1/staff/{id}/erase (operator keys; ops.Erasures). Optional: without
+	// it, those routes answer 404.
+	Erasures SubjectErasures
 	// ConsistencyMaxWaits caps the waits in flight; a GET over the cap
 	// answers without waiting (Consistency-Status: skipped). Defaults to 256;
 	// negative: no GET waits.
@@ -304,6 +308,8 @@ func (s *server) routes() []route {
 		versioned("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
 		v1("GET /v1/events", op, s.listEvents),
 		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),
+		v1("POST /v1/customers/{id}/erase", op, s.configured(s.Erasures != nil, s.eraseSubject(event.SubjectCustomer))),
+		v1("POST /v1/staff/{id}/erase", op, s.configured(s.Erasures != nil, s.eraseSubject(event.SubjectStaffMember))),
 		v1("GET /admin/parked", admin, s.configured(s.Parked != nil, s.listParked)),
 		v1("POST /admin/parked/replay", admin, s.configured(s.Parked != nil, s.replayAllParked)),
 		v1("GET /admin/parked/{projection}/{id}", admin, s.configured(s.Parked != nil, s.getParked)),

@@ -1,6 +1,7 @@
 package httpport
 
 import (
+	"slices"
 	"time"
 
 	"hearth/app/access"
@@ -27,18 +28,28 @@ type orderBody struct {
 	ScheduledEndAt     *time.Time `json:"scheduled_end_at"`
 	StaffID            *string    `json:"staff_id"`
 	StaffName          string     `json:"staff_name,omitempty"`
-	DispatchNote       string     `json:"dispatch_note"`
-	CancellationReason string     `json:"cancellation_reason"`
+	DispatchNote       *string    `json:"dispatch_note"`
+	CancellationReason *string    `json:"cancellation_reason"`
 	CompletedAt        *time.Time `json:"completed_at"`
 	SettlementStatus   string     `json:"settlement_status"`
 	PaidAmountCents    int64      `json:"paid_amount_cents"`
 	PaymentMethod      string     `json:"payment_method"`
 	PaidAt             *time.Time `json:"paid_at"`
-	SettlementNote     string     `json:"settlement_note"`
-	Notes              string     `json:"notes"`
+	SettlementNote     *string    `json:"settlement_note"`
+	Notes              *string    `json:"notes"`
 	CreatedAt          time.Time  `json:"created_at"`
 	UpdatedAt          time.Time  `json:"updated_at"`
 	Version            int        `json:"version"`
+	Erased             []string   `json:"erased,omitempty"`
+}
+
+// personal is a personal field as the API shows it: null when its data
+// subject was erased (the view names it in erased).
+func personal(v, field string, erased []string) *string {
+	if slices.Contains(erased, field) {
+		return nil
+	}
+	return &v
 }
 
 func orderBodyOf(v query.Order) orderBody {
@@ -46,10 +57,12 @@ func orderBodyOf(v query.Order) orderBody {
 		ID: v.ID, RequestID: v.RequestID, CustomerID: v.CustomerID, CustomerName: v.CustomerName,
 		AmountCents: v.AmountCents, Status: v.Status, ScheduledStartAt: v.ScheduledStartAt,
 		ScheduledEndAt: v.ScheduledEndAt, StaffID: v.StaffID, StaffName: v.StaffName,
-		DispatchNote: v.DispatchNote, CancellationReason: v.CancellationReason, CompletedAt: v.CompletedAt,
+		DispatchNote:       personal(v.DispatchNote, "dispatch_note", v.Erased),
+		CancellationReason: personal(v.CancellationReason, "cancellation_reason", v.Erased), CompletedAt: v.CompletedAt,
 		SettlementStatus: v.SettlementStatus, PaidAmountCents: v.PaidAmountCents, PaymentMethod: v.PaymentMethod,
-		PaidAt: v.PaidAt, SettlementNote: v.SettlementNote, Notes: v.Notes,
-		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version,
+		PaidAt: v.PaidAt, SettlementNote: personal(v.SettlementNote, "settlement_note", v.Erased),
+		Notes:     personal(v.Notes, "notes", v.Erased),
+		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version, Erased: v.Erased,
 	}
 }
 
@@ -60,24 +73,25 @@ type serviceRequestBody struct {
 	CustomerName       string     `json:"customer_name,omitempty"`
 	CatalogItemID      *string    `json:"catalog_item_id"`
 	CatalogItemName    string     `json:"catalog_item_name,omitempty"`
-	Content            string     `json:"content"`
+	Content            *string    `json:"content"`
 	AppointmentStartAt *time.Time `json:"appointment_start_at"`
 	AppointmentEndAt   *time.Time `json:"appointment_end_at"`
 	Status             string     `json:"status"`
 	Source             string     `json:"source"`
-	Notes              string     `json:"notes"`
+	Notes              *string    `json:"notes"`
 	OrderID            *string    `json:"order_id"`
 	CreatedAt          time.Time  `json:"created_at"`
 	UpdatedAt          time.Time  `json:"updated_at"`
 	Version            int        `json:"version"`
+	Erased             []string   `json:"erased,omitempty"`
 }
 
 func serviceRequestBodyOf(v query.ServiceRequest) serviceRequestBody {
 	return serviceRequestBody{
 		ID: v.ID, CustomerID: v.CustomerID, CustomerName: v.CustomerName, CatalogItemID: v.CatalogItemID,
-		CatalogItemName: v.CatalogItemName, Content: v.Content, AppointmentStartAt: v.AppointmentStartAt,
-		AppointmentEndAt: v.AppointmentEndAt, Status: v.Status, Source: v.Source, Notes: v.Notes,
-		OrderID: v.OrderID, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version,
+		CatalogItemName: v.CatalogItemName, Content: personal(v.Content, "content", v.Erased), AppointmentStartAt: v.AppointmentStartAt,
+		AppointmentEndAt: v.AppointmentEndAt, Status: v.Status, Source: v.Source, Notes: personal(v.Notes, "notes", v.Erased),
+		OrderID: v.OrderID, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version, Erased: v.Erased,
 	}
 }
 
@@ -90,17 +104,18 @@ type scheduleBody struct {
 	StartAt   time.Time `json:"start_at"`
 	EndAt     time.Time `json:"end_at"`
 	Status    string    `json:"status"`
-	Notes     string    `json:"notes"`
+	Notes     *string   `json:"notes"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	Version   int       `json:"version"`
+	Erased    []string  `json:"erased,omitempty"`
 }
 
 func scheduleBodyOf(v query.Schedule) scheduleBody {
 	return scheduleBody{
 		ID: v.ID, OrderID: v.OrderID, StaffID: v.StaffID, StaffName: v.StaffName, StartAt: v.StartAt,
-		EndAt: v.EndAt, Status: v.Status, Notes: v.Notes, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
-		Version: v.Version,
+		EndAt: v.EndAt, Status: v.Status, Notes: personal(v.Notes, "notes", v.Erased), CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
+		Version: v.Version, Erased: v.Erased,
 	}
 }
 

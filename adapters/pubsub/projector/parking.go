@@ -458,7 +458,7 @@ func (pk *Parking) skip(ctx context.Context, tx bun.Tx, p Projection, eventID st
 		return &apperr.RuleError{Rule: "parked.nothing_waiting", Detail: "no event waits; replay to unpark"}
 	}
 	// The envelope alone is enough: a skipped event is never decoded.
-	rec, err := event.Unmarshal(waiting[0].env, func(string, []byte) (event.Event, error) { return nil, nil })
+	rec, err := event.Unmarshal(waiting[0].env, func(string, []byte, ...[]byte) (event.Event, error) { return nil, nil })
 	if err != nil {
 		return err
 	}

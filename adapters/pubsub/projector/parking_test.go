@@ -70,7 +70,7 @@ func (f fixture) operator(t *testing.T, parking *projector.Parking) *ops.Operato
 	t.Helper()
 	log, err := pubsub.NewEventLog(f.ES)
 	require.NoError(t, err)
-	m, err := readmodel.NewMaintenance(log, f.RM)
+	m, err := readmodel.NewMaintenance(log, nil, f.RM)
 	require.NoError(t, err)
 	ref, err := refdata.New(f.ES)
 	require.NoError(t, err)

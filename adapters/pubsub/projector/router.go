@@ -164,8 +164,14 @@ func (pr *Projector) handler(p Projection, ahead *Lookahead) message.NoPublishHa
 			return nil
 		}
 		rec, err := event.Unmarshal(msg.Payload, p.Decode)
-		if err != nil {
-			// A payload that does not parse will not parse on a retry.
+		var temporary interface{ Temporary() bool }
+		switch {
+		case errors.As(err, &temporary) && temporary.Temporary():
+			return fmt.Errorf("message %s: %w", msg.UUID, err) // a data key could not be read: retry
+		case err != nil:
+			// A payload that does not parse will not parse on a retry, nor
+			// will one whose subject's data key is missing: its aggregate
+			// parks, with the reason.
 			return &permanentError{err: fmt.Errorf("message %s: %w", msg.UUID, err)}
 		}
 		ctx, cancel := context.WithTimeout(msg.Context(), AttemptTimeout)

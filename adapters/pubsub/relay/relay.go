@@ -185,10 +185,11 @@ func New(cfg Config) (*Relay, error) {
 	return &Relay{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "relay")}, nil
 }
 
-// Topics are the topics it relays: every aggregate type's.
+// Topics are the topics it relays: every aggregate type's, and the data
+// subjects' (customer.erased, staff_member.erased).
 func Topics() []string {
 	var out []string
-	for _, a := range aggregates.All() {
+	for _, a := range aggregates.Outbound() {
 		out = append(out, a.Topic)
 	}
 	return out
@@ -200,7 +201,7 @@ func Topics() []string {
 func (r *Relay) Run(ctx context.Context, term int64) error {
 	ctx = readmodel.WithFence(ctx, readmodel.Fence{Lock: r.cfg.Lock, Term: term, Lease: r.cfg.Lease})
 	log := r.log.With("term", term)
-	es, err := database.OpenSQL(ctx, r.cfg.EventStore, len(aggregates.All())+1, ApplicationName)
+	es, err := database.OpenSQL(ctx, r.cfg.EventStore, len(aggregates.Outbound())+1, ApplicationName)
 	if err != nil {
 		return fmt.Errorf("open relay pool: %w", err)
 	}
@@ -240,7 +241,7 @@ func (r *Relay) Run(ctx context.Context, term int64) error {
 	if own {
 		g.Go(func() error { return notifier.Run(gctx) })
 	}
-	for _, a := range aggregates.All() {
+	for _, a := range aggregates.Outbound() {
 		g.Go(func() error { return r.relay(gctx, es, pub, notifier, a, log.With("topic", a.Topic)) })
 	}
 	return r.ended(ctx, g.Wait())
@@ -442,6 +443,9 @@ func (r *Relay) public(ctx context.Context, es *sql.DB, agg aggregates.Facts, ro
 		if err != nil {
 			return nil, err
 		}
+		// The stream keeps what it is given, and Hearth cannot erase a
+		// message's bytes there: it never gets personal data.
+		pe = publicevent.WithoutPersonalData(pe)
 		payload, err := json.Marshal(pe)
 		if err != nil {
 			return nil, fmt.Errorf("encode event %s: %w", pe.ID, err)

@@ -42,7 +42,7 @@ func Setup(t *testing.T, urls pgtest.URLs) Fixture {
 	t.Helper()
 	f := Fixture{ES: pgtest.Open(t, urls.EventStore), RM: pgtest.Open(t, urls.ReadModel)}
 	var err error
-	f.Store, err = pubsub.NewStore(f.ES, nil)
+	f.Store, err = pubsub.NewStore(f.ES, nil, nil)
 	require.NoError(t, err)
 	f.Tx, err = pubsub.NewTransactor(f.Store)
 	require.NoError(t, err)

@@ -1,0 +1,152 @@
+package pubsub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"hearth/app/ops"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/internal/aggregates"
+	"hearth/internal/database"
+)
+
+// subjectTables are the reference tables of the data subjects, with the
+// statement that empties a row's personal columns (the row and its id stay:
+// references remain valid).
+var subjectTables = map[string]struct{ table, scrub string }{
+	event.SubjectCustomer: {"customers",
+		`UPDATE customers SET name = '', phone = '', email = '', address = '', notes = '',
+		        erased_at = coalesce(erased_at, now()), updated_at = now()
+		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
+	event.SubjectStaffMember: {"staff",
+		`UPDATE staff SET name = '', phone = '', erased_at = coalesce(erased_at, now()), updated_at = now()
+		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
+}
+
+// EraseSubject implements ops.ErasureStore: in one transaction of the event
+// store, it empties the subject's reference row, deletes its data key and
+// records it erased, appends PersonalDataErased to every stream holding an
+// event sealed for it that has none after that event yet (so running it
+// again finishes what a crash left, and marks streams written meanwhile),
+// deletes the stored idempotent answers that name the subject or one of
+// those streams, empties the receivers' error texts of their webhook
+// deliveries, and records audit's entry. An unknown subject (or another
+// merchant's) is apperr.ErrNotFound and changes nothing.
+func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit func(ops.Erasure) ops.AuditEntry) (ops.Erasure, error) {
+	sub, ok := subjectTables[req.SubjectType]
+	if !ok {
+		return ops.Erasure{}, fmt.Errorf("erase: unknown subject type %q", req.SubjectType)
+	}
+	out := ops.Erasure{SubjectType: req.SubjectType, SubjectID: req.SubjectID}
+	err := database.WithConn(ctx, s.db.DB, func(conn *pgx.Conn) error {
+		tx := &pipe{conn: conn}
+		var at time.Time
+		found := false
+		if err := tx.queryRow(ctx, maybeRow(&found, &at), sub.scrub, req.SubjectID, req.MerchantID); err != nil {
+			return fmt.Errorf("erase %s %s: %w", req.SubjectType, req.SubjectID, err)
+		}
+		if !found {
+			return apperr.ErrNotFound
+		}
+		out.ErasedAt = at.UTC()
+		b := &pgx.Batch{}
+		first := false // this run erases the subject for the first time
+		b.Queue(`INSERT INTO erased_subjects (subject_id, merchant_id, subject_type, erased_by) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (subject_id) DO NOTHING RETURNING true`, req.SubjectID, req.MerchantID, req.SubjectType, req.By).Query(
+			func(rows pgx.Rows) error {
+				for rows.Next() {
+					first = true
+				}
+				return rows.Err()
+			})
+		b.Queue(`DELETE FROM data_keys WHERE subject_id = $1`, req.SubjectID)
+		// The streams to mark: a sealed event of the subject after the
+		// stream's last PersonalDataErased of it (if any).
+		var streams []struct {
+			typ, id string
+			version int
+		}
+		b.Queue(`
+			SELECT e.stream_type, e.stream_id::text, (SELECT max(version) FROM events v WHERE v.stream_id = e.stream_id)
+			FROM events e
+			WHERE e.subject_id = $1 AND e.merchant_id = $2
+			GROUP BY e.stream_type, e.stream_id
+			HAVING max(e.position) > coalesce((SELECT max(x.position) FROM events x
+				WHERE x.stream_id = e.stream_id AND x.type = $3 AND x.data->>'subject_id' = $1::text), 0)
+			ORDER BY e.stream_id`, req.SubjectID, req.MerchantID, event.PersonalDataErasedType).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var st struct {
+					typ, id string
+					version int
+				}
+				if err := rows.Scan(&st.typ, &st.id, &st.version); err != nil {
+					return err
+				}
+				streams = append(streams, st)
+			}
+			return rows.Err()
+		})
+		if err := tx.send(ctx, b); err != nil {
+			return fmt.Errorf("erase %s %s: %w", req.SubjectType, req.SubjectID, err)
+		}
+		b = &pgx.Batch{}
+		meta := event.Meta{MerchantID: req.MerchantID, Actor: req.By, CorrelationID: req.CorrelationID, OccurredAt: time.Now()}
+		ids := []string{req.SubjectID}
+		var appends []*appended
+		for _, st := range streams {
+			facts, ok := aggregates.ByType(st.typ)
+			if !ok {
+				return fmt.Errorf("erase: stream %s has type %q, not an aggregate type", st.id, st.typ)
+			}
+			a, err := s.queueAppend(b, facts, meta, st.id, "", st.version,
+				[]event.Event{event.PersonalDataErased{SubjectType: req.SubjectType, SubjectID: req.SubjectID}})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, st.id)
+			appends = append(appends, a)
+		}
+		out.Streams = len(streams)
+		if first { // the public customer.erased or staff_member.erased
+			if _, err := s.queueAppend(b, aggregates.Subjects, meta, req.SubjectID, "", 0,
+				[]event.Event{event.SubjectErased{SubjectType: req.SubjectType, SubjectID: req.SubjectID}}); err != nil {
+				return err
+			}
+		}
+		// Stored answers of writes about the subject: any that names it or
+		// one of its streams.
+		b.Queue(`DELETE FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
+			AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS id WHERE position(convert_to(id, 'UTF8') IN body) > 0)`,
+			req.MerchantID, ids).Exec(func(tag pgconn.CommandTag) error { out.IdempotentAnswers = int(tag.RowsAffected()); return nil })
+		b.Queue(`UPDATE webhook_deliveries SET error = '(erased)' WHERE aggregate_id = ANY ($1::uuid[]) AND error <> ''`,
+			ids[1:])
+		entry := audit(out)
+		details, err := json.Marshal(entry.Details)
+		if err != nil {
+			return err
+		}
+		b.Queue(`INSERT INTO admin_audit (actor, action, target, details) VALUES ($1, $2, $3, $4::jsonb)`,
+			entry.Actor, entry.Action, entry.Target, string(details))
+		queueCommit(b)
+		if err := tx.send(ctx, b); err != nil {
+			return fmt.Errorf("erase %s %s: %w", req.SubjectType, req.SubjectID, err)
+		}
+		for _, a := range appends {
+			out.Position = max(out.Position, a.position)
+		}
+		return nil
+	})
+	if err != nil {
+		return ops.Erasure{}, err
+	}
+	if s.vault != nil {
+		s.vault.Forget(req.SubjectID)
+	}
+	return out, nil
+}

@@ -1,0 +1,104 @@
+package readmodel
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"hearth/domain/event"
+	"hearth/internal/aggregates"
+)
+
+// Refold is what projections need to forget an erased subject: when one
+// meets a PersonalDataErased event, it reads the stream before it again
+// through Decoders' Erasing (the subject's sealed fields read as erased,
+// whatever any cache holds) and rewrites the row and every change-log
+// snapshot of the aggregate from that fold, in the transaction that applies
+// the event. Because the event has its place in the stream, every earlier
+// event was applied before (the version guard), so nothing applied later
+// can bring the erased text back.
+type Refold struct {
+	// Log reads the event store (pubsub.EventLog). Required.
+	Log EventLog
+	// Decoders open sealed fields (the vault). Default aggregates.Plain.
+	Decoders aggregates.Decoders
+}
+
+// updateChangesSQL rewrites the snapshots of one aggregate's change-log
+// rows, by version.
+const updateChangesSQL = `UPDATE change_log c SET before = u.before, after = u.after
+	FROM unnest($3::int[], $4::text[]::jsonb[], $5::text[]::jsonb[]) AS u(version, before, after)
+	WHERE c.aggregate_type = $1 AND c.aggregate_id = $2 AND c.version = u.version`
+
+// erase applies a PersonalDataErased event r to its aggregate's row: the
+// stream is folded again from its first event, and the row and the change
+// log rewritten from that fold.
+func (p *projection[V]) erase(ctx context.Context, tx bun.Tx, r event.Recorded) error {
+	erased := r.Event.(event.PersonalDataErased)
+	if p.refold.Log == nil {
+		return fmt.Errorf("%s %s: this projection cannot apply an erasure (no event log to fold again)", p.agg.Type, r.StreamID)
+	}
+	view, found, err := p.load(ctx, tx, r.StreamID)
+	if err != nil {
+		return fmt.Errorf("lock %s %s: %w", p.agg.Table, r.StreamID, err)
+	}
+	merchantID, version := p.meta(view)
+	switch {
+	case found && merchantID != r.MerchantID:
+		return fmt.Errorf("%s %s belongs to merchant %s, event %s says %s", p.agg.Table, r.StreamID, merchantID, r.ID, r.MerchantID)
+	case r.Version <= version:
+		return nil // applied already
+	case r.Version != version+1:
+		return &GapError{AggregateID: r.StreamID, RowVersion: version, Version: r.Version}
+	}
+	streams, err := p.refold.Log.Streams(ctx, p.agg.Projection, p.agg.Type,
+		aggregates.Or(p.refold.Decoders).Erasing(p.agg, erased.SubjectID), []string{r.StreamID})
+	if err != nil {
+		return fmt.Errorf("read %s %s again to erase subject %s: %w", p.agg.Type, r.StreamID, erased.SubjectID, err)
+	}
+	var stream []event.Recorded
+	for _, rec := range streams[r.StreamID] {
+		if rec.Version < r.Version {
+			stream = append(stream, rec)
+		}
+	}
+	if len(stream) != r.Version-1 {
+		return fmt.Errorf("%s %s: the event store holds %d events before version %d", p.agg.Type, r.StreamID, len(stream), r.Version)
+	}
+	fresh := p.empty()
+	var before *string
+	versions := make([]int32, 0, len(stream))
+	befores, afters := make([]*string, 0, len(stream)), make([]string, 0, len(stream))
+	var last *changeRow
+	for _, rec := range append(stream, r) {
+		change, err := p.step(fresh, rec.Version > 1, rec, nil)
+		if err != nil {
+			return fmt.Errorf("%s %s: fold again at version %d: %w", p.agg.Type, r.StreamID, rec.Version, err)
+		}
+		if rec.Version == r.Version {
+			last = change
+			break
+		}
+		after := string(change.After)
+		versions, befores, afters = append(versions, int32(rec.Version)), append(befores, before), append(afters, after)
+		before = &after
+	}
+	if err := p.write(ctx, tx, p.save(tx, fresh, !found), []changeRow{*last}); err != nil {
+		return fmt.Errorf("write %s %s: %w", p.agg.Table, r.StreamID, err)
+	}
+	if _, err := tx.Tx.ExecContext(ctx, updateChangesSQL, r.StreamType, r.StreamID, versions, befores, afters); err != nil {
+		return fmt.Errorf("erase the change log of %s %s: %w", p.agg.Type, r.StreamID, err)
+	}
+	return nil
+}
+
+// hasErasure reports whether recs hold a PersonalDataErased event.
+func hasErasure(recs []event.Recorded) bool {
+	for _, r := range recs {
+		if _, ok := r.Event.(event.PersonalDataErased); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"hearth/app/ops"
+	"hearth/app/query"
+	"hearth/domain/uuid"
+	"hearth/internal/natstest"
+	"hearth/internal/pgtest"
+	"hearth/leader"
+)
+
+// runRelay runs the relay to NATS (a.cfg.RelayNATSURL) as its leader would.
+func runRelay(t *testing.T, a *api) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	unit, err := newRelay(a.cfg, a.dbs, a.w, log)
+	require.NoError(t, err)
+	el, err := leader.New(leader.Config{ConnString: a.cfg.DatabaseURL, TermDB: a.dbs.rm.DB, Name: unit.Name,
+		FenceAppName: unit.FenceAppName, Lease: leader.DefaultLease, Log: log})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- el.Run(ctx, unit.Lead) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// dumpDB is every row of every table of a database as text, bytea columns
+// as their bytes (escaped only where not printable), so that a marker
+// written anywhere shows.
+func dumpDB(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	ctx := t.Context()
+	rows, err := db.QueryContext(ctx, `
+		SELECT c.table_schema, c.table_name,
+		       string_agg(CASE WHEN c.data_type = 'bytea' THEN format('encode(%I, ''escape'')', c.column_name)
+		                       ELSE format('%I::text', c.column_name) END, ', ' ORDER BY c.ordinal_position)
+		FROM information_schema.columns c JOIN information_schema.tables t USING (table_schema, table_name)
+		WHERE t.table_type = 'BASE TABLE' AND c.table_schema NOT IN ('pg_catalog', 'information_schema')
+		GROUP BY c.table_schema, c.table_name`)
+	require.NoError(t, err)
+	type table struct{ schema, name, columns string }
+	var tables []table
+	for rows.Next() {
+		var tb table
+		require.NoError(t, rows.Scan(&tb.schema, &tb.name, &tb.columns))
+		tables = append(tables, tb)
+	}
+	require.NoError(t, rows.Err())
+	require.NotEmpty(t, tables)
+	var out strings.Builder
+	for _, tb := range tables {
+		var text sql.NullString
+		q := fmt.Sprintf(`SELECT string_agg(concat_ws(' | ', %s), E'\n') FROM %q.%q`, tb.columns, tb.schema, tb.name)
+		require.NoError(t, db.QueryRowContext(ctx, q).Scan(&text), q)
+		fmt.Fprintf(&out, "== %s.%s\n%s\n", tb.schema, tb.name, text.String)
+	}
+	return out.String()
+}
+
+// dumpDir is every file under dir, read as bytes.
+func dumpDir(t *testing.T, dir string) string {
+	t.Helper()
+	var out strings.Builder
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		out.Write(b)
+		return err
+	}))
+	return out.String()
+}
+
+// readModelRows are the rows of the read-model tables, as text, by table.
+func readModelRows(t *testing.T, db *sql.DB) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, table := range []string{"orders", "service_requests", "schedules"} {
+		var text sql.NullString
+		require.NoError(t, db.QueryRowContext(t.Context(),
+			`SELECT string_agg(t::text, E'\n' ORDER BY t.id) FROM `+table+` t`).Scan(&text))
+		out[table] = text.String
+	}
+	return out
+}
+
+// An erased customer leaves no trace Hearth controls: a distinct marker in
+// every personal field of two customers (the record, a service request,
+// orders dispatched, settled and cancelled, a schedule, idempotent
+// answers), with a webhook endpoint and the relay on; after the erasure of
+// one, no marker of theirs is in any table of either database, in the
+// JetStream store on disk, in the delivery log or in any API answer, while
+// every marker of the other is still where it was; verify passes, and a
+// rebuild gives the same read models.
+func TestErasureForgetsEveryCopy(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	nsrv := natstest.Start(t)
+	a := withWebhooks(t, urls, func(cfg *Config) {
+		cfg.RelayNATSURL, cfg.RelayStream, cfg.RelaySubjectPrefix, cfg.RelayDuplicateWindow = nsrv.URL(), "CRM", "hearth", time.Minute
+	})
+	runRelay(t, a)
+	rc := newReceiver(t)
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL+"/hook")
+
+	alpha, bravo := a.exportFixture("ALPHA", 9), a.exportFixture("BRAVO", 11)
+	// Stored answers of idempotent writes that carry a customer's data.
+	for _, tag := range []string{"ALPHA", "BRAVO"} {
+		customer := map[string]string{"ALPHA": alpha.customer, "BRAVO": bravo.customer}[tag]
+		r := a.sendOK(http.MethodPost, "/v1/orders", withKey(a.opA, "idem-"+tag), map[string]any{
+			"customer_id": customer, "amount_cents": 700, "notes": mark("idempotent-notes", tag)})
+		require.Equal(t, http.StatusCreated, r.Status, r.String())
+	}
+	fields := append([]string{"idempotent-notes"}, exportMarkerFields...)
+	a.awaitProjectedAndDelivered()
+	nc, err := nats.Connect(nsrv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	var events int
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&events))
+	require.Eventually(t, func() bool {
+		info, err := js.StreamInfo("CRM")
+		return err == nil && info.State.Msgs == uint64(events)
+	}, 30*time.Second, 10*time.Millisecond, "every event relayed")
+
+	// Bad input changes nothing: no confirmation, a wrong one, an unknown
+	// customer, another merchant's, a worker's key.
+	erase := "/v1/customers/" + alpha.customer + "/erase"
+	requireProblem(t, a.do(http.MethodPost, erase, a.opA, map[string]any{}), http.StatusUnprocessableEntity, "/problems/validation-failed")
+	requireProblem(t, a.do(http.MethodPost, erase, a.opA, map[string]any{"confirm": bravo.customer}), http.StatusUnprocessableEntity, "/problems/validation-failed")
+	unknown := uuid.New()
+	requireProblem(t, a.do(http.MethodPost, "/v1/customers/"+unknown+"/erase", a.opA, map[string]any{"confirm": unknown}), http.StatusNotFound, "/problems/not-found")
+	requireProblem(t, a.do(http.MethodPost, erase, a.opB, map[string]any{"confirm": alpha.customer}), http.StatusNotFound, "/problems/not-found")
+	requireProblem(t, a.do(http.MethodPost, erase, a.worker, map[string]any{"confirm": alpha.customer}), http.StatusForbidden, "/problems/forbidden")
+	require.Contains(t, a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+alpha.customer, a.opA, nil).Raw, mark("name", "ALPHA"))
+
+	erased := a.must(http.StatusOK, http.MethodPost, erase, a.opA, map[string]any{"confirm": alpha.customer})
+	require.Equal(t, alpha.customer, erased.Body["id"])
+	require.EqualValues(t, len(alpha.ids)+1, erased.Body["aggregates"], "the request, both orders, the schedule and the idempotent order")
+	// Read your erasure: each aggregate answers with its fields erased.
+	pos := positionOf(erased.Body)
+	for _, id := range alpha.ids[1:3] {
+		o := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id+"?min_position="+pos, a.opA, nil)
+		require.Nil(t, o.Body["notes"], o.String())
+		require.NotEmpty(t, o.Body["erased"], o.String())
+	}
+	// Erasing again answers the same, and marks nothing more.
+	again := a.must(http.StatusOK, http.MethodPost, erase, a.opA, map[string]any{"confirm": alpha.customer})
+	require.Equal(t, erased.Body["erased_at"], again.Body["erased_at"])
+	require.EqualValues(t, 0, again.Body["aggregates"])
+	a.awaitProjectedAndDelivered()
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&events))
+	require.Eventually(t, func() bool {
+		info, err := js.StreamInfo("CRM")
+		return err == nil && info.State.Msgs == uint64(events)
+	}, 30*time.Second, 10*time.Millisecond, "every event relayed, the erasures too")
+
+	// Receivers hear of it: the webhook endpoint and the stream get
+	// customer.erased, and each aggregate's personal_data_erased.
+	var publicErased, aggregatesErased int
+	for _, d := range rc.delivered() {
+		switch {
+		case d.event.Type == "customer.erased" && d.event.AggregateID == alpha.customer:
+			publicErased++
+		case strings.HasSuffix(d.event.Type, ".personal_data_erased"):
+			aggregatesErased++
+		}
+	}
+	require.Equal(t, 1, publicErased, "one customer.erased delivered")
+	require.Equal(t, len(alpha.ids)+1, aggregatesErased)
+	msg, err := js.GetLastMsg("CRM", "hearth.*.customer.erased")
+	require.NoError(t, err)
+	require.Contains(t, string(msg.Data), alpha.customer)
+
+	// Every API answer that could hold them.
+	var answers strings.Builder
+	get := func(path string) {
+		answers.WriteString(a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Raw)
+	}
+	for _, list := range []string{"/v1/customers", "/v1/orders", "/v1/service-requests", "/v1/schedules",
+		"/v1/webhook-endpoints/" + endpoint + "/deliveries"} {
+		get(list + "?page_size=200")
+	}
+	get("/v1/events?limit=1000")
+	for _, c := range []string{alpha.customer, bravo.customer} {
+		get("/v1/customers/" + c)
+		get("/v1/customers/" + c + "/export")
+	}
+	for _, f := range []exportFixture{alpha, bravo} { // request, two orders, schedule
+		get("/v1/service-requests/" + f.ids[0])
+		for _, order := range f.ids[1:3] {
+			get("/v1/orders/" + order)
+			get("/v1/orders/" + order + "/changes")
+		}
+		get("/v1/schedules/" + f.ids[3])
+	}
+	dumps := map[string]string{
+		"the event store": dumpDB(t, a.dbs.es.DB), "the read model": dumpDB(t, a.dbs.rm.DB),
+		"the JetStream store": dumpDir(t, nsrv.Dir()), "API answers": answers.String(),
+	}
+	everywhere := dumps["the event store"] + dumps["the read model"] + dumps["API answers"]
+	for _, f := range fields {
+		for where, text := range dumps {
+			require.NotContains(t, text, mark(f, "ALPHA"), "customer A's %s in %s", f, where)
+		}
+		// The relay never carries personal data (docs/personal-data.md):
+		// the other customer's markers are everywhere else.
+		require.Contains(t, everywhere, mark(f, "BRAVO"), "customer B's %s", f)
+	}
+	require.Contains(t, dumps["API answers"], mark("order-notes", "BRAVO"))
+
+	// The audit log names who erased whom, never a value.
+	entries, _, err := a.w.auditTrail.ListAudit(t.Context(), query.Page{Number: 1, Size: 100})
+	require.NoError(t, err)
+	var audited int
+	for _, e := range entries {
+		if e.Action == ops.ActionCustomerErase {
+			audited++
+			require.Equal(t, "key:"+a.opAKeyID, e.Actor)
+			require.Equal(t, "customer/"+alpha.customer, e.Target)
+		}
+	}
+	require.Positive(t, audited)
+
+	// Verify passes, and a rebuild gives the same rows.
+	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.NoError(t, err, out)
+	before := readModelRows(t, a.dbs.rm.DB)
+	for _, p := range []string{"orders", "service_requests", "schedules"} {
+		out, err := cli(t.Context(), a.urls(), "rebuild", p)
+		require.NoError(t, err, out)
+	}
+	require.Equal(t, before, readModelRows(t, a.dbs.rm.DB), "a rebuild brings nothing back")
+}
