@@ -3038,12 +3038,15 @@ type Customer struct {
 	Address string `json:"address"`
 
 	// CreatedAt RFC 3339 with an offset; answered in UTC
-	CreatedAt time.Time          `json:"created_at"`
-	Email     string             `json:"email"`
-	Id        openapi_types.UUID `json:"id"`
-	Name      string             `json:"name"`
-	Notes     string             `json:"notes"`
-	Phone     string             `json:"phone"`
+	CreatedAt time.Time `json:"created_at"`
+	Email     string    `json:"email"`
+
+	// ErasedAt when the record was erased (GDPR article 17): it keeps its id and no personal data, and takes no change; absent otherwise
+	ErasedAt *time.Time         `json:"erased_at,omitempty"`
+	Id       openapi_types.UUID `json:"id"`
+	Name     string             `json:"name"`
+	Notes    string             `json:"notes"`
+	Phone    string             `json:"phone"`
 
 	// UpdatedAt RFC 3339 with an offset; answered in UTC
 	UpdatedAt time.Time `json:"updated_at"`
@@ -4314,10 +4317,13 @@ type StaffMember struct {
 	Active bool `json:"active"`
 
 	// CreatedAt RFC 3339 with an offset; answered in UTC
-	CreatedAt time.Time          `json:"created_at"`
-	Id        openapi_types.UUID `json:"id"`
-	Name      string             `json:"name"`
-	Phone     string             `json:"phone"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// ErasedAt when the record was erased (GDPR article 17): it keeps its id and no personal data, and takes no change; absent otherwise
+	ErasedAt *time.Time         `json:"erased_at,omitempty"`
+	Id       openapi_types.UUID `json:"id"`
+	Name     string             `json:"name"`
+	Phone    string             `json:"phone"`
 
 	// UpdatedAt RFC 3339 with an offset; answered in UTC
 	UpdatedAt time.Time `json:"updated_at"`

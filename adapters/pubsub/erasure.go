@@ -25,7 +25,7 @@ var subjectTables = map[string]struct{ table, scrub string }{
 		        erased_at = coalesce(erased_at, now()), updated_at = now()
 		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
 	event.SubjectStaffMember: {"staff",
-		`UPDATE staff SET name = '', phone = '', erased_at = coalesce(erased_at, now()), updated_at = now()
+		`UPDATE staff SET name = '', phone = '', active = false, erased_at = coalesce(erased_at, now()), updated_at = now()
 		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
 }
 

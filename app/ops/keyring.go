@@ -17,21 +17,37 @@ type Secrets interface {
 	SealSecrets(ctx context.Context, all bool) (int, error)
 }
 
-// Rewrap re-seals every secret under the active master key, activeKey,
-// after a new master key was put first (docs/operations.md, master-key
-// rotation), and records who did it in the audit log; the old key can go
-// once it is done. Running it again rewrites nothing.
-func Rewrap(ctx context.Context, secrets Secrets, audit AuditLog, actor, activeKey string) (int, error) {
-	if secrets == nil || audit == nil {
-		return 0, errors.New("ops.Rewrap: secrets and audit are required")
+// DataKeys re-seals the customers' data keys (adapters/vault) under the
+// active master key; the events they seal are not touched.
+type DataKeys interface {
+	Rewrap(ctx context.Context) (int, error)
+}
+
+// Rewrapped counts what Rewrap re-sealed.
+type Rewrapped struct {
+	WebhookEndpoints int
+	DataKeys         int
+}
+
+// Rewrap re-seals every secret and every data key under the active master
+// key, activeKey, after a new master key was put first (docs/operations.md,
+// master-key rotation), and records who did it in the audit log; the old
+// key can go once it is done. Running it again rewrites nothing.
+func Rewrap(ctx context.Context, secrets Secrets, keys DataKeys, audit AuditLog, actor, activeKey string) (Rewrapped, error) {
+	var out Rewrapped
+	if secrets == nil || keys == nil || audit == nil {
+		return out, errors.New("ops.Rewrap: secrets, keys and audit are required")
 	}
 	if err := CheckActor(actor); err != nil {
-		return 0, err
+		return out, err
 	}
-	n, err := secrets.SealSecrets(ctx, true)
-	if err != nil {
-		return n, fmt.Errorf("re-seal secrets: %w", err)
+	var err error
+	if out.WebhookEndpoints, err = secrets.SealSecrets(ctx, true); err != nil {
+		return out, fmt.Errorf("re-seal secrets: %w", err)
 	}
-	return n, audit.RecordAudit(ctx, AuditEntry{Actor: actor, Action: ActionKeyringRewrap, Target: "master_key/" + activeKey,
-		Details: map[string]any{"webhook_endpoints": n}})
+	if out.DataKeys, err = keys.Rewrap(ctx); err != nil {
+		return out, fmt.Errorf("re-seal data keys: %w", err)
+	}
+	return out, audit.RecordAudit(ctx, AuditEntry{Actor: actor, Action: ActionKeyringRewrap, Target: "master_key/" + activeKey,
+		Details: map[string]any{"webhook_endpoints": out.WebhookEndpoints, "data_keys": out.DataKeys}})
 }

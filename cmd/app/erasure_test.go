@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -16,8 +17,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/pubsub"
+	"hearth/adapters/vault"
+	"hearth/app/command"
 	"hearth/app/ops"
 	"hearth/app/query"
+	"hearth/domain/event"
 	"hearth/domain/uuid"
 	"hearth/internal/natstest"
 	"hearth/internal/pgtest"
@@ -252,4 +257,142 @@ func TestErasureForgetsEveryCopy(t *testing.T) {
 		require.NoError(t, err, out)
 	}
 	require.Equal(t, before, readModelRows(t, a.dbs.rm.DB), "a rebuild brings nothing back")
+}
+
+// A staff member is erased from the CLI as from the API: the record keeps
+// its id and no personal data, takes no change, is no longer active, and
+// staff_member.erased goes out; the CLI refuses an erasure without the
+// confirmation and names an unknown id. An erased customer's record takes
+// no change either, and no new personal data is written about them.
+func TestErasureOfStaffAndRecords(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := withWebhooks(t, urls, nil)
+	rc := newReceiver(t)
+	a.createEndpoint(a.opA, rc.URL+"/hook")
+	staff := a.must(http.StatusCreated, http.MethodPost, "/v1/staff", a.opA, map[string]any{
+		"name": "Sam STAFFMARK", "phone": "07700 900123"}).Body["id"].(string)
+
+	vars := map[string]string{"DATABASE_URL": urls.EventStore, "MASTER_KEY": testMasterKey, "USER": "tester"}
+	var out syncBuffer
+	err := run(t.Context(), []string{"staff", "erase", "--merchant", "acme", staff}, env(vars), &out, io.Discard)
+	require.ErrorContains(t, err, "--confirm: must repeat the id")
+	unknown := uuid.New()
+	err = run(t.Context(), []string{"staff", "erase", "--merchant", "acme", unknown, "--confirm", unknown}, env(vars), &out, io.Discard)
+	require.ErrorContains(t, err, `merchant "acme" has no staff member `+unknown)
+	require.Contains(t, a.must(http.StatusOK, http.MethodGet, "/v1/staff/"+staff, a.opA, nil).Raw, "STAFFMARK")
+
+	require.NoError(t, run(t.Context(), []string{"staff", "erase", "--merchant", "acme", staff, "--confirm", staff, "--by", "dpo@acme.example"},
+		env(vars), &out, io.Discard))
+	require.Contains(t, out.String(), "erased staff member "+staff)
+	s := a.must(http.StatusOK, http.MethodGet, "/v1/staff/"+staff, a.opA, nil)
+	require.NotContains(t, s.Raw, "STAFFMARK")
+	require.NotContains(t, s.Raw, "07700")
+	require.NotEmpty(t, s.Body["erased_at"])
+	require.Equal(t, false, s.Body["active"])
+	requireProblem(t, a.do(http.MethodPatch, "/v1/staff/"+staff, a.opA, map[string]any{"name": "Sam again"}), http.StatusConflict, "/problems/conflict")
+	require.Eventually(t, func() bool {
+		for _, d := range rc.delivered() {
+			if d.event.Type == "staff_member.erased" && d.event.AggregateID == staff {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "staff_member.erased delivered")
+	var actor string
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT actor FROM admin_audit WHERE action = 'staff_member.erase' AND target = $1`,
+		"staff_member/"+staff).Scan(&actor))
+	require.Equal(t, "dpo@acme.example", actor)
+
+	// An erased customer: no change to the record, no new personal data
+	// about them (an order's notes are personal), and their id stays valid.
+	customer := a.createCustomer(a.opA, "Ada Erased")
+	order := a.createOrder(a.opA, customer, 1500)
+	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+customer+"/erase", a.opA, map[string]any{"confirm": customer})
+	requireProblem(t, a.do(http.MethodPatch, "/v1/customers/"+customer, a.opA, map[string]any{"name": "Ada"}), http.StatusConflict, "/problems/conflict")
+	requireProblem(t, a.do(http.MethodPost, "/v1/orders", a.opA, map[string]any{"customer_id": customer, "amount_cents": 100, "notes": "x"}),
+		http.StatusConflict, "/problems/conflict")
+	requireProblem(t, a.do(http.MethodPost, "/v1/orders/"+order+"/cancel", a.opA, map[string]any{"reason": "moved away"}),
+		http.StatusConflict, "/problems/conflict")
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+order+"/status", a.opA, map[string]any{"status": "dispatching"})
+}
+
+// Erasure finishes what it started whatever happened in between: a writer
+// that still held the customer's key (another instance, before its cache
+// expired) seals a new order after the first pass; the next pass (the
+// erasure's own second one, or the operator running it again after a
+// crash) marks that order too, and its notes read as erased.
+func TestErasureCatchesWritesSealedMeanwhile(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := setup(t, urls)
+	customer := a.createCustomer(a.opA, "Ada")
+	first := a.createOrder(a.opA, customer, 1000)
+
+	// The stale writer: its own vault and store, the key adopted before.
+	stale, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(a.dbs.es, nil, stale)
+	require.NoError(t, err)
+	var sealedKey []byte
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT sealed FROM data_keys WHERE subject_id = $1`, customer).Scan(&sealedKey))
+	require.NoError(t, stale.Adopt(customer, sealedKey))
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	orders, err := command.NewOrderHandlers(tx)
+	require.NoError(t, err)
+
+	// The eraser runs on another instance (its own vault).
+	other, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	eraser, err := pubsub.NewStore(a.dbs.es, nil, other)
+	require.NoError(t, err)
+	req := ops.ErasureRequest{By: "test", MerchantID: a.merchantA, SubjectType: event.SubjectCustomer, SubjectID: customer, Confirm: customer}
+	audit := func(ops.Erasure) ops.AuditEntry { return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + customer} }
+	pass, err := eraser.EraseSubject(t.Context(), req, audit)
+	require.NoError(t, err)
+	require.Equal(t, 1, pass.Streams)
+
+	written, err := orders.Create(t.Context(), command.CreateOrder{
+		Meta:       event.Meta{MerchantID: a.merchantA, Actor: "key:stale", CorrelationID: "c", OccurredAt: time.Now()},
+		CustomerID: customer, AmountCents: 700, Notes: "written by a stale instance"})
+	require.NoError(t, err, "the stale writer still seals with the key it holds")
+	late := written.Stream[0].StreamID
+
+	pass, err = eraser.EraseSubject(t.Context(), req, audit)
+	require.NoError(t, err)
+	require.Equal(t, 1, pass.Streams, "the second pass marks the order written in between")
+	pass, err = eraser.EraseSubject(t.Context(), req, audit)
+	require.NoError(t, err)
+	require.Zero(t, pass.Streams, "and a third finds nothing left")
+
+	for _, id := range []string{first, late} {
+		o := a.must(http.StatusOK, http.MethodGet, fmt.Sprintf("/v1/orders/%s?min_position=%d", id, max(pass.Position, 1)), a.opA, nil)
+		require.Eventually(t, func() bool {
+			o = a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id, a.opA, nil)
+			return o.Body["notes"] == nil
+		}, 10*time.Second, 10*time.Millisecond, "order %s erased: %s", id, o.String())
+		require.NotContains(t, o.Raw, "stale instance")
+	}
+}
+
+// A data key missing for a customer who was not erased (a restore that
+// lost data_keys, a hand-made deletion) stops a rebuild with a message that
+// says so, never an empty field. (Projections park the aggregate:
+// adapters/pubsub/projector TestMissingDataKeyParksTheAggregate.)
+func TestMissingDataKeyStopsRebuild(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := setup(t, urls)
+	customer := a.createCustomer(a.opA, "Ada")
+	order := a.createOrder(a.opA, customer, 1000)
+	a.awaitOrder(a.opA, order, 1)
+	_, err := a.dbs.es.DB.Exec(`DELETE FROM data_keys WHERE subject_id = $1`, customer)
+	require.NoError(t, err)
+
+	// A rebuild reads the events with no key in any cache.
+	out, err := cli(t.Context(), a.urls(), "rebuild", "orders")
+	require.Error(t, err, out)
+	require.ErrorContains(t, err, "the data key of subject "+customer+" is missing, and the subject was not erased")
+	a.awaitOrder(a.opA, order, 1) // the live read model is left as it was
 }

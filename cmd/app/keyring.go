@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"hearth/adapters/vault"
 	"hearth/adapters/webhooks"
 	"hearth/app/ops"
 	"hearth/internal/database"
@@ -16,8 +17,8 @@ import (
 
 // keyringCommand runs `app keyring new [ID]`, which prints a new master key
 // line (ID:KEY) for MASTER_KEY or MASTER_KEY_FILE and stores it nowhere,
-// and `app keyring rewrap`, which re-seals every secret under the first
-// master key (ops.Rewrap).
+// and `app keyring rewrap`, which re-seals every secret and every data key
+// under the first master key (ops.Rewrap).
 func keyringCommand(ctx context.Context, cfg Config, sub string, k keyFlags, rest []string, getenv func(string) string, stdout io.Writer) error {
 	switch sub {
 	case "rewrap":
@@ -43,12 +44,16 @@ func keyringCommand(ctx context.Context, cfg Config, sub string, k keyFlags, res
 		if err != nil {
 			return err
 		}
-		n, err := ops.Rewrap(ctx, hooks, audit, actor(k.by, getenv), cfg.MasterKeys.ActiveID())
+		keys, err := vault.New(db.DB, cfg.MasterKeys)
+		if err != nil {
+			return err
+		}
+		n, err := ops.Rewrap(ctx, hooks, keys, audit, actor(k.by, getenv), cfg.MasterKeys.ActiveID())
 		if err != nil {
 			return asUsage(flagError("keyring rewrap", err, ""))
 		}
-		fmt.Fprintf(stdout, "re-sealed the secrets of %d webhook endpoints under master key %s; no longer needed: %s\n",
-			n, cfg.MasterKeys.ActiveID(), cmpOr(strings.Join(cfg.MasterKeys.IDs()[1:], ", "), "none"))
+		fmt.Fprintf(stdout, "re-sealed the secrets of %d webhook endpoints and %d data keys under master key %s; no longer needed: %s\n",
+			n.WebhookEndpoints, n.DataKeys, cfg.MasterKeys.ActiveID(), cmpOr(strings.Join(cfg.MasterKeys.IDs()[1:], ", "), "none"))
 		return nil
 	case "new":
 		if len(rest) > 1 {

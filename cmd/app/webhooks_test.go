@@ -1051,8 +1051,14 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	require.NoError(t, err)
 	var out bytes.Buffer
 	vars := map[string]string{"DATABASE_URL": urls.EventStore, "MASTER_KEY": newKey + "," + testMasterKey, "USER": "tester"}
+	var dataKeys int // the customers' (adapters/vault)
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM data_keys`).Scan(&dataKeys))
+	require.Positive(t, dataKeys)
 	require.NoError(t, run(t.Context(), []string{"keyring", "rewrap"}, env(vars), &out, io.Discard))
-	require.Contains(t, out.String(), "re-sealed the secrets of 1 webhook endpoints under master key next; no longer needed: test")
+	require.Contains(t, out.String(), fmt.Sprintf("re-sealed the secrets of 1 webhook endpoints and %d data keys under master key next; no longer needed: test", dataKeys))
+	var stale int
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM data_keys WHERE substring(sealed from 3 for 4) <> 'next'`).Scan(&stale))
+	require.Zero(t, stale, "every data key sealed by the new master key")
 	var sealed []byte
 	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT secret_sealed FROM webhook_endpoints WHERE id = $1`, endpoint).Scan(&sealed))
 	id, err := keyring.KeyID(sealed)

@@ -22,6 +22,9 @@ type Customer struct {
 	Notes      string
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// ErasedAt is when the customer was erased (GDPR article 17): the
+	// record keeps its id, and no personal data.
+	ErasedAt *time.Time
 }
 
 // StaffMember is someone a merchant dispatches.
@@ -33,6 +36,8 @@ type StaffMember struct {
 	Active     bool
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// ErasedAt is when the staff member was erased.
+	ErasedAt *time.Time
 }
 
 // CatalogItem is a service a merchant sells.
@@ -52,6 +57,9 @@ type Record[T any] interface {
 	*T
 	Normalize() error
 	Key() *Key
+	// Erased reports whether the record's person was erased: it then
+	// takes no change.
+	Erased() bool
 }
 
 // Key is what every record has: its id, its merchant and its times.
@@ -67,6 +75,10 @@ func (c *Customer) Key() *Key {
 func (s *StaffMember) Key() *Key {
 	return &Key{ID: &s.ID, MerchantID: &s.MerchantID, CreatedAt: &s.CreatedAt, UpdatedAt: &s.UpdatedAt}
 }
+
+func (c *Customer) Erased() bool    { return c.ErasedAt != nil }
+func (s *StaffMember) Erased() bool { return s.ErasedAt != nil }
+func (c *CatalogItem) Erased() bool { return false }
 
 func (c *CatalogItem) Key() *Key {
 	return &Key{ID: &c.ID, MerchantID: &c.MerchantID, CreatedAt: &c.CreatedAt, UpdatedAt: &c.UpdatedAt}

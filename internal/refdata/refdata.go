@@ -109,6 +109,9 @@ func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(
 		if err != nil {
 			return err
 		}
+		if P(&v).Erased() { // its personal data is gone for good: nothing new is written back
+			return &apperr.ConflictError{Detail: fmt.Sprintf("%s was erased and cannot be changed", id)}
+		}
 		if err := fn(&v); err != nil {
 			return err
 		}

@@ -142,33 +142,36 @@ func changeBodyOf(c query.Change) changeBody {
 
 // customerBody is a customer as the API shows it.
 type customerBody struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Phone     string    `json:"phone"`
-	Email     string    `json:"email"`
-	Address   string    `json:"address"`
-	Notes     string    `json:"notes"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Phone     string     `json:"phone"`
+	Email     string     `json:"email"`
+	Address   string     `json:"address"`
+	Notes     string     `json:"notes"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	ErasedAt  *time.Time `json:"erased_at,omitempty"`
 }
 
 func customerBodyOf(v reference.Customer) customerBody {
 	return customerBody{ID: v.ID, Name: v.Name, Phone: v.Phone, Email: v.Email, Address: v.Address,
-		Notes: v.Notes, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt}
+		Notes: v.Notes, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, ErasedAt: v.ErasedAt}
 }
 
 // staffBody is a staff member as the API shows it.
 type staffBody struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Phone     string    `json:"phone"`
-	Active    bool      `json:"active"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Phone     string     `json:"phone"`
+	Active    bool       `json:"active"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	ErasedAt  *time.Time `json:"erased_at,omitempty"`
 }
 
 func staffBodyOf(v reference.StaffMember) staffBody {
-	return staffBody{ID: v.ID, Name: v.Name, Phone: v.Phone, Active: v.Active, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt}
+	return staffBody{ID: v.ID, Name: v.Name, Phone: v.Phone, Active: v.Active, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
+		ErasedAt: v.ErasedAt}
 }
 
 // catalogItemBody is a catalog item as the API shows it.
