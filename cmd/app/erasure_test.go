@@ -348,7 +348,9 @@ func TestErasureCatchesWritesSealedMeanwhile(t *testing.T) {
 	eraser, err := pubsub.NewStore(a.dbs.es, nil, other)
 	require.NoError(t, err)
 	req := ops.ErasureRequest{By: "test", MerchantID: a.merchantA, SubjectType: event.SubjectCustomer, SubjectID: customer, Confirm: customer}
-	audit := func(ops.Erasure) ops.AuditEntry { return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + customer} }
+	audit := func(ops.Erasure) ops.AuditEntry {
+		return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + customer}
+	}
 	pass, err := eraser.EraseSubject(t.Context(), req, audit)
 	require.NoError(t, err)
 	require.Equal(t, 1, pass.Streams)
