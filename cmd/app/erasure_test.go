@@ -149,6 +149,25 @@ func TestErasureForgetsEveryCopy(t *testing.T) {
 		return err == nil && info.State.Msgs == uint64(events)
 	}, 30*time.Second, 10*time.Millisecond, "every event relayed")
 
+	// The other customer's rows, byte for byte, before and after.
+	bravoRows := func() string {
+		ids := append([]string{bravo.customer}, bravo.ids...)
+		var es, rm sql.NullString
+		require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT string_agg(t::text, E'\n' ORDER BY t::text) FROM (
+			SELECT e::text AS t FROM events e WHERE e.stream_id::text = ANY ($1)
+			UNION ALL SELECT c::text FROM customers c WHERE c.id::text = ANY ($1)
+			UNION ALL SELECT k::text FROM data_keys k WHERE k.subject_id::text = ANY ($1)) x`, ids).Scan(&es))
+		require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT string_agg(t, E'\n' ORDER BY t) FROM (
+			SELECT o::text AS t FROM orders o WHERE o.id::text = ANY ($1)
+			UNION ALL SELECT r::text FROM service_requests r WHERE r.id::text = ANY ($1)
+			UNION ALL SELECT s::text FROM schedules s WHERE s.id::text = ANY ($1)
+			UNION ALL SELECT c::text FROM change_log c WHERE c.aggregate_id::text = ANY ($1)) x`, ids).Scan(&rm))
+		require.NotEmpty(t, es.String)
+		require.NotEmpty(t, rm.String)
+		return es.String + "\n" + rm.String
+	}
+	bravoBefore := bravoRows()
+
 	// Bad input changes nothing: no confirmation, a wrong one, an unknown
 	// customer, another merchant's, a worker's key.
 	erase := "/v1/customers/" + alpha.customer + "/erase"
@@ -234,6 +253,8 @@ func TestErasureForgetsEveryCopy(t *testing.T) {
 		require.Contains(t, everywhere, mark(f, "BRAVO"), "customer B's %s", f)
 	}
 	require.Contains(t, dumps["API answers"], mark("order-notes", "BRAVO"))
+
+	require.Equal(t, bravoBefore, bravoRows(), "nothing of the other customer changed")
 
 	// The audit log names who erased whom, never a value.
 	entries, _, err := a.w.auditTrail.ListAudit(t.Context(), query.Page{Number: 1, Size: 100})
