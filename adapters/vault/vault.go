@@ -32,7 +32,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -123,19 +122,14 @@ var sealedMember = []byte(`"sealed"`)
 
 func (v *Vault) decoder(f aggregates.Facts, erasing string) event.Decoder {
 	return func(eventType string, data []byte, more ...[]byte) (event.Event, error) {
-		if !bytes.Contains(data, sealedMember) {
+		box, err := boxOf(data)
+		if err != nil {
+			return nil, fmt.Errorf("decode %s: sealed member: %w", eventType, err)
+		}
+		if box == nil {
 			return f.Decode(eventType, data, more...)
 		}
-		var s struct {
-			Sealed *Box `json:"sealed"`
-		}
-		if err := json.Unmarshal(data, &s); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", eventType, err)
-		}
-		if s.Sealed == nil {
-			return f.Decode(eventType, data, more...)
-		}
-		opened, err := v.open(s.Sealed, eventType, erasing)
+		opened, err := v.open(box, eventType, erasing)
 		if err != nil {
 			return nil, fmt.Errorf("decode %s: %w", eventType, err)
 		}
@@ -301,15 +295,48 @@ func (v *Vault) Seal(subject, eventType string, data []byte, fields []string) ([
 
 // SealWith is Seal with the key given.
 func SealWith(aead cipher.AEAD, subject, eventType string, data []byte, fields []string) ([]byte, error) {
+	rest, text, names, ok := cut(data, fields)
+	if !ok {
+		var err error
+		if rest, text, names, err = cutSlowly(data, fields); err != nil {
+			return nil, fmt.Errorf("seal %s: %w", eventType, err)
+		}
+	}
+	if len(names) == 0 {
+		return data, nil
+	}
+	if bytes.Contains(rest, sealedMember) {
+		if _, _, _, sealed := member(rest, "sealed"); sealed {
+			return nil, fmt.Errorf("seal %s: it is sealed already", eventType)
+		}
+	}
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(text)+aead.Overhead())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("vault: random nonce: %w", err)
+	}
+	box, err := json.Marshal(Box{Subject: subject, Fields: names, Box: aead.Seal(nonce, nonce, text, aad(subject, eventType))})
+	if err != nil {
+		return nil, err
+	}
+	// rest ends with the object's closing brace: the member goes before it.
+	end := bytes.LastIndexByte(rest, '}')
+	out := make([]byte, 0, len(rest)+len(box)+12)
+	out = append(out, rest[:end]...)
+	if bytes.ContainsFunc(rest[1:end], func(r rune) bool { return !isSpace(byte(r)) }) {
+		out = append(out, ',')
+	}
+	out = append(out, `"sealed":`...)
+	out = append(out, box...)
+	return append(out, rest[end:]...), nil
+}
+
+// cutSlowly is cut through a decoded map, for data of another shape.
+func cutSlowly(data []byte, fields []string) (rest, removed []byte, names []string, err error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("seal %s: %w", eventType, err)
-	}
-	if _, ok := m["sealed"]; ok {
-		return nil, fmt.Errorf("seal %s: it is sealed already", eventType)
+		return nil, nil, nil, err
 	}
 	plain := make(map[string]json.RawMessage, len(fields))
-	var names []string
 	for _, f := range fields {
 		if raw, ok := m[f]; ok {
 			plain[f] = raw
@@ -317,38 +344,21 @@ func SealWith(aead cipher.AEAD, subject, eventType string, data []byte, fields [
 			delete(m, f)
 		}
 	}
-	if len(names) == 0 {
-		return data, nil
+	if rest, err = json.Marshal(m); err != nil {
+		return nil, nil, nil, err
 	}
-	slices.Sort(names)
-	text, err := json.Marshal(plain)
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, aead.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, fmt.Errorf("vault: random nonce: %w", err)
-	}
-	box := aead.Seal(nonce, nonce, text, aad(subject, eventType))
-	if m["sealed"], err = json.Marshal(Box{Subject: subject, Fields: names, Box: box}); err != nil {
-		return nil, err
-	}
-	return json.Marshal(m)
+	removed, err = json.Marshal(plain)
+	return rest, removed, names, err
 }
 
 // SealedBy returns the subject an event's data is sealed for, "" when it is
 // not sealed.
 func SealedBy(data []byte) (string, error) {
-	if !bytes.Contains(data, sealedMember) {
-		return "", nil
-	}
-	var s struct {
-		Sealed *Box `json:"sealed"`
-	}
-	if err := json.Unmarshal(data, &s); err != nil || s.Sealed == nil {
+	b, err := boxOf(data)
+	if err != nil || b == nil {
 		return "", err
 	}
-	return s.Sealed.Subject, nil
+	return b.Subject, nil
 }
 
 // Rewrap re-seals every data key sealed by another master key than the

@@ -204,3 +204,41 @@ func TestRewrapDataKeys(t *testing.T) {
 	require.Equal(t, "new", id)
 	require.False(t, bytes.Contains(sealedKey, []byte("notes")))
 }
+
+// Sealing finds the personal members by their bytes, not by decoding: any
+// text round-trips, whatever it holds (quotes, a key's name, braces,
+// escapes, other scripts), also after Postgres's jsonb has rewritten the
+// object (key order, spaces), and the ids and amounts stay in clear.
+func TestSealRoundTripsAnyText(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	v := f.vault(t, oldKey)
+	subject := uuid.New()
+	require.True(t, f.adopt(t, v, subject))
+	texts := []string{"", "plain", `say "hi"`, `,"notes":"x"`, `{"sealed":1}`, `\"sealed\": `, "tab\tnew\nline", "Zoë 東京 🙂", `\\`, "}", "sealed"}
+	for i := range 200 { // and arbitrary bytes, as strings
+		b := make([]byte, i%40)
+		for j := range b {
+			b[j] = byte((i*31 + j*7) % 256)
+		}
+		texts = append(texts, string(bytes.ToValidUTF8(b, []byte("?"))))
+	}
+	for _, text := range texts {
+		e := order.Cancelled{From: order.StatusPending, Reason: text}
+		data, err := json.Marshal(e)
+		require.NoError(t, err)
+		sealedData, err := v.Seal(subject, "OrderCancelled", data, order.Personal["OrderCancelled"])
+		require.NoError(t, err, "%q", text)
+		require.True(t, json.Valid(sealedData), "%q: %s", text, sealedData)
+		require.Contains(t, string(sealedData), `"from":"pending"`)
+		// As the events table gives it back: jsonb's own order and spacing.
+		var jsonb string
+		require.NoError(t, f.db.QueryRow(`SELECT $1::jsonb::text`, string(sealedData)).Scan(&jsonb))
+		for _, stored := range [][]byte{sealedData, []byte(jsonb)} {
+			got, err := v.Decoder(aggregates.Order.Facts)("OrderCancelled", stored)
+			require.NoError(t, err, "%q: %s", text, stored)
+			require.Equal(t, text, got.(order.Cancelled).Reason, "%s", stored)
+			require.Equal(t, order.StatusPending, got.(order.Cancelled).From)
+		}
+	}
+}
