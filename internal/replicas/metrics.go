@@ -26,7 +26,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"replica"}),
 		usable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_replica_usable",
-			Help: "1 while reads go to the read replica; 0 while it is skipped (down, of another cluster, or further behind than READ_REPLICA_MAX_LAG).",
+			Help: "1 while reads go to the read replica; 0 while it is skipped (down, of another cluster, another primary, or further behind than READ_REPLICA_MAX_LAG).",
 		}, []string{"replica"}),
 		primary: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_replica_is_primary",

@@ -101,3 +101,29 @@ func TestParseLSN(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+// A replica setting may name a primary. The primary Hearth writes to is
+// one more read path; another primary of the cluster (here a replica
+// promoted beside it: a split brain, or a former primary not yet demoted)
+// misses the writes made since, and is skipped.
+func TestPrimariesAsReplicas(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	replica := pgtest.StartReplica(t)
+	primary := pgtest.Open(t, urls.EventStore)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	ctx := t.Context()
+	set, err := Open(ctx, Config{Setting: "READ_REPLICA_URLS", PrimarySetting: "DATABASE_URL", Primary: primary,
+		URLs: []string{urls.EventStore, pgtest.On(replica, urls.EventStore)}, MaxLag: time.Minute, CheckEvery: time.Hour, Metrics: m})
+	require.NoError(t, err)
+	t.Cleanup(set.Close)
+	itself, promoted := set.Replicas()[0], set.Replicas()[1]
+	require.True(t, itself.Usable(), "the primary itself serves reads")
+	require.True(t, promoted.Usable(), "a streaming replica serves reads")
+
+	_, err = pgtest.Open(t, replica.URL("postgres")).ExecContext(ctx, `SELECT pg_promote()`)
+	require.NoError(t, err)
+	set.check(ctx)
+	require.True(t, itself.Usable(), "the primary itself still serves reads")
+	require.False(t, promoted.Usable(), "another primary of the cluster is skipped")
+}

@@ -10,9 +10,12 @@
 // and no clock of another machine is read). A replica is usable while it
 // answers and is at most MaxLag behind; one that is down or further behind
 // is skipped, and used again once a check finds it back within MaxLag.
-// A replica that is not in recovery (a primary: the replica setting names
-// the primary itself, or a standby Patroni promoted) is usable with a lag
-// of 0: one more read path to a server that has every write.
+// A replica that is not in recovery and is the primary (the replica setting
+// names the primary itself, or a standby Patroni promoted, which the
+// primary's multi-host URL now reaches too) is usable with a lag of 0: one
+// more read path to a server that has every write. Another server of the
+// cluster not in recovery (a former primary not yet demoted, a split
+// brain) is skipped: it misses the writes made since.
 //
 // A Router (route.go) picks, per GET, a usable replica of each Set or the
 // primary, and makes read-your-writes hold through the replica it picked.
@@ -83,7 +86,8 @@ type Replica struct {
 	usable   atomic.Bool
 	verified atomic.Bool // its system identifier is the primary's
 	// state is the last state logged ("usable", "down", "behind",
-	// "foreign"), so only changes are logged (monitor only).
+	// "foreign", "other primary"), so only changes are logged (monitor
+	// only).
 	state string
 }
 
@@ -226,7 +230,8 @@ func (s *Set) skip(r *Replica, err error) {
 func (s *Set) check(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	var raw string
-	err := s.cfg.Primary.QueryRowContext(cctx, `SELECT pg_current_wal_lsn()::text`).Scan(&raw)
+	var started time.Time
+	err := s.cfg.Primary.QueryRowContext(cctx, `SELECT pg_current_wal_lsn()::text, pg_postmaster_start_time()`).Scan(&raw, &started)
 	cancel()
 	now := time.Now()
 	if err != nil {
@@ -247,7 +252,7 @@ func (s *Set) check(ctx context.Context) {
 		s.samples = s.samples[len(s.samples)-maxSamples:]
 	}
 	for _, r := range s.members {
-		s.measure(ctx, r, primaryLSN)
+		s.measure(ctx, r, primaryLSN, started)
 	}
 }
 
@@ -255,8 +260,9 @@ func (s *Set) check(ctx context.Context) {
 // replica behind the oldest shows at least that age.
 const maxSamples = 1000
 
-// measure checks one replica: its cluster, then its lag.
-func (s *Set) measure(ctx context.Context, r *Replica, primaryLSN uint64) {
+// measure checks one replica: its cluster, then its lag. primaryStarted
+// tells the primary from another server that is not in recovery.
+func (s *Set) measure(ctx context.Context, r *Replica, primaryLSN uint64, primaryStarted time.Time) {
 	state, detail := "usable", []any{}
 	defer func() {
 		r.usable.Store(state == "usable")
@@ -282,13 +288,21 @@ func (s *Set) measure(ctx context.Context, r *Replica, primaryLSN uint64) {
 	defer cancel()
 	var recovering bool
 	var replayed *string
-	err := r.db.QueryRowContext(cctx,
-		`SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text END`).Scan(&recovering, &replayed)
+	var started time.Time
+	err := r.db.QueryRowContext(cctx, `SELECT pg_is_in_recovery(),
+		CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text END, pg_postmaster_start_time()`).Scan(&recovering, &replayed, &started)
 	if err != nil {
 		state, detail = "down", []any{"error", err}
 		return
 	}
 	s.cfg.Metrics.primary.WithLabelValues(r.Name).Set(b2f(!recovering))
+	if !recovering && !started.Equal(primaryStarted) {
+		// A primary of the cluster that is not the one Hearth writes to:
+		// a former primary not demoted yet, or a split brain. It misses
+		// the writes made since it was left, so it is no read path.
+		state, detail = "other primary", []any{"reason", "a primary of the cluster other than the one " + s.cfg.PrimarySetting + " reaches"}
+		return
+	}
 	var lagBytes uint64
 	var lag time.Duration
 	if recovering && replayed != nil {
