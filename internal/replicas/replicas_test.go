@@ -24,22 +24,28 @@ func (s serverPort) port(ctx context.Context) (int, error) {
 	return port, err
 }
 
+// openSet opens a Set of replicas of primaryURL. No monitor runs (Run is
+// not called): only Open's check and the test's own.
+func openSet(t *testing.T, primaryURL string, replicaURLs ...string) (*Set, *bun.DB, *Metrics) {
+	t.Helper()
+	primary := pgtest.Open(t, primaryURL)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	set, err := Open(t.Context(), Config{Setting: "READ_REPLICA_URLS", PrimarySetting: "DATABASE_URL", Primary: primary,
+		URLs: replicaURLs, MaxLag: time.Minute, CheckEvery: time.Hour, Metrics: m})
+	require.NoError(t, err)
+	t.Cleanup(set.Close)
+	return set, primary, m
+}
+
 // A read sent to a replica that stopped since its last check is made again
 // on the primary, the replica is skipped at once, and the rest of the GET
 // reads the primary; the next check that finds it answering brings it back.
 func TestReadsFallBackToThePrimary(t *testing.T) {
 	urls := pgtest.NewDB(t)
 	replica := pgtest.StartReplica(t)
-	primary := pgtest.Open(t, urls.EventStore)
-	m, err := NewMetrics(prometheus.NewRegistry())
-	require.NoError(t, err)
 	ctx := t.Context()
-	// No monitor runs (Run is not called): only Open's check and the
-	// test's own.
-	set, err := Open(ctx, Config{Setting: "READ_REPLICA_URLS", PrimarySetting: "DATABASE_URL", Primary: primary,
-		URLs: []string{pgtest.On(replica, urls.EventStore)}, MaxLag: time.Minute, CheckEvery: time.Hour, Metrics: m})
-	require.NoError(t, err)
-	t.Cleanup(set.Close)
+	set, primary, m := openSet(t, urls.EventStore, pgtest.On(replica, urls.EventStore))
 	rep := set.Replicas()[0]
 	require.True(t, rep.Usable(), "Open's check found the replica usable")
 	rt, err := Each(set, m, primary, func(db *bun.DB) (serverPort, error) { return serverPort{db}, nil })
@@ -109,19 +115,13 @@ func TestParseLSN(t *testing.T) {
 func TestPrimariesAsReplicas(t *testing.T) {
 	urls := pgtest.NewDB(t)
 	replica := pgtest.StartReplica(t)
-	primary := pgtest.Open(t, urls.EventStore)
-	m, err := NewMetrics(prometheus.NewRegistry())
-	require.NoError(t, err)
 	ctx := t.Context()
-	set, err := Open(ctx, Config{Setting: "READ_REPLICA_URLS", PrimarySetting: "DATABASE_URL", Primary: primary,
-		URLs: []string{urls.EventStore, pgtest.On(replica, urls.EventStore)}, MaxLag: time.Minute, CheckEvery: time.Hour, Metrics: m})
-	require.NoError(t, err)
-	t.Cleanup(set.Close)
+	set, _, _ := openSet(t, urls.EventStore, urls.EventStore, pgtest.On(replica, urls.EventStore))
 	itself, promoted := set.Replicas()[0], set.Replicas()[1]
 	require.True(t, itself.Usable(), "the primary itself serves reads")
 	require.True(t, promoted.Usable(), "a streaming replica serves reads")
 
-	_, err = pgtest.Open(t, replica.URL("postgres")).ExecContext(ctx, `SELECT pg_promote()`)
+	_, err := pgtest.Open(t, replica.URL("postgres")).ExecContext(ctx, `SELECT pg_promote()`)
 	require.NoError(t, err)
 	set.check(ctx)
 	require.True(t, itself.Usable(), "the primary itself still serves reads")
