@@ -295,6 +295,11 @@ func TestLoadConfigErrors(t *testing.T) {
 			env:      map[string]string{"READMODEL_REPLICA_URLS": "postgres://bob:hunter2@r1.internal:notaport/reads"},
 			settings: []string{"READMODEL_REPLICA_URLS"}, secret: "hunter2",
 		},
+		{
+			name:     "READ_REPLICA_URLS asking for a primary",
+			env:      map[string]string{"READ_REPLICA_URLS": "postgres://r1.internal/hearth?target_session_attrs=read-write"},
+			settings: []string{"READ_REPLICA_URLS", "replica 1", "target_session_attrs"},
+		},
 		{name: "zero READ_REPLICA_MAX_LAG", env: map[string]string{"READ_REPLICA_MAX_LAG": "0s"}, settings: []string{"READ_REPLICA_MAX_LAG"}},
 		{name: "READ_REPLICA_CHECK_INTERVAL without a unit", env: map[string]string{"READ_REPLICA_CHECK_INTERVAL": "1"}, settings: []string{"READ_REPLICA_CHECK_INTERVAL"}},
 		{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
@@ -56,6 +57,8 @@ func readReplicas(getenv func(string) string, duration func(string, time.Duratio
 				*errs = append(*errs, fmt.Errorf("%s: replica %d: %s", name, len(out)+1, msg))
 			} else if replicas.SeveralHosts(c) {
 				*errs = append(*errs, fmt.Errorf("%s: replica %d names several hosts: a replica URL names one server", name, len(out)+1))
+			} else if attrs := targetSessionAttrs(item); attrs == "read-write" || attrs == "primary" {
+				*errs = append(*errs, fmt.Errorf("%s: replica %d asks for target_session_attrs=%s, which a standby never is", name, len(out)+1, attrs))
 			}
 			out = append(out, item)
 		}
@@ -181,6 +184,15 @@ func routedRecords[T any, P reference.Record[T]](es *replicas.Set, m *replicas.M
 		return query.Records[T]{}, err
 	}
 	return query.NewRecords(replicas.Records(rt))
+}
+
+// targetSessionAttrs is the URL's target_session_attrs parameter.
+func targetSessionAttrs(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("target_session_attrs")
 }
 
 func sameURLs(a, b []string) bool {
