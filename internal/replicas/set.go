@@ -97,9 +97,6 @@ type sample struct {
 	lsn uint64
 }
 
-// DB is the replica's pool.
-func (r *Replica) DB() *bun.DB { return r.db }
-
 // Usable reports whether reads go to the replica now.
 func (r *Replica) Usable() bool { return r.usable.Load() }
 
