@@ -88,6 +88,13 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	require.NoError(t, err)
 	w.retryInitial = time.Millisecond // a failing event parks within about a second
 	require.NoError(t, w.wireEventFeed(cfg, dbs, log))
+	require.NoError(t, w.routeReads(ctx, cfg, dbs, log))
+	if w.reads != nil { // the replicas' monitor, as serve runs it
+		readsCtx, stopReads := context.WithCancel(context.Background())
+		readsDone := make(chan struct{})
+		go func() { w.reads.Run(readsCtx); close(readsDone) }()
+		t.Cleanup(func() { stopReads(); <-readsDone; w.reads.Close() })
+	}
 	if change != nil {
 		change(&cfg, w.projections)
 	}

@@ -32,6 +32,9 @@ type Config struct {
 	// ReadModelDatabaseURL holds the read models (READMODEL_DATABASE_URL).
 	// Defaults to DatabaseURL.
 	ReadModelDatabaseURL string
+	// ReadReplicas are the read replicas the API's GETs read from
+	// (READ_REPLICA_URLS and the rest; replicas.go).
+	ReadReplicas ReadReplicas
 	// HTTPAddr is where the HTTP server listens (HTTP_ADDR or --http-addr).
 	// Defaults to ":8080".
 	HTTPAddr string
@@ -310,6 +313,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	}
 
 	cfg.ReadModelDatabaseURL = cmp.Or(cfg.ReadModelDatabaseURL, cfg.DatabaseURL)
+	cfg.ReadReplicas = readReplicas(getenv, duration, cfg, &errs)
 	cfg.HTTPAddr = cmp.Or(cfg.HTTPAddr, ":8080")
 	cfg.Mode = cmp.Or(cfg.Mode, ModeAll)
 	cfg.LogFormat = cmp.Or(cfg.LogFormat, "text")

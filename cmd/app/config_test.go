@@ -65,6 +65,7 @@ func TestLoadConfig(t *testing.T) {
 		WebhookRetryFor: 24 * time.Hour, WebhookRetryInitial: 10 * time.Second, WebhookRetryMax: time.Hour,
 		WebhookTimeout: 10 * time.Second, WebhookDeliveryKeep: 168 * time.Hour,
 		RelayStream: "HEARTH", RelaySubjectPrefix: "hearth", RelayDuplicateWindow: 10 * time.Minute,
+		ReadReplicas: ReadReplicas{MaxLag: 5 * time.Second, CheckEvery: time.Second},
 	}
 	with := func(change func(*Config)) Config {
 		c := defaults
@@ -102,6 +103,8 @@ func TestLoadConfig(t *testing.T) {
 				"WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_DELIVERY_KEEP": "24h",
 				"RELAY_NATS_URL": "nats://n1.example:4222, tls://u:p@n2.example:4222", "RELAY_STREAM": "CRM",
 				"RELAY_SUBJECT_PREFIX": "acme.crm", "RELAY_DUPLICATE_WINDOW": "1h",
+				"READ_REPLICA_URLS": "postgres://r1.example/hearth, postgres://r2.example:5433/hearth", "READMODEL_REPLICA_URLS": "postgres://rm-r1.example/reads",
+				"READ_REPLICA_MAX_LAG": "30s", "READ_REPLICA_CHECK_INTERVAL": "250ms",
 			},
 			want: Config{
 				DatabaseURL: testDatabaseURL, ReadModelDatabaseURL: "postgres://rm@db.example/reads",
@@ -121,6 +124,8 @@ func TestLoadConfig(t *testing.T) {
 				WebhookTimeout: 3 * time.Second, WebhookAllowPrivate: true, WebhookDeliveryKeep: 24 * time.Hour,
 				RelayNATSURL: "nats://n1.example:4222, tls://u:p@n2.example:4222", RelayStream: "CRM",
 				RelaySubjectPrefix: "acme.crm", RelayDuplicateWindow: time.Hour,
+				ReadReplicas: ReadReplicas{URLs: []string{"postgres://r1.example/hearth", "postgres://r2.example:5433/hearth"},
+					ReadModelURLs: []string{"postgres://rm-r1.example/reads"}, MaxLag: 30 * time.Second, CheckEvery: 250 * time.Millisecond},
 			},
 		},
 		{
@@ -275,6 +280,28 @@ func TestLoadConfigErrors(t *testing.T) {
 				"READMODEL_DATABASE_URL": "postgres://reader:topsecret@localhost:99999999/reads"},
 			settings: []string{"READMODEL_DATABASE_URL"}, secret: "topsecret",
 		},
+		{
+			name:     "READ_REPLICA_URLS not a URL",
+			env:      map[string]string{"READ_REPLICA_URLS": "postgres://r1.internal/hearth,host=r2 password=hunter2"},
+			settings: []string{"READ_REPLICA_URLS", "replica 2"}, secret: "hunter2",
+		},
+		{
+			name:     "READ_REPLICA_URLS with a multi-host URL",
+			env:      map[string]string{"READ_REPLICA_URLS": "postgres://r1.internal:5432,r2.internal:5432/hearth"},
+			settings: []string{"READ_REPLICA_URLS", "one server"},
+		},
+		{
+			name:     "READMODEL_REPLICA_URLS with a bad port",
+			env:      map[string]string{"READMODEL_REPLICA_URLS": "postgres://bob:hunter2@r1.internal:notaport/reads"},
+			settings: []string{"READMODEL_REPLICA_URLS"}, secret: "hunter2",
+		},
+		{
+			name:     "READ_REPLICA_URLS asking for a primary",
+			env:      map[string]string{"READ_REPLICA_URLS": "postgres://r1.internal/hearth?target_session_attrs=read-write"},
+			settings: []string{"READ_REPLICA_URLS", "replica 1", "target_session_attrs"},
+		},
+		{name: "zero READ_REPLICA_MAX_LAG", env: map[string]string{"READ_REPLICA_MAX_LAG": "0s"}, settings: []string{"READ_REPLICA_MAX_LAG"}},
+		{name: "READ_REPLICA_CHECK_INTERVAL without a unit", env: map[string]string{"READ_REPLICA_CHECK_INTERVAL": "1"}, settings: []string{"READ_REPLICA_CHECK_INTERVAL"}},
 		{
 			name:     "every bad setting at once",
 			env:      map[string]string{"MODE": "x", "LOG_FORMAT": "xml", "LOG_LEVEL": "loud", "POLL_INTERVAL": "-1s"},

@@ -31,6 +31,7 @@ import (
 	"hearth/internal/database"
 	"hearth/internal/idempotency"
 	"hearth/internal/refdata"
+	"hearth/internal/replicas"
 	"hearth/leader"
 	"hearth/migrations"
 	httpport "hearth/ports/http"
@@ -176,6 +177,9 @@ type wiring struct {
 	// their terms opens its own.
 	notifier    *projector.Notifier
 	feedWatcher *pubsub.FeedWatcher
+	// reads routes the API's GETs to the read replicas (routeReads,
+	// replicas.go); nil without a replica setting.
+	reads *replicas.Router
 }
 
 // wireEventFeed adds the event feed (GET /v1/events) to w: its reads on
@@ -367,6 +371,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err := w.wireEventFeed(cfg, dbs, log); err != nil {
 			return err
 		}
+		if err := w.routeReads(ctx, cfg, dbs, log); err != nil {
+			return err
+		}
+		if w.reads != nil {
+			defer w.reads.Close()
+		}
 	}
 
 	var extra []leader.Unit
@@ -412,6 +422,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.runNotifications(gctx) })
+	if w.reads != nil {
+		g.Go(func() error { w.reads.Run(gctx); return nil })
+	}
 	// Closed when shutdown begins: the event feed's long polls answer at
 	// once, so that the servers drain without waiting for them.
 	draining := make(chan struct{})
@@ -504,6 +517,9 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail, Exports: w.exports, Erasures: w.erasures,
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
+	}
+	if w.reads != nil {
+		hc.Reads, hc.Consistency = w.reads, w.reads
 	}
 	if hc.APIEnabled {
 		// The web console, at /console/ (ports/http/console).

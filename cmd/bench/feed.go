@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -166,21 +165,7 @@ func (w *feedWorkload) get(ctx context.Context, key, path string, header ...stri
 // do sends GET path with the key and header (name, value pairs) and
 // returns the answer, its body read.
 func (w *feedWorkload) do(ctx context.Context, key, path string, header ...string) (*http.Response, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.base+path, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	res, err := w.client.Do(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	return res, body, err
+	return send(ctx, w.client, http.MethodGet, w.base+path, key, nil, header...)
 }
 
 // end returns the cursor after the merchant's last readable event.
@@ -284,16 +269,7 @@ func (w *feedWorkload) run(ctx context.Context, d time.Duration, idle []string) 
 			took := time.Since(at)
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err != nil:
-				firstErr = cmp.Or(firstErr, err)
-			case answer.Header.Get("Consistency-Status") == "timeout":
-				res.rywTimeouts++
-			case answer.StatusCode != http.StatusOK:
-				firstErr = cmp.Or(firstErr, fmt.Errorf("read your writes: %s %s", answer.Status, body))
-			default:
-				res.ryw = append(res.ryw, took)
-			}
+			rywAnswer(&res.ryw, &res.rywTimeouts, &firstErr, answer, body, err, took)
 		})
 	}
 	writes.Wait()

@@ -23,6 +23,9 @@
 //     events/s beside the read model's latency of the same events, the same
 //     beside a slow endpoint, and the rate a receiver drains a backlog at,
 //     beside Hearth's sender alone;
+//   - read replicas: GET and list throughput with the GETs on a streaming
+//     replica beside everything on the primary, the command rate
+//     meanwhile, and read-your-writes latency through the replica;
 //   - the peak RSS of the Hearth processes.
 //
 // Benchmarks measure; nothing here asserts.
@@ -69,6 +72,7 @@ func main() {
 		feedIdlePolls /= 10
 		consoleLoads = 5
 		scaleOrders /= 10
+		replicaFor, replicaRYWFor, replicaOrders = replicaFor/10, replicaRYWFor/10, replicaOrders/10
 	}
 	if err := checkOnly(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -82,7 +86,7 @@ func main() {
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
 // scale runs only when named (make bench-scale): it takes about 15 minutes.
-var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed", "webhooks", "scale"}
+var sections = []string{"latency", "commands", "isolation", "catchup", "noisy", "console", "feed", "webhooks", "replicas", "scale"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -214,6 +218,13 @@ func run() error {
 			return fmt.Errorf("webhooks: %w", err)
 		}
 		rows = append(rows, wh...)
+	}
+	if only("replicas") {
+		rr, err := b.replicas(ctx)
+		if err != nil {
+			return fmt.Errorf("replicas: %w", err)
+		}
+		rows = append(rows, rr...)
 	}
 	var scaleTable string
 	if only("scale") {

@@ -30,6 +30,10 @@ type Options struct {
 	// StatementTimeout, when positive, cancels any statement of the pool
 	// that runs longer (statement_timeout, in milliseconds).
 	StatementTimeout time.Duration
+	// Lazy opens the pool without checking that the server answers: a
+	// read replica may be down when Hearth starts, and is used once it
+	// answers.
+	Lazy bool
 
 	// pingIdle is how long a pooled connection sits idle before it is
 	// checked (pinged) on reuse; 0 is pgx stdlib's default, a second. A
@@ -75,6 +79,9 @@ func openSQL(ctx context.Context, url string, maxConns int, opts Options) (*sql.
 	sqldb.SetMaxOpenConns(maxConns)
 	sqldb.SetMaxIdleConns(maxConns)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
+	if opts.Lazy {
+		return sqldb, nil
+	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := sqldb.PingContext(pingCtx); err != nil {

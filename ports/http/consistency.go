@@ -18,6 +18,15 @@ type Consistency interface {
 	Wait(ctx context.Context, merchantID string, position int64) (bool, error)
 }
 
+// ReadRouter sends a GET's reads to a read replica or the primary: Route
+// returns the request's context naming the servers, which the read models
+// built on the replicas follow. With replicas, Consistency waits on the
+// replica the context names, and moves the read to the primary when the
+// replica does not show the write in time.
+type ReadRouter interface {
+	Route(ctx context.Context) context.Context
+}
+
 // Read-your-writes headers.
 const (
 	// HeaderPosition carries a write's position in its response, and asks a

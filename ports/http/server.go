@@ -64,6 +64,10 @@ type Config struct {
 	// Consistency makes a GET with a position wait for it (read your
 	// writes). Optional: without it, positions are ignored.
 	Consistency Consistency
+	// Reads picks the server each authenticated GET reads from: a read
+	// replica or the primary (internal/replicas). Optional: without it,
+	// every read goes to the primary.
+	Reads ReadRouter
 	// ConsistencyTimeout bounds that wait. Defaults to 2s.
 	ConsistencyTimeout time.Duration
 	// Limits are the rate limits and the in-flight cap (limits.go). The
@@ -472,6 +476,9 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 			}
 			s.limits.setHeaders(w.Header(), v.q)
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+			if r.Method == http.MethodGet && s.Reads != nil {
+				r = r.WithContext(s.Reads.Route(r.Context()))
+			}
 			if !s.awaitPosition(w, r) {
 				return
 			}

@@ -1,0 +1,129 @@
+package replicas
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"hearth/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// serverPort is a "read model" that answers which server it ran on.
+type serverPort struct{ db *bun.DB }
+
+func (s serverPort) port(ctx context.Context) (int, error) {
+	var port int
+	err := s.db.QueryRowContext(ctx, `SELECT inet_server_port()`).Scan(&port)
+	return port, err
+}
+
+// openSet opens a Set of replicas of primaryURL. No monitor runs (Run is
+// not called): only Open's check and the test's own.
+func openSet(t *testing.T, primaryURL string, replicaURLs ...string) (*Set, *bun.DB, *Metrics) {
+	t.Helper()
+	primary := pgtest.Open(t, primaryURL)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	set, err := Open(t.Context(), Config{Setting: "READ_REPLICA_URLS", PrimarySetting: "DATABASE_URL", Primary: primary,
+		URLs: replicaURLs, MaxLag: time.Minute, CheckEvery: time.Hour, Metrics: m})
+	require.NoError(t, err)
+	t.Cleanup(set.Close)
+	return set, primary, m
+}
+
+// A read sent to a replica that stopped since its last check is made again
+// on the primary, the replica is skipped at once, and the rest of the GET
+// reads the primary; the next check that finds it answering brings it back.
+func TestReadsFallBackToThePrimary(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	replica := pgtest.StartReplica(t)
+	ctx := t.Context()
+	set, primary, m := openSet(t, urls.EventStore, pgtest.On(replica, urls.EventStore))
+	rep := set.Replicas()[0]
+	require.True(t, rep.Usable(), "Open's check found the replica usable")
+	rt, err := Each(set, m, primary, func(db *bun.DB) (serverPort, error) { return serverPort{db}, nil })
+	require.NoError(t, err)
+	read := func(ctx context.Context) int {
+		port, err := call(ctx, rt, func(s serverPort) (int, error) { return s.port(ctx) })
+		require.NoError(t, err)
+		return port
+	}
+	get := func() context.Context { return context.WithValue(ctx, choiceKey{}, &choice{}) }
+
+	require.Equal(t, replica.Port(), read(get()), "a GET reads the replica")
+	require.NoError(t, replica.Halt(ctx))
+	g := get()
+	require.Equal(t, pgtest.Cluster().Port(), read(g), "the primary answers the read the replica could not")
+	require.False(t, rep.Usable(), "the replica is skipped at once")
+	require.True(t, choiceOf(g).primary, "the rest of the GET reads the primary")
+	require.Equal(t, pgtest.Cluster().Port(), read(get()), "the next GET reads the primary")
+
+	set.check(ctx)
+	require.False(t, rep.Usable(), "a check of a stopped replica keeps it skipped")
+	require.NoError(t, replica.Resume(ctx))
+	set.check(ctx)
+	require.True(t, rep.Usable(), "a check that finds it answering brings it back")
+	require.Equal(t, replica.Port(), read(get()))
+	require.Equal(t, pgtest.Cluster().Port(), read(ctx), "a read outside a GET reads the primary")
+}
+
+// The lag in time is the age of the oldest of the primary's positions the
+// replica has not replayed; in bytes, the distance to the primary's
+// position now.
+func TestLag(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &Set{samples: []sample{{t0.Add(-3 * time.Second), 100}, {t0.Add(-2 * time.Second), 200}, {t0.Add(-time.Second), 300}}}
+	for _, tc := range []struct {
+		replayed uint64
+		bytes    uint64
+		lag      time.Duration
+	}{
+		{replayed: 300, bytes: 0, lag: 0},
+		{replayed: 400, bytes: 0, lag: 0},
+		{replayed: 250, bytes: 50, lag: time.Second},
+		{replayed: 200, bytes: 100, lag: time.Second},
+		{replayed: 150, bytes: 150, lag: 2 * time.Second},
+		{replayed: 50, bytes: 250, lag: 3 * time.Second},
+	} {
+		bytes, lag := s.lag(tc.replayed, 300, t0)
+		require.Equal(t, tc.bytes, bytes, "replayed %d", tc.replayed)
+		require.Equal(t, tc.lag, lag, "replayed %d", tc.replayed)
+	}
+}
+
+func TestParseLSN(t *testing.T) {
+	lsn, err := parseLSN("16/B374D848")
+	require.NoError(t, err)
+	require.Equal(t, uint64(0x16)<<32|0xB374D848, lsn)
+	for _, bad := range []string{"", "16", "x/1", "1/100000000"} {
+		_, err := parseLSN(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+// A replica setting may name a primary. The primary Hearth writes to is
+// one more read path; another primary of the cluster (here a replica
+// promoted beside it: a split brain, or a former primary not yet demoted)
+// misses the writes made since, and is skipped.
+func TestPrimariesAsReplicas(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	replica := pgtest.StartReplica(t)
+	ctx := t.Context()
+	set, _, _ := openSet(t, urls.EventStore, urls.EventStore, pgtest.On(replica, urls.EventStore))
+	itself, promoted := set.Replicas()[0], set.Replicas()[1]
+	require.True(t, itself.Usable(), "the primary itself serves reads")
+	require.True(t, promoted.Usable(), "a streaming replica serves reads")
+
+	_, err := pgtest.Open(t, replica.URL("postgres")).ExecContext(ctx, `SELECT pg_promote()`)
+	require.NoError(t, err)
+	set.check(ctx)
+	require.True(t, itself.Usable(), "the primary itself still serves reads")
+	require.False(t, promoted.Usable(), "another primary of the cluster is skipped")
+}
