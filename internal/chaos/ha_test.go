@@ -119,7 +119,7 @@ func TestChaosHA(t *testing.T) {
 		}, 2*time.Minute, 10*time.Millisecond, "round %d (%s): a write is acknowledged after the new primary is in place", round, kind)
 		outage, resumed := wr.outage(injected, acks[0])
 		outages[kind] = append(outages[kind], outage)
-		took, each := watch.after(resumed)
+		took, each := watch.after(resumed, wr)
 		live[kind] = append(live[kind], took)
 		t.Logf("round %2d %-10s node%d: Patroni's new primary after %v, write outage %v, every projection live %v after (%v)", round, kind, primary,
 			placed.Sub(injected).Round(time.Millisecond), outage.Round(time.Millisecond), took.Round(time.Millisecond), each)
@@ -253,6 +253,7 @@ type liveWatch struct {
 	done    chan struct{}
 	mu      sync.Mutex
 	samples []liveSample
+	lastErr error // of the latest look that failed
 }
 
 // liveSample is one look at the change log: when, and per projection the
@@ -292,12 +293,14 @@ func (w *world) watchLive(projections []string) *liveWatch {
 				err = errors.Join(rows.Err(), rows.Close())
 			}
 			cancel()
+			lw.mu.Lock()
 			if err == nil {
 				sample.at = time.Now()
-				lw.mu.Lock()
 				lw.samples = append(lw.samples, sample)
-				lw.mu.Unlock()
+			} else {
+				lw.lastErr = err
 			}
+			lw.mu.Unlock()
 		}
 	}()
 	return lw
@@ -306,12 +309,12 @@ func (w *world) watchLive(projections []string) *liveWatch {
 // after waits until every projection has applied an event that occurred
 // after since, stops the watch, and returns how long after since the last
 // of them went live, and each one's time.
-func (lw *liveWatch) after(since time.Time) (time.Duration, map[string]time.Duration) {
+func (lw *liveWatch) after(since time.Time, wr *writer) (time.Duration, map[string]time.Duration) {
 	t := lw.w.t
 	t.Helper()
 	defer func() { close(lw.stop); <-lw.done }()
 	each := map[string]time.Duration{}
-	require.Eventually(t, func() bool {
+	found := func() bool {
 		lw.mu.Lock()
 		defer lw.mu.Unlock()
 		for _, s := range lw.samples {
@@ -322,7 +325,22 @@ func (lw *liveWatch) after(since time.Time) (time.Duration, map[string]time.Dura
 			}
 		}
 		return len(each) == len(lw.types)
-	}, 2*time.Minute, 10*time.Millisecond, "every projection applies events written after the outage")
+	}
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for deadline := time.Now().Add(2 * time.Minute); !found(); <-poll.C {
+		if time.Now().After(deadline) {
+			lw.mu.Lock()
+			n, last, lastErr := len(lw.samples), liveSample{}, lw.lastErr
+			if n > 0 {
+				last = lw.samples[n-1]
+			}
+			lw.mu.Unlock()
+			_, acks := wr.acksSince(since)
+			t.Fatalf("not every projection applied an event written after %s: live %v; %d looks at the change log, the last at %s: %v; its last error: %v; %d writes acknowledged since",
+				since.Format(time.TimeOnly+".000"), each, n, last.at.Format(time.TimeOnly+".000"), last.newest, lastErr, len(acks))
+		}
+	}
 	var last time.Duration
 	for _, d := range each {
 		last = max(last, d)
