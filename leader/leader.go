@@ -603,7 +603,7 @@ func (e *Elector) check(ctx context.Context, conn *pgx.Conn) error {
 
 // connect opens a lock connection.
 func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, e.connCfg)
+	conn, err := database.Connect(ctx, e.connCfg) // through a multi-host URL, the primary first
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}

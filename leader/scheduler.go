@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"hearth/internal/database"
 )
 
 // WorkerApplicationName is the application_name of each Scheduler's
@@ -332,7 +334,7 @@ func (s *Scheduler) membership(ctx context.Context) {
 	}()
 	for ctx.Err() == nil {
 		if conn == nil {
-			c, err := pgx.ConnectConfig(ctx, s.connCfg)
+			c, err := database.Connect(ctx, s.connCfg)
 			if err != nil {
 				if ctx.Err() == nil {
 					streak.note(s.log, "membership session", "connect", err)

@@ -9,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/internal/harness"
 	"hearth/internal/keyring"
 )
 
@@ -29,22 +29,7 @@ func env(vars map[string]string) func(string) string {
 
 // syncBuffer is a bytes.Buffer safe for concurrent use: run installs its
 // stderr as the default slog logger, which any goroutine may write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = harness.SyncBuffer
 
 const testDatabaseURL = "postgres://hearth:s3cret@db.example:5432/hearth"
 

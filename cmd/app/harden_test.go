@@ -527,3 +527,27 @@ func (s *served) shutdown() {
 	}
 	require.Contains(s.t, s.stderr.String(), `"msg":"hearth stopped"`)
 }
+
+// A request's context ends with HTTP_WRITE_TIMEOUT (no answer can be
+// written after it), so a database call of a request never outlives it,
+// even on a connection to a server that stopped answering.
+func TestRequestContextEndsWithWriteTimeout(t *testing.T) {
+	t.Parallel()
+	ended := make(chan error, 1)
+	srv := newHTTPServer(Config{HTTPReadTimeout: time.Second, HTTPWriteTimeout: 200 * time.Millisecond},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // a call waiting on a silent server
+			ended <- r.Context().Err()
+		}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = serveOn(srv, ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	client := &http.Client{Timeout: time.Minute} // the client would wait far longer
+	go func() {
+		if res, err := client.Get("http://" + ln.Addr().String() + "/v1/orders"); err == nil {
+			_ = res.Body.Close()
+		}
+	}()
+	require.ErrorIs(t, <-ended, context.DeadlineExceeded, "the server ended the request, not the client")
+}

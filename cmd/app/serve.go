@@ -577,10 +577,17 @@ const maxHeaderBytes = 64 << 10
 // headers must arrive within 5s (at most HTTP_READ_TIMEOUT), the whole
 // request within HTTP_READ_TIMEOUT, the answer be written within
 // HTTP_WRITE_TIMEOUT, and an idle keep-alive connection is closed after
-// HTTP_IDLE_TIMEOUT.
+// HTTP_IDLE_TIMEOUT. A request's context ends with HTTP_WRITE_TIMEOUT too
+// (no answer can be written after it), so every database call a request
+// makes has a deadline, even on a connection whose server went silent
+// (a frozen primary: no TCP timeout fires while its kernel answers).
 func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           handler,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), cfg.HTTPWriteTimeout)
+			defer cancel()
+			handler.ServeHTTP(w, r.WithContext(ctx))
+		}),
 		ReadHeaderTimeout: min(5*time.Second, cfg.HTTPReadTimeout),
 		ReadTimeout:       cfg.HTTPReadTimeout,
 		WriteTimeout:      cfg.HTTPWriteTimeout,

@@ -35,13 +35,6 @@ func TestChaos(t *testing.T) {
 	ctx := t.Context()
 	w := newWorld(t, pgtest.NewSplitDBs(t), 3)
 	wr := w.startWriter(20 * time.Millisecond)
-	defer func() {
-		select {
-		case <-wr.done:
-		default:
-			wr.halt()
-		}
-	}()
 
 	projections := aggregates.Projections()
 	takeovers := map[string]map[string]figures{} // fault -> projection -> times
@@ -205,5 +198,28 @@ func writeReport(path string, rounds int, summary []string) error {
 	b.WriteString(reportHeader)
 	fmt.Fprintf(&b, "%s; %d rounds; Postgres with fsync and synchronous_commit on\n\n", harness.Machine("make chaos"), rounds)
 	b.WriteString("```\n" + strings.Join(summary, "\n") + "\n```\n")
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return writeSection(path, "make chaos", b.String())
+}
+
+// writeSection replaces the section of path that run (make chaos, make
+// chaos-ha) wrote last, between its two markers, with body, and keeps the
+// other's; a section not there yet is added at the end.
+func writeSection(path, run, body string) error {
+	begin, end := "<!-- begin "+run+" -->\n", "<!-- end "+run+" -->\n"
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	doc := string(old)
+	section := begin + body + end
+	if i := strings.Index(doc, begin); i >= 0 {
+		if j := strings.Index(doc[i:], end); j >= 0 {
+			doc = doc[:i] + section + doc[i+j+len(end):]
+			return os.WriteFile(path, []byte(doc), 0o644)
+		}
+	}
+	if doc != "" && !strings.HasSuffix(doc, "\n\n") {
+		doc += "\n"
+	}
+	return os.WriteFile(path, []byte(doc+section), 0o644)
 }

@@ -11,6 +11,9 @@ import (
 var (
 	rounds = flag.Int("chaos.rounds", len(faults), "number of TestChaos rounds; the faults are taken in turn")
 	report = flag.String("chaos.report", "", "a Markdown file TestChaos writes its figures to at the end of a passing run (make chaos: docs/chaos.md)")
+
+	haRounds = flag.Int("chaos.ha.rounds", len(haFaults), "number of TestChaosHA rounds; the faults are taken in turn")
+	haReport = flag.String("chaos.ha.report", "", "a Markdown file TestChaosHA writes its figures to, as a section of its own, at the end of a passing run (make chaos-ha: docs/chaos.md)")
 )
 
 // TestMain starts the package's own throwaway Postgres, which the tests

@@ -68,7 +68,7 @@ type proc struct {
 
 // start runs the binary in mode against urls; the process is killed when
 // the test ends, and its log is printed if the test failed.
-func start(t *testing.T, name, mode string, urls pgtest.URLs) *proc {
+func start(t *testing.T, name, mode string, urls pgtest.URLs, env ...string) *proc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -80,6 +80,7 @@ func start(t *testing.T, name, mode string, urls pgtest.URLs) *proc {
 	cmd := exec.Command(binary(t), "--mode", mode, "--http-addr", addr)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+urls.EventStore, "READMODEL_DATABASE_URL="+urls.ReadModel, "MASTER_KEY="+masterKey,
 		"POLL_INTERVAL=20ms", "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=5s")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = f
 	require.NoError(t, cmd.Start())
 	p := &proc{name: name, cmd: cmd, addr: addr, log: logFile, done: make(chan struct{})}

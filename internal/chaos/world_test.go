@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,20 +38,21 @@ type world struct {
 	merchant string
 	customer string
 	staff    string
-	started  int // workers started so far, for names
+	started  int      // workers started so far, for names
+	env      []string // more environment for every process (NAME=value)
 }
 
 // newWorld starts an api process and n workers on fresh databases and
 // creates a merchant, an operator key and a customer.
-func newWorld(t *testing.T, urls pgtest.URLs, workers int) *world {
+func newWorld(t *testing.T, urls pgtest.URLs, workers int, env ...string) *world {
 	t.Helper()
-	w := &world{t: t, urls: urls, es: pgtest.Open(t, urls.EventStore), rm: pgtest.Open(t, urls.ReadModel)}
+	w := &world{t: t, urls: urls, es: pgtest.Open(t, urls.EventStore), rm: pgtest.Open(t, urls.ReadModel), env: env}
 	ref, err := refdata.New(w.es)
 	require.NoError(t, err)
 	k, err := ref.CreateKey(t.Context(), "chaos", access.Operator, "")
 	require.NoError(t, err)
 	w.key, w.merchant = k.Secret, k.MerchantID
-	w.api = start(t, "api", "api", urls)
+	w.api = start(t, "api", "api", urls, env...)
 	for range workers {
 		w.addWorker()
 	}
@@ -73,7 +75,7 @@ func (w *world) url(path string) string { return "http://" + w.api.addr + path }
 // addWorker starts one more worker.
 func (w *world) addWorker() *proc {
 	w.started++
-	p := start(w.t, fmt.Sprintf("worker%d", w.started), "worker", w.urls)
+	p := start(w.t, fmt.Sprintf("worker%d", w.started), "worker", w.urls, w.env...)
 	w.workers = append(w.workers, p)
 	return p
 }
@@ -136,10 +138,34 @@ type writer struct {
 	// acked is the highest version each order's commands were acknowledged
 	// with (200 or 201); read it only once the writer is halted.
 	acked map[string]int
+
+	mu       sync.Mutex
+	ackTimes []time.Time // when each acknowledgement arrived, in order
 }
 
+// acksSince returns the times of the acknowledgements that arrived after
+// from, and the last one before it (zero if none).
+func (wr *writer) acksSince(from time.Time) (before time.Time, after []time.Time) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(wr.ackTimes, from, func(a, b time.Time) int { return a.Compare(b) })
+	if i > 0 {
+		before = wr.ackTimes[i-1]
+	}
+	return before, slices.Clone(wr.ackTimes[i:])
+}
+
+// startWriter starts the writer; it is halted when the test ends, unless
+// the test halted it.
 func (w *world) startWriter(interval time.Duration) *writer {
 	wr := &writer{stop: make(chan struct{}), done: make(chan struct{}), acked: map[string]int{}}
+	w.t.Cleanup(func() {
+		select {
+		case <-wr.done:
+		default:
+			wr.halt()
+		}
+	})
 	go func() {
 		defer close(wr.done)
 		var orders, requests []string
@@ -189,6 +215,9 @@ func (w *world) startWriter(interval time.Duration) *writer {
 			if err == nil && status < 300 {
 				wr.ok.Add(1)
 				wr.acked[o.ID] = max(wr.acked[o.ID], o.Version)
+				wr.mu.Lock()
+				wr.ackTimes = append(wr.ackTimes, time.Now())
+				wr.mu.Unlock()
 			} else {
 				wr.failed.Add(1)
 			}

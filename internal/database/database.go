@@ -6,9 +6,14 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -34,6 +39,9 @@ type Options struct {
 	// read replica may be down when Hearth starts, and is used once it
 	// answers.
 	Lazy bool
+	// Log receives, through a multi-host URL, each failed attempt to find
+	// the primary while Open keeps trying. Defaults to slog.Default().
+	Log *slog.Logger
 
 	// pingIdle is how long a pooled connection sits idle before it is
 	// checked (pinged) on reuse; 0 is pgx stdlib's default, a second. A
@@ -73,22 +81,55 @@ func openSQL(ctx context.Context, url string, maxConns int, opts Options) (*sql.
 		cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(opts.StatementTimeout.Milliseconds(), 1), 10)
 	}
 	idle := cmp.Or(opts.pingIdle, time.Second)
-	sqldb := sql.OpenDB(simpleWhenBare{stdlib.GetConnector(*cfg, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
+	if multi, _ := splitHosts(cfg); multi != nil {
+		// Through a multi-host URL (a Patroni cluster) every reuse is
+		// checked, at the cost of a round trip: a statement sent on a
+		// connection to a frozen primary would wait for the caller's
+		// deadline, the check for checkTimeout only, and the host it
+		// finds silent is left by every connection of the process.
+		idle = -1
+	}
+	sqldb := sql.OpenDB(newConnector(cfg, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
 		return p.IdleDuration > idle
-	}))})
+	})))
 	sqldb.SetMaxOpenConns(maxConns)
 	sqldb.SetMaxIdleConns(maxConns)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
 	if opts.Lazy {
 		return sqldb, nil
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := sqldb.PingContext(pingCtx); err != nil {
+	if err := firstPing(ctx, sqldb, cfg, opts.Log); err != nil {
 		_ = sqldb.Close()
 		return nil, fmt.Errorf("connect to %s/%s: %w", hosts(cfg), cfg.Database, err)
 	}
 	return sqldb, nil
+}
+
+// firstPing checks that the server answers. Through a multi-host URL, while
+// no host accepts writes (a failover under way, every node a standby), it
+// keeps trying with backoff until ctx ends, and logs each attempt's
+// answers (NoPrimaryError); any other failure (a wrong password, a
+// missing database) ends it at once.
+func firstPing(ctx context.Context, sqldb *sql.DB, cfg *pgx.ConnConfig, log *slog.Logger) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 5*time.Second, 0
+	for attempt := 1; ; attempt++ {
+		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := sqldb.PingContext(pingCtx)
+		cancel()
+		var none *NoPrimaryError
+		if err == nil || !errors.As(err, &none) || ctx.Err() != nil {
+			return err
+		}
+		wait := bo.NextBackOff()
+		cmp.Or(log, slog.Default()).Warn("no primary among the database hosts; trying again",
+			"hosts", hosts(cfg), "database", cfg.Database, "answers", strings.Join(none.Answers, "; "), "attempt", attempt, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }
 
 // SQL returns the database/sql pool under a Bun DB.

@@ -33,10 +33,36 @@ import (
 //     COMMIT.
 
 // simpleWhenBare is pgx's connector, with bareQueryConn connections.
-type simpleWhenBare struct{ driver.Connector }
+// Through a multi-host URL it holds one connector per host, and connects
+// through them in the order hosts.go describes.
+type simpleWhenBare struct {
+	driver.Connector // the only host's, or the first's
+	hosts            []host
+	set              *hostSet
+}
+
+func newConnector(cfg *pgx.ConnConfig, opts ...stdlib.OptionOpenDB) simpleWhenBare {
+	hosts, set := splitHosts(cfg)
+	if hosts == nil {
+		return simpleWhenBare{Connector: stdlib.GetConnector(*cfg, opts...)}
+	}
+	for i := range hosts {
+		hosts[i].pool = stdlib.GetConnector(*hosts[i].cfg, opts...)
+	}
+	return simpleWhenBare{Connector: hosts[0].pool, hosts: hosts, set: set}
+}
 
 func (c simpleWhenBare) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
+	var conn driver.Conn
+	var addr string
+	var err error
+	if c.set == nil {
+		conn, err = c.Connector.Connect(ctx)
+	} else {
+		conn, addr, err = connectHosts(ctx, c.set, c.hosts, func(ctx context.Context, h host) (driver.Conn, error) {
+			return h.pool.Connect(ctx)
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +71,7 @@ func (c simpleWhenBare) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("database: pgx's connector returned a %T", conn)
 	}
-	return bareQueryConn{pgxConn}, nil
+	return bareQueryConn{Conn: pgxConn, set: c.set, addr: addr, born: time.Now()}, nil
 }
 
 // Driver marks the pools this package opens (HonoursWithBegin).
@@ -63,14 +89,31 @@ func HonoursWithBegin(db *sql.DB) bool {
 // bareQueryConn is a pgx connection whose argument-less queries use the
 // simple protocol and whose BeginTx honours WithBegin; every other method
 // is pgx's own.
-type bareQueryConn struct{ *stdlib.Conn }
+type bareQueryConn struct {
+	*stdlib.Conn
+	// Through a multi-host URL: the hosts' set, the host this connection
+	// reached, and when.
+	set  *hostSet
+	addr string
+	born time.Time
+}
 
 // ResetSession is pgx's check of a pooled connection before reuse, bounded
-// by checkTimeout whatever the caller's deadline (see dial.go).
+// by checkTimeout whatever the caller's deadline (see dial.go). Through a
+// multi-host URL, a connection to a host found silent since it was opened,
+// or to a host that is no longer the newest primary, is dropped unused;
+// one whose check ran out of time marks its host silent.
 func (c bareQueryConn) ResetSession(ctx context.Context) error {
-	ctx, cancel := boundedCheck(ctx)
+	if c.set != nil && !c.set.usable(c.addr, c.born) {
+		return driver.ErrBadConn
+	}
+	checkCtx, cancel := boundedCheck(ctx)
 	defer cancel()
-	return c.Conn.ResetSession(ctx)
+	err := c.Conn.ResetSession(checkCtx)
+	if err != nil && c.set != nil && ctx.Err() == nil && checkCtx.Err() != nil {
+		c.set.silence(c.addr, time.Now())
+	}
+	return err
 }
 
 func (c bareQueryConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {

@@ -164,25 +164,10 @@ func TestFrozenServerIsAbandoned(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT 1`).Scan(new(int)), "the pool works again once the server does")
 }
 
-// freeze stops the postmaster and every process it started (SIGSTOP), as
-// a paused machine would be; thaw (idempotent) continues them.
+// freeze freezes cluster (pgcluster.Cluster.Freeze); thaw is idempotent.
 func freeze(t *testing.T, cluster *pgcluster.Cluster) (thaw func()) {
 	t.Helper()
-	pm, err := cluster.PostmasterPID()
+	thaw, err := cluster.Freeze()
 	require.NoError(t, err)
-	require.NoError(t, syscall.Kill(pm, syscall.SIGSTOP)) // first: it starts no child after this
-	pids := harness.Descendants(pm)                       // pm first
-	for _, pid := range pids[1:] {
-		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	}
-	thawed := false
-	return func() {
-		if thawed {
-			return
-		}
-		thawed = true
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
+	return thaw
 }

@@ -79,17 +79,24 @@ type Options struct {
 	// Install lets Start install Debian's patroni and etcd-server with
 	// apt-get when they are missing (only as root).
 	Install bool
+	// Etcd is the number of etcd members (a quorum survives the loss of a
+	// minority: with 3, KillEtcd of one leaves Patroni working). Defaults
+	// to 1.
+	Etcd int
 }
 
 // Cluster is a running etcd and its Patroni nodes.
 type Cluster struct {
-	dir      string
-	log      *slog.Logger
-	osUser   *user.User // runs Patroni; nil: this process's user
-	etcdPort int
-	etcd     *process
-	nodes    []*node
-	guardian io.Closer // closing it (or dying) makes the guardian kill what is left
+	dir               string
+	log               *slog.Logger
+	osUser            *user.User // runs Patroni; nil: this process's user
+	etcdPorts         []int      // client ports, one per member
+	etcd              []*process // nil once killed (KillEtcd)
+	etcdArgs          [][]string // each member's command line, to start it again
+	scope             string
+	patroniBin, pgBin string
+	nodes             []*node
+	guardian          io.Closer // closing it (or dying) makes the guardian kill what is left
 
 	mu      sync.Mutex
 	frozen  map[int][]int // node: the pids Freeze stopped
@@ -151,10 +158,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.guardian, err = startGuardian(c.dir); err != nil {
 		return nil, err
 	}
-	if err := c.startEtcd(ctx, etcdBin); err != nil {
+	if err := c.startEtcd(ctx, etcdBin, cmp.Or(opts.Etcd, 1)); err != nil {
 		return nil, err
 	}
 	scope := "hearth-" + filepath.Base(c.dir)
+	c.scope, c.patroniBin, c.pgBin = scope, patroniBin, pgBin
 	for i := range n {
 		nd := &node{name: "node" + strconv.Itoa(i), dir: filepath.Join(c.dir, "node"+strconv.Itoa(i))}
 		if nd.pgPort, err = harness.FreePort(); err != nil {
@@ -256,52 +264,132 @@ done`
 	return w, nil
 }
 
-func (c *Cluster) startEtcd(ctx context.Context, bin string) error {
-	var peer int
-	var err error
-	if c.etcdPort, err = harness.FreePort(); err != nil {
-		return err
+func (c *Cluster) startEtcd(ctx context.Context, bin string, members int) error {
+	type member struct {
+		name, client, peer string
+		clientPort         int
 	}
-	if peer, err = harness.FreePort(); err != nil {
-		return err
+	ms := make([]member, members)
+	var initial []string
+	for i := range ms {
+		client, err := harness.FreePort()
+		if err != nil {
+			return err
+		}
+		peer, err := harness.FreePort()
+		if err != nil {
+			return err
+		}
+		ms[i] = member{name: "etcd" + strconv.Itoa(i), client: "http://127.0.0.1:" + strconv.Itoa(client),
+			peer: "http://127.0.0.1:" + strconv.Itoa(peer), clientPort: client}
+		initial = append(initial, ms[i].name+"="+ms[i].peer)
 	}
-	client := "http://127.0.0.1:" + strconv.Itoa(c.etcdPort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
-	logFile, err := os.Create(filepath.Join(c.dir, "etcd.log"))
-	if err != nil {
-		return fmt.Errorf("patroni: %w", err)
-	}
-	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.Command(bin, "--name", "etcd0", "--data-dir", filepath.Join(c.dir, "etcd"),
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "etcd0="+peerURL, "--enable-v2=true")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if c.etcd, err = startProcess(cmd); err != nil {
-		return fmt.Errorf("patroni: etcd: %w", err)
+	for _, m := range ms {
+		args := []string{bin, "--name", m.name, "--data-dir", filepath.Join(c.dir, m.name),
+			"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
+			"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
+			"--initial-cluster", strings.Join(initial, ","), "--enable-v2=true"}
+		p, err := c.runEtcd(args)
+		if err != nil {
+			return err
+		}
+		c.etcd = append(c.etcd, p)
+		c.etcdArgs = append(c.etcdArgs, args)
+		c.etcdPorts = append(c.etcdPorts, m.clientPort)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for {
-		var health struct{ Health string }
-		if err := getJSON(ctx, client+"/health", &health); err == nil && health.Health == "true" {
-			return nil
-		}
-		select {
-		case <-c.etcd.exited:
-			return fmt.Errorf("patroni: etcd exited at start (see %s)", logFile.Name())
-		case <-ctx.Done():
-			return fmt.Errorf("patroni: etcd not healthy (see %s): %w", logFile.Name(), ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+	for i, m := range ms {
+		for {
+			var health struct{ Health string }
+			if err := getJSON(ctx, m.client+"/health", &health); err == nil && health.Health == "true" {
+				break
+			}
+			select {
+			case <-c.etcd[i].exited:
+				return fmt.Errorf("patroni: %s exited at start (see %s.log)", m.name, filepath.Join(c.dir, m.name))
+			case <-ctx.Done():
+				return fmt.Errorf("patroni: %s not healthy (see %s.log): %w", m.name, filepath.Join(c.dir, m.name), ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
+	return nil
+}
+
+// runEtcd starts one etcd member (args[0] is the program), its output
+// appended to its log.
+func (c *Cluster) runEtcd(args []string) (*process, error) {
+	name := args[2]
+	logFile, err := os.OpenFile(filepath.Join(c.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("patroni: %w", err)
+	}
+	defer logFile.Close() // the child has its own descriptor
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	p, err := startProcess(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("patroni: %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// RestartEtcd starts etcd member i again, on its data, after KillEtcd.
+func (c *Cluster) RestartEtcd(i int) error {
+	p, err := c.runEtcd(c.etcdArgs[i])
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.etcd[i] = p
+	c.mu.Unlock()
+	return nil
+}
+
+// Restart starts node i's Patroni again after Kill, on its data: it
+// rejoins as a standby (pg_rewind, when it was the primary), and
+// AwaitReady sees it streaming.
+func (c *Cluster) Restart(i int) error {
+	c.mu.Lock()
+	killed := c.killed[i]
+	c.mu.Unlock()
+	if !killed {
+		return fmt.Errorf("patroni: Restart of %s, which was not killed", c.nodes[i].name)
+	}
+	// A killed postmaster leaves its postmaster.pid; Postgres starts
+	// anyway once no process holds it.
+	if err := c.startNode(c.nodes[i], c.scope, c.patroniBin, c.pgBin); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	delete(c.killed, i)
+	c.mu.Unlock()
+	return nil
+}
+
+// Etcd is the number of etcd members started.
+func (c *Cluster) Etcd() int { return len(c.etcdPorts) }
+
+// KillEtcd kills etcd member i (SIGKILL), as a lost machine of the DCS.
+// With a quorum left, Patroni carries on.
+func (c *Cluster) KillEtcd(i int) {
+	c.mu.Lock()
+	p := c.etcd[i]
+	c.etcd[i] = nil
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
 }
 
 func (c *Cluster) startNode(nd *node, scope, patroniBin, pgBin string) error {
 	if err := os.MkdirAll(nd.dir, 0o700); err != nil {
 		return fmt.Errorf("patroni: %w", err)
 	}
-	conf := nodeConfig(nd, scope, c.etcdPort, pgBin)
+	conf := nodeConfig(nd, scope, c.etcdPorts, pgBin)
 	confFile := filepath.Join(nd.dir, "patroni.json") // JSON is YAML
 	b, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
@@ -310,7 +398,7 @@ func (c *Cluster) startNode(nd *node, scope, patroniBin, pgBin string) error {
 	if err := os.WriteFile(confFile, b, 0o600); err != nil {
 		return fmt.Errorf("patroni: %w", err)
 	}
-	logFile, err := os.Create(filepath.Join(nd.dir, "patroni.log"))
+	logFile, err := os.OpenFile(filepath.Join(nd.dir, "patroni.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) // appended to after Restart
 	if err != nil {
 		return fmt.Errorf("patroni: %w", err)
 	}
@@ -339,14 +427,18 @@ func (c *Cluster) startNode(nd *node, scope, patroniBin, pgBin string) error {
 }
 
 // nodeConfig is a node's Patroni configuration.
-func nodeConfig(nd *node, scope string, etcdPort int, pgBin string) map[string]any {
+func nodeConfig(nd *node, scope string, etcdPorts []int, pgBin string) map[string]any {
 	pg := "127.0.0.1:" + strconv.Itoa(nd.pgPort)
 	api := "127.0.0.1:" + strconv.Itoa(nd.apiPort)
+	etcd := make([]string, len(etcdPorts))
+	for i, p := range etcdPorts {
+		etcd[i] = "127.0.0.1:" + strconv.Itoa(p)
+	}
 	return map[string]any{
 		"scope":   scope,
 		"name":    nd.name,
 		"restapi": map[string]any{"listen": api, "connect_address": api},
-		"etcd":    map[string]any{"host": "127.0.0.1:" + strconv.Itoa(etcdPort), "protocol": "http"},
+		"etcd":    map[string]any{"hosts": strings.Join(etcd, ","), "protocol": "http"},
 		"bootstrap": map[string]any{
 			"dcs": map[string]any{
 				"ttl":                     int(TTL / time.Second),
@@ -624,16 +716,20 @@ func (c *Cluster) Stop() error {
 		pids = append(pids, c.pids(i)...)
 		pids = append(pids, c.frozen[i]...)
 	}
-	if c.etcd != nil {
-		pids = append(pids, c.etcd.cmd.Process.Pid)
+	var etcd []*process
+	for _, p := range c.etcd {
+		if p != nil {
+			pids = append(pids, p.cmd.Process.Pid)
+			etcd = append(etcd, p)
+		}
 	}
 	c.mu.Unlock()
 	signalAll(pids, syscall.SIGKILL)
 	for _, nd := range c.nodes {
 		<-nd.proc.exited
 	}
-	if c.etcd != nil {
-		<-c.etcd.exited
+	for _, p := range etcd {
+		<-p.exited
 	}
 	if c.guardian != nil {
 		_ = c.guardian.Close() // it kills any postmaster child left

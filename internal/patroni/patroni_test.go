@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -64,7 +63,7 @@ func TestFailover(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		conn, err := pgx.ConnectConfig(ctx2, cfg)
+		conn, err := database.Connect(ctx2, cfg)
 		if err != nil {
 			return err
 		}

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"hearth/internal/harness"
 )
@@ -183,6 +184,31 @@ func (c *Cluster) PostmasterPID() (int, error) {
 		return 0, fmt.Errorf("pgcluster: parse postmaster.pid: %w", err)
 	}
 	return pid, nil
+}
+
+// Freeze stops the postmaster and every process it started (SIGSTOP), as
+// a paused machine would be: its kernel still accepts connections, nothing
+// answers them. thaw (idempotent) continues them.
+func (c *Cluster) Freeze() (thaw func(), err error) {
+	pm, err := c.PostmasterPID()
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(pm, syscall.SIGSTOP); err != nil { // first: it starts no child after this
+		return nil, fmt.Errorf("pgcluster: freeze: %w", err)
+	}
+	pids := harness.Descendants(pm) // pm first
+	for _, pid := range pids[1:] {
+		_ = syscall.Kill(pid, syscall.SIGSTOP) // one that just exited needs no stopping
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+		})
+	}, nil
 }
 
 func (c *Cluster) logFile() string { return filepath.Join(c.dir, "postgres.log") }

@@ -84,7 +84,7 @@ func (n *Notifier) Run(ctx context.Context) error {
 // connection had been established (so the next attempt waits briefly).
 func (n *Notifier) listen(ctx context.Context) error {
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(connectCtx, n.cfg)
+	conn, err := database.Connect(connectCtx, n.cfg)
 	if err == nil {
 		_, err = conn.Exec(connectCtx, "LISTEN "+NotifyChannel)
 	}
@@ -99,16 +99,43 @@ func (n *Notifier) listen(ctx context.Context) error {
 	n.log.Debug("listening", "channel", NotifyChannel)
 	n.wakeAll()
 	for {
-		note, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
+		waitCtx, cancel := context.WithTimeout(ctx, listenQuiet)
+		note, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && waitCtx.Err() != nil && !conn.IsClosed():
+			// Quiet for listenQuiet: is the server still there? A
+			// server that went silent (its machine frozen: its kernel
+			// still acknowledges, so no TCP timeout fires) is left.
+			if err := n.ping(ctx, conn); err != nil {
+				n.log.Warn("notification connection silent; reconnecting", "error", err)
 				return nil
 			}
+			n.wakeAll() // a notification that came with the ping's answer went unseen
+			continue
+		case err != nil:
 			n.log.Warn("notification connection failed", "error", err)
 			return nil
 		}
 		n.wake(note.Payload)
 	}
+}
+
+// listenQuiet is how long the LISTEN session waits for a notification
+// before it checks, within listenCheckTimeout, that its server answers:
+// a silent server is left after at most their sum, and the session is
+// opened again (on the new primary, after a failover).
+const (
+	listenQuiet        = 5 * time.Second
+	listenCheckTimeout = 2 * time.Second
+)
+
+func (n *Notifier) ping(ctx context.Context, conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, listenCheckTimeout)
+	defer cancel()
+	return conn.Ping(ctx)
 }
 
 func closeQuietly(conn *pgx.Conn) {

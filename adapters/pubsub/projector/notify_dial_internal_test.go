@@ -2,6 +2,8 @@ package projector
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -10,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/internal/database"
+	"hearth/internal/harness"
+	"hearth/internal/pgcluster"
 	"hearth/internal/pgtest"
 )
 
@@ -27,4 +31,31 @@ func TestNotifierAbandonsASilentServer(t *testing.T) {
 	require.Equal(t, NotifyApplicationName, conn.Config().RuntimeParams["application_name"])
 	ms := pgtest.Sockopt(t, conn.PgConn().Conn(), syscall.IPPROTO_TCP, pgtest.TCPUserTimeout)
 	require.Equal(t, int(database.SilenceBound/time.Millisecond), ms)
+}
+
+// A server that goes silent while the LISTEN session waits (its processes
+// stopped: its kernel acknowledges, so no TCP timeout fires) is noticed by
+// the session's check after listenQuiet, and left: the notifier
+// reconnects instead of waiting for notifications that will not come.
+func TestNotifierLeavesAFrozenServer(t *testing.T) {
+	t.Parallel()
+	cluster, err := pgcluster.Start(t.Context(), pgcluster.Options{Fast: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Stop() })
+	logs := &harness.SyncBuffer{}
+	n, err := NewNotifier(cluster.URL("postgres"), slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "listening") }, time.Minute, 10*time.Millisecond)
+
+	thaw, err := cluster.Freeze()
+	require.NoError(t, err)
+	t.Cleanup(thaw)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "notification connection silent; reconnecting") },
+		time.Minute, 10*time.Millisecond, "the LISTEN session leaves the frozen server")
+	cancel()
+	thaw()
+	<-done
 }

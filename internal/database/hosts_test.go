@@ -1,0 +1,162 @@
+package database_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"hearth/internal/database"
+	"hearth/internal/harness"
+	"hearth/internal/pgcluster"
+	"hearth/internal/pgtest"
+)
+
+// A host list with no primary is bad input Hearth waits out: Open keeps
+// trying with backoff, and says each time which hosts it tried and what
+// each answered, until one accepts writes.
+func TestNoPrimaryKeepsTrying(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDB(t).EventStore
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	admin := pgtest.Open(t, url)
+	_, err = admin.ExecContext(ctx, "ALTER DATABASE "+cfg.Database+" SET default_transaction_read_only = on") // its sessions answer read-only, as a standby's
+	require.NoError(t, err)
+	dead, err := harness.FreePort()
+	require.NoError(t, err)
+	live := fmt.Sprintf("127.0.0.1:%d", cfg.Port)
+	multi := strings.Replace(url, live, fmt.Sprintf("127.0.0.1:%d,%s", dead, live), 1) + "&target_session_attrs=read-write"
+
+	logs := &harness.SyncBuffer{}
+	opened := make(chan error, 1)
+	go func() {
+		db, err := database.OpenWith(ctx, multi, 2, database.Options{Log: slog.New(slog.NewTextHandler(logs, nil))})
+		if err == nil {
+			_ = db.Close()
+		}
+		opened <- err
+	}()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out := logs.String()
+		assert.Contains(c, out, "attempt=2", "tried again")
+		assert.Contains(c, out, fmt.Sprintf("127.0.0.1:%d: dial error", dead), "the host that refused, and its answer")
+		assert.Contains(c, out, live+": read-only", "the host that answered read-only")
+	}, time.Minute, 10*time.Millisecond)
+	select {
+	case err := <-opened:
+		t.Fatalf("Open gave up while no host was primary: %v", err)
+	default:
+	}
+
+	_, err = admin.ExecContext(ctx, "ALTER DATABASE "+cfg.Database+" SET default_transaction_read_only = off") // promoted
+	require.NoError(t, err)
+	require.NoError(t, <-opened, "Open returns once a host accepts writes")
+
+	// A database that does not exist is not a failover: it ends Open at once.
+	bad := strings.Replace(multi, "/"+cfg.Database+"?", "/no_such_database?", 1)
+	require.NotEqual(t, multi, bad)
+	_, err = database.OpenWith(ctx, bad, 1, database.Options{Log: slog.New(slog.NewTextHandler(logs, nil))})
+	require.Error(t, err)
+	var none *database.NoPrimaryError
+	require.False(t, errors.As(err, &none), "%v", err)
+}
+
+// A pooled connection to a host other than the newest primary is not
+// reused: once a connection of the process found the primary elsewhere,
+// the pool drops its connections to the old one unused (a primary that
+// resumed after a freeze still accepts writes until Patroni demotes it)
+// and dials the new one.
+func TestPoolLeavesAnOldPrimary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := startServer(t), startServer(t)
+	url := twoHosts(a, b)
+	pool, err := database.OpenSQL(ctx, url, 2, "old-primary")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Close() })
+	require.Equal(t, a.Port(), serverPort(t, pool), "the first host, while it is primary")
+
+	setReadOnly(t, a, true) // new sessions on a answer read-only; the pool's stays open
+	cfg, err := database.ParseConfig(url)
+	require.NoError(t, err)
+	conn, err := database.Connect(ctx, cfg) // a session of the process finds the primary on b
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	require.Equal(t, b.Port(), conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr).Port)
+
+	require.Equal(t, b.Port(), serverPort(t, pool), "the pool left its connection to the old primary")
+}
+
+// A frozen primary (its processes stopped: its kernel accepts connections
+// that nothing answers) found silent by a pooled connection's check is
+// passed over by every later connection of the process: tried last, and
+// within a second only, while it stays silent.
+func TestFrozenPrimaryIsPassedOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := startServer(t), startServer(t)
+	url := twoHosts(a, b)
+	pool, err := database.OpenSQLPingingAfter(ctx, url, 2, time.Nanosecond)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Close() })
+	require.Equal(t, a.Port(), serverPort(t, pool))
+
+	setReadOnly(t, b, true) // no primary but the frozen one
+	thaw := freeze(t, a)
+	t.Cleanup(thaw)
+	err = pool.QueryRowContext(ctx, `SELECT 1`).Scan(new(int)) // no deadline of the caller's: the check's own
+	var none *database.NoPrimaryError
+	require.ErrorAs(t, err, &none)
+	require.Contains(t, none.Error(), fmt.Sprintf("127.0.0.1:%d: no answer within 1s", a.Port()),
+		"the check found a silent: the new connection tried it last, within a second")
+	require.Contains(t, none.Error(), fmt.Sprintf("127.0.0.1:%d: read-only", b.Port()))
+
+	setReadOnly(t, b, false) // b promoted
+	require.Equal(t, b.Port(), serverPort(t, pool), "the pool reaches the new primary while the old one is frozen")
+	thaw()
+}
+
+func startServer(t *testing.T) *pgcluster.Cluster {
+	t.Helper()
+	c, err := pgcluster.Start(context.Background(), pgcluster.Options{Fast: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+	return c
+}
+
+// twoHosts is a multi-host URL naming a, then b.
+func twoHosts(a, b *pgcluster.Cluster) string {
+	return strings.Replace(a.URL("postgres"), fmt.Sprintf("127.0.0.1:%d", a.Port()), fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", a.Port(), b.Port()), 1) +
+		"&target_session_attrs=read-write"
+}
+
+// setReadOnly makes c's new sessions answer read-only (as a standby's do),
+// or not.
+func setReadOnly(t *testing.T, c *pgcluster.Cluster, on bool) {
+	t.Helper()
+	db, err := sql.Open("pgx", c.URL("postgres"))
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.Exec(fmt.Sprintf("ALTER SYSTEM SET default_transaction_read_only = %t", on))
+	require.NoError(t, err)
+	_, err = db.Exec("SELECT pg_reload_conf()")
+	require.NoError(t, err)
+}
+
+func serverPort(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var port int
+	require.NoError(t, db.QueryRow(`SELECT inet_server_port()`).Scan(&port))
+	return port
+}
