@@ -29,6 +29,22 @@ type ProtectRequest struct {
 	Batch int
 }
 
+// Check validates the request (fields "by" and "batch") and fills in the
+// default batch.
+func (r *ProtectRequest) Check() error {
+	r.By = strings.TrimSpace(r.By)
+	if err := CheckActor(r.By); err != nil {
+		return err
+	}
+	if r.Batch == 0 {
+		r.Batch = ProtectBatchDefault
+	}
+	if r.Batch < 1 || r.Batch > ProtectBatchMax {
+		return apperr.Invalid("batch", "must be between 1 and %d, got %d", ProtectBatchMax, r.Batch)
+	}
+	return nil
+}
+
 // Protection counts what a run of Protect (or one batch of it) did.
 type Protection struct {
 	// Found counts the events in clear whose type has personal fields.
@@ -102,15 +118,8 @@ func NewProtector(store ProtectStore, audit AuditLog) (*Protector, error) {
 // finishes (and, once done, changes nothing). The run is recorded in the
 // audit log with its counts, also when it fails.
 func (p *Protector) Protect(ctx context.Context, req ProtectRequest) (Protection, error) {
-	req.By = strings.TrimSpace(req.By)
-	if err := CheckActor(req.By); err != nil {
+	if err := req.Check(); err != nil {
 		return Protection{}, err
-	}
-	if req.Batch == 0 {
-		req.Batch = ProtectBatchDefault
-	}
-	if req.Batch < 1 || req.Batch > ProtectBatchMax {
-		return Protection{}, apperr.Invalid("batch", "must be between 1 and %d, got %d", ProtectBatchMax, req.Batch)
 	}
 	var out Protection
 	err := p.run(ctx, req.By, req.Batch, &out)

@@ -31,8 +31,8 @@ func (p *protectFlags) register(cmd string, fs *flag.FlagSet) {
 // written before they were sealed, and their copies (ops.Protector); safe
 // to run again, and once done it changes nothing.
 func protect(ctx context.Context, cfg Config, log *slog.Logger, p protectFlags, getenv func(string) string, stdout io.Writer) error {
-	by := actor(p.by, getenv)
-	if err := ops.CheckActor(by); err != nil {
+	req := ops.ProtectRequest{By: actor(p.by, getenv), Batch: p.batch}
+	if err := req.Check(); err != nil {
 		return asUsage(flagError("protect", err, ""))
 	}
 	if err := cfg.requireMasterKeys(); err != nil {
@@ -51,7 +51,7 @@ func protect(ctx context.Context, cfg Config, log *slog.Logger, p protectFlags, 
 	if err != nil {
 		return err
 	}
-	out, err := protector.Protect(ctx, ops.ProtectRequest{By: by, Batch: p.batch})
+	out, err := protector.Protect(ctx, req)
 	fmt.Fprintf(stdout, "protect: %d events in clear found in %d batches: %d sealed under their customer's data key (%d keys created), "+
 		"%d of erased customers made unreadable (%d aggregates marked erased); %d copies rewritten\n",
 		out.Found, out.Batches, out.Sealed, out.Keys, out.Shredded, out.Streams, out.Copies)

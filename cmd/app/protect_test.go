@@ -301,3 +301,20 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 	out, err = cli(ctx, a.urls(), "verify", "--recheck", "0")
 	require.NoError(t, err, out)
 }
+
+// Bad flags of app protect are usage errors naming the flag, found before
+// anything is opened.
+func TestProtectRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	nowhere := pgtest.URLs{EventStore: "postgres://127.0.0.1:1/none", ReadModel: "postgres://127.0.0.1:1/none"}
+	for args, want := range map[string]string{
+		"--batch -1":     "protect: --batch: must be between 1 and 10000, got -1",
+		"--batch 10001":  "protect: --batch: must be between 1 and 10000, got 10001",
+		"--by \x01":      "protect: --by: must not contain control characters",
+		"--batch 5 more": `protect: unexpected arguments ["more"]`,
+	} {
+		_, err := cli(t.Context(), nowhere, append([]string{"protect"}, strings.Fields(args)...)...)
+		require.ErrorAs(t, err, new(usageError), args)
+		require.ErrorContains(t, err, want, args)
+	}
+}
