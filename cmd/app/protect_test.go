@@ -153,6 +153,21 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 			customerOf[id] = f.customer
 		}
 	}
+	// An order moved from BRAVO to CHARLIE: its events before the move
+	// are BRAVO's, the move's CHARLIE's.
+	moved := old.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": fixtures["BRAVO"].customer, "amount_cents": 300, "notes": mark("moved-notes", "BRAVO")}).Body["id"].(string)
+	old.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+moved, a.opA, map[string]any{
+		"customer_id": fixtures["CHARLIE"].customer, "notes": mark("moved-notes", "CHARLIE")})
+	subjectOf := func(e personalEvent) string {
+		if e.streamID == moved && e.typ == "OrderCreated" {
+			return fixtures["BRAVO"].customer
+		}
+		if e.streamID == moved {
+			return fixtures["CHARLIE"].customer
+		}
+		return customerOf[e.streamID]
+	}
 	// The previous release recorded no customer in ScheduleCreated.
 	_, err := es.ExecContext(ctx, `UPDATE events SET data = data - 'customer_id' WHERE type = 'ScheduleCreated'`)
 	require.NoError(t, err)
@@ -224,7 +239,7 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 	sealed := personalEvents(t, es)
 	require.Len(t, sealed, len(clear))
 	for id, e := range sealed {
-		require.Equal(t, customerOf[e.streamID], e.subject, "subject_id of %s %s", e.typ, id)
+		require.Equal(t, subjectOf(e), e.subject, "subject_id of %s %s", e.typ, id)
 		require.Contains(t, string(e.data), `"sealed"`)
 		f, _ := aggregates.ByType(e.streamType)
 		want, err := f.Decode(e.typ, clear[id].data)
@@ -250,6 +265,8 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 	require.NotContains(t, rm, "-CHARLIE-mark")
 	require.Contains(t, rm, mark("order-notes", "ALPHA"))
 	require.Contains(t, rm, mark("request-content", "BRAVO"))
+	o := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+moved, a.opA, nil)
+	require.Nil(t, o.Body["notes"], "the order moved to CHARLIE reads as erased: %s", o.String())
 
 	// Verify passes, and a rebuild gives the same rows.
 	out, err = cli(ctx, a.urls(), "verify", "--recheck", "0")
@@ -290,7 +307,7 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "4 aggregates marked")
 	require.Eventually(t, a.projected, 10*time.Second, 10*time.Millisecond)
-	o := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+alphaOrder, a.opA, nil)
+	o = a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+alphaOrder, a.opA, nil)
 	require.Nil(t, o.Body["notes"], o.String())
 	require.NotEmpty(t, o.Body["erased"], o.String())
 	everywhere := dumpDB(t, es) + dumpDB(t, a.dbs.rm.DB)
