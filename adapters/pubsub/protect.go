@@ -93,11 +93,13 @@ func (s *Store) ProtectEvents(ctx context.Context, by string, after int64, limit
 			return err
 		}
 		b := &pgx.Batch{}
+		// The aggregates to mark: by stream, the erased customers met.
 		type mark struct {
-			facts                       Stream
-			streamID, merchant, subject string
+			facts              Stream
+			streamID, merchant string
+			subjects           []string
 		}
-		var marks []mark
+		var marks []*mark
 		for _, e := range page {
 			fields := e.facts.Personal[e.typ]
 			var sealed []byte
@@ -119,8 +121,13 @@ func (s *Store) ProtectEvents(ctx context.Context, by string, after int64, limit
 				continue
 			}
 			out.Shredded++
-			if !slices.ContainsFunc(marks, func(m mark) bool { return m.streamID == e.streamID && m.subject == e.subject }) {
-				marks = append(marks, mark{facts: e.facts, streamID: e.streamID, merchant: e.merchant, subject: e.subject})
+			i := slices.IndexFunc(marks, func(m *mark) bool { return m.streamID == e.streamID })
+			if i < 0 {
+				i = len(marks)
+				marks = append(marks, &mark{facts: e.facts, streamID: e.streamID, merchant: e.merchant})
+			}
+			if !slices.Contains(marks[i].subjects, e.subject) {
+				marks[i].subjects = append(marks[i].subjects, e.subject)
 			}
 		}
 		var appends []*appended
@@ -130,8 +137,11 @@ func (s *Store) ProtectEvents(ctx context.Context, by string, after int64, limit
 				return err
 			}
 			meta := event.Meta{MerchantID: m.merchant, Actor: by, CorrelationID: uuid.New(), OccurredAt: time.Now()}
-			a, err := s.queueAppend(b, m.facts, meta, m.streamID, "", version,
-				[]event.Event{event.PersonalDataErased{SubjectType: event.SubjectCustomer, SubjectID: m.subject}})
+			var erased []event.Event
+			for _, subject := range m.subjects {
+				erased = append(erased, event.PersonalDataErased{SubjectType: event.SubjectCustomer, SubjectID: subject})
+			}
+			a, err := s.queueAppend(b, m.facts, meta, m.streamID, "", version, erased)
 			if err != nil {
 				return err
 			}

@@ -159,12 +159,22 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 		"customer_id": fixtures["BRAVO"].customer, "amount_cents": 300, "notes": mark("moved-notes", "BRAVO")}).Body["id"].(string)
 	old.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+moved, a.opA, map[string]any{
 		"customer_id": fixtures["CHARLIE"].customer, "notes": mark("moved-notes", "CHARLIE")})
+	// And one moved from CHARLIE to DELTA, both erased before protect.
+	delta := a.createCustomer(a.opA, "Delta")
+	movedTwice := old.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": fixtures["CHARLIE"].customer, "amount_cents": 300, "notes": mark("moved-notes", "CHARLIE")}).Body["id"].(string)
+	old.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+movedTwice, a.opA, map[string]any{
+		"customer_id": delta, "notes": mark("moved-notes", "DELTA")})
 	subjectOf := func(e personalEvent) string {
-		if e.streamID == moved && e.typ == "OrderCreated" {
+		switch {
+		case e.streamID == moved && e.typ == "OrderCreated":
 			return fixtures["BRAVO"].customer
-		}
-		if e.streamID == moved {
+		case e.streamID == moved:
 			return fixtures["CHARLIE"].customer
+		case e.streamID == movedTwice && e.typ == "OrderCreated":
+			return fixtures["CHARLIE"].customer
+		case e.streamID == movedTwice:
+			return delta
 		}
 		return customerOf[e.streamID]
 	}
@@ -207,12 +217,14 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 		}
 	}
 
-	// CHARLIE is erased after the upgrade, before protect: the erasure
-	// cannot find events whose subject_id is null.
+	// CHARLIE and DELTA are erased after the upgrade, before protect: the
+	// erasure cannot find events whose subject_id is null.
 	charlie := fixtures["CHARLIE"].customer
-	out, err := cli(ctx, a.urls(), "customers", "erase", "--merchant", "acme", charlie, "--confirm", charlie)
-	require.NoError(t, err, out)
-	require.Contains(t, out, "0 aggregates marked")
+	for _, c := range []string{charlie, delta} {
+		out, err := cli(ctx, a.urls(), "customers", "erase", "--merchant", "acme", c, "--confirm", c)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "0 aggregates marked")
+	}
 	require.Eventually(t, a.projected, 10*time.Second, 10*time.Millisecond)
 	require.Contains(t, dumpDB(t, a.dbs.rm.DB), mark("order-notes", "CHARLIE"), "the read models still hold the old events' text")
 	rowsBefore := readModelRows(t, a.dbs.rm.DB)
@@ -224,9 +236,10 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, first.Found)
 	require.Positive(t, last)
-	out, err = cli(ctx, a.urls(), "protect", "--batch", "4")
+	out, err := cli(ctx, a.urls(), "protect")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "protect: ")
+	// CHARLIE's request, orders and schedule, and the two moved orders.
+	require.Contains(t, out, "(6 aggregates marked erased)")
 	require.Eventually(t, a.projected, 10*time.Second, 10*time.Millisecond)
 
 	after := eventCopies(t, es)
@@ -246,11 +259,12 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 		require.NoError(t, err)
 		got, err := a.w.vault.Decoder(f)(e.typ, e.data)
 		require.NoError(t, err)
-		if e.subject == charlie {
+		if e.subject == charlie || e.subject == delta {
 			text, err := json.Marshal(got)
 			require.NoError(t, err)
 			require.Contains(t, string(text), `"erased":[`, "%s of an erased customer reads as erased", e.typ)
 			require.NotContains(t, string(text), "-CHARLIE-mark")
+			require.NotContains(t, string(text), "-DELTA-mark")
 			continue
 		}
 		require.Equal(t, want, got, "%s %s opens to what it held", e.typ, id)
@@ -263,6 +277,7 @@ func TestProtectSealsEventsOfThePreviousRelease(t *testing.T) {
 	}
 	rm := dumpDB(t, a.dbs.rm.DB)
 	require.NotContains(t, rm, "-CHARLIE-mark")
+	require.NotContains(t, rm, "-DELTA-mark")
 	require.Contains(t, rm, mark("order-notes", "ALPHA"))
 	require.Contains(t, rm, mark("request-content", "BRAVO"))
 	o := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+moved, a.opA, nil)
