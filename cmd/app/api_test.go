@@ -123,13 +123,7 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	}
 
 	t.Cleanup(w.maintenance.Close)
-	hcfg, err := httpConfig(cfg, dbs, w, nil, log) // serve's HTTP wiring
-	require.NoError(t, err)
-	t.Cleanup(func() { closeConsole(hcfg.Console) })
-	handler, err := httpport.NewHandler(hcfg)
-	require.NoError(t, err)
-	srv := httptest.NewServer(handler)
-	t.Cleanup(srv.Close)
+	srv := serveAPI(t, cfg, dbs, w, log)
 
 	a := &api{t: t, base: srv.URL, client: srv.Client(), cfg: cfg, dbs: dbs, w: w}
 	newKey := func(merchant string, role access.Role, staffID string) (id, merchantID, secret string) {
@@ -146,6 +140,19 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	_, _, a.worker = newKey("acme", access.Worker, a.staffA)
 	a.adminKeyID, _, a.admin = newKey("", access.Admin, "")
 	return a
+}
+
+// serveAPI serves the HTTP API of w, as serve wires it, until the test ends.
+func serveAPI(t *testing.T, cfg Config, dbs databases, w wiring, log *slog.Logger) *httptest.Server {
+	t.Helper()
+	hcfg, err := httpConfig(cfg, dbs, w, nil, log) // serve's HTTP wiring
+	require.NoError(t, err)
+	t.Cleanup(func() { closeConsole(hcfg.Console) })
+	handler, err := httpport.NewHandler(hcfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // hearth is Hearth's generated Go client (client_test.go) on the same

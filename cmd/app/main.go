@@ -8,6 +8,7 @@
 //	app customers export --merchant NAME ID [--by WHO]
 //	app customers erase --merchant NAME ID --confirm ID [--by WHO]
 //	app staff erase --merchant NAME ID --confirm ID [--by WHO]
+//	app protect [--by WHO] [--batch N]
 //	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
 //	app parked list|replay|skip ...
 //	app verify [--projection P]
@@ -43,6 +44,8 @@ const usage = `usage:
                                                           erase a customer's personal data, irreversibly (recorded in the audit log)
   app staff erase --merchant NAME ID --confirm ID [--by WHO]
                                                           erase a staff member's personal data, irreversibly
+  app protect [--by WHO] [--batch N]                       seal the personal fields of events written before they were sealed
+                                                          (run once after upgrading to sealed personal data; safe to re-run)
   app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
   app keyring rewrap [--by WHO]                            re-seal every secret under the first master key, so the others can go
   app dev [--mode ...] [--http-addr ...]                   run with a throwaway Postgres when DATABASE_URL is unset (and nats-server when installed and RELAY_NATS_URL is unset)
@@ -91,7 +94,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	sub := ""
 	switch cmd {
-	case "serve", "dev", "migrate", "parked", "verify", "rebuild":
+	case "serve", "dev", "migrate", "parked", "verify", "rebuild", "protect":
 	case "keys", "audit", "customers", "staff", "keyring":
 		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export", "erase"},
 			"staff": {"erase"}, "keyring": {"new", "rewrap"}}[cmd]
@@ -112,6 +115,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	opArgs.register(cmd, fs)
 	var customerArgs customerFlags
 	customerArgs.register(cmd, fs)
+	var protectArgs protectFlags
+	protectArgs.register(cmd, fs)
 	cfg, rest, err := loadConfig(getenv, fs, args)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
@@ -150,6 +155,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return eraseSubject(ctx, cfg, log, cmd, customerArgs, rest, getenv, stdout)
 		}
 		return customersExport(ctx, cfg, log, customerArgs, rest, getenv, stdout)
+	case "protect":
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		return protect(ctx, cfg, log, protectArgs, getenv, stdout)
 	case "keyring":
 		return keyringCommand(ctx, cfg, sub, keyArgs, rest, getenv, stdout)
 	case "dev":
