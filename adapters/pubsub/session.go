@@ -14,6 +14,7 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 	"hearth/internal/aggregates"
@@ -27,10 +28,12 @@ var (
 	OrderStream          = aggregates.Order.Facts
 	ServiceRequestStream = aggregates.ServiceRequest.Facts
 	ScheduleStream       = aggregates.Schedule.Facts
+	PlanStream           = aggregates.Plan.Facts
 
 	TopicOrders          = aggregates.Order.Topic
 	TopicServiceRequests = aggregates.ServiceRequest.Topic
 	TopicSchedules       = aggregates.Schedule.Topic
+	TopicPlans           = aggregates.Plan.Topic
 )
 
 // Transactor implements command.Transactor on the event store.
@@ -180,6 +183,24 @@ func (s *session) ServiceRequest(ctx context.Context, id string) (*servicereques
 
 func (s *session) Schedule(ctx context.Context, id string) (*schedule.Schedule, error) {
 	return load(ctx, s, aggregates.Schedule, id)
+}
+
+func (s *session) ServicePlan(ctx context.Context, id string) (*plan.Plan, error) {
+	return load(ctx, s, aggregates.Plan, id)
+}
+
+func (s *session) AddServicePlan(p *plan.Plan) { s.track(&tracked{stream: PlanStream, agg: p}) }
+
+func (s *session) MerchantTimeZone(ctx context.Context) (string, error) {
+	var tz string
+	var found bool
+	if err := s.tx.queryRow(ctx, maybeRow(&found, &tz), `SELECT time_zone FROM merchants WHERE id = $1`, s.meta.MerchantID); err != nil {
+		return "", fmt.Errorf("read merchant time zone: %w", err)
+	}
+	if !found {
+		return "", apperr.ErrNotFound
+	}
+	return tz, nil
 }
 
 func (s *session) AddOrder(o *order.Order) { s.track(&tracked{stream: OrderStream, agg: o}) }

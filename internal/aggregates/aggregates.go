@@ -17,6 +17,7 @@ package aggregates
 import (
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 )
@@ -59,10 +60,14 @@ var (
 		Type: schedule.StreamType, Decode: schedule.Decode,
 		Topic: "schedules", Projection: "schedules", Table: "schedules",
 	}, Rehydrate: schedule.Rehydrate}
+	Plan = Kind[*plan.Plan]{Facts: Facts{
+		Type: plan.StreamType, Decode: plan.Decode,
+		Topic: "plans", Projection: "plans", Table: "plans",
+	}, Rehydrate: plan.Rehydrate}
 )
 
 // All returns every aggregate type, sorted by projection name.
-func All() []Facts { return []Facts{Order.Facts, Schedule.Facts, ServiceRequest.Facts} }
+func All() []Facts { return []Facts{Order.Facts, Plan.Facts, Schedule.Facts, ServiceRequest.Facts} }
 
 // ByType returns the aggregate type of a stream type.
 func ByType(streamType string) (Facts, bool) {
