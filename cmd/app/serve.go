@@ -375,7 +375,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if relayUnit != nil {
 		extra = append(extra, *relayUnit)
 	}
-	extra = append(extra, webhookUnit(cfg, w, log))
+	extra = append(extra, webhookUnit(cfg, w, log), planUnit(cfg, log))
 	var sched *leader.Scheduler
 	if cfg.Mode != ModeAPI {
 		if sched, err = newScheduler(cfg, dbs, w, log, extra...); err != nil {

@@ -38,6 +38,7 @@ type Transactor struct {
 	bookings map[string]Booking // by schedule id
 	refs     map[string]ref     // by merchant id + "/" + record id
 	zones    map[string]string  // merchant time zones, by merchant id
+	visits   map[string]command.PlanVisit
 }
 
 // Booking is a schedule's hold on its staff member's time.
@@ -56,7 +57,7 @@ type ref struct {
 
 // New returns an empty store.
 func New() *Transactor {
-	return &Transactor{streams: map[string][]event.Recorded{}, at: map[string]int64{}, bookings: map[string]Booking{}, refs: map[string]ref{}, zones: map[string]string{}}
+	return &Transactor{streams: map[string][]event.Recorded{}, at: map[string]int64{}, bookings: map[string]Booking{}, refs: map[string]ref{}, zones: map[string]string{}, visits: map[string]command.PlanVisit{}}
 }
 
 // SetTimeZone sets the merchant's time zone (UTC until set).
@@ -284,6 +285,30 @@ func (s *session) MerchantTimeZone(context.Context) (string, error) {
 		return tz, nil
 	}
 	return "UTC", nil
+}
+
+// PlanVisits and SaveVisit keep the generator's ledger; rows are written
+// at once (the in-memory store keeps no transaction of them).
+func (s *session) PlanVisits(_ context.Context, planID string) ([]command.PlanVisit, error) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	var out []command.PlanVisit
+	for _, v := range s.t.visits {
+		if v.PlanID == planID {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func (s *session) SaveVisit(_ context.Context, v command.PlanVisit) error {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	if _, ok := s.t.visits[v.Key]; ok && !v.Cancelled {
+		return &apperr.ConflictError{Detail: "visit " + v.Key + " has an order already"}
+	}
+	s.t.visits[v.Key] = v
+	return nil
 }
 
 func (s *session) AddOrder(o *order.Order) { s.track(order.StreamType, o, nil) }
