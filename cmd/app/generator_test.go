@@ -133,7 +133,10 @@ func TestVisitGeneratorCollisionAndReplan(t *testing.T) {
 	a := e.a
 	first := time.Now().UTC().AddDate(0, 0, 1)
 	london := time.UTC
-	day := func(n int) time.Time { d := first.AddDate(0, 0, 7*n); return time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, london) }
+	day := func(n int) time.Time {
+		d := first.AddDate(0, 0, 7*n)
+		return time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, london)
+	}
 	// Staff member A is busy 10:00-12:00 on the second visit's day.
 	customer := a.createCustomer(a.opA, "Bob")
 	other := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{"customer_id": customer, "amount_cents": 1})
