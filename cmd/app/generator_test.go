@@ -76,15 +76,37 @@ func TestVisitGeneratorExactlyOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, command.VisitsDone{}, done, "a second run creates nothing")
 
-	// Two concurrent runs on a fresh plan.
+	// Two concurrent runs on a fresh plan, meeting before each visit (a
+	// barrier), so that both attempt every visit at the same time.
 	e2 := newGeneratorEnv(t)
+	var mu sync.Mutex
+	arrived, release := map[int]int{}, map[int]chan struct{}{}
+	meet := func() func(context.Context) {
+		round := 0
+		return func(context.Context) {
+			mu.Lock()
+			r := round
+			round++
+			if release[r] == nil {
+				release[r] = make(chan struct{})
+			}
+			if arrived[r]++; arrived[r] == 2 {
+				close(release[r])
+			}
+			ch := release[r]
+			mu.Unlock()
+			<-ch
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e2.run(t, e2.generator(t))
+			g := e2.generator(t)
+			g.Between = meet()
+			_, errs[i] = e2.run(t, g)
 		}()
 	}
 	wg.Wait()
