@@ -228,7 +228,7 @@ func TestProjectionsSpreadOverWorkers(t *testing.T) {
 	urls := pgtest.NewDB(t)
 	var workers []*worker
 	var stops []func()
-	for _, name := range []string{"w1", "w2", "w3"} {
+	for _, name := range []string{"w1", "w2", "w3", "w4"} { // one per projection
 		w := newWorker(t, urls, name)
 		workers = append(workers, w)
 		stops = append(stops, w.run(t))
@@ -406,14 +406,14 @@ func TestLeadershipVisible(t *testing.T) {
 	require.NoError(t, p.dbs.es.DB.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND mode = 'ShareLock' AND objsubid = 1 AND classid = $1 AND objid = $2
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, uint32(uint64(guard)>>32), uint32(uint64(guard))).Scan(&guarded))
-	require.Equal(t, 3, guarded)
+	require.Equal(t, len(aggregates.Projections()), guarded)
 
 	status, raw = get("/admin/leadership", admin.Secret)
 	require.Equal(t, http.StatusOK, status, raw)
 	decode(raw)
 	require.Equal(t, 1, body.Workers)
-	require.Equal(t, 3, body.FairShare)
-	require.Equal(t, 3, body.Leading)
+	require.Equal(t, len(aggregates.Projections()), body.FairShare)
+	require.Equal(t, len(aggregates.Projections()), body.Leading)
 	for i, u := range st.Units {
 		got := body.Units[i]
 		require.Equal(t, u.Name, got.Name)
