@@ -419,7 +419,7 @@ func (s *session) PlanVisits(ctx context.Context, planID string) ([]command.Plan
 			if err := rows.Scan(&v.Key, &v.PlanID, &v.OrderID, &v.StartAt, &v.EndAt, &v.StaffID, &v.PriceCents, &v.UnassignedReason, &v.Cancelled); err != nil {
 				return err
 			}
-			v.StartAt, v.EndAt = v.StartAt.UTC(), v.EndAt.UTC()
+			v.StartAt, v.EndAt, v.Existing = v.StartAt.UTC(), v.EndAt.UTC(), true
 			out = append(out, v)
 		}
 		return rows.Err()
@@ -431,16 +431,18 @@ func (s *session) PlanVisits(ctx context.Context, planID string) ([]command.Plan
 }
 
 // SaveVisit inserts a new visit's ledger row (a second one of the key is a
-// conflict: another attempt created the visit), or marks one cancelled.
+// conflict: another attempt created the visit), or updates an existing one.
 func (s *session) SaveVisit(ctx context.Context, v command.PlanVisit) error {
 	b := &pgx.Batch{}
-	if v.Cancelled {
-		b.Queue(`UPDATE plan_visits SET cancelled = true, updated_at = now() WHERE visit_key = $1 AND merchant_id = $2`, v.Key, s.meta.MerchantID)
+	var staff *string
+	if v.StaffID != "" {
+		staff = &v.StaffID
+	}
+	if v.Existing {
+		b.Queue(`UPDATE plan_visits SET start_at = $3, end_at = $4, staff_id = $5, price_cents = $6, unassigned_reason = $7,
+			cancelled = $8, updated_at = now() WHERE visit_key = $1 AND merchant_id = $2`,
+			v.Key, s.meta.MerchantID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason, v.Cancelled)
 	} else {
-		var staff *string
-		if v.StaffID != "" {
-			staff = &v.StaffID
-		}
 		b.Queue(`INSERT INTO plan_visits (visit_key, merchant_id, plan_id, order_id, start_at, end_at, staff_id, price_cents, unassigned_reason)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 			v.Key, s.meta.MerchantID, v.PlanID, v.OrderID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason)

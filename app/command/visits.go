@@ -26,6 +26,16 @@ type PlanVisit struct {
 	UnassignedReason string
 	// Cancelled: the plan no longer has the visit; its order was cancelled.
 	Cancelled bool
+	// Existing marks a row read from the ledger (PlanVisits sets it):
+	// saving it updates the row instead of inserting a new one.
+	Existing bool `json:"-"`
+}
+
+// differs reports whether the plan's visit v is no longer what the ledger
+// row says was ordered (moved, another window, price or staff member).
+func (r PlanVisit) differs(v plan.Visit) bool {
+	return !r.StartAt.Equal(v.StartAt) || !r.EndAt.Equal(v.EndAt) || r.PriceCents != v.PriceCents ||
+		(r.StaffID != v.StaffID && !(r.StaffID == "" && r.UnassignedReason != "" && v.StaffID != ""))
 }
 
 // VisitOrderID is the id of the order of the visit with key: derived from
@@ -66,7 +76,7 @@ type GenerateVisits struct {
 
 // VisitsDone counts what one run of a plan did.
 type VisitsDone struct {
-	Created, Unassigned, Cancelled int
+	Created, Unassigned, Replanned, Cancelled int
 }
 
 // Plan handles GenerateVisits: it creates the orders of the plan's visits
@@ -101,7 +111,20 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 	wanted := map[string]bool{}
 	for _, v := range want {
 		wanted[v.Key] = true
-		if _, ok := have[v.Key]; ok {
+		if r, ok := have[v.Key]; ok {
+			if r.Cancelled || !r.StartAt.After(cmd.Now) || !r.differs(v) {
+				continue
+			}
+			if g.Between != nil {
+				g.Between(ctx)
+			}
+			moved, err := g.replan(ctx, meta, cmd.PlanID, v.Key, cmd.Now, until)
+			if err != nil {
+				return done, err
+			}
+			if moved {
+				done.Replanned++
+			}
 			continue
 		}
 		if g.Between != nil {
@@ -205,6 +228,11 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 // member is inactive or already booked over the window, no schedule and
 // the reason.
 func book(ctx context.Context, s Session, orderID string, v plan.Visit) (*schedule.Schedule, string, error) {
+	return bookAs(ctx, s, uuid.FromName("schedule/"+v.Key), orderID, v)
+}
+
+// bookAs is book with the schedule's id.
+func bookAs(ctx context.Context, s Session, scheduleID, orderID string, v plan.Visit) (*schedule.Schedule, string, error) {
 	exists, active, err := s.StaffActive(ctx, v.StaffID)
 	if err != nil {
 		return nil, "", err
@@ -212,7 +240,7 @@ func book(ctx context.Context, s Session, orderID string, v plan.Visit) (*schedu
 	if !exists || !active {
 		return nil, fmt.Sprintf("the preferred staff member %s is not active", v.StaffID), nil
 	}
-	sch, err := schedule.New(uuid.FromName("schedule/"+v.Key), orderID, schedule.Window{StaffID: v.StaffID, StartAt: v.StartAt, EndAt: v.EndAt}, "")
+	sch, err := schedule.New(scheduleID, orderID, schedule.Window{StaffID: v.StaffID, StartAt: v.StartAt, EndAt: v.EndAt}, "")
 	if err != nil {
 		return nil, "", err
 	}
@@ -315,10 +343,121 @@ func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Tim
 		done, err := g.Plan(ctx, GenerateVisits{MerchantID: r.MerchantID, PlanID: r.PlanID, Now: now, Horizon: horizon})
 		total.Created += done.Created
 		total.Unassigned += done.Unassigned
+		total.Replanned += done.Replanned
 		total.Cancelled += done.Cancelled
 		if err != nil {
 			return total, fmt.Errorf("plan %s: %w", r.PlanID, err)
 		}
 	}
 	return total, nil
+}
+
+// replan brings the order of a visit not started yet in line with the
+// plan's visit (moved, or changed from an earlier visit on): its price, and
+// its window with the preferred staff member booked anew, or unassigned
+// with the reason when the staff member is busy then. An order that has
+// started, ended or was cancelled by hand is left alone.
+func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, key string, now, until time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	replanned := false
+	_, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
+		replanned = false
+		ledger, err := s.PlanVisits(ctx, planID)
+		if err != nil {
+			return err
+		}
+		var r PlanVisit
+		for _, l := range ledger {
+			if l.Key == key {
+				r = l
+			}
+		}
+		if r.Key == "" || r.Cancelled || !r.StartAt.After(now) {
+			return nil
+		}
+		p, err := s.ServicePlan(ctx, planID)
+		if err != nil {
+			return err
+		}
+		var v plan.Visit
+		for _, x := range p.Visits(now, until) {
+			if x.Key == key {
+				v = x
+			}
+		}
+		if v.Key == "" || !r.differs(v) {
+			return nil
+		}
+		o, err := s.Order(ctx, r.OrderID)
+		if err != nil {
+			return err
+		}
+		switch o.Status() {
+		case order.StatusPending, order.StatusConfirmed, order.StatusDispatching:
+		default:
+			return nil // started, done or cancelled by hand: never touched
+		}
+		sch, live, err := s.LiveSchedule(ctx, o.ID())
+		if err != nil {
+			return err
+		}
+		r.UnassignedReason = ""
+		var booked *schedule.Schedule
+		if v.StaffID != "" {
+			// A stand-in of the schedule with the new window tries the
+			// booking (its savepoint keeps the old one on a clash).
+			id := uuid.FromName(fmt.Sprintf("schedule/%s/%d", key, v.StartAt.Unix()))
+			if live {
+				id = sch.ID()
+			}
+			if booked, r.UnassignedReason, err = bookAs(ctx, s, id, o.ID(), v); err != nil {
+				return err
+			}
+		}
+		d := o.Details()
+		d.AmountCents = v.PriceCents
+		if booked == nil {
+			note := fmt.Sprintf(" Moved to %s.", v.StartAt.Format(time.RFC3339))
+			if r.UnassignedReason != "" {
+				note += " Not assigned: " + r.UnassignedReason
+			}
+			d.Notes += note
+		}
+		if err := o.UpdateDetails(d); err != nil {
+			return err
+		}
+		switch {
+		case booked != nil && live:
+			if err := sch.Reassign(booked.Window()); err != nil {
+				return err
+			}
+		case booked != nil:
+			s.AddSchedule(booked)
+		case live: // no staff member now, or busy: the old booking goes
+			if err := sch.ChangeStatus(schedule.StatusCancelled); err != nil {
+				return err
+			}
+			if err := s.Book(ctx, sch); err != nil {
+				return err
+			}
+			o.Unassign()
+		}
+		r.StaffID = ""
+		if booked != nil {
+			r.StaffID = v.StaffID
+			if err := o.Assign(order.Assignment{StaffID: v.StaffID, StartAt: v.StartAt, EndAt: v.EndAt}); err != nil {
+				return err
+			}
+		}
+		r.StartAt, r.EndAt, r.PriceCents = v.StartAt, v.EndAt, v.PriceCents
+		replanned = true
+		return s.SaveVisit(ctx, r)
+	})
+	var conflict *apperr.ConflictError
+	if errors.As(err, &conflict) {
+		return false, nil // changed meanwhile: the next run looks again
+	}
+	return replanned, err
 }

@@ -189,3 +189,72 @@ func TestVisitGeneratorCollisionAndReplan(t *testing.T) {
 	created, _ := e.orders(t)
 	require.Equal(t, 4, created, "cancelled, not a new one")
 }
+
+// ledgerRow reads one visit's ledger row: its start, staff member and
+// reason.
+func (e generatorEnv) ledgerRow(t *testing.T, date time.Time) (start time.Time, staff *string, reason string) {
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT start_at, staff_id::text, unassigned_reason FROM plan_visits
+		WHERE visit_key = $1`, e.planID+"/"+date.Format(time.DateOnly)).Scan(&start, &staff, &reason))
+	return start.UTC(), staff, reason
+}
+
+// Changing a plan re-plans the orders of its future visits: a moved visit's
+// schedule moves with it, a move into the staff member's other work leaves
+// the order unassigned with the reason, and a change from a visit on moves
+// that visit and the following ones only.
+func TestVisitGeneratorReplansChanges(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	first := time.Now().UTC().AddDate(0, 0, 1)
+	day := func(n int) time.Time { d := first.AddDate(0, 0, 7*n); return time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC) }
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	booked := func() []string {
+		rows, err := a.dbs.es.DB.QueryContext(t.Context(), `SELECT lower(period) FROM bookings WHERE staff_id = $1 AND live ORDER BY 1`, a.staffA)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var at time.Time
+			require.NoError(t, rows.Scan(&at))
+			out = append(out, at.UTC().Format("01-02 15:04"))
+		}
+		return out
+	}
+	at := func(n, h int) string { return day(n).Add(time.Duration(h) * time.Hour).Format("01-02 15:04") }
+	require.Equal(t, []string{at(0, 9), at(1, 9), at(2, 9), at(3, 9)}, booked())
+
+	// Move the first visit to 14:00 the day after.
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
+		map[string]any{"date": day(0).Format(time.DateOnly), "to_date": day(0).AddDate(0, 0, 1).Format(time.DateOnly), "start": "14:00"})
+	// Another job of staff member A over the second visit's new time.
+	customer := a.createCustomer(a.opA, "Bob")
+	other := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{"customer_id": customer, "amount_cents": 1})
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other.Body["id"].(string)+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": day(1).Add(15 * time.Hour).Format(time.RFC3339), "end_at": day(1).Add(16 * time.Hour).Format(time.RFC3339)})
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
+		map[string]any{"date": day(1).Format(time.DateOnly), "to_date": day(1).Format(time.DateOnly), "start": "15:00"})
+	// From the third visit on, 07:00 to 08:00.
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/change", a.opA,
+		map[string]any{"from": day(2).Format(time.DateOnly), "window": map[string]any{"start": "07:00", "end": "08:00"}})
+
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Replanned: 4}, done)
+	require.Equal(t, []string{day(0).AddDate(0, 0, 1).Add(14 * time.Hour).Format("01-02 15:04"), at(1, 15), at(2, 7), at(3, 7)}, booked(),
+		"the moved and changed visits, and the other job; the clashing visit holds nothing")
+	start, staff, reason := e.ledgerRow(t, day(1))
+	require.Equal(t, day(1).Add(15*time.Hour), start)
+	require.Nil(t, staff)
+	require.Contains(t, reason, "already booked")
+	_, staff, _ = e.ledgerRow(t, day(2))
+	require.NotNil(t, staff)
+	created, _ := e.orders(t)
+	require.Equal(t, 4, created, "re-planned, never re-created")
+
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done, "nothing left to re-plan")
+}

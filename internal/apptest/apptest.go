@@ -295,6 +295,7 @@ func (s *session) PlanVisits(_ context.Context, planID string) ([]command.PlanVi
 	var out []command.PlanVisit
 	for _, v := range s.t.visits {
 		if v.PlanID == planID {
+			v.Existing = true
 			out = append(out, v)
 		}
 	}
@@ -304,7 +305,7 @@ func (s *session) PlanVisits(_ context.Context, planID string) ([]command.PlanVi
 func (s *session) SaveVisit(_ context.Context, v command.PlanVisit) error {
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
-	if _, ok := s.t.visits[v.Key]; ok && !v.Cancelled {
+	if _, ok := s.t.visits[v.Key]; ok && !v.Existing {
 		return &apperr.ConflictError{Detail: "visit " + v.Key + " has an order already"}
 	}
 	s.t.visits[v.Key] = v
