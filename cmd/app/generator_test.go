@@ -207,7 +207,10 @@ func TestVisitGeneratorReplansChanges(t *testing.T) {
 	e := newGeneratorEnv(t)
 	a := e.a
 	first := time.Now().UTC().AddDate(0, 0, 1)
-	day := func(n int) time.Time { d := first.AddDate(0, 0, 7*n); return time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC) }
+	day := func(n int) time.Time {
+		d := first.AddDate(0, 0, 7*n)
+		return time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC)
+	}
 	done, err := e.run(t, e.generator(t))
 	require.NoError(t, err)
 	require.Equal(t, 4, done.Created)

@@ -20,8 +20,8 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/app/access"
 	"hearth/app/command"
-	"hearth/domain/event"
 	"hearth/domain/civil"
+	"hearth/domain/event"
 	"hearth/domain/plan"
 	"hearth/domain/servicerequest"
 	"hearth/domain/uuid"
@@ -409,7 +409,10 @@ func TestLeadershipVisible(t *testing.T) {
 	require.Contains(t, raw, `hearth_leader_is_leader{unit="hearth/projections/orders"} 0`+"\n")
 
 	p.run(t)
-	require.Eventually(t, func() bool { st := p.sched.Status(); return st.Leading == len(aggregates.Projections()) && st.Workers == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		st := p.sched.Status()
+		return st.Leading == len(aggregates.Projections()) && st.Workers == 1
+	}, 10*time.Second, 5*time.Millisecond)
 	st := p.sched.Status()
 	// Each projection's lock session holds the older versions' lock shared,
 	// which keeps an older leader out during a rollout.
