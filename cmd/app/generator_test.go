@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
 	"hearth/app/command"
 	"hearth/internal/pgtest"
 )
@@ -260,4 +262,41 @@ func TestVisitGeneratorReplansChanges(t *testing.T) {
 	done, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
 	require.Equal(t, command.VisitsDone{}, done, "nothing left to re-plan")
+}
+
+// The generator's leader writes under its term: once a newer term is begun
+// in the event store (another worker took the lock), its next transaction
+// fails, it steps down with ErrStaleTerm, and it created nothing after.
+func TestVisitGeneratorFencedByTerm(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	cfg := e.a.cfg
+	cfg.PlanInterval, cfg.PlanHorizon = time.Second, 8*7*24*time.Hour
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var mu sync.Mutex
+	visits := 0
+	bumped := make(chan struct{})
+	between := func(context.Context) {
+		mu.Lock()
+		defer mu.Unlock()
+		if visits++; visits == 3 { // two visits created under term 1: a newer term begins
+			_, err := e.a.dbs.es.DB.Exec(`UPDATE event_store_terms SET term = 2 WHERE name = 'hearth/plans'`)
+			require.NoError(t, err)
+			close(bumped)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- leadPlans(ctx, 1, cfg, 5*time.Second, between, slog.New(slog.DiscardHandler)) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the generator's leader never stepped down")
+	}
+	require.ErrorIs(t, err, readmodel.ErrStaleTerm)
+	<-bumped
+	created, ledger := e.orders(t)
+	require.Equal(t, 2, created, "nothing written after the term went stale")
+	require.Equal(t, 2, ledger)
 }
