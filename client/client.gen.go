@@ -3735,11 +3735,17 @@ type OrderCreatedData struct {
 	CustomerId  openapi_types.UUID `json:"customer_id"`
 	Notes       string             `json:"notes"`
 
+	// PlanId set on an order the visit generator created for a service plan's visit
+	PlanId *openapi_types.UUID `json:"plan_id,omitempty"`
+
 	// RequestId the service request it was converted from
 	RequestId        *openapi_types.UUID `json:"request_id,omitempty"`
 	ScheduledEndAt   *time.Time          `json:"scheduled_end_at,omitempty"`
 	ScheduledStartAt *time.Time          `json:"scheduled_start_at,omitempty"`
 	Status           string              `json:"status"`
+
+	// VisitDate the visit's original local date (with plan_id)
+	VisitDate *openapi_types.Date `json:"visit_date,omitempty"`
 }
 
 // OrderDetailsUpdatedData defines model for OrderDetailsUpdatedData.

@@ -202,7 +202,7 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 			notes += " Not assigned: " + r.UnassignedReason
 		}
 		o, err := order.New(order.NewOrder{ID: r.OrderID, CustomerID: p.CustomerID(), AmountCents: v.PriceCents, Notes: notes,
-			ScheduledStartAt: &v.StartAt, ScheduledEndAt: &v.EndAt})
+			ScheduledStartAt: &v.StartAt, ScheduledEndAt: &v.EndAt, PlanID: planID, VisitDate: v.Date.String()})
 		if err != nil {
 			return err
 		}

@@ -184,6 +184,10 @@ type OrderCreatedData struct {
 	ScheduledStartAt *time.Time `json:"scheduled_start_at,omitempty"`
 	ScheduledEndAt   *time.Time `json:"scheduled_end_at,omitempty"`
 	Status           string     `json:"status"`
+	// PlanID and VisitDate are set on an order the visit generator created
+	// for a service plan's visit (its original local date, YYYY-MM-DD).
+	PlanID    string `json:"plan_id,omitempty"`
+	VisitDate string `json:"visit_date,omitempty"`
 }
 
 // OrderDetailsUpdatedData is the data of order.details_updated: the new
@@ -362,6 +366,7 @@ func mapData(agg string, e event.Event) (string, any, error) {
 		return OrderCreated, OrderCreatedData{
 			RequestID: e.RequestID, CustomerID: e.CustomerID, AmountCents: e.AmountCents, Notes: e.Notes,
 			ScheduledStartAt: e.ScheduledStartAt, ScheduledEndAt: e.ScheduledEndAt, Status: string(e.Status),
+			PlanID: e.PlanID, VisitDate: e.VisitDate,
 		}, nil
 	case order.DetailsUpdated:
 		return OrderDetailsUpdated, OrderDetailsUpdatedData{CustomerID: e.CustomerID, AmountCents: e.AmountCents, Notes: e.Notes}, nil

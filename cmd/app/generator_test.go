@@ -190,6 +190,18 @@ func TestVisitGeneratorCollisionAndReplan(t *testing.T) {
 	require.Equal(t, 3, booked)
 	created, _ := e.orders(t)
 	require.Equal(t, 4, created, "cancelled, not a new one")
+
+	// The generated visits go out as public events naming their plan.
+	feed := a.must(http.StatusOK, http.MethodGet, "/v1/events?types=order.created&limit=100", a.opA, nil)
+	var dates []string
+	for _, ev := range feed.Body["events"].([]any) {
+		data := ev.(map[string]any)["data"].(map[string]any)
+		if data["plan_id"] == e.planID {
+			dates = append(dates, data["visit_date"].(string))
+		}
+	}
+	require.Equal(t, []string{day(0).Format(time.DateOnly), day(1).Format(time.DateOnly), day(2).Format(time.DateOnly),
+		day(3).Format(time.DateOnly)}, dates)
 }
 
 // ledgerRow reads one visit's ledger row: its start, staff member and
