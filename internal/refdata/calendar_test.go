@@ -30,7 +30,11 @@ type calendar struct {
 }
 
 func newCalendar(t testing.TB, staff int) calendar {
-	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	return newCalendarIn(t, pgtest.Open(t, pgtest.NewDB(t).EventStore), staff)
+}
+
+// newCalendarIn is newCalendar, for another merchant in db.
+func newCalendarIn(t testing.TB, db *bun.DB, staff int) calendar {
 	store, err := refdata.New(db)
 	require.NoError(t, err)
 	c := calendar{db: db, store: store, merchant: uuid.New()}
@@ -63,7 +67,7 @@ func (c calendar) book(t testing.TB, staffID string, start time.Time, d time.Dur
 func TestCalendars(t *testing.T) {
 	t.Parallel()
 	c := newCalendar(t, 3)
-	other := newCalendar(t, 1)
+	other := newCalendarIn(t, c.db, 1)
 	monday := time.Date(2031, 3, 3, 0, 0, 0, 0, time.UTC)
 	c.book(t, c.staff[0], monday.Add(9*time.Hour), time.Hour)
 	c.book(t, c.staff[0], monday.AddDate(0, 0, 9), time.Hour) // outside the range
