@@ -37,6 +37,7 @@ type Queries struct {
 	ServiceRequests query.ServiceRequests
 	Schedules       query.Schedules
 	Plans           query.Plans
+	PlanVisits      query.PlanVisits
 	Calendar        query.Calendar
 	Webhooks        query.Webhooks
 	// Events is the event feed (GET /v1/events).

@@ -4081,11 +4081,32 @@ type PlanTermsData struct {
 	Window     PlanWindowData      `json:"window"`
 }
 
+// PlanVisit defines model for PlanVisit.
+type PlanVisit struct {
+	// Date the visit's original local date: with the plan's id, its key
+	Date  openapi_types.Date `json:"date"`
+	EndAt time.Time          `json:"end_at"`
+	Moved bool               `json:"moved"`
+
+	// OrderId the id the visit's order has once the visit generator created it (derived from the key)
+	OrderId    openapi_types.UUID `json:"order_id"`
+	PriceCents int64              `json:"price_cents"`
+
+	// StaffId the preferred staff member
+	StaffId *openapi_types.UUID `json:"staff_id"`
+	StartAt time.Time           `json:"start_at"`
+}
+
 // PlanVisitData defines model for PlanVisitData.
 type PlanVisitData struct {
 	Date   string  `json:"date"`
 	Start  *string `json:"start,omitempty"`
 	ToDate *string `json:"to_date,omitempty"`
+}
+
+// PlanVisitList defines model for PlanVisitList.
+type PlanVisitList struct {
+	Items []PlanVisit `json:"items"`
 }
 
 // PlanWindow the local time of day a visit takes, in the plan's time zone: within one day, end after start
@@ -5059,6 +5080,12 @@ type StaffId = openapi_types.UUID
 // StreamId defines model for stream_id.
 type StreamId = openapi_types.UUID
 
+// VisitsFrom defines model for visits_from.
+type VisitsFrom = time.Time
+
+// VisitsTo defines model for visits_to.
+type VisitsTo = time.Time
+
 // BadRequest RFC 9457 problem details (application/problem+json).
 type BadRequest = Problem
 
@@ -5509,6 +5536,15 @@ type SkipVisitParams struct {
 
 	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// ListPlanVisitsParams defines parameters for ListPlanVisits.
+type ListPlanVisitsParams struct {
+	// From visits starting at or after this instant (default: now)
+	From *VisitsFrom `form:"from,omitempty" json:"from,omitempty"`
+
+	// To visits starting before this instant (default: 8 weeks after from; at most a year after it)
+	To *VisitsTo `form:"to,omitempty" json:"to,omitempty"`
 }
 
 // ListSchedulesParams defines parameters for ListSchedules.
@@ -7643,6 +7679,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
 	SkipVisit(ctx context.Context, id Id, params *SkipVisitParams, body SkipVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListPlanVisits A plan's coming visits
+	//
+	// The visits that start in the range, in order, as the plan has them now: skipped ones and those in a pause or after the end left out, moved ones where they were moved to.
+	//
+	// Corresponds with GET /v1/plans/{id}/visits (the `ListPlanVisits` operationId).
+	ListPlanVisits(ctx context.Context, id Id, params *ListPlanVisitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListSchedules List schedules
 	//
 	// Newest first; with from or to, by start. Worker keys see only their own staff member's schedules.
@@ -9091,6 +9134,23 @@ func (c *Client) SkipVisitWithBody(ctx context.Context, id Id, params *SkipVisit
 // Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
 func (c *Client) SkipVisit(ctx context.Context, id Id, params *SkipVisitParams, body SkipVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSkipVisitRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPlanVisits A plan's coming visits
+//
+// The visits that start in the range, in order, as the plan has them now: skipped ones and those in a pause or after the end left out, moved ones where they were moved to.
+//
+// Corresponds with GET /v1/plans/{id}/visits (the `ListPlanVisits` operationId).
+func (c *Client) ListPlanVisits(ctx context.Context, id Id, params *ListPlanVisitsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPlanVisitsRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -13040,6 +13100,79 @@ func NewSkipVisitRequestWithBody(server string, id Id, params *SkipVisitParams, 
 	return req, nil
 }
 
+// NewListPlanVisitsRequest constructs an http.Request for the ListPlanVisits method
+func NewListPlanVisitsRequest(server string, id Id, params *ListPlanVisitsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s/visits", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.From != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.To != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", *params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListSchedulesRequest constructs an http.Request for the ListSchedules method
 func NewListSchedulesRequest(server string, params *ListSchedulesParams) (*http.Request, error) {
 	var err error
@@ -15617,6 +15750,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
 	SkipVisitWithResponse(ctx context.Context, id Id, params *SkipVisitParams, body SkipVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*SkipVisitResponse, error)
+
+	// ListPlanVisitsWithResponse A plan's coming visits
+	//
+	// The visits that start in the range, in order, as the plan has them now: skipped ones and those in a pause or after the end left out, moved ones where they were moved to.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/plans/{id}/visits (the `ListPlanVisits` operationId).
+	ListPlanVisitsWithResponse(ctx context.Context, id Id, params *ListPlanVisitsParams, reqEditors ...RequestEditorFn) (*ListPlanVisitsResponse, error)
 
 	// ListSchedulesWithResponse List schedules
 	//
@@ -25339,6 +25481,201 @@ func (r SkipVisitResponse) ContentType() string {
 	return ""
 }
 
+// ListPlanVisitsResponse200Headers the declared response headers of an HTTP 200 response for ListPlanVisits
+type ListPlanVisitsResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ListPlanVisitsResponse400Headers the declared response headers of an HTTP 400 response for ListPlanVisits
+type ListPlanVisitsResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse401Headers the declared response headers of an HTTP 401 response for ListPlanVisits
+type ListPlanVisitsResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse403Headers the declared response headers of an HTTP 403 response for ListPlanVisits
+type ListPlanVisitsResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse404Headers the declared response headers of an HTTP 404 response for ListPlanVisits
+type ListPlanVisitsResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse422Headers the declared response headers of an HTTP 422 response for ListPlanVisits
+type ListPlanVisitsResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse429Headers the declared response headers of an HTTP 429 response for ListPlanVisits
+type ListPlanVisitsResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ListPlanVisitsResponse431Headers the declared response headers of an HTTP 431 response for ListPlanVisits
+type ListPlanVisitsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse500Headers the declared response headers of an HTTP 500 response for ListPlanVisits
+type ListPlanVisitsResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse503Headers the declared response headers of an HTTP 503 response for ListPlanVisits
+type ListPlanVisitsResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ListPlanVisitsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanVisitList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListPlanVisitsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListPlanVisitsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPlanVisitsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListPlanVisitsResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ListPlanVisitsResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListPlanVisitsResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListPlanVisitsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListPlanVisitsResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListPlanVisitsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListPlanVisitsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPlanVisitsResponse) GetJSON200() *PlanVisitList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPlanVisitsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPlanVisitsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPlanVisitsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPlanVisitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListSchedulesResponse200Headers the declared response headers of an HTTP 200 response for ListSchedules
 type ListSchedulesResponse200Headers struct {
 	CacheControl        *string
@@ -31979,6 +32316,21 @@ func (c *ClientWithResponses) SkipVisitWithResponse(ctx context.Context, id Id, 
 		return nil, err
 	}
 	return ParseSkipVisitResponse(rsp)
+}
+
+// ListPlanVisitsWithResponse A plan's coming visits
+//
+// The visits that start in the range, in order, as the plan has them now: skipped ones and those in a pause or after the end left out, moved ones where they were moved to.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/plans/{id}/visits (the `ListPlanVisits` operationId).
+func (c *ClientWithResponses) ListPlanVisitsWithResponse(ctx context.Context, id Id, params *ListPlanVisitsParams, reqEditors ...RequestEditorFn) (*ListPlanVisitsResponse, error) {
+	rsp, err := c.ListPlanVisits(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPlanVisitsResponse(rsp)
 }
 
 // ListSchedulesWithResponse List schedules
@@ -48639,6 +48991,345 @@ func ParseSkipVisitResponse(rsp *http.Response) (*SkipVisitResponse, error) {
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers SkipVisitResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListPlanVisitsResponse parses an HTTP response from a ListPlanVisitsWithResponse call
+func ParseListPlanVisitsResponse(rsp *http.Response) (*ListPlanVisitsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPlanVisitsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanVisitList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListPlanVisitsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListPlanVisitsResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListPlanVisitsResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListPlanVisitsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ListPlanVisitsResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListPlanVisitsResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListPlanVisitsResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListPlanVisitsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListPlanVisitsResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListPlanVisitsResponse503Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -7,8 +7,23 @@ import (
 	"fmt"
 
 	"hearth/app/command"
+	"hearth/domain/event"
 	"hearth/domain/plan"
 )
+
+// PlanEvents returns the merchant's plan's events in order
+// (query.PlanStreams); apperr.ErrNotFound when it has no such plan.
+func (s *Store) PlanEvents(ctx context.Context, merchantID, id string) ([]event.Event, error) {
+	recs, err := s.Read(ctx, PlanStream, merchantID, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]event.Event, len(recs))
+	for i, r := range recs {
+		out[i] = r.Event
+	}
+	return out, nil
+}
 
 // Plans lists the service plans of the event store (command.PlanLister):
 // the streams whose first event is a plan's.

@@ -1,10 +1,13 @@
 package query
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"hearth/domain/apperr"
 	"hearth/domain/civil"
 	"hearth/domain/event"
 	"hearth/domain/plan"
@@ -112,4 +115,52 @@ func NewPlans(rm ReadModel[Plan, PlanFilter], names Names) (Plans, error) {
 		nameField[Plan]{CatalogItems, func(v *Plan) *string { return &v.CatalogItemID }, func(v *Plan) *string { return &v.CatalogItemName }},
 		nameField[Plan]{Staff, func(v *Plan) *string { return v.StaffID }, func(v *Plan) *string { return &v.StaffName }},
 	)
+}
+
+// PlanStreams reads a plan's events from the event store, for reads that
+// need the whole plan (its visits), not its read-model row.
+type PlanStreams interface {
+	// PlanEvents returns the merchant's plan's events in order;
+	// apperr.ErrNotFound when it has no such plan.
+	PlanEvents(ctx context.Context, merchantID, id string) ([]event.Event, error)
+}
+
+// PlanVisits answers a plan's visits.
+type PlanVisits struct {
+	streams PlanStreams
+}
+
+// NewPlanVisits checks its dependency.
+func NewPlanVisits(streams PlanStreams) (PlanVisits, error) {
+	if streams == nil {
+		return PlanVisits{}, errors.New("query.NewPlanVisits: nil streams")
+	}
+	return PlanVisits{streams: streams}, nil
+}
+
+// MaxVisitRange bounds the range of a visits read.
+const MaxVisitRange = 366 * 24 * time.Hour
+
+// Visits returns the plan's visits that start in [from, to), in order:
+// not skipped, nor in a pause or after the end; moved ones where they
+// were moved to.
+func (q PlanVisits) Visits(ctx context.Context, scope Scope, id string, from, to time.Time) ([]plan.Visit, error) {
+	switch {
+	case !to.After(from):
+		return nil, apperr.Invalid("to", "must be after from")
+	case to.Sub(from) > MaxVisitRange:
+		return nil, apperr.Invalid("to", "must be at most a year after from")
+	}
+	if scope.StaffID != "" {
+		return nil, apperr.ErrNotFound // workers see no plans
+	}
+	events, err := q.streams.PlanEvents(ctx, scope.MerchantID, id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := plan.Rehydrate(events)
+	if err != nil {
+		return nil, err
+	}
+	return p.Visits(from, to), nil
 }

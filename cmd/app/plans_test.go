@@ -81,6 +81,20 @@ func TestPlansAPI(t *testing.T) {
 	require.Equal(t, "Ada Lovelace", got.Body["customer_name"])
 	require.Equal(t, "active", got.Body["status"])
 	a.must(http.StatusNotFound, http.MethodGet, "/v1/plans/"+id, a.opB, nil)
+	visits := a.must(http.StatusOK, http.MethodGet, "/v1/plans/"+id+"/visits", a.opA, nil).Body["items"].([]any)
+	london, err := time.LoadLocation("Europe/London")
+	require.NoError(t, err)
+	var dates []string
+	for _, v := range visits {
+		dates = append(dates, v.(map[string]any)["date"].(string))
+		at, err := time.Parse(time.RFC3339, v.(map[string]any)["start_at"].(string))
+		require.NoError(t, err)
+		require.Equal(t, "09:00", at.In(london).Format("15:04"), "09:00 in London")
+	}
+	d0, _ := time.Parse(time.DateOnly, start)
+	require.Equal(t, []string{start, d0.AddDate(0, 0, 14).Format(time.DateOnly), d0.AddDate(0, 0, 28).Format(time.DateOnly),
+		d0.AddDate(0, 0, 42).Format(time.DateOnly)}, dates, "every other week, the next 8 weeks")
+	a.must(http.StatusNotFound, http.MethodGet, "/v1/plans/"+id+"/visits", a.opB, nil)
 
 	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+id+"/skip", a.opA, map[string]any{"date": start})
 	second := time.Now().UTC().AddDate(0, 0, 21).Format(time.DateOnly)

@@ -267,6 +267,8 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	a.Queries.Calendar, err = query.NewCalendar(ref)
 	must(err)
+	a.Queries.PlanVisits, err = query.NewPlanVisits(store)
+	must(err)
 	a.Queries.Customers, err = query.NewRecords(customers)
 	must(err)
 	a.Queries.Staff, err = query.NewRecords(staff)

@@ -560,3 +560,53 @@ func (s *server) availability(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, b)
 	return nil
 }
+
+// visitBody is one visit of a plan as the API shows it.
+type visitBody struct {
+	Date       string    `json:"date"`
+	StartAt    time.Time `json:"start_at"`
+	EndAt      time.Time `json:"end_at"`
+	PriceCents int64     `json:"price_cents"`
+	StaffID    *string   `json:"staff_id"`
+	Moved      bool      `json:"moved"`
+	OrderID    string    `json:"order_id"`
+}
+
+func visitBodyOf(v plan.Visit) visitBody {
+	b := visitBody{Date: v.Date.String(), StartAt: v.StartAt.UTC(), EndAt: v.EndAt.UTC(), PriceCents: v.PriceCents,
+		Moved: v.Moved, OrderID: command.VisitOrderID(v.Key)}
+	if v.StaffID != "" {
+		id := v.StaffID
+		b.StaffID = &id
+	}
+	return b
+}
+
+// DefaultVisitRange is how far a visits read looks without a to.
+const DefaultVisitRange = 8 * 7 * 24 * time.Hour
+
+func (s *server) listPlanVisits(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	p := newParams(r)
+	from, to := s.Now(), time.Time{}
+	if t := p.time("from"); t != nil {
+		from = *t
+	}
+	if t := p.time("to"); t != nil {
+		to = *t
+	} else {
+		to = from.Add(DefaultVisitRange)
+	}
+	if p.err != nil {
+		return p.err
+	}
+	visits, err := s.App.Queries.PlanVisits.Visits(r.Context(), scope(r), id, from, to)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": mapAll(visits, visitBodyOf)})
+	return nil
+}

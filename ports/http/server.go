@@ -305,6 +305,7 @@ func (s *server) routes() []route {
 		v1("POST /v1/plans", op, s.createPlan),
 		v1("GET /v1/plans", op, s.listPlans),
 		v1("GET /v1/plans/{id}", op, s.parkedHeader(aggregates.Plan.Projection, s.getPlan)),
+		v1("GET /v1/plans/{id}/visits", op, s.listPlanVisits),
 		versioned("POST /v1/plans/{id}/change", op, s.changePlan),
 		versioned("POST /v1/plans/{id}/skip", op, s.skipVisit),
 		versioned("POST /v1/plans/{id}/move", op, s.moveVisit),
