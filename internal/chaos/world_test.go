@@ -36,7 +36,7 @@ type world struct {
 	customer string
 	staff    string
 	item     string // a catalog item, for the writer's service plans
-	started  int // workers started so far, for names
+	started  int    // workers started so far, for names
 }
 
 // newWorld starts an api process and n workers on fresh databases and
