@@ -23,6 +23,8 @@ type Commands struct {
 	Orders          command.OrderHandlers
 	ServiceRequests command.ServiceRequestHandlers
 	Schedules       command.ScheduleHandlers
+	Plans           command.PlanHandlers
+	Calendar        command.Calendar
 	Webhooks        command.Webhooks
 }
 
@@ -34,6 +36,9 @@ type Queries struct {
 	Orders          query.Orders
 	ServiceRequests query.ServiceRequests
 	Schedules       query.Schedules
+	Plans           query.Plans
+	PlanVisits      query.PlanVisits
+	Calendar        query.Calendar
 	Webhooks        query.Webhooks
 	// Events is the event feed (GET /v1/events).
 	Events query.Feed

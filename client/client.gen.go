@@ -104,6 +104,7 @@ const (
 	EventAggregateTypeCustomer        EventAggregateType = "customer"
 	EventAggregateTypeOrder           EventAggregateType = "order"
 	EventAggregateTypeSchedule        EventAggregateType = "schedule"
+	EventAggregateTypeServicePlan     EventAggregateType = "service_plan"
 	EventAggregateTypeServiceRequest  EventAggregateType = "service_request"
 	EventAggregateTypeStaffMember     EventAggregateType = "staff_member"
 	EventAggregateTypeWebhookEndpoint EventAggregateType = "webhook_endpoint"
@@ -117,6 +118,8 @@ func (e EventAggregateType) Valid() bool {
 	case EventAggregateTypeOrder:
 		return true
 	case EventAggregateTypeSchedule:
+		return true
+	case EventAggregateTypeServicePlan:
 		return true
 	case EventAggregateTypeServiceRequest:
 		return true
@@ -160,6 +163,14 @@ const (
 	EventTypeScheduleEventSkipped             EventType = "schedule.event_skipped"
 	EventTypeSchedulePersonalDataErased       EventType = "schedule.personal_data_erased"
 	EventTypeScheduleStatusChanged            EventType = "schedule.status_changed"
+	EventTypeServicePlanChanged               EventType = "service_plan.changed"
+	EventTypeServicePlanCreated               EventType = "service_plan.created"
+	EventTypeServicePlanEnded                 EventType = "service_plan.ended"
+	EventTypeServicePlanEventSkipped          EventType = "service_plan.event_skipped"
+	EventTypeServicePlanPaused                EventType = "service_plan.paused"
+	EventTypeServicePlanResumed               EventType = "service_plan.resumed"
+	EventTypeServicePlanVisitMoved            EventType = "service_plan.visit_moved"
+	EventTypeServicePlanVisitSkipped          EventType = "service_plan.visit_skipped"
 	EventTypeServiceRequestConverted          EventType = "service_request.converted"
 	EventTypeServiceRequestCreated            EventType = "service_request.created"
 	EventTypeServiceRequestDetailsUpdated     EventType = "service_request.details_updated"
@@ -200,6 +211,22 @@ func (e EventType) Valid() bool {
 	case EventTypeSchedulePersonalDataErased:
 		return true
 	case EventTypeScheduleStatusChanged:
+		return true
+	case EventTypeServicePlanChanged:
+		return true
+	case EventTypeServicePlanCreated:
+		return true
+	case EventTypeServicePlanEnded:
+		return true
+	case EventTypeServicePlanEventSkipped:
+		return true
+	case EventTypeServicePlanPaused:
+		return true
+	case EventTypeServicePlanResumed:
+		return true
+	case EventTypeServicePlanVisitMoved:
+		return true
+	case EventTypeServicePlanVisitSkipped:
 		return true
 	case EventTypeServiceRequestConverted:
 		return true
@@ -248,6 +275,7 @@ const (
 	FeedEventAggregateTypeCustomer        FeedEventAggregateType = "customer"
 	FeedEventAggregateTypeOrder           FeedEventAggregateType = "order"
 	FeedEventAggregateTypeSchedule        FeedEventAggregateType = "schedule"
+	FeedEventAggregateTypeServicePlan     FeedEventAggregateType = "service_plan"
 	FeedEventAggregateTypeServiceRequest  FeedEventAggregateType = "service_request"
 	FeedEventAggregateTypeStaffMember     FeedEventAggregateType = "staff_member"
 	FeedEventAggregateTypeWebhookEndpoint FeedEventAggregateType = "webhook_endpoint"
@@ -261,6 +289,8 @@ func (e FeedEventAggregateType) Valid() bool {
 	case FeedEventAggregateTypeOrder:
 		return true
 	case FeedEventAggregateTypeSchedule:
+		return true
+	case FeedEventAggregateTypeServicePlan:
 		return true
 	case FeedEventAggregateTypeServiceRequest:
 		return true
@@ -304,6 +334,14 @@ const (
 	FeedEventTypeScheduleEventSkipped             FeedEventType = "schedule.event_skipped"
 	FeedEventTypeSchedulePersonalDataErased       FeedEventType = "schedule.personal_data_erased"
 	FeedEventTypeScheduleStatusChanged            FeedEventType = "schedule.status_changed"
+	FeedEventTypeServicePlanChanged               FeedEventType = "service_plan.changed"
+	FeedEventTypeServicePlanCreated               FeedEventType = "service_plan.created"
+	FeedEventTypeServicePlanEnded                 FeedEventType = "service_plan.ended"
+	FeedEventTypeServicePlanEventSkipped          FeedEventType = "service_plan.event_skipped"
+	FeedEventTypeServicePlanPaused                FeedEventType = "service_plan.paused"
+	FeedEventTypeServicePlanResumed               FeedEventType = "service_plan.resumed"
+	FeedEventTypeServicePlanVisitMoved            FeedEventType = "service_plan.visit_moved"
+	FeedEventTypeServicePlanVisitSkipped          FeedEventType = "service_plan.visit_skipped"
 	FeedEventTypeServiceRequestConverted          FeedEventType = "service_request.converted"
 	FeedEventTypeServiceRequestCreated            FeedEventType = "service_request.created"
 	FeedEventTypeServiceRequestDetailsUpdated     FeedEventType = "service_request.details_updated"
@@ -344,6 +382,22 @@ func (e FeedEventType) Valid() bool {
 	case FeedEventTypeSchedulePersonalDataErased:
 		return true
 	case FeedEventTypeScheduleStatusChanged:
+		return true
+	case FeedEventTypeServicePlanChanged:
+		return true
+	case FeedEventTypeServicePlanCreated:
+		return true
+	case FeedEventTypeServicePlanEnded:
+		return true
+	case FeedEventTypeServicePlanEventSkipped:
+		return true
+	case FeedEventTypeServicePlanPaused:
+		return true
+	case FeedEventTypeServicePlanResumed:
+		return true
+	case FeedEventTypeServicePlanVisitMoved:
+		return true
+	case FeedEventTypeServicePlanVisitSkipped:
 		return true
 	case FeedEventTypeServiceRequestConverted:
 		return true
@@ -627,6 +681,90 @@ const (
 func (e PersonalDataErasedDataSubjectType) Valid() bool {
 	switch e {
 	case PersonalDataErasedDataSubjectTypeCustomer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanStatus.
+const (
+	PlanStatusActive PlanStatus = "active"
+	PlanStatusEnded  PlanStatus = "ended"
+	PlanStatusPaused PlanStatus = "paused"
+)
+
+// Valid indicates whether the value is a known member of the PlanStatus enum.
+func (e PlanStatus) Valid() bool {
+	switch e {
+	case PlanStatusActive:
+		return true
+	case PlanStatusEnded:
+		return true
+	case PlanStatusPaused:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanRecurrenceFrequency.
+const (
+	PlanRecurrenceFrequencyDaily   PlanRecurrenceFrequency = "daily"
+	PlanRecurrenceFrequencyMonthly PlanRecurrenceFrequency = "monthly"
+	PlanRecurrenceFrequencyWeekly  PlanRecurrenceFrequency = "weekly"
+)
+
+// Valid indicates whether the value is a known member of the PlanRecurrenceFrequency enum.
+func (e PlanRecurrenceFrequency) Valid() bool {
+	switch e {
+	case PlanRecurrenceFrequencyDaily:
+		return true
+	case PlanRecurrenceFrequencyMonthly:
+		return true
+	case PlanRecurrenceFrequencyWeekly:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanRecurrenceBodyFrequency.
+const (
+	PlanRecurrenceBodyFrequencyDaily   PlanRecurrenceBodyFrequency = "daily"
+	PlanRecurrenceBodyFrequencyMonthly PlanRecurrenceBodyFrequency = "monthly"
+	PlanRecurrenceBodyFrequencyWeekly  PlanRecurrenceBodyFrequency = "weekly"
+)
+
+// Valid indicates whether the value is a known member of the PlanRecurrenceBodyFrequency enum.
+func (e PlanRecurrenceBodyFrequency) Valid() bool {
+	switch e {
+	case PlanRecurrenceBodyFrequencyDaily:
+		return true
+	case PlanRecurrenceBodyFrequencyMonthly:
+		return true
+	case PlanRecurrenceBodyFrequencyWeekly:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanWrittenStatus.
+const (
+	PlanWrittenStatusActive PlanWrittenStatus = "active"
+	PlanWrittenStatusEnded  PlanWrittenStatus = "ended"
+	PlanWrittenStatusPaused PlanWrittenStatus = "paused"
+)
+
+// Valid indicates whether the value is a known member of the PlanWrittenStatus enum.
+func (e PlanWrittenStatus) Valid() bool {
+	switch e {
+	case PlanWrittenStatusActive:
+		return true
+	case PlanWrittenStatusEnded:
+		return true
+	case PlanWrittenStatusPaused:
 		return true
 	default:
 		return false
@@ -1075,6 +1213,14 @@ const (
 	WebhookEventTypeScheduleEventSkipped             WebhookEventType = "schedule.event_skipped"
 	WebhookEventTypeSchedulePersonalDataErased       WebhookEventType = "schedule.personal_data_erased"
 	WebhookEventTypeScheduleStatusChanged            WebhookEventType = "schedule.status_changed"
+	WebhookEventTypeServicePlanChanged               WebhookEventType = "service_plan.changed"
+	WebhookEventTypeServicePlanCreated               WebhookEventType = "service_plan.created"
+	WebhookEventTypeServicePlanEnded                 WebhookEventType = "service_plan.ended"
+	WebhookEventTypeServicePlanEventSkipped          WebhookEventType = "service_plan.event_skipped"
+	WebhookEventTypeServicePlanPaused                WebhookEventType = "service_plan.paused"
+	WebhookEventTypeServicePlanResumed               WebhookEventType = "service_plan.resumed"
+	WebhookEventTypeServicePlanVisitMoved            WebhookEventType = "service_plan.visit_moved"
+	WebhookEventTypeServicePlanVisitSkipped          WebhookEventType = "service_plan.visit_skipped"
 	WebhookEventTypeServiceRequestConverted          WebhookEventType = "service_request.converted"
 	WebhookEventTypeServiceRequestCreated            WebhookEventType = "service_request.created"
 	WebhookEventTypeServiceRequestDetailsUpdated     WebhookEventType = "service_request.details_updated"
@@ -1116,6 +1262,22 @@ func (e WebhookEventType) Valid() bool {
 		return true
 	case WebhookEventTypeScheduleStatusChanged:
 		return true
+	case WebhookEventTypeServicePlanChanged:
+		return true
+	case WebhookEventTypeServicePlanCreated:
+		return true
+	case WebhookEventTypeServicePlanEnded:
+		return true
+	case WebhookEventTypeServicePlanEventSkipped:
+		return true
+	case WebhookEventTypeServicePlanPaused:
+		return true
+	case WebhookEventTypeServicePlanResumed:
+		return true
+	case WebhookEventTypeServicePlanVisitMoved:
+		return true
+	case WebhookEventTypeServicePlanVisitSkipped:
+		return true
 	case WebhookEventTypeServiceRequestConverted:
 		return true
 	case WebhookEventTypeServiceRequestCreated:
@@ -1131,6 +1293,30 @@ func (e WebhookEventType) Valid() bool {
 	case WebhookEventTypeStaffMemberErased:
 		return true
 	case WebhookEventTypeWebhookEndpointPing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkingHoursExceptionReason.
+const (
+	ChangedHours WorkingHoursExceptionReason = "changed_hours"
+	ExtraDay     WorkingHoursExceptionReason = "extra_day"
+	Holiday      WorkingHoursExceptionReason = "holiday"
+	SickDay      WorkingHoursExceptionReason = "sick_day"
+)
+
+// Valid indicates whether the value is a known member of the WorkingHoursExceptionReason enum.
+func (e WorkingHoursExceptionReason) Valid() bool {
+	switch e {
+	case ChangedHours:
+		return true
+	case ExtraDay:
+		return true
+	case Holiday:
+		return true
+	case SickDay:
 		return true
 	default:
 		return false
@@ -1402,6 +1588,14 @@ const (
 	ListEventsParamsTypesScheduleEventSkipped             ListEventsParamsTypes = "schedule.event_skipped"
 	ListEventsParamsTypesSchedulePersonalDataErased       ListEventsParamsTypes = "schedule.personal_data_erased"
 	ListEventsParamsTypesScheduleStatusChanged            ListEventsParamsTypes = "schedule.status_changed"
+	ListEventsParamsTypesServicePlanChanged               ListEventsParamsTypes = "service_plan.changed"
+	ListEventsParamsTypesServicePlanCreated               ListEventsParamsTypes = "service_plan.created"
+	ListEventsParamsTypesServicePlanEnded                 ListEventsParamsTypes = "service_plan.ended"
+	ListEventsParamsTypesServicePlanEventSkipped          ListEventsParamsTypes = "service_plan.event_skipped"
+	ListEventsParamsTypesServicePlanPaused                ListEventsParamsTypes = "service_plan.paused"
+	ListEventsParamsTypesServicePlanResumed               ListEventsParamsTypes = "service_plan.resumed"
+	ListEventsParamsTypesServicePlanVisitMoved            ListEventsParamsTypes = "service_plan.visit_moved"
+	ListEventsParamsTypesServicePlanVisitSkipped          ListEventsParamsTypes = "service_plan.visit_skipped"
 	ListEventsParamsTypesServiceRequestConverted          ListEventsParamsTypes = "service_request.converted"
 	ListEventsParamsTypesServiceRequestCreated            ListEventsParamsTypes = "service_request.created"
 	ListEventsParamsTypesServiceRequestDetailsUpdated     ListEventsParamsTypes = "service_request.details_updated"
@@ -1441,6 +1635,22 @@ func (e ListEventsParamsTypes) Valid() bool {
 	case ListEventsParamsTypesSchedulePersonalDataErased:
 		return true
 	case ListEventsParamsTypesScheduleStatusChanged:
+		return true
+	case ListEventsParamsTypesServicePlanChanged:
+		return true
+	case ListEventsParamsTypesServicePlanCreated:
+		return true
+	case ListEventsParamsTypesServicePlanEnded:
+		return true
+	case ListEventsParamsTypesServicePlanEventSkipped:
+		return true
+	case ListEventsParamsTypesServicePlanPaused:
+		return true
+	case ListEventsParamsTypesServicePlanResumed:
+		return true
+	case ListEventsParamsTypesServicePlanVisitMoved:
+		return true
+	case ListEventsParamsTypesServicePlanVisitSkipped:
 		return true
 	case ListEventsParamsTypesServiceRequestConverted:
 		return true
@@ -1503,6 +1713,27 @@ func (e ListOrdersParamsSettlementStatus) Valid() bool {
 	case ListOrdersParamsSettlementStatusSettled:
 		return true
 	case ListOrdersParamsSettlementStatusUnsettled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListPlansParamsStatus.
+const (
+	ListPlansParamsStatusActive ListPlansParamsStatus = "active"
+	ListPlansParamsStatusEnded  ListPlansParamsStatus = "ended"
+	ListPlansParamsStatusPaused ListPlansParamsStatus = "paused"
+)
+
+// Valid indicates whether the value is a known member of the ListPlansParamsStatus enum.
+func (e ListPlansParamsStatus) Valid() bool {
+	switch e {
+	case ListPlansParamsStatusActive:
+		return true
+	case ListPlansParamsStatusEnded:
+		return true
+	case ListPlansParamsStatusPaused:
 		return true
 	default:
 		return false
@@ -1583,6 +1814,7 @@ const (
 	WebhookCustomerErasedJSONBodyAggregateTypeCustomer        WebhookCustomerErasedJSONBodyAggregateType = "customer"
 	WebhookCustomerErasedJSONBodyAggregateTypeOrder           WebhookCustomerErasedJSONBodyAggregateType = "order"
 	WebhookCustomerErasedJSONBodyAggregateTypeSchedule        WebhookCustomerErasedJSONBodyAggregateType = "schedule"
+	WebhookCustomerErasedJSONBodyAggregateTypeServicePlan     WebhookCustomerErasedJSONBodyAggregateType = "service_plan"
 	WebhookCustomerErasedJSONBodyAggregateTypeServiceRequest  WebhookCustomerErasedJSONBodyAggregateType = "service_request"
 	WebhookCustomerErasedJSONBodyAggregateTypeStaffMember     WebhookCustomerErasedJSONBodyAggregateType = "staff_member"
 	WebhookCustomerErasedJSONBodyAggregateTypeWebhookEndpoint WebhookCustomerErasedJSONBodyAggregateType = "webhook_endpoint"
@@ -1596,6 +1828,8 @@ func (e WebhookCustomerErasedJSONBodyAggregateType) Valid() bool {
 	case WebhookCustomerErasedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookCustomerErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookCustomerErasedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookCustomerErasedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -1643,6 +1877,7 @@ const (
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeCustomer        WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "customer"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeOrder           WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "order"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "schedule"
+	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeServicePlan     WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "service_plan"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "service_request"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeStaffMember     WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderAssignmentUpdatedJSONBodyAggregateType = "webhook_endpoint"
@@ -1656,6 +1891,8 @@ func (e WebhookOrderAssignmentUpdatedJSONBodyAggregateType) Valid() bool {
 	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookOrderAssignmentUpdatedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -1703,6 +1940,7 @@ const (
 	WebhookOrderCancelledJSONBodyAggregateTypeCustomer        WebhookOrderCancelledJSONBodyAggregateType = "customer"
 	WebhookOrderCancelledJSONBodyAggregateTypeOrder           WebhookOrderCancelledJSONBodyAggregateType = "order"
 	WebhookOrderCancelledJSONBodyAggregateTypeSchedule        WebhookOrderCancelledJSONBodyAggregateType = "schedule"
+	WebhookOrderCancelledJSONBodyAggregateTypeServicePlan     WebhookOrderCancelledJSONBodyAggregateType = "service_plan"
 	WebhookOrderCancelledJSONBodyAggregateTypeServiceRequest  WebhookOrderCancelledJSONBodyAggregateType = "service_request"
 	WebhookOrderCancelledJSONBodyAggregateTypeStaffMember     WebhookOrderCancelledJSONBodyAggregateType = "staff_member"
 	WebhookOrderCancelledJSONBodyAggregateTypeWebhookEndpoint WebhookOrderCancelledJSONBodyAggregateType = "webhook_endpoint"
@@ -1716,6 +1954,8 @@ func (e WebhookOrderCancelledJSONBodyAggregateType) Valid() bool {
 	case WebhookOrderCancelledJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderCancelledJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderCancelledJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookOrderCancelledJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -1763,6 +2003,7 @@ const (
 	WebhookOrderCreatedJSONBodyAggregateTypeCustomer        WebhookOrderCreatedJSONBodyAggregateType = "customer"
 	WebhookOrderCreatedJSONBodyAggregateTypeOrder           WebhookOrderCreatedJSONBodyAggregateType = "order"
 	WebhookOrderCreatedJSONBodyAggregateTypeSchedule        WebhookOrderCreatedJSONBodyAggregateType = "schedule"
+	WebhookOrderCreatedJSONBodyAggregateTypeServicePlan     WebhookOrderCreatedJSONBodyAggregateType = "service_plan"
 	WebhookOrderCreatedJSONBodyAggregateTypeServiceRequest  WebhookOrderCreatedJSONBodyAggregateType = "service_request"
 	WebhookOrderCreatedJSONBodyAggregateTypeStaffMember     WebhookOrderCreatedJSONBodyAggregateType = "staff_member"
 	WebhookOrderCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderCreatedJSONBodyAggregateType = "webhook_endpoint"
@@ -1776,6 +2017,8 @@ func (e WebhookOrderCreatedJSONBodyAggregateType) Valid() bool {
 	case WebhookOrderCreatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderCreatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderCreatedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookOrderCreatedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -1823,6 +2066,7 @@ const (
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeCustomer        WebhookOrderDetailsUpdatedJSONBodyAggregateType = "customer"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeOrder           WebhookOrderDetailsUpdatedJSONBodyAggregateType = "order"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderDetailsUpdatedJSONBodyAggregateType = "schedule"
+	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeServicePlan     WebhookOrderDetailsUpdatedJSONBodyAggregateType = "service_plan"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderDetailsUpdatedJSONBodyAggregateType = "service_request"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeStaffMember     WebhookOrderDetailsUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookOrderDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderDetailsUpdatedJSONBodyAggregateType = "webhook_endpoint"
@@ -1836,6 +2080,8 @@ func (e WebhookOrderDetailsUpdatedJSONBodyAggregateType) Valid() bool {
 	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookOrderDetailsUpdatedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -1883,6 +2129,7 @@ const (
 	WebhookOrderEventSkippedJSONBodyAggregateTypeCustomer        WebhookOrderEventSkippedJSONBodyAggregateType = "customer"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeOrder           WebhookOrderEventSkippedJSONBodyAggregateType = "order"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeSchedule        WebhookOrderEventSkippedJSONBodyAggregateType = "schedule"
+	WebhookOrderEventSkippedJSONBodyAggregateTypeServicePlan     WebhookOrderEventSkippedJSONBodyAggregateType = "service_plan"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookOrderEventSkippedJSONBodyAggregateType = "service_request"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeStaffMember     WebhookOrderEventSkippedJSONBodyAggregateType = "staff_member"
 	WebhookOrderEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderEventSkippedJSONBodyAggregateType = "webhook_endpoint"
@@ -1896,6 +2143,8 @@ func (e WebhookOrderEventSkippedJSONBodyAggregateType) Valid() bool {
 	case WebhookOrderEventSkippedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderEventSkippedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderEventSkippedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookOrderEventSkippedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -1943,6 +2192,7 @@ const (
 	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeCustomer        WebhookOrderPersonalDataErasedJSONBodyAggregateType = "customer"
 	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeOrder           WebhookOrderPersonalDataErasedJSONBodyAggregateType = "order"
 	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeSchedule        WebhookOrderPersonalDataErasedJSONBodyAggregateType = "schedule"
+	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeServicePlan     WebhookOrderPersonalDataErasedJSONBodyAggregateType = "service_plan"
 	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeServiceRequest  WebhookOrderPersonalDataErasedJSONBodyAggregateType = "service_request"
 	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeStaffMember     WebhookOrderPersonalDataErasedJSONBodyAggregateType = "staff_member"
 	WebhookOrderPersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderPersonalDataErasedJSONBodyAggregateType = "webhook_endpoint"
@@ -1956,6 +2206,8 @@ func (e WebhookOrderPersonalDataErasedJSONBodyAggregateType) Valid() bool {
 	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookOrderPersonalDataErasedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2003,6 +2255,7 @@ const (
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeCustomer        WebhookOrderSettlementUpdatedJSONBodyAggregateType = "customer"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeOrder           WebhookOrderSettlementUpdatedJSONBodyAggregateType = "order"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeSchedule        WebhookOrderSettlementUpdatedJSONBodyAggregateType = "schedule"
+	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeServicePlan     WebhookOrderSettlementUpdatedJSONBodyAggregateType = "service_plan"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeServiceRequest  WebhookOrderSettlementUpdatedJSONBodyAggregateType = "service_request"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeStaffMember     WebhookOrderSettlementUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookOrderSettlementUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderSettlementUpdatedJSONBodyAggregateType = "webhook_endpoint"
@@ -2016,6 +2269,8 @@ func (e WebhookOrderSettlementUpdatedJSONBodyAggregateType) Valid() bool {
 	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookOrderSettlementUpdatedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2063,6 +2318,7 @@ const (
 	WebhookOrderStatusChangedJSONBodyAggregateTypeCustomer        WebhookOrderStatusChangedJSONBodyAggregateType = "customer"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeOrder           WebhookOrderStatusChangedJSONBodyAggregateType = "order"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeSchedule        WebhookOrderStatusChangedJSONBodyAggregateType = "schedule"
+	WebhookOrderStatusChangedJSONBodyAggregateTypeServicePlan     WebhookOrderStatusChangedJSONBodyAggregateType = "service_plan"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookOrderStatusChangedJSONBodyAggregateType = "service_request"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeStaffMember     WebhookOrderStatusChangedJSONBodyAggregateType = "staff_member"
 	WebhookOrderStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookOrderStatusChangedJSONBodyAggregateType = "webhook_endpoint"
@@ -2076,6 +2332,8 @@ func (e WebhookOrderStatusChangedJSONBodyAggregateType) Valid() bool {
 	case WebhookOrderStatusChangedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookOrderStatusChangedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookOrderStatusChangedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookOrderStatusChangedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2123,6 +2381,7 @@ const (
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeCustomer        WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "customer"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeOrder           WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "order"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeSchedule        WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "schedule"
+	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeServicePlan     WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "service_plan"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeServiceRequest  WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "service_request"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeStaffMember     WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleAssignmentUpdatedJSONBodyAggregateType = "webhook_endpoint"
@@ -2136,6 +2395,8 @@ func (e WebhookScheduleAssignmentUpdatedJSONBodyAggregateType) Valid() bool {
 	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookScheduleAssignmentUpdatedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2183,6 +2444,7 @@ const (
 	WebhookScheduleCreatedJSONBodyAggregateTypeCustomer        WebhookScheduleCreatedJSONBodyAggregateType = "customer"
 	WebhookScheduleCreatedJSONBodyAggregateTypeOrder           WebhookScheduleCreatedJSONBodyAggregateType = "order"
 	WebhookScheduleCreatedJSONBodyAggregateTypeSchedule        WebhookScheduleCreatedJSONBodyAggregateType = "schedule"
+	WebhookScheduleCreatedJSONBodyAggregateTypeServicePlan     WebhookScheduleCreatedJSONBodyAggregateType = "service_plan"
 	WebhookScheduleCreatedJSONBodyAggregateTypeServiceRequest  WebhookScheduleCreatedJSONBodyAggregateType = "service_request"
 	WebhookScheduleCreatedJSONBodyAggregateTypeStaffMember     WebhookScheduleCreatedJSONBodyAggregateType = "staff_member"
 	WebhookScheduleCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleCreatedJSONBodyAggregateType = "webhook_endpoint"
@@ -2196,6 +2458,8 @@ func (e WebhookScheduleCreatedJSONBodyAggregateType) Valid() bool {
 	case WebhookScheduleCreatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookScheduleCreatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookScheduleCreatedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookScheduleCreatedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2243,6 +2507,7 @@ const (
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeCustomer        WebhookScheduleEventSkippedJSONBodyAggregateType = "customer"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeOrder           WebhookScheduleEventSkippedJSONBodyAggregateType = "order"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeSchedule        WebhookScheduleEventSkippedJSONBodyAggregateType = "schedule"
+	WebhookScheduleEventSkippedJSONBodyAggregateTypeServicePlan     WebhookScheduleEventSkippedJSONBodyAggregateType = "service_plan"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookScheduleEventSkippedJSONBodyAggregateType = "service_request"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeStaffMember     WebhookScheduleEventSkippedJSONBodyAggregateType = "staff_member"
 	WebhookScheduleEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleEventSkippedJSONBodyAggregateType = "webhook_endpoint"
@@ -2256,6 +2521,8 @@ func (e WebhookScheduleEventSkippedJSONBodyAggregateType) Valid() bool {
 	case WebhookScheduleEventSkippedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookScheduleEventSkippedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookScheduleEventSkippedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookScheduleEventSkippedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2303,6 +2570,7 @@ const (
 	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeCustomer        WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "customer"
 	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeOrder           WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "order"
 	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeSchedule        WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "schedule"
+	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeServicePlan     WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "service_plan"
 	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeServiceRequest  WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "service_request"
 	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeStaffMember     WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "staff_member"
 	WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint WebhookSchedulePersonalDataErasedJSONBodyAggregateType = "webhook_endpoint"
@@ -2316,6 +2584,8 @@ func (e WebhookSchedulePersonalDataErasedJSONBodyAggregateType) Valid() bool {
 	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookSchedulePersonalDataErasedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2363,6 +2633,7 @@ const (
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeCustomer        WebhookScheduleStatusChangedJSONBodyAggregateType = "customer"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeOrder           WebhookScheduleStatusChangedJSONBodyAggregateType = "order"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeSchedule        WebhookScheduleStatusChangedJSONBodyAggregateType = "schedule"
+	WebhookScheduleStatusChangedJSONBodyAggregateTypeServicePlan     WebhookScheduleStatusChangedJSONBodyAggregateType = "service_plan"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookScheduleStatusChangedJSONBodyAggregateType = "service_request"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeStaffMember     WebhookScheduleStatusChangedJSONBodyAggregateType = "staff_member"
 	WebhookScheduleStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookScheduleStatusChangedJSONBodyAggregateType = "webhook_endpoint"
@@ -2376,6 +2647,8 @@ func (e WebhookScheduleStatusChangedJSONBodyAggregateType) Valid() bool {
 	case WebhookScheduleStatusChangedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookScheduleStatusChangedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookScheduleStatusChangedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookScheduleStatusChangedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2418,11 +2691,516 @@ func (e WebhookScheduleStatusChangedJSONBodyType) Valid() bool {
 	}
 }
 
+// Defines values for WebhookServicePlanChangedJSONBodyAggregateType.
+const (
+	WebhookServicePlanChangedJSONBodyAggregateTypeCustomer        WebhookServicePlanChangedJSONBodyAggregateType = "customer"
+	WebhookServicePlanChangedJSONBodyAggregateTypeOrder           WebhookServicePlanChangedJSONBodyAggregateType = "order"
+	WebhookServicePlanChangedJSONBodyAggregateTypeSchedule        WebhookServicePlanChangedJSONBodyAggregateType = "schedule"
+	WebhookServicePlanChangedJSONBodyAggregateTypeServicePlan     WebhookServicePlanChangedJSONBodyAggregateType = "service_plan"
+	WebhookServicePlanChangedJSONBodyAggregateTypeServiceRequest  WebhookServicePlanChangedJSONBodyAggregateType = "service_request"
+	WebhookServicePlanChangedJSONBodyAggregateTypeStaffMember     WebhookServicePlanChangedJSONBodyAggregateType = "staff_member"
+	WebhookServicePlanChangedJSONBodyAggregateTypeWebhookEndpoint WebhookServicePlanChangedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanChangedJSONBodyAggregateType enum.
+func (e WebhookServicePlanChangedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServicePlanChangedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServicePlanChangedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServicePlanChangedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServicePlanChangedJSONBodyAggregateTypeServicePlan:
+		return true
+	case WebhookServicePlanChangedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServicePlanChangedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServicePlanChangedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanChangedJSONBodySchemaVersion.
+const (
+	WebhookServicePlanChangedJSONBodySchemaVersionN1 WebhookServicePlanChangedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanChangedJSONBodySchemaVersion enum.
+func (e WebhookServicePlanChangedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServicePlanChangedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanChangedJSONBodyType.
+const (
+	WebhookServicePlanChangedJSONBodyTypeServicePlanChanged WebhookServicePlanChangedJSONBodyType = "service_plan.changed"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanChangedJSONBodyType enum.
+func (e WebhookServicePlanChangedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServicePlanChangedJSONBodyTypeServicePlanChanged:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanCreatedJSONBodyAggregateType.
+const (
+	WebhookServicePlanCreatedJSONBodyAggregateTypeCustomer        WebhookServicePlanCreatedJSONBodyAggregateType = "customer"
+	WebhookServicePlanCreatedJSONBodyAggregateTypeOrder           WebhookServicePlanCreatedJSONBodyAggregateType = "order"
+	WebhookServicePlanCreatedJSONBodyAggregateTypeSchedule        WebhookServicePlanCreatedJSONBodyAggregateType = "schedule"
+	WebhookServicePlanCreatedJSONBodyAggregateTypeServicePlan     WebhookServicePlanCreatedJSONBodyAggregateType = "service_plan"
+	WebhookServicePlanCreatedJSONBodyAggregateTypeServiceRequest  WebhookServicePlanCreatedJSONBodyAggregateType = "service_request"
+	WebhookServicePlanCreatedJSONBodyAggregateTypeStaffMember     WebhookServicePlanCreatedJSONBodyAggregateType = "staff_member"
+	WebhookServicePlanCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookServicePlanCreatedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanCreatedJSONBodyAggregateType enum.
+func (e WebhookServicePlanCreatedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServicePlanCreatedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServicePlanCreatedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServicePlanCreatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServicePlanCreatedJSONBodyAggregateTypeServicePlan:
+		return true
+	case WebhookServicePlanCreatedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServicePlanCreatedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServicePlanCreatedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanCreatedJSONBodySchemaVersion.
+const (
+	WebhookServicePlanCreatedJSONBodySchemaVersionN1 WebhookServicePlanCreatedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanCreatedJSONBodySchemaVersion enum.
+func (e WebhookServicePlanCreatedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServicePlanCreatedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanCreatedJSONBodyType.
+const (
+	WebhookServicePlanCreatedJSONBodyTypeServicePlanCreated WebhookServicePlanCreatedJSONBodyType = "service_plan.created"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanCreatedJSONBodyType enum.
+func (e WebhookServicePlanCreatedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServicePlanCreatedJSONBodyTypeServicePlanCreated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanEndedJSONBodyAggregateType.
+const (
+	WebhookServicePlanEndedJSONBodyAggregateTypeCustomer        WebhookServicePlanEndedJSONBodyAggregateType = "customer"
+	WebhookServicePlanEndedJSONBodyAggregateTypeOrder           WebhookServicePlanEndedJSONBodyAggregateType = "order"
+	WebhookServicePlanEndedJSONBodyAggregateTypeSchedule        WebhookServicePlanEndedJSONBodyAggregateType = "schedule"
+	WebhookServicePlanEndedJSONBodyAggregateTypeServicePlan     WebhookServicePlanEndedJSONBodyAggregateType = "service_plan"
+	WebhookServicePlanEndedJSONBodyAggregateTypeServiceRequest  WebhookServicePlanEndedJSONBodyAggregateType = "service_request"
+	WebhookServicePlanEndedJSONBodyAggregateTypeStaffMember     WebhookServicePlanEndedJSONBodyAggregateType = "staff_member"
+	WebhookServicePlanEndedJSONBodyAggregateTypeWebhookEndpoint WebhookServicePlanEndedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanEndedJSONBodyAggregateType enum.
+func (e WebhookServicePlanEndedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServicePlanEndedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServicePlanEndedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServicePlanEndedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServicePlanEndedJSONBodyAggregateTypeServicePlan:
+		return true
+	case WebhookServicePlanEndedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServicePlanEndedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServicePlanEndedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanEndedJSONBodySchemaVersion.
+const (
+	WebhookServicePlanEndedJSONBodySchemaVersionN1 WebhookServicePlanEndedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanEndedJSONBodySchemaVersion enum.
+func (e WebhookServicePlanEndedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServicePlanEndedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanEndedJSONBodyType.
+const (
+	WebhookServicePlanEndedJSONBodyTypeServicePlanEnded WebhookServicePlanEndedJSONBodyType = "service_plan.ended"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanEndedJSONBodyType enum.
+func (e WebhookServicePlanEndedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServicePlanEndedJSONBodyTypeServicePlanEnded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanEventSkippedJSONBodyAggregateType.
+const (
+	WebhookServicePlanEventSkippedJSONBodyAggregateTypeCustomer        WebhookServicePlanEventSkippedJSONBodyAggregateType = "customer"
+	WebhookServicePlanEventSkippedJSONBodyAggregateTypeOrder           WebhookServicePlanEventSkippedJSONBodyAggregateType = "order"
+	WebhookServicePlanEventSkippedJSONBodyAggregateTypeSchedule        WebhookServicePlanEventSkippedJSONBodyAggregateType = "schedule"
+	WebhookServicePlanEventSkippedJSONBodyAggregateTypeServicePlan     WebhookServicePlanEventSkippedJSONBodyAggregateType = "service_plan"
+	WebhookServicePlanEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookServicePlanEventSkippedJSONBodyAggregateType = "service_request"
+	WebhookServicePlanEventSkippedJSONBodyAggregateTypeStaffMember     WebhookServicePlanEventSkippedJSONBodyAggregateType = "staff_member"
+	WebhookServicePlanEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookServicePlanEventSkippedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanEventSkippedJSONBodyAggregateType enum.
+func (e WebhookServicePlanEventSkippedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServicePlanEventSkippedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServicePlanEventSkippedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServicePlanEventSkippedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServicePlanEventSkippedJSONBodyAggregateTypeServicePlan:
+		return true
+	case WebhookServicePlanEventSkippedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServicePlanEventSkippedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServicePlanEventSkippedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanEventSkippedJSONBodySchemaVersion.
+const (
+	WebhookServicePlanEventSkippedJSONBodySchemaVersionN1 WebhookServicePlanEventSkippedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanEventSkippedJSONBodySchemaVersion enum.
+func (e WebhookServicePlanEventSkippedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServicePlanEventSkippedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanEventSkippedJSONBodyType.
+const (
+	WebhookServicePlanEventSkippedJSONBodyTypeServicePlanEventSkipped WebhookServicePlanEventSkippedJSONBodyType = "service_plan.event_skipped"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanEventSkippedJSONBodyType enum.
+func (e WebhookServicePlanEventSkippedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServicePlanEventSkippedJSONBodyTypeServicePlanEventSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanPausedJSONBodyAggregateType.
+const (
+	WebhookServicePlanPausedJSONBodyAggregateTypeCustomer        WebhookServicePlanPausedJSONBodyAggregateType = "customer"
+	WebhookServicePlanPausedJSONBodyAggregateTypeOrder           WebhookServicePlanPausedJSONBodyAggregateType = "order"
+	WebhookServicePlanPausedJSONBodyAggregateTypeSchedule        WebhookServicePlanPausedJSONBodyAggregateType = "schedule"
+	WebhookServicePlanPausedJSONBodyAggregateTypeServicePlan     WebhookServicePlanPausedJSONBodyAggregateType = "service_plan"
+	WebhookServicePlanPausedJSONBodyAggregateTypeServiceRequest  WebhookServicePlanPausedJSONBodyAggregateType = "service_request"
+	WebhookServicePlanPausedJSONBodyAggregateTypeStaffMember     WebhookServicePlanPausedJSONBodyAggregateType = "staff_member"
+	WebhookServicePlanPausedJSONBodyAggregateTypeWebhookEndpoint WebhookServicePlanPausedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanPausedJSONBodyAggregateType enum.
+func (e WebhookServicePlanPausedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServicePlanPausedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServicePlanPausedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServicePlanPausedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServicePlanPausedJSONBodyAggregateTypeServicePlan:
+		return true
+	case WebhookServicePlanPausedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServicePlanPausedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServicePlanPausedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanPausedJSONBodySchemaVersion.
+const (
+	WebhookServicePlanPausedJSONBodySchemaVersionN1 WebhookServicePlanPausedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanPausedJSONBodySchemaVersion enum.
+func (e WebhookServicePlanPausedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServicePlanPausedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanPausedJSONBodyType.
+const (
+	WebhookServicePlanPausedJSONBodyTypeServicePlanPaused WebhookServicePlanPausedJSONBodyType = "service_plan.paused"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanPausedJSONBodyType enum.
+func (e WebhookServicePlanPausedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServicePlanPausedJSONBodyTypeServicePlanPaused:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanResumedJSONBodyAggregateType.
+const (
+	WebhookServicePlanResumedJSONBodyAggregateTypeCustomer        WebhookServicePlanResumedJSONBodyAggregateType = "customer"
+	WebhookServicePlanResumedJSONBodyAggregateTypeOrder           WebhookServicePlanResumedJSONBodyAggregateType = "order"
+	WebhookServicePlanResumedJSONBodyAggregateTypeSchedule        WebhookServicePlanResumedJSONBodyAggregateType = "schedule"
+	WebhookServicePlanResumedJSONBodyAggregateTypeServicePlan     WebhookServicePlanResumedJSONBodyAggregateType = "service_plan"
+	WebhookServicePlanResumedJSONBodyAggregateTypeServiceRequest  WebhookServicePlanResumedJSONBodyAggregateType = "service_request"
+	WebhookServicePlanResumedJSONBodyAggregateTypeStaffMember     WebhookServicePlanResumedJSONBodyAggregateType = "staff_member"
+	WebhookServicePlanResumedJSONBodyAggregateTypeWebhookEndpoint WebhookServicePlanResumedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanResumedJSONBodyAggregateType enum.
+func (e WebhookServicePlanResumedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServicePlanResumedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServicePlanResumedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServicePlanResumedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServicePlanResumedJSONBodyAggregateTypeServicePlan:
+		return true
+	case WebhookServicePlanResumedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServicePlanResumedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServicePlanResumedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanResumedJSONBodySchemaVersion.
+const (
+	WebhookServicePlanResumedJSONBodySchemaVersionN1 WebhookServicePlanResumedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanResumedJSONBodySchemaVersion enum.
+func (e WebhookServicePlanResumedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServicePlanResumedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanResumedJSONBodyType.
+const (
+	WebhookServicePlanResumedJSONBodyTypeServicePlanResumed WebhookServicePlanResumedJSONBodyType = "service_plan.resumed"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanResumedJSONBodyType enum.
+func (e WebhookServicePlanResumedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServicePlanResumedJSONBodyTypeServicePlanResumed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanVisitMovedJSONBodyAggregateType.
+const (
+	WebhookServicePlanVisitMovedJSONBodyAggregateTypeCustomer        WebhookServicePlanVisitMovedJSONBodyAggregateType = "customer"
+	WebhookServicePlanVisitMovedJSONBodyAggregateTypeOrder           WebhookServicePlanVisitMovedJSONBodyAggregateType = "order"
+	WebhookServicePlanVisitMovedJSONBodyAggregateTypeSchedule        WebhookServicePlanVisitMovedJSONBodyAggregateType = "schedule"
+	WebhookServicePlanVisitMovedJSONBodyAggregateTypeServicePlan     WebhookServicePlanVisitMovedJSONBodyAggregateType = "service_plan"
+	WebhookServicePlanVisitMovedJSONBodyAggregateTypeServiceRequest  WebhookServicePlanVisitMovedJSONBodyAggregateType = "service_request"
+	WebhookServicePlanVisitMovedJSONBodyAggregateTypeStaffMember     WebhookServicePlanVisitMovedJSONBodyAggregateType = "staff_member"
+	WebhookServicePlanVisitMovedJSONBodyAggregateTypeWebhookEndpoint WebhookServicePlanVisitMovedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanVisitMovedJSONBodyAggregateType enum.
+func (e WebhookServicePlanVisitMovedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServicePlanVisitMovedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServicePlanVisitMovedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServicePlanVisitMovedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServicePlanVisitMovedJSONBodyAggregateTypeServicePlan:
+		return true
+	case WebhookServicePlanVisitMovedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServicePlanVisitMovedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServicePlanVisitMovedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanVisitMovedJSONBodySchemaVersion.
+const (
+	WebhookServicePlanVisitMovedJSONBodySchemaVersionN1 WebhookServicePlanVisitMovedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanVisitMovedJSONBodySchemaVersion enum.
+func (e WebhookServicePlanVisitMovedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServicePlanVisitMovedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanVisitMovedJSONBodyType.
+const (
+	WebhookServicePlanVisitMovedJSONBodyTypeServicePlanVisitMoved WebhookServicePlanVisitMovedJSONBodyType = "service_plan.visit_moved"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanVisitMovedJSONBodyType enum.
+func (e WebhookServicePlanVisitMovedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServicePlanVisitMovedJSONBodyTypeServicePlanVisitMoved:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanVisitSkippedJSONBodyAggregateType.
+const (
+	WebhookServicePlanVisitSkippedJSONBodyAggregateTypeCustomer        WebhookServicePlanVisitSkippedJSONBodyAggregateType = "customer"
+	WebhookServicePlanVisitSkippedJSONBodyAggregateTypeOrder           WebhookServicePlanVisitSkippedJSONBodyAggregateType = "order"
+	WebhookServicePlanVisitSkippedJSONBodyAggregateTypeSchedule        WebhookServicePlanVisitSkippedJSONBodyAggregateType = "schedule"
+	WebhookServicePlanVisitSkippedJSONBodyAggregateTypeServicePlan     WebhookServicePlanVisitSkippedJSONBodyAggregateType = "service_plan"
+	WebhookServicePlanVisitSkippedJSONBodyAggregateTypeServiceRequest  WebhookServicePlanVisitSkippedJSONBodyAggregateType = "service_request"
+	WebhookServicePlanVisitSkippedJSONBodyAggregateTypeStaffMember     WebhookServicePlanVisitSkippedJSONBodyAggregateType = "staff_member"
+	WebhookServicePlanVisitSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookServicePlanVisitSkippedJSONBodyAggregateType = "webhook_endpoint"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanVisitSkippedJSONBodyAggregateType enum.
+func (e WebhookServicePlanVisitSkippedJSONBodyAggregateType) Valid() bool {
+	switch e {
+	case WebhookServicePlanVisitSkippedJSONBodyAggregateTypeCustomer:
+		return true
+	case WebhookServicePlanVisitSkippedJSONBodyAggregateTypeOrder:
+		return true
+	case WebhookServicePlanVisitSkippedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServicePlanVisitSkippedJSONBodyAggregateTypeServicePlan:
+		return true
+	case WebhookServicePlanVisitSkippedJSONBodyAggregateTypeServiceRequest:
+		return true
+	case WebhookServicePlanVisitSkippedJSONBodyAggregateTypeStaffMember:
+		return true
+	case WebhookServicePlanVisitSkippedJSONBodyAggregateTypeWebhookEndpoint:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanVisitSkippedJSONBodySchemaVersion.
+const (
+	WebhookServicePlanVisitSkippedJSONBodySchemaVersionN1 WebhookServicePlanVisitSkippedJSONBodySchemaVersion = 1
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanVisitSkippedJSONBodySchemaVersion enum.
+func (e WebhookServicePlanVisitSkippedJSONBodySchemaVersion) Valid() bool {
+	switch e {
+	case WebhookServicePlanVisitSkippedJSONBodySchemaVersionN1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookServicePlanVisitSkippedJSONBodyType.
+const (
+	WebhookServicePlanVisitSkippedJSONBodyTypeServicePlanVisitSkipped WebhookServicePlanVisitSkippedJSONBodyType = "service_plan.visit_skipped"
+)
+
+// Valid indicates whether the value is a known member of the WebhookServicePlanVisitSkippedJSONBodyType enum.
+func (e WebhookServicePlanVisitSkippedJSONBodyType) Valid() bool {
+	switch e {
+	case WebhookServicePlanVisitSkippedJSONBodyTypeServicePlanVisitSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookServiceRequestConvertedJSONBodyAggregateType.
 const (
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeCustomer        WebhookServiceRequestConvertedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeOrder           WebhookServiceRequestConvertedJSONBodyAggregateType = "order"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeSchedule        WebhookServiceRequestConvertedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestConvertedJSONBodyAggregateTypeServicePlan     WebhookServiceRequestConvertedJSONBodyAggregateType = "service_plan"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestConvertedJSONBodyAggregateType = "service_request"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestConvertedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestConvertedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestConvertedJSONBodyAggregateType = "webhook_endpoint"
@@ -2436,6 +3214,8 @@ func (e WebhookServiceRequestConvertedJSONBodyAggregateType) Valid() bool {
 	case WebhookServiceRequestConvertedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestConvertedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestConvertedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookServiceRequestConvertedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2483,6 +3263,7 @@ const (
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeCustomer        WebhookServiceRequestCreatedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeOrder           WebhookServiceRequestCreatedJSONBodyAggregateType = "order"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeSchedule        WebhookServiceRequestCreatedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestCreatedJSONBodyAggregateTypeServicePlan     WebhookServiceRequestCreatedJSONBodyAggregateType = "service_plan"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestCreatedJSONBodyAggregateType = "service_request"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestCreatedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestCreatedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestCreatedJSONBodyAggregateType = "webhook_endpoint"
@@ -2496,6 +3277,8 @@ func (e WebhookServiceRequestCreatedJSONBodyAggregateType) Valid() bool {
 	case WebhookServiceRequestCreatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestCreatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestCreatedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookServiceRequestCreatedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2543,6 +3326,7 @@ const (
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeCustomer        WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeOrder           WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "order"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeSchedule        WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeServicePlan     WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "service_plan"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "service_request"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType = "webhook_endpoint"
@@ -2556,6 +3340,8 @@ func (e WebhookServiceRequestDetailsUpdatedJSONBodyAggregateType) Valid() bool {
 	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookServiceRequestDetailsUpdatedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2603,6 +3389,7 @@ const (
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeCustomer        WebhookServiceRequestEventSkippedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeOrder           WebhookServiceRequestEventSkippedJSONBodyAggregateType = "order"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeSchedule        WebhookServiceRequestEventSkippedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeServicePlan     WebhookServiceRequestEventSkippedJSONBodyAggregateType = "service_plan"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestEventSkippedJSONBodyAggregateType = "service_request"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestEventSkippedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestEventSkippedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestEventSkippedJSONBodyAggregateType = "webhook_endpoint"
@@ -2616,6 +3403,8 @@ func (e WebhookServiceRequestEventSkippedJSONBodyAggregateType) Valid() bool {
 	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookServiceRequestEventSkippedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2663,6 +3452,7 @@ const (
 	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeCustomer        WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeOrder           WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "order"
 	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeSchedule        WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeServicePlan     WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "service_plan"
 	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "service_request"
 	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType = "webhook_endpoint"
@@ -2676,6 +3466,8 @@ func (e WebhookServiceRequestPersonalDataErasedJSONBodyAggregateType) Valid() bo
 	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookServiceRequestPersonalDataErasedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2723,6 +3515,7 @@ const (
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeCustomer        WebhookServiceRequestStatusChangedJSONBodyAggregateType = "customer"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeOrder           WebhookServiceRequestStatusChangedJSONBodyAggregateType = "order"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeSchedule        WebhookServiceRequestStatusChangedJSONBodyAggregateType = "schedule"
+	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeServicePlan     WebhookServiceRequestStatusChangedJSONBodyAggregateType = "service_plan"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeServiceRequest  WebhookServiceRequestStatusChangedJSONBodyAggregateType = "service_request"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeStaffMember     WebhookServiceRequestStatusChangedJSONBodyAggregateType = "staff_member"
 	WebhookServiceRequestStatusChangedJSONBodyAggregateTypeWebhookEndpoint WebhookServiceRequestStatusChangedJSONBodyAggregateType = "webhook_endpoint"
@@ -2736,6 +3529,8 @@ func (e WebhookServiceRequestStatusChangedJSONBodyAggregateType) Valid() bool {
 	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookServiceRequestStatusChangedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2783,6 +3578,7 @@ const (
 	WebhookStaffMemberErasedJSONBodyAggregateTypeCustomer        WebhookStaffMemberErasedJSONBodyAggregateType = "customer"
 	WebhookStaffMemberErasedJSONBodyAggregateTypeOrder           WebhookStaffMemberErasedJSONBodyAggregateType = "order"
 	WebhookStaffMemberErasedJSONBodyAggregateTypeSchedule        WebhookStaffMemberErasedJSONBodyAggregateType = "schedule"
+	WebhookStaffMemberErasedJSONBodyAggregateTypeServicePlan     WebhookStaffMemberErasedJSONBodyAggregateType = "service_plan"
 	WebhookStaffMemberErasedJSONBodyAggregateTypeServiceRequest  WebhookStaffMemberErasedJSONBodyAggregateType = "service_request"
 	WebhookStaffMemberErasedJSONBodyAggregateTypeStaffMember     WebhookStaffMemberErasedJSONBodyAggregateType = "staff_member"
 	WebhookStaffMemberErasedJSONBodyAggregateTypeWebhookEndpoint WebhookStaffMemberErasedJSONBodyAggregateType = "webhook_endpoint"
@@ -2796,6 +3592,8 @@ func (e WebhookStaffMemberErasedJSONBodyAggregateType) Valid() bool {
 	case WebhookStaffMemberErasedJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookStaffMemberErasedJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookStaffMemberErasedJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookStaffMemberErasedJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -2843,6 +3641,7 @@ const (
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeCustomer        WebhookWebhookEndpointPingJSONBodyAggregateType = "customer"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeOrder           WebhookWebhookEndpointPingJSONBodyAggregateType = "order"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeSchedule        WebhookWebhookEndpointPingJSONBodyAggregateType = "schedule"
+	WebhookWebhookEndpointPingJSONBodyAggregateTypeServicePlan     WebhookWebhookEndpointPingJSONBodyAggregateType = "service_plan"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeServiceRequest  WebhookWebhookEndpointPingJSONBodyAggregateType = "service_request"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeStaffMember     WebhookWebhookEndpointPingJSONBodyAggregateType = "staff_member"
 	WebhookWebhookEndpointPingJSONBodyAggregateTypeWebhookEndpoint WebhookWebhookEndpointPingJSONBodyAggregateType = "webhook_endpoint"
@@ -2856,6 +3655,8 @@ func (e WebhookWebhookEndpointPingJSONBodyAggregateType) Valid() bool {
 	case WebhookWebhookEndpointPingJSONBodyAggregateTypeOrder:
 		return true
 	case WebhookWebhookEndpointPingJSONBodyAggregateTypeSchedule:
+		return true
+	case WebhookWebhookEndpointPingJSONBodyAggregateTypeServicePlan:
 		return true
 	case WebhookWebhookEndpointPingJSONBodyAggregateTypeServiceRequest:
 		return true
@@ -3389,6 +4190,18 @@ type LeadershipUnitRole string
 // LeadershipUnitState /readyz, on the instance leading a projection: catching_up from the start of its term until the catch-up is done and the router runs, live after
 type LeadershipUnitState string
 
+// MovedVisit defines model for MovedVisit.
+type MovedVisit struct {
+	// Date the visit's original date (its key)
+	Date openapi_types.Date `json:"date"`
+
+	// Start a local time of day, HH:MM (24:00 is the end of the day)
+	Start string `json:"start"`
+
+	// ToDate a local date, YYYY-MM-DD
+	ToDate openapi_types.Date `json:"to_date"`
+}
+
 // NewKey A key just created, with its secret: shown only in this answer, never stored (only its SHA-256 is).
 type NewKey struct {
 	// CreatedAt RFC 3339 with an offset; answered in UTC
@@ -3548,11 +4361,17 @@ type OrderCreatedData struct {
 	// Notes personal data: null when the customer was erased (named in erased) or when this copy leaves it out (named in withheld)
 	Notes *string `json:"notes"`
 
+	// PlanId set on an order the visit generator created for a service plan's visit
+	PlanId *openapi_types.UUID `json:"plan_id,omitempty"`
+
 	// RequestId the service request it was converted from
 	RequestId        *openapi_types.UUID `json:"request_id,omitempty"`
 	ScheduledEndAt   *time.Time          `json:"scheduled_end_at,omitempty"`
 	ScheduledStartAt *time.Time          `json:"scheduled_start_at,omitempty"`
 	Status           string              `json:"status"`
+
+	// VisitDate the visit's original local date (with plan_id)
+	VisitDate *openapi_types.Date `json:"visit_date,omitempty"`
 
 	// Withheld the personal fields this copy leaves out (the NATS relay never carries personal data)
 	Withheld *[]string `json:"withheld,omitempty"`
@@ -3753,6 +4572,264 @@ type PersonalDataErasedDataSubjectType string
 type PingData struct {
 	Message string `json:"message"`
 }
+
+// Plan defines model for Plan.
+type Plan struct {
+	CatalogItemId   openapi_types.UUID `json:"catalog_item_id"`
+	CatalogItemName *string            `json:"catalog_item_name,omitempty"`
+
+	// ChangedFrom the visit the current terms start from; null when the plan never changed
+	ChangedFrom  *openapi_types.Date `json:"changed_from"`
+	CreatedAt    time.Time           `json:"created_at"`
+	CustomerId   openapi_types.UUID  `json:"customer_id"`
+	CustomerName *string             `json:"customer_name,omitempty"`
+	EndedAt      *time.Time          `json:"ended_at"`
+	Id           openapi_types.UUID  `json:"id"`
+	Moved        []MovedVisit        `json:"moved"`
+	PausedAt     *time.Time          `json:"paused_at"`
+	PriceCents   int64               `json:"price_cents"`
+
+	// Recurrence when the visits fall, as local dates: every interval days, weeks (on weekdays, the start's weekday when none) or months (on month_day, the start's day when none; a shorter month's last day); until an end date (inclusive) or count visits, or for ever
+	Recurrence PlanRecurrenceBody   `json:"recurrence"`
+	Skipped    []openapi_types.Date `json:"skipped"`
+
+	// StaffId the preferred staff member
+	StaffId   *openapi_types.UUID `json:"staff_id"`
+	StaffName *string             `json:"staff_name,omitempty"`
+	Status    PlanStatus          `json:"status"`
+
+	// TimeZone IANA time zone of the plan's local dates and times (the merchant's when the plan was created)
+	TimeZone  string    `json:"time_zone"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Version   int       `json:"version"`
+
+	// Window the local time of day a visit takes, in the plan's time zone: within one day, end after start
+	Window PlanWindow `json:"window"`
+}
+
+// PlanStatus defines model for Plan.Status.
+type PlanStatus string
+
+// PlanAtData defines model for PlanAtData.
+type PlanAtData struct {
+	At time.Time `json:"at"`
+}
+
+// PlanChange defines model for PlanChange.
+type PlanChange struct {
+	ExpectedVersion *int `json:"expected_version,omitempty"`
+
+	// From the date of the visit the new terms start from (this and following)
+	From       openapi_types.Date `json:"from"`
+	PriceCents *int64             `json:"price_cents,omitempty"`
+
+	// Recurrence when the visits fall, as local dates: every interval days, weeks (on weekdays, the start's weekday when none) or months (on month_day, the start's day when none; a shorter month's last day); until an end date (inclusive) or count visits, or for ever
+	Recurrence *PlanRecurrence `json:"recurrence,omitempty"`
+
+	// StaffId the preferred staff member; empty drops it
+	StaffId *string `json:"staff_id,omitempty"`
+
+	// Window the local time of day a visit takes, in the plan's time zone: within one day, end after start
+	Window *PlanWindow `json:"window,omitempty"`
+}
+
+// PlanChangedData defines model for PlanChangedData.
+type PlanChangedData struct {
+	From  string        `json:"from"`
+	Terms PlanTermsData `json:"terms"`
+}
+
+// PlanCreate defines model for PlanCreate.
+type PlanCreate struct {
+	CatalogItemId openapi_types.UUID `json:"catalog_item_id"`
+	CustomerId    openapi_types.UUID `json:"customer_id"`
+
+	// PriceCents price of each visit; defaults to the catalog item's base price
+	PriceCents *int64 `json:"price_cents,omitempty"`
+
+	// Recurrence when the visits fall, as local dates: every interval days, weeks (on weekdays, the start's weekday when none) or months (on month_day, the start's day when none; a shorter month's last day); until an end date (inclusive) or count visits, or for ever
+	Recurrence PlanRecurrence `json:"recurrence"`
+
+	// StaffId the preferred staff member
+	StaffId *openapi_types.UUID `json:"staff_id,omitempty"`
+
+	// Window the local time of day a visit takes, in the plan's time zone: within one day, end after start
+	Window PlanWindow `json:"window"`
+}
+
+// PlanCreatedData defines model for PlanCreatedData.
+type PlanCreatedData struct {
+	CatalogItemId openapi_types.UUID `json:"catalog_item_id"`
+	CustomerId    openapi_types.UUID `json:"customer_id"`
+	Terms         PlanTermsData      `json:"terms"`
+	TimeZone      string             `json:"time_zone"`
+}
+
+// PlanList defines model for PlanList.
+type PlanList struct {
+	Items []Plan `json:"items"`
+
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Page absent on a page that followed a cursor
+	Page     *int `json:"page,omitempty"`
+	PageSize int  `json:"page_size"`
+
+	// Total rows matching the filters, counted up to 10,000
+	Total int `json:"total"`
+
+	// TotalExact false when more than 10,000 rows match: total is then 10,000
+	TotalExact bool `json:"total_exact"`
+}
+
+// PlanRecurrence when the visits fall, as local dates: every interval days, weeks (on weekdays, the start's weekday when none) or months (on month_day, the start's day when none; a shorter month's last day); until an end date (inclusive) or count visits, or for ever
+type PlanRecurrence struct {
+	// Count how many visits, skipped ones included; 0: no limit (or until)
+	Count     *int                    `json:"count,omitempty"`
+	Frequency PlanRecurrenceFrequency `json:"frequency"`
+	Interval  int                     `json:"interval"`
+
+	// MonthDay monthly only; 0: the start's day
+	MonthDay *int `json:"month_day,omitempty"`
+
+	// Start a local date, YYYY-MM-DD
+	Start openapi_types.Date `json:"start"`
+
+	// Until the last date a visit may fall on (inclusive)
+	Until *openapi_types.Date `json:"until,omitempty"`
+
+	// Weekdays 0 (Sunday) to 6 (Saturday); weekly only
+	Weekdays *[]int `json:"weekdays,omitempty"`
+}
+
+// PlanRecurrenceFrequency defines model for PlanRecurrence.Frequency.
+type PlanRecurrenceFrequency string
+
+// PlanRecurrenceBody when the visits fall, as local dates: every interval days, weeks (on weekdays, the start's weekday when none) or months (on month_day, the start's day when none; a shorter month's last day); until an end date (inclusive) or count visits, or for ever
+type PlanRecurrenceBody struct {
+	// Count how many visits, skipped ones included; 0: no limit (or until)
+	Count     int                         `json:"count"`
+	Frequency PlanRecurrenceBodyFrequency `json:"frequency"`
+	Interval  int                         `json:"interval"`
+
+	// MonthDay monthly only; 0: the start's day
+	MonthDay int `json:"month_day"`
+
+	// Start a local date, YYYY-MM-DD
+	Start openapi_types.Date `json:"start"`
+
+	// Until the last date a visit may fall on (inclusive)
+	Until *openapi_types.Date `json:"until"`
+
+	// Weekdays 0 (Sunday) to 6 (Saturday); weekly only
+	Weekdays []int `json:"weekdays"`
+}
+
+// PlanRecurrenceBodyFrequency defines model for PlanRecurrenceBody.Frequency.
+type PlanRecurrenceBodyFrequency string
+
+// PlanRecurrenceData defines model for PlanRecurrenceData.
+type PlanRecurrenceData struct {
+	Count     *int    `json:"count,omitempty"`
+	Frequency string  `json:"frequency"`
+	Interval  int     `json:"interval"`
+	MonthDay  *int    `json:"month_day,omitempty"`
+	Start     string  `json:"start"`
+	Until     *string `json:"until,omitempty"`
+	Weekdays  *[]int  `json:"weekdays,omitempty"`
+}
+
+// PlanTermsData defines model for PlanTermsData.
+type PlanTermsData struct {
+	PriceCents int64               `json:"price_cents"`
+	Recurrence PlanRecurrenceData  `json:"recurrence"`
+	StaffId    *openapi_types.UUID `json:"staff_id,omitempty"`
+	Window     PlanWindowData      `json:"window"`
+}
+
+// PlanVisit defines model for PlanVisit.
+type PlanVisit struct {
+	// Date the visit's original local date: with the plan's id, its key
+	Date  openapi_types.Date `json:"date"`
+	EndAt time.Time          `json:"end_at"`
+	Moved bool               `json:"moved"`
+
+	// OrderId the id the visit's order has once the visit generator created it (derived from the key)
+	OrderId    openapi_types.UUID `json:"order_id"`
+	PriceCents int64              `json:"price_cents"`
+
+	// StaffId the preferred staff member
+	StaffId *openapi_types.UUID `json:"staff_id"`
+	StartAt time.Time           `json:"start_at"`
+}
+
+// PlanVisitData defines model for PlanVisitData.
+type PlanVisitData struct {
+	Date   string  `json:"date"`
+	Start  *string `json:"start,omitempty"`
+	ToDate *string `json:"to_date,omitempty"`
+}
+
+// PlanVisitList defines model for PlanVisitList.
+type PlanVisitList struct {
+	Items []PlanVisit `json:"items"`
+}
+
+// PlanWindow the local time of day a visit takes, in the plan's time zone: within one day, end after start
+type PlanWindow struct {
+	// End a local time of day, HH:MM (24:00 is the end of the day)
+	End string `json:"end"`
+
+	// Start a local time of day, HH:MM (24:00 is the end of the day)
+	Start string `json:"start"`
+}
+
+// PlanWindowData defines model for PlanWindowData.
+type PlanWindowData struct {
+	End   string `json:"end"`
+	Start string `json:"start"`
+}
+
+// PlanWritten defines model for PlanWritten.
+type PlanWritten struct {
+	CatalogItemId   openapi_types.UUID `json:"catalog_item_id"`
+	CatalogItemName *string            `json:"catalog_item_name,omitempty"`
+
+	// ChangedFrom the visit the current terms start from; null when the plan never changed
+	ChangedFrom  *openapi_types.Date `json:"changed_from"`
+	CreatedAt    time.Time           `json:"created_at"`
+	CustomerId   openapi_types.UUID  `json:"customer_id"`
+	CustomerName *string             `json:"customer_name,omitempty"`
+	EndedAt      *time.Time          `json:"ended_at"`
+	Id           openapi_types.UUID  `json:"id"`
+	Moved        []MovedVisit        `json:"moved"`
+	PausedAt     *time.Time          `json:"paused_at"`
+
+	// Position point in the event log this write reached: the position of its last event, the same value as the events' position in the feed, webhooks and the relay (also the Consistency-Position header)
+	Position   int64 `json:"position"`
+	PriceCents int64 `json:"price_cents"`
+
+	// Recurrence when the visits fall, as local dates: every interval days, weeks (on weekdays, the start's weekday when none) or months (on month_day, the start's day when none; a shorter month's last day); until an end date (inclusive) or count visits, or for ever
+	Recurrence PlanRecurrenceBody   `json:"recurrence"`
+	Skipped    []openapi_types.Date `json:"skipped"`
+
+	// StaffId the preferred staff member
+	StaffId   *openapi_types.UUID `json:"staff_id"`
+	StaffName *string             `json:"staff_name,omitempty"`
+	Status    PlanWrittenStatus   `json:"status"`
+
+	// TimeZone IANA time zone of the plan's local dates and times (the merchant's when the plan was created)
+	TimeZone  string    `json:"time_zone"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Version   int       `json:"version"`
+
+	// Window the local time of day a visit takes, in the plan's time zone: within one day, end after start
+	Window PlanWindow `json:"window"`
+}
+
+// PlanWrittenStatus defines model for PlanWritten.Status.
+type PlanWrittenStatus string
 
 // Problem RFC 9457 problem details (application/problem+json).
 type Problem struct {
@@ -4244,6 +5321,12 @@ type ServiceRequestWrittenSource string
 // ServiceRequestWrittenStatus defines model for ServiceRequestWritten.Status.
 type ServiceRequestWrittenStatus string
 
+// Settings defines model for Settings.
+type Settings struct {
+	// TimeZone IANA time zone name, such as Europe/London; UTC until set
+	TimeZone string `json:"time_zone"`
+}
+
 // SettlementInput defines model for SettlementInput.
 type SettlementInput struct {
 	// ExpectedVersion the version the client read; a stale one answers 409
@@ -4259,6 +5342,15 @@ type SettlementInput struct {
 
 // SettlementInputSettlementStatus defines model for SettlementInput.SettlementStatus.
 type SettlementInputSettlementStatus string
+
+// Shift defines model for Shift.
+type Shift struct {
+	// End a local time of day, HH:MM (24:00 is the end of the day)
+	End string `json:"end"`
+
+	// Start a local time of day, HH:MM (24:00 is the end of the day)
+	Start string `json:"start"`
+}
 
 // SkipInput defines model for SkipInput.
 type SkipInput struct {
@@ -4284,6 +5376,22 @@ type SkipResult struct {
 type SkippedData struct {
 	// Of the stored type of the event an operator skipped
 	Of string `json:"of"`
+}
+
+// Slot defines model for Slot.
+type Slot struct {
+	EndAt   time.Time          `json:"end_at"`
+	StaffId openapi_types.UUID `json:"staff_id"`
+	StartAt time.Time          `json:"start_at"`
+}
+
+// SlotList defines model for SlotList.
+type SlotList struct {
+	Items []Slot `json:"items"`
+
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+	TimeZone   string  `json:"time_zone"`
 }
 
 // StaffInput POST: name is required, active defaults to true. PATCH: absent fields keep their value.
@@ -4341,6 +5449,31 @@ type StatusChangedData struct {
 type SubjectErasedData struct {
 	// ErasedAt when the subject was erased
 	ErasedAt time.Time `json:"erased_at"`
+}
+
+// VersionInput defines model for VersionInput.
+type VersionInput struct {
+	ExpectedVersion *int `json:"expected_version,omitempty"`
+}
+
+// VisitMove defines model for VisitMove.
+type VisitMove struct {
+	// Date the visit's original date
+	Date            openapi_types.Date `json:"date"`
+	ExpectedVersion *int               `json:"expected_version,omitempty"`
+
+	// Start a local time of day, HH:MM (24:00 is the end of the day)
+	Start string `json:"start"`
+
+	// ToDate a local date, YYYY-MM-DD
+	ToDate openapi_types.Date `json:"to_date"`
+}
+
+// VisitSkip defines model for VisitSkip.
+type VisitSkip struct {
+	// Date the visit's original date
+	Date            openapi_types.Date `json:"date"`
+	ExpectedVersion *int               `json:"expected_version,omitempty"`
 }
 
 // WebhookDelivery defines model for WebhookDelivery.
@@ -4512,6 +5645,40 @@ type WebhookEndpointWithSecret struct {
 // WebhookEventType a public event type (see the webhooks section)
 type WebhookEventType string
 
+// WorkingHours defines model for WorkingHours.
+type WorkingHours struct {
+	CatalogItemIds []openapi_types.UUID    `json:"catalog_item_ids"`
+	Exceptions     []WorkingHoursException `json:"exceptions"`
+	StaffId        openapi_types.UUID      `json:"staff_id"`
+	UpdatedAt      time.Time               `json:"updated_at"`
+
+	// Week each weekday's shifts (monday ... sunday), in order, none overlapping
+	Week map[string][]Shift `json:"week"`
+}
+
+// WorkingHoursException defines model for WorkingHoursException.
+type WorkingHoursException struct {
+	// Date a local date, YYYY-MM-DD
+	Date   openapi_types.Date          `json:"date"`
+	Reason WorkingHoursExceptionReason `json:"reason"`
+
+	// Shifts none for a holiday or sick day; the day's shifts for an extra day or changed hours
+	Shifts *[]Shift `json:"shifts,omitempty"`
+}
+
+// WorkingHoursExceptionReason defines model for WorkingHoursException.Reason.
+type WorkingHoursExceptionReason string
+
+// WorkingHoursInput defines model for WorkingHoursInput.
+type WorkingHoursInput struct {
+	// CatalogItemIds the catalog items this staff member does
+	CatalogItemIds *[]openapi_types.UUID    `json:"catalog_item_ids,omitempty"`
+	Exceptions     *[]WorkingHoursException `json:"exceptions,omitempty"`
+
+	// Week each weekday's shifts (monday ... sunday), in order, none overlapping
+	Week *map[string][]Shift `json:"week,omitempty"`
+}
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -4520,6 +5687,9 @@ type IfMatch = string
 
 // IfNoneMatch defines model for IfNoneMatch.
 type IfNoneMatch = string
+
+// CatalogItemId defines model for catalog_item_id.
+type CatalogItemId = openapi_types.UUID
 
 // ConsistencyPosition defines model for consistency_position.
 type ConsistencyPosition = string
@@ -4581,6 +5751,9 @@ type Page = int
 // PageSize defines model for page_size.
 type PageSize = int
 
+// PlanStatuses defines model for plan_statuses.
+type PlanStatuses = []string
+
 // ProjectionPath defines model for projection_path.
 type ProjectionPath string
 
@@ -4611,11 +5784,35 @@ type SchedulesTo = time.Time
 // SettlementStatus defines model for settlement_status.
 type SettlementStatus string
 
+// SlotBuffer defines model for slot_buffer.
+type SlotBuffer = string
+
+// SlotDuration defines model for slot_duration.
+type SlotDuration = string
+
+// SlotStep defines model for slot_step.
+type SlotStep = string
+
+// SlotsFrom defines model for slots_from.
+type SlotsFrom = time.Time
+
+// SlotsPageSize defines model for slots_page_size.
+type SlotsPageSize = int
+
+// SlotsTo defines model for slots_to.
+type SlotsTo = time.Time
+
 // StaffId defines model for staff_id.
 type StaffId = openapi_types.UUID
 
 // StreamId defines model for stream_id.
 type StreamId = openapi_types.UUID
+
+// VisitsFrom defines model for visits_from.
+type VisitsFrom = time.Time
+
+// VisitsTo defines model for visits_to.
+type VisitsTo = time.Time
 
 // BadRequest RFC 9457 problem details (application/problem+json).
 type BadRequest = Problem
@@ -4702,6 +5899,34 @@ type RebuildStatusParamsProjection string
 
 // StartRebuildParamsProjection defines parameters for StartRebuild.
 type StartRebuildParamsProjection string
+
+// ListAvailabilityParams defines parameters for ListAvailability.
+type ListAvailabilityParams struct {
+	// Duration length of each slot: minutes ("90") or a duration ("90m", "2h"); more than 0, at most 24 hours
+	Duration SlotDuration `form:"duration" json:"duration"`
+
+	// From slots start at or after this instant (RFC 3339)
+	From SlotsFrom `form:"from" json:"from"`
+
+	// To slots end at or before this instant; at most 31 days after from
+	To      SlotsTo  `form:"to" json:"to"`
+	StaffId *StaffId `form:"staff_id,omitempty" json:"staff_id,omitempty"`
+
+	// CatalogItemId only staff members who do this catalog item
+	CatalogItemId *CatalogItemId `form:"catalog_item_id,omitempty" json:"catalog_item_id,omitempty"`
+
+	// Buffer kept free before and after every job: minutes or a duration; 0 to 24 hours (default 0)
+	Buffer *SlotBuffer `form:"buffer,omitempty" json:"buffer,omitempty"`
+
+	// Step the slots' grid: a slot starts where the local clock shows a multiple of it since midnight; minutes or a duration dividing 24 hours (default 15m)
+	Step *SlotStep `form:"step,omitempty" json:"step,omitempty"`
+
+	// PageSize slots per page, 1 to 500 (default 20)
+	PageSize *SlotsPageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
 
 // ListCatalogItemsParams defines parameters for ListCatalogItems.
 type ListCatalogItemsParams struct {
@@ -4946,6 +6171,116 @@ type ChangeOrderStatusParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
 
+// ListPlansParams defines parameters for ListPlans.
+type ListPlansParams struct {
+	// Status keep plans in these statuses (repeatable)
+	Status     *PlanStatuses `form:"status,omitempty" json:"status,omitempty"`
+	CustomerId *CustomerId   `form:"customer_id,omitempty" json:"customer_id,omitempty"`
+
+	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
+	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
+
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
+	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
+
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
+}
+
+// ListPlansParamsStatus defines parameters for ListPlans.
+type ListPlansParamsStatus string
+
+// CreatePlanParams defines parameters for CreatePlan.
+type CreatePlanParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// GetPlanParams defines parameters for GetPlan.
+type GetPlanParams struct {
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
+
+	// IfNoneMatch ETags the client has (weak comparison): 304 without a body while the resource is at one of them.
+	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+}
+
+// ChangePlanParams defines parameters for ChangePlan.
+type ChangePlanParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// EndPlanParams defines parameters for EndPlan.
+type EndPlanParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// MoveVisitParams defines parameters for MoveVisit.
+type MoveVisitParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// PausePlanParams defines parameters for PausePlan.
+type PausePlanParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// ResumePlanParams defines parameters for ResumePlan.
+type ResumePlanParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// SkipVisitParams defines parameters for SkipVisit.
+type SkipVisitParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// ListPlanVisitsParams defines parameters for ListPlanVisits.
+type ListPlanVisitsParams struct {
+	// From visits starting at or after this instant (default: now)
+	From *VisitsFrom `form:"from,omitempty" json:"from,omitempty"`
+
+	// To visits starting before this instant (default: 8 weeks after from; at most a year after it)
+	To *VisitsTo `form:"to,omitempty" json:"to,omitempty"`
+}
+
 // ListSchedulesParams defines parameters for ListSchedules.
 type ListSchedulesParams struct {
 	// Status repeatable: any of the given statuses
@@ -5082,6 +6417,12 @@ type ChangeServiceRequestStatusParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
 
+// PutSettingsParams defines parameters for PutSettings.
+type PutSettingsParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListStaffMembersParams defines parameters for ListStaffMembers.
 type ListStaffMembersParams struct {
 	// Q case-insensitive substring of the name
@@ -5130,6 +6471,12 @@ type UpdateStaffMemberParams struct {
 
 // EraseStaffMemberParams defines parameters for EraseStaffMember.
 type EraseStaffMemberParams struct {
+	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// PutWorkingHoursParams defines parameters for PutWorkingHours.
+type PutWorkingHoursParams struct {
 	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
@@ -5828,6 +7175,366 @@ type WebhookScheduleStatusChangedJSONBodySchemaVersion int
 // WebhookScheduleStatusChangedJSONBodyType defines parameters for WebhookScheduleStatusChanged.
 type WebhookScheduleStatusChangedJSONBodyType string
 
+// WebhookServicePlanChangedJSONBody defines parameters for WebhookServicePlanChanged.
+type WebhookServicePlanChangedJSONBody struct {
+	AggregateId   openapi_types.UUID                             `json:"aggregate_id"`
+	AggregateType WebhookServicePlanChangedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int             `json:"aggregate_version"`
+	Data             PlanChangedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServicePlanChangedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServicePlanChangedJSONBodyType          `json:"type"`
+}
+
+// WebhookServicePlanChangedParams defines parameters for WebhookServicePlanChanged.
+type WebhookServicePlanChangedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServicePlanChangedJSONBodyAggregateType defines parameters for WebhookServicePlanChanged.
+type WebhookServicePlanChangedJSONBodyAggregateType string
+
+// WebhookServicePlanChangedJSONBodySchemaVersion defines parameters for WebhookServicePlanChanged.
+type WebhookServicePlanChangedJSONBodySchemaVersion int
+
+// WebhookServicePlanChangedJSONBodyType defines parameters for WebhookServicePlanChanged.
+type WebhookServicePlanChangedJSONBodyType string
+
+// WebhookServicePlanCreatedJSONBody defines parameters for WebhookServicePlanCreated.
+type WebhookServicePlanCreatedJSONBody struct {
+	AggregateId   openapi_types.UUID                             `json:"aggregate_id"`
+	AggregateType WebhookServicePlanCreatedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int             `json:"aggregate_version"`
+	Data             PlanCreatedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServicePlanCreatedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServicePlanCreatedJSONBodyType          `json:"type"`
+}
+
+// WebhookServicePlanCreatedParams defines parameters for WebhookServicePlanCreated.
+type WebhookServicePlanCreatedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServicePlanCreatedJSONBodyAggregateType defines parameters for WebhookServicePlanCreated.
+type WebhookServicePlanCreatedJSONBodyAggregateType string
+
+// WebhookServicePlanCreatedJSONBodySchemaVersion defines parameters for WebhookServicePlanCreated.
+type WebhookServicePlanCreatedJSONBodySchemaVersion int
+
+// WebhookServicePlanCreatedJSONBodyType defines parameters for WebhookServicePlanCreated.
+type WebhookServicePlanCreatedJSONBodyType string
+
+// WebhookServicePlanEndedJSONBody defines parameters for WebhookServicePlanEnded.
+type WebhookServicePlanEndedJSONBody struct {
+	AggregateId   openapi_types.UUID                           `json:"aggregate_id"`
+	AggregateType WebhookServicePlanEndedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int        `json:"aggregate_version"`
+	Data             PlanAtData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServicePlanEndedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServicePlanEndedJSONBodyType          `json:"type"`
+}
+
+// WebhookServicePlanEndedParams defines parameters for WebhookServicePlanEnded.
+type WebhookServicePlanEndedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServicePlanEndedJSONBodyAggregateType defines parameters for WebhookServicePlanEnded.
+type WebhookServicePlanEndedJSONBodyAggregateType string
+
+// WebhookServicePlanEndedJSONBodySchemaVersion defines parameters for WebhookServicePlanEnded.
+type WebhookServicePlanEndedJSONBodySchemaVersion int
+
+// WebhookServicePlanEndedJSONBodyType defines parameters for WebhookServicePlanEnded.
+type WebhookServicePlanEndedJSONBodyType string
+
+// WebhookServicePlanEventSkippedJSONBody defines parameters for WebhookServicePlanEventSkipped.
+type WebhookServicePlanEventSkippedJSONBody struct {
+	AggregateId   openapi_types.UUID                                  `json:"aggregate_id"`
+	AggregateType WebhookServicePlanEventSkippedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int         `json:"aggregate_version"`
+	Data             SkippedData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServicePlanEventSkippedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServicePlanEventSkippedJSONBodyType          `json:"type"`
+}
+
+// WebhookServicePlanEventSkippedParams defines parameters for WebhookServicePlanEventSkipped.
+type WebhookServicePlanEventSkippedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServicePlanEventSkippedJSONBodyAggregateType defines parameters for WebhookServicePlanEventSkipped.
+type WebhookServicePlanEventSkippedJSONBodyAggregateType string
+
+// WebhookServicePlanEventSkippedJSONBodySchemaVersion defines parameters for WebhookServicePlanEventSkipped.
+type WebhookServicePlanEventSkippedJSONBodySchemaVersion int
+
+// WebhookServicePlanEventSkippedJSONBodyType defines parameters for WebhookServicePlanEventSkipped.
+type WebhookServicePlanEventSkippedJSONBodyType string
+
+// WebhookServicePlanPausedJSONBody defines parameters for WebhookServicePlanPaused.
+type WebhookServicePlanPausedJSONBody struct {
+	AggregateId   openapi_types.UUID                            `json:"aggregate_id"`
+	AggregateType WebhookServicePlanPausedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int        `json:"aggregate_version"`
+	Data             PlanAtData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServicePlanPausedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServicePlanPausedJSONBodyType          `json:"type"`
+}
+
+// WebhookServicePlanPausedParams defines parameters for WebhookServicePlanPaused.
+type WebhookServicePlanPausedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServicePlanPausedJSONBodyAggregateType defines parameters for WebhookServicePlanPaused.
+type WebhookServicePlanPausedJSONBodyAggregateType string
+
+// WebhookServicePlanPausedJSONBodySchemaVersion defines parameters for WebhookServicePlanPaused.
+type WebhookServicePlanPausedJSONBodySchemaVersion int
+
+// WebhookServicePlanPausedJSONBodyType defines parameters for WebhookServicePlanPaused.
+type WebhookServicePlanPausedJSONBodyType string
+
+// WebhookServicePlanResumedJSONBody defines parameters for WebhookServicePlanResumed.
+type WebhookServicePlanResumedJSONBody struct {
+	AggregateId   openapi_types.UUID                             `json:"aggregate_id"`
+	AggregateType WebhookServicePlanResumedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int        `json:"aggregate_version"`
+	Data             PlanAtData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServicePlanResumedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServicePlanResumedJSONBodyType          `json:"type"`
+}
+
+// WebhookServicePlanResumedParams defines parameters for WebhookServicePlanResumed.
+type WebhookServicePlanResumedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServicePlanResumedJSONBodyAggregateType defines parameters for WebhookServicePlanResumed.
+type WebhookServicePlanResumedJSONBodyAggregateType string
+
+// WebhookServicePlanResumedJSONBodySchemaVersion defines parameters for WebhookServicePlanResumed.
+type WebhookServicePlanResumedJSONBodySchemaVersion int
+
+// WebhookServicePlanResumedJSONBodyType defines parameters for WebhookServicePlanResumed.
+type WebhookServicePlanResumedJSONBodyType string
+
+// WebhookServicePlanVisitMovedJSONBody defines parameters for WebhookServicePlanVisitMoved.
+type WebhookServicePlanVisitMovedJSONBody struct {
+	AggregateId   openapi_types.UUID                                `json:"aggregate_id"`
+	AggregateType WebhookServicePlanVisitMovedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int           `json:"aggregate_version"`
+	Data             PlanVisitData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServicePlanVisitMovedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServicePlanVisitMovedJSONBodyType          `json:"type"`
+}
+
+// WebhookServicePlanVisitMovedParams defines parameters for WebhookServicePlanVisitMoved.
+type WebhookServicePlanVisitMovedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServicePlanVisitMovedJSONBodyAggregateType defines parameters for WebhookServicePlanVisitMoved.
+type WebhookServicePlanVisitMovedJSONBodyAggregateType string
+
+// WebhookServicePlanVisitMovedJSONBodySchemaVersion defines parameters for WebhookServicePlanVisitMoved.
+type WebhookServicePlanVisitMovedJSONBodySchemaVersion int
+
+// WebhookServicePlanVisitMovedJSONBodyType defines parameters for WebhookServicePlanVisitMoved.
+type WebhookServicePlanVisitMovedJSONBodyType string
+
+// WebhookServicePlanVisitSkippedJSONBody defines parameters for WebhookServicePlanVisitSkipped.
+type WebhookServicePlanVisitSkippedJSONBody struct {
+	AggregateId   openapi_types.UUID                                  `json:"aggregate_id"`
+	AggregateType WebhookServicePlanVisitSkippedJSONBodyAggregateType `json:"aggregate_type"`
+
+	// AggregateVersion the aggregate's version after this event
+	AggregateVersion int           `json:"aggregate_version"`
+	Data             PlanVisitData `json:"data"`
+
+	// Id the event id, unique for ever
+	Id         openapi_types.UUID `json:"id"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// OccurredAt when the command ran (UTC)
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// Position the event-store position (the one writes answer with; 0 for a ping)
+	Position int64 `json:"position"`
+
+	// SchemaVersion the version of this form; new optional fields keep it
+	SchemaVersion WebhookServicePlanVisitSkippedJSONBodySchemaVersion `json:"schema_version"`
+	Type          WebhookServicePlanVisitSkippedJSONBodyType          `json:"type"`
+}
+
+// WebhookServicePlanVisitSkippedParams defines parameters for WebhookServicePlanVisitSkipped.
+type WebhookServicePlanVisitSkippedParams struct {
+	// WebhookId the event id: the same on every attempt and redelivery; deduplicate by it
+	WebhookId openapi_types.UUID `json:"webhook-id"`
+
+	// WebhookTimestamp the attempt's time in Unix seconds; refuse one more than five minutes from your clock
+	WebhookTimestamp string `json:"webhook-timestamp"`
+
+	// WebhookSignature v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the base64-decoded secret after whsec_>; during a rotation's overlap one value per secret that still signs (at most three), space-separated (Standard Webhooks)
+	WebhookSignature string `json:"webhook-signature"`
+}
+
+// WebhookServicePlanVisitSkippedJSONBodyAggregateType defines parameters for WebhookServicePlanVisitSkipped.
+type WebhookServicePlanVisitSkippedJSONBodyAggregateType string
+
+// WebhookServicePlanVisitSkippedJSONBodySchemaVersion defines parameters for WebhookServicePlanVisitSkipped.
+type WebhookServicePlanVisitSkippedJSONBodySchemaVersion int
+
+// WebhookServicePlanVisitSkippedJSONBodyType defines parameters for WebhookServicePlanVisitSkipped.
+type WebhookServicePlanVisitSkippedJSONBodyType string
+
 // WebhookServiceRequestConvertedJSONBody defines parameters for WebhookServiceRequestConverted.
 type WebhookServiceRequestConvertedJSONBody struct {
 	AggregateId   openapi_types.UUID                                  `json:"aggregate_id"`
@@ -6230,6 +7937,27 @@ type SettleOrderJSONRequestBody = SettlementInput
 // ChangeOrderStatusJSONRequestBody defines body for ChangeOrderStatus for application/json ContentType.
 type ChangeOrderStatusJSONRequestBody = OrderStatusInput
 
+// CreatePlanJSONRequestBody defines body for CreatePlan for application/json ContentType.
+type CreatePlanJSONRequestBody = PlanCreate
+
+// ChangePlanJSONRequestBody defines body for ChangePlan for application/json ContentType.
+type ChangePlanJSONRequestBody = PlanChange
+
+// EndPlanJSONRequestBody defines body for EndPlan for application/json ContentType.
+type EndPlanJSONRequestBody = VersionInput
+
+// MoveVisitJSONRequestBody defines body for MoveVisit for application/json ContentType.
+type MoveVisitJSONRequestBody = VisitMove
+
+// PausePlanJSONRequestBody defines body for PausePlan for application/json ContentType.
+type PausePlanJSONRequestBody = VersionInput
+
+// ResumePlanJSONRequestBody defines body for ResumePlan for application/json ContentType.
+type ResumePlanJSONRequestBody = VersionInput
+
+// SkipVisitJSONRequestBody defines body for SkipVisit for application/json ContentType.
+type SkipVisitJSONRequestBody = VisitSkip
+
 // ChangeScheduleStatusJSONRequestBody defines body for ChangeScheduleStatus for application/json ContentType.
 type ChangeScheduleStatusJSONRequestBody = ScheduleStatusInput
 
@@ -6245,6 +7973,9 @@ type ConvertServiceRequestJSONRequestBody = ConvertInput
 // ChangeServiceRequestStatusJSONRequestBody defines body for ChangeServiceRequestStatus for application/json ContentType.
 type ChangeServiceRequestStatusJSONRequestBody = ServiceRequestStatusInput
 
+// PutSettingsJSONRequestBody defines body for PutSettings for application/json ContentType.
+type PutSettingsJSONRequestBody = Settings
+
 // CreateStaffMemberJSONRequestBody defines body for CreateStaffMember for application/json ContentType.
 type CreateStaffMemberJSONRequestBody = StaffInput
 
@@ -6253,6 +7984,9 @@ type UpdateStaffMemberJSONRequestBody = StaffInput
 
 // EraseStaffMemberJSONRequestBody defines body for EraseStaffMember for application/json ContentType.
 type EraseStaffMemberJSONRequestBody = EraseInput
+
+// PutWorkingHoursJSONRequestBody defines body for PutWorkingHours for application/json ContentType.
+type PutWorkingHoursJSONRequestBody = WorkingHoursInput
 
 // CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
 type CreateWebhookEndpointJSONRequestBody = WebhookEndpointInput
@@ -6304,6 +8038,30 @@ type WebhookSchedulePersonalDataErasedJSONRequestBody WebhookSchedulePersonalDat
 
 // WebhookScheduleStatusChangedJSONRequestBody defines body for WebhookScheduleStatusChanged for application/json ContentType.
 type WebhookScheduleStatusChangedJSONRequestBody WebhookScheduleStatusChangedJSONBody
+
+// WebhookServicePlanChangedJSONRequestBody defines body for WebhookServicePlanChanged for application/json ContentType.
+type WebhookServicePlanChangedJSONRequestBody WebhookServicePlanChangedJSONBody
+
+// WebhookServicePlanCreatedJSONRequestBody defines body for WebhookServicePlanCreated for application/json ContentType.
+type WebhookServicePlanCreatedJSONRequestBody WebhookServicePlanCreatedJSONBody
+
+// WebhookServicePlanEndedJSONRequestBody defines body for WebhookServicePlanEnded for application/json ContentType.
+type WebhookServicePlanEndedJSONRequestBody WebhookServicePlanEndedJSONBody
+
+// WebhookServicePlanEventSkippedJSONRequestBody defines body for WebhookServicePlanEventSkipped for application/json ContentType.
+type WebhookServicePlanEventSkippedJSONRequestBody WebhookServicePlanEventSkippedJSONBody
+
+// WebhookServicePlanPausedJSONRequestBody defines body for WebhookServicePlanPaused for application/json ContentType.
+type WebhookServicePlanPausedJSONRequestBody WebhookServicePlanPausedJSONBody
+
+// WebhookServicePlanResumedJSONRequestBody defines body for WebhookServicePlanResumed for application/json ContentType.
+type WebhookServicePlanResumedJSONRequestBody WebhookServicePlanResumedJSONBody
+
+// WebhookServicePlanVisitMovedJSONRequestBody defines body for WebhookServicePlanVisitMoved for application/json ContentType.
+type WebhookServicePlanVisitMovedJSONRequestBody WebhookServicePlanVisitMovedJSONBody
+
+// WebhookServicePlanVisitSkippedJSONRequestBody defines body for WebhookServicePlanVisitSkipped for application/json ContentType.
+type WebhookServicePlanVisitSkippedJSONRequestBody WebhookServicePlanVisitSkippedJSONBody
 
 // WebhookServiceRequestConvertedJSONRequestBody defines body for WebhookServiceRequestConverted for application/json ContentType.
 type WebhookServiceRequestConvertedJSONRequestBody WebhookServiceRequestConvertedJSONBody
@@ -6565,6 +8323,13 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAvailability Bookable slots of a duration
+	//
+	// Slots inside working hours, overlapping no live schedule (widened by buffer) and no day off, on a grid of step in the merchant's time zone; ordered by start, then staff id; paged by cursor. Read from the write side: a job booked a moment ago is never offered. A duration of 0 or over 24 h, a to not after from or more than 31 days after it answer 422 naming the field.
+	//
+	// Corresponds with GET /v1/availability (the `ListAvailability` operationId).
+	ListAvailability(ctx context.Context, params *ListAvailabilityParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListCatalogItems List catalog items, newest first
 	//
 	// Corresponds with GET /v1/catalog-items (the `ListCatalogItems` operationId).
@@ -6782,6 +8547,149 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/orders/{id}/status (the `ChangeOrderStatus` operationId).
 	ChangeOrderStatus(ctx context.Context, id Id, params *ChangeOrderStatusParams, body ChangeOrderStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListPlans List service plans, newest first
+	//
+	// Corresponds with GET /v1/plans (the `ListPlans` operationId).
+	ListPlans(ctx context.Context, params *ListPlansParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreatePlanWithBody Create a service plan
+	//
+	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/plans (the `CreatePlan` operationId).
+	CreatePlanWithBody(ctx context.Context, params *CreatePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreatePlan Create a service plan
+	//
+	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/plans (the `CreatePlan` operationId).
+	CreatePlan(ctx context.Context, params *CreatePlanParams, body CreatePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPlan Get one service plan
+	//
+	// Corresponds with GET /v1/plans/{id} (the `GetPlan` operationId).
+	GetPlan(ctx context.Context, id Id, params *GetPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ChangePlanWithBody Change a plan from a visit on (this and following)
+	//
+	// Visits dated before from keep their terms; from on, the new recurrence gives the dates. Refused (422 service_plan.visit_started) when a visit dated from on has started. Omitted fields keep the current terms.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/change (the `ChangePlan` operationId).
+	ChangePlanWithBody(ctx context.Context, id Id, params *ChangePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ChangePlan Change a plan from a visit on (this and following)
+	//
+	// Visits dated before from keep their terms; from on, the new recurrence gives the dates. Refused (422 service_plan.visit_started) when a visit dated from on has started. Omitted fields keep the current terms.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/change (the `ChangePlan` operationId).
+	ChangePlan(ctx context.Context, id Id, params *ChangePlanParams, body ChangePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EndPlanWithBody End a plan
+	//
+	// No visit starting from now on is generated; final.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/end (the `EndPlan` operationId).
+	EndPlanWithBody(ctx context.Context, id Id, params *EndPlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EndPlan End a plan
+	//
+	// No visit starting from now on is generated; final.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/end (the `EndPlan` operationId).
+	EndPlan(ctx context.Context, id Id, params *EndPlanParams, body EndPlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MoveVisitWithBody Move one visit
+	//
+	// It keeps its key, length and terms; it must not have started and must move to a start after now.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/move (the `MoveVisit` operationId).
+	MoveVisitWithBody(ctx context.Context, id Id, params *MoveVisitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MoveVisit Move one visit
+	//
+	// It keeps its key, length and terms; it must not have started and must move to a start after now.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/move (the `MoveVisit` operationId).
+	MoveVisit(ctx context.Context, id Id, params *MoveVisitParams, body MoveVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PausePlanWithBody Pause a plan
+	//
+	// Visits starting from now on are not generated until the plan resumes.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/pause (the `PausePlan` operationId).
+	PausePlanWithBody(ctx context.Context, id Id, params *PausePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PausePlan Pause a plan
+	//
+	// Visits starting from now on are not generated until the plan resumes.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/pause (the `PausePlan` operationId).
+	PausePlan(ctx context.Context, id Id, params *PausePlanParams, body PausePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumePlanWithBody Resume a plan
+	//
+	// Visits starting from now on are generated again.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/resume (the `ResumePlan` operationId).
+	ResumePlanWithBody(ctx context.Context, id Id, params *ResumePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumePlan Resume a plan
+	//
+	// Visits starting from now on are generated again.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/resume (the `ResumePlan` operationId).
+	ResumePlan(ctx context.Context, id Id, params *ResumePlanParams, body ResumePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SkipVisitWithBody Skip one visit
+	//
+	// A started visit is not skipped (422).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
+	SkipVisitWithBody(ctx context.Context, id Id, params *SkipVisitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SkipVisit Skip one visit
+	//
+	// A started visit is not skipped (422).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
+	SkipVisit(ctx context.Context, id Id, params *SkipVisitParams, body SkipVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPlanVisits A plan's coming visits
+	//
+	// The visits that start in the range, in order, as the plan has them now: skipped ones and those in a pause or after the end left out, moved ones where they were moved to.
+	//
+	// Corresponds with GET /v1/plans/{id}/visits (the `ListPlanVisits` operationId).
+	ListPlanVisits(ctx context.Context, id Id, params *ListPlanVisitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListSchedules List schedules
 	//
 	// Newest first; with from or to, by start. Worker keys see only their own staff member's schedules.
@@ -6888,6 +8796,29 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/service-requests/{id}/status (the `ChangeServiceRequestStatus` operationId).
 	ChangeServiceRequestStatus(ctx context.Context, id Id, params *ChangeServiceRequestStatusParams, body ChangeServiceRequestStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetSettings Get the merchant's settings
+	//
+	// Corresponds with GET /v1/settings (the `GetSettings` operationId).
+	GetSettings(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutSettingsWithBody Set the merchant's settings (its time zone)
+	//
+	// Plans created afterwards take the new time zone; existing plans keep theirs. An unknown zone answers 422 naming time_zone.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/settings (the `PutSettings` operationId).
+	PutSettingsWithBody(ctx context.Context, params *PutSettingsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutSettings Set the merchant's settings (its time zone)
+	//
+	// Plans created afterwards take the new time zone; existing plans keep theirs. An unknown zone answers 422 naming time_zone.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/settings (the `PutSettings` operationId).
+	PutSettings(ctx context.Context, params *PutSettingsParams, body PutSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListStaffMembers List staff, newest first
 	//
 	// Corresponds with GET /v1/staff (the `ListStaffMembers` operationId).
@@ -6943,6 +8874,29 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
 	EraseStaffMember(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWorkingHours Get a staff member's working hours
+	//
+	// Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
+	GetWorkingHours(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutWorkingHoursWithBody Replace a staff member's working hours and exceptions
+	//
+	// The weekly pattern in the merchant's time zone, dated exceptions (holiday, sick day, an extra day, changed hours) and the catalog items the staff member does. Each bad field answers 422 naming it (week.monday[0].end, exceptions[1].date).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/staff/{id}/working-hours (the `PutWorkingHours` operationId).
+	PutWorkingHoursWithBody(ctx context.Context, id Id, params *PutWorkingHoursParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutWorkingHours Replace a staff member's working hours and exceptions
+	//
+	// The weekly pattern in the merchant's time zone, dated exceptions (holiday, sick day, an extra day, changed hours) and the catalog items the staff member does. Each bad field answers 422 naming it (week.monday[0].end, exceptions[1].date).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/staff/{id}/working-hours (the `PutWorkingHours` operationId).
+	PutWorkingHours(ctx context.Context, id Id, params *PutWorkingHoursParams, body PutWorkingHoursJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWebhookEndpoints List endpoints, newest first
 	//
@@ -7400,6 +9354,23 @@ func (c *Client) Openapi(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 // Corresponds with GET /readyz (the `Ready` operationId).
 func (c *Client) Ready(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAvailability Bookable slots of a duration
+//
+// Slots inside working hours, overlapping no live schedule (widened by buffer) and no day off, on a grid of step in the merchant's time zone; ordered by start, then staff id; paged by cursor. Read from the write side: a job booked a moment ago is never offered. A duration of 0 or over 24 h, a to not after from or more than 31 days after it answer 422 naming the field.
+//
+// Corresponds with GET /v1/availability (the `ListAvailability` operationId).
+func (c *Client) ListAvailability(ctx context.Context, params *ListAvailabilityParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAvailabilityRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -7937,6 +9908,319 @@ func (c *Client) ChangeOrderStatus(ctx context.Context, id Id, params *ChangeOrd
 	return c.Client.Do(req)
 }
 
+// ListPlans List service plans, newest first
+//
+// Corresponds with GET /v1/plans (the `ListPlans` operationId).
+func (c *Client) ListPlans(ctx context.Context, params *ListPlansParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPlansRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreatePlanWithBody Create a service plan
+//
+// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/plans (the `CreatePlan` operationId).
+func (c *Client) CreatePlanWithBody(ctx context.Context, params *CreatePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreatePlanRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreatePlan Create a service plan
+//
+// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/plans (the `CreatePlan` operationId).
+func (c *Client) CreatePlan(ctx context.Context, params *CreatePlanParams, body CreatePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreatePlanRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPlan Get one service plan
+//
+// Corresponds with GET /v1/plans/{id} (the `GetPlan` operationId).
+func (c *Client) GetPlan(ctx context.Context, id Id, params *GetPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPlanRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ChangePlanWithBody Change a plan from a visit on (this and following)
+//
+// Visits dated before from keep their terms; from on, the new recurrence gives the dates. Refused (422 service_plan.visit_started) when a visit dated from on has started. Omitted fields keep the current terms.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/plans/{id}/change (the `ChangePlan` operationId).
+func (c *Client) ChangePlanWithBody(ctx context.Context, id Id, params *ChangePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewChangePlanRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ChangePlan Change a plan from a visit on (this and following)
+//
+// Visits dated before from keep their terms; from on, the new recurrence gives the dates. Refused (422 service_plan.visit_started) when a visit dated from on has started. Omitted fields keep the current terms.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/plans/{id}/change (the `ChangePlan` operationId).
+func (c *Client) ChangePlan(ctx context.Context, id Id, params *ChangePlanParams, body ChangePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewChangePlanRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EndPlanWithBody End a plan
+//
+// No visit starting from now on is generated; final.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/plans/{id}/end (the `EndPlan` operationId).
+func (c *Client) EndPlanWithBody(ctx context.Context, id Id, params *EndPlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEndPlanRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EndPlan End a plan
+//
+// No visit starting from now on is generated; final.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/plans/{id}/end (the `EndPlan` operationId).
+func (c *Client) EndPlan(ctx context.Context, id Id, params *EndPlanParams, body EndPlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEndPlanRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MoveVisitWithBody Move one visit
+//
+// It keeps its key, length and terms; it must not have started and must move to a start after now.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/plans/{id}/move (the `MoveVisit` operationId).
+func (c *Client) MoveVisitWithBody(ctx context.Context, id Id, params *MoveVisitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMoveVisitRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MoveVisit Move one visit
+//
+// It keeps its key, length and terms; it must not have started and must move to a start after now.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/plans/{id}/move (the `MoveVisit` operationId).
+func (c *Client) MoveVisit(ctx context.Context, id Id, params *MoveVisitParams, body MoveVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMoveVisitRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PausePlanWithBody Pause a plan
+//
+// Visits starting from now on are not generated until the plan resumes.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/plans/{id}/pause (the `PausePlan` operationId).
+func (c *Client) PausePlanWithBody(ctx context.Context, id Id, params *PausePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPausePlanRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PausePlan Pause a plan
+//
+// Visits starting from now on are not generated until the plan resumes.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/plans/{id}/pause (the `PausePlan` operationId).
+func (c *Client) PausePlan(ctx context.Context, id Id, params *PausePlanParams, body PausePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPausePlanRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumePlanWithBody Resume a plan
+//
+// Visits starting from now on are generated again.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/plans/{id}/resume (the `ResumePlan` operationId).
+func (c *Client) ResumePlanWithBody(ctx context.Context, id Id, params *ResumePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumePlanRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumePlan Resume a plan
+//
+// Visits starting from now on are generated again.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/plans/{id}/resume (the `ResumePlan` operationId).
+func (c *Client) ResumePlan(ctx context.Context, id Id, params *ResumePlanParams, body ResumePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumePlanRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SkipVisitWithBody Skip one visit
+//
+// A started visit is not skipped (422).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
+func (c *Client) SkipVisitWithBody(ctx context.Context, id Id, params *SkipVisitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSkipVisitRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SkipVisit Skip one visit
+//
+// A started visit is not skipped (422).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
+func (c *Client) SkipVisit(ctx context.Context, id Id, params *SkipVisitParams, body SkipVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSkipVisitRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPlanVisits A plan's coming visits
+//
+// The visits that start in the range, in order, as the plan has them now: skipped ones and those in a pause or after the end left out, moved ones where they were moved to.
+//
+// Corresponds with GET /v1/plans/{id}/visits (the `ListPlanVisits` operationId).
+func (c *Client) ListPlanVisits(ctx context.Context, id Id, params *ListPlanVisitsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPlanVisitsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListSchedules List schedules
 //
 // Newest first; with from or to, by start. Worker keys see only their own staff member's schedules.
@@ -8183,6 +10467,59 @@ func (c *Client) ChangeServiceRequestStatus(ctx context.Context, id Id, params *
 	return c.Client.Do(req)
 }
 
+// GetSettings Get the merchant's settings
+//
+// Corresponds with GET /v1/settings (the `GetSettings` operationId).
+func (c *Client) GetSettings(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSettingsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutSettingsWithBody Set the merchant's settings (its time zone)
+//
+// Plans created afterwards take the new time zone; existing plans keep theirs. An unknown zone answers 422 naming time_zone.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/settings (the `PutSettings` operationId).
+func (c *Client) PutSettingsWithBody(ctx context.Context, params *PutSettingsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutSettingsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutSettings Set the merchant's settings (its time zone)
+//
+// Plans created afterwards take the new time zone; existing plans keep theirs. An unknown zone answers 422 naming time_zone.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/settings (the `PutSettings` operationId).
+func (c *Client) PutSettings(ctx context.Context, params *PutSettingsParams, body PutSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutSettingsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListStaffMembers List staff, newest first
 //
 // Corresponds with GET /v1/staff (the `ListStaffMembers` operationId).
@@ -8309,6 +10646,59 @@ func (c *Client) EraseStaffMemberWithBody(ctx context.Context, id Id, params *Er
 // Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
 func (c *Client) EraseStaffMember(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewEraseStaffMemberRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWorkingHours Get a staff member's working hours
+//
+// Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
+func (c *Client) GetWorkingHours(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWorkingHoursRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutWorkingHoursWithBody Replace a staff member's working hours and exceptions
+//
+// The weekly pattern in the merchant's time zone, dated exceptions (holiday, sick day, an extra day, changed hours) and the catalog items the staff member does. Each bad field answers 422 naming it (week.monday[0].end, exceptions[1].date).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/staff/{id}/working-hours (the `PutWorkingHours` operationId).
+func (c *Client) PutWorkingHoursWithBody(ctx context.Context, id Id, params *PutWorkingHoursParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutWorkingHoursRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutWorkingHours Replace a staff member's working hours and exceptions
+//
+// The weekly pattern in the merchant's time zone, dated exceptions (holiday, sick day, an extra day, changed hours) and the catalog items the staff member does. Each bad field answers 422 naming it (week.monday[0].end, exceptions[1].date).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/staff/{id}/working-hours (the `PutWorkingHours` operationId).
+func (c *Client) PutWorkingHours(ctx context.Context, id Id, params *PutWorkingHoursParams, body PutWorkingHoursJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutWorkingHoursRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -9295,6 +11685,144 @@ func NewReadyRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListAvailabilityRequest constructs an http.Request for the ListAvailability method
+func NewListAvailabilityRequest(server string, params *ListAvailabilityParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/availability")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "duration", params.Duration, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.StaffId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "staff_id", *params.StaffId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CatalogItemId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "catalog_item_id", *params.CatalogItemId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Buffer != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "buffer", *params.Buffer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Step != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "step", *params.Step, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_size", *params.PageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -11001,6 +13529,810 @@ func NewChangeOrderStatusRequestWithBody(server string, id Id, params *ChangeOrd
 	return req, nil
 }
 
+// NewListPlansRequest constructs an http.Request for the ListPlans method
+func NewListPlansRequest(server string, params *ListPlansParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CustomerId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "customer_id", *params.CustomerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Page != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page", *params.Page, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_size", *params.PageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCreatePlanRequest calls the generic CreatePlan builder with application/json body
+func NewCreatePlanRequest(server string, params *CreatePlanParams, body CreatePlanJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreatePlanRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreatePlanRequestWithBody constructs an http.Request for the CreatePlan method, with any body, and a specified content type
+func NewCreatePlanRequestWithBody(server string, params *CreatePlanParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetPlanRequest constructs an http.Request for the GetPlan method
+func NewGetPlanRequest(server string, id Id, params *GetPlanParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
+		}
+
+		if params.IfNoneMatch != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam2)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewChangePlanRequest calls the generic ChangePlan builder with application/json body
+func NewChangePlanRequest(server string, id Id, params *ChangePlanParams, body ChangePlanJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewChangePlanRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewChangePlanRequestWithBody constructs an http.Request for the ChangePlan method, with any body, and a specified content type
+func NewChangePlanRequestWithBody(server string, id Id, params *ChangePlanParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s/change", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewEndPlanRequest calls the generic EndPlan builder with application/json body
+func NewEndPlanRequest(server string, id Id, params *EndPlanParams, body EndPlanJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewEndPlanRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewEndPlanRequestWithBody constructs an http.Request for the EndPlan method, with any body, and a specified content type
+func NewEndPlanRequestWithBody(server string, id Id, params *EndPlanParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s/end", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewMoveVisitRequest calls the generic MoveVisit builder with application/json body
+func NewMoveVisitRequest(server string, id Id, params *MoveVisitParams, body MoveVisitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewMoveVisitRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewMoveVisitRequestWithBody constructs an http.Request for the MoveVisit method, with any body, and a specified content type
+func NewMoveVisitRequestWithBody(server string, id Id, params *MoveVisitParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s/move", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPausePlanRequest calls the generic PausePlan builder with application/json body
+func NewPausePlanRequest(server string, id Id, params *PausePlanParams, body PausePlanJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPausePlanRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewPausePlanRequestWithBody constructs an http.Request for the PausePlan method, with any body, and a specified content type
+func NewPausePlanRequestWithBody(server string, id Id, params *PausePlanParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewResumePlanRequest calls the generic ResumePlan builder with application/json body
+func NewResumePlanRequest(server string, id Id, params *ResumePlanParams, body ResumePlanJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResumePlanRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewResumePlanRequestWithBody constructs an http.Request for the ResumePlan method, with any body, and a specified content type
+func NewResumePlanRequestWithBody(server string, id Id, params *ResumePlanParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewSkipVisitRequest calls the generic SkipVisit builder with application/json body
+func NewSkipVisitRequest(server string, id Id, params *SkipVisitParams, body SkipVisitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSkipVisitRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewSkipVisitRequestWithBody constructs an http.Request for the SkipVisit method, with any body, and a specified content type
+func NewSkipVisitRequestWithBody(server string, id Id, params *SkipVisitParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s/skip", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListPlanVisitsRequest constructs an http.Request for the ListPlanVisits method
+func NewListPlanVisitsRequest(server string, id Id, params *ListPlanVisitsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/plans/%s/visits", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.From != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.To != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", *params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListSchedulesRequest constructs an http.Request for the ListSchedules method
 func NewListSchedulesRequest(server string, params *ListSchedulesParams) (*http.Request, error) {
 	var err error
@@ -11872,6 +15204,88 @@ func NewChangeServiceRequestStatusRequestWithBody(server string, id Id, params *
 	return req, nil
 }
 
+// NewGetSettingsRequest constructs an http.Request for the GetSettings method
+func NewGetSettingsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/settings")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutSettingsRequest calls the generic PutSettings builder with application/json body
+func NewPutSettingsRequest(server string, params *PutSettingsParams, body PutSettingsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutSettingsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPutSettingsRequestWithBody constructs an http.Request for the PutSettings method, with any body, and a specified content type
+func NewPutSettingsRequestWithBody(server string, params *PutSettingsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/settings")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListStaffMembersRequest constructs an http.Request for the ListStaffMembers method
 func NewListStaffMembersRequest(server string, params *ListStaffMembersParams) (*http.Request, error) {
 	var err error
@@ -12242,6 +15656,102 @@ func NewEraseStaffMemberRequestWithBody(server string, id Id, params *EraseStaff
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetWorkingHoursRequest constructs an http.Request for the GetWorkingHours method
+func NewGetWorkingHoursRequest(server string, id Id) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/staff/%s/working-hours", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutWorkingHoursRequest calls the generic PutWorkingHours builder with application/json body
+func NewPutWorkingHoursRequest(server string, id Id, params *PutWorkingHoursParams, body PutWorkingHoursJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutWorkingHoursRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewPutWorkingHoursRequestWithBody constructs an http.Request for the PutWorkingHours method, with any body, and a specified content type
+func NewPutWorkingHoursRequestWithBody(server string, id Id, params *PutWorkingHoursParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/staff/%s/working-hours", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -13097,6 +16607,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Ready` operationId).
 	ReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyResponse, error)
 
+	// ListAvailabilityWithResponse Bookable slots of a duration
+	//
+	// Slots inside working hours, overlapping no live schedule (widened by buffer) and no day off, on a grid of step in the merchant's time zone; ordered by start, then staff id; paged by cursor. Read from the write side: a job booked a moment ago is never offered. A duration of 0 or over 24 h, a to not after from or more than 31 days after it answer 422 naming the field.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/availability (the `ListAvailability` operationId).
+	ListAvailabilityWithResponse(ctx context.Context, params *ListAvailabilityParams, reqEditors ...RequestEditorFn) (*ListAvailabilityResponse, error)
+
 	// ListCatalogItemsWithResponse List catalog items, newest first
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -13332,6 +16851,155 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/orders/{id}/status (the `ChangeOrderStatus` operationId).
 	ChangeOrderStatusWithResponse(ctx context.Context, id Id, params *ChangeOrderStatusParams, body ChangeOrderStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*ChangeOrderStatusResponse, error)
 
+	// ListPlansWithResponse List service plans, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/plans (the `ListPlans` operationId).
+	ListPlansWithResponse(ctx context.Context, params *ListPlansParams, reqEditors ...RequestEditorFn) (*ListPlansResponse, error)
+
+	// CreatePlanWithBodyWithResponse Create a service plan
+	//
+	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans (the `CreatePlan` operationId).
+	CreatePlanWithBodyWithResponse(ctx context.Context, params *CreatePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePlanResponse, error)
+
+	// CreatePlanWithResponse Create a service plan
+	//
+	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans (the `CreatePlan` operationId).
+	CreatePlanWithResponse(ctx context.Context, params *CreatePlanParams, body CreatePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*CreatePlanResponse, error)
+
+	// GetPlanWithResponse Get one service plan
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/plans/{id} (the `GetPlan` operationId).
+	GetPlanWithResponse(ctx context.Context, id Id, params *GetPlanParams, reqEditors ...RequestEditorFn) (*GetPlanResponse, error)
+
+	// ChangePlanWithBodyWithResponse Change a plan from a visit on (this and following)
+	//
+	// Visits dated before from keep their terms; from on, the new recurrence gives the dates. Refused (422 service_plan.visit_started) when a visit dated from on has started. Omitted fields keep the current terms.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/change (the `ChangePlan` operationId).
+	ChangePlanWithBodyWithResponse(ctx context.Context, id Id, params *ChangePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ChangePlanResponse, error)
+
+	// ChangePlanWithResponse Change a plan from a visit on (this and following)
+	//
+	// Visits dated before from keep their terms; from on, the new recurrence gives the dates. Refused (422 service_plan.visit_started) when a visit dated from on has started. Omitted fields keep the current terms.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/change (the `ChangePlan` operationId).
+	ChangePlanWithResponse(ctx context.Context, id Id, params *ChangePlanParams, body ChangePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*ChangePlanResponse, error)
+
+	// EndPlanWithBodyWithResponse End a plan
+	//
+	// No visit starting from now on is generated; final.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/end (the `EndPlan` operationId).
+	EndPlanWithBodyWithResponse(ctx context.Context, id Id, params *EndPlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EndPlanResponse, error)
+
+	// EndPlanWithResponse End a plan
+	//
+	// No visit starting from now on is generated; final.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/end (the `EndPlan` operationId).
+	EndPlanWithResponse(ctx context.Context, id Id, params *EndPlanParams, body EndPlanJSONRequestBody, reqEditors ...RequestEditorFn) (*EndPlanResponse, error)
+
+	// MoveVisitWithBodyWithResponse Move one visit
+	//
+	// It keeps its key, length and terms; it must not have started and must move to a start after now.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/move (the `MoveVisit` operationId).
+	MoveVisitWithBodyWithResponse(ctx context.Context, id Id, params *MoveVisitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MoveVisitResponse, error)
+
+	// MoveVisitWithResponse Move one visit
+	//
+	// It keeps its key, length and terms; it must not have started and must move to a start after now.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/move (the `MoveVisit` operationId).
+	MoveVisitWithResponse(ctx context.Context, id Id, params *MoveVisitParams, body MoveVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*MoveVisitResponse, error)
+
+	// PausePlanWithBodyWithResponse Pause a plan
+	//
+	// Visits starting from now on are not generated until the plan resumes.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/pause (the `PausePlan` operationId).
+	PausePlanWithBodyWithResponse(ctx context.Context, id Id, params *PausePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PausePlanResponse, error)
+
+	// PausePlanWithResponse Pause a plan
+	//
+	// Visits starting from now on are not generated until the plan resumes.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/pause (the `PausePlan` operationId).
+	PausePlanWithResponse(ctx context.Context, id Id, params *PausePlanParams, body PausePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*PausePlanResponse, error)
+
+	// ResumePlanWithBodyWithResponse Resume a plan
+	//
+	// Visits starting from now on are generated again.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/resume (the `ResumePlan` operationId).
+	ResumePlanWithBodyWithResponse(ctx context.Context, id Id, params *ResumePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error)
+
+	// ResumePlanWithResponse Resume a plan
+	//
+	// Visits starting from now on are generated again.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/resume (the `ResumePlan` operationId).
+	ResumePlanWithResponse(ctx context.Context, id Id, params *ResumePlanParams, body ResumePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error)
+
+	// SkipVisitWithBodyWithResponse Skip one visit
+	//
+	// A started visit is not skipped (422).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
+	SkipVisitWithBodyWithResponse(ctx context.Context, id Id, params *SkipVisitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SkipVisitResponse, error)
+
+	// SkipVisitWithResponse Skip one visit
+	//
+	// A started visit is not skipped (422).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
+	SkipVisitWithResponse(ctx context.Context, id Id, params *SkipVisitParams, body SkipVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*SkipVisitResponse, error)
+
+	// ListPlanVisitsWithResponse A plan's coming visits
+	//
+	// The visits that start in the range, in order, as the plan has them now: skipped ones and those in a pause or after the end left out, moved ones where they were moved to.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/plans/{id}/visits (the `ListPlanVisits` operationId).
+	ListPlanVisitsWithResponse(ctx context.Context, id Id, params *ListPlanVisitsParams, reqEditors ...RequestEditorFn) (*ListPlanVisitsResponse, error)
+
 	// ListSchedulesWithResponse List schedules
 	//
 	// Newest first; with from or to, by start. Worker keys see only their own staff member's schedules.
@@ -13446,6 +17114,31 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/service-requests/{id}/status (the `ChangeServiceRequestStatus` operationId).
 	ChangeServiceRequestStatusWithResponse(ctx context.Context, id Id, params *ChangeServiceRequestStatusParams, body ChangeServiceRequestStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*ChangeServiceRequestStatusResponse, error)
 
+	// GetSettingsWithResponse Get the merchant's settings
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/settings (the `GetSettings` operationId).
+	GetSettingsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetSettingsResponse, error)
+
+	// PutSettingsWithBodyWithResponse Set the merchant's settings (its time zone)
+	//
+	// Plans created afterwards take the new time zone; existing plans keep theirs. An unknown zone answers 422 naming time_zone.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/settings (the `PutSettings` operationId).
+	PutSettingsWithBodyWithResponse(ctx context.Context, params *PutSettingsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutSettingsResponse, error)
+
+	// PutSettingsWithResponse Set the merchant's settings (its time zone)
+	//
+	// Plans created afterwards take the new time zone; existing plans keep theirs. An unknown zone answers 422 naming time_zone.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/settings (the `PutSettings` operationId).
+	PutSettingsWithResponse(ctx context.Context, params *PutSettingsParams, body PutSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutSettingsResponse, error)
+
 	// ListStaffMembersWithResponse List staff, newest first
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -13505,6 +17198,31 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
 	EraseStaffMemberWithResponse(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*EraseStaffMemberResponse, error)
+
+	// GetWorkingHoursWithResponse Get a staff member's working hours
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
+	GetWorkingHoursWithResponse(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*GetWorkingHoursResponse, error)
+
+	// PutWorkingHoursWithBodyWithResponse Replace a staff member's working hours and exceptions
+	//
+	// The weekly pattern in the merchant's time zone, dated exceptions (holiday, sick day, an extra day, changed hours) and the catalog items the staff member does. Each bad field answers 422 naming it (week.monday[0].end, exceptions[1].date).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/staff/{id}/working-hours (the `PutWorkingHours` operationId).
+	PutWorkingHoursWithBodyWithResponse(ctx context.Context, id Id, params *PutWorkingHoursParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutWorkingHoursResponse, error)
+
+	// PutWorkingHoursWithResponse Replace a staff member's working hours and exceptions
+	//
+	// The weekly pattern in the merchant's time zone, dated exceptions (holiday, sick day, an extra day, changed hours) and the catalog items the staff member does. Each bad field answers 422 naming it (week.monday[0].end, exceptions[1].date).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/staff/{id}/working-hours (the `PutWorkingHours` operationId).
+	PutWorkingHoursWithResponse(ctx context.Context, id Id, params *PutWorkingHoursParams, body PutWorkingHoursJSONRequestBody, reqEditors ...RequestEditorFn) (*PutWorkingHoursResponse, error)
 
 	// ListWebhookEndpointsWithResponse List endpoints, newest first
 	//
@@ -16730,6 +20448,186 @@ func (r ReadyResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListAvailabilityResponse200Headers the declared response headers of an HTTP 200 response for ListAvailability
+type ListAvailabilityResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ListAvailabilityResponse400Headers the declared response headers of an HTTP 400 response for ListAvailability
+type ListAvailabilityResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListAvailabilityResponse401Headers the declared response headers of an HTTP 401 response for ListAvailability
+type ListAvailabilityResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListAvailabilityResponse403Headers the declared response headers of an HTTP 403 response for ListAvailability
+type ListAvailabilityResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListAvailabilityResponse422Headers the declared response headers of an HTTP 422 response for ListAvailability
+type ListAvailabilityResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListAvailabilityResponse429Headers the declared response headers of an HTTP 429 response for ListAvailability
+type ListAvailabilityResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ListAvailabilityResponse431Headers the declared response headers of an HTTP 431 response for ListAvailability
+type ListAvailabilityResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ListAvailabilityResponse500Headers the declared response headers of an HTTP 500 response for ListAvailability
+type ListAvailabilityResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListAvailabilityResponse503Headers the declared response headers of an HTTP 503 response for ListAvailability
+type ListAvailabilityResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ListAvailabilityResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SlotList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListAvailabilityResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListAvailabilityResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListAvailabilityResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListAvailabilityResponse403Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListAvailabilityResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListAvailabilityResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListAvailabilityResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListAvailabilityResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListAvailabilityResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAvailabilityResponse) GetJSON200() *SlotList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListAvailabilityResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAvailabilityResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListAvailabilityResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListAvailabilityResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListAvailabilityResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListAvailabilityResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListAvailabilityResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListAvailabilityResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAvailabilityResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAvailabilityResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAvailabilityResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAvailabilityResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -21023,6 +24921,2258 @@ func (r ChangeOrderStatusResponse) ContentType() string {
 	return ""
 }
 
+// ListPlansResponse200Headers the declared response headers of an HTTP 200 response for ListPlans
+type ListPlansResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ListPlansResponse400Headers the declared response headers of an HTTP 400 response for ListPlans
+type ListPlansResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlansResponse401Headers the declared response headers of an HTTP 401 response for ListPlans
+type ListPlansResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlansResponse403Headers the declared response headers of an HTTP 403 response for ListPlans
+type ListPlansResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlansResponse422Headers the declared response headers of an HTTP 422 response for ListPlans
+type ListPlansResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlansResponse429Headers the declared response headers of an HTTP 429 response for ListPlans
+type ListPlansResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ListPlansResponse431Headers the declared response headers of an HTTP 431 response for ListPlans
+type ListPlansResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ListPlansResponse500Headers the declared response headers of an HTTP 500 response for ListPlans
+type ListPlansResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlansResponse503Headers the declared response headers of an HTTP 503 response for ListPlans
+type ListPlansResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ListPlansResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListPlansResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListPlansResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPlansResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListPlansResponse403Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListPlansResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListPlansResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListPlansResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListPlansResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListPlansResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPlansResponse) GetJSON200() *PlanList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListPlansResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPlansResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListPlansResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListPlansResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListPlansResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListPlansResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListPlansResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListPlansResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPlansResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPlansResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPlansResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPlansResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreatePlanResponse201Headers the declared response headers of an HTTP 201 response for CreatePlan
+type CreatePlanResponse201Headers struct {
+	CacheControl        *string
+	ConsistencyPosition *string
+	ETag                *string
+	IdempotentReplayed  *string
+	Location            *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// CreatePlanResponse400Headers the declared response headers of an HTTP 400 response for CreatePlan
+type CreatePlanResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// CreatePlanResponse401Headers the declared response headers of an HTTP 401 response for CreatePlan
+type CreatePlanResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// CreatePlanResponse403Headers the declared response headers of an HTTP 403 response for CreatePlan
+type CreatePlanResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// CreatePlanResponse409Headers the declared response headers of an HTTP 409 response for CreatePlan
+type CreatePlanResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// CreatePlanResponse412Headers the declared response headers of an HTTP 412 response for CreatePlan
+type CreatePlanResponse412Headers struct {
+	ETag *string
+}
+
+// CreatePlanResponse413Headers the declared response headers of an HTTP 413 response for CreatePlan
+type CreatePlanResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// CreatePlanResponse422Headers the declared response headers of an HTTP 422 response for CreatePlan
+type CreatePlanResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// CreatePlanResponse429Headers the declared response headers of an HTTP 429 response for CreatePlan
+type CreatePlanResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// CreatePlanResponse431Headers the declared response headers of an HTTP 431 response for CreatePlan
+type CreatePlanResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// CreatePlanResponse500Headers the declared response headers of an HTTP 500 response for CreatePlan
+type CreatePlanResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// CreatePlanResponse503Headers the declared response headers of an HTTP 503 response for CreatePlan
+type CreatePlanResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type CreatePlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PlanWritten
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreatePlanResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CreatePlanResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreatePlanResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CreatePlanResponse403Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreatePlanResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *CreatePlanResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CreatePlanResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreatePlanResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreatePlanResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *CreatePlanResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CreatePlanResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreatePlanResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreatePlanResponse) GetJSON201() *PlanWritten {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreatePlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreatePlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreatePlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreatePlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetPlanResponse200Headers the declared response headers of an HTTP 200 response for GetPlan
+type GetPlanResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	ETag                *string
+	ProjectionParked    *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// GetPlanResponse304Headers the declared response headers of an HTTP 304 response for GetPlan
+type GetPlanResponse304Headers struct {
+	ETag *string
+}
+
+// GetPlanResponse400Headers the declared response headers of an HTTP 400 response for GetPlan
+type GetPlanResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetPlanResponse401Headers the declared response headers of an HTTP 401 response for GetPlan
+type GetPlanResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetPlanResponse403Headers the declared response headers of an HTTP 403 response for GetPlan
+type GetPlanResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetPlanResponse404Headers the declared response headers of an HTTP 404 response for GetPlan
+type GetPlanResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetPlanResponse422Headers the declared response headers of an HTTP 422 response for GetPlan
+type GetPlanResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetPlanResponse429Headers the declared response headers of an HTTP 429 response for GetPlan
+type GetPlanResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// GetPlanResponse431Headers the declared response headers of an HTTP 431 response for GetPlan
+type GetPlanResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// GetPlanResponse500Headers the declared response headers of an HTTP 500 response for GetPlan
+type GetPlanResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetPlanResponse503Headers the declared response headers of an HTTP 503 response for GetPlan
+type GetPlanResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type GetPlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Plan
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetPlanResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetPlanResponse304Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetPlanResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPlanResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetPlanResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetPlanResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *GetPlanResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetPlanResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetPlanResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetPlanResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetPlanResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPlanResponse) GetJSON200() *Plan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetPlanResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ChangePlanResponse200Headers the declared response headers of an HTTP 200 response for ChangePlan
+type ChangePlanResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyPosition *string
+	ETag                *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ChangePlanResponse400Headers the declared response headers of an HTTP 400 response for ChangePlan
+type ChangePlanResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse401Headers the declared response headers of an HTTP 401 response for ChangePlan
+type ChangePlanResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse403Headers the declared response headers of an HTTP 403 response for ChangePlan
+type ChangePlanResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse404Headers the declared response headers of an HTTP 404 response for ChangePlan
+type ChangePlanResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse409Headers the declared response headers of an HTTP 409 response for ChangePlan
+type ChangePlanResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse412Headers the declared response headers of an HTTP 412 response for ChangePlan
+type ChangePlanResponse412Headers struct {
+	ETag *string
+}
+
+// ChangePlanResponse413Headers the declared response headers of an HTTP 413 response for ChangePlan
+type ChangePlanResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse422Headers the declared response headers of an HTTP 422 response for ChangePlan
+type ChangePlanResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse429Headers the declared response headers of an HTTP 429 response for ChangePlan
+type ChangePlanResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ChangePlanResponse431Headers the declared response headers of an HTTP 431 response for ChangePlan
+type ChangePlanResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse500Headers the declared response headers of an HTTP 500 response for ChangePlan
+type ChangePlanResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ChangePlanResponse503Headers the declared response headers of an HTTP 503 response for ChangePlan
+type ChangePlanResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ChangePlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanWritten
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ChangePlanResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ChangePlanResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ChangePlanResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ChangePlanResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ChangePlanResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ChangePlanResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *ChangePlanResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ChangePlanResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ChangePlanResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ChangePlanResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ChangePlanResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ChangePlanResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ChangePlanResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ChangePlanResponse) GetJSON200() *PlanWritten {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ChangePlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ChangePlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ChangePlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ChangePlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// EndPlanResponse200Headers the declared response headers of an HTTP 200 response for EndPlan
+type EndPlanResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyPosition *string
+	ETag                *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// EndPlanResponse400Headers the declared response headers of an HTTP 400 response for EndPlan
+type EndPlanResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse401Headers the declared response headers of an HTTP 401 response for EndPlan
+type EndPlanResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse403Headers the declared response headers of an HTTP 403 response for EndPlan
+type EndPlanResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse404Headers the declared response headers of an HTTP 404 response for EndPlan
+type EndPlanResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse409Headers the declared response headers of an HTTP 409 response for EndPlan
+type EndPlanResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse412Headers the declared response headers of an HTTP 412 response for EndPlan
+type EndPlanResponse412Headers struct {
+	ETag *string
+}
+
+// EndPlanResponse413Headers the declared response headers of an HTTP 413 response for EndPlan
+type EndPlanResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse422Headers the declared response headers of an HTTP 422 response for EndPlan
+type EndPlanResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse429Headers the declared response headers of an HTTP 429 response for EndPlan
+type EndPlanResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// EndPlanResponse431Headers the declared response headers of an HTTP 431 response for EndPlan
+type EndPlanResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse500Headers the declared response headers of an HTTP 500 response for EndPlan
+type EndPlanResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// EndPlanResponse503Headers the declared response headers of an HTTP 503 response for EndPlan
+type EndPlanResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type EndPlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanWritten
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *EndPlanResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *EndPlanResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *EndPlanResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *EndPlanResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *EndPlanResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *EndPlanResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *EndPlanResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *EndPlanResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *EndPlanResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *EndPlanResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *EndPlanResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *EndPlanResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *EndPlanResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r EndPlanResponse) GetJSON200() *PlanWritten {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r EndPlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r EndPlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r EndPlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r EndPlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// MoveVisitResponse200Headers the declared response headers of an HTTP 200 response for MoveVisit
+type MoveVisitResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyPosition *string
+	ETag                *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// MoveVisitResponse400Headers the declared response headers of an HTTP 400 response for MoveVisit
+type MoveVisitResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse401Headers the declared response headers of an HTTP 401 response for MoveVisit
+type MoveVisitResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse403Headers the declared response headers of an HTTP 403 response for MoveVisit
+type MoveVisitResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse404Headers the declared response headers of an HTTP 404 response for MoveVisit
+type MoveVisitResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse409Headers the declared response headers of an HTTP 409 response for MoveVisit
+type MoveVisitResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse412Headers the declared response headers of an HTTP 412 response for MoveVisit
+type MoveVisitResponse412Headers struct {
+	ETag *string
+}
+
+// MoveVisitResponse413Headers the declared response headers of an HTTP 413 response for MoveVisit
+type MoveVisitResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse422Headers the declared response headers of an HTTP 422 response for MoveVisit
+type MoveVisitResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse429Headers the declared response headers of an HTTP 429 response for MoveVisit
+type MoveVisitResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// MoveVisitResponse431Headers the declared response headers of an HTTP 431 response for MoveVisit
+type MoveVisitResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse500Headers the declared response headers of an HTTP 500 response for MoveVisit
+type MoveVisitResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// MoveVisitResponse503Headers the declared response headers of an HTTP 503 response for MoveVisit
+type MoveVisitResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type MoveVisitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanWritten
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *MoveVisitResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *MoveVisitResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *MoveVisitResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *MoveVisitResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *MoveVisitResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *MoveVisitResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *MoveVisitResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *MoveVisitResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *MoveVisitResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *MoveVisitResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *MoveVisitResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *MoveVisitResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *MoveVisitResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MoveVisitResponse) GetJSON200() *PlanWritten {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r MoveVisitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MoveVisitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MoveVisitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MoveVisitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PausePlanResponse200Headers the declared response headers of an HTTP 200 response for PausePlan
+type PausePlanResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyPosition *string
+	ETag                *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// PausePlanResponse400Headers the declared response headers of an HTTP 400 response for PausePlan
+type PausePlanResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse401Headers the declared response headers of an HTTP 401 response for PausePlan
+type PausePlanResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse403Headers the declared response headers of an HTTP 403 response for PausePlan
+type PausePlanResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse404Headers the declared response headers of an HTTP 404 response for PausePlan
+type PausePlanResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse409Headers the declared response headers of an HTTP 409 response for PausePlan
+type PausePlanResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse412Headers the declared response headers of an HTTP 412 response for PausePlan
+type PausePlanResponse412Headers struct {
+	ETag *string
+}
+
+// PausePlanResponse413Headers the declared response headers of an HTTP 413 response for PausePlan
+type PausePlanResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse422Headers the declared response headers of an HTTP 422 response for PausePlan
+type PausePlanResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse429Headers the declared response headers of an HTTP 429 response for PausePlan
+type PausePlanResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// PausePlanResponse431Headers the declared response headers of an HTTP 431 response for PausePlan
+type PausePlanResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse500Headers the declared response headers of an HTTP 500 response for PausePlan
+type PausePlanResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PausePlanResponse503Headers the declared response headers of an HTTP 503 response for PausePlan
+type PausePlanResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type PausePlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanWritten
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PausePlanResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PausePlanResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PausePlanResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PausePlanResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *PausePlanResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *PausePlanResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *PausePlanResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *PausePlanResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PausePlanResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PausePlanResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *PausePlanResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *PausePlanResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PausePlanResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PausePlanResponse) GetJSON200() *PlanWritten {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PausePlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PausePlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PausePlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PausePlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResumePlanResponse200Headers the declared response headers of an HTTP 200 response for ResumePlan
+type ResumePlanResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyPosition *string
+	ETag                *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ResumePlanResponse400Headers the declared response headers of an HTTP 400 response for ResumePlan
+type ResumePlanResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse401Headers the declared response headers of an HTTP 401 response for ResumePlan
+type ResumePlanResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse403Headers the declared response headers of an HTTP 403 response for ResumePlan
+type ResumePlanResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse404Headers the declared response headers of an HTTP 404 response for ResumePlan
+type ResumePlanResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse409Headers the declared response headers of an HTTP 409 response for ResumePlan
+type ResumePlanResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse412Headers the declared response headers of an HTTP 412 response for ResumePlan
+type ResumePlanResponse412Headers struct {
+	ETag *string
+}
+
+// ResumePlanResponse413Headers the declared response headers of an HTTP 413 response for ResumePlan
+type ResumePlanResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse422Headers the declared response headers of an HTTP 422 response for ResumePlan
+type ResumePlanResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse429Headers the declared response headers of an HTTP 429 response for ResumePlan
+type ResumePlanResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ResumePlanResponse431Headers the declared response headers of an HTTP 431 response for ResumePlan
+type ResumePlanResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse500Headers the declared response headers of an HTTP 500 response for ResumePlan
+type ResumePlanResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ResumePlanResponse503Headers the declared response headers of an HTTP 503 response for ResumePlan
+type ResumePlanResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ResumePlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanWritten
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ResumePlanResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ResumePlanResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ResumePlanResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ResumePlanResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ResumePlanResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ResumePlanResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *ResumePlanResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ResumePlanResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ResumePlanResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResumePlanResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ResumePlanResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ResumePlanResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ResumePlanResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumePlanResponse) GetJSON200() *PlanWritten {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumePlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumePlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumePlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumePlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SkipVisitResponse200Headers the declared response headers of an HTTP 200 response for SkipVisit
+type SkipVisitResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyPosition *string
+	ETag                *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// SkipVisitResponse400Headers the declared response headers of an HTTP 400 response for SkipVisit
+type SkipVisitResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse401Headers the declared response headers of an HTTP 401 response for SkipVisit
+type SkipVisitResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse403Headers the declared response headers of an HTTP 403 response for SkipVisit
+type SkipVisitResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse404Headers the declared response headers of an HTTP 404 response for SkipVisit
+type SkipVisitResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse409Headers the declared response headers of an HTTP 409 response for SkipVisit
+type SkipVisitResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse412Headers the declared response headers of an HTTP 412 response for SkipVisit
+type SkipVisitResponse412Headers struct {
+	ETag *string
+}
+
+// SkipVisitResponse413Headers the declared response headers of an HTTP 413 response for SkipVisit
+type SkipVisitResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse422Headers the declared response headers of an HTTP 422 response for SkipVisit
+type SkipVisitResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse429Headers the declared response headers of an HTTP 429 response for SkipVisit
+type SkipVisitResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// SkipVisitResponse431Headers the declared response headers of an HTTP 431 response for SkipVisit
+type SkipVisitResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse500Headers the declared response headers of an HTTP 500 response for SkipVisit
+type SkipVisitResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// SkipVisitResponse503Headers the declared response headers of an HTTP 503 response for SkipVisit
+type SkipVisitResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type SkipVisitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanWritten
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SkipVisitResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *SkipVisitResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SkipVisitResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *SkipVisitResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *SkipVisitResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *SkipVisitResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *SkipVisitResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *SkipVisitResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *SkipVisitResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SkipVisitResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *SkipVisitResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *SkipVisitResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SkipVisitResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SkipVisitResponse) GetJSON200() *PlanWritten {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SkipVisitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SkipVisitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SkipVisitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SkipVisitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListPlanVisitsResponse200Headers the declared response headers of an HTTP 200 response for ListPlanVisits
+type ListPlanVisitsResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ListPlanVisitsResponse400Headers the declared response headers of an HTTP 400 response for ListPlanVisits
+type ListPlanVisitsResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse401Headers the declared response headers of an HTTP 401 response for ListPlanVisits
+type ListPlanVisitsResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse403Headers the declared response headers of an HTTP 403 response for ListPlanVisits
+type ListPlanVisitsResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse404Headers the declared response headers of an HTTP 404 response for ListPlanVisits
+type ListPlanVisitsResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse422Headers the declared response headers of an HTTP 422 response for ListPlanVisits
+type ListPlanVisitsResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse429Headers the declared response headers of an HTTP 429 response for ListPlanVisits
+type ListPlanVisitsResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ListPlanVisitsResponse431Headers the declared response headers of an HTTP 431 response for ListPlanVisits
+type ListPlanVisitsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse500Headers the declared response headers of an HTTP 500 response for ListPlanVisits
+type ListPlanVisitsResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ListPlanVisitsResponse503Headers the declared response headers of an HTTP 503 response for ListPlanVisits
+type ListPlanVisitsResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ListPlanVisitsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlanVisitList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListPlanVisitsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListPlanVisitsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPlanVisitsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListPlanVisitsResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ListPlanVisitsResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListPlanVisitsResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListPlanVisitsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ListPlanVisitsResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListPlanVisitsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListPlanVisitsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPlanVisitsResponse) GetJSON200() *PlanVisitList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListPlanVisitsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPlanVisitsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPlanVisitsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPlanVisitsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPlanVisitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListSchedulesResponse200Headers the declared response headers of an HTTP 200 response for ListSchedules
 type ListSchedulesResponse200Headers struct {
 	CacheControl        *string
@@ -22983,6 +29133,410 @@ func (r ChangeServiceRequestStatusResponse) ContentType() string {
 	return ""
 }
 
+// GetSettingsResponse200Headers the declared response headers of an HTTP 200 response for GetSettings
+type GetSettingsResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// GetSettingsResponse400Headers the declared response headers of an HTTP 400 response for GetSettings
+type GetSettingsResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetSettingsResponse401Headers the declared response headers of an HTTP 401 response for GetSettings
+type GetSettingsResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetSettingsResponse403Headers the declared response headers of an HTTP 403 response for GetSettings
+type GetSettingsResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetSettingsResponse422Headers the declared response headers of an HTTP 422 response for GetSettings
+type GetSettingsResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetSettingsResponse429Headers the declared response headers of an HTTP 429 response for GetSettings
+type GetSettingsResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// GetSettingsResponse431Headers the declared response headers of an HTTP 431 response for GetSettings
+type GetSettingsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// GetSettingsResponse500Headers the declared response headers of an HTTP 500 response for GetSettings
+type GetSettingsResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetSettingsResponse503Headers the declared response headers of an HTTP 503 response for GetSettings
+type GetSettingsResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type GetSettingsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Settings
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetSettingsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetSettingsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetSettingsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetSettingsResponse403Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *GetSettingsResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetSettingsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetSettingsResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetSettingsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetSettingsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSettingsResponse) GetJSON200() *Settings {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetSettingsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetSettingsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetSettingsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetSettingsResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetSettingsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetSettingsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetSettingsResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetSettingsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSettingsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSettingsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSettingsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSettingsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutSettingsResponse200Headers the declared response headers of an HTTP 200 response for PutSettings
+type PutSettingsResponse200Headers struct {
+	CacheControl        *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// PutSettingsResponse400Headers the declared response headers of an HTTP 400 response for PutSettings
+type PutSettingsResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutSettingsResponse401Headers the declared response headers of an HTTP 401 response for PutSettings
+type PutSettingsResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutSettingsResponse403Headers the declared response headers of an HTTP 403 response for PutSettings
+type PutSettingsResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutSettingsResponse409Headers the declared response headers of an HTTP 409 response for PutSettings
+type PutSettingsResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutSettingsResponse412Headers the declared response headers of an HTTP 412 response for PutSettings
+type PutSettingsResponse412Headers struct {
+	ETag *string
+}
+
+// PutSettingsResponse413Headers the declared response headers of an HTTP 413 response for PutSettings
+type PutSettingsResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutSettingsResponse422Headers the declared response headers of an HTTP 422 response for PutSettings
+type PutSettingsResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutSettingsResponse429Headers the declared response headers of an HTTP 429 response for PutSettings
+type PutSettingsResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// PutSettingsResponse431Headers the declared response headers of an HTTP 431 response for PutSettings
+type PutSettingsResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// PutSettingsResponse500Headers the declared response headers of an HTTP 500 response for PutSettings
+type PutSettingsResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutSettingsResponse503Headers the declared response headers of an HTTP 503 response for PutSettings
+type PutSettingsResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type PutSettingsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Settings
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PutSettingsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PutSettingsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutSettingsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PutSettingsResponse403Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *PutSettingsResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *PutSettingsResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *PutSettingsResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PutSettingsResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PutSettingsResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *PutSettingsResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *PutSettingsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PutSettingsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutSettingsResponse) GetJSON200() *Settings {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PutSettingsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutSettingsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutSettingsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutSettingsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListStaffMembersResponse200Headers the declared response headers of an HTTP 200 response for ListStaffMembers
 type ListStaffMembersResponse200Headers struct {
 	CacheControl        *string
@@ -24055,6 +30609,440 @@ func (r EraseStaffMemberResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r EraseStaffMemberResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetWorkingHoursResponse200Headers the declared response headers of an HTTP 200 response for GetWorkingHours
+type GetWorkingHoursResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// GetWorkingHoursResponse400Headers the declared response headers of an HTTP 400 response for GetWorkingHours
+type GetWorkingHoursResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetWorkingHoursResponse401Headers the declared response headers of an HTTP 401 response for GetWorkingHours
+type GetWorkingHoursResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetWorkingHoursResponse403Headers the declared response headers of an HTTP 403 response for GetWorkingHours
+type GetWorkingHoursResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetWorkingHoursResponse404Headers the declared response headers of an HTTP 404 response for GetWorkingHours
+type GetWorkingHoursResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetWorkingHoursResponse422Headers the declared response headers of an HTTP 422 response for GetWorkingHours
+type GetWorkingHoursResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetWorkingHoursResponse429Headers the declared response headers of an HTTP 429 response for GetWorkingHours
+type GetWorkingHoursResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// GetWorkingHoursResponse431Headers the declared response headers of an HTTP 431 response for GetWorkingHours
+type GetWorkingHoursResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// GetWorkingHoursResponse500Headers the declared response headers of an HTTP 500 response for GetWorkingHours
+type GetWorkingHoursResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// GetWorkingHoursResponse503Headers the declared response headers of an HTTP 503 response for GetWorkingHours
+type GetWorkingHoursResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type GetWorkingHoursResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkingHours
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetWorkingHoursResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetWorkingHoursResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWorkingHoursResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetWorkingHoursResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetWorkingHoursResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *GetWorkingHoursResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWorkingHoursResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetWorkingHoursResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetWorkingHoursResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetWorkingHoursResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWorkingHoursResponse) GetJSON200() *WorkingHours {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetWorkingHoursResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWorkingHoursResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWorkingHoursResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWorkingHoursResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWorkingHoursResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutWorkingHoursResponse200Headers the declared response headers of an HTTP 200 response for PutWorkingHours
+type PutWorkingHoursResponse200Headers struct {
+	CacheControl        *string
+	IdempotentReplayed  *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// PutWorkingHoursResponse400Headers the declared response headers of an HTTP 400 response for PutWorkingHours
+type PutWorkingHoursResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse401Headers the declared response headers of an HTTP 401 response for PutWorkingHours
+type PutWorkingHoursResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse403Headers the declared response headers of an HTTP 403 response for PutWorkingHours
+type PutWorkingHoursResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse404Headers the declared response headers of an HTTP 404 response for PutWorkingHours
+type PutWorkingHoursResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse409Headers the declared response headers of an HTTP 409 response for PutWorkingHours
+type PutWorkingHoursResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse412Headers the declared response headers of an HTTP 412 response for PutWorkingHours
+type PutWorkingHoursResponse412Headers struct {
+	ETag *string
+}
+
+// PutWorkingHoursResponse413Headers the declared response headers of an HTTP 413 response for PutWorkingHours
+type PutWorkingHoursResponse413Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse422Headers the declared response headers of an HTTP 422 response for PutWorkingHours
+type PutWorkingHoursResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse429Headers the declared response headers of an HTTP 429 response for PutWorkingHours
+type PutWorkingHoursResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// PutWorkingHoursResponse431Headers the declared response headers of an HTTP 431 response for PutWorkingHours
+type PutWorkingHoursResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse500Headers the declared response headers of an HTTP 500 response for PutWorkingHours
+type PutWorkingHoursResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// PutWorkingHoursResponse503Headers the declared response headers of an HTTP 503 response for PutWorkingHours
+type PutWorkingHoursResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type PutWorkingHoursResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkingHours
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PutWorkingHoursResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PutWorkingHoursResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutWorkingHoursResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PutWorkingHoursResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *PutWorkingHoursResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *PutWorkingHoursResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *PutWorkingHoursResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *PutWorkingHoursResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PutWorkingHoursResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PutWorkingHoursResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *PutWorkingHoursResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *PutWorkingHoursResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PutWorkingHoursResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutWorkingHoursResponse) GetJSON200() *WorkingHours {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PutWorkingHoursResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutWorkingHoursResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutWorkingHoursResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutWorkingHoursResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -26424,6 +33412,21 @@ func (c *ClientWithResponses) ReadyWithResponse(ctx context.Context, reqEditors 
 	return ParseReadyResponse(rsp)
 }
 
+// ListAvailabilityWithResponse Bookable slots of a duration
+//
+// Slots inside working hours, overlapping no live schedule (widened by buffer) and no day off, on a grid of step in the merchant's time zone; ordered by start, then staff id; paged by cursor. Read from the write side: a job booked a moment ago is never offered. A duration of 0 or over 24 h, a to not after from or more than 31 days after it answer 422 naming the field.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/availability (the `ListAvailability` operationId).
+func (c *ClientWithResponses) ListAvailabilityWithResponse(ctx context.Context, params *ListAvailabilityParams, reqEditors ...RequestEditorFn) (*ListAvailabilityResponse, error) {
+	rsp, err := c.ListAvailability(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAvailabilityResponse(rsp)
+}
+
 // ListCatalogItemsWithResponse List catalog items, newest first
 //
 // Returns a wrapper object for the known response body format(s).
@@ -26845,6 +33848,257 @@ func (c *ClientWithResponses) ChangeOrderStatusWithResponse(ctx context.Context,
 	return ParseChangeOrderStatusResponse(rsp)
 }
 
+// ListPlansWithResponse List service plans, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/plans (the `ListPlans` operationId).
+func (c *ClientWithResponses) ListPlansWithResponse(ctx context.Context, params *ListPlansParams, reqEditors ...RequestEditorFn) (*ListPlansResponse, error) {
+	rsp, err := c.ListPlans(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPlansResponse(rsp)
+}
+
+// CreatePlanWithBodyWithResponse Create a service plan
+//
+// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans (the `CreatePlan` operationId).
+func (c *ClientWithResponses) CreatePlanWithBodyWithResponse(ctx context.Context, params *CreatePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePlanResponse, error) {
+	rsp, err := c.CreatePlanWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreatePlanResponse(rsp)
+}
+
+// CreatePlanWithResponse Create a service plan
+//
+// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans (the `CreatePlan` operationId).
+func (c *ClientWithResponses) CreatePlanWithResponse(ctx context.Context, params *CreatePlanParams, body CreatePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*CreatePlanResponse, error) {
+	rsp, err := c.CreatePlan(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreatePlanResponse(rsp)
+}
+
+// GetPlanWithResponse Get one service plan
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/plans/{id} (the `GetPlan` operationId).
+func (c *ClientWithResponses) GetPlanWithResponse(ctx context.Context, id Id, params *GetPlanParams, reqEditors ...RequestEditorFn) (*GetPlanResponse, error) {
+	rsp, err := c.GetPlan(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPlanResponse(rsp)
+}
+
+// ChangePlanWithBodyWithResponse Change a plan from a visit on (this and following)
+//
+// Visits dated before from keep their terms; from on, the new recurrence gives the dates. Refused (422 service_plan.visit_started) when a visit dated from on has started. Omitted fields keep the current terms.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/change (the `ChangePlan` operationId).
+func (c *ClientWithResponses) ChangePlanWithBodyWithResponse(ctx context.Context, id Id, params *ChangePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ChangePlanResponse, error) {
+	rsp, err := c.ChangePlanWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseChangePlanResponse(rsp)
+}
+
+// ChangePlanWithResponse Change a plan from a visit on (this and following)
+//
+// Visits dated before from keep their terms; from on, the new recurrence gives the dates. Refused (422 service_plan.visit_started) when a visit dated from on has started. Omitted fields keep the current terms.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/change (the `ChangePlan` operationId).
+func (c *ClientWithResponses) ChangePlanWithResponse(ctx context.Context, id Id, params *ChangePlanParams, body ChangePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*ChangePlanResponse, error) {
+	rsp, err := c.ChangePlan(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseChangePlanResponse(rsp)
+}
+
+// EndPlanWithBodyWithResponse End a plan
+//
+// No visit starting from now on is generated; final.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/end (the `EndPlan` operationId).
+func (c *ClientWithResponses) EndPlanWithBodyWithResponse(ctx context.Context, id Id, params *EndPlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EndPlanResponse, error) {
+	rsp, err := c.EndPlanWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEndPlanResponse(rsp)
+}
+
+// EndPlanWithResponse End a plan
+//
+// No visit starting from now on is generated; final.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/end (the `EndPlan` operationId).
+func (c *ClientWithResponses) EndPlanWithResponse(ctx context.Context, id Id, params *EndPlanParams, body EndPlanJSONRequestBody, reqEditors ...RequestEditorFn) (*EndPlanResponse, error) {
+	rsp, err := c.EndPlan(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEndPlanResponse(rsp)
+}
+
+// MoveVisitWithBodyWithResponse Move one visit
+//
+// It keeps its key, length and terms; it must not have started and must move to a start after now.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/move (the `MoveVisit` operationId).
+func (c *ClientWithResponses) MoveVisitWithBodyWithResponse(ctx context.Context, id Id, params *MoveVisitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MoveVisitResponse, error) {
+	rsp, err := c.MoveVisitWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMoveVisitResponse(rsp)
+}
+
+// MoveVisitWithResponse Move one visit
+//
+// It keeps its key, length and terms; it must not have started and must move to a start after now.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/move (the `MoveVisit` operationId).
+func (c *ClientWithResponses) MoveVisitWithResponse(ctx context.Context, id Id, params *MoveVisitParams, body MoveVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*MoveVisitResponse, error) {
+	rsp, err := c.MoveVisit(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMoveVisitResponse(rsp)
+}
+
+// PausePlanWithBodyWithResponse Pause a plan
+//
+// Visits starting from now on are not generated until the plan resumes.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/pause (the `PausePlan` operationId).
+func (c *ClientWithResponses) PausePlanWithBodyWithResponse(ctx context.Context, id Id, params *PausePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PausePlanResponse, error) {
+	rsp, err := c.PausePlanWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePausePlanResponse(rsp)
+}
+
+// PausePlanWithResponse Pause a plan
+//
+// Visits starting from now on are not generated until the plan resumes.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/pause (the `PausePlan` operationId).
+func (c *ClientWithResponses) PausePlanWithResponse(ctx context.Context, id Id, params *PausePlanParams, body PausePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*PausePlanResponse, error) {
+	rsp, err := c.PausePlan(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePausePlanResponse(rsp)
+}
+
+// ResumePlanWithBodyWithResponse Resume a plan
+//
+// Visits starting from now on are generated again.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/resume (the `ResumePlan` operationId).
+func (c *ClientWithResponses) ResumePlanWithBodyWithResponse(ctx context.Context, id Id, params *ResumePlanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error) {
+	rsp, err := c.ResumePlanWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumePlanResponse(rsp)
+}
+
+// ResumePlanWithResponse Resume a plan
+//
+// Visits starting from now on are generated again.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/resume (the `ResumePlan` operationId).
+func (c *ClientWithResponses) ResumePlanWithResponse(ctx context.Context, id Id, params *ResumePlanParams, body ResumePlanJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error) {
+	rsp, err := c.ResumePlan(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumePlanResponse(rsp)
+}
+
+// SkipVisitWithBodyWithResponse Skip one visit
+//
+// A started visit is not skipped (422).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
+func (c *ClientWithResponses) SkipVisitWithBodyWithResponse(ctx context.Context, id Id, params *SkipVisitParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SkipVisitResponse, error) {
+	rsp, err := c.SkipVisitWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSkipVisitResponse(rsp)
+}
+
+// SkipVisitWithResponse Skip one visit
+//
+// A started visit is not skipped (422).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/plans/{id}/skip (the `SkipVisit` operationId).
+func (c *ClientWithResponses) SkipVisitWithResponse(ctx context.Context, id Id, params *SkipVisitParams, body SkipVisitJSONRequestBody, reqEditors ...RequestEditorFn) (*SkipVisitResponse, error) {
+	rsp, err := c.SkipVisit(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSkipVisitResponse(rsp)
+}
+
+// ListPlanVisitsWithResponse A plan's coming visits
+//
+// The visits that start in the range, in order, as the plan has them now: skipped ones and those in a pause or after the end left out, moved ones where they were moved to.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/plans/{id}/visits (the `ListPlanVisits` operationId).
+func (c *ClientWithResponses) ListPlanVisitsWithResponse(ctx context.Context, id Id, params *ListPlanVisitsParams, reqEditors ...RequestEditorFn) (*ListPlanVisitsResponse, error) {
+	rsp, err := c.ListPlanVisits(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPlanVisitsResponse(rsp)
+}
+
 // ListSchedulesWithResponse List schedules
 //
 // Newest first; with from or to, by start. Worker keys see only their own staff member's schedules.
@@ -27043,6 +34297,49 @@ func (c *ClientWithResponses) ChangeServiceRequestStatusWithResponse(ctx context
 	return ParseChangeServiceRequestStatusResponse(rsp)
 }
 
+// GetSettingsWithResponse Get the merchant's settings
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/settings (the `GetSettings` operationId).
+func (c *ClientWithResponses) GetSettingsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetSettingsResponse, error) {
+	rsp, err := c.GetSettings(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSettingsResponse(rsp)
+}
+
+// PutSettingsWithBodyWithResponse Set the merchant's settings (its time zone)
+//
+// Plans created afterwards take the new time zone; existing plans keep theirs. An unknown zone answers 422 naming time_zone.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/settings (the `PutSettings` operationId).
+func (c *ClientWithResponses) PutSettingsWithBodyWithResponse(ctx context.Context, params *PutSettingsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutSettingsResponse, error) {
+	rsp, err := c.PutSettingsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutSettingsResponse(rsp)
+}
+
+// PutSettingsWithResponse Set the merchant's settings (its time zone)
+//
+// Plans created afterwards take the new time zone; existing plans keep theirs. An unknown zone answers 422 naming time_zone.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/settings (the `PutSettings` operationId).
+func (c *ClientWithResponses) PutSettingsWithResponse(ctx context.Context, params *PutSettingsParams, body PutSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutSettingsResponse, error) {
+	rsp, err := c.PutSettings(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutSettingsResponse(rsp)
+}
+
 // ListStaffMembersWithResponse List staff, newest first
 //
 // Returns a wrapper object for the known response body format(s).
@@ -27149,6 +34446,49 @@ func (c *ClientWithResponses) EraseStaffMemberWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseEraseStaffMemberResponse(rsp)
+}
+
+// GetWorkingHoursWithResponse Get a staff member's working hours
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
+func (c *ClientWithResponses) GetWorkingHoursWithResponse(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*GetWorkingHoursResponse, error) {
+	rsp, err := c.GetWorkingHours(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWorkingHoursResponse(rsp)
+}
+
+// PutWorkingHoursWithBodyWithResponse Replace a staff member's working hours and exceptions
+//
+// The weekly pattern in the merchant's time zone, dated exceptions (holiday, sick day, an extra day, changed hours) and the catalog items the staff member does. Each bad field answers 422 naming it (week.monday[0].end, exceptions[1].date).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/staff/{id}/working-hours (the `PutWorkingHours` operationId).
+func (c *ClientWithResponses) PutWorkingHoursWithBodyWithResponse(ctx context.Context, id Id, params *PutWorkingHoursParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutWorkingHoursResponse, error) {
+	rsp, err := c.PutWorkingHoursWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutWorkingHoursResponse(rsp)
+}
+
+// PutWorkingHoursWithResponse Replace a staff member's working hours and exceptions
+//
+// The weekly pattern in the merchant's time zone, dated exceptions (holiday, sick day, an extra day, changed hours) and the catalog items the staff member does. Each bad field answers 422 naming it (week.monday[0].end, exceptions[1].date).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/staff/{id}/working-hours (the `PutWorkingHours` operationId).
+func (c *ClientWithResponses) PutWorkingHoursWithResponse(ctx context.Context, id Id, params *PutWorkingHoursParams, body PutWorkingHoursJSONRequestBody, reqEditors ...RequestEditorFn) (*PutWorkingHoursResponse, error) {
+	rsp, err := c.PutWorkingHours(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutWorkingHoursResponse(rsp)
 }
 
 // ListWebhookEndpointsWithResponse List endpoints, newest first
@@ -32531,6 +39871,321 @@ func ParseReadyResponse(rsp *http.Response) (*ReadyResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListAvailabilityResponse parses an HTTP response from a ListAvailabilityWithResponse call
+func ParseListAvailabilityResponse(rsp *http.Response) (*ListAvailabilityResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAvailabilityResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SlotList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListAvailabilityResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListAvailabilityResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListAvailabilityResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListAvailabilityResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListAvailabilityResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListAvailabilityResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListAvailabilityResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListAvailabilityResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListAvailabilityResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -39973,6 +47628,3935 @@ func ParseChangeOrderStatusResponse(rsp *http.Response) (*ChangeOrderStatusRespo
 	return response, nil
 }
 
+// ParseListPlansResponse parses an HTTP response from a ListPlansWithResponse call
+func ParseListPlansResponse(rsp *http.Response) (*ListPlansResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPlansResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListPlansResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListPlansResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListPlansResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListPlansResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListPlansResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListPlansResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListPlansResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListPlansResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListPlansResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreatePlanResponse parses an HTTP response from a CreatePlanWithResponse call
+func ParseCreatePlanResponse(rsp *http.Response) (*CreatePlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreatePlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PlanWritten
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreatePlanResponse201Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Position"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Position", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyPosition = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers CreatePlanResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreatePlanResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CreatePlanResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 409:
+		var headers CreatePlanResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers CreatePlanResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers CreatePlanResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreatePlanResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreatePlanResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers CreatePlanResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers CreatePlanResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreatePlanResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetPlanResponse parses an HTTP response from a GetPlanWithResponse call
+func ParseGetPlanResponse(rsp *http.Response) (*GetPlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Plan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetPlanResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Projection-Parked"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Projection-Parked", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ProjectionParked = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetPlanResponse304Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers304 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetPlanResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetPlanResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetPlanResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetPlanResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers GetPlanResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetPlanResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetPlanResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetPlanResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetPlanResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseChangePlanResponse parses an HTTP response from a ChangePlanWithResponse call
+func ParseChangePlanResponse(rsp *http.Response) (*ChangePlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ChangePlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanWritten
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ChangePlanResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Position"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Position", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyPosition = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ChangePlanResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ChangePlanResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ChangePlanResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ChangePlanResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ChangePlanResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers ChangePlanResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers ChangePlanResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers ChangePlanResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ChangePlanResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ChangePlanResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ChangePlanResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ChangePlanResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseEndPlanResponse parses an HTTP response from a EndPlanWithResponse call
+func ParseEndPlanResponse(rsp *http.Response) (*EndPlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &EndPlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanWritten
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers EndPlanResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Position"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Position", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyPosition = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers EndPlanResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers EndPlanResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers EndPlanResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers EndPlanResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers EndPlanResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers EndPlanResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers EndPlanResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers EndPlanResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers EndPlanResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers EndPlanResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers EndPlanResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers EndPlanResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMoveVisitResponse parses an HTTP response from a MoveVisitWithResponse call
+func ParseMoveVisitResponse(rsp *http.Response) (*MoveVisitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MoveVisitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanWritten
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers MoveVisitResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Position"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Position", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyPosition = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers MoveVisitResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers MoveVisitResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers MoveVisitResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers MoveVisitResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers MoveVisitResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers MoveVisitResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers MoveVisitResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers MoveVisitResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers MoveVisitResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers MoveVisitResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers MoveVisitResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers MoveVisitResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePausePlanResponse parses an HTTP response from a PausePlanWithResponse call
+func ParsePausePlanResponse(rsp *http.Response) (*PausePlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PausePlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanWritten
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PausePlanResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Position"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Position", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyPosition = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PausePlanResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PausePlanResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PausePlanResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers PausePlanResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers PausePlanResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers PausePlanResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers PausePlanResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers PausePlanResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers PausePlanResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers PausePlanResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers PausePlanResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers PausePlanResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResumePlanResponse parses an HTTP response from a ResumePlanWithResponse call
+func ParseResumePlanResponse(rsp *http.Response) (*ResumePlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumePlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanWritten
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ResumePlanResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Position"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Position", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyPosition = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ResumePlanResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ResumePlanResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ResumePlanResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ResumePlanResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ResumePlanResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers ResumePlanResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers ResumePlanResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers ResumePlanResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResumePlanResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ResumePlanResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ResumePlanResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ResumePlanResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSkipVisitResponse parses an HTTP response from a SkipVisitWithResponse call
+func ParseSkipVisitResponse(rsp *http.Response) (*SkipVisitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SkipVisitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanWritten
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SkipVisitResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Position"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Position", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyPosition = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers SkipVisitResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers SkipVisitResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers SkipVisitResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers SkipVisitResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers SkipVisitResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers SkipVisitResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers SkipVisitResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers SkipVisitResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers SkipVisitResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers SkipVisitResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers SkipVisitResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers SkipVisitResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListPlanVisitsResponse parses an HTTP response from a ListPlanVisitsWithResponse call
+func ParseListPlanVisitsResponse(rsp *http.Response) (*ListPlanVisitsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPlanVisitsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlanVisitList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListPlanVisitsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListPlanVisitsResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListPlanVisitsResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListPlanVisitsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ListPlanVisitsResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListPlanVisitsResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListPlanVisitsResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ListPlanVisitsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListPlanVisitsResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListPlanVisitsResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListSchedulesResponse parses an HTTP response from a ListSchedulesWithResponse call
 func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -43415,6 +54999,701 @@ func ParseChangeServiceRequestStatusResponse(rsp *http.Response) (*ChangeService
 	return response, nil
 }
 
+// ParseGetSettingsResponse parses an HTTP response from a GetSettingsWithResponse call
+func ParseGetSettingsResponse(rsp *http.Response) (*GetSettingsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSettingsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Settings
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetSettingsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetSettingsResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetSettingsResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetSettingsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 422:
+		var headers GetSettingsResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetSettingsResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetSettingsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetSettingsResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetSettingsResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutSettingsResponse parses an HTTP response from a PutSettingsWithResponse call
+func ParsePutSettingsResponse(rsp *http.Response) (*PutSettingsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutSettingsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Settings
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PutSettingsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PutSettingsResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PutSettingsResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PutSettingsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 409:
+		var headers PutSettingsResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers PutSettingsResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers PutSettingsResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers PutSettingsResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers PutSettingsResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers PutSettingsResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers PutSettingsResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers PutSettingsResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListStaffMembersResponse parses an HTTP response from a ListStaffMembersWithResponse call
 func ParseListStaffMembersResponse(rsp *http.Response) (*ListStaffMembersResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -45237,6 +57516,749 @@ func ParseEraseStaffMemberResponse(rsp *http.Response) (*EraseStaffMemberRespons
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers EraseStaffMemberResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetWorkingHoursResponse parses an HTTP response from a GetWorkingHoursWithResponse call
+func ParseGetWorkingHoursResponse(rsp *http.Response) (*GetWorkingHoursResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWorkingHoursResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkingHours
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetWorkingHoursResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetWorkingHoursResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetWorkingHoursResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetWorkingHoursResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetWorkingHoursResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers GetWorkingHoursResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWorkingHoursResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetWorkingHoursResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetWorkingHoursResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetWorkingHoursResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutWorkingHoursResponse parses an HTTP response from a PutWorkingHoursWithResponse call
+func ParsePutWorkingHoursResponse(rsp *http.Response) (*PutWorkingHoursResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutWorkingHoursResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkingHours
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PutWorkingHoursResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PutWorkingHoursResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PutWorkingHoursResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PutWorkingHoursResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers PutWorkingHoursResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers PutWorkingHoursResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers PutWorkingHoursResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers PutWorkingHoursResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers PutWorkingHoursResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers PutWorkingHoursResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers PutWorkingHoursResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers PutWorkingHoursResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers PutWorkingHoursResponse503Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -48922,6 +61944,46 @@ type WebhookInitiatorInterface interface {
 
 	WebhookScheduleStatusChanged(ctx context.Context, targetURL string, params *WebhookScheduleStatusChangedParams, body WebhookScheduleStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WebhookServicePlanChangedWithBody fires the service_plan.changed webhook with any body
+	WebhookServicePlanChangedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanChangedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServicePlanChanged(ctx context.Context, targetURL string, params *WebhookServicePlanChangedParams, body WebhookServicePlanChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServicePlanCreatedWithBody fires the service_plan.created webhook with any body
+	WebhookServicePlanCreatedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanCreatedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServicePlanCreated(ctx context.Context, targetURL string, params *WebhookServicePlanCreatedParams, body WebhookServicePlanCreatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServicePlanEndedWithBody fires the service_plan.ended webhook with any body
+	WebhookServicePlanEndedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanEndedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServicePlanEnded(ctx context.Context, targetURL string, params *WebhookServicePlanEndedParams, body WebhookServicePlanEndedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServicePlanEventSkippedWithBody fires the service_plan.event_skipped webhook with any body
+	WebhookServicePlanEventSkippedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanEventSkippedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServicePlanEventSkipped(ctx context.Context, targetURL string, params *WebhookServicePlanEventSkippedParams, body WebhookServicePlanEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServicePlanPausedWithBody fires the service_plan.paused webhook with any body
+	WebhookServicePlanPausedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanPausedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServicePlanPaused(ctx context.Context, targetURL string, params *WebhookServicePlanPausedParams, body WebhookServicePlanPausedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServicePlanResumedWithBody fires the service_plan.resumed webhook with any body
+	WebhookServicePlanResumedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanResumedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServicePlanResumed(ctx context.Context, targetURL string, params *WebhookServicePlanResumedParams, body WebhookServicePlanResumedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServicePlanVisitMovedWithBody fires the service_plan.visit_moved webhook with any body
+	WebhookServicePlanVisitMovedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanVisitMovedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServicePlanVisitMoved(ctx context.Context, targetURL string, params *WebhookServicePlanVisitMovedParams, body WebhookServicePlanVisitMovedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WebhookServicePlanVisitSkippedWithBody fires the service_plan.visit_skipped webhook with any body
+	WebhookServicePlanVisitSkippedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanVisitSkippedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	WebhookServicePlanVisitSkipped(ctx context.Context, targetURL string, params *WebhookServicePlanVisitSkippedParams, body WebhookServicePlanVisitSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// WebhookServiceRequestConvertedWithBody fires the service_request.converted webhook with any body
 	WebhookServiceRequestConvertedWithBody(ctx context.Context, targetURL string, params *WebhookServiceRequestConvertedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -49289,6 +62351,198 @@ func (p *WebhookInitiator) WebhookScheduleStatusChangedWithBody(ctx context.Cont
 
 func (p *WebhookInitiator) WebhookScheduleStatusChanged(ctx context.Context, targetURL string, params *WebhookScheduleStatusChangedParams, body WebhookScheduleStatusChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWebhookScheduleStatusChangedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanChangedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanChangedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanChangedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanChanged(ctx context.Context, targetURL string, params *WebhookServicePlanChangedParams, body WebhookServicePlanChangedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanChangedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanCreatedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanCreatedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanCreatedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanCreated(ctx context.Context, targetURL string, params *WebhookServicePlanCreatedParams, body WebhookServicePlanCreatedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanCreatedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanEndedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanEndedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanEndedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanEnded(ctx context.Context, targetURL string, params *WebhookServicePlanEndedParams, body WebhookServicePlanEndedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanEndedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanEventSkippedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanEventSkippedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanEventSkippedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanEventSkipped(ctx context.Context, targetURL string, params *WebhookServicePlanEventSkippedParams, body WebhookServicePlanEventSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanEventSkippedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanPausedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanPausedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanPausedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanPaused(ctx context.Context, targetURL string, params *WebhookServicePlanPausedParams, body WebhookServicePlanPausedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanPausedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanResumedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanResumedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanResumedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanResumed(ctx context.Context, targetURL string, params *WebhookServicePlanResumedParams, body WebhookServicePlanResumedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanResumedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanVisitMovedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanVisitMovedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanVisitMovedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanVisitMoved(ctx context.Context, targetURL string, params *WebhookServicePlanVisitMovedParams, body WebhookServicePlanVisitMovedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanVisitMovedWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanVisitSkippedWithBody(ctx context.Context, targetURL string, params *WebhookServicePlanVisitSkippedParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanVisitSkippedWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) WebhookServicePlanVisitSkipped(ctx context.Context, targetURL string, params *WebhookServicePlanVisitSkippedParams, body WebhookServicePlanVisitSkippedJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWebhookServicePlanVisitSkippedWebhookRequest(targetURL, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -50297,6 +63551,494 @@ func NewWebhookScheduleStatusChangedWebhookRequest(targetURL string, params *Web
 
 // NewWebhookScheduleStatusChangedWebhookRequestWithBody builds a POST request for the schedule.status_changed webhook with any body
 func NewWebhookScheduleStatusChangedWebhookRequestWithBody(targetURL string, params *WebhookScheduleStatusChangedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookServicePlanChangedWebhookRequest builds a application/json POST request for the service_plan.changed webhook
+func NewWebhookServicePlanChangedWebhookRequest(targetURL string, params *WebhookServicePlanChangedParams, body WebhookServicePlanChangedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServicePlanChangedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServicePlanChangedWebhookRequestWithBody builds a POST request for the service_plan.changed webhook with any body
+func NewWebhookServicePlanChangedWebhookRequestWithBody(targetURL string, params *WebhookServicePlanChangedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookServicePlanCreatedWebhookRequest builds a application/json POST request for the service_plan.created webhook
+func NewWebhookServicePlanCreatedWebhookRequest(targetURL string, params *WebhookServicePlanCreatedParams, body WebhookServicePlanCreatedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServicePlanCreatedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServicePlanCreatedWebhookRequestWithBody builds a POST request for the service_plan.created webhook with any body
+func NewWebhookServicePlanCreatedWebhookRequestWithBody(targetURL string, params *WebhookServicePlanCreatedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookServicePlanEndedWebhookRequest builds a application/json POST request for the service_plan.ended webhook
+func NewWebhookServicePlanEndedWebhookRequest(targetURL string, params *WebhookServicePlanEndedParams, body WebhookServicePlanEndedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServicePlanEndedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServicePlanEndedWebhookRequestWithBody builds a POST request for the service_plan.ended webhook with any body
+func NewWebhookServicePlanEndedWebhookRequestWithBody(targetURL string, params *WebhookServicePlanEndedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookServicePlanEventSkippedWebhookRequest builds a application/json POST request for the service_plan.event_skipped webhook
+func NewWebhookServicePlanEventSkippedWebhookRequest(targetURL string, params *WebhookServicePlanEventSkippedParams, body WebhookServicePlanEventSkippedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServicePlanEventSkippedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServicePlanEventSkippedWebhookRequestWithBody builds a POST request for the service_plan.event_skipped webhook with any body
+func NewWebhookServicePlanEventSkippedWebhookRequestWithBody(targetURL string, params *WebhookServicePlanEventSkippedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookServicePlanPausedWebhookRequest builds a application/json POST request for the service_plan.paused webhook
+func NewWebhookServicePlanPausedWebhookRequest(targetURL string, params *WebhookServicePlanPausedParams, body WebhookServicePlanPausedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServicePlanPausedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServicePlanPausedWebhookRequestWithBody builds a POST request for the service_plan.paused webhook with any body
+func NewWebhookServicePlanPausedWebhookRequestWithBody(targetURL string, params *WebhookServicePlanPausedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookServicePlanResumedWebhookRequest builds a application/json POST request for the service_plan.resumed webhook
+func NewWebhookServicePlanResumedWebhookRequest(targetURL string, params *WebhookServicePlanResumedParams, body WebhookServicePlanResumedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServicePlanResumedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServicePlanResumedWebhookRequestWithBody builds a POST request for the service_plan.resumed webhook with any body
+func NewWebhookServicePlanResumedWebhookRequestWithBody(targetURL string, params *WebhookServicePlanResumedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookServicePlanVisitMovedWebhookRequest builds a application/json POST request for the service_plan.visit_moved webhook
+func NewWebhookServicePlanVisitMovedWebhookRequest(targetURL string, params *WebhookServicePlanVisitMovedParams, body WebhookServicePlanVisitMovedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServicePlanVisitMovedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServicePlanVisitMovedWebhookRequestWithBody builds a POST request for the service_plan.visit_moved webhook with any body
+func NewWebhookServicePlanVisitMovedWebhookRequestWithBody(targetURL string, params *WebhookServicePlanVisitMovedParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-id", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-timestamp", headerParam1)
+
+		var headerParam2 string
+
+		headerParam2, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("webhook-signature", headerParam2)
+
+	}
+	return req, nil
+}
+
+// NewWebhookServicePlanVisitSkippedWebhookRequest builds a application/json POST request for the service_plan.visit_skipped webhook
+func NewWebhookServicePlanVisitSkippedWebhookRequest(targetURL string, params *WebhookServicePlanVisitSkippedParams, body WebhookServicePlanVisitSkippedJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWebhookServicePlanVisitSkippedWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewWebhookServicePlanVisitSkippedWebhookRequestWithBody builds a POST request for the service_plan.visit_skipped webhook with any body
+func NewWebhookServicePlanVisitSkippedWebhookRequestWithBody(targetURL string, params *WebhookServicePlanVisitSkippedParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 	_ = err
 

@@ -15,6 +15,7 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 	"hearth/internal/aggregates"
@@ -28,10 +29,12 @@ var (
 	OrderStream          = aggregates.Order.Facts
 	ServiceRequestStream = aggregates.ServiceRequest.Facts
 	ScheduleStream       = aggregates.Schedule.Facts
+	PlanStream           = aggregates.Plan.Facts
 
 	TopicOrders          = aggregates.Order.Topic
 	TopicServiceRequests = aggregates.ServiceRequest.Topic
 	TopicSchedules       = aggregates.Schedule.Topic
+	TopicPlans           = aggregates.Plan.Topic
 )
 
 // Transactor implements command.Transactor on the event store.
@@ -86,7 +89,16 @@ type pipe struct {
 func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
 	first := !p.begun
 	if first {
-		b.QueuedQueries = slices.Insert(b.QueuedQueries, 0, &pgx.QueuedQuery{SQL: "BEGIN"})
+		begin := []*pgx.QueuedQuery{{SQL: "BEGIN"}}
+		// A leader's fencing check (database.WithBegin), right after BEGIN:
+		// the visit generator's transactions fail once its term is stale.
+		if stmt := database.BeginStatement(ctx); stmt != "" {
+			begin = append(begin, &pgx.QueuedQuery{SQL: stmt, Fn: func(br pgx.BatchResults) error {
+				_, err := br.Exec()
+				return err
+			}})
+		}
+		b.QueuedQueries = slices.Insert(b.QueuedQueries, 0, begin...)
 	}
 	err := p.conn.SendBatch(ctx, b).Close()
 	if first { // begun only if BEGIN ran: a batch can fail before it does
@@ -181,6 +193,24 @@ func (s *session) ServiceRequest(ctx context.Context, id string) (*servicereques
 
 func (s *session) Schedule(ctx context.Context, id string) (*schedule.Schedule, error) {
 	return load(ctx, s, aggregates.Schedule, id)
+}
+
+func (s *session) ServicePlan(ctx context.Context, id string) (*plan.Plan, error) {
+	return load(ctx, s, aggregates.Plan, id)
+}
+
+func (s *session) AddServicePlan(p *plan.Plan) { s.track(&tracked{stream: PlanStream, agg: p}) }
+
+func (s *session) MerchantTimeZone(ctx context.Context) (string, error) {
+	var tz string
+	var found bool
+	if err := s.tx.queryRow(ctx, maybeRow(&found, &tz), `SELECT time_zone FROM merchants WHERE id = $1`, s.meta.MerchantID); err != nil {
+		return "", fmt.Errorf("read merchant time zone: %w", err)
+	}
+	if !found {
+		return "", apperr.ErrNotFound
+	}
+	return tz, nil
 }
 
 func (s *session) AddOrder(o *order.Order) { s.track(&tracked{stream: OrderStream, agg: o}) }
@@ -478,4 +508,53 @@ func (s *session) CatalogItem(ctx context.Context, id string) (price int64, acti
 		return 0, false, false, fmt.Errorf("check catalog item: %w", err)
 	}
 	return price, active, found, nil
+}
+
+func (s *session) PlanVisits(ctx context.Context, planID string) ([]command.PlanVisit, error) {
+	var out []command.PlanVisit
+	b := &pgx.Batch{}
+	b.Queue(`SELECT visit_key, plan_id, order_id, start_at, end_at, coalesce(staff_id::text, ''), price_cents, unassigned_reason, cancelled
+		FROM plan_visits WHERE plan_id = $1 AND merchant_id = $2 ORDER BY start_at, visit_key`, planID, s.meta.MerchantID).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var v command.PlanVisit
+			if err := rows.Scan(&v.Key, &v.PlanID, &v.OrderID, &v.StartAt, &v.EndAt, &v.StaffID, &v.PriceCents, &v.UnassignedReason, &v.Cancelled); err != nil {
+				return err
+			}
+			v.StartAt, v.EndAt, v.Existing = v.StartAt.UTC(), v.EndAt.UTC(), true
+			out = append(out, v)
+		}
+		return rows.Err()
+	})
+	if err := s.tx.send(ctx, b); err != nil {
+		return nil, fmt.Errorf("read visits of plan %s: %w", planID, err)
+	}
+	return out, nil
+}
+
+// SaveVisit inserts a new visit's ledger row (a second one of the key is a
+// conflict: another attempt created the visit), or updates an existing one.
+func (s *session) SaveVisit(ctx context.Context, v command.PlanVisit) error {
+	b := &pgx.Batch{}
+	var staff *string
+	if v.StaffID != "" {
+		staff = &v.StaffID
+	}
+	if v.Existing {
+		b.Queue(`UPDATE plan_visits SET start_at = $3, end_at = $4, staff_id = $5, price_cents = $6, unassigned_reason = $7,
+			cancelled = $8, updated_at = now() WHERE visit_key = $1 AND merchant_id = $2`,
+			v.Key, s.meta.MerchantID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason, v.Cancelled)
+	} else {
+		b.Queue(`INSERT INTO plan_visits (visit_key, merchant_id, plan_id, order_id, start_at, end_at, staff_id, price_cents, unassigned_reason)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			v.Key, s.meta.MerchantID, v.PlanID, v.OrderID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason)
+	}
+	err := s.tx.send(ctx, b)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return &apperr.ConflictError{Detail: fmt.Sprintf("visit %s has an order already", v.Key)}
+	}
+	if err != nil {
+		return fmt.Errorf("save visit %s: %w", v.Key, err)
+	}
+	return nil
 }

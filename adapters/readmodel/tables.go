@@ -47,7 +47,7 @@ type table[V any, PV interface {
 // every aggregate type's (internal/aggregates).
 func Projections() []string { return aggregates.Projections() }
 
-// The tables of the three projections: what projections, verification and
+// The tables of the projections: what projections, verification and
 // rebuilds know about each.
 var (
 	ordersTable = &table[query.Order, *query.Order, orderRow]{
@@ -62,6 +62,12 @@ var (
 		merchant: func(v query.Schedule) string { return v.MerchantID },
 		version:  func(v query.Schedule) int { return v.Version },
 	}
+	plansTable = &table[query.Plan, *query.Plan, planRow]{
+		agg: aggregates.Plan.Facts, toRow: planRowOf, toView: planRow.view,
+		id:       func(v query.Plan) string { return v.ID },
+		merchant: func(v query.Plan) string { return v.MerchantID },
+		version:  func(v query.Plan) int { return v.Version },
+	}
 	serviceRequestsTable = &table[query.ServiceRequest, *query.ServiceRequest, serviceRequestRow]{
 		agg: aggregates.ServiceRequest.Facts, toRow: serviceRequestRowOf, toView: serviceRequestRow.view,
 		id:       func(v query.ServiceRequest) string { return v.ID },
@@ -71,7 +77,7 @@ var (
 )
 
 func targets() []target {
-	return []target{ordersTable, schedulesTable, serviceRequestsTable}
+	return []target{ordersTable, plansTable, schedulesTable, serviceRequestsTable}
 }
 
 // target is a table whatever its types.

@@ -5,6 +5,7 @@ import (
 
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 )
@@ -30,6 +31,17 @@ type Session interface {
 	AddServiceRequest(r *servicerequest.Request)
 	Schedule(ctx context.Context, id string) (*schedule.Schedule, error)
 	AddSchedule(s *schedule.Schedule)
+	ServicePlan(ctx context.Context, id string) (*plan.Plan, error)
+	AddServicePlan(p *plan.Plan)
+	// MerchantTimeZone returns the IANA name of the merchant's time zone
+	// (a merchant setting; UTC until set).
+	MerchantTimeZone(ctx context.Context) (string, error)
+	// PlanVisits returns the visit generator's ledger of the plan: every
+	// visit it turned into an order.
+	PlanVisits(ctx context.Context, planID string) ([]PlanVisit, error)
+	// SaveVisit writes a visit's ledger row (one per key); a second
+	// insert of a key is an *apperr.ConflictError.
+	SaveVisit(ctx context.Context, v PlanVisit) error
 	// LiveSchedule returns the order's planned or in-service schedule.
 	LiveSchedule(ctx context.Context, orderID string) (*schedule.Schedule, bool, error)
 	// Book makes the bookings match the schedule: a live schedule holds its

@@ -19,6 +19,7 @@ import (
 
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 )
@@ -67,6 +68,7 @@ const (
 	AggregateOrder           = "order"
 	AggregateSchedule        = "schedule"
 	AggregateServiceRequest  = "service_request"
+	AggregateServicePlan     = "service_plan"
 	AggregateWebhookEndpoint = "webhook_endpoint"
 	AggregateCustomer        = "customer"
 	AggregateStaffMember     = "staff_member"
@@ -102,7 +104,87 @@ const (
 	ScheduleSkipped            = "schedule.event_skipped"
 	RequestSkipped             = "service_request.event_skipped"
 	WebhookEndpointPinged      = "webhook_endpoint.ping"
+
+	PlanCreated      = "service_plan.created"
+	PlanChanged      = "service_plan.changed"
+	PlanVisitSkipped = "service_plan.visit_skipped"
+	PlanVisitMoved   = "service_plan.visit_moved"
+	PlanPaused       = "service_plan.paused"
+	PlanResumed      = "service_plan.resumed"
+	PlanEnded        = "service_plan.ended"
+	PlanSkipped      = "service_plan.event_skipped"
 )
+
+// PlanTermsData is a plan's terms from a visit on: local times of day
+// ("09:00") and dates ("2026-03-29") in the plan's time zone.
+type PlanTermsData struct {
+	PriceCents int64              `json:"price_cents"`
+	StaffID    string             `json:"staff_id,omitempty"`
+	Window     PlanWindowData     `json:"window"`
+	Recurrence PlanRecurrenceData `json:"recurrence"`
+}
+
+// PlanWindowData is the local time window of a plan's visits.
+type PlanWindowData struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+// PlanRecurrenceData is when a plan's visits fall. Weekdays are 0
+// (Sunday) to 6 (Saturday).
+type PlanRecurrenceData struct {
+	Frequency string `json:"frequency"`
+	Interval  int    `json:"interval"`
+	Weekdays  []int  `json:"weekdays,omitempty"`
+	MonthDay  int    `json:"month_day,omitempty"`
+	Start     string `json:"start"`
+	Until     string `json:"until,omitempty"`
+	Count     int    `json:"count,omitempty"`
+}
+
+// PlanCreatedData is the data of service_plan.created.
+type PlanCreatedData struct {
+	CustomerID    string        `json:"customer_id"`
+	CatalogItemID string        `json:"catalog_item_id"`
+	TimeZone      string        `json:"time_zone"`
+	Terms         PlanTermsData `json:"terms"`
+}
+
+// PlanChangedData is the data of service_plan.changed: the new terms from
+// the visit dated From on.
+type PlanChangedData struct {
+	From  string        `json:"from"`
+	Terms PlanTermsData `json:"terms"`
+}
+
+// PlanVisitData is the data of service_plan.visit_skipped and
+// service_plan.visit_moved: the visit's original date and, for a move,
+// where it starts now.
+type PlanVisitData struct {
+	Date   string `json:"date"`
+	ToDate string `json:"to_date,omitempty"`
+	Start  string `json:"start,omitempty"`
+}
+
+// PlanAtData is the data of service_plan.paused, .resumed and .ended.
+type PlanAtData struct {
+	At time.Time `json:"at"`
+}
+
+func planTermsData(t plan.Terms) PlanTermsData {
+	r := t.Recurrence
+	d := PlanTermsData{PriceCents: t.PriceCents, StaffID: t.StaffID,
+		Window: PlanWindowData{Start: t.Window.Start.String(), End: t.Window.End.String()},
+		Recurrence: PlanRecurrenceData{Frequency: string(r.Frequency), Interval: r.Interval, MonthDay: r.MonthDay,
+			Start: r.Start.String(), Count: r.Count}}
+	for _, w := range r.Weekdays {
+		d.Recurrence.Weekdays = append(d.Recurrence.Weekdays, int(w))
+	}
+	if r.Until != nil {
+		d.Recurrence.Until = r.Until.String()
+	}
+	return d
+}
 
 // OrderCreatedData is the data of order.created.
 type OrderCreatedData struct {
@@ -114,6 +196,10 @@ type OrderCreatedData struct {
 	ScheduledEndAt   *time.Time `json:"scheduled_end_at,omitempty"`
 	Status           string     `json:"status"`
 	Personal
+	// PlanID and VisitDate are set on an order the visit generator created
+	// for a service plan's visit (its original local date, YYYY-MM-DD).
+	PlanID    string `json:"plan_id,omitempty"`
+	VisitDate string `json:"visit_date,omitempty"`
 }
 
 // OrderDetailsUpdatedData is the data of order.details_updated: the new
@@ -284,6 +370,14 @@ var dataTypes = map[string]any{
 	ScheduleSkipped:            SkippedData{},
 	RequestSkipped:             SkippedData{},
 	WebhookEndpointPinged:      PingData{},
+	PlanCreated:                PlanCreatedData{},
+	PlanChanged:                PlanChangedData{},
+	PlanVisitSkipped:           PlanVisitData{},
+	PlanVisitMoved:             PlanVisitData{},
+	PlanPaused:                 PlanAtData{},
+	PlanResumed:                PlanAtData{},
+	PlanEnded:                  PlanAtData{},
+	PlanSkipped:                SkippedData{},
 }
 
 // aggregateOf maps stored stream types to public aggregate types.
@@ -291,6 +385,7 @@ var aggregateOf = map[string]string{
 	order.StreamType:          AggregateOrder,
 	schedule.StreamType:       AggregateSchedule,
 	servicerequest.StreamType: AggregateServiceRequest,
+	plan.StreamType:           AggregateServicePlan,
 }
 
 // From returns the public form of a stored event. An event it cannot map
@@ -332,6 +427,7 @@ func mapData(agg string, e event.Event) (string, any, error) {
 			RequestID: e.RequestID, CustomerID: e.CustomerID, AmountCents: e.AmountCents, Notes: text(e.Notes, "notes", e.Erasure),
 			ScheduledStartAt: e.ScheduledStartAt, ScheduledEndAt: e.ScheduledEndAt, Status: string(e.Status),
 			Personal: erasedOf(e.Erasure, "notes"),
+			PlanID:   e.PlanID, VisitDate: e.VisitDate,
 		}, nil
 	case order.DetailsUpdated:
 		return OrderDetailsUpdated, OrderDetailsUpdatedData{CustomerID: e.CustomerID, AmountCents: e.AmountCents,
@@ -378,6 +474,21 @@ func mapData(agg string, e event.Event) (string, any, error) {
 		return RequestStatusChanged, StatusChangedData{From: string(e.From), To: string(e.To)}, nil
 	case servicerequest.Converted:
 		return RequestConverted, RequestConvertedData{OrderID: e.OrderID}, nil
+	case plan.Created:
+		return PlanCreated, PlanCreatedData{CustomerID: e.CustomerID, CatalogItemID: e.CatalogItemID, TimeZone: e.TimeZone,
+			Terms: planTermsData(e.Terms)}, nil
+	case plan.Changed:
+		return PlanChanged, PlanChangedData{From: e.From.String(), Terms: planTermsData(e.Terms)}, nil
+	case plan.VisitSkipped:
+		return PlanVisitSkipped, PlanVisitData{Date: e.Date.String()}, nil
+	case plan.VisitMoved:
+		return PlanVisitMoved, PlanVisitData{Date: e.Date.String(), ToDate: e.ToDate.String(), Start: e.ToStart.String()}, nil
+	case plan.Paused:
+		return PlanPaused, PlanAtData{At: event.Instant(e.At)}, nil
+	case plan.Resumed:
+		return PlanResumed, PlanAtData{At: event.Instant(e.At)}, nil
+	case plan.Ended:
+		return PlanEnded, PlanAtData{At: event.Instant(e.At)}, nil
 	case event.Skipped:
 		return agg + ".event_skipped", SkippedData{Of: e.Of}, nil
 	case event.PersonalDataErased:

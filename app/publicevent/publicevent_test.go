@@ -11,6 +11,7 @@ import (
 	"hearth/app/publicevent"
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 )
@@ -44,6 +45,7 @@ func TestEveryStoredEventHasAPublicForm(t *testing.T) {
 		{order.StreamType, order.EventTypes(), order.Decode},
 		{schedule.StreamType, schedule.EventTypes(), schedule.Decode},
 		{servicerequest.StreamType, servicerequest.EventTypes(), servicerequest.Decode},
+		{plan.StreamType, plan.EventTypes(), plan.Decode},
 	}
 	seen := map[string]bool{}
 	for _, a := range aggregates {

@@ -159,6 +159,13 @@ type Config struct {
 	// WebhookRetryMax caps the wait between two attempts, before the spread
 	// (WEBHOOK_RETRY_MAX). Defaults to 1h.
 	WebhookRetryMax time.Duration
+	// PlanHorizon is how far ahead the visit generator turns service plans
+	// into orders and schedules (PLAN_HORIZON, 1h to 1 year). Defaults to
+	// 8 weeks (1344h).
+	PlanHorizon time.Duration
+	// PlanInterval is how often the visit generator's leader runs over
+	// every plan (PLAN_INTERVAL, 1s to 24h). Defaults to 1m.
+	PlanInterval time.Duration
 	// WebhookTimeout bounds one delivery attempt, from dialling to the end
 	// of the answer (WEBHOOK_TIMEOUT, at most 1m). Defaults to 10s.
 	WebhookTimeout time.Duration
@@ -281,6 +288,14 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	if cfg.WebhookRetryInitial > cfg.WebhookRetryMax || cfg.WebhookRetryMax > cfg.WebhookRetryFor {
 		errs = append(errs, fmt.Errorf("WEBHOOK_RETRY_INITIAL (%s) <= WEBHOOK_RETRY_MAX (%s) <= WEBHOOK_RETRY_FOR (%s) must hold",
 			cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor))
+	}
+	cfg.PlanHorizon = duration("PLAN_HORIZON", 8*7*24*time.Hour)
+	if cfg.PlanHorizon < time.Hour || cfg.PlanHorizon > 366*24*time.Hour {
+		errs = append(errs, fmt.Errorf("PLAN_HORIZON=%s: must be from 1h to 8784h (a year)", cfg.PlanHorizon))
+	}
+	cfg.PlanInterval = duration("PLAN_INTERVAL", time.Minute)
+	if cfg.PlanInterval < time.Second || cfg.PlanInterval > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("PLAN_INTERVAL=%s: must be from 1s to 24h", cfg.PlanInterval))
 	}
 	cfg.WebhookTimeout = duration("WEBHOOK_TIMEOUT", 10*time.Second)
 	if cfg.WebhookTimeout > time.Minute {

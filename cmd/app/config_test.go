@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -49,6 +50,7 @@ func TestLoadConfig(t *testing.T) {
 		UnknownKeyRPS: 1, UnknownKeyBurst: 20, KeyCacheTTL: 5 * time.Second,
 		WebhookRetryFor: 24 * time.Hour, WebhookRetryInitial: 10 * time.Second, WebhookRetryMax: time.Hour,
 		WebhookTimeout: 10 * time.Second, WebhookDeliveryKeep: 168 * time.Hour,
+		PlanHorizon: 8 * 7 * 24 * time.Hour, PlanInterval: time.Minute,
 		RelayStream: "HEARTH", RelaySubjectPrefix: "hearth", RelayDuplicateWindow: 10 * time.Minute,
 		ReadReplicas: ReadReplicas{MaxLag: 5 * time.Second, CheckEvery: time.Second},
 	}
@@ -85,7 +87,7 @@ func TestLoadConfig(t *testing.T) {
 				"RATE_LIMIT_MERCHANT_BURST": "9", "RATE_LIMIT_MERCHANT_IN_FLIGHT": "4", "RATE_LIMIT_UNKNOWN_KEY_RPS": "0.2",
 				"RATE_LIMIT_UNKNOWN_KEY_BURST": "3", "KEY_CACHE_TTL": "1m", "TRUSTED_PROXIES": " 10.0.0.0/8, 192.0.2.7,2001:db8::/32 ,::ffff:198.51.100.1",
 				"WEBHOOK_RETRY_FOR": "48h", "WEBHOOK_RETRY_INITIAL": "1s", "WEBHOOK_RETRY_MAX": "10m", "WEBHOOK_TIMEOUT": "3s",
-				"WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_DELIVERY_KEEP": "24h",
+				"WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_DELIVERY_KEEP": "24h", "PLAN_HORIZON": "336h", "PLAN_INTERVAL": "10s",
 				"RELAY_NATS_URL": "nats://n1.example:4222, tls://u:p@n2.example:4222", "RELAY_STREAM": "CRM",
 				"RELAY_SUBJECT_PREFIX": "acme.crm", "RELAY_DUPLICATE_WINDOW": "1h",
 				"READ_REPLICA_URLS": "postgres://r1.example/hearth, postgres://r2.example:5433/hearth", "READMODEL_REPLICA_URLS": "postgres://rm-r1.example/reads",
@@ -107,6 +109,7 @@ func TestLoadConfig(t *testing.T) {
 					netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("198.51.100.1/32")},
 				WebhookRetryFor: 48 * time.Hour, WebhookRetryInitial: time.Second, WebhookRetryMax: 10 * time.Minute,
 				WebhookTimeout: 3 * time.Second, WebhookAllowPrivate: true, WebhookDeliveryKeep: 24 * time.Hour,
+				PlanHorizon: 14 * 24 * time.Hour, PlanInterval: 10 * time.Second,
 				RelayNATSURL: "nats://n1.example:4222, tls://u:p@n2.example:4222", RelayStream: "CRM",
 				RelaySubjectPrefix: "acme.crm", RelayDuplicateWindow: time.Hour,
 				ReadReplicas: ReadReplicas{URLs: []string{"postgres://r1.example/hearth", "postgres://r2.example:5433/hearth"},
@@ -460,4 +463,22 @@ func TestKeyringNew(t *testing.T) {
 
 	err = run(t.Context(), []string{"keyring", "new", "bad id"}, env(nil), io.Discard, io.Discard)
 	require.ErrorAs(t, err, new(usageError))
+}
+
+// The visit generator's settings: a bad one names itself.
+func TestPlanSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		vars map[string]string
+		want string
+	}{
+		{map[string]string{"PLAN_HORIZON": "30m"}, "PLAN_HORIZON=30m0s: must be from 1h to 8784h"},
+		{map[string]string{"PLAN_HORIZON": "10000h"}, "PLAN_HORIZON=10000h0m0s: must be from 1h to 8784h"},
+		{map[string]string{"PLAN_INTERVAL": "500ms"}, "PLAN_INTERVAL=500ms: must be from 1s to 24h"},
+	} {
+		vars := map[string]string{"DATABASE_URL": testDatabaseURL}
+		maps.Copy(vars, tc.vars)
+		_, _, err := loadConfig(env(vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+		require.ErrorContains(t, err, tc.want)
+	}
 }

@@ -20,7 +20,9 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/app/access"
 	"hearth/app/command"
+	"hearth/domain/civil"
 	"hearth/domain/event"
+	"hearth/domain/plan"
 	"hearth/domain/servicerequest"
 	"hearth/domain/uuid"
 	"hearth/internal/advisory"
@@ -40,20 +42,24 @@ func orderWriter(t *testing.T, url string) func() string { return newWriters(t, 
 type writers struct {
 	t                               *testing.T
 	merchantID, customerID, staffID string
+	itemID                          string
 	orders                          command.OrderHandlers
 	requests                        command.ServiceRequestHandlers
+	plans                           command.PlanHandlers
 	slot                            atomic.Int64 // the last hour booked
 }
 
 func newWriters(t *testing.T, url string) *writers {
 	t.Helper()
 	es := pgtest.Open(t, url)
-	w := &writers{t: t, merchantID: uuid.New(), customerID: uuid.New(), staffID: uuid.New()}
+	w := &writers{t: t, merchantID: uuid.New(), customerID: uuid.New(), staffID: uuid.New(), itemID: uuid.New()}
 	_, err := es.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, w.merchantID, "m-"+w.merchantID)
 	require.NoError(t, err)
 	_, err = es.DB.Exec(`INSERT INTO customers (id, merchant_id, name) VALUES ($1, $2, 'Ada')`, w.customerID, w.merchantID)
 	require.NoError(t, err)
 	_, err = es.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, 'Grace')`, w.staffID, w.merchantID)
+	require.NoError(t, err)
+	_, err = es.DB.Exec(`INSERT INTO catalog_items (id, merchant_id, name, base_price_cents) VALUES ($1, $2, 'Clean', 100)`, w.itemID, w.merchantID)
 	require.NoError(t, err)
 	store, err := pubsub.NewStore(es, nil, nil)
 	require.NoError(t, err)
@@ -62,6 +68,8 @@ func newWriters(t *testing.T, url string) *writers {
 	w.orders, err = command.NewOrderHandlers(tx)
 	require.NoError(t, err)
 	w.requests, err = command.NewServiceRequestHandlers(tx)
+	require.NoError(t, err)
+	w.plans, err = command.NewPlanHandlers(tx)
 	require.NoError(t, err)
 	return w
 }
@@ -78,12 +86,16 @@ func (w *writers) createOrder() string {
 }
 
 // every writes one event for every projection: an order, a service
-// request, and the order's assignment (its schedule). It returns the
-// order's id.
+// request, a service plan, and the order's assignment (its schedule). It
+// returns the order's id.
 func (w *writers) every() string {
 	id := w.createOrder()
 	_, err := w.requests.Create(context.Background(), command.CreateServiceRequest{Meta: w.meta(), CustomerID: w.customerID,
 		Source: "phone", Details: servicerequest.Details{Content: "a leaking tap"}})
+	require.NoError(w.t, err)
+	_, err = w.plans.Create(context.Background(), command.CreatePlan{Meta: w.meta(), CustomerID: w.customerID, CatalogItemID: w.itemID,
+		Window:     plan.Window{Start: civil.At(9, 0), End: civil.At(10, 0)},
+		Recurrence: plan.Recurrence{Frequency: plan.Monthly, Interval: 1, Start: civil.DateOf(time.Now(), time.UTC).AddDays(1)}})
 	require.NoError(w.t, err)
 	w.assign(id)
 	return id
@@ -220,7 +232,7 @@ func TestStaleTermStepsDown(t *testing.T) {
 	}
 }
 
-// Three workers share the three projections, one each, every projection
+// Four workers share the four projections, one each, every projection
 // writing under its own term; when one worker stops, another takes its
 // projection over; every event is applied exactly once.
 func TestProjectionsSpreadOverWorkers(t *testing.T) {
@@ -228,7 +240,7 @@ func TestProjectionsSpreadOverWorkers(t *testing.T) {
 	urls := pgtest.NewDB(t)
 	var workers []*worker
 	var stops []func()
-	for _, name := range []string{"w1", "w2", "w3"} {
+	for _, name := range []string{"w1", "w2", "w3", "w4"} { // one per projection
 		w := newWorker(t, urls, name)
 		workers = append(workers, w)
 		stops = append(stops, w.run(t))
@@ -310,7 +322,7 @@ func TestProjectionsSpreadOverWorkers(t *testing.T) {
 		var ok bool
 		lead, ok = leaders(rest)
 		return ok
-	}, 30*time.Second, 10*time.Millisecond, "the two left lead all three projections")
+	}, 30*time.Second, 10*time.Millisecond, "the three left lead all four projections")
 	require.Greater(t, lead["orders"].unit("orders").Term, ordersTerm)
 	_, err := ordersLeftover.Exec(t.Context(), "SELECT 1")
 	require.Error(t, err, "the new leader of orders ended the session left for orders")
@@ -397,7 +409,10 @@ func TestLeadershipVisible(t *testing.T) {
 	require.Contains(t, raw, `hearth_leader_is_leader{unit="hearth/projections/orders"} 0`+"\n")
 
 	p.run(t)
-	require.Eventually(t, func() bool { st := p.sched.Status(); return st.Leading == 3 && st.Workers == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		st := p.sched.Status()
+		return st.Leading == len(aggregates.Projections()) && st.Workers == 1
+	}, 10*time.Second, 5*time.Millisecond)
 	st := p.sched.Status()
 	// Each projection's lock session holds the older versions' lock shared,
 	// which keeps an older leader out during a rollout.
@@ -406,14 +421,14 @@ func TestLeadershipVisible(t *testing.T) {
 	require.NoError(t, p.dbs.es.DB.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND mode = 'ShareLock' AND objsubid = 1 AND classid = $1 AND objid = $2
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, uint32(uint64(guard)>>32), uint32(uint64(guard))).Scan(&guarded))
-	require.Equal(t, 3, guarded)
+	require.Equal(t, len(aggregates.Projections()), guarded)
 
 	status, raw = get("/admin/leadership", admin.Secret)
 	require.Equal(t, http.StatusOK, status, raw)
 	decode(raw)
 	require.Equal(t, 1, body.Workers)
-	require.Equal(t, 3, body.FairShare)
-	require.Equal(t, 3, body.Leading)
+	require.Equal(t, len(aggregates.Projections()), body.FairShare)
+	require.Equal(t, len(aggregates.Projections()), body.Leading)
 	for i, u := range st.Units {
 		got := body.Units[i]
 		require.Equal(t, u.Name, got.Name)
@@ -445,7 +460,7 @@ func TestLeadershipVisible(t *testing.T) {
 	require.Contains(t, raw, fmt.Sprintf(`hearth_leader_term{unit="hearth/projections/orders"} %d`+"\n", st.Units[0].Term))
 	require.Contains(t, raw, `hearth_leader_since_seconds{unit="hearth/projections/orders"} `)
 	require.Contains(t, raw, "hearth_leader_workers 1\n")
-	require.Contains(t, raw, "hearth_leader_fair_share 3\n")
+	require.Contains(t, raw, fmt.Sprintf("hearth_leader_fair_share %d\n", len(aggregates.Projections())))
 	require.Eventually(t, func() bool { // /readyz answers from a check at most readyFor old
 		_, raw = get("/readyz", admin.Secret)
 		decode(raw)

@@ -247,6 +247,8 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	schedulesRead, err := readmodel.NewSchedules(apiRM)
 	must(err)
+	plansRead, err := readmodel.NewPlans(apiRM)
+	must(err)
 	hooks, err := webhooks.NewStore(apiES.DB, sealer(cfg.MasterKeys))
 	must(err)
 	sender, err := webhooks.NewSender(webhooks.SenderConfig{Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivate})
@@ -270,6 +272,16 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	a.Commands.ServiceRequests, err = command.NewServiceRequestHandlers(tx)
 	must(err)
 	a.Commands.Schedules, err = command.NewScheduleHandlers(tx)
+	must(err)
+	a.Commands.Plans, err = command.NewPlanHandlers(tx)
+	must(err)
+	a.Commands.Calendar, err = command.NewCalendar(ref)
+	must(err)
+	a.Queries.Plans, err = query.NewPlans(plansRead, ref)
+	must(err)
+	a.Queries.Calendar, err = query.NewCalendar(ref)
+	must(err)
+	a.Queries.PlanVisits, err = query.NewPlanVisits(store)
 	must(err)
 	a.Queries.Customers, err = query.NewRecords(customers)
 	must(err)
@@ -387,7 +399,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if relayUnit != nil {
 		extra = append(extra, *relayUnit)
 	}
-	extra = append(extra, webhookUnit(cfg, w, log))
+	extra = append(extra, webhookUnit(cfg, w, log), planUnit(cfg, log))
 	var sched *leader.Scheduler
 	if cfg.Mode != ModeAPI {
 		if sched, err = newScheduler(cfg, dbs, w, log, extra...); err != nil {

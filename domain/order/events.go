@@ -20,6 +20,10 @@ type Created struct {
 	ScheduledEndAt   *time.Time `json:"scheduled_end_at,omitempty"`
 	Status           Status     `json:"status"`
 	event.Erasure
+	// PlanID and VisitDate name the service plan visit the order was
+	// generated for (its original local date); empty for other orders.
+	PlanID    string `json:"plan_id,omitempty"`
+	VisitDate string `json:"visit_date,omitempty"`
 }
 
 // DetailsUpdated carries the new customer, amount and notes.

@@ -108,6 +108,9 @@ type NewOrder struct {
 	Notes            string
 	ScheduledStartAt *time.Time
 	ScheduledEndAt   *time.Time
+	// PlanID and VisitDate (YYYY-MM-DD) name the service plan visit the
+	// order is generated for, if any.
+	PlanID, VisitDate string
 }
 
 // Limits on free text, in characters.
@@ -124,6 +127,9 @@ func New(in NewOrder) (*Order, error) {
 	}
 	if in.RequestID != "" && !uuid.Valid(in.RequestID) {
 		errs.Add("request_id", "must be a UUID")
+	}
+	if in.PlanID != "" && !uuid.Valid(in.PlanID) {
+		errs.Add("plan_id", "must be a UUID")
 	}
 	checkDetails(&errs, Details{CustomerID: in.CustomerID, AmountCents: in.AmountCents, Notes: in.Notes})
 	if (in.ScheduledStartAt == nil) != (in.ScheduledEndAt == nil) {
@@ -144,6 +150,8 @@ func New(in NewOrder) (*Order, error) {
 		ScheduledStartAt: event.InstantPtr(in.ScheduledStartAt),
 		ScheduledEndAt:   event.InstantPtr(in.ScheduledEndAt),
 		Status:           StatusPending,
+		PlanID:           in.PlanID,
+		VisitDate:        in.VisitDate,
 	})
 	return o, nil
 }

@@ -66,8 +66,8 @@ func (Ended) EventType() string        { return "ServicePlanEnded" }
 func EventTypes() []string { return registry.Types() }
 
 // Decode turns a stored plan event back into its type.
-func Decode(eventType string, data []byte) (event.Event, error) {
-	return registry.Decode(eventType, data)
+func Decode(eventType string, data []byte, more ...[]byte) (event.Event, error) {
+	return registry.Decode(eventType, data, more...)
 }
 
 var registry = event.Registry{

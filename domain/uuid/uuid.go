@@ -6,6 +6,7 @@ package uuid
 
 import (
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/hex"
 )
 
@@ -59,3 +60,23 @@ func Valid(s string) bool {
 	_, ok := Parse(s)
 	return ok
 }
+
+// FromName returns the name-based (version 5, SHA-1) UUID of name in
+// Hearth's own namespace: the same name always gives the same id, so a
+// second attempt at creating the thing named (an order for one visit of a
+// plan) meets the first one's stream instead of starting another.
+func FromName(name string) string {
+	h := sha1.New()
+	h.Write(namespace[:])
+	h.Write([]byte(name))
+	var b [16]byte
+	copy(b[:], h.Sum(nil))
+	b[6] = b[6]&0x0f | 0x50
+	b[8] = b[8]&0x3f | 0x80
+	s := hex.EncodeToString(b[:])
+	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:]
+}
+
+// namespace is Hearth's namespace of name-based ids (itself a random
+// UUID, fixed for ever: changing it changes every derived id).
+var namespace = [16]byte{0x6c, 0x1f, 0x0e, 0x8a, 0x3b, 0x52, 0x4d, 0x1e, 0x9f, 0x27, 0x5a, 0x80, 0x1c, 0x44, 0xd3, 0x9b}

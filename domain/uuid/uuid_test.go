@@ -29,3 +29,10 @@ func TestParse(t *testing.T) {
 		require.False(t, ok, bad)
 	}
 }
+
+func TestFromName(t *testing.T) {
+	a, b := uuid.FromName("plan/2026-12-07"), uuid.FromName("plan/2026-12-14")
+	if a != uuid.FromName("plan/2026-12-07") || a == b || !uuid.Valid(a) || a[14] != '5' {
+		t.Fatalf("FromName: %s, %s", a, b)
+	}
+}

@@ -20,6 +20,9 @@
 //     session-level, on the event store; its term has its own row in
 //     projection_leader, and is copied to event_store_terms, which fences
 //     the delivery's writes to the event store.
+//   - [Plans] ("hearth/plans"): the leadership lock of the visit
+//     generator (cmd/app: a Scheduler unit), fenced in the event store as
+//     Webhooks is.
 //   - [Rebuild](projection) ("hearth/rebuild/<projection>"): one rebuild of a
 //     projection at a time (adapters/readmodel), session-level, on the read
 //     model.
@@ -71,6 +74,11 @@ const Relay = "hearth/relay"
 
 // Webhooks names the leadership lock of webhook delivery.
 const Webhooks = "hearth/webhooks"
+
+// Plans names the leadership lock of the visit generator (service plans
+// turned into orders ahead); its term is copied to event_store_terms, as
+// Webhooks' is.
+const Plans = "hearth/plans"
 
 // Rebuild names the lock that keeps two rebuilds of one projection apart.
 func Rebuild(projection string) string { return "hearth/rebuild/" + projection }

@@ -17,6 +17,7 @@ package aggregates
 import (
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 )
@@ -63,6 +64,10 @@ var (
 		Type: schedule.StreamType, Decode: schedule.Decode, Personal: schedule.Personal,
 		Topic: "schedules", Projection: "schedules", Table: "schedules",
 	}, Rehydrate: schedule.Rehydrate}
+	Plan = Kind[*plan.Plan]{Facts: Facts{
+		Type: plan.StreamType, Decode: plan.Decode,
+		Topic: "plans", Projection: "plans", Table: "plans",
+	}, Rehydrate: plan.Rehydrate}
 )
 
 // Subjects are the data subjects' own streams (event.SubjectStreamType):
@@ -76,7 +81,7 @@ var Subjects = Facts{Type: event.SubjectStreamType, Decode: event.DecodeSubject,
 func Outbound() []Facts { return append(All(), Subjects) }
 
 // All returns every aggregate type, sorted by projection name.
-func All() []Facts { return []Facts{Order.Facts, Schedule.Facts, ServiceRequest.Facts} }
+func All() []Facts { return []Facts{Order.Facts, Plan.Facts, Schedule.Facts, ServiceRequest.Facts} }
 
 // ByType returns the aggregate type of a stream type.
 func ByType(streamType string) (Facts, bool) { return byType(All(), streamType) }

@@ -12,7 +12,7 @@ import (
 func TestRegistry(t *testing.T) {
 	t.Parallel()
 	names := aggregates.Projections()
-	require.Equal(t, []string{"orders", "schedules", "service_requests"}, names)
+	require.Equal(t, []string{"orders", "plans", "schedules", "service_requests"}, names)
 	require.True(t, slices.IsSorted(names))
 	types := map[string]bool{}
 	for _, f := range aggregates.All() {

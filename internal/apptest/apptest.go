@@ -18,6 +18,7 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 	"hearth/domain/uuid"
@@ -36,6 +37,8 @@ type Transactor struct {
 	position int64
 	bookings map[string]Booking // by schedule id
 	refs     map[string]ref     // by merchant id + "/" + record id
+	zones    map[string]string  // merchant time zones, by merchant id
+	visits   map[string]command.PlanVisit
 }
 
 // Booking is a schedule's hold on its staff member's time.
@@ -54,7 +57,14 @@ type ref struct {
 
 // New returns an empty store.
 func New() *Transactor {
-	return &Transactor{streams: map[string][]event.Recorded{}, at: map[string]int64{}, bookings: map[string]Booking{}, refs: map[string]ref{}}
+	return &Transactor{streams: map[string][]event.Recorded{}, at: map[string]int64{}, bookings: map[string]Booking{}, refs: map[string]ref{}, zones: map[string]string{}, visits: map[string]command.PlanVisit{}}
+}
+
+// SetTimeZone sets the merchant's time zone (UTC until set).
+func (t *Transactor) SetTimeZone(merchantID, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.zones[merchantID] = name
 }
 
 // AddCustomer adds a customer of the merchant.
@@ -260,6 +270,46 @@ func (s *session) ServiceRequest(_ context.Context, id string) (*servicerequest.
 
 func (s *session) Schedule(_ context.Context, id string) (*schedule.Schedule, error) {
 	return load(s, schedule.StreamType, id, schedule.Rehydrate)
+}
+
+func (s *session) ServicePlan(_ context.Context, id string) (*plan.Plan, error) {
+	return load(s, plan.StreamType, id, plan.Rehydrate)
+}
+
+func (s *session) AddServicePlan(p *plan.Plan) { s.track(plan.StreamType, p, nil) }
+
+func (s *session) MerchantTimeZone(context.Context) (string, error) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	if tz, ok := s.t.zones[s.meta.MerchantID]; ok {
+		return tz, nil
+	}
+	return "UTC", nil
+}
+
+// PlanVisits and SaveVisit keep the generator's ledger; rows are written
+// at once (the in-memory store keeps no transaction of them).
+func (s *session) PlanVisits(_ context.Context, planID string) ([]command.PlanVisit, error) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	var out []command.PlanVisit
+	for _, v := range s.t.visits {
+		if v.PlanID == planID {
+			v.Existing = true
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func (s *session) SaveVisit(_ context.Context, v command.PlanVisit) error {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	if _, ok := s.t.visits[v.Key]; ok && !v.Existing {
+		return &apperr.ConflictError{Detail: "visit " + v.Key + " has an order already"}
+	}
+	s.t.visits[v.Key] = v
+	return nil
 }
 
 func (s *session) AddOrder(o *order.Order) { s.track(order.StreamType, o, nil) }

@@ -38,6 +38,7 @@ type world struct {
 	merchant string
 	customer string
 	staff    string
+	item     string   // a catalog item, for the writer's service plans
 	started  int      // workers started so far, for names
 	env      []string // more environment for every process (NAME=value)
 }
@@ -67,6 +68,10 @@ func newWorld(t *testing.T, urls pgtest.URLs, workers int, env ...string) *world
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status)
 	w.staff = c.ID
+	status, err = call(http.MethodPost, w.url("/v1/catalog-items"), w.key, map[string]any{"name": "Chaos Clean", "base_price_cents": 100}, &c)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status)
+	w.item = c.ID
 	return w
 }
 
@@ -168,7 +173,7 @@ func (w *world) startWriter(interval time.Duration) *writer {
 	})
 	go func() {
 		defer close(wr.done)
-		var orders, requests []string
+		var orders, requests, plans []string
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		window := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -185,8 +190,23 @@ func (w *world) startWriter(interval time.Duration) *writer {
 			var status int
 			var err error
 			// Each projection gets an event every third tick: orders,
-			// service requests, and schedules (an order's assignment).
+			// service requests, and schedules (an order's assignment);
+			// every seventh tick goes to service plans instead.
 			switch {
+			case i%7 == 6 && len(plans) < 5:
+				status, err = call(http.MethodPost, w.url("/v1/plans"), w.key, map[string]any{"customer_id": w.customer,
+					"catalog_item_id": w.item, "window": map[string]any{"start": "09:00", "end": "10:00"},
+					"recurrence": map[string]any{"frequency": "monthly", "interval": 1, "start": time.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)}}, &o)
+				if err == nil && status == http.StatusCreated {
+					plans = append(plans, o.ID)
+				}
+			case i%7 == 6:
+				id := plans[rand.IntN(len(plans))]
+				action := "pause"
+				if i%2 == 0 {
+					action = "resume"
+				}
+				status, err = call(http.MethodPost, w.url("/v1/plans/"+id+"/"+action), w.key, nil, &o)
 			case i%3 == 0 && (len(orders) < 10 || i%5 == 0):
 				status, err = call(http.MethodPost, w.url("/v1/orders"), w.key, map[string]any{"customer_id": w.customer, "amount_cents": i}, &o)
 				if err == nil && status == http.StatusCreated {

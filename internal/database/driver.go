@@ -139,6 +139,14 @@ func WithBegin(ctx context.Context, stmt string) context.Context {
 	return context.WithValue(ctx, beginKey{}, stmt)
 }
 
+// BeginStatement returns the statement WithBegin put in ctx ("" when
+// none), for a transaction begun otherwise (a pgx batch that carries its
+// own BEGIN: adapters/pubsub's sessions).
+func BeginStatement(ctx context.Context) string {
+	stmt, _ := ctx.Value(beginKey{}).(string)
+	return stmt
+}
+
 func (c bareQueryConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	stmt, _ := ctx.Value(beginKey{}).(string)
 	if stmt == "" {

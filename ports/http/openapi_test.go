@@ -256,12 +256,12 @@ func TestOpenAPIConditionalAndIdempotentHeaders(t *testing.T) {
 			require.Equal(t, rt.etag, param(op, "IfMatch"), "%s: If-Match exactly where versions are", rt.pattern)
 			require.Contains(t, op.Responses, "412", rt.pattern)
 		}
-		if method == http.MethodGet && slices.Contains([]string{"/v1/orders/{id}", "/v1/service-requests/{id}", "/v1/schedules/{id}", "/v1/webhook-endpoints/{id}"}, path) {
+		if method == http.MethodGet && slices.Contains([]string{"/v1/orders/{id}", "/v1/service-requests/{id}", "/v1/schedules/{id}", "/v1/webhook-endpoints/{id}", "/v1/plans/{id}"}, path) {
 			require.True(t, param(op, "IfNoneMatch"), rt.pattern)
 			require.Contains(t, op.Responses, "304", rt.pattern)
 		}
 	}
-	require.Equal(t, 24, writes, "the writes under /v1")
+	require.Equal(t, 33, writes, "the writes under /v1")
 }
 
 // The document's text patterns agree with the decoder's: the fields it

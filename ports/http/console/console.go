@@ -181,6 +181,10 @@ func (c *Console) routes() {
 	m.Handle("GET /console/orders", c.with(op, c.orders))
 	m.Handle("GET /console/orders/{id}", c.with(op, c.show(c.orderPage, "order-live")))
 	m.Handle("POST /console/orders/{id}/{action}", c.with(op, c.orderAction))
+	m.Handle("GET /console/plans", c.with(op, c.show(c.plansPage)))
+	m.Handle("POST /console/plans", c.with(op, c.createPlan))
+	m.Handle("GET /console/plans/{id}", c.with(op, c.show(c.planPage)))
+	m.Handle("POST /console/plans/{id}/{action}", c.with(op, c.planAction))
 	for _, k := range c.recordKinds() {
 		m.Handle("GET /console/"+k.path, c.with(op, k.list))
 		m.Handle("POST /console/"+k.path, c.with(op, k.create))

@@ -1,0 +1,68 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"hearth/domain/apperr"
+	"hearth/domain/availability"
+	"hearth/domain/civil"
+	"hearth/domain/event"
+	"hearth/domain/uuid"
+)
+
+// CalendarStore stores the merchant's calendar settings: its time zone
+// and its staff members' working hours (reference data, in the event
+// store's database).
+type CalendarStore interface {
+	SetTimeZone(ctx context.Context, merchantID, name string) error
+	// PutStaffHours replaces the staff member's working hours;
+	// apperr.ErrNotFound when the merchant has no such staff member.
+	PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours) error
+}
+
+// Calendar changes the merchant's time zone and its staff members'
+// working hours.
+type Calendar struct {
+	store CalendarStore
+}
+
+// NewCalendar checks its dependency.
+func NewCalendar(store CalendarStore) (Calendar, error) {
+	if store == nil {
+		return Calendar{}, errors.New("command.NewCalendar: nil store")
+	}
+	return Calendar{store: store}, nil
+}
+
+// SetTimeZone sets the merchant's time zone, an IANA name. Plans created
+// afterwards take it; existing plans keep the zone they were created in.
+func (c Calendar) SetTimeZone(ctx context.Context, merchantID, name string) error {
+	if _, err := civil.LoadZone("time_zone", name); err != nil {
+		return err
+	}
+	return c.store.SetTimeZone(ctx, merchantID, name)
+}
+
+// PutStaffHours replaces a staff member's working hours, exceptions and
+// catalog items.
+func (c Calendar) PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours, now time.Time) (availability.StaffHours, error) {
+	if !uuid.Valid(h.StaffID) {
+		return h, apperr.ErrNotFound
+	}
+	if err := h.Check(); err != nil {
+		return h, err
+	}
+	h.CatalogItemIDs = append([]string{}, h.CatalogItemIDs...)
+	h.Exceptions = append([]availability.Exception{}, h.Exceptions...)
+	for i := range h.Week {
+		h.Week[i] = append([]availability.Shift{}, h.Week[i]...)
+	}
+	slices.Sort(h.CatalogItemIDs)
+	h.CatalogItemIDs = slices.Compact(h.CatalogItemIDs)
+	slices.SortFunc(h.Exceptions, func(a, b availability.Exception) int { return a.Date.Compare(b.Date) })
+	h.UpdatedAt = event.Instant(now)
+	return h, c.store.PutStaffHours(ctx, merchantID, h)
+}

@@ -1,0 +1,463 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"hearth/domain/apperr"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/plan"
+	"hearth/domain/schedule"
+	"hearth/domain/uuid"
+)
+
+// PlanVisit is the visit generator's record of one visit of a plan it
+// turned into an order (the ledger, one row per visit key).
+type PlanVisit struct {
+	Key, PlanID, OrderID string
+	StartAt, EndAt       time.Time
+	StaffID              string // the staff member the visit was booked for; "" when unassigned
+	PriceCents           int64
+	// UnassignedReason says why a visit whose plan prefers a staff member
+	// has none.
+	UnassignedReason string
+	// Cancelled: the plan no longer has the visit; its order was cancelled.
+	Cancelled bool
+	// Existing marks a row read from the ledger (PlanVisits sets it):
+	// saving it updates the row instead of inserting a new one.
+	Existing bool `json:"-"`
+}
+
+// differs reports whether the plan's visit v is no longer what the ledger
+// row says was ordered (moved, another window, price or staff member).
+func (r PlanVisit) differs(v plan.Visit) bool {
+	return !r.StartAt.Equal(v.StartAt) || !r.EndAt.Equal(v.EndAt) || r.PriceCents != v.PriceCents ||
+		(r.StaffID != v.StaffID && !(r.StaffID == "" && r.UnassignedReason != "" && v.StaffID != ""))
+}
+
+// VisitOrderID is the id of the order of the visit with key: derived from
+// the key, so that whoever creates it, and however often, it is one stream.
+func VisitOrderID(key string) string { return uuid.FromName("order/" + key) }
+
+// VisitGenerator turns service plans into orders and schedules, one order
+// per visit, ahead of time. Each visit is its own transaction: the order's
+// events, its schedule and booking, and the ledger row commit together or
+// not at all, and the order's id is derived from the visit's key, so a
+// second attempt (a retry, another worker, a new leader after a crash)
+// finds the ledger row, or loses on the order's stream, and creates
+// nothing.
+type VisitGenerator struct {
+	tx Transactor
+	// Between, when set, runs before each visit's transaction (tests stop
+	// a run there).
+	Between func(ctx context.Context)
+}
+
+// NewVisitGenerator checks its dependency.
+func NewVisitGenerator(tx Transactor) (*VisitGenerator, error) {
+	if tx == nil {
+		return nil, errors.New("command.NewVisitGenerator: nil transactor")
+	}
+	return &VisitGenerator{tx: tx}, nil
+}
+
+// GeneratorActor is the subject of the events the generator appends.
+const GeneratorActor = "system:plans"
+
+// GenerateVisits brings one plan's orders up to date for [Now, Now+Horizon).
+type GenerateVisits struct {
+	MerchantID, PlanID string
+	Now                time.Time
+	Horizon            time.Duration
+}
+
+// VisitsDone counts what one run of a plan did.
+type VisitsDone struct {
+	Created, Unassigned, Replanned, Cancelled int
+}
+
+// Plan handles GenerateVisits: it creates the orders of the plan's visits
+// that start in the range and have none, and cancels the orders of visits
+// not started yet that the plan no longer has (skipped, moved away by a
+// change, after a pause or the end). Started and finished visits are never
+// touched. It stops at the first error, ctx's included; what it committed
+// stays, and the next run carries on from there.
+func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDone, error) {
+	var done VisitsDone
+	meta := event.Meta{MerchantID: cmd.MerchantID, Actor: GeneratorActor, CorrelationID: uuid.New(), OccurredAt: event.Instant(cmd.Now)}
+	until := cmd.Now.Add(cmd.Horizon)
+	var want []plan.Visit
+	var ledger []PlanVisit
+	if _, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
+		p, err := s.ServicePlan(ctx, cmd.PlanID)
+		if err != nil {
+			return err
+		}
+		if ledger, err = s.PlanVisits(ctx, cmd.PlanID); err != nil {
+			return err
+		}
+		want = p.Visits(cmd.Now, until)
+		return nil
+	}); err != nil {
+		return done, err
+	}
+	have := map[string]PlanVisit{}
+	for _, v := range ledger {
+		have[v.Key] = v
+	}
+	wanted := map[string]bool{}
+	for _, v := range want {
+		wanted[v.Key] = true
+		if r, ok := have[v.Key]; ok {
+			if r.Cancelled || !r.StartAt.After(cmd.Now) || !r.differs(v) {
+				continue
+			}
+			if g.Between != nil {
+				g.Between(ctx)
+			}
+			moved, err := g.replan(ctx, meta, cmd.PlanID, v.Key, cmd.Now, until)
+			if err != nil {
+				return done, err
+			}
+			if moved {
+				done.Replanned++
+			}
+			continue
+		}
+		if g.Between != nil {
+			g.Between(ctx)
+		}
+		created, err := g.create(ctx, meta, cmd.PlanID, v.Key, cmd.Now, until)
+		if err != nil {
+			return done, err
+		}
+		if created != nil {
+			done.Created++
+			if created.UnassignedReason != "" {
+				done.Unassigned++
+			}
+		}
+	}
+	for _, v := range ledger {
+		if v.Cancelled || wanted[v.Key] || !v.StartAt.After(cmd.Now) {
+			continue
+		}
+		if g.Between != nil {
+			g.Between(ctx)
+		}
+		cancelled, err := g.cancel(ctx, meta, cmd.PlanID, v.Key, cmd.Now)
+		if err != nil {
+			return done, err
+		}
+		if cancelled {
+			done.Cancelled++
+		}
+	}
+	return done, nil
+}
+
+// create creates the order of the visit with key, in one transaction, if
+// the plan still has it and nobody created it yet; nil when it did not.
+func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, key string, now, until time.Time) (*PlanVisit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var rec *PlanVisit
+	_, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
+		rec = nil
+		p, err := s.ServicePlan(ctx, planID)
+		if err != nil {
+			return err
+		}
+		var v plan.Visit
+		for _, x := range p.Visits(now, until) {
+			if x.Key == key {
+				v = x
+			}
+		}
+		ledger, err := s.PlanVisits(ctx, planID)
+		if err != nil {
+			return err
+		}
+		for _, l := range ledger {
+			if l.Key == key {
+				return nil // created meanwhile
+			}
+		}
+		if v.Key == "" {
+			return nil // gone meanwhile
+		}
+		r := PlanVisit{Key: key, PlanID: planID, OrderID: VisitOrderID(key), StartAt: v.StartAt, EndAt: v.EndAt, PriceCents: v.PriceCents}
+		var sch *schedule.Schedule
+		if v.StaffID != "" {
+			if sch, r.UnassignedReason, err = book(ctx, s, r.OrderID, p.CustomerID(), v); err != nil {
+				return err
+			}
+		}
+		notes := fmt.Sprintf("Visit of %s, service plan %s.", v.Date, planID)
+		if r.UnassignedReason != "" {
+			notes += " Not assigned: " + r.UnassignedReason
+		}
+		o, err := order.New(order.NewOrder{ID: r.OrderID, CustomerID: p.CustomerID(), AmountCents: v.PriceCents, Notes: notes,
+			ScheduledStartAt: &v.StartAt, ScheduledEndAt: &v.EndAt, PlanID: planID, VisitDate: v.Date.String()})
+		if err != nil {
+			return err
+		}
+		s.AddOrder(o)
+		if sch != nil {
+			r.StaffID = v.StaffID
+			if err := o.Assign(order.Assignment{StaffID: v.StaffID, StartAt: v.StartAt, EndAt: v.EndAt}); err != nil {
+				return err
+			}
+			s.AddSchedule(sch)
+		}
+		rec = &r
+		return s.SaveVisit(ctx, r)
+	})
+	var conflict *apperr.ConflictError
+	if errors.As(err, &conflict) {
+		return nil, nil // another attempt created it first: its ledger row and order stand
+	}
+	return rec, err
+}
+
+// book books the preferred staff member for the visit; when the staff
+// member is inactive or already booked over the window, no schedule and
+// the reason.
+func book(ctx context.Context, s Session, orderID, customerID string, v plan.Visit) (*schedule.Schedule, string, error) {
+	return bookAs(ctx, s, uuid.FromName("schedule/"+v.Key), orderID, customerID, v)
+}
+
+// bookAs is book with the schedule's id.
+func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID string, v plan.Visit) (*schedule.Schedule, string, error) {
+	exists, active, err := s.StaffActive(ctx, v.StaffID)
+	if err != nil {
+		return nil, "", err
+	}
+	if !exists || !active {
+		return nil, fmt.Sprintf("the preferred staff member %s is not active", v.StaffID), nil
+	}
+	sch, err := schedule.New(scheduleID, orderID, customerID, schedule.Window{StaffID: v.StaffID, StartAt: v.StartAt, EndAt: v.EndAt}, "")
+	if err != nil {
+		return nil, "", err
+	}
+	err = s.Book(ctx, sch)
+	var conflict *apperr.ConflictError
+	if errors.As(err, &conflict) {
+		return nil, conflict.Detail, nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return sch, "", nil
+}
+
+// cancel cancels the order of a visit the plan no longer has, unless it
+// has started or ended; it reports whether it did.
+func (g *VisitGenerator) cancel(ctx context.Context, meta event.Meta, planID, key string, now time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	cancelled := false
+	_, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
+		cancelled = false
+		ledger, err := s.PlanVisits(ctx, planID)
+		if err != nil {
+			return err
+		}
+		var r PlanVisit
+		for _, l := range ledger {
+			if l.Key == key {
+				r = l
+			}
+		}
+		if r.Key == "" || r.Cancelled || !r.StartAt.After(now) {
+			return nil
+		}
+		p, err := s.ServicePlan(ctx, planID)
+		if err != nil {
+			return err
+		}
+		for _, v := range p.Visits(now, r.StartAt.Add(time.Second)) {
+			if v.Key == key {
+				return nil // still planned
+			}
+		}
+		o, err := s.Order(ctx, r.OrderID)
+		if err != nil {
+			return err
+		}
+		r.Cancelled = true
+		switch o.Status() {
+		case order.StatusInService, order.StatusCompleted:
+			return nil // started or done: never touched
+		case order.StatusCancelled:
+			return s.SaveVisit(ctx, r)
+		}
+		if err := o.Cancel("the service plan no longer has this visit"); err != nil {
+			return err
+		}
+		sch, found, err := s.LiveSchedule(ctx, o.ID())
+		if err != nil {
+			return err
+		}
+		if found {
+			if err := sch.ChangeStatus(schedule.StatusCancelled); err != nil {
+				return err
+			}
+			if err := s.Book(ctx, sch); err != nil {
+				return err
+			}
+		}
+		cancelled = true
+		return s.SaveVisit(ctx, r)
+	})
+	var conflict *apperr.ConflictError
+	if errors.As(err, &conflict) {
+		return false, nil // changed meanwhile: the next run looks again
+	}
+	return cancelled, err
+}
+
+// PlanRef names one plan of one merchant.
+type PlanRef struct{ MerchantID, PlanID string }
+
+// PlanLister lists every service plan (all merchants'), oldest first.
+type PlanLister interface {
+	ListPlans(ctx context.Context) ([]PlanRef, error)
+}
+
+// All runs Plan over every plan the lister lists, in order; it stops at
+// the first error (ctx's included). Plans that ended are cheap: they have
+// no visit to create, and only their cancellations to make.
+func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Time, horizon time.Duration) (VisitsDone, error) {
+	var total VisitsDone
+	refs, err := plans.ListPlans(ctx)
+	if err != nil {
+		return total, err
+	}
+	for _, r := range refs {
+		done, err := g.Plan(ctx, GenerateVisits{MerchantID: r.MerchantID, PlanID: r.PlanID, Now: now, Horizon: horizon})
+		total.Created += done.Created
+		total.Unassigned += done.Unassigned
+		total.Replanned += done.Replanned
+		total.Cancelled += done.Cancelled
+		if err != nil {
+			return total, fmt.Errorf("plan %s: %w", r.PlanID, err)
+		}
+	}
+	return total, nil
+}
+
+// replan brings the order of a visit not started yet in line with the
+// plan's visit (moved, or changed from an earlier visit on): its price, and
+// its window with the preferred staff member booked anew, or unassigned
+// with the reason when the staff member is busy then. An order that has
+// started, ended or was cancelled by hand is left alone.
+func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, key string, now, until time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	replanned := false
+	_, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
+		replanned = false
+		ledger, err := s.PlanVisits(ctx, planID)
+		if err != nil {
+			return err
+		}
+		var r PlanVisit
+		for _, l := range ledger {
+			if l.Key == key {
+				r = l
+			}
+		}
+		if r.Key == "" || r.Cancelled || !r.StartAt.After(now) {
+			return nil
+		}
+		p, err := s.ServicePlan(ctx, planID)
+		if err != nil {
+			return err
+		}
+		var v plan.Visit
+		for _, x := range p.Visits(now, until) {
+			if x.Key == key {
+				v = x
+			}
+		}
+		if v.Key == "" || !r.differs(v) {
+			return nil
+		}
+		o, err := s.Order(ctx, r.OrderID)
+		if err != nil {
+			return err
+		}
+		switch o.Status() {
+		case order.StatusPending, order.StatusConfirmed, order.StatusDispatching:
+		default:
+			return nil // started, done or cancelled by hand: never touched
+		}
+		sch, live, err := s.LiveSchedule(ctx, o.ID())
+		if err != nil {
+			return err
+		}
+		r.UnassignedReason = ""
+		var booked *schedule.Schedule
+		if v.StaffID != "" {
+			// A stand-in of the schedule with the new window tries the
+			// booking (its savepoint keeps the old one on a clash).
+			id := uuid.FromName(fmt.Sprintf("schedule/%s/%d", key, v.StartAt.Unix()))
+			if live {
+				id = sch.ID()
+			}
+			if booked, r.UnassignedReason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), v); err != nil {
+				return err
+			}
+		}
+		d := o.Details()
+		d.AmountCents = v.PriceCents
+		if booked == nil {
+			note := fmt.Sprintf(" Moved to %s.", v.StartAt.Format(time.RFC3339))
+			if r.UnassignedReason != "" {
+				note += " Not assigned: " + r.UnassignedReason
+			}
+			d.Notes += note
+		}
+		if err := o.UpdateDetails(d); err != nil {
+			return err
+		}
+		switch {
+		case booked != nil && live:
+			if err := sch.Reassign(booked.Window()); err != nil {
+				return err
+			}
+		case booked != nil:
+			s.AddSchedule(booked)
+		case live: // no staff member now, or busy: the old booking goes
+			if err := sch.ChangeStatus(schedule.StatusCancelled); err != nil {
+				return err
+			}
+			if err := s.Book(ctx, sch); err != nil {
+				return err
+			}
+			o.Unassign()
+		}
+		r.StaffID = ""
+		if booked != nil {
+			r.StaffID = v.StaffID
+			if err := o.Assign(order.Assignment{StaffID: v.StaffID, StartAt: v.StartAt, EndAt: v.EndAt}); err != nil {
+				return err
+			}
+		}
+		r.StartAt, r.EndAt, r.PriceCents = v.StartAt, v.EndAt, v.PriceCents
+		replanned = true
+		return s.SaveVisit(ctx, r)
+	})
+	var conflict *apperr.ConflictError
+	if errors.As(err, &conflict) {
+		return false, nil // changed meanwhile: the next run looks again
+	}
+	return replanned, err
+}

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
+	"hearth/app/command"
+	"hearth/internal/pgtest"
+)
+
+// generatorEnv is a plan of four weekly visits, preferring staff member A,
+// and generators on the real event store.
+type generatorEnv struct {
+	a      *api
+	planID string
+	plans  *pubsub.Plans
+	now    time.Time
+}
+
+func newGeneratorEnv(t *testing.T) generatorEnv {
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	item := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Weekly clean", "base_price_cents": 4500})
+	start := time.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)
+	r := a.must(http.StatusCreated, http.MethodPost, "/v1/plans", a.opA, map[string]any{
+		"customer_id": customer, "catalog_item_id": item, "staff_id": a.staffA,
+		"window":     map[string]any{"start": "09:00", "end": "11:00"},
+		"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": start, "count": 4}})
+	plans, err := pubsub.NewPlans(a.dbs.es.DB)
+	require.NoError(t, err)
+	return generatorEnv{a: a, planID: r.Body["id"].(string), plans: plans, now: time.Now().UTC()}
+}
+
+func (e generatorEnv) generator(t *testing.T) *command.VisitGenerator {
+	store, err := pubsub.NewStore(e.a.dbs.es, nil, nil)
+	require.NoError(t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	g, err := command.NewVisitGenerator(tx)
+	require.NoError(t, err)
+	return g
+}
+
+func (e generatorEnv) run(t *testing.T, g *command.VisitGenerator) (command.VisitsDone, error) {
+	return g.All(t.Context(), e.plans, e.now, 8*7*24*time.Hour)
+}
+
+// orders counts the OrderCreated events of the plan's visits, and the
+// ledger's rows: exactly one per occurrence is the promise.
+func (e generatorEnv) orders(t *testing.T) (created, ledger int) {
+	ctx, db := t.Context(), e.a.dbs.es.DB
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM events WHERE type = 'OrderCreated'
+		AND stream_id IN (SELECT order_id FROM plan_visits WHERE plan_id = $1)`, e.planID).Scan(&created))
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM plan_visits WHERE plan_id = $1`, e.planID).Scan(&ledger))
+	var all int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM events WHERE type = 'OrderCreated' AND actor = $1`, command.GeneratorActor).Scan(&all))
+	require.Equal(t, created, all, "no generated order outside the ledger")
+	return created, ledger
+}
+
+// Twice in a row and then two generators at once: one order per visit.
+func TestVisitGeneratorExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done, "a second run creates nothing")
+
+	// Two concurrent runs on a fresh plan, meeting before each visit (a
+	// barrier), so that both attempt every visit at the same time.
+	e2 := newGeneratorEnv(t)
+	var mu sync.Mutex
+	arrived, release := map[int]int{}, map[int]chan struct{}{}
+	meet := func() func(context.Context) {
+		round := 0
+		return func(context.Context) {
+			mu.Lock()
+			r := round
+			round++
+			if release[r] == nil {
+				release[r] = make(chan struct{})
+			}
+			if arrived[r]++; arrived[r] == 2 {
+				close(release[r])
+			}
+			ch := release[r]
+			mu.Unlock()
+			<-ch
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := e2.generator(t)
+			g.Between = meet()
+			_, errs[i] = e2.run(t, g)
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	created, ledger := e2.orders(t)
+	require.Equal(t, 4, created)
+	require.Equal(t, 4, ledger)
+	created, ledger = e.orders(t)
+	require.Equal(t, 4, created)
+	require.Equal(t, 4, ledger)
+}
+
+// A run stopped between two visits (its leader gone) leaves what it
+// committed; the next run creates the rest, one order per visit.
+func TestVisitGeneratorStoppedMidRun(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	g := e.generator(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	seen := 0
+	g.Between = func(context.Context) {
+		if seen++; seen == 3 {
+			cancel() // after two visits' transactions
+		}
+	}
+	done, err := g.All(ctx, e.plans, e.now, 8*7*24*time.Hour)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 2, done.Created)
+	created, _ := e.orders(t)
+	require.Equal(t, 2, created)
+
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 2, done.Created)
+	created, ledger := e.orders(t)
+	require.Equal(t, 4, created)
+	require.Equal(t, 4, ledger)
+}
+
+// A visit whose window collides with the preferred staff member's other
+// work is created unassigned with the reason; a visit the plan drops
+// (skipped) loses its order; the others stay booked.
+func TestVisitGeneratorCollisionAndReplan(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	first := time.Now().UTC().AddDate(0, 0, 1)
+	london := time.UTC
+	day := func(n int) time.Time {
+		d := first.AddDate(0, 0, 7*n)
+		return time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, london)
+	}
+	// Staff member A is busy 10:00-12:00 on the second visit's day.
+	customer := a.createCustomer(a.opA, "Bob")
+	other := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{"customer_id": customer, "amount_cents": 1})
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other.Body["id"].(string)+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": day(1).Add(10 * time.Hour).Format(time.RFC3339), "end_at": day(1).Add(12 * time.Hour).Format(time.RFC3339)})
+
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Created: 4, Unassigned: 1}, done)
+	var reason string
+	var staff *string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT unassigned_reason, staff_id::text FROM plan_visits
+		WHERE plan_id = $1 AND visit_key = $2`, e.planID, e.planID+"/"+day(1).Format(time.DateOnly)).Scan(&reason, &staff))
+	require.Contains(t, reason, "already booked")
+	require.Nil(t, staff)
+	var booked int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM bookings WHERE staff_id = $1 AND live`, a.staffA).Scan(&booked))
+	require.Equal(t, 4, booked, "three visits and the other job: no double booking")
+
+	// Skip the third visit: its order is cancelled and its booking freed.
+	third := day(2).Format(time.DateOnly)
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/skip", a.opA, map[string]any{"date": third})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Cancelled: 1}, done)
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM bookings WHERE staff_id = $1 AND live`, a.staffA).Scan(&booked))
+	require.Equal(t, 3, booked)
+	created, _ := e.orders(t)
+	require.Equal(t, 4, created, "cancelled, not a new one")
+
+	// The generated visits go out as public events naming their plan.
+	feed := a.must(http.StatusOK, http.MethodGet, "/v1/events?types=order.created&limit=100", a.opA, nil)
+	var dates []string
+	for _, ev := range feed.Body["events"].([]any) {
+		data := ev.(map[string]any)["data"].(map[string]any)
+		if data["plan_id"] == e.planID {
+			dates = append(dates, data["visit_date"].(string))
+		}
+	}
+	require.Equal(t, []string{day(0).Format(time.DateOnly), day(1).Format(time.DateOnly), day(2).Format(time.DateOnly),
+		day(3).Format(time.DateOnly)}, dates)
+}
+
+// ledgerRow reads one visit's ledger row: its start, staff member and
+// reason.
+func (e generatorEnv) ledgerRow(t *testing.T, date time.Time) (start time.Time, staff *string, reason string) {
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT start_at, staff_id::text, unassigned_reason FROM plan_visits
+		WHERE visit_key = $1`, e.planID+"/"+date.Format(time.DateOnly)).Scan(&start, &staff, &reason))
+	return start.UTC(), staff, reason
+}
+
+// Changing a plan re-plans the orders of its future visits: a moved visit's
+// schedule moves with it, a move into the staff member's other work leaves
+// the order unassigned with the reason, and a change from a visit on moves
+// that visit and the following ones only.
+func TestVisitGeneratorReplansChanges(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	first := time.Now().UTC().AddDate(0, 0, 1)
+	day := func(n int) time.Time {
+		d := first.AddDate(0, 0, 7*n)
+		return time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC)
+	}
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	booked := func() []string {
+		rows, err := a.dbs.es.DB.QueryContext(t.Context(), `SELECT lower(period) FROM bookings WHERE staff_id = $1 AND live ORDER BY 1`, a.staffA)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var at time.Time
+			require.NoError(t, rows.Scan(&at))
+			out = append(out, at.UTC().Format("01-02 15:04"))
+		}
+		return out
+	}
+	at := func(n, h int) string { return day(n).Add(time.Duration(h) * time.Hour).Format("01-02 15:04") }
+	require.Equal(t, []string{at(0, 9), at(1, 9), at(2, 9), at(3, 9)}, booked())
+
+	// Move the first visit to 14:00 the day after.
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
+		map[string]any{"date": day(0).Format(time.DateOnly), "to_date": day(0).AddDate(0, 0, 1).Format(time.DateOnly), "start": "14:00"})
+	// Another job of staff member A over the second visit's new time.
+	customer := a.createCustomer(a.opA, "Bob")
+	other := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{"customer_id": customer, "amount_cents": 1})
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other.Body["id"].(string)+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": day(1).Add(15 * time.Hour).Format(time.RFC3339), "end_at": day(1).Add(16 * time.Hour).Format(time.RFC3339)})
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
+		map[string]any{"date": day(1).Format(time.DateOnly), "to_date": day(1).Format(time.DateOnly), "start": "15:00"})
+	// From the third visit on, 07:00 to 08:00.
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/change", a.opA,
+		map[string]any{"from": day(2).Format(time.DateOnly), "window": map[string]any{"start": "07:00", "end": "08:00"}})
+
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Replanned: 4}, done)
+	require.Equal(t, []string{day(0).AddDate(0, 0, 1).Add(14 * time.Hour).Format("01-02 15:04"), at(1, 15), at(2, 7), at(3, 7)}, booked(),
+		"the moved and changed visits, and the other job; the clashing visit holds nothing")
+	start, staff, reason := e.ledgerRow(t, day(1))
+	require.Equal(t, day(1).Add(15*time.Hour), start)
+	require.Nil(t, staff)
+	require.Contains(t, reason, "already booked")
+	_, staff, _ = e.ledgerRow(t, day(2))
+	require.NotNil(t, staff)
+	created, _ := e.orders(t)
+	require.Equal(t, 4, created, "re-planned, never re-created")
+
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done, "nothing left to re-plan")
+}
+
+// The generator's leader writes under its term: once a newer term is begun
+// in the event store (another worker took the lock), its next transaction
+// fails, it steps down with ErrStaleTerm, and it created nothing after.
+func TestVisitGeneratorFencedByTerm(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	cfg := e.a.cfg
+	cfg.PlanInterval, cfg.PlanHorizon = time.Second, 8*7*24*time.Hour
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var mu sync.Mutex
+	visits := 0
+	bumped := make(chan struct{})
+	between := func(context.Context) {
+		mu.Lock()
+		defer mu.Unlock()
+		if visits++; visits == 3 { // two visits created under term 1: a newer term begins
+			_, err := e.a.dbs.es.DB.Exec(`UPDATE event_store_terms SET term = 2 WHERE name = 'hearth/plans'`)
+			require.NoError(t, err)
+			close(bumped)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- leadPlans(ctx, 1, cfg, 5*time.Second, between, slog.New(slog.DiscardHandler)) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the generator's leader never stepped down")
+	}
+	require.ErrorIs(t, err, readmodel.ErrStaleTerm)
+	<-bumped
+	created, ledger := e.orders(t)
+	require.Equal(t, 2, created, "nothing written after the term went stale")
+	require.Equal(t, 2, ledger)
+}
