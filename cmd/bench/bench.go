@@ -81,6 +81,7 @@ func (b *bench) startHearth(ctx context.Context, name, url, mode string, withLim
 type hearthRun struct {
 	name, url, mode string
 	limits, live    bool
+	env             []string // more settings, NAME=value
 }
 
 func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, error) {
@@ -108,6 +109,7 @@ func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, erro
 		cmd.Env = append(cmd.Env, "RATE_LIMIT_KEY_RPS=0", "RATE_LIMIT_MERCHANT_RPS=0", "RATE_LIMIT_MERCHANT_IN_FLIGHT=0",
 			"RATE_LIMIT_UNKNOWN_KEY_RPS=0", "KEY_CACHE_TTL=0")
 	}
+	cmd.Env = append(cmd.Env, h.env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
