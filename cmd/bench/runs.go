@@ -453,7 +453,7 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 	}
 
 	b.progress("catch-up: Hearth (a fresh process on the backlog)")
-	hearth, err := b.hearthCatchUp(ctx, db, url, "catch-up")
+	hearth, _, err := b.hearthCatchUp(ctx, db, url, "catch-up")
 	if err != nil {
 		return nil, err
 	}
@@ -487,30 +487,31 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 
 // hearthCatchUp starts a fresh Hearth in mode all on the backlog of db
 // and returns the time from its start until every event is consumed and
-// applied.
-func (b *bench) hearthCatchUp(ctx context.Context, db *bun.DB, url, name string) (time.Duration, error) {
+// applied, and the CPU the process used meanwhile (start-up included).
+func (b *bench) hearthCatchUp(ctx context.Context, db *bun.DB, url, name string) (time.Duration, cpuSpent, error) {
 	start := time.Now()
 	// Ready, not live: a slow catch-up may take longer than start's wait.
 	cmd, _, err := b.start(ctx, hearthRun{name: name, url: url, mode: "all"})
 	if err != nil {
-		return 0, err
+		return 0, cpuSpent{}, err
 	}
 	if err := waitConsumed(ctx, db, backlogProjections, start, 3*time.Minute, func() { b.sampleRSS(cmd) }); err != nil {
 		b.stopHearth(cmd)
-		return 0, fmt.Errorf("hearth: %w", err)
+		return 0, cpuSpent{}, fmt.Errorf("hearth: %w", err)
 	}
 	took := time.Since(start)
+	cpu := cpuSpent{process: cpuTicks(strconv.Itoa(cmd.Process.Pid))} // the process's whole life
 	b.stopHearth(cmd)
 	// The offsets say every event was consumed; the change log must say
 	// every one was applied.
 	var applied int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM change_log`).Scan(&applied); err != nil {
-		return 0, err
+		return 0, cpuSpent{}, err
 	}
 	if applied != backlogEvents {
-		return 0, fmt.Errorf("hearth consumed the backlog but applied %d of its %d events", applied, backlogEvents)
+		return 0, cpuSpent{}, fmt.Errorf("hearth consumed the backlog but applied %d of its %d events", applied, backlogEvents)
 	}
-	return took, nil
+	return took, cpu, nil
 }
 
 // backlogProjections are every aggregate type's projection, without a
