@@ -297,7 +297,7 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 func (s *session) subjects(ctx context.Context) ([]string, error) {
 	out := make([]string, len(s.ordered))
 	v := s.store.vault
-	if v == nil {
+	if v == nil || s.store.clear {
 		return out, nil
 	}
 	var missing []string

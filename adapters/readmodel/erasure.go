@@ -8,6 +8,7 @@ import (
 
 	"hearth/domain/event"
 	"hearth/internal/aggregates"
+	"hearth/internal/database"
 )
 
 // Refold is what projections need to forget an erased subject: when one
@@ -52,7 +53,9 @@ func (p *projection[V]) erase(ctx context.Context, tx bun.Tx, r event.Recorded) 
 	case r.Version != version+1:
 		return &GapError{AggregateID: r.StreamID, RowVersion: version, Version: r.Version}
 	}
-	streams, err := p.refold.Log.Streams(ctx, p.agg.Projection, p.agg.Type,
+	// The event log's read is a transaction of its own: the fencing check
+	// (WithBegin) belongs to tx, and would refuse the log's read-only one.
+	streams, err := p.refold.Log.Streams(database.WithoutBegin(ctx), p.agg.Projection, p.agg.Type,
 		aggregates.Or(p.refold.Decoders).Erasing(p.agg, erased.SubjectID), []string{r.StreamID})
 	if err != nil {
 		return fmt.Errorf("read %s %s again to erase subject %s: %w", p.agg.Type, r.StreamID, erased.SubjectID, err)

@@ -182,6 +182,12 @@ type Config struct {
 	// file of such lines. Required by serve; `app dev` makes a throwaway one
 	// under .data/ when neither is set.
 	MasterKeys *keyring.Ring
+	// SealingOff appends the personal fields of new events in clear
+	// (PERSONAL_DATA_SEALING, on or off), for measuring the cost of sealing
+	// only: events written while it is off are in clear and erasure cannot
+	// reach their text. Sealed events, old or new, still open. Defaults to
+	// on (false here).
+	SealingOff bool
 	// WebhookDeliveryKeep is how long a finished delivery stays in the
 	// delivery log (WEBHOOK_DELIVERY_KEEP). Defaults to 168h (7 days).
 	WebhookDeliveryKeep time.Duration
@@ -309,6 +315,13 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_PRIVATE=%q: must be true or false", v))
 	}
 	cfg.WebhookDeliveryKeep = duration("WEBHOOK_DELIVERY_KEEP", 168*time.Hour)
+	switch v := getenv("PERSONAL_DATA_SEALING"); v {
+	case "", "on":
+	case "off":
+		cfg.SealingOff = true
+	default:
+		errs = append(errs, fmt.Errorf("PERSONAL_DATA_SEALING=%q: must be on or off (off only to measure the cost of sealing)", v))
+	}
 	if ring, err := masterKeys(getenv); err != nil {
 		errs = append(errs, err)
 	} else {

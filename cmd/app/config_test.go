@@ -137,6 +137,16 @@ func TestLoadConfig(t *testing.T) {
 			}),
 		},
 		{
+			name: "PERSONAL_DATA_SEALING=off",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "PERSONAL_DATA_SEALING": "off"},
+			want: with(func(c *Config) { c.SealingOff = true }),
+		},
+		{
+			name: "PERSONAL_DATA_SEALING=on",
+			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "PERSONAL_DATA_SEALING": "on"},
+			want: defaults,
+		},
+		{
 			name: "TOPIC_RETENTION=0 keeps every message",
 			env:  map[string]string{"DATABASE_URL": testDatabaseURL, "TOPIC_RETENTION": "0"},
 			want: with(func(c *Config) { c.TopicRetention = 0 }),
@@ -241,6 +251,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "RELAY_STREAM with a dot", env: map[string]string{"RELAY_STREAM": "hearth.events"}, settings: []string{"RELAY_STREAM"}},
 		{name: "RELAY_SUBJECT_PREFIX with a wildcard", env: map[string]string{"RELAY_SUBJECT_PREFIX": "hearth.*"}, settings: []string{"RELAY_SUBJECT_PREFIX"}},
 		{name: "RELAY_SUBJECT_PREFIX with an empty token", env: map[string]string{"RELAY_SUBJECT_PREFIX": "hearth."}, settings: []string{"RELAY_SUBJECT_PREFIX"}},
+		{name: "PERSONAL_DATA_SEALING", env: map[string]string{"PERSONAL_DATA_SEALING": "false"}, settings: []string{"PERSONAL_DATA_SEALING", "on or off"}},
 		{name: "zero RELAY_DUPLICATE_WINDOW", env: map[string]string{"RELAY_DUPLICATE_WINDOW": "0s"}, settings: []string{"RELAY_DUPLICATE_WINDOW"}},
 		{
 			name:     "DATABASE_URL with a bad port",

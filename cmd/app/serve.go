@@ -233,7 +233,12 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	eventLog, err := pubsub.NewEventLog(dbs.es)
 	must(err)
-	store, err := pubsub.NewStore(apiES, watermill.NewSlogLogger(log.With("component", "publisher")), vlt)
+	newStore := pubsub.NewStore
+	if cfg.SealingOff { // the bench's baseline: new events in clear, sealed ones still open
+		newStore = pubsub.NewClearStore
+		log.Warn("PERSONAL_DATA_SEALING=off: new events keep their personal fields in clear, out of erasure's reach; for measuring the cost of sealing only")
+	}
+	store, err := newStore(apiES, watermill.NewSlogLogger(log.With("component", "publisher")), vlt)
 	must(err)
 	ref, err := refdata.New(apiES)
 	must(err)

@@ -448,29 +448,14 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 	}
 	defer db.Close()
 	b.progress("catch-up: writing a backlog of %d events over orders, service requests and schedules", backlogEvents)
-	if err := writeBacklog(ctx, db); err != nil {
+	if err := writeBacklog(ctx, db, backlog{customers: 1}); err != nil {
 		return nil, err
 	}
 
 	b.progress("catch-up: Hearth (a fresh process on the backlog)")
-	start := time.Now()
-	cmd, _, err := b.startHearth(ctx, "catch-up", url, "all")
+	hearth, _, err := b.hearthCatchUp(ctx, db, url, "catch-up")
 	if err != nil {
 		return nil, err
-	}
-	if err := waitConsumed(ctx, db, backlogProjections, start, 3*time.Minute, func() { b.sampleRSS(cmd) }); err != nil {
-		return nil, fmt.Errorf("hearth: %w", err)
-	}
-	hearth := time.Since(start)
-	b.stopHearth(cmd)
-	// The offsets say every event was consumed; the change log must say
-	// every one was applied.
-	var applied int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM change_log`).Scan(&applied); err != nil {
-		return nil, err
-	}
-	if applied != backlogEvents {
-		return nil, fmt.Errorf("hearth consumed the backlog but applied %d of its %d events", applied, backlogEvents)
 	}
 
 	b.progress("catch-up: plain watermill-sql, handler that does nothing")
@@ -498,6 +483,35 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 			rate(noopTime) + " (handler does nothing)", "plain: watermill-sql subscribers, Hearth's router, three topics at once"},
 		{"catch-up, one read-model transaction per event", "", perEvent, "plain: the same projections through watermill-sql, measured over " + perEventTxFor.String()},
 	}, nil
+}
+
+// hearthCatchUp starts a fresh Hearth in mode all on the backlog of db
+// and returns the time from its start until every event is consumed and
+// applied, and the CPU the process used meanwhile (start-up included).
+func (b *bench) hearthCatchUp(ctx context.Context, db *bun.DB, url, name string) (time.Duration, cpuSpent, error) {
+	start := time.Now()
+	// Ready, not live: a slow catch-up may take longer than start's wait.
+	cmd, _, err := b.start(ctx, hearthRun{name: name, url: url, mode: "all"})
+	if err != nil {
+		return 0, cpuSpent{}, err
+	}
+	if err := waitConsumed(ctx, db, backlogProjections, start, 3*time.Minute, func() { b.sampleRSS(cmd) }); err != nil {
+		b.stopHearth(cmd)
+		return 0, cpuSpent{}, fmt.Errorf("hearth: %w", err)
+	}
+	took := time.Since(start)
+	cpu := cpuSpent{process: cpuTicks(strconv.Itoa(cmd.Process.Pid))} // the process's whole life
+	b.stopHearth(cmd)
+	// The offsets say every event was consumed; the change log must say
+	// every one was applied.
+	var applied int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM change_log`).Scan(&applied); err != nil {
+		return 0, cpuSpent{}, err
+	}
+	if applied != backlogEvents {
+		return 0, cpuSpent{}, fmt.Errorf("hearth consumed the backlog but applied %d of its %d events", applied, backlogEvents)
+	}
+	return took, cpu, nil
 }
 
 // backlogProjections are every aggregate type's projection, without a
@@ -602,15 +616,50 @@ func (b *bench) perEventTx(ctx context.Context, db, rm *bun.DB) (string, error) 
 	return fmt.Sprintf("%.0f events/s", float64(n)/elapsed.Seconds()), nil
 }
 
+// backlog is how writeBacklog writes: through store (nil: in clear, the
+// bench's transactor), for customers customers of one merchant (streams go
+// to each in turn), with notes (when set) in every order and schedule.
+type backlog struct {
+	store     *pubsub.Store
+	customers int
+	notes     string
+}
+
 // writeBacklog appends backlogEvents events: streams of 4 events each,
 // a third of them orders, service requests and schedules, 50 streams per
 // transaction, from 4 writers.
-func writeBacklog(ctx context.Context, db *bun.DB) error {
+func writeBacklog(ctx context.Context, db *bun.DB, bl backlog) error {
 	merchantID, customerID, err := tenant(ctx, db)
 	if err != nil {
 		return err
 	}
-	tx, err := transactor(db)
+	customers := []string{customerID}
+	if bl.customers > 1 {
+		rows, err := db.QueryContext(ctx, `INSERT INTO customers (id, merchant_id, name)
+			SELECT gen_random_uuid(), ?, 'Customer ' || g FROM generate_series(2, ?) g RETURNING id`, merchantID, bl.customers)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			customers = append(customers, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	store := bl.store
+	if store == nil {
+		if store, err = pubsub.NewStore(db, nil, nil); err != nil {
+			return err
+		}
+	}
+	tx, err := pubsub.NewTransactor(store)
 	if err != nil {
 		return err
 	}
@@ -623,7 +672,7 @@ func writeBacklog(ctx context.Context, db *bun.DB) error {
 			for first := w * perTx; first < streams; first += writers * perTx {
 				_, err := tx.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
 					for i := first; i < min(first+perTx, streams); i++ {
-						if err := addBacklogStream(s, i, customerID); err != nil {
+						if err := addBacklogStream(s, i, customers[i%len(customers)], bl.notes); err != nil {
 							return err
 						}
 					}
@@ -639,18 +688,18 @@ func writeBacklog(ctx context.Context, db *bun.DB) error {
 	return g.Wait()
 }
 
-// addBacklogStream adds stream i to s: an aggregate created and changed
-// three times.
-func addBacklogStream(s command.Session, i int, customerID string) error {
+// addBacklogStream adds stream i to s: an aggregate of the customer
+// created and changed three times.
+func addBacklogStream(s command.Session, i int, customerID, notes string) error {
 	id := uuid.New()
 	switch i % 3 {
 	case 0:
-		o, err := order.New(order.NewOrder{ID: id, CustomerID: customerID, AmountCents: 100})
+		o, err := order.New(order.NewOrder{ID: id, CustomerID: customerID, AmountCents: 100, Notes: notes})
 		if err != nil {
 			return err
 		}
 		for k := range 3 {
-			if err := o.UpdateDetails(order.Details{CustomerID: customerID, AmountCents: int64(200 + k)}); err != nil {
+			if err := o.UpdateDetails(order.Details{CustomerID: customerID, AmountCents: int64(200 + k), Notes: notes}); err != nil {
 				return err
 			}
 		}
@@ -668,7 +717,7 @@ func addBacklogStream(s command.Session, i int, customerID string) error {
 		s.AddServiceRequest(r)
 	default:
 		start := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-		sch, err := schedule.New(id, uuid.New(), uuid.New(), schedule.Window{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour)}, "")
+		sch, err := schedule.New(id, uuid.New(), customerID, schedule.Window{StaffID: uuid.New(), StartAt: start, EndAt: start.Add(time.Hour)}, notes)
 		if err != nil {
 			return err
 		}

@@ -83,8 +83,14 @@ func TestWithBegin(t *testing.T) {
 	require.Equal(t, "22012", pgErr.Code)
 	require.Equal(t, before, pid(), "the failed transaction was rolled back and the session kept")
 
-	// Without WithBegin, BeginTx is pgx's own, with its options.
+	// Without WithBegin (or with it taken off again), BeginTx is pgx's
+	// own, with its options.
 	tx, err = db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback())
+	_, err = db.BeginTx(database.WithBegin(ctx, "SELECT 1"), &sql.TxOptions{ReadOnly: true})
+	require.ErrorContains(t, err, "default transactions only")
+	tx, err = db.BeginTx(database.WithoutBegin(database.WithBegin(ctx, "SELECT 1/0")), &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	require.NoError(t, err)
 	require.NoError(t, tx.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&got))
 	require.Equal(t, "repeatable read", got)

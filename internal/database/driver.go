@@ -147,6 +147,13 @@ func BeginStatement(ctx context.Context) string {
 	return stmt
 }
 
+// WithoutBegin returns ctx without WithBegin's statement, for a
+// transaction begun on ctx that is not the one the statement was meant for
+// (the event log's read inside a fenced projection's transaction).
+func WithoutBegin(ctx context.Context) context.Context {
+	return context.WithValue(ctx, beginKey{}, "")
+}
+
 func (c bareQueryConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	stmt, _ := ctx.Value(beginKey{}).(string)
 	if stmt == "" {
