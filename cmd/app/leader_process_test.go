@@ -110,7 +110,7 @@ func TestWorkerTakeoverAfterKill(t *testing.T) {
 	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	second := createOrder()
-	require.Eventually(t, func() bool { led, _ := survivor.led(); return len(led) == 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { led, _ := survivor.led(); return len(led) == len(aggregates.Projections()) }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return projected(second) }, 10*time.Second, 10*time.Millisecond)
 	t.Logf("takeover after SIGKILL: the survivor projecting orders %v after the kill", time.Since(killed).Round(time.Millisecond))
 
