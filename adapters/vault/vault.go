@@ -211,6 +211,57 @@ func (v *Vault) put(subject string, e entry) {
 	v.cache[subject] = e
 }
 
+// Prefetch reads, in one query, the data keys of the subjects whose sealed
+// events are among payloads (envelopes as published, their data under
+// "data") and that the cache does not hold, so that decoding a catch-up
+// page costs one lookup instead of one per customer. It is an
+// optimisation only: what it cannot read, the decoder reads (or reports)
+// itself, event by event.
+func (v *Vault) Prefetch(payloads [][]byte) {
+	seen := map[string]bool{}
+	var missing []string
+	for _, p := range payloads {
+		_, start, end, ok := member(p, "data")
+		if !ok {
+			continue
+		}
+		b, err := boxOf(p[start:end])
+		if err != nil || b == nil || seen[b.Subject] {
+			continue
+		}
+		seen[b.Subject] = true
+		if _, ok := v.cached(b.Subject); !ok {
+			missing = append(missing, b.Subject)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	rows, err := v.db.QueryContext(ctx, `SELECT s.id::text, k.sealed, e.subject_id IS NOT NULL
+		FROM unnest($1::uuid[]) AS s(id)
+		LEFT JOIN data_keys k ON k.subject_id = s.id LEFT JOIN erased_subjects e ON e.subject_id = s.id`, missing)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var subject string
+		var sealed []byte
+		var erased bool
+		if rows.Scan(&subject, &sealed, &erased) != nil {
+			return
+		}
+		switch {
+		case erased:
+			v.put(subject, entry{erased: true})
+		case sealed != nil:
+			_, _ = v.adopt(subject, sealed)
+		}
+	}
+}
+
 // Forget drops a subject's key from this instance's cache (the erasure
 // that deleted it ran here).
 func (v *Vault) Forget(subject string) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -239,6 +240,50 @@ func TestSealRoundTripsAnyText(t *testing.T) {
 			require.NoError(t, err, "%q: %s", text, stored)
 			require.Equal(t, text, got.(order.Cancelled).Reason, "%s", stored)
 			require.Equal(t, order.StatusPending, got.(order.Cancelled).From)
+		}
+	}
+}
+
+// Prefetch reads the keys a catch-up page needs in one query: afterwards
+// the page decodes without reading data_keys again (here: the rows are
+// gone, and the events still open), and an erased subject reads erased.
+func TestPrefetchLoadsAPageOfKeys(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	writer := f.vault(t, oldKey)
+	var payloads [][]byte
+	var subjects []string
+	for i := range 3 {
+		s := uuid.New()
+		subjects = append(subjects, s)
+		require.True(t, f.adopt(t, writer, s))
+		env, err := json.Marshal(event.Envelope{ID: uuid.New(), Type: "OrderCreated", Data: sealed(t, writer, s, "notes "+strconv.Itoa(i))})
+		require.NoError(t, err)
+		payloads = append(payloads, env)
+	}
+	erased := uuid.New()
+	require.True(t, f.adopt(t, writer, erased))
+	erasedEnv, err := json.Marshal(event.Envelope{ID: uuid.New(), Type: "OrderCreated", Data: sealed(t, writer, erased, "gone")})
+	require.NoError(t, err)
+	payloads = append(payloads, erasedEnv)
+	_, err = f.db.Exec(`DELETE FROM data_keys WHERE subject_id = $1`, erased)
+	require.NoError(t, err)
+	_, err = f.db.Exec(`INSERT INTO erased_subjects (subject_id, merchant_id, subject_type, erased_by) VALUES ($1, $2, 'customer', 'test')`, erased, f.merchant)
+	require.NoError(t, err)
+
+	reader := f.vault(t, oldKey)
+	reader.Prefetch(payloads)
+	_, err = f.db.Exec(`DELETE FROM data_keys`)
+	require.NoError(t, err)
+	for i, p := range payloads {
+		var env event.Envelope
+		require.NoError(t, json.Unmarshal(p, &env))
+		e, err := reader.Decoder(aggregates.Order.Facts)("OrderCreated", env.Data)
+		require.NoError(t, err, "event %d", i)
+		if i < len(subjects) {
+			require.Equal(t, "notes "+strconv.Itoa(i), e.(order.Created).Notes)
+		} else {
+			require.Equal(t, []string{"notes"}, e.(order.Created).ErasedFields)
 		}
 	}
 }

@@ -312,6 +312,7 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		pr := projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch)
 		pr.Decode = vlt.Decoder(p.Aggregate()) // the one decoder that opens sealed fields
+		pr.Prefetch = vlt.Prefetch             // a catch-up page's keys in one query
 		w.projections = append(w.projections, pr)
 	}
 	w.live = liveByUnit(w.projections)

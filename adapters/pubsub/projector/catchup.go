@@ -72,6 +72,13 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 		if len(rows) == 0 {
 			break
 		}
+		if p.Prefetch != nil {
+			payloads := make([][]byte, len(rows))
+			for i, row := range rows {
+				payloads[i] = row.Msg.Payload
+			}
+			p.Prefetch(payloads)
+		}
 		recs := make([]event.Recorded, len(rows))
 		for i, row := range rows {
 			if recs[i], err = event.Unmarshal(row.Msg.Payload, p.Decode); err != nil {

@@ -34,6 +34,10 @@ type Projection struct {
 	// running alsoInTx (when set) inside it before the commit. Optional:
 	// without it, the projection has no catch-up path (see CatchUp).
 	ApplyBatch func(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error
+	// Prefetch, when set, is given each catch-up page's payloads before
+	// they are decoded, so that Decode's lookups can be made for the page
+	// at once (the vault's data keys: vault.Prefetch).
+	Prefetch func(payloads [][]byte)
 }
 
 // ProjectionOf returns the projection of an aggregate type's events that
