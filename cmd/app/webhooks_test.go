@@ -588,7 +588,10 @@ func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
 	}
 	require.LessOrEqual(t, got[len(got)-1].at.Sub(got[0].at), schedule.For)
 	// 20, 40, 80, 80, ... ms: 1 + 2 + (700 - 60) / 80 = 11 attempts at most.
-	require.GreaterOrEqual(t, len(got), 4)
+	// At least one retry: the give-up is decided by a failed attempt past
+	// For, never by the first (how many fit in For depends on how busy the
+	// machine is, so no more is asserted).
+	require.GreaterOrEqual(t, len(got), 2)
 	require.LessOrEqual(t, len(got), 11)
 
 	failed := a.must(http.StatusOK, http.MethodGet, path+"/deliveries?status=failed", a.opA, nil)
