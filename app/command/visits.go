@@ -264,15 +264,9 @@ func (g *VisitGenerator) cancel(ctx context.Context, meta event.Meta, planID, ke
 	cancelled := false
 	_, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
 		cancelled = false
-		ledger, err := s.PlanVisits(ctx, planID)
+		r, err := ledgerRow(ctx, s, planID, key)
 		if err != nil {
 			return err
-		}
-		var r PlanVisit
-		for _, l := range ledger {
-			if l.Key == key {
-				r = l
-			}
 		}
 		if r.Key == "" || r.Cancelled || !r.StartAt.After(now) {
 			return nil
@@ -364,15 +358,9 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 	replanned := false
 	_, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
 		replanned = false
-		ledger, err := s.PlanVisits(ctx, planID)
+		r, err := ledgerRow(ctx, s, planID, key)
 		if err != nil {
 			return err
-		}
-		var r PlanVisit
-		for _, l := range ledger {
-			if l.Key == key {
-				r = l
-			}
 		}
 		if r.Key == "" || r.Cancelled || !r.StartAt.After(now) {
 			return nil
@@ -460,4 +448,19 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 		return false, nil // changed meanwhile: the next run looks again
 	}
 	return replanned, err
+}
+
+// ledgerRow is the ledger row of the visit with key of a plan; the zero
+// row when the visit has none yet.
+func ledgerRow(ctx context.Context, s Session, planID, key string) (PlanVisit, error) {
+	ledger, err := s.PlanVisits(ctx, planID)
+	if err != nil {
+		return PlanVisit{}, err
+	}
+	for _, l := range ledger {
+		if l.Key == key {
+			return l, nil
+		}
+	}
+	return PlanVisit{}, nil
 }
