@@ -22,7 +22,8 @@ import (
 //   - the host the newest read-write connection reached (the primary, as
 //     far as this process knows) is tried first;
 //   - a host that failed to answer within its own bound (a connect timeout,
-//     the bounded check of a pooled connection) is silent: it is tried
+//     the bounded check of a pooled connection), or for probeTimeout
+//     before the caller's deadline ended the attempt, is silent: it is tried
 //     last, and for silentFor afterwards within probeTimeout only. A
 //     frozen primary (its machine paused, its processes stopped: its
 //     kernel still accepts connections, nothing answers them) then costs
@@ -173,13 +174,21 @@ func connectHosts[T any](ctx context.Context, s *hostSet, hosts []host, connect 
 			attemptCtx, cancel = context.WithTimeout(ctx, a.bound)
 			bound = a.bound
 		}
+		started := time.Now()
 		c, err := connect(attemptCtx, a.host)
 		cancel()
 		if err == nil {
 			s.reachedPrimary(a.addr, time.Now())
 			return c, a.addr, nil
 		}
-		if ctx.Err() != nil { // the caller gave up; the host said nothing about itself
+		if ctx.Err() != nil {
+			// The caller gave up. A host that had said nothing for
+			// probeTimeout by then is silent all the same: otherwise a
+			// caller whose deadline is shorter than the connect timeout
+			// would try the same silent host first, and give up, forever.
+			if timedOut(err) && time.Since(started) >= probeTimeout {
+				s.silence(a.addr, time.Now())
+			}
 			return zero, "", err
 		}
 		if refused(err) { // no other host will think otherwise

@@ -127,6 +127,37 @@ func TestFrozenPrimaryIsPassedOver(t *testing.T) {
 	thaw()
 }
 
+// A caller whose deadline is shorter than the connect timeout, meeting a
+// frozen primary, gives up; the host is silent all the same, so the next
+// such caller tries the new primary first and reaches it.
+func TestCallerDeadlineFindsAFrozenPrimarySilent(t *testing.T) {
+	t.Parallel()
+	a, b := startServer(t), startServer(t)
+	cfg, err := database.ParseConfig(twoHosts(a, b))
+	require.NoError(t, err)
+	connect := func() (*pgx.Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), database.ConnectTimeout/2)
+		defer cancel()
+		return database.Connect(ctx, cfg)
+	}
+	setReadOnly(t, b, true)
+	conn, err := connect()
+	require.NoError(t, err)
+	require.Equal(t, a.Port(), conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr).Port, "a is the primary")
+	require.NoError(t, conn.Close(context.Background()))
+
+	thaw := freeze(t, a)
+	t.Cleanup(thaw)
+	setReadOnly(t, b, false) // b promoted
+	_, err = connect()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the newest primary first: the frozen one took the whole deadline")
+	conn, err = connect()
+	require.NoError(t, err, "the frozen host was found silent: the new primary first")
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	require.Equal(t, b.Port(), conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr).Port)
+	thaw()
+}
+
 func startServer(t *testing.T) *pgcluster.Cluster {
 	t.Helper()
 	c, err := pgcluster.Start(context.Background(), pgcluster.Options{Fast: true})
