@@ -799,6 +799,7 @@ func (e ProblemLimit) Valid() bool {
 const (
 	ProblemsbodyTooLarge          ProblemType = "/problems/body-too-large"
 	Problemsconflict              ProblemType = "/problems/conflict"
+	ProblemsdatabaseUnavailable   ProblemType = "/problems/database-unavailable"
 	Problemsforbidden             ProblemType = "/problems/forbidden"
 	ProblemsidempotencyInProgress ProblemType = "/problems/idempotency-in-progress"
 	ProblemsidempotencyKeyReused  ProblemType = "/problems/idempotency-key-reused"
@@ -823,6 +824,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemsbodyTooLarge:
 		return true
 	case Problemsconflict:
+		return true
+	case ProblemsdatabaseUnavailable:
 		return true
 	case Problemsforbidden:
 		return true

@@ -161,6 +161,11 @@ func (e *NoPrimaryError) Error() string {
 	return "no primary among the hosts (" + strings.Join(e.Answers, "; ") + ")"
 }
 
+// DatabaseUnavailable marks the error as a failover under way rather than
+// a fault: the HTTP port answers it 503 with Retry-After without knowing
+// this package.
+func (e *NoPrimaryError) DatabaseUnavailable() {}
+
 // connectHosts connects through the first host of order that accepts a
 // read-write session, with connect, and records what it learns in s.
 func connectHosts[T any](ctx context.Context, s *hostSet, hosts []host, connect func(context.Context, host) (T, error)) (T, string, error) {

@@ -147,6 +147,17 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.WarnContext(r.Context(), "request query timed out", "method", r.Method, "path", r.URL.Path, "error", err)
 		w.Header().Set("Retry-After", "1")
 		p = newProblem(http.StatusServiceUnavailable, "timeout", "the request took longer than the server allows; try again later")
+	case errors.Is(r.Context().Err(), context.DeadlineExceeded):
+		// The request outlived HTTP_WRITE_TIMEOUT: a database server that
+		// went silent held it (the answer may still reach the client).
+		s.log.WarnContext(r.Context(), "request timed out", "method", r.Method, "path", r.URL.Path, "error", err)
+		w.Header().Set("Retry-After", "1")
+		p = newProblem(http.StatusServiceUnavailable, "timeout", "the request took longer than the server allows; try again later")
+	case errors.As(err, new(interface{ DatabaseUnavailable() })):
+		// A failover under way (internal/database.NoPrimaryError).
+		s.log.WarnContext(r.Context(), "no database server accepts writes", "method", r.Method, "path", r.URL.Path, "error", err)
+		w.Header().Set("Retry-After", "1")
+		p = newProblem(http.StatusServiceUnavailable, "database-unavailable", "no database server accepts writes (a failover is under way); try again later")
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
