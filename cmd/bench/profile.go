@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -157,11 +158,15 @@ func topFunctions(p *profile.Profile) (uses []cpuUse, total int64) {
 	return uses, total
 }
 
-// ownCode reports whether a function is Hearth's: its packages, and its
-// command's main package.
-func ownCode(function string) bool {
-	return strings.HasPrefix(function, "hearth/") || strings.HasPrefix(function, "main.")
+// ownNamed reports whether a function is one of Hearth's named functions:
+// in its packages or its command's main package, and not a function
+// literal (F.func1), whose cumulative share only repeats what it wraps (a
+// middleware, a goroutine's body) or what it calls.
+func ownNamed(function string) bool {
+	return (strings.HasPrefix(function, "hearth/") || strings.HasPrefix(function, "main.")) && !closure.MatchString(function)
 }
+
+var closure = regexp.MustCompile(`\.func\d+(\.\d+)*$`)
 
 // profilesInDoc are the profiles whose top functions docs/benchmarks.md
 // lists, by the name their section recorded them under.
@@ -200,11 +205,11 @@ func (b *bench) profileTops() string {
 			return cmp.Or(cmp.Compare(b.flat, a.flat), strings.Compare(a.function, b.function))
 		})
 		table("Top 10 by flat CPU, all code:", uses)
-		own := slices.DeleteFunc(slices.Clone(uses), func(u cpuUse) bool { return !ownCode(u.function) })
+		own := slices.DeleteFunc(slices.Clone(uses), func(u cpuUse) bool { return !ownNamed(u.function) })
 		slices.SortFunc(own, func(a, b cpuUse) int {
 			return cmp.Or(cmp.Compare(b.cum, a.cum), strings.Compare(a.function, b.function))
 		})
-		table("Top 10 by cumulative CPU, Hearth's own functions:", own)
+		table("Top 10 by cumulative CPU, Hearth's own named functions (function literals left out):", own)
 	}
 	return out.String()
 }

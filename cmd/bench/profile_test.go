@@ -30,3 +30,18 @@ func TestTopFunctions(t *testing.T) {
 		{function: inlined.Name, flat: 5, cum: 5},
 	}, uses)
 }
+
+// The cumulative list keeps Hearth's named functions: not other modules',
+// not function literals.
+func TestOwnNamed(t *testing.T) {
+	for name, want := range map[string]bool{
+		"hearth/adapters/pubsub/projector.CatchUp.Run": true,
+		"main.serve": true,
+		"hearth/ports/http.NewHandler.(*server).logRequests.func13":                   false,
+		"hearth/adapters/readmodel.(*projection[go.shape.*uint8]).ApplyBatch.func1.2": false,
+		"github.com/ThreeDotsLabs/watermill/message.(*Router).Run":                    false,
+		"runtime.memmove": false,
+	} {
+		require.Equal(t, want, ownNamed(name), name)
+	}
+}
