@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
@@ -37,11 +38,14 @@ type bench struct {
 	log      *slog.Logger
 	progress func(string, ...any)
 
-	mu      sync.Mutex
-	procs   []*exec.Cmd
-	peakRSS int64               // kB, over every Hearth process
-	rssOf   map[*exec.Cmd]int64 // kB, per process
-	names   map[*exec.Cmd]string
+	mu        sync.Mutex
+	procs     []*exec.Cmd
+	peakRSS   int64               // kB, over every Hearth process
+	rssOf     map[*exec.Cmd]int64 // kB, per process
+	names     map[*exec.Cmd]string
+	admins    map[*exec.Cmd]string        // base URL of each process's admin listener
+	profiling map[*exec.Cmd]func()        // ends the recording of each process's profile
+	profiles  map[string]*profile.Profile // CPU profiles by process name (profileCPU)
 }
 
 // newDB creates a database with the given migration sets and opens it.
@@ -84,16 +88,18 @@ type hearthRun struct {
 	env             []string // more settings, NAME=value
 }
 
+// Every process has an admin listener besides its public one (base): its
+// /metrics and its profiles are there (adminOf). Its CPU profile is
+// recorded from the moment it is ready until stopHearth, under its name.
 func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, error) {
 	name, url, mode := h.name, h.url, h.mode
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, "", err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr, adminAddr := addrs[0], addrs[1]
 	cmd := exec.Command(b.bin, "serve")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode, "MASTER_KEY="+benchMasterKey,
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "ADMIN_ADDR="+adminAddr, "MODE="+mode, "MASTER_KEY="+benchMasterKey,
 		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String(),
 		// The webhook receivers listen on loopback, in the bench process; a
 		// held receiver keeps its requests until the backlog is queued.
@@ -117,14 +123,15 @@ func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, erro
 	b.mu.Lock()
 	b.procs = append(b.procs, cmd)
 	if b.names == nil {
-		b.names, b.rssOf = map[*exec.Cmd]string{}, map[*exec.Cmd]int64{}
+		b.names, b.rssOf, b.admins, b.profiling = map[*exec.Cmd]string{}, map[*exec.Cmd]int64{}, map[*exec.Cmd]string{}, map[*exec.Cmd]func(){}
 	}
 	b.names[cmd] = name
+	b.admins[cmd] = "http://" + adminAddr
 	b.mu.Unlock()
 	base := "http://" + addr
 	deadline := time.Now().Add(30 * time.Second)
-	get := func(path string) (string, bool) {
-		res, err := http.Get(base + path)
+	get := func(url string) (string, bool) {
+		res, err := http.Get(url)
 		if err != nil {
 			return "", false
 		}
@@ -133,14 +140,43 @@ func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, erro
 		return string(body), err == nil && res.StatusCode == http.StatusOK
 	}
 	for time.Now().Before(deadline) {
-		if _, ready := get("/readyz"); ready {
-			if metrics, _ := get("/metrics"); !h.live || allLive(metrics) {
+		if _, ready := get(base + "/readyz"); ready {
+			// The admin listener answers too (it may start after the
+			// public one).
+			if metrics, up := get(b.adminOf(cmd) + "/metrics"); up && (!h.live || allLive(metrics)) {
+				stop := b.profileCPU(cmd, name)
+				b.mu.Lock()
+				b.profiling[cmd] = stop
+				b.mu.Unlock()
 				return cmd, base, nil
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil, "", fmt.Errorf("hearth (mode %s) was not ready within 30s", mode)
+}
+
+// freeAddrs are n loopback addresses, each with a port free at the moment
+// (held together, so that they differ).
+func freeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
+}
+
+// adminOf is the base URL of the admin listener of a Hearth process the
+// bench started.
+func (b *bench) adminOf(cmd *exec.Cmd) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.admins[cmd]
 }
 
 // allLive reports whether /metrics shows every projection led and live
@@ -177,6 +213,13 @@ func (b *bench) sampleRSS(cmd *exec.Cmd) {
 
 func (b *bench) stopHearth(cmd *exec.Cmd) {
 	b.sampleRSS(cmd)
+	b.mu.Lock()
+	stopProfile := b.profiling[cmd]
+	delete(b.profiling, cmd)
+	b.mu.Unlock()
+	if stopProfile != nil {
+		stopProfile()
+	}
 	_ = cmd.Process.Signal(os.Interrupt)
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -258,17 +301,17 @@ func measureLatency(ctx context.Context, db *bun.DB, url string, d time.Duration
 		return nil, err
 	}
 	visible := newArrivals()
-	err = loadOrders(ctx, db, url, d, merchantID, customerID, visible)
+	err = loadOrders(ctx, db, url, rate, d, merchantID, customerID, visible)
 	return visible.latencies(), err
 }
 
 // loadOrders creates orders of the merchant through the command handlers
-// at a steady rate for d, and notes each commit in visible and the others
+// at perSecond a second for d, and notes each commit in visible and the others
 // (what else watches them: a webhook receiver); visible also sees the
 // moment each orders row became readable in db (visibleSQL, on a LISTEN
 // connection to url). It returns once all of them have seen every order,
 // or 30 s after the load (the rest are left out of the figures).
-func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, merchantID, customerID string, visible *arrivals, others ...*arrivals) error {
+func loadOrders(ctx context.Context, db *bun.DB, url string, perSecond int, d time.Duration, merchantID, customerID string, visible *arrivals, others ...*arrivals) error {
 	if _, err := db.ExecContext(ctx, visibleSQL); err != nil {
 		return fmt.Errorf("visibility trigger: %w", err)
 	}
@@ -311,7 +354,7 @@ func loadOrders(ctx context.Context, db *bun.DB, url string, d time.Duration, me
 			visible.seen(note.Payload, time.Now())
 		}
 	}()
-	tick := time.NewTicker(time.Second / time.Duration(rate))
+	tick := time.NewTicker(time.Second / time.Duration(perSecond))
 	defer tick.Stop()
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)

@@ -92,7 +92,7 @@ func (b *bench) feed(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &feedWorkload{base: base, key: key.Secret, merchantID: key.MerchantID, customerID: customer, orders: orders,
+	w := &feedWorkload{base: base, admin: b.adminOf(hearth), key: key.Secret, merchantID: key.MerchantID, customerID: customer, orders: orders,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * feedIdlePolls}}}
 	defer w.client.CloseIdleConnections()
 
@@ -137,7 +137,7 @@ func orderHandlers(es *bun.DB) (command.OrderHandlers, error) {
 // feedWorkload is the event feed run's load: orders of one merchant, its
 // follower, and the read-your-writes GETs.
 type feedWorkload struct {
-	base, key              string
+	base, admin, key       string // admin: the base of its admin listener
 	merchantID, customerID string
 	orders                 command.OrderHandlers
 	client                 *http.Client
@@ -293,7 +293,7 @@ func (w *feedWorkload) awaitWaiting(ctx context.Context, n int) error {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		_, body, err := w.get(ctx, "", "/metrics")
+		_, body, err := send(ctx, w.client, http.MethodGet, w.admin+"/metrics", "", nil)
 		if err != nil {
 			return err
 		}

@@ -179,12 +179,7 @@ func noisyRows(results []phaseResult) []row {
 		}
 	}
 	ratio := float64(worstP99) / float64(max(cheapest.a.pct(0.99), time.Microsecond))
-	met := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "**not met**"
-	}
+	met := metOrNot
 	rows = append(rows, row{
 		name: "noisy neighbour targets: A's worst p99 / its p99 under the unknown-key flood (at most 2); A's lowest rate (at least 90 % of no flood); B told 429",
 		hearth: fmt.Sprintf("%.2f (%s); %.0f %%; %v", ratio, worst, 100*worstRate/quiet.aRate,

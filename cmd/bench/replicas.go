@@ -94,7 +94,7 @@ func (b *bench) replicas(ctx context.Context) ([]row, error) {
 		if err != nil {
 			return nil, err
 		}
-		w.base = base
+		w.base, w.admin = base, b.adminOf(hearth)
 		if c.env != nil {
 			if err := w.awaitMetric(ctx, "hearth_replica_usable{", " 1"); err != nil {
 				b.stopHearth(hearth)
@@ -134,6 +134,7 @@ func (b *bench) replicas(ctx context.Context) ([]row, error) {
 // replicaLoad is the replicas section's load on one Hearth.
 type replicaLoad struct {
 	base, key string
+	admin     string // the base of the admin listener
 	ids       []string
 	order     []byte // the body of a POST /v1/orders
 	client    *http.Client
@@ -277,7 +278,7 @@ func rywAnswer(into *stats, timeouts *int, firstErr *error, answer *http.Respons
 // metric is the value of a series of /metrics (name and labels, as
 // Prometheus writes them), 0 when it is not there.
 func (w *replicaLoad) metric(ctx context.Context, series string) (float64, error) {
-	_, body, err := w.send(ctx, http.MethodGet, "/metrics", nil)
+	_, body, err := send(ctx, w.client, http.MethodGet, w.admin+"/metrics", "", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -294,7 +295,7 @@ func (w *replicaLoad) metric(ctx context.Context, series string) (float64, error
 func (w *replicaLoad) awaitMetric(ctx context.Context, prefix, suffix string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		_, body, err := w.send(ctx, http.MethodGet, "/metrics", nil)
+		_, body, err := send(ctx, w.client, http.MethodGet, w.admin+"/metrics", "", nil)
 		if err != nil {
 			return err
 		}

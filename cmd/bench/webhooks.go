@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -136,43 +137,15 @@ func addEndpoint(ctx context.Context, db *bun.DB, merchantID, url string) (strin
 // the same signed POSTs made by Hearth's sender alone (no database), as many
 // at once as the dispatcher sends to one endpoint.
 func (b *bench) webhooks(ctx context.Context) ([]row, error) {
-	db, url, err := b.newDB(ctx, "webhooks", migrations.EventStore, migrations.ReadModel)
+	h, err := b.startHooks(ctx, "webhooks")
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
-	merchantID, customerID, err := tenant(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	fast, err := newHookReceiver(0)
-	if err != nil {
-		return nil, err
-	}
-	defer fast.close()
-	fastID, err := addEndpoint(ctx, db, merchantID, fast.url)
-	if err != nil {
-		return nil, err
-	}
-	cmd, base, err := b.startHearth(ctx, "webhooks", url, "all")
-	if err != nil {
-		return nil, err
-	}
-	defer b.stopHearth(cmd)
-	if err := awaitMetric(base, "\nhearth_leader_is_leader{unit=\"hearth/webhooks\"} 1\n"); err != nil {
-		return nil, err
-	}
-
+	defer h.close()
+	db, url, cmd, fast, merchantID, customerID := h.db, h.url, h.cmd, h.receiver, h.merchantID, h.customerID
 	b.progress("webhooks: latency to one receiver, %d events/s for %s after %s of warm-up", rate, latencyFor, latencyWarmUp)
-	warm := newArrivals()
-	fast.measure(warm)
-	if err := loadOrders(ctx, db, url, latencyWarmUp, merchantID, customerID, newArrivals(), warm); err != nil {
-		return nil, fmt.Errorf("warm-up: %w", err)
-	}
-	b.progress("webhooks warm-up (not counted): %s", warm.latencies())
-	visible, hook := newArrivals(), newArrivals()
-	fast.measure(hook)
-	if err := loadOrders(ctx, db, url, latencyFor, merchantID, customerID, visible, hook); err != nil {
+	visible, hook, err := h.latency(ctx, rate, latencyFor)
+	if err != nil {
 		return nil, err
 	}
 	b.sampleRSS(cmd)
@@ -199,7 +172,7 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 				return nil, err
 			}
 			fast.measure(turn.p)
-			if err := loadOrders(ctx, db, url, isolationFor/webhookTurns, merchantID, customerID, newArrivals(), turn.p); err != nil {
+			if err := loadOrders(ctx, db, url, rate, isolationFor/webhookTurns, merchantID, customerID, newArrivals(), turn.p); err != nil {
 				return nil, err
 			}
 		}
@@ -208,10 +181,10 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	b.sampleRSS(cmd)
 
 	// The throughput run has its receiver to itself.
-	if _, err := db.ExecContext(ctx, `UPDATE webhook_endpoints SET enabled = false WHERE id IN (?, ?)`, fastID, slowID); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE webhook_endpoints SET enabled = false WHERE id IN (?, ?)`, h.endpointID, slowID); err != nil {
 		return nil, err
 	}
-	drain, err := b.drainBacklog(ctx, db, base, merchantID, customerID)
+	drain, err := b.drainBacklog(ctx, db, b.adminOf(cmd), merchantID, customerID)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +195,7 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	}
 	return []row{
 		{fmt.Sprintf("webhook delivery latency, commit to receiver, at %d events/s, %s (p50 / p99 / max)", rate, latencyFor),
-			hook.latencies().String(), visible.latencies().String(),
+			hook.String(), visible.String(),
 			"reference: the orders read model's append-to-visible latency of the same events, in the same run"},
 		{fmt.Sprintf("the same, %s, beside an endpoint of the merchant whose receiver takes %s per request", isolationFor, slowReceiverTakes),
 			beside.latencies().String(), alone.latencies().String(),
@@ -234,10 +207,82 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	}, nil
 }
 
-// awaitMetric waits until base's /metrics shows line.
-func awaitMetric(base, line string) error {
+// hookRun is a Hearth in mode all on a database of its own, whose merchant
+// has one webhook endpoint, answered by receiver.
+type hookRun struct {
+	b                      *bench
+	db                     *bun.DB
+	url                    string
+	cmd                    *exec.Cmd
+	receiver               *hookReceiver
+	merchantID, customerID string
+	endpointID             string
+}
+
+// startHooks creates the database name, the merchant with its endpoint and
+// receiver, and starts the Hearth; it returns once that Hearth leads the
+// webhook fan-out.
+func (b *bench) startHooks(ctx context.Context, name string) (h *hookRun, err error) {
+	h = &hookRun{b: b}
+	defer func() {
+		if err != nil {
+			h.close()
+		}
+	}()
+	if h.db, h.url, err = b.newDB(ctx, name, migrations.EventStore, migrations.ReadModel); err != nil {
+		return h, err
+	}
+	if h.merchantID, h.customerID, err = tenant(ctx, h.db); err != nil {
+		return h, err
+	}
+	if h.receiver, err = newHookReceiver(0); err != nil {
+		return h, err
+	}
+	if h.endpointID, err = addEndpoint(ctx, h.db, h.merchantID, h.receiver.url); err != nil {
+		return h, err
+	}
+	if h.cmd, _, err = b.startHearth(ctx, name, h.url, "all"); err != nil {
+		return h, err
+	}
+	return h, awaitMetric(b.adminOf(h.cmd), "\nhearth_leader_is_leader{unit=\"hearth/webhooks\"} 1\n")
+}
+
+func (h *hookRun) close() {
+	if h.cmd != nil {
+		h.b.stopHearth(h.cmd)
+	}
+	if h.receiver != nil {
+		h.receiver.close()
+	}
+	if h.db != nil {
+		h.db.Close()
+	}
+}
+
+// latency creates orders at perSecond events/s for latencyWarmUp (not
+// counted), then for d, and returns the latency of the measured ones from
+// the commit to readable in the orders read model (visible) and to the
+// receiver (hook).
+func (h *hookRun) latency(ctx context.Context, perSecond int, d time.Duration) (visible, hook stats, err error) {
+	warm := newArrivals()
+	h.receiver.measure(warm)
+	if err := loadOrders(ctx, h.db, h.url, perSecond, latencyWarmUp, h.merchantID, h.customerID, newArrivals(), warm); err != nil {
+		return nil, nil, fmt.Errorf("warm-up: %w", err)
+	}
+	h.b.progress("webhooks warm-up at %d events/s (not counted): %s", perSecond, warm.latencies())
+	v, k := newArrivals(), newArrivals()
+	h.receiver.measure(k)
+	if err := loadOrders(ctx, h.db, h.url, perSecond, d, h.merchantID, h.customerID, v, k); err != nil {
+		return nil, nil, err
+	}
+	return v.latencies(), k.latencies(), nil
+}
+
+// awaitMetric waits until the /metrics of the admin listener at admin
+// shows line.
+func awaitMetric(admin, line string) error {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		res, err := http.Get(base + "/metrics")
+		res, err := http.Get(admin + "/metrics")
 		if err != nil {
 			continue
 		}
@@ -250,11 +295,11 @@ func awaitMetric(base, line string) error {
 	return fmt.Errorf("/metrics never showed %q", strings.TrimSpace(line))
 }
 
-// awaitCaughtUp waits until base's /metrics shows every projection caught
-// up (no unacknowledged message).
-func awaitCaughtUp(base string) error {
+// awaitCaughtUp waits until the /metrics of the admin listener at admin
+// shows every projection caught up (no unacknowledged message).
+func awaitCaughtUp(admin string) error {
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		res, err := http.Get(base + "/metrics")
+		res, err := http.Get(admin + "/metrics")
 		if err != nil {
 			continue
 		}
@@ -278,7 +323,7 @@ func awaitCaughtUp(base string) error {
 // all of their deliveries and the read models have caught up (so that the
 // drain has the process to itself), then lets the receiver answer and
 // returns the rate at which every order reached it.
-func (b *bench) drainBacklog(ctx context.Context, db *bun.DB, base, merchantID, customerID string) (float64, error) {
+func (b *bench) drainBacklog(ctx context.Context, db *bun.DB, admin, merchantID, customerID string) (float64, error) {
 	rc, err := newHookReceiver(0)
 	if err != nil {
 		return 0, err
@@ -327,7 +372,7 @@ func (b *bench) drainBacklog(ctx context.Context, db *bun.DB, base, merchantID, 
 			return 0, fmt.Errorf("the fan-out queued %d of %d deliveries in a minute", n, hookBacklog)
 		}
 	}
-	if err := awaitCaughtUp(base); err != nil {
+	if err := awaitCaughtUp(admin); err != nil {
 		return 0, err
 	}
 	start := time.Now()
