@@ -23,7 +23,7 @@ func TestConsoleWorkingHoursAndFreeSlots(t *testing.T) {
 	// and in one week of the board.
 	now := time.Now().UTC()
 	monday := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC).AddDate(0, 0, 7-(int(now.Weekday())+6)%7)
-	tuesday, wednesday := monday.AddDate(0, 0, 1), monday.AddDate(0, 0, 2)
+	tuesday, wednesday, thursday := monday.AddDate(0, 0, 1), monday.AddDate(0, 0, 2), monday.AddDate(0, 0, 3)
 	hoursPath := "/v1/staff/" + a.staffA + "/working-hours"
 	// worked is the days of the pattern with shifts, as the API shows them.
 	worked := func(hours map[string]any) map[string]any {
@@ -57,9 +57,14 @@ func TestConsoleWorkingHoursAndFreeSlots(t *testing.T) {
 	tb.seeText("flash", "Weekly hours saved.")
 	tb.see(`//input[@id="hours-week-tuesday" and @value="09:00-12:00"]`)
 
-	// Next Tuesday off; next Wednesday, not in the pattern, worked.
-	tb.fill("hours-exception-date", tuesday.Format(time.DateOnly))
+	// Next Tuesday off (not with hours: refused next to them); next
+	// Wednesday, not in the pattern, worked.
+	tb.fill("hours-exception-date", tuesday.Format(time.DateOnly), "hours-exception-shifts", "09:00-12:00")
 	tb.choose("hours-exception-reason", "holiday")
+	tb.button("Add exception")
+	tb.seeText("err", "must be empty for a holiday")
+	require.Equal(t, "must be empty for a holiday: it is no working time", tb.text("#hours-exception-shifts-err"))
+	tb.fill("hours-exception-shifts", "")
 	tb.button("Add exception")
 	tb.seeText("flash", fmt.Sprintf("Exception of %s (holiday) added.", tuesday.Format(time.DateOnly)))
 	tb.fill("hours-exception-date", wednesday.Format(time.DateOnly), "hours-exception-shifts", "13:00-15:00")
@@ -67,6 +72,13 @@ func TestConsoleWorkingHoursAndFreeSlots(t *testing.T) {
 	tb.button("Add exception")
 	tb.seeText("flash", "(extra day) added.")
 	tb.see(fmt.Sprintf(`//tr[@id="exception-%s"]/td[normalize-space(.)="13:00-15:00"]`, wednesday.Format(time.DateOnly)))
+	// A sick day added by mistake, and removed.
+	tb.fill("hours-exception-date", thursday.Format(time.DateOnly), "hours-exception-shifts", "")
+	tb.choose("hours-exception-reason", "sick day")
+	tb.button("Add exception")
+	tb.seeText("flash", "(sick day) added.")
+	tb.click(fmt.Sprintf(`//tr[@id="exception-%s"]//button[normalize-space(.)="Remove"]`, thursday.Format(time.DateOnly)))
+	tb.seeText("flash", fmt.Sprintf("Exception of %s removed.", thursday.Format(time.DateOnly)))
 	tb.shot("hours")
 
 	hours := a.must(http.StatusOK, http.MethodGet, hoursPath, a.opA, nil).Body

@@ -174,7 +174,10 @@ func (c *Console) hoursAction(build func(r *http.Request, s *session) (*page, er
 				}
 			}
 			if len(kept) == len(h.Exceptions) && f.Err() == nil {
-				f.Add("date", "%s has no exception", date)
+				// Removed meanwhile (another tab, the API): its row, where a
+				// problem would show, is gone; say so above the page.
+				return seeOther(w, r, s, "/console/staff/"+id+"#exceptions",
+					flash{Kind: "warn", Text: fmt.Sprintf("%s has no exception to remove (removed meanwhile?).", date)})
 			}
 			h.Exceptions = kept
 		default:
