@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"hearth/internal/pgtest"
@@ -109,6 +113,14 @@ func TestConsoleWorkingHoursAndFreeSlots(t *testing.T) {
 
 	// Taken, the slot is free no more.
 	tb.open("/console/board?week=" + tuesday.Format(time.DateOnly) + "&order=" + order)
+	tb.seeText("empty", "No free slot of 2 h left this week")
+
+	// Without JavaScript, the board reads the slots itself when asked.
+	tb.do(chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+		_, err := cdp.Call(ctx, target, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+		return err
+	}))
+	tb.open("/console/board?week=" + tuesday.Format(time.DateOnly) + "&order=" + order + "&slots=1")
 	tb.seeText("empty", "No free slot of 2 h left this week")
 	tb.noErrors()
 }
