@@ -88,6 +88,13 @@ func all[T any](limit int, list func(p query.Page) (query.List[T], error)) ([]T,
 	}
 }
 
+// allStaff reads the merchant's staff members, up to boardLimit.
+func (c *Console) allStaff(ctx context.Context, s *session) ([]reference.StaffMember, error) {
+	return all(boardLimit, func(p query.Page) (query.List[reference.StaffMember], error) {
+		return c.cfg.App.Queries.Staff.List(ctx, s.principal.MerchantID, "", p)
+	})
+}
+
 // boardLimit bounds what one board shows: the staff members and a week's
 // schedules.
 const boardLimit = 5000
@@ -172,9 +179,7 @@ func (c *Console) boardPage(r *http.Request, s *session, week string, pick assig
 		day := start.AddDate(0, 0, i)
 		d.Days = append(d.Days, boardDay{Date: day.Format(time.DateOnly), Label: day.Format("Mon 2 Jan"), Today: day.Format(time.DateOnly) == today})
 	}
-	staff, err := all(boardLimit, func(p query.Page) (query.List[reference.StaffMember], error) {
-		return c.cfg.App.Queries.Staff.List(ctx, sc.MerchantID, "", p)
-	})
+	staff, err := c.allStaff(ctx, s)
 	if err != nil {
 		return nil, err
 	}

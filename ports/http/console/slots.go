@@ -169,11 +169,19 @@ func (c *Console) boardSlots(w http.ResponseWriter, r *http.Request, s *session)
 		return err
 	}
 	if ok {
-		staff, err := c.staffOptions(r, s, false)
+		// Every active staff member, as the board lists them: a slot may
+		// be anyone's.
+		staff, err := c.allStaff(r.Context(), s)
 		if err != nil {
 			return err
 		}
-		if err := c.freeSlots(r, s, d, o, staff, true); err != nil {
+		var active []option
+		for _, st := range staff {
+			if st.Active {
+				active = append(active, option{Value: st.ID, Label: st.Name})
+			}
+		}
+		if err := c.freeSlots(r, s, d, o, active, true); err != nil {
 			return err
 		}
 	}
