@@ -88,6 +88,13 @@ func all[T any](limit int, list func(p query.Page) (query.List[T], error)) ([]T,
 	}
 }
 
+// allStaff reads the merchant's staff members, up to boardLimit.
+func (c *Console) allStaff(ctx context.Context, s *session) ([]reference.StaffMember, error) {
+	return all(boardLimit, func(p query.Page) (query.List[reference.StaffMember], error) {
+		return c.cfg.App.Queries.Staff.List(ctx, s.principal.MerchantID, "", p)
+	})
+}
+
 // boardLimit bounds what one board shows: the staff members and a week's
 // schedules.
 const boardLimit = 5000
@@ -132,8 +139,11 @@ type boardData struct {
 	Pick                       assignPick
 	Conflict                   *conflictView
 	Schedules                  int
+	// Slots are the free slots for the order picked (nil when none is).
+	Slots *slotsView
 	// pickMissing: the order picked (?order) is not in the read model.
 	pickMissing bool
+	picked      *query.Order
 }
 
 // weekOf is the Monday that starts the week of the date in loc (today
@@ -169,9 +179,7 @@ func (c *Console) boardPage(r *http.Request, s *session, week string, pick assig
 		day := start.AddDate(0, 0, i)
 		d.Days = append(d.Days, boardDay{Date: day.Format(time.DateOnly), Label: day.Format("Mon 2 Jan"), Today: day.Format(time.DateOnly) == today})
 	}
-	staff, err := all(boardLimit, func(p query.Page) (query.List[reference.StaffMember], error) {
-		return c.cfg.App.Queries.Staff.List(ctx, sc.MerchantID, "", p)
-	})
+	staff, err := c.allStaff(ctx, s)
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +238,16 @@ func (c *Console) boardPage(r *http.Request, s *session, week string, pick assig
 	if err := c.fillPick(r, s, d, day); err != nil {
 		return nil, err
 	}
+	if d.picked != nil {
+		// The slots are read on demand: by htmx once the page is shown,
+		// or here when a browser without it asked (?slots), never for a
+		// live part's poll.
+		q := r.URL.Query()
+		load := r.Method == http.MethodGet && q.Get("slots") != "" && q.Get("part") == ""
+		if err := c.freeSlots(r, s, d, *d.picked, d.Staff, load); err != nil {
+			return nil, err
+		}
+	}
 	p := &page{Title: "Dispatch board", Nav: "board", Data: d, name: "board"}
 	if d.pickMissing {
 		// Said, not dropped silently: an order just created through the
@@ -252,17 +270,15 @@ func orderLabel(o query.Order, loc *time.Location) string {
 // starts at 09:00 that day, for two hours.
 func (c *Console) fillPick(r *http.Request, s *session, d *boardData, day string) error {
 	pk := &d.Pick
-	if pk.OrderID != "" && !uuid.Valid(pk.OrderID) {
-		pk.OrderID, d.pickMissing = "", true
-	}
 	if pk.OrderID != "" {
-		o, err := c.cfg.App.Queries.Orders.Get(r.Context(), scope(s), pk.OrderID)
+		o, ok, err := c.pickedOrder(r, s, pk.OrderID)
 		switch {
-		case errors.Is(err, apperr.ErrNotFound):
-			pk.OrderID, d.pickMissing = "", true
 		case err != nil:
 			return err
+		case !ok:
+			pk.OrderID, d.pickMissing = "", true
 		default:
+			d.picked = &o
 			if !slices.ContainsFunc(d.Orders, func(op option) bool { return op.Value == o.ID }) {
 				d.Orders = append([]option{{Value: o.ID, Label: orderLabel(o, s.loc)}}, d.Orders...)
 			}
@@ -282,6 +298,19 @@ func (c *Console) fillPick(r *http.Request, s *session, d *boardData, day string
 		pk.Start, pk.End = from.Format(localLayout), from.Add(2*time.Hour).Format(localLayout)
 	}
 	return nil
+}
+
+// pickedOrder reads the order picked to assign; ok is false when there is
+// no such order in the read model.
+func (c *Console) pickedOrder(r *http.Request, s *session, id string) (o query.Order, ok bool, err error) {
+	if !uuid.Valid(id) {
+		return o, false, nil
+	}
+	o, err = c.cfg.App.Queries.Orders.Get(r.Context(), scope(s), id)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return o, false, nil
+	}
+	return o, err == nil, err
 }
 
 // assign assigns an order to a staff member for a window (PUT

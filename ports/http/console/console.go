@@ -174,6 +174,7 @@ func (c *Console) routes() {
 
 	m.Handle("GET /console/board", c.with(op, c.show(c.board, "board-grid", "board-unassigned")))
 	m.Handle("POST /console/board/assign", c.with(op, c.assign))
+	m.Handle("GET /console/board/slots", c.with(op, c.boardSlots))
 	m.Handle("GET /console/requests", c.with(op, c.show(c.requestsPage, "requests-list")))
 	m.Handle("POST /console/requests", c.with(op, c.createRequest))
 	m.Handle("POST /console/requests/{id}/status", c.with(op, c.requestStatus))
@@ -190,6 +191,9 @@ func (c *Console) routes() {
 		m.Handle("POST /console/"+k.path, c.with(op, k.create))
 		m.Handle("GET /console/"+k.path+"/{id}", c.with(op, k.edit))
 		m.Handle("POST /console/"+k.path+"/{id}", c.with(op, k.update))
+		if k.path == "staff" {
+			m.Handle("POST /console/staff/{id}/hours/{action}", c.with(op, c.hoursAction(k.page)))
+		}
 	}
 
 	m.Handle("GET /console/jobs", c.with(worker, c.show(c.jobsPage, "jobs-list")))

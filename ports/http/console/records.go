@@ -16,6 +16,8 @@ import (
 type recordKind struct {
 	path                       string
 	list, create, edit, update handler
+	// page builds the edit page (shown again with a refused form).
+	page func(r *http.Request, s *session) (*page, error)
 }
 
 // recordField is one field of a kind of record, as its forms and list
@@ -47,6 +49,9 @@ type recordsData struct {
 type recordData struct {
 	Kind recordMeta
 	Row  recordRow
+	// More is what the kind's page shows beside the record (a staff
+	// member's working hours), nil for none.
+	More any
 }
 
 // records serves one kind through the same use cases as the API's
@@ -60,6 +65,8 @@ type records[T any, P reference.Record[T]] struct {
 	// read reads a submitted form into the change it makes to a record
 	// (every field of the form: the forms show them all).
 	read func(f *formReader) func(v *T)
+	// more reads what the edit page shows beside the record; optional.
+	more func(r *http.Request, s *session, id string) (any, error)
 }
 
 func (c *Console) recordKinds() []recordKind {
@@ -96,6 +103,7 @@ func (c *Console) recordKinds() []recordKind {
 				name, phone, active := f.text("name"), f.text("phone"), f.checkbox("active")
 				return func(v *reference.StaffMember) { v.Name, v.Phone, v.Active = name, phone, active }
 			},
+			more: c.staffHours,
 		}.kind(),
 		records[reference.CatalogItem, *reference.CatalogItem]{c: c, cmd: a.Commands.CatalogItems, q: a.Queries.CatalogItems,
 			meta: recordMeta{Path: "catalog", Title: "Catalog", Singular: "catalog item", Fields: []recordField{
@@ -115,7 +123,7 @@ func (c *Console) recordKinds() []recordKind {
 }
 
 func (rs records[T, P]) kind() recordKind {
-	return recordKind{path: rs.meta.Path, list: rs.c.show(rs.listPage, "records-list"), create: rs.create, edit: rs.c.show(rs.editPage), update: rs.update}
+	return recordKind{path: rs.meta.Path, list: rs.c.show(rs.listPage, "records-list"), create: rs.create, edit: rs.c.show(rs.editPage), update: rs.update, page: rs.editPage}
 }
 
 func (rs records[T, P]) fieldNames() []string {
@@ -168,7 +176,13 @@ func (rs records[T, P]) editPage(r *http.Request, s *session) (*page, error) {
 		return nil, err
 	}
 	row := rs.row(v)
-	return &page{Title: row.Values["name"], Nav: rs.meta.Path, Data: &recordData{Kind: rs.meta, Row: row}, name: "record"}, nil
+	d := &recordData{Kind: rs.meta, Row: row}
+	if rs.more != nil {
+		if d.More, err = rs.more(r, s, id); err != nil {
+			return nil, err
+		}
+	}
+	return &page{Title: row.Values["name"], Nav: rs.meta.Path, Data: d, name: "record"}, nil
 }
 
 func (rs records[T, P]) update(w http.ResponseWriter, r *http.Request, s *session) error {
