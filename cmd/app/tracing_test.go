@@ -138,6 +138,30 @@ func TestTracingFollowsAWriteToEveryConsumer(t *testing.T) {
 	require.Equal(t, d.event.ID, attr(spans[i], "messaging.message.id"))
 }
 
+// A test ping (a delivery an operator queues) is in the trace of the
+// operator's request.
+func TestTracingFollowsATestPing(t *testing.T) {
+	t.Parallel()
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	a := withWebhooks(t, pgtest.NewDB(t), func(cfg *Config) { cfg.Tracing.provider = tp })
+	rc := newReceiver(t)
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	header := auth(a.opA)
+	header.Set("traceparent", clientParent)
+	r, err := a.send(http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", header, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r)
+	awaitDelivered(t, rc, 1)
+	require.Contains(t, rc.delivered()[0].header.Get("traceparent"), clientTraceID)
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(exporter.GetSpans(), func(s tracetest.SpanStub) bool {
+			return s.Name == "hearth.webhook.deliver" && attr(s, "hearth.ping") == "true" && s.SpanContext.TraceID().String() == clientTraceID
+		})
+	}, 20*time.Second, 5*time.Millisecond, "the ping's attempt is a span of the operator's trace")
+}
+
 // Off, Hearth ignores a client's traceparent and writes no trace context:
 // not into the message's metadata, not into the delivery row, not onto
 // the webhook request.
