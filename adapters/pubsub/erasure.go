@@ -104,7 +104,7 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 			if !ok {
 				return fmt.Errorf("erase: stream %s has type %q, not an aggregate type", st.id, st.typ)
 			}
-			a, err := s.queueAppend(b, facts, meta, st.id, "", st.version,
+			a, err := s.queueAppend(ctx, b, facts, meta, st.id, "", st.version,
 				[]event.Event{event.PersonalDataErased{SubjectType: req.SubjectType, SubjectID: req.SubjectID}})
 			if err != nil {
 				return err
@@ -114,7 +114,7 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		}
 		out.Streams = len(streams)
 		if first { // the public customer.erased or staff_member.erased
-			if _, err := s.queueAppend(b, aggregates.Subjects, meta, req.SubjectID, "", 0,
+			if _, err := s.queueAppend(ctx, b, aggregates.Subjects, meta, req.SubjectID, "", 0,
 				[]event.Event{event.SubjectErased{SubjectType: req.SubjectType, SubjectID: req.SubjectID}}); err != nil {
 				return err
 			}

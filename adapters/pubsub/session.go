@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"hearth/adapters/vault"
 	"hearth/app/command"
@@ -21,6 +23,7 @@ import (
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
 	"hearth/internal/idempotency"
+	"hearth/internal/tracing"
 )
 
 // The streams and topics of the aggregates, read from the one registry
@@ -56,6 +59,7 @@ func NewTransactor(store *Store) (*Transactor, error) {
 // together, so creating an order costs two round trips.
 func (t *Transactor) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
 	var out command.Outcome
+	ctx, span := t.store.span(ctx, "hearth.transaction")
 	err := database.WithConn(ctx, t.store.db.DB, func(conn *pgx.Conn) error {
 		s := &session{store: t.store, tx: &pipe{conn: conn}, meta: meta, byID: map[string]*tracked{}}
 		if err := fn(ctx, s); err != nil {
@@ -69,6 +73,10 @@ func (t *Transactor) Run(ctx context.Context, meta event.Meta, fn func(ctx conte
 		}
 		return err
 	})
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("hearth.merchant_id", meta.MerchantID), attribute.Int64("hearth.position", out.Position))
+	}
+	tracing.End(span, err)
 	if err != nil {
 		return command.Outcome{}, err
 	}
@@ -223,7 +231,9 @@ func (s *session) AddSchedule(sch *schedule.Schedule) {
 
 // commit appends every tracked aggregate's changes, in the order the use
 // case touched them, and commits, all in one batch.
-func (s *session) commit(ctx context.Context) (command.Outcome, error) {
+func (s *session) commit(ctx context.Context) (_ command.Outcome, err error) {
+	ctx, span := s.store.span(ctx, "hearth.append")
+	defer func() { tracing.End(span, err) }()
 	b, appends, err := s.queueAppends(ctx)
 	if err != nil {
 		return command.Outcome{}, err
@@ -241,7 +251,9 @@ func (s *session) commit(ctx context.Context) (command.Outcome, error) {
 // since the answer shows their positions; then the answer i renders from
 // the outcome is stored with COMMIT, so the events and the answer commit
 // together or not at all. One round trip more than commit.
-func (s *session) commitAnswered(ctx context.Context, i *command.Idempotent) (command.Outcome, error) {
+func (s *session) commitAnswered(ctx context.Context, i *command.Idempotent) (_ command.Outcome, err error) {
+	ctx, span := s.store.span(ctx, "hearth.append")
+	defer func() { tracing.End(span, err) }()
 	b, appends, err := s.queueAppends(ctx)
 	if err != nil {
 		return command.Outcome{}, err
@@ -273,6 +285,13 @@ func (s *session) commitAnswered(ctx context.Context, i *command.Idempotent) (co
 // queueAppends queues the appends of every tracked aggregate, their
 // personal fields sealed for their customers.
 func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, error) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		n := 0
+		for _, t := range s.ordered {
+			n += len(t.agg.Changes())
+		}
+		span.SetAttributes(attribute.Int("hearth.events", n))
+	}
 	subjects, err := s.subjects(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -280,7 +299,7 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 	b := &pgx.Batch{}
 	appends := make([]*appended, len(s.ordered))
 	for i, t := range s.ordered {
-		a, err := s.store.queueAppend(b, t.stream, s.meta, t.agg.ID(), subjects[i], t.agg.Version(), t.agg.Changes())
+		a, err := s.store.queueAppend(ctx, b, t.stream, s.meta, t.agg.ID(), subjects[i], t.agg.Version(), t.agg.Changes())
 		if err != nil {
 			return nil, nil, err
 		}

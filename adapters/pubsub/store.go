@@ -20,6 +20,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"hearth/adapters/vault"
 	"hearth/domain/apperr"
@@ -27,6 +29,7 @@ import (
 	"hearth/domain/uuid"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
+	"hearth/internal/tracing"
 )
 
 // TopicPoison is where poisoned messages go. Each aggregate type has its
@@ -49,6 +52,8 @@ type Store struct {
 	vault *vault.Vault // nil: personal fields stay in clear
 	clear bool         // NewClearStore: the vault opens, never seals
 	dec   aggregates.Decoders
+	// tracer makes the spans of the commands' transactions; nil: none.
+	tracer trace.Tracer
 }
 
 // NewStore returns a store on the event-store database. With a vault (in
@@ -81,6 +86,21 @@ func NewClearStore(db *bun.DB, log watermill.LoggerAdapter, v *vault.Vault) (*St
 	}
 	s.clear = true
 	return s, nil
+}
+
+// SetTracer has the commands' transactions make spans (a transaction's,
+// and its appends' with the commit), whose trace context every message
+// they publish then carries (tracing.Inject). Nil, the default: no span.
+// Call it before the store is used.
+func (s *Store) SetTracer(t trace.Tracer) { s.tracer = t }
+
+// span starts a span of the store's tracer, or returns a span that records
+// nothing when it has none (tracing off: no allocation).
+func (s *Store) span(ctx context.Context, name string) (context.Context, trace.Span) {
+	if s.tracer == nil {
+		return ctx, noop.Span{}
+	}
+	return s.tracer.Start(ctx, name)
 }
 
 // Stream is one stream's type, its decoder and its topic: an aggregate
@@ -156,7 +176,7 @@ type appended struct {
 // the same stream fails with an *apperr.ConflictError when b runs. The
 // personal fields of events are sealed for subject (the aggregate's
 // customer, whose key the session has adopted) when the store has a vault.
-func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id, subject string, after int, events []event.Event) (*appended, error) {
+func (s *Store) queueAppend(ctx context.Context, b *pgx.Batch, st Stream, meta event.Meta, id, subject string, after int, events []event.Event) (*appended, error) {
 	out := &appended{recs: make([]event.Recorded, len(events))}
 	if len(events) == 0 {
 		return out, nil
@@ -217,7 +237,7 @@ func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id, subjec
 		}
 		return nil
 	})
-	if err := s.publish(b, st.Topic, out.recs); err != nil {
+	if err := s.publish(ctx, b, st.Topic, out.recs); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -225,8 +245,10 @@ func (s *Store) queueAppend(b *pgx.Batch, st Stream, meta event.Meta, id, subjec
 
 // publish has watermill-sql's publisher write the events to topic; its
 // insert joins b, so they are delivered if and only if b's transaction
-// commits.
-func (s *Store) publish(b *pgx.Batch, topic string, recs []event.Recorded) error {
+// commits. Each message carries the trace context of ctx's span, when it
+// has one (tracing on), so that its consumers' spans join the write's
+// trace.
+func (s *Store) publish(ctx context.Context, b *pgx.Batch, topic string, recs []event.Recorded) error {
 	pub, err := wsql.NewPublisher(batchExecutor{batch: b, topic: topic}, wsql.PublisherConfig{SchemaAdapter: Schema}, s.log)
 	if err != nil {
 		return fmt.Errorf("publisher: %w", err)
@@ -243,6 +265,7 @@ func (s *Store) publish(b *pgx.Batch, topic string, recs []event.Recorded) error
 		msg.Metadata.Set("version", strconv.Itoa(r.Version))
 		msg.Metadata.Set("merchant_id", r.MerchantID)
 		msg.Metadata.Set("correlation_id", r.CorrelationID)
+		tracing.Inject(ctx, msg.Metadata)
 		msgs[i] = msg
 	}
 	if err := pub.Publish(topic, msgs...); err != nil {

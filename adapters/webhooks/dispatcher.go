@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"hearth/adapters/readmodel"
 	"hearth/app/publicevent"
@@ -20,6 +24,7 @@ import (
 	"hearth/domain/webhook"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
+	"hearth/internal/tracing"
 )
 
 const (
@@ -77,6 +82,10 @@ type DispatcherConfig struct {
 	Log *slog.Logger
 	// Rand draws the jitter, in [0, 1). Defaults to math/rand/v2.
 	Rand func() float64
+	// Tracer gives each attempt a span, child of the span of the fan-out
+	// that queued the delivery (its row's trace_parent). Optional: without
+	// it, no span.
+	Tracer trace.Tracer
 }
 
 // Dispatcher delivers the pending deliveries of one leadership term: one
@@ -339,6 +348,7 @@ type claim struct {
 	attempts       int
 	first, claimed time.Time // first attempt, this attempt (the database's clock)
 	since          time.Time // what the lag counts from: the event's time, or the queueing of a ping or redelivery
+	traceParent    string    // the fan-out's span ("" when none)
 }
 
 // result is the outcome of a claimed delivery, to record.
@@ -631,9 +641,10 @@ const claimSQL = `WITH due AS (
 	    last_attempt_at = now(), next_attempt_at = now() + $3 * interval '1 millisecond'
 	WHERE d.id = ANY (ARRAY(SELECT id FROM due))
 	RETURNING d.id, d.event_id, d.ping_payload, d.redelivery_of IS NOT NULL AS again, d.attempts,
-	          d.first_attempt_at, d.last_attempt_at, d.created_at
+	          d.first_attempt_at, d.last_attempt_at, d.created_at, d.trace_parent
 )
 SELECT c.id, c.event_id, c.ping_payload, c.again, c.attempts, c.first_attempt_at, c.last_attempt_at, c.created_at,
+       coalesce(c.trace_parent, ''),
        e.position, e.stream_type, e.stream_id, e.version, e.merchant_id, e.type, e.data, e.occurred_at,
        e.correlation_id, e.causation_id, e.actor
 FROM claimed c LEFT JOIN LATERAL (SELECT * FROM events WHERE event_id = c.event_id AND c.ping_payload IS NULL) e ON true`
@@ -651,7 +662,7 @@ func readClaims(rows pgx.Rows, dec aggregates.Decoders) ([]claim, error) {
 		var streamType, streamID, merchantID, typ, correlationID, causationID, actor sql.NullString
 		var data []byte
 		var occurred sql.NullTime
-		if err := rows.Scan(&c.id, &c.eventID, &ping, &c.again, &c.attempts, &c.first, &c.claimed, &created,
+		if err := rows.Scan(&c.id, &c.eventID, &ping, &c.again, &c.attempts, &c.first, &c.claimed, &created, &c.traceParent,
 			&position, &streamType, &streamID, &version, &merchantID, &typ, &data, &occurred,
 			&correlationID, &causationID, &actor); err != nil {
 			return nil, err
@@ -725,16 +736,47 @@ func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []clai
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
+			ctx, span := d.startSend(ctx, e, c)
 			o := d.cfg.Sender.Send(ctx, e.URL, e.Secrets(d.cfg.Sender.now()), c.eventID, c.body)
 			if !o.OK() && ctx.Err() != nil {
 				out[i] = result{id: c.id, release: true}
+				endSend(span, o, out[i])
 				return
 			}
 			out[i] = d.judge(c, o)
+			endSend(span, o, out[i])
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// startSend starts the span of an attempt of c to e, when the dispatcher
+// has a tracer: a child of the fan-out's span that queued c (so of the
+// write's trace), or a root for a delivery queued without one.
+func (d *Dispatcher) startSend(ctx context.Context, e webhook.Endpoint, c claim) (context.Context, trace.Span) {
+	if d.cfg.Tracer == nil {
+		return ctx, noop.Span{}
+	}
+	return d.cfg.Tracer.Start(tracing.FromParent(ctx, c.traceParent), "hearth.webhook.deliver",
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("hearth.endpoint_id", e.ID), attribute.String("hearth.event_id", c.eventID),
+			attribute.String("hearth.delivery_id", c.id), attribute.Int("hearth.attempt", c.attempts), attribute.Bool("hearth.ping", c.ping)))
+}
+
+// endSend records an attempt's outcome on its span and ends it.
+func endSend(span trace.Span, o Outcome, r result) {
+	if span.IsRecording() {
+		outcome := r.status
+		if r.release {
+			outcome = "released"
+		}
+		span.SetAttributes(attribute.Int("http.response.status_code", o.Status), attribute.String("hearth.outcome", outcome))
+		if !o.OK() {
+			span.SetStatus(codes.Error, o.Err)
+		}
+	}
+	span.End()
 }
 
 // judge turns an attempt's outcome into what to record.

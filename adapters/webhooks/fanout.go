@@ -13,6 +13,7 @@ import (
 	"hearth/app/publicevent"
 	"hearth/domain/event"
 	"hearth/internal/aggregates"
+	"hearth/internal/tracing"
 )
 
 // ProjectionPrefix starts the names (and consumer groups) of the fan-out's
@@ -57,10 +58,12 @@ func (f *Fanout) Projections() []projector.Projection {
 // fanOutSQL inserts the deliveries of a batch of events, from one array per
 // column (a fixed text, prepared once per connection), in the batch's
 // order, and returns the endpoints that got any. A redelivered event
-// conflicts with its rows and adds nothing.
+// conflicts with its rows and adds nothing. $7 is the traceparent of the
+// projection's span ("" when tracing is off): the delivery's span, later,
+// is its child.
 const fanOutSQL = `WITH queued AS (
-	INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
-	SELECT w.id, ev.merchant_id, ev.event_id, ev.event_type, ev.aggregate_id, ev.aggregate_version
+	INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, trace_parent)
+	SELECT w.id, ev.merchant_id, ev.event_id, ev.event_type, ev.aggregate_id, ev.aggregate_version, nullif($7::text, '')
 	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::int[], $6::timestamptz[])
 	     WITH ORDINALITY AS ev(event_id, merchant_id, event_type, aggregate_id, aggregate_version, occurred_at, ord)
 	JOIN webhook_endpoints w ON w.merchant_id = ev.merchant_id AND w.enabled
@@ -94,7 +97,7 @@ func (f *Fanout) FanOut(ctx context.Context, recs []event.Recorded, alsoInTx fun
 	wake := wakeOf(ctx)
 	var endpoints []string
 	err = f.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		rows, err := tx.Tx.QueryContext(ctx, fanOutSQL, ids, merchants, types, aggs, versions, occurred)
+		rows, err := tx.Tx.QueryContext(ctx, fanOutSQL, ids, merchants, types, aggs, versions, occurred, tracing.Parent(ctx))
 		if err != nil {
 			return fmt.Errorf("fan out %d events from %s: %w", n, ids[0], err)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"hearth/domain/webhook"
+	"hearth/internal/tracing"
 )
 
 // UserAgent is the User-Agent of every delivery.
@@ -185,6 +186,9 @@ func (s *Sender) Send(ctx context.Context, rawURL string, secrets []string, id s
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", sig)
+	// The delivery's trace context (tracing on): the receiver's spans may
+	// join the write's trace. The signature does not cover it.
+	tracing.InjectHeader(ctx, req.Header)
 	res, err := s.client.Do(req)
 	if err != nil {
 		return Outcome{Latency: time.Since(start), Err: s.describe(ctx, err)}

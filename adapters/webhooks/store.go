@@ -52,6 +52,7 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/webhook"
 	"hearth/internal/idempotency"
+	"hearth/internal/tracing"
 )
 
 // Store keeps the endpoints and reads the delivery log, on the event-store
@@ -265,11 +266,13 @@ func (s *Store) QueueDelivery(ctx context.Context, merchantID, endpointID string
 		if d.Ping {
 			ping = d.Body
 		}
+		// The delivery's attempts join the trace of the operator's request
+		// (tracing on), as an event's join the trace of its write.
 		out, err = scanDelivery(tx.QueryRowContext(ctx, `INSERT INTO webhook_deliveries
-			(id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload, redelivery_of)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, '')::uuid)
+			(id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload, redelivery_of, trace_parent)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, '')::uuid, nullif($10, ''))
 			RETURNING `+deliveryColumns, d.ID, d.EndpointID, d.MerchantID, d.EventID, d.EventType, d.AggregateID,
-			d.AggregateVersion, ping, d.RedeliveryOf))
+			d.AggregateVersion, ping, d.RedeliveryOf, tracing.Parent(ctx)))
 		if err != nil {
 			return nil, fmt.Errorf("queue webhook delivery: %w", err)
 		}

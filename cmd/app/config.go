@@ -213,6 +213,9 @@ type Config struct {
 	// nothing (RELAY_DUPLICATE_WINDOW, a Go duration). It costs the NATS
 	// server memory for every message id within it. Defaults to 10m.
 	RelayDuplicateWindow time.Duration
+	// Tracing is OpenTelemetry tracing (OTEL_*; tracing.go). Defaults to
+	// off.
+	Tracing Tracing
 }
 
 // Modes.
@@ -332,6 +335,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	cfg.RelaySubjectPrefix = cmp.Or(getenv("RELAY_SUBJECT_PREFIX"), "hearth")
 	cfg.RelayDuplicateWindow = duration("RELAY_DUPLICATE_WINDOW", 10*time.Minute)
 	errs = append(errs, cfg.checkRelay()...)
+	cfg.Tracing = loadTracing(getenv, &errs)
 
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")

@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"hearth/adapters/pubsub"
@@ -149,6 +150,9 @@ type wiring struct {
 	// background: close it at shutdown.
 	maintenance *readmodel.Maintenance
 	telemetry   *telemetry
+	// tracer makes the spans of requests, commands, applies, deliveries
+	// and relay publishes; nil when tracing is off (Config.Tracing).
+	tracer      trace.Tracer
 	idempotency *idempotency.Store
 	// fanout are the webhook fan-out's projections (one per topic), run by
 	// the webhook leader (leadWebhooks); webhookSender sends the deliveries.
@@ -240,6 +244,10 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	}
 	store, err := newStore(apiES, watermill.NewSlogLogger(log.With("component", "publisher")), vlt)
 	must(err)
+	tracer := cfg.Tracing.tracer()
+	if store != nil {
+		store.SetTracer(tracer)
+	}
 	ref, err := refdata.New(apiES)
 	must(err)
 	tx, err := pubsub.NewTransactor(store)
@@ -308,7 +316,7 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 		return wiring{}, err
 	}
 	w := wiring{app: a, refdata: ref, fanout: fanout.Projections(), webhookSender: sender, webhookStore: hooks,
-		vault: vlt, eventLog: eventLog}
+		vault: vlt, eventLog: eventLog, tracer: tracer}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		pr := projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch)
 		pr.Decode = vlt.Decoder(p.Aggregate()) // the one decoder that opens sealed fields
@@ -361,6 +369,11 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 // gracefully: the HTTP server drains, the projections finish or abort the
 // message in flight, and the leadership locks are released.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	cfg, stopTracing, err := startTracing(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // last: the spans of the shutdown are flushed too
 	dbs, err := openDatabases(ctx, cfg)
 	if err != nil {
 		return err
@@ -529,7 +542,7 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		App: w.app, Auth: w.refdata, Log: log, APIEnabled: cfg.Mode != ModeWorker,
 		Ready: readiness(cfg, dbs, sched, w.live), Leadership: leadership(sched),
 		Parked: w.operator, Rebuilds: w.operator,
-		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest,
+		Metrics: w.telemetry.handler(), ObserveRequest: w.telemetry.observeRequest, Tracer: w.tracer,
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
@@ -636,6 +649,7 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 		Parking:      w.parking,
 		Metrics:      w.telemetry.projections,
 		Registry:     w.telemetry.reg,
+		Tracer:       w.tracer,
 		OnLive:       onLive,
 		Projections:  projections,
 	})

@@ -70,7 +70,7 @@ func leadWebhooks(ctx context.Context, term int64, cfg Config, lease time.Durati
 	g, gctx := errgroup.WithContext(ctx)
 	d, err := webhooks.NewDispatcher(gctx, webhooks.DispatcherConfig{
 		DB: db.DB, Sender: w.webhookSender, Secrets: sealer(cfg.MasterKeys), Schedule: cfg.webhookSchedule(), Keep: cfg.WebhookDeliveryKeep,
-		Decoders: w.vault, Metrics: w.webhookMetrics, OnStale: stepDown, Log: log, Rand: w.webhookRand,
+		Decoders: w.vault, Metrics: w.webhookMetrics, OnStale: stepDown, Log: log, Rand: w.webhookRand, Tracer: w.tracer,
 	})
 	if err != nil {
 		return err
@@ -78,7 +78,7 @@ func leadWebhooks(ctx context.Context, term int64, cfg Config, lease time.Durati
 	pr, err := projector.New(projector.Config{
 		EventStore: db.DB, ConnString: cfg.DatabaseURL, SameDB: true, Fallback: cfg.PollInterval, Log: log,
 		RetryInitial: w.retryInitial, Parking: w.parking, Metrics: w.telemetry.projections, Registry: w.telemetry.reg,
-		Notifier: notifier, Projections: stepDownOnStaleTerm(w.fanout, stepDown),
+		Notifier: notifier, Projections: stepDownOnStaleTerm(w.fanout, stepDown), Tracer: w.tracer,
 	})
 	if err != nil {
 		return err

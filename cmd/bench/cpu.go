@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on
@@ -80,4 +81,35 @@ func (c cpuSpent) per(requests float64) cpuPerRequest {
 
 func (c cpuPerRequest) String() string {
 	return fmt.Sprintf("Hearth %.0f µs, Postgres %.0f µs, load generator %.0f µs", c.process, c.postgres, c.bench)
+}
+
+// contender is one of two Hearth processes measured in turns (alternate):
+// where it listens, its pid, and what its turns gave.
+type contender struct {
+	base  string
+	pid   int
+	total postResult
+	turns []string // Hearth's µs per request, by turn
+}
+
+// alternate sends request (a POST /v1/orders) to x and y in turns, from
+// concurrency clients, for rounds rounds of a turn each (which one goes
+// first alternates), after a half turn each that is not counted
+// (connections, caches), so that both see the same machine.
+func (b *bench) alternate(what string, request []byte, rounds int, turn time.Duration, x, y *contender) {
+	b.progress("%s: a turn of %s for each process first, not counted", what, turn/2)
+	postOrders(x.base, x.pid, request, turn/2, concurrency, 0)
+	postOrders(y.base, y.pid, request, turn/2, concurrency, 0)
+	for round := range rounds {
+		b.progress("%s, round %d of %d: POST /v1/orders to each process, %d clients for %s each", what, round+1, rounds, concurrency, turn)
+		for i := range 2 {
+			c := x
+			if (round+i)%2 == 1 {
+				c = y
+			}
+			r := postOrders(c.base, c.pid, request, turn, concurrency, 0)
+			c.total.add(r)
+			c.turns = append(c.turns, fmt.Sprintf("%.0f", r.cpu.per(float64(len(r.lat))).process))
+		}
+	}
 }

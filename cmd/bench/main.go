@@ -34,6 +34,9 @@
 //     PERSONAL_DATA_SEALING=off in the same run: CPU per POST /v1/orders in
 //     mode api, the catch-up rate of a sealed backlog against the same
 //     backlog in clear, and the time to erase a customer with 1,000 orders;
+//   - tracing every request (OTLP over HTTP, sampler always_on) beside the
+//     same binary with tracing off in the same run: POST /v1/orders rate and
+//     CPU per request in mode api;
 //   - the peak RSS of the Hearth processes.
 //
 // Every Hearth process's CPU profile is saved in bench-profiles/, and
@@ -86,6 +89,7 @@ func main() {
 		scaleOrders /= 10
 		replicaFor, replicaRYWFor, replicaOrders = replicaFor/10, replicaRYWFor/10, replicaOrders/10
 		sealingTurn /= 10
+		tracingTurn /= 10
 		erasureOrders /= 10
 	}
 	if err := checkOnly(); err != nil {
@@ -100,7 +104,7 @@ func main() {
 
 // sections are the runs, in order; BENCH_ONLY=commands,catchup runs some.
 // scale runs only when named (make bench-scale): it takes about 15 minutes.
-var sections = []string{"latency", "curve", "commands", "isolation", "catchup", "noisy", "console", "availability", "feed", "webhooks", "replicas", "sealing", "scale"}
+var sections = []string{"latency", "curve", "commands", "isolation", "catchup", "noisy", "console", "availability", "feed", "webhooks", "replicas", "sealing", "tracing", "scale"}
 
 func only(section string) bool {
 	v := os.Getenv("BENCH_ONLY")
@@ -260,6 +264,13 @@ func run() error {
 			return fmt.Errorf("sealing: %w", err)
 		}
 		rows = append(rows, sr...)
+	}
+	if only("tracing") {
+		tr, err := b.tracing(ctx)
+		if err != nil {
+			return fmt.Errorf("tracing: %w", err)
+		}
+		rows = append(rows, tr...)
 	}
 	var scaleTable string
 	if only("scale") {

@@ -74,28 +74,10 @@ func (b *bench) sealingCPU(ctx context.Context) (row, error) {
 		return row{}, err
 	}
 	defer b.stopHearth(clear)
-	// A turn each first, not counted: connections, caches, the data key.
-	b.progress("sealing: a turn of %s for each process first, not counted", sealingTurn/2)
-	postOrders(sealedBase, sealed.Process.Pid, request, sealingTurn/2, concurrency, 0)
-	postOrders(clearBase, clear.Process.Pid, request, sealingTurn/2, concurrency, 0)
-	var on, off postResult
-	var turnsOn, turnsOff []string
-	perRequest := func(r postResult) float64 { return r.cpu.per(float64(len(r.lat))).process }
-	for round := range sealingRounds {
-		b.progress("sealing, round %d of %d: POST /v1/orders with notes to Hearth sealing and not, %d clients for %s each",
-			round+1, sealingRounds, concurrency, sealingTurn)
-		for i := range 2 {
-			if (round+i)%2 == 0 {
-				r := postOrders(sealedBase, sealed.Process.Pid, request, sealingTurn, concurrency, 0)
-				on.add(r)
-				turnsOn = append(turnsOn, fmt.Sprintf("%.0f", perRequest(r)))
-			} else {
-				r := postOrders(clearBase, clear.Process.Pid, request, sealingTurn, concurrency, 0)
-				off.add(r)
-				turnsOff = append(turnsOff, fmt.Sprintf("%.0f", perRequest(r)))
-			}
-		}
-	}
+	// The warm-up turns cache the data key too.
+	onRun, offRun := &contender{base: sealedBase, pid: sealed.Process.Pid}, &contender{base: clearBase, pid: clear.Process.Pid}
+	b.alternate("sealing", request, sealingRounds, sealingTurn, onRun, offRun)
+	on, off, turnsOn, turnsOff := onRun.total, offRun.total, onRun.turns, offRun.turns
 	b.sampleRSS(sealed)
 	b.sampleRSS(clear)
 	// Both wrote: the sealing one's notes must be sealed, the other's not.

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"hearth/app"
 	"hearth/app/access"
 	"hearth/domain/apperr"
@@ -58,6 +60,9 @@ type Config struct {
 	// ObserveRequest records each request's method (one of knownMethods,
 	// or "other"), route, status and duration (HTTP metrics). Optional.
 	ObserveRequest func(method, route string, status int, d time.Duration)
+	// Tracer gives each request a span (tracing.go). Optional: without it,
+	// no span is made and a client's traceparent is ignored.
+	Tracer trace.Tracer
 	// Leadership reports the instance's leadership for GET
 	// /admin/leadership (admin keys). Nil: the route answers 404.
 	Leadership func(ctx context.Context) (map[string]any, error)
@@ -240,7 +245,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))
 	})
-	return s.logRequests(apiHeaders(s.observe(s.recoverPanics(s.limitBody(mux))))), nil
+	return s.logRequests(apiHeaders(s.traceRequests(s.observe(s.recoverPanics(s.limitBody(mux)))))), nil
 }
 
 // route is one entry of the API: its pattern ("METHOD /path"), the roles

@@ -11,9 +11,13 @@ import (
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"hearth/adapters/pubsub"
 	"hearth/domain/event"
+	"hearth/internal/tracing"
 )
 
 // CatchUpPageSize is how many events one catch-up page applies in one
@@ -48,6 +52,9 @@ type CatchUp struct {
 	PageSize int
 	// Log defaults to slog.Default().
 	Log *slog.Logger
+	// Tracer gives each page a span, in the trace of its first event's
+	// write and linked to the others' (see pageSpan). Optional.
+	Tracer trace.Tracer
 }
 
 // Run catches p up and returns how many events it read.
@@ -93,7 +100,9 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 			alsoInTx = func(ctx context.Context, tx bun.Tx) error { return c.exec(ctx, tx.Tx, ack) }
 		}
 		pageCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		pageCtx, span := c.pageSpan(pageCtx, p, rows)
 		err = p.ApplyBatch(pageCtx, recs, alsoInTx)
+		tracing.End(span, err)
 		cancel()
 		if err == nil && !c.SameDB {
 			err = c.exec(ctx, c.DB, ack)
@@ -115,6 +124,23 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 		log.Info("caught up", "events", total, "elapsed", elapsed, "events_per_second", int(float64(total)/elapsed.Seconds()))
 	}
 	return total, nil
+}
+
+// pageSpan starts the span of a page's apply, when c has a tracer: like a
+// live apply's (startApply), a child of the span that published the first
+// message of the page, linked to the others'.
+func (c CatchUp) pageSpan(ctx context.Context, p Projection, rows []wsql.Row) (context.Context, trace.Span) {
+	if c.Tracer == nil {
+		return ctx, noop.Span{}
+	}
+	metadata := make([]map[string]string, len(rows)-1)
+	for i, row := range rows[1:] {
+		metadata[i] = row.Msg.Metadata
+	}
+	return c.Tracer.Start(tracing.Extract(ctx, rows[0].Msg.Metadata), "hearth.project",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(tracing.Links(metadata...)...),
+		trace.WithAttributes(attribute.String("hearth.projection", p.Name), attribute.String("messaging.destination.name", p.Topic),
+			attribute.Bool("hearth.catch_up", true), attribute.Int("hearth.batch", len(rows))))
 }
 
 type execer interface {

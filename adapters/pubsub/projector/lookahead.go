@@ -9,8 +9,11 @@ import (
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"hearth/domain/event"
+	"hearth/internal/tracing"
 
 	"hearth/adapters/pubsub"
 )
@@ -172,6 +175,16 @@ func (pr *Projector) applyAhead(ctx context.Context, l *Lookahead, p Projection,
 	// Half the attempt at most: the fallback to rec alone keeps the rest.
 	batchCtx, cancel := context.WithTimeout(ctx, AttemptTimeout/2)
 	defer cancel()
+	if span := trace.SpanFromContext(ctx); span.IsRecording() { // the attempt's (startApply)
+		metadata := make([]map[string]string, len(later))
+		for i, m := range later {
+			metadata[i] = m.Metadata
+		}
+		for _, l := range tracing.Links(metadata...) {
+			span.AddLink(l)
+		}
+		span.SetAttributes(attribute.Int("hearth.batch", len(recs)))
+	}
 	start := time.Now()
 	err := p.ApplyBatch(batchCtx, recs, nil)
 	pr.metrics.observeBatch(p.Name, time.Since(start), len(recs), err)

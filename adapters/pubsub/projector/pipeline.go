@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -47,6 +48,9 @@ type Config struct {
 	Parking  *Parking
 	Metrics  *Metrics
 	Registry prometheus.Registerer
+	// Tracer gives each apply of the router a span (see RouterConfig), and
+	// each page of the catch-up (see CatchUp). Optional.
+	Tracer trace.Tracer
 	// OnLive, when set, is called once the term's router runs: the
 	// catch-up is done and the subscribers are subscribed.
 	OnLive func()
@@ -70,6 +74,7 @@ type Projector struct {
 	parking      *Parking
 	metrics      *Metrics
 	registry     prometheus.Registerer
+	tracer       trace.Tracer
 	onLive       func()
 	projections  []Projection
 }
@@ -90,7 +95,7 @@ func New(cfg Config) (*Projector, error) {
 		db: cfg.EventStore, connString: cfg.ConnString, notifier: cfg.Notifier, sameDB: cfg.SameDB, fallback: cfg.Fallback,
 		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
 		pageSize: cfg.CatchUpPageSize, parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry,
-		onLive: onLive, projections: cfg.Projections,
+		tracer: cfg.Tracer, onLive: onLive, projections: cfg.Projections,
 	}, nil
 }
 
@@ -125,7 +130,7 @@ func (pr *Projector) Run(ctx context.Context) error {
 		return errors.Join(err, g.Wait())
 	}
 
-	catchUp := CatchUp{DB: pr.db, SameDB: pr.sameDB, PageSize: pr.pageSize, Log: log}
+	catchUp := CatchUp{DB: pr.db, SameDB: pr.sameDB, PageSize: pr.pageSize, Log: log, Tracer: pr.tracer}
 	cg, cctx := errgroup.WithContext(gctx)
 	for _, p := range pr.projections {
 		cg.Go(func() error {

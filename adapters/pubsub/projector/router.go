@@ -16,9 +16,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"hearth/domain/event"
 	"hearth/internal/aggregates"
+	"hearth/internal/tracing"
 
 	"hearth/adapters/pubsub"
 )
@@ -97,6 +100,10 @@ type RouterConfig struct {
 	// hearth, subsystem watermill). Registering again for the router of the
 	// next leadership term reuses the collectors.
 	Registry prometheus.Registerer
+	// Tracer gives each apply a span, in the trace of the write that
+	// published the message (its metadata's trace context). Optional:
+	// without it, no span.
+	Tracer trace.Tracer
 }
 
 // NewRouter builds a router that feeds the projections, for a transport
@@ -109,7 +116,7 @@ func NewRouter(cfg RouterConfig, projections ...Projection) (*message.Router, er
 	}
 	pr := &Projector{
 		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
-		parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry, projections: projections,
+		parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry, tracer: cfg.Tracer, projections: projections,
 	}
 	return pr.router(cfg.Subscriber, cfg.Poison, cfg.Lookahead)
 }
@@ -163,7 +170,7 @@ func (pr *Projector) router(subscriber func(consumerGroup string) (message.Subsc
 // lookahead, it applies the messages fetched after it in the same
 // transaction when it can, and acks those without work when they come.
 func (pr *Projector) handler(p Projection, ahead *Lookahead) message.NoPublishHandlerFunc {
-	return func(msg *message.Message) error {
+	return func(msg *message.Message) (err error) {
 		if ahead != nil && ahead.of(p.Name).appliedAhead(msg) {
 			return nil
 		}
@@ -180,6 +187,11 @@ func (pr *Projector) handler(p Projection, ahead *Lookahead) message.NoPublishHa
 		}
 		ctx, cancel := context.WithTimeout(msg.Context(), AttemptTimeout)
 		defer cancel()
+		if pr.tracer != nil {
+			var span trace.Span
+			ctx, span = pr.startApply(ctx, p, msg, rec)
+			defer func() { tracing.End(span, err) }()
+		}
 		if pr.applyAhead(ctx, ahead, p, msg, rec) {
 			return nil
 		}
@@ -200,6 +212,18 @@ func (pr *Projector) handler(p Projection, ahead *Lookahead) message.NoPublishHa
 		}
 		return nil
 	}
+}
+
+// startApply starts the span of an attempt to apply rec (of msg) to p: a
+// child of the span that published msg, when its metadata carries one.
+// When the attempt applies the messages fetched after msg too
+// (applyAhead), the span links theirs.
+func (pr *Projector) startApply(ctx context.Context, p Projection, msg *message.Message, rec event.Recorded) (context.Context, trace.Span) {
+	return pr.tracer.Start(tracing.Extract(ctx, msg.Metadata), "hearth.project",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("hearth.projection", p.Name), attribute.String("messaging.destination.name", p.Topic),
+			attribute.String("messaging.message.id", msg.UUID), attribute.String("hearth.event_type", rec.Type),
+			attribute.String("hearth.stream_id", rec.StreamID), attribute.Int("hearth.version", rec.Version)))
 }
 
 // permanentError fails without retries.

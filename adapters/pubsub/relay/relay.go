@@ -16,7 +16,8 @@
 //   - headers type, merchant_id, aggregate_type, aggregate_id,
 //     aggregate_version, schema_version, and Nats-Msg-Id = the event id,
 //     so JetStream drops a message it already holds within the stream's
-//     duplicate window.
+//     duplicate window; with tracing on, traceparent too (the publish's
+//     span, in the trace of the write).
 //
 // # How
 //
@@ -82,6 +83,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 
 	"hearth/adapters/pubsub"
@@ -91,6 +95,7 @@ import (
 	"hearth/domain/event"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
+	"hearth/internal/tracing"
 )
 
 const (
@@ -153,6 +158,11 @@ type Config struct {
 	Metrics *Metrics
 	// Log defaults to slog.Default().
 	Log *slog.Logger
+	// Tracer gives each publish a span, child of the span that published
+	// the event's topic message (its metadata's trace context), whose
+	// context the JetStream message then carries (header traceparent).
+	// Optional: without it, no span and no such header.
+	Tracer trace.Tracer
 }
 
 // Relay publishes the event store's topics to JetStream. Run is one
@@ -391,7 +401,7 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 		if err != nil {
 			return err
 		}
-		for _, msg := range msgs {
+		for i, msg := range msgs {
 			subject := r.subject(msg)
 			publish := func() error {
 				if err := pub.Publish(subject, msg); err != nil {
@@ -399,7 +409,10 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 				}
 				return nil
 			}
-			if err := r.retry(ctx, log, "publish", publish); err != nil {
+			span := r.startPublish(ctx, rows[i].Msg, msg, subject)
+			err := r.retry(ctx, log, "publish", publish)
+			tracing.End(span, err)
+			if err != nil {
 				return err
 			}
 			r.cfg.Metrics.published(topic)
@@ -412,6 +425,21 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 		}
 		r.mirror(ctx, es, topic, pos, log)
 	}
+}
+
+// startPublish starts the span of msg's publish to subject, when the relay
+// has a tracer: a child of the span that published from, whose context msg
+// then carries to JetStream's consumers.
+func (r *Relay) startPublish(ctx context.Context, from, msg *message.Message, subject string) trace.Span {
+	if r.cfg.Tracer == nil {
+		return noop.Span{}
+	}
+	ctx, span := r.cfg.Tracer.Start(tracing.Extract(ctx, from.Metadata), "hearth.relay.publish",
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject),
+			attribute.String("messaging.message.id", msg.UUID)))
+	tracing.Inject(ctx, msg.Metadata)
+	return span
 }
 
 // public turns a page of agg's topic into the messages to publish: each

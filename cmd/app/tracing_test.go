@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"hearth/internal/pgtest"
+	"hearth/internal/tracing"
+)
+
+// clientTrace is the trace a client's request belongs to: its traceparent
+// names the client's span, which Hearth's spans continue.
+const (
+	clientTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	clientSpanID  = "00f067aa0ba902b7"
+	clientParent  = "00-" + clientTraceID + "-" + clientSpanID + "-01"
+)
+
+// tracedOrder creates an order with the client's traceparent, with a
+// webhook endpoint of its merchant listening, and returns the delivery of
+// its order.created.
+func tracedOrder(t *testing.T, a *api) delivery {
+	t.Helper()
+	rc := newReceiver(t)
+	a.createEndpoint(a.opA, rc.URL)
+	customer := a.createCustomer(a.opA, "Traced Customer")
+	header := auth(a.opA)
+	header.Set("traceparent", clientParent)
+	r, err := a.send(http.MethodPost, "/v1/orders", header, map[string]any{"customer_id": customer, "amount_cents": 1500})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	order := r.Body["id"].(string)
+	var got delivery
+	require.Eventually(t, func() bool {
+		i := slices.IndexFunc(rc.delivered(), func(d delivery) bool { return d.event.AggregateID == order })
+		if i >= 0 {
+			got = rc.delivered()[i]
+		}
+		return i >= 0
+	}, 20*time.Second, 5*time.Millisecond, "the order's event is delivered")
+	return got
+}
+
+// topicMetadata is the metadata of an event's message in the orders topic.
+func topicMetadata(t *testing.T, a *api, eventID string) map[string]string {
+	t.Helper()
+	var raw []byte
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT metadata FROM watermill_orders WHERE uuid = $1`, eventID).Scan(&raw))
+	var md map[string]string
+	require.NoError(t, json.Unmarshal(raw, &md))
+	return md
+}
+
+// deliveryTraceParent is the trace_parent of an event's delivery row.
+func deliveryTraceParent(t *testing.T, a *api, eventID string) sql.NullString {
+	t.Helper()
+	var tp sql.NullString
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT trace_parent FROM webhook_deliveries WHERE event_id = $1`, eventID).Scan(&tp))
+	return tp
+}
+
+// One write is one trace: the client's request span goes on into the
+// command's transaction and its appends, across the Watermill message into
+// the orders projection's apply and the webhook fan-out's, and through the
+// delivery row into the delivery's attempt, whose request carries the
+// trace on to the receiver.
+func TestTracingFollowsAWriteToEveryConsumer(t *testing.T) {
+	t.Parallel()
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	a := withWebhooks(t, pgtest.NewDB(t), func(cfg *Config) { cfg.Tracing.provider = tp })
+
+	d := tracedOrder(t, a)
+	require.Contains(t, d.header.Get("traceparent"), clientTraceID, "the receiver gets the trace")
+	require.Contains(t, topicMetadata(t, a, d.event.ID)["traceparent"], clientTraceID, "the message carries the trace")
+
+	// The delivery's span ends after the receiver has answered: wait for it.
+	var spans tracetest.SpanStubs
+	var deliver tracetest.SpanStub
+	require.Eventually(t, func() bool {
+		spans = exporter.GetSpans()
+		i := slices.IndexFunc(spans, func(s tracetest.SpanStub) bool {
+			return s.Name == "hearth.webhook.deliver" && attr(s, "hearth.event_id") == d.event.ID
+		})
+		if i >= 0 {
+			deliver = spans[i]
+		}
+		return i >= 0
+	}, 20*time.Second, 5*time.Millisecond, "the delivery has a span")
+
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	for _, s := range spans {
+		byID[s.SpanContext.SpanID()] = s
+	}
+	// parentOf is the span s is a child of, which must be of this trace.
+	parentOf := func(s tracetest.SpanStub) tracetest.SpanStub {
+		t.Helper()
+		require.Equal(t, clientTraceID, s.SpanContext.TraceID().String(), "%s is in the client's trace", s.Name)
+		p, ok := byID[s.Parent.SpanID()]
+		require.True(t, ok, "%s's parent %s is one of Hearth's spans", s.Name, s.Parent.SpanID())
+		return p
+	}
+	fanout := parentOf(deliver)
+	require.Equal(t, "hearth.project", fanout.Name)
+	require.Equal(t, "webhooks_orders", attr(fanout, "hearth.projection"))
+	appendSpan := parentOf(fanout)
+	require.Equal(t, "hearth.append", appendSpan.Name, "the fan-out continues the span that published the message")
+	transaction := parentOf(appendSpan)
+	require.Equal(t, "hearth.transaction", transaction.Name)
+	request := parentOf(transaction)
+	require.Equal(t, "POST /v1/orders", request.Name)
+	require.Equal(t, trace.SpanKindServer, request.SpanKind)
+	require.Equal(t, clientSpanID, request.Parent.SpanID().String(), "the request continues the client's span")
+	require.True(t, request.Parent.IsRemote())
+
+	i := slices.IndexFunc(spans, func(s tracetest.SpanStub) bool {
+		return s.Name == "hearth.project" && attr(s, "hearth.projection") == "orders" && s.SpanContext.TraceID() == request.SpanContext.TraceID()
+	})
+	require.GreaterOrEqual(t, i, 0, "the orders projection's apply is in the trace")
+	require.Equal(t, appendSpan.SpanContext.SpanID(), parentOf(spans[i]).SpanContext.SpanID(), "a child of the append")
+	require.Equal(t, d.event.ID, attr(spans[i], "messaging.message.id"))
+}
+
+// A test ping (a delivery an operator queues) is in the trace of the
+// operator's request.
+func TestTracingFollowsATestPing(t *testing.T) {
+	t.Parallel()
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	a := withWebhooks(t, pgtest.NewDB(t), func(cfg *Config) { cfg.Tracing.provider = tp })
+	rc := newReceiver(t)
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	header := auth(a.opA)
+	header.Set("traceparent", clientParent)
+	r, err := a.send(http.MethodPost, "/v1/webhook-endpoints/"+endpoint+"/test", header, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r)
+	awaitDelivered(t, rc, 1)
+	require.Contains(t, rc.delivered()[0].header.Get("traceparent"), clientTraceID)
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(exporter.GetSpans(), func(s tracetest.SpanStub) bool {
+			return s.Name == "hearth.webhook.deliver" && attr(s, "hearth.ping") == "true" && s.SpanContext.TraceID().String() == clientTraceID
+		})
+	}, 20*time.Second, 5*time.Millisecond, "the ping's attempt is a span of the operator's trace")
+}
+
+// Off, Hearth ignores a client's traceparent and writes no trace context:
+// not into the message's metadata, not into the delivery row, not onto
+// the webhook request.
+func TestTracingOffWritesNoTraceContext(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	require.Nil(t, a.w.tracer)
+
+	d := tracedOrder(t, a)
+	require.Empty(t, d.header.Get("traceparent"))
+	md := topicMetadata(t, a, d.event.ID)
+	require.NotEmpty(t, md["correlation_id"], "the metadata was read")
+	for k := range md {
+		require.NotContains(t, []string{"traceparent", "tracestate"}, k)
+	}
+	require.False(t, deliveryTraceParent(t, a, d.event.ID).Valid)
+}
+
+// attr is the value of a span's attribute, as text ("" when it has none).
+func attr(s tracetest.SpanStub, key string) string {
+	for _, kv := range s.Attributes {
+		if kv.Key == attribute.Key(key) {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// The OTEL_* settings: on and off, and every bad value named.
+func TestLoadTracing(t *testing.T) {
+	t.Parallel()
+	load := func(vars map[string]string) (Tracing, error) {
+		var errs []error
+		tr := loadTracing(env(vars), &errs)
+		return tr, errors.Join(errs...)
+	}
+	for _, c := range []struct {
+		vars     map[string]string
+		on       bool
+		exporter string
+		endpoint string
+	}{
+		{vars: nil},
+		{vars: map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"},
+			exporter: "none", endpoint: "http://collector:4318/v1/traces"},
+		{vars: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}, on: true, exporter: "otlp",
+			endpoint: "http://collector:4318/v1/traces"},
+		{vars: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://b/traces"},
+			on: true, exporter: "otlp", endpoint: "https://b/traces"},
+		{vars: map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, on: true, exporter: "otlp"},
+		{vars: map[string]string{"OTEL_TRACES_EXPORTER": "console"}, on: true, exporter: "console"},
+		{vars: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}, exporter: "none"},
+	} {
+		tr, err := load(c.vars)
+		require.NoError(t, err, "%v", c.vars)
+		require.Equal(t, c.on, tr.on(), "%v", c.vars)
+		require.Equal(t, c.exporter, tr.Exporter, "%v", c.vars)
+		require.Equal(t, c.endpoint, tr.Endpoint, "%v", c.vars)
+	}
+	tr, err := load(map[string]string{"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"})
+	require.NoError(t, err)
+	require.Equal(t, "ParentBased{root:TraceIDRatioBased{0.25},remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,"+
+		"localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}", tr.Sampler.Description())
+	for name, c := range map[string]struct {
+		vars map[string]string
+		want string
+	}{
+		"exporter":  {map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"}, `OTEL_TRACES_EXPORTER="jaeger": must be otlp, console or none`},
+		"two":       {map[string]string{"OTEL_TRACES_EXPORTER": "otlp,console"}, `OTEL_TRACES_EXPORTER="otlp,console"`},
+		"endpoint":  {map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, `OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318": must be an http or https URL`},
+		"protocol":  {map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, `OTEL_EXPORTER_OTLP_PROTOCOL="grpc": Hearth exports over http/protobuf only`},
+		"sampler":   {map[string]string{"OTEL_TRACES_SAMPLER": "sometimes"}, `OTEL_TRACES_SAMPLER="sometimes": must be always_on`},
+		"ratio":     {map[string]string{"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.5"}, `OTEL_TRACES_SAMPLER_ARG="1.5": must be a ratio from 0 to 1`},
+		"disabled":  {map[string]string{"OTEL_SDK_DISABLED": "yes"}, `OTEL_SDK_DISABLED="yes": must be true or false`},
+		"in config": {map[string]string{"DATABASE_URL": testDatabaseURL, "OTEL_TRACES_SAMPLER": "nope"}, `OTEL_TRACES_SAMPLER="nope"`},
+	} {
+		var err error
+		if name == "in config" { // reported with the rest of the configuration
+			_, _, err = loadConfig(env(c.vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+		} else {
+			_, err = load(c.vars)
+		}
+		require.ErrorContains(t, err, c.want, name)
+	}
+}
+
+// Hearth started with tracing on exports its spans over OTLP/HTTP, and
+// flushes those still queued when it stops.
+func TestTracingExportsOverOTLP(t *testing.T) {
+	t.Parallel()
+	posts := make(chan string, 100)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		posts <- r.Method + " " + r.URL.Path + " " + r.Header.Get("Content-Type")
+	}))
+	t.Cleanup(collector.Close)
+	cfg, stop, err := startTracing(t.Context(), Config{Tracing: Tracing{Exporter: tracing.ExporterOTLP, Endpoint: collector.URL + "/v1/traces"}},
+		slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	_, span := cfg.Tracing.tracer().Start(t.Context(), "hearth.test")
+	span.End()
+	stop() // the batch goes now, not after the batcher's delay
+	select {
+	case post := <-posts:
+		require.Equal(t, "POST /v1/traces application/x-protobuf", post)
+	default:
+		t.Fatal("the span was not exported by shutdown")
+	}
+}
