@@ -18,9 +18,12 @@ type CalendarReadModel interface {
 	// zero record with StaffID); apperr.ErrNotFound when the merchant has
 	// no such staff member.
 	StaffHours(ctx context.Context, merchantID, staffID string) (availability.StaffHours, error)
-	// Calendars returns the active staff members (only staffID when set)
-	// with their working hours and their live jobs that overlap [from, to).
-	Calendars(ctx context.Context, merchantID, staffID string, from, to time.Time) ([]availability.Staff, error)
+	// Calendars returns the merchant's time zone and its active staff
+	// members (only staffID when set) with their working hours and their
+	// live jobs that overlap [from, to), in one read: an availability query
+	// waits for one round trip. apperr.ErrNotFound when the merchant has
+	// none.
+	Calendars(ctx context.Context, merchantID, staffID string, from, to time.Time) (tz string, staff []availability.Staff, err error)
 }
 
 // Calendar answers the calendar reads: settings, working hours and the
@@ -52,24 +55,23 @@ const DefaultSlotStep = 15 * time.Minute
 
 // Slots answers the bookable slots of q in the merchant's time zone (q's
 // TimeZone is ignored; tz is the zone used). The query is checked before
-// any calendar is read.
+// any calendar is read, but for the zone, which comes with the calendars.
 func (c Calendar) Slots(ctx context.Context, merchantID string, q availability.Query) (page availability.Page, tz string, err error) {
-	tz, err = c.rm.TimeZone(ctx, merchantID)
+	if q.Step == 0 {
+		q.Step = DefaultSlotStep
+	}
+	// Any valid zone stands in for the merchant's until it is read:
+	// availability.Slots checks the query again with it.
+	q.TimeZone = "UTC"
+	if err := q.Validate(); err != nil {
+		return availability.Page{}, "", err
+	}
+	// Jobs that end within a buffer of the range still push slots away.
+	tz, staff, err := c.rm.Calendars(ctx, merchantID, q.StaffID, q.From.Add(-q.Buffer), q.To.Add(q.Buffer))
 	if err != nil {
 		return availability.Page{}, "", err
 	}
 	q.TimeZone = tz
-	if q.Step == 0 {
-		q.Step = DefaultSlotStep
-	}
-	if err := q.Validate(); err != nil {
-		return availability.Page{}, tz, err
-	}
-	// Jobs that end within a buffer of the range still push slots away.
-	staff, err := c.rm.Calendars(ctx, merchantID, q.StaffID, q.From.Add(-q.Buffer), q.To.Add(q.Buffer))
-	if err != nil {
-		return availability.Page{}, tz, err
-	}
 	page, err = availability.Slots(q, staff)
 	return page, tz, err
 }

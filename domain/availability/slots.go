@@ -2,6 +2,7 @@ package availability
 
 import (
 	"cmp"
+	"container/heap"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -125,6 +126,10 @@ func (q Query) check() (*time.Location, error) {
 // Slots are ordered by start, then staff id (unique per staff member);
 // a page holds Limit of them, and Next names its last, so the next page
 // starts right after it whatever was booked in between.
+//
+// The work is a page's, not the range's: each staff member's slots come
+// lazily, a day of working time at a time, and a merge takes the earliest
+// of them until the page (and one more, to know there is a next) is full.
 func Slots(q Query, staff []Staff) (Page, error) {
 	loc, err := q.check()
 	if err != nil {
@@ -132,13 +137,12 @@ func Slots(q Query, staff []Staff) (Page, error) {
 	}
 	after, _ := parseCursor(q.Cursor)
 	g := grid{loc: loc, step: int64(q.Step / time.Second)}
-	var each [][]Slot // per staff member, in order
+	var queue streams
 	for _, s := range staff {
 		if q.StaffID != "" && s.ID != q.StaffID || q.CatalogItemID != "" && !slices.Contains(s.CatalogItems, q.CatalogItemID) {
 			continue
 		}
-		// Only slots after the cursor, and at most a page and one of each
-		// staff member: the page's slots are among them.
+		// Only slots after the cursor.
 		from := q.From
 		if after != nil {
 			lb := after.start
@@ -149,22 +153,19 @@ func Slots(q Query, staff []Staff) (Page, error) {
 				from = lb
 			}
 		}
-		if slots := free(s, q, from, g, q.Limit+1); len(slots) > 0 {
-			each = append(each, slots)
+		if st := newStream(s, q, from, g); st.next() {
+			queue = append(queue, st)
 		}
 	}
-	// Merge the sorted lists, up to a page and one.
-	var page []Slot
-	for len(page) <= q.Limit && len(each) > 0 {
-		first := 0
-		for i, slots := range each[1:] {
-			if before(slots[0], each[first][0]) {
-				first = i + 1
-			}
-		}
-		page = append(page, each[first][0])
-		if each[first] = each[first][1:]; len(each[first]) == 0 {
-			each = slices.Delete(each, first, first+1)
+	heap.Init(&queue)
+	page := make([]Slot, 0, min(q.Limit+1, 64))
+	for len(page) <= q.Limit && len(queue) > 0 {
+		st := queue[0]
+		page = append(page, st.slot)
+		if st.next() {
+			heap.Fix(&queue, 0)
+		} else {
+			heap.Pop(&queue)
 		}
 	}
 	if len(page) <= q.Limit {
@@ -174,18 +175,30 @@ func Slots(q Query, staff []Staff) (Page, error) {
 	return Page{Slots: page, Next: cursor{page[q.Limit-1].Start, page[q.Limit-1].StaffID}.String()}, nil
 }
 
-// before orders slots by start, then staff id.
-func before(a, b Slot) bool {
-	return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.StaffID, b.StaffID)) < 0
+// streamChunk is how far ahead of its last slot a stream reads working
+// time: a day, so that a page of the day's first slots resolves a few
+// days' shifts per staff member, not the whole range's.
+const streamChunk = 24 * time.Hour
+
+// stream yields one staff member's slots that start at or after its
+// from, in order (next).
+type stream struct {
+	id       string
+	hours    WorkingHours
+	duration time.Duration
+	to       time.Time
+	g        grid
+	// blocked is the time off and the buffered jobs, sorted and disjoint;
+	// those that end before the chunk are dropped as the stream goes.
+	blocked []Interval
+	// hi ends the chunk: spans are the free working time where its slots
+	// start before hi, the first one's Start moved past the slots taken.
+	hi    time.Time
+	spans []Interval
+	slot  Slot // the current slot, after next returned true
 }
 
-// free returns up to n of staff member s's slots that start at or after
-// from, in order.
-func free(s Staff, q Query, from time.Time, g grid, n int) []Slot {
-	if !from.Add(q.Duration).After(from) || from.Add(q.Duration).After(q.To) {
-		return nil
-	}
-	working := s.Hours.Intervals(from, q.To, g.loc)
+func newStream(s Staff, q Query, from time.Time, g grid) *stream {
 	blocked := make([]Interval, 0, len(s.TimeOff)+len(s.Busy))
 	for _, b := range s.TimeOff {
 		if b.Start.Before(b.End) {
@@ -197,17 +210,59 @@ func free(s Staff, q Query, from time.Time, g grid, n int) []Slot {
 			blocked = append(blocked, Interval{b.Start.Add(-q.Buffer), b.End.Add(q.Buffer)})
 		}
 	}
-	blocked = merge(blocked)
-	out := make([]Slot, 0, min(n, 128))
-	for _, w := range subtract(working, blocked) {
-		for at := g.ceil(w.Start); !at.Add(q.Duration).After(w.End); at = g.ceil(at.Add(time.Second)) {
-			out = append(out, Slot{StaffID: s.ID, Start: at, End: at.Add(q.Duration)})
-			if len(out) == n {
-				return out
+	return &stream{id: s.ID, hours: s.Hours, duration: q.Duration, to: q.To, g: g, blocked: merge(blocked), hi: from}
+}
+
+// next moves to the staff member's next slot; false when there is none.
+func (st *stream) next() bool {
+	for {
+		for len(st.spans) > 0 {
+			w := &st.spans[0]
+			// A later grid point of this span is later still, and so are
+			// the next spans: a start at or after hi is the next chunk's.
+			if at := st.g.ceil(w.Start); at.Before(st.hi) && !at.Add(st.duration).After(w.End) {
+				st.slot = Slot{StaffID: st.id, Start: at, End: at.Add(st.duration)}
+				w.Start = at.Add(time.Second)
+				return true
 			}
+			st.spans = st.spans[1:]
 		}
+		// The next chunk: slots that start in [lo, hi), which lie within
+		// working time clipped to [lo, hi+duration) (and To).
+		lo := st.hi
+		end := lo.Add(st.duration)
+		if end.After(st.to) {
+			return false
+		}
+		st.hi = lo.Add(streamChunk)
+		if end = st.hi.Add(st.duration); end.After(st.to) {
+			end = st.to
+		}
+		for len(st.blocked) > 0 && !st.blocked[0].End.After(lo) {
+			st.blocked = st.blocked[1:]
+		}
+		st.spans = subtract(st.hours.Intervals(lo, end, st.g.loc), st.blocked)
 	}
-	return out
+}
+
+// streams is a heap of streams by their current slot: the merge of their
+// slots in page order.
+type streams []*stream
+
+func (h streams) Len() int           { return len(h) }
+func (h streams) Less(i, j int) bool { return before(h[i].slot, h[j].slot) }
+func (h streams) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *streams) Push(x any)        { *h = append(*h, x.(*stream)) }
+func (h *streams) Pop() any {
+	old := *h
+	st := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return st
+}
+
+// before orders slots by start, then staff id.
+func before(a, b Slot) bool {
+	return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.StaffID, b.StaffID)) < 0
 }
 
 // subtract returns the parts of the sorted, disjoint spans in from that no

@@ -10,6 +10,7 @@ package civil
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"hearth/domain/apperr"
@@ -147,8 +148,12 @@ func (c *Clock) UnmarshalText(b []byte) error {
 // LoadZone loads an IANA time zone by name ("Europe/London"). An empty,
 // unknown or machine-dependent name ("Local") is a validation error naming
 // field: time.LoadLocation would read "" as UTC and "Local" as whatever the
-// server runs in.
+// server runs in. A zone is read and parsed once, then kept: every
+// availability query loads the merchant's.
 func LoadZone(field, name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
 	if name == "" {
 		return nil, apperr.Invalid(field, "is required")
 	}
@@ -159,8 +164,15 @@ func LoadZone(field, name string) (*time.Location, error) {
 	if err != nil {
 		return nil, apperr.Invalid(field, "unknown time zone %q", name)
 	}
+	// Only names the time zone database knows are kept, so the map stays
+	// as small as the database whatever names callers try.
+	zones.Store(name, loc)
 	return loc, nil
 }
+
+// zones holds the zones LoadZone loaded, by name. A *time.Location is
+// immutable, so one is shared by every caller.
+var zones sync.Map
 
 // Resolve returns the instant at which clocks in loc show time c on date d
 // (c = 24:00 is midnight at the end of d). Where that is not one instant,

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"hearth/domain/apperr"
@@ -114,53 +117,147 @@ func (s *Store) StaffHours(ctx context.Context, merchantID, staffID string) (ava
 	return h, err
 }
 
-// Calendars returns the merchant's active staff members (only staffID when
-// set) with their working hours and their live bookings overlapping
-// [from, to): two statements, whatever the number of staff members.
-func (s *Store) Calendars(ctx context.Context, merchantID, staffID string, from, to time.Time) ([]availability.Staff, error) {
-	rows, err := s.db.DB.QueryContext(ctx, staffHoursSQL+` AND s.active AND ($2 = '' OR s.id::text = $2) ORDER BY s.id`, merchantID, staffID)
+// calendarsSQL reads a merchant's time zone, its active staff members'
+// working hours (only $2's when set) and their live bookings overlapping
+// [$3, $4), as rows of one shape: a zone row has a zone, an hours row a
+// week, a booking row a start.
+const calendarsSQL = `
+	SELECT ''::text, m.time_zone, NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz
+	FROM merchants m WHERE m.id = $1
+	UNION ALL
+	SELECT h.id::text, NULL, h.week, h.exceptions, h.items, NULL, NULL
+	FROM (` + staffHoursSQL + ` AND s.active AND ($2 = '' OR s.id::text = $2)) h(id, week, exceptions, items, updated_at)
+	UNION ALL
+	SELECT b.staff_id::text, NULL, NULL, NULL, NULL, lower(b.period), upper(b.period)
+	FROM bookings b
+	WHERE b.merchant_id = $1 AND b.live AND b.period && tstzrange($3, $4, '[)') AND ($2 = '' OR b.staff_id::text = $2)`
+
+// Calendars returns the merchant's time zone and its active staff members
+// (only staffID when set), ordered by id, with their working hours and
+// their live bookings overlapping [from, to): one statement, one round
+// trip, whatever the number of staff members; apperr.ErrNotFound when
+// there is no such merchant.
+func (s *Store) Calendars(ctx context.Context, merchantID, staffID string, from, to time.Time) (string, []availability.Staff, error) {
+	rows, err := s.db.DB.QueryContext(ctx, calendarsSQL, merchantID, staffID, from, to)
 	if err != nil {
-		return nil, fmt.Errorf("read calendars: %w", err)
-	}
-	var out []availability.Staff
-	index := map[string]int{}
-	for rows.Next() {
-		h, err := scanStaffHours(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		wh, err := availability.NewWorkingHours(h.Week, h.Exceptions)
-		if err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("working hours of %s: %w", h.StaffID, err)
-		}
-		index[h.StaffID] = len(out)
-		out = append(out, availability.Staff{ID: h.StaffID, CatalogItems: h.CatalogItemIDs, Hours: wh})
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("read calendars: %w", err)
-	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	rows, err = s.db.DB.QueryContext(ctx, `
-		SELECT staff_id, lower(period), upper(period) FROM bookings
-		WHERE merchant_id = $1 AND live AND period && tstzrange($2, $3, '[)') AND ($4 = '' OR staff_id::text = $4)`,
-		merchantID, from, to, staffID)
-	if err != nil {
-		return nil, fmt.Errorf("read bookings: %w", err)
+		return "", nil, fmt.Errorf("read calendars: %w", err)
 	}
 	defer rows.Close()
+	var (
+		tz         sql.NullString
+		out        []availability.Staff
+		bookings   []booking
+		id         string
+		zone       sql.NullString
+		week       sql.RawBytes // the three texts: valid until the next row
+		exceptions sql.RawBytes
+		items      sql.RawBytes
+		start, end sql.NullTime
+	)
 	for rows.Next() {
-		var id string
-		var b availability.Interval
-		if err := rows.Scan(&id, &b.Start, &b.End); err != nil {
-			return nil, err
+		if err := rows.Scan(&id, &zone, &week, &exceptions, &items, &start, &end); err != nil {
+			return "", nil, fmt.Errorf("read calendars: %w", err)
 		}
-		if i, ok := index[id]; ok {
-			out[i].Busy = append(out[i].Busy, b)
+		switch {
+		case zone.Valid:
+			tz = zone
+		case week != nil:
+			st, err := s.hours.parse(id, week, exceptions, items)
+			if err != nil {
+				return "", nil, err
+			}
+			out = append(out, st)
+		case start.Valid:
+			bookings = append(bookings, booking{id, availability.Interval{Start: start.Time, End: end.Time}})
 		}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return "", nil, fmt.Errorf("read calendars: %w", err)
+	}
+	if !tz.Valid {
+		return "", nil, apperr.ErrNotFound
+	}
+	// The rows of a UNION ALL come in no promised order.
+	slices.SortFunc(out, func(a, b availability.Staff) int { return strings.Compare(a.ID, b.ID) })
+	attachBookings(out, bookings)
+	return tz.String, out, nil
+}
+
+// booking is a row of a staff member's job.
+type booking struct {
+	staffID string
+	availability.Interval
+}
+
+// attachBookings gives each staff member of out (ordered by id) their
+// bookings, dropping those of anyone else, all in one array.
+func attachBookings(out []availability.Staff, bookings []booking) {
+	of := make([]int, len(bookings)) // index in out, -1 for nobody's
+	count := make([]int, len(out))
+	for i, b := range bookings {
+		of[i] = -1
+		if k, ok := slices.BinarySearchFunc(out, b.staffID, func(s availability.Staff, id string) int { return strings.Compare(s.ID, id) }); ok {
+			of[i] = k
+			count[k]++
+		}
+	}
+	busy := make([]availability.Interval, 0, len(bookings))
+	for k := range out {
+		out[k].Busy = busy[len(busy) : len(busy) : len(busy)+count[k]]
+		busy = busy[:len(busy)+count[k]]
+	}
+	for i, b := range bookings {
+		if k := of[i]; k >= 0 {
+			out[k].Busy = append(out[k].Busy, b.Interval)
+		}
+	}
+}
+
+// maxParsedHours bounds the parsed working hours kept: past it the cache
+// starts afresh.
+const maxParsedHours = 10_000
+
+// parsedHours keeps staff members' working hours as parsed, with the
+// stored texts they were parsed from. Every availability query reads every
+// staff member's hours; a row whose texts are the ones kept is not decoded
+// and checked again. Keyed by the texts, not by a time of change, a stale
+// entry cannot be served: the texts are read in the same statement.
+type parsedHours struct {
+	mu      sync.Mutex
+	byStaff map[string]parsedStaff
+}
+
+type parsedStaff struct {
+	week, exceptions, items string
+	staff                   availability.Staff // no time off, no jobs
+}
+
+// parse returns staff member id, without jobs, with the working hours of
+// the stored texts (staffHoursSQL's columns): those parsed before when the
+// texts are the same.
+func (c *parsedHours) parse(id string, week, exceptions, items []byte) (availability.Staff, error) {
+	c.mu.Lock()
+	p, ok := c.byStaff[id]
+	c.mu.Unlock()
+	if ok && p.week == string(week) && p.exceptions == string(exceptions) && p.items == string(items) {
+		return p.staff, nil
+	}
+	p = parsedStaff{week: string(week), exceptions: string(exceptions), items: string(items)}
+	h := availability.StaffHours{StaffID: id}
+	if err := errors.Join(json.Unmarshal(week, &h.Week), json.Unmarshal(exceptions, &h.Exceptions),
+		json.Unmarshal(items, &h.CatalogItemIDs)); err != nil {
+		return availability.Staff{}, fmt.Errorf("staff hours of %s: %w", id, err)
+	}
+	wh, err := availability.NewWorkingHours(h.Week, h.Exceptions)
+	if err != nil {
+		return availability.Staff{}, fmt.Errorf("working hours of %s: %w", id, err)
+	}
+	p.staff = availability.Staff{ID: id, CatalogItems: h.CatalogItemIDs, Hours: wh}
+	c.mu.Lock()
+	if c.byStaff == nil || len(c.byStaff) >= maxParsedHours {
+		c.byStaff = map[string]parsedStaff{}
+	}
+	c.byStaff[id] = p
+	c.mu.Unlock()
+	return p.staff, nil
 }

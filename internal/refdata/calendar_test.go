@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/app/query"
+	"hearth/domain/apperr"
 	"hearth/domain/availability"
 	"hearth/domain/civil"
 	"hearth/domain/uuid"
@@ -71,26 +72,52 @@ func TestCalendars(t *testing.T) {
 	monday := time.Date(2031, 3, 3, 0, 0, 0, 0, time.UTC)
 	c.book(t, c.staff[0], monday.Add(9*time.Hour), time.Hour)
 	c.book(t, c.staff[0], monday.AddDate(0, 0, 9), time.Hour) // outside the range
+	c.book(t, c.staff[1], monday.Add(11*time.Hour), 30*time.Minute)
 	other.book(t, other.staff[0], monday.Add(9*time.Hour), time.Hour)
 	_, err := c.db.DB.Exec(`UPDATE staff SET active = false WHERE id = $1`, c.staff[2])
 	require.NoError(t, err)
 
-	got, err := c.store.Calendars(t.Context(), c.merchant, "", monday, monday.AddDate(0, 0, 7))
+	tz, got, err := c.store.Calendars(t.Context(), c.merchant, "", monday, monday.AddDate(0, 0, 7))
 	require.NoError(t, err)
+	require.Equal(t, "Europe/London", tz)
 	require.Len(t, got, 2, "active staff members only")
 	require.Equal(t, []string{c.staff[0], c.staff[1]}, []string{got[0].ID, got[1].ID})
 	require.Equal(t, []availability.Interval{{Start: monday.Add(9 * time.Hour), End: monday.Add(10 * time.Hour)}},
 		[]availability.Interval{{Start: got[0].Busy[0].Start.UTC(), End: got[0].Busy[0].End.UTC()}})
 	require.Len(t, got[0].Busy, 1)
-	require.Empty(t, got[1].Busy)
+	require.Len(t, got[1].Busy, 1, "each staff member's own bookings")
+	require.Equal(t, monday.Add(11*time.Hour), got[1].Busy[0].Start.UTC())
 	require.Len(t, got[0].Hours.ShiftsOn(civil.Date{Year: 2031, Month: 3, Day: 3}), 1)
 
-	one, err := c.store.Calendars(t.Context(), c.merchant, c.staff[1], monday, monday.AddDate(0, 0, 7))
+	_, one, err := c.store.Calendars(t.Context(), c.merchant, c.staff[1], monday, monday.AddDate(0, 0, 7))
 	require.NoError(t, err)
 	require.Len(t, one, 1)
-	none, err := c.store.Calendars(t.Context(), c.merchant, other.staff[0], monday, monday.AddDate(0, 0, 7))
+	require.Len(t, one[0].Busy, 1, "their booking, not another staff member's")
+	_, none, err := c.store.Calendars(t.Context(), c.merchant, other.staff[0], monday, monday.AddDate(0, 0, 7))
 	require.NoError(t, err)
 	require.Empty(t, none, "another merchant's staff member is nobody here")
+	_, _, err = c.store.Calendars(t.Context(), uuid.New(), "", monday, monday.AddDate(0, 0, 7))
+	require.ErrorIs(t, err, apperr.ErrNotFound)
+}
+
+// Calendars keep parsed working hours between reads: a change of a staff
+// member's hours is read at once, never the hours parsed before it.
+func TestCalendarsReadChangedHours(t *testing.T) {
+	t.Parallel()
+	c := newCalendar(t, 1)
+	monday := time.Date(2031, 3, 3, 0, 0, 0, 0, time.UTC)
+	shifts := func() []availability.Shift {
+		_, got, err := c.store.Calendars(t.Context(), c.merchant, "", monday, monday.AddDate(0, 0, 7))
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		return got[0].Hours.ShiftsOn(civil.Date{Year: 2031, Month: 3, Day: 3})
+	}
+	require.Equal(t, []availability.Shift{{Start: civil.At(8, 0), End: civil.At(18, 0)}}, shifts())
+	var week availability.Week
+	week[time.Monday] = []availability.Shift{{Start: civil.At(10, 0), End: civil.At(12, 0)}}
+	require.NoError(t, c.store.PutStaffHours(t.Context(), c.merchant, availability.StaffHours{StaffID: c.staff[0], Week: week,
+		Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}))
+	require.Equal(t, []availability.Shift{{Start: civil.At(10, 0), End: civil.At(12, 0)}}, shifts())
 }
 
 // BenchmarkAvailabilityQuery answers two weeks of two-hour slots for 50

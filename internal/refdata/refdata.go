@@ -29,6 +29,8 @@ type Store struct {
 
 	usesMu sync.Mutex
 	uses   map[string]time.Time // key id -> last use not yet flushed
+
+	hours parsedHours // the calendars' working hours, as parsed
 }
 
 // New returns a store on the event-store database.

@@ -500,10 +500,13 @@ func (s *server) putWorkingHours(w http.ResponseWriter, r *http.Request) error {
 
 // Availability.
 
+// slotBody is one slot as the API shows it. Its times are RFC 3339
+// strings, as a time.Time encodes itself: a page holds up to hundreds of
+// them, and encoding/json checks every Marshaler's output again.
 type slotBody struct {
-	StaffID string    `json:"staff_id"`
-	StartAt time.Time `json:"start_at"`
-	EndAt   time.Time `json:"end_at"`
+	StaffID string `json:"staff_id"`
+	StartAt string `json:"start_at"`
+	EndAt   string `json:"end_at"`
 }
 
 type slotsBody struct {
@@ -555,7 +558,7 @@ func (s *server) availability(w http.ResponseWriter, r *http.Request) error {
 	}
 	b := slotsBody{Items: make([]slotBody, len(page.Slots)), TimeZone: tz, NextCursor: page.Next}
 	for i, sl := range page.Slots {
-		b.Items[i] = slotBody{StaffID: sl.StaffID, StartAt: sl.Start.UTC(), EndAt: sl.End.UTC()}
+		b.Items[i] = slotBody{StaffID: sl.StaffID, StartAt: sl.Start.UTC().Format(time.RFC3339Nano), EndAt: sl.End.UTC().Format(time.RFC3339Nano)}
 	}
 	writeJSON(w, http.StatusOK, b)
 	return nil
