@@ -130,7 +130,7 @@ const calendarsSQL = `
 	UNION ALL
 	SELECT b.staff_id::text, NULL, NULL, NULL, NULL, lower(b.period), upper(b.period)
 	FROM bookings b
-	WHERE b.merchant_id = $1 AND b.live AND b.period && tstzrange($3, $4, '[)') AND ($2 = '' OR b.staff_id::text = $2)`
+	WHERE b.merchant_id = $1 AND b.live AND b.period && tstzrange($3, $4, '[)') AND ($2 = '' OR b.staff_id = nullif($2, '')::uuid)`
 
 // Calendars returns the merchant's time zone and its active staff members
 // (only staffID when set), ordered by id, with their working hours and
