@@ -82,6 +82,7 @@ type hearthRun struct {
 	name, url, mode string
 	limits, live    bool
 	env             []string // more settings, NAME=value
+	bin             string   // "": the binary of this tree
 }
 
 func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, error) {
@@ -92,7 +93,7 @@ func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, erro
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(b.bin, "serve")
+	cmd := exec.Command(cmp.Or(h.bin, b.bin), "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "MODE="+mode, "MASTER_KEY="+benchMasterKey,
 		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String(),
 		// The webhook receivers listen on loopback, in the bench process; a
