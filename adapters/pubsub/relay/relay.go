@@ -24,9 +24,9 @@
 // term): Run is the body of one leadership term. Per topic, it reads a page
 // of messages after its position with watermill-sql's own query (the same
 // order, transaction id then offset, and the same pg_snapshot_xmin rule as
-// every subscriber), turns them into public events, publishes them one at
-// a time, each waiting for
-// JetStream's acknowledgement, and then records the page's last position
+// every subscriber), turns them into public events, publishes them, each
+// waiting for JetStream's acknowledgement (an aggregate's one at a time,
+// the page's aggregates at once), and then records the page's last position
 // in the read model (readmodel.RelayOffsets) in a transaction fenced by the
 // term. It waits as the projections' subscribers do (projector.Repoll): it
 // wakes on the topic tables' NOTIFY (projector.Notifier), re-reads soon
@@ -391,18 +391,8 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 		if err != nil {
 			return err
 		}
-		for _, msg := range msgs {
-			subject := r.subject(msg)
-			publish := func() error {
-				if err := pub.Publish(subject, msg); err != nil {
-					return fmt.Errorf("publish %s to %s: %w", msg.UUID, subject, err)
-				}
-				return nil
-			}
-			if err := r.retry(ctx, log, "publish", publish); err != nil {
-				return err
-			}
-			r.cfg.Metrics.published(topic)
+		if err := r.publishPage(ctx, log, pub, topic, msgs); err != nil {
+			return err
 		}
 		last := rows[len(rows)-1]
 		txid, _ := last.ExtraData["transaction_id"].(int64)
@@ -412,6 +402,48 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 		}
 		r.mirror(ctx, es, topic, pos, log)
 	}
+}
+
+// pagePublishers bounds the aggregates of a page published at once.
+const pagePublishers = 32
+
+// publishPage publishes a page's messages, each waiting for JetStream's
+// acknowledgement (retried as long as the term lasts): one aggregate's in
+// order, each after the one before it is acknowledged, and different
+// aggregates' at the same time, so a page costs about as many round trips
+// to JetStream as its longest aggregate has messages, not as it has
+// messages.
+func (r *Relay) publishPage(ctx context.Context, log *slog.Logger, pub message.Publisher, topic string, msgs []*message.Message) error {
+	var order []string
+	byAggregate := map[string][]*message.Message{}
+	for _, msg := range msgs {
+		id := msg.Metadata.Get("aggregate_id")
+		if _, ok := byAggregate[id]; !ok {
+			order = append(order, id)
+		}
+		byAggregate[id] = append(byAggregate[id], msg)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(pagePublishers)
+	for _, id := range order {
+		g.Go(func() error {
+			for _, msg := range byAggregate[id] {
+				subject := r.subject(msg)
+				publish := func() error {
+					if err := pub.Publish(subject, msg); err != nil {
+						return fmt.Errorf("publish %s to %s: %w", msg.UUID, subject, err)
+					}
+					return nil
+				}
+				if err := r.retry(gctx, log, "publish", publish); err != nil {
+					return err
+				}
+				r.cfg.Metrics.published(topic)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // public turns a page of agg's topic into the messages to publish: each
