@@ -12,10 +12,13 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/internal/pubsubtest"
+	"hearth/adapters/vault"
 	"hearth/app/command"
 	"hearth/domain/apperr"
+	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/uuid"
+	"hearth/internal/keyring"
 	"hearth/internal/pgtest"
 )
 
@@ -115,4 +118,62 @@ func TestLoadHidesOtherMerchantsStreams(t *testing.T) {
 		return err
 	})
 	require.ErrorIs(t, err, apperr.ErrNotFound)
+}
+
+// RequireCustomer's check runs with the commit's first batch: a customer
+// the merchant does not have (unknown, or another merchant's) fails the
+// command with command.NoCustomer, writes nothing and makes no data key
+// (with a vault, the check goes before the key's insert), and the
+// connection goes on serving; a known one commits, its name in the
+// outcome.
+func TestRequireCustomerChecksWithTheCommit(t *testing.T) {
+	t.Parallel()
+	for _, sealing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "clear", true: "sealing"}[sealing], func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, pgtest.NewDB(t))
+			tx := f.Tx
+			if sealing {
+				ring, err := keyring.Parse("k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")
+				require.NoError(t, err)
+				v, err := vault.New(f.ES.DB, ring)
+				require.NoError(t, err)
+				store, err := pubsub.NewStore(f.ES, nil, v)
+				require.NoError(t, err)
+				tx, err = pubsub.NewTransactor(store)
+				require.NoError(t, err)
+			}
+			create := func(meta event.Meta, customerID string) (command.Outcome, error) {
+				o, err := order.New(order.NewOrder{ID: uuid.New(), CustomerID: customerID, Notes: "ring twice"})
+				require.NoError(t, err)
+				return tx.Run(context.Background(), meta, func(ctx context.Context, s command.Session) error {
+					s.RequireCustomer(customerID)
+					s.AddOrder(o)
+					return nil
+				})
+			}
+			foreign := f.Meta()
+			foreign.MerchantID = uuid.New()
+			for name, tc := range map[string]struct {
+				meta     event.Meta
+				customer string
+			}{"unknown customer": {f.Meta(), uuid.New()}, "another merchant's customer": {foreign, f.CustomerID}} {
+				_, err := create(tc.meta, tc.customer)
+				var invalid *apperr.ValidationError
+				require.ErrorAs(t, err, &invalid, name)
+				require.Equal(t, command.NoCustomer(tc.customer), invalid, name)
+				require.Zero(t, f.Count(t, f.ES, "events"), name)
+				require.Zero(t, f.Count(t, f.ES, "watermill_orders"), name)
+				require.Zero(t, f.Count(t, f.ES, "data_keys"), name)
+			}
+			out, err := create(f.Meta(), f.CustomerID)
+			require.NoError(t, err)
+			require.Equal(t, 1, f.Count(t, f.ES, "events"))
+			require.Equal(t, 1, f.Count(t, f.ES, "watermill_orders"))
+			require.Equal(t, "Ada", out.Names[f.CustomerID])
+			if sealing {
+				require.Equal(t, 1, f.Count(t, f.ES, "data_keys"))
+			}
+		})
+	}
 }

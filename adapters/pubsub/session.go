@@ -157,6 +157,7 @@ type session struct {
 	byID    map[string]*tracked
 	ordered []*tracked
 	names   map[string]string // reference records read, for the outcome
+	require []string          // customers RequireCustomer named
 }
 
 func (s *session) track(t *tracked) {
@@ -297,6 +298,7 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 		return nil, nil, err
 	}
 	b := &pgx.Batch{}
+	s.queueRequired(b)
 	appends := make([]*appended, len(s.ordered))
 	for i, t := range s.ordered {
 		a, err := s.store.queueAppend(ctx, b, t.stream, s.meta, t.agg.ID(), subjects[i], t.agg.Version(), t.agg.Changes())
@@ -337,6 +339,9 @@ func (s *session) subjects(ctx context.Context) ([]string, error) {
 		return out, nil
 	}
 	b := &pgx.Batch{}
+	// The customer checks go first: a customer the merchant does not have
+	// fails the batch before a data key is made for them.
+	s.queueRequired(b)
 	for _, subject := range missing {
 		sealed, err := v.NewKey(subject)
 		if err != nil {
@@ -511,6 +516,42 @@ func (s *session) Customer(ctx context.Context, id string) (name string, found b
 		s.names[id] = name
 	}
 	return name, found, nil
+}
+
+func (s *session) RequireCustomer(id string) { s.require = append(s.require, id) }
+
+// requireCustomerSQL fails, dividing by zero, when the merchant has no
+// such customer: an error is the only way a statement of a pipelined
+// batch can stop the statements after it (the appends, COMMIT) from
+// running, and it rolls the transaction back.
+const requireCustomerSQL = `SELECT max(name), 1 / count(*) FROM customers WHERE id = $1 AND merchant_id = $2`
+
+// queueRequired queues the checks RequireCustomer asked for, not queued
+// yet, into b, the commit's first batch: the checks and the writes share a
+// round trip. A missing customer is rare (a client's mistake), so the
+// error it takes, which also has pgx forget b's prepared statements, costs
+// little.
+func (s *session) queueRequired(b *pgx.Batch) {
+	required := s.require
+	s.require = nil
+	for _, id := range required {
+		b.Queue(requireCustomerSQL, id, s.meta.MerchantID).QueryRow(func(row pgx.Row) error {
+			var name string
+			err := row.Scan(&name, nil)
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "22012" { // division_by_zero: no row counted
+				return command.NoCustomer(id)
+			}
+			if err != nil {
+				return fmt.Errorf("check customer: %w", err)
+			}
+			if s.names == nil {
+				s.names = map[string]string{}
+			}
+			s.names[id] = name
+			return nil
+		})
+	}
 }
 
 func (s *session) StaffActive(ctx context.Context, id string) (exists, active bool, err error) {

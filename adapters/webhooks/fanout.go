@@ -2,8 +2,11 @@ package webhooks
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -26,7 +29,26 @@ const ProjectionPrefix = "webhooks_"
 // occurred, whose event types are empty or name the event's type.
 type Fanout struct {
 	db *bun.DB
+
+	mu        sync.Mutex
+	endpoints map[string]bool // merchants with an enabled endpoint, as of asOf
+	asOf      time.Time       // the database's clock when endpoints was read
+	readAt    time.Time       // this process's clock then
+	skipped   int             // events left out for want of an endpoint (tests)
 }
+
+// Without an enabled endpoint of its merchant, an event gets no delivery:
+// the fan-out leaves such events out before any work, by a set of the
+// merchants with one, read at most endpointsEvery ago. A merchant missing
+// from the set may have created an endpoint since; its created_at, set by
+// the API process before the insert commits, may be a little older than
+// the read, and so match an event that occurred just before the read.
+// Only events that occurred endpointsGrace before the read are left out:
+// a catch-up's and a replay's; the rest go through the query, as before.
+const (
+	endpointsEvery = time.Second
+	endpointsGrace = time.Minute
+)
 
 // NewFanout returns the fan-out on the event-store database.
 func NewFanout(db *bun.DB) (*Fanout, error) {
@@ -79,6 +101,20 @@ SELECT DISTINCT endpoint_id FROM queued`
 // (when set) before the commit. An event without a public form is an
 // error, retried and then parked like a projection's.
 func (f *Fanout) FanOut(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error {
+	recs, err := f.withEndpoint(ctx, recs)
+	if err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		if alsoInTx == nil {
+			return nil
+		}
+		// The catch-up's offset still moves, in a fenced transaction.
+		if ctx, err = readmodel.Fenced(ctx, f.db.DB); err != nil {
+			return err
+		}
+		return readmodel.StaleTerm(f.db.RunInTx(ctx, nil, alsoInTx))
+	}
 	n := len(recs)
 	ids, merchants, types, aggs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	versions, occurred := make([]int32, n), make([]time.Time, n)
@@ -90,7 +126,7 @@ func (f *Fanout) FanOut(ctx context.Context, recs []event.Recorded, alsoInTx fun
 		ids[i], merchants[i], types[i], aggs[i] = r.ID, r.MerchantID, pub.Type, r.StreamID
 		versions[i], occurred[i] = int32(r.Version), r.OccurredAt
 	}
-	ctx, err := readmodel.Fenced(ctx, f.db.DB)
+	ctx, err = readmodel.Fenced(ctx, f.db.DB)
 	if err != nil {
 		return err
 	}
@@ -127,6 +163,47 @@ func (f *Fanout) FanOut(ctx context.Context, recs []event.Recorded, alsoInTx fun
 	}
 	if wake != nil && len(endpoints) > 0 {
 		wake(endpoints)
+	}
+	return nil
+}
+
+// withEndpoint returns the events of recs that may have a delivery: of a
+// merchant with an enabled endpoint, or too recent for the set to tell
+// (endpointsGrace).
+func (f *Fanout) withEndpoint(ctx context.Context, recs []event.Recorded) ([]event.Recorded, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.endpoints == nil || time.Since(f.readAt) > endpointsEvery {
+		if err := f.readEndpoints(ctx); err != nil {
+			return nil, err
+		}
+	}
+	before := f.asOf.Add(-endpointsGrace)
+	out := recs[:0:0]
+	for _, r := range recs {
+		if f.endpoints[r.MerchantID] || !r.OccurredAt.Before(before) {
+			out = append(out, r)
+		}
+	}
+	f.skipped += len(recs) - len(out)
+	return out, nil
+}
+
+// readEndpoints reads the merchants with an enabled endpoint; f.mu is held.
+func (f *Fanout) readEndpoints(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var merchants sql.NullString
+	readAt := time.Now()
+	if err := f.db.DB.QueryRowContext(ctx, `SELECT now(), string_agg(DISTINCT merchant_id::text, ',')
+		FROM webhook_endpoints WHERE enabled`).Scan(&f.asOf, &merchants); err != nil {
+		return fmt.Errorf("read the merchants with a webhook endpoint: %w", err)
+	}
+	f.endpoints, f.readAt = map[string]bool{}, readAt
+	if merchants.Valid {
+		for _, m := range strings.Split(merchants.String, ",") {
+			f.endpoints[m] = true
+		}
 	}
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 
 	"hearth/adapters/readmodel"
 	"hearth/domain/event"
-	"hearth/domain/order"
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
 	"hearth/internal/pgtest"
@@ -48,12 +47,7 @@ func TestStaleTermRecordsNothing(t *testing.T) {
 	}
 	fanout, err := NewFanout(db)
 	require.NoError(t, err)
-	rec := func() event.Recorded {
-		id := uuid.New()
-		e := order.Created{OrderID: id, CustomerID: uuid.New(), AmountCents: 100, Status: order.StatusPending}
-		return event.Recorded{Envelope: event.Envelope{ID: uuid.New(), Type: e.EventType(), StreamType: order.StreamType,
-			StreamID: id, Version: 1, MerchantID: merchant, OccurredAt: time.Now(), CorrelationID: uuid.New(), Actor: "key:test"}, Event: e}
-	}
+	rec := func() event.Recorded { return orderCreated(merchant, time.Now()) }
 
 	require.ErrorIs(t, fanout.FanOut(fence(1), []event.Recorded{rec()}, nil), readmodel.ErrStaleTerm, "no term begun")
 	require.NoError(t, begin(2))

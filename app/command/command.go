@@ -33,7 +33,23 @@ func checkCustomer(ctx context.Context, s Session, customerID string) (name stri
 		return "", err
 	}
 	if !found {
-		return "", apperr.Invalid("customer_id", "no customer %s in this merchant", customerID)
+		return "", NoCustomer(customerID)
 	}
 	return name, nil
+}
+
+// requireCustomer is checkCustomer through Session.RequireCustomer: the
+// check goes with the commit.
+func requireCustomer(s Session, customerID string) error {
+	if !uuid.Valid(customerID) {
+		return apperr.Invalid("customer_id", "must be a UUID")
+	}
+	s.RequireCustomer(customerID)
+	return nil
+}
+
+// NoCustomer is the error of a command naming a customer the merchant does
+// not have.
+func NoCustomer(customerID string) error {
+	return apperr.Invalid("customer_id", "no customer %s in this merchant", customerID)
 }

@@ -98,7 +98,7 @@ func (h OrderHandlers) Create(ctx context.Context, cmd CreateOrder) (Written, er
 		return Written{}, err
 	}
 	out, err := h.tx.Run(ctx, cmd.Meta, func(ctx context.Context, s Session) error {
-		if _, err := checkCustomer(ctx, s, cmd.CustomerID); err != nil {
+		if err := requireCustomer(s, cmd.CustomerID); err != nil {
 			return err
 		}
 		s.AddOrder(o)

@@ -54,6 +54,12 @@ type Session interface {
 	// when the merchant has no such customer. The name is kept for the
 	// outcome (Outcome.Names), so the answer need not look it up again.
 	Customer(ctx context.Context, id string) (name string, found bool, err error)
+	// RequireCustomer is Customer for a use case that decides nothing from
+	// the answer: the commit fails with NoCustomer(id), writing nothing,
+	// when the merchant has no such customer. The check may run with the
+	// appends, saving the command a round trip; the name still reaches
+	// Outcome.Names.
+	RequireCustomer(id string)
 	// StaffActive reports whether the staff member exists and is active.
 	StaffActive(ctx context.Context, id string) (exists, active bool, err error)
 	// CatalogItem returns the item's base price; found is false when the

@@ -86,6 +86,7 @@ type hearthRun struct {
 	name, url, mode string
 	limits, live    bool
 	env             []string // more settings, NAME=value
+	bin             string   // "": the binary of this tree
 }
 
 // Every process has an admin listener besides its public one (base): its
@@ -98,7 +99,7 @@ func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, erro
 		return nil, "", err
 	}
 	addr, adminAddr := addrs[0], addrs[1]
-	cmd := exec.Command(b.bin, "serve")
+	cmd := exec.Command(cmp.Or(h.bin, b.bin), "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "HTTP_ADDR="+addr, "ADMIN_ADDR="+adminAddr, "MODE="+mode, "MASTER_KEY="+benchMasterKey,
 		"LOG_LEVEL="+cmp.Or(os.Getenv("BENCH_HEARTH_LOG_LEVEL"), "warn"), "POLL_INTERVAL="+fallbackPoll.String(),
 		// The webhook receivers listen on loopback, in the bench process; a

@@ -189,17 +189,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("commands: %w", err)
 		}
-		post := fmt.Sprintf("POST /v1/orders, concurrency %d, %s (requests/s, p99)", concurrency, commandsFor)
-		rows = append(rows,
-			row{post + ", Hearth in mode api", c.api.String(), c.pgbench.String(),
-				fmt.Sprintf("**%s of pgbench**. Plain: pgbench, same SQL shape, same concurrency, in %d turns with Hearth. CPU per request: %s; per pgbench transaction: Postgres %.0f µs, pgbench %.0f µs",
-					percentOf(c.api.perSecond(), c.pgbench.perSecond()), commandRounds, c.api.cpu.per(float64(len(c.api.lat))),
-					c.pgbench.cpu.per(c.pgbench.cpuTx).postgres, c.pgbench.cpu.per(c.pgbench.cpuTx).process)},
-			row{post + ", Hearth in mode all", c.all.String(), "",
-				fmt.Sprintf("%s of pgbench, with the projector on the same two cores. CPU per request: %s",
-					percentOf(c.all.perSecond(), c.pgbench.perSecond()), c.all.cpu.per(float64(len(c.all.lat))))},
-			row{fmt.Sprintf("the same transaction from Go, concurrency %d, %s", concurrency, commandsFor),
-				"", c.goLoop, "plain: pgx batches on database/sql connections, as Hearth sends them, without HTTP or JSON"})
+		rows = append(rows, commandRows(c)...)
 	}
 	if only("isolation") {
 		iso, err := b.isolation(ctx)

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,9 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
+	"hearth/adapters/pubsub/relay"
 	"hearth/adapters/readmodel"
+	"hearth/adapters/webhooks"
 	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/event"
@@ -36,8 +39,11 @@ import (
 	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 	"hearth/domain/uuid"
+	"hearth/domain/webhook"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
+	"hearth/internal/natsserver"
+	"hearth/internal/pgcluster"
 	"hearth/internal/refdata"
 	"hearth/migrations"
 )
@@ -78,83 +84,184 @@ func (b *bench) isolation(ctx context.Context) (stats, error) {
 }
 
 // commandResults are the command-throughput rows: Hearth in each mode,
-// pgbench, and the bare Go loop.
+// the baseline binary (another commit's) in mode api and pgbench, on the
+// bench's cluster (fsync off) and on a durable one (fsync on), and the
+// bare Go loop.
 type commandResults struct {
-	api, all postResult
-	pgbench  pgbenchResult
-	goLoop   string
+	fast, durable commandRun
+	baselineRef   string
+	goLoop        string
 }
 
-// commandRounds: Hearth in mode api and pgbench take turns, commandsFor /
-// commandRounds each, so that a change in the host's load while they run
-// (on this VM, 10-25 % from minute to minute) does not decide their
-// comparison.
-const commandRounds = 4
+// commandRun is what one cluster gave.
+type commandRun struct {
+	api, baseline, all postResult
+	pgbench            pgbenchResult
+	baselineErr        string
+	rounds             int
+}
+
+// commandRounds: Hearth in mode api, the baseline Hearth and pgbench take
+// turns, commandsFor / commandRounds each, so that a change in the host's
+// load while they run (on this VM, 10-25 % from minute to minute) does not
+// decide their comparison; durableRounds the same on the durable cluster.
+const commandRounds, durableRounds = 4, 2
 
 // commands: POST /v1/orders at concurrency 16 against a Hearth in mode api
-// (the write path alone, as pgbench runs it), in turns with pgbench running
-// the same SQL shape; then against a Hearth in mode all (the projector on
-// the same two cores); then the same transaction from Go.
+// (the write path alone, as pgbench runs it), in turns with the baseline
+// binary (BENCH_BASELINE, a git ref; "none" leaves it out) and with
+// pgbench running the same SQL shape; then against a Hearth in mode all
+// (the projector on the same two cores); then the same transaction from
+// Go. The same again, shorter, on a second throwaway cluster with fsync
+// and synchronous_commit on (the bench's runs with both off, so that
+// Hearth's own cost shows; users run with them on).
 func (b *bench) commands(ctx context.Context) (commandResults, error) {
-	var res commandResults
-	es, url, err := b.newDB(ctx, "commands", migrations.EventStore, migrations.ReadModel)
+	res := commandResults{baselineRef: cmp.Or(os.Getenv("BENCH_BASELINE"), defaultBaseline)}
+	var baselineBin, baselineErr string
+	if res.baselineRef != "none" {
+		work, err := os.MkdirTemp("", "hearth-baseline-")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(work)
+		// A ref that does not build (or no git) leaves its row without a
+		// figure, not the section.
+		if baselineBin, _, err = b.buildBaseline(ctx, work); err != nil {
+			baselineErr = err.Error()
+		}
+	}
+	var sh shape
+	var err error
+	res.fast, sh, err = b.commandRun(ctx, commandRounds, baselineBin)
 	if err != nil {
 		return res, err
+	}
+	res.fast.baselineErr = baselineErr
+	es, err := openURL(ctx, b.cluster.URL("commands"))
+	if err != nil {
+		return res, err
+	}
+	res.goLoop, err = b.goLoop(ctx, es, sh)
+	es.Close()
+	if err != nil {
+		return res, err
+	}
+
+	b.progress("commands: starting a second throwaway Postgres, with fsync and synchronous_commit on")
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Install: true, Log: b.log})
+	if err != nil {
+		return res, err
+	}
+	defer cluster.Stop()
+	durable := &bench{cluster: cluster, bin: b.bin, log: b.log, progress: func(format string, args ...any) { b.progress("fsync on: "+format, args...) }}
+	defer durable.stopProcesses()
+	res.durable, _, err = durable.commandRun(ctx, durableRounds, "")
+	return res, err
+}
+
+// commandRun measures the commands rows on b's cluster: rounds turns of
+// commandsFor / commandRounds for each of Hearth in mode api, the binary
+// baselineBin (when set) and pgbench, then Hearth in mode all for as long
+// in all. It returns the shape of the transaction pgbench ran.
+func (b *bench) commandRun(ctx context.Context, rounds int, baselineBin string) (commandRun, shape, error) {
+	res := commandRun{rounds: rounds}
+	var sh shape
+	es, url, err := b.newDB(ctx, "commands", migrations.EventStore, migrations.ReadModel)
+	if err != nil {
+		return res, sh, err
 	}
 	defer es.Close()
 	ref, err := refdata.New(es)
 	if err != nil {
-		return res, err
+		return res, sh, err
 	}
 	key, err := ref.CreateKey(ctx, "bench-http", access.Operator, "")
 	if err != nil {
-		return res, err
+		return res, sh, err
 	}
 	customerID := uuid.New()
 	if _, err := es.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, customerID, key.MerchantID); err != nil {
-		return res, err
+		return res, sh, err
 	}
 	body, _ := json.Marshal(map[string]any{"customer_id": customerID, "amount_cents": 12000})
 	request := []byte(fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: hearth\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key.Secret, len(body), body))
 
+	type contender struct {
+		cmd  *exec.Cmd
+		base string
+		res  *postResult
+	}
+	// On an error, run's clean-up stops the processes.
 	api, base, err := b.startHearth(ctx, "commands, mode api", url, "api")
 	if err != nil {
-		return res, err
+		return res, sh, err
 	}
-	var sh shape
+	contenders := []contender{{api, base, &res.api}}
+	if baselineBin != "" {
+		old, oldBase, err := b.start(ctx, hearthRun{name: "commands, baseline", url: url, mode: "api", bin: baselineBin})
+		if err != nil {
+			return res, sh, err
+		}
+		contenders = append(contenders, contender{old, oldBase, &res.baseline})
+	}
 	slice := commandsFor / commandRounds
-	for round := range commandRounds {
-		b.progress("commands, round %d of %d: POST /v1/orders to Hearth in mode api, then pgbench, %d clients for %s each",
-			round+1, commandRounds, concurrency, slice)
-		res.api.add(postOrders(base, api.Process.Pid, request, slice, concurrency, 0))
-		if round == 0 { // the transaction pgbench runs copies a real order's rows
-			if sh, err = orderShape(ctx, es, key.ID, key.MerchantID, customerID); err != nil {
-				b.stopHearth(api)
-				return res, err
-			}
+	// A short turn each first, not counted: connections and caches. It
+	// also writes the order whose rows pgbench's transaction copies.
+	for _, c := range contenders {
+		postOrders(c.base, c.cmd.Process.Pid, request, slice/4, concurrency, 0)
+	}
+	if sh, err = orderShape(ctx, es, key.ID, key.MerchantID, customerID); err != nil {
+		return res, sh, err
+	}
+	for round := range rounds {
+		b.progress("commands, round %d of %d: POST /v1/orders to %d Hearth binaries in mode api, then pgbench, %d clients for %s each",
+			round+1, rounds, len(contenders), concurrency, slice)
+		for i := range contenders { // which one goes first alternates
+			c := contenders[(round+i)%len(contenders)]
+			c.res.add(postOrders(c.base, c.cmd.Process.Pid, request, slice, concurrency, 0))
 		}
 		run, err := b.pgbench(ctx, sh, slice)
 		if err != nil {
-			b.stopHearth(api)
-			return res, err
+			return res, sh, err
 		}
 		res.pgbench.add(run)
 	}
-	b.stopHearth(api)
+	for _, c := range contenders {
+		b.stopHearth(c.cmd)
+	}
 
 	// The mode all process first projects what the api runs wrote, then
 	// goes live.
-	all, base, err := b.startHearth(ctx, "commands, mode all", url, "all")
+	all, base, err := b.start(ctx, hearthRun{name: "commands, mode all", url: url, mode: "all"})
 	if err != nil {
-		return res, err
+		return res, sh, err
 	}
-	b.progress("commands: POST /v1/orders to Hearth in mode all, %d clients for %s", concurrency, commandsFor)
-	res.all = postOrders(base, all.Process.Pid, request, commandsFor, concurrency, 0)
+	if err := awaitLive(base, 3*time.Minute); err != nil {
+		return res, sh, err
+	}
+	b.progress("commands: POST /v1/orders to Hearth in mode all, %d clients for %s", concurrency, time.Duration(rounds)*slice)
+	res.all = postOrders(base, all.Process.Pid, request, time.Duration(rounds)*slice, concurrency, 0)
 	b.stopHearth(all)
+	return res, sh, nil
+}
 
-	res.goLoop, err = b.goLoop(ctx, es, sh)
-	return res, err
+// awaitLive waits until base's /metrics shows every projection led and
+// live (allLive), for up to limit: longer than start waits, for a process
+// that first catches up on what the runs before wrote.
+func awaitLive(base string, limit time.Duration) error {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		res, err := http.Get(base + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if allLive(string(body)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("the projections were not live within %s", limit)
 }
 
 // postResult is what POST /v1/orders runs gave.
@@ -287,9 +394,10 @@ func orderShape(ctx context.Context, es *bun.DB, keyID, merchantID, customerID s
 }
 
 // goLoop runs the transaction of sh from concurrency goroutines for
-// commandsFor, sent as Hearth sends it (the key lookup, then pgx batches on
-// a database/sql connection: three round trips) but without HTTP, JSON or
-// Bun: what Go's driver stack allows on this machine.
+// commandsFor, sent as Hearth sends it (the key lookup, then one pgx batch
+// on a database/sql connection: BEGIN, the customer check, the inserts and
+// COMMIT; two round trips) but without HTTP, JSON or Bun: what Go's driver
+// stack allows on this machine.
 func (b *bench) goLoop(ctx context.Context, es *bun.DB, sh shape) (string, error) {
 	b.progress("commands: the same transaction from Go (pgx batches, as Hearth sends it), %d goroutines for %s", concurrency, commandsFor)
 	db := es.DB
@@ -300,13 +408,9 @@ func (b *bench) goLoop(ctx context.Context, es *bun.DB, sh shape) (string, error
 			if err := conn.QueryRow(ctx, `SELECT id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, sh.keyHash).Scan(&keyID); err != nil {
 				return err
 			}
-			check := &pgx.Batch{}
-			check.Queue(`BEGIN`)
-			check.Queue(`SELECT name FROM customers WHERE id = $1 AND merchant_id = $2`, sh.customerID, sh.merchantID)
-			if err := conn.SendBatch(ctx, check).Close(); err != nil {
-				return err
-			}
 			write := &pgx.Batch{}
+			write.Queue(`BEGIN`)
+			write.Queue(`SELECT name FROM customers WHERE id = $1 AND merchant_id = $2`, sh.customerID, sh.merchantID)
 			write.Queue(`INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, causation_id, actor)
 				VALUES (gen_random_uuid(), 'order', gen_random_uuid(), 1, $1, 'order.created', $2, now(), 'bench', '', 'key:bench') RETURNING position`,
 				sh.merchantID, sh.data)
@@ -440,20 +544,66 @@ func (b *bench) pgbench(ctx context.Context, sh shape, d time.Duration) (pgbench
 	return res, nil
 }
 
-// catchUp builds a backlog and measures who consumes it how fast.
+// hookedEvents is the share of the catch-up backlog (one in hookedShare)
+// written for a merchant with a webhook endpoint; the rest is of a
+// merchant without one, whose events the fan-out should not pay for.
+const hookedShare = 100
+
+// catchUp builds a backlog and measures who consumes it how fast: Hearth
+// with every consumer on (the projections, the webhook fan-out, which
+// queues deliveries to a receiver of the bench, and the relay to a
+// JetStream of a throwaway nats-server), beside what one multi-row
+// statement writes on the same database.
 func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 	db, url, err := b.newDB(ctx, "backlog", migrations.EventStore, migrations.ReadModel)
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	b.progress("catch-up: writing a backlog of %d events over orders, service requests and schedules", backlogEvents)
-	if err := writeBacklog(ctx, db, backlog{customers: 1}); err != nil {
+	hooked := backlogEvents / hookedShare
+	b.progress("catch-up: writing a backlog of %d events over orders, service requests and schedules (%d of a merchant with a webhook endpoint)", backlogEvents, hooked)
+	receiver, err := newHookReceiver(0)
+	if err != nil {
 		return nil, err
 	}
+	defer receiver.close()
+	// Events that queued up while the consumers were down, an hour ago.
+	occurred := time.Now().Add(-time.Hour)
+	if err := writeBacklog(ctx, db, backlog{customers: 1, events: backlogEvents - hooked, occurred: occurred}); err != nil {
+		return nil, err
+	}
+	if err := writeBacklog(ctx, db, backlog{customers: 1, events: hooked, endpoint: receiver.url, occurred: occurred}); err != nil {
+		return nil, err
+	}
+	nats, err := natsserver.Start(ctx, natsserver.Options{Install: true, Log: b.log})
+	if err != nil {
+		return nil, err
+	}
+	defer nats.Stop()
+	fanout, err := webhooks.NewFanout(db)
+	if err != nil {
+		return nil, err
+	}
+	consumers := slices.Concat(backlogProjections, fanout.Projections())
+	for _, topic := range relay.Topics() {
+		consumers = append(consumers, projector.Projection{Name: relay.ConsumerGroup, Topic: topic})
+	}
 
-	b.progress("catch-up: Hearth (a fresh process on the backlog)")
-	hearth, _, err := b.hearthCatchUp(ctx, db, url, "catch-up")
+	b.progress("catch-up: Hearth (a fresh process on the backlog), with the webhook fan-out and the relay to JetStream")
+	hearth, _, err := b.hearthCatchUp(ctx, db, url, "catch-up", catchUpRun{consumers: consumers, env: []string{"RELAY_NATS_URL=" + nats.URL()}})
+	if err != nil {
+		return nil, err
+	}
+	var deliveries int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries`).Scan(&deliveries); err != nil {
+		return nil, err
+	}
+	if deliveries != hooked {
+		return nil, fmt.Errorf("catch-up: the fan-out queued %d deliveries for %d events of the merchant with an endpoint", deliveries, hooked)
+	}
+
+	b.progress("catch-up: one multi-row statement, for %s", multiRowFor)
+	multiRow, err := multiRowRate(ctx, db, multiRowFor)
 	if err != nil {
 		return nil, err
 	}
@@ -475,27 +625,76 @@ func (b *bench) catchUp(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rate := func(d time.Duration) string {
-		return fmt.Sprintf("%.0f events/s", float64(backlogEvents)/d.Seconds())
-	}
+	perSecond := func(d time.Duration) float64 { return float64(backlogEvents) / d.Seconds() }
+	rate := func(d time.Duration) string { return fmt.Sprintf("%.0f events/s", perSecond(d)) }
 	return []row{
-		{fmt.Sprintf("catch-up of %d events over 3 aggregates, every guarantee", backlogEvents), rate(hearth) + fmt.Sprintf(" (%.1f s from process start)", hearth.Seconds()),
-			rate(noopTime) + " (handler does nothing)", "plain: watermill-sql subscribers, Hearth's router, three topics at once"},
+		{fmt.Sprintf("catch-up of %d events over 3 aggregates, every guarantee, every consumer", backlogEvents), rate(hearth) + fmt.Sprintf(" (%.1f s from process start)", hearth.Seconds()),
+			fmt.Sprintf("%.0f rows/s (one multi-row statement)", multiRow),
+			fmt.Sprintf("**%s of what one multi-row statement writes** (100 rows an upsert, one connection, the same run). Consumers: the projections, the webhook fan-out (%d events of a merchant with an endpoint, the rest of one without; the events are an hour old, as after a worker was down) and the relay to JetStream",
+				percentOf(perSecond(hearth), multiRow), hooked)},
+		{"catch-up, plain watermill-sql", "", rate(noopTime) + " (handler does nothing)", "plain: watermill-sql subscribers, Hearth's router, three topics at once"},
 		{"catch-up, one read-model transaction per event", "", perEvent, "plain: the same projections through watermill-sql, measured over " + perEventTxFor.String()},
 	}, nil
 }
 
+// multiRowFor is how long multiRowRate writes.
+var multiRowFor = 5 * time.Second
+
+// multiRowRate upserts 100 rows a statement (rows of a read model's shape:
+// ids, a version, a few values) from one connection for d, autocommit, and
+// returns the rows written per second: the most a consumer on one
+// connection could expect to write.
+func multiRowRate(ctx context.Context, db *bun.DB, d time.Duration) (float64, error) {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE bench_multi_row (id uuid PRIMARY KEY, merchant_id uuid NOT NULL,
+		version int NOT NULL, amount_cents bigint NOT NULL, status text NOT NULL, updated_at timestamptz NOT NULL)`); err != nil {
+		return 0, err
+	}
+	const perStatement = 100
+	merchant := uuid.New()
+	ids := make([]string, perStatement)
+	written := 0
+	err := database.WithConn(ctx, db.DB, func(conn *pgx.Conn) error {
+		start := time.Now()
+		for time.Since(start) < d {
+			for i := range ids {
+				ids[i] = uuid.New()
+			}
+			if _, err := conn.Exec(ctx, `INSERT INTO bench_multi_row (id, merchant_id, version, amount_cents, status, updated_at)
+				SELECT id, $2, 1, 100, 'open', now() FROM unnest($1::uuid[]) id
+				ON CONFLICT (id) DO UPDATE SET version = bench_multi_row.version + 1, updated_at = excluded.updated_at`, ids, merchant); err != nil {
+				return err
+			}
+			written += perStatement
+		}
+		d = time.Since(start)
+		return nil
+	})
+	return float64(written) / d.Seconds(), err
+}
+
+// catchUpRun is more of a catch-up run: the consumer groups to wait for
+// (none: backlogProjections) and settings of the process.
+type catchUpRun struct {
+	consumers []projector.Projection
+	env       []string
+}
+
 // hearthCatchUp starts a fresh Hearth in mode all on the backlog of db
-// and returns the time from its start until every event is consumed and
-// applied, and the CPU the process used meanwhile (start-up included).
-func (b *bench) hearthCatchUp(ctx context.Context, db *bun.DB, url, name string) (time.Duration, cpuSpent, error) {
+// and returns the time from its start until every event is consumed (by
+// the consumers of with, or the read models) and applied, and the CPU the
+// process used meanwhile (start-up included).
+func (b *bench) hearthCatchUp(ctx context.Context, db *bun.DB, url, name string, with ...catchUpRun) (time.Duration, cpuSpent, error) {
+	run := catchUpRun{consumers: backlogProjections}
+	if len(with) > 0 {
+		run = with[0]
+	}
 	start := time.Now()
 	// Ready, not live: a slow catch-up may take longer than start's wait.
-	cmd, _, err := b.start(ctx, hearthRun{name: name, url: url, mode: "all"})
+	cmd, _, err := b.start(ctx, hearthRun{name: name, url: url, mode: "all", env: run.env})
 	if err != nil {
 		return 0, cpuSpent{}, err
 	}
-	if err := waitConsumed(ctx, db, backlogProjections, start, 3*time.Minute, func() { b.sampleRSS(cmd) }); err != nil {
+	if err := waitConsumed(ctx, db, run.consumers, start, 3*time.Minute, func() { b.sampleRSS(cmd) }); err != nil {
 		b.stopHearth(cmd)
 		return 0, cpuSpent{}, fmt.Errorf("hearth: %w", err)
 	}
@@ -624,15 +823,25 @@ type backlog struct {
 	store     *pubsub.Store
 	customers int
 	notes     string
+	events    int       // 0: backlogEvents
+	endpoint  string    // when set, the merchant gets a webhook endpoint to it first
+	occurred  time.Time // the events' occurred_at; zero: now
 }
 
-// writeBacklog appends backlogEvents events: streams of 4 events each,
+// writeBacklog appends bl.events (or backlogEvents) events: streams of 4 events each,
 // a third of them orders, service requests and schedules, 50 streams per
 // transaction, from 4 writers.
 func writeBacklog(ctx context.Context, db *bun.DB, bl backlog) error {
 	merchantID, customerID, err := tenant(ctx, db)
 	if err != nil {
 		return err
+	}
+	occurred := cmp.Or(bl.occurred, time.Now())
+	if bl.endpoint != "" { // created before the events
+		if _, err := db.ExecContext(ctx, `INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, now())`, uuid.New(), merchantID, bl.endpoint, webhook.NewSecret(), occurred.Add(-time.Minute)); err != nil {
+			return err
+		}
 	}
 	customers := []string{customerID}
 	if bl.customers > 1 {
@@ -664,8 +873,8 @@ func writeBacklog(ctx context.Context, db *bun.DB, bl backlog) error {
 	if err != nil {
 		return err
 	}
-	meta := event.Meta{MerchantID: merchantID, Actor: "bench", CorrelationID: uuid.New(), OccurredAt: time.Now()}
-	streams := backlogEvents / 4
+	meta := event.Meta{MerchantID: merchantID, Actor: "bench", CorrelationID: uuid.New(), OccurredAt: occurred}
+	streams := cmp.Or(bl.events, backlogEvents) / 4
 	const perTx, writers = 50, 4
 	g, ctx := errgroup.WithContext(ctx)
 	for w := range writers {

@@ -138,6 +138,7 @@ type session struct {
 	ordered  []*tracked
 	bookings map[string]Booking // booked in this transaction
 	names    map[string]string
+	required []string // customers RequireCustomer named, checked at commit
 }
 
 // Run runs fn and appends what it decided, all or nothing.
@@ -145,6 +146,11 @@ func (t *Transactor) Run(ctx context.Context, meta event.Meta, fn func(ctx conte
 	s := &session{t: t, meta: meta, byID: map[string]*tracked{}, bookings: map[string]Booking{}}
 	if err := fn(ctx, s); err != nil {
 		return command.Outcome{}, err
+	}
+	for _, id := range s.required {
+		if _, found, _ := s.Customer(ctx, id); !found {
+			return command.Outcome{}, command.NoCustomer(id)
+		}
 	}
 	if t.BeforeCommit != nil {
 		t.BeforeCommit()
@@ -352,6 +358,9 @@ func (s *session) reference(kind, id string) (ref, bool) {
 	r, ok := s.t.refs[s.meta.MerchantID+"/"+id]
 	return r, ok && r.kind == kind
 }
+
+// RequireCustomer is checked when fn returns, before the commit.
+func (s *session) RequireCustomer(id string) { s.required = append(s.required, id) }
 
 func (s *session) Customer(_ context.Context, id string) (string, bool, error) {
 	r, ok := s.reference("customer", id)
