@@ -237,7 +237,7 @@ func (b *bench) commandRun(ctx context.Context, rounds int, baselineBin string) 
 	if err != nil {
 		return res, sh, err
 	}
-	if err := awaitLive(base, 3*time.Minute); err != nil {
+	if err := awaitLive(b.adminOf(all), 3*time.Minute); err != nil {
 		return res, sh, err
 	}
 	b.progress("commands: POST /v1/orders to Hearth in mode all, %d clients for %s", concurrency, time.Duration(rounds)*slice)
@@ -246,12 +246,13 @@ func (b *bench) commandRun(ctx context.Context, rounds int, baselineBin string) 
 	return res, sh, nil
 }
 
-// awaitLive waits until base's /metrics shows every projection led and
-// live (allLive), for up to limit: longer than start waits, for a process
-// that first catches up on what the runs before wrote.
-func awaitLive(base string, limit time.Duration) error {
+// awaitLive waits until the /metrics of the admin listener at admin shows
+// every projection led and live (allLive), for up to limit: longer than
+// start waits, for a process that first catches up on what the runs
+// before wrote.
+func awaitLive(admin string, limit time.Duration) error {
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		res, err := http.Get(base + "/metrics")
+		res, err := http.Get(admin + "/metrics")
 		if err != nil {
 			continue
 		}
