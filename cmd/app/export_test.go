@@ -21,10 +21,11 @@ import (
 
 // exportFixture is a customer of merchant A with a marker in every field
 // that holds their data: the record, a service request, an order assigned
-// (a schedule), dispatched and settled, and an order cancelled.
+// (a schedule), dispatched and settled, an order cancelled, and a service
+// plan (its visits beyond the generator's horizon: no order of its own).
 type exportFixture struct {
 	customer string
-	ids      []string // the customer's aggregates: request, orders, schedule
+	ids      []string // the customer's aggregates: request, orders, schedule, plan
 }
 
 // mark is the marker of one field of the customer tagged tag.
@@ -53,7 +54,11 @@ func (a *api) exportFixture(tag string, hour int) exportFixture {
 	cancelled := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
 		"customer_id": c, "amount_cents": 100, "notes": mark("cancelled-order-notes", tag)}).Body["id"].(string)
 	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+cancelled+"/cancel", a.opA, map[string]any{"reason": mark("cancel-reason", tag)})
-	f.ids = []string{req.Body["id"].(string), order, cancelled, a.liveSchedule(a.opA, order).Id.String()}
+	item := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Clean " + tag, "base_price_cents": 4500})
+	plan := a.must(http.StatusCreated, http.MethodPost, "/v1/plans", a.opA, map[string]any{
+		"customer_id": c, "catalog_item_id": item, "window": map[string]any{"start": "09:00", "end": "10:00"},
+		"recurrence": map[string]any{"frequency": "monthly", "interval": 1, "start": "2031-01-06", "count": 2}}).Body["id"].(string)
+	f.ids = []string{req.Body["id"].(string), order, cancelled, a.liveSchedule(a.opA, order).Id.String(), plan}
 	return f
 }
 
@@ -123,6 +128,8 @@ func TestCustomerExport(t *testing.T) {
 			require.Equal(t, mark("address", "ALPHA"), x.Customer.Address)
 			require.Len(t, x.ServiceRequests, 1)
 			require.Len(t, x.Orders, 2)
+			require.Len(t, x.Plans, 1)
+			require.Equal(t, alpha.customer, x.Plans[0].CustomerId.String())
 			require.Len(t, x.Schedules, 1)
 			var ids []string
 			for _, v := range x.ServiceRequests {
@@ -132,6 +139,9 @@ func TestCustomerExport(t *testing.T) {
 				ids = append(ids, v.Id.String())
 			}
 			for _, v := range x.Schedules {
+				ids = append(ids, v.Id.String())
+			}
+			for _, v := range x.Plans {
 				ids = append(ids, v.Id.String())
 			}
 			require.ElementsMatch(t, alpha.ids, ids)
@@ -165,6 +175,7 @@ func TestCustomerExport(t *testing.T) {
 			require.Equal(t, "key:"+a.opAKeyID, audit[0].Actor)
 			require.Equal(t, "customer/"+alpha.customer, audit[0].Target)
 			require.EqualValues(t, 2, audit[0].Details["orders"])
+			require.EqualValues(t, 1, audit[0].Details["plans"])
 			require.EqualValues(t, stored, audit[0].Details["events"])
 			entry, err := json.Marshal(audit[0])
 			require.NoError(t, err)
