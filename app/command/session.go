@@ -54,6 +54,9 @@ type Session interface {
 	// when the merchant has no such customer. The name is kept for the
 	// outcome (Outcome.Names), so the answer need not look it up again.
 	Customer(ctx context.Context, id string) (name string, found bool, err error)
+	// CustomerErased reports whether the merchant's customer was erased
+	// (GDPR article 17): nothing personal can be written about them.
+	CustomerErased(ctx context.Context, id string) (bool, error)
 	// StaffActive reports whether the staff member exists and is active.
 	StaffActive(ctx context.Context, id string) (exists, active bool, err error)
 	// CatalogItem returns the item's base price; found is false when the
