@@ -3858,7 +3858,7 @@ type Customer struct {
 
 // CustomerExport Everything Hearth holds about one customer (GET /v1/customers/{id}/export, app customers export). Lists are never null. Rows and change log come from one snapshot of the read models, events and deliveries from one snapshot of the event store taken after it: the events hold at least every version the rows reflect.
 type CustomerExport struct {
-	// ChangeLog the change-log rows of those requests, orders and schedules, by aggregate then version
+	// ChangeLog the change-log rows of those requests, orders, plans and schedules, by aggregate then version
 	ChangeLog []Change `json:"change_log"`
 	Customer  Customer `json:"customer"`
 
@@ -3871,6 +3871,9 @@ type CustomerExport struct {
 
 	// Orders the orders whose customer is this one, oldest first
 	Orders []Order `json:"orders"`
+
+	// Plans the service plans whose customer is this one, oldest first (their visits' orders are among orders)
+	Plans []Plan `json:"plans"`
 
 	// Schedules the schedules of those orders, oldest first
 	Schedules []Schedule `json:"schedules"`

@@ -12,6 +12,7 @@ import (
 	"hearth/app/ops"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
+	"hearth/domain/plan"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
 )
@@ -36,8 +37,10 @@ var subjectTables = map[string]struct{ table, scrub string }{
 // again finishes what a crash left, and marks streams written meanwhile),
 // deletes the stored idempotent answers that name the subject or one of
 // those streams, empties the receivers' error texts of their webhook
-// deliveries, and records audit's entry. An unknown subject (or another
-// merchant's) is apperr.ErrNotFound and changes nothing.
+// deliveries, ends a customer's service plans that have not ended (the
+// visit generator creates no more orders for a person erased), and records
+// audit's entry. An unknown subject (or another merchant's) is
+// apperr.ErrNotFound and changes nothing.
 func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit func(ops.Erasure) ops.AuditEntry) (ops.Erasure, error) {
 	sub, ok := subjectTables[req.SubjectType]
 	if !ok {
@@ -92,6 +95,29 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 			}
 			return rows.Err()
 		})
+		// The customer's plans not ended yet, with their last versions.
+		type live struct {
+			id      string
+			version int
+		}
+		var plans []live
+		if req.SubjectType == event.SubjectCustomer {
+			b.Queue(`
+				SELECT p.stream_id::text, max(p.version) FROM events p
+				WHERE p.stream_type = $3 AND p.merchant_id = $2 AND p.stream_id IN (SELECT c.stream_id FROM events c
+					WHERE c.stream_type = $3 AND c.merchant_id = $2 AND c.version = 1 AND c.data->>'customer_id' = $1::text)
+				GROUP BY p.stream_id HAVING NOT bool_or(p.type = $4)
+				ORDER BY p.stream_id`, req.SubjectID, req.MerchantID, PlanStream.Type, plan.Ended{}.EventType()).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var p live
+					if err := rows.Scan(&p.id, &p.version); err != nil {
+						return err
+					}
+					plans = append(plans, p)
+				}
+				return rows.Err()
+			})
+		}
 		if err := tx.send(ctx, b); err != nil {
 			return fmt.Errorf("erase %s %s: %w", req.SubjectType, req.SubjectID, err)
 		}
@@ -113,6 +139,14 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 			appends = append(appends, a)
 		}
 		out.Streams = len(streams)
+		for _, p := range plans {
+			a, err := s.queueAppend(ctx, b, PlanStream, meta, p.id, "", p.version, []event.Event{plan.Ended{At: event.Instant(meta.OccurredAt)}})
+			if err != nil {
+				return err
+			}
+			appends = append(appends, a)
+		}
+		out.PlansEnded = len(plans)
 		if first { // the public customer.erased or staff_member.erased
 			if _, err := s.queueAppend(ctx, b, aggregates.Subjects, meta, req.SubjectID, "", 0,
 				[]event.Event{event.SubjectErased{SubjectType: req.SubjectType, SubjectID: req.SubjectID}}); err != nil {

@@ -554,6 +554,15 @@ func (s *session) queueRequired(b *pgx.Batch) {
 	}
 }
 
+func (s *session) CustomerErased(ctx context.Context, id string) (bool, error) {
+	var erased bool
+	err := s.tx.queryRow(ctx, maybeRow(new(bool), &erased), `SELECT erased_at IS NOT NULL FROM customers WHERE id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
+	if err != nil {
+		return false, fmt.Errorf("check customer erased: %w", err)
+	}
+	return erased, nil
+}
+
 func (s *session) StaffActive(ctx context.Context, id string) (exists, active bool, err error) {
 	err = s.tx.queryRow(ctx, maybeRow(&exists, &active), `SELECT active FROM staff WHERE id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
 	if err != nil {

@@ -29,7 +29,7 @@ func NewCustomerRows(db *bun.DB) (*CustomerRows, error) {
 }
 
 // CustomerRows implements ops.ExportReadModel: the customer's service
-// requests and orders, the orders' schedules and the change log of all of
+// requests, orders and service plans, the orders' schedules and the change log of all of
 // them, in one REPEATABLE READ snapshot, so that the rows and their change
 // log agree. Each list reads at most limit+1 rows, to tell a list past the
 // cap (ops.TooLarge) without reading it whole.
@@ -46,11 +46,19 @@ func (c *CustomerRows) CustomerRows(ctx context.Context, merchantID, customerID 
 			OrderExpr("created_at, id").Limit(int64(limit + 1)).Scan(ctx); err != nil {
 			return fmt.Errorf("select the customer's orders: %w", err)
 		}
+		var plans []planRow
+		if err := tx.NewSelect().Model(&plans).Where("merchant_id = ? AND customer_id = ?", merchantID, customerID).
+			OrderExpr("created_at, id").Limit(int64(limit + 1)).Scan(ctx); err != nil {
+			return fmt.Errorf("select the customer's service plans: %w", err)
+		}
 		if len(requests) > limit {
 			return ops.TooLarge("service requests", limit)
 		}
 		if len(orders) > limit {
 			return ops.TooLarge("orders", limit)
+		}
+		if len(plans) > limit {
+			return ops.TooLarge("service plans", limit)
 		}
 		orderIDs := make([]string, len(orders))
 		for i, o := range orders {
@@ -70,6 +78,9 @@ func (c *CustomerRows) CustomerRows(ctx context.Context, merchantID, customerID 
 		for _, r := range requests {
 			ids[aggregates.ServiceRequest.Type] = append(ids[aggregates.ServiceRequest.Type], r.ID)
 		}
+		for _, p := range plans {
+			ids[aggregates.Plan.Type] = append(ids[aggregates.Plan.Type], p.ID)
+		}
 		for _, s := range schedules {
 			ids[aggregates.Schedule.Type] = append(ids[aggregates.Schedule.Type], s.ID)
 		}
@@ -78,12 +89,15 @@ func (c *CustomerRows) CustomerRows(ctx context.Context, merchantID, customerID 
 			return err
 		}
 		out = ops.ExportRows{ServiceRequests: make([]query.ServiceRequest, len(requests)), Orders: make([]query.Order, len(orders)),
-			Schedules: make([]query.Schedule, len(schedules)), ChangeLog: changes}
+			Plans: make([]query.Plan, len(plans)), Schedules: make([]query.Schedule, len(schedules)), ChangeLog: changes}
 		for i, r := range requests {
 			out.ServiceRequests[i] = r.view()
 		}
 		for i, r := range orders {
 			out.Orders[i] = r.view()
+		}
+		for i, r := range plans {
+			out.Plans[i] = r.view()
 		}
 		for i, r := range schedules {
 			out.Schedules[i] = r.view()

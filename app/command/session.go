@@ -60,6 +60,9 @@ type Session interface {
 	// appends, saving the command a round trip; the name still reaches
 	// Outcome.Names.
 	RequireCustomer(id string)
+	// CustomerErased reports whether the merchant's customer was erased
+	// (GDPR article 17): nothing personal can be written about them.
+	CustomerErased(ctx context.Context, id string) (bool, error)
 	// StaffActive reports whether the staff member exists and is active.
 	StaffActive(ctx context.Context, id string) (exists, active bool, err error)
 	// CatalogItem returns the item's base price; found is false when the

@@ -84,16 +84,24 @@ type VisitsDone struct {
 // not started yet that the plan no longer has (skipped, moved away by a
 // change, after a pause or the end). Started and finished visits are never
 // touched. It stops at the first error, ctx's included; what it committed
-// stays, and the next run carries on from there.
+// stays, and the next run carries on from there. A plan of an erased
+// customer is left alone: nothing personal can be written about them (an
+// order's notes, a cancellation's reason), and the erasure ended the plan;
+// its visits' orders already created stay, as the customer's other orders
+// do.
 func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDone, error) {
 	var done VisitsDone
 	meta := event.Meta{MerchantID: cmd.MerchantID, Actor: GeneratorActor, CorrelationID: uuid.New(), OccurredAt: event.Instant(cmd.Now)}
 	until := cmd.Now.Add(cmd.Horizon)
 	var want []plan.Visit
 	var ledger []PlanVisit
+	erased := false
 	if _, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
 		p, err := s.ServicePlan(ctx, cmd.PlanID)
 		if err != nil {
+			return err
+		}
+		if erased, err = s.CustomerErased(ctx, p.CustomerID()); err != nil || erased {
 			return err
 		}
 		if ledger, err = s.PlanVisits(ctx, cmd.PlanID); err != nil {
@@ -101,7 +109,7 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 		}
 		want = p.Visits(cmd.Now, until)
 		return nil
-	}); err != nil {
+	}); err != nil || erased {
 		return done, err
 	}
 	have := map[string]PlanVisit{}

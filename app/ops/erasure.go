@@ -43,6 +43,9 @@ type Erasure struct {
 	Position int64
 	// IdempotentAnswers counts the stored answers deleted.
 	IdempotentAnswers int
+	// PlansEnded counts the customer's service plans this run ended: a
+	// plan of a person erased creates no more visits.
+	PlansEnded int
 }
 
 // ErasureStore erases a subject in one transaction of the event store and
@@ -78,7 +81,8 @@ const RuleEraseUnconfirmed = "erase.unconfirmed"
 // its data key is deleted (every sealed field of its events then reads as
 // erased everywhere), each of its aggregates gets PersonalDataErased (the
 // read models fold it again, forgetting the fields in rows and change
-// log), and the stored answers naming it are deleted. After the first pass
+// log), the stored answers naming it are deleted, and a customer's service
+// plans end (no visit is created for a person erased). After the first pass
 // it waits until no instance can still hold the key, then runs a second
 // pass for writes sealed meanwhile. Erasing again succeeds with the same
 // result. An unknown subject, or another merchant's, is apperr.ErrNotFound.
@@ -107,7 +111,7 @@ func (x *Erasures) Erase(ctx context.Context, req ErasureRequest) (Erasure, erro
 	}
 	audit := func(e Erasure) AuditEntry {
 		return AuditEntry{Actor: req.By, Action: action, Target: req.SubjectType + "/" + req.SubjectID,
-			Details: map[string]any{"merchant_id": req.MerchantID, "streams": e.Streams}}
+			Details: map[string]any{"merchant_id": req.MerchantID, "streams": e.Streams, "plans_ended": e.PlansEnded}}
 	}
 	first, err := x.store.EraseSubject(ctx, req, audit)
 	if err != nil {
@@ -122,6 +126,7 @@ func (x *Erasures) Erase(ctx context.Context, req ErasureRequest) (Erasure, erro
 	}
 	second.Streams += first.Streams
 	second.IdempotentAnswers += first.IdempotentAnswers
+	second.PlansEnded += first.PlansEnded
 	second.Position = max(first.Position, second.Position)
 	return second, nil
 }

@@ -25,7 +25,7 @@ const ActionCustomerExport = "customer.export"
 const ExportSchema = "hearth.customer-export/1"
 
 // MaxExportItems caps each list of an export (service requests, orders,
-// schedules, change log, events, webhook deliveries). The document is built
+// service plans, schedules, change log, events, webhook deliveries). The document is built
 // in memory, so the cap bounds what one export costs; a customer past it is
 // refused whole (RuleExportTooLarge), never exported in part.
 const MaxExportItems = 20_000
@@ -50,11 +50,13 @@ type CustomerExport struct {
 	ExportedAt time.Time
 	MerchantID string
 	Customer   reference.Customer
-	// ServiceRequests and Orders are the customer's (their customer_id is
-	// the customer's now); Schedules are those of the orders. Each list is
-	// ordered by creation, then id.
+	// ServiceRequests, Orders and Plans (service plans) are the customer's
+	// (their customer_id is the customer's now); Schedules are those of the
+	// orders. A plan's visits are orders of the customer: Orders holds
+	// them. Each list is ordered by creation, then id.
 	ServiceRequests []query.ServiceRequest
 	Orders          []query.Order
+	Plans           []query.Plan
 	Schedules       []query.Schedule
 	// ChangeLog holds the change-log rows of those aggregates, by
 	// aggregate then version.
@@ -81,6 +83,7 @@ type ExportedDelivery struct {
 type ExportRows struct {
 	ServiceRequests []query.ServiceRequest
 	Orders          []query.Order
+	Plans           []query.Plan
 	Schedules       []query.Schedule
 	ChangeLog       []query.Change
 }
@@ -162,11 +165,14 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 	if err != nil {
 		return CustomerExport{}, err
 	}
-	ids := make([]string, 0, len(rows.ServiceRequests)+len(rows.Orders)+len(rows.Schedules))
+	ids := make([]string, 0, len(rows.ServiceRequests)+len(rows.Orders)+len(rows.Plans)+len(rows.Schedules))
 	for _, v := range rows.ServiceRequests {
 		ids = append(ids, v.ID)
 	}
 	for _, v := range rows.Orders {
+		ids = append(ids, v.ID)
+	}
+	for _, v := range rows.Plans {
 		ids = append(ids, v.ID)
 	}
 	for _, v := range rows.Schedules {
@@ -175,14 +181,14 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 	h, err := x.store.CustomerHistory(ctx, req.MerchantID, req.CustomerID, ids, x.limit, func(h ExportHistory) AuditEntry {
 		return AuditEntry{Actor: by, Action: ActionCustomerExport, Target: "customer/" + req.CustomerID,
 			Details: map[string]any{"merchant_id": req.MerchantID, "service_requests": len(rows.ServiceRequests),
-				"orders": len(rows.Orders), "schedules": len(rows.Schedules), "change_log": len(rows.ChangeLog),
+				"orders": len(rows.Orders), "plans": len(rows.Plans), "schedules": len(rows.Schedules), "change_log": len(rows.ChangeLog),
 				"events": len(h.Events), "webhook_deliveries": len(h.WebhookDeliveries)}}
 	})
 	if err != nil {
 		return CustomerExport{}, err
 	}
 	out := CustomerExport{Schema: ExportSchema, ExportedAt: h.At, MerchantID: req.MerchantID, Customer: h.Customer,
-		ServiceRequests: rows.ServiceRequests, Orders: rows.Orders, Schedules: rows.Schedules, ChangeLog: rows.ChangeLog,
+		ServiceRequests: rows.ServiceRequests, Orders: rows.Orders, Plans: rows.Plans, Schedules: rows.Schedules, ChangeLog: rows.ChangeLog,
 		Events: make([]publicevent.Event, len(h.Events)), WebhookDeliveries: make([]ExportedDelivery, len(h.WebhookDeliveries))}
 	byID := make(map[string]publicevent.Event, len(h.Events))
 	for i, s := range h.Events {

@@ -22,6 +22,7 @@ const (
 	exportCustomer = "00000000-0000-4000-8000-0000000000c1"
 	exportOrder    = "00000000-0000-4000-8000-0000000000a1"
 	exportEvent    = "00000000-0000-4000-8000-0000000000e1"
+	exportPlan     = "00000000-0000-4000-8000-0000000000b1"
 )
 
 // fakeExport answers both adapters' reads; the event store's records the
@@ -54,7 +55,8 @@ func exportFake() *fakeExport {
 			Version: 1, MerchantID: exportMerchant, OccurredAt: at},
 		Event: order.Created{OrderID: exportOrder, CustomerID: exportCustomer, Notes: "secret note", Status: order.StatusPending}}}
 	return &fakeExport{
-		rows: ops.ExportRows{Orders: []query.Order{{ID: exportOrder, CustomerID: exportCustomer, Notes: "secret note"}}},
+		rows: ops.ExportRows{Orders: []query.Order{{ID: exportOrder, CustomerID: exportCustomer, Notes: "secret note"}},
+			Plans: []query.Plan{{ID: exportPlan, CustomerID: exportCustomer}}},
 		history: ops.ExportHistory{At: at, Customer: reference.Customer{ID: exportCustomer, Name: "Ada Secret"},
 			Events: []publicevent.Stored{stored},
 			WebhookDeliveries: []ops.StoredDelivery{{URL: "https://example.com/hook",
@@ -62,7 +64,7 @@ func exportFake() *fakeExport {
 	}
 }
 
-// An export holds the rows, the events in public form and each delivery
+// An export holds the rows (service plans included), the events in public form and each delivery
 // with the payload it sends, and records who exported which customer with
 // counts only.
 func TestExportCustomer(t *testing.T) {
@@ -73,7 +75,8 @@ func TestExportCustomer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ops.ExportSchema, got.Schema)
 	require.Equal(t, f.history.At, got.ExportedAt)
-	require.Equal(t, []string{exportOrder}, f.aggregates, "the event store reads the aggregates the read models name")
+	require.Equal(t, []string{exportOrder, exportPlan}, f.aggregates, "the event store reads the aggregates the read models name")
+	require.Equal(t, f.rows.Plans, got.Plans)
 	require.Len(t, got.Events, 1)
 	require.Equal(t, publicevent.OrderCreated, got.Events[0].Type)
 	require.Equal(t, int64(7), got.Events[0].Position)
@@ -82,7 +85,7 @@ func TestExportCustomer(t *testing.T) {
 	require.Equal(t, "https://example.com/hook", got.WebhookDeliveries[0].URL)
 
 	require.Equal(t, []ops.AuditEntry{{Actor: "key:k1", Action: ops.ActionCustomerExport, Target: "customer/" + exportCustomer,
-		Details: map[string]any{"merchant_id": exportMerchant, "service_requests": 0, "orders": 1, "schedules": 0,
+		Details: map[string]any{"merchant_id": exportMerchant, "service_requests": 0, "orders": 1, "plans": 1, "schedules": 0,
 			"change_log": 0, "events": 1, "webhook_deliveries": 1}}}, f.entries)
 }
 

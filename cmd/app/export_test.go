@@ -21,10 +21,12 @@ import (
 
 // exportFixture is a customer of merchant A with a marker in every field
 // that holds their data: the record, a service request, an order assigned
-// (a schedule), dispatched and settled, and an order cancelled.
+// (a schedule), dispatched and settled, an order cancelled, and a service
+// plan (its visits beyond the generator's horizon: no order of its own).
 type exportFixture struct {
 	customer string
-	ids      []string // the customer's aggregates: request, orders, schedule
+	ids      []string // the customer's aggregates with personal data: request, orders, schedule
+	plan     string   // their plan (no personal data of its own)
 }
 
 // mark is the marker of one field of the customer tagged tag.
@@ -53,7 +55,12 @@ func (a *api) exportFixture(tag string, hour int) exportFixture {
 	cancelled := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
 		"customer_id": c, "amount_cents": 100, "notes": mark("cancelled-order-notes", tag)}).Body["id"].(string)
 	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+cancelled+"/cancel", a.opA, map[string]any{"reason": mark("cancel-reason", tag)})
+	item := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Clean " + tag, "base_price_cents": 4500})
+	plan := a.must(http.StatusCreated, http.MethodPost, "/v1/plans", a.opA, map[string]any{
+		"customer_id": c, "catalog_item_id": item, "window": map[string]any{"start": "09:00", "end": "10:00"},
+		"recurrence": map[string]any{"frequency": "monthly", "interval": 1, "start": "2031-01-06", "count": 2}}).Body["id"].(string)
 	f.ids = []string{req.Body["id"].(string), order, cancelled, a.liveSchedule(a.opA, order).Id.String()}
+	f.plan = plan
 	return f
 }
 
@@ -112,7 +119,7 @@ func TestCustomerExport(t *testing.T) {
 				require.Contains(t, doc, mark(f, "ALPHA"), "customer A's %s", f)
 			}
 			require.NotContains(t, doc, "BRAVO", "nothing of customer B")
-			for _, id := range append([]string{bravo.customer}, bravo.ids...) {
+			for _, id := range append([]string{bravo.customer, bravo.plan}, bravo.ids...) {
 				require.NotContains(t, doc, id, "nothing of customer B's")
 			}
 
@@ -123,6 +130,8 @@ func TestCustomerExport(t *testing.T) {
 			require.Equal(t, mark("address", "ALPHA"), x.Customer.Address)
 			require.Len(t, x.ServiceRequests, 1)
 			require.Len(t, x.Orders, 2)
+			require.Len(t, x.Plans, 1)
+			require.Equal(t, alpha.customer, x.Plans[0].CustomerId.String())
 			require.Len(t, x.Schedules, 1)
 			var ids []string
 			for _, v := range x.ServiceRequests {
@@ -134,11 +143,15 @@ func TestCustomerExport(t *testing.T) {
 			for _, v := range x.Schedules {
 				ids = append(ids, v.Id.String())
 			}
-			require.ElementsMatch(t, alpha.ids, ids)
+			for _, v := range x.Plans {
+				ids = append(ids, v.Id.String())
+			}
+			all := append([]string{alpha.plan}, alpha.ids...)
+			require.ElementsMatch(t, all, ids)
 			// Every event of those aggregates, each in the change log and
 			// delivered to the endpoint with its public form as payload.
 			var stored int
-			for _, id := range alpha.ids {
+			for _, id := range all {
 				stored += a.events(id)
 			}
 			require.Len(t, x.Events, stored)
@@ -165,6 +178,7 @@ func TestCustomerExport(t *testing.T) {
 			require.Equal(t, "key:"+a.opAKeyID, audit[0].Actor)
 			require.Equal(t, "customer/"+alpha.customer, audit[0].Target)
 			require.EqualValues(t, 2, audit[0].Details["orders"])
+			require.EqualValues(t, 1, audit[0].Details["plans"])
 			require.EqualValues(t, stored, audit[0].Details["events"])
 			entry, err := json.Marshal(audit[0])
 			require.NoError(t, err)

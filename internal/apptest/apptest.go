@@ -373,6 +373,10 @@ func (s *session) Customer(_ context.Context, id string) (string, bool, error) {
 	return r.name, ok, nil
 }
 
+// CustomerErased: the fake erases nobody (erasure is the event store's,
+// tested on it).
+func (s *session) CustomerErased(context.Context, string) (bool, error) { return false, nil }
+
 func (s *session) StaffActive(_ context.Context, id string) (exists, active bool, err error) {
 	r, ok := s.reference("staff", id)
 	return ok, r.active, nil

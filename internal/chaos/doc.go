@@ -22,6 +22,12 @@
 // projection write of its own is pending and proves that the write never
 // commits.
 //
+// TestPlanLeaderKilledMidRun kills the leader of the visit generator
+// (hearth/plans) with SIGKILL in the middle of its run over many service
+// plans, three times, each once the ledger shows it creating visits, and
+// checks that every visit of every plan has exactly one order and that no
+// staff member is booked twice.
+//
 // The tests restart the whole cluster, so they live in a package of their
 // own (one cluster per test binary) and never run in parallel.
 package chaos

@@ -66,9 +66,18 @@ type proc struct {
 	done chan struct{}
 }
 
-// start runs the binary in mode against urls; the process is killed when
-// the test ends, and its log is printed if the test failed.
+// start runs the binary in mode against urls and waits until it is ready;
+// the process is killed when the test ends, and its log is printed if the
+// test failed.
 func start(t *testing.T, name, mode string, urls pgtest.URLs, env ...string) *proc {
+	t.Helper()
+	p := spawn(t, name, mode, urls, env...)
+	p.awaitReady(t)
+	return p
+}
+
+// spawn is start without the wait.
+func spawn(t *testing.T, name, mode string, urls pgtest.URLs, env ...string) *proc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -98,8 +107,13 @@ func start(t *testing.T, name, mode string, urls pgtest.URLs, env ...string) *pr
 			t.Logf("--- %s log (last 6000 bytes) ---\n%s", name, tail(out, 6000))
 		}
 	})
-	require.Eventually(t, func() bool { _, ok := p.ready(); return ok }, 60*time.Second, 20*time.Millisecond, "%s ready", name)
 	return p
+}
+
+// awaitReady waits until p answers /readyz and /metrics.
+func (p *proc) awaitReady(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { _, ok := p.ready(); return ok }, 60*time.Second, 20*time.Millisecond, "%s ready", p.name)
 }
 
 func tail(b []byte, n int) []byte {
@@ -158,12 +172,14 @@ type readiness struct {
 	// projections and the other leader-only work (webhook delivery) alike:
 	// the fair share is of all of them.
 	AllUnits, Leading int
+	// Led is every unit it leads, by name, with its term.
+	Led map[string]int64
 }
 
 // ready asks /readyz and /metrics; ok is false when the process does not
 // answer 200 to both.
 func (p *proc) ready() (readiness, bool) {
-	r := readiness{Leads: map[string]int64{}}
+	r := readiness{Leads: map[string]int64{}, Led: map[string]int64{}}
 	get := func(path string) (string, bool) {
 		resp, err := client.Get("http://" + p.addr + path)
 		if err != nil {
@@ -180,33 +196,30 @@ func (p *proc) ready() (readiness, bool) {
 	if !ok {
 		return r, false
 	}
-	leads, terms := map[string]bool{}, map[string]int64{}
+	terms := map[string]int64{}
 	for _, line := range strings.Split(metrics, "\n") {
 		series, value, _ := strings.Cut(line, " ")
 		name, labels, _ := strings.Cut(series, "{")
 		unit := strings.TrimSuffix(strings.TrimPrefix(labels, `unit="`), `"}`)
-		if name == "hearth_leader_is_leader" {
-			r.AllUnits++
-			if value == "1" {
-				r.Leading++
-			}
-		}
-		projection, isProjection := strings.CutPrefix(unit, advisory.Projection(""))
-		if !isProjection {
-			continue
-		}
 		switch name {
 		case "hearth_leader_is_leader":
-			r.Units++
-			leads[projection] = value == "1"
+			r.AllUnits++
+			if strings.HasPrefix(unit, advisory.Projection("")) {
+				r.Units++
+			}
+			if value == "1" {
+				r.Leading++
+				r.Led[unit] = 0
+			}
 		case "hearth_leader_term":
 			term, _ := strconv.ParseFloat(value, 64) // Prometheus' text format
-			terms[projection] = int64(term)
+			terms[unit] = int64(term)
 		}
 	}
-	for projection, yes := range leads {
-		if yes {
-			r.Leads[projection] = terms[projection]
+	for unit := range r.Led {
+		r.Led[unit] = terms[unit]
+		if projection, isProjection := strings.CutPrefix(unit, advisory.Projection("")); isProjection {
+			r.Leads[projection] = terms[unit]
 		}
 	}
 	return r, true

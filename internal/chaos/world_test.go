@@ -79,17 +79,29 @@ func (w *world) url(path string) string { return "http://" + w.api.addr + path }
 
 // addWorker starts one more worker.
 func (w *world) addWorker() *proc {
+	p := w.spawnWorker()
+	p.awaitReady(w.t)
+	return p
+}
+
+// spawnWorker is addWorker without the wait.
+func (w *world) spawnWorker() *proc {
 	w.started++
-	p := start(w.t, fmt.Sprintf("worker%d", w.started), "worker", w.urls, w.env...)
+	p := spawn(w.t, fmt.Sprintf("worker%d", w.started), "worker", w.urls, w.env...)
 	w.workers = append(w.workers, p)
 	return p
 }
 
 // replace starts a new worker in place of p, which has exited.
 func (w *world) replace(p *proc) {
+	w.respawn(p).awaitReady(w.t)
+}
+
+// respawn is replace without the wait.
+func (w *world) respawn(p *proc) *proc {
 	i := slices.Index(w.workers, p)
 	w.workers = slices.Delete(w.workers, i, i+1)
-	w.addWorker()
+	return w.spawnWorker()
 }
 
 // settledSpread waits until every projection has one leader and the

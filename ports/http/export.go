@@ -43,6 +43,7 @@ type CustomerExportBody struct {
 	Customer          customerBody           `json:"customer"`
 	ServiceRequests   []serviceRequestBody   `json:"service_requests"`
 	Orders            []orderBody            `json:"orders"`
+	Plans             []planBody             `json:"plans"`
 	Schedules         []scheduleBody         `json:"schedules"`
 	ChangeLog         []changeBody           `json:"change_log"`
 	Events            []publicevent.Event    `json:"events"`
@@ -62,6 +63,7 @@ func CustomerExportBodyOf(x ops.CustomerExport) CustomerExportBody {
 	return CustomerExportBody{
 		Schema: x.Schema, ExportedAt: x.ExportedAt, MerchantID: x.MerchantID, Customer: customerBodyOf(x.Customer),
 		ServiceRequests: mapAll(x.ServiceRequests, serviceRequestBodyOf), Orders: mapAll(x.Orders, orderBodyOf),
+		Plans:     mapAll(x.Plans, planBodyOf),
 		Schedules: mapAll(x.Schedules, scheduleBodyOf), ChangeLog: mapAll(x.ChangeLog, changeBodyOf),
 		Events: x.Events,
 		WebhookDeliveries: mapAll(x.WebhookDeliveries, func(d ops.ExportedDelivery) exportedDeliveryBody {

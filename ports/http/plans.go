@@ -25,6 +25,8 @@ type windowInput struct {
 	End   string `json:"end"`
 }
 
+// recurrenceInput is a recurrence as a request gives it and as a plan's
+// body shows it.
 type recurrenceInput struct {
 	Frequency string  `json:"frequency"`
 	Interval  int     `json:"interval"`
@@ -145,34 +147,48 @@ func (s *server) planTarget(r *http.Request, fromBody *int) (command.PlanTarget,
 	return command.PlanTarget{Meta: s.meta(r), PlanID: id, ExpectedVersion: expected}, nil
 }
 
+// planCall is a plan command ready to run: on the handlers, with the
+// context that seals the answer.
+type planCall func(ctx context.Context, h command.PlanHandlers) (command.Written, error)
+
+// onPlan runs a command on the plan of the path and answers the plan as
+// written: build makes the command from its target, reading local dates
+// and times of day into l, whose errors are a 422 before anything runs.
+func (s *server) onPlan(w http.ResponseWriter, r *http.Request, expected *int, build func(t command.PlanTarget, l *local) planCall) error {
+	t, err := s.planTarget(r, expected)
+	if err != nil {
+		return err
+	}
+	var l local
+	call := build(t, &l)
+	if err := l.errs.Err(); err != nil {
+		return err
+	}
+	how := s.planAnswer(r, http.StatusOK)
+	out, err := call(how.seal(r), s.App.Commands.Plans)
+	if err != nil {
+		return err
+	}
+	return how.reply(w, r, out)
+}
+
 func (s *server) changePlan(w http.ResponseWriter, r *http.Request) error {
 	var in changePlanInput
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	t, err := s.planTarget(r, in.ExpectedVersion)
-	if err != nil {
-		return err
-	}
-	var l local
-	cmd := command.ChangePlan{PlanTarget: t, From: l.date("from", in.From), PriceCents: in.PriceCents, StaffID: in.StaffID}
-	if in.Window != nil {
-		win := l.window(*in.Window)
-		cmd.Window = &win
-	}
-	if in.Recurrence != nil {
-		rec := l.recurrence(*in.Recurrence)
-		cmd.Recurrence = &rec
-	}
-	if err := l.errs.Err(); err != nil {
-		return err
-	}
-	how := s.planAnswer(r, http.StatusOK)
-	out, err := s.App.Commands.Plans.Change(how.seal(r), cmd)
-	if err != nil {
-		return err
-	}
-	return how.reply(w, r, out)
+	return s.onPlan(w, r, in.ExpectedVersion, func(t command.PlanTarget, l *local) planCall {
+		cmd := command.ChangePlan{PlanTarget: t, From: l.date("from", in.From), PriceCents: in.PriceCents, StaffID: in.StaffID}
+		if in.Window != nil {
+			win := l.window(*in.Window)
+			cmd.Window = &win
+		}
+		if in.Recurrence != nil {
+			rec := l.recurrence(*in.Recurrence)
+			cmd.Recurrence = &rec
+		}
+		return func(ctx context.Context, h command.PlanHandlers) (command.Written, error) { return h.Change(ctx, cmd) }
+	})
 }
 
 func (s *server) skipVisit(w http.ResponseWriter, r *http.Request) error {
@@ -183,21 +199,10 @@ func (s *server) skipVisit(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	t, err := s.planTarget(r, in.ExpectedVersion)
-	if err != nil {
-		return err
-	}
-	var l local
-	cmd := command.SkipVisit{PlanTarget: t, Date: l.date("date", in.Date)}
-	if err := l.errs.Err(); err != nil {
-		return err
-	}
-	how := s.planAnswer(r, http.StatusOK)
-	out, err := s.App.Commands.Plans.Skip(how.seal(r), cmd)
-	if err != nil {
-		return err
-	}
-	return how.reply(w, r, out)
+	return s.onPlan(w, r, in.ExpectedVersion, func(t command.PlanTarget, l *local) planCall {
+		cmd := command.SkipVisit{PlanTarget: t, Date: l.date("date", in.Date)}
+		return func(ctx context.Context, h command.PlanHandlers) (command.Written, error) { return h.Skip(ctx, cmd) }
+	})
 }
 
 func (s *server) moveVisit(w http.ResponseWriter, r *http.Request) error {
@@ -205,22 +210,11 @@ func (s *server) moveVisit(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	t, err := s.planTarget(r, in.ExpectedVersion)
-	if err != nil {
-		return err
-	}
-	var l local
-	cmd := command.MoveVisit{PlanTarget: t, Date: l.date("date", in.Date), ToDate: l.date("to_date", in.ToDate),
-		Start: l.clock("start", in.Start)}
-	if err := l.errs.Err(); err != nil {
-		return err
-	}
-	how := s.planAnswer(r, http.StatusOK)
-	out, err := s.App.Commands.Plans.Move(how.seal(r), cmd)
-	if err != nil {
-		return err
-	}
-	return how.reply(w, r, out)
+	return s.onPlan(w, r, in.ExpectedVersion, func(t command.PlanTarget, l *local) planCall {
+		cmd := command.MoveVisit{PlanTarget: t, Date: l.date("date", in.Date), ToDate: l.date("to_date", in.ToDate),
+			Start: l.clock("start", in.Start)}
+		return func(ctx context.Context, h command.PlanHandlers) (command.Written, error) { return h.Move(ctx, cmd) }
+	})
 }
 
 // planLifecycle handles pause, resume and end: a body of at most an
@@ -233,16 +227,9 @@ func (s *server) planLifecycle(do func(command.PlanHandlers, context.Context, co
 				return err
 			}
 		}
-		t, err := s.planTarget(r, in.ExpectedVersion)
-		if err != nil {
-			return err
-		}
-		how := s.planAnswer(r, http.StatusOK)
-		out, err := do(s.App.Commands.Plans, how.seal(r), t)
-		if err != nil {
-			return err
-		}
-		return how.reply(w, r, out)
+		return s.onPlan(w, r, in.ExpectedVersion, func(t command.PlanTarget, _ *local) planCall {
+			return func(ctx context.Context, h command.PlanHandlers) (command.Written, error) { return do(h, ctx, t) }
+		})
 	}
 }
 
@@ -299,7 +286,7 @@ type planBody struct {
 	Status          string           `json:"status"`
 	PriceCents      int64            `json:"price_cents"`
 	Window          windowInput      `json:"window"`
-	Recurrence      recurrenceBody   `json:"recurrence"`
+	Recurrence      recurrenceInput  `json:"recurrence"`
 	ChangedFrom     *string          `json:"changed_from"`
 	Skipped         []string         `json:"skipped"`
 	Moved           []movedVisitBody `json:"moved"`
@@ -308,16 +295,6 @@ type planBody struct {
 	CreatedAt       time.Time        `json:"created_at"`
 	UpdatedAt       time.Time        `json:"updated_at"`
 	Version         int              `json:"version"`
-}
-
-type recurrenceBody struct {
-	Frequency string  `json:"frequency"`
-	Interval  int     `json:"interval"`
-	Weekdays  []int   `json:"weekdays"`
-	MonthDay  int     `json:"month_day"`
-	Start     string  `json:"start"`
-	Until     *string `json:"until"`
-	Count     int     `json:"count"`
 }
 
 type movedVisitBody struct {
@@ -332,7 +309,7 @@ func planBodyOf(v query.Plan) planBody {
 		CatalogItemName: v.CatalogItemName, StaffID: v.StaffID, StaffName: v.StaffName, TimeZone: v.TimeZone,
 		Status: v.Status, PriceCents: v.Terms.PriceCents,
 		Window: windowInput{Start: v.Terms.Window.Start.String(), End: v.Terms.Window.End.String()},
-		Recurrence: recurrenceBody{Frequency: string(rec.Frequency), Interval: rec.Interval, Weekdays: []int{},
+		Recurrence: recurrenceInput{Frequency: string(rec.Frequency), Interval: rec.Interval, Weekdays: []int{},
 			MonthDay: rec.MonthDay, Start: rec.Start.String(), Count: rec.Count},
 		Skipped: []string{}, Moved: []movedVisitBody{}, PausedAt: v.PausedAt, EndedAt: v.EndedAt,
 		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Version: v.Version}

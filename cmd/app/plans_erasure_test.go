@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/vault"
+	"hearth/app/command"
+	"hearth/app/ops"
+	"hearth/app/query"
+	"hearth/domain/plan"
+	"hearth/internal/keyring"
+)
+
+// Erasing a customer ends their service plans in the same transaction, and
+// the generator leaves a plan of an erased customer alone: it creates no
+// order and attempts no visit (a visit's order carries notes, its
+// cancellation a reason, both personal: each attempt would fail), run
+// after run. The orders created before the erasure stay.
+func TestErasureEndsPlansAndGeneratorSkipsThem(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	// The generator seals the orders' notes as the worker's does.
+	ring, err := keyring.Parse(testMasterKey)
+	require.NoError(t, err)
+	vlt, err := vault.New(a.dbs.es.DB, ring)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(a.dbs.es, nil, vlt)
+	require.NoError(t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	g, err := command.NewVisitGenerator(tx)
+	require.NoError(t, err)
+	attempts := 0
+	g.Between = func(context.Context) { attempts++ }
+
+	done, err := e.run(t, g)
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	var customer string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(),
+		`SELECT data->>'customer_id' FROM events WHERE stream_id = $1 AND version = 1`, e.planID).Scan(&customer))
+	ended := func(id string) bool {
+		var last string
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(),
+			`SELECT type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, id).Scan(&last))
+		return last == plan.Ended{}.EventType()
+	}
+	require.False(t, ended(e.planID))
+
+	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+customer+"/erase", a.opA, map[string]any{"confirm": customer})
+	require.True(t, ended(e.planID), "the erasure ended the customer's plan")
+	entries, _, err := a.w.auditTrail.ListAudit(t.Context(), query.Page{Number: 1, Size: 100})
+	require.NoError(t, err)
+	var plansEnded []any
+	for _, en := range entries {
+		if en.Action == ops.ActionCustomerErase {
+			plansEnded = append(plansEnded, en.Details["plans_ended"])
+		}
+	}
+	require.Equal(t, []any{float64(0), float64(1)}, plansEnded, "the first pass ended the plan, the second found it ended (newest first)")
+
+	// A plan created for the erased customer afterwards (plans carry no
+	// personal data), and the ended one: no attempt, run after run.
+	item := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "After erasure", "base_price_cents": 100})
+	later := a.must(http.StatusCreated, http.MethodPost, "/v1/plans", a.opA, map[string]any{
+		"customer_id": customer, "catalog_item_id": item, "window": map[string]any{"start": "09:00", "end": "10:00"},
+		"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": e.now.AddDate(0, 0, 2).Format("2006-01-02"), "count": 3}}).Body["id"].(string)
+	attempts = 0
+	events := a.events("")
+	for range 2 {
+		done, err = e.run(t, g)
+		require.NoError(t, err)
+		require.Equal(t, command.VisitsDone{}, done)
+	}
+	require.Zero(t, attempts, "no visit of an erased customer's plan is attempted")
+	require.Equal(t, events, a.events(""), "nothing written")
+	require.False(t, ended(later))
+	created, ledger := e.orders(t)
+	require.Equal(t, 4, created, "the orders created before the erasure stay")
+	require.Equal(t, 4, ledger)
+}
