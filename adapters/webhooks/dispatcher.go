@@ -347,6 +347,7 @@ type claim struct {
 	ping, again    bool
 	attempts       int
 	first, claimed time.Time // first attempt, this attempt (the database's clock)
+	sent           time.Time // this process's clock just before the claiming round was sent (claimed is later)
 	since          time.Time // what the lag counts from: the event's time, or the queueing of a ping or redelivery
 	traceParent    string    // the fan-out's span ("" when none)
 }
@@ -520,8 +521,12 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 		b.Queue(`SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, endpointID)
 		b.Queue(claimSQL, endpointID, claimBatch, d.hold.Milliseconds(), fresh)
 		b.Queue("COMMIT")
+		sent := time.Now()
 		br := conn.SendBatch(ctx, b)
 		err := d.readRound(br, endpointID, fenced, record, &tgt, &claims)
+		for i := range claims {
+			claims[i].sent = sent
+		}
 		return errors.Join(err, br.Close())
 	})
 	if err = readmodel.StaleTerm(err); err != nil || len(claims) > 0 {
@@ -792,7 +797,11 @@ func (d *Dispatcher) judge(c claim, o Outcome) result {
 	case o.Gone():
 		r.status, r.disable = webhook.Failed, "the receiver answered 410 Gone"
 	default:
-		at := c.claimed.Add(o.Latency)
+		// When the attempt failed, on the database's clock (that of
+		// first): at least as late as it was, so that no retry is due
+		// after For. The send may have waited for a free slot of the
+		// endpoint, so the claim's time plus the request's latency is not.
+		at := c.claimed.Add(time.Since(c.sent))
 		next, ok := d.cfg.Schedule.Next(c.first, at, c.attempts, d.cfg.Rand())
 		if ok {
 			r.status, r.wait = webhook.Pending, next.Sub(at)
