@@ -180,6 +180,31 @@ func (b *bench) adminOf(cmd *exec.Cmd) string {
 	return b.admins[cmd]
 }
 
+// awaitMetrics reads the /metrics of the admin listener at admin until ok
+// holds for it, for up to limit.
+func awaitMetrics(ctx context.Context, admin string, limit time.Duration, ok func(metrics string) bool) error {
+	var lastErr error
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, body, err := send(ctx, http.DefaultClient, http.MethodGet, admin+"/metrics", "", nil)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if ok(string(body)) {
+			return nil
+		}
+	}
+	if lastErr != nil {
+		return fmt.Errorf("not within %s (last error: %w)", limit, lastErr)
+	}
+	return fmt.Errorf("not within %s", limit)
+}
+
+// metricLine reports whether a line of metrics satisfies ok.
+func metricLine(metrics string, ok func(line string) bool) bool {
+	return slices.ContainsFunc(strings.Split(metrics, "\n"), ok)
+}
+
 // allLive reports whether /metrics shows every projection led and live
 // on this process, the bench's only worker.
 func allLive(metrics string) bool {

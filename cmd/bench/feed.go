@@ -291,20 +291,15 @@ func (w *feedWorkload) awaitWaiting(ctx context.Context, n int) error {
 	if n == 0 {
 		return nil
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		_, body, err := send(ctx, w.client, http.MethodGet, w.admin+"/metrics", "", nil)
-		if err != nil {
-			return err
-		}
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, "hearth_event_feed_waiting "); ok {
-				if f, _ := strconv.ParseFloat(v, 64); int(f) >= n {
-					return nil
-				}
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	ok := func(metrics string) bool {
+		return metricLine(metrics, func(line string) bool {
+			v, found := strings.CutPrefix(line, "hearth_event_feed_waiting ")
+			f, _ := strconv.ParseFloat(v, 64)
+			return found && int(f) >= n
+		})
 	}
-	return fmt.Errorf("fewer than %d long polls waited within 30s", n)
+	if err := awaitMetrics(ctx, w.admin, 30*time.Second, ok); err != nil {
+		return fmt.Errorf("fewer than %d long polls waited: %w", n, err)
+	}
+	return nil
 }

@@ -293,18 +293,11 @@ func (w *replicaLoad) metric(ctx context.Context, series string) (float64, error
 // awaitMetric waits until a line of /metrics starts with prefix and ends
 // with suffix.
 func (w *replicaLoad) awaitMetric(ctx context.Context, prefix, suffix string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		_, body, err := send(ctx, w.client, http.MethodGet, w.admin+"/metrics", "", nil)
-		if err != nil {
-			return err
-		}
-		for _, line := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(line, prefix) && strings.HasSuffix(line, suffix) {
-				return nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	ok := func(metrics string) bool {
+		return metricLine(metrics, func(line string) bool { return strings.HasPrefix(line, prefix) && strings.HasSuffix(line, suffix) })
 	}
-	return fmt.Errorf("/metrics never showed %s...%s within 30s", prefix, suffix)
+	if err := awaitMetrics(ctx, w.admin, 30*time.Second, ok); err != nil {
+		return fmt.Errorf("/metrics never showed %s...%s: %w", prefix, suffix, err)
+	}
+	return nil
 }

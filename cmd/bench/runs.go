@@ -251,18 +251,10 @@ func (b *bench) commandRun(ctx context.Context, rounds int, baselineBin string) 
 // start waits, for a process that first catches up on what the runs
 // before wrote.
 func awaitLive(admin string, limit time.Duration) error {
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		res, err := http.Get(admin + "/metrics")
-		if err != nil {
-			continue
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if allLive(string(body)) {
-			return nil
-		}
+	if err := awaitMetrics(context.Background(), admin, limit, allLive); err != nil {
+		return fmt.Errorf("the projections were not live: %w", err)
 	}
-	return fmt.Errorf("the projections were not live within %s", limit)
+	return nil
 }
 
 // postResult is what POST /v1/orders runs gave.

@@ -281,18 +281,11 @@ func (h *hookRun) latency(ctx context.Context, perSecond int, d time.Duration) (
 // awaitMetric waits until the /metrics of the admin listener at admin
 // shows line.
 func awaitMetric(admin, line string) error {
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		res, err := http.Get(admin + "/metrics")
-		if err != nil {
-			continue
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if strings.Contains(string(body), line) {
-			return nil
-		}
+	ok := func(metrics string) bool { return strings.Contains(metrics, line) }
+	if err := awaitMetrics(context.Background(), admin, 30*time.Second, ok); err != nil {
+		return fmt.Errorf("/metrics never showed %q: %w", strings.TrimSpace(line), err)
 	}
-	return fmt.Errorf("/metrics never showed %q", strings.TrimSpace(line))
+	return nil
 }
 
 // awaitCaughtUp waits until the /metrics of the admin listener at admin
