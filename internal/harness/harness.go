@@ -9,11 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -94,15 +96,79 @@ func lockInstalls() (unlock func(), err error) {
 	return func() { _ = f.Close() }, nil // closing the file releases the lock
 }
 
-// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago; a
-// server started on it may still find it taken, and should retry once.
+// FreePort returns a TCP port of 127.0.0.1 that is free now and that no
+// other caller on this machine was given lately.
+//
+// A port the kernel picks for a listen on port 0 comes from the ephemeral
+// range, the same range it draws the local ports of outgoing connections
+// from. Test packages run in parallel and open many connections, so such a
+// port, closed again to be handed to a server, was at times taken by a
+// connection before the server bound it (an etcd that "exited at start").
+// FreePort instead hands out ports just below the ephemeral range, in turn,
+// from a counter that a file lock shares across processes, and checks that
+// each one binds.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, hi := portRange()
+	unlock, next, err := lockPortCounter()
 	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	defer unlock()
+	port := *next
+	for range hi - lo {
+		if port < lo || port >= hi {
+			port = lo
+		}
+		candidate := port
+		port++
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(candidate))
+		if err != nil {
+			continue // taken by a server of some other process
+		}
+		_ = l.Close()
+		*next = port
+		return candidate, nil
+	}
+	return 0, fmt.Errorf("harness: no free port in %d-%d", lo, hi-1)
+}
+
+// portRange is the span FreePort hands ports from: the 10,000 ports below
+// the kernel's ephemeral range (net.ipv4.ip_local_port_range).
+func portRange() (lo, hi int) {
+	hi = 32768 // Linux's default start of the ephemeral range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 11024 {
+				hi = v
+			}
+		}
+	}
+	return hi - 10000, hi
+}
+
+// portCounter is the file that holds the next port FreePort tries.
+var portCounter = filepath.Join(os.TempDir(), "hearth-harness-port")
+
+// lockPortCounter locks portCounter and reads it; unlock writes the
+// counter back and releases the lock.
+func lockPortCounter() (unlock func(), next *int, err error) {
+	f, err := os.OpenFile(portCounter, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, nil, fmt.Errorf("harness: open %s: %w", portCounter, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("harness: lock %s: %w", portCounter, err)
+	}
+	b, _ := io.ReadAll(f)
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b))) // empty or garbled: start at the range's bottom
+	next = &n
+	return func() {
+		if _, err := f.WriteAt([]byte(strconv.Itoa(*next)+"\n"), 0); err == nil {
+			_ = f.Truncate(int64(len(strconv.Itoa(*next)) + 1))
+		}
+		_ = f.Close()
+	}, next, nil
 }
 
 // IsExecutable reports whether path is a regular file with an execute bit.

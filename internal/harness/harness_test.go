@@ -2,9 +2,12 @@ package harness
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,4 +82,50 @@ func TestDescendants(t *testing.T) {
 	d := Descendants(cmd.Process.Pid)
 	require.Equal(t, cmd.Process.Pid, d[0])
 	require.NotContains(t, d, os.Getpid(), "not its parent")
+}
+
+// FreePort's ports lie below the ephemeral range (outgoing connections
+// cannot take them), are never handed twice to concurrent callers, and
+// skip a port a server holds.
+func TestFreePortHandsDistinctPortsBelowTheEphemeralRange(t *testing.T) {
+	lo, hi := portRange()
+	held, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(held))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// A counter of this test's own, whose next port is the held one.
+	saved := portCounter
+	portCounter = filepath.Join(t.TempDir(), "port")
+	t.Cleanup(func() { portCounter = saved })
+	require.NoError(t, os.WriteFile(portCounter, []byte(strconv.Itoa(held)), 0o666))
+	const n = 64
+	ports := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			p, err := FreePort()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ports <- p
+		})
+	}
+	wg.Wait()
+	close(ports)
+	seen := map[int]bool{}
+	for p := range ports {
+		if p < lo || p >= hi {
+			t.Errorf("port %d outside %d-%d", p, lo, hi-1)
+		}
+		if p == held || seen[p] {
+			t.Errorf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
 }
