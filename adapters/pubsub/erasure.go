@@ -158,7 +158,7 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		b.Queue(`DELETE FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
 			AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS id WHERE position(convert_to(id, 'UTF8') IN body) > 0)`,
 			req.MerchantID, ids).Exec(func(tag pgconn.CommandTag) error { out.IdempotentAnswers = int(tag.RowsAffected()); return nil })
-		b.Queue(`UPDATE webhook_deliveries SET error = '(erased)' WHERE aggregate_id = ANY ($1::uuid[]) AND error <> ''`,
+		b.Queue(`UPDATE webhook_deliveries SET error = '(erased)' WHERE aggregate_id = ANY ($1::text[]::uuid[]) AND error <> ''`,
 			ids[1:])
 		entry := audit(out)
 		details, err := json.Marshal(entry.Details)

@@ -93,7 +93,7 @@ func (l *EventLog) Streams(ctx context.Context, projection, streamType string, d
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, selectEvents+` WHERE stream_type = $1 AND stream_id = ANY($2::uuid[]) ORDER BY stream_id, version`,
+	rows, err := tx.QueryContext(ctx, selectEvents+` WHERE stream_type = $1 AND stream_id = ANY($2::text[]::uuid[]) ORDER BY stream_id, version`,
 		streamType, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read %s streams: %w", streamType, err)

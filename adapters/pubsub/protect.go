@@ -206,7 +206,7 @@ func loadStreams(ctx context.Context, tx *pipe, ids []string) (map[string][]stor
 	out := map[string][]stored{}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT stream_id::text, stream_type, version, position, type, data FROM events
-		WHERE stream_id = ANY ($1::uuid[]) ORDER BY stream_id, version`, ids).Query(func(rows pgx.Rows) error {
+		WHERE stream_id = ANY ($1::text[]::uuid[]) ORDER BY stream_id, version`, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id, streamType, typ string
 			var st stored

@@ -146,7 +146,7 @@ func NewOrders(db *bun.DB) (*Orders, error) {
 // catch-up page, parsed and planned each time).
 const insertChangesSQL = `INSERT INTO change_log
 	(merchant_id, aggregate_type, aggregate_id, event_id, version, action, actor, before, after, occurred_at)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::int[], $6::text[], $7::text[],
+SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::text[]::uuid[], $4::text[]::uuid[], $5::int[], $6::text[], $7::text[],
 	$8::jsonb[], $9::jsonb[], $10::timestamptz[])`
 
 // changeColumns are the parameters of insertChangesSQL.

@@ -240,7 +240,7 @@ func (v *Vault) Prefetch(payloads [][]byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	rows, err := v.db.QueryContext(ctx, `SELECT s.id::text, k.sealed, e.subject_id IS NOT NULL
-		FROM unnest($1::uuid[]) AS s(id)
+		FROM unnest($1::text[]::uuid[]) AS s(id)
 		LEFT JOIN data_keys k ON k.subject_id = s.id LEFT JOIN erased_subjects e ON e.subject_id = s.id`, missing)
 	if err != nil {
 		return

@@ -821,14 +821,14 @@ const recordSQL = `UPDATE webhook_deliveries d SET status = r.status,
 	next_attempt_at = CASE WHEN r.status = 'pending' THEN now() + r.wait_ms * interval '1 millisecond' ELSE d.next_attempt_at END,
 	response_status = nullif(r.code, 0), latency_ms = r.latency_ms, error = r.err,
 	completed_at = CASE WHEN r.status = 'pending' THEN NULL ELSE now() END
-FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[])
+FROM unnest($1::text[]::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[])
      AS r(id, status, wait_ms, code, latency_ms, err)
-WHERE d.id = ANY ($1::uuid[]) AND d.id = r.id AND d.status = 'pending'`
+WHERE d.id = ANY ($1::text[]::uuid[]) AND d.id = r.id AND d.status = 'pending'`
 
 // releaseSQL puts claims back, untried: due at once, the attempt uncounted.
 const releaseSQL = `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now(),
 	first_attempt_at = CASE WHEN attempts = 1 THEN NULL ELSE first_attempt_at END
-WHERE id = ANY ($1::uuid[]) AND status = 'pending' AND attempts > 0`
+WHERE id = ANY ($1::text[]::uuid[]) AND status = 'pending' AND attempts > 0`
 
 // recordStatements store results, and disable the endpoint when one says
 // so (then its pending deliveries fail).

@@ -86,7 +86,7 @@ func (f *Fanout) Projections() []projector.Projection {
 const fanOutSQL = `WITH queued AS (
 	INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, trace_parent)
 	SELECT w.id, ev.merchant_id, ev.event_id, ev.event_type, ev.aggregate_id, ev.aggregate_version, nullif($7::text, '')
-	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::int[], $6::timestamptz[])
+	FROM unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[], $4::text[]::uuid[], $5::int[], $6::timestamptz[])
 	     WITH ORDINALITY AS ev(event_id, merchant_id, event_type, aggregate_id, aggregate_version, occurred_at, ord)
 	JOIN webhook_endpoints w ON w.merchant_id = ev.merchant_id AND w.enabled
 	     AND (cardinality(w.event_types) = 0 OR ev.event_type = ANY (w.event_types))

@@ -653,7 +653,7 @@ func multiRowRate(ctx context.Context, db *bun.DB, d time.Duration) (float64, er
 				ids[i] = uuid.New()
 			}
 			if _, err := conn.Exec(ctx, `INSERT INTO bench_multi_row (id, merchant_id, version, amount_cents, status, updated_at)
-				SELECT id, $2, 1, 100, 'open', now() FROM unnest($1::uuid[]) id
+				SELECT id, $2, 1, 100, 'open', now() FROM unnest($1::text[]::uuid[]) id
 				ON CONFLICT (id) DO UPDATE SET version = bench_multi_row.version + 1, updated_at = excluded.updated_at`, ids, merchant); err != nil {
 				return err
 			}

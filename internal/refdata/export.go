@@ -55,7 +55,7 @@ func (s *Store) CustomerHistory(ctx context.Context, merchantID, customerID stri
 func exportEvents(ctx context.Context, tx *sql.Tx, merchantID string, ids []string, limit int) ([]publicevent.Stored, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT position, event_id, type, stream_type, stream_id, version, merchant_id,
 		occurred_at, correlation_id, causation_id, actor, data FROM events
-		WHERE merchant_id = $1 AND stream_id = ANY($2::uuid[]) ORDER BY position LIMIT $3`, merchantID, ids, limit+1)
+		WHERE merchant_id = $1 AND stream_id = ANY($2::text[]::uuid[]) ORDER BY position LIMIT $3`, merchantID, ids, limit+1)
 	if err != nil {
 		return nil, fmt.Errorf("select the customer's events: %w", err)
 	}
@@ -93,7 +93,7 @@ func exportDeliveries(ctx context.Context, tx *sql.Tx, merchantID string, ids []
 		CASE WHEN d.status = 'pending' THEN d.next_attempt_at END, d.first_attempt_at, d.last_attempt_at,
 		coalesce(d.response_status, 0), coalesce(d.latency_ms, 0), d.error, d.created_at, d.completed_at, e.url
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE d.aggregate_id = ANY($2::uuid[]) AND d.merchant_id = $1 AND d.ping_payload IS NULL
+		WHERE d.aggregate_id = ANY($2::text[]::uuid[]) AND d.merchant_id = $1 AND d.ping_payload IS NULL
 		ORDER BY d.endpoint_id, d.seq LIMIT $3`, merchantID, ids, limit+1)
 	if err != nil {
 		return nil, fmt.Errorf("select the customer's webhook deliveries: %w", err)

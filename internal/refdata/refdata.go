@@ -169,7 +169,7 @@ func (s *Store) Names(ctx context.Context, merchantID string, kind query.NameKin
 	}
 	// $n parameters: a fixed text per table, prepared once per connection
 	// (every written and every read view asks for names).
-	rows, err := s.db.DB.QueryContext(ctx, "SELECT id, name FROM "+table+" WHERE merchant_id = $1 AND id = ANY($2::uuid[])", merchantID, ids)
+	rows, err := s.db.DB.QueryContext(ctx, "SELECT id, name FROM "+table+" WHERE merchant_id = $1 AND id = ANY($2::text[]::uuid[])", merchantID, ids)
 	if err != nil {
 		return nil, fmt.Errorf("names of %s: %w", table, err)
 	}

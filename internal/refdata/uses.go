@@ -42,7 +42,7 @@ func (s *Store) FlushUses(ctx context.Context) (int, error) {
 	// instance already wrote wins.
 	_, err := s.db.DB.ExecContext(ctx, `
 		UPDATE api_keys AS k SET last_used_at = u.at
-		FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, at)
+		FROM unnest($1::text[]::uuid[], $2::timestamptz[]) AS u(id, at)
 		WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.at)`, ids, ats)
 	if err != nil {
 		s.usesMu.Lock()

@@ -208,7 +208,7 @@ func (pk *Parking) anyParked(ctx context.Context, projection string, recs []even
 		ids[i] = r.StreamID
 	}
 	var parked bool
-	err := pk.db.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM parked_aggregates WHERE projection = $1 AND stream_id = ANY($2::uuid[]))`,
+	err := pk.db.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM parked_aggregates WHERE projection = $1 AND stream_id = ANY($2::text[]::uuid[]))`,
 		projection, ids).Scan(&parked)
 	if err != nil {
 		return false, fmt.Errorf("check parking of %d aggregates: %w", len(ids), err)
