@@ -2,6 +2,7 @@ package vault
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 )
 
@@ -143,16 +144,193 @@ func cut(data []byte, fields []string) (rest, removed []byte, names []string, ok
 
 // boxOf finds the sealed member of data, nil when there is none.
 func boxOf(data []byte) (*Box, error) {
-	if !bytes.Contains(data, sealedMember) {
-		return nil, nil
-	}
-	_, start, end, ok := member(data, "sealed")
+	_, start, end, ok := sealedIn(data)
 	if !ok {
 		return nil, nil
 	}
+	return parseBox(data[start:end])
+}
+
+// sealedIn finds data's sealed member: the index of its key, and the
+// start and end of its value.
+func sealedIn(data []byte) (at, start, end int, ok bool) {
+	if !bytes.Contains(data, sealedMember) {
+		return 0, 0, 0, false
+	}
+	return member(data, "sealed")
+}
+
+// parseBox decodes a sealed member's value. Every sealed event of a
+// catch-up goes through it (once for Prefetch's subject, once to open), so
+// the form SealWith writes ({"subject":"…","fields":["…",…],"box":"…"},
+// plain ASCII strings, any order and spacing) is read by hand; anything
+// else goes through encoding/json, which decides what is valid.
+func parseBox(obj []byte) (*Box, error) {
+	if b, ok := scanBox(obj); ok {
+		return b, nil
+	}
 	var b Box
-	if err := json.Unmarshal(data[start:end], &b); err != nil {
+	if err := json.Unmarshal(obj, &b); err != nil {
 		return nil, err
 	}
 	return &b, nil
+}
+
+// scanBox is parseBox's fast path; ok is false for whatever it does not
+// read exactly as encoding/json would.
+func scanBox(obj []byte) (_ *Box, ok bool) {
+	var b Box
+	var seen [3]bool
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return nil, false
+	}
+	for {
+		key, next, ok := plainString(obj, skipSpace(obj, i+1))
+		if !ok {
+			return nil, false
+		}
+		i = skipSpace(obj, next)
+		if i >= len(obj) || obj[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(obj, i+1)
+		switch key {
+		case "subject":
+			if seen[0] {
+				return nil, false
+			}
+			seen[0] = true
+			if b.Subject, i, ok = plainString(obj, i); !ok {
+				return nil, false
+			}
+		case "fields":
+			if seen[1] {
+				return nil, false
+			}
+			seen[1] = true
+			if b.Fields, i, ok = plainStrings(obj, i); !ok {
+				return nil, false
+			}
+		case "box":
+			if seen[2] {
+				return nil, false
+			}
+			seen[2] = true
+			var text string
+			if text, i, ok = plainString(obj, i); !ok {
+				return nil, false
+			}
+			box, err := base64.StdEncoding.DecodeString(text)
+			if err != nil {
+				return nil, false // encoding/json words the error
+			}
+			b.Box = box
+		default:
+			return nil, false
+		}
+		i = skipSpace(obj, i)
+		if i >= len(obj) {
+			return nil, false
+		}
+		switch obj[i] {
+		case ',':
+			continue
+		case '}':
+			return &b, skipSpace(obj, i+1) == len(obj)
+		default:
+			return nil, false
+		}
+	}
+}
+
+// plainString reads the JSON string at obj[i] when it is printable ASCII
+// without escapes, and returns it with the index after its closing quote.
+func plainString(obj []byte, i int) (_ string, next int, ok bool) {
+	if i >= len(obj) || obj[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(obj); j++ {
+		switch c := obj[j]; {
+		case c == '"':
+			return string(obj[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// plainStrings reads a JSON array of plainString strings at obj[i].
+func plainStrings(obj []byte, i int) (_ []string, next int, ok bool) {
+	if i >= len(obj) || obj[i] != '[' {
+		return nil, 0, false
+	}
+	out := []string{}
+	i = skipSpace(obj, i+1)
+	if i < len(obj) && obj[i] == ']' {
+		return out, i + 1, true
+	}
+	for {
+		var s string
+		if s, i, ok = plainString(obj, i); !ok {
+			return nil, 0, false
+		}
+		out = append(out, s)
+		i = skipSpace(obj, i)
+		if i >= len(obj) {
+			return nil, 0, false
+		}
+		switch obj[i] {
+		case ',':
+			i = skipSpace(obj, i+1)
+		case ']':
+			return out, i + 1, true
+		default:
+			return nil, 0, false
+		}
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && isSpace(data[i]) {
+		i++
+	}
+	return i
+}
+
+// spliced returns data with its member data[at:end] (the sealed one)
+// replaced by the members of the JSON object opened, so that the event
+// decodes in one pass instead of one over data (its box included) and
+// another over opened. ok is false when opened is not a non-empty object.
+func spliced(data []byte, at, end int, opened []byte) (_ []byte, ok bool) {
+	o := bytes.TrimSpace(opened)
+	if len(o) < 2 || o[0] != '{' || o[len(o)-1] != '}' {
+		return nil, false
+	}
+	inner := bytes.TrimSpace(o[1 : len(o)-1])
+	if len(inner) == 0 {
+		return nil, false
+	}
+	out := make([]byte, 0, at+len(inner)+len(data)-end)
+	out = append(out, data[:at]...)
+	out = append(out, inner...)
+	return append(out, data[end:]...), true
+}
+
+// subjectOf returns the subject of data's sealed member, for Prefetch:
+// ok is false when data is not sealed or its subject is not a plain
+// string (the decoder then reads the key, or reports the event, itself).
+func subjectOf(data []byte) (string, bool) {
+	_, start, end, ok := sealedIn(data)
+	if !ok {
+		return "", false
+	}
+	obj := data[start:end]
+	_, s, _, ok := member(obj, "subject")
+	if !ok {
+		return "", false
+	}
+	subject, _, ok := plainString(obj, s)
+	return subject, ok
 }

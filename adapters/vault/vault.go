@@ -122,16 +122,20 @@ var sealedMember = []byte(`"sealed"`)
 
 func (v *Vault) decoder(f aggregates.Facts, erasing string) event.Decoder {
 	return func(eventType string, data []byte, more ...[]byte) (event.Event, error) {
-		box, err := boxOf(data)
+		at, start, end, sealed := sealedIn(data)
+		if !sealed {
+			return f.Decode(eventType, data, more...)
+		}
+		box, err := parseBox(data[start:end])
 		if err != nil {
 			return nil, fmt.Errorf("decode %s: sealed member: %w", eventType, err)
-		}
-		if box == nil {
-			return f.Decode(eventType, data, more...)
 		}
 		opened, err := v.open(box, eventType, erasing)
 		if err != nil {
 			return nil, fmt.Errorf("decode %s: %w", eventType, err)
+		}
+		if merged, ok := spliced(data, at, end, opened); ok {
+			return f.Decode(eventType, merged, more...)
 		}
 		return f.Decode(eventType, data, append([][]byte{opened}, more...)...)
 	}
@@ -225,13 +229,13 @@ func (v *Vault) Prefetch(payloads [][]byte) {
 		if !ok {
 			continue
 		}
-		b, err := boxOf(p[start:end])
-		if err != nil || b == nil || seen[b.Subject] {
+		subject, ok := subjectOf(p[start:end])
+		if !ok || seen[subject] {
 			continue
 		}
-		seen[b.Subject] = true
-		if _, ok := v.cached(b.Subject); !ok {
-			missing = append(missing, b.Subject)
+		seen[subject] = true
+		if _, ok := v.cached(subject); !ok {
+			missing = append(missing, subject)
 		}
 	}
 	if len(missing) == 0 {
