@@ -152,7 +152,10 @@ type wiring struct {
 	telemetry   *telemetry
 	// tracer makes the spans of requests, commands, applies, deliveries
 	// and relay publishes; nil when tracing is off (Config.Tracing).
-	tracer      trace.Tracer
+	tracer trace.Tracer
+	// pages is the page cache the catch-ups of this process's projections
+	// and fan-outs share (projector.Pages).
+	pages       *projector.Pages
 	idempotency *idempotency.Store
 	// fanout are the webhook fan-out's projections (one per topic), run by
 	// the webhook leader (leadWebhooks); webhookSender sends the deliveries.
@@ -316,7 +319,7 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 		return wiring{}, err
 	}
 	w := wiring{app: a, refdata: ref, fanout: fanout.Projections(), webhookSender: sender, webhookStore: hooks,
-		vault: vlt, eventLog: eventLog, tracer: tracer}
+		vault: vlt, eventLog: eventLog, tracer: tracer, pages: projector.NewPages()}
 	for _, p := range projectors { // one per aggregate type (internal/aggregates)
 		pr := projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch)
 		pr.Decode = vlt.Decoder(p.Aggregate()) // the one decoder that opens sealed fields
@@ -650,6 +653,7 @@ func runProjections(ctx context.Context, cfg Config, es *sql.DB, w wiring, proje
 		Metrics:      w.telemetry.projections,
 		Registry:     w.telemetry.reg,
 		Tracer:       w.tracer,
+		Pages:        w.pages,
 		OnLive:       onLive,
 		Projections:  projections,
 	})

@@ -78,7 +78,7 @@ func leadWebhooks(ctx context.Context, term int64, cfg Config, lease time.Durati
 	pr, err := projector.New(projector.Config{
 		EventStore: db.DB, ConnString: cfg.DatabaseURL, SameDB: true, Fallback: cfg.PollInterval, Log: log,
 		RetryInitial: w.retryInitial, Parking: w.parking, Metrics: w.telemetry.projections, Registry: w.telemetry.reg,
-		Notifier: notifier, Projections: stepDownOnStaleTerm(w.fanout, stepDown), Tracer: w.tracer,
+		Notifier: notifier, Projections: stepDownOnStaleTerm(w.fanout, stepDown), Tracer: w.tracer, Pages: w.pages,
 	})
 	if err != nil {
 		return err

@@ -55,6 +55,9 @@ type CatchUp struct {
 	// Tracer gives each page a span, in the trace of its first event's
 	// write and linked to the others' (see pageSpan). Optional.
 	Tracer trace.Tracer
+	// Pages shares the pages read with the process's other consumers of
+	// the topic (see Pages). Optional.
+	Pages *Pages
 }
 
 // Run catches p up and returns how many events it read.
@@ -70,9 +73,18 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 			return 0, fmt.Errorf("catch up %s: initialise offset: %w", p.Name, err)
 		}
 	}
+	pos, err := position(ctx, c.DB, p.Topic, p.Name)
+	if err != nil {
+		return 0, fmt.Errorf("catch up %s: %w", p.Name, err)
+	}
 	start, total := time.Now(), 0
 	for {
-		rows, err := ReadPage(ctx, c.DB, schema, offsets, p.Topic, p.Name)
+		rows, err := c.Pages.read(ctx, p.Topic, pos, schema.SubscribeBatchSize, func() ([]wsql.Row, error) {
+			return readPage(ctx, c.DB, schema, after{pos: pos}, p.Topic, p.Name)
+		})
+		if err == nil {
+			err = pubsub.CheckGap(ctx, c.DB, p.Topic, p.Name, offsets.NextOffsetQuery(p.Topic, p.Name))
+		}
 		if err != nil {
 			return total, fmt.Errorf("catch up %s: %w", p.Name, err)
 		}
@@ -115,6 +127,7 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 			return total, nil
 		}
 		total += len(rows)
+		pos = positionOf(rows[len(rows)-1])
 		if len(rows) < schema.SubscribeBatchSize {
 			break
 		}

@@ -51,6 +51,9 @@ type Config struct {
 	// Tracer gives each apply of the router a span (see RouterConfig), and
 	// each page of the catch-up (see CatchUp). Optional.
 	Tracer trace.Tracer
+	// Pages, when set, is the process's page cache, which the catch-ups
+	// of its consumers share (see Pages).
+	Pages *Pages
 	// OnLive, when set, is called once the term's router runs: the
 	// catch-up is done and the subscribers are subscribed.
 	OnLive func()
@@ -75,6 +78,7 @@ type Projector struct {
 	metrics      *Metrics
 	registry     prometheus.Registerer
 	tracer       trace.Tracer
+	pages        *Pages
 	onLive       func()
 	projections  []Projection
 }
@@ -95,7 +99,7 @@ func New(cfg Config) (*Projector, error) {
 		db: cfg.EventStore, connString: cfg.ConnString, notifier: cfg.Notifier, sameDB: cfg.SameDB, fallback: cfg.Fallback,
 		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
 		pageSize: cfg.CatchUpPageSize, parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry,
-		tracer: cfg.Tracer, onLive: onLive, projections: cfg.Projections,
+		tracer: cfg.Tracer, pages: cfg.Pages, onLive: onLive, projections: cfg.Projections,
 	}, nil
 }
 
@@ -130,7 +134,7 @@ func (pr *Projector) Run(ctx context.Context) error {
 		return errors.Join(err, g.Wait())
 	}
 
-	catchUp := CatchUp{DB: pr.db, SameDB: pr.sameDB, PageSize: pr.pageSize, Log: log, Tracer: pr.tracer}
+	catchUp := CatchUp{DB: pr.db, SameDB: pr.sameDB, PageSize: pr.pageSize, Log: log, Tracer: pr.tracer, Pages: pr.pages}
 	cg, cctx := errgroup.WithContext(gctx)
 	for _, p := range pr.projections {
 		cg.Go(func() error {

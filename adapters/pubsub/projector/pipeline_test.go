@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +124,62 @@ func TestCatchUpAppliesBacklogInPages(t *testing.T) {
 			require.Equal(t, 40, f.Count(t, f.RM, "change_log"), "redelivery writes no change-log row")
 			f.requireProjected(t, ids)
 		})
+	}
+}
+
+// Two consumers of a topic catching up in one process (Pages) share the
+// full pages: each is read once, and both consumers get every event in
+// order and move their own offsets.
+func TestCatchUpSharesPagesBetweenConsumers(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	f := setup(t, urls)
+	f.createOrders(t, 10) // 40 events: five full pages of 7, then 5
+	pages := projector.NewPages()
+	c := projector.CatchUp{DB: f.ES.DB, SameDB: !urls.Split(), PageSize: 7, Log: quietLog(), Pages: pages}
+	var want []string
+	rows, err := f.ES.DB.Query(`SELECT uuid FROM watermill_orders ORDER BY transaction_id, "offset"`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		want = append(want, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, want, 40)
+	seen := map[string][]string{}
+	var mu sync.Mutex
+	recorder := func(name string) projector.Projection {
+		return projector.Projection{Name: name, Topic: pubsub.TopicOrders, Decode: order.Decode,
+			ApplyBatch: func(ctx context.Context, recs []event.Recorded, also func(context.Context, bun.Tx) error) error {
+				mu.Lock()
+				for _, r := range recs {
+					seen[name] = append(seen[name], r.ID)
+				}
+				mu.Unlock()
+				if also == nil {
+					return nil
+				}
+				return f.ES.RunInTx(ctx, nil, also)
+			}}
+	}
+	var wg sync.WaitGroup
+	for _, name := range []string{"first", "second"} {
+		wg.Go(func() {
+			n, err := c.Run(context.Background(), recorder(name))
+			require.NoError(t, err)
+			require.Equal(t, 40, n)
+		})
+	}
+	wg.Wait()
+	require.Equal(t, want, seen["first"])
+	require.Equal(t, want, seen["second"])
+	read, shared := pages.Stats()
+	require.GreaterOrEqual(t, shared, int64(5), "every full page was read once")
+	require.Equal(t, int64(12), read+shared, "six pages for each consumer")
+	for _, group := range []string{"first", "second"} {
+		var acked int64
+		require.NoError(t, f.ES.DB.QueryRow(`SELECT offset_acked FROM watermill_offsets_orders WHERE consumer_group = $1`, group).Scan(&acked))
+		require.Equal(t, f.maxOffset(t), acked, group)
 	}
 }
 

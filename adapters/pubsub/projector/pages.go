@@ -1,0 +1,161 @@
+package projector
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+
+	"hearth/adapters/pubsub"
+)
+
+// Pages lets the consumers of a topic in one process share the pages they
+// catch up on. After a worker was down, every consumer group of a topic
+// (its projection, the webhook fan-out, ...) starts from the same place
+// and reads the same pages; each read is a scan of a thousand rows that
+// Postgres answers on the same cores as the consumers, and each page is
+// then parsed again. Pages reads a page once, for the first consumer that
+// asks, and hands the same rows to the others that ask for the page after
+// the same position.
+//
+// A shared page is as good as one of the consumer's own: a page is the
+// messages after a position, in delivery order, below pg_snapshot_xmin
+// when it was read, and no message committed later can come before its
+// last one. Only full pages are kept (a short one may grow, and an empty
+// one must be read again), and only the last few (maxPages): consumers
+// that drift apart read their own pages, as without Pages. Each consumer
+// still checks its own position for a retention gap (pubsub.CheckGap).
+//
+// The zero value is not usable; use NewPages. A nil *Pages shares nothing.
+type Pages struct {
+	mu    sync.Mutex
+	pages map[pageKey]*page
+	order []pageKey // oldest first, for eviction
+
+	reads, shared atomic.Int64 // pages read, pages handed on (Stats)
+}
+
+// Stats returns how many pages the consumers read themselves, and how many
+// they took from another's read.
+func (p *Pages) Stats() (read, shared int64) { return p.reads.Load(), p.shared.Load() }
+
+// maxPages bounds the pages kept: a page is about a megabyte of payloads.
+const maxPages = 8
+
+type pageKey struct {
+	topic string
+	after pubsub.Position
+	size  int
+}
+
+type page struct {
+	done chan struct{} // closed once rows or err is set
+	rows []wsql.Row
+	err  error
+}
+
+// NewPages returns an empty page cache for one process.
+func NewPages() *Pages { return &Pages{pages: map[pageKey]*page{}} }
+
+// read returns the page of topic after position after, of size rows at
+// most, reading it with readFn unless another consumer has or is reading
+// it. The rows are shared: callers must not modify them.
+func (p *Pages) read(ctx context.Context, topic string, after pubsub.Position, size int, readFn func() ([]wsql.Row, error)) ([]wsql.Row, error) {
+	if p == nil {
+		return readFn()
+	}
+	readOwn := func() ([]wsql.Row, error) {
+		p.reads.Add(1)
+		return readFn()
+	}
+	key := pageKey{topic: topic, after: after, size: size}
+	p.mu.Lock()
+	if pg, ok := p.pages[key]; ok {
+		p.mu.Unlock()
+		select {
+		case <-pg.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if pg.err == nil {
+			p.shared.Add(1)
+			return pg.rows, nil
+		}
+		return readOwn() // the reader failed (its own context, perhaps): read again
+	}
+	pg := &page{done: make(chan struct{})}
+	p.pages[key] = pg
+	p.order = append(p.order, key)
+	p.mu.Unlock()
+
+	pg.rows, pg.err = readOwn()
+	if pg.err != nil || len(pg.rows) < size {
+		p.drop(key, pg)
+	} else {
+		p.evict()
+	}
+	close(pg.done)
+	return pg.rows, pg.err
+}
+
+// drop forgets the page at key, when it is still pg.
+func (p *Pages) drop(key pageKey, pg *page) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pages[key] == pg {
+		delete(p.pages, key)
+	}
+}
+
+// evict forgets the oldest pages beyond maxPages.
+func (p *Pages) evict() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := p.order[:0]
+	for _, k := range p.order {
+		if _, ok := p.pages[k]; ok {
+			kept = append(kept, k)
+		}
+	}
+	for len(kept) > maxPages {
+		delete(p.pages, kept[0])
+		kept = kept[1:]
+	}
+	p.order = append(p.order[:0], kept...)
+}
+
+// position reads group's position in topic, where its next page starts.
+func position(ctx context.Context, db *sql.DB, topic, group string) (pubsub.Position, error) {
+	next := LockFreeOffsets{}.NextOffsetQuery(topic, group)
+	var pos pubsub.Position
+	err := db.QueryRowContext(ctx, `SELECT coalesce(offset_acked, 0), coalesce(last_processed_transaction_id, '0')::text::bigint
+		FROM (`+next.Query+`) AS last_processed`, next.Args...).Scan(&pos.Offset, &pos.TransactionID)
+	if err != nil {
+		return pubsub.Position{}, fmt.Errorf("read the position of %s in %s: %w", group, topic, err)
+	}
+	return pos, nil
+}
+
+// after is an offsets adapter whose next read starts after a position
+// known beforehand (the page before's last message), instead of the
+// group's stored one.
+type after struct {
+	LockFreeOffsets
+	pos pubsub.Position
+}
+
+func (a after) NextOffsetQuery(string, string) wsql.Query {
+	return wsql.Query{
+		Query: `SELECT $1::bigint AS offset_acked, $2::bigint::text::xid8 AS last_processed_transaction_id`,
+		Args:  []any{a.pos.Offset, int64(a.pos.TransactionID)},
+	}
+}
+
+// positionOf is the position of row, a message read from a topic table.
+func positionOf(row wsql.Row) pubsub.Position {
+	txid, _ := row.ExtraData["transaction_id"].(int64)
+	return pubsub.Position{TransactionID: uint64(txid), Offset: row.Offset}
+}
