@@ -57,9 +57,13 @@ type Recorded struct {
 // bus and decodes its payload. Anything missing or malformed is an error
 // that names the field: a corrupt event must never be applied as zero values.
 func Unmarshal(payload []byte, decode Decoder) (Recorded, error) {
-	var env Envelope
-	if err := json.Unmarshal(payload, &env); err != nil {
-		return Recorded{}, fmt.Errorf("event envelope: %w", err)
+	env, ok := parseEnvelope(payload)
+	if !ok {
+		// Whatever the fast path does not fully understand: encoding/json
+		// decides, and its error is the one reported.
+		if err := json.Unmarshal(payload, &env); err != nil {
+			return Recorded{}, fmt.Errorf("event envelope: %w", err)
+		}
 	}
 	switch {
 	case env.ID == "":

@@ -190,7 +190,8 @@ func ReadPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSche
 func readPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSchema, offsets wsql.OffsetsAdapter, topic, group string) ([]wsql.Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	q := pubsub.KeysetSchema{DefaultPostgreSQLSchema: schema}.SelectQuery(topic, group, offsets)
+	keyset := pubsub.KeysetSchema{DefaultPostgreSQLSchema: schema}
+	q := keyset.SelectQuery(topic, group, offsets)
 	rows, err := db.QueryContext(ctx, q.Query, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", topic, err)
@@ -198,7 +199,7 @@ func readPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSche
 	defer rows.Close()
 	var out []wsql.Row
 	for rows.Next() {
-		row, err := schema.UnmarshalMessage(rows)
+		row, err := keyset.UnmarshalMessage(rows)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", topic, err)
 		}

@@ -87,7 +87,7 @@ func (s lookaheadSchema) SelectQuery(topic, group string, offsets wsql.OffsetsAd
 }
 
 func (s lookaheadSchema) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
-	r, err := s.DefaultPostgreSQLSchema.UnmarshalMessage(row)
+	r, err := s.KeysetSchema.UnmarshalMessage(row)
 	if err == nil {
 		s.f.mu.Lock()
 		s.f.msgs = append(s.f.msgs, r.Msg)
