@@ -4,8 +4,8 @@
 // # What it publishes
 //
 // Each message of an aggregate type's Watermill topic (internal/aggregates)
-// becomes one JetStream message, published through Watermill's NATS
-// Pub/Sub (watermill-nats, JetStream mode):
+// becomes one JetStream message, as Watermill's NATS Pub/Sub
+// (watermill-nats, JetStream mode, TrackMsgId) would publish it:
 //
 //   - payload the event's public form (app/publicevent: the JSON the event
 //     feed and webhooks carry, with its store position);
@@ -25,10 +25,14 @@
 // term): Run is the body of one leadership term. Per topic, it reads a page
 // of messages after its position with watermill-sql's own query (the same
 // order, transaction id then offset, and the same pg_snapshot_xmin rule as
-// every subscriber), turns them into public events, publishes them one at
-// a time, each waiting for
-// JetStream's acknowledgement, and then records the page's last position
-// in the read model (readmodel.RelayOffsets) in a transaction fenced by the
+// every subscriber), turns them into public events and publishes them
+// through JetStream's asynchronous publish on the term's one connection, in
+// page order, each marshaled as watermill-nats's publisher does
+// (NATSMarshaler, Nats-Msg-Id as with TrackMsgId). Up to Window messages
+// await their acknowledgement at once, and a message is sent only once the
+// previous message of its aggregate is acknowledged (Guarantees). Once
+// JetStream has acknowledged the whole page, the relay records its last
+// position in the read model (readmodel.RelayOffsets) in a transaction fenced by the
 // term. It waits as the projections' subscribers do (projector.Repoll): it
 // wakes on the topic tables' NOTIFY (projector.Notifier), re-reads soon
 // after one whose message was not visible yet, and polls every Fallback
@@ -42,11 +46,26 @@
 //     position; failed reads, publishes and saves are retried (100 ms
 //     doubling to 5 s) for as long as the term lasts.
 //   - In order per aggregate: an aggregate's events are in one topic, in
-//     commit order, and message n+1 is published only once message n is
-//     acknowledged (stored, or found to be a duplicate of a stored one).
-//     When two leaders overlap (an old one still finishing a publish), both
-//     publish in that order and JetStream keeps the first copy of each, so
-//     the stream still holds each aggregate's events in order.
+//     commit order, and the relay sends an aggregate's next message only
+//     once its previous one is acknowledged (stored, or found to be a
+//     duplicate of a stored one). Messages of different aggregates are sent
+//     without waiting: on one connection they reach the server in the
+//     order sent, and the stream stores them in that order, so normally the
+//     stream holds a page in page order. But JetStream may store a message
+//     sent after one it lost or refused: a replicated stream whose leader
+//     changes drops what reached the old one (no answer; the client times
+//     out) and stores what reaches the new one; with DiscardNew, a message
+//     over MaxBytes or a subject's MaxMsgsPerSubject is refused while a
+//     smaller one, or one of another subject, is stored; a message over
+//     MaxMsgSize is refused alone; a connection lost and restored while a
+//     page is being sent loses the old connection's unsent tail while what
+//     follows goes on the new one. The page is then published again from
+//     the first message not acknowledged, so the stream may hold that
+//     message after later messages of other aggregates, never after a later
+//     message of its own. When two leaders overlap (an old one still
+//     finishing a page), both publish each aggregate in that order and
+//     JetStream keeps the first copy of each, so the stream still holds
+//     each aggregate's events in order.
 //   - Deduplicated by JetStream: republished messages carry the same
 //     Nats-Msg-Id and are dropped within the stream's duplicate window
 //     (Config.DuplicateWindow). A republish comes after a crash or a lost
@@ -77,8 +96,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v4"
@@ -108,8 +125,14 @@ const (
 	// PageSize is how many messages the relay reads, publishes and then
 	// records at a time: at most that many are published again after a crash.
 	PageSize = 100
+	// Window is how many messages of a topic may await JetStream's
+	// acknowledgement at once (see page.publish): more than PageSize, so a
+	// whole page goes without waiting, but for the messages that wait for
+	// their aggregate's previous one.
+	Window = 256
 	// publishTimeout bounds the wait for JetStream's acknowledgement of one
-	// message; the publish is then retried with the same Nats-Msg-Id.
+	// message, from its send; the page is then published again from that
+	// message, with the same Nats-Msg-Ids.
 	publishTimeout = 5 * time.Second
 )
 
@@ -154,6 +177,9 @@ type Config struct {
 	Timer projector.Timer
 	// PageSize defaults to PageSize.
 	PageSize int
+	// Window defaults to Window; 1 publishes one message at a time, each
+	// after the previous one's acknowledgement.
+	Window int
 	// Metrics counts what is published. Optional.
 	Metrics *Metrics
 	// Log defaults to slog.Default().
@@ -188,10 +214,14 @@ func New(cfg Config) (*Relay, error) {
 			errs = append(errs, fmt.Errorf("relay.New: Config.%s is required", f.name))
 		}
 	}
+	if cfg.Window < 0 {
+		errs = append(errs, fmt.Errorf("relay.New: Config.Window is %d: it must be positive, or 0 for the default", cfg.Window))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	cfg.PageSize = cmp.Or(cfg.PageSize, PageSize)
+	cfg.Window = cmp.Or(cfg.Window, Window)
 	return &Relay{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "relay")}, nil
 }
 
@@ -220,20 +250,7 @@ func (r *Relay) Run(ctx context.Context, term int64) error {
 	if err != nil {
 		return err
 	}
-	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
-		Marshaler:         &wmnats.NATSMarshaler{},
-		SubjectCalculator: wmnats.DefaultSubjectCalculator,
-		JetStream: wmnats.JetStreamConfig{
-			// Nats-Msg-Id = the Watermill message's UUID, which is the event id.
-			TrackMsgId:     true,
-			ConnectOptions: []nats.JSOpt{nats.MaxWait(publishTimeout)},
-		},
-	}, watermill.NewSlogLogger(log.With("component", "relay_publisher")))
-	if err != nil {
-		nc.Close()
-		return fmt.Errorf("relay publisher: %w", err)
-	}
-	defer pub.Close() // closes nc
+	defer nc.Close()
 	js, err := nc.JetStream(nats.MaxWait(publishTimeout))
 	if err != nil {
 		return fmt.Errorf("relay: jetstream: %w", err)
@@ -252,7 +269,7 @@ func (r *Relay) Run(ctx context.Context, term int64) error {
 		g.Go(func() error { return notifier.Run(gctx) })
 	}
 	for _, a := range aggregates.Outbound() {
-		g.Go(func() error { return r.relay(gctx, es, pub, notifier, a, log.With("topic", a.Topic)) })
+		g.Go(func() error { return r.relay(gctx, es, nc, notifier, a, log.With("topic", a.Topic)) })
 	}
 	return r.ended(ctx, g.Wait())
 }
@@ -357,13 +374,20 @@ func matches(filter, subject []string) bool {
 
 // relay relays the topic of an aggregate type until ctx ends or its term
 // is found stale.
-func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n *projector.Notifier, agg aggregates.Facts, log *slog.Logger) error {
+func (r *Relay) relay(ctx context.Context, es *sql.DB, nc *nats.Conn, n *projector.Notifier, agg aggregates.Facts, log *slog.Logger) error {
 	topic := agg.Topic
+	// A context of the topic's own: its pending acknowledgements (at most
+	// Window) are its alone, and one that does not come within
+	// publishTimeout fails its future.
+	js, err := nc.JetStream(nats.PublishAsyncTimeout(publishTimeout), nats.PublishAsyncMaxPending(r.cfg.Window))
+	if err != nil {
+		return fmt.Errorf("relay: jetstream for %s: %w", topic, err)
+	}
 	var pos readmodel.RelayPosition
 	// The position goes into the topic's offsets table before the first
 	// read, so that retention keeps what the relay has not published from
 	// then on; whatever it deleted before, the reads' gap check finds.
-	err := r.retry(ctx, log, "load", func() (err error) {
+	err = r.retry(ctx, log, "load", func() (err error) {
 		if pos, err = r.cfg.Offsets.Load(ctx, topic); err != nil {
 			return err
 		}
@@ -401,21 +425,11 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, pub message.Publisher, n 
 		if err != nil {
 			return err
 		}
-		for i, msg := range msgs {
-			subject := r.subject(msg)
-			publish := func() error {
-				if err := pub.Publish(subject, msg); err != nil {
-					return fmt.Errorf("publish %s to %s: %w", msg.UUID, subject, err)
-				}
-				return nil
-			}
-			span := r.startPublish(ctx, rows[i].Msg, msg, subject)
-			err := r.retry(ctx, log, "publish", publish)
-			tracing.End(span, err)
-			if err != nil {
-				return err
-			}
-			r.cfg.Metrics.published(topic)
+		p := r.newPage(ctx, js, topic, rows, msgs)
+		err = r.retry(ctx, log, "publish", p.publish)
+		p.end(err)
+		if err != nil {
+			return err
 		}
 		last := rows[len(rows)-1]
 		txid, _ := last.ExtraData["transaction_id"].(int64)

@@ -46,7 +46,7 @@ type fixture struct {
 	js       nats.JetStreamContext
 }
 
-func setup(t *testing.T, urls pgtest.URLs) *fixture {
+func setup(t testing.TB, urls pgtest.URLs) *fixture {
 	t.Helper()
 	f := &fixture{Fixture: pubsubtest.Setup(t, urls), urls: urls, nats: natstest.Start(t)}
 	var err error
@@ -187,7 +187,7 @@ func (f *fixture) messages(t *testing.T) []relayed {
 }
 
 // storedEvents returns the event ids of the store.
-func (f *fixture) storedEvents(t *testing.T) map[string]bool {
+func (f *fixture) storedEvents(t testing.TB) map[string]bool {
 	t.Helper()
 	rows, err := f.ES.DB.Query(`SELECT event_id FROM events`)
 	require.NoError(t, err)
@@ -611,7 +611,7 @@ func TestRelayStaleTermCannotMovePosition(t *testing.T) {
 }
 
 // gatherSum adds up every series of the metric name.
-func gatherSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func gatherSum(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)

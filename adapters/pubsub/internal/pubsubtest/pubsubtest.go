@@ -38,7 +38,7 @@ type Fixture struct {
 }
 
 // Setup opens urls and creates the merchant and the customer.
-func Setup(t *testing.T, urls pgtest.URLs) Fixture {
+func Setup(t testing.TB, urls pgtest.URLs) Fixture {
 	t.Helper()
 	f := Fixture{ES: pgtest.Open(t, urls.EventStore), RM: pgtest.Open(t, urls.ReadModel)}
 	var err error
