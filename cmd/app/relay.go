@@ -35,6 +35,7 @@ func newRelay(cfg Config, dbs databases, w wiring, log *slog.Logger) (*leader.Un
 		EventStore: cfg.DatabaseURL, Notifier: w.notifier, Offsets: offsets, Lock: advisory.Relay, Lease: leader.DefaultLease,
 		NATSURL: cfg.RelayNATSURL, Stream: cfg.RelayStream, SubjectPrefix: cfg.RelaySubjectPrefix,
 		DuplicateWindow: cfg.RelayDuplicateWindow, Fallback: cfg.PollInterval, Metrics: metrics, Log: log, Tracer: w.tracer,
+		Pages: w.pages,
 	})
 	if err != nil {
 		return nil, err

@@ -79,12 +79,7 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 	}
 	start, total := time.Now(), 0
 	for {
-		rows, err := c.Pages.read(ctx, p.Topic, pos, schema.SubscribeBatchSize, func() ([]wsql.Row, error) {
-			return readPage(ctx, c.DB, schema, after{pos: pos}, p.Topic, p.Name)
-		})
-		if err == nil {
-			err = pubsub.CheckGap(ctx, c.DB, p.Topic, p.Name, offsets.NextOffsetQuery(p.Topic, p.Name))
-		}
+		rows, err := ReadAfter(ctx, c.DB, c.Pages, p.Topic, p.Name, pos, schema.SubscribeBatchSize)
 		if err != nil {
 			return total, fmt.Errorf("catch up %s: %w", p.Name, err)
 		}

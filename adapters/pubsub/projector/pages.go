@@ -127,6 +127,25 @@ func (p *Pages) evict() {
 	p.order = append(p.order[:0], kept...)
 }
 
+// ReadAfter reads the page of topic after position pos, of size messages
+// at most, as ReadPage does for group at that position (its query, order
+// and pg_snapshot_xmin rule, then the retention gap check), sharing it
+// through pages (nil: no sharing). The rows may be shared: the caller must
+// not modify them.
+func ReadAfter(ctx context.Context, db *sql.DB, pages *Pages, topic, group string, pos pubsub.Position, size int) ([]wsql.Row, error) {
+	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: size}
+	rows, err := pages.read(ctx, topic, pos, size, func() ([]wsql.Row, error) {
+		return readPage(ctx, db, schema, after{pos: pos}, topic, group)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := pubsub.CheckGap(ctx, db, topic, group, after{pos: pos}.NextOffsetQuery(topic, group)); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
 // position reads group's position in topic, where its next page starts.
 func position(ctx context.Context, db *sql.DB, topic, group string) (pubsub.Position, error) {
 	next := LockFreeOffsets{}.NextOffsetQuery(topic, group)

@@ -123,12 +123,14 @@ const (
 	// into the topics' Watermill offsets tables (see mirror).
 	ConsumerGroup = "relay"
 	// PageSize is how many messages the relay reads, publishes and then
-	// records at a time: at most that many are published again after a crash.
-	PageSize = 100
+	// records at a time: at most that many are published again after a crash
+	// (and dropped as duplicates). It is the catch-up's, so that the relay
+	// shares the pages of a backlog with the projections (projector.Pages).
+	PageSize = projector.CatchUpPageSize
 	// Window is how many messages of a topic may await JetStream's
-	// acknowledgement at once (see page.publish): more than PageSize, so a
-	// whole page goes without waiting, but for the messages that wait for
-	// their aggregate's previous one.
+	// acknowledgement at once (see page.publish): enough to keep the
+	// connection busy (a larger one bought nothing in the relay's
+	// benchmark); a message also waits for its aggregate's previous one.
 	Window = 256
 	// publishTimeout bounds the wait for JetStream's acknowledgement of one
 	// message, from its send; the page is then published again from that
@@ -177,6 +179,9 @@ type Config struct {
 	Timer projector.Timer
 	// PageSize defaults to PageSize.
 	PageSize int
+	// Pages, when set, is the process's page cache, shared with the
+	// catch-ups of the projections (projector.Pages). Optional.
+	Pages *projector.Pages
 	// Window defaults to Window; 1 publishes one message at a time, each
 	// after the previous one's acknowledgement.
 	Window int
@@ -397,14 +402,14 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, nc *nats.Conn, n *project
 		return err
 	}
 	log.Debug("relaying", "transaction_id", pos.TransactionID, "offset", pos.Offset)
-	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.cfg.PageSize}
 	// The subscribers' waits: a notification, capped quick re-reads while
 	// its message is not visible yet, or the fallback.
 	wait := projector.NewRepoll(n, topic, r.cfg.Fallback, r.cfg.Timer)
 	for {
 		var rows []wsql.Row
 		err := r.retry(ctx, log, "read", func() (err error) {
-			rows, err = projector.ReadPage(ctx, es, schema, from{pos: pos}, topic, ConsumerGroup)
+			rows, err = projector.ReadAfter(ctx, es, r.cfg.Pages, topic, ConsumerGroup,
+				pubsub.Position{TransactionID: uint64(pos.TransactionID), Offset: pos.Offset}, r.cfg.PageSize)
 			return err
 		})
 		if err != nil {
@@ -610,20 +615,5 @@ func (r *Relay) retry(ctx context.Context, log *slog.Logger, what string, op fun
 			return ctx.Err()
 		case <-t.C:
 		}
-	}
-}
-
-// from is an offsets adapter that starts watermill-sql's select after a
-// given position instead of a consumer group's row: the relay keeps its
-// position in the read model, under its term.
-type from struct {
-	wsql.DefaultPostgreSQLOffsetsAdapter
-	pos readmodel.RelayPosition
-}
-
-func (f from) NextOffsetQuery(string, string) wsql.Query {
-	return wsql.Query{
-		Query: `SELECT $1::bigint AS offset_acked, $2::bigint::text::xid8 AS last_processed_transaction_id`,
-		Args:  []any{f.pos.Offset, f.pos.TransactionID},
 	}
 }
