@@ -186,7 +186,7 @@ func scanBox(obj []byte) (_ *Box, ok bool) {
 		return nil, false
 	}
 	for {
-		key, next, ok := plainString(obj, skipSpace(obj, i+1))
+		from, to, next, ok := plainSpan(obj, skipSpace(obj, i+1))
 		if !ok {
 			return nil, false
 		}
@@ -195,38 +195,32 @@ func scanBox(obj []byte) (_ *Box, ok bool) {
 			return nil, false
 		}
 		i = skipSpace(obj, i+1)
-		switch key {
-		case "subject":
-			if seen[0] {
-				return nil, false
-			}
+		switch key := obj[from:to]; {
+		case string(key) == "subject" && !seen[0]:
 			seen[0] = true
 			if b.Subject, i, ok = plainString(obj, i); !ok {
 				return nil, false
 			}
-		case "fields":
-			if seen[1] {
-				return nil, false
-			}
+		case string(key) == "fields" && !seen[1]:
 			seen[1] = true
-			if b.Fields, i, ok = plainStrings(obj, i); !ok {
+			start := i
+			if b.count, i, ok = plainStrings(obj, i); !ok {
 				return nil, false
 			}
-		case "box":
-			if seen[2] {
-				return nil, false
-			}
+			b.fields = obj[start:i:i]
+		case string(key) == "box" && !seen[2]:
 			seen[2] = true
-			var text string
-			if text, i, ok = plainString(obj, i); !ok {
+			var s, e int
+			if s, e, i, ok = plainSpan(obj, i); !ok {
 				return nil, false
 			}
-			box, err := base64.StdEncoding.DecodeString(text)
+			box := make([]byte, base64.StdEncoding.DecodedLen(e-s))
+			n, err := base64.StdEncoding.Decode(box, obj[s:e])
 			if err != nil {
 				return nil, false // encoding/json words the error
 			}
-			b.Box = box
-		default:
+			b.Box = box[:n]
+		default: // another member, or one twice
 			return nil, false
 		}
 		i = skipSpace(obj, i)
@@ -244,50 +238,59 @@ func scanBox(obj []byte) (_ *Box, ok bool) {
 	}
 }
 
-// plainString reads the JSON string at obj[i] when it is printable ASCII
-// without escapes, and returns it with the index after its closing quote.
-func plainString(obj []byte, i int) (_ string, next int, ok bool) {
+// plainSpan finds the JSON string at obj[i] when it is printable ASCII
+// without escapes: its contents are obj[from:to], next is after its
+// closing quote.
+func plainSpan(obj []byte, i int) (from, to, next int, ok bool) {
 	if i >= len(obj) || obj[i] != '"' {
-		return "", 0, false
+		return 0, 0, 0, false
 	}
 	for j := i + 1; j < len(obj); j++ {
 		switch c := obj[j]; {
 		case c == '"':
-			return string(obj[i+1 : j]), j + 1, true
+			return i + 1, j, j + 1, true
 		case c == '\\' || c < 0x20 || c >= 0x80:
-			return "", 0, false
+			return 0, 0, 0, false
 		}
 	}
-	return "", 0, false
+	return 0, 0, 0, false
 }
 
-// plainStrings reads a JSON array of plainString strings at obj[i].
-func plainStrings(obj []byte, i int) (_ []string, next int, ok bool) {
-	if i >= len(obj) || obj[i] != '[' {
-		return nil, 0, false
+// plainString is plainSpan's string.
+func plainString(obj []byte, i int) (_ string, next int, ok bool) {
+	from, to, next, ok := plainSpan(obj, i)
+	if !ok {
+		return "", 0, false
 	}
-	out := []string{}
+	return string(obj[from:to]), next, true
+}
+
+// plainStrings checks the JSON array of plainSpan strings at obj[i] and
+// counts them.
+func plainStrings(obj []byte, i int) (count, next int, ok bool) {
+	if i >= len(obj) || obj[i] != '[' {
+		return 0, 0, false
+	}
 	i = skipSpace(obj, i+1)
 	if i < len(obj) && obj[i] == ']' {
-		return out, i + 1, true
+		return 0, i + 1, true
 	}
 	for {
-		var s string
-		if s, i, ok = plainString(obj, i); !ok {
-			return nil, 0, false
+		if _, _, i, ok = plainSpan(obj, i); !ok {
+			return 0, 0, false
 		}
-		out = append(out, s)
+		count++
 		i = skipSpace(obj, i)
 		if i >= len(obj) {
-			return nil, 0, false
+			return 0, 0, false
 		}
 		switch obj[i] {
 		case ',':
 			i = skipSpace(obj, i+1)
 		case ']':
-			return out, i + 1, true
+			return count, i + 1, true
 		default:
-			return nil, 0, false
+			return 0, 0, false
 		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -81,6 +82,28 @@ type Box struct {
 	Subject string   `json:"subject"`
 	Fields  []string `json:"fields"`
 	Box     []byte   `json:"box"`
+
+	// fields and count are the fields' JSON array and its length, as the
+	// fast path (scanBox) leaves them instead of Fields: their names are
+	// needed only to mark them erased.
+	fields []byte
+	count  int
+}
+
+// names returns how many fields b names.
+func (b *Box) names() int {
+	if b.fields != nil {
+		return b.count
+	}
+	return len(b.Fields)
+}
+
+// erasure is the erased marker of b's fields, as a JSON object.
+func (b *Box) erasure() ([]byte, error) {
+	if b.fields != nil {
+		return slices.Concat([]byte(`{"erased":`), b.fields, []byte(`}`)), nil
+	}
+	return json.Marshal(event.Erasure{ErasedFields: b.Fields})
 }
 
 // Vault seals and opens personal fields. It is safe for concurrent use.
@@ -144,7 +167,7 @@ func (v *Vault) decoder(f aggregates.Facts, erasing string) event.Decoder {
 // open returns the JSON object the box's fields decode from: the fields
 // themselves, or the erased marker naming them.
 func (v *Vault) open(b *Box, eventType, erasing string) ([]byte, error) {
-	if b.Subject == "" || len(b.Fields) == 0 {
+	if b.Subject == "" || b.names() == 0 {
 		return nil, errors.New("sealed fields name no subject or no field")
 	}
 	e := entry{erased: true}
@@ -155,20 +178,23 @@ func (v *Vault) open(b *Box, eventType, erasing string) ([]byte, error) {
 		}
 	}
 	if e.erased {
-		return json.Marshal(event.Erasure{ErasedFields: b.Fields})
+		return b.erasure()
 	}
 	n := e.aead.NonceSize()
 	if len(b.Box) < n+e.aead.Overhead() {
 		return nil, fmt.Errorf("sealed fields of subject %s are truncated", b.Subject)
 	}
-	plain, err := e.aead.Open(nil, b.Box[:n], b.Box[n:], aad(b.Subject, eventType))
+	// The box is this call's own copy: the fields open in its place.
+	plain, err := e.aead.Open(b.Box[n:n], b.Box[:n], b.Box[n:], aad(b.Subject, eventType))
 	if err != nil {
 		return nil, fmt.Errorf("sealed fields of subject %s do not open (tampered with, or sealed for another event type)", b.Subject)
 	}
 	return plain, nil
 }
 
-func aad(subject, eventType string) []byte { return []byte(subject + "/" + eventType) }
+func aad(subject, eventType string) []byte {
+	return append(append(append(make([]byte, 0, len(subject)+1+len(eventType)), subject...), '/'), eventType...)
+}
 
 // key returns the subject's key from the cache, or reads it.
 func (v *Vault) key(subject string) (entry, error) {

@@ -15,7 +15,7 @@ import (
 // Pages lets the consumers of a topic in one process share the pages they
 // catch up on. After a worker was down, every consumer group of a topic
 // (its projection, the webhook fan-out, ...) starts from the same place
-// and reads the same pages; each read is a scan of a thousand rows that
+// and reads the same pages; each read is a scan of a page of rows that
 // Postgres answers on the same cores as the consumers, and each page is
 // then parsed again. Pages reads a page once, for the first consumer that
 // asks, and hands the same rows to the others that ask for the page after
@@ -42,8 +42,9 @@ type Pages struct {
 // they took from another's read.
 func (p *Pages) Stats() (read, shared int64) { return p.reads.Load(), p.shared.Load() }
 
-// maxPages bounds the pages kept: a page is about a megabyte of payloads.
-const maxPages = 8
+// maxPages bounds the pages kept, across topics: a page is about a
+// megabyte of payloads, and the heap is bounded (see CatchUpPageSize).
+const maxPages = 4
 
 type pageKey struct {
 	topic string
