@@ -71,6 +71,36 @@ func (b *bench) newDB(ctx context.Context, name string, sets ...migrations.Set) 
 	return db, url, nil
 }
 
+// settle vacuums and analyses db's tables, then checkpoints the cluster,
+// so that a run on db does not share the machine with autovacuum's or the
+// checkpointer's catching up on what was just written.
+func (b *bench) settle(ctx context.Context, db *bun.DB) error {
+	if _, err := db.ExecContext(ctx, "VACUUM ANALYZE"); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	return nil
+}
+
+// dropDB closes db and drops its database name, whose data would
+// otherwise keep autovacuum busy during the next runs.
+func (b *bench) dropDB(ctx context.Context, db *bun.DB, name string) error {
+	if err := db.Close(); err != nil {
+		return err
+	}
+	admin, err := sql.Open("pgx", b.cluster.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	return nil
+}
+
 // startHearth runs the Hearth binary in mode (api, worker or all) on url
 // and waits until it is ready: in mode all, until it leads the projections
 // and they run live (caught up, router running). The fair-share limits and
