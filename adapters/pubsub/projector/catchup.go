@@ -45,7 +45,7 @@ const CatchUpPageSize = 500
 // there) or at the first page that fails (a gap, a bad payload, a database
 // error): that page is rolled back and left to the live subscriber, whose
 // retries and poison queue deal with it event by event. Messages of the
-// topic that retention deleted before the group consumed them (ReadPage's
+// topic that retention deleted before the group consumed them (ReadAfter's
 // check) are an error instead: the term stops there, saying so.
 type CatchUp struct {
 	// DB is the event-store database.
@@ -164,26 +164,6 @@ func (c CatchUp) exec(ctx context.Context, db execer, q wsql.Query) error {
 	defer cancel()
 	_, err := db.ExecContext(ctx, q.Query, q.Args...)
 	return err
-}
-
-// ReadPage reads the next page of a consumer group's messages, exactly as
-// Hearth's subscribers would (schema's page size, their order and query,
-// pubsub.KeysetSchema, the pg_snapshot_xmin rule, the position offsets
-// gives), but in one statement, without holding a transaction. The catch-up
-// reads with it, and so does the relay (adapters/pubsub/relay), whose
-// position lives in the read model. After the page it checks that
-// retention deleted nothing the group has not consumed (pubsub.CheckGap):
-// a *pubsub.TopicGapError then, and no page, so that no consumer skips a
-// gap.
-func ReadPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSchema, offsets wsql.OffsetsAdapter, topic, group string) ([]wsql.Row, error) {
-	out, err := readPage(ctx, db, schema, offsets, topic, group)
-	if err != nil {
-		return nil, err
-	}
-	if err := pubsub.CheckGap(ctx, db, topic, group, offsets.NextOffsetQuery(topic, group)); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func readPage(ctx context.Context, db *sql.DB, schema wsql.DefaultPostgreSQLSchema, offsets wsql.OffsetsAdapter, topic, group string) ([]wsql.Row, error) {

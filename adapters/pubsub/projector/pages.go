@@ -129,10 +129,15 @@ func (p *Pages) evict() {
 }
 
 // ReadAfter reads the page of topic after position pos, of size messages
-// at most, as ReadPage does for group at that position (its query, order
-// and pg_snapshot_xmin rule, then the retention gap check), sharing it
-// through pages (nil: no sharing). The rows may be shared: the caller must
-// not modify them.
+// at most, exactly as Hearth's subscribers would (their order and query,
+// pubsub.KeysetSchema, the pg_snapshot_xmin rule) but in one statement,
+// without holding a transaction, sharing it through pages (nil: no
+// sharing). The catch-up reads with it, and so does the relay
+// (adapters/pubsub/relay), whose position lives in the read model. After
+// the page it checks that retention deleted nothing after pos that group
+// has not consumed (pubsub.CheckGap): a *pubsub.TopicGapError then, and no
+// page, so that no consumer skips a gap. The rows may be shared: the
+// caller must not modify them.
 func ReadAfter(ctx context.Context, db *sql.DB, pages *Pages, topic, group string, pos pubsub.Position, size int) ([]wsql.Row, error) {
 	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: size}
 	rows, err := pages.read(ctx, topic, pos, size, func() ([]wsql.Row, error) {
