@@ -77,6 +77,7 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 			return 0, fmt.Errorf("catch up %s: initialise offset: %w", p.Name, err)
 		}
 	}
+	defer c.Pages.Join(p.Topic, p.Name)()
 	pos, err := position(ctx, c.DB, p.Topic, p.Name)
 	if err != nil {
 		return 0, fmt.Errorf("catch up %s: %w", p.Name, err)

@@ -14,26 +14,30 @@ import (
 
 // Pages lets the consumers of a topic in one process share the pages they
 // catch up on. After a worker was down, every consumer group of a topic
-// (its projection, the webhook fan-out, ...) starts from the same place
-// and reads the same pages; each read is a scan of a page of rows that
-// Postgres answers on the same cores as the consumers, and each page is
-// then parsed again. Pages reads a page once, for the first consumer that
-// asks, and hands the same rows to the others that ask for the page after
-// the same position.
+// (its projection, the webhook fan-out, the relay) starts from the same
+// place and reads the same pages; each read is a scan of a page of rows
+// that Postgres answers on the same cores as the consumers, and each page
+// is then parsed again. Pages reads a page once, for the first consumer
+// that asks, and hands the same rows to the others that ask for the page
+// after the same position.
 //
 // A shared page is as good as one of the consumer's own: a page is the
 // messages after a position, in delivery order, below pg_snapshot_xmin
 // when it was read, and no message committed later can come before its
 // last one. Only full pages are kept (a short one may grow, and an empty
-// one must be read again), and only the last few (maxPages): consumers
-// that drift apart read their own pages, as without Pages. Each consumer
-// still checks its own position for a retention gap (pubsub.CheckGap).
+// one must be read again). A page is dropped once every consumer of its
+// topic that has joined (Join) has taken it, and at most maxPages are
+// kept: while that many wait for slower consumers, a faster one's new
+// pages are not kept (the slower ones read those themselves, as without
+// Pages), rather than dropping the pages the slower ones are about to ask
+// for. Each consumer still checks its own position for a retention gap
+// (pubsub.CheckGap).
 //
 // The zero value is not usable; use NewPages. A nil *Pages shares nothing.
 type Pages struct {
-	mu    sync.Mutex
-	pages map[pageKey]*page
-	order []pageKey // oldest first, for eviction
+	mu        sync.Mutex
+	pages     map[pageKey]*page
+	consumers map[string]map[string]*consumer // topic → group
 
 	reads, shared atomic.Int64 // pages read, pages handed on (Stats)
 }
@@ -46,6 +50,12 @@ func (p *Pages) Stats() (read, shared int64) { return p.reads.Load(), p.shared.L
 // megabyte of payloads, and the heap is bounded (see CatchUpPageSize).
 const maxPages = 4
 
+// consumer is a group that joined a topic.
+type consumer struct {
+	joins int
+	past  pubsub.Position // the end of the last page it had: it needs no page before
+}
+
 type pageKey struct {
 	topic string
 	after pubsub.Position
@@ -53,18 +63,55 @@ type pageKey struct {
 }
 
 type page struct {
-	done chan struct{} // closed once rows or err is set
-	rows []wsql.Row
-	err  error
+	done  chan struct{} // closed once rows or err is set
+	rows  []wsql.Row
+	err   error
+	taken map[string]bool // the groups that have the page; under Pages.mu
 }
 
 // NewPages returns an empty page cache for one process.
-func NewPages() *Pages { return &Pages{pages: map[pageKey]*page{}} }
+func NewPages() *Pages {
+	return &Pages{pages: map[pageKey]*page{}, consumers: map[string]map[string]*consumer{}}
+}
 
-// read returns the page of topic after position after, of size rows at
+// Join records group as a consumer of topic until leave is called: the
+// pages of topic are kept for it until it has taken them.
+func (p *Pages) Join(topic, group string) (leave func()) {
+	if p == nil {
+		return func() {}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.consumers[topic] == nil {
+		p.consumers[topic] = map[string]*consumer{}
+	}
+	c := p.consumers[topic][group]
+	if c == nil {
+		c = &consumer{}
+		p.consumers[topic][group] = c
+	}
+	c.joins++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if c.joins--; c.joins <= 0 {
+				delete(p.consumers[topic], group)
+			}
+			for key, pg := range p.pages {
+				if key.topic == topic {
+					p.dropIfTakenLocked(key, pg)
+				}
+			}
+		})
+	}
+}
+
+// read returns group's page of topic after position after, of size rows at
 // most, reading it with readFn unless another consumer has or is reading
 // it. The rows are shared: callers must not modify them.
-func (p *Pages) read(ctx context.Context, topic string, after pubsub.Position, size int, readFn func() ([]wsql.Row, error)) ([]wsql.Row, error) {
+func (p *Pages) read(ctx context.Context, topic, group string, after pubsub.Position, size int, readFn func() ([]wsql.Row, error)) ([]wsql.Row, error) {
 	if p == nil {
 		return readFn()
 	}
@@ -81,51 +128,91 @@ func (p *Pages) read(ctx context.Context, topic string, after pubsub.Position, s
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if pg.err == nil {
-			p.shared.Add(1)
-			return pg.rows, nil
+		if pg.err != nil {
+			return readOwn() // the reader failed (its own context, perhaps): read again
 		}
-		return readOwn() // the reader failed (its own context, perhaps): read again
+		p.shared.Add(1)
+		p.mu.Lock()
+		pg.taken[group] = true
+		p.passedLocked(topic, group, pg.rows)
+		p.dropIfTakenLocked(key, pg)
+		p.mu.Unlock()
+		return pg.rows, nil
 	}
-	pg := &page{done: make(chan struct{})}
+	pg := &page{done: make(chan struct{}), taken: map[string]bool{group: true}}
 	p.pages[key] = pg
-	p.order = append(p.order, key)
 	p.mu.Unlock()
 
 	pg.rows, pg.err = readOwn()
-	if pg.err != nil || len(pg.rows) < size {
+	close(pg.done)
+	p.mu.Lock()
+	p.passedLocked(topic, group, pg.rows)
+	if pg.err != nil || len(pg.rows) < size || p.full() {
 		p.drop(key, pg)
 	} else {
-		p.evict()
+		p.dropIfTakenLocked(key, pg)
 	}
-	close(pg.done)
+	p.mu.Unlock()
 	return pg.rows, pg.err
 }
 
-// drop forgets the page at key, when it is still pg.
-func (p *Pages) drop(key pageKey, pg *page) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.pages[key] == pg {
-		delete(p.pages, key)
+// full reports whether maxPages pages are kept; p.mu is held.
+func (p *Pages) full() bool {
+	kept := 0
+	for _, pg := range p.pages {
+		select {
+		case <-pg.done:
+			kept++
+		default: // a read in flight
+		}
+	}
+	return kept > maxPages
+}
+
+// dropIfTakenLocked drops the page at key once every group that has joined
+// its topic has it; p.mu is held.
+func (p *Pages) dropIfTakenLocked(key pageKey, pg *page) {
+	select {
+	case <-pg.done:
+	default:
+		return // still being read
+	}
+	for group, c := range p.consumers[key.topic] {
+		if !pg.taken[group] && !before(key.after, c.past) {
+			return
+		}
+	}
+	p.drop(key, pg)
+}
+
+// passedLocked records that group of topic has had rows (none: nothing);
+// p.mu is held. Pages before their end are no longer kept for it, such
+// as those it read itself while the cache was full.
+func (p *Pages) passedLocked(topic, group string, rows []wsql.Row) {
+	c := p.consumers[topic][group]
+	if c == nil || len(rows) == 0 {
+		return
+	}
+	if end := positionOf(rows[len(rows)-1]); before(c.past, end) {
+		c.past = end
+	}
+	for key, pg := range p.pages {
+		if key.topic == topic {
+			p.dropIfTakenLocked(key, pg)
+		}
 	}
 }
 
-// evict forgets the oldest pages beyond maxPages.
-func (p *Pages) evict() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	kept := p.order[:0]
-	for _, k := range p.order {
-		if _, ok := p.pages[k]; ok {
-			kept = append(kept, k)
-		}
+// before reports whether a comes before b in delivery order.
+func before(a, b pubsub.Position) bool {
+	return a.TransactionID < b.TransactionID || a.TransactionID == b.TransactionID && a.Offset < b.Offset
+}
+
+// drop forgets the page at key, when it is still pg; p.mu is held.
+func (p *Pages) drop(key pageKey, pg *page) {
+	if p.pages[key] == pg {
+		delete(p.pages, key)
 	}
-	for len(kept) > maxPages {
-		delete(p.pages, kept[0])
-		kept = kept[1:]
-	}
-	p.order = append(p.order[:0], kept...)
 }
 
 // ReadAfter reads the page of topic after position pos, of size messages
@@ -140,7 +227,7 @@ func (p *Pages) evict() {
 // caller must not modify them.
 func ReadAfter(ctx context.Context, db *sql.DB, pages *Pages, topic, group string, pos pubsub.Position, size int) ([]wsql.Row, error) {
 	schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: size}
-	rows, err := pages.read(ctx, topic, pos, size, func() ([]wsql.Row, error) {
+	rows, err := pages.read(ctx, topic, group, pos, size, func() ([]wsql.Row, error) {
 		return readPage(ctx, db, schema, after{pos: pos}, topic, group)
 	})
 	if err != nil {

@@ -402,6 +402,7 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, nc *nats.Conn, n *project
 		return err
 	}
 	log.Debug("relaying", "transaction_id", pos.TransactionID, "offset", pos.Offset)
+	defer r.cfg.Pages.Join(topic, ConsumerGroup)()
 	// The subscribers' waits: a notification, capped quick re-reads while
 	// its message is not visible yet, or the fallback.
 	wait := projector.NewRepoll(n, topic, r.cfg.Fallback, r.cfg.Timer)
