@@ -65,6 +65,11 @@ func Unmarshal(payload []byte, decode Decoder) (Recorded, error) {
 			return Recorded{}, fmt.Errorf("event envelope: %w", err)
 		}
 	}
+	return checked(env, decode)
+}
+
+// checked checks a parsed envelope and decodes its payload.
+func checked(env Envelope, decode Decoder) (Recorded, error) {
 	switch {
 	case env.ID == "":
 		return Recorded{}, errors.New("event envelope: event_id is missing")

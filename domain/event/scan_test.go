@@ -2,7 +2,6 @@ package event
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -12,33 +11,14 @@ import (
 )
 
 // referenceUnmarshal is Unmarshal as it was before the fast path:
-// encoding/json alone. The fast path must not change what it returns.
+// encoding/json alone, then the same checks. The fast path must not change
+// what it returns.
 func referenceUnmarshal(payload []byte, decode Decoder) (Recorded, error) {
 	var env Envelope
 	if err := json.Unmarshal(payload, &env); err != nil {
 		return Recorded{}, fmt.Errorf("event envelope: %w", err)
 	}
-	switch {
-	case env.ID == "":
-		return Recorded{}, errors.New("event envelope: event_id is missing")
-	case env.Type == "":
-		return Recorded{}, fmt.Errorf("event %s: type is missing", env.ID)
-	case env.StreamType == "":
-		return Recorded{}, fmt.Errorf("event %s: stream_type is missing", env.ID)
-	case env.StreamID == "":
-		return Recorded{}, fmt.Errorf("event %s: stream_id is missing", env.ID)
-	case env.Version < 1:
-		return Recorded{}, fmt.Errorf("event %s: version %d is not positive", env.ID, env.Version)
-	case env.MerchantID == "":
-		return Recorded{}, fmt.Errorf("event %s: merchant_id is missing", env.ID)
-	case env.OccurredAt.IsZero():
-		return Recorded{}, fmt.Errorf("event %s: occurred_at is missing", env.ID)
-	}
-	e, err := decode(env.Type, env.Data)
-	if err != nil {
-		return Recorded{}, fmt.Errorf("event %s: %w", env.ID, err)
-	}
-	return Recorded{Envelope: env, Event: e}, nil
+	return checked(env, decode)
 }
 
 // rawEvent is what decodeRaw returns: the data it was given.
