@@ -85,15 +85,25 @@ var installLock = filepath.Join(os.TempDir(), "hearth-harness-apt.lock")
 
 // lockInstalls takes installLock, waiting for another process's install.
 func lockInstalls() (unlock func(), err error) {
-	f, err := os.OpenFile(installLock, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := lockFile(installLock, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("harness: open %s: %w", installLock, err)
+		return nil, err
+	}
+	return func() { _ = f.Close() }, nil // closing the file releases the lock
+}
+
+// lockFile opens path (creating it with perm) and takes its exclusive lock,
+// waiting for another process that holds it. Closing the file releases it.
+func lockFile(path string, perm os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, perm)
+	if err != nil {
+		return nil, fmt.Errorf("harness: open %s: %w", path, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("harness: lock %s: %w", installLock, err)
+		return nil, fmt.Errorf("harness: lock %s: %w", path, err)
 	}
-	return func() { _ = f.Close() }, nil // closing the file releases the lock
+	return f, nil
 }
 
 // FreePort returns a TCP port of 127.0.0.1 that is free now and that no
@@ -152,13 +162,9 @@ var portCounter = filepath.Join(os.TempDir(), "hearth-harness-port")
 // lockPortCounter locks portCounter and reads it; unlock writes the
 // counter back and releases the lock.
 func lockPortCounter() (unlock func(), next *int, err error) {
-	f, err := os.OpenFile(portCounter, os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := lockFile(portCounter, 0o666)
 	if err != nil {
-		return nil, nil, fmt.Errorf("harness: open %s: %w", portCounter, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		_ = f.Close()
-		return nil, nil, fmt.Errorf("harness: lock %s: %w", portCounter, err)
+		return nil, nil, err
 	}
 	b, _ := io.ReadAll(f)
 	n, _ := strconv.Atoi(strings.TrimSpace(string(b))) // empty or garbled: start at the range's bottom
