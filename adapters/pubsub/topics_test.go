@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
@@ -28,6 +30,17 @@ func backlog(t *testing.T, after int) *bun.DB {
 	}
 	_, err := db.DB.ExecContext(ctx, `VACUUM ANALYZE watermill_orders`)
 	require.NoError(t, err)
+	// Both queries read only below pg_snapshot_xmin, which an open
+	// transaction of any parallel test in the cluster holds back: a
+	// transaction that began during the inserts above would hide the rest
+	// of the backlog from them. It is all visible once its last
+	// transaction is below the xmin, and stays so.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var visible bool
+		err := db.DB.QueryRowContext(ctx, `SELECT max(transaction_id) < pg_snapshot_xmin(pg_current_snapshot()) FROM watermill_orders`).Scan(&visible)
+		require.NoError(c, err)
+		assert.True(c, visible, "a transaction of another test holds pg_snapshot_xmin below the backlog")
+	}, time.Minute, 10*time.Millisecond)
 	_, err = db.DB.ExecContext(ctx, `INSERT INTO watermill_offsets_orders (consumer_group, offset_acked, last_processed_transaction_id)
 		SELECT 'orders', "offset", transaction_id FROM watermill_orders ORDER BY transaction_id, "offset" OFFSET $1 - 1 LIMIT 1`, after)
 	require.NoError(t, err)
