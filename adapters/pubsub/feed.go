@@ -137,6 +137,10 @@ func (f *Feed) Page(ctx context.Context, merchantID string, after query.FeedCurs
 //   - When no one waits, it makes no query. When someone waits again, its
 //     first poll wakes every waiter instead, since it does not know what
 //     changed while it slept; so does a poll after a failed one.
+//   - With Listen set (an API instance, whose only reader of notifications
+//     it is), it also listens only while someone waits, and for
+//     ListenLinger after: an instance without long polls then receives no
+//     notification per commit. The first poll covers what was missed.
 //
 // A waiter watches (Watch) before it reads its page, so a change after the
 // page's snapshot always closes its channel.
@@ -144,6 +148,8 @@ type FeedWatcher struct {
 	db       *sql.DB
 	changed  func() <-chan struct{}
 	fallback time.Duration
+	listen   func(context.Context) error
+	linger   time.Duration
 	log      *slog.Logger
 
 	mu      sync.Mutex
@@ -171,16 +177,30 @@ type FeedWatcherConfig struct {
 	// notification comes. Required: its one default is the configuration's
 	// (POLL_INTERVAL).
 	Fallback time.Duration
+	// Listen, when set, is run while anyone waits and for ListenLinger
+	// after the last waiter leaves (projector.Notifier.Run, on an instance
+	// where nothing else needs its notifications); it must return when its
+	// context ends. Unset, the notifications are someone else's to run.
+	Listen func(context.Context) error
+	// ListenLinger defaults to DefaultFeedListenLinger.
+	ListenLinger time.Duration
 	// Log defaults to slog.Default().
 	Log *slog.Logger
 }
 
+// DefaultFeedListenLinger is how long Listen runs on after the last
+// waiter left: a client that long-polls in a loop leaves for a moment
+// between its polls, and keeps one connection rather than opening one per
+// poll.
+const DefaultFeedListenLinger = time.Minute
+
 // NewFeedWatcher returns a watcher; call Run.
 func NewFeedWatcher(cfg FeedWatcherConfig) (*FeedWatcher, error) {
-	if cfg.DB == nil || cfg.Changed == nil || cfg.Fallback <= 0 {
-		return nil, errors.New("pubsub.NewFeedWatcher: DB, Changed and Fallback are required")
+	if cfg.DB == nil || cfg.Changed == nil || cfg.Fallback <= 0 || cfg.ListenLinger < 0 {
+		return nil, errors.New("pubsub.NewFeedWatcher: DB, Changed and Fallback are required, and ListenLinger cannot be negative")
 	}
 	return &FeedWatcher{db: cfg.DB, changed: cfg.Changed, fallback: cfg.Fallback,
+		listen: cfg.Listen, linger: cmp.Or(cfg.ListenLinger, DefaultFeedListenLinger),
 		log:     cmp.Or(cfg.Log, slog.Default()).With("component", "event_feed"),
 		waiters: map[string]*feedWaiters{}, kick: make(chan struct{}, 1)}, nil
 }
@@ -248,19 +268,74 @@ func (w *FeedWatcher) wake(merchants []string, all bool) {
 
 // Run watches until ctx ends.
 func (w *FeedWatcher) Run(ctx context.Context) error {
+	l := &listening{run: w.listen, log: w.log}
+	defer l.stop()
 	for {
-		if !w.watched() {
-			select {
-			case <-w.kick:
-			case <-ctx.Done():
-				return nil
-			}
+		if !w.watched() && !w.idle(ctx, l) {
+			return nil
 		}
+		l.start(ctx)
 		w.watch(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 	}
+}
+
+// idle waits until someone waits (false: ctx ended), and stops listening
+// once the linger has passed.
+func (w *FeedWatcher) idle(ctx context.Context, l *listening) bool {
+	var linger <-chan time.Time
+	if l.running() {
+		t := time.NewTimer(w.linger)
+		defer t.Stop()
+		linger = t.C
+	}
+	for {
+		select {
+		case <-w.kick:
+			return true
+		case <-linger:
+			l.stop()
+			linger = nil
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// listening runs FeedWatcherConfig.Listen, at most once at a time.
+type listening struct {
+	run    func(context.Context) error
+	log    *slog.Logger
+	cancel context.CancelFunc // of the run in progress; nil: none
+	done   chan struct{}
+}
+
+func (l *listening) running() bool { return l.cancel != nil }
+
+func (l *listening) start(ctx context.Context) {
+	if l.run == nil || l.running() {
+		return
+	}
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		if err := l.run(ctx); err != nil {
+			l.log.Warn("listening for notifications failed", "error", err)
+		}
+	}(l.done)
+}
+
+// stop ends the run in progress, if any, and waits for it.
+func (l *listening) stop() {
+	if !l.running() {
+		return
+	}
+	l.cancel()
+	<-l.done
+	l.cancel, l.done = nil, nil
 }
 
 // feedPollTimeout bounds one poll of the watcher.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/app/query"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
@@ -128,6 +130,48 @@ func TestFeedWatcherPollsUntilNotifiedEventsAreReadable(t *testing.T) {
 	require.False(t, closedWithin(mine, 50*time.Millisecond), "not readable while the older transaction runs")
 	require.NoError(t, older.Commit())
 	require.True(t, closedWithin(mine, 10*time.Second), "woken without another notification, long before the fallback")
+}
+
+// With Listen (an API instance's notifier), the watcher listens only
+// while someone waits and for the linger after: the notifications wake the
+// waiters (the fallback is an hour), and an instance without waiters holds
+// no LISTEN session, so no commit sends it a notification.
+func TestFeedWatcherListensOnlyWhileSomeoneWaits(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	f := setup(t, urls)
+	notifier, err := projector.NewNotifier(urls.EventStore, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	w, err := pubsub.NewFeedWatcher(pubsub.FeedWatcherConfig{DB: f.ES.DB, Changed: notifier.AnyChanged, Fallback: time.Hour,
+		Listen: notifier.Run, ListenLinger: 10 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	listeners := func() int {
+		var n int
+		require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
+			projector.NotifyApplicationName).Scan(&n))
+		return n
+	}
+
+	for range 2 {
+		first, stopFirst := w.Watch(f.MerchantID)
+		require.True(t, closedWithin(first, 10*time.Second), "the first poll wakes every waiter")
+		require.Eventually(t, func() bool { return listeners() == 1 }, 10*time.Second, 5*time.Millisecond, "it listens while someone waits")
+		// Once it listens, a waiter is woken by a commit's notification
+		// (and by the first notification after LISTEN, at the latest).
+		mine, stop := w.Watch(f.MerchantID)
+		stopFirst()
+		f.CreateOrder(t)
+		require.True(t, closedWithin(mine, 10*time.Second), "the commit's notification wakes the waiter")
+		stop()
+		require.Eventually(t, func() bool { return listeners() == 0 }, 10*time.Second, 5*time.Millisecond, "it stops listening after the linger")
+	}
 }
 
 // The feed's page and the watcher's poll stay index scans in order on a

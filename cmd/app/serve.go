@@ -184,6 +184,8 @@ type wiring struct {
 	// their terms opens its own.
 	notifier    *projector.Notifier
 	feedWatcher *pubsub.FeedWatcher
+	// notifierOnDemand: the feed's watcher runs the notifier (mode api).
+	notifierOnDemand bool
 	// reads routes the API's GETs to the read replicas (routeReads,
 	// replicas.go); nil without a replica setting.
 	reads *replicas.Router
@@ -201,8 +203,14 @@ func (w *wiring) wireEventFeed(cfg Config, dbs databases, log *slog.Logger) erro
 	if w.notifier, err = projector.NewNotifier(cfg.DatabaseURL, log); err != nil {
 		return err
 	}
-	w.feedWatcher, err = pubsub.NewFeedWatcher(pubsub.FeedWatcherConfig{
-		DB: dbs.es.DB, Changed: w.notifier.AnyChanged, Fallback: cfg.PollInterval, Log: log})
+	watch := pubsub.FeedWatcherConfig{DB: dbs.es.DB, Changed: w.notifier.AnyChanged, Fallback: cfg.PollInterval, Log: log}
+	if cfg.Mode == ModeAPI {
+		// The feed is the only reader of notifications in mode api: its
+		// watcher listens while long polls wait, so that an API instance
+		// without them receives no notification per commit.
+		watch.Listen, w.notifierOnDemand = w.notifier.Run, true
+	}
+	w.feedWatcher, err = pubsub.NewFeedWatcher(watch)
 	if err != nil {
 		return err
 	}
@@ -216,13 +224,15 @@ func (w *wiring) wireEventFeed(cfg Config, dbs databases, log *slog.Logger) erro
 }
 
 // runNotifications runs the notifier and the event feed's watcher until ctx
-// ends.
+// ends (in mode api, the watcher runs the notifier while long polls wait).
 func (w wiring) runNotifications(ctx context.Context) error {
 	if w.notifier == nil {
 		return nil
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return w.notifier.Run(gctx) })
+	if !w.notifierOnDemand {
+		g.Go(func() error { return w.notifier.Run(gctx) })
+	}
 	g.Go(func() error { return w.feedWatcher.Run(gctx) })
 	return g.Wait()
 }
