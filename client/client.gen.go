@@ -8560,7 +8560,7 @@ type ClientInterface interface {
 
 	// CreatePlanWithBody Create a service plan
 	//
-	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...). A customer who was erased answers 409.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -8569,7 +8569,7 @@ type ClientInterface interface {
 
 	// CreatePlan Create a service plan
 	//
-	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...). A customer who was erased answers 409.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -9931,7 +9931,7 @@ func (c *Client) ListPlans(ctx context.Context, params *ListPlansParams, reqEdit
 
 // CreatePlanWithBody Create a service plan
 //
-// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...). A customer who was erased answers 409.
 //
 // Takes any type of body and a specified content type.
 //
@@ -9950,7 +9950,7 @@ func (c *Client) CreatePlanWithBody(ctx context.Context, params *CreatePlanParam
 
 // CreatePlan Create a service plan
 //
-// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...). A customer who was erased answers 409.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -16866,7 +16866,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreatePlanWithBodyWithResponse Create a service plan
 	//
-	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...). A customer who was erased answers 409.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -16875,7 +16875,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreatePlanWithResponse Create a service plan
 	//
-	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+	// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...). A customer who was erased answers 409.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -33869,7 +33869,7 @@ func (c *ClientWithResponses) ListPlansWithResponse(ctx context.Context, params 
 
 // CreatePlanWithBodyWithResponse Create a service plan
 //
-// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...). A customer who was erased answers 409.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -33884,7 +33884,7 @@ func (c *ClientWithResponses) CreatePlanWithBodyWithResponse(ctx context.Context
 
 // CreatePlanWithResponse Create a service plan
 //
-// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...).
+// One transaction: the customer, catalog item and preferred staff member are checked and ServicePlanCreated is appended, or nothing is. The plan takes the merchant's time zone. Bad input answers 422 naming each field (a recurrence with no visit, an end before the start, a window ending before it starts or past 24:00, ...). A customer who was erased answers 409.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"hearth/domain/apperr"
 	"hearth/domain/civil"
@@ -110,6 +111,12 @@ func refsOfPlan(ctx context.Context, s Session, customerID, catalogItemID, staff
 			return 0, err
 		} else if !found {
 			errs.Add("customer_id", "no customer %s in this merchant", customerID)
+		} else if erased, err := s.CustomerErased(ctx, customerID); err != nil {
+			return 0, err
+		} else if erased {
+			// Its visits could never be generated (an order holds personal
+			// data, and an erased customer has no key to seal it with).
+			return 0, &apperr.ConflictError{Detail: fmt.Sprintf("customer %s was erased: no service plan can be made for them", customerID)}
 		}
 	}
 	if uuid.Valid(catalogItemID) {

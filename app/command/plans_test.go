@@ -50,6 +50,20 @@ func TestCreatePlan(t *testing.T) {
 	require.EqualValues(t, price, created.Terms.PriceCents)
 }
 
+// A plan for an erased customer is refused as a conflict, and nothing is
+// appended: its visits could never be generated.
+func TestCreatePlanForAnErasedCustomerIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.tx.EraseCustomer(e.merchant, e.customer)
+	before := e.tx.Position()
+	_, err := e.planHandlers(t).Create(t.Context(), weeklyPlan(e))
+	var conflict *apperr.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Contains(t, conflict.Detail, "was erased")
+	e.unchanged(t, before)
+}
+
 // The visit generator on the in-memory store: one order per visit, the
 // preferred staff member booked, nothing more on a second run.
 func TestVisitGeneratorInMemory(t *testing.T) {

@@ -53,6 +53,7 @@ type ref struct {
 	active bool
 	price  int64
 	kind   string
+	erased bool
 }
 
 // New returns an empty store.
@@ -70,6 +71,16 @@ func (t *Transactor) SetTimeZone(merchantID, name string) {
 // AddCustomer adds a customer of the merchant.
 func (t *Transactor) AddCustomer(merchantID, id, name string) {
 	t.putRef(merchantID, id, ref{kind: "customer", name: name})
+}
+
+// EraseCustomer marks a customer of the merchant erased (the row stays,
+// as the event store's erasure leaves it).
+func (t *Transactor) EraseCustomer(merchantID, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.refs[merchantID+"/"+id]
+	r.erased = true
+	t.refs[merchantID+"/"+id] = r
 }
 
 // AddStaff adds a staff member of the merchant.
@@ -373,9 +384,12 @@ func (s *session) Customer(_ context.Context, id string) (string, bool, error) {
 	return r.name, ok, nil
 }
 
-// CustomerErased: the fake erases nobody (erasure is the event store's,
-// tested on it).
-func (s *session) CustomerErased(context.Context, string) (bool, error) { return false, nil }
+// CustomerErased reports EraseCustomer's mark (erasure itself is the event
+// store's, tested on it).
+func (s *session) CustomerErased(_ context.Context, id string) (bool, error) {
+	r, ok := s.reference("customer", id)
+	return ok && r.erased, nil
+}
 
 func (s *session) StaffActive(_ context.Context, id string) (exists, active bool, err error) {
 	r, ok := s.reference("staff", id)
