@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
@@ -294,10 +295,13 @@ func TestRelayPublishesEveryEventInOrder(t *testing.T) {
 			var terms, mirrored int
 			require.NoError(t, f.RM.DB.QueryRow(`SELECT count(*) FILTER (WHERE term = $1), count(*) FROM relay_offsets`, term).Scan(&terms, new(int)))
 			require.Equal(t, 2, terms, "orders and service_requests were recorded under the term")
-			require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM watermill_offsets_orders o
-				JOIN (SELECT max("offset") AS last FROM watermill_orders) m ON o.offset_acked = m.last
-				WHERE consumer_group = 'relay'`).Scan(&mirrored))
-			require.Equal(t, 1, mirrored, "the position is copied to the orders topic's offsets")
+			// The copy follows the save that the lag is computed from.
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				require.NoError(c, f.ES.DB.QueryRow(`SELECT count(*) FROM watermill_offsets_orders o
+					JOIN (SELECT max("offset") AS last FROM watermill_orders) m ON o.offset_acked = m.last
+					WHERE consumer_group = 'relay'`).Scan(&mirrored))
+				assert.Equal(c, 1, mirrored, "the position is copied to the orders topic's offsets")
+			}, 10*time.Second, 10*time.Millisecond)
 
 			info, err := f.js.StreamInfo(stream)
 			require.NoError(t, err)
