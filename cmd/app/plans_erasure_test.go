@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,7 +13,10 @@ import (
 	"hearth/app/command"
 	"hearth/app/ops"
 	"hearth/app/query"
+	"hearth/domain/civil"
+	"hearth/domain/event"
 	"hearth/domain/plan"
+	"hearth/domain/uuid"
 	"hearth/internal/keyring"
 )
 
@@ -65,12 +69,23 @@ func TestErasureEndsPlansAndGeneratorSkipsThem(t *testing.T) {
 	}
 	require.Equal(t, []any{float64(0), float64(1)}, plansEnded, "the first pass ended the plan, the second found it ended (newest first)")
 
-	// A plan created for the erased customer afterwards (plans carry no
-	// personal data), and the ended one: no attempt, run after run.
+	// A new plan for the erased customer is refused. One that reached the
+	// store anyway (its transaction raced the erasure's) and the ended
+	// one: no attempt, run after run.
 	item := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "After erasure", "base_price_cents": 100})
-	later := a.must(http.StatusCreated, http.MethodPost, "/v1/plans", a.opA, map[string]any{
+	start := e.now.AddDate(0, 0, 2)
+	refused := a.must(http.StatusConflict, http.MethodPost, "/v1/plans", a.opA, map[string]any{
 		"customer_id": customer, "catalog_item_id": item, "window": map[string]any{"start": "09:00", "end": "10:00"},
-		"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": e.now.AddDate(0, 0, 2).Format("2006-01-02"), "count": 3}}).Body["id"].(string)
+		"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": start.Format(time.DateOnly), "count": 3}})
+	require.Contains(t, refused.Body["detail"], "was erased")
+	later := uuid.New()
+	raced, err := plan.New(plan.NewPlan{ID: later, CustomerID: customer, CatalogItemID: item, TimeZone: "UTC", Terms: plan.Terms{
+		PriceCents: 100, Window: plan.Window{Start: civil.At(9, 0), End: civil.At(10, 0)},
+		Recurrence: plan.Recurrence{Frequency: plan.Weekly, Interval: 1, Start: civil.DateOf(start, time.UTC), Count: 3}}}, e.now)
+	require.NoError(t, err)
+	_, err = tx.Run(t.Context(), event.Meta{MerchantID: a.merchantA, Actor: "test", CorrelationID: uuid.New(), OccurredAt: e.now},
+		func(_ context.Context, s command.Session) error { s.AddServicePlan(raced); return nil })
+	require.NoError(t, err)
 	attempts = 0
 	events := a.events("")
 	for range 2 {
