@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -12,6 +14,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 
 	"hearth/internal/tracing"
 )
@@ -95,7 +98,73 @@ func loadTracing(getenv func(string) string, errs *[]error) Tracing {
 	}
 	t.ServiceName = getenv("OTEL_SERVICE_NAME")
 	t.Sampler = sampler(getenv("OTEL_TRACES_SAMPLER"), getenv("OTEL_TRACES_SAMPLER_ARG"), errs)
+	if t.Exporter == tracing.ExporterOTLP {
+		for _, prefix := range []string{"OTEL_EXPORTER_OTLP_", "OTEL_EXPORTER_OTLP_TRACES_"} {
+			checkOTLPExporter(getenv, prefix, errs)
+		}
+	}
 	return t
+}
+
+// checkOTLPExporter checks the OTLP exporter's own settings under prefix,
+// which the exporter reads itself: it skips a value it cannot read with
+// no more than a log line (a header dropped, a CA file ignored, so the
+// system's roots are trusted instead), where Hearth stops at start-up and
+// names it. It reads them as the exporter does. A header's value is never
+// repeated in a message: it is often a credential.
+func checkOTLPExporter(getenv func(string) string, prefix string, errs *[]error) {
+	get := func(name string) (string, string) {
+		return prefix + name, strings.TrimSpace(getenv(prefix + name))
+	}
+	if name, v := get("HEADERS"); v != "" {
+		for i, pair := range strings.Split(v, ",") {
+			key, value, found := strings.Cut(pair, "=")
+			key = strings.TrimSpace(key)
+			_, err := url.PathUnescape(value)
+			if !found || !httpguts.ValidHeaderFieldName(key) || err != nil {
+				*errs = append(*errs, fmt.Errorf("%s: entry %d (key %q) must be key=value, a header name and its URL-encoded value, entries separated by commas", name, i+1, key))
+			}
+		}
+	}
+	if name, v := get("TIMEOUT"); v != "" {
+		if ms, err := strconv.Atoi(v); err != nil || ms < 0 {
+			*errs = append(*errs, fmt.Errorf("%s=%q: must be a whole number of milliseconds, such as 10000", name, v))
+		}
+	}
+	if name, v := get("COMPRESSION"); v != "" && v != "gzip" && v != "none" {
+		*errs = append(*errs, fmt.Errorf("%s=%q: must be gzip or none", name, v))
+	}
+	if name, v := get("INSECURE"); v != "" && !strings.EqualFold(v, "true") && !strings.EqualFold(v, "false") {
+		*errs = append(*errs, fmt.Errorf("%s=%q: must be true or false", name, v))
+	}
+	if name, v := get("CERTIFICATE"); v != "" {
+		if pem, err := os.ReadFile(v); err != nil {
+			*errs = append(*errs, fmt.Errorf("%s=%q: %w", name, v, err))
+		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			*errs = append(*errs, fmt.Errorf("%s=%q: holds no PEM certificate", name, v))
+		}
+	}
+	certName, cert := get("CLIENT_CERTIFICATE")
+	keyName, key := get("CLIENT_KEY")
+	switch {
+	case cert == "" && key == "":
+	case cert == "" || key == "":
+		*errs = append(*errs, fmt.Errorf("%s and %s: set both or neither", certName, keyName))
+	default:
+		certPEM, err := os.ReadFile(cert)
+		if err != nil {
+			*errs = append(*errs, fmt.Errorf("%s=%q: %w", certName, cert, err))
+			return
+		}
+		keyPEM, err := os.ReadFile(key)
+		if err != nil {
+			*errs = append(*errs, fmt.Errorf("%s=%q: %w", keyName, key, err))
+			return
+		}
+		if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+			*errs = append(*errs, fmt.Errorf("%s and %s: not a certificate and its key: %w", certName, keyName, err))
+		}
+	}
 }
 
 // sampler reads OTEL_TRACES_SAMPLER and its argument.

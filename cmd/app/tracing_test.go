@@ -2,14 +2,24 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"database/sql"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"io"
 	"log/slog"
+	"maps"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -246,6 +256,71 @@ func TestLoadTracing(t *testing.T) {
 		}
 		require.ErrorContains(t, err, c.want, name)
 	}
+}
+
+// The OTLP exporter's own settings, which it would skip with a log line,
+// stop Hearth at start-up when exporting over OTLP, each named, and a
+// header's value is never repeated; good ones pass, and tracing off leaves
+// them unread.
+func TestLoadTracingChecksTheExportersOwnSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile, notPEM := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "notes.txt")
+	writeCertificate(t, certFile, keyFile)
+	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
+	load := func(vars map[string]string) error {
+		var errs []error
+		loadTracing(env(vars), &errs)
+		return errors.Join(errs...)
+	}
+	otlp := func(more map[string]string) map[string]string {
+		vars := map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}
+		maps.Copy(vars, more)
+		return vars
+	}
+
+	require.NoError(t, load(otlp(map[string]string{
+		"OTEL_EXPORTER_OTLP_HEADERS": "api-key=abc%20def, X-Tenant = 1", "OTEL_EXPORTER_OTLP_TIMEOUT": "5000",
+		"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "gzip", "OTEL_EXPORTER_OTLP_INSECURE": "TRUE",
+		"OTEL_EXPORTER_OTLP_CERTIFICATE": certFile, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": certFile, "OTEL_EXPORTER_OTLP_CLIENT_KEY": keyFile})))
+	require.NoError(t, load(map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}), "unread while tracing is off")
+
+	for name, c := range map[string]struct {
+		vars map[string]string
+		want string
+	}{
+		"header without =":  {map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "api-key=secret-value,broken"}, `OTEL_EXPORTER_OTLP_HEADERS: entry 2 (key "broken") must be key=value`},
+		"header name":       {map[string]string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "bad key=secret-value"}, `OTEL_EXPORTER_OTLP_TRACES_HEADERS: entry 1 (key "bad key")`},
+		"header value":      {map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "api-key=secret-value%zz"}, `OTEL_EXPORTER_OTLP_HEADERS: entry 1 (key "api-key")`},
+		"timeout":           {map[string]string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "10s"}, `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="10s": must be a whole number of milliseconds`},
+		"negative timeout":  {map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "-1"}, `OTEL_EXPORTER_OTLP_TIMEOUT="-1"`},
+		"compression":       {map[string]string{"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, `OTEL_EXPORTER_OTLP_COMPRESSION="zstd": must be gzip or none`},
+		"insecure":          {map[string]string{"OTEL_EXPORTER_OTLP_INSECURE": "yes"}, `OTEL_EXPORTER_OTLP_INSECURE="yes": must be true or false`},
+		"no CA file":        {map[string]string{"OTEL_EXPORTER_OTLP_CERTIFICATE": filepath.Join(dir, "missing.pem")}, `OTEL_EXPORTER_OTLP_CERTIFICATE="` + filepath.Join(dir, "missing.pem") + `": open`},
+		"CA not PEM":        {map[string]string{"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": notPEM}, `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE="` + notPEM + `": holds no PEM certificate`},
+		"client cert alone": {map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": certFile}, `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY: set both or neither`},
+		"client pair":       {map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": certFile, "OTEL_EXPORTER_OTLP_CLIENT_KEY": notPEM}, `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY: not a certificate and its key`},
+		"by its endpoint":   {map[string]string{"OTEL_TRACES_EXPORTER": "", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}, `OTEL_EXPORTER_OTLP_TIMEOUT="soon"`},
+	} {
+		err := load(otlp(c.vars))
+		require.ErrorContains(t, err, c.want, name)
+		require.NotContains(t, err.Error(), "secret-value", "%s: a header's value is not repeated", name)
+	}
+}
+
+// writeCertificate writes a self-signed certificate and its key, PEM.
+func writeCertificate(t *testing.T, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "collector"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
 }
 
 // Hearth started with tracing on exports its spans over OTLP/HTTP, and
