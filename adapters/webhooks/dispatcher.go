@@ -630,7 +630,10 @@ func failPending(endpointID, why string) statement {
 // costs about as much however long the endpoint's queue is, as long as it
 // is moving.
 // The rows are updated and the events read by key (= ANY, LATERAL): joined,
-// the planner may scan the whole table for a few rows.
+// the planner may scan the whole table for a few rows. The LATERAL
+// subquery's LIMIT 1 (event ids are unique) keeps it from being flattened
+// into such a join: flattened, with statistics that had not yet seen the
+// events table grow, the claim hashed the whole table in every round.
 const claimSQL = `WITH due AS (
 	SELECT d.id FROM webhook_deliveries d
 	WHERE d.endpoint_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= now()
@@ -652,7 +655,7 @@ SELECT c.id, c.event_id, c.ping_payload, c.again, c.attempts, c.first_attempt_at
        coalesce(c.trace_parent, ''),
        e.position, e.stream_type, e.stream_id, e.version, e.merchant_id, e.type, e.data, e.occurred_at,
        e.correlation_id, e.causation_id, e.actor
-FROM claimed c LEFT JOIN LATERAL (SELECT * FROM events WHERE event_id = c.event_id AND c.ping_payload IS NULL) e ON true`
+FROM claimed c LEFT JOIN LATERAL (SELECT * FROM events WHERE event_id = c.event_id AND c.ping_payload IS NULL LIMIT 1) e ON true`
 
 // readClaims reads what claimSQL returns.
 func readClaims(rows pgx.Rows, dec aggregates.Decoders) ([]claim, error) {
@@ -817,18 +820,30 @@ func (d *Dispatcher) judge(c claim, o Outcome) result {
 }
 
 // recordSQL records results, from one array per column.
+//
+// Both statements find their rows by key and only then check that they
+// are still pending, against (SELECT 'pending') rather than the literal:
+// with the literal the planner may read the rows through the partial
+// indexes of pending rows (their predicate is the same condition) and
+// test every pending row against the ids. The table's statistics are
+// easily stale about pending rows (autovacuum re-analyses it after a tenth
+// of it changed, and most of it is finished deliveries kept for
+// WEBHOOK_DELIVERY_KEEP), so a backlog that built up since reads as a few
+// rows, and each round of its drain then read the whole backlog: a drain
+// slowed with the square of its length. TestRecordingReadsTheRowsByKey.
 const recordSQL = `UPDATE webhook_deliveries d SET status = r.status,
 	next_attempt_at = CASE WHEN r.status = 'pending' THEN now() + r.wait_ms * interval '1 millisecond' ELSE d.next_attempt_at END,
 	response_status = nullif(r.code, 0), latency_ms = r.latency_ms, error = r.err,
 	completed_at = CASE WHEN r.status = 'pending' THEN NULL ELSE now() END
 FROM unnest($1::text[]::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[])
      AS r(id, status, wait_ms, code, latency_ms, err)
-WHERE d.id = ANY ($1::text[]::uuid[]) AND d.id = r.id AND d.status = 'pending'`
+WHERE d.id = ANY ($1::text[]::uuid[]) AND d.id = r.id AND d.status = (SELECT 'pending')`
 
 // releaseSQL puts claims back, untried: due at once, the attempt uncounted.
+// By key, as recordSQL.
 const releaseSQL = `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = now(),
 	first_attempt_at = CASE WHEN attempts = 1 THEN NULL ELSE first_attempt_at END
-WHERE id = ANY ($1::text[]::uuid[]) AND status = 'pending' AND attempts > 0`
+WHERE id = ANY ($1::text[]::uuid[]) AND status = (SELECT 'pending') AND attempts > 0`
 
 // recordStatements store results, and disable the endpoint when one says
 // so (then its pending deliveries fail).

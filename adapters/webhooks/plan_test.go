@@ -18,7 +18,8 @@ import (
 // and its log are: on a queue of 5,000 pending deliveries and a log of
 // 100,000 finished ones, with the generic plan a prepared statement gets,
 // it reads the pending rows in order through their index and checks each
-// with one probe by aggregate, and reads no table whole.
+// with one probe by aggregate, reads each claimed delivery's event by key,
+// and reads no table whole.
 func TestClaimPlan(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
@@ -49,6 +50,60 @@ func TestClaimPlan(t *testing.T) {
 	require.NotContains(t, text, "Seq Scan on webhook_deliveries", text)
 	require.Contains(t, text, "Index Scan using webhook_deliveries_pending", text)
 	require.Regexp(t, `Index Cond: \(\(endpoint_id = \$1\) AND \(aggregate_id = d\.aggregate_id\)\)`, text, "one probe per row, by aggregate")
+	require.NotContains(t, text, "Seq Scan on events", text)
+	require.Contains(t, text, "Index Scan using events_event_id_key on events", text, "each claimed delivery's event read by key")
+}
+
+// Recording a round's results (and putting claims back) reads its rows by
+// key, however stale the statistics are about pending rows: analysed when
+// none was pending, a backlog of 5,000 since reads as a few rows, and a
+// plan through the partial indexes of pending rows would test every one of
+// them against the ids, in every round of the drain.
+func TestRecordingReadsTheRowsByKey(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	ctx := context.Background()
+	conn, err := db.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	merchant, endpoint := uuid.New(), uuid.New()
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO merchants (id, name) VALUES ($1, $2)`, []any{merchant, "m-" + merchant}},
+		{`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at) VALUES ($1, $2, 'https://example.com/', $3, now(), now())`,
+			[]any{endpoint, merchant, webhook.NewSecret()}},
+		{`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, status, completed_at)
+			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 'succeeded', now() FROM generate_series(1, 20000)`, []any{endpoint, merchant}},
+		{`ANALYZE webhook_deliveries`, nil},
+		{`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, attempts)
+			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 1 FROM generate_series(1, 5000)`, []any{endpoint, merchant}},
+		{`SET plan_cache_mode = force_generic_plan`, nil},
+		{`PREPARE record(text[], text[], bigint[], int[], float8[], text[]) AS ` + recordSQL, nil},
+		{`PREPARE release(text[]) AS ` + releaseSQL, nil},
+	} {
+		_, err := conn.ExecContext(ctx, q.sql, q.args...)
+		require.NoError(t, err, q.sql)
+	}
+	var ids string
+	require.NoError(t, conn.QueryRowContext(ctx, `SELECT array_agg(id::text)::text FROM
+		(SELECT id FROM webhook_deliveries WHERE status = 'pending' ORDER BY seq DESC LIMIT 32) x`).Scan(&ids))
+	for _, execute := range []string{
+		`EXECUTE record('` + ids + `', array_fill('succeeded'::text, ARRAY[32]), array_fill(0::bigint, ARRAY[32]),
+			array_fill(204, ARRAY[32]), array_fill(1.5::float8, ARRAY[32]), array_fill(''::text, ARRAY[32]))`,
+		`EXECUTE release('` + ids + `')`,
+	} {
+		_, err := conn.ExecContext(ctx, "BEGIN")
+		require.NoError(t, err)
+		text := strings.Join(column(t, conn, "EXPLAIN (ANALYZE, TIMING OFF) "+execute), "\n")
+		_, err = conn.ExecContext(ctx, "ROLLBACK")
+		require.NoError(t, err)
+		require.Contains(t, text, "webhook_deliveries_pkey", text)
+		require.NotContains(t, text, "webhook_deliveries_pending", text)
+		require.NotContains(t, text, "webhook_deliveries_queue", text)
+		require.NotContains(t, text, "Seq Scan on webhook_deliveries", text)
+	}
 }
 
 // The dispatcher's looks for endpoints (the rescan, and the look after a
