@@ -52,7 +52,13 @@ func (n *notifications) notify() {
 // ends.
 func runWatcher(t *testing.T, f fixture, n *notifications) *pubsub.FeedWatcher {
 	t.Helper()
-	w, err := pubsub.NewFeedWatcher(pubsub.FeedWatcherConfig{DB: f.ES.DB, Changed: n.Changed, Fallback: time.Hour})
+	return startWatcher(t, pubsub.FeedWatcherConfig{DB: f.ES.DB, Changed: n.Changed, Fallback: time.Hour})
+}
+
+// startWatcher runs a watcher of cfg until the test ends.
+func startWatcher(t *testing.T, cfg pubsub.FeedWatcherConfig) *pubsub.FeedWatcher {
+	t.Helper()
+	w, err := pubsub.NewFeedWatcher(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -142,16 +148,8 @@ func TestFeedWatcherListensOnlyWhileSomeoneWaits(t *testing.T) {
 	f := setup(t, urls)
 	notifier, err := projector.NewNotifier(urls.EventStore, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	w, err := pubsub.NewFeedWatcher(pubsub.FeedWatcherConfig{DB: f.ES.DB, Changed: notifier.AnyChanged, Fallback: time.Hour,
+	w := startWatcher(t, pubsub.FeedWatcherConfig{DB: f.ES.DB, Changed: notifier.AnyChanged, Fallback: time.Hour,
 		Listen: notifier.Run, ListenLinger: 10 * time.Millisecond})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
 	listeners := func() int {
 		var n int
 		require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,

@@ -23,29 +23,10 @@ import (
 func TestClaimPlan(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
-	ctx := context.Background()
-	conn, err := db.DB.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	merchant, endpoint := uuid.New(), uuid.New()
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO merchants (id, name) VALUES ($1, $2)`, []any{merchant, "m-" + merchant}},
-		{`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at) VALUES ($1, $2, 'https://example.com/', $3, now(), now())`,
-			[]any{endpoint, merchant, webhook.NewSecret()}},
-		{`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, status, completed_at)
-			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 'succeeded', now() FROM generate_series(1, 100000)`, []any{endpoint, merchant}},
-		{`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
-			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), v FROM generate_series(1, 1000) a, generate_series(1, 5) v`, []any{endpoint, merchant}},
-		{`ANALYZE webhook_deliveries`, nil},
-		{`SET plan_cache_mode = force_generic_plan`, nil},
-		{`PREPARE claim(uuid, int, bigint, boolean) AS ` + claimSQL, nil},
-	} {
-		_, err := conn.ExecContext(ctx, q.sql, q.args...)
-		require.NoError(t, err, q.sql)
-	}
+	conn, endpoint := endpointWithLog(t, db.DB, 100000,
+		`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), v FROM generate_series(1, 1000) a, generate_series(1, 5) v`,
+		`ANALYZE webhook_deliveries`, `SET plan_cache_mode = force_generic_plan`, `PREPARE claim(uuid, int, bigint, boolean) AS `+claimSQL)
 	text := strings.Join(column(t, conn, "EXPLAIN EXECUTE claim('"+endpoint+"', 32, 15000, true)"), "\n")
 	require.NotContains(t, text, "Seq Scan on webhook_deliveries", text)
 	require.Contains(t, text, "Index Scan using webhook_deliveries_pending", text)
@@ -63,29 +44,11 @@ func TestRecordingReadsTheRowsByKey(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
 	ctx := context.Background()
-	conn, err := db.DB.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	merchant, endpoint := uuid.New(), uuid.New()
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO merchants (id, name) VALUES ($1, $2)`, []any{merchant, "m-" + merchant}},
-		{`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at) VALUES ($1, $2, 'https://example.com/', $3, now(), now())`,
-			[]any{endpoint, merchant, webhook.NewSecret()}},
-		{`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, status, completed_at)
-			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 'succeeded', now() FROM generate_series(1, 20000)`, []any{endpoint, merchant}},
-		{`ANALYZE webhook_deliveries`, nil},
-		{`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, attempts)
-			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 1 FROM generate_series(1, 5000)`, []any{endpoint, merchant}},
-		{`SET plan_cache_mode = force_generic_plan`, nil},
-		{`PREPARE record(text[], text[], bigint[], int[], float8[], text[]) AS ` + recordSQL, nil},
-		{`PREPARE release(text[]) AS ` + releaseSQL, nil},
-	} {
-		_, err := conn.ExecContext(ctx, q.sql, q.args...)
-		require.NoError(t, err, q.sql)
-	}
+	conn, _ := endpointWithLog(t, db.DB, 20000, `ANALYZE webhook_deliveries`,
+		`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, attempts)
+			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 1 FROM generate_series(1, 5000)`,
+		`SET plan_cache_mode = force_generic_plan`,
+		`PREPARE record(text[], text[], bigint[], int[], float8[], text[]) AS `+recordSQL, `PREPARE release(text[]) AS `+releaseSQL)
 	var ids string
 	require.NoError(t, conn.QueryRowContext(ctx, `SELECT array_agg(id::text)::text FROM
 		(SELECT id FROM webhook_deliveries WHERE status = 'pending' ORDER BY seq DESC LIMIT 32) x`).Scan(&ids))
@@ -188,6 +151,36 @@ func (n planNode) rowsOf(table string) int {
 }
 
 // column is the one column of what query returns on conn.
+// endpointWithLog makes a merchant and an endpoint with a log of finished
+// deliveries, then runs then on a connection of db's, which it returns with
+// the endpoint: an INSERT of then gets the endpoint and the merchant as $1
+// and $2.
+func endpointWithLog(t *testing.T, db *sql.DB, finished int, then ...string) (*sql.Conn, string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	merchant, endpoint := uuid.New(), uuid.New()
+	_, err = conn.ExecContext(ctx, `INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchant, "m-"+merchant)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at)
+		VALUES ($1, $2, 'https://example.com/', $3, now(), now())`, endpoint, merchant, webhook.NewSecret())
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, `INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, status, completed_at)
+		SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 'succeeded', now() FROM generate_series(1, $3)`, endpoint, merchant, finished)
+	require.NoError(t, err)
+	for _, q := range then {
+		var args []any
+		if strings.HasPrefix(q, "INSERT") {
+			args = []any{endpoint, merchant}
+		}
+		_, err := conn.ExecContext(ctx, q, args...)
+		require.NoError(t, err, q)
+	}
+	return conn, endpoint
+}
+
 func column(t *testing.T, conn *sql.Conn, query string) []string {
 	t.Helper()
 	rows, err := conn.QueryContext(context.Background(), query)
