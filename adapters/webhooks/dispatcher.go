@@ -496,6 +496,14 @@ func (d *Dispatcher) inTx(ctx context.Context, fn func(ctx context.Context, tx *
 	return n, readmodel.StaleTerm(tx.Commit())
 }
 
+// customPlans has a round's statements planned for the table as it is at
+// each execution. A prepared statement's cached generic plan is kept until
+// the table is analysed again: one made while the table was young (a new
+// installation's first deliveries) scanned the whole table for a round's
+// few rows once it had grown, in every round, until autovacuum came by.
+// Planning the round's few statements costs less than one such scan.
+const customPlans = "SET LOCAL plan_cache_mode = force_custom_plan"
+
 // round is one transaction of a worker, sent as one pgx batch (one round
 // trip): BEGIN with the fencing check, the results of the round before
 // (disabling the endpoint when one says so), the endpoint, the claim of
@@ -512,6 +520,7 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 	err = database.WithConn(ctx, d.cfg.DB, func(conn *pgx.Conn) error {
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
+		b.Queue(customPlans)
 		if fenced {
 			b.Queue(fence)
 		}
@@ -558,8 +567,10 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 
 // readRound reads the answers of round's batch, in its order.
 func (d *Dispatcher) readRound(br pgx.BatchResults, endpointID string, fenced bool, record []statement, tgt *target, claims *[]claim) error {
-	if _, err := br.Exec(); err != nil {
-		return err
+	for range 2 { // BEGIN, customPlans
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
 	if fenced {
 		if _, err := br.Exec(); err != nil {

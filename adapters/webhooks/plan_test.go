@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
+	"hearth/internal/database"
 	"hearth/internal/pgtest"
 )
 
@@ -33,6 +35,63 @@ func TestClaimPlan(t *testing.T) {
 	require.Regexp(t, `Index Cond: \(\(endpoint_id = \$1\) AND \(aggregate_id = d\.aggregate_id\)\)`, text, "one probe per row, by aggregate")
 	require.NotContains(t, text, "Seq Scan on events", text)
 	require.Contains(t, text, "Index Scan using events_event_id_key on events", text, "each claimed delivery's event read by key")
+}
+
+// A round reads no table whole, whatever plan its connection cached: a
+// generic plan made while the table was young (a new installation's first
+// deliveries) is kept until the table is analysed again, and it scanned the
+// whole table, for the first pending delivery of each aggregate and for the
+// rows to claim, once the table had grown. Here the connection caches
+// generic plans only, and the round's statements are prepared while the
+// endpoint has 10 deliveries; its next round, on 20,000, must not scan
+// the table (the server's count of sequential scans).
+func TestRoundIsPlannedForTheTableAsItIs(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	db := pgtest.Open(t, url)
+	ctx := context.Background()
+	_, endpoint := endpointWithLog(t, db.DB, 10, `ANALYZE webhook_deliveries`)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	// One connection: the round's statements are prepared on it, and their
+	// plans cached there.
+	one, err := database.OpenSQL(ctx, url+sep+"options=-c%20plan_cache_mode%3Dforce_generic_plan", 1, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = one.Close() })
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sender, err := NewSender(SenderConfig{Timeout: time.Second, AllowPrivate: true})
+	require.NoError(t, err)
+	d, err := NewDispatcher(runCtx, DispatcherConfig{DB: one, Sender: sender, Secrets: testKeys, Keep: time.Hour,
+		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
+		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
+	require.NoError(t, err)
+
+	_, _, _, err = d.round(ctx, endpoint, nil, true)
+	require.NoError(t, err)
+	_, err = db.DB.ExecContext(ctx, `INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, status, completed_at)
+		SELECT endpoint_id, merchant_id, gen_random_uuid(), 'order.created', gen_random_uuid(), 1, 'succeeded', now()
+		FROM webhook_deliveries, generate_series(1, 20000) LIMIT 20000`)
+	require.NoError(t, err)
+	_, err = db.DB.ExecContext(ctx, `INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+		SELECT endpoint_id, merchant_id, gen_random_uuid(), 'order.created', gen_random_uuid(), 1 FROM webhook_deliveries LIMIT 32`)
+	require.NoError(t, err)
+	// The count of sequential scans, once the round's connection has
+	// reported its own (a backend reports when it goes idle, at most once a
+	// second unless forced).
+	scans := func() (n int64) {
+		_, err := one.ExecContext(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		require.NoError(t, db.DB.QueryRowContext(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'webhook_deliveries'`).Scan(&n))
+		return n
+	}
+	before := scans()
+	claims, _, _, err := d.round(ctx, endpoint, nil, true)
+	require.NoError(t, err)
+	require.Len(t, claims, claimBatch, "the new deliveries claimed")
+	require.Equal(t, before, scans(), "sequential scans of webhook_deliveries in the round")
 }
 
 // Recording a round's results (and putting claims back) reads its rows by
