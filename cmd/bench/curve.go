@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 )
 
@@ -32,13 +33,18 @@ func (b *bench) curve(ctx context.Context) ([]row, error) {
 	var rows []row
 	for _, r := range curveRates {
 		b.progress("latency curve: %d events/s for %s after %s of warm-up, to the read model and one webhook receiver", r, curveFor, latencyWarmUp)
-		visible, hook, err := h.latency(ctx, r, curveFor)
+		visible, hook, cpu, took, err := h.latency(ctx, r, curveFor)
 		if err != nil {
 			return nil, fmt.Errorf("at %d events/s: %w", r, err)
 		}
 		b.sampleRSS(h.cmd)
-		note := fmt.Sprintf("one Hearth in mode all; %.0f events/s made; the merchant has one webhook endpoint, its deliveries of the same events in the next row",
-			float64(len(visible))/curveFor.Seconds())
+		// What each event cost, and how busy the machine was: past a rate
+		// the cores are all busy, and the latency is queueing.
+		ticks := cpu.process + cpu.postgres + cpu.bench
+		note := fmt.Sprintf("one Hearth in mode all; %.0f events/s made; the merchant has one webhook endpoint, its deliveries of the same events in the next row. "+
+			"CPU per event: %s (it is the receiver too); %.1f of %d cores busy",
+			float64(len(visible))/curveFor.Seconds(), cpu.per(float64(len(visible))),
+			float64(ticks)/clockTicks/took.Seconds(), runtime.NumCPU())
 		if r == curveTargetRate {
 			note += fmt.Sprintf("; target p99 <= %s: %s", ms(curveTarget), metOrNot(visible.pct(0.99) <= curveTarget))
 		}

@@ -144,7 +144,7 @@ func (b *bench) webhooks(ctx context.Context) ([]row, error) {
 	defer h.close()
 	db, url, cmd, fast, merchantID, customerID := h.db, h.url, h.cmd, h.receiver, h.merchantID, h.customerID
 	b.progress("webhooks: latency to one receiver, %d events/s for %s after %s of warm-up", rate, latencyFor, latencyWarmUp)
-	visible, hook, err := h.latency(ctx, rate, latencyFor)
+	visible, hook, _, _, err := h.latency(ctx, rate, latencyFor)
 	if err != nil {
 		return nil, err
 	}
@@ -262,20 +262,23 @@ func (h *hookRun) close() {
 // latency creates orders at perSecond events/s for latencyWarmUp (not
 // counted), then for d, and returns the latency of the measured ones from
 // the commit to readable in the orders read model (visible) and to the
-// receiver (hook).
-func (h *hookRun) latency(ctx context.Context, perSecond int, d time.Duration) (visible, hook stats, err error) {
+// receiver (hook), and the CPU each party spent meanwhile (the bench is
+// the load generator and the receiver), over took (d, and the wait for
+// the last arrivals).
+func (h *hookRun) latency(ctx context.Context, perSecond int, d time.Duration) (visible, hook stats, cpu cpuSpent, took time.Duration, err error) {
 	warm := newArrivals()
 	h.receiver.measure(warm)
 	if err := loadOrders(ctx, h.db, h.url, perSecond, latencyWarmUp, h.merchantID, h.customerID, newArrivals(), warm); err != nil {
-		return nil, nil, fmt.Errorf("warm-up: %w", err)
+		return nil, nil, cpu, 0, fmt.Errorf("warm-up: %w", err)
 	}
 	h.b.progress("webhooks warm-up at %d events/s (not counted): %s", perSecond, warm.latencies())
 	v, k := newArrivals(), newArrivals()
 	h.receiver.measure(k)
+	before, from := cpuNow(h.cmd.Process.Pid), time.Now()
 	if err := loadOrders(ctx, h.db, h.url, perSecond, d, h.merchantID, h.customerID, v, k); err != nil {
-		return nil, nil, err
+		return nil, nil, cpu, 0, err
 	}
-	return v.latencies(), k.latencies(), nil
+	return v.latencies(), k.latencies(), cpuNow(h.cmd.Process.Pid).since(before), time.Since(from), nil
 }
 
 // awaitMetric waits until the /metrics of the admin listener at admin

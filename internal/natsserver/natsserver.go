@@ -124,6 +124,16 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 }
 
 // URL is the client URL of the server.
+// Pid is the server process's id (0 while it is stopped).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 func (s *Server) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
 
 // Dir is the directory that holds the store and the log.
