@@ -5658,6 +5658,9 @@ type WorkingHours struct {
 	StaffId        openapi_types.UUID      `json:"staff_id"`
 	UpdatedAt      time.Time               `json:"updated_at"`
 
+	// Version moves on with every write, 0 before any; the ETag
+	Version int `json:"version"`
+
 	// Week each weekday's shifts (monday ... sunday), in order, none overlapping
 	Week map[string][]Shift `json:"week"`
 }
@@ -5680,6 +5683,9 @@ type WorkingHoursInput struct {
 	// CatalogItemIds the catalog items this staff member does
 	CatalogItemIds *[]openapi_types.UUID    `json:"catalog_item_ids,omitempty"`
 	Exceptions     *[]WorkingHoursException `json:"exceptions,omitempty"`
+
+	// ExpectedVersion the version the hours were read at (or If-Match; 0: none set yet); 409 when they moved on. Without it the last write wins
+	ExpectedVersion *int `json:"expected_version,omitempty"`
 
 	// Week each weekday's shifts (monday ... sunday), in order, none overlapping
 	Week *map[string][]Shift `json:"week,omitempty"`
@@ -6481,10 +6487,19 @@ type EraseStaffMemberParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// GetWorkingHoursParams defines parameters for GetWorkingHours.
+type GetWorkingHoursParams struct {
+	// IfNoneMatch ETags the client has (weak comparison): 304 without a body while the resource is at one of them.
+	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+}
+
 // PutWorkingHoursParams defines parameters for PutWorkingHours.
 type PutWorkingHoursParams struct {
 	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
 
 // ListWebhookEndpointsParams defines parameters for ListWebhookEndpoints.
@@ -8884,7 +8899,7 @@ type ClientInterface interface {
 	// GetWorkingHours Get a staff member's working hours
 	//
 	// Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
-	GetWorkingHours(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetWorkingHours(ctx context.Context, id Id, params *GetWorkingHoursParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutWorkingHoursWithBody Replace a staff member's working hours and exceptions
 	//
@@ -10665,8 +10680,8 @@ func (c *Client) EraseStaffMember(ctx context.Context, id Id, params *EraseStaff
 // GetWorkingHours Get a staff member's working hours
 //
 // Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
-func (c *Client) GetWorkingHours(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetWorkingHoursRequest(c.Server, id)
+func (c *Client) GetWorkingHours(ctx context.Context, id Id, params *GetWorkingHoursParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWorkingHoursRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -15687,7 +15702,7 @@ func NewEraseStaffMemberRequestWithBody(server string, id Id, params *EraseStaff
 }
 
 // NewGetWorkingHoursRequest constructs an http.Request for the GetWorkingHours method
-func NewGetWorkingHoursRequest(server string, id Id) (*http.Request, error) {
+func NewGetWorkingHoursRequest(server string, id Id, params *GetWorkingHoursParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -15715,6 +15730,21 @@ func NewGetWorkingHoursRequest(server string, id Id) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -15775,6 +15805,17 @@ func NewPutWorkingHoursRequestWithBody(server string, id Id, params *PutWorkingH
 			}
 
 			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.IfMatch != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam1)
 		}
 
 	}
@@ -17210,7 +17251,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
-	GetWorkingHoursWithResponse(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*GetWorkingHoursResponse, error)
+	GetWorkingHoursWithResponse(ctx context.Context, id Id, params *GetWorkingHoursParams, reqEditors ...RequestEditorFn) (*GetWorkingHoursResponse, error)
 
 	// PutWorkingHoursWithBodyWithResponse Replace a staff member's working hours and exceptions
 	//
@@ -30625,6 +30666,7 @@ func (r EraseStaffMemberResponse) ContentType() string {
 type GetWorkingHoursResponse200Headers struct {
 	CacheControl        *string
 	ConsistencyStatus   *string
+	ETag                *string
 	RateLimit           *string
 	RateLimitLimit      *int
 	RateLimitPolicy     *string
@@ -30632,6 +30674,11 @@ type GetWorkingHoursResponse200Headers struct {
 	RateLimitReset      *int
 	XContentTypeOptions *string
 	XCorrelationID      *string
+}
+
+// GetWorkingHoursResponse304Headers the declared response headers of an HTTP 304 response for GetWorkingHours
+type GetWorkingHoursResponse304Headers struct {
+	ETag *string
 }
 
 // GetWorkingHoursResponse400Headers the declared response headers of an HTTP 400 response for GetWorkingHours
@@ -30717,6 +30764,8 @@ type GetWorkingHoursResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetWorkingHoursResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetWorkingHoursResponse304Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *GetWorkingHoursResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -30819,6 +30868,7 @@ func (r GetWorkingHoursResponse) ContentType() string {
 // PutWorkingHoursResponse200Headers the declared response headers of an HTTP 200 response for PutWorkingHours
 type PutWorkingHoursResponse200Headers struct {
 	CacheControl        *string
+	ETag                *string
 	IdempotentReplayed  *string
 	RateLimit           *string
 	RateLimitLimit      *int
@@ -34459,8 +34509,8 @@ func (c *ClientWithResponses) EraseStaffMemberWithResponse(ctx context.Context, 
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
-func (c *ClientWithResponses) GetWorkingHoursWithResponse(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*GetWorkingHoursResponse, error) {
-	rsp, err := c.GetWorkingHours(ctx, id, reqEditors...)
+func (c *ClientWithResponses) GetWorkingHoursWithResponse(ctx context.Context, id Id, params *GetWorkingHoursParams, reqEditors ...RequestEditorFn) (*GetWorkingHoursResponse, error) {
+	rsp, err := c.GetWorkingHours(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -57570,6 +57620,9 @@ func ParseGetWorkingHoursResponse(rsp *http.Response) (*GetWorkingHoursResponse,
 		}
 		response.JSON200 = &dest
 
+	case rsp.StatusCode == 304:
+		break // No content-type
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest BadRequest
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -57652,6 +57705,13 @@ func ParseGetWorkingHoursResponse(rsp *http.Response) (*GetWorkingHoursResponse,
 			}
 			headers.ConsistencyStatus = &value
 		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -57702,6 +57762,16 @@ func ParseGetWorkingHoursResponse(rsp *http.Response) (*GetWorkingHoursResponse,
 			headers.XCorrelationID = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetWorkingHoursResponse304Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers304 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetWorkingHoursResponse400Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -58004,6 +58074,13 @@ func ParsePutWorkingHoursResponse(rsp *http.Response) (*PutWorkingHoursResponse,
 				return nil, err
 			}
 			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
 		}
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
 			var value string

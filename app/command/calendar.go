@@ -18,9 +18,11 @@ import (
 // store's database).
 type CalendarStore interface {
 	SetTimeZone(ctx context.Context, merchantID, name string) error
-	// PutStaffHours replaces the staff member's working hours;
-	// apperr.ErrNotFound when the merchant has no such staff member.
-	PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours) error
+	// PutStaffHours replaces the staff member's working hours and returns
+	// their new version; apperr.ErrNotFound when the merchant has no such
+	// staff member, *apperr.VersionError when expected is set and the
+	// stored version is another.
+	PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours, expected *int) (int, error)
 }
 
 // Calendar changes the merchant's time zone and its staff members'
@@ -47,8 +49,9 @@ func (c Calendar) SetTimeZone(ctx context.Context, merchantID, name string) erro
 }
 
 // PutStaffHours replaces a staff member's working hours, exceptions and
-// catalog items.
-func (c Calendar) PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours, now time.Time) (availability.StaffHours, error) {
+// catalog items; with expected set, only while they are at that version
+// (0: never written).
+func (c Calendar) PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours, expected *int, now time.Time) (availability.StaffHours, error) {
 	if !uuid.Valid(h.StaffID) {
 		return h, apperr.ErrNotFound
 	}
@@ -64,5 +67,7 @@ func (c Calendar) PutStaffHours(ctx context.Context, merchantID string, h availa
 	h.CatalogItemIDs = slices.Compact(h.CatalogItemIDs)
 	slices.SortFunc(h.Exceptions, func(a, b availability.Exception) int { return a.Date.Compare(b.Date) })
 	h.UpdatedAt = event.Instant(now)
-	return h, c.store.PutStaffHours(ctx, merchantID, h)
+	var err error
+	h.Version, err = c.store.PutStaffHours(ctx, merchantID, h, expected)
+	return h, err
 }

@@ -109,3 +109,39 @@ func TestConditionalRequests(t *testing.T) {
 	st = a.sendOK(http.MethodPost, "/v1/schedules/"+schedule+"/status", header(a.opA, "If-Match", `"1"`), map[string]any{"status": "in_service"})
 	require.Equal(t, http.StatusOK, st.Status, "%s", st)
 }
+
+// A staff member's working hours have an entity tag, their version (0
+// before any are set): a PUT that states the version it read (If-Match, or
+// expected_version) is refused once another write has moved it on, and
+// changes nothing; a PUT that states none replaces them.
+func TestWorkingHoursHaveAnEntityTag(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	path := "/v1/staff/" + a.staffA + "/working-hours"
+	monday := func(start string) map[string]any {
+		return map[string]any{"week": map[string]any{"monday": []any{map[string]any{"start": start, "end": "17:00"}}}}
+	}
+	got := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
+	require.Equal(t, `"0"`, got.Header.Get("ETag"))
+	require.EqualValues(t, 0, got.Body["version"])
+	r := a.sendOK(http.MethodGet, path, header(a.opA, "If-None-Match", `"0"`), nil)
+	require.Equal(t, http.StatusNotModified, r.Status)
+
+	// Two clients read version 0; the first write wins, the second is told.
+	first := a.sendOK(http.MethodPut, path, header(a.opA, "If-Match", `"0"`), monday("08:00"))
+	require.Equal(t, http.StatusOK, first.Status, "%s", first)
+	require.Equal(t, `"1"`, first.Header.Get("ETag"))
+	require.EqualValues(t, 1, first.Body["version"])
+	second := a.sendOK(http.MethodPut, path, header(a.opA, "If-Match", `"0"`), monday("10:00"))
+	requireProblem(t, second, http.StatusPreconditionFailed, "/problems/precondition-failed")
+	require.Equal(t, `"1"`, second.Header.Get("ETag"))
+	body := monday("10:00")
+	body["expected_version"] = 0
+	requireProblem(t, a.do(http.MethodPut, path, a.opA, body), http.StatusConflict, "/problems/conflict")
+	got = a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
+	require.Equal(t, "08:00", got.Body["week"].(map[string]any)["monday"].([]any)[0].(map[string]any)["start"], "the refused writes changed nothing")
+
+	// Without a version, the last write wins.
+	last := a.must(http.StatusOK, http.MethodPut, path, a.opA, monday("10:00"))
+	require.Equal(t, `"2"`, last.Header.Get("ETag"))
+}

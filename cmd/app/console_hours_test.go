@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -60,6 +62,22 @@ func TestConsoleWorkingHoursAndFreeSlots(t *testing.T) {
 	tb.button("Save weekly hours")
 	tb.seeText("flash", "Weekly hours saved.")
 	tb.see(`//input[@id="hours-week-tuesday" and @value="09:00-12:00"]`)
+
+	// Someone else changes the pattern meanwhile (another tab, the API):
+	// this page's form, shown before, is refused and overwrites nothing.
+	// The refusal shows the form as sent, with the new version: sent
+	// again, knowingly, it saves.
+	a.must(http.StatusOK, http.MethodPut, hoursPath, a.opA, map[string]any{"week": map[string]any{
+		"tuesday": []any{map[string]any{"start": "09:00", "end": "12:00"}}, "friday": []any{map[string]any{"start": "10:00", "end": "11:00"}}}})
+	tb.fill("hours-week-thursday", "14:00-16:00")
+	tb.button("Save weekly hours")
+	tb.seeText("problem", "is at version 2, not 1")
+	require.Equal(t, []string{"friday", "tuesday"}, slices.Sorted(maps.Keys(worked(a.must(http.StatusOK, http.MethodGet, hoursPath, a.opA, nil).Body))),
+		"the other change is kept")
+	tb.fill("hours-week-thursday", "")
+	tb.button("Save weekly hours")
+	tb.seeText("flash", "Weekly hours saved.")
+	require.Equal(t, []string{"tuesday"}, slices.Sorted(maps.Keys(worked(a.must(http.StatusOK, http.MethodGet, hoursPath, a.opA, nil).Body))))
 
 	// Next Tuesday off (not with hours: refused next to them); next
 	// Wednesday, not in the pattern, worked.

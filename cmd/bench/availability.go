@@ -60,8 +60,8 @@ func (b *bench) availability(ctx context.Context) ([]row, error) {
 		if staff[i], err = ref.CreateStaff(ctx, merchantID, fmt.Sprintf("Staff member %02d", i+1)); err != nil {
 			return nil, err
 		}
-		if err := ref.PutStaffHours(ctx, merchantID, availability.StaffHours{StaffID: staff[i], Week: week,
-			Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}); err != nil {
+		if _, err := ref.PutStaffHours(ctx, merchantID, availability.StaffHours{StaffID: staff[i], Week: week,
+			Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}, nil); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,9 @@ type StaffHours struct {
 	Exceptions     []Exception
 	CatalogItemIDs []string
 	UpdatedAt      time.Time
+	// Version moves on with every write (0: never written); a write that
+	// states the version it read is refused once it has moved on.
+	Version int
 }
 
 // Check validates the record: its pattern and exceptions

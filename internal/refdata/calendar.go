@@ -46,46 +46,64 @@ func (s *Store) TimeZone(ctx context.Context, merchantID string) (string, error)
 }
 
 // PutStaffHours replaces a staff member's working hours, in the statement
-// that checks the staff member is the merchant's.
-func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours) error {
+// that checks the staff member is the merchant's and, with expected set,
+// that the stored version is that one (0: none stored). The version is
+// compared on the row the update has locked, so of two writes that read
+// the same version one is refused, whichever commits first; hours that do
+// not exist yet are inserted only for 0 (a concurrent first write makes
+// the other conflict, and so compare). It returns the new version.
+func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours, expected *int) (int, error) {
 	week, err := json.Marshal(h.Week)
 	if err != nil {
-		return fmt.Errorf("marshal week: %w", err)
+		return 0, fmt.Errorf("marshal week: %w", err)
 	}
 	exceptions, err := json.Marshal(h.Exceptions)
 	if err != nil {
-		return fmt.Errorf("marshal exceptions: %w", err)
+		return 0, fmt.Errorf("marshal exceptions: %w", err)
 	}
 	items, err := json.Marshal(h.CatalogItemIDs)
 	if err != nil {
-		return fmt.Errorf("marshal catalog items: %w", err)
+		return 0, fmt.Errorf("marshal catalog items: %w", err)
 	}
-	res, err := s.db.DB.ExecContext(ctx, `
+	var version int
+	err = s.db.DB.QueryRowContext(ctx, `
 		INSERT INTO staff_hours (staff_id, merchant_id, week, exceptions, catalog_item_ids, updated_at)
 		SELECT id, merchant_id, $3::jsonb, $4::jsonb, ARRAY(SELECT jsonb_array_elements_text($5::jsonb))::uuid[], $6
 		FROM staff WHERE id = $1 AND merchant_id = $2
+		  AND ($7::int IS NULL OR $7 = 0 OR EXISTS (SELECT FROM staff_hours WHERE staff_id = $1))
 		ON CONFLICT (staff_id) DO UPDATE SET week = excluded.week, exceptions = excluded.exceptions,
-			catalog_item_ids = excluded.catalog_item_ids, updated_at = excluded.updated_at`,
-		h.StaffID, merchantID, string(week), string(exceptions), string(items), h.UpdatedAt)
+			catalog_item_ids = excluded.catalog_item_ids, updated_at = excluded.updated_at, version = staff_hours.version + 1
+		WHERE $7::int IS NULL OR staff_hours.version = $7
+		RETURNING version`,
+		h.StaffID, merchantID, string(week), string(exceptions), string(items), h.UpdatedAt, expected).Scan(&version)
+	if errors.Is(err, sql.ErrNoRows) {
+		// No such staff member, or not at the expected version.
+		stored, err := s.StaffHours(ctx, merchantID, h.StaffID)
+		if err != nil {
+			return 0, err
+		}
+		if expected == nil { // the staff member was created meanwhile
+			return 0, fmt.Errorf("put staff hours of %s: not written, try again", h.StaffID)
+		}
+		return 0, &apperr.VersionError{Kind: "working hours of staff member", ID: h.StaffID, Expected: *expected, Actual: stored.Version}
+	}
 	if err != nil {
-		return fmt.Errorf("put staff hours: %w", err)
+		return 0, fmt.Errorf("put staff hours: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return apperr.ErrNotFound
-	}
-	return nil
+	return version, nil
 }
 
 const staffHoursSQL = `
 	SELECT s.id, coalesce(h.week, '[[],[],[],[],[],[],[]]'::jsonb)::text, coalesce(h.exceptions, '[]'::jsonb)::text,
-	       coalesce(to_jsonb(h.catalog_item_ids), '[]'::jsonb)::text, coalesce(h.updated_at, s.created_at)
+	       coalesce(to_jsonb(h.catalog_item_ids), '[]'::jsonb)::text, coalesce(h.updated_at, s.created_at),
+	       coalesce(h.version, 0)
 	FROM staff s LEFT JOIN staff_hours h ON h.staff_id = s.id
 	WHERE s.merchant_id = $1`
 
 func scanStaffHours(rows interface{ Scan(...any) error }) (availability.StaffHours, error) {
 	var h availability.StaffHours
 	var week, exceptions, items string
-	if err := rows.Scan(&h.StaffID, &week, &exceptions, &items, &h.UpdatedAt); err != nil {
+	if err := rows.Scan(&h.StaffID, &week, &exceptions, &items, &h.UpdatedAt, &h.Version); err != nil {
 		return h, err
 	}
 	h.UpdatedAt = h.UpdatedAt.UTC()

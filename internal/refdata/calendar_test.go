@@ -49,8 +49,9 @@ func newCalendarIn(t testing.TB, db *bun.DB, staff int) calendar {
 		id := uuid.New()
 		_, err := db.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, 'S')`, id, c.merchant)
 		require.NoError(t, err)
-		require.NoError(t, store.PutStaffHours(t.Context(), c.merchant, availability.StaffHours{StaffID: id, Week: week,
-			Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}))
+		_, err = store.PutStaffHours(t.Context(), c.merchant, availability.StaffHours{StaffID: id, Week: week,
+			Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}, nil)
+		require.NoError(t, err)
 		c.staff = append(c.staff, id)
 	}
 	sort.Strings(c.staff)
@@ -115,8 +116,9 @@ func TestCalendarsReadChangedHours(t *testing.T) {
 	require.Equal(t, []availability.Shift{{Start: civil.At(8, 0), End: civil.At(18, 0)}}, shifts())
 	var week availability.Week
 	week[time.Monday] = []availability.Shift{{Start: civil.At(10, 0), End: civil.At(12, 0)}}
-	require.NoError(t, c.store.PutStaffHours(t.Context(), c.merchant, availability.StaffHours{StaffID: c.staff[0], Week: week,
-		Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}))
+	_, err := c.store.PutStaffHours(t.Context(), c.merchant, availability.StaffHours{StaffID: c.staff[0], Week: week,
+		Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}, nil)
+	require.NoError(t, err)
 	require.Equal(t, []availability.Shift{{Start: civil.At(10, 0), End: civil.At(12, 0)}}, shifts())
 }
 
@@ -169,4 +171,66 @@ func BenchmarkAvailabilityQuery(b *testing.B) {
 			}
 		})
 	})
+}
+
+// A write that states the version it read is refused once the hours have
+// moved on, and changes nothing; one that states none replaces them. A
+// staff member without hours is at version 0.
+func TestPutStaffHoursStatesTheVersionItRead(t *testing.T) {
+	t.Parallel()
+	c := newCalendar(t, 1)
+	ctx := t.Context()
+	at := func(h int) availability.StaffHours {
+		var week availability.Week
+		week[time.Monday] = []availability.Shift{{Start: civil.At(h, 0), End: civil.At(h+1, 0)}}
+		return availability.StaffHours{StaffID: c.staff[0], Week: week, Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}
+	}
+	put := func(h availability.StaffHours, expected *int) (int, error) {
+		return c.store.PutStaffHours(ctx, c.merchant, h, expected)
+	}
+	mondayStarts := func(staffID string) int {
+		h, err := c.store.StaffHours(ctx, c.merchant, staffID)
+		require.NoError(t, err)
+		return int(h.Week[time.Monday][0].Start.Duration().Hours())
+	}
+	stored, err := c.store.StaffHours(ctx, c.merchant, c.staff[0])
+	require.NoError(t, err)
+	require.Equal(t, 1, stored.Version)
+
+	v, err := put(at(9), &stored.Version)
+	require.NoError(t, err)
+	require.Equal(t, 2, v)
+	_, err = put(at(10), &stored.Version)
+	var stale *apperr.VersionError
+	require.ErrorAs(t, err, &stale)
+	require.Equal(t, apperr.VersionError{Kind: "working hours of staff member", ID: c.staff[0], Expected: 1, Actual: 2}, *stale)
+	require.Equal(t, 9, mondayStarts(c.staff[0]), "the refused write changed nothing")
+	v, err = put(at(11), nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, v)
+	require.Equal(t, 11, mondayStarts(c.staff[0]))
+
+	// A staff member without hours: version 0.
+	fresh := uuid.New()
+	_, err = c.db.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, 'T')`, fresh, c.merchant)
+	require.NoError(t, err)
+	none, err := c.store.StaffHours(ctx, c.merchant, fresh)
+	require.NoError(t, err)
+	require.Equal(t, 0, none.Version)
+	h := at(8)
+	h.StaffID = fresh
+	one := 1
+	_, err = put(h, &one)
+	require.ErrorAs(t, err, &stale)
+	require.Equal(t, 0, stale.Actual)
+	v, err = put(h, &none.Version)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+	_, err = put(h, &none.Version)
+	require.ErrorAs(t, err, &stale, "a second first write")
+	require.Equal(t, 1, stale.Actual)
+
+	h.StaffID = uuid.New()
+	_, err = put(h, &none.Version)
+	require.ErrorIs(t, err, apperr.ErrNotFound)
 }

@@ -10,7 +10,8 @@ import (
 // a service request or a schedule is its version, as a strong tag ("3"):
 // it changes with every event of the aggregate. Names joined into the view
 // (customer, staff, catalog item) are not part of it. A webhook endpoint's
-// tag is its version too, which every change moves on.
+// tag is its version too, which every change moves on, and so is a staff
+// member's working hours' (0 before any were set).
 
 // etag is the entity tag of a version.
 func etag(version int) string { return strconv.Quote(strconv.Itoa(version)) }
@@ -69,7 +70,7 @@ func (e *preconditionFailed) Error() string { return e.detail }
 func noIfMatch(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if v := strings.TrimSpace(r.Header.Get("If-Match")); v != "" && v != "*" {
-			return &preconditionFailed{detail: "If-Match: this resource has no entity tag; only orders, service requests, schedules and webhook endpoints do"}
+			return &preconditionFailed{detail: "If-Match: this resource has no entity tag; only orders, service requests, schedules, webhook endpoints and working hours do"}
 		}
 		return h(w, r)
 	}

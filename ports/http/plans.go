@@ -381,12 +381,14 @@ type workingHoursBody struct {
 	Exceptions     []exceptionBody        `json:"exceptions"`
 	CatalogItemIDs []string               `json:"catalog_item_ids"`
 	UpdatedAt      time.Time              `json:"updated_at"`
+	Version        int                    `json:"version"`
 }
 
 type workingHoursInput struct {
-	Week           map[string][]shiftBody `json:"week"`
-	Exceptions     []exceptionBody        `json:"exceptions"`
-	CatalogItemIDs []string               `json:"catalog_item_ids"`
+	Week            map[string][]shiftBody `json:"week"`
+	Exceptions      []exceptionBody        `json:"exceptions"`
+	CatalogItemIDs  []string               `json:"catalog_item_ids"`
+	ExpectedVersion *int                   `json:"expected_version"`
 }
 
 func shiftsBody(shifts []availability.Shift) []shiftBody {
@@ -399,7 +401,7 @@ func shiftsBody(shifts []availability.Shift) []shiftBody {
 
 func workingHoursBodyOf(h availability.StaffHours) workingHoursBody {
 	b := workingHoursBody{StaffID: h.StaffID, Week: map[string][]shiftBody{}, Exceptions: []exceptionBody{},
-		CatalogItemIDs: h.CatalogItemIDs, UpdatedAt: h.UpdatedAt}
+		CatalogItemIDs: h.CatalogItemIDs, UpdatedAt: h.UpdatedAt, Version: h.Version}
 	for wd, shifts := range h.Week {
 		b.Week[weekdayNames[wd]] = shiftsBody(shifts)
 	}
@@ -429,6 +431,9 @@ func (s *server) getWorkingHours(w http.ResponseWriter, r *http.Request) error {
 	h, err := s.App.Queries.Calendar.StaffHours(r.Context(), principal(r).MerchantID, id)
 	if err != nil {
 		return err
+	}
+	if notModified(w, r, h.Version) {
+		return nil
 	}
 	writeJSON(w, http.StatusOK, workingHoursBodyOf(h))
 	return nil
@@ -467,10 +472,15 @@ func (s *server) putWorkingHours(w http.ResponseWriter, r *http.Request) error {
 	if err := l.errs.Err(); err != nil {
 		return err
 	}
-	out, err := s.App.Commands.Calendar.PutStaffHours(r.Context(), principal(r).MerchantID, h, s.Now())
+	expected, err := expectedVersion(r, in.ExpectedVersion)
 	if err != nil {
 		return err
 	}
+	out, err := s.App.Commands.Calendar.PutStaffHours(r.Context(), principal(r).MerchantID, h, expected, s.Now())
+	if err != nil {
+		return err
+	}
+	w.Header().Set("ETag", etag(out.Version))
 	writeJSON(w, http.StatusOK, workingHoursBodyOf(out))
 	return nil
 }

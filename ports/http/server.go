@@ -328,7 +328,7 @@ func (s *server) routes() []route {
 		v1("GET /v1/settings", op, s.getSettings),
 		v1("PUT /v1/settings", op, s.putSettings),
 		v1("GET /v1/staff/{id}/working-hours", op, s.getWorkingHours),
-		v1("PUT /v1/staff/{id}/working-hours", op, s.putWorkingHours),
+		versioned("PUT /v1/staff/{id}/working-hours", op, s.putWorkingHours),
 		v1("GET /v1/availability", op, s.availability),
 		v1("GET /v1/events", op, s.listEvents),
 		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),

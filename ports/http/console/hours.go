@@ -32,6 +32,7 @@ type exceptionView struct {
 
 type hoursView struct {
 	StaffID    string
+	Version    int
 	TimeZone   string
 	Week       []dayHours
 	Exceptions []exceptionView
@@ -54,7 +55,7 @@ func (c *Console) staffHours(r *http.Request, s *session, staffID string) (any, 
 	if err != nil {
 		loc = time.UTC
 	}
-	v := &hoursView{StaffID: staffID, TimeZone: tz, Today: civil.DateOf(c.cfg.Now(), loc).String()}
+	v := &hoursView{StaffID: staffID, Version: h.Version, TimeZone: tz, Today: civil.DateOf(c.cfg.Now(), loc).String()}
 	for _, wd := range weekdays {
 		v.Week = append(v.Week, dayHours{Name: strings.ToLower(wd.String()), Label: wd.String(), Shifts: shiftsText(h.Week[wd])})
 	}
@@ -153,9 +154,15 @@ func (c *Console) hoursAction(build func(r *http.Request, s *session) (*page, er
 		f := newFormReader(r, s)
 		added := -1
 		var formID, message string
+		// An exception is added to, or removed from, the hours as stored
+		// now; the weekly form replaces the pattern the page showed, so it
+		// states the version it was shown at, and a change saved since (in
+		// another tab, through the API) is not overwritten unseen.
+		expected := &h.Version
 		switch r.PathValue("action") {
 		case "week":
 			formID, message = "hours-week", "Weekly hours saved."
+			expected = f.version()
 			for _, wd := range weekdays {
 				h.Week[wd] = f.shifts(strings.ToLower(wd.String()))
 			}
@@ -185,7 +192,7 @@ func (c *Console) hoursAction(build func(r *http.Request, s *session) (*page, er
 		}
 		err = f.Err()
 		if err == nil {
-			_, err = c.cfg.App.Commands.Calendar.PutStaffHours(r.Context(), s.principal.MerchantID, h, c.cfg.Now())
+			_, err = c.cfg.App.Commands.Calendar.PutStaffHours(r.Context(), s.principal.MerchantID, h, expected, c.cfg.Now())
 		}
 		if err != nil {
 			return c.refuse(w, r, s, hoursFields(err, added), formID, build, hoursFormFields...)
