@@ -144,4 +144,15 @@ func TestWorkingHoursHaveAnEntityTag(t *testing.T) {
 	// Without a version, the last write wins.
 	last := a.must(http.StatusOK, http.MethodPut, path, a.opA, monday("10:00"))
 	require.Equal(t, `"2"`, last.Header.Get("ETag"))
+
+	// A retry with the same Idempotency-Key gets the first attempt's
+	// answer, its tag included, not a 412 from its own write.
+	retry := header(a.opA, "If-Match", `"2"`, "Idempotency-Key", "hours-1")
+	once := a.sendOK(http.MethodPut, path, retry, monday("07:00"))
+	require.Equal(t, http.StatusOK, once.Status, "%s", once)
+	again := a.sendOK(http.MethodPut, path, retry, monday("07:00"))
+	require.Equal(t, http.StatusOK, again.Status, "%s", again)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, `"3"`, again.Header.Get("ETag"))
+	require.Equal(t, once.Raw, again.Raw)
 }

@@ -11,8 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/uptrace/bun"
+
+	"hearth/app/command"
 	"hearth/domain/apperr"
 	"hearth/domain/availability"
+	"hearth/internal/idempotency"
 )
 
 // The calendar: the merchant's time zone and its staff members' working
@@ -66,7 +70,10 @@ func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availabi
 		return 0, fmt.Errorf("marshal catalog items: %w", err)
 	}
 	var version int
-	err = s.db.DB.QueryRowContext(ctx, `
+	put := func(ctx context.Context, db interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}) error {
+		return db.QueryRowContext(ctx, `
 		INSERT INTO staff_hours (staff_id, merchant_id, week, exceptions, catalog_item_ids, updated_at)
 		SELECT id, merchant_id, $3::jsonb, $4::jsonb, ARRAY(SELECT jsonb_array_elements_text($5::jsonb))::uuid[], $6
 		FROM staff WHERE id = $1 AND merchant_id = $2
@@ -75,7 +82,21 @@ func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availabi
 			catalog_item_ids = excluded.catalog_item_ids, updated_at = excluded.updated_at, version = staff_hours.version + 1
 		WHERE $7::int IS NULL OR staff_hours.version = $7
 		RETURNING version`,
-		h.StaffID, merchantID, string(week), string(exceptions), string(items), h.UpdatedAt, expected).Scan(&version)
+			h.StaffID, merchantID, string(week), string(exceptions), string(items), h.UpdatedAt, expected).Scan(&version)
+	}
+	if i := command.IdempotentOf(ctx); i != nil {
+		// The answer is stored with the hours, so that a retry after a
+		// crash between the two is answered, not refused by its own write.
+		err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			if err := put(ctx, tx.Tx); err != nil {
+				return err
+			}
+			h.Version = version
+			return idempotency.Seal(ctx, tx.Tx, i, &h)
+		})
+	} else {
+		err = put(ctx, s.db.DB)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		// No such staff member, or not at the expected version.
 		stored, err := s.StaffHours(ctx, merchantID, h.StaffID)

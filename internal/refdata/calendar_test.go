@@ -1,6 +1,8 @@
 package refdata_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"slices"
 	"sort"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/availability"
@@ -233,4 +236,25 @@ func TestPutStaffHoursStatesTheVersionItRead(t *testing.T) {
 	h.StaffID = uuid.New()
 	_, err = put(h, &none.Version)
 	require.ErrorIs(t, err, apperr.ErrNotFound)
+}
+
+// With an idempotency key, the hours and the answer a retry gets are
+// stored in one transaction: when the answer cannot be stored, neither are
+// the hours (a retry after a crash between the two would be refused by
+// its own write's version).
+func TestPutStaffHoursStoresItsAnswerWithTheHours(t *testing.T) {
+	t.Parallel()
+	c := newCalendar(t, 1)
+	before, err := c.store.StaffHours(t.Context(), c.merchant, c.staff[0])
+	require.NoError(t, err)
+	var week availability.Week
+	week[time.Friday] = []availability.Shift{{Start: civil.At(9, 0), End: civil.At(10, 0)}}
+	i := &command.Idempotent{MerchantID: c.merchant, Key: "k", Token: uuid.New(),
+		Render: func(context.Context, any) (command.Answer, error) { return command.Answer{}, errors.New("no answer") }}
+	_, err = c.store.PutStaffHours(command.WithIdempotent(t.Context(), i), c.merchant, availability.StaffHours{StaffID: c.staff[0],
+		Week: week, Exceptions: []availability.Exception{}, CatalogItemIDs: []string{}, UpdatedAt: time.Now()}, nil)
+	require.ErrorContains(t, err, "no answer")
+	after, err := c.store.StaffHours(t.Context(), c.merchant, c.staff[0])
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing written")
 }

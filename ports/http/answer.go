@@ -135,13 +135,7 @@ func (s *server) scheduleAnswer(r *http.Request) answerer[command.Written] {
 // shows it.
 func recordAnswerer[T, B any](status int, location func(*T) string, body func(T) B) answerer[*T] {
 	return answerer[*T]{
-		pick: func(result any) (*T, error) {
-			v, ok := result.(*T)
-			if !ok {
-				return nil, fmt.Errorf("answer of a record write: got a %T, not a %T", result, v)
-			}
-			return v, nil
-		},
+		pick: pickRecord[T],
 		render: func(_ context.Context, v *T) (command.Answer, error) {
 			var header map[string]string
 			if location != nil {
@@ -150,6 +144,16 @@ func recordAnswerer[T, B any](status int, location func(*T) string, body func(T)
 			return jsonAnswer(status, body(*v), header)
 		},
 	}
+}
+
+// pickRecord is the pick of an answerer whose store writes a record and
+// renders the answer from a pointer to it.
+func pickRecord[T any](result any) (*T, error) {
+	v, ok := result.(*T)
+	if !ok {
+		return nil, fmt.Errorf("answer of a record write: got a %T, not a %T", result, v)
+	}
+	return v, nil
 }
 
 func idOf(out command.Written) string {

@@ -439,6 +439,15 @@ func (s *server) getWorkingHours(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// workingHoursAnswer answers a PUT of working hours: 200, the hours, and
+// their version as the ETag.
+var workingHoursAnswer = answerer[*availability.StaffHours]{
+	pick: pickRecord[availability.StaffHours],
+	render: func(_ context.Context, h *availability.StaffHours) (command.Answer, error) {
+		return jsonAnswer(http.StatusOK, workingHoursBodyOf(*h), map[string]string{"ETag": etag(h.Version)})
+	},
+}
+
 func (s *server) putWorkingHours(w http.ResponseWriter, r *http.Request) error {
 	var in workingHoursInput
 	if err := decode(r, &in); err != nil {
@@ -476,13 +485,11 @@ func (s *server) putWorkingHours(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.App.Commands.Calendar.PutStaffHours(r.Context(), principal(r).MerchantID, h, expected, s.Now())
+	out, err := s.App.Commands.Calendar.PutStaffHours(workingHoursAnswer.seal(r), principal(r).MerchantID, h, expected, s.Now())
 	if err != nil {
 		return err
 	}
-	w.Header().Set("ETag", etag(out.Version))
-	writeJSON(w, http.StatusOK, workingHoursBodyOf(out))
-	return nil
+	return workingHoursAnswer.reply(w, r, &out)
 }
 
 // Availability.

@@ -2,7 +2,6 @@ package httpport
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -43,13 +42,7 @@ type webhookEndpointInput struct {
 // it is shown).
 func endpointAnswer(status int, withSecret bool) answerer[*webhook.Endpoint] {
 	how := answerer[*webhook.Endpoint]{
-		pick: func(result any) (*webhook.Endpoint, error) {
-			e, ok := result.(*webhook.Endpoint)
-			if !ok {
-				return nil, fmt.Errorf("answer of a webhook endpoint write: got a %T", result)
-			}
-			return e, nil
-		},
+		pick: pickRecord[webhook.Endpoint],
 		render: func(_ context.Context, e *webhook.Endpoint) (command.Answer, error) {
 			body := webhookEndpointBodyOf(*e)
 			if withSecret {
@@ -196,13 +189,7 @@ func (s *server) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) err
 // deliveryAnswer answers the queueing of a delivery (a test, a
 // redelivery): 202, the delivery, pending.
 var deliveryAnswer = answerer[*webhook.Delivery]{
-	pick: func(result any) (*webhook.Delivery, error) {
-		d, ok := result.(*webhook.Delivery)
-		if !ok {
-			return nil, fmt.Errorf("answer of a webhook delivery: got a %T", result)
-		}
-		return d, nil
-	},
+	pick: pickRecord[webhook.Delivery],
 	render: func(_ context.Context, d *webhook.Delivery) (command.Answer, error) {
 		return jsonAnswer(http.StatusAccepted, webhookDeliveryBodyOf(*d), map[string]string{
 			"Location": "/v1/webhook-endpoints/" + d.EndpointID + "/deliveries/" + d.ID,
