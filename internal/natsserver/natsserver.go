@@ -123,7 +123,6 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// URL is the client URL of the server.
 // Pid is the server process's id (0 while it is stopped).
 func (s *Server) Pid() int {
 	s.mu.Lock()
@@ -134,6 +133,7 @@ func (s *Server) Pid() int {
 	return s.cmd.Process.Pid
 }
 
+// URL is the client URL of the server.
 func (s *Server) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
 
 // Dir is the directory that holds the store and the log.
