@@ -695,7 +695,7 @@ func (b *bench) hearthCatchUp(ctx context.Context, db *bun.DB, url, name string,
 	if len(with) > 0 {
 		run = with[0]
 	}
-	start, machine := time.Now(), cpuNow(0)
+	start, machine := time.Now(), cpuNow(0) // no process yet: the machine and the bench
 	// Ready, not live: a slow catch-up may take longer than start's wait.
 	cmd, _, err := b.start(ctx, hearthRun{name: name, url: url, mode: "all", env: run.env})
 	if err != nil {
