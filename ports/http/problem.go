@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"hearth/app/query"
@@ -213,6 +214,9 @@ func decode(r *http.Request, dst any) error {
 
 // decodeJSON is decode's strict JSON decoding.
 func decodeJSON(body []byte, dst any) error {
+	if field := repeatedMember(body); field != "" {
+		return malformed(field, "is given more than once (member names match whatever their case)")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
@@ -242,6 +246,73 @@ func decodeJSON(body []byte, dst any) error {
 		return &badRequest{slug: "malformed-request", detail: "request body has data after the JSON object"}
 	}
 	return nil
+}
+
+// repeatedMember is the path of the first member of an object whose name
+// an earlier member of the same object already has, compared as
+// encoding/json matches names to fields (ignoring case); "" when there is
+// none, or when body is not JSON (decoding says why). Such a body is
+// ambiguous: the decoder keeps the last of the two, while the
+// Idempotency-Key fingerprint (its canonical form keeps both) would take
+// {"amount_cents":1,"AMOUNT_CENTS":2} and its reordering, which decode to
+// different amounts, for the same request.
+func repeatedMember(body []byte) string {
+	// frame is an open object or array: its path, and the member names
+	// read so far (an object) or the index of its next element (an array).
+	type frame struct {
+		object bool
+		path   string
+		names  []string
+		next   int
+		name   bool // an object's next token is a member name
+	}
+	var open []*frame
+	// valuePath is the path of the value about to be read in top.
+	valuePath := func(top *frame) string {
+		if top.object {
+			return joinPath(top.path, top.names[len(top.names)-1])
+		}
+		top.next++
+		return top.path + "[" + strconv.Itoa(top.next-1) + "]"
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		var top *frame
+		if len(open) > 0 {
+			top = open[len(open)-1]
+		}
+		if name, ok := tok.(string); ok && top != nil && top.object && top.name {
+			for _, n := range top.names {
+				if strings.EqualFold(n, name) {
+					return joinPath(top.path, name)
+				}
+			}
+			top.names, top.name = append(top.names, name), false
+			continue
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			open = open[:len(open)-1]
+		} else {
+			path := ""
+			if top != nil {
+				path = valuePath(top)
+			}
+			if ok {
+				open = append(open, &frame{object: d == '{', path: path, name: d == '{'})
+				continue
+			}
+		}
+		if len(open) == 0 {
+			return ""
+		}
+		if top := open[len(open)-1]; top.object {
+			top.name = true
+		}
+	}
 }
 
 func jsonKind(goKind string) string {
