@@ -4346,7 +4346,7 @@ type OrderCreate struct {
 	CustomerId openapi_types.UUID `json:"customer_id"`
 	Notes      *string            `json:"notes,omitempty"`
 
-	// RequestId (a UUID in any case; stored and answered in lower case)
+	// RequestId a service request of the same customer, in this merchant (422 otherwise); the request is not converted by it (POST /v1/service-requests/{id}/convert is) (a UUID in any case; stored and answered in lower case)
 	RequestId *openapi_types.UUID `json:"request_id,omitempty"`
 
 	// ScheduledEndAt RFC 3339 with an offset; answered in UTC
@@ -5680,7 +5680,7 @@ type WorkingHoursExceptionReason string
 
 // WorkingHoursInput defines model for WorkingHoursInput.
 type WorkingHoursInput struct {
-	// CatalogItemIds the catalog items this staff member does
+	// CatalogItemIds the catalog items this staff member does: the merchant's own (422 otherwise)
 	CatalogItemIds *[]openapi_types.UUID    `json:"catalog_item_ids,omitempty"`
 	Exceptions     *[]WorkingHoursException `json:"exceptions,omitempty"`
 

@@ -101,10 +101,32 @@ func (h OrderHandlers) Create(ctx context.Context, cmd CreateOrder) (Written, er
 		if err := requireCustomer(s, cmd.CustomerID); err != nil {
 			return err
 		}
+		if cmd.RequestID != "" {
+			if err := checkRequest(ctx, s, cmd.RequestID, cmd.CustomerID); err != nil {
+				return err
+			}
+		}
 		s.AddOrder(o)
 		return nil
 	})
 	return out.Of(o.ID()), err
+}
+
+// checkRequest refuses an order's request_id unless it names a service
+// request of the merchant, of the order's customer: like every id in a
+// body, another merchant's is refused as an unknown one.
+func checkRequest(ctx context.Context, s Session, requestID, customerID string) error {
+	r, err := s.ServiceRequest(ctx, requestID)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return apperr.Invalid("request_id", "no service request %s in this merchant", requestID)
+	}
+	if err != nil {
+		return err
+	}
+	if r.CustomerID() != customerID {
+		return apperr.Invalid("request_id", "service request %s is of another customer", requestID)
+	}
+	return nil
 }
 
 // update runs fn on the target order in one transaction.

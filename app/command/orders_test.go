@@ -24,6 +24,15 @@ func TestCreateOrder(t *testing.T) {
 	require.Equal(t, map[string]string{e.customer: "Carla Customer"}, w.Names, "the name the check read")
 	require.Equal(t, e.tx.Position(), w.Position)
 
+	// An order may name its customer's service request.
+	request := e.createRequest(t)
+	w, err = e.orders.Create(t.Context(), command.CreateOrder{Meta: e.meta(), RequestID: request, CustomerID: e.customer})
+	require.NoError(t, err)
+	require.Equal(t, request, w.Stream[0].Event.(order.Created).RequestID)
+	otherCustomer := uuid.New()
+	e.tx.AddCustomer(e.merchant, otherCustomer, "Otto Other")
+	e.tx.AddCustomer(e.other, otherCustomer, "Otto Other")
+
 	for name, tc := range map[string]struct {
 		cmd      command.CreateOrder
 		merchant string // default e.merchant
@@ -34,6 +43,9 @@ func TestCreateOrder(t *testing.T) {
 		"customer not a uuid":         {cmd: command.CreateOrder{CustomerID: "nope"}, field: "customer_id"},
 		"negative amount":             {cmd: command.CreateOrder{CustomerID: e.customer, AmountCents: -1}, field: "amount_cents"},
 		"half a window":               {cmd: command.CreateOrder{CustomerID: e.customer, ScheduledStartAt: &t0}, field: "scheduled_end_at"},
+		"unknown request":             {cmd: command.CreateOrder{CustomerID: e.customer, RequestID: uuid.New()}, field: "request_id"},
+		"another merchant's request":  {cmd: command.CreateOrder{CustomerID: otherCustomer, RequestID: request}, merchant: e.other, field: "request_id"},
+		"another customer's request":  {cmd: command.CreateOrder{CustomerID: otherCustomer, RequestID: request}, field: "request_id"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := e.tx.Position()

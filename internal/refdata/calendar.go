@@ -69,6 +69,9 @@ func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availabi
 	if err != nil {
 		return 0, fmt.Errorf("marshal catalog items: %w", err)
 	}
+	if err := s.knownCatalogItems(ctx, merchantID, h.CatalogItemIDs); err != nil {
+		return 0, err
+	}
 	var version int
 	put := func(ctx context.Context, db interface {
 		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -112,6 +115,39 @@ func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availabi
 		return 0, fmt.Errorf("put staff hours: %w", err)
 	}
 	return version, nil
+}
+
+// knownCatalogItems refuses ids that name no catalog item of the merchant:
+// another merchant's is refused as an unknown one. Catalog items are never
+// deleted (only made inactive), so none can go between this check and the
+// write.
+func (s *Store) knownCatalogItems(ctx context.Context, merchantID string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := s.db.DB.QueryContext(ctx, `
+		SELECT i::text FROM unnest($1::text[]::uuid[]) AS i
+		WHERE NOT EXISTS (SELECT FROM catalog_items c WHERE c.id = i AND c.merchant_id = $2)
+		ORDER BY i`, ids, merchantID)
+	if err != nil {
+		return fmt.Errorf("check catalog items: %w", err)
+	}
+	defer rows.Close()
+	var unknown []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("check catalog items: %w", err)
+		}
+		unknown = append(unknown, id)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("check catalog items: %w", err)
+	}
+	if len(unknown) > 0 {
+		return apperr.Invalid("catalog_item_ids", "no catalog item %s in this merchant", strings.Join(unknown, ", "))
+	}
+	return nil
 }
 
 const staffHoursSQL = `

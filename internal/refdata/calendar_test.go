@@ -258,3 +258,41 @@ func TestPutStaffHoursStoresItsAnswerWithTheHours(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing written")
 }
+
+// The hours name catalog items of the merchant only: another merchant's
+// item is refused as an unknown one, and nothing is written.
+func TestPutStaffHoursNamesTheMerchantsCatalogItems(t *testing.T) {
+	t.Parallel()
+	c := newCalendar(t, 1)
+	other := newCalendarIn(t, c.db, 0)
+	ctx := t.Context()
+	item := func(merchant string) string {
+		id := uuid.New()
+		_, err := c.db.DB.Exec(`INSERT INTO catalog_items (id, merchant_id, name, base_price_cents, created_at, updated_at)
+			VALUES ($1, $2, 'Deep clean', 100, now(), now())`, id, merchant)
+		require.NoError(t, err)
+		return id
+	}
+	own, foreign, unknown := item(c.merchant), item(other.merchant), uuid.New()
+	before, err := c.store.StaffHours(ctx, c.merchant, c.staff[0])
+	require.NoError(t, err)
+	put := func(items ...string) error {
+		_, err := c.store.PutStaffHours(ctx, c.merchant, availability.StaffHours{StaffID: c.staff[0], Week: before.Week,
+			Exceptions: []availability.Exception{}, CatalogItemIDs: items, UpdatedAt: time.Now()}, nil)
+		return err
+	}
+	for name, items := range map[string][]string{"another merchant's": {own, foreign}, "unknown": {unknown}} {
+		err := put(items...)
+		var invalid *apperr.ValidationError
+		require.ErrorAs(t, err, &invalid, name)
+		require.Equal(t, "catalog_item_ids", invalid.Fields[0].Field, name)
+		require.Contains(t, invalid.Fields[0].Message, items[len(items)-1], name)
+		after, err := c.store.StaffHours(ctx, c.merchant, c.staff[0])
+		require.NoError(t, err)
+		require.Equal(t, before.Version, after.Version, "%s: nothing written", name)
+	}
+	require.NoError(t, put(own))
+	after, err := c.store.StaffHours(ctx, c.merchant, c.staff[0])
+	require.NoError(t, err)
+	require.Equal(t, []string{own}, after.CatalogItemIDs)
+}
