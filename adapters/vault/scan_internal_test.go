@@ -118,3 +118,28 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// A writer uses a cached key for at most CacheFor after it opened it, then
+// reads it again (KeySQL, which refuses a subject erased meanwhile): the
+// erasure's last pass, CacheFor after it deleted the key, must find every
+// event another instance sealed with its copy.
+func TestCachedKeysAreFreshForWriters(t *testing.T) {
+	ring, err := keyring.Parse("k:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")
+	require.NoError(t, err)
+	at := time.Now()
+	v := &Vault{ring: ring, now: func() time.Time { return at }, cache: map[string]entry{}}
+	subject := "5d2c1b8e-7d6f-4a3b-8c9d-0e1f2a3b4c5d"
+	require.False(t, v.Cached(subject), "never opened")
+	key, err := v.NewKey(subject)
+	require.NoError(t, err)
+	require.NoError(t, v.Adopt(subject, key))
+	require.True(t, v.Cached(subject))
+	at = at.Add(CacheFor - time.Millisecond)
+	require.True(t, v.Cached(subject))
+	at = at.Add(time.Millisecond)
+	require.False(t, v.Cached(subject), "opened CacheFor ago: the writer reads it again")
+	require.NoError(t, v.Adopt(subject, key))
+	require.True(t, v.Cached(subject), "read again: fresh")
+	v.put(subject, entry{erased: true})
+	require.False(t, v.Cached(subject), "erased")
+}

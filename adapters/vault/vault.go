@@ -320,16 +320,20 @@ func (v *Vault) adopt(subject string, sealed []byte) (entry, error) {
 	return e, nil
 }
 
-// Cached reports whether the subject's key is cached and usable to seal,
-// so that a writer can skip reading it.
+// Cached reports whether the subject's key is cached, usable to seal and
+// opened less than CacheFor ago, so that a writer can skip reading it
+// (KeySQL). An older key is read again: KeySQL refuses a subject erased
+// meanwhile, so an instance that opened a key before another erased it
+// seals with it for at most CacheFor, the time the erasure waits before
+// its last pass, which finds what was sealed meanwhile (its subject_id)
+// and marks its stream.
 func (v *Vault) Cached(subject string) bool {
-	_, ok := v.sealKey(subject)
-	return ok
+	e, ok := v.cached(subject)
+	return ok && !e.erased
 }
 
-// sealKey is the subject's cached key for sealing, however old: sealing with
-// a key erased meanwhile on another instance is harmless, since the
-// erasure's last pass finds the event (its subject_id) and marks its stream.
+// sealKey is the subject's cached key for sealing, however old: the writer
+// checked it with Cached (or adopted it) just before.
 func (v *Vault) sealKey(subject string) (cipher.AEAD, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -362,8 +366,9 @@ const KeySQL = `
 	RETURNING sealed`
 
 // Seal replaces fields of an event's JSON data by the sealed member,
-// encrypted under the subject's key, which the writer has adopted (Cached,
-// Adopt); a subject seen erased since is an *ErasedError.
+// encrypted under the subject's key, which the writer has just checked
+// (Cached) or adopted (Adopt); a subject seen erased since is an
+// *ErasedError.
 // Fields that data does not hold are left out; data without any is
 // returned as it is.
 func (v *Vault) Seal(subject, eventType string, data []byte, fields []string) ([]byte, error) {
