@@ -792,7 +792,7 @@ func endSend(span trace.Span, o Outcome, r result) {
 		}
 		span.SetAttributes(attribute.Int("http.response.status_code", o.Status), attribute.String("hearth.outcome", outcome))
 		if !o.OK() {
-			span.SetStatus(codes.Error, o.Err)
+			span.SetStatus(codes.Error, o.Brief())
 		}
 	}
 	span.End()
@@ -823,8 +823,9 @@ func (d *Dispatcher) judge(c claim, o Outcome) result {
 			return r
 		}
 		r.status = webhook.Failed
-		r.disable = fmt.Sprintf("a delivery failed for %s (%d attempts since %s; WEBHOOK_RETRY_FOR is %s); its last error: %s",
-			at.Sub(c.first).Round(time.Second), c.attempts, c.first.UTC().Format(time.RFC3339), d.cfg.Schedule.For, o.Err)
+		// The receiver's words stay in the delivery's own row (see Brief).
+		r.disable = fmt.Sprintf("delivery %s failed for %s (%d attempts since %s; WEBHOOK_RETRY_FOR is %s); its last error: %s",
+			c.id, at.Sub(c.first).Round(time.Second), c.attempts, c.first.UTC().Format(time.RFC3339), d.cfg.Schedule.For, o.Brief())
 	}
 	d.cfg.Metrics.outcome("failed")
 	return r

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"hearth/domain/webhook"
 	"hearth/internal/tracing"
@@ -160,6 +161,23 @@ type Outcome struct {
 // OK reports a delivered attempt.
 func (o Outcome) OK() bool { return o.Err == "" }
 
+// Brief says why the attempt failed without the receiver's words (its
+// answer's body, its Location): what goes beyond the delivery's own row
+// (the endpoint's disabled_reason, the errors of its other deliveries, the
+// log, the span). A receiver's answer often quotes the payload it refused,
+// personal data that an erasure removes from the delivery's row only.
+func (o Outcome) Brief() string {
+	switch {
+	case o.OK():
+		return ""
+	case o.Status >= 300 && o.Status < 400:
+		return fmt.Sprintf("HTTP %d: redirects are not followed", o.Status)
+	case o.Status != 0:
+		return fmt.Sprintf("HTTP %d", o.Status)
+	}
+	return o.Err
+}
+
 // Gone reports a receiver that answered 410 Gone: its endpoint is disabled
 // at once (unless the attempt was a test ping).
 func (o Outcome) Gone() bool { return o.Status == http.StatusGone }
@@ -200,14 +218,29 @@ func (s *Sender) Send(ctx context.Context, rawURL string, secrets []string, id s
 	switch {
 	case res.StatusCode >= 200 && res.StatusCode < 300:
 	case res.StatusCode >= 300 && res.StatusCode < 400:
-		out.Err = fmt.Sprintf("HTTP %d: redirects are not followed (Location: %s)", res.StatusCode, res.Header.Get("Location"))
+		out.Err = fmt.Sprintf("HTTP %d: redirects are not followed (Location: %s)", res.StatusCode, receiverText(res.Header.Get("Location")))
 	default:
 		out.Err = fmt.Sprintf("HTTP %d", res.StatusCode)
-		if b := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "")); b != "" {
+		if b := strings.TrimSpace(receiverText(string(snippet))); b != "" {
 			out.Err += ": " + b
 		}
 	}
 	return out
+}
+
+// receiverText is text from a receiver's answer as the delivery log can
+// store it: valid UTF-8 without control characters (but tabs and line
+// breaks). Postgres refuses a NUL byte or invalid UTF-8 in text, and the
+// round that records the attempt would fail with it, every time: the
+// delivery would be sent again for ever, never failed nor retried on its
+// schedule.
+func receiverText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\t' || r == '\n' || r == '\r' || !unicode.IsControl(r) {
+			return r
+		}
+		return -1
+	}, strings.ToValidUTF8(s, ""))
 }
 
 // describe says why a request got no answer, briefly.

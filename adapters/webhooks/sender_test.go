@@ -130,3 +130,26 @@ func mustInt(t *testing.T, s string) int64 {
 	require.NoError(t, err)
 	return n
 }
+
+// A receiver's words come back as text the delivery log can store (valid
+// UTF-8, no NUL), and Brief leaves them out.
+func TestSendKeepsTheReceiversWordsStorable(t *testing.T) {
+	t.Parallel()
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("redirect") != "" {
+			w.Header()["Location"] = []string{"/elsewhere?notes=mat\xff"}
+			w.WriteHeader(http.StatusFound)
+			return
+		}
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = io.WriteString(w, "refused \x00notes\xfe: key under the mat")
+	})
+	s := newTestSender(t, time.Second, true)
+	secrets := []string{webhook.NewSecret()}
+	out := s.Send(t.Context(), srv.URL, secrets, "evt-1", []byte(`{}`))
+	require.Equal(t, "HTTP 422: refused notes: key under the mat", out.Err)
+	require.Equal(t, "HTTP 422", out.Brief())
+	out = s.Send(t.Context(), srv.URL+"?redirect=1", secrets, "evt-1", []byte(`{}`))
+	require.Equal(t, "HTTP 302: redirects are not followed (Location: /elsewhere?notes=mat)", out.Err)
+	require.Equal(t, "HTTP 302: redirects are not followed", out.Brief())
+}

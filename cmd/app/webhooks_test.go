@@ -69,6 +69,7 @@ type receiver struct {
 	mu       sync.Mutex
 	got      []delivery
 	answer   func(d delivery) int
+	errBody  string // the body of an answer of 400 or more
 	hold     chan struct{}
 	arrivals chan struct{} // one value per request, for tests that wait for one
 }
@@ -94,12 +95,16 @@ func newReceiver(t *testing.T) *receiver {
 			d.status = rc.answer(d)
 		}
 		rc.got = append(rc.got, d)
+		errBody := rc.errBody
 		rc.mu.Unlock()
 		select {
 		case rc.arrivals <- struct{}{}:
 		default:
 		}
 		w.WriteHeader(d.status)
+		if d.status >= 400 {
+			_, _ = io.WriteString(w, errBody)
+		}
 	}))
 	t.Cleanup(rc.Close)
 	return rc
@@ -552,6 +557,10 @@ func TestWebhookDeliveryLogIsBounded(t *testing.T) {
 
 // A receiver that always fails is retried on the schedule, then its
 // endpoint is disabled with the reason, and its pending deliveries fail.
+// Its answers' body, which quotes the payload, stays in the delivery's
+// own row (an erasure clears it there), not in the endpoint's reason; a
+// NUL byte or invalid UTF-8 in it, which Postgres refuses, is left out
+// rather than fail the round that records the attempt.
 func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
 	t.Parallel()
 	schedule := webhook.Schedule{Initial: 20 * time.Millisecond, Max: 80 * time.Millisecond, For: 700 * time.Millisecond}
@@ -562,6 +571,9 @@ func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
 	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})))
 	rc := newReceiver(t)
 	rc.setAnswer(func(delivery) int { return http.StatusInternalServerError })
+	rc.mu.Lock()
+	rc.errBody = "refused notes \x00\"key under the mat\"\xff"
+	rc.mu.Unlock()
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
 	a.orderEvents(1, 1)
 
@@ -571,9 +583,12 @@ func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
 		return err == nil && r.Body["enabled"] == false
 	}, 20*time.Second, 5*time.Millisecond)
 	e := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
-	require.Contains(t, e.Body["disabled_reason"], "a delivery failed for")
-	require.Contains(t, e.Body["disabled_reason"], "HTTP 500")
+	require.Contains(t, e.Body["disabled_reason"], "failed for")
+	require.True(t, strings.HasSuffix(e.Body["disabled_reason"].(string), "its last error: HTTP 500"), e.Body["disabled_reason"])
+	require.NotContains(t, e.Body["disabled_reason"], "mat")
 	require.Contains(t, e.Body, "disabled_at")
+	deliveries := a.must(http.StatusOK, http.MethodGet, path+"/deliveries", a.opA, nil)
+	require.Contains(t, deliveries.Raw, `HTTP 500: refused notes \"key under the mat\"`, "the delivery's own error keeps the answer, storable")
 
 	// The attempts came on the schedule: the n-th retry no sooner than the
 	// n-th wait after the attempt before, and none more than For after the
