@@ -121,8 +121,13 @@ func TestCanonicalIDs(t *testing.T) {
 	a := setup(t, pgtest.NewDB(t))
 	customer := a.createCustomer(a.opA, "Ada Lovelace")
 	item := a.must(http.StatusCreated, http.MethodPost, "/v1/catalog-items", a.opA, map[string]any{"name": "Sink repair"}).Body["id"].(string)
-	requestID := uuid.New()
 	up := strings.ToUpper
+	sr := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA,
+		map[string]any{"customer_id": up(customer), "catalog_item_id": up(item), "content": "Fix the sink"})
+	require.Equal(t, customer, sr.Body["customer_id"])
+	require.Equal(t, item, sr.Body["catalog_item_id"])
+	requireStoredIDs(t, a, sr.Body["id"].(string), map[string]string{"customer_id": customer, "catalog_item_id": item})
+	requestID := sr.Body["id"].(string)
 
 	created := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA,
 		map[string]any{"customer_id": up(customer), "amount_cents": 100, "request_id": up(requestID)})
@@ -142,11 +147,10 @@ func TestCanonicalIDs(t *testing.T) {
 	schedule := a.crmSchedule(a.worker, order)
 	require.Equal(t, a.staffA, schedule.Body["staff_id"])
 
-	sr := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA,
-		map[string]any{"customer_id": up(customer), "catalog_item_id": up(item), "content": "Fix the sink"})
-	require.Equal(t, customer, sr.Body["customer_id"])
-	require.Equal(t, item, sr.Body["catalog_item_id"])
-	requireStoredIDs(t, a, sr.Body["id"].(string), map[string]string{"customer_id": customer, "catalog_item_id": item})
+	// The ids of a list too: one id in two cases is one id.
+	hours := a.must(http.StatusOK, http.MethodPut, "/v1/staff/"+a.staffA+"/working-hours", a.opA,
+		map[string]any{"week": map[string]any{}, "catalog_item_ids": []string{up(item), item}})
+	require.Equal(t, []any{item}, hours.Body["catalog_item_ids"])
 
 	// Filters in any case find them.
 	a.awaitOrder(a.opA, order, 3)

@@ -14,6 +14,7 @@ import (
 	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/event"
 	"hearth/domain/uuid"
 	"hearth/internal/database"
 	"hearth/internal/refdata"
@@ -238,6 +239,9 @@ func keySpec(k keyFlags) (access.KeySpec, string, error) {
 		at, err := time.Parse(time.RFC3339Nano, k.expiresAt)
 		if err != nil {
 			return spec, "", fmt.Errorf("--expires-at must be an RFC 3339 time such as 2030-01-02T15:04:05Z, got %q", k.expiresAt)
+		}
+		if problem := event.InstantProblem(at); problem != "" {
+			return spec, "", fmt.Errorf("--expires-at %s, got %q", problem, k.expiresAt)
 		}
 		spec.ExpiresAt = &at
 		return spec, "--expires-at", nil

@@ -167,6 +167,15 @@ func TestAvailabilityAPI(t *testing.T) {
 		r := a.do(http.MethodGet, "/v1/availability?from="+from+"&to="+to+query, a.opA, nil)
 		require.True(t, slices.Contains(invalidFields(t, r), field), "%s: %s", query, r)
 	}
+	// 2^53 + 60 minutes, in nanoseconds, would wrap around to 60 minutes.
+	for query, field := range map[string]string{
+		"&duration=9007199254741052":         "duration",
+		"&duration=60&step=9007199254741052": "step",
+	} {
+		r := a.do(http.MethodGet, "/v1/availability?from="+from+"&to="+to+query, a.opA, nil)
+		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", query, r)
+		require.Equal(t, []string{field}, problemFields(r), query)
+	}
 	r := a.do(http.MethodGet, "/v1/availability?duration=60&from="+to+"&to="+from, a.opA, nil)
 	require.Contains(t, invalidFields(t, r), "to")
 }

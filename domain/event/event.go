@@ -100,6 +100,20 @@ func checked(env Envelope, decode Decoder) (Recorded, error) {
 // goes through it.
 func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
+// MaxInstant is the last instant Hearth stores and answers.
+var MaxInstant = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+
+// InstantProblem says why t cannot be stored, or "" when it can: RFC 3339
+// has four digits for the year, and a time that parses with an offset can
+// lie outside years 0001 to 9999 once in UTC (9999-12-31T23:00:00-02:00),
+// where it would fail to marshal in every event and answer.
+func InstantProblem(t time.Time) string {
+	if y := t.UTC().Year(); y < 1 || t.After(MaxInstant) {
+		return "must lie between the years 0001 and 9999 in UTC"
+	}
+	return ""
+}
+
 // InstantPtr is Instant for an optional time.
 func InstantPtr(t *time.Time) *time.Time {
 	if t == nil {

@@ -242,6 +242,37 @@ func TestDecodingErrors(t *testing.T) {
 	}
 }
 
+// A time that parses with its offset but lies outside the years 0001 to
+// 9999 once in UTC (where RFC 3339's four digits end) is refused naming
+// it (400), and nothing is written.
+func TestTimesOutsideTheStoredYears(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	id := f.createOrder()
+	before := f.tx.Position()
+	for name, tc := range map[string]struct {
+		method, path, body string
+		status             int
+		field              string
+	}{
+		"body, past 9999": {"POST", "/v1/orders", `{"customer_id":"` + f.customer + `","scheduled_start_at":"9999-12-31T23:00:00-02:00","scheduled_end_at":"9999-12-31T23:30:00-02:00"}`,
+			http.StatusBadRequest, "scheduled_start_at"},
+		"body, before 0001": {"PUT", "/v1/orders/" + id + "/assignment", `{"staff_id":"` + f.staff + `","start_at":"0001-01-01T00:30:00+01:00","end_at":"0001-01-01T02:00:00Z"}`,
+			http.StatusBadRequest, "start_at"},
+		"query": {"GET", "/v1/orders?from=9999-12-31T23:00:00-02:00", "", http.StatusBadRequest, "from"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := f.do(tc.method, tc.path, f.op, tc.body)
+			require.Equal(t, tc.status, a.Code, a.Body.String())
+			errs, _ := a.body["errors"].([]any)
+			require.NotEmpty(t, errs, a.Body.String())
+			require.Equal(t, tc.field, errs[0].(map[string]any)["field"], a.Body.String())
+			require.Contains(t, errs[0].(map[string]any)["message"], "between the years 0001 and 9999")
+			require.Equal(t, before, f.tx.Position())
+		})
+	}
+}
+
 // Application errors map to their problems.
 func TestProblemMapping(t *testing.T) {
 	t.Parallel()

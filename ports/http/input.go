@@ -47,10 +47,14 @@ func cleanInput(body []byte, dst any) error {
 	return errs.Err()
 }
 
-// isIDField reports whether the field (its last path segment) names an id.
+// isIDField reports whether the field (its last path segment) names an id:
+// id, *_id, or an element of a list *_ids.
 func isIDField(field string) bool {
 	if i := strings.LastIndexByte(field, '.'); i >= 0 {
 		field = field[i+1:]
+	}
+	if list, _, ok := strings.Cut(field, "["); ok {
+		return strings.HasSuffix(list, "_ids")
 	}
 	return field == "id" || strings.HasSuffix(field, "_id")
 }

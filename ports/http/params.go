@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hearth/app/query"
+	"hearth/domain/event"
 	"hearth/domain/uuid"
 )
 
@@ -117,6 +118,10 @@ func (p *params) time(name string) *time.Time {
 		p.fail(name, "must be an RFC 3339 time with an offset, got %q", s)
 		return nil
 	}
+	if problem := event.InstantProblem(t); problem != "" {
+		p.fail(name, "%s, got %q", problem, s)
+		return nil
+	}
 	return &t
 }
 
@@ -143,6 +148,9 @@ func parseTime(field string, s *string) (*time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, *s)
 	if err != nil {
 		return nil, malformed(field, "must be an RFC 3339 time with an offset, got %q", *s)
+	}
+	if problem := event.InstantProblem(t); problem != "" {
+		return nil, malformed(field, "%s, got %q", problem, *s)
 	}
 	return &t, nil
 }

@@ -2,6 +2,7 @@ package httpport
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/availability"
 	"hearth/domain/civil"
+	"hearth/domain/event"
 	"hearth/domain/plan"
 )
 
@@ -517,6 +519,10 @@ func (p *params) minutes(name string) time.Duration {
 		return 0
 	}
 	if n, err := strconv.Atoi(s); err == nil {
+		if limit := int(math.MaxInt64 / time.Minute); n > limit || n < -limit { // would wrap around to another length
+			p.fail(name, "must be a number of minutes of at most %d, got %q", limit, s)
+			return 0
+		}
 		return time.Duration(n) * time.Minute
 	}
 	d, err := time.ParseDuration(s)
@@ -594,8 +600,8 @@ func (s *server) listPlanVisits(w http.ResponseWriter, r *http.Request) error {
 	}
 	if t := p.time("to"); t != nil {
 		to = *t
-	} else {
-		to = from.Add(DefaultVisitRange)
+	} else if to = from.Add(DefaultVisitRange); to.After(event.MaxInstant) {
+		to = event.MaxInstant
 	}
 	if p.err != nil {
 		return p.err

@@ -214,9 +214,6 @@ func decode(r *http.Request, dst any) error {
 
 // decodeJSON is decode's strict JSON decoding.
 func decodeJSON(body []byte, dst any) error {
-	if field := repeatedMember(body); field != "" {
-		return malformed(field, "is given more than once (member names match whatever their case)")
-	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
@@ -245,13 +242,69 @@ func decodeJSON(body []byte, dst any) error {
 	if dec.More() {
 		return &badRequest{slug: "malformed-request", detail: "request body has data after the JSON object"}
 	}
+	if hasRepeatedMember(body) {
+		return malformed(repeatedMember(body), "is given more than once (member names match whatever their case)")
+	}
 	return nil
+}
+
+// hasRepeatedMember reports whether an object of body, JSON that decoded,
+// has two members whose names are equal ignoring case (bytes.EqualFold is
+// how encoding/json matches a name to a field): a scan of the bytes that
+// allocates nothing for most bodies, since every request body goes through
+// it. repeatedMember then finds which.
+func hasRepeatedMember(body []byte) bool {
+	var namesBuf [32][]byte
+	var startsBuf [8]int // per open container: where its names begin; -1 for an array
+	names, starts := namesBuf[:0], startsBuf[:0]
+	key := false // the next string is a member name
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '{':
+			starts, key = append(starts, len(names)), true
+		case '[':
+			starts, key = append(starts, -1), false
+		case '}', ']':
+			if top := starts[len(starts)-1]; top >= 0 {
+				names = names[:top]
+			}
+			starts, key = starts[:len(starts)-1], false
+		case ',':
+			key = len(starts) > 0 && starts[len(starts)-1] >= 0
+		case '"':
+			start, escaped := i+1, false
+			for i++; body[i] != '"'; i++ {
+				if body[i] == '\\' {
+					i, escaped = i+1, true
+				}
+			}
+			if !key {
+				continue
+			}
+			name := body[start:i]
+			if escaped { // rare: compare the name as decoded
+				var s string
+				if json.Unmarshal(body[start-1:i+1], &s) != nil {
+					return false
+				}
+				name = []byte(s)
+			}
+			for _, n := range names[starts[len(starts)-1]:] {
+				if bytes.EqualFold(n, name) {
+					return true
+				}
+			}
+			names, key = append(names, name), false
+		}
+	}
+	return false
 }
 
 // repeatedMember is the path of the first member of an object whose name
 // an earlier member of the same object already has, compared as
 // encoding/json matches names to fields (ignoring case); "" when there is
-// none, or when body is not JSON (decoding says why). Such a body is
+// none, or when body is not JSON (decoding says why). It walks the tokens,
+// at some cost: decodeJSON calls it only once hasRepeatedMember found one. Such a body is
 // ambiguous: the decoder keeps the last of the two, while the
 // Idempotency-Key fingerprint (its canonical form keeps both) would take
 // {"amount_cents":1,"AMOUNT_CENTS":2} and its reordering, which decode to

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"hearth/domain/apperr"
+	"hearth/domain/event"
 	"hearth/domain/uuid"
 )
 
@@ -82,6 +83,10 @@ func (f *formReader) when(name string) *time.Time {
 			f.Add(name, "must be a date and time such as 2030-05-06T09:00, got %q", v)
 			return nil
 		}
+	}
+	if problem := event.InstantProblem(t); problem != "" {
+		f.Add(name, "%s, got %q", problem, v)
+		return nil
 	}
 	return &t
 }
