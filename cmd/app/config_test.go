@@ -350,6 +350,8 @@ func TestRun(t *testing.T) {
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "role"},
 		{name: "unexpected arguments", args: []string{"serve", "now"}, env: map[string]string{"DATABASE_URL": testDatabaseURL},
 			usage: true, contains: "now"},
+		{name: "verify with a negative recheck", args: []string{"verify", "--recheck", "-5s"}, env: map[string]string{"DATABASE_URL": testDatabaseURL},
+			usage: true, contains: "--recheck must not be negative"},
 		{name: "keys create with a bad role", args: []string{"keys", "create", "--merchant", "acme", "--role", "bogus"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "bogus"},
 		{name: "keys create without a merchant", args: []string{"keys", "create", "--role", "operator"},

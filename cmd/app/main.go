@@ -140,6 +140,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError{fmt.Sprintf("%s: unexpected arguments %q", cmd, rest)}
 		}
 	}
+	if opArgs.recheck < 0 {
+		return usageError{fmt.Sprintf("%s: --recheck must not be negative (0 reports at once), got %s", cmd, opArgs.recheck)}
+	}
 	log := newLogger(cfg, stderr)
 	slog.SetDefault(log)
 	switch cmd {
