@@ -177,6 +177,14 @@ func Refused(addr netip.Addr) string {
 		// a whole rather than judged by the embedded address, since a
 		// local-use prefix may map anywhere.
 		return "a NAT64 address"
+	case ipv4Compatible.Contains(a) || sixToFour.Contains(a) || teredo.Contains(a):
+		// Transition forms that embed an IPv4 address (::127.0.0.1,
+		// 2002:7f00:1::, Teredo's obfuscated one), which a relay or a
+		// tunnel on the host's network may turn into that address:
+		// refused as a whole, as NAT64 is.
+		return "an IPv6 transition address embedding an IPv4 one"
+	case reservedV4.Contains(a) || benchmarking.Contains(a) || protocolAssignments.Contains(a):
+		return "a reserved address"
 	}
 	return ""
 }
@@ -188,6 +196,13 @@ var (
 	nat64       = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052, the well-known prefix
 	nat64Local  = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215, local use
 	broadcast   = netip.MustParseAddr("255.255.255.255")
+
+	ipv4Compatible      = netip.MustParsePrefix("::/96")         // RFC 4291, deprecated
+	sixToFour           = netip.MustParsePrefix("2002::/16")     // RFC 3056
+	teredo              = netip.MustParsePrefix("2001::/32")     // RFC 4380
+	reservedV4          = netip.MustParsePrefix("240.0.0.0/4")   // RFC 1112, future use
+	benchmarking        = netip.MustParsePrefix("198.18.0.0/15") // RFC 2544, often routed inside a network
+	protocolAssignments = netip.MustParsePrefix("192.0.0.0/24")  // RFC 6890, IETF protocol assignments
 )
 
 // SecretPrefix starts every signing secret.

@@ -148,6 +148,10 @@ func TestRefused(t *testing.T) {
 		// NAT64: the well-known prefix (here 127.0.0.1 and 8.8.8.8
 		// embedded) and the local-use one.
 		"64:ff9b::7f00:1": true, "64:ff9b::808:808": true, "64:ff9b:1::a00:1": true, "64:ff9b:1:ffff::1": true,
+		// Transition forms embedding an IPv4 address, and reserved IPv4.
+		"::127.0.0.1": true, "::8.8.8.8": true, "2002:7f00:1::1": true, "2001:0:4136:e378:8000:63bf:3fff:fdd2": true,
+		"240.0.0.1": true, "198.18.0.1": true, "198.19.255.255": true, "192.0.0.8": true,
+		"2001:4860:4860::8888": false, "198.20.0.1": false,
 		"64:ff9b:2::1":  false,
 		"93.184.216.34": false, "2606:2800:220:1:248:1893:25c8:1946": false, "8.8.8.8": false,
 	} {
