@@ -36,10 +36,6 @@ const updateChangesSQL = `UPDATE change_log c SET before = u.before, after = u.a
 // stream is folded again from its first event, and the row and the change
 // log rewritten from that fold.
 func (p *projection[V]) erase(ctx context.Context, tx bun.Tx, r event.Recorded) error {
-	erased := r.Event.(event.PersonalDataErased)
-	if p.refold.Log == nil {
-		return fmt.Errorf("%s %s: this projection cannot apply an erasure (no event log to fold again)", p.agg.Type, r.StreamID)
-	}
 	view, found, err := p.load(ctx, tx, r.StreamID)
 	if err != nil {
 		return fmt.Errorf("lock %s %s: %w", p.agg.Table, r.StreamID, err)
@@ -53,6 +49,47 @@ func (p *projection[V]) erase(ctx context.Context, tx bun.Tx, r event.Recorded) 
 	case r.Version != version+1:
 		return &GapError{AggregateID: r.StreamID, RowVersion: version, Version: r.Version}
 	}
+	return p.foldErased(ctx, tx, r, found, r.Version)
+}
+
+// ForgetParked is erase for an aggregate whose events wait behind a parked
+// one (PersonalDataErased among them): its row and change log, at the
+// version they reached, are folded again with the erased subject's fields
+// read as erased, and their version does not move, so the events waiting
+// still apply in order once replayed (PersonalDataErased included). Until
+// then the row shows what it showed, less the subject's text.
+func (p *projection[V]) ForgetParked(ctx context.Context, r event.Recorded) error {
+	if _, ok := r.Event.(event.PersonalDataErased); !ok {
+		return fmt.Errorf("%s %s: event %s is a %s, not PersonalDataErased", p.agg.Type, r.StreamID, r.ID, r.Type)
+	}
+	return p.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		view, found, err := p.load(ctx, tx, r.StreamID)
+		if err != nil {
+			return fmt.Errorf("lock %s %s: %w", p.agg.Table, r.StreamID, err)
+		}
+		merchantID, version := p.meta(view)
+		switch {
+		case !found || version == 0:
+			return nil // nothing shown yet
+		case merchantID != r.MerchantID:
+			return fmt.Errorf("%s %s belongs to merchant %s, event %s says %s", p.agg.Table, r.StreamID, merchantID, r.ID, r.MerchantID)
+		case r.Version <= version:
+			return nil // applied already
+		}
+		return p.foldErased(ctx, tx, r, true, version)
+	})
+}
+
+// foldErased folds the stream of r (a PersonalDataErased event) again up to
+// version upto with r's subject erased, and rewrites the row and the
+// change-log snapshots up to there; when upto is r's own version, r is
+// applied too (its change-log row written). found says whether the row
+// exists.
+func (p *projection[V]) foldErased(ctx context.Context, tx bun.Tx, r event.Recorded, found bool, upto int) error {
+	erased := r.Event.(event.PersonalDataErased)
+	if p.refold.Log == nil {
+		return fmt.Errorf("%s %s: this projection cannot apply an erasure (no event log to fold again)", p.agg.Type, r.StreamID)
+	}
 	// The event log's read is a transaction of its own: the fencing check
 	// (WithBegin) belongs to tx, and would refuse the log's read-only one.
 	streams, err := p.refold.Log.Streams(database.WithoutBegin(ctx), p.agg.Projection, p.agg.Type,
@@ -60,21 +97,25 @@ func (p *projection[V]) erase(ctx context.Context, tx bun.Tx, r event.Recorded) 
 	if err != nil {
 		return fmt.Errorf("read %s %s again to erase subject %s: %w", p.agg.Type, r.StreamID, erased.SubjectID, err)
 	}
+	applying := upto == r.Version
 	var stream []event.Recorded
 	for _, rec := range streams[r.StreamID] {
-		if rec.Version < r.Version {
+		if rec.Version < r.Version && rec.Version <= upto {
 			stream = append(stream, rec)
 		}
 	}
-	if len(stream) != r.Version-1 {
-		return fmt.Errorf("%s %s: the event store holds %d events before version %d", p.agg.Type, r.StreamID, len(stream), r.Version)
+	if want := min(upto, r.Version-1); len(stream) != want {
+		return fmt.Errorf("%s %s: the event store holds %d events up to version %d", p.agg.Type, r.StreamID, len(stream), want)
+	}
+	if applying {
+		stream = append(stream, r)
 	}
 	fresh := p.empty()
 	var before *string
 	versions := make([]int32, 0, len(stream))
 	befores, afters := make([]*string, 0, len(stream)), make([]string, 0, len(stream))
 	var last *changeRow
-	for _, rec := range append(stream, r) {
+	for _, rec := range stream {
 		change, err := p.step(fresh, rec.Version > 1, rec, nil)
 		if err != nil {
 			return fmt.Errorf("%s %s: fold again at version %d: %w", p.agg.Type, r.StreamID, rec.Version, err)
@@ -87,7 +128,12 @@ func (p *projection[V]) erase(ctx context.Context, tx bun.Tx, r event.Recorded) 
 		versions, befores, afters = append(versions, int32(rec.Version)), append(befores, before), append(afters, after)
 		before = &after
 	}
-	if err := p.write(ctx, tx, p.save(tx, fresh, !found), []changeRow{*last}); err != nil {
+	if applying {
+		err = p.write(ctx, tx, p.save(tx, fresh, !found), []changeRow{*last})
+	} else {
+		_, err = tx.NewRaw("?", p.save(tx, fresh, false)).Exec(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("write %s %s: %w", p.agg.Table, r.StreamID, err)
 	}
 	if _, err := tx.Tx.ExecContext(ctx, updateChangesSQL, r.StreamType, r.StreamID, versions, befores, afters); err != nil {

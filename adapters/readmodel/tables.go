@@ -115,6 +115,7 @@ type Projector interface {
 	Aggregate() aggregates.Facts
 	Apply(ctx context.Context, r event.Recorded) error
 	ApplyBatch(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error
+	ForgetParked(ctx context.Context, r event.Recorded) error
 }
 
 // NewProjectors returns the projection of every aggregate type, on the

@@ -417,3 +417,55 @@ func TestMissingDataKeyStopsRebuild(t *testing.T) {
 	require.ErrorContains(t, err, "the data key of subject "+customer+" is missing, and the subject was not erased")
 	a.awaitOrder(a.opA, order, 1) // the live read model is left as it was
 }
+
+// An erasure reaches an order whose events wait behind a parked one: its
+// row and change log forget the customer's text at once, at the version
+// they reached (the events waiting still apply in order), rather than show
+// it until an operator replays the order; the replay then applies the
+// erasure as any other event.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (architecture.md).
+func TestErasureReachesAParkedAggregate(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	order := func(notes string) string {
+		return a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+			"customer_id": c, "amount_cents": 100, "notes": notes}).Body["id"].(string)
+	}
+	parked, flowing := order("PARKED-SECRET notes"), order("FLOWING-SECRET notes")
+	a.awaitOrder(a.opA, parked, 1)
+	a.awaitOrder(a.opA, flowing, 1)
+	_, err := a.dbs.rm.DB.Exec(fmt.Sprintf(`ALTER TABLE orders ADD CONSTRAINT test_cause CHECK (id <> '%s' OR status = 'pending')`, parked))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+parked+"/status", a.opA, map[string]any{"status": "confirmed"})
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/admin/parked", auth(a.admin), nil)
+		return err == nil && r.Status == http.StatusOK && intOf(r.Body["total"]) == 1
+	}, 20*time.Second, 10*time.Millisecond)
+
+	erased := a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+c+"/erase", a.opA, map[string]any{"confirm": c})
+	require.EqualValues(t, 2, erased.Body["aggregates"])
+	for _, id := range []string{flowing, parked} {
+		require.Eventually(t, func() bool {
+			r := a.do(http.MethodGet, "/v1/orders/"+id, a.opA, nil)
+			return r.Status == http.StatusOK && r.Body["notes"] == nil
+		}, 20*time.Second, 10*time.Millisecond, "order %s", id)
+	}
+	row := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+parked, a.opA, nil)
+	require.EqualValues(t, 1, row.Body["version"], "the row stays where it was: the events behind the parked one wait")
+	require.Equal(t, "pending", row.Body["status"])
+	for _, path := range []string{"/v1/orders/" + parked + "/changes", "/v1/orders?page_size=200", "/v1/customers/" + c + "/export"} {
+		require.NotContains(t, a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Raw, "SECRET", path)
+	}
+
+	// Once the cause is gone, the replay applies what waited, in order.
+	_, err = a.dbs.rm.DB.Exec(`ALTER TABLE orders DROP CONSTRAINT test_cause`)
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/admin/parked/orders/"+parked+"/replay", a.admin, nil)
+	a.awaitOrder(a.opA, parked, 3)
+	row = a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+parked, a.opA, nil)
+	require.Equal(t, "confirmed", row.Body["status"])
+	require.Nil(t, row.Body["notes"])
+	require.Contains(t, row.Body["erased"], "notes")
+}

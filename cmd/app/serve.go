@@ -334,6 +334,7 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 		pr := projector.ProjectionOf(p.Aggregate(), p.Apply, p.ApplyBatch)
 		pr.Decode = vlt.Decoder(p.Aggregate()) // the one decoder that opens sealed fields
 		pr.Prefetch = vlt.Prefetch             // a catch-up page's keys in one query
+		pr.ForgetParked = p.ForgetParked       // an erasure reaches a parked aggregate's row
 		w.projections = append(w.projections, pr)
 	}
 	w.live = liveByUnit(w.projections)

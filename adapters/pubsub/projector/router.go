@@ -37,6 +37,12 @@ type Projection struct {
 	// running alsoInTx (when set) inside it before the commit. Optional:
 	// without it, the projection has no catch-up path (see CatchUp).
 	ApplyBatch func(ctx context.Context, recs []event.Recorded, alsoInTx func(ctx context.Context, tx bun.Tx) error) error
+	// ForgetParked, when set, is given a PersonalDataErased event that
+	// parking holds back behind a parked event of its aggregate: the read
+	// model forgets the erased subject's fields in what it shows already,
+	// without moving the row's version (readmodel's ForgetParked), rather
+	// than show them until an operator replays the aggregate.
+	ForgetParked func(ctx context.Context, r event.Recorded) error
 	// Prefetch, when set, is given each catch-up page's payloads before
 	// they are decoded, so that Decode's lookups can be made for the page
 	// at once (the vault's data keys: vault.Prefetch).
@@ -201,6 +207,12 @@ func (pr *Projector) handler(p Projection, ahead *Lookahead) message.NoPublishHa
 				return fmt.Errorf("%s: %w", p.Name, err)
 			}
 			if held {
+				if _, erasure := rec.Event.(event.PersonalDataErased); erasure && p.ForgetParked != nil {
+					// Retried on failure: holding it again changes nothing.
+					if err := p.ForgetParked(ctx, rec); err != nil {
+						return fmt.Errorf("%s: forget the erased subject in parked %s: %w", p.Name, rec.StreamID, err)
+					}
+				}
 				return nil
 			}
 		}
