@@ -276,3 +276,40 @@ func TestCustomerExportLarge(t *testing.T) {
 	}
 	require.Len(t, a.exportAudit(), 2, "the API's and the cap's own export; the refused one is not recorded")
 }
+
+// An order moved to another customer still holds what was written about
+// the first one, in its events (sealed for them): the first customer's
+// export has those events, opened, and their webhook deliveries, as the
+// erasure would find them; it has nothing of the order as it is now, and
+// nothing sealed for the other customer. The other customer's export
+// opens only what is sealed for them.
+func TestCustomerExportFollowsTheirDataToAnotherCustomersOrder(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	rc := newReceiver(t)
+	a.createEndpoint(a.opA, rc.URL+"/hook")
+	alice, bob := a.createCustomer(a.opA, "Alice"), a.createCustomer(a.opA, "Bob")
+	o := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": alice, "amount_cents": 100, "notes": "ALICE-SECRET key under the mat"}).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+o, a.opA, map[string]any{"customer_id": bob, "notes": "BOB-SECRET ring twice"})
+	a.awaitOrder(a.opA, o, 2)
+	a.awaitProjectedAndDelivered()
+
+	export := func(customer string) map[string]any {
+		return a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+customer+"/export", a.opA, nil).Body
+	}
+	text := func(v any) string { return string(jsonOf(t, map[string]any{"v": v})) }
+	x := export(alice)
+	require.Empty(t, x["orders"], "the order is Bob's now")
+	require.Len(t, x["events"], 1, "the event written about Alice")
+	require.Contains(t, text(x["events"]), "ALICE-SECRET")
+	require.NotContains(t, text(x), "BOB-SECRET")
+	require.Len(t, x["webhook_deliveries"], 1)
+	require.Contains(t, text(x["webhook_deliveries"]), "ALICE-SECRET")
+
+	y := export(bob)
+	require.Len(t, y["orders"], 1)
+	require.Len(t, y["events"], 2)
+	require.Contains(t, text(y["events"]), "BOB-SECRET")
+	require.NotContains(t, text(y["events"]), "ALICE-SECRET", "sealed for Alice: not opened for Bob")
+}

@@ -32,13 +32,12 @@ func (s *Store) CustomerHistory(ctx context.Context, merchantID, customerID stri
 			return fmt.Errorf("read the transaction's time: %w", err)
 		}
 		h.At = event.Instant(h.At)
-		if len(aggregateIDs) > 0 {
-			if h.Events, err = exportEvents(ctx, tx.Tx, merchantID, aggregateIDs, limit); err != nil {
-				return err
-			}
-			if h.WebhookDeliveries, err = exportDeliveries(ctx, tx.Tx, merchantID, aggregateIDs, limit); err != nil {
-				return err
-			}
+		var elsewhere []publicevent.Stored
+		if h.Events, elsewhere, err = s.exportEvents(ctx, tx.Tx, merchantID, customerID, aggregateIDs, limit); err != nil {
+			return err
+		}
+		if h.WebhookDeliveries, err = exportDeliveries(ctx, tx.Tx, merchantID, aggregateIDs, elsewhere, limit); err != nil {
+			return err
 		}
 		if err := WriteAudit(ctx, tx, audit(h)); err != nil {
 			return err
@@ -49,52 +48,74 @@ func (s *Store) CustomerHistory(ctx context.Context, merchantID, customerID stri
 	return out, err
 }
 
-// exportEvents reads the aggregates' events by position, decoded as they
-// were stored (an event an operator skipped in a projection is still held,
-// so it is exported as it is).
-func exportEvents(ctx context.Context, tx *sql.Tx, merchantID string, ids []string, limit int) ([]publicevent.Stored, error) {
+// exportEvents reads, by position, the events of the customer's
+// aggregates and the events sealed for the customer on other aggregates
+// (an order since moved to another customer still holds what was written
+// about this one: the erasure finds it by subject_id too). Each is decoded
+// as stored (an event an operator skipped in a projection is still held,
+// so it is exported as it is), its fields opened only when they are sealed
+// for this customer: an aggregate that changed hands holds another
+// person's too. It returns those from other aggregates apart too.
+func (s *Store) exportEvents(ctx context.Context, tx *sql.Tx, merchantID, customerID string, ids []string, limit int) (all, elsewhere []publicevent.Stored, err error) {
 	rows, err := tx.QueryContext(ctx, `SELECT position, event_id, type, stream_type, stream_id, version, merchant_id,
-		occurred_at, correlation_id, causation_id, actor, data FROM events
-		WHERE merchant_id = $1 AND stream_id = ANY($2::text[]::uuid[]) ORDER BY position LIMIT $3`, merchantID, ids, limit+1)
+		occurred_at, correlation_id, causation_id, actor, data, coalesce(subject_id::text, ''), stream_id = ANY($2::text[]::uuid[]) FROM events
+		WHERE merchant_id = $1 AND (stream_id = ANY($2::text[]::uuid[]) OR subject_id = $4::uuid) ORDER BY position LIMIT $3`,
+		merchantID, ids, limit+1, customerID)
 	if err != nil {
-		return nil, fmt.Errorf("select the customer's events: %w", err)
+		return nil, nil, fmt.Errorf("select the customer's events: %w", err)
 	}
 	defer rows.Close()
 	out := []publicevent.Stored{}
 	for rows.Next() {
-		var s publicevent.Stored
+		var st publicevent.Stored
 		var data []byte
-		if err := rows.Scan(&s.Position, &s.ID, &s.Type, &s.StreamType, &s.StreamID, &s.Version, &s.MerchantID,
-			&s.OccurredAt, &s.CorrelationID, &s.CausationID, &s.Actor, &data); err != nil {
-			return nil, fmt.Errorf("scan the customer's events: %w", err)
+		var subject string
+		var theirs bool
+		if err := rows.Scan(&st.Position, &st.ID, &st.Type, &st.StreamType, &st.StreamID, &st.Version, &st.MerchantID,
+			&st.OccurredAt, &st.CorrelationID, &st.CausationID, &st.Actor, &data, &subject, &theirs); err != nil {
+			return nil, nil, fmt.Errorf("scan the customer's events: %w", err)
 		}
 		if len(out) == limit {
-			return nil, ops.TooLarge("events", limit)
+			return nil, nil, ops.TooLarge("events", limit)
 		}
-		facts, ok := aggregates.ByType(s.StreamType)
+		facts, ok := aggregates.ByType(st.StreamType)
 		if !ok {
-			return nil, fmt.Errorf("event %s: unknown stream type %q", s.ID, s.StreamType)
+			return nil, nil, fmt.Errorf("event %s: unknown stream type %q", st.ID, st.StreamType)
 		}
-		s.Data, s.OccurredAt = data, event.Instant(s.OccurredAt)
-		if s.Event, err = facts.Decode(s.Type, data); err != nil {
-			return nil, fmt.Errorf("event %s: %w", s.ID, err)
+		decode := facts.Decode
+		if subject == customerID {
+			decode = aggregates.Or(s.Decoders).Decoder(facts)
 		}
-		out = append(out, s)
+		st.Data, st.OccurredAt = data, event.Instant(st.OccurredAt)
+		if st.Event, err = decode(st.Type, data); err != nil {
+			return nil, nil, fmt.Errorf("event %s: %w", st.ID, err)
+		}
+		out = append(out, st)
+		if !theirs {
+			elsewhere = append(elsewhere, st)
+		}
 	}
-	return out, rows.Err()
+	return out, elsewhere, rows.Err()
 }
 
 // exportDeliveries reads the webhook deliveries of the aggregates' events
-// (pings concern no customer), by endpoint and insertion order, through
-// the index webhook_deliveries_aggregate.
-func exportDeliveries(ctx context.Context, tx *sql.Tx, merchantID string, ids []string, limit int) ([]ops.StoredDelivery, error) {
+// and of the events also (of other aggregates; pings concern no customer),
+// by endpoint and insertion order, through the index
+// webhook_deliveries_aggregate.
+func exportDeliveries(ctx context.Context, tx *sql.Tx, merchantID string, ids []string, also []publicevent.Stored, limit int) ([]ops.StoredDelivery, error) {
+	alsoEvents, alsoAggregates := make([]string, len(also)), make([]string, len(also))
+	for i, e := range also {
+		alsoEvents[i], alsoAggregates[i] = e.ID, e.StreamID
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT d.id, d.endpoint_id, d.merchant_id, d.event_id, d.event_type,
 		d.aggregate_id, d.aggregate_version, coalesce(d.redelivery_of::text, ''), d.status, d.attempts,
 		CASE WHEN d.status = 'pending' THEN d.next_attempt_at END, d.first_attempt_at, d.last_attempt_at,
 		coalesce(d.response_status, 0), coalesce(d.latency_ms, 0), d.error, d.created_at, d.completed_at, e.url
 		FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE d.aggregate_id = ANY($2::text[]::uuid[]) AND d.merchant_id = $1 AND d.ping_payload IS NULL
-		ORDER BY d.endpoint_id, d.seq LIMIT $3`, merchantID, ids, limit+1)
+		WHERE (d.aggregate_id = ANY($2::text[]::uuid[])
+		       OR d.aggregate_id = ANY($5::text[]::uuid[]) AND d.event_id = ANY($4::text[]::uuid[]))
+		  AND d.merchant_id = $1 AND d.ping_payload IS NULL
+		ORDER BY d.endpoint_id, d.seq LIMIT $3`, merchantID, ids, limit+1, alsoEvents, alsoAggregates)
 	if err != nil {
 		return nil, fmt.Errorf("select the customer's webhook deliveries: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/reference"
+	"hearth/internal/aggregates"
 	"hearth/internal/idempotency"
 	"hearth/internal/keyset"
 )
@@ -31,6 +32,11 @@ type Store struct {
 	uses   map[string]time.Time // key id -> last use not yet flushed
 
 	hours parsedHours // the calendars' working hours, as parsed
+
+	// Decoders open the sealed fields of the events a customer's export
+	// reads (the vault), those sealed for that customer only. Nil: none
+	// are opened.
+	Decoders aggregates.Decoders
 }
 
 // New returns a store on the event-store database.
