@@ -219,6 +219,8 @@ func TestDecodingErrors(t *testing.T) {
 		// case only, while the Idempotency-Key fingerprint keeps both.
 		"member twice, case apart": {"POST", "/v1/orders", `{"customer_id":"x","amount_cents":1,"AMOUNT_CENTS":2}`, "AMOUNT_CENTS"},
 		"member twice":             {"POST", "/v1/orders", `{"customer_id":"x","notes":"a","notes":"b"}`, "notes"},
+		"day twice": {"PUT", "/v1/staff/" + f.staff + "/working-hours",
+			`{"week":{"monday":[{"start":"09:00","end":"12:00"}],"Monday":[]}}`, "week.Monday"},
 		"member twice, nested": {"PUT", "/v1/staff/" + f.staff + "/working-hours",
 			`{"week":{"monday":[{"start":"09:00","end":"12:00"},{"start":"13:00","end":"17:00","End":"18:00"}]}}`, "week.monday[1].End"},
 	} {
