@@ -19,6 +19,9 @@ type ChangeScheduleStatus struct {
 	// WorkerStaffID is set when a worker key acts: it may move only its own
 	// schedules, and only to in_service or done.
 	WorkerStaffID string
+	// OrderID, when set, is the order the client acts on: a schedule of
+	// another order is not found (the console's order page names both).
+	OrderID string
 }
 
 // ScheduleHandlers handles the schedule commands.
@@ -53,6 +56,9 @@ func (h ScheduleHandlers) ChangeStatus(ctx context.Context, cmd ChangeScheduleSt
 		}
 		if cmd.WorkerStaffID != "" && sch.Window().StaffID != cmd.WorkerStaffID {
 			return apperr.ErrNotFound // a worker cannot even see another's schedule
+		}
+		if cmd.OrderID != "" && sch.OrderID() != cmd.OrderID {
+			return apperr.ErrNotFound
 		}
 		if err := checkVersion("schedule", cmd.ScheduleID, cmd.ExpectedVersion, sch.Version()); err != nil {
 			return err

@@ -104,6 +104,11 @@ func TestScheduleStatusRefused(t *testing.T) {
 			c.ExpectedVersion = ptr(2)
 			return c
 		}, func(t *testing.T, err error) { requireVersion(t, err, 2, 1) }},
+		"named with another order": {func(t *testing.T, sch string) command.ChangeScheduleStatus {
+			c := e.scheduleStatusCmd(sch, "in_service")
+			c.OrderID = e.createOrder(t)
+			return c
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, apperr.ErrNotFound) }},
 		"another merchant": {func(t *testing.T, sch string) command.ChangeScheduleStatus {
 			c := e.scheduleStatusCmd(sch, "in_service")
 			c.Meta.MerchantID = e.other

@@ -388,7 +388,7 @@ func (c *Console) orderAction(w http.ResponseWriter, r *http.Request, s *session
 	case "schedule":
 		st := f.text("status")
 		fields, message = []string{"status"}, "Schedule "+label(st)+"."
-		cmd := command.ChangeScheduleStatus{Meta: t.Meta, ScheduleID: f.text("schedule_id"), Status: st}
+		cmd := command.ChangeScheduleStatus{Meta: t.Meta, ScheduleID: f.text("schedule_id"), Status: st, OrderID: id}
 		if !uuid.Valid(cmd.ScheduleID) {
 			err = apperr.ErrNotFound
 		} else if err = f.Err(); err == nil {
