@@ -19,14 +19,16 @@ import (
 
 // subjectTables are the reference tables of the data subjects, with the
 // statement that empties a row's personal columns (the row and its id stay:
-// references remain valid).
+// references remain valid). A staff member's working hours go too: their
+// exceptions say when they were off sick.
 var subjectTables = map[string]struct{ table, scrub string }{
 	event.SubjectCustomer: {"customers",
 		`UPDATE customers SET name = '', phone = '', email = '', address = '', notes = '',
 		        erased_at = coalesce(erased_at, now()), updated_at = now()
 		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
 	event.SubjectStaffMember: {"staff",
-		`UPDATE staff SET name = '', phone = '', active = false, erased_at = coalesce(erased_at, now()), updated_at = now()
+		`WITH hours AS (DELETE FROM staff_hours WHERE staff_id = $1 AND merchant_id = $2)
+		 UPDATE staff SET name = '', phone = '', active = false, erased_at = coalesce(erased_at, now()), updated_at = now()
 		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
 }
 

@@ -293,6 +293,9 @@ func TestErasureOfStaffAndRecords(t *testing.T) {
 	a.createEndpoint(a.opA, rc.URL+"/hook")
 	staff := a.must(http.StatusCreated, http.MethodPost, "/v1/staff", a.opA, map[string]any{
 		"name": "Sam STAFFMARK", "phone": "07700 900123"}).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPut, "/v1/staff/"+staff+"/working-hours", a.opA, map[string]any{
+		"week": map[string]any{"monday": []any{map[string]any{"start": "09:00", "end": "17:00"}}},
+		"exceptions": []any{map[string]any{"date": "2030-03-04", "reason": "sick_day"}}})
 
 	vars := map[string]string{"DATABASE_URL": urls.EventStore, "MASTER_KEY": testMasterKey, "USER": "tester"}
 	var out syncBuffer
@@ -311,6 +314,9 @@ func TestErasureOfStaffAndRecords(t *testing.T) {
 	require.NotContains(t, s.Raw, "07700")
 	require.NotEmpty(t, s.Body["erased_at"])
 	require.Equal(t, false, s.Body["active"])
+	hours := a.must(http.StatusOK, http.MethodGet, "/v1/staff/"+staff+"/working-hours", a.opA, nil)
+	require.NotContains(t, hours.Raw, "sick_day", "the days off sick go with the rest")
+	require.NotContains(t, hours.Raw, "09:00")
 	requireProblem(t, a.do(http.MethodPatch, "/v1/staff/"+staff, a.opA, map[string]any{"name": "Sam again"}), http.StatusConflict, "/problems/conflict")
 	require.Eventually(t, func() bool {
 		for _, d := range rc.delivered() {
