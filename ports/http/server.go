@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -636,10 +637,19 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 	})
 }
 
+// writeJSON answers v as JSON with status.
+//
+// A value that cannot be encoded (a time past the year 9999) is a bug: it
+// panics before anything is written, so that recoverPanics logs it and
+// answers 500, rather than send the status with a body that breaks off.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Errorf("encode the answer: %w", err))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // article is word with its indefinite article: "an admin", "a worker".
