@@ -294,7 +294,7 @@ func TestErasureOfStaffAndRecords(t *testing.T) {
 	staff := a.must(http.StatusCreated, http.MethodPost, "/v1/staff", a.opA, map[string]any{
 		"name": "Sam STAFFMARK", "phone": "07700 900123"}).Body["id"].(string)
 	a.must(http.StatusOK, http.MethodPut, "/v1/staff/"+staff+"/working-hours", a.opA, map[string]any{
-		"week": map[string]any{"monday": []any{map[string]any{"start": "09:00", "end": "17:00"}}},
+		"week":       map[string]any{"monday": []any{map[string]any{"start": "09:00", "end": "17:00"}}},
 		"exceptions": []any{map[string]any{"date": "2030-03-04", "reason": "sick_day"}}})
 
 	vars := map[string]string{"DATABASE_URL": urls.EventStore, "MASTER_KEY": testMasterKey, "USER": "tester"}
@@ -317,6 +317,10 @@ func TestErasureOfStaffAndRecords(t *testing.T) {
 	hours := a.must(http.StatusOK, http.MethodGet, "/v1/staff/"+staff+"/working-hours", a.opA, nil)
 	require.NotContains(t, hours.Raw, "sick_day", "the days off sick go with the rest")
 	require.NotContains(t, hours.Raw, "09:00")
+	requireProblem(t, a.do(http.MethodPut, "/v1/staff/"+staff+"/working-hours", a.opA, map[string]any{
+		"exceptions": []any{map[string]any{"date": "2030-03-05", "reason": "sick_day"}}}), http.StatusConflict, "/problems/conflict")
+	require.NotContains(t, a.must(http.StatusOK, http.MethodGet, "/v1/staff/"+staff+"/working-hours", a.opA, nil).Raw, "sick_day",
+		"none come back")
 	requireProblem(t, a.do(http.MethodPatch, "/v1/staff/"+staff, a.opA, map[string]any{"name": "Sam again"}), http.StatusConflict, "/problems/conflict")
 	require.Eventually(t, func() bool {
 		for _, d := range rc.delivered() {

@@ -55,7 +55,10 @@ func (s *Store) TimeZone(ctx context.Context, merchantID string) (string, error)
 // compared on the row the update has locked, so of two writes that read
 // the same version one is refused, whichever commits first; hours that do
 // not exist yet are inserted only for 0 (a concurrent first write makes
-// the other conflict, and so compare). It returns the new version.
+// the other conflict, and so compare). An erased staff member's hours take
+// no change (apperr.ConflictError): the statement shares the staff row's
+// lock, so an erasure (which updates the row and deletes the hours) comes
+// wholly before or after it. It returns the new version.
 func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availability.StaffHours, expected *int) (int, error) {
 	week, err := json.Marshal(h.Week)
 	if err != nil {
@@ -79,8 +82,9 @@ func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availabi
 		return db.QueryRowContext(ctx, `
 		INSERT INTO staff_hours (staff_id, merchant_id, week, exceptions, catalog_item_ids, updated_at)
 		SELECT id, merchant_id, $3::jsonb, $4::jsonb, ARRAY(SELECT jsonb_array_elements_text($5::jsonb))::uuid[], $6
-		FROM staff WHERE id = $1 AND merchant_id = $2
+		FROM staff WHERE id = $1 AND merchant_id = $2 AND erased_at IS NULL
 		  AND ($7::int IS NULL OR $7 = 0 OR EXISTS (SELECT FROM staff_hours WHERE staff_id = $1))
+		FOR SHARE OF staff
 		ON CONFLICT (staff_id) DO UPDATE SET week = excluded.week, exceptions = excluded.exceptions,
 			catalog_item_ids = excluded.catalog_item_ids, updated_at = excluded.updated_at, version = staff_hours.version + 1
 		WHERE $7::int IS NULL OR staff_hours.version = $7
@@ -101,7 +105,18 @@ func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availabi
 		err = put(ctx, s.db.DB)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		// No such staff member, or not at the expected version.
+		// No such staff member, one erased, or not at the expected version.
+		var erased bool
+		err := s.db.DB.QueryRowContext(ctx, `SELECT erased_at IS NOT NULL FROM staff WHERE id = $1 AND merchant_id = $2`,
+			h.StaffID, merchantID).Scan(&erased)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return 0, apperr.ErrNotFound
+		case err != nil:
+			return 0, fmt.Errorf("put staff hours: %w", err)
+		case erased: // the erasure deleted the hours, sick days and all: none come back
+			return 0, &apperr.ConflictError{Detail: fmt.Sprintf("%s was erased and cannot be changed", h.StaffID)}
+		}
 		stored, err := s.StaffHours(ctx, merchantID, h.StaffID)
 		if err != nil {
 			return 0, err
