@@ -360,8 +360,12 @@ type result struct {
 	code    int
 	latency time.Duration
 	err     string
-	// disable, when set, disables the endpoint with this reason.
+	// disable, when set, disables the endpoint with this reason, if it is
+	// still at version: the endpoint as the attempt was sent to it. A
+	// receiver's answer says nothing of an endpoint changed since (a new
+	// URL), whose deliveries go on.
 	disable string
+	version int
 	// release puts the claim back untried (the term ended before the send
 	// ended, or the send could not end before the claim's hold).
 	release bool
@@ -621,11 +625,13 @@ func exec(ctx context.Context, tx *sql.Tx, sts ...statement) (int64, error) {
 	return 0, nil
 }
 
-// failPending gives up the endpoint's pending deliveries.
+// failPending gives up the pending deliveries of the endpoint, once it is
+// disabled (a disable that found the endpoint changed since did not).
 func failPending(endpointID, why string) statement {
 	return statement{sql: `UPDATE webhook_deliveries SET status = 'failed', completed_at = now(),
 		error = CASE WHEN error = '' THEN 'not sent: ' || $2 ELSE error || '; then: ' || $2 END
-		WHERE endpoint_id = $1 AND status = 'pending'`, args: []any{endpointID, why}}
+		WHERE endpoint_id = $1 AND status = 'pending' AND NOT (SELECT enabled FROM webhook_endpoints WHERE id = $1)`,
+		args: []any{endpointID, why}}
 }
 
 // claimSQL claims the due deliveries of an enabled endpoint: pending ones
@@ -763,6 +769,7 @@ func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []clai
 				return
 			}
 			out[i] = d.judge(c, o)
+			out[i].version = e.Version
 			endSend(span, o, out[i])
 		})
 	}
@@ -864,7 +871,7 @@ func recordStatements(endpointID string, results []result) []statement {
 	var waits []int64
 	var codes []int32
 	var latencies []float64
-	disable := ""
+	disable, version := "", 0
 	for _, r := range results {
 		if r.release {
 			released = append(released, r.id)
@@ -873,7 +880,9 @@ func recordStatements(endpointID string, results []result) []statement {
 		ids, statuses, errs = append(ids, r.id), append(statuses, r.status), append(errs, r.err)
 		waits, codes = append(waits, r.wait.Milliseconds()), append(codes, int32(r.code))
 		latencies = append(latencies, float64(r.latency.Microseconds())/1000)
-		disable = cmp.Or(disable, r.disable)
+		if disable == "" && r.disable != "" {
+			disable, version = r.disable, r.version
+		}
 	}
 	var out []statement
 	if len(ids) > 0 {
@@ -884,8 +893,8 @@ func recordStatements(endpointID string, results []result) []statement {
 	}
 	if disable != "" {
 		out = append(out, statement{sql: `UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2,
-			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled`,
-			args: []any{endpointID, disable}, disables: disable},
+			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled AND version = $3`,
+			args: []any{endpointID, disable, version}, disables: disable},
 			failPending(endpointID, "the endpoint was disabled: "+disable))
 	}
 	return out

@@ -1113,3 +1113,53 @@ func mustRing(t *testing.T, text string) *keyring.Ring {
 	require.NoError(t, err)
 	return r
 }
+
+// A receiver's answer judges the endpoint as it was sent to: a 410 from
+// the old URL that comes after an operator moved the endpoint disables
+// nothing, and the endpoint's next deliveries go to the new URL.
+func TestWebhookLateGoneFromAnOldURL(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), nil)
+	oldRc, newRc := newReceiver(t), newReceiver(t)
+	inFlight, gate := make(chan struct{}, 1), make(chan struct{})
+	oldRc.setAnswer(func(delivery) int {
+		select {
+		case inFlight <- struct{}{}:
+		default:
+		}
+		<-gate
+		return http.StatusGone
+	})
+	endpoint, _ := a.createEndpoint(a.opA, oldRc.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	first := a.orderEvents(1, 0)[0]
+	select {
+	case <-inFlight: // sent to the old URL, its answer held
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery reached the old URL")
+	}
+	a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"url": newRc.URL})
+	second := a.orderEvents(1, 0)[0]
+	close(gate) // the old URL's 410 comes after the change
+
+	require.Eventually(t, func() bool {
+		for _, d := range newRc.delivered() {
+			if d.event.AggregateID == second {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 5*time.Millisecond, "the next delivery went to the new URL")
+	statuses := func() map[string]string {
+		out := map[string]string{}
+		for _, it := range a.must(http.StatusOK, http.MethodGet, path+"/deliveries", a.opA, nil).Body["items"].([]any) {
+			d := it.(map[string]any)
+			out[d["aggregate_id"].(string)] = d["status"].(string)
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return statuses()[second] != "pending" }, 20*time.Second, 5*time.Millisecond, "the second recorded")
+	require.Equal(t, map[string]string{first: "failed", second: "succeeded"}, statuses(), "the old URL's answer stands for its own delivery")
+	e := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
+	require.Equal(t, true, e.Body["enabled"], "%v", e.Body["disabled_reason"])
+}
