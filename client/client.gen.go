@@ -20,31 +20,46 @@ import (
 
 // Defines values for AuditEntryAction.
 const (
-	KeyCreate     AuditEntryAction = "key.create"
-	KeyRevoke     AuditEntryAction = "key.revoke"
-	KeyRotate     AuditEntryAction = "key.rotate"
-	ParkedReplay  AuditEntryAction = "parked.replay"
-	ParkedSkip    AuditEntryAction = "parked.skip"
-	RebuildCancel AuditEntryAction = "rebuild.cancel"
-	RebuildStart  AuditEntryAction = "rebuild.start"
+	AuditEntryActionCustomerErase       AuditEntryAction = "customer.erase"
+	AuditEntryActionCustomerExport      AuditEntryAction = "customer.export"
+	AuditEntryActionKeyCreate           AuditEntryAction = "key.create"
+	AuditEntryActionKeyRevoke           AuditEntryAction = "key.revoke"
+	AuditEntryActionKeyRotate           AuditEntryAction = "key.rotate"
+	AuditEntryActionKeyringRewrap       AuditEntryAction = "keyring.rewrap"
+	AuditEntryActionParkedReplay        AuditEntryAction = "parked.replay"
+	AuditEntryActionParkedSkip          AuditEntryAction = "parked.skip"
+	AuditEntryActionPersonalDataProtect AuditEntryAction = "personal_data.protect"
+	AuditEntryActionRebuildCancel       AuditEntryAction = "rebuild.cancel"
+	AuditEntryActionRebuildStart        AuditEntryAction = "rebuild.start"
+	AuditEntryActionStaffMemberErase    AuditEntryAction = "staff_member.erase"
 )
 
 // Valid indicates whether the value is a known member of the AuditEntryAction enum.
 func (e AuditEntryAction) Valid() bool {
 	switch e {
-	case KeyCreate:
+	case AuditEntryActionCustomerErase:
 		return true
-	case KeyRevoke:
+	case AuditEntryActionCustomerExport:
 		return true
-	case KeyRotate:
+	case AuditEntryActionKeyCreate:
 		return true
-	case ParkedReplay:
+	case AuditEntryActionKeyRevoke:
 		return true
-	case ParkedSkip:
+	case AuditEntryActionKeyRotate:
 		return true
-	case RebuildCancel:
+	case AuditEntryActionKeyringRewrap:
 		return true
-	case RebuildStart:
+	case AuditEntryActionParkedReplay:
+		return true
+	case AuditEntryActionParkedSkip:
+		return true
+	case AuditEntryActionPersonalDataProtect:
+		return true
+	case AuditEntryActionRebuildCancel:
+		return true
+	case AuditEntryActionRebuildStart:
+		return true
+	case AuditEntryActionStaffMemberErase:
 		return true
 	default:
 		return false
@@ -801,12 +816,14 @@ const (
 	Problemsconflict              ProblemType = "/problems/conflict"
 	ProblemsdatabaseUnavailable   ProblemType = "/problems/database-unavailable"
 	Problemsforbidden             ProblemType = "/problems/forbidden"
+	ProblemsheadersTooLarge       ProblemType = "/problems/headers-too-large"
 	ProblemsidempotencyInProgress ProblemType = "/problems/idempotency-in-progress"
 	ProblemsidempotencyKeyReused  ProblemType = "/problems/idempotency-key-reused"
 	Problemsinternal              ProblemType = "/problems/internal"
 	ProblemsinvalidId             ProblemType = "/problems/invalid-id"
 	ProblemsmalformedRequest      ProblemType = "/problems/malformed-request"
 	ProblemsnotFound              ProblemType = "/problems/not-found"
+	ProblemsnotImplemented        ProblemType = "/problems/not-implemented"
 	ProblemspreconditionFailed    ProblemType = "/problems/precondition-failed"
 	ProblemsrateLimited           ProblemType = "/problems/rate-limited"
 	ProblemsruleBroken            ProblemType = "/problems/rule-broken"
@@ -829,6 +846,8 @@ func (e ProblemType) Valid() bool {
 		return true
 	case Problemsforbidden:
 		return true
+	case ProblemsheadersTooLarge:
+		return true
 	case ProblemsidempotencyInProgress:
 		return true
 	case ProblemsidempotencyKeyReused:
@@ -840,6 +859,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemsmalformedRequest:
 		return true
 	case ProblemsnotFound:
+		return true
+	case ProblemsnotImplemented:
 		return true
 	case ProblemspreconditionFailed:
 		return true
@@ -1326,21 +1347,39 @@ func (e WorkingHoursExceptionReason) Valid() bool {
 	}
 }
 
-// Defines values for DeliveryStatus.
+// Defines values for ParkedProjectionPath.
 const (
-	DeliveryStatusFailed    DeliveryStatus = "failed"
-	DeliveryStatusPending   DeliveryStatus = "pending"
-	DeliveryStatusSucceeded DeliveryStatus = "succeeded"
+	ParkedProjectionPathOrders                  ParkedProjectionPath = "orders"
+	ParkedProjectionPathPlans                   ParkedProjectionPath = "plans"
+	ParkedProjectionPathSchedules               ParkedProjectionPath = "schedules"
+	ParkedProjectionPathServiceRequests         ParkedProjectionPath = "service_requests"
+	ParkedProjectionPathWebhooksDataSubjects    ParkedProjectionPath = "webhooks_data_subjects"
+	ParkedProjectionPathWebhooksOrders          ParkedProjectionPath = "webhooks_orders"
+	ParkedProjectionPathWebhooksPlans           ParkedProjectionPath = "webhooks_plans"
+	ParkedProjectionPathWebhooksSchedules       ParkedProjectionPath = "webhooks_schedules"
+	ParkedProjectionPathWebhooksServiceRequests ParkedProjectionPath = "webhooks_service_requests"
 )
 
-// Valid indicates whether the value is a known member of the DeliveryStatus enum.
-func (e DeliveryStatus) Valid() bool {
+// Valid indicates whether the value is a known member of the ParkedProjectionPath enum.
+func (e ParkedProjectionPath) Valid() bool {
 	switch e {
-	case DeliveryStatusFailed:
+	case ParkedProjectionPathOrders:
 		return true
-	case DeliveryStatusPending:
+	case ParkedProjectionPathPlans:
 		return true
-	case DeliveryStatusSucceeded:
+	case ParkedProjectionPathSchedules:
+		return true
+	case ParkedProjectionPathServiceRequests:
+		return true
+	case ParkedProjectionPathWebhooksDataSubjects:
+		return true
+	case ParkedProjectionPathWebhooksOrders:
+		return true
+	case ParkedProjectionPathWebhooksPlans:
+		return true
+	case ParkedProjectionPathWebhooksSchedules:
+		return true
+	case ParkedProjectionPathWebhooksServiceRequests:
 		return true
 	default:
 		return false
@@ -1350,6 +1389,7 @@ func (e DeliveryStatus) Valid() bool {
 // Defines values for ProjectionPath.
 const (
 	ProjectionPathOrders          ProjectionPath = "orders"
+	ProjectionPathPlans           ProjectionPath = "plans"
 	ProjectionPathSchedules       ProjectionPath = "schedules"
 	ProjectionPathServiceRequests ProjectionPath = "service_requests"
 )
@@ -1358,6 +1398,8 @@ const (
 func (e ProjectionPath) Valid() bool {
 	switch e {
 	case ProjectionPathOrders:
+		return true
+	case ProjectionPathPlans:
 		return true
 	case ProjectionPathSchedules:
 		return true
@@ -1370,9 +1412,15 @@ func (e ProjectionPath) Valid() bool {
 
 // Defines values for ProjectionQuery.
 const (
-	ProjectionQueryOrders          ProjectionQuery = "orders"
-	ProjectionQuerySchedules       ProjectionQuery = "schedules"
-	ProjectionQueryServiceRequests ProjectionQuery = "service_requests"
+	ProjectionQueryOrders                  ProjectionQuery = "orders"
+	ProjectionQueryPlans                   ProjectionQuery = "plans"
+	ProjectionQuerySchedules               ProjectionQuery = "schedules"
+	ProjectionQueryServiceRequests         ProjectionQuery = "service_requests"
+	ProjectionQueryWebhooksDataSubjects    ProjectionQuery = "webhooks_data_subjects"
+	ProjectionQueryWebhooksOrders          ProjectionQuery = "webhooks_orders"
+	ProjectionQueryWebhooksPlans           ProjectionQuery = "webhooks_plans"
+	ProjectionQueryWebhooksSchedules       ProjectionQuery = "webhooks_schedules"
+	ProjectionQueryWebhooksServiceRequests ProjectionQuery = "webhooks_service_requests"
 )
 
 // Valid indicates whether the value is a known member of the ProjectionQuery enum.
@@ -1380,9 +1428,21 @@ func (e ProjectionQuery) Valid() bool {
 	switch e {
 	case ProjectionQueryOrders:
 		return true
+	case ProjectionQueryPlans:
+		return true
 	case ProjectionQuerySchedules:
 		return true
 	case ProjectionQueryServiceRequests:
+		return true
+	case ProjectionQueryWebhooksDataSubjects:
+		return true
+	case ProjectionQueryWebhooksOrders:
+		return true
+	case ProjectionQueryWebhooksPlans:
+		return true
+	case ProjectionQueryWebhooksSchedules:
+		return true
+	case ProjectionQueryWebhooksServiceRequests:
 		return true
 	default:
 		return false
@@ -1409,9 +1469,15 @@ func (e SettlementStatus) Valid() bool {
 
 // Defines values for ListParkedParamsProjection.
 const (
-	ListParkedParamsProjectionOrders          ListParkedParamsProjection = "orders"
-	ListParkedParamsProjectionSchedules       ListParkedParamsProjection = "schedules"
-	ListParkedParamsProjectionServiceRequests ListParkedParamsProjection = "service_requests"
+	ListParkedParamsProjectionOrders                  ListParkedParamsProjection = "orders"
+	ListParkedParamsProjectionPlans                   ListParkedParamsProjection = "plans"
+	ListParkedParamsProjectionSchedules               ListParkedParamsProjection = "schedules"
+	ListParkedParamsProjectionServiceRequests         ListParkedParamsProjection = "service_requests"
+	ListParkedParamsProjectionWebhooksDataSubjects    ListParkedParamsProjection = "webhooks_data_subjects"
+	ListParkedParamsProjectionWebhooksOrders          ListParkedParamsProjection = "webhooks_orders"
+	ListParkedParamsProjectionWebhooksPlans           ListParkedParamsProjection = "webhooks_plans"
+	ListParkedParamsProjectionWebhooksSchedules       ListParkedParamsProjection = "webhooks_schedules"
+	ListParkedParamsProjectionWebhooksServiceRequests ListParkedParamsProjection = "webhooks_service_requests"
 )
 
 // Valid indicates whether the value is a known member of the ListParkedParamsProjection enum.
@@ -1419,9 +1485,21 @@ func (e ListParkedParamsProjection) Valid() bool {
 	switch e {
 	case ListParkedParamsProjectionOrders:
 		return true
+	case ListParkedParamsProjectionPlans:
+		return true
 	case ListParkedParamsProjectionSchedules:
 		return true
 	case ListParkedParamsProjectionServiceRequests:
+		return true
+	case ListParkedParamsProjectionWebhooksDataSubjects:
+		return true
+	case ListParkedParamsProjectionWebhooksOrders:
+		return true
+	case ListParkedParamsProjectionWebhooksPlans:
+		return true
+	case ListParkedParamsProjectionWebhooksSchedules:
+		return true
+	case ListParkedParamsProjectionWebhooksServiceRequests:
 		return true
 	default:
 		return false
@@ -1430,9 +1508,15 @@ func (e ListParkedParamsProjection) Valid() bool {
 
 // Defines values for ReplayAllParkedParamsProjection.
 const (
-	ReplayAllParkedParamsProjectionOrders          ReplayAllParkedParamsProjection = "orders"
-	ReplayAllParkedParamsProjectionSchedules       ReplayAllParkedParamsProjection = "schedules"
-	ReplayAllParkedParamsProjectionServiceRequests ReplayAllParkedParamsProjection = "service_requests"
+	ReplayAllParkedParamsProjectionOrders                  ReplayAllParkedParamsProjection = "orders"
+	ReplayAllParkedParamsProjectionPlans                   ReplayAllParkedParamsProjection = "plans"
+	ReplayAllParkedParamsProjectionSchedules               ReplayAllParkedParamsProjection = "schedules"
+	ReplayAllParkedParamsProjectionServiceRequests         ReplayAllParkedParamsProjection = "service_requests"
+	ReplayAllParkedParamsProjectionWebhooksDataSubjects    ReplayAllParkedParamsProjection = "webhooks_data_subjects"
+	ReplayAllParkedParamsProjectionWebhooksOrders          ReplayAllParkedParamsProjection = "webhooks_orders"
+	ReplayAllParkedParamsProjectionWebhooksPlans           ReplayAllParkedParamsProjection = "webhooks_plans"
+	ReplayAllParkedParamsProjectionWebhooksSchedules       ReplayAllParkedParamsProjection = "webhooks_schedules"
+	ReplayAllParkedParamsProjectionWebhooksServiceRequests ReplayAllParkedParamsProjection = "webhooks_service_requests"
 )
 
 // Valid indicates whether the value is a known member of the ReplayAllParkedParamsProjection enum.
@@ -1440,9 +1524,21 @@ func (e ReplayAllParkedParamsProjection) Valid() bool {
 	switch e {
 	case ReplayAllParkedParamsProjectionOrders:
 		return true
+	case ReplayAllParkedParamsProjectionPlans:
+		return true
 	case ReplayAllParkedParamsProjectionSchedules:
 		return true
 	case ReplayAllParkedParamsProjectionServiceRequests:
+		return true
+	case ReplayAllParkedParamsProjectionWebhooksDataSubjects:
+		return true
+	case ReplayAllParkedParamsProjectionWebhooksOrders:
+		return true
+	case ReplayAllParkedParamsProjectionWebhooksPlans:
+		return true
+	case ReplayAllParkedParamsProjectionWebhooksSchedules:
+		return true
+	case ReplayAllParkedParamsProjectionWebhooksServiceRequests:
 		return true
 	default:
 		return false
@@ -1451,9 +1547,15 @@ func (e ReplayAllParkedParamsProjection) Valid() bool {
 
 // Defines values for GetParkedParamsProjection.
 const (
-	GetParkedParamsProjectionOrders          GetParkedParamsProjection = "orders"
-	GetParkedParamsProjectionSchedules       GetParkedParamsProjection = "schedules"
-	GetParkedParamsProjectionServiceRequests GetParkedParamsProjection = "service_requests"
+	GetParkedParamsProjectionOrders                  GetParkedParamsProjection = "orders"
+	GetParkedParamsProjectionPlans                   GetParkedParamsProjection = "plans"
+	GetParkedParamsProjectionSchedules               GetParkedParamsProjection = "schedules"
+	GetParkedParamsProjectionServiceRequests         GetParkedParamsProjection = "service_requests"
+	GetParkedParamsProjectionWebhooksDataSubjects    GetParkedParamsProjection = "webhooks_data_subjects"
+	GetParkedParamsProjectionWebhooksOrders          GetParkedParamsProjection = "webhooks_orders"
+	GetParkedParamsProjectionWebhooksPlans           GetParkedParamsProjection = "webhooks_plans"
+	GetParkedParamsProjectionWebhooksSchedules       GetParkedParamsProjection = "webhooks_schedules"
+	GetParkedParamsProjectionWebhooksServiceRequests GetParkedParamsProjection = "webhooks_service_requests"
 )
 
 // Valid indicates whether the value is a known member of the GetParkedParamsProjection enum.
@@ -1461,9 +1563,21 @@ func (e GetParkedParamsProjection) Valid() bool {
 	switch e {
 	case GetParkedParamsProjectionOrders:
 		return true
+	case GetParkedParamsProjectionPlans:
+		return true
 	case GetParkedParamsProjectionSchedules:
 		return true
 	case GetParkedParamsProjectionServiceRequests:
+		return true
+	case GetParkedParamsProjectionWebhooksDataSubjects:
+		return true
+	case GetParkedParamsProjectionWebhooksOrders:
+		return true
+	case GetParkedParamsProjectionWebhooksPlans:
+		return true
+	case GetParkedParamsProjectionWebhooksSchedules:
+		return true
+	case GetParkedParamsProjectionWebhooksServiceRequests:
 		return true
 	default:
 		return false
@@ -1472,9 +1586,15 @@ func (e GetParkedParamsProjection) Valid() bool {
 
 // Defines values for ReplayParkedParamsProjection.
 const (
-	ReplayParkedParamsProjectionOrders          ReplayParkedParamsProjection = "orders"
-	ReplayParkedParamsProjectionSchedules       ReplayParkedParamsProjection = "schedules"
-	ReplayParkedParamsProjectionServiceRequests ReplayParkedParamsProjection = "service_requests"
+	ReplayParkedParamsProjectionOrders                  ReplayParkedParamsProjection = "orders"
+	ReplayParkedParamsProjectionPlans                   ReplayParkedParamsProjection = "plans"
+	ReplayParkedParamsProjectionSchedules               ReplayParkedParamsProjection = "schedules"
+	ReplayParkedParamsProjectionServiceRequests         ReplayParkedParamsProjection = "service_requests"
+	ReplayParkedParamsProjectionWebhooksDataSubjects    ReplayParkedParamsProjection = "webhooks_data_subjects"
+	ReplayParkedParamsProjectionWebhooksOrders          ReplayParkedParamsProjection = "webhooks_orders"
+	ReplayParkedParamsProjectionWebhooksPlans           ReplayParkedParamsProjection = "webhooks_plans"
+	ReplayParkedParamsProjectionWebhooksSchedules       ReplayParkedParamsProjection = "webhooks_schedules"
+	ReplayParkedParamsProjectionWebhooksServiceRequests ReplayParkedParamsProjection = "webhooks_service_requests"
 )
 
 // Valid indicates whether the value is a known member of the ReplayParkedParamsProjection enum.
@@ -1482,9 +1602,21 @@ func (e ReplayParkedParamsProjection) Valid() bool {
 	switch e {
 	case ReplayParkedParamsProjectionOrders:
 		return true
+	case ReplayParkedParamsProjectionPlans:
+		return true
 	case ReplayParkedParamsProjectionSchedules:
 		return true
 	case ReplayParkedParamsProjectionServiceRequests:
+		return true
+	case ReplayParkedParamsProjectionWebhooksDataSubjects:
+		return true
+	case ReplayParkedParamsProjectionWebhooksOrders:
+		return true
+	case ReplayParkedParamsProjectionWebhooksPlans:
+		return true
+	case ReplayParkedParamsProjectionWebhooksSchedules:
+		return true
+	case ReplayParkedParamsProjectionWebhooksServiceRequests:
 		return true
 	default:
 		return false
@@ -1493,9 +1625,15 @@ func (e ReplayParkedParamsProjection) Valid() bool {
 
 // Defines values for SkipParkedParamsProjection.
 const (
-	SkipParkedParamsProjectionOrders          SkipParkedParamsProjection = "orders"
-	SkipParkedParamsProjectionSchedules       SkipParkedParamsProjection = "schedules"
-	SkipParkedParamsProjectionServiceRequests SkipParkedParamsProjection = "service_requests"
+	SkipParkedParamsProjectionOrders                  SkipParkedParamsProjection = "orders"
+	SkipParkedParamsProjectionPlans                   SkipParkedParamsProjection = "plans"
+	SkipParkedParamsProjectionSchedules               SkipParkedParamsProjection = "schedules"
+	SkipParkedParamsProjectionServiceRequests         SkipParkedParamsProjection = "service_requests"
+	SkipParkedParamsProjectionWebhooksDataSubjects    SkipParkedParamsProjection = "webhooks_data_subjects"
+	SkipParkedParamsProjectionWebhooksOrders          SkipParkedParamsProjection = "webhooks_orders"
+	SkipParkedParamsProjectionWebhooksPlans           SkipParkedParamsProjection = "webhooks_plans"
+	SkipParkedParamsProjectionWebhooksSchedules       SkipParkedParamsProjection = "webhooks_schedules"
+	SkipParkedParamsProjectionWebhooksServiceRequests SkipParkedParamsProjection = "webhooks_service_requests"
 )
 
 // Valid indicates whether the value is a known member of the SkipParkedParamsProjection enum.
@@ -1503,9 +1641,21 @@ func (e SkipParkedParamsProjection) Valid() bool {
 	switch e {
 	case SkipParkedParamsProjectionOrders:
 		return true
+	case SkipParkedParamsProjectionPlans:
+		return true
 	case SkipParkedParamsProjectionSchedules:
 		return true
 	case SkipParkedParamsProjectionServiceRequests:
+		return true
+	case SkipParkedParamsProjectionWebhooksDataSubjects:
+		return true
+	case SkipParkedParamsProjectionWebhooksOrders:
+		return true
+	case SkipParkedParamsProjectionWebhooksPlans:
+		return true
+	case SkipParkedParamsProjectionWebhooksSchedules:
+		return true
+	case SkipParkedParamsProjectionWebhooksServiceRequests:
 		return true
 	default:
 		return false
@@ -1515,6 +1665,7 @@ func (e SkipParkedParamsProjection) Valid() bool {
 // Defines values for CancelRebuildParamsProjection.
 const (
 	CancelRebuildParamsProjectionOrders          CancelRebuildParamsProjection = "orders"
+	CancelRebuildParamsProjectionPlans           CancelRebuildParamsProjection = "plans"
 	CancelRebuildParamsProjectionSchedules       CancelRebuildParamsProjection = "schedules"
 	CancelRebuildParamsProjectionServiceRequests CancelRebuildParamsProjection = "service_requests"
 )
@@ -1523,6 +1674,8 @@ const (
 func (e CancelRebuildParamsProjection) Valid() bool {
 	switch e {
 	case CancelRebuildParamsProjectionOrders:
+		return true
+	case CancelRebuildParamsProjectionPlans:
 		return true
 	case CancelRebuildParamsProjectionSchedules:
 		return true
@@ -1536,6 +1689,7 @@ func (e CancelRebuildParamsProjection) Valid() bool {
 // Defines values for RebuildStatusParamsProjection.
 const (
 	RebuildStatusParamsProjectionOrders          RebuildStatusParamsProjection = "orders"
+	RebuildStatusParamsProjectionPlans           RebuildStatusParamsProjection = "plans"
 	RebuildStatusParamsProjectionSchedules       RebuildStatusParamsProjection = "schedules"
 	RebuildStatusParamsProjectionServiceRequests RebuildStatusParamsProjection = "service_requests"
 )
@@ -1544,6 +1698,8 @@ const (
 func (e RebuildStatusParamsProjection) Valid() bool {
 	switch e {
 	case RebuildStatusParamsProjectionOrders:
+		return true
+	case RebuildStatusParamsProjectionPlans:
 		return true
 	case RebuildStatusParamsProjectionSchedules:
 		return true
@@ -1557,6 +1713,7 @@ func (e RebuildStatusParamsProjection) Valid() bool {
 // Defines values for StartRebuildParamsProjection.
 const (
 	StartRebuildParamsProjectionOrders          StartRebuildParamsProjection = "orders"
+	StartRebuildParamsProjectionPlans           StartRebuildParamsProjection = "plans"
 	StartRebuildParamsProjectionSchedules       StartRebuildParamsProjection = "schedules"
 	StartRebuildParamsProjectionServiceRequests StartRebuildParamsProjection = "service_requests"
 )
@@ -1565,6 +1722,8 @@ const (
 func (e StartRebuildParamsProjection) Valid() bool {
 	switch e {
 	case StartRebuildParamsProjectionOrders:
+		return true
+	case StartRebuildParamsProjectionPlans:
 		return true
 	case StartRebuildParamsProjectionSchedules:
 		return true
@@ -5719,7 +5878,7 @@ type CustomerId = openapi_types.UUID
 type DeliveryId = openapi_types.UUID
 
 // DeliveryStatus defines model for delivery_status.
-type DeliveryStatus string
+type DeliveryStatus = []string
 
 // FeedAfter defines model for feed_after.
 type FeedAfter = string
@@ -5762,6 +5921,9 @@ type Page = int
 
 // PageSize defines model for page_size.
 type PageSize = int
+
+// ParkedProjectionPath defines model for parked_projection_path.
+type ParkedProjectionPath string
 
 // PlanStatuses defines model for plan_statuses.
 type PlanStatuses = []string
@@ -6532,7 +6694,7 @@ type UpdateWebhookEndpointParams struct {
 // ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
 type ListWebhookDeliveriesParams struct {
 	// Status repeatable: deliveries in any of these statuses
-	Status *ListWebhookDeliveriesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+	Status *DeliveryStatus `form:"status,omitempty" json:"status,omitempty"`
 
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
@@ -16137,7 +16299,7 @@ func NewListWebhookDeliveriesRequest(server string, id Id, params *ListWebhookDe
 
 		if params.Status != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -32130,6 +32292,12 @@ type ListWebhookDeliveriesResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ListWebhookDeliveriesResponse422Headers the declared response headers of an HTTP 422 response for ListWebhookDeliveries
+type ListWebhookDeliveriesResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ListWebhookDeliveriesResponse429Headers the declared response headers of an HTTP 429 response for ListWebhookDeliveries
 type ListWebhookDeliveriesResponse429Headers struct {
 	RateLimit          *string
@@ -32171,6 +32339,8 @@ type ListWebhookDeliveriesResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
@@ -32189,6 +32359,8 @@ type ListWebhookDeliveriesResponse struct {
 	Headers403 *ListWebhookDeliveriesResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ListWebhookDeliveriesResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListWebhookDeliveriesResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListWebhookDeliveriesResponse429Headers
 	// Headers431 the parsed response headers for an HTTP 431 response
@@ -32222,6 +32394,11 @@ func (r ListWebhookDeliveriesResponse) GetApplicationproblemJSON403() *Forbidden
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ListWebhookDeliveriesResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListWebhookDeliveriesResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -60139,6 +60316,13 @@ func ParseListWebhookDeliveriesResponse(rsp *http.Response) (*ListWebhookDeliver
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -60297,6 +60481,23 @@ func ParseListWebhookDeliveriesResponse(rsp *http.Response) (*ListWebhookDeliver
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListWebhookDeliveriesResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListWebhookDeliveriesResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {

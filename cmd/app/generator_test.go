@@ -317,7 +317,7 @@ func TestVisitGeneratorFencedByTerm(t *testing.T) {
 
 // A plan's visits read near the end of year 9999: the default range stops
 // at the last instant Hearth answers, rather than run past it and fail to
-// encode the answer.
+// encode the answer. A range without a visit is an empty list.
 func TestPlanVisitsStopAtTheLastYear(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
@@ -332,4 +332,7 @@ func TestPlanVisitsStopAtTheLastYear(t *testing.T) {
 	items := r.Body["items"].([]any)
 	require.Len(t, items, 12, "20 to 31 December 9999")
 	require.Equal(t, "9999-12-31T09:00:00Z", items[len(items)-1].(map[string]any)["start_at"])
+	// No visit in the range: an empty list, not null.
+	none := a.must(http.StatusOK, http.MethodGet, "/v1/plans/"+created.Body["id"].(string)+"/visits?from=2029-01-01T00:00:00Z", a.opA, nil)
+	require.JSONEq(t, `{"items":[]}`, none.Raw)
 }

@@ -53,7 +53,7 @@ const usage = `usage:
   app parked replay PROJECTION ID | --all [--projection P] [--by WHO]   apply their waiting events in order
   app parked skip PROJECTION ID --reason WHY [--event ID] [--by WHO]   skip the first waiting event
   app verify [--projection P] [--recheck 2s]               compare the read models with the event store
-  app rebuild PROJECTION [--by WHO]                        rebuild orders, schedules or service_requests without downtime
+  app rebuild PROJECTION [--by WHO]                        rebuild orders, plans, schedules or service_requests without downtime
 settings come from the environment: DATABASE_URL, READMODEL_DATABASE_URL, HTTP_ADDR, MODE, and
 more (every one is in README.md's configuration table)`
 

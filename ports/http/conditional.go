@@ -70,7 +70,7 @@ func (e *preconditionFailed) Error() string { return e.detail }
 func noIfMatch(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if v := strings.TrimSpace(r.Header.Get("If-Match")); v != "" && v != "*" {
-			return &preconditionFailed{detail: "If-Match: this resource has no entity tag; only orders, service requests, schedules, webhook endpoints and working hours do"}
+			return &preconditionFailed{detail: "If-Match: this resource has no entity tag; only orders, service requests, schedules, service plans, webhook endpoints and working hours do"}
 		}
 		return h(w, r)
 	}

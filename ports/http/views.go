@@ -212,11 +212,9 @@ func listBodyOf[V, T any](l query.List[V], of func(V) T) listBody[T] {
 	return b
 }
 
-// mapAll maps every item; nil stays nil.
+// mapAll maps every item. No item is an empty list, never nil: the API's
+// lists are arrays, never null (a client iterates them as they come).
 func mapAll[V, T any](vs []V, of func(V) T) []T {
-	if vs == nil {
-		return nil
-	}
 	out := make([]T, len(vs))
 	for i, v := range vs {
 		out[i] = of(v)

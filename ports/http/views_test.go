@@ -64,7 +64,7 @@ func TestRecordAndListBodiesKeepTheAPI(t *testing.T) {
 	id := func(v string) string { return v }
 	require.Equal(t, `{"items":["a"],"total":1,"total_exact":true,"page":1,"page_size":20}`,
 		jsonOf(t, listBodyOf(query.List[string]{Items: []string{"a"}, Total: 1, TotalExact: true, Page: 1, PageSize: 20}, id)))
-	require.Equal(t, `{"items":null,"total":0,"total_exact":true,"page":1,"page_size":20}`,
+	require.Equal(t, `{"items":[],"total":0,"total_exact":true,"page":1,"page_size":20}`, // an array, never null
 		jsonOf(t, listBodyOf(query.List[string]{TotalExact: true, Page: 1, PageSize: 20}, id)))
 	// After a cursor: no page number; the next page's cursor.
 	next := &query.Cursor{Order: "created_at", At: at, ID: "00000000-0000-4000-8000-000000000001"}
