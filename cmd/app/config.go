@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -543,15 +544,32 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// redact keeps a password out of an error message.
+// redact keeps a password out of an error message: the whole password,
+// and each part of it between '@' (pgx, which parses a password holding a
+// raw '@' only up to it, masks only that part).
 func redact(err error, url string) string {
 	msg := err.Error()
 	if i := strings.Index(url, "://"); i >= 0 {
 		if at := strings.LastIndex(url, "@"); at > i {
 			if colon := strings.Index(url[i+3:at], ":"); colon >= 0 {
-				msg = strings.ReplaceAll(msg, url[i+3+colon+1:at], "xxxxx")
+				password := url[i+3+colon+1 : at]
+				msg = strings.ReplaceAll(msg, password, "xxxxx")
+				for part := range strings.SplitSeq(password, "@") {
+					if part != "" {
+						msg = strings.ReplaceAll(msg, part, "xxxxx")
+					}
+				}
 			}
 		}
 	}
 	return msg
+}
+
+// redactedURL is raw with its password, if any, replaced by "xxxxx".
+func redactedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(not a URL)"
+	}
+	return u.Redacted()
 }

@@ -269,6 +269,38 @@ func TestLoadConfigErrors(t *testing.T) {
 			settings: []string{"DATABASE_URL"}, secret: "hunter2",
 		},
 		{
+			name:     "DATABASE_URL whose password holds a raw @",
+			env:      map[string]string{"DATABASE_URL": "postgres://bob:hun@ter2@localhost:notaport/db"},
+			settings: []string{"DATABASE_URL"}, secret: "ter2",
+		},
+		{
+			name: "OTEL_EXPORTER_OTLP_HEADERS written Name: value",
+			env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://otlp.example.com",
+				"OTEL_EXPORTER_OTLP_HEADERS": "Authorization: Bearer tok_SUPERSECRET"},
+			settings: []string{"OTEL_EXPORTER_OTLP_HEADERS"}, secret: "SUPERSECRET",
+		},
+		{
+			name: "OTEL_EXPORTER_OTLP_TRACES_HEADERS without =",
+			env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://otlp.example.com",
+				"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=a,api-key:SUPERSECRET"},
+			settings: []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS"}, secret: "SUPERSECRET",
+		},
+		{
+			name:     "OTEL_EXPORTER_OTLP_ENDPOINT with a password and another scheme",
+			env:      map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "grpc://user:otlpPASSWORD@otlp.example.com:4317"},
+			settings: []string{"OTEL_EXPORTER_OTLP_ENDPOINT"}, secret: "otlpPASSWORD",
+		},
+		{
+			name:     "MASTER_KEY written KEY:ID",
+			env:      map[string]string{"MASTER_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=:main"},
+			settings: []string{"MASTER_KEY"}, secret: "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+		},
+		{
+			name:     "MASTER_KEY with a key in its ID",
+			env:      map[string]string{"MASTER_KEY": "k/AAECAwQFBgcICQ:main"},
+			settings: []string{"MASTER_KEY"}, secret: "AAECAwQFBgcICQ",
+		},
+		{
 			name:     "DATABASE_URL in keyword/value form",
 			env:      map[string]string{"DATABASE_URL": "host=localhost password=hunter2 port=abc"},
 			settings: []string{"DATABASE_URL"}, secret: "hunter2",
@@ -494,4 +526,13 @@ func TestPlanSettings(t *testing.T) {
 		_, _, err := loadConfig(env(vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
 		require.ErrorContains(t, err, tc.want)
 	}
+}
+
+// The start-up line that says tracing is on names the endpoint without a
+// password its URL may carry.
+func TestRedactedURL(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "https://user:xxxxx@otlp.example.com:4318/v1/traces", redactedURL("https://user:otlpPASSWORD@otlp.example.com:4318/v1/traces"))
+	require.Equal(t, "http://localhost:4318/v1/traces", redactedURL("http://localhost:4318/v1/traces"))
+	require.Equal(t, "(not a URL)", redactedURL("http://a b:PASSWORD@%zz"))
 }

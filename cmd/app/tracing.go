@@ -65,7 +65,8 @@ func loadTracing(getenv func(string) string, errs *[]error) Tracing {
 			return ""
 		}
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			*errs = append(*errs, fmt.Errorf("%s=%q: must be an http or https URL, such as http://localhost:4318", name, v))
+			// Not repeated: a URL may carry a password before its host.
+			*errs = append(*errs, fmt.Errorf("%s: must be an http or https URL, such as http://localhost:4318", name))
 		}
 		return v
 	}
@@ -121,8 +122,13 @@ func checkOTLPExporter(getenv func(string) string, prefix string, errs *[]error)
 			key, value, found := strings.Cut(pair, "=")
 			key = strings.TrimSpace(key)
 			_, err := url.PathUnescape(value)
-			if !found || !httpguts.ValidHeaderFieldName(key) || err != nil {
-				*errs = append(*errs, fmt.Errorf("%s: entry %d (key %q) must be key=value, a header name and its URL-encoded value, entries separated by commas", name, i+1, key))
+			switch {
+			case !found || !httpguts.ValidHeaderFieldName(key):
+				// Nothing of the entry is repeated: without its '=' (written
+				// "Authorization: Bearer ..."), its key is the credential.
+				*errs = append(*errs, fmt.Errorf("%s: entry %d must be key=value (not Name: value), a header name and its URL-encoded value, entries separated by commas", name, i+1))
+			case err != nil:
+				*errs = append(*errs, fmt.Errorf("%s: entry %d (key %q): its value must be URL-encoded", name, i+1, key))
 			}
 		}
 	}
@@ -217,7 +223,7 @@ func startTracing(ctx context.Context, cfg Config, log *slog.Logger) (Config, fu
 	if cfg.Tracing.Sampler != nil {
 		sampler = cfg.Tracing.Sampler.Description()
 	}
-	log.Info("tracing on", "exporter", cfg.Tracing.Exporter, "endpoint", cfg.Tracing.Endpoint, "sampler", sampler)
+	log.Info("tracing on", "exporter", cfg.Tracing.Exporter, "endpoint", redactedURL(cfg.Tracing.Endpoint), "sampler", sampler)
 	cfg.Tracing.provider = tp
 	return cfg, func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownWait)

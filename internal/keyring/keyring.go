@@ -66,7 +66,11 @@ func Parse(text string) (*Ring, error) {
 			return nil, fmt.Errorf("key %d: must be ID:KEY (KEY: %d random bytes in base64; `app keyring new` makes one)", n, KeySize)
 		}
 		if err := checkID(id); err != nil {
-			return nil, fmt.Errorf("key %d: %w", n, err)
+			if k, err := base64.StdEncoding.DecodeString(id); err == nil && len(k) == KeySize {
+				return nil, fmt.Errorf("key %d: must be ID:KEY, and this one reads KEY:ID", n)
+			}
+			// Not quoted: a malformed line may hold the key where its ID goes.
+			return nil, fmt.Errorf("key %d: the ID before the first ':' (%d characters) must be 1 to 64 letters, digits, '-', '_' or '.'", n, len(id))
 		}
 		key, err := base64.StdEncoding.DecodeString(encoded)
 		if err != nil {

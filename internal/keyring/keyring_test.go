@@ -86,8 +86,9 @@ func TestParseErrorsNameTheLineNotTheKey(t *testing.T) {
 		good + "\nk2:not-base64": "key 2 (k2): KEY is not standard base64",
 		short:                    "key 1 (k2): KEY must be 32 bytes, not 16",
 		good + "," + good:        "key 2: id k1 is given twice",
-		"bad id:" + good[3:]:     `key 1: ID "bad id" may hold only`,
-		":" + good[3:]:           "key 1: ID must be 1 to 64 characters",
+		"bad id:" + good[3:]:     "key 1: the ID before the first ':' (6 characters) must be 1 to 64 letters",
+		":" + good[3:]:           "key 1: the ID before the first ':' (0 characters)",
+		good[3:] + ":k1":         "key 1: must be ID:KEY, and this one reads KEY:ID",
 	} {
 		_, err := Parse(text)
 		require.ErrorContains(t, err, want, "%q", text)

@@ -303,7 +303,7 @@ func (r *Relay) connect(log *slog.Logger) (*nats.Conn, error) {
 				log.Warn("NATS connection lost; reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS connection restored", "url", nc.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS connection restored", "url", nc.ConnectedUrlRedacted()) }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("relay: connect to NATS: %w", err)
