@@ -156,6 +156,10 @@ type Outcome struct {
 	Latency time.Duration
 	// Err says why the attempt failed; "" when it succeeded (a 2xx).
 	Err string
+	// noAnswer is Brief's text for an attempt that got no HTTP answer:
+	// Err then holds the transport's error, which may quote what the
+	// receiver sent instead of HTTP.
+	noAnswer string
 }
 
 // OK reports a delivered attempt.
@@ -174,6 +178,8 @@ func (o Outcome) Brief() string {
 		return fmt.Sprintf("HTTP %d: redirects are not followed", o.Status)
 	case o.Status != 0:
 		return fmt.Sprintf("HTTP %d", o.Status)
+	case o.noAnswer != "":
+		return o.noAnswer
 	}
 	return o.Err
 }
@@ -209,7 +215,11 @@ func (s *Sender) Send(ctx context.Context, rawURL string, secrets []string, id s
 	tracing.InjectHeader(ctx, req.Header)
 	res, err := s.client.Do(req)
 	if err != nil {
-		return Outcome{Latency: time.Since(start), Err: s.describe(ctx, err)}
+		out := Outcome{Latency: time.Since(start), Err: s.describe(ctx, err)}
+		if out.noAnswer = out.Err; !errors.As(err, new(*RefusedError)) && !timedOut(ctx, err) {
+			out.noAnswer = "no HTTP answer (the delivery's error says what came instead)"
+		}
+		return out
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10)) // so that the connection can be reused
@@ -243,14 +253,19 @@ func receiverText(s string) string {
 	}, strings.ToValidUTF8(s, ""))
 }
 
+// timedOut reports a request that got no answer within its time.
+func timedOut(ctx context.Context, err error) bool {
+	var timeout net.Error
+	return errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.As(err, &timeout) && timeout.Timeout()
+}
+
 // describe says why a request got no answer, briefly.
 func (s *Sender) describe(ctx context.Context, err error) string {
 	var refused *RefusedError
-	var timeout net.Error
 	switch {
 	case errors.As(err, &refused):
 		return "refused: the receiver's address is " + refused.Error()
-	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
+	case timedOut(ctx, err):
 		return fmt.Sprintf("no answer within %s (WEBHOOK_TIMEOUT)", s.timeout)
 	}
 	var uerr *url.Error

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -152,4 +153,31 @@ func TestSendKeepsTheReceiversWordsStorable(t *testing.T) {
 	out = s.Send(t.Context(), srv.URL+"?redirect=1", secrets, "evt-1", []byte(`{}`))
 	require.Equal(t, "HTTP 302: redirects are not followed (Location: /elsewhere?notes=mat)", out.Err)
 	require.Equal(t, "HTTP 302: redirects are not followed", out.Brief())
+}
+
+// A receiver that answers something else than HTTP: net/http's error
+// quotes what it sent, which stays in the delivery's own error; Brief says
+// only that no HTTP answer came.
+func TestSendNotHTTPKeepsTheReceiversWordsInErr(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Read(make([]byte, 4096))
+				_, _ = io.WriteString(c, `{"name":"Jane Customer","phone":"+447700900123"}`+"\r\n\r\n")
+			}()
+		}
+	}()
+	out := newTestSender(t, time.Second, true).Send(t.Context(), "http://"+ln.Addr().String(), []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+	require.Zero(t, out.Status)
+	require.Contains(t, out.Err, "447700900123")
+	require.Equal(t, "no HTTP answer (the delivery's error says what came instead)", out.Brief())
 }

@@ -123,7 +123,7 @@ func TestConsoleWorkingHoursAndFreeSlots(t *testing.T) {
 	tb.shot("slots")
 
 	tb.click(slot)
-	tb.seeText("flash", "Assigned to Wanda Worker, "+wednesday.Format("Mon 2 Jan")+" 13:00–15:00.")
+	tb.seeText("flash", "Assigned for "+wednesday.Format("Mon 2 Jan")+" 13:00–15:00.")
 	assigned := a.awaitOrder(a.opA, order, 3).Body // assigned, then dispatching
 	require.Equal(t, a.staffA, assigned["staff_id"])
 	require.Equal(t, wednesday.Add(13*time.Hour).Format(time.RFC3339), assigned["scheduled_start_at"])

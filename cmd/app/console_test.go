@@ -301,13 +301,13 @@ func TestConsoleDispatcher(t *testing.T) {
 	tb.shot("refused")
 	tb.fill("new-name", "Ada Lovelace", "new-phone", "+44 20 7946 0000", "new-address", "12 St James's Square, London")
 	tb.button("Create customer")
-	tb.seeText("flash", "Created customer Ada Lovelace")
+	tb.seeText("flash", "Created the new customer.")
 	tb.see(`//table//a[normalize-space(.)="Ada Lovelace"]`)
 
 	tb.open("/console/catalog")
 	tb.fill("new-name", "Deep clean", "new-base_price_cents", "120.50")
 	tb.button("Create catalog item")
-	tb.seeText("flash", "Created catalog item Deep clean")
+	tb.seeText("flash", "Created the new catalog item.")
 	tb.see(`//td[normalize-space(.)="120.50"]`)
 
 	// A request, from the inbox to an order.
@@ -331,7 +331,7 @@ func TestConsoleDispatcher(t *testing.T) {
 	tb.see(`//h1[normalize-space(.)="Dispatch board"]`)
 	tb.choose("assign-staff_id", "Wanda Worker")
 	tb.button("Assign")
-	tb.seeText("flash", "Assigned to Wanda Worker")
+	tb.seeText("flash", "Assigned for ")
 	tb.see(`//table[contains(@class,"board")]//a[contains(@class,"chip") and contains(., "Ada Lovelace")]`)
 
 	// A change made elsewhere (the API) appears on the board by itself.
@@ -616,7 +616,7 @@ func TestConsoleSessionsAcrossInstances(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, status, body)
 	status, _, page = alice.at(second).do(http.MethodGet, location, nil)
 	require.Equal(t, http.StatusOK, status)
-	require.Contains(t, page, "Created customer Ada Lovelace.")
+	require.Contains(t, page, "Created the new customer.")
 
 	stopFirst()
 	restarted, _ := a.instance()

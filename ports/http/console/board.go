@@ -352,12 +352,10 @@ func (c *Console) assign(w http.ResponseWriter, r *http.Request, s *session) err
 		c.render(w, r, s, refusal(p.Form), "board", p)
 		return nil
 	}
-	staff := cmd.StaffID
-	if m, err := c.cfg.App.Queries.Staff.Get(r.Context(), s.principal.MerchantID, cmd.StaffID); err == nil {
-		staff = m.Name
-	}
 	to := "/console/board?week=" + url.QueryEscape(weekOf(cmd.StartAt.In(s.loc).Format(time.DateOnly), c.cfg.Now(), s.loc).Format(time.DateOnly))
-	return c.done(w, r, s, written.Position, to, fmt.Sprintf("Assigned to %s, %s–%s.", staff,
+	// The flash, kept in the session's row, names nobody (the board shows
+	// who): an erasure does not reach the sessions.
+	return c.done(w, r, s, written.Position, to, fmt.Sprintf("Assigned for %s–%s.",
 		cmd.StartAt.In(s.loc).Format("Mon 2 Jan 15:04"), cmd.EndAt.In(s.loc).Format("15:04")))
 }
 

@@ -161,9 +161,10 @@ func (rs records[T, P]) create(w http.ResponseWriter, r *http.Request, s *sessio
 	if err != nil {
 		return rs.c.refuse(w, r, s, err, "new", rs.listPage, rs.fieldNames()...)
 	}
-	// Reference records are plain tables: the list shows them at once.
-	name := r.PostFormValue("name")
-	return seeOther(w, r, s, "/console/"+rs.meta.Path, flash{Kind: "ok", Text: "Created " + rs.meta.Singular + " " + strings.TrimSpace(name) + "."})
+	// Reference records are plain tables: the list shows them at once. The
+	// flash, kept in the session's row, names nobody (an erasure does not
+	// reach the sessions).
+	return seeOther(w, r, s, "/console/"+rs.meta.Path, flash{Kind: "ok", Text: "Created the new " + rs.meta.Singular + "."})
 }
 
 func (rs records[T, P]) editPage(r *http.Request, s *session) (*page, error) {
