@@ -128,6 +128,7 @@ type PlanStreams interface {
 // PlanVisits answers a plan's visits.
 type PlanVisits struct {
 	streams PlanStreams
+	now     func() time.Time
 }
 
 // NewPlanVisits checks its dependency.
@@ -135,7 +136,7 @@ func NewPlanVisits(streams PlanStreams) (PlanVisits, error) {
 	if streams == nil {
 		return PlanVisits{}, errors.New("query.NewPlanVisits: nil streams")
 	}
-	return PlanVisits{streams: streams}, nil
+	return PlanVisits{streams: streams, now: time.Now}, nil
 }
 
 // MaxVisitRange bounds the range of a visits read.
@@ -150,6 +151,10 @@ func (q PlanVisits) Visits(ctx context.Context, scope Scope, id string, from, to
 		return nil, apperr.Invalid("to", "must be after from")
 	case to.Sub(from) > MaxVisitRange:
 		return nil, apperr.Invalid("to", "must be at most a year after from")
+	case from.After(q.now().AddDate(0, 0, plan.HorizonDays)):
+		// A plan's visits are walked from its start: past the horizon its
+		// dates cannot be (plan.HorizonDays), and the walk would be long.
+		return nil, apperr.Invalid("from", "must be at most %d days ahead", plan.HorizonDays)
 	}
 	if scope.StaffID != "" {
 		return nil, apperr.ErrNotFound // workers see no plans

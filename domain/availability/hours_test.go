@@ -159,3 +159,38 @@ func TestIntervalsOverDaylightSaving(t *testing.T) {
 	gap[time.Sunday] = []availability.Shift{shift(1, 30, 2, 15)}
 	require.Empty(t, hours(t, gap).Intervals(from, to, london))
 }
+
+// A record a merchant writes is bounded: shifts a day, exceptions,
+// catalog items. Every availability query walks the shifts, and every
+// instance keeps many merchants' records parsed.
+func TestStaffHoursAreBounded(t *testing.T) {
+	shifts := func(n int) []availability.Shift {
+		out := make([]availability.Shift, n)
+		for i := range out {
+			at := func(m int) civil.Clock { return civil.At(m/60, m%60) }
+			out[i] = availability.Shift{Start: at(40 * i), End: at(40*i + 20)}
+		}
+		return out
+	}
+	ok := availability.StaffHours{StaffID: "5d2c1b8e-7d6f-4a3b-8c9d-0e1f2a3b4c5d"}
+	ok.Week[time.Monday] = shifts(availability.MaxShiftsPerDay)
+	require.NoError(t, ok.Check())
+
+	many := ok
+	many.Week[time.Monday] = shifts(availability.MaxShiftsPerDay + 1)
+	start := civil.Date{Year: 2030, Month: time.January, Day: 1}
+	for i := range availability.MaxExceptions + 1 {
+		many.Exceptions = append(many.Exceptions, availability.Exception{Date: start.AddDays(i), Reason: availability.Holiday})
+	}
+	many.Exceptions[0] = availability.Exception{Date: start, Reason: availability.ChangedHours, Shifts: shifts(availability.MaxShiftsPerDay + 1)}
+	for range availability.MaxCatalogItems + 1 {
+		many.CatalogItemIDs = append(many.CatalogItemIDs, "5d2c1b8e-7d6f-4a3b-8c9d-0e1f2a3b4c5d")
+	}
+	var invalid *apperr.ValidationError
+	require.ErrorAs(t, many.Check(), &invalid)
+	var fields []string
+	for _, f := range invalid.Fields {
+		fields = append(fields, f.Field)
+	}
+	require.Equal(t, []string{"week.monday", "exceptions", "exceptions[0].shifts", "catalog_item_ids"}, fields)
+}

@@ -3,6 +3,7 @@ package availability
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"hearth/domain/apperr"
@@ -24,10 +25,37 @@ type StaffHours struct {
 	Version int
 }
 
+// The bounds of a record a merchant writes. Every availability query walks
+// each staff member's shifts over its range, and every instance keeps the
+// parsed records of many merchants: one record of thousands of one-minute
+// shifts, or of a lifetime of exceptions, would cost every tenant.
+const (
+	MaxShiftsPerDay = 24
+	MaxExceptions   = 1000
+	MaxCatalogItems = 1000
+)
+
 // Check validates the record: its pattern and exceptions
-// (NewWorkingHours), and its catalog item ids; every error names its field.
+// (NewWorkingHours), their bounds, and its catalog item ids; every error
+// names its field.
 func (h StaffHours) Check() error {
 	var errs apperr.Fields
+	for wd, shifts := range h.Week {
+		if len(shifts) > MaxShiftsPerDay {
+			errs.Add("week."+strings.ToLower(time.Weekday(wd).String()), "must have at most %d shifts, got %d", MaxShiftsPerDay, len(shifts))
+		}
+	}
+	if len(h.Exceptions) > MaxExceptions {
+		errs.Add("exceptions", "must be at most %d, got %d (remove those long past)", MaxExceptions, len(h.Exceptions))
+	}
+	for i, e := range h.Exceptions {
+		if len(e.Shifts) > MaxShiftsPerDay {
+			errs.Add(fmt.Sprintf("exceptions[%d].shifts", i), "must be at most %d, got %d", MaxShiftsPerDay, len(e.Shifts))
+		}
+	}
+	if len(h.CatalogItemIDs) > MaxCatalogItems {
+		errs.Add("catalog_item_ids", "must be at most %d, got %d", MaxCatalogItems, len(h.CatalogItemIDs))
+	}
 	if _, err := NewWorkingHours(h.Week, h.Exceptions); err != nil {
 		var v *apperr.ValidationError
 		if !errors.As(err, &v) {

@@ -171,6 +171,30 @@ type Plan struct {
 	changes []event.Event
 }
 
+// HorizonDays is how far ahead of today a plan's dates may lie: a
+// recurrence's start, the visit a change starts from, a skipped or moved
+// visit and where it moves to, and the end of a visits read (Beyond).
+// Every question put to a plan walks its dates from its start, so a date
+// near the year 9999 would cost millions of steps, on every read and in
+// the leader's visit generator, which serves every merchant.
+const HorizonDays = 3660
+
+// Beyond says, for field, when d lies past the horizon (HorizonDays after
+// today in loc at now); "" when it does not.
+func Beyond(field string, d civil.Date, now time.Time, loc *time.Location) string {
+	if last := civil.DateOf(now, loc).AddDays(HorizonDays); d.After(last) {
+		return fmt.Sprintf("must be no later than %s (%d days ahead)", last, HorizonDays)
+	}
+	return ""
+}
+
+// beyond adds Beyond's finding, if any, to errs.
+func (p *Plan) beyond(errs *apperr.Fields, field string, d civil.Date, now time.Time) {
+	if msg := Beyond(field, d, now, p.loc); msg != "" {
+		errs.Add(field, "%s", msg)
+	}
+}
+
 // New decides a new plan and records ServicePlanCreated. Every field is
 // checked first: a plan with a bad field is not created at all. The
 // recurrence may not start before today in the plan's time zone.
@@ -194,6 +218,8 @@ func New(in NewPlan, now time.Time) (*Plan, error) {
 	if loc != nil && in.Terms.Recurrence.Start.Valid() {
 		if today := civil.DateOf(now, loc); in.Terms.Recurrence.Start.Before(today) {
 			errs.Add("recurrence.start", "must not be before today (%s in %s)", today, in.TimeZone)
+		} else if msg := Beyond("recurrence.start", in.Terms.Recurrence.Start, now, loc); msg != "" {
+			errs.Add("recurrence.start", "%s", msg)
 		}
 	}
 	if err := errs.Err(); err != nil {
@@ -246,6 +272,15 @@ func (p *Plan) Terms() Terms { return p.segments[len(p.segments)-1].terms.normal
 func (p *Plan) ChangeFrom(from civil.Date, t Terms, now time.Time) error {
 	var errs apperr.Fields
 	t.check(&errs)
+	p.beyond(&errs, "from", from, now)
+	if start := t.Recurrence.Start; start.Valid() {
+		// Before the plan's own start, the walk to a date would begin ever
+		// earlier (a start in the year 1, on every question).
+		if first := p.segments[0].terms.Recurrence.Start; start.Before(first) {
+			errs.Add("recurrence.start", "must not be before the plan's start (%s)", first)
+		}
+		p.beyond(&errs, "recurrence.start", start, now)
+	}
 	if err := errs.Err(); err != nil {
 		return err
 	}
@@ -275,6 +310,11 @@ func (p *Plan) ChangeFrom(from civil.Date, t Terms, now time.Time) error {
 
 // Skip drops the visit dated d. Skipping it again changes nothing.
 func (p *Plan) Skip(d civil.Date, now time.Time) error {
+	var errs apperr.Fields
+	p.beyond(&errs, "date", d, now)
+	if err := errs.Err(); err != nil {
+		return err
+	}
 	v, err := p.existing(d)
 	if err != nil || p.skipped[d] {
 		return err
@@ -298,6 +338,10 @@ func (p *Plan) Move(d, to civil.Date, start civil.Clock, now time.Time) error {
 	}
 	if start < 0 || start >= civil.EndOfDay {
 		errs.Add("start", "must be a time of day from 00:00 to 23:59")
+	}
+	p.beyond(&errs, "date", d, now)
+	if to.Valid() {
+		p.beyond(&errs, "to_date", to, now)
 	}
 	if err := errs.Err(); err != nil {
 		return err

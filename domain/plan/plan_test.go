@@ -512,3 +512,30 @@ func TestTermsIsACopy(t *testing.T) {
 	got.Recurrence.Weekdays[0] = time.Sunday
 	require.Equal(t, before, all(p))
 }
+
+// A plan's dates lie within HorizonDays of today, and a change's
+// recurrence starts no earlier than the plan's: every question put to a
+// plan walks its dates from its start, so a date near the year 9999 (or a
+// start in the year 1) would cost millions of steps on every read, and in
+// the visit generator that serves every merchant.
+func TestPlanDatesStayWithinTheHorizon(t *testing.T) {
+	today := civil.DateOf(now, time.UTC)
+	last, past := today.AddDays(plan.HorizonDays), today.AddDays(plan.HorizonDays+1)
+	far := weekly(t, past.String(), past.Weekday())
+	_, err := plan.New(plan.NewPlan{ID: uuid.New(), CustomerID: uuid.New(), CatalogItemID: uuid.New(), TimeZone: "UTC", Terms: far}, now)
+	require.Equal(t, []string{"recurrence.start"}, fieldsOf(t, err))
+	newPlan(t, "UTC", weekly(t, last.String(), last.Weekday())) // the last day is within
+
+	daily := weekly(t, "2027-01-04", time.Monday)
+	daily.Recurrence = plan.Recurrence{Frequency: plan.Daily, Interval: 1, Start: day(t, "2027-01-04")}
+	p := newPlan(t, "UTC", daily)
+	require.Equal(t, []string{"date"}, fieldsOf(t, p.Skip(past, now)))
+	require.Equal(t, []string{"date"}, fieldsOf(t, p.Move(past, day(t, "2027-02-01"), civil.At(9, 0), now)))
+	require.Equal(t, []string{"to_date"}, fieldsOf(t, p.Move(day(t, "2027-01-05"), past, civil.At(9, 0), now)))
+	require.Equal(t, []string{"from"}, fieldsOf(t, p.ChangeFrom(past, daily, now)))
+	early := daily
+	early.Recurrence.Start = day(t, "0001-01-01")
+	require.Equal(t, []string{"recurrence.start"}, fieldsOf(t, p.ChangeFrom(day(t, "2027-01-05"), early, now)))
+	require.NoError(t, p.Skip(last, now))
+	require.Len(t, p.Changes(), 1, "only the skip within the horizon")
+}

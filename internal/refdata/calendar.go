@@ -303,9 +303,15 @@ func attachBookings(out []availability.Staff, bookings []booking) {
 	}
 }
 
-// maxParsedHours bounds the parsed working hours kept: past it the cache
-// starts afresh.
-const maxParsedHours = 10_000
+// maxParsedHours and maxParsedBytes (of stored texts, which the parsed
+// form follows in size) bound the parsed working hours kept: past either
+// the cache starts afresh. Records are bounded (availability's Max...),
+// but one merchant's many large ones must not pin the memory every
+// tenant's requests share.
+const (
+	maxParsedHours = 10_000
+	maxParsedBytes = 32 << 20
+)
 
 // parsedHours keeps staff members' working hours as parsed, with the
 // stored texts they were parsed from. Every availability query reads every
@@ -315,6 +321,7 @@ const maxParsedHours = 10_000
 type parsedHours struct {
 	mu      sync.Mutex
 	byStaff map[string]parsedStaff
+	bytes   int // of the texts kept
 }
 
 type parsedStaff struct {
@@ -343,11 +350,16 @@ func (c *parsedHours) parse(id string, week, exceptions, items []byte) (availabi
 		return availability.Staff{}, fmt.Errorf("working hours of %s: %w", id, err)
 	}
 	p.staff = availability.Staff{ID: id, CatalogItems: h.CatalogItemIDs, Hours: wh}
+	size := len(week) + len(exceptions) + len(items)
 	c.mu.Lock()
-	if c.byStaff == nil || len(c.byStaff) >= maxParsedHours {
-		c.byStaff = map[string]parsedStaff{}
+	if c.byStaff == nil || len(c.byStaff) >= maxParsedHours || c.bytes+size > maxParsedBytes {
+		c.byStaff, c.bytes = map[string]parsedStaff{}, 0
+	}
+	if old, ok := c.byStaff[id]; ok {
+		c.bytes -= len(old.week) + len(old.exceptions) + len(old.items)
 	}
 	c.byStaff[id] = p
+	c.bytes += size
 	c.mu.Unlock()
 	return p.staff, nil
 }
