@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"hearth/app/query"
 	"hearth/domain/apperr"
@@ -256,19 +257,24 @@ func decodeJSON(body []byte, dst any) error {
 func hasRepeatedMember(body []byte) bool {
 	var namesBuf [32][]byte
 	var startsBuf [8]int // per open container: where its names begin; -1 for an array
+	var setsBuf [8]map[string]struct{}
 	names, starts := namesBuf[:0], startsBuf[:0]
+	// sets holds, per open container, its names by foldKey once it has
+	// more than manyNames: a map target (the week of working hours) takes
+	// any names, and comparing each with all before would be quadratic.
+	sets := setsBuf[:0]
 	key := false // the next string is a member name
 	for i := 0; i < len(body); i++ {
 		switch body[i] {
 		case '{':
-			starts, key = append(starts, len(names)), true
+			starts, sets, key = append(starts, len(names)), append(sets, nil), true
 		case '[':
-			starts, key = append(starts, -1), false
+			starts, sets, key = append(starts, -1), append(sets, nil), false
 		case '}', ']':
 			if top := starts[len(starts)-1]; top >= 0 {
 				names = names[:top]
 			}
-			starts, key = starts[:len(starts)-1], false
+			starts, sets, key = starts[:len(starts)-1], sets[:len(sets)-1], false
 		case ',':
 			key = len(starts) > 0 && starts[len(starts)-1] >= 0
 		case '"':
@@ -289,26 +295,64 @@ func hasRepeatedMember(body []byte) bool {
 				}
 				name = []byte(s)
 			}
-			for _, n := range names[starts[len(starts)-1]:] {
+			top := len(starts) - 1
+			key = false
+			if set := sets[top]; set != nil {
+				k := foldKey(string(name))
+				if _, dup := set[k]; dup {
+					return true
+				}
+				set[k] = struct{}{}
+				continue
+			}
+			own := names[starts[top]:]
+			for _, n := range own {
 				if bytes.EqualFold(n, name) {
 					return true
 				}
 			}
-			names, key = append(names, name), false
+			names = append(names, name)
+			if len(own) >= manyNames {
+				set := make(map[string]struct{}, 2*manyNames)
+				for _, n := range names[starts[top]:] {
+					set[foldKey(string(n))] = struct{}{}
+				}
+				sets[top], names = set, names[:starts[top]]
+			}
 		}
 	}
 	return false
 }
 
+// manyNames is how many member names an object's scan compares one by one
+// before it keys them by foldKey.
+const manyNames = 16
+
+// foldKey is s with each rune replaced by the smallest of its case-folding
+// orbit (unicode.SimpleFold): two names have the same key exactly when
+// strings.EqualFold (and so encoding/json) takes them for one.
+func foldKey(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
+}
+
 // repeatedMember is the path of the first member of an object whose name
 // an earlier member of the same object already has, compared as
 // encoding/json matches names to fields (ignoring case); "" when there is
-// none, or when body is not JSON (decoding says why). It walks the tokens,
-// at some cost: decodeJSON calls it only once hasRepeatedMember found one. Such a body is
+// none, or when body is not JSON (decoding says why). Such a body is
 // ambiguous: the decoder keeps the last of the two, while the
 // Idempotency-Key fingerprint (its canonical form keeps both) would take
 // {"amount_cents":1,"AMOUNT_CENTS":2} and its reordering, which decode to
-// different amounts, for the same request.
+// different amounts, for the same request. It walks the tokens, at some
+// cost: decodeJSON calls it only once hasRepeatedMember found one.
 func repeatedMember(body []byte) string {
 	// frame is an open object or array: its path, and the member names
 	// read so far (an object) or the index of its next element (an array).
@@ -316,6 +360,7 @@ func repeatedMember(body []byte) string {
 		object bool
 		path   string
 		names  []string
+		seen   map[string]bool // the names, by foldKey
 		next   int
 		name   bool // an object's next token is a member name
 	}
@@ -339,10 +384,13 @@ func repeatedMember(body []byte) string {
 			top = open[len(open)-1]
 		}
 		if name, ok := tok.(string); ok && top != nil && top.object && top.name {
-			for _, n := range top.names {
-				if strings.EqualFold(n, name) {
-					return joinPath(top.path, name)
-				}
+			if top.seen == nil {
+				top.seen = map[string]bool{}
+			}
+			if k := foldKey(name); top.seen[k] {
+				return joinPath(top.path, name)
+			} else {
+				top.seen[k] = true
 			}
 			top.names, top.name = append(top.names, name), false
 			continue
