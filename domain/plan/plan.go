@@ -179,9 +179,9 @@ type Plan struct {
 // the leader's visit generator, which serves every merchant.
 const HorizonDays = 3660
 
-// Beyond says, for field, when d lies past the horizon (HorizonDays after
-// today in loc at now); "" when it does not.
-func Beyond(field string, d civil.Date, now time.Time, loc *time.Location) string {
+// Beyond says why d lies past the horizon (HorizonDays after today in loc
+// at now); "" when it does not.
+func Beyond(d civil.Date, now time.Time, loc *time.Location) string {
 	if last := civil.DateOf(now, loc).AddDays(HorizonDays); d.After(last) {
 		return fmt.Sprintf("must be no later than %s (%d days ahead)", last, HorizonDays)
 	}
@@ -190,7 +190,7 @@ func Beyond(field string, d civil.Date, now time.Time, loc *time.Location) strin
 
 // beyond adds Beyond's finding, if any, to errs.
 func (p *Plan) beyond(errs *apperr.Fields, field string, d civil.Date, now time.Time) {
-	if msg := Beyond(field, d, now, p.loc); msg != "" {
+	if msg := Beyond(d, now, p.loc); msg != "" {
 		errs.Add(field, "%s", msg)
 	}
 }
@@ -218,7 +218,7 @@ func New(in NewPlan, now time.Time) (*Plan, error) {
 	if loc != nil && in.Terms.Recurrence.Start.Valid() {
 		if today := civil.DateOf(now, loc); in.Terms.Recurrence.Start.Before(today) {
 			errs.Add("recurrence.start", "must not be before today (%s in %s)", today, in.TimeZone)
-		} else if msg := Beyond("recurrence.start", in.Terms.Recurrence.Start, now, loc); msg != "" {
+		} else if msg := Beyond(in.Terms.Recurrence.Start, now, loc); msg != "" {
 			errs.Add("recurrence.start", "%s", msg)
 		}
 	}

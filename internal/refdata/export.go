@@ -65,7 +65,7 @@ func (s *Store) exportEvents(ctx context.Context, tx *sql.Tx, merchantID, custom
 		return nil, nil, fmt.Errorf("select the customer's events: %w", err)
 	}
 	defer rows.Close()
-	out := []publicevent.Stored{}
+	all = []publicevent.Stored{}
 	for rows.Next() {
 		var st publicevent.Stored
 		var data []byte
@@ -75,7 +75,7 @@ func (s *Store) exportEvents(ctx context.Context, tx *sql.Tx, merchantID, custom
 			&st.OccurredAt, &st.CorrelationID, &st.CausationID, &st.Actor, &data, &subject, &theirs); err != nil {
 			return nil, nil, fmt.Errorf("scan the customer's events: %w", err)
 		}
-		if len(out) == limit {
+		if len(all) == limit {
 			return nil, nil, ops.TooLarge("events", limit)
 		}
 		facts, ok := aggregates.ByType(st.StreamType)
@@ -90,12 +90,12 @@ func (s *Store) exportEvents(ctx context.Context, tx *sql.Tx, merchantID, custom
 		if st.Event, err = decode(st.Type, data); err != nil {
 			return nil, nil, fmt.Errorf("event %s: %w", st.ID, err)
 		}
-		out = append(out, st)
+		all = append(all, st)
 		if !theirs {
 			elsewhere = append(elsewhere, st)
 		}
 	}
-	return out, elsewhere, rows.Err()
+	return all, elsewhere, rows.Err()
 }
 
 // exportDeliveries reads the webhook deliveries of the aggregates' events
