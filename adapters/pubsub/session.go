@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"hearth/adapters/vault"
+	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
@@ -106,6 +107,11 @@ func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
 				return err
 			}})
 		}
+		// The request's key, checked before anything the transaction
+		// reads or writes (access.KeyCheck).
+		if check := access.PendingKeyCheck(ctx); check != nil {
+			begin = append(begin, &pgx.QueuedQuery{SQL: check.SQL, Arguments: check.Args, Fn: checkKey(check)})
+		}
 		b.QueuedQueries = slices.Insert(b.QueuedQueries, 0, begin...)
 	}
 	err := p.conn.SendBatch(ctx, b).Close()
@@ -113,6 +119,24 @@ func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
 		p.begun = p.conn.PgConn().TxStatus() != 'I'
 	}
 	return err
+}
+
+// checkKey reads the result of a key's check: a division by zero is a key
+// that no longer works.
+func checkKey(check *access.KeyCheck) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "22012":
+			check.Refuse()
+			return access.ErrKeyRefused
+		case err != nil:
+			return fmt.Errorf("check the API key: %w", err)
+		}
+		check.Pass()
+		return nil
+	}
 }
 
 // queryRow runs one statement and scans its single row with scan, which

@@ -30,6 +30,17 @@ func (c *countingKeys) Authenticate(ctx context.Context, secret string) (access.
 	return c.next.Authenticate(ctx, secret)
 }
 
+// checkingKeys is countingKeys that also makes the key check a write's
+// transaction runs (refdata.Store.KeyCheck), as the key store serve wires.
+type checkingKeys struct {
+	*countingKeys
+	checks func(p access.Principal, secret string) *access.KeyCheck
+}
+
+func (c checkingKeys) KeyCheck(p access.Principal, secret string) *access.KeyCheck {
+	return c.checks(p, secret)
+}
+
 // limitedAPI is a's Hearth served again with fair-share settings, a
 // counting key store, a clock that moves only when told, and a record of
 // KeyUsed.
@@ -64,9 +75,20 @@ func (l *limitedAPI) keysUsed() []string {
 // cache and trusted proxies (the rest of cfg is not used).
 func limited(t *testing.T, a *api, cfg Config) *limitedAPI {
 	t.Helper()
+	return limitedWith(t, a, cfg, false)
+}
+
+// limitedWith is limited whose key store, when checkInWrite, makes the key
+// checks that writes to aggregates run in their transactions.
+func limitedWith(t *testing.T, a *api, cfg Config, checkInWrite bool) *limitedAPI {
+	t.Helper()
 	l := &limitedAPI{keys: &countingKeys{next: a.w.refdata}, now: time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)}
+	var keys httpport.Authenticator = l.keys
+	if checkInWrite {
+		keys = checkingKeys{countingKeys: l.keys, checks: a.w.refdata.KeyCheck}
+	}
 	handler, err := httpport.NewHandler(httpport.Config{
-		App: a.w.app, Auth: l.keys, APIEnabled: true, Now: l.clock,
+		App: a.w.app, Auth: keys, APIEnabled: true, Now: l.clock,
 		Log:    slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 		KeyUsed: func(keyID string) {

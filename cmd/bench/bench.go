@@ -138,8 +138,9 @@ func (b *bench) start(ctx context.Context, h hearthRun) (*exec.Cmd, string, erro
 	if !h.limits {
 		// One key of one merchant drives the throughput runs: the fair-share
 		// limits (which would hold it to RATE_LIMIT_KEY_RPS) are off, and so
-		// is the key cache, so that Hearth looks its key up on every request
-		// as the pgbench script it is compared with does.
+		// is the key cache, so that Hearth has Postgres look its key up on
+		// every request as the pgbench script it is compared with does (a
+		// write, in its own transaction: the write path in docs/design.md).
 		// The lookups of the key are many at once, and lookups in flight
 		// count against the client address's budget of unknown keys: it is
 		// off too.

@@ -304,6 +304,19 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 	return p, nil
 }
 
+// KeyCheckSQL fails, dividing by zero, unless the key of hash $1 is the
+// key $2 and still works: the check a write's transaction runs for the key
+// it was started with (access.KeyCheck).
+const KeyCheckSQL = `SELECT 1 / count(*) FROM api_keys k LEFT JOIN staff s ON s.id = k.staff_id
+	WHERE k.key_hash = $1 AND k.id = $2 AND ` + keyWorks
+
+// KeyCheck returns the check, for a write's transaction, that secret is
+// still the key of p and still works. A key's merchant, role and staff
+// member never change, so its id stands for the rest of p.
+func (s *Store) KeyCheck(p access.Principal, secret string) *access.KeyCheck {
+	return &access.KeyCheck{SQL: KeyCheckSQL, Args: []any{hashKey(secret), p.KeyID}}
+}
+
 // CreateStaff adds an active staff member to a merchant, for the demo set-up
 // and tests; the API goes through command.Records.
 func (s *Store) CreateStaff(ctx context.Context, merchantID, name string) (string, error) {

@@ -13,13 +13,15 @@ import (
 // each cost a lookup. An entry is never extended: a revoked or expired key,
 // or a deactivated worker, stops working within the TTL. Unknown keys are
 // not cached (the budget per client address limits them). A nil cache
-// caches nothing.
+// caches nothing; with a TTL of 0 no entry is usable, but keys are still
+// remembered as known.
 //
 // After its TTL an entry is still remembered as known for knownFor: such a
 // key is looked up again, but even from a client address whose budget of
 // unknown keys is spent. A flood of made-up keys cannot produce one, so a
 // real client behind the same address as the flood (a NAT, a proxy) keeps
-// working.
+// working, and a write to an aggregate starts with the principal it found
+// then, the write's transaction checking the key (hint, keygate.go).
 type keyCache struct {
 	ttl time.Duration
 
@@ -41,10 +43,7 @@ const knownFor = 10 * time.Minute
 const maxCachedKeys = 1 << 14
 
 func newKeyCache(ttl time.Duration) *keyCache {
-	if ttl <= 0 {
-		return nil
-	}
-	return &keyCache{ttl: ttl, m: map[[sha256.Size]byte]cachedKey{}}
+	return &keyCache{ttl: max(ttl, 0), m: map[[sha256.Size]byte]cachedKey{}}
 }
 
 // get returns the principal of a cached key (ok); known reports a key
@@ -68,6 +67,22 @@ func (c *keyCache) get(hash [sha256.Size]byte, now time.Time) (p access.Principa
 	return access.Principal{}, false, false
 }
 
+// hint returns the principal of a key that authenticated within knownFor
+// (ok), for a write that checks the key in its own transaction; fresh
+// reports an entry still usable by itself (within the TTL).
+func (c *keyCache) hint(hash [sha256.Size]byte, now time.Time) (p access.Principal, fresh, ok bool) {
+	if c == nil {
+		return access.Principal{}, false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, found := c.m[hash]
+	if !found || !now.Before(e.knownUntil) {
+		return access.Principal{}, false, false
+	}
+	return e.p, now.Before(e.expires), true
+}
+
 // forget drops a key that no longer authenticates.
 func (c *keyCache) forget(hash [sha256.Size]byte) {
 	if c == nil {
@@ -85,7 +100,7 @@ func (c *keyCache) put(hash [sha256.Size]byte, p access.Principal, now time.Time
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if now.After(c.nextSweep) {
-		c.nextSweep = now.Add(c.ttl)
+		c.nextSweep = now.Add(max(c.ttl, sweepEvery)) // with a TTL of 0, not on every put
 		for h, e := range c.m {
 			if !now.Before(e.knownUntil) {
 				delete(c.m, h)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"unicode"
 
+	"hearth/app/access"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/order"
@@ -131,6 +132,9 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		unpublishable *query.UnpublishableEventError
 	)
 	switch {
+	case errors.Is(err, access.ErrKeyRefused): // found by the write's own check (keygate.go)
+		refuseKey(w)
+		return
 	case known && errors.As(err, &unpublishable):
 		// A bug or a corruption that stops a merchant's feed: the operator
 		// must hear of it.

@@ -227,7 +227,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 			}
 			h = s.idempotent(h)
 		}
-		mux.Handle(rt.pattern, s.auth(rt.roles...)(h))
+		mux.Handle(rt.pattern, s.auth(rt.keyInWrite, rt.roles...)(h))
 	}
 	if cfg.Surface == SurfaceAdmin {
 		// Go's profiles, on the admin listener only (the private network's,
@@ -259,6 +259,10 @@ type route struct {
 	handle  handlerFunc
 	api     bool // under /v1: not served in worker mode
 	etag    bool // a write to a resource with an entity tag: If-Match applies
+	// keyInWrite: a write to an aggregate, all of whose work is one command
+	// through the event store's transactor: a key known lately is checked
+	// in that transaction (access.KeyCheck) rather than by a lookup first.
+	keyInWrite bool
 }
 
 // isWrite reports whether a route's method writes: those take an
@@ -276,10 +280,19 @@ func (s *server) routes() []route {
 	v1 := func(pattern string, roles []access.Role, h handlerFunc) route {
 		return route{pattern: pattern, roles: roles, handle: h, api: true}
 	}
-	// versioned is a write to an aggregate that states its version
-	// (If-Match or expected_version).
-	versioned := func(pattern string, roles []access.Role, h handlerFunc) route {
+	// tagged is a write that states the version it read (If-Match or
+	// expected_version); command, a write to an aggregate (keyInWrite);
+	// versioned, both.
+	tagged := func(pattern string, roles []access.Role, h handlerFunc) route {
 		return route{pattern: pattern, roles: roles, handle: h, api: true, etag: true}
+	}
+	command := func(pattern string, roles []access.Role, h handlerFunc) route {
+		return route{pattern: pattern, roles: roles, handle: h, api: true, keyInWrite: true}
+	}
+	versioned := func(pattern string, roles []access.Role, h handlerFunc) route {
+		rt := tagged(pattern, roles, h)
+		rt.keyInWrite = true
+		return rt
 	}
 	rts := []route{
 		{pattern: "GET /healthz", handle: s.healthz},
@@ -296,9 +309,9 @@ func (s *server) routes() []route {
 	}
 	rts = append(rts, s.webhookRoutes(
 		func(pattern string, h handlerFunc) route { return v1(pattern, op, h) },
-		func(pattern string, h handlerFunc) route { return versioned(pattern, op, h) })...)
+		func(pattern string, h handlerFunc) route { return tagged(pattern, op, h) })...)
 	return append(rts,
-		v1("POST /v1/service-requests", op, s.createServiceRequest),
+		command("POST /v1/service-requests", op, s.createServiceRequest),
 		v1("GET /v1/service-requests", op, s.listServiceRequests),
 		v1("GET /v1/service-requests/{id}", op, s.parkedHeader(aggregates.ServiceRequest.Projection, s.getServiceRequest)),
 		versioned("PATCH /v1/service-requests/{id}", op, s.updateServiceRequest),
@@ -307,7 +320,7 @@ func (s *server) routes() []route {
 		v1("GET /v1/schedules", opOrWorker, s.listSchedules),
 		v1("GET /v1/schedules/{id}", opOrWorker, s.parkedHeader(aggregates.Schedule.Projection, s.getSchedule)),
 		versioned("POST /v1/schedules/{id}/status", opOrWorker, s.changeScheduleStatus),
-		v1("POST /v1/orders", op, s.createOrder),
+		command("POST /v1/orders", op, s.createOrder),
 		v1("GET /v1/orders", opOrWorker, s.listOrders),
 		v1("GET /v1/orders/{id}", opOrWorker, s.parkedHeader(aggregates.Order.Projection, s.getOrder)),
 		v1("GET /v1/orders/{id}/changes", opOrWorker, s.orderChanges),
@@ -316,7 +329,7 @@ func (s *server) routes() []route {
 		versioned("POST /v1/orders/{id}/cancel", op, s.cancelOrder),
 		versioned("PUT /v1/orders/{id}/assignment", op, s.assignOrder),
 		versioned("PUT /v1/orders/{id}/settlement", op, s.settleOrder),
-		v1("POST /v1/plans", op, s.createPlan),
+		command("POST /v1/plans", op, s.createPlan),
 		v1("GET /v1/plans", op, s.listPlans),
 		v1("GET /v1/plans/{id}", op, s.parkedHeader(aggregates.Plan.Projection, s.getPlan)),
 		v1("GET /v1/plans/{id}/visits", op, s.listPlanVisits),
@@ -329,7 +342,7 @@ func (s *server) routes() []route {
 		v1("GET /v1/settings", op, s.getSettings),
 		v1("PUT /v1/settings", op, s.putSettings),
 		v1("GET /v1/staff/{id}/working-hours", op, s.getWorkingHours),
-		versioned("PUT /v1/staff/{id}/working-hours", op, s.putWorkingHours),
+		tagged("PUT /v1/staff/{id}/working-hours", op, s.putWorkingHours),
 		v1("GET /v1/availability", op, s.availability),
 		v1("GET /v1/events", op, s.listEvents),
 		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),
@@ -454,8 +467,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 // auth authenticates the bearer key and lets only the given roles through:
 // a missing or unknown key is 401, a known key of another role 403, a key
 // over a limit 429 (limits.go). With no roles, the route is public: no key
-// is asked for.
-func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
+// is asked for. On a route whose write checks its key in its transaction
+// (keyInWrite), a key known lately is not looked up first (deferKey).
+func (s *server) auth(keyInWrite bool, roles ...access.Role) func(handlerFunc) http.Handler {
 	return func(h handlerFunc) http.Handler {
 		if len(roles) == 0 {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -473,12 +487,19 @@ func (s *server) auth(roles ...access.Role) func(handlerFunc) http.Handler {
 				return
 			}
 			now := s.Now()
-			p, ok := s.authenticate(w, r, secret, now)
-			if !ok {
-				return
-			}
-			if s.KeyUsed != nil {
-				s.KeyUsed(p.KeyID)
+			p, gate := s.deferKey(keyInWrite, w, r, secret, now)
+			if gate != nil {
+				w = gate
+				r = r.WithContext(access.WithKeyCheck(r.Context(), gate.check))
+				defer gate.settle(now)
+			} else {
+				var ok bool
+				if p, ok = s.authenticate(w, r, secret, now); !ok {
+					return
+				}
+				if s.KeyUsed != nil {
+					s.KeyUsed(p.KeyID)
+				}
 			}
 			allowed := false
 			for _, role := range roles {
@@ -520,14 +541,19 @@ func (s *server) authenticate(w http.ResponseWriter, r *http.Request, secret str
 		s.limits.writeRateLimited(w, limitClientAddress, refused)
 		return access.Principal{}, false
 	case errors.Is(err, apperr.ErrNotFound):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="hearth", error="invalid_token"`)
-		writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "unknown or revoked API key"))
+		refuseKey(w)
 		return access.Principal{}, false
 	case err != nil:
 		s.writeError(w, r, err)
 		return access.Principal{}, false
 	}
 	return p, true
+}
+
+// refuseKey answers a request whose key is unknown or no longer works.
+func refuseKey(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="hearth", error="invalid_token"`)
+	writeProblem(w, newProblem(http.StatusUnauthorized, "unauthenticated", "unknown or revoked API key"))
 }
 
 // errLookupRefused is a key that is not cached, from a client address whose
@@ -539,15 +565,10 @@ var errLookupRefused = errors.New("key lookup refused: the client address's budg
 // (errLookupRefused, with the refused quota, when it does not). An unknown
 // key is apperr.ErrNotFound.
 func (s *server) resolve(r *http.Request, secret string, now time.Time) (access.Principal, quota, error) {
-	var hash [sha256.Size]byte
-	known := false
-	if s.keyHits != nil {
-		hash = sha256.Sum256([]byte(secret))
-		var p access.Principal
-		var ok bool
-		if p, ok, known = s.keyHits.get(hash, now); ok {
-			return p, quota{}, nil
-		}
+	hash := sha256.Sum256([]byte(secret))
+	p, ok, known := s.keyHits.get(hash, now)
+	if ok {
+		return p, quota{}, nil
 	}
 	done, refused, ok := s.limits.lookup(r, now)
 	switch {

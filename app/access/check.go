@@ -1,0 +1,67 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+)
+
+// ErrKeyRefused is a key that no longer works (revoked, expired, its staff
+// member deactivated) found by its KeyCheck: the request is answered as
+// an unknown key is.
+var ErrKeyRefused = errors.New("the API key no longer works")
+
+// KeyCheck is the check of a request's key that goes with its write,
+// instead of a lookup of its own before the request runs. The API server
+// starts a write of a key it authenticated lately with the principal it
+// found then; the write's transaction runs the check in its first round
+// trip, before anything it reads or writes, and a key that no longer
+// works fails the transaction (ErrKeyRefused). So the key costs the write
+// no round trip, and a key revoked before the write began writes nothing,
+// even while an API instance still caches it. A request that ends without
+// a transaction has its key looked up before it is answered (the API
+// server's concern).
+type KeyCheck struct {
+	// SQL and Args are a statement that fails, dividing by zero, unless
+	// the key still works for the principal (the key store's
+	// KeyCheckSQL).
+	SQL  string
+	Args []any
+
+	state atomic.Int32
+}
+
+const (
+	keyCheckPending int32 = iota
+	keyCheckPassed
+	keyCheckRefused
+)
+
+// Pass records that the key worked when the check ran.
+func (c *KeyCheck) Pass() { c.state.CompareAndSwap(keyCheckPending, keyCheckPassed) }
+
+// Refuse records that the key no longer works.
+func (c *KeyCheck) Refuse() { c.state.CompareAndSwap(keyCheckPending, keyCheckRefused) }
+
+// Passed reports whether the check ran and the key worked.
+func (c *KeyCheck) Passed() bool { return c.state.Load() == keyCheckPassed }
+
+// Refused reports whether the check ran and the key did not work.
+func (c *KeyCheck) Refused() bool { return c.state.Load() == keyCheckRefused }
+
+type keyCheckKey struct{}
+
+// WithKeyCheck returns ctx carrying c for the request's transaction.
+func WithKeyCheck(ctx context.Context, c *KeyCheck) context.Context {
+	return context.WithValue(ctx, keyCheckKey{}, c)
+}
+
+// PendingKeyCheck returns the check ctx carries that has not run yet, or
+// nil.
+func PendingKeyCheck(ctx context.Context) *KeyCheck {
+	c, _ := ctx.Value(keyCheckKey{}).(*KeyCheck)
+	if c == nil || c.state.Load() != keyCheckPending {
+		return nil
+	}
+	return c
+}

@@ -1,0 +1,127 @@
+package httpport
+
+import (
+	"crypto/sha256"
+	"errors"
+	"maps"
+	"net/http"
+	"time"
+
+	"hearth/app/access"
+	"hearth/domain/apperr"
+)
+
+// keyChecker makes the check of a key that a write's transaction runs
+// (refdata.Store); an Authenticator without it has every key looked up.
+type keyChecker interface {
+	KeyCheck(p access.Principal, secret string) *access.KeyCheck
+}
+
+// deferKey starts a write to an aggregate (a keyInWrite route) of a key
+// that authenticated lately without looking the key up: the principal is
+// the one found then, and the write's transaction checks that the key still
+// works in its first round trip (access.KeyCheck), which saves the request
+// a round trip of its own. The answer waits behind a keyGate, so that no
+// answer, not even a 403 or a 400, goes out for a key that no longer works.
+// A request with an Idempotency-Key is looked up first as before: its
+// claim on the key is a write of its own. It returns a nil gate when the
+// key must be looked up.
+func (s *server) deferKey(keyInWrite bool, w http.ResponseWriter, r *http.Request, secret string, now time.Time) (access.Principal, *keyGate) {
+	checker, ok := s.Auth.(keyChecker)
+	if !keyInWrite || !ok || len(r.Header.Values(HeaderIdempotencyKey)) > 0 {
+		return access.Principal{}, nil
+	}
+	hash := sha256.Sum256([]byte(secret))
+	p, fresh, known := s.keyHits.hint(hash, now)
+	if !known {
+		return access.Principal{}, nil
+	}
+	return p, &keyGate{ResponseWriter: w, s: s, r: r, secret: secret, hash: hash, p: p, fresh: fresh,
+		check: checker.KeyCheck(p, secret), before: maps.Clone(w.Header())}
+}
+
+// keyGate holds a request's answer until its key is known to work. A write
+// whose transaction checked the key has nothing to wait for; a request
+// that ends before any transaction (a body refused, a 403, a 429) has its
+// key looked up when it answers, unless the key cache still vouches for
+// it (KEY_CACHE_TTL), as it would for any request. For a key that does not
+// work, whatever the handler meant to answer is dropped for the 401 an
+// unknown key gets.
+type keyGate struct {
+	http.ResponseWriter
+	s      *server
+	r      *http.Request
+	secret string
+	hash   [sha256.Size]byte
+	p      access.Principal
+	fresh  bool // the key cache's entry was within KEY_CACHE_TTL
+	check  *access.KeyCheck
+	before http.Header // the headers before the handler set its own
+
+	decided, open bool
+}
+
+// pass decides, once, whether the handler's answer may go out, and answers
+// in its place when not.
+func (g *keyGate) pass() bool {
+	if g.decided {
+		return g.open
+	}
+	g.decided = true
+	if !g.check.Passed() && !g.check.Refused() && !g.fresh {
+		p, err := g.s.Auth.Authenticate(g.r.Context(), g.secret)
+		switch {
+		case err == nil && p.KeyID == g.p.KeyID:
+			g.check.Pass()
+		case err == nil || errors.Is(err, apperr.ErrNotFound):
+			g.check.Refuse()
+		default:
+			g.reset()
+			g.s.writeError(g.ResponseWriter, g.r, err)
+			return false
+		}
+	}
+	if g.check.Refused() {
+		g.reset()
+		refuseKey(g.ResponseWriter)
+		return false
+	}
+	g.open = true
+	return true
+}
+
+// reset drops the headers the handler set.
+func (g *keyGate) reset() {
+	h := g.ResponseWriter.Header()
+	clear(h)
+	maps.Copy(h, g.before)
+}
+
+func (g *keyGate) WriteHeader(code int) {
+	if g.pass() {
+		g.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (g *keyGate) Write(b []byte) (int, error) {
+	if !g.pass() {
+		return len(b), nil // dropped: the 401 went out instead
+	}
+	return g.ResponseWriter.Write(b)
+}
+
+// settle records what the request learnt of its key: a key that worked is
+// cached (and used) as after a lookup, one that did not is forgotten, so
+// its next request is looked up and refused before it runs.
+func (g *keyGate) settle(now time.Time) {
+	switch {
+	case g.check.Refused():
+		g.s.keyHits.forget(g.hash)
+		return
+	case g.check.Passed():
+		g.s.keyHits.put(g.hash, g.p, now)
+	}
+	if g.open && g.s.KeyUsed != nil {
+		g.s.KeyUsed(g.p.KeyID)
+	}
+}
