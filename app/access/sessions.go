@@ -32,6 +32,10 @@ type SessionUse struct {
 	TokenHash []byte
 	At        time.Time
 	Idle      time.Duration
+	// Poll is a request the page made by itself (a live part's refresh):
+	// it reads the session without counting as a use, so the idle end
+	// stays where the person's last request put it.
+	Poll bool
 }
 
 // Session is an open session whose key still works.

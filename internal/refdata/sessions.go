@@ -106,10 +106,10 @@ func (s *Store) Session(ctx context.Context, u access.SessionUse) (access.Sessio
 				WHERE cs.token_hash = $1 AND cs.expires_at > $2 AND `+keyWorks+`
 			), touched AS (
 				UPDATE console_sessions cs SET last_seen_at = $2, expires_at = least($3, cs.ends_at)
-				FROM found f WHERE cs.token_hash = f.token_hash AND f.last_seen_at <= $4
+				FROM found f WHERE cs.token_hash = f.token_hash AND f.last_seen_at <= $4 AND NOT $5
 			)
 			SELECT id, merchant_id, role, staff_id, time_zone, flash FROM found`,
-			u.TokenHash, at, at.Add(u.Idle), at.Add(-sessionTouchEvery)).
+			u.TokenHash, at, at.Add(u.Idle), at.Add(-sessionTouchEvery), u.Poll).
 			Scan(&out.Principal.KeyID, &merchant, &role, &staff, &out.TimeZone, &out.Flash)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {

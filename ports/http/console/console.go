@@ -295,7 +295,11 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (s *session, r
 	var st access.Session
 	err = fs.Lookup(w, r, ck.Value, func() error {
 		var err error
-		st, err = c.cfg.Sessions.Session(r.Context(), access.SessionUse{TokenHash: hash, At: c.cfg.Now(), Idle: SessionIdle})
+		// A live part's poll is the page's, not the person's: it does not
+		// put the session's idle end off, so a page left open still signs
+		// out after SessionIdle.
+		st, err = c.cfg.Sessions.Session(r.Context(), access.SessionUse{TokenHash: hash, At: c.cfg.Now(), Idle: SessionIdle,
+			Poll: r.URL.Query().Has("part")})
 		return err
 	})
 	switch {
@@ -303,6 +307,11 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (s *session, r
 		return nil, noRelease, nil
 	case err != nil:
 		return nil, noRelease, err
+	case len(c.cfg.Roles) > 0 && !slices.Contains(c.cfg.Roles, st.Principal.Role):
+		// A session opened on another listener's console (its token sent
+		// under this one's cookie): the roles this console takes hold for
+		// every request, not only at sign-in.
+		return nil, noRelease, nil
 	}
 	if release, err = fs.Admit(w, st.Principal); err != nil {
 		return nil, noRelease, err
