@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +100,149 @@ func TestWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 	requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
 	require.Equal(t, 6, created())
 	require.Equal(t, int32(1), cached.keys.lookups.Load())
+}
+
+// limitedDone is limitedWith(t, a, cfg, true) whose server reports on done
+// each POST it has finished handling.
+func limitedDone(t *testing.T, a *api, cfg Config) (*limitedAPI, <-chan struct{}) {
+	t.Helper()
+	done := make(chan struct{}, 100)
+	l := limitedServed(t, a, cfg, true, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r)
+			if r.Method == http.MethodPost {
+				done <- struct{}{}
+			}
+		})
+	})
+	return l, done
+}
+
+// startWrite opens a connection to l's server and sends the headers of a
+// POST to path with key, announcing a body of 100 bytes and Expect:
+// 100-continue. It returns the connection and the first status line the
+// server answers; after a 100 Continue (the handler began reading the
+// body, so the request was admitted) it sends the body's first bytes only.
+func startWrite(t *testing.T, l *limitedAPI, key, path string) (net.Conn, string) {
+	t.Helper()
+	u, err := url.Parse(l.base)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n", path, u.Host, key)
+	require.NoError(t, err)
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	require.NoError(t, err)
+	line = strings.TrimSpace(line)
+	if strings.Contains(line, " 100 ") {
+		_, err = conn.Write([]byte(`{"customer_id":`)) // and never the rest
+		require.NoError(t, err)
+	}
+	return conn, line
+}
+
+// A key is looked up before its write is admitted (and spends nothing of
+// its merchant's budgets if it no longer works) unless it was found working
+// a moment ago: a key revoked a while after its last use is refused
+// before it runs. A write with Expect: 100-continue is always looked up
+// first, so a key that no longer works is told 401 at once, as an unknown
+// key is, and not asked for its body.
+func TestRevokedKeysAreRefusedBeforeTheyAreAdmitted(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	order := map[string]any{"customer_id": customer, "amount_cents": 4200}
+	l := limitedWith(t, a, Config{}, true)
+	lookups := func() int32 { return l.keys.lookups.Load() }
+	r, err := l.send(http.MethodPost, "/v1/orders", auth(a.opA), order)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	a.revokeSecret(a.opA)
+
+	l.advance(time.Minute)
+	r, err = l.send(http.MethodPost, "/v1/orders", auth(a.opA), order)
+	require.NoError(t, err)
+	requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
+	require.Equal(t, int32(2), lookups(), "looked up first: its key was last found working a minute ago")
+
+	second := a.newOperatorKey("acme")
+	r, err = l.send(http.MethodPost, "/v1/orders", auth(second), order)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	a.revokeSecret(second)
+	_, unknown := startWrite(t, l, unknownKey, "/v1/orders")
+	require.True(t, strings.HasPrefix(unknown, "HTTP/1.1 401"), "%q", unknown)
+	_, revoked := startWrite(t, l, second, "/v1/orders")
+	require.Equal(t, unknown, revoked, "a write with Expect is looked up first")
+}
+
+// A key refused, or whose request ended before it was checked (its client
+// hung up), is forgotten: it does not spend its merchant's budget again.
+func TestARevokedKeyThatHangsUpSpendsItsMerchantsBudgetOnce(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	const burst = 3
+	l, done := limitedDone(t, a, Config{MerchantRPS: 0.001, MerchantBurst: burst})
+	second := a.newOperatorKey("acme")
+	r, err := l.send(http.MethodPost, "/v1/orders", auth(a.opA), map[string]any{"customer_id": customer, "amount_cents": 4200})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	<-done
+
+	a.revokeSecret(a.opA)
+	for range 5 {
+		u, err := url.Parse(l.base)
+		require.NoError(t, err)
+		conn, err := net.Dial("tcp", u.Host)
+		require.NoError(t, err)
+		_, err = fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{", u.Host, a.opA)
+		require.NoError(t, err)
+		require.NoError(t, conn.Close()) // the client hangs up before the body ends
+		<-done
+	}
+	legit := l.from("", second, "/v1/customers")
+	require.Equal(t, http.StatusOK, legit.Status, "the revoked key spent the merchant's budget once at most: %s", legit)
+}
+
+// A worker key whose staff member was deactivated, and an expired key,
+// known to the instance, are refused by their write's own check, which
+// writes nothing.
+func TestDeactivatedWorkersAndExpiredKeysAreRefusedInTheirWrite(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	own := a.createOrder(a.opA, customer, 100)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+own+"/assignment", a.opA,
+		map[string]any{"staff_id": a.staffA, "start_at": "2030-06-01T10:00:00Z", "end_at": "2030-06-01T12:00:00Z"})
+	schedule := a.crmSchedule(a.opA, own).Body["id"].(string)
+	l := limitedWith(t, a, Config{}, true)
+	lookups := func() int32 { return l.keys.lookups.Load() }
+
+	require.Equal(t, http.StatusOK, l.from("", a.worker, "/v1/schedules/"+schedule).Status) // known now
+	_, err := a.dbs.es.DB.ExecContext(t.Context(), `UPDATE staff SET active = false WHERE id = $1`, a.staffA)
+	require.NoError(t, err)
+	before := lookups()
+	r, err := l.send(http.MethodPost, "/v1/schedules/"+schedule+"/status", auth(a.worker), map[string]any{"status": "in_service"})
+	require.NoError(t, err)
+	requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
+	require.Equal(t, before, lookups(), "refused by the transaction's check")
+
+	expiring := a.newOperatorKey("acme")
+	r, err = l.send(http.MethodPost, "/v1/orders", auth(expiring), map[string]any{"customer_id": customer, "amount_cents": 1})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	_, err = a.dbs.es.DB.ExecContext(t.Context(),
+		`UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE key_hash = sha256(convert_to($1, 'UTF8'))`, expiring)
+	require.NoError(t, err)
+	created := a.countEvents(a.merchantA, "OrderCreated")
+	before = lookups()
+	r, err = l.send(http.MethodPost, "/v1/orders", auth(expiring), map[string]any{"customer_id": customer, "amount_cents": 1})
+	require.NoError(t, err)
+	requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
+	require.Equal(t, before, lookups(), "refused by the transaction's check")
+	require.Equal(t, created, a.countEvents(a.merchantA, "OrderCreated"))
 }

@@ -82,6 +82,12 @@ func limited(t *testing.T, a *api, cfg Config) *limitedAPI {
 // checks that writes to aggregates run in their transactions.
 func limitedWith(t *testing.T, a *api, cfg Config, checkInWrite bool) *limitedAPI {
 	t.Helper()
+	return limitedServed(t, a, cfg, checkInWrite, func(h http.Handler) http.Handler { return h })
+}
+
+// limitedServed is limitedWith whose handler is served through wrap.
+func limitedServed(t *testing.T, a *api, cfg Config, checkInWrite bool, wrap func(http.Handler) http.Handler) *limitedAPI {
+	t.Helper()
 	l := &limitedAPI{keys: &countingKeys{next: a.w.refdata}, now: time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)}
 	var keys httpport.Authenticator = l.keys
 	if checkInWrite {
@@ -98,7 +104,7 @@ func limitedWith(t *testing.T, a *api, cfg Config, checkInWrite bool) *limitedAP
 		},
 	})
 	require.NoError(t, err)
-	srv := httptest.NewServer(handler)
+	srv := httptest.NewServer(wrap(handler))
 	t.Cleanup(srv.Close)
 	served := *a
 	served.base, served.client = srv.URL, srv.Client()

@@ -20,8 +20,9 @@ import (
 // key is looked up again, but even from a client address whose budget of
 // unknown keys is spent. A flood of made-up keys cannot produce one, so a
 // real client behind the same address as the flood (a NAT, a proxy) keeps
-// working, and a write to an aggregate starts with the principal it found
-// then, the write's transaction checking the key (hint, keygate.go).
+// working. Within hintFor of its last check, a write to an aggregate starts
+// with the principal found then, its transaction checking the key (hint,
+// keygate.go).
 type keyCache struct {
 	ttl time.Duration
 
@@ -33,11 +34,21 @@ type keyCache struct {
 type cachedKey struct {
 	p          access.Principal
 	expires    time.Time // usable until then
+	hintUntil  time.Time // a write to an aggregate starts with p until then
 	knownUntil time.Time // looked up past the address budget until then
 }
 
 // knownFor is how long a key that authenticated is remembered as known.
 const knownFor = 10 * time.Minute
+
+// hintFor is how long after its key was last found working (a lookup, or a
+// write's own check) a write to an aggregate starts without a lookup, its
+// transaction checking the key (keygate.go), when KEY_CACHE_TTL is
+// shorter. Such a request is admitted by its merchant's limits before its
+// key is checked, as a cached key's is: a key revoked within hintFor of its
+// last use can spend its merchant's budgets with the requests it has in
+// flight then, no more (a key refused or left unchecked is forgotten).
+const hintFor = 5 * time.Second
 
 // maxCachedKeys bounds the cache; only keys that authenticated get in.
 const maxCachedKeys = 1 << 14
@@ -67,8 +78,8 @@ func (c *keyCache) get(hash [sha256.Size]byte, now time.Time) (p access.Principa
 	return access.Principal{}, false, false
 }
 
-// hint returns the principal of a key that authenticated within knownFor
-// (ok), for a write that checks the key in its own transaction; fresh
+// hint returns the principal of a key found working within hintFor (or the
+// TTL) (ok), for a write that checks the key in its own transaction; fresh
 // reports an entry still usable by itself (within the TTL).
 func (c *keyCache) hint(hash [sha256.Size]byte, now time.Time) (p access.Principal, fresh, ok bool) {
 	if c == nil {
@@ -77,7 +88,7 @@ func (c *keyCache) hint(hash [sha256.Size]byte, now time.Time) (p access.Princip
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, found := c.m[hash]
-	if !found || !now.Before(e.knownUntil) {
+	if !found || !now.Before(e.hintUntil) {
 		return access.Principal{}, false, false
 	}
 	return e.p, now.Before(e.expires), true
@@ -113,5 +124,5 @@ func (c *keyCache) put(hash [sha256.Size]byte, p access.Principal, now time.Time
 			break
 		}
 	}
-	c.m[hash] = cachedKey{p: p, expires: now.Add(c.ttl), knownUntil: now.Add(max(c.ttl, knownFor))}
+	c.m[hash] = cachedKey{p: p, expires: now.Add(c.ttl), hintUntil: now.Add(max(c.ttl, hintFor)), knownUntil: now.Add(max(c.ttl, knownFor))}
 }

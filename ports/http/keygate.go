@@ -3,8 +3,10 @@ package httpport
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"hearth/app/access"
@@ -18,17 +20,19 @@ type keyChecker interface {
 }
 
 // deferKey starts a write to an aggregate (a keyInWrite route) of a key
-// that authenticated lately without looking the key up: the principal is
-// the one found then, and the write's transaction checks that the key still
+// found working within hintFor without looking the key up: the principal
+// is the one found then, and the write's transaction checks that the key still
 // works in its first round trip (access.KeyCheck), which saves the request
 // a round trip of its own. The answer waits behind a keyGate, so that no
 // answer, not even a 403 or a 400, goes out for a key that no longer works.
 // A request with an Idempotency-Key is looked up first as before: its
-// claim on the key is a write of its own. It returns a nil gate when the
-// key must be looked up.
+// claim on the key is a write of its own; so is one that says Expect (a
+// 100 Continue would go out before the gate: a key that no longer works
+// would be asked for its body where an unknown one is refused). It returns
+// a nil gate when the key must be looked up.
 func (s *server) deferKey(keyInWrite bool, w http.ResponseWriter, r *http.Request, secret string, now time.Time) (access.Principal, *keyGate) {
 	checker, ok := s.Auth.(keyChecker)
-	if !keyInWrite || !ok || len(r.Header.Values(HeaderIdempotencyKey)) > 0 {
+	if !keyInWrite || !ok || len(r.Header.Values(HeaderIdempotencyKey)) > 0 || len(r.Header.Values("Expect")) > 0 {
 		return access.Principal{}, nil
 	}
 	hash := sha256.Sum256([]byte(secret))
@@ -110,16 +114,29 @@ func (g *keyGate) Write(b []byte) (int, error) {
 	return g.ResponseWriter.Write(b)
 }
 
-// settle records what the request learnt of its key: a key that worked is
-// cached (and used) as after a lookup, one that did not is forgotten, so
-// its next request is looked up and refused before it runs.
+// settle, deferred, records what the request learnt of its key: a key that
+// worked is cached (and used) as after a lookup; any other (refused, or
+// unchecked: the client went away, the lookup failed) is forgotten, so its
+// next request is looked up, and refused before it is admitted, rather
+// than spend its merchant's budgets again. A panic is answered by
+// recoverPanics, outside the gate, only for a key that works; for any
+// other the gate's 401 stands and the panic is logged here.
 func (g *keyGate) settle(now time.Time) {
+	if v := recover(); v != nil {
+		if v == http.ErrAbortHandler || g.pass() {
+			defer panic(v)
+		} else {
+			g.s.log.ErrorContext(g.r.Context(), "handler panicked", "method", g.r.Method, "path", g.r.URL.Path,
+				"correlation_id", correlationID(g.r), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}
 	switch {
-	case g.check.Refused():
-		g.s.keyHits.forget(g.hash)
-		return
 	case g.check.Passed():
 		g.s.keyHits.put(g.hash, g.p, now)
+	case g.open: // the key cache vouched for the key (fresh): its entry stays as it was
+	default:
+		g.s.keyHits.forget(g.hash)
+		return
 	}
 	if g.open && g.s.KeyUsed != nil {
 		g.s.KeyUsed(g.p.KeyID)

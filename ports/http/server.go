@@ -488,9 +488,13 @@ func (s *server) auth(keyInWrite bool, roles ...access.Role) func(handlerFunc) h
 			}
 			now := s.Now()
 			p, gate := s.deferKey(keyInWrite, w, r, secret, now)
+			release := func() {}
+			defer func() { release() }() // the merchant's in-flight slot, once admitted
 			if gate != nil {
 				w = gate
 				r = r.WithContext(access.WithKeyCheck(r.Context(), gate.check))
+				// Settled before the slot is released, so that a refused key
+				// is forgotten before anything else of it is admitted.
 				defer gate.settle(now)
 			} else {
 				var ok bool
@@ -511,7 +515,7 @@ func (s *server) auth(keyInWrite bool, roles ...access.Role) func(handlerFunc) h
 				return
 			}
 			v := s.limits.admit(p, now)
-			defer v.done()
+			release = v.done
 			if v.refused != "" {
 				s.limits.writeRateLimited(w, v.refused, v.q)
 				return
