@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"hearth/domain/apperr"
 	"hearth/domain/event"
@@ -54,6 +55,9 @@ type VisitGenerator struct {
 	// Between, when set, runs before each visit's transaction (tests stop
 	// a run there).
 	Between func(ctx context.Context)
+	// Fatal, when set, tells an error that ends a round of All (a stale
+	// leadership term) from one that only fails its plan.
+	Fatal func(error) bool
 }
 
 // NewVisitGenerator checks its dependency.
@@ -332,26 +336,33 @@ type PlanLister interface {
 	ListPlans(ctx context.Context) ([]PlanRef, error)
 }
 
-// All runs Plan over every plan the lister lists, in order; it stops at
-// the first error (ctx's included). Plans that ended are cheap: they have
-// no visit to create, and only their cancellations to make.
+// All runs Plan over every plan the lister lists, in order. A plan that
+// fails does not stop the others, every merchant's: its error joins the
+// round's, and the next round tries it again. Only ctx's end or an error
+// Fatal names (a stale term) stops the round. Plans that ended are cheap:
+// they have no visit to create, and only their cancellations to make.
 func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Time, horizon time.Duration) (VisitsDone, error) {
 	var total VisitsDone
 	refs, err := plans.ListPlans(ctx)
 	if err != nil {
 		return total, err
 	}
+	var errs []error
 	for _, r := range refs {
 		done, err := g.Plan(ctx, GenerateVisits{MerchantID: r.MerchantID, PlanID: r.PlanID, Now: now, Horizon: horizon})
 		total.Created += done.Created
 		total.Unassigned += done.Unassigned
 		total.Replanned += done.Replanned
 		total.Cancelled += done.Cancelled
-		if err != nil {
-			return total, fmt.Errorf("plan %s: %w", r.PlanID, err)
+		if err == nil {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("plan %s of merchant %s: %w", r.PlanID, r.MerchantID, err))
+		if ctx.Err() != nil || (g.Fatal != nil && g.Fatal(err)) {
+			break
 		}
 	}
-	return total, nil
+	return total, errors.Join(errs...)
 }
 
 // replan brings the order of a visit not started yet in line with the
@@ -404,7 +415,10 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 		if v.StaffID != "" {
 			// A stand-in of the schedule with the new window tries the
 			// booking (its savepoint keeps the old one on a clash).
-			id := uuid.FromName(fmt.Sprintf("schedule/%s/%d", key, v.StartAt.Unix()))
+			// Named by the order's version too: a visit moved back to a
+			// start it had before must not meet that time's stand-in,
+			// cancelled since, as a stream that already exists.
+			id := uuid.FromName(fmt.Sprintf("schedule/%s/%d/%d", key, v.StartAt.Unix(), o.Version()))
 			if live {
 				id = sch.ID()
 			}
@@ -419,7 +433,13 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 			if r.UnassignedReason != "" {
 				note += " Not assigned: " + r.UnassignedReason
 			}
-			d.Notes += note
+			// Only when it fits: the merchant may have filled the notes
+			// (order.MaxNotes), and a re-plan must not fail on them, run
+			// after run. The plan's visits show the new window and why it
+			// is unassigned all the same.
+			if utf8.RuneCountInString(d.Notes)+utf8.RuneCountInString(note) <= order.MaxNotes {
+				d.Notes += note
+			}
 		}
 		if err := o.UpdateDetails(d); err != nil {
 			return err

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +15,10 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/readmodel"
+	"hearth/adapters/vault"
 	"hearth/app/command"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 
@@ -40,8 +45,12 @@ func newGeneratorEnv(t *testing.T) generatorEnv {
 	return generatorEnv{a: a, planID: r.Body["id"].(string), plans: plans, now: time.Now().UTC()}
 }
 
+// generator is the visit generator as leadPlans builds it: its store opens
+// and seals personal fields with the master keys.
 func (e generatorEnv) generator(t *testing.T) *command.VisitGenerator {
-	store, err := pubsub.NewStore(e.a.dbs.es, nil, nil)
+	vlt, err := vault.New(e.a.dbs.es.DB, e.a.cfg.MasterKeys)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(e.a.dbs.es, nil, vlt)
 	require.NoError(t, err)
 	tx, err := pubsub.NewTransactor(store)
 	require.NoError(t, err)
@@ -336,4 +345,82 @@ func TestPlanVisitsReadWithinTheHorizon(t *testing.T) {
 	require.Len(t, a.must(http.StatusOK, http.MethodGet, visits+"?from="+near, a.opA, nil).Body["items"], 56, "eight weeks of daily visits")
 	none := a.must(http.StatusOK, http.MethodGet, visits+"?from=2020-01-01T00:00:00Z", a.opA, nil)
 	require.JSONEq(t, `{"items":[]}`, none.Raw)
+}
+
+// One plan that fails on every run (here: its order's notes, which the
+// merchant filled, once left no room for what a re-plan appends) does not
+// stop the generator for the plans listed after it, every merchant's.
+func TestVisitGeneratorGoesOnPastAFailingPlan(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	first := time.Now().UTC().AddDate(0, 0, 1)
+	start := first.Format(time.DateOnly)
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+
+	var orderID string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE visit_key = $1`,
+		e.planID+"/"+start).Scan(&orderID))
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+orderID, a.opA, map[string]any{"notes": strings.Repeat("x", order.MaxNotes-10)})
+	// Moved into the staff member's other job: the re-plan leaves the order
+	// unassigned and notes the move, when the note fits.
+	next := first.AddDate(0, 0, 1)
+	busy := time.Date(next.Year(), next.Month(), next.Day(), 14, 0, 0, 0, time.UTC)
+	other := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": busy.Format(time.RFC3339), "end_at": busy.Add(time.Hour).Format(time.RFC3339)})
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
+		map[string]any{"date": start, "to_date": next.Format(time.DateOnly), "start": "14:00"})
+
+	// A plan whose round cannot pass: its plan id names no plan.
+	failing := staticPlans{{MerchantID: a.merchantA, PlanID: uuid.New()}}
+	listed, err := e.plans.ListPlans(t.Context())
+	require.NoError(t, err)
+	done, err = e.generator(t).All(t.Context(), append(failing, listed...), e.now, 8*7*24*time.Hour)
+	require.ErrorContains(t, err, "plan "+failing[0].PlanID)
+	require.Equal(t, 1, done.Replanned, "the plans after the failing one were run: %+v", done)
+	at, staff, reason := e.ledgerRow(t, first) // the row of the first visit, keyed by its date
+	require.Equal(t, busy, at, "moved")
+	require.Nil(t, staff, "unassigned: %s", reason)
+	r := a.crmAwait(a.opA, "/v1/orders/"+orderID, func(r response) bool {
+		return r.Status == http.StatusOK && r.Body["staff_id"] == nil // the re-plan, projected
+	})
+	require.Len(t, []rune(r.Body["notes"].(string)), order.MaxNotes-10, "the merchant's notes as they were: the move's note did not fit")
+}
+
+// staticPlans lists the plans it holds.
+type staticPlans []command.PlanRef
+
+func (p staticPlans) ListPlans(context.Context) ([]command.PlanRef, error) { return p, nil }
+
+// A visit moved away and back to a start it was re-planned to before is
+// re-planned each time: the stand-in schedule of the earlier move, since
+// cancelled, does not stand in the way.
+func TestVisitGeneratorReplansBackToAnEarlierStart(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	first := time.Now().UTC().AddDate(0, 0, 1)
+	day0 := time.Date(first.Year(), first.Month(), first.Day(), 0, 0, 0, 0, time.UTC)
+	date := day0.Format(time.DateOnly)
+	// The plan's staff member has another job 16:00-17:00 that day.
+	customer := a.createCustomer(a.opA, "Bob")
+	other := a.createOrder(a.opA, customer, 1)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": day0.Add(16 * time.Hour).Format(time.RFC3339), "end_at": day0.Add(17 * time.Hour).Format(time.RFC3339)})
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	for i, hour := range []int{16, 14, 16, 14} {
+		a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
+			map[string]any{"date": date, "to_date": date, "start": fmt.Sprintf("%02d:00", hour)})
+		done, err := e.run(t, e.generator(t))
+		require.NoError(t, err)
+		require.Equal(t, 1, done.Replanned, "move %d to %02d:00", i, hour)
+		start, staff, reason := e.ledgerRow(t, day0)
+		require.Equal(t, day0.Add(time.Duration(hour)*time.Hour), start, "move %d", i)
+		require.Equal(t, hour == 14, staff != nil, "move %d: booked when the staff member is free (%q)", i, reason)
+	}
 }
