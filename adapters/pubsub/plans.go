@@ -25,6 +25,27 @@ func (s *Store) PlanEvents(ctx context.Context, merchantID, id string) ([]event.
 	return out, nil
 }
 
+// VisitOrders returns, by visit key, the orders of the merchant's plan's
+// visits that are not their first (query.PlanStreams): the few visits the
+// generator withdrew and planned again.
+func (s *Store) VisitOrders(ctx context.Context, merchantID, id string) (map[string]string, error) {
+	rows, err := s.db.DB.QueryContext(ctx, `SELECT visit_key, order_id::text FROM plan_visits
+		WHERE plan_id = $1 AND merchant_id = $2 AND generation > 0`, id, merchantID)
+	if err != nil {
+		return nil, fmt.Errorf("read the orders of plan %s: %w", id, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var key, orderID string
+		if err := rows.Scan(&key, &orderID); err != nil {
+			return nil, err
+		}
+		out[key] = orderID
+	}
+	return out, rows.Err()
+}
+
 // Plans lists the service plans of the event store (command.PlanLister):
 // the streams whose first event is a plan's.
 type Plans struct {

@@ -606,11 +606,13 @@ func (s *session) CatalogItem(ctx context.Context, id string) (price int64, acti
 func (s *session) PlanVisits(ctx context.Context, planID string) ([]command.PlanVisit, error) {
 	var out []command.PlanVisit
 	b := &pgx.Batch{}
-	b.Queue(`SELECT visit_key, plan_id, order_id, start_at, end_at, coalesce(staff_id::text, ''), price_cents, unassigned_reason, cancelled
+	b.Queue(`SELECT visit_key, plan_id, order_id, start_at, end_at, coalesce(staff_id::text, ''), price_cents, unassigned_reason, cancelled,
+			withdrawn, generation
 		FROM plan_visits WHERE plan_id = $1 AND merchant_id = $2 ORDER BY start_at, visit_key`, planID, s.meta.MerchantID).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var v command.PlanVisit
-			if err := rows.Scan(&v.Key, &v.PlanID, &v.OrderID, &v.StartAt, &v.EndAt, &v.StaffID, &v.PriceCents, &v.UnassignedReason, &v.Cancelled); err != nil {
+			if err := rows.Scan(&v.Key, &v.PlanID, &v.OrderID, &v.StartAt, &v.EndAt, &v.StaffID, &v.PriceCents, &v.UnassignedReason, &v.Cancelled,
+				&v.Withdrawn, &v.Generation); err != nil {
 				return err
 			}
 			v.StartAt, v.EndAt, v.Existing = v.StartAt.UTC(), v.EndAt.UTC(), true
@@ -634,8 +636,8 @@ func (s *session) SaveVisit(ctx context.Context, v command.PlanVisit) error {
 	}
 	if v.Existing {
 		b.Queue(`UPDATE plan_visits SET start_at = $3, end_at = $4, staff_id = $5, price_cents = $6, unassigned_reason = $7,
-			cancelled = $8, updated_at = now() WHERE visit_key = $1 AND merchant_id = $2`,
-			v.Key, s.meta.MerchantID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason, v.Cancelled)
+			cancelled = $8, withdrawn = $9, generation = $10, order_id = $11, updated_at = now() WHERE visit_key = $1 AND merchant_id = $2`,
+			v.Key, s.meta.MerchantID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason, v.Cancelled, v.Withdrawn, v.Generation, v.OrderID)
 	} else {
 		b.Queue(`INSERT INTO plan_visits (visit_key, merchant_id, plan_id, order_id, start_at, end_at, staff_id, price_cents, unassigned_reason)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,

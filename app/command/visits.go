@@ -27,6 +27,13 @@ type PlanVisit struct {
 	UnassignedReason string
 	// Cancelled: the plan no longer has the visit; its order was cancelled.
 	Cancelled bool
+	// Withdrawn: the generator cancelled the order because the plan no
+	// longer had the visit (not someone by hand): if the plan has the visit
+	// again, it gets a new order.
+	Withdrawn bool
+	// Generation counts the orders the visit had before its current one
+	// (plan.VisitOrderID).
+	Generation int
 	// Existing marks a row read from the ledger (PlanVisits sets it):
 	// saving it updates the row instead of inserting a new one.
 	Existing bool `json:"-"`
@@ -39,9 +46,18 @@ func (r PlanVisit) differs(v plan.Visit) bool {
 		(r.StaffID != v.StaffID && !(r.StaffID == "" && r.UnassignedReason != "" && v.StaffID != ""))
 }
 
-// VisitOrderID is the id of the order of the visit with key: derived from
-// the key, so that whoever creates it, and however often, it is one stream.
-func VisitOrderID(key string) string { return uuid.FromName("order/" + key) }
+// VisitOrderID is the id of the first order of the visit with key
+// (plan.VisitOrderID).
+func VisitOrderID(key string) string { return plan.VisitOrderID(key, 0) }
+
+// visitScheduleID is the id of the schedule of the visit's order of the
+// given generation.
+func visitScheduleID(key string, generation int) string {
+	if generation == 0 {
+		return uuid.FromName("schedule/" + key)
+	}
+	return uuid.FromName(fmt.Sprintf("schedule/%s/%d", key, generation))
+}
 
 // VisitGenerator turns service plans into orders and schedules, one order
 // per visit, ahead of time. Each visit is its own transaction: the order's
@@ -123,7 +139,7 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 	wanted := map[string]bool{}
 	for _, v := range want {
 		wanted[v.Key] = true
-		if r, ok := have[v.Key]; ok {
+		if r, ok := have[v.Key]; ok && !(r.Withdrawn && v.StartAt.After(cmd.Now)) {
 			if r.Cancelled || !r.StartAt.After(cmd.Now) || !r.differs(v) {
 				continue
 			}
@@ -172,7 +188,9 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 }
 
 // create creates the order of the visit with key, in one transaction, if
-// the plan still has it and nobody created it yet; nil when it did not.
+// the plan still has it and nobody created it yet, or a new one if the
+// generator withdrew the visit's order before (the plan has it again); nil
+// when it did not.
 func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, key string, now, until time.Time) (*PlanVisit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -190,22 +208,26 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 				v = x
 			}
 		}
-		ledger, err := s.PlanVisits(ctx, planID)
-		if err != nil {
-			return err
-		}
-		for _, l := range ledger {
-			if l.Key == key {
-				return nil // created meanwhile
-			}
-		}
 		if v.Key == "" {
 			return nil // gone meanwhile
 		}
-		r := PlanVisit{Key: key, PlanID: planID, OrderID: VisitOrderID(key), StartAt: v.StartAt, EndAt: v.EndAt, PriceCents: v.PriceCents}
+		r, err := ledgerRow(ctx, s, planID, key)
+		if err != nil {
+			return err
+		}
+		switch {
+		case r.Key == "":
+			r = PlanVisit{Key: key, PlanID: planID}
+		case r.Withdrawn && v.StartAt.After(now):
+			r.Generation++ // its next order; the row is updated (Existing)
+			r.Cancelled, r.Withdrawn, r.StaffID = false, false, ""
+		default:
+			return nil // created meanwhile
+		}
+		r.OrderID, r.StartAt, r.EndAt, r.PriceCents, r.UnassignedReason = plan.VisitOrderID(key, r.Generation), v.StartAt, v.EndAt, v.PriceCents, ""
 		var sch *schedule.Schedule
 		if v.StaffID != "" {
-			if sch, r.UnassignedReason, err = book(ctx, s, r.OrderID, p.CustomerID(), v); err != nil {
+			if sch, r.UnassignedReason, err = bookAs(ctx, s, visitScheduleID(key, r.Generation), r.OrderID, p.CustomerID(), v); err != nil {
 				return err
 			}
 		}
@@ -236,14 +258,9 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 	return rec, err
 }
 
-// book books the preferred staff member for the visit; when the staff
-// member is inactive or already booked over the window, no schedule and
-// the reason.
-func book(ctx context.Context, s Session, orderID, customerID string, v plan.Visit) (*schedule.Schedule, string, error) {
-	return bookAs(ctx, s, uuid.FromName("schedule/"+v.Key), orderID, customerID, v)
-}
-
-// bookAs is book with the schedule's id.
+// bookAs books the preferred staff member for the visit, with a schedule
+// of the given id; when the staff member is inactive or already booked over
+// the window, no schedule and the reason.
 func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID string, v plan.Visit) (*schedule.Schedule, string, error) {
 	exists, active, err := s.StaffActive(ctx, v.StaffID)
 	if err != nil {
@@ -306,6 +323,7 @@ func (g *VisitGenerator) cancel(ctx context.Context, meta event.Meta, planID, ke
 		if err := o.Cancel("the service plan no longer has this visit"); err != nil {
 			return err
 		}
+		r.Withdrawn = true
 		sch, found, err := s.LiveSchedule(ctx, o.ID())
 		if err != nil {
 			return err

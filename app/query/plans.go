@@ -1,6 +1,7 @@
 package query
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,6 +124,16 @@ type PlanStreams interface {
 	// PlanEvents returns the merchant's plan's events in order;
 	// apperr.ErrNotFound when it has no such plan.
 	PlanEvents(ctx context.Context, merchantID, id string) ([]event.Event, error)
+	// VisitOrders returns, by visit key, the orders of the plan's visits
+	// that are not their first (a visit withdrawn and planned again).
+	VisitOrders(ctx context.Context, merchantID, id string) (map[string]string, error)
+}
+
+// Visit is a plan's visit and the id of its order: the one it has, or will
+// have once the generator reaches it.
+type Visit struct {
+	plan.Visit
+	OrderID string
 }
 
 // PlanVisits answers a plan's visits.
@@ -145,7 +156,7 @@ const MaxVisitRange = 366 * 24 * time.Hour
 // Visits returns the plan's visits that start in [from, to), in order:
 // not skipped, nor in a pause or after the end; moved ones where they
 // were moved to.
-func (q PlanVisits) Visits(ctx context.Context, scope Scope, id string, from, to time.Time) ([]plan.Visit, error) {
+func (q PlanVisits) Visits(ctx context.Context, scope Scope, id string, from, to time.Time) ([]Visit, error) {
 	switch {
 	case !to.After(from):
 		return nil, apperr.Invalid("to", "must be after from")
@@ -167,5 +178,14 @@ func (q PlanVisits) Visits(ctx context.Context, scope Scope, id string, from, to
 	if err != nil {
 		return nil, err
 	}
-	return p.Visits(from, to), nil
+	later, err := q.streams.VisitOrders(ctx, scope.MerchantID, id)
+	if err != nil {
+		return nil, err
+	}
+	visits := p.Visits(from, to)
+	out := make([]Visit, len(visits))
+	for i, v := range visits {
+		out[i] = Visit{Visit: v, OrderID: cmp.Or(later[v.Key], plan.VisitOrderID(v.Key, 0))}
+	}
+	return out, nil
 }

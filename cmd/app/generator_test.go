@@ -424,3 +424,51 @@ func TestVisitGeneratorReplansBackToAnEarlierStart(t *testing.T) {
 		require.Equal(t, hour == 14, staff != nil, "move %d: booked when the staff member is free (%q)", i, reason)
 	}
 }
+
+// A plan paused and resumed has its visits after the resume again, and the
+// generator, which cancelled their orders during the pause, gives each a
+// new order (a cancelled order is final), which the plan's visits name.
+// An order cancelled by hand is not brought back.
+func TestVisitGeneratorGivesResumedVisitsNewOrders(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	visits := func() []any {
+		return a.must(http.StatusOK, http.MethodGet, "/v1/plans/"+e.planID+"/visits", a.opA, nil).Body["items"].([]any)
+	}
+	first := visits()
+	require.Len(t, first, 4)
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	byHand := first[3].(map[string]any)["order_id"].(string)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+byHand+"/cancel", a.opA, map[string]any{"reason": "the customer called"})
+
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 3, done.Cancelled, "the by-hand cancelled one was cancelled already")
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/resume", a.opA, nil)
+	for range 2 { // the second run finds nothing more to do
+		done, err = e.run(t, e.generator(t))
+		require.NoError(t, err)
+	}
+	require.Equal(t, command.VisitsDone{}, done)
+
+	again := visits()
+	require.Len(t, again, 4, "the plan lists its four visits again")
+	for i, v := range again[:3] {
+		id := v.(map[string]any)["order_id"].(string)
+		require.NotEqual(t, first[i].(map[string]any)["order_id"], id, "visit %d has a new order", i)
+		var types []string
+		for _, ev := range a.stream(id) {
+			types = append(types, ev.Type)
+		}
+		require.Equal(t, []string{"OrderCreated", "OrderAssignmentUpdated", "OrderStatusChanged"}, types, "visit %d: a new order, booked", i)
+	}
+	require.Equal(t, byHand, again[3].(map[string]any)["order_id"], "cancelled by hand: not brought back")
+	var live int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM plan_visits WHERE plan_id = $1 AND NOT cancelled`,
+		e.planID).Scan(&live))
+	require.Equal(t, 3, live)
+}

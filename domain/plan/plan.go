@@ -28,6 +28,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"hearth/domain/apperr"
@@ -574,4 +575,16 @@ func (p *Plan) apply(e event.Event) {
 		}
 		p.status = StatusEnded
 	}
+}
+
+// VisitOrderID is the id of the order of the visit with key, of the given
+// generation (how many orders the visit had before: one withdrawn while the
+// plan did not have the visit, then planned again, gets a new one): derived
+// from the key, so that whoever creates it, and however often, it is one
+// stream.
+func VisitOrderID(key string, generation int) string {
+	if generation == 0 {
+		return uuid.FromName("order/" + key)
+	}
+	return uuid.FromName("order/" + key + "/" + strconv.Itoa(generation))
 }

@@ -575,9 +575,9 @@ type visitBody struct {
 	OrderID    string    `json:"order_id"`
 }
 
-func visitBodyOf(v plan.Visit) visitBody {
+func visitBodyOf(v query.Visit) visitBody {
 	b := visitBody{Date: v.Date.String(), StartAt: v.StartAt.UTC(), EndAt: v.EndAt.UTC(), PriceCents: v.PriceCents,
-		Moved: v.Moved, OrderID: command.VisitOrderID(v.Key)}
+		Moved: v.Moved, OrderID: v.OrderID}
 	if v.StaffID != "" {
 		id := v.StaffID
 		b.StaffID = &id

@@ -175,7 +175,7 @@ func (c *Console) planPage(r *http.Request, s *session) (*page, error) {
 	for _, x := range visits {
 		d.Visits = append(d.Visits, visitView{Date: x.Date.String(), Day: x.StartAt.In(loc).Format("Mon 2 Jan 2006"),
 			Start: x.StartAt.In(loc).Format("15:04"), End: x.EndAt.In(loc).Format("15:04"), Moved: x.Moved,
-			Order: command.VisitOrderID(x.Key)})
+			Order: x.OrderID})
 	}
 	title := "Plan"
 	if v.CustomerName != "" {
