@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -392,6 +393,7 @@ func (d *Dispatcher) work(id string, w *worker) {
 	// down gets the new events in waves, at its retry times, not one
 	// request per event as they come, nor one wave per wake-up.
 	failing, fresh := false, true
+	retry := roundBackOff()
 	for {
 		w.drain()
 		start := time.Now() // before the claim: its hold ends after start + hold
@@ -405,14 +407,16 @@ func (d *Dispatcher) work(id string, w *worker) {
 				d.done(id, w)
 				return
 			}
-			log.Warn("webhook delivery round failed; trying again", "error", err)
-			if !sleep(ctx, time.Second) {
+			wait := retry.NextBackOff()
+			log.Warn("webhook delivery round failed; trying again", "error", err, "in", wait)
+			if !sleep(ctx, wait) {
 				d.flush(id, results)
 				d.done(id, w)
 				return
 			}
 			continue // with the same results
 		}
+		retry.Reset()
 		results = nil
 		if len(claims) > 0 {
 			results = d.send(ctx, tgt.endpoint, claims, start)
@@ -468,6 +472,18 @@ func stillFailing(was bool, results []result) bool {
 		return was
 	}
 	return !ok
+}
+
+// roundBackOff paces an endpoint worker's rounds after a failed one (the
+// database gone, a failover): from a second, doubling, up to half a minute,
+// spread a little so that the workers of many endpoints do not all try
+// again at once.
+func roundBackOff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.Multiplier, b.MaxInterval, b.RandomizationFactor = time.Second, 2, 30*time.Second, 0.2
+	b.MaxElapsedTime = 0 // for as long as the term lasts
+	b.Reset()
+	return b
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
