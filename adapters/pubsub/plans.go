@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"hearth/app/command"
+	"hearth/app/query"
 	"hearth/domain/event"
 	"hearth/domain/plan"
 )
@@ -25,23 +26,24 @@ func (s *Store) PlanEvents(ctx context.Context, merchantID, id string) ([]event.
 	return out, nil
 }
 
-// VisitOrders returns, by visit key, the orders of the merchant's plan's
-// visits that are not their first (query.PlanStreams): the few visits the
-// generator withdrew and planned again.
-func (s *Store) VisitOrders(ctx context.Context, merchantID, id string) (map[string]string, error) {
-	rows, err := s.db.DB.QueryContext(ctx, `SELECT visit_key, order_id::text FROM plan_visits
-		WHERE plan_id = $1 AND merchant_id = $2 AND generation > 0`, id, merchantID)
+// VisitOrders returns, by visit key, the ledger's rows of the merchant's
+// plan's visits that are past their first order or withdrawn
+// (query.PlanStreams): the few the generator withdrew.
+func (s *Store) VisitOrders(ctx context.Context, merchantID, id string) (map[string]query.VisitOrder, error) {
+	rows, err := s.db.DB.QueryContext(ctx, `SELECT visit_key, order_id::text, generation, withdrawn FROM plan_visits
+		WHERE plan_id = $1 AND merchant_id = $2 AND (generation > 0 OR withdrawn)`, id, merchantID)
 	if err != nil {
 		return nil, fmt.Errorf("read the orders of plan %s: %w", id, err)
 	}
 	defer rows.Close()
-	out := map[string]string{}
+	out := map[string]query.VisitOrder{}
 	for rows.Next() {
-		var key, orderID string
-		if err := rows.Scan(&key, &orderID); err != nil {
+		var key string
+		var o query.VisitOrder
+		if err := rows.Scan(&key, &o.OrderID, &o.Generation, &o.Withdrawn); err != nil {
 			return nil, err
 		}
-		out[key] = orderID
+		out[key] = o
 	}
 	return out, rows.Err()
 }

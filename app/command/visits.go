@@ -304,7 +304,9 @@ func (g *VisitGenerator) cancel(ctx context.Context, meta event.Meta, planID, ke
 		if err != nil {
 			return err
 		}
-		for _, v := range p.Visits(now, r.StartAt.Add(time.Second)) {
+		// Anywhere ahead, not only up to its old start: a visit moved
+		// beyond the horizon keeps its order until the horizon reaches it.
+		for _, v := range p.Visits(now, now.AddDate(0, 0, plan.HorizonDays)) {
 			if v.Key == key {
 				return nil // still planned
 			}
@@ -366,6 +368,7 @@ func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Tim
 		return total, err
 	}
 	var errs []error
+	inARow := 0 // failures in a row that are not a plan's own
 	for _, r := range refs {
 		done, err := g.Plan(ctx, GenerateVisits{MerchantID: r.MerchantID, PlanID: r.PlanID, Now: now, Horizon: horizon})
 		total.Created += done.Created
@@ -373,14 +376,36 @@ func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Tim
 		total.Replanned += done.Replanned
 		total.Cancelled += done.Cancelled
 		if err == nil {
+			inARow = 0
 			continue
 		}
 		errs = append(errs, fmt.Errorf("plan %s of merchant %s: %w", r.PlanID, r.MerchantID, err))
 		if ctx.Err() != nil || (g.Fatal != nil && g.Fatal(err)) {
 			break
 		}
+		if inARow++; planOwn(err) {
+			inARow = 0
+		}
+		if inARow >= maxFailuresInARow {
+			errs = append(errs, fmt.Errorf("%d plans in a row failed: the round ends (the database, not the plans)", inARow))
+			break
+		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// maxFailuresInARow ends a round of All whose plans keep failing for a
+// reason none of them owns (the database gone): the next round tries
+// again, rather than each plan waiting for its own connection in turn.
+const maxFailuresInARow = 3
+
+// planOwn reports an error of one plan's own (its data refused by a rule,
+// a conflict, something it names missing), which says nothing of the
+// others.
+func planOwn(err error) bool {
+	var invalid *apperr.ValidationError
+	var conflict *apperr.ConflictError
+	return errors.As(err, &invalid) || errors.As(err, &conflict) || errors.Is(err, apperr.ErrNotFound)
 }
 
 // replan brings the order of a visit not started yet in line with the
@@ -433,10 +458,11 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 		if v.StaffID != "" {
 			// A stand-in of the schedule with the new window tries the
 			// booking (its savepoint keeps the old one on a clash).
-			// Named by the order's version too: a visit moved back to a
-			// start it had before must not meet that time's stand-in,
-			// cancelled since, as a stream that already exists.
-			id := uuid.FromName(fmt.Sprintf("schedule/%s/%d/%d", key, v.StartAt.Unix(), o.Version()))
+			// Named by the order (its generation) and its version too: a
+			// visit moved back to a start it had before, or a new order of
+			// the visit moved where an earlier one was, must not meet that
+			// move's stand-in, cancelled since, as a stream that exists.
+			id := uuid.FromName(fmt.Sprintf("schedule/%s/%s/%d/%d", key, o.ID(), v.StartAt.Unix(), o.Version()))
 			if live {
 				id = sch.ID()
 			}

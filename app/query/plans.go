@@ -1,7 +1,6 @@
 package query
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -124,9 +123,17 @@ type PlanStreams interface {
 	// PlanEvents returns the merchant's plan's events in order;
 	// apperr.ErrNotFound when it has no such plan.
 	PlanEvents(ctx context.Context, merchantID, id string) ([]event.Event, error)
-	// VisitOrders returns, by visit key, the orders of the plan's visits
-	// that are not their first (a visit withdrawn and planned again).
-	VisitOrders(ctx context.Context, merchantID, id string) (map[string]string, error)
+	// VisitOrders returns, by visit key, the ledger's word on the plan's
+	// visits that are past their first order or withdrawn.
+	VisitOrders(ctx context.Context, merchantID, id string) (map[string]VisitOrder, error)
+}
+
+// VisitOrder is what the visit generator's ledger says of one visit's
+// orders.
+type VisitOrder struct {
+	OrderID    string
+	Generation int  // the orders the visit had before OrderID's
+	Withdrawn  bool // OrderID was cancelled because the plan no longer had the visit
 }
 
 // Visit is a plan's visit and the id of its order: the one it has, or will
@@ -178,14 +185,21 @@ func (q PlanVisits) Visits(ctx context.Context, scope Scope, id string, from, to
 	if err != nil {
 		return nil, err
 	}
-	later, err := q.streams.VisitOrders(ctx, scope.MerchantID, id)
+	ledger, err := q.streams.VisitOrders(ctx, scope.MerchantID, id)
 	if err != nil {
 		return nil, err
 	}
+	now := q.now()
 	visits := p.Visits(from, to)
 	out := make([]Visit, len(visits))
 	for i, v := range visits {
-		out[i] = Visit{Visit: v, OrderID: cmp.Or(later[v.Key], plan.VisitOrderID(v.Key, 0))}
+		out[i] = Visit{Visit: v, OrderID: plan.VisitOrderID(v.Key, 0)}
+		switch l, ok := ledger[v.Key]; {
+		case ok && l.Withdrawn && v.StartAt.After(now):
+			out[i].OrderID = plan.VisitOrderID(v.Key, l.Generation+1) // the new order the generator gives it
+		case ok:
+			out[i].OrderID = l.OrderID
+		}
 	}
 	return out, nil
 }

@@ -17,8 +17,10 @@ import (
 	"hearth/adapters/readmodel"
 	"hearth/adapters/vault"
 	"hearth/app/command"
+	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/uuid"
+	"hearth/internal/database"
 	"hearth/internal/pgtest"
 )
 
@@ -90,37 +92,7 @@ func TestVisitGeneratorExactlyOnce(t *testing.T) {
 	// Two concurrent runs on a fresh plan, meeting before each visit (a
 	// barrier), so that both attempt every visit at the same time.
 	e2 := newGeneratorEnv(t)
-	var mu sync.Mutex
-	arrived, release := map[int]int{}, map[int]chan struct{}{}
-	meet := func() func(context.Context) {
-		round := 0
-		return func(context.Context) {
-			mu.Lock()
-			r := round
-			round++
-			if release[r] == nil {
-				release[r] = make(chan struct{})
-			}
-			if arrived[r]++; arrived[r] == 2 {
-				close(release[r])
-			}
-			ch := release[r]
-			mu.Unlock()
-			<-ch
-		}
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := e2.generator(t)
-			g.Between = meet()
-			_, errs[i] = e2.run(t, g)
-		}()
-	}
-	wg.Wait()
+	_, errs := e2.runTwoAtOnce(t)
 	require.NoError(t, errors.Join(errs...))
 	created, ledger := e2.orders(t)
 	require.Equal(t, 4, created)
@@ -402,14 +374,9 @@ func TestVisitGeneratorReplansBackToAnEarlierStart(t *testing.T) {
 	t.Parallel()
 	e := newGeneratorEnv(t)
 	a := e.a
-	first := time.Now().UTC().AddDate(0, 0, 1)
-	day0 := time.Date(first.Year(), first.Month(), first.Day(), 0, 0, 0, 0, time.UTC)
+	day0 := e.firstDay()
 	date := day0.Format(time.DateOnly)
-	// The plan's staff member has another job 16:00-17:00 that day.
-	customer := a.createCustomer(a.opA, "Bob")
-	other := a.createOrder(a.opA, customer, 1)
-	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, map[string]any{
-		"staff_id": a.staffA, "start_at": day0.Add(16 * time.Hour).Format(time.RFC3339), "end_at": day0.Add(17 * time.Hour).Format(time.RFC3339)})
+	e.otherJob(t, day0.Add(16*time.Hour), time.Hour) // the plan's staff member's, that day
 	done, err := e.run(t, e.generator(t))
 	require.NoError(t, err)
 	require.Equal(t, 4, done.Created)
@@ -471,4 +438,226 @@ func TestVisitGeneratorGivesResumedVisitsNewOrders(t *testing.T) {
 	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM plan_visits WHERE plan_id = $1 AND NOT cancelled`,
 		e.planID).Scan(&live))
 	require.Equal(t, 3, live)
+}
+
+// A visit withdrawn (a pause) and given a new order (the resume), then
+// moved to a start its first order was re-planned to before, is re-planned:
+// the first order's stand-in schedule does not stand in the way.
+func TestVisitGeneratorReplansANewOrderWhereAnEarlierOneWas(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0 := e.firstDay()
+	date := day0.Format(time.DateOnly)
+	e.otherJob(t, day0.Add(9*time.Hour), 2*time.Hour) // over the first visit: it is created unassigned
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Created: 4, Unassigned: 1}, done)
+
+	// Moved to 14:00: the re-plan books a stand-in (key, 14:00, order version 1).
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA, map[string]any{"date": date, "to_date": date, "start": "14:00"})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, done.Replanned)
+	_, staff, _ := e.ledgerRow(t, day0)
+	require.NotNil(t, staff)
+
+	// Paused (withdrawn), moved back to 09:00, resumed: a new order, unassigned (the other job).
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Cancelled)
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA, map[string]any{"date": date, "to_date": date, "start": "09:00"})
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/resume", a.opA, nil)
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Created: 4, Unassigned: 1}, done)
+
+	// Moved to 14:00 again: the new order's re-plan should book it.
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA, map[string]any{"date": date, "to_date": date, "start": "14:00"})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	start, staff, reason := e.ledgerRow(t, day0)
+	require.Equal(t, 1, done.Replanned, "the second generation's re-plan (ledger: %s, staff %v, %q)", start, staff, reason)
+	require.Equal(t, day0.Add(14*time.Hour), start)
+	require.NotNil(t, staff)
+}
+
+// A visit the merchant moved beyond the horizon keeps its order until the
+// horizon reaches it: it is not withdrawn.
+func TestVisitGeneratorKeepsTheOrderOfAVisitMovedBeyondTheHorizon(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	first := time.Now().UTC().AddDate(0, 0, 1)
+	day0 := time.Date(first.Year(), first.Month(), first.Day(), 0, 0, 0, 0, time.UTC)
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	far := day0.AddDate(0, 0, 70) // the runs' horizon is 56 days
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
+		map[string]any{"date": day0.Format(time.DateOnly), "to_date": far.Format(time.DateOnly), "start": "09:00"})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	var cancelled bool
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT cancelled FROM plan_visits WHERE visit_key = $1`,
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&cancelled))
+	require.Equal(t, command.VisitsDone{}, done, "the moved visit keeps its order until the horizon reaches it")
+	require.False(t, cancelled)
+}
+
+// countingTx counts the transactions the generator begins.
+type countingTx struct {
+	command.Transactor
+	n int
+}
+
+func (c *countingTx) Run(ctx context.Context, meta event.Meta, fn func(context.Context, command.Session) error) (command.Outcome, error) {
+	c.n++
+	return c.Transactor.Run(ctx, meta, fn)
+}
+
+// A round whose plans keep failing for a reason none of them owns (here the
+// generator's pool is gone: every transaction fails) ends after a few, not
+// after one attempt per plan.
+func TestVisitGeneratorEndsARoundWhenTheDatabaseFails(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	db, err := database.OpenWith(t.Context(), e.a.cfg.DatabaseURL, 2, database.Options{ApplicationName: "review"})
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(db, nil, nil)
+	require.NoError(t, err)
+	ptx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	tx := &countingTx{Transactor: ptx}
+	g, err := command.NewVisitGenerator(tx)
+	require.NoError(t, err)
+	g.Fatal = func(err error) bool { return errors.Is(readmodel.StaleTerm(err), readmodel.ErrStaleTerm) } // as leadPlans
+	db.Close()                                                                                            // the database is gone for this generator
+	var refs staticPlans
+	for range 50 {
+		refs = append(refs, command.PlanRef{MerchantID: e.a.merchantA, PlanID: e.planID})
+	}
+	_, err = g.All(t.Context(), refs, e.now, 8*7*24*time.Hour)
+	require.Error(t, err)
+	require.Equal(t, 3, tx.n, "transactions begun with the database gone: %v", err)
+	require.ErrorContains(t, err, "3 plans in a row failed")
+}
+
+// A withdrawn visit the plan has again (resumed, the generator not run
+// yet) is shown with the id of the order the generator will give it, not
+// its cancelled one's.
+func TestPlanVisitsNameTheOrderToCome(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	visits := func() []any {
+		return a.must(http.StatusOK, http.MethodGet, "/v1/plans/"+e.planID+"/visits", a.opA, nil).Body["items"].([]any)
+	}
+	_, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	_, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/resume", a.opA, nil)
+	before := visits()[0].(map[string]any)["order_id"]
+	_, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	after := visits()[0].(map[string]any)["order_id"]
+	require.Equal(t, after, before, "the read named the order to come before the generator ran")
+}
+
+// Two generators giving a resumed plan's visits their new orders at once
+// (meeting before each visit): one new order per visit, no second live one.
+func TestVisitGeneratorRegeneratesExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	_, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	_, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/resume", a.opA, nil)
+	dones, errs := e.runTwoAtOnce(t)
+	require.NoError(t, errors.Join(errs...))
+	require.Equal(t, 4, dones[0].Created+dones[1].Created)
+	var created int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM events WHERE type = 'OrderCreated' AND actor = $1`,
+		command.GeneratorActor).Scan(&created))
+	require.Equal(t, 8, created, "four first orders and four new ones")
+	var live int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM bookings WHERE staff_id = $1 AND live`, a.staffA).Scan(&live))
+	require.Equal(t, 4, live)
+}
+
+// runTwoAtOnce runs two generators on e's plans at once, meeting before
+// each visit (a barrier), so that both attempt every visit at the same
+// time; it returns what each did and its error.
+func (e generatorEnv) runTwoAtOnce(t *testing.T) ([]command.VisitsDone, []error) {
+	var mu sync.Mutex
+	arrived, release, opened := map[int]int{}, map[int]chan struct{}{}, map[int]bool{}
+	running := 2          // once one run has ended, the other meets nobody
+	open := func(r int) { // with mu held
+		if !opened[r] {
+			opened[r] = true
+			close(release[r])
+		}
+	}
+	meet := func() func(context.Context) {
+		round := 0
+		return func(context.Context) {
+			mu.Lock()
+			r := round
+			round++
+			if release[r] == nil {
+				release[r] = make(chan struct{})
+			}
+			if arrived[r]++; arrived[r] >= running {
+				open(r)
+			}
+			ch := release[r]
+			mu.Unlock()
+			<-ch
+		}
+	}
+	ended := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		running--
+		for r := range release {
+			open(r) // the other may wait there alone
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	dones := make([]command.VisitsDone, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer ended()
+			g := e.generator(t)
+			g.Between = meet()
+			dones[i], errs[i] = e.run(t, g)
+		}()
+	}
+	wg.Wait()
+	return dones, errs
+}
+
+// firstDay is the midnight (UTC) of the plan's first visit's day.
+func (e generatorEnv) firstDay() time.Time {
+	first := time.Now().UTC().AddDate(0, 0, 1)
+	return time.Date(first.Year(), first.Month(), first.Day(), 0, 0, 0, 0, time.UTC)
+}
+
+// otherJob books the plan's staff member for another customer's order
+// from start for d.
+func (e generatorEnv) otherJob(t *testing.T, start time.Time, d time.Duration) {
+	t.Helper()
+	a := e.a
+	other := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": start.Format(time.RFC3339), "end_at": start.Add(d).Format(time.RFC3339)})
 }
