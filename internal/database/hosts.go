@@ -2,9 +2,12 @@ package database
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -255,4 +258,26 @@ func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 		return pgx.ConnectConfig(ctx, h.cfg)
 	})
 	return conn, err
+}
+
+// Unavailable reports an error that says the database could not be reached
+// or stopped serving (refused or lost connections, a server shutting down
+// or starting, no primary during a failover), not that a statement was
+// wrong: the same work may succeed once the database is back.
+//
+// A timeout is not: an event whose statement runs past its time on every
+// attempt would otherwise hold its projection for ever instead of parking.
+func Unavailable(err error) bool {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || // connection_exception
+			pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03" // admin or crash shutdown, cannot connect now
+	}
+	var netErr net.Error
+	return errors.As(err, new(interface{ DatabaseUnavailable() })) || errors.As(err, new(*pgconn.ConnectError)) ||
+		(errors.As(err, &netErr) && !netErr.Timeout()) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
 }

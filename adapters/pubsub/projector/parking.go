@@ -17,6 +17,7 @@ import (
 	"hearth/app/ops"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
+	"hearth/internal/database"
 )
 
 // Parking keeps an aggregate's events in order when one of them cannot be
@@ -193,6 +194,14 @@ func (pk *Parking) park(ctx context.Context, projection string, env event.Envelo
 	})
 }
 
+// unavailableError is a message whose budget was spent on a database that
+// could not be reached: like parkFailedError, it is not poisoned but
+// redelivered.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return "database unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
 // parkFailedError is a poisoned message whose aggregate could not be
 // parked. It is not sent to the poison topic (which would ack it): it is
 // redelivered, so no later event of its aggregate can overtake it.
@@ -214,6 +223,15 @@ func (pr *Projector) parkMiddleware() message.HandlerMiddleware {
 				return out, err
 			}
 			name := message.HandlerNameFromCtx(msg.Context())
+			if database.Unavailable(err) {
+				// The database, not the event: parked, the aggregate would
+				// wait for an operator after every outage longer than the
+				// budget. Redelivered instead, it waits for the database
+				// (a budget at a time), and nothing overtakes it.
+				log.Warn("projection's database unavailable; the event is tried again", "projection", name,
+					"message_uuid", msg.UUID, "error", err)
+				return out, &unavailableError{err: err}
+			}
 			m.poison(name)
 			var env event.Envelope
 			if pk == nil || json.Unmarshal(msg.Payload, &env) != nil || env.StreamID == "" || env.Version < 1 || env.ID == "" {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/adapters/pubsub/projector"
+	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/uuid"
@@ -274,4 +278,39 @@ func TestSpentBudgetParksAggregate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, parked.Waiting)
 	require.Len(t, clock.recorded(), len(realSchedule), "no more waits")
+}
+
+// An event whose budget is spent on a database out of reach (the read
+// model's server down for longer than the budget) is neither poisoned nor
+// parked: it is tried again, a budget at a time, until the database is
+// back, and applied then.
+func TestUnreachableDatabaseNeitherParksNorPoisons(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	clock := newFakeClock()
+	down := 2*(len(realSchedule)+1) + 3 // two budgets and then some
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	var tries atomic.Int32
+	proj := &failing{fail: func(event.Recorded) error {
+		if int(tries.Add(1)) <= down {
+			return fmt.Errorf("apply: %w", refused)
+		}
+		return nil
+	}}
+	p := proj.projection()
+	parking, err := projector.NewParking(f.ES, p)
+	require.NoError(t, err)
+	publish, poisoned := goChannelRouter(t, clock, parking, p)
+
+	env := envelope(t, f.MerchantID, uuid.New(), 1)
+	publish(env) // returns once acked: applied
+	require.Equal(t, down+1, proj.attemptsOf(env.ID))
+	require.Equal(t, []string{env.ID}, proj.applied)
+	_, err = parking.Get(t.Context(), "orders", env.StreamID)
+	require.ErrorIs(t, err, apperr.ErrNotFound, "not parked")
+	select {
+	case msg := <-poisoned:
+		t.Fatalf("poisoned: %s", msg.Metadata.Get(middleware.ReasonForPoisonedKey))
+	default:
+	}
 }

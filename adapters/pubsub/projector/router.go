@@ -137,7 +137,7 @@ func (pr *Projector) router(subscriber func(consumerGroup string) (message.Subsc
 		return nil, err
 	}
 	poison, err := middleware.PoisonQueueWithFilter(poisonPub, pubsub.TopicPoison, func(err error) bool {
-		return !errors.As(err, new(*cancelledError)) && !errors.As(err, new(*parkFailedError))
+		return !errors.As(err, new(*cancelledError)) && !errors.As(err, new(*parkFailedError)) && !errors.As(err, new(*unavailableError))
 	})
 	if err != nil {
 		return nil, err
