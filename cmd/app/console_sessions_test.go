@@ -145,3 +145,22 @@ func TestConsoleLivePollsDoNotKeepASessionOpen(t *testing.T) {
 	require.Less(t, console.SessionIdle, 9*time.Hour)
 	require.False(t, open.signedIn(), "signed out %s after the last page load, polls or not", console.SessionIdle)
 }
+
+// A page shown again with a form's refusal keeps polling its live parts at
+// the page's own address (the form's takes only POSTs): the board after a
+// refused assignment still refreshes.
+func TestConsoleRefusedFormKeepsItsPageLive(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	_, _, page := c.do(http.MethodGet, "/console/board", nil)
+	m := csrfTokenRe.FindStringSubmatch(page)
+	require.NotNil(t, m)
+	require.Contains(t, page, `hx-get="/console/board?part=board-grid"`)
+	c.referer = "/console/board"
+	status, _, body := c.do(http.MethodPost, "/console/board/assign", url.Values{"csrf": {m[1]}, "order_id": {"not-an-id"}})
+	require.Equal(t, http.StatusUnprocessableEntity, status, body)
+	require.Contains(t, body, `hx-get="/console/board?part=board-grid"`, "the board's parts poll the board")
+	require.NotContains(t, body, `hx-get="/console/board/assign`)
+}

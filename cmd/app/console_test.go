@@ -480,6 +480,7 @@ type consoleClient struct {
 	t       *testing.T
 	base    string
 	cookies map[string]string
+	referer string // the page a form is sent from, as a browser says (Referer)
 }
 
 func newConsoleClient(t *testing.T, base string) *consoleClient {
@@ -501,6 +502,9 @@ func (c *consoleClient) do(method, path string, form url.Values) (status int, lo
 	require.NoError(c.t, err)
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if c.referer != "" {
+		req.Header.Set("Referer", c.base+c.referer)
 	}
 	for name, v := range c.cookies {
 		req.AddCookie(&http.Cookie{Name: name, Value: v})

@@ -281,6 +281,28 @@ func (c *Console) show(build func(r *http.Request, s *session) (*page, error), p
 	}
 }
 
+// pageAddress is the address of the page a request shows, which its live
+// parts poll: the request's own for a GET; for a form the page re-rendered
+// with its refusal, the page the form was on (the Referer, a console page of
+// this host: the console sends it to itself, Referrer-Policy same-origin),
+// since the form's own address takes only POSTs.
+func pageAddress(r *http.Request) string {
+	u := r.URL
+	if r.Method != http.MethodGet {
+		if ref, err := url.Parse(r.Referer()); err == nil && ref.Host == r.Host && safeNext(ref.Path) != "" {
+			u = ref
+		}
+	}
+	src := u.Path
+	if q := u.Query(); len(q) > 0 {
+		q.Del("part")
+		if len(q) > 0 {
+			src += "?" + q.Encode()
+		}
+	}
+	return src
+}
+
 // render writes the page: the named template with the session's view.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, s *session, status int, name string, p *page) {
 	prepare(r, s, p)
@@ -295,13 +317,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, s *session, sta
 
 // prepare fills what every page shows from the request's session.
 func prepare(r *http.Request, s *session, p *page) {
-	p.src = r.URL.Path
-	if q := r.URL.Query(); len(q) > 0 {
-		q.Del("part")
-		if len(q) > 0 {
-			p.src += "?" + q.Encode()
-		}
-	}
+	p.src = pageAddress(r)
 	if s != nil {
 		p.loc = s.loc
 		p.S = &sessionView{Role: s.principal.Role, CSRF: s.csrf, Zone: s.loc.String(), Subject: shortActor(s.principal.Subject())}
