@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"runtime/debug"
 	"time"
@@ -41,7 +40,7 @@ func (s *server) deferKey(keyInWrite bool, w http.ResponseWriter, r *http.Reques
 		return access.Principal{}, nil
 	}
 	return p, &keyGate{ResponseWriter: w, s: s, r: r, secret: secret, hash: hash, p: p, fresh: fresh,
-		check: checker.KeyCheck(p, secret), before: maps.Clone(w.Header())}
+		check: checker.KeyCheck(p, secret)}
 }
 
 // keyGate holds a request's answer until its key is known to work. A write
@@ -60,7 +59,6 @@ type keyGate struct {
 	p      access.Principal
 	fresh  bool // the key cache's entry was within KEY_CACHE_TTL
 	check  *access.KeyCheck
-	before http.Header // the headers before the handler set its own
 
 	decided, open bool
 }
@@ -94,11 +92,14 @@ func (g *keyGate) pass() bool {
 	return true
 }
 
-// reset drops the headers the handler set.
+// reset drops the headers set since the request came in (the limits', the
+// handler's), keeping those every answer carries, as recoverPanics does.
 func (g *keyGate) reset() {
 	h := g.ResponseWriter.Header()
+	id := h.Get("X-Correlation-ID")
 	clear(h)
-	maps.Copy(h, g.before)
+	h.Set("X-Correlation-ID", id)
+	setAPIHeaders(h)
 }
 
 func (g *keyGate) WriteHeader(code int) {
