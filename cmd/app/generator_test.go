@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"hearth/domain/uuid"
 	"hearth/internal/database"
 	"hearth/internal/pgtest"
+	"hearth/migrations"
 )
 
 // generatorEnv is a plan of four weekly visits, preferring staff member A,
@@ -660,4 +662,44 @@ func (e generatorEnv) otherJob(t *testing.T, start time.Time, d time.Duration) {
 	other := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1)
 	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, map[string]any{
 		"staff_id": a.staffA, "start_at": start.Format(time.RFC3339), "end_at": start.Add(d).Format(time.RFC3339)})
+}
+
+// Migration 020's backfill marks withdrawn the cancelled visits whose
+// orders the generator cancelled, not one cancelled by hand, on rows as the
+// earlier release left them.
+func TestMigration020MarksTheGeneratorsCancellationsWithdrawn(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	items := a.must(http.StatusOK, http.MethodGet, "/v1/plans/"+e.planID+"/visits", a.opA, nil).Body["items"].([]any)
+	byHand := items[3].(map[string]any)["order_id"].(string)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+byHand+"/cancel", a.opA, map[string]any{"reason": "the customer called"})
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	_, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	_, err = a.dbs.es.DB.ExecContext(t.Context(), `UPDATE plan_visits SET withdrawn = false WHERE plan_id = $1`, e.planID)
+	require.NoError(t, err)
+
+	all, err := migrations.List(migrations.EventStore)
+	require.NoError(t, err)
+	i := slices.IndexFunc(all, func(m migrations.Migration) bool { return m.Version == 20 })
+	require.GreaterOrEqual(t, i, 0)
+	backfill := all[i].SQL[strings.Index(all[i].SQL, "UPDATE plan_visits"):]
+	_, err = a.dbs.es.DB.ExecContext(t.Context(), backfill)
+	require.NoError(t, err)
+	rows, err := a.dbs.es.DB.QueryContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE plan_id = $1 AND withdrawn`, e.planID)
+	require.NoError(t, err)
+	defer rows.Close()
+	var withdrawn []string
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		withdrawn = append(withdrawn, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, withdrawn, 3, "the three the generator cancelled")
+	require.NotContains(t, withdrawn, byHand)
 }
