@@ -79,7 +79,7 @@ func TestVisitGeneratorInMemory(t *testing.T) {
 	require.Equal(t, command.VisitsDone{Created: 4}, done)
 	for d := range 4 {
 		key := plan.VisitKey(run.PlanID, civil.DateOf(t0, time.UTC).AddDays(1+7*d))
-		require.Equal(t, []string{"OrderCreated", "OrderAssignmentUpdated", "OrderStatusChanged"}, e.tx.Types(command.VisitOrderID(key)))
+		require.Equal(t, []string{"OrderCreated", "OrderAssignmentUpdated", "OrderStatusChanged"}, e.tx.Types(plan.VisitOrderID(key, 0)))
 	}
 	done, err = g.Plan(t.Context(), run)
 	require.NoError(t, err)

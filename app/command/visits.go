@@ -46,10 +46,6 @@ func (r PlanVisit) differs(v plan.Visit) bool {
 		(r.StaffID != v.StaffID && !(r.StaffID == "" && r.UnassignedReason != "" && v.StaffID != ""))
 }
 
-// VisitOrderID is the id of the first order of the visit with key
-// (plan.VisitOrderID).
-func VisitOrderID(key string) string { return plan.VisitOrderID(key, 0) }
-
 // visitScheduleID is the id of the schedule of the visit's order of the
 // given generation.
 func visitScheduleID(key string, generation int) string {

@@ -229,15 +229,13 @@ func TestVisitGeneratorReplansChanges(t *testing.T) {
 	require.Equal(t, []string{at(0, 9), at(1, 9), at(2, 9), at(3, 9)}, booked())
 
 	// Move the first visit to 14:00 the day after.
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
-		map[string]any{"date": day(0).Format(time.DateOnly), "to_date": day(0).AddDate(0, 0, 1).Format(time.DateOnly), "start": "14:00"})
+	e.move(t, day(0).Format(time.DateOnly), day(0).AddDate(0, 0, 1).Format(time.DateOnly), "14:00")
 	// Another job of staff member A over the second visit's new time.
 	customer := a.createCustomer(a.opA, "Bob")
 	other := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{"customer_id": customer, "amount_cents": 1})
 	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other.Body["id"].(string)+"/assignment", a.opA, map[string]any{
 		"staff_id": a.staffA, "start_at": day(1).Add(15 * time.Hour).Format(time.RFC3339), "end_at": day(1).Add(16 * time.Hour).Format(time.RFC3339)})
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
-		map[string]any{"date": day(1).Format(time.DateOnly), "to_date": day(1).Format(time.DateOnly), "start": "15:00"})
+	e.move(t, day(1).Format(time.DateOnly), day(1).Format(time.DateOnly), "15:00")
 	// From the third visit on, 07:00 to 08:00.
 	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/change", a.opA,
 		map[string]any{"from": day(2).Format(time.DateOnly), "window": map[string]any{"start": "07:00", "end": "08:00"}})
@@ -345,8 +343,7 @@ func TestVisitGeneratorGoesOnPastAFailingPlan(t *testing.T) {
 	other := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1)
 	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, map[string]any{
 		"staff_id": a.staffA, "start_at": busy.Format(time.RFC3339), "end_at": busy.Add(time.Hour).Format(time.RFC3339)})
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
-		map[string]any{"date": start, "to_date": next.Format(time.DateOnly), "start": "14:00"})
+	e.move(t, start, next.Format(time.DateOnly), "14:00")
 
 	// A plan whose round cannot pass: its plan id names no plan.
 	failing := staticPlans{{MerchantID: a.merchantA, PlanID: uuid.New()}}
@@ -375,7 +372,6 @@ func (p staticPlans) ListPlans(context.Context) ([]command.PlanRef, error) { ret
 func TestVisitGeneratorReplansBackToAnEarlierStart(t *testing.T) {
 	t.Parallel()
 	e := newGeneratorEnv(t)
-	a := e.a
 	day0 := e.firstDay()
 	date := day0.Format(time.DateOnly)
 	e.otherJob(t, day0.Add(16*time.Hour), time.Hour) // the plan's staff member's, that day
@@ -383,8 +379,7 @@ func TestVisitGeneratorReplansBackToAnEarlierStart(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, done.Created)
 	for i, hour := range []int{16, 14, 16, 14} {
-		a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
-			map[string]any{"date": date, "to_date": date, "start": fmt.Sprintf("%02d:00", hour)})
+		e.move(t, date, date, fmt.Sprintf("%02d:00", hour))
 		done, err := e.run(t, e.generator(t))
 		require.NoError(t, err)
 		require.Equal(t, 1, done.Replanned, "move %d to %02d:00", i, hour)
@@ -413,11 +408,11 @@ func TestVisitGeneratorGivesResumedVisitsNewOrders(t *testing.T) {
 	byHand := first[3].(map[string]any)["order_id"].(string)
 	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+byHand+"/cancel", a.opA, map[string]any{"reason": "the customer called"})
 
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	e.lifecycle(t, "pause")
 	done, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
 	require.Equal(t, 3, done.Cancelled, "the by-hand cancelled one was cancelled already")
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/resume", a.opA, nil)
+	e.lifecycle(t, "resume")
 	for range 2 { // the second run finds nothing more to do
 		done, err = e.run(t, e.generator(t))
 		require.NoError(t, err)
@@ -448,7 +443,6 @@ func TestVisitGeneratorGivesResumedVisitsNewOrders(t *testing.T) {
 func TestVisitGeneratorReplansANewOrderWhereAnEarlierOneWas(t *testing.T) {
 	t.Parallel()
 	e := newGeneratorEnv(t)
-	a := e.a
 	day0 := e.firstDay()
 	date := day0.Format(time.DateOnly)
 	e.otherJob(t, day0.Add(9*time.Hour), 2*time.Hour) // over the first visit: it is created unassigned
@@ -457,7 +451,7 @@ func TestVisitGeneratorReplansANewOrderWhereAnEarlierOneWas(t *testing.T) {
 	require.Equal(t, command.VisitsDone{Created: 4, Unassigned: 1}, done)
 
 	// Moved to 14:00: the re-plan books a stand-in (key, 14:00, order version 1).
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA, map[string]any{"date": date, "to_date": date, "start": "14:00"})
+	e.move(t, date, date, "14:00")
 	done, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
 	require.Equal(t, 1, done.Replanned)
@@ -465,18 +459,18 @@ func TestVisitGeneratorReplansANewOrderWhereAnEarlierOneWas(t *testing.T) {
 	require.NotNil(t, staff)
 
 	// Paused (withdrawn), moved back to 09:00, resumed: a new order, unassigned (the other job).
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	e.lifecycle(t, "pause")
 	done, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
 	require.Equal(t, 4, done.Cancelled)
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA, map[string]any{"date": date, "to_date": date, "start": "09:00"})
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/resume", a.opA, nil)
+	e.move(t, date, date, "09:00")
+	e.lifecycle(t, "resume")
 	done, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
 	require.Equal(t, command.VisitsDone{Created: 4, Unassigned: 1}, done)
 
 	// Moved to 14:00 again: the new order's re-plan should book it.
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA, map[string]any{"date": date, "to_date": date, "start": "14:00"})
+	e.move(t, date, date, "14:00")
 	done, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
 	start, staff, reason := e.ledgerRow(t, day0)
@@ -497,8 +491,7 @@ func TestVisitGeneratorKeepsTheOrderOfAVisitMovedBeyondTheHorizon(t *testing.T) 
 	require.NoError(t, err)
 	require.Equal(t, 4, done.Created)
 	far := day0.AddDate(0, 0, 70) // the runs' horizon is 56 days
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", a.opA,
-		map[string]any{"date": day0.Format(time.DateOnly), "to_date": far.Format(time.DateOnly), "start": "09:00"})
+	e.move(t, day0.Format(time.DateOnly), far.Format(time.DateOnly), "09:00")
 	done, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
 	var cancelled bool
@@ -558,10 +551,10 @@ func TestPlanVisitsNameTheOrderToCome(t *testing.T) {
 	}
 	_, err := e.run(t, e.generator(t))
 	require.NoError(t, err)
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	e.lifecycle(t, "pause")
 	_, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/resume", a.opA, nil)
+	e.lifecycle(t, "resume")
 	before := visits()[0].(map[string]any)["order_id"]
 	_, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
@@ -577,10 +570,10 @@ func TestVisitGeneratorRegeneratesExactlyOnce(t *testing.T) {
 	a := e.a
 	_, err := e.run(t, e.generator(t))
 	require.NoError(t, err)
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	e.lifecycle(t, "pause")
 	_, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/resume", a.opA, nil)
+	e.lifecycle(t, "resume")
 	dones, errs := e.runTwoAtOnce(t)
 	require.NoError(t, errors.Join(errs...))
 	require.Equal(t, 4, dones[0].Created+dones[1].Created)
@@ -677,7 +670,7 @@ func TestMigration020MarksTheGeneratorsCancellationsWithdrawn(t *testing.T) {
 	items := a.must(http.StatusOK, http.MethodGet, "/v1/plans/"+e.planID+"/visits", a.opA, nil).Body["items"].([]any)
 	byHand := items[3].(map[string]any)["order_id"].(string)
 	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+byHand+"/cancel", a.opA, map[string]any{"reason": "the customer called"})
-	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/pause", a.opA, nil)
+	e.lifecycle(t, "pause")
 	_, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
 	_, err = a.dbs.es.DB.ExecContext(t.Context(), `UPDATE plan_visits SET withdrawn = false WHERE plan_id = $1`, e.planID)
@@ -702,4 +695,17 @@ func TestMigration020MarksTheGeneratorsCancellationsWithdrawn(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Len(t, withdrawn, 3, "the three the generator cancelled")
 	require.NotContains(t, withdrawn, byHand)
+}
+
+// move moves the plan's visit of date to toDate at start (local times).
+func (e generatorEnv) move(t *testing.T, date, toDate, start string) {
+	t.Helper()
+	e.a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/move", e.a.opA,
+		map[string]any{"date": date, "to_date": toDate, "start": start})
+}
+
+// lifecycle pauses, resumes or ends the plan (action).
+func (e generatorEnv) lifecycle(t *testing.T, action string) {
+	t.Helper()
+	e.a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/"+action, e.a.opA, nil)
 }

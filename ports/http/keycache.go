@@ -12,9 +12,8 @@ import (
 // SHA-256 of the secret, never the secret), so that a key's requests do not
 // each cost a lookup. An entry is never extended: a revoked or expired key,
 // or a deactivated worker, stops working within the TTL. Unknown keys are
-// not cached (the budget per client address limits them). A nil cache
-// caches nothing; with a TTL of 0 no entry is usable, but keys are still
-// remembered as known.
+// not cached (the budget per client address limits them). With a TTL of 0
+// no entry is usable, but keys are still remembered as known.
 //
 // After its TTL an entry is still remembered as known for knownFor: such a
 // key is looked up again, but even from a client address whose budget of
@@ -60,9 +59,6 @@ func newKeyCache(ttl time.Duration) *keyCache {
 // get returns the principal of a cached key (ok); known reports a key
 // whose entry has expired but which authenticated within knownFor.
 func (c *keyCache) get(hash [sha256.Size]byte, now time.Time) (p access.Principal, ok, known bool) {
-	if c == nil {
-		return access.Principal{}, false, false
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, found := c.m[hash]
@@ -82,9 +78,6 @@ func (c *keyCache) get(hash [sha256.Size]byte, now time.Time) (p access.Principa
 // TTL) (ok), for a write that checks the key in its own transaction; fresh
 // reports an entry still usable by itself (within the TTL).
 func (c *keyCache) hint(hash [sha256.Size]byte, now time.Time) (p access.Principal, fresh, ok bool) {
-	if c == nil {
-		return access.Principal{}, false, false
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, found := c.m[hash]
@@ -96,18 +89,12 @@ func (c *keyCache) hint(hash [sha256.Size]byte, now time.Time) (p access.Princip
 
 // forget drops a key that no longer authenticates.
 func (c *keyCache) forget(hash [sha256.Size]byte) {
-	if c == nil {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, hash)
 }
 
 func (c *keyCache) put(hash [sha256.Size]byte, p access.Principal, now time.Time) {
-	if c == nil {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if now.After(c.nextSweep) {
