@@ -18,7 +18,12 @@ import (
 func (s KeysetSchema) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
 	r := wsql.Row{}
 	var transactionID int64
-	if err := row.Scan(&r.Offset, &transactionID, &r.UUID, &r.Payload, &r.Metadata); err != nil {
+	var hidden bool
+	dest := []any{&r.Offset, &transactionID, &r.UUID, &r.Payload, &r.Metadata}
+	if s.Hidden {
+		dest = append(dest, &hidden)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return wsql.Row{}, fmt.Errorf("could not scan message row: %w", err)
 	}
 	msg := message.NewMessage(string(r.UUID), r.Payload)
@@ -30,6 +35,9 @@ func (s KeysetSchema) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
 	r.Msg = msg
 	r.ExtraData = map[string]any{
 		"transaction_id": transactionID,
+	}
+	if s.Hidden {
+		r.ExtraData[HiddenKey] = hidden
 	}
 	return r, nil
 }

@@ -25,19 +25,39 @@ import (
 // FOR UPDATE) is used unchanged.
 type KeysetSchema struct {
 	wsql.DefaultPostgreSQLSchema
+	// Hidden has SelectQuery return, as a sixth column of every row,
+	// whether the topic holds messages committed but hidden from this read
+	// by pg_snapshot_xmin (an older transaction still open somewhere in
+	// the cluster), and UnmarshalMessage put it in the row's ExtraData
+	// under HiddenKey: a subscriber that read fewer messages than a batch
+	// knows whether more are on their way.
+	Hidden bool
 }
+
+// HiddenKey is the ExtraData entry of a row read with Hidden.
+const HiddenKey = "hidden"
+
+// BatchSize is the most messages SelectQuery returns.
+func (s KeysetSchema) BatchSize() int { return cmp.Or(s.SubscribeBatchSize, 100) }
 
 // SelectQuery selects the next batch after the group's position.
 func (s KeysetSchema) SelectQuery(topic, group string, offsets wsql.OffsetsAdapter) wsql.Query {
 	next := offsets.NextOffsetQuery(topic, group)
+	hidden := ""
+	if s.Hidden {
+		// Committed rows at or past the snapshot's xmin are those the read
+		// cannot see yet; uncommitted ones are not visible to EXISTS.
+		hidden = `,
+		  EXISTS (SELECT FROM ` + s.MessagesTable(topic) + ` WHERE transaction_id >= pg_snapshot_xmin(pg_current_snapshot()))`
+	}
 	return wsql.Query{
 		Query: `WITH last_processed AS (` + next.Query + `)
-		SELECT "offset", transaction_id, uuid, payload, metadata FROM ` + s.MessagesTable(topic) + `
+		SELECT "offset", transaction_id, uuid, payload, metadata` + hidden + ` FROM ` + s.MessagesTable(topic) + `
 		WHERE (transaction_id, "offset") > ((SELECT last_processed_transaction_id FROM last_processed),
 		                                    (SELECT coalesce(offset_acked, 0) FROM last_processed))
 		  AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
 		ORDER BY transaction_id, "offset"
-		LIMIT ` + strconv.Itoa(cmp.Or(s.SubscribeBatchSize, 100)),
+		LIMIT ` + strconv.Itoa(s.BatchSize()),
 		Args: next.Args,
 	}
 }

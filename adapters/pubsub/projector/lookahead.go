@@ -66,10 +66,10 @@ func (l *Lookahead) of(group string) *fetched {
 	return f
 }
 
-// schema is watermill-sql's Postgres schema for group's subscriber, noting
-// the messages of each query.
-func (l *Lookahead) schema(group string) wsql.SchemaAdapter {
-	return lookaheadSchema{KeysetSchema: pubsub.KeysetSchema{DefaultPostgreSQLSchema: pubsub.Schema}, f: l.of(group)}
+// schema is keyset, the Postgres schema of group's subscriber, noting the
+// messages of each query.
+func (l *Lookahead) schema(group string, keyset pubsub.KeysetSchema) wsql.SchemaAdapter {
+	return lookaheadSchema{KeysetSchema: keyset, f: l.of(group)}
 }
 
 type lookaheadSchema struct {

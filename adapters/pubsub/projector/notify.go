@@ -257,12 +257,39 @@ func (r *Repoll) arm() { r.seen = r.n.signal(r.table) }
 // notification, not by the fallback.
 func (r *Repoll) Found() {
 	r.quick = 0
-	select {
-	case <-r.seen:
+	if r.notified() {
 		r.quick = time.Millisecond
-	default:
 	}
 	r.arm()
+}
+
+// FoundSome is Found for a reader that knows more of its last read: it
+// returned a full batch, or fewer messages, and whether the topic then
+// held committed messages that read could not see yet (pg_snapshot_xmin).
+// It reports whether to read again at once: after a full batch, or when a
+// notification came during the read (a message committed since). After a
+// short batch with neither, nothing is left to read: the reader waits
+// (Wait) for a notification or the fallback, or, while messages are
+// hidden, for the next quick re-read. So a message costs its subscriber
+// one read, not a read that finds it and an empty one after it.
+func (r *Repoll) FoundSome(full, hidden bool) (again bool) {
+	notified := r.notified()
+	r.arm()
+	r.quick = 0
+	if notified || hidden {
+		r.quick = time.Millisecond
+	}
+	return full || notified
+}
+
+// notified reports whether a notification came since the last arm.
+func (r *Repoll) notified() bool {
+	select {
+	case <-r.seen:
+		return true
+	default:
+		return false
+	}
 }
 
 // Wait waits, after a read that found nothing, until the topic's
@@ -304,11 +331,15 @@ func (r *Repoll) nextWait() time.Duration {
 }
 
 // notifyBackoff is the BackoffManager of one subscriber: after an empty
-// poll it waits through its Repoll. watermill-sql calls HandleError
-// synchronously after every poll, so this changes the library's timing
-// without forking it.
+// poll, and after a short one that left nothing to read, it waits through
+// its Repoll. watermill-sql calls HandleError synchronously after every
+// poll, so this changes the library's timing without forking it.
 type notifyBackoff struct {
-	wait  *Repoll
+	wait *Repoll
+	// read is what the poll just ended read (see lastRead), batch the most
+	// messages a poll reads.
+	read  *lastRead
+	batch int
 	retry time.Duration
 	// done ends any wait: this subscription's context ended or the
 	// subscriber is closing.
@@ -326,11 +357,45 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		b.wait.arm()
 		return b.retry
 	case !noMsg:
-		b.wait.Found()
-		return 0 // there may be more: poll again at once
+		if b.wait.FoundSome(b.read.rows >= b.batch, b.read.hidden) {
+			return 0 // there may be more: poll again at once
+		}
 	}
 	b.wait.Wait(b.done)
 	return 0
+}
+
+// lastRead is what a subscriber's current poll has read: its messages and
+// whether any of them reported messages hidden behind it
+// (pubsub.KeysetSchema.Hidden). The subscriber's schema (readCounting)
+// writes it while the poll reads its rows, and its BackoffManager reads it
+// once the poll has ended; watermill-sql's consume loop does both, one
+// after the other, on one goroutine.
+type lastRead struct {
+	rows   int
+	hidden bool
+}
+
+// readCounting is a subscriber's schema, noting what each poll reads in
+// its lastRead.
+type readCounting struct {
+	wsql.SchemaAdapter
+	read *lastRead
+}
+
+func (s readCounting) SelectQuery(topic, group string, offsets wsql.OffsetsAdapter) wsql.Query {
+	*s.read = lastRead{}
+	return s.SchemaAdapter.SelectQuery(topic, group, offsets)
+}
+
+func (s readCounting) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
+	r, err := s.SchemaAdapter.UnmarshalMessage(row)
+	if err == nil {
+		s.read.rows++
+		hidden, _ := r.ExtraData[pubsub.HiddenKey].(bool)
+		s.read.hidden = s.read.hidden || hidden
+	}
+	return r, err
 }
 
 func (b *notifyBackoff) ending() bool {
@@ -377,18 +442,20 @@ func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (mes
 	db, n, fallback, ahead := cfg.DB, cfg.Notifier, cfg.Fallback, cfg.Lookahead
 	wlog := watermill.NewSlogLogger(cmp.Or(cfg.Log, slog.Default()).With("component", "subscriber"))
 	return func(group string) (message.Subscriber, error) {
-		var schema wsql.SchemaAdapter = pubsub.KeysetSchema{DefaultPostgreSQLSchema: pubsub.Schema}
+		keyset := pubsub.KeysetSchema{DefaultPostgreSQLSchema: pubsub.Schema, Hidden: true}
+		var schema wsql.SchemaAdapter = keyset
 		if ahead != nil {
-			schema = ahead.schema(group)
+			schema = ahead.schema(group, keyset)
 		}
 		return &topicSubscriber{make: func(topic string, done <-chan struct{}) (message.Subscriber, error) {
 			deadline := AckDeadline
+			read := &lastRead{}
 			return wsql.NewSubscriber(db, wsql.SubscriberConfig{
 				ConsumerGroup:  group,
 				AckDeadline:    &deadline,
 				ResendInterval: 200 * time.Millisecond,
-				BackoffManager: &notifyBackoff{wait: NewRepoll(n, topic, fallback, nil), retry: time.Second, done: done},
-				SchemaAdapter:  schema,
+				BackoffManager: &notifyBackoff{wait: NewRepoll(n, topic, fallback, nil), read: read, batch: keyset.BatchSize(), retry: time.Second, done: done},
+				SchemaAdapter:  readCounting{SchemaAdapter: schema, read: read},
 				OffsetsAdapter: LockFreeOffsets{},
 			}, wlog)
 		}}, nil

@@ -64,3 +64,40 @@ func TestNotificationDuringAFindingReadIsKept(t *testing.T) {
 		t.Fatalf("without a notification the empty read waits %v; want the fallback", waits)
 	}
 }
+
+// After a read that found messages: a full batch, or a notification during
+// the read, means read again at once; a short batch means wait, for the
+// fallback, or for a quick re-read while messages are hidden.
+func TestFoundSomeReadsAgainOnlyWhenMoreMayBeThere(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		full, hidden, notified bool
+		again                  bool
+		wait                   time.Duration
+	}{
+		{name: "short batch", wait: time.Hour},
+		{name: "full batch", full: true, again: true, wait: time.Hour},
+		{name: "short batch, messages hidden", hidden: true, wait: time.Millisecond},
+		{name: "short batch, a notification during the read", notified: true, again: true, wait: time.Millisecond},
+	} {
+		n := &Notifier{signals: map[string]chan struct{}{}}
+		var waits []time.Duration
+		timer := func(d time.Duration) (<-chan time.Time, func() bool) {
+			waits = append(waits, d)
+			c := make(chan time.Time, 1)
+			c <- time.Time{}
+			return c, func() bool { return true }
+		}
+		r := NewRepoll(n, "orders", time.Hour, timer)
+		if c.notified {
+			n.wake(topicTable("orders"))
+		}
+		if again := r.FoundSome(c.full, c.hidden); again != c.again {
+			t.Errorf("%s: read again at once %v, want %v", c.name, again, c.again)
+		}
+		r.Wait(nil) // the wait after the next read, or after this one
+		if len(waits) != 1 || waits[0] != c.wait {
+			t.Errorf("%s: waits %v, want %v", c.name, waits, c.wait)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/adapters/pubsub/projector"
 	"hearth/internal/pgtest"
 )
@@ -165,4 +166,101 @@ func TestNotifyingSubscribersNeedTheirConfig(t *testing.T) {
 	sub, err := projector.NotifyingSubscribers(projector.SubscribersConfig{DB: db, Notifier: n, Fallback: time.Second})("group")
 	require.NoError(t, err)
 	require.NoError(t, sub.Close())
+}
+
+// A message costs its subscriber one read: after a read that found fewer
+// messages than a batch, with no notification during it and nothing
+// hidden behind it, the subscriber waits for the next notification; it does
+// not read again at once only to find nothing. Each message here is read by
+// the poll that follows its notification, and by no other.
+//
+// Not parallel: no other test's transaction may hide a message (the
+// snapshot's xmin is the cluster's), which would add quick re-reads.
+func TestAMessageCostsItsSubscriberOneRead(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	f := pubsubtest.Setup(t, urls)
+	db := &pollingDB{DB: f.ES.DB}
+	n := listening(t, urls.EventStore, f.ES.DB)
+	sub, err := projector.NotifyingSubscribers(projector.SubscribersConfig{DB: db, Notifier: n, Fallback: time.Hour, Log: quietLog()})("one-read")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	f.CreateOrder(t) // the group starts from the topic's first message
+	out, err := sub.Subscribe(t.Context(), pubsub.TopicOrders)
+	require.NoError(t, err)
+	(<-out).Ack()
+
+	// Every poll before a message's delivery has begun by then (the
+	// subscriber polls on one goroutine): count from the first one's.
+	const messages = 10
+	var before int
+	for i := range messages + 1 {
+		id := f.CreateOrder(t)
+		msg := <-out
+		require.Equal(t, id, msg.Metadata.Get("stream_id"))
+		if i == 0 {
+			before = db.count()
+		}
+		msg.Ack()
+	}
+	require.Equal(t, messages, db.count()-before, "reads for %d messages, one after the other", messages)
+}
+
+// listening returns a notifier on url, running until the test ends, once
+// it listens (db is the same database).
+func listening(t *testing.T, url string, db *sql.DB) *projector.Notifier {
+	n, err := projector.NewNotifier(url, quietLog())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	heard := n.AnyChanged() // closed by the first notification, or once it listens
+	require.Eventually(t, func() bool {
+		_, err := db.Exec(`SELECT pg_notify($1, 'nothing')`, projector.NotifyChannel)
+		return err == nil && closed(heard)
+	}, 30*time.Second, 5*time.Millisecond)
+	return n
+}
+
+// A message committed but hidden from a read that found others (an older
+// transaction is still open, so pg_snapshot_xmin hides it) is read soon
+// after that transaction ends, though no notification comes then: the
+// read reported it hidden, so the subscriber re-reads quickly instead of
+// waiting for the fallback (an hour here).
+func TestAHiddenMessageIsReadOnceVisible(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	f := pubsubtest.Setup(t, urls)
+	n := listening(t, urls.EventStore, f.ES.DB)
+	sub, err := projector.NotifyingSubscribers(projector.SubscribersConfig{DB: f.ES.DB, Notifier: n, Fallback: time.Hour, Log: quietLog()})("hidden")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+
+	first := f.CreateOrder(t)
+	older, err := f.ES.DB.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = older.Rollback() })
+	_, err = older.Exec(`SELECT pg_current_xact_id()`) // an id, older than the next order's
+	require.NoError(t, err)
+	notified := n.Changed(pubsub.TopicOrders)
+	hidden := f.CreateOrder(t)
+	<-notified // before the subscriber exists: its first read is not one after a notification
+
+	out, err := sub.Subscribe(t.Context(), pubsub.TopicOrders)
+	require.NoError(t, err)
+	msg := <-out
+	require.Equal(t, first, msg.Metadata.Get("stream_id"))
+	msg.Ack()
+	require.NoError(t, older.Commit()) // writes no message: no notification
+
+	select {
+	case msg := <-out:
+		require.Equal(t, hidden, msg.Metadata.Get("stream_id"))
+		msg.Ack()
+	case <-time.After(2 * time.Second): // the quick re-reads wait a second at most; sooner than the notifier's
+		// check of a quiet connection (5 s), which wakes every subscriber
+		t.Fatal("the message hidden from the first read was not read once visible")
+	}
 }
