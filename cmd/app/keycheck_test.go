@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 
@@ -245,4 +246,34 @@ func TestDeactivatedWorkersAndExpiredKeysAreRefusedInTheirWrite(t *testing.T) {
 	requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
 	require.Equal(t, before, lookups(), "refused by the transaction's check")
 	require.Equal(t, created, a.countEvents(a.merchantA, "OrderCreated"))
+}
+
+// A write with an Idempotency-Key is looked up first, through the key cache
+// like any request; its transaction checks the key all the same, so a key
+// revoked while the cache still vouches for it writes nothing and gets
+// 401. Its claim on the idempotency key goes: another key of its scope
+// retrying the same request runs it.
+func TestRevokedKeysWriteNothingWithAnIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) { cfg.KeyCacheTTL = time.Minute }, nil)
+	customer := a.createCustomer(a.opA, "Ada")
+	order := map[string]any{"customer_id": customer, "amount_cents": 100}
+	revoked := a.newOperatorKey("acme")
+	a.must(http.StatusCreated, http.MethodPost, "/v1/orders", revoked, order) // the key is cached now
+	a.revokeSecret(revoked)
+
+	before := a.events("")
+	h := auth(revoked)
+	key := uuid.New()
+	h.Set("Idempotency-Key", key)
+	r, err := a.send(http.MethodPost, "/v1/orders", h, order)
+	require.NoError(t, err)
+	requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
+	require.Equal(t, before, a.events(""), "a revoked key writes nothing, whatever the cache says")
+
+	h = auth(a.opA)
+	h.Set("Idempotency-Key", key)
+	r, err = a.send(http.MethodPost, "/v1/orders", h, order)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "the refused attempt's claim is released: %s", r)
 }

@@ -120,6 +120,12 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 	defer cancel()
 	switch {
 	case err == nil && i.Answered() != nil: // stored with the write
+	case errors.Is(err, access.ErrKeyRefused):
+		// The key no longer works: its 401 is no answer to keep for the
+		// other keys of its scope; the claim goes.
+		if err := s.Idempotency.Release(ctx, i); err != nil {
+			s.log.WarnContext(r.Context(), "release idempotency key", "error", err)
+		}
 	case a.Status != 0 && a.Status < 500 && a.Status != http.StatusConflict && a.Status != http.StatusPreconditionFailed &&
 		a.Status != http.StatusTooManyRequests:
 		// A write refused before it wrote anything: kept on its own.

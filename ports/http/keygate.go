@@ -27,8 +27,9 @@ type keyChecker interface {
 // A request with an Idempotency-Key is looked up first as before: its
 // claim on the key is a write of its own; so is one that says Expect (a
 // 100 Continue would go out before the gate: a key that no longer works
-// would be asked for its body where an unknown one is refused). It returns
-// a nil gate when the key must be looked up.
+// would be asked for its body where an unknown one is refused). Their
+// writes check the key in their transaction all the same (server.auth).
+// It returns a nil gate when the key must be looked up.
 func (s *server) deferKey(keyInWrite bool, w http.ResponseWriter, r *http.Request, secret string, now time.Time) (access.Principal, *keyGate) {
 	checker, ok := s.Auth.(keyChecker)
 	if !keyInWrite || !ok || len(r.Header.Values(HeaderIdempotencyKey)) > 0 || len(r.Header.Values("Expect")) > 0 {
@@ -141,5 +142,13 @@ func (g *keyGate) settle(now time.Time) {
 	}
 	if g.open && g.s.KeyUsed != nil {
 		g.s.KeyUsed(g.p.KeyID)
+	}
+}
+
+// forgetRefused, deferred, forgets a key its write's transaction refused,
+// so that its next request is looked up, and refused before it is admitted.
+func (s *server) forgetRefused(secret string, check *access.KeyCheck) {
+	if check.Refused() {
+		s.keyHits.forget(sha256.Sum256([]byte(secret)))
 	}
 }

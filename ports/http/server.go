@@ -504,6 +504,15 @@ func (s *server) auth(keyInWrite bool, roles ...access.Role) func(handlerFunc) h
 				if s.KeyUsed != nil {
 					s.KeyUsed(p.KeyID)
 				}
+				// The key cache may have vouched for the key: a write to an
+				// aggregate checks it in its transaction all the same, so a
+				// key revoked before the write began writes nothing, whatever
+				// the cache says (a write with an Idempotency-Key or Expect).
+				if checker, ok := s.Auth.(keyChecker); ok && keyInWrite {
+					check := checker.KeyCheck(p, secret)
+					r = r.WithContext(access.WithKeyCheck(r.Context(), check))
+					defer s.forgetRefused(secret, check)
+				}
 			}
 			allowed := false
 			for _, role := range roles {
