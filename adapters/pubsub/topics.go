@@ -46,9 +46,12 @@ func (s KeysetSchema) SelectQuery(topic, group string, offsets wsql.OffsetsAdapt
 	hidden := ""
 	if s.Hidden {
 		// Committed rows at or past the snapshot's xmin are those the read
-		// cannot see yet; uncommitted ones are not visible to EXISTS.
+		// cannot see yet (uncommitted ones are not visible at all). Asked
+		// as the newest visible row's transaction, which the primary key
+		// answers from its end whatever the table's statistics say (an
+		// EXISTS over the range may be planned as a scan of the table).
 		hidden = `,
-		  EXISTS (SELECT FROM ` + s.MessagesTable(topic) + ` WHERE transaction_id >= pg_snapshot_xmin(pg_current_snapshot()))`
+		  coalesce((SELECT max(transaction_id) FROM ` + s.MessagesTable(topic) + `) >= pg_snapshot_xmin(pg_current_snapshot()), false)`
 	}
 	return wsql.Query{
 		Query: `WITH last_processed AS (` + next.Query + `)

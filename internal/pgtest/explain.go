@@ -16,12 +16,15 @@ type Querier interface {
 
 // PlanNode is a node of a query plan, as EXPLAIN (FORMAT JSON) gives it.
 type PlanNode struct {
-	NodeType     string     `json:"Node Type"`
-	RelationName string     `json:"Relation Name"`
-	IndexName    string     `json:"Index Name"`
-	ActualRows   float64    `json:"Actual Rows"` // per loop, after ExplainAnalyzed only
-	ActualLoops  float64    `json:"Actual Loops"`
-	Plans        []PlanNode `json:"Plans"`
+	NodeType     string  `json:"Node Type"`
+	RelationName string  `json:"Relation Name"`
+	IndexName    string  `json:"Index Name"`
+	ActualRows   float64 `json:"Actual Rows"` // per loop, after ExplainAnalyzed only
+	ActualLoops  float64 `json:"Actual Loops"`
+	// RemovedByFilter is how many rows the node read and its filter
+	// dropped, per loop (after ExplainAnalyzed only).
+	RemovedByFilter float64    `json:"Rows Removed by Filter"`
+	Plans           []PlanNode `json:"Plans"`
 }
 
 // Rows is how many rows the node returned in all (after ExplainAnalyzed
