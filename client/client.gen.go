@@ -5519,7 +5519,7 @@ type Shift struct {
 
 // SkipInput defines model for SkipInput.
 type SkipInput struct {
-	// EventId the first waiting event; only it can be skipped (422 parked.skip_not_first) (a UUID in any case; stored and answered in lower case)
+	// EventId the first waiting event; only it can be skipped (422 parked.skip_not_first), and never an aggregate's first (422 parked.skip_first_event) (a UUID in any case; stored and answered in lower case)
 	EventId openapi_types.UUID `json:"event_id"`
 	Reason  string             `json:"reason"`
 }
@@ -8456,7 +8456,7 @@ type ClientInterface interface {
 
 	// CancelRebuild Cancel the projection's running rebuild
 	//
-	// With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// With ADMIN_ADDR set, served only on that listener (404 on the public one). 409 when no rebuild of the projection is running (the last one has ended: done, failed or cancelled).
 	//
 	// Corresponds with DELETE /admin/rebuilds/{projection} (the `CancelRebuild` operationId).
 	CancelRebuild(ctx context.Context, projection CancelRebuildParamsProjection, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -9417,7 +9417,7 @@ func (c *Client) SkipParked(ctx context.Context, projection SkipParkedParamsProj
 
 // CancelRebuild Cancel the projection's running rebuild
 //
-// With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// With ADMIN_ADDR set, served only on that listener (404 on the public one). 409 when no rebuild of the projection is running (the last one has ended: done, failed or cancelled).
 //
 // Corresponds with DELETE /admin/rebuilds/{projection} (the `CancelRebuild` operationId).
 func (c *Client) CancelRebuild(ctx context.Context, projection CancelRebuildParamsProjection, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -16750,7 +16750,7 @@ type ClientWithResponsesInterface interface {
 
 	// CancelRebuildWithResponse Cancel the projection's running rebuild
 	//
-	// With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// With ADMIN_ADDR set, served only on that listener (404 on the public one). 409 when no rebuild of the projection is running (the last one has ended: done, failed or cancelled).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -19631,6 +19631,12 @@ type CancelRebuildResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// CancelRebuildResponse409Headers the declared response headers of an HTTP 409 response for CancelRebuild
+type CancelRebuildResponse409Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CancelRebuildResponse422Headers the declared response headers of an HTTP 422 response for CancelRebuild
 type CancelRebuildResponse422Headers struct {
 	CacheControl        *string
@@ -19676,6 +19682,8 @@ type CancelRebuildResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -19694,6 +19702,8 @@ type CancelRebuildResponse struct {
 	Headers403 *CancelRebuildResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CancelRebuildResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CancelRebuildResponse409Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CancelRebuildResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -19724,6 +19734,11 @@ func (r CancelRebuildResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CancelRebuildResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelRebuildResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -33531,7 +33546,7 @@ func (c *ClientWithResponses) SkipParkedWithResponse(ctx context.Context, projec
 
 // CancelRebuildWithResponse Cancel the projection's running rebuild
 //
-// With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// With ADMIN_ADDR set, served only on that listener (404 on the public one). 409 when no rebuild of the projection is running (the last one has ended: done, failed or cancelled).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -38462,6 +38477,13 @@ func ParseCancelRebuildResponse(rsp *http.Response) (*CancelRebuildResponse, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -38610,6 +38632,23 @@ func ParseCancelRebuildResponse(rsp *http.Response) (*CancelRebuildResponse, err
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers CancelRebuildResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 422:
 		var headers CancelRebuildResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {

@@ -441,7 +441,9 @@ func (r *Maintenance) Status(projection string) (ops.RebuildProgress, error) {
 }
 
 // Cancel cancels the projection's running rebuild, waits for it to clean
-// up and returns its last progress.
+// up and returns its last progress. A rebuild that had ended (done,
+// failed, cancelled before), or that finished before the cancel reached
+// it, is a conflict: nothing was cancelled.
 func (r *Maintenance) Cancel(ctx context.Context, projection string) (ops.RebuildProgress, error) {
 	r.mu.Lock()
 	run, ok := r.runs[projection]
@@ -449,13 +451,28 @@ func (r *Maintenance) Cancel(ctx context.Context, projection string) (ops.Rebuil
 	if !ok {
 		return ops.RebuildProgress{}, apperr.ErrNotFound
 	}
+	select {
+	case <-run.done:
+		return ops.RebuildProgress{}, r.notRunning(projection)
+	default:
+	}
 	run.cancel()
 	select {
 	case <-run.done:
 	case <-ctx.Done():
 		return ops.RebuildProgress{}, ctx.Err()
 	}
-	return r.Status(projection)
+	p, err := r.Status(projection)
+	if err == nil && p.Phase != "cancelled" {
+		return ops.RebuildProgress{}, r.notRunning(projection)
+	}
+	return p, err
+}
+
+// notRunning is the conflict of a cancel that found the rebuild ended.
+func (r *Maintenance) notRunning(projection string) error {
+	p, _ := r.Status(projection)
+	return &apperr.ConflictError{Detail: fmt.Sprintf("no rebuild of %s is running; the last one is %s", projection, p.Phase)}
 }
 
 // Close cancels every running rebuild and waits for them.

@@ -11,6 +11,7 @@ import (
 
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/uuid"
 )
 
 // Parking holds back the events of aggregates whose events poisoned a
@@ -199,6 +200,13 @@ func (o *Operator) Skip(ctx context.Context, s Skip) (SkipResult, error) {
 	}
 	if s.Reason = strings.TrimSpace(s.Reason); s.Reason == "" {
 		return SkipResult{}, apperr.Invalid("reason", "is required: say why the event is skipped")
+	}
+	if s.EventID != "" {
+		id, ok := uuid.Parse(s.EventID)
+		if !ok {
+			return SkipResult{}, apperr.Invalid("event_id", "must be a UUID, got %q", s.EventID)
+		}
+		s.EventID = id // as stored: lower case
 	}
 	var err error
 	if s.By, err = checkBy(s.By, "skips the event"); err != nil {

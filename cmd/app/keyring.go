@@ -31,6 +31,10 @@ func keyringCommand(ctx context.Context, cfg Config, sub string, k keyFlags, res
 		if err := cfg.requireMasterKeys(); err != nil {
 			return err
 		}
+		by := actor(k.by, getenv)
+		if err := ops.CheckActor(by); err != nil {
+			return asUsage(flagError("keyring rewrap", err, ""))
+		}
 		db, err := database.Open(ctx, cfg.DatabaseURL, 2)
 		if err != nil {
 			return err
@@ -48,9 +52,9 @@ func keyringCommand(ctx context.Context, cfg Config, sub string, k keyFlags, res
 		if err != nil {
 			return err
 		}
-		n, err := ops.Rewrap(ctx, hooks, keys, audit, actor(k.by, getenv), cfg.MasterKeys.ActiveID())
+		n, err := ops.Rewrap(ctx, hooks, keys, audit, by, cfg.MasterKeys.ActiveID())
 		if err != nil {
-			return asUsage(flagError("keyring rewrap", err, ""))
+			return flagError("keyring rewrap", err, "") // a failure, not the command line's: exit 1
 		}
 		fmt.Fprintf(stdout, "re-sealed the secrets of %d webhook endpoints and %d data keys under master key %s; no longer needed: %s\n",
 			n.WebhookEndpoints, n.DataKeys, cfg.MasterKeys.ActiveID(), cmpOr(strings.Join(cfg.MasterKeys.IDs()[1:], ", "), "none"))

@@ -61,7 +61,7 @@ func (k *keyFlags) register(cmd, sub string, fs *flag.FlagSet) {
 var keyFlagNames = map[string]string{
 	"merchant_id": "--merchant", "merchant": "--merchant", "role": "--role", "staff_id": "--staff",
 	"name": "--name", "grace": "--grace", "by": "--by", "id": "ID", "confirm": "--confirm",
-	"batch": "--batch",
+	"batch": "--batch", "projection": "PROJECTION", "reason": "--reason", "event_id": "--event",
 }
 
 // flagError renders a validation error with flag names instead of fields;

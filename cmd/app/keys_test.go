@@ -13,9 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"hearth/adapters/vault"
 	"hearth/app/access"
 	"hearth/domain/apperr"
 	"hearth/domain/uuid"
+	"hearth/internal/keyring"
 	"hearth/internal/pgtest"
 	"hearth/internal/refdata"
 	httpport "hearth/ports/http"
@@ -324,4 +326,33 @@ func TestDevBannerNamesTheDatabase(t *testing.T) {
 	out, err := k.run("keys", "list")
 	require.NoError(t, err)
 	require.Contains(t, out, "demo", "the printed database has the demo merchant's keys")
+}
+
+// `app keyring rewrap` that fails at run time (a data key sealed by a master
+// key no longer configured, the mistake the runbook warns about) is not a
+// bad command line: it exits 1 with the cause, not 2 with the usage text.
+func TestKeyringRewrapFailureIsNotAUsageError(t *testing.T) {
+	t.Parallel()
+	k := setupKeys(t)
+	ctx := t.Context()
+	// A merchant, and one customer's data key sealed under testMasterKey.
+	key, err := k.store.CreateKey(ctx, "acme", access.Operator, "")
+	require.NoError(t, err)
+	old, err := vault.New(k.db.DB, mustRing(t, testMasterKey))
+	require.NoError(t, err)
+	subject := uuid.New()
+	sealed, err := old.NewKey(subject)
+	require.NoError(t, err)
+	_, err = k.db.DB.ExecContext(ctx, vault.KeySQL, subject, key.MerchantID, "customer", sealed)
+	require.NoError(t, err)
+
+	// The operator removed the old master key too early.
+	next, err := keyring.New("next")
+	require.NoError(t, err)
+	var stdout, stderr syncBuffer
+	err = run(ctx, []string{"keyring", "rewrap"}, env(map[string]string{"DATABASE_URL": k.url, "MASTER_KEY": next, "USER": "tester"}), &stdout, &stderr)
+	require.Error(t, err)
+	require.ErrorContains(t, err, "not configured", "the cause is named")
+	require.False(t, errors.As(err, new(usageError)),
+		"a failure exits 1, not 2 with the usage text: %v", err)
 }

@@ -103,10 +103,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	sub := ""
 	switch cmd {
-	case "serve", "dev", "migrate", "parked", "verify", "rebuild", "protect":
-	case "keys", "audit", "customers", "staff", "keyring":
+	case "serve", "dev", "migrate", "verify", "rebuild", "protect":
+	case "keys", "audit", "customers", "staff", "keyring", "parked":
 		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export", "erase"},
-			"staff": {"erase"}, "keyring": {"new", "rewrap"}}[cmd]
+			"staff": {"erase"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -121,7 +121,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var keyArgs keyFlags
 	keyArgs.register(cmd, sub, fs)
 	var opArgs opsFlags
-	opArgs.register(cmd, fs)
+	opArgs.register(cmd, sub, fs)
 	var customerArgs customerFlags
 	customerArgs.register(cmd, fs)
 	var protectArgs protectFlags
@@ -182,7 +182,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		switch cmd {
 		case "parked":
-			return parked(ctx, cfg, log, opArgs, rest, getenv, stdout)
+			return parked(ctx, cfg, log, opArgs, sub, rest, getenv, stdout)
 		case "verify":
 			return verify(ctx, cfg, log, opArgs, stdout, stderr)
 		default:

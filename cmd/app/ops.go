@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 
 	"hearth/adapters/readmodel"
 	"hearth/app/ops"
+	"hearth/domain/apperr"
+	"hearth/domain/uuid"
 	httpport "hearth/ports/http"
 )
 
@@ -29,15 +32,23 @@ type opsFlags struct {
 	recheck    time.Duration
 }
 
-func (o *opsFlags) register(cmd string, fs *flag.FlagSet) {
-	switch cmd {
-	case "parked":
+// register registers the flags of cmd's subcommand sub only, so that a
+// flag of another subcommand is refused, not ignored.
+func (o *opsFlags) register(cmd, sub string, fs *flag.FlagSet) {
+	switch cmd + " " + sub {
+	case "parked list":
 		fs.StringVar(&o.projection, "projection", "", "only this projection")
-		fs.BoolVar(&o.all, "all", false, "replay every parked aggregate")
-		fs.StringVar(&o.reason, "reason", "", "why the event is skipped (skip; required)")
-		fs.StringVar(&o.eventID, "event", "", "the id of the event to skip; must be the first waiting one (skip)")
-		fs.StringVar(&o.by, "by", "", "who replays or skips, for the audit log (defaults to cli:$USER)")
 		fs.BoolVar(&o.asJSON, "json", false, "print JSON")
+	case "parked replay":
+		fs.StringVar(&o.projection, "projection", "", "only this projection (with --all)")
+		fs.BoolVar(&o.all, "all", false, "replay every parked aggregate")
+		fs.StringVar(&o.by, "by", "", "who replays, for the audit log (defaults to cli:$USER)")
+	case "parked skip":
+		fs.StringVar(&o.reason, "reason", "", "why the event is skipped (required)")
+		fs.StringVar(&o.eventID, "event", "", "the id of the event to skip; must be the first waiting one")
+		fs.StringVar(&o.by, "by", "", "who skips, for the audit log (defaults to cli:$USER)")
+	}
+	switch cmd {
 	case "rebuild":
 		fs.StringVar(&o.by, "by", "", "who rebuilds, for the audit log (defaults to cli:$USER)")
 	case "verify":
@@ -120,14 +131,24 @@ func openWired(ctx context.Context, cfg Config, log *slog.Logger) (databases, wi
 }
 
 // parked runs `app parked list|replay|skip`.
-func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args []string, getenv func(string) string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"parked: list, replay or skip"}
-	}
-	sub, args := args[0], args[1:]
+func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, sub string, args []string, getenv func(string) string, stdout io.Writer) error {
+	verb := "parked " + sub
 	by := actor(o.by, getenv)
 	if err := ops.CheckActor(by); err != nil {
-		return asUsage(flagError("parked "+sub, err, ""))
+		return asUsage(flagError(verb, err, ""))
+	}
+	// The command line's mistakes, found before anything is opened, and
+	// the use cases' refusals of its values (an unknown projection, a
+	// missing reason) are usage errors that name the flag.
+	usage := func(err error) error {
+		var invalid *apperr.ValidationError
+		if errors.As(err, &invalid) {
+			return asUsage(flagError(verb, err, ""))
+		}
+		return err
+	}
+	if err := checkParkedArgs(o, sub, args); err != nil {
+		return usage(err)
 	}
 	dbs, w, err := openWired(ctx, cfg, log)
 	if err != nil {
@@ -142,7 +163,7 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		}
 		list, err := op.ListParked(ctx, o.projection)
 		if err != nil {
-			return err
+			return usage(err)
 		}
 		return cliList[ops.ParkedAggregate, httpport.ParkedBody]{
 			body:   httpport.ParkedBodyOf,
@@ -158,12 +179,12 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		switch {
 		case o.all && len(args) == 0:
 			if results, err = op.ReplayAll(ctx, o.projection, by); err != nil {
-				return err
+				return usage(err)
 			}
-		case !o.all && len(args) == 2:
+		case !o.all && len(args) == 2 && o.projection == "":
 			res, err := op.Replay(ctx, args[0], args[1], by)
 			if err != nil {
-				return err
+				return usage(err)
 			}
 			results = append(results, res)
 		default:
@@ -191,7 +212,7 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		}
 		res, err := op.Skip(ctx, ops.Skip{Projection: args[0], StreamID: args[1], EventID: o.eventID, By: by, Reason: o.reason})
 		if err != nil {
-			return err
+			return usage(err)
 		}
 		fmt.Fprintf(stdout, "%s %s: skipped version %d (%s, event %s) by %s: %s\n", res.Projection, res.StreamID, res.Version,
 			res.Type, res.EventID, res.SkippedBy, res.Reason)
@@ -203,6 +224,20 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args 
 		return nil
 	}
 	return usageError{fmt.Sprintf("parked: unknown subcommand %q; list, replay or skip", sub)}
+}
+
+// checkParkedArgs checks what the command line of `app parked sub` says
+// before anything is opened: the aggregate's and the event's ids.
+func checkParkedArgs(o opsFlags, sub string, args []string) error {
+	if (sub == "replay" || sub == "skip") && len(args) == 2 {
+		if !uuid.Valid(args[1]) {
+			return apperr.Invalid("id", "must be a UUID, got %q", args[1])
+		}
+	}
+	if o.eventID != "" && !uuid.Valid(o.eventID) {
+		return apperr.Invalid("event_id", "must be a UUID, got %q", o.eventID)
+	}
+	return nil
 }
 
 func cmpOr(s, def string) string {

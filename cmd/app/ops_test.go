@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"hearth/adapters/readmodel"
 	"hearth/app/ops"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 	httpport "hearth/ports/http"
 )
@@ -351,4 +354,121 @@ func TestRebuildCancelled(t *testing.T) {
 	a.awaitOrder(a.opA, id, 1)
 	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
 	require.NoError(t, err, out)
+}
+
+// awaitParked waits until the orders projection has parked the order id
+// and returns its parked aggregate as GET /admin/parked/orders/{id} shows
+// it.
+func (a *api) awaitParked(id string) map[string]any {
+	a.t.Helper()
+	var body map[string]any
+	require.Eventually(a.t, func() bool {
+		r, err := a.send(http.MethodGet, "/admin/parked/orders/"+id, auth(a.admin), nil)
+		if err == nil && r.Status == http.StatusOK {
+			body = r.Body
+			return true
+		}
+		return false
+	}, 20*time.Second, 10*time.Millisecond)
+	return body
+}
+
+// Skipping an aggregate's first event (version 1) is refused (operations.md:
+// "there would be no row"): the admin API answers it as the rule it is,
+// 422 parked.skip_first_event, not 500 as for a server fault.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (architecture.md).
+func TestSkippingAnAggregatesFirstEventIsARuleRefusal(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	_, err := a.dbs.rm.DB.Exec(`ALTER TABLE orders ADD CONSTRAINT parked_cause CHECK (amount_cents <> 4242)`)
+	require.NoError(t, err)
+	c := a.createCustomer(a.opA, "Ada")
+	bad := a.createOrder(a.opA, c, 4242)
+	parked := a.awaitParked(bad)
+	require.Equal(t, 1, intOf(parked["first_version"]), "parked at its first event")
+
+	r := a.do(http.MethodPost, "/admin/parked/orders/"+bad+"/skip", a.admin, map[string]any{"reason": "cannot apply"})
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/rule-broken")
+	require.Equal(t, "parked.skip_first_event", r.Body["rule"], "%s", r)
+	require.Equal(t, 1, intOf(a.awaitParked(bad)["waiting"]), "still parked, its event waiting")
+}
+
+// Ids are accepted in any case (api.md): `app parked skip --event ID`
+// naming the first waiting event in upper case skips it.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (architecture.md).
+func TestParkedSkipTakesTheEventIDInAnyCase(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	bad := a.createOrder(a.opA, c, 100)
+	a.awaitOrder(a.opA, bad, 1)
+	_, err := a.dbs.rm.DB.Exec(fmt.Sprintf(`ALTER TABLE orders ADD CONSTRAINT parked_cause CHECK (id <> '%s' OR status = 'pending')`, bad))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+bad+"/status", a.opA, map[string]any{"status": "confirmed"})
+	parked := a.awaitParked(bad)
+	first := parked["first_event_id"].(string)
+	require.Equal(t, 2, intOf(parked["first_version"]))
+
+	// The admin API accepts it (its decoder lower-cases ids); the CLI's
+	// --event must too.
+	out, err := cli(t.Context(), a.urls(), "parked", "skip", "orders", bad, "--event", strings.ToUpper(first), "--reason", "bad data")
+	require.NoError(t, err, "the first waiting event, named in upper case: %s", out)
+}
+
+// DELETE /admin/rebuilds/{projection} cancels a running rebuild; once the
+// rebuild has finished there is nothing to cancel: 409, and no
+// "rebuild.cancel" in the audit log for a rebuild that completed.
+func TestCancellingAFinishedRebuildIsAConflictAndNotAudited(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	a.seedOrders(2)
+	a.must(http.StatusAccepted, http.MethodPost, "/admin/rebuilds/orders", a.admin, nil)
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/admin/rebuilds/orders", auth(a.admin), nil)
+		return err == nil && r.Status == http.StatusOK && r.Body["phase"] == "done"
+	}, 20*time.Second, 10*time.Millisecond)
+
+	r := a.do(http.MethodDelete, "/admin/rebuilds/orders", a.admin, nil)
+	lines, _ := a.auditLog()
+	cancels := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "rebuild.cancel ") {
+			cancels++
+		}
+	}
+	require.Zero(t, cancels, "no rebuild was cancelled, yet the audit log says one was: %q (answer %s)", lines, r)
+	requireProblem(t, r, http.StatusConflict, "/problems/conflict")
+}
+
+// The parked subcommands refuse bad command lines as usage errors (exit 2)
+// naming the flag or argument, as `app rebuild` and `app keys` do: an
+// unknown projection, an aggregate id that is not a UUID, a skip without
+// --reason, and flags of another parked subcommand, which are otherwise
+// silently ignored (`parked skip ... --all` skips one event, not all).
+func TestParkedCLIBadInputIsAUsageError(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	id := uuid.New()
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		contains string
+	}{
+		{"unknown projection (replay)", []string{"parked", "replay", "nope", id}, "nope"},
+		{"unknown projection (list)", []string{"parked", "list", "--projection", "nope"}, "nope"},
+		{"aggregate id not a UUID (replay)", []string{"parked", "replay", "orders", "not-a-uuid"}, "UUID"},
+		{"aggregate id not a UUID (skip)", []string{"parked", "skip", "orders", "not-a-uuid", "--reason", "bad"}, "UUID"},
+		{"skip without --reason", []string{"parked", "skip", "orders", id}, "--reason"},
+		{"replay given --reason (a skip flag)", []string{"parked", "replay", "orders", id, "--reason", "why"}, "reason"},
+		{"skip given --all (a replay flag)", []string{"parked", "skip", "orders", id, "--reason", "why", "--all"}, "all"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cli(t.Context(), urls, tc.args...)
+			require.Error(t, err, "%q", tc.args)
+			require.True(t, errors.As(err, new(usageError)), "%q: want a usage error (exit 2), got: %v", tc.args, err)
+			require.ErrorContains(t, err, tc.contains)
+		})
+	}
 }

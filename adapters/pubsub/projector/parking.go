@@ -484,6 +484,10 @@ func (pk *Parking) skip(ctx context.Context, tx bun.Tx, p Projection, eventID st
 		return &apperr.RuleError{Rule: "parked.skip_not_first",
 			Detail: fmt.Sprintf("only the first waiting event can be skipped: %s (version %d)", rec.ID, rec.Version)}
 	}
+	if rec.Version == 1 {
+		return &apperr.RuleError{Rule: "parked.skip_first_event",
+			Detail: fmt.Sprintf("event %s is the aggregate's first (version 1): skipped, it would leave no row to follow; fix its cause and replay", rec.ID)}
+	}
 	res.EventID, res.Version, res.Type = rec.ID, rec.Version, rec.Type
 	if _, err := tx.Tx.ExecContext(ctx, `INSERT INTO skipped_events (projection, event_id, stream_id, version, type, skipped_by, reason)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
