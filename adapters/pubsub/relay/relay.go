@@ -93,6 +93,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -201,6 +202,8 @@ type Config struct {
 type Relay struct {
 	cfg Config
 	log *slog.Logger
+	// streamMu keeps the topics' calls of ensureStream one at a time.
+	streamMu sync.Mutex
 }
 
 // New validates cfg and returns the relay it describes.
@@ -317,6 +320,8 @@ func (r *Relay) connect(log *slog.Logger) (*nats.Conn, error) {
 // keeps its settings (an operator's limits, replicas), except that its
 // duplicate window is set to DuplicateWindow; it must take our subjects.
 func (r *Relay) ensureStream(js nats.JetStreamManager, log *slog.Logger) error {
+	r.streamMu.Lock()
+	defer r.streamMu.Unlock()
 	info, err := js.StreamInfo(r.cfg.Stream)
 	if errors.Is(err, nats.ErrStreamNotFound) {
 		_, err = js.AddStream(&nats.StreamConfig{
@@ -342,15 +347,31 @@ func (r *Relay) ensureStream(js nats.JetStreamManager, log *slog.Logger) error {
 		return fmt.Errorf("stream %s takes subjects %v, not %s.>: give it that subject or set RELAY_STREAM to another stream",
 			r.cfg.Stream, info.Config.Subjects, r.cfg.SubjectPrefix)
 	}
-	if info.Config.Duplicates != r.cfg.DuplicateWindow {
+	window := r.cfg.DuplicateWindow
+	if age := info.Config.MaxAge; age > 0 && age < window {
+		// JetStream refuses a window longer than the stream keeps its
+		// messages; a duplicate of a message already gone could not be
+		// found in it anyway.
+		log.Warn("the stream keeps its messages less long than the duplicate window; the window is its max age",
+			"stream", r.cfg.Stream, "max_age", age, "duplicate_window", window)
+		window = age
+	}
+	if info.Config.Duplicates != window {
 		cfg := info.Config
-		cfg.Duplicates = r.cfg.DuplicateWindow
+		cfg.Duplicates = window
 		if _, err := js.UpdateStream(&cfg); err != nil {
 			return fmt.Errorf("set the duplicate window of stream %s: %w", r.cfg.Stream, err)
 		}
-		log.Info("set the stream's duplicate window", "stream", r.cfg.Stream, "from", info.Config.Duplicates, "to", r.cfg.DuplicateWindow)
+		log.Info("set the stream's duplicate window", "stream", r.cfg.Stream, "from", info.Config.Duplicates, "to", window)
 	}
 	return nil
+}
+
+// streamGone reports whether a publish failed for want of the stream:
+// nothing listens on its subjects (JetStream answers no one), or the
+// stream is not found.
+func streamGone(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrNoStreamResponse) || errors.Is(err, nats.ErrStreamNotFound)
 }
 
 // anyMatches reports whether one of the subject filters takes subject.
@@ -432,7 +453,19 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, nc *nats.Conn, n *project
 			return err
 		}
 		p := r.newPage(ctx, js, topic, rows, msgs)
-		err = r.retry(ctx, log, "publish", p.publish)
+		err = r.retry(ctx, log, "publish", func() error {
+			err := p.publish()
+			if streamGone(err) {
+				// Deleted during the term, or a server back on an empty
+				// store: created again, as at a term's start, before the
+				// page is sent again.
+				if serr := r.ensureStream(js, log); serr != nil {
+					return errors.Join(err, serr)
+				}
+				log.Warn("the stream was missing during the term; it is there again (its consumers' positions went with the old one)", "stream", r.cfg.Stream)
+			}
+			return err
+		})
 		p.end(err)
 		if err != nil {
 			return err
@@ -464,30 +497,43 @@ func (r *Relay) startPublish(ctx context.Context, from, msg *message.Message, su
 
 // public turns a page of agg's topic into the messages to publish: each
 // event in its public form (publicevent), with its store position, which
-// the topic message does not carry (one query for the page). An event
-// without a public form (a payload that does not decode) is an error: the
-// relay holds the topic there, retrying and counting, rather than skip it.
+// the topic message does not carry (one query for the page). An event an
+// operator skipped in agg's projection (app parked skip) goes out as the
+// event feed shows it, <aggregate>.event_skipped, as the read models
+// applied it. Any other event without a public form (a payload that does
+// not decode) is an error: the relay holds the topic there, retrying and
+// counting, until the operator skips it.
 func (r *Relay) public(ctx context.Context, es *sql.DB, agg aggregates.Facts, rows []wsql.Row) ([]*message.Message, error) {
 	recs := make([]event.Recorded, len(rows))
+	undecodable := make([]error, len(rows))
 	ids := make([]string, len(rows))
 	for i, row := range rows {
 		rec, err := event.Unmarshal(row.Msg.Payload, agg.Decode)
 		if err != nil {
-			return nil, fmt.Errorf("message %s of %s: %w", row.Msg.UUID, agg.Topic, err)
+			// Its envelope may still be read: the event may have been skipped.
+			undecodable[i] = fmt.Errorf("message %s of %s: %w", row.Msg.UUID, agg.Topic, err)
+			if rec, err = event.Unmarshal(row.Msg.Payload, envelopeOnly); err != nil {
+				return nil, undecodable[i]
+			}
 		}
 		recs[i], ids[i] = rec, rec.ID
 	}
-	positions, err := eventPositions(ctx, es, ids)
+	stored, err := storedEvents(ctx, es, agg.Projection, ids)
 	if err != nil {
 		return nil, err
 	}
 	msgs := make([]*message.Message, len(recs))
 	for i, rec := range recs {
-		position, ok := positions[rec.ID]
-		if !ok {
+		st, ok := stored[rec.ID]
+		switch {
+		case !ok:
 			return nil, fmt.Errorf("event %s of %s is not in the events table", rec.ID, agg.Topic)
+		case st.skipped:
+			rec = event.Skip(rec)
+		case undecodable[i] != nil:
+			return nil, undecodable[i]
 		}
-		pe, err := publicevent.From(publicevent.Stored{Recorded: rec, Position: position})
+		pe, err := publicevent.From(publicevent.Stored{Recorded: rec, Position: st.position})
 		if err != nil {
 			return nil, err
 		}
@@ -509,23 +555,36 @@ func (r *Relay) public(ctx context.Context, es *sql.DB, agg aggregates.Facts, ro
 	return msgs, nil
 }
 
-// eventPositions reads the store positions of the events ids.
-func eventPositions(ctx context.Context, es *sql.DB, ids []string) (map[string]int64, error) {
+// envelopeOnly decodes no event: with it event.Unmarshal reads the
+// envelope alone.
+func envelopeOnly(string, []byte, ...[]byte) (event.Event, error) { return nil, nil }
+
+// stored is what the events table says of an event the relay publishes.
+type stored struct {
+	position int64
+	skipped  bool // in projection, by an operator
+}
+
+// storedEvents reads the store positions of the events ids, and which of
+// them were skipped in projection.
+func storedEvents(ctx context.Context, es *sql.DB, projection string, ids []string) (map[string]stored, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rows, err := es.QueryContext(ctx, `SELECT event_id::text, position FROM events WHERE event_id = ANY($1::text[]::uuid[])`, ids)
+	rows, err := es.QueryContext(ctx, `SELECT e.event_id::text, e.position,
+			EXISTS (SELECT 1 FROM skipped_events s WHERE s.projection = $2 AND s.event_id = e.event_id)
+		FROM events e WHERE e.event_id = ANY($1::text[]::uuid[])`, ids, projection)
 	if err != nil {
 		return nil, fmt.Errorf("read event positions: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[string]int64, len(ids))
+	out := make(map[string]stored, len(ids))
 	for rows.Next() {
 		var id string
-		var position int64
-		if err := rows.Scan(&id, &position); err != nil {
+		var st stored
+		if err := rows.Scan(&id, &st.position, &st.skipped); err != nil {
 			return nil, fmt.Errorf("read event positions: %w", err)
 		}
-		out[id] = position
+		out[id] = st
 	}
 	return out, rows.Err()
 }
