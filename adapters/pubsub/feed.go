@@ -115,6 +115,17 @@ func (f *Feed) Page(ctx context.Context, merchantID string, after query.FeedCurs
 	return out, nil
 }
 
+// Reached implements query.FeedStore.
+func (f *Feed) Reached(ctx context.Context, c query.FeedCursor) (bool, error) {
+	var reached bool
+	err := f.db.QueryRowContext(ctx, `SELECT $1::text::xid8 < pg_snapshot_xmax(pg_current_snapshot())`,
+		strconv.FormatUint(c.Transaction, 10)).Scan(&reached)
+	if err != nil {
+		return false, fmt.Errorf("read the event feed: %w", err)
+	}
+	return reached, nil
+}
+
 // FeedWatcher tells the event feed's long polls when their merchant's feed
 // may have grown (query.FeedWatch), for all of them at once: while anyone
 // waits, it wakes on the notification every commit of events sends (the

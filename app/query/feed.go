@@ -55,6 +55,12 @@ func (c FeedCursor) String() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// ErrCursorAhead is a cursor past every transaction of the server: not one
+// its feed answered. A client that kept it from before a restore must
+// start its feed again.
+var ErrCursorAhead = errors.New("not a cursor of this server's feed: it is past every transaction the server has run " +
+	"(kept from before a restore?); start the feed again from nothing")
+
 // ErrMalformedCursor is a cursor that String did not make.
 var ErrMalformedCursor = errors.New("not a cursor of this feed: pass next_cursor or an event's cursor as it was answered, or nothing for the start")
 
@@ -92,6 +98,10 @@ type FeedStore interface {
 	// running. An event an operator skipped in its aggregate's projection
 	// comes as event.Skipped, as the read models applied it.
 	Page(ctx context.Context, merchantID string, after FeedCursor, n int) ([]FeedEntry, error)
+	// Reached reports whether the server's transactions have reached the
+	// cursor's: every cursor the feed answered has been; one that has not
+	// is another server's (a restore from a dump), or made up.
+	Reached(ctx context.Context, c FeedCursor) (bool, error)
 }
 
 // FeedWatch tells when a merchant's feed may have grown.
@@ -241,10 +251,19 @@ func (f Feed) read(ctx context.Context, merchantID string, after FeedCursor, req
 		n = max(n, feedScan)
 	}
 	out := feedRead{FeedPage: FeedPage{Next: after}}
-	for range feedScans {
+	for i := range feedScans {
 		entries, err := f.store.Page(ctx, merchantID, out.Next, n)
 		if err != nil {
 			return feedRead{}, err
+		}
+		if i == 0 && len(entries) == 0 && after != (FeedCursor{}) {
+			// Nothing after it: the feed's head, or a cursor it never
+			// answered, which would wait on nothing for ever.
+			if reached, err := f.store.Reached(ctx, after); err != nil {
+				return feedRead{}, err
+			} else if !reached {
+				return feedRead{}, ErrCursorAhead
+			}
 		}
 		out.more = len(entries) == n
 		for _, e := range entries {

@@ -125,6 +125,18 @@ func (m *memFeed) Page(_ context.Context, _ string, after FeedCursor, n int) ([]
 	return out, nil
 }
 
+// Reached: every cursor up to the last transaction stored, as if the
+// server had run none after it.
+func (m *memFeed) Reached(_ context.Context, c FeedCursor) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var last uint64
+	for _, e := range m.entries {
+		last = max(last, e.Cursor.Transaction)
+	}
+	return c.Transaction <= last, nil
+}
+
 func (m *memFeed) Watch(string) (<-chan struct{}, func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -515,3 +515,26 @@ func TestEventFeedUnpublishableEvent(t *testing.T) {
 	require.Equal(t, map[string]any{"of": "OrderTeleported"}, rest.Events[0].Data)
 	require.Equal(t, "order.created", rest.Events[1].Type)
 }
+
+// A well-formed cursor past every transaction of the server (another
+// server's, or this database's before a restore from a dump) was never
+// answered: it is 400 naming after, with and without a wait, not an empty
+// page a follower would wait on for ever. The last cursor answered still
+// reads on.
+func TestEventFeedRefusesACursorFromTheFuture(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	a.createOrder(a.opA, a.createCustomer(a.opA, "Ada"), 100)
+	a.awaitFeed(a.opA, "limit=10", 1)
+
+	future := query.FeedCursor{Transaction: 1 << 40, Position: 1}.String()
+	for _, wait := range []string{"wait=0", "wait=1s"} {
+		r := a.do(http.MethodGet, "/v1/events?"+after(future, wait), a.opA, nil)
+		requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request") // as a malformed cursor
+		require.Equal(t, []string{"after"}, problemFields(r), "%s", r)
+	}
+	r := a.must(http.StatusOK, http.MethodGet, "/v1/events?limit=10&wait=0", a.opA, nil)
+	next := r.Body["next_cursor"].(string)
+	r = a.must(http.StatusOK, http.MethodGet, "/v1/events?"+after(next, "wait=0"), a.opA, nil)
+	require.Empty(t, r.Body["events"], "the head of the feed: nothing after it, and no error")
+}

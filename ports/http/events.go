@@ -42,6 +42,10 @@ func (s *server) listEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	page, err := s.App.Queries.Events.Read(r.Context(), principal(r).MerchantID, req)
+	if errors.Is(err, query.ErrCursorAhead) {
+		p.fail("after", "%v", err)
+		return p.err
+	}
 	if err != nil {
 		return err
 	}
