@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"hearth/adapters/vault"
 	"hearth/app/ops"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
@@ -53,14 +54,21 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		tx := &pipe{conn: conn}
 		var at time.Time
 		found := false
-		if err := tx.queryRow(ctx, maybeRow(&found, &at), sub.scrub, req.SubjectID, req.MerchantID); err != nil {
+		// The subject's lock first, alone (vault.EraseLockSQL): the writes
+		// sealing for it that began before are waited for, so that the
+		// statements after it see their events and data keys; those that
+		// begin later wait, and then find the subject erased.
+		b := &pgx.Batch{}
+		b.Queue(vault.EraseLockSQL, req.SubjectID).Exec(func(pgconn.CommandTag) error { return nil })
+		b.Queue(sub.scrub, req.SubjectID, req.MerchantID).QueryRow(maybeRow(&found, &at))
+		if err := tx.send(ctx, b); err != nil {
 			return fmt.Errorf("erase %s %s: %w", req.SubjectType, req.SubjectID, err)
 		}
 		if !found {
 			return apperr.ErrNotFound
 		}
 		out.ErasedAt = at.UTC()
-		b := &pgx.Batch{}
+		b = &pgx.Batch{}
 		first := false // this run erases the subject for the first time
 		b.Queue(`INSERT INTO erased_subjects (subject_id, merchant_id, subject_type, erased_by) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (subject_id) DO NOTHING RETURNING true`, req.SubjectID, req.MerchantID, req.SubjectType, req.By).Query(

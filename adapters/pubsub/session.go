@@ -323,6 +323,7 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 	}
 	b := &pgx.Batch{}
 	s.queueRequired(b)
+	s.queueSubjectLocks(b, subjects)
 	appends := make([]*appended, len(s.ordered))
 	for i, t := range s.ordered {
 		a, err := s.store.queueAppend(ctx, b, t.stream, s.meta, t.agg.ID(), subjects[i], t.agg.Version(), t.agg.Changes())
@@ -332,6 +333,30 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 		appends[i] = a
 	}
 	return b, appends, nil
+}
+
+// queueSubjectLocks queues, before the appends, the lock of each subject
+// whose data key seals them, and the check that it was not erased
+// (vault.SubjectLockSQL): an erasure that began first is waited for, and
+// this write then fails as any write for an erased subject does; one that
+// begins later waits for this write, and sees what it wrote.
+func (s *session) queueSubjectLocks(b *pgx.Batch, subjects []string) {
+	var locked []string
+	for _, subject := range subjects {
+		if subject == "" || slices.Contains(locked, subject) {
+			continue
+		}
+		locked = append(locked, subject)
+		b.Queue(vault.SubjectLockSQL, subject).Exec(func(pgconn.CommandTag) error { return nil })
+		b.Queue(vault.SubjectNotErasedSQL, subject).Fn = func(br pgx.BatchResults) error {
+			_, err := br.Exec()
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "22012" { // division_by_zero: erased
+				return sealError(&vault.ErasedError{Subject: subject})
+			}
+			return err
+		}
+	}
 }
 
 // subjects returns, by tracked aggregate, the customer whose data key seals

@@ -22,6 +22,7 @@ import (
 	"hearth/app/command"
 	"hearth/app/ops"
 	"hearth/app/query"
+	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
 	"hearth/internal/natstest"
@@ -348,12 +349,11 @@ func TestErasureOfStaffAndRecords(t *testing.T) {
 	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+order+"/status", a.opA, map[string]any{"status": "dispatching"})
 }
 
-// Erasure finishes what it started whatever happened in between: a writer
-// that still held the customer's key (another instance, before its cache
-// expired) seals a new order after the first pass; the next pass (the
-// erasure's own second one, or the operator running it again after a
-// crash) marks that order too, and its notes read as erased.
-func TestErasureCatchesWritesSealedMeanwhile(t *testing.T) {
+// A writer that still holds the customer's key (another instance, before
+// its cache expires) cannot seal a new order once the erasure has passed:
+// the write meets the subject's lock and finds the customer erased, so it
+// writes nothing (409) and a later pass finds nothing to mark.
+func TestAWriteAfterTheErasureIsRefusedWithAKeyStillCached(t *testing.T) {
 	t.Parallel()
 	urls := pgtest.NewDB(t)
 	a := setup(t, urls)
@@ -386,25 +386,19 @@ func TestErasureCatchesWritesSealedMeanwhile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, pass.Streams)
 
-	written, err := orders.Create(t.Context(), command.CreateOrder{
+	before := a.events("")
+	_, err = orders.Create(t.Context(), command.CreateOrder{
 		Meta:       event.Meta{MerchantID: a.merchantA, Actor: "key:stale", CorrelationID: "c", OccurredAt: time.Now()},
 		CustomerID: customer, AmountCents: 700, Notes: "written by a stale instance"})
-	require.NoError(t, err, "the stale writer still seals with the key it holds")
-	late := written.Stream[0].StreamID
+	var conflict *apperr.ConflictError
+	require.ErrorAs(t, err, &conflict, "the stale writer's key no longer seals")
+	require.Equal(t, before, a.events(""), "and it wrote nothing")
 
 	second, err := eraser.EraseSubject(t.Context(), req, audit)
 	require.NoError(t, err)
-	require.Equal(t, 1, second.Streams, "the second pass marks the order written in between")
-	pass, err = eraser.EraseSubject(t.Context(), req, audit)
-	require.NoError(t, err)
-	require.Zero(t, pass.Streams, "and a third finds nothing left")
-
-	// Read at the second pass's position: both orders read as erased.
-	for _, id := range []string{first, late} {
-		o := a.must(http.StatusOK, http.MethodGet, fmt.Sprintf("/v1/orders/%s?min_position=%d", id, second.Position), a.opA, nil)
-		require.Nil(t, o.Body["notes"], "order %s erased: %s", id, o.String())
-		require.NotContains(t, o.Raw, "stale instance")
-	}
+	require.Zero(t, second.Streams, "a later pass finds nothing left")
+	o := a.must(http.StatusOK, http.MethodGet, fmt.Sprintf("/v1/orders/%s?min_position=%d", first, pass.Position), a.opA, nil)
+	require.Nil(t, o.Body["notes"], "order %s erased: %s", first, o.String())
 }
 
 // A data key missing for a customer who was not erased (a restore that
@@ -478,4 +472,80 @@ func TestErasureReachesAParkedAggregate(t *testing.T) {
 	require.Equal(t, "confirmed", row.Body["status"])
 	require.Nil(t, row.Body["notes"])
 	require.Contains(t, row.Body["erased"], "notes")
+}
+
+// A write that created the customer's data key before the erasure and
+// commits after the erasure began (here its events' insert waits on a lock,
+// longer than the erasure's wait between its passes): the erasure waits
+// for it (the subject's lock), then deletes the key, marks the write's
+// stream and deletes its stored answer; a retry with the same
+// Idempotency-Key runs the write again, and it is refused, replaying
+// nothing of the customer.
+func TestErasureWaitsForAWriteInFlight(t *testing.T) {
+	t.Parallel()
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) { cfg.RequestStatementTimeout = time.Minute }, nil)
+	ctx := t.Context()
+	customer := a.createCustomer(a.opA, "Ada")
+
+	// Any lock wait of the write, once it runs its statements: an insert
+	// into events waits for a lock the test holds.
+	_, err := a.dbs.es.DB.ExecContext(ctx, `
+		CREATE FUNCTION test_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
+		CREATE TRIGGER test_hold BEFORE INSERT ON events FOR EACH STATEMENT EXECUTE FUNCTION test_hold()`)
+	require.NoError(t, err)
+	hold, err := a.dbs.es.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer hold.Close()
+	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_lock(4242)`)
+	require.NoError(t, err)
+	waiting := func(query string) func() bool {
+		return func() bool {
+			var n int
+			err := a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database()`, query).Scan(&n)
+			return err == nil && n == 1
+		}
+	}
+
+	idem := withKey(a.opA, "late-order-1")
+	body := map[string]any{"customer_id": customer, "amount_cents": 100, "notes": "LATE-SECRET gate code 4711"}
+	created := make(chan response, 1)
+	go func() {
+		r, err := a.send(http.MethodPost, "/v1/orders", idem, body)
+		if err != nil {
+			r = response{Raw: err.Error()}
+		}
+		created <- r
+	}()
+	require.Eventually(t, waiting("INSERT INTO events%"), 20*time.Second, 10*time.Millisecond, "the order's insert waits")
+	erased := make(chan response, 1)
+	go func() {
+		r, err := a.send(http.MethodPost, "/v1/customers/"+customer+"/erase", auth(a.opA), map[string]any{"confirm": customer})
+		if err != nil {
+			r = response{Raw: err.Error()}
+		}
+		erased <- r
+	}()
+	require.Eventually(t, waiting("%pg_advisory_xact_lock(hashtextextended%"), 20*time.Second, 10*time.Millisecond,
+		"the erasure waits for the order")
+	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4242)`)
+	require.NoError(t, err)
+	r := <-created
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	r = <-erased
+	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	require.EqualValues(t, 1, r.Body["aggregates"], "the order written meanwhile is marked")
+
+	var keys, unmarked int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM data_keys WHERE subject_id = $1`, customer).Scan(&keys))
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM events e WHERE e.subject_id = $1
+		AND NOT EXISTS (SELECT 1 FROM events x WHERE x.stream_id = e.stream_id AND x.type = 'PersonalDataErased' AND x.position > e.position)`,
+		customer).Scan(&unmarked))
+	require.Zero(t, keys, "the customer's data key is deleted")
+	require.Zero(t, unmarked, "every stream sealed for the customer is marked erased")
+	retry, err := a.send(http.MethodPost, "/v1/orders", idem, body)
+	require.NoError(t, err)
+	requireProblem(t, retry, http.StatusConflict, "/problems/conflict")
+	require.NotContains(t, retry.Raw, "LATE-SECRET")
 }
