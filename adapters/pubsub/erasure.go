@@ -165,11 +165,13 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		}
 		// Stored answers of writes about the subject: any that names it or
 		// one of its streams.
-		b.Queue(`DELETE FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
-			AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS id WHERE position(convert_to(id, 'UTF8') IN body) > 0)`,
-			req.MerchantID, ids).Exec(func(tag pgconn.CommandTag) error { out.IdempotentAnswers = int(tag.RowsAffected()); return nil })
-		b.Queue(`UPDATE webhook_deliveries SET error = '(erased)' WHERE aggregate_id = ANY ($1::text[]::uuid[]) AND error <> ''`,
-			ids[1:])
+		queueForgetAnswers(b, req.MerchantID, ids, &out.IdempotentAnswers)
+		// Of every aggregate sealed for the subject, not only those this
+		// pass marks: an attempt in flight during an earlier pass may have
+		// recorded its receiver's words after it.
+		b.Queue(`UPDATE webhook_deliveries SET error = '(erased)' WHERE error <> '' AND error <> '(erased)'
+			AND aggregate_id IN (SELECT stream_id FROM events WHERE subject_id = $1 AND merchant_id = $2)`,
+			req.SubjectID, req.MerchantID)
 		entry := audit(out)
 		details, err := json.Marshal(entry.Details)
 		if err != nil {
@@ -194,3 +196,18 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 	}
 	return out, nil
 }
+
+// queueForgetAnswers queues the deletion of the merchant's stored answers
+// of writes that name one of ids (a subject, its streams), counting them
+// in n.
+func queueForgetAnswers(b *pgx.Batch, merchantID string, ids []string, n *int) {
+	b.Queue(`DELETE FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
+		AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS id WHERE position(convert_to(id, 'UTF8') IN body) > 0)`,
+		merchantID, ids).Exec(func(tag pgconn.CommandTag) error { *n += int(tag.RowsAffected()); return nil })
+}
+
+// scrubDeliveryErrorsSQL replaces the receivers' error texts of the
+// webhook deliveries of the aggregates $1: a receiver that refused a body
+// may have quoted it.
+const scrubDeliveryErrorsSQL = `UPDATE webhook_deliveries SET error = '(erased)'
+	WHERE aggregate_id = ANY ($1::text[]::uuid[]) AND error <> '' AND error <> '(erased)'`

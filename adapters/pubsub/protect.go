@@ -131,7 +131,9 @@ func (s *Store) ProtectEvents(ctx context.Context, by string, after int64, limit
 			}
 		}
 		var appends []*appended
+		marked := map[string][]string{} // stream ids by merchant
 		for _, m := range marks {
+			marked[m.merchant] = append(marked[m.merchant], m.streamID)
 			version, err := s.lastVersion(ctx, tx, m.streamID)
 			if err != nil {
 				return err
@@ -146,6 +148,12 @@ func (s *Store) ProtectEvents(ctx context.Context, by string, after int64, limit
 				return err
 			}
 			appends = append(appends, a)
+		}
+		// The copies an erasure deletes or replaces, which the erasure
+		// could not find for these streams (their events named no subject).
+		for merchant, ids := range marked {
+			queueForgetAnswers(b, merchant, ids, new(int))
+			b.Queue(scrubDeliveryErrorsSQL, ids)
 		}
 		queueCommit(b)
 		if err := tx.send(ctx, b); err != nil {

@@ -866,9 +866,18 @@ func (d *Dispatcher) judge(c claim, o Outcome) result {
 // WEBHOOK_DELIVERY_KEEP), so a backlog that built up since reads as a few
 // rows, and each round of its drain then read the whole backlog: a drain
 // slowed with the square of its length. TestRecordingReadsTheRowsByKey.
+//
+// The receiver's words about an aggregate of a subject erased meanwhile
+// are not kept: the attempt's body was built before the erasure, and a
+// receiver that refuses a body often quotes it (the erasure replaced the
+// texts already there).
 const recordSQL = `UPDATE webhook_deliveries d SET status = r.status,
 	next_attempt_at = CASE WHEN r.status = 'pending' THEN now() + r.wait_ms * interval '1 millisecond' ELSE d.next_attempt_at END,
-	response_status = nullif(r.code, 0), latency_ms = r.latency_ms, error = r.err,
+	response_status = nullif(r.code, 0), latency_ms = r.latency_ms,
+	error = CASE WHEN r.err = '' THEN r.err
+		WHEN EXISTS (SELECT 1 FROM events e JOIN erased_subjects s ON s.subject_id = e.subject_id
+			WHERE e.stream_id = d.aggregate_id AND e.subject_id IS NOT NULL) THEN '(erased)'
+		ELSE r.err END,
 	completed_at = CASE WHEN r.status = 'pending' THEN NULL ELSE now() END
 FROM unnest($1::text[]::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[])
      AS r(id, status, wait_ms, code, latency_ms, err)

@@ -113,14 +113,14 @@ func (x *Erasures) Erase(ctx context.Context, req ErasureRequest) (Erasure, erro
 		return AuditEntry{Actor: req.By, Action: action, Target: req.SubjectType + "/" + req.SubjectID,
 			Details: map[string]any{"merchant_id": req.MerchantID, "streams": e.Streams, "plans_ended": e.PlansEnded}}
 	}
-	first, err := x.store.EraseSubject(ctx, req, audit)
+	first, err := x.pass(ctx, req, audit)
 	if err != nil {
 		return Erasure{}, err
 	}
 	if err := x.sleep(ctx, x.settle); err != nil {
 		return Erasure{}, err
 	}
-	second, err := x.store.EraseSubject(ctx, req, audit)
+	second, err := x.pass(ctx, req, audit)
 	if err != nil {
 		return Erasure{}, err
 	}
@@ -129,6 +129,28 @@ func (x *Erasures) Erase(ctx context.Context, req ErasureRequest) (Erasure, erro
 	second.PlansEnded += first.PlansEnded
 	second.Position = max(first.Position, second.Position)
 	return second, nil
+}
+
+// passAttempts is how many times a pass is tried when it meets a write to
+// one of the subject's streams.
+const passAttempts = 5
+
+// pass runs one pass of the erasure, again when a write to one of the
+// subject's streams took the version the pass meant to append at (a
+// conflict): the erasure states no version, and a pass is all or nothing,
+// so running it again is safe, and a customer whose orders are written to
+// often is erased all the same.
+func (x *Erasures) pass(ctx context.Context, req ErasureRequest, audit func(Erasure) AuditEntry) (Erasure, error) {
+	for attempt := 1; ; attempt++ {
+		e, err := x.store.EraseSubject(ctx, req, audit)
+		var conflict *apperr.ConflictError
+		if err == nil || !errors.As(err, &conflict) || attempt == passAttempts {
+			return e, err
+		}
+		if err := x.sleep(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
+			return Erasure{}, err
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -201,16 +201,16 @@ func (o *Operator) Skip(ctx context.Context, s Skip) (SkipResult, error) {
 	if s.Reason = strings.TrimSpace(s.Reason); s.Reason == "" {
 		return SkipResult{}, apperr.Invalid("reason", "is required: say why the event is skipped")
 	}
+	var err error
+	if s.By, err = checkBy(s.By, "skips the event"); err != nil {
+		return SkipResult{}, err
+	}
 	if s.EventID != "" {
 		id, ok := uuid.Parse(s.EventID)
 		if !ok {
 			return SkipResult{}, apperr.Invalid("event_id", "must be a UUID, got %q", s.EventID)
 		}
 		s.EventID = id // as stored: lower case
-	}
-	var err error
-	if s.By, err = checkBy(s.By, "skips the event"); err != nil {
-		return SkipResult{}, err
 	}
 	return o.parking.Skip(ctx, s, func(res SkipResult) AuditEntry {
 		return AuditEntry{Actor: s.By, Action: ActionParkedSkip, Target: s.Projection + "/" + s.StreamID,

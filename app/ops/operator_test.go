@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -181,7 +182,8 @@ func TestSkipNeedsWhyAndWho(t *testing.T) {
 	t.Parallel()
 	w := newOperator(t)
 	ctx := t.Context()
-	skip := ops.Skip{Projection: "orders", StreamID: "s1", EventID: "e2", By: " ops:ada ", Reason: " bad data "}
+	const event = "7E57E7E5-0000-4000-8000-000000000002" // any case; stored lower-case
+	skip := ops.Skip{Projection: "orders", StreamID: "s1", EventID: event, By: " ops:ada ", Reason: " bad data "}
 	bad := skip
 	bad.Projection = "nope"
 	bad.Reason = ""
@@ -195,11 +197,15 @@ func TestSkipNeedsWhyAndWho(t *testing.T) {
 	bad.By = ""
 	_, err = w.op.Skip(ctx, bad)
 	requireInvalid(t, err, "by", "is required: say who skips the event")
+	bad = skip
+	bad.EventID = "e2"
+	_, err = w.op.Skip(ctx, bad)
+	requireInvalid(t, err, "event_id", `must be a UUID, got "e2"`)
 	require.Empty(t, w.audit.entries)
 
 	res, err := w.op.Skip(ctx, skip)
 	require.NoError(t, err)
-	require.Equal(t, ops.Skip{Projection: "orders", StreamID: "s1", EventID: "e2", By: "ops:ada", Reason: "bad data"}, w.parking.skip)
+	require.Equal(t, ops.Skip{Projection: "orders", StreamID: "s1", EventID: strings.ToLower(event), By: "ops:ada", Reason: "bad data"}, w.parking.skip)
 	require.True(t, res.Unparked)
 	require.Equal(t, []ops.AuditEntry{{Actor: "ops:ada", Action: ops.ActionParkedSkip, Target: "orders/s1",
 		Details: map[string]any{"event_id": "e2", "version": 2, "type": "order.confirmed", "reason": "bad data", "unparked": true}}},

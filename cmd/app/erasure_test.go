@@ -3,18 +3,22 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
@@ -548,4 +552,189 @@ func TestErasureWaitsForAWriteInFlight(t *testing.T) {
 	require.NoError(t, err)
 	requireProblem(t, retry, http.StatusConflict, "/problems/conflict")
 	require.NotContains(t, retry.Raw, "LATE-SECRET")
+}
+
+// echoReceiver is a webhook receiver that refuses order.created with 422,
+// quoting the notes it was sent (as a validating receiver does); the first
+// such request waits until release is called. Every other delivery is 200.
+type echoReceiver struct {
+	*httptest.Server
+	arrived chan struct{} // closed when the first order.created has arrived
+	release func()
+}
+
+func newEchoReceiver(t *testing.T) *echoReceiver {
+	t.Helper()
+	hold := make(chan struct{})
+	rc := &echoReceiver{arrived: make(chan struct{}), release: sync.OnceFunc(func() { close(hold) })}
+	var first sync.Once
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var e struct {
+			Type string `json:"type"`
+			Data struct {
+				Notes *string `json:"notes"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(body, &e)
+		if e.Type != "order.created" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		first.Do(func() {
+			close(rc.arrived)
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		})
+		notes := "<null>"
+		if e.Data.Notes != nil {
+			notes = *e.Data.Notes
+		}
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = fmt.Fprintf(w, "invalid notes: %q", notes)
+	}))
+	t.Cleanup(rc.release)
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+// A webhook attempt in flight while a customer is erased: its body was
+// built before the erasure (the notes in it), and the receiver's answer,
+// which quotes them, comes after the erasure replaced the errors of the
+// customer's deliveries by "(erased)". It is recorded as "(erased)" too:
+// the receiver's words are in neither the delivery log nor the export.
+func TestErasureScrubsAWebhookAttemptInFlight(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), func(cfg *Config) {
+		hourlyRetries(cfg)               // the refused attempt stays the last one
+		cfg.WebhookTimeout = time.Minute // the held attempt outlasts the erasure
+	})
+	rc := newEchoReceiver(t)
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL+"/hook")
+	customer := a.createCustomer(a.opA, "Ada")
+	order := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": customer, "amount_cents": 100, "notes": "INFLIGHT-SECRET gate code 4711"}).Body["id"].(string)
+
+	select {
+	case <-rc.arrived: // the attempt is in flight, its body built
+	case <-time.After(30 * time.Second):
+		t.Fatal("order.created never reached the receiver")
+	}
+	erased := a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+customer+"/erase", a.opA, map[string]any{"confirm": customer})
+	require.EqualValues(t, 1, erased.Body["aggregates"])
+	rc.release() // the receiver answers now, quoting what it was sent
+
+	var deliveries response
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/v1/webhook-endpoints/"+endpoint+"/deliveries?page_size=200", auth(a.opA), nil)
+		if err != nil || r.Status != http.StatusOK {
+			return false
+		}
+		for _, it := range r.Body["items"].([]any) {
+			d := it.(map[string]any)
+			if d["aggregate_id"] == order && d["event_type"] == "order.created" && d["error"] != nil && d["error"] != "" {
+				deliveries = r
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "the attempt in flight recorded")
+
+	export := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+customer+"/export", a.opA, nil)
+	var stored string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(context.Background(),
+		`SELECT string_agg(error, ' | ') FROM webhook_deliveries WHERE aggregate_id = $1`, order).Scan(&stored))
+	require.NotContains(t, deliveries.Raw, "INFLIGHT-SECRET", "the delivery log after the erasure")
+	require.NotContains(t, export.Raw, "INFLIGHT-SECRET", "the export after the erasure")
+	require.NotContains(t, stored, "INFLIGHT-SECRET", "webhook_deliveries.error")
+}
+
+// An erasure that meets a concurrent write to one of the customer's
+// streams (here a status change, no personal data: allowed after the
+// erasure too) takes the version the erasure meant to append at; the
+// erasure states no version and each pass is all or nothing, so it runs
+// the pass again and answers 200, not 409.
+func TestErasureRetriesPastAConcurrentWriteToAStream(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	customer := a.createCustomer(a.opA, "Ada")
+	order := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": customer, "amount_cents": 100, "notes": "gate code"}).Body["id"].(string)
+
+	lock, err := a.dbs.es.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback() }()
+	_, err = lock.ExecContext(ctx, `LOCK TABLE watermill_orders IN SHARE MODE`)
+	require.NoError(t, err)
+	changed := make(chan response, 1)
+	go func() {
+		r, err := a.send(http.MethodPost, "/v1/orders/"+order+"/status", auth(a.opA), map[string]any{"status": "confirmed"})
+		if err != nil {
+			r = response{Raw: err.Error()}
+		}
+		changed <- r
+	}()
+	waiting := func(n int) func() bool {
+		return func() bool {
+			var got int
+			err := a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&got)
+			return err == nil && got == n
+		}
+	}
+	require.Eventually(t, waiting(1), 20*time.Second, 10*time.Millisecond, "the status change holds version 2 of the order")
+	erased := make(chan response, 1)
+	go func() {
+		r, err := a.send(http.MethodPost, "/v1/customers/"+customer+"/erase", auth(a.opA), map[string]any{"confirm": customer})
+		if err != nil {
+			r = response{Raw: err.Error()}
+		}
+		erased <- r
+	}()
+	require.Eventually(t, waiting(2), 20*time.Second, 10*time.Millisecond, "the erasure waits for it")
+	require.NoError(t, lock.Rollback())
+	require.Equal(t, http.StatusOK, (<-changed).Status)
+	r := <-erased
+	require.Equal(t, http.StatusOK, r.Status, "the erasure answered %s", r)
+}
+
+// A customer erased after the upgrade but before app protect
+// (operations.md, "Upgrading to sealed personal data"): the erasure finds
+// none of their old events (subject_id null), so it marks no stream and
+// replaces no receiver's error text; app protect then seals those events
+// under a throwaway key and marks their aggregates erased, and replaces
+// the receivers' words quoting them, as an erasure does.
+func TestProtectAfterAnErasureScrubsDeliveryErrors(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
+	rc := newEchoReceiver(t)
+	rc.release() // answers at once
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL+"/hook")
+	old := a.previousRelease()
+	customer := a.createCustomer(a.opA, "Ada")
+	order := old.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": customer, "amount_cents": 100, "notes": "LEGACY-SECRET gate code 4711"}).Body["id"].(string)
+	require.Eventually(t, func() bool {
+		var n int
+		err := a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM webhook_deliveries
+			WHERE aggregate_id = $1 AND error LIKE '%LEGACY-SECRET%'`, order).Scan(&n)
+		return err == nil && n == 1
+	}, 30*time.Second, 20*time.Millisecond, "the receiver refused order.created, quoting its notes")
+
+	out, err := cli(t.Context(), a.urls(), "customers", "erase", "--merchant", "acme", customer, "--confirm", customer)
+	require.NoError(t, err, out)
+	out, err = cli(t.Context(), a.urls(), "protect")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "(1 aggregates marked erased)")
+	require.Eventually(t, a.projected, 10*time.Second, 10*time.Millisecond)
+	o := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+order, a.opA, nil)
+	require.Nil(t, o.Body["notes"], "protect made the order read as erased: %s", o)
+
+	deliveries := a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint+"/deliveries?page_size=200", a.opA, nil)
+	export := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+customer+"/export", a.opA, nil)
+	assert.NotContains(t, deliveries.Raw, "LEGACY-SECRET", "the delivery log after erasure and protect")
+	assert.NotContains(t, export.Raw, "LEGACY-SECRET", "the export after erasure and protect")
 }
