@@ -182,6 +182,7 @@ type session struct {
 	ordered []*tracked
 	names   map[string]string // reference records read, for the outcome
 	require []string          // customers RequireCustomer named
+	locked  []string          // customers checked (and locked) for this write: vault.CustomerWriteSQL
 }
 
 func (s *session) track(t *tracked) {
@@ -335,28 +336,38 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 	return b, appends, nil
 }
 
-// queueSubjectLocks queues, before the appends, the lock of each subject
-// whose data key seals them, and the check that it was not erased
-// (vault.SubjectLockSQL): an erasure that began first is waited for, and
-// this write then fails as any write for an erased subject does; one that
-// begins later waits for this write, and sees what it wrote.
+// queueSubjectLocks queues, before the appends, the check of each subject
+// whose data key seals them (vault.CustomerWriteSQL) that this
+// transaction has not checked yet (RequireCustomer's check is the same):
+// an erasure that began first is waited for, and this write then fails as
+// any write for an erased subject does; one that begins later waits for
+// this write, and sees what it wrote.
 func (s *session) queueSubjectLocks(b *pgx.Batch, subjects []string) {
-	var locked []string
 	for _, subject := range subjects {
-		if subject == "" || slices.Contains(locked, subject) {
+		if subject == "" || slices.Contains(s.locked, subject) {
 			continue
 		}
-		locked = append(locked, subject)
-		b.Queue(vault.SubjectLockSQL, subject).Exec(func(pgconn.CommandTag) error { return nil })
-		b.Queue(vault.SubjectNotErasedSQL, subject).Fn = func(br pgx.BatchResults) error {
+		s.locked = append(s.locked, subject)
+		b.Queue(vault.CustomerWriteSQL, subject, s.meta.MerchantID).Fn = func(br pgx.BatchResults) error {
 			_, err := br.Exec()
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "22012" { // division_by_zero: erased
-				return sealError(&vault.ErasedError{Subject: subject})
-			}
-			return err
+			return customerWriteError(subject, err)
 		}
 	}
+}
+
+// customerWriteError is what a refusal of vault.CustomerWriteSQL for
+// customer means to the command.
+func customerWriteError(customer string, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == vault.CustomerMissing:
+		return command.NoCustomer(customer)
+	case errors.As(err, &pgErr) && pgErr.Code == vault.CustomerErased:
+		return sealError(&vault.ErasedError{Subject: customer})
+	case err != nil:
+		return fmt.Errorf("check customer: %w", err)
+	}
+	return nil
 }
 
 // subjects returns, by tracked aggregate, the customer whose data key seals
@@ -569,12 +580,6 @@ func (s *session) Customer(ctx context.Context, id string) (name string, found b
 
 func (s *session) RequireCustomer(id string) { s.require = append(s.require, id) }
 
-// requireCustomerSQL fails, dividing by zero, when the merchant has no
-// such customer: an error is the only way a statement of a pipelined
-// batch can stop the statements after it (the appends, COMMIT) from
-// running, and it rolls the transaction back.
-const requireCustomerSQL = `SELECT max(name), 1 / count(*) FROM customers WHERE id = $1 AND merchant_id = $2`
-
 // queueRequired queues the checks RequireCustomer asked for, not queued
 // yet, into b, the commit's first batch: the checks and the writes share a
 // round trip. A missing customer is rare (a client's mistake), so the
@@ -584,15 +589,18 @@ func (s *session) queueRequired(b *pgx.Batch) {
 	required := s.require
 	s.require = nil
 	for _, id := range required {
-		b.Queue(requireCustomerSQL, id, s.meta.MerchantID).QueryRow(func(row pgx.Row) error {
+		// The write's check of the customer (vault.CustomerWriteSQL): it
+		// fails when the merchant has no such customer, or when it was
+		// erased; an error is the only way a statement of a pipelined
+		// batch can stop the statements after it (the appends, COMMIT)
+		// from running, and it rolls the transaction back.
+		if !slices.Contains(s.locked, id) {
+			s.locked = append(s.locked, id)
+		}
+		b.Queue(vault.CustomerWriteSQL, id, s.meta.MerchantID).QueryRow(func(row pgx.Row) error {
 			var name string
-			err := row.Scan(&name, nil)
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "22012" { // division_by_zero: no row counted
-				return command.NoCustomer(id)
-			}
-			if err != nil {
-				return fmt.Errorf("check customer: %w", err)
+			if err := customerWriteError(id, row.Scan(&name)); err != nil {
+				return err
 			}
 			if s.names == nil {
 				s.names = map[string]string{}

@@ -365,22 +365,25 @@ const KeySQL = `
 	ON CONFLICT (subject_id) DO UPDATE SET subject_id = excluded.subject_id
 	RETURNING sealed`
 
-// SubjectLockSQL takes, until the transaction ends, the lock on a subject
-// ($1) that a write sealing for it and the subject's erasure meet on: writes
-// share it, the erasure takes it alone (EraseLockSQL) before anything else.
-// So an erasure waits for the writes that began before it, and sees their
-// events and data keys, and a write that comes later waits for the erasure
-// and then finds the subject erased (SubjectNotErasedSQL, its next
-// statement: one with a snapshot taken after the wait). Advisory, not a
-// row lock: writes of one customer do not write to its row to share it.
-const SubjectLockSQL = `SELECT pg_advisory_xact_lock_shared(hashtextextended('hearth/subject/' || $1::text, 0))`
+// CustomerWriteSQL is the check of a customer ($1, of merchant $2) by a
+// write that seals for it: it takes the lock that such writes and the
+// customer's erasure meet on, shared, and then returns the customer's name,
+// failing with SQLSTATE CustomerMissing when the merchant has no such
+// customer and CustomerErased when the customer was erased (migration
+// eventstore/021). An erasure that began first is waited for, and the
+// write then fails; one that begins later waits for the write, and sees
+// what it wrote.
+const CustomerWriteSQL = `SELECT hearth_customer_write($1, $2)`
 
-// EraseLockSQL is SubjectLockSQL's lock taken alone, by an erasure.
-const EraseLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('hearth/subject/' || $1::text, 0))`
+// The SQLSTATEs of CustomerWriteSQL's refusals.
+const (
+	CustomerMissing = "HT002"
+	CustomerErased  = "HT003"
+)
 
-// SubjectNotErasedSQL fails, dividing by zero, when the subject ($1) has
-// been erased.
-const SubjectNotErasedSQL = `SELECT 1 / (1 - count(*)) FROM erased_subjects WHERE subject_id = $1`
+// EraseLockSQL takes CustomerWriteSQL's lock of a subject ($1) alone, as
+// an erasure's first statement.
+const EraseLockSQL = `SELECT pg_advisory_xact_lock(hearth_subject_lock($1))`
 
 // Seal replaces fields of an event's JSON data by the sealed member,
 // encrypted under the subject's key, which the writer has just checked

@@ -531,7 +531,7 @@ func TestErasureWaitsForAWriteInFlight(t *testing.T) {
 		}
 		erased <- r
 	}()
-	require.Eventually(t, waiting("%pg_advisory_xact_lock(hashtextextended%"), 20*time.Second, 10*time.Millisecond,
+	require.Eventually(t, waiting("%pg_advisory_xact_lock(hearth_subject_lock%"), 20*time.Second, 10*time.Millisecond,
 		"the erasure waits for the order")
 	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4242)`)
 	require.NoError(t, err)
