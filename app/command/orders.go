@@ -152,6 +152,12 @@ func (h OrderHandlers) UpdateDetails(ctx context.Context, cmd UpdateOrderDetails
 			if _, err := checkCustomer(ctx, s, *cmd.CustomerID); err != nil {
 				return err
 			}
+			// An order's service request is its customer's: one that came
+			// from a request keeps the request's customer.
+			if o.RequestID() != "" {
+				return apperr.Invalid("customer_id", "the order came from service request %s, of customer %s: its customer cannot change",
+					o.RequestID(), d.CustomerID)
+			}
 			d.CustomerID = *cmd.CustomerID
 		}
 		if cmd.AmountCents != nil {
@@ -171,8 +177,41 @@ func (h OrderHandlers) ChangeStatus(ctx context.Context, cmd ChangeOrderStatus) 
 		return Written{}, apperr.Invalid("status", "must be one of %s", statusNames())
 	}
 	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
-		return o.ChangeStatus(to, cmd.Meta.OccurredAt)
+		if err := o.ChangeStatus(to, cmd.Meta.OccurredAt); err != nil {
+			return err
+		}
+		return scheduleFollows(ctx, s, o.ID(), to)
 	})
+}
+
+// scheduleFollows moves the order's live schedule along with an order that
+// goes into service, or is completed, through its own status: the schedule
+// is then in service, or done and no longer booked, so that the staff
+// member's time is free again and the worker is not left a job they cannot
+// start. (The other way, the schedule's status drives the order.)
+func scheduleFollows(ctx context.Context, s Session, orderID string, to order.Status) error {
+	var steps []schedule.Status
+	switch to {
+	case order.StatusInService:
+		steps = []schedule.Status{schedule.StatusInService}
+	case order.StatusCompleted:
+		steps = []schedule.Status{schedule.StatusInService, schedule.StatusDone}
+	default:
+		return nil
+	}
+	sch, found, err := s.LiveSchedule(ctx, orderID)
+	if err != nil || !found {
+		return err
+	}
+	for _, st := range steps {
+		if sch.Status() == st {
+			continue
+		}
+		if err := sch.ChangeStatus(st); err != nil {
+			return err
+		}
+	}
+	return s.Book(ctx, sch)
 }
 
 // Cancel handles CancelOrder: the order is cancelled and its live schedule,

@@ -913,3 +913,44 @@ func TestListOrdersGenerated(t *testing.T) {
 		requireProblem(t, a.do(http.MethodGet, "/v1/orders?"+bad, a.opA, nil), http.StatusBadRequest, "/problems/malformed-request")
 	}
 }
+
+// An order's service request is its customer's (docs/api.md): creating an
+// order for another customer's request is refused, and so is changing the
+// customer of an order that came from a request.
+func TestOrderFromARequestKeepsItsCustomer(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ada := a.createCustomer(a.opA, "Ada Lovelace")
+	bob := a.createCustomer(a.opA, "Bob Builder")
+	req := a.crmRequest(a.opA, ada, "")
+
+	r := a.do(http.MethodPost, "/v1/orders", a.opA, map[string]any{"customer_id": bob, "request_id": req})
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+
+	order := a.crmCreate(a.opA, "/v1/orders", map[string]any{"customer_id": ada, "request_id": req})
+	r = a.do(http.MethodPatch, "/v1/orders/"+order, a.opA, map[string]any{"customer_id": bob})
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Equal(t, []string{"customer_id"}, problemFields(r), "%s", r)
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+order, a.opA, map[string]any{"amount_cents": 300}) // the rest still changes
+}
+
+// An order taken into service, then completed, through its own status
+// moves its schedule along: the schedule is done and no longer books the
+// staff member, whose window takes another order.
+func TestCompletingAnOrderFreesItsStaffMember(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	window := map[string]any{"staff_id": a.staffA, "start_at": "2030-06-01T09:00:00Z", "end_at": "2030-06-01T10:00:00Z"}
+
+	first := a.createOrder(a.opA, customer, 100)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+first+"/assignment", a.opA, window)
+	sch := a.crmSchedule(a.opA, first).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+first+"/status", a.opA, map[string]any{"status": "in_service"})
+	done := a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+first+"/status", a.opA, map[string]any{"status": "completed"})
+	require.Equal(t, "completed", done.Body["status"])
+
+	second := a.createOrder(a.opA, customer, 200)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+second+"/assignment", a.opA, window)
+	a.crmAwait(a.opA, "/v1/schedules/"+sch, func(r response) bool { return r.Body["status"] == "done" })
+}

@@ -83,6 +83,7 @@ func invalidTransition(from, to Status) error {
 // Order is the aggregate. Its fields are what decisions need.
 type Order struct {
 	id          string
+	requestID   string
 	customerID  string
 	amountCents int64
 	notes       string
@@ -179,6 +180,9 @@ func (o *Order) Status() Status { return o.status }
 
 // CustomerID returns the ordering customer.
 func (o *Order) CustomerID() string { return o.customerID }
+
+// RequestID is the service request the order came from ("" when none).
+func (o *Order) RequestID() string { return o.requestID }
 
 // Version returns the stream version the order was loaded at (0 for a new
 // order): changes are appended from Version()+1.
@@ -413,6 +417,7 @@ func (o *Order) apply(e event.Event) {
 	switch e := e.(type) {
 	case Created:
 		o.id, o.customerID, o.amountCents, o.notes, o.status = e.OrderID, e.CustomerID, e.AmountCents, e.Notes, e.Status
+		o.requestID = e.RequestID
 		o.startAt, o.endAt = e.ScheduledStartAt, e.ScheduledEndAt
 		o.settlement = Settlement{Status: Unsettled}
 	case DetailsUpdated:
