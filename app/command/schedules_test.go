@@ -63,8 +63,8 @@ func TestScheduleStatusFlows(t *testing.T) {
 }
 
 // A worker key moves only its own schedules, and only to in_service or
-// done; another worker's schedule is not even found. Refused changes, and
-// changes whose order cannot follow, append nothing.
+// done; another worker's schedule is not even found. Refused changes
+// append nothing.
 func TestScheduleStatusRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -114,16 +114,6 @@ func TestScheduleStatusRefused(t *testing.T) {
 			c.Meta.MerchantID = e.other
 			return c
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, apperr.ErrNotFound) }},
-		"the order cannot follow": {func(t *testing.T, sch string) command.ChangeScheduleStatus {
-			// The order went to in_service and completed on its own; the
-			// schedule, still planned, cannot take the order back.
-			orderID := e.tx.Stream(sch)[0].Event.(schedule.Created).OrderID
-			for _, st := range []string{"in_service", "completed"} {
-				_, err := e.orders.ChangeStatus(t.Context(), command.ChangeOrderStatus{OrderTarget: e.target(orderID, nil), Status: st})
-				require.NoError(t, err)
-			}
-			return e.scheduleStatusCmd(sch, "in_service")
-		}, func(t *testing.T, err error) { requireRule(t, err, "order.invalid_transition") }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, sch := assigned(t)
@@ -156,4 +146,24 @@ func TestScheduleStatusRefused(t *testing.T) {
 		require.Zero(t, w.Appended)
 		e.unchanged(t, before)
 	})
+}
+
+// An order taken into service and completed through its own status takes
+// its schedule along: in service, then done, and no longer booked; the
+// schedule then takes no other status.
+func TestOrderStatusMovesItsSchedule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	orderID := e.createOrder(t)
+	sch := e.assign(t, orderID, e.staff, t0)
+	_, err := e.orders.ChangeStatus(t.Context(), command.ChangeOrderStatus{OrderTarget: e.target(orderID, nil), Status: "in_service"})
+	require.NoError(t, err)
+	require.Equal(t, schedule.StatusInService, e.scheduleStatus(t, sch))
+	_, err = e.orders.ChangeStatus(t.Context(), command.ChangeOrderStatus{OrderTarget: e.target(orderID, nil), Status: "completed"})
+	require.NoError(t, err)
+	require.Equal(t, schedule.StatusDone, e.scheduleStatus(t, sch))
+	b, _ := e.tx.Booking(sch)
+	require.False(t, b.Live, "no longer booked")
+	_, err = e.schedules.ChangeStatus(t.Context(), e.scheduleStatusCmd(sch, "in_service"))
+	requireRule(t, err, "schedule.invalid_transition")
 }
