@@ -400,8 +400,11 @@ func (s *session) subjects(ctx context.Context) ([]string, error) {
 	}
 	b := &pgx.Batch{}
 	// The customer checks go first: a customer the merchant does not have
-	// fails the batch before a data key is made for them.
+	// fails the batch before a data key is made for them. They take the
+	// subjects' locks too, before the data keys' rows, in the order the
+	// erasure takes them (the lock, then the keys).
 	s.queueRequired(b)
+	s.queueSubjectLocks(b, missing)
 	for _, subject := range missing {
 		sealed, err := v.NewKey(subject)
 		if err != nil {

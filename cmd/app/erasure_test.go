@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -737,4 +739,101 @@ func TestProtectAfterAnErasureScrubsDeliveryErrors(t *testing.T) {
 	export := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+customer+"/export", a.opA, nil)
 	assert.NotContains(t, deliveries.Raw, "LEGACY-SECRET", "the delivery log after erasure and protect")
 	assert.NotContains(t, export.Raw, "LEGACY-SECRET", "the export after erasure and protect")
+}
+
+// A write on an instance that does not cache the customer's data key reads
+// it with vault.KeySQL (INSERT ... ON CONFLICT DO UPDATE), which locks the
+// data_keys row until the write commits; the erasure takes the subject's
+// lock alone, then deletes that row. The write takes the subject's lock
+// before the row, in the same order, so one waits for the other, never
+// each for the other (Postgres would abort one of them as a deadlock).
+// Here Bob's order given to Ada, whose key the writer has not cached (it
+// opened only Bob's to load the order); a create's customer check takes
+// the lock first anyway.
+//
+// The trigger only widens the window inside the write's KeySQL statement,
+// after the row is locked (a round trip and the use case's work in
+// production).
+func TestErasureAndAWriteWithoutTheKeyCachedDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	customer := a.createCustomer(a.opA, "Ada")
+	a.createOrder(a.opA, customer, 1000) // the customer's data key exists
+	order := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1000)
+
+	// The writer: another instance, which has not cached the key.
+	fresh, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(a.dbs.es, nil, fresh)
+	require.NoError(t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	orders, err := command.NewOrderHandlers(tx)
+	require.NoError(t, err)
+	// The eraser: yet another instance.
+	other, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	eraser, err := pubsub.NewStore(a.dbs.es, nil, other)
+	require.NoError(t, err)
+
+	_, err = a.dbs.es.DB.ExecContext(ctx, `
+		CREATE FUNCTION test_hold_key() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(4243); RETURN NEW; END $$;
+		CREATE TRIGGER test_hold_key BEFORE UPDATE ON data_keys FOR EACH ROW EXECUTE FUNCTION test_hold_key()`)
+	require.NoError(t, err)
+	hold, err := a.dbs.es.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer hold.Close()
+	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_lock(4243)`)
+	require.NoError(t, err)
+	waiting := func(query string) func() bool {
+		return func() bool {
+			var n int
+			err := a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database()`, query).Scan(&n)
+			return err == nil && n == 1
+		}
+	}
+
+	written := make(chan error, 1)
+	go func() {
+		notes := "gate code"
+		_, err := orders.UpdateDetails(ctx, command.UpdateOrderDetails{OrderTarget: command.OrderTarget{
+			Meta:    event.Meta{MerchantID: a.merchantA, Actor: "key:w", CorrelationID: "c", OccurredAt: time.Now()},
+			OrderID: order}, CustomerID: &customer, Notes: &notes})
+		written <- err
+	}()
+	require.Eventually(t, waiting("%INSERT INTO data_keys%"), 20*time.Second, 10*time.Millisecond,
+		"the write holds the data key's row")
+
+	req := ops.ErasureRequest{By: "test", MerchantID: a.merchantA, SubjectType: event.SubjectCustomer, SubjectID: customer, Confirm: customer}
+	audit := func(ops.Erasure) ops.AuditEntry {
+		return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + customer}
+	}
+	erased := make(chan error, 1)
+	go func() {
+		_, err := eraser.EraseSubject(ctx, req, audit)
+		erased <- err
+	}()
+	// The erasure waits for the write: for the subject's lock (or, with the
+	// locks taken in the other order, holding it, for the data key's row).
+	require.Eventually(t, func() bool {
+		return waiting("%DELETE FROM data_keys%")() || waiting("%pg_advisory_xact_lock(hearth_subject_lock%")()
+	}, 20*time.Second, 10*time.Millisecond, "the erasure waits for the write")
+	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4243)`)
+	require.NoError(t, err)
+
+	werr, eerr := <-written, <-erased
+	isDeadlock := func(err error) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+	}
+	require.False(t, isDeadlock(werr), "the write died in a deadlock: %v", werr)
+	require.False(t, isDeadlock(eerr), "the erasure died in a deadlock: %v", eerr)
+	require.NoError(t, eerr, "the erasure")
+	if werr != nil {
+		var conflict *apperr.ConflictError
+		require.ErrorAs(t, werr, &conflict, "the write is refused as erased, if at all")
+	}
 }

@@ -155,12 +155,32 @@ func (n *Notifier) Signal(table string) <-chan struct{} { return n.signal(table)
 func (n *Notifier) signal(table string) <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.current(table)
+}
+
+// current is signal, n.mu held.
+func (n *Notifier) current(table string) chan struct{} {
 	ch, ok := n.signals[table]
 	if !ok {
 		ch = make(chan struct{})
 		n.signals[table] = ch
 	}
 	return ch
+}
+
+// rearm returns the channel the next notification for table closes, and
+// whether old, taken before, was closed meanwhile: under one lock with the
+// notifications' wake, so that none falls between the look at old and the
+// take of the next.
+func (n *Notifier) rearm(table string, old <-chan struct{}) (next <-chan struct{}, notified bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	select {
+	case <-old:
+		notified = true
+	default:
+	}
+	return n.current(table), notified
 }
 
 // Changed returns a channel that the next notification for topic closes
@@ -178,6 +198,11 @@ func (n *Notifier) AnyChanged() <-chan struct{} { return n.signal(anyTable) }
 func (n *Notifier) wake(table string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.wakeLocked(table)
+}
+
+// wakeLocked is wake, n.mu held.
+func (n *Notifier) wakeLocked(table string) {
 	for _, key := range []string{table, anyTable} {
 		if ch, ok := n.signals[key]; ok {
 			close(ch)
@@ -256,11 +281,12 @@ func (r *Repoll) arm() { r.seen = r.n.signal(r.table) }
 // that read, if empty, is followed by quick re-reads as after any
 // notification, not by the fallback.
 func (r *Repoll) Found() {
+	var notified bool
+	r.seen, notified = r.n.rearm(r.table, r.seen)
 	r.quick = 0
-	if r.notified() {
+	if notified {
 		r.quick = time.Millisecond
 	}
-	r.arm()
 }
 
 // FoundSome is Found for a reader that knows more of its last read: it
@@ -273,23 +299,13 @@ func (r *Repoll) Found() {
 // hidden, for the next quick re-read. So a message costs its subscriber
 // one read, not a read that finds it and an empty one after it.
 func (r *Repoll) FoundSome(full, hidden bool) (again bool) {
-	notified := r.notified()
-	r.arm()
+	var notified bool
+	r.seen, notified = r.n.rearm(r.table, r.seen)
 	r.quick = 0
 	if notified || hidden {
 		r.quick = time.Millisecond
 	}
 	return full || notified
-}
-
-// notified reports whether a notification came since the last arm.
-func (r *Repoll) notified() bool {
-	select {
-	case <-r.seen:
-		return true
-	default:
-		return false
-	}
 }
 
 // Wait waits, after a read that found nothing, until the topic's

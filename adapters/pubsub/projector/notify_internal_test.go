@@ -1,8 +1,12 @@
 package projector
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // After a notification, the re-polls start at 1 ms and double, but never
@@ -100,4 +104,43 @@ func TestFoundSomeReadsAgainOnlyWhenMoreMayBeThere(t *testing.T) {
 			t.Errorf("%s: waits %v, want %v", c.name, waits, c.wait)
 		}
 	}
+}
+
+// A notification that comes as a read that found messages ends, between the
+// look at the read's signal and the take of the next, is not lost: after a
+// short batch the subscriber reads again, or its next wait ends at once,
+// rather than waiting for the fallback. The interleaving is forced, not
+// raced: the test holds the notifier's lock until FoundSome waits for it,
+// and delivers the notification as wake does, under that lock.
+func TestNotificationAsAFindingReadEndsIsNotLost(t *testing.T) {
+	n := &Notifier{signals: map[string]chan struct{}{}}
+	r := NewRepoll(n, "orders", time.Hour, nil)
+
+	n.mu.Lock()
+	again := make(chan bool, 1)
+	go func() { again <- r.FoundSome(false, false) }()
+	require.Eventually(t, waitsForNotifier, 10*time.Second, time.Millisecond, "FoundSome never asked the notifier")
+	n.wakeLocked(topicTable("orders"))
+	n.mu.Unlock()
+
+	if <-again {
+		return // reads again at once
+	}
+	select {
+	case <-r.seen:
+	default:
+		t.Fatal("the notification is lost: FoundSome says not to read again, and the next wait waits for the fallback")
+	}
+}
+
+// waitsForNotifier reports whether a goroutine waits in FoundSome for the
+// notifier's lock.
+func waitsForNotifier() bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "sync.(*Mutex).Lock") && strings.Contains(g, "(*Notifier).") && strings.Contains(g, "(*Repoll).FoundSome") {
+			return true
+		}
+	}
+	return false
 }
