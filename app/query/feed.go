@@ -209,12 +209,13 @@ func (f Feed) Read(ctx context.Context, merchantID string, req FeedRequest) (Fee
 		defer t.Stop()
 		timeout = t.C
 	}
-	next := req.After
+	next, first := req.After, true
 	for {
 		// Watched before reading: a change after the read's snapshot
 		// closes this channel, however soon it comes.
 		changed, stop := f.watch.Watch(merchantID)
-		page, err := f.read(ctx, merchantID, next, req)
+		page, err := f.read(ctx, merchantID, next, req, first)
+		first = false
 		if err != nil || len(page.Events) > 0 || req.Wait <= 0 || page.more {
 			stop()
 			return page.FeedPage, err
@@ -245,7 +246,9 @@ type feedRead struct {
 
 // read looks at the stored events after `after` until it has req.Limit
 // events of req.Types, reaches the end, or has looked at feedScans pages.
-func (f Feed) read(ctx context.Context, merchantID string, after FeedCursor, req FeedRequest) (feedRead, error) {
+// The first read of a request (first) checks a cursor with nothing after
+// it (Reached); the reads of its wait do not.
+func (f Feed) read(ctx context.Context, merchantID string, after FeedCursor, req FeedRequest, first bool) (feedRead, error) {
 	n := req.Limit
 	if len(req.Types) > 0 {
 		n = max(n, feedScan)
@@ -256,7 +259,7 @@ func (f Feed) read(ctx context.Context, merchantID string, after FeedCursor, req
 		if err != nil {
 			return feedRead{}, err
 		}
-		if i == 0 && len(entries) == 0 && after != (FeedCursor{}) {
+		if first && i == 0 && len(entries) == 0 && after != (FeedCursor{}) {
 			// Nothing after it: the feed's head, or a cursor it never
 			// answered, which would wait on nothing for ever.
 			if reached, err := f.store.Reached(ctx, after); err != nil {
