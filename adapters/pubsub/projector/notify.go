@@ -279,33 +279,16 @@ func (r *Repoll) arm() { r.seen = r.n.signal(r.table) }
 // is not forgotten: its message may have committed after the read's
 // snapshot and still be hidden from the next read (pg_snapshot_xmin), so
 // that read, if empty, is followed by quick re-reads as after any
-// notification, not by the fallback.
-func (r *Repoll) Found() {
-	var notified bool
-	r.seen, notified = r.n.rearm(r.table, r.seen)
-	r.quick = 0
-	if notified {
-		r.quick = time.Millisecond
-	}
-}
-
-// FoundSome is Found for a reader that knows more of its last read: it
-// returned a full batch, or fewer messages, and whether the topic then
-// held committed messages that read could not see yet (pg_snapshot_xmin).
-// It reports whether to read again at once: after a full batch, or when a
-// notification came during the read (a message committed since). After a
-// short batch with neither, nothing is left to read: the reader waits
-// (Wait) for a notification or the fallback, or, while messages are
-// hidden, for the next quick re-read. So a message costs its subscriber
-// one read, not a read that finds it and an empty one after it.
-func (r *Repoll) FoundSome(full, hidden bool) (again bool) {
+// notification, not by the fallback. So it is when the read reported
+// committed messages it could not see yet (hidden: an older transaction
+// still open, whose commit may send no notification at all).
+func (r *Repoll) Found(hidden bool) {
 	var notified bool
 	r.seen, notified = r.n.rearm(r.table, r.seen)
 	r.quick = 0
 	if notified || hidden {
 		r.quick = time.Millisecond
 	}
-	return full || notified
 }
 
 // Wait waits, after a read that found nothing, until the topic's
@@ -347,15 +330,13 @@ func (r *Repoll) nextWait() time.Duration {
 }
 
 // notifyBackoff is the BackoffManager of one subscriber: after an empty
-// poll, and after a short one that left nothing to read, it waits through
-// its Repoll. watermill-sql calls HandleError synchronously after every
-// poll, so this changes the library's timing without forking it.
+// poll it waits through its Repoll. watermill-sql calls HandleError
+// synchronously after every poll, so this changes the library's timing
+// without forking it.
 type notifyBackoff struct {
 	wait *Repoll
-	// read is what the poll just ended read (see lastRead), batch the most
-	// messages a poll reads.
+	// read is what the poll that just ended saw (see lastRead).
 	read  *lastRead
-	batch int
 	retry time.Duration
 	// done ends any wait: this subscription's context ended or the
 	// subscriber is closing.
@@ -373,45 +354,11 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		b.wait.arm()
 		return b.retry
 	case !noMsg:
-		if b.wait.FoundSome(b.read.rows >= b.batch, b.read.hidden) {
-			return 0 // there may be more: poll again at once
-		}
+		b.wait.Found(b.read.hidden)
+		return 0 // there may be more: poll again at once
 	}
 	b.wait.Wait(b.done)
 	return 0
-}
-
-// lastRead is what a subscriber's current poll has read: its messages and
-// whether any of them reported messages hidden behind it
-// (pubsub.KeysetSchema.Hidden). The subscriber's schema (readCounting)
-// writes it while the poll reads its rows, and its BackoffManager reads it
-// once the poll has ended; watermill-sql's consume loop does both, one
-// after the other, on one goroutine.
-type lastRead struct {
-	rows   int
-	hidden bool
-}
-
-// readCounting is a subscriber's schema, noting what each poll reads in
-// its lastRead.
-type readCounting struct {
-	wsql.SchemaAdapter
-	read *lastRead
-}
-
-func (s readCounting) SelectQuery(topic, group string, offsets wsql.OffsetsAdapter) wsql.Query {
-	*s.read = lastRead{}
-	return s.SchemaAdapter.SelectQuery(topic, group, offsets)
-}
-
-func (s readCounting) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
-	r, err := s.SchemaAdapter.UnmarshalMessage(row)
-	if err == nil {
-		s.read.rows++
-		hidden, _ := r.ExtraData[pubsub.HiddenKey].(bool)
-		s.read.hidden = s.read.hidden || hidden
-	}
-	return r, err
 }
 
 func (b *notifyBackoff) ending() bool {
@@ -421,6 +368,36 @@ func (b *notifyBackoff) ending() bool {
 	default:
 		return false
 	}
+}
+
+// lastRead is what a subscriber's current poll saw: whether one of its
+// rows reported messages hidden behind it (pubsub.KeysetSchema.Hidden). The
+// subscriber's schema (readNoting) writes it while the poll reads its rows,
+// and its BackoffManager reads it once the poll has ended; watermill-sql's
+// consume loop does both, one after the other, on one goroutine.
+type lastRead struct {
+	hidden bool
+}
+
+// readNoting is a subscriber's schema, noting what each poll saw in its
+// lastRead.
+type readNoting struct {
+	wsql.SchemaAdapter
+	read *lastRead
+}
+
+func (s readNoting) SelectQuery(topic, group string, offsets wsql.OffsetsAdapter) wsql.Query {
+	*s.read = lastRead{}
+	return s.SchemaAdapter.SelectQuery(topic, group, offsets)
+}
+
+func (s readNoting) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
+	r, err := s.SchemaAdapter.UnmarshalMessage(row)
+	if err == nil {
+		hidden, _ := r.ExtraData[pubsub.HiddenKey].(bool)
+		s.read.hidden = s.read.hidden || hidden
+	}
+	return r, err
 }
 
 // SubscribersConfig is what NotifyingSubscribers needs.
@@ -470,8 +447,8 @@ func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (mes
 				ConsumerGroup:  group,
 				AckDeadline:    &deadline,
 				ResendInterval: 200 * time.Millisecond,
-				BackoffManager: &notifyBackoff{wait: NewRepoll(n, topic, fallback, nil), read: read, batch: keyset.BatchSize(), retry: time.Second, done: done},
-				SchemaAdapter:  readCounting{SchemaAdapter: schema, read: read},
+				BackoffManager: &notifyBackoff{wait: NewRepoll(n, topic, fallback, nil), read: read, retry: time.Second, done: done},
+				SchemaAdapter:  readNoting{SchemaAdapter: schema, read: read},
 				OffsetsAdapter: LockFreeOffsets{},
 			}, wlog)
 		}}, nil

@@ -55,13 +55,13 @@ func TestNotificationDuringAFindingReadIsKept(t *testing.T) {
 	r := NewRepoll(n, "orders", time.Hour, timer)
 
 	n.wake(topicTable("orders")) // during a read that finds messages
-	r.Found()
+	r.Found(false)
 	r.Wait(nil) // the next read found nothing
 	if len(waits) != 1 || waits[0] > time.Second {
 		t.Fatalf("after a notification during a finding read, the empty read waits %v; want a quick re-read (at most 1s)", waits)
 	}
 
-	r.Found() // a finding read with no notification during it
+	r.Found(false) // a finding read with no notification during it
 	waits = nil
 	r.Wait(nil)
 	if len(waits) != 1 || waits[0] != time.Hour {
@@ -69,20 +69,18 @@ func TestNotificationDuringAFindingReadIsKept(t *testing.T) {
 	}
 }
 
-// After a read that found messages: a full batch, or a notification during
-// the read, means read again at once; a short batch means wait, for the
-// fallback, or for a quick re-read while messages are hidden.
-func TestFoundSomeReadsAgainOnlyWhenMoreMayBeThere(t *testing.T) {
+// After a read that found messages, the empty read that may follow waits
+// for quick re-reads when a notification came during it or it reported
+// messages hidden behind it; otherwise for the fallback.
+func TestFoundWaitsQuicklyWhileMessagesAreHidden(t *testing.T) {
 	for _, c := range []struct {
-		name                   string
-		full, hidden, notified bool
-		again                  bool
-		wait                   time.Duration
+		name             string
+		hidden, notified bool
+		wait             time.Duration
 	}{
-		{name: "short batch", wait: time.Hour},
-		{name: "full batch", full: true, again: true, wait: time.Hour},
-		{name: "short batch, messages hidden", hidden: true, wait: time.Millisecond},
-		{name: "short batch, a notification during the read", notified: true, again: true, wait: time.Millisecond},
+		{name: "nothing hidden", wait: time.Hour},
+		{name: "messages hidden", hidden: true, wait: time.Millisecond},
+		{name: "a notification during the read", notified: true, wait: time.Millisecond},
 	} {
 		n := &Notifier{signals: map[string]chan struct{}{}}
 		var waits []time.Duration
@@ -96,49 +94,49 @@ func TestFoundSomeReadsAgainOnlyWhenMoreMayBeThere(t *testing.T) {
 		if c.notified {
 			n.wake(topicTable("orders"))
 		}
-		if again := r.FoundSome(c.full, c.hidden); again != c.again {
-			t.Errorf("%s: read again at once %v, want %v", c.name, again, c.again)
-		}
-		r.Wait(nil) // the wait after the next read, or after this one
+		r.Found(c.hidden)
+		r.Wait(nil) // the next read found nothing
 		if len(waits) != 1 || waits[0] != c.wait {
 			t.Errorf("%s: waits %v, want %v", c.name, waits, c.wait)
 		}
 	}
 }
 
-// A notification that comes as a read that found messages ends, between the
-// look at the read's signal and the take of the next, is not lost: after a
-// short batch the subscriber reads again, or its next wait ends at once,
-// rather than waiting for the fallback. The interleaving is forced, not
-// raced: the test holds the notifier's lock until FoundSome waits for it,
-// and delivers the notification as wake does, under that lock.
+// A notification that comes as a read that found messages ends, between
+// the look at the read's signal and the take of the next, is not lost: if
+// the next read finds nothing (its message still hidden), quick re-reads
+// follow, not the fallback. The interleaving is forced, not raced: the
+// test holds the notifier's lock until Found waits for it, and delivers
+// the notification as wake does, under that lock.
 func TestNotificationAsAFindingReadEndsIsNotLost(t *testing.T) {
 	n := &Notifier{signals: map[string]chan struct{}{}}
-	r := NewRepoll(n, "orders", time.Hour, nil)
+	var waits []time.Duration
+	timer := func(d time.Duration) (<-chan time.Time, func() bool) {
+		waits = append(waits, d)
+		c := make(chan time.Time, 1)
+		c <- time.Time{}
+		return c, func() bool { return true }
+	}
+	r := NewRepoll(n, "orders", time.Hour, timer)
 
 	n.mu.Lock()
-	again := make(chan bool, 1)
-	go func() { again <- r.FoundSome(false, false) }()
-	require.Eventually(t, waitsForNotifier, 10*time.Second, time.Millisecond, "FoundSome never asked the notifier")
+	found := make(chan struct{})
+	go func() { r.Found(false); close(found) }()
+	require.Eventually(t, waitsForNotifier, 10*time.Second, time.Millisecond, "Found never asked the notifier")
 	n.wakeLocked(topicTable("orders"))
 	n.mu.Unlock()
+	<-found
 
-	if <-again {
-		return // reads again at once
-	}
-	select {
-	case <-r.seen:
-	default:
-		t.Fatal("the notification is lost: FoundSome says not to read again, and the next wait waits for the fallback")
-	}
+	r.Wait(nil) // the next read found nothing
+	require.Equal(t, []time.Duration{time.Millisecond}, waits, "the notification is lost: the empty read waits for the fallback")
 }
 
-// waitsForNotifier reports whether a goroutine waits in FoundSome for the
+// waitsForNotifier reports whether a goroutine waits in Found for the
 // notifier's lock.
 func waitsForNotifier() bool {
 	buf := make([]byte, 1<<20)
 	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "sync.(*Mutex).Lock") && strings.Contains(g, "(*Notifier).") && strings.Contains(g, "(*Repoll).FoundSome") {
+		if strings.Contains(g, "sync.(*Mutex).Lock") && strings.Contains(g, "(*Notifier).") && strings.Contains(g, "(*Repoll).Found") {
 			return true
 		}
 	}

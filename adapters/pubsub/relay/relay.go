@@ -443,7 +443,7 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, nc *nats.Conn, n *project
 			}
 			continue
 		}
-		wait.Found()
+		wait.Found(false) // the relay's reads do not tell hidden messages
 		var msgs []*message.Message
 		err = r.retry(ctx, log, "encode", func() (err error) {
 			msgs, err = r.public(ctx, es, agg, rows)
