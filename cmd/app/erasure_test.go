@@ -495,24 +495,8 @@ func TestErasureWaitsForAWriteInFlight(t *testing.T) {
 
 	// Any lock wait of the write, once it runs its statements: an insert
 	// into events waits for a lock the test holds.
-	_, err := a.dbs.es.DB.ExecContext(ctx, `
-		CREATE FUNCTION test_hold() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
-		CREATE TRIGGER test_hold BEFORE INSERT ON events FOR EACH STATEMENT EXECUTE FUNCTION test_hold()`)
-	require.NoError(t, err)
-	hold, err := a.dbs.es.DB.Conn(ctx)
-	require.NoError(t, err)
-	defer hold.Close()
-	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_lock(4242)`)
-	require.NoError(t, err)
-	waiting := func(query string) func() bool {
-		return func() bool {
-			var n int
-			err := a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database()`, query).Scan(&n)
-			return err == nil && n == 1
-		}
-	}
+	release := a.holdIn(`BEFORE INSERT ON events FOR EACH STATEMENT`)
+	waiting := a.lockWaiting
 
 	idem := withKey(a.opA, "late-order-1")
 	body := map[string]any{"customer_id": customer, "amount_cents": 100, "notes": "LATE-SECRET gate code 4711"}
@@ -535,8 +519,7 @@ func TestErasureWaitsForAWriteInFlight(t *testing.T) {
 	}()
 	require.Eventually(t, waiting("%pg_advisory_xact_lock(hearth_subject_lock%"), 20*time.Second, 10*time.Millisecond,
 		"the erasure waits for the order")
-	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4242)`)
-	require.NoError(t, err)
+	release()
 	r := <-created
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
 	r = <-erased
@@ -777,24 +760,8 @@ func TestErasureAndAWriteWithoutTheKeyCachedDoNotDeadlock(t *testing.T) {
 	eraser, err := pubsub.NewStore(a.dbs.es, nil, other)
 	require.NoError(t, err)
 
-	_, err = a.dbs.es.DB.ExecContext(ctx, `
-		CREATE FUNCTION test_hold_key() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_advisory_xact_lock_shared(4243); RETURN NEW; END $$;
-		CREATE TRIGGER test_hold_key BEFORE UPDATE ON data_keys FOR EACH ROW EXECUTE FUNCTION test_hold_key()`)
-	require.NoError(t, err)
-	hold, err := a.dbs.es.DB.Conn(ctx)
-	require.NoError(t, err)
-	defer hold.Close()
-	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_lock(4243)`)
-	require.NoError(t, err)
-	waiting := func(query string) func() bool {
-		return func() bool {
-			var n int
-			err := a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database()`, query).Scan(&n)
-			return err == nil && n == 1
-		}
-	}
+	release := a.holdIn(`BEFORE UPDATE ON data_keys FOR EACH ROW`)
+	waiting := a.lockWaiting
 
 	written := make(chan error, 1)
 	go func() {
@@ -821,8 +788,7 @@ func TestErasureAndAWriteWithoutTheKeyCachedDoNotDeadlock(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return waiting("%DELETE FROM data_keys%")() || waiting("%pg_advisory_xact_lock(hearth_subject_lock%")()
 	}, 20*time.Second, 10*time.Millisecond, "the erasure waits for the write")
-	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4243)`)
-	require.NoError(t, err)
+	release()
 
 	werr, eerr := <-written, <-erased
 	isDeadlock := func(err error) bool {
@@ -835,5 +801,38 @@ func TestErasureAndAWriteWithoutTheKeyCachedDoNotDeadlock(t *testing.T) {
 	if werr != nil {
 		var conflict *apperr.ConflictError
 		require.ErrorAs(t, werr, &conflict, "the write is refused as erased, if at all")
+	}
+}
+
+// holdIn makes the statements that fire a trigger `when` (such as "BEFORE
+// INSERT ON events FOR EACH STATEMENT") wait, once they run, until release:
+// a lock wait of a write, where the test wants it.
+func (a *api) holdIn(when string) (release func()) {
+	a.t.Helper()
+	ctx := a.t.Context()
+	_, err := a.dbs.es.DB.ExecContext(ctx, `
+		CREATE FUNCTION test_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$;
+		CREATE TRIGGER test_hold `+when+` EXECUTE FUNCTION test_hold()`)
+	require.NoError(a.t, err)
+	hold, err := a.dbs.es.DB.Conn(ctx)
+	require.NoError(a.t, err)
+	a.t.Cleanup(func() { _ = hold.Close() })
+	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_lock(4242)`)
+	require.NoError(a.t, err)
+	return func() {
+		_, err := hold.ExecContext(ctx, `SELECT pg_advisory_unlock(4242)`)
+		require.NoError(a.t, err)
+	}
+}
+
+// lockWaiting returns whether one session of the test's database waits for
+// a lock in a statement like query (a LIKE pattern).
+func (a *api) lockWaiting(query string) func() bool {
+	return func() bool {
+		var n int
+		err := a.dbs.es.DB.QueryRowContext(a.t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database()`, query).Scan(&n)
+		return err == nil && n == 1
 	}
 }

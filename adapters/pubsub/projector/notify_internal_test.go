@@ -46,12 +46,7 @@ func TestQuickRepollsAreCapped(t *testing.T) {
 func TestNotificationDuringAFindingReadIsKept(t *testing.T) {
 	n := &Notifier{signals: map[string]chan struct{}{}}
 	var waits []time.Duration
-	timer := func(d time.Duration) (<-chan time.Time, func() bool) {
-		waits = append(waits, d)
-		c := make(chan time.Time, 1)
-		c <- time.Time{}
-		return c, func() bool { return true }
-	}
+	timer := recordingTimer(&waits)
 	r := NewRepoll(n, "orders", time.Hour, timer)
 
 	n.wake(topicTable("orders")) // during a read that finds messages
@@ -84,12 +79,7 @@ func TestFoundWaitsQuicklyWhileMessagesAreHidden(t *testing.T) {
 	} {
 		n := &Notifier{signals: map[string]chan struct{}{}}
 		var waits []time.Duration
-		timer := func(d time.Duration) (<-chan time.Time, func() bool) {
-			waits = append(waits, d)
-			c := make(chan time.Time, 1)
-			c <- time.Time{}
-			return c, func() bool { return true }
-		}
+		timer := recordingTimer(&waits)
 		r := NewRepoll(n, "orders", time.Hour, timer)
 		if c.notified {
 			n.wake(topicTable("orders"))
@@ -111,12 +101,7 @@ func TestFoundWaitsQuicklyWhileMessagesAreHidden(t *testing.T) {
 func TestNotificationAsAFindingReadEndsIsNotLost(t *testing.T) {
 	n := &Notifier{signals: map[string]chan struct{}{}}
 	var waits []time.Duration
-	timer := func(d time.Duration) (<-chan time.Time, func() bool) {
-		waits = append(waits, d)
-		c := make(chan time.Time, 1)
-		c <- time.Time{}
-		return c, func() bool { return true }
-	}
+	timer := recordingTimer(&waits)
 	r := NewRepoll(n, "orders", time.Hour, timer)
 
 	n.mu.Lock()
@@ -141,4 +126,15 @@ func waitsForNotifier() bool {
 		}
 	}
 	return false
+}
+
+// recordingTimer is a Repoll timer that fires at once and notes each wait
+// in waits.
+func recordingTimer(waits *[]time.Duration) Timer {
+	return func(d time.Duration) (<-chan time.Time, func() bool) {
+		*waits = append(*waits, d)
+		c := make(chan time.Time, 1)
+		c <- time.Time{}
+		return c, func() bool { return true }
+	}
 }
