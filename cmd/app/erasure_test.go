@@ -367,23 +367,13 @@ func TestAWriteAfterTheErasureIsRefusedWithAKeyStillCached(t *testing.T) {
 	first := a.createOrder(a.opA, customer, 1000)
 
 	// The stale writer: its own vault and store, the key adopted before.
-	stale, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(a.dbs.es, nil, stale)
-	require.NoError(t, err)
+	stale, orders, _ := a.writeInstance()
 	var sealedKey []byte
 	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT sealed FROM data_keys WHERE subject_id = $1`, customer).Scan(&sealedKey))
 	require.NoError(t, stale.Adopt(customer, sealedKey))
-	tx, err := pubsub.NewTransactor(store)
-	require.NoError(t, err)
-	orders, err := command.NewOrderHandlers(tx)
-	require.NoError(t, err)
 
 	// The eraser runs on another instance (its own vault).
-	other, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
-	require.NoError(t, err)
-	eraser, err := pubsub.NewStore(a.dbs.es, nil, other)
-	require.NoError(t, err)
+	_, _, eraser := a.writeInstance()
 	req := ops.ErasureRequest{By: "test", MerchantID: a.merchantA, SubjectType: event.SubjectCustomer, SubjectID: customer, Confirm: customer}
 	audit := func(ops.Erasure) ops.AuditEntry {
 		return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + customer}
@@ -746,19 +736,9 @@ func TestErasureAndAWriteWithoutTheKeyCachedDoNotDeadlock(t *testing.T) {
 	order := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1000)
 
 	// The writer: another instance, which has not cached the key.
-	fresh, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(a.dbs.es, nil, fresh)
-	require.NoError(t, err)
-	tx, err := pubsub.NewTransactor(store)
-	require.NoError(t, err)
-	orders, err := command.NewOrderHandlers(tx)
-	require.NoError(t, err)
+	_, orders, _ := a.writeInstance()
 	// The eraser: yet another instance.
-	other, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
-	require.NoError(t, err)
-	eraser, err := pubsub.NewStore(a.dbs.es, nil, other)
-	require.NoError(t, err)
+	_, _, eraser := a.writeInstance()
 
 	release := a.holdIn(`BEFORE UPDATE ON data_keys FOR EACH ROW`)
 	waiting := a.lockWaiting
@@ -835,4 +815,20 @@ func (a *api) lockWaiting(query string) func() bool {
 			WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database()`, query).Scan(&n)
 		return err == nil && n == 1
 	}
+}
+
+// writeInstance is another Hearth instance's write side on the test's event
+// store: its own vault (its own key cache), its order commands and its
+// store (which erases).
+func (a *api) writeInstance() (*vault.Vault, command.OrderHandlers, *pubsub.Store) {
+	a.t.Helper()
+	v, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(a.t, err)
+	store, err := pubsub.NewStore(a.dbs.es, nil, v)
+	require.NoError(a.t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(a.t, err)
+	orders, err := command.NewOrderHandlers(tx)
+	require.NoError(a.t, err)
+	return v, orders, store
 }
