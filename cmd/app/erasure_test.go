@@ -490,23 +490,9 @@ func TestErasureWaitsForAWriteInFlight(t *testing.T) {
 
 	idem := withKey(a.opA, "late-order-1")
 	body := map[string]any{"customer_id": customer, "amount_cents": 100, "notes": "LATE-SECRET gate code 4711"}
-	created := make(chan response, 1)
-	go func() {
-		r, err := a.send(http.MethodPost, "/v1/orders", idem, body)
-		if err != nil {
-			r = response{Raw: err.Error()}
-		}
-		created <- r
-	}()
+	created := a.sendAsync(http.MethodPost, "/v1/orders", idem, body)
 	require.Eventually(t, waiting("INSERT INTO events%"), 20*time.Second, 10*time.Millisecond, "the order's insert waits")
-	erased := make(chan response, 1)
-	go func() {
-		r, err := a.send(http.MethodPost, "/v1/customers/"+customer+"/erase", auth(a.opA), map[string]any{"confirm": customer})
-		if err != nil {
-			r = response{Raw: err.Error()}
-		}
-		erased <- r
-	}()
+	erased := a.sendAsync(http.MethodPost, "/v1/customers/"+customer+"/erase", auth(a.opA), map[string]any{"confirm": customer})
 	require.Eventually(t, waiting("%pg_advisory_xact_lock(hearth_subject_lock%"), 20*time.Second, 10*time.Millisecond,
 		"the erasure waits for the order")
 	release()
@@ -644,14 +630,7 @@ func TestErasureRetriesPastAConcurrentWriteToAStream(t *testing.T) {
 	defer func() { _ = lock.Rollback() }()
 	_, err = lock.ExecContext(ctx, `LOCK TABLE watermill_orders IN SHARE MODE`)
 	require.NoError(t, err)
-	changed := make(chan response, 1)
-	go func() {
-		r, err := a.send(http.MethodPost, "/v1/orders/"+order+"/status", auth(a.opA), map[string]any{"status": "confirmed"})
-		if err != nil {
-			r = response{Raw: err.Error()}
-		}
-		changed <- r
-	}()
+	changed := a.sendAsync(http.MethodPost, "/v1/orders/"+order+"/status", auth(a.opA), map[string]any{"status": "confirmed"})
 	waiting := func(n int) func() bool {
 		return func() bool {
 			var got int
@@ -661,14 +640,7 @@ func TestErasureRetriesPastAConcurrentWriteToAStream(t *testing.T) {
 		}
 	}
 	require.Eventually(t, waiting(1), 20*time.Second, 10*time.Millisecond, "the status change holds version 2 of the order")
-	erased := make(chan response, 1)
-	go func() {
-		r, err := a.send(http.MethodPost, "/v1/customers/"+customer+"/erase", auth(a.opA), map[string]any{"confirm": customer})
-		if err != nil {
-			r = response{Raw: err.Error()}
-		}
-		erased <- r
-	}()
+	erased := a.sendAsync(http.MethodPost, "/v1/customers/"+customer+"/erase", auth(a.opA), map[string]any{"confirm": customer})
 	require.Eventually(t, waiting(2), 20*time.Second, 10*time.Millisecond, "the erasure waits for it")
 	require.NoError(t, lock.Rollback())
 	require.Equal(t, http.StatusOK, (<-changed).Status)
@@ -831,4 +803,18 @@ func (a *api) writeInstance() (*vault.Vault, command.OrderHandlers, *pubsub.Stor
 	orders, err := command.NewOrderHandlers(tx)
 	require.NoError(a.t, err)
 	return v, orders, store
+}
+
+// sendAsync sends a request in the background; its answer (or the error
+// as one) comes on the channel.
+func (a *api) sendAsync(method, path string, header http.Header, body any) <-chan response {
+	out := make(chan response, 1)
+	go func() {
+		r, err := a.send(method, path, header, body)
+		if err != nil {
+			r = response{Raw: err.Error()}
+		}
+		out <- r
+	}()
+	return out
 }

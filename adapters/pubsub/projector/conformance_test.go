@@ -89,16 +89,7 @@ type conformance struct {
 
 func newConformance(t *testing.T, lookahead bool) *conformance {
 	url := pgtest.NewDB(t).EventStore
-	n, err := projector.NewNotifier(url, quietLog())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	return &conformance{url: url, notifier: n, log: quietLog(), lookahead: lookahead}
+	return &conformance{url: url, notifier: runNotifier(t, url), log: quietLog(), lookahead: lookahead}
 }
 
 // pubSub returns a publisher and a subscriber of group, on a pool of their

@@ -171,15 +171,7 @@ func TestNotifyingSubscribersNeedTheirConfig(t *testing.T) {
 // listening returns a notifier on url, running until the test ends, once
 // it listens (db is the same database).
 func listening(t *testing.T, url string, db *sql.DB) *projector.Notifier {
-	n, err := projector.NewNotifier(url, quietLog())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	n := runNotifier(t, url)
 	heard := n.AnyChanged() // closed by the first notification, or once it listens
 	require.Eventually(t, func() bool {
 		_, err := db.Exec(`SELECT pg_notify($1, 'nothing')`, projector.NotifyChannel)
@@ -232,4 +224,19 @@ func TestAHiddenMessageIsReadOnceVisible(t *testing.T) {
 	case <-time.After(2 * time.Second): // the quick re-reads wait a second at most
 		t.Fatal("the message hidden from the first read was not read once visible")
 	}
+}
+
+// runNotifier runs a notifier on url until the test ends.
+func runNotifier(t *testing.T, url string) *projector.Notifier {
+	t.Helper()
+	n, err := projector.NewNotifier(url, quietLog())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return n
 }
