@@ -34,10 +34,10 @@ import (
 // (transaction_id, "offset"), as the subscriber does, and deletes only rows
 // at or before the smallest position stored by any consumer group of the
 // topic. Hearth's LockFreeOffsets writes the same row as the default
-// adapter, without locking it: a stale leader's subscriber may store an
-// older position after a newer one, which only makes retention keep more
-// until the next ack; a row already deleted would have been a redelivery,
-// which the projections ignore (version guard).
+// adapter, without locking it, and never moves it back: a stale leader's
+// subscriber that acks an older position after a newer one leaves the
+// newer one, so a group never looks as if it had missed what retention
+// deleted behind it.
 //
 // The groups come from the database, not from the settings of the worker
 // that prunes: every group with a row in the topic's offsets table counts

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -173,4 +174,57 @@ func TestRetentionKeepsThePipelineWhole(t *testing.T) {
 			require.Regexp(t, `hearth_topic_messages\{topic="poison"\} \d`, string(body))
 		})
 	}
+}
+
+// Review finding (REPORT.md). adapters/pubsub/retention.go accepts that a
+// stale leader's subscriber (LockFreeOffsets, no lock on the group's row)
+// "may store an older position after a newer one, which only makes
+// retention keep more until the next ack; a row already deleted would
+// have been a redelivery, which the projections ignore". But once
+// retention has pruned past that older position, the group's position is
+// before the topic_pruned mark, and the next term's catch-up reports a gap
+// (TopicGapError) for messages the projection had applied: the term ends,
+// every new term meets it again, and the projection stays down until an
+// operator moves the group by hand, though nothing was lost.
+// A stale leader's subscriber that acks an older position after retention
+// pruned past it must not make the group look as if it missed messages.
+func TestAStaleAckAfterPruningIsNotAGap(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	_, ids := a.seedOrders(3)
+	for _, id := range ids {
+		a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+id+"/status", a.opA, map[string]any{"status": "confirmed"})
+		a.awaitOrder(a.opA, id, 2)
+	}
+	require.Eventually(t, a.consumed, 10*time.Second, 10*time.Millisecond)
+	for _, p := range a.w.fanout {
+		a.ackAll(p.Topic, p.Name)
+	}
+	_, err := a.dbs.es.DB.Exec(`UPDATE watermill_orders SET created_at = created_at - interval '8 days'`)
+	require.NoError(t, err)
+
+	// A position the orders projection had passed: its second message.
+	var tx string
+	var offset int64
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT transaction_id::text, "offset" FROM watermill_orders
+		ORDER BY transaction_id, "offset" OFFSET 1 LIMIT 1`).Scan(&tx, &offset))
+
+	cfg := a.cfg
+	cfg.TopicRetention = 7 * 24 * time.Hour
+	r, err := newRetention(cfg, a.dbs, a.w, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	n, err := r.PruneAll(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 6, n, "every message was consumed by every group")
+
+	// A stale leader's subscriber acks the older position late.
+	i := slices.IndexFunc(a.w.projections, func(p projector.Projection) bool { return p.Topic == pubsub.TopicOrders })
+	p := a.w.projections[i]
+	ack := projector.LockFreeOffsets{}.AckMessageQuery(p.Topic, wsql.Row{Offset: offset, ExtraData: map[string]any{"transaction_id": tx}}, p.Name)
+	_, err = a.dbs.es.DB.Exec(ack.Query, ack.Args...)
+	require.NoError(t, err)
+
+	// The next term's catch-up: nothing it had not consumed is gone.
+	_, err = projector.CatchUp{DB: a.dbs.es.DB, SameDB: true, Log: slog.New(slog.DiscardHandler)}.Run(t.Context(), p)
+	require.NoError(t, err, "the projection had applied every pruned message; its term should not end on a gap")
 }

@@ -529,6 +529,24 @@ type LockFreeOffsets struct {
 	wsql.DefaultPostgreSQLOffsetsAdapter
 }
 
+// AckMessageQuery stores the group's position, unless the stored one is
+// already past it. Without the lock a stale leader's subscriber (or its
+// catch-up) can ack after the new leader has moved on; storing its older
+// position would not only redeliver (which the version guard ignores): once
+// retention has pruned past it, the group would look as if it had missed
+// pruned messages, and every term would end on a TopicGapError.
+func (a LockFreeOffsets) AckMessageQuery(topic string, row wsql.Row, consumerGroup string) wsql.Query {
+	return wsql.Query{
+		Query: `INSERT INTO ` + a.MessagesOffsetsTable(topic) + ` AS stored (offset_acked, last_processed_transaction_id, consumer_group)
+			VALUES ($1, $2, $3)
+			ON CONFLICT (consumer_group) DO UPDATE
+			SET offset_acked = excluded.offset_acked, last_processed_transaction_id = excluded.last_processed_transaction_id
+			WHERE (excluded.last_processed_transaction_id, excluded.offset_acked) > (stored.last_processed_transaction_id, stored.offset_acked)
+			   OR stored.offset_acked IS NULL`,
+		Args: []any{row.Offset, row.ExtraData["transaction_id"], consumerGroup},
+	}
+}
+
 // NextOffsetQuery reads the group's offset without locking it.
 func (a LockFreeOffsets) NextOffsetQuery(topic, consumerGroup string) wsql.Query {
 	return wsql.Query{
