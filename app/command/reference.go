@@ -3,8 +3,10 @@ package command
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/reference"
 	"hearth/domain/uuid"
@@ -50,7 +52,31 @@ func (h Records[T, P]) Create(ctx context.Context, merchantID string, v T, now t
 // Update applies patch to the merchant's record and validates the result.
 // A patch that changes nothing leaves updated_at alone.
 func (h Records[T, P]) Update(ctx context.Context, merchantID, id string, patch func(v *T), now time.Time) (T, error) {
+	return h.update(ctx, merchantID, id, nil, patch, now)
+}
+
+// UpdateSeen is Update for a client that showed the record before its
+// user changed it (the console's edit forms, which send every field):
+// seen is the updated_at it showed. A record changed since then is not
+// patched (the form would write back the values it showed over the
+// change): a *apperr.ConflictError.
+func (h Records[T, P]) UpdateSeen(ctx context.Context, merchantID, id string, seen time.Time, patch func(v *T), now time.Time) (T, error) {
+	return h.update(ctx, merchantID, id, func(v *T) error {
+		if at := *P(v).Key().UpdatedAt; !at.Equal(seen) {
+			return &apperr.ConflictError{Detail: fmt.Sprintf("%s was changed at %s, after it was shown at %s: read it again, then change it",
+				id, at.UTC().Format(time.RFC3339Nano), seen.UTC().Format(time.RFC3339Nano))}
+		}
+		return nil
+	}, patch, now)
+}
+
+func (h Records[T, P]) update(ctx context.Context, merchantID, id string, check func(v *T) error, patch func(v *T), now time.Time) (T, error) {
 	return h.store.Update(ctx, merchantID, id, func(v *T) error {
+		if check != nil {
+			if err := check(v); err != nil {
+				return err
+			}
+		}
 		before := *v
 		patch(v)
 		p := P(v)

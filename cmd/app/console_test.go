@@ -528,6 +528,7 @@ func (c *consoleClient) do(method, path string, form url.Values) (status int, lo
 var (
 	signinTokenRe = regexp.MustCompile(`name="token" value="([^"]+)"`)
 	csrfTokenRe   = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+	updatedAtRe   = regexp.MustCompile(`name="updated_at" value="([^"]+)"`)
 )
 
 // signIn signs in with key through the form; it returns the session's
@@ -721,4 +722,46 @@ func TestConsoleSessionsStored(t *testing.T) {
 	a.must(http.StatusOK, http.MethodPost, "/admin/keys/"+a.opAKeyID+"/revoke", a.admin, nil)
 	require.Zero(t, a.sessionRows(a.opAKeyID), "revoking the key deletes its sessions")
 	require.False(t, alice.signedIn())
+}
+
+// An edit form sends every field as the page showed it: a record changed
+// since (through the API, another tab) is not overwritten with the values
+// the page showed, and the refusal keeps what the user typed.
+func TestConsoleRecordFormDoesNotOverwriteAChangeMadeMeanwhile(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	id := a.createCustomer(a.opA, "Grace")
+	a.must(http.StatusOK, http.MethodPatch, "/v1/customers/"+id, a.opA, map[string]any{"phone": "+1 555 0101"})
+
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	form := func() url.Values {
+		status, _, page := c.do(http.MethodGet, "/console/customers/"+id, nil)
+		require.Equal(t, http.StatusOK, status)
+		csrf, seen := csrfTokenRe.FindStringSubmatch(page), updatedAtRe.FindStringSubmatch(page)
+		require.NotNil(t, csrf)
+		require.NotNil(t, seen, "the edit form states the updated_at it showed")
+		return url.Values{"csrf": {csrf[1]}, "updated_at": {seen[1]}, "name": {"Grace Hopper"}, "phone": {"+1 555 0101"}, "email": {""}, "address": {""}, "notes": {""}}
+	}
+	shown := form()
+	a.must(http.StatusOK, http.MethodPatch, "/v1/customers/"+id, a.opA, map[string]any{"phone": "+1 555 0202"})
+
+	status, _, body := c.do(http.MethodPost, "/console/customers/"+id, shown)
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Contains(t, body, `value="Grace Hopper"`, "the refusal keeps what the user typed")
+	r := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+id, a.opA, nil)
+	require.Equal(t, "+1 555 0202", r.Body["phone"], "the change made meanwhile stays")
+	require.Equal(t, "Grace", r.Body["name"])
+
+	// Read again, the form saves.
+	status, _, _ = c.do(http.MethodPost, "/console/customers/"+id, form())
+	require.Equal(t, http.StatusSeeOther, status)
+	r = a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+id, a.opA, nil)
+	require.Equal(t, "Grace Hopper", r.Body["name"])
+
+	// A form without the time it showed (a page from before) is refused.
+	stale := form()
+	stale.Del("updated_at")
+	status, _, _ = c.do(http.MethodPost, "/console/customers/"+id, stale)
+	require.Equal(t, http.StatusUnprocessableEntity, status)
 }

@@ -91,6 +91,17 @@ func (f *formReader) when(name string) *time.Time {
 	return &t
 }
 
+// instant reads a time the page itself wrote into the form (RFC 3339),
+// such as the updated_at a record's edit form showed.
+func (f *formReader) instant(name string) time.Time {
+	v := f.text(name)
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		f.Add(name, "must be the time the page showed (RFC 3339), got %q: reload the page", v)
+	}
+	return t
+}
+
 // checkbox reads a checkbox: checked is true.
 func (f *formReader) checkbox(name string) bool { return f.text(name) != "" }
 

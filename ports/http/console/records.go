@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"hearth/app/command"
 	"hearth/app/query"
@@ -37,6 +38,9 @@ type recordMeta struct {
 type recordRow struct {
 	ID     string
 	Values map[string]string
+	// Seen is the record's updated_at as the edit page shows it: its form
+	// sends it back, and a record changed since is not overwritten.
+	Seen string
 }
 
 type recordsData struct {
@@ -177,6 +181,7 @@ func (rs records[T, P]) editPage(r *http.Request, s *session) (*page, error) {
 		return nil, err
 	}
 	row := rs.row(v)
+	row.Seen = P(&v).Key().UpdatedAt.UTC().Format(time.RFC3339Nano)
 	d := &recordData{Kind: rs.meta, Row: row}
 	if rs.more != nil {
 		if d.More, err = rs.more(r, s, id); err != nil {
@@ -192,10 +197,11 @@ func (rs records[T, P]) update(w http.ResponseWriter, r *http.Request, s *sessio
 		return err
 	}
 	f := newFormReader(r, s)
+	seen := f.instant("updated_at")
 	patch := rs.read(f)
 	err = f.Err()
 	if err == nil {
-		_, err = rs.cmd.Update(r.Context(), s.principal.MerchantID, id, patch, rs.c.cfg.Now())
+		_, err = rs.cmd.UpdateSeen(r.Context(), s.principal.MerchantID, id, seen, patch, rs.c.cfg.Now())
 	}
 	if err != nil {
 		return rs.c.refuse(w, r, s, err, "edit", rs.editPage, rs.fieldNames()...)
