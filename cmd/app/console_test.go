@@ -24,6 +24,7 @@ import (
 
 	"hearth/app/access"
 	"hearth/domain/apperr"
+	"hearth/domain/reference"
 	"hearth/domain/uuid"
 	"hearth/internal/chromium"
 	"hearth/internal/pgtest"
@@ -764,4 +765,44 @@ func TestConsoleRecordFormDoesNotOverwriteAChangeMadeMeanwhile(t *testing.T) {
 	stale.Del("updated_at")
 	status, _, _ = c.do(http.MethodPost, "/console/customers/"+id, stale)
 	require.Equal(t, http.StatusUnprocessableEntity, status)
+}
+
+// A customer found by a search, beyond the newest 200 the forms list, stays
+// chosen when the form is refused, and the plan form can search too.
+func TestConsoleFormsKeepACustomerFoundBySearch(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	target := a.createCustomer(a.opA, "Zebulon Target")
+	now := time.Now()
+	for i := range 200 {
+		_, err := a.w.app.Commands.Customers.Create(t.Context(), a.merchantA,
+			reference.Customer{Name: fmt.Sprintf("Newer customer %03d", i)}, now.Add(time.Duration(i+1)*time.Second))
+		require.NoError(t, err)
+	}
+	offered := `<option value="` + target + `"`
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	var csrf string
+	for _, path := range []string{"/console/requests", "/console/plans"} {
+		status, _, page := c.do(http.MethodGet, path, nil)
+		require.Equal(t, http.StatusOK, status)
+		require.NotContains(t, page, offered, "%s: only the newest 200 without a search", path)
+		status, _, page = c.do(http.MethodGet, path+"?cq=Zebulon", nil)
+		require.Equal(t, http.StatusOK, status)
+		require.Contains(t, page, offered, "%s: the search offers the customer", path)
+		csrf = csrfTokenRe.FindStringSubmatch(page)[1]
+	}
+
+	c.referer = "/console/requests?cq=Zebulon"
+	status, _, body := c.do(http.MethodPost, "/console/requests", url.Values{"csrf": {csrf},
+		"customer_id": {target}, "catalog_item_id": {""}, "content": {""}, "source": {"phone"}, "notes": {"call first"}})
+	require.Equal(t, http.StatusUnprocessableEntity, status, "refused: no content")
+	require.Contains(t, body, "call first", "the notes typed come back")
+	require.Contains(t, body, offered+` selected>`, "the customer chosen comes back chosen")
+
+	c.referer = "/console/plans?cq=Zebulon"
+	status, _, body = c.do(http.MethodPost, "/console/plans", url.Values{"csrf": {csrf},
+		"customer_id": {target}, "catalog_item_id": {""}, "recurrence_frequency": {"weekly"}})
+	require.Equal(t, http.StatusUnprocessableEntity, status, "refused: no service")
+	require.Contains(t, body, offered+` selected>`, "the customer chosen comes back chosen")
 }

@@ -26,6 +26,7 @@ type plansData struct {
 	Customers, Catalog, Staff []option
 	Frequencies               []option
 	DefaultStart              string
+	CustomerQ                 string
 }
 
 func (c *Console) plansPage(r *http.Request, s *session) (*page, error) {
@@ -34,8 +35,8 @@ func (c *Console) plansPage(r *http.Request, s *session) (*page, error) {
 		return nil, err
 	}
 	d := &plansData{Items: list.Items, Pager: newPager(r, listOf[query.Plan](list)),
-		DefaultStart: c.cfg.Now().In(s.loc).AddDate(0, 0, 1).Format(time.DateOnly)}
-	if d.Customers, err = c.customerOptions(r, s, ""); err != nil {
+		DefaultStart: c.cfg.Now().In(s.loc).AddDate(0, 0, 1).Format(time.DateOnly), CustomerQ: r.URL.Query().Get("cq")}
+	if d.Customers, err = c.customerOptions(r, s, d.CustomerQ); err != nil {
 		return nil, err
 	}
 	if d.Catalog, err = c.catalogOptions(r, s); err != nil {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,7 +12,9 @@ import (
 
 	"hearth/app/command"
 	"hearth/app/query"
+	"hearth/domain/apperr"
 	"hearth/domain/servicerequest"
+	"hearth/domain/uuid"
 )
 
 // pager links the pages of a list, keeping the list's other parameters.
@@ -140,7 +143,8 @@ func (c *Console) requestsPage(r *http.Request, s *session) (*page, error) {
 }
 
 // customerOptions are the newest 200 customers, or those whose name
-// matches search.
+// matches search, and the customer a refused form had chosen (found by an
+// earlier search, perhaps), so that the form shown again keeps it.
 func (c *Console) customerOptions(r *http.Request, s *session, search string) ([]option, error) {
 	l, err := c.cfg.App.Queries.Customers.List(r.Context(), s.principal.MerchantID, search, query.Page{Number: 1, Size: 200})
 	if err != nil {
@@ -149,6 +153,15 @@ func (c *Console) customerOptions(r *http.Request, s *session, search string) ([
 	out := make([]option, len(l.Items))
 	for i, v := range l.Items {
 		out[i] = option{Value: v.ID, Label: v.Name}
+	}
+	chosen := r.PostFormValue("customer_id")
+	if id, ok := uuid.Parse(chosen); ok && !slices.ContainsFunc(out, func(o option) bool { return o.Value == id }) {
+		switch v, err := c.cfg.App.Queries.Customers.Get(r.Context(), s.principal.MerchantID, id); {
+		case err == nil:
+			out = append([]option{{Value: chosen, Label: v.Name}}, out...)
+		case !errors.Is(err, apperr.ErrNotFound):
+			return nil, err
+		}
 	}
 	return out, nil
 }
