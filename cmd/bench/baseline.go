@@ -65,7 +65,7 @@ func (c commandRun) rows(what, baselineRef string) []row {
 				percentOf(perReq(c.api).process, perReq(c.baseline).process), perReq(c.api).process, perReq(c.baseline).process,
 				baselineRef, percentOf(c.baseline.perSecond(), c.pgbench.perSecond()), perReq(c.baseline))})
 	}
-	return append(rows, row{post + ", Hearth in mode all", c.all.String(), "",
-		fmt.Sprintf("**%s of pgbench**, with the projector on the same two cores. CPU per request: %s",
-			percentOf(c.all.perSecond(), c.pgbench.perSecond()), perReq(c.all))})
+	return append(rows, row{post + ", Hearth in mode all", c.all.String(), c.pgbenchAll.String(),
+		fmt.Sprintf("**%s of pgbench**, with the projector on the same two cores. Plain: pgbench as above, in %d turns with mode all (which writes to a database of its own, so pgbench's rows do not wake its projector). CPU per request: %s",
+			percentOf(c.all.perSecond(), c.pgbenchAll.perSecond()), c.rounds, perReq(c.all))})
 }

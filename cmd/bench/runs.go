@@ -97,9 +97,11 @@ type commandResults struct {
 // commandRun is what one cluster gave.
 type commandRun struct {
 	api, baseline, all postResult
-	pgbench            pgbenchResult
-	baselineErr        string
-	rounds             int
+	// pgbench took turns with mode api (and the baseline), pgbenchAll with
+	// mode all.
+	pgbench, pgbenchAll pgbenchResult
+	baselineErr         string
+	rounds              int
 }
 
 // commandRounds: Hearth in mode api, the baseline Hearth and pgbench take
@@ -160,33 +162,57 @@ func (b *bench) commands(ctx context.Context) (commandResults, error) {
 	return res, err
 }
 
+// commandsDB is a database for the commands rows: the schema, a key, a
+// customer, and the request that creates an order for them.
+type commandsDB struct {
+	es         *bun.DB
+	url        string
+	key        refdata.NewKey
+	customerID string
+	request    []byte
+}
+
+func (b *bench) commandsDB(ctx context.Context, name string) (commandsDB, error) {
+	var d commandsDB
+	var err error
+	if d.es, d.url, err = b.newDB(ctx, name, migrations.EventStore, migrations.ReadModel); err != nil {
+		return d, err
+	}
+	ref, err := refdata.New(d.es)
+	if err == nil {
+		d.key, err = ref.CreateKey(ctx, "bench-http", access.Operator, "")
+	}
+	if err == nil {
+		d.customerID = uuid.New()
+		_, err = d.es.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, d.customerID, d.key.MerchantID)
+	}
+	if err != nil {
+		d.es.Close()
+		return d, err
+	}
+	body, _ := json.Marshal(map[string]any{"customer_id": d.customerID, "amount_cents": 12000})
+	d.request = []byte(fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: hearth\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", d.key.Secret, len(body), body))
+	return d, nil
+}
+
 // commandRun measures the commands rows on b's cluster: rounds turns of
 // commandsFor / commandRounds for each of Hearth in mode api, the binary
-// baselineBin (when set) and pgbench, then Hearth in mode all for as long
-// in all. It returns the shape of the transaction pgbench ran.
+// baselineBin (when set) and pgbench; then as many turns of Hearth in mode
+// all and pgbench. It returns the shape of the transaction pgbench ran.
+//
+// Mode all writes to a database of its own: pgbench's rows in the topic
+// would otherwise wake its projector during pgbench's turns (NOTIFY stays
+// in its database), and mode api's turns would leave it a backlog.
 func (b *bench) commandRun(ctx context.Context, rounds int, baselineBin string) (commandRun, shape, error) {
 	res := commandRun{rounds: rounds}
 	var sh shape
-	es, url, err := b.newDB(ctx, "commands", migrations.EventStore, migrations.ReadModel)
+	db, err := b.commandsDB(ctx, "commands")
 	if err != nil {
 		return res, sh, err
 	}
-	defer es.Close()
-	ref, err := refdata.New(es)
-	if err != nil {
-		return res, sh, err
-	}
-	key, err := ref.CreateKey(ctx, "bench-http", access.Operator, "")
-	if err != nil {
-		return res, sh, err
-	}
-	customerID := uuid.New()
-	if _, err := es.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, customerID, key.MerchantID); err != nil {
-		return res, sh, err
-	}
-	body, _ := json.Marshal(map[string]any{"customer_id": customerID, "amount_cents": 12000})
-	request := []byte(fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: hearth\r\nAuthorization: Bearer %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key.Secret, len(body), body))
+	defer db.es.Close()
+	es, url, key, customerID, request := db.es, db.url, db.key, db.customerID, db.request
 
 	type contender struct {
 		cmd  *exec.Cmd
@@ -232,17 +258,35 @@ func (b *bench) commandRun(ctx context.Context, rounds int, baselineBin string) 
 		b.stopHearth(c.cmd)
 	}
 
-	// The mode all process first projects what the api runs wrote, then
-	// goes live.
-	all, base, err := b.start(ctx, hearthRun{name: "commands, mode all", url: url, mode: "all"})
+	allDB, err := b.commandsDB(ctx, "commands_all")
 	if err != nil {
 		return res, sh, err
 	}
+	defer allDB.es.Close()
+	all, base, err := b.start(ctx, hearthRun{name: "commands, mode all", url: allDB.url, mode: "all"})
+	if err != nil {
+		return res, sh, err
+	}
+	postOrders(base, all.Process.Pid, allDB.request, slice/4, concurrency, 0) // not counted, as above
 	if err := awaitLive(b.adminOf(all), 3*time.Minute); err != nil {
 		return res, sh, err
 	}
-	b.progress("commands: POST /v1/orders to Hearth in mode all, %d clients for %s", concurrency, time.Duration(rounds)*slice)
-	res.all = postOrders(base, all.Process.Pid, request, time.Duration(rounds)*slice, concurrency, 0)
+	orders := []projector.Projection{projector.ProjectionOf(aggregates.Order.Facts, nil, nil)}
+	for round := range rounds {
+		b.progress("commands, round %d of %d: POST /v1/orders to Hearth in mode all, then pgbench, %d clients for %s each",
+			round+1, rounds, concurrency, slice)
+		res.all.add(postOrders(base, all.Process.Pid, allDB.request, slice, concurrency, 0))
+		// What the turn left to project is projected before pgbench's
+		// turn, not during it.
+		if err := waitConsumed(ctx, allDB.es, orders, time.Now(), time.Minute, func() {}); err != nil {
+			return res, sh, err
+		}
+		run, err := b.pgbench(ctx, sh, slice)
+		if err != nil {
+			return res, sh, err
+		}
+		res.pgbenchAll.add(run)
+	}
 	b.stopHearth(all)
 	return res, sh, nil
 }
