@@ -806,3 +806,28 @@ func TestConsoleFormsKeepACustomerFoundBySearch(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, status, "refused: no service")
 	require.Contains(t, body, offered+` selected>`, "the customer chosen comes back chosen")
 }
+
+// An assignment refused because the order changed since the board showed
+// it comes back with the order's version now: sent again, it assigns.
+func TestConsoleBoardAssignAfterAConflictStatesTheNewVersion(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	order := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 5000)
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	status, _, page := c.do(http.MethodGet, "/console/board", nil)
+	require.Equal(t, http.StatusOK, status)
+	csrf := csrfTokenRe.FindStringSubmatch(page)[1]
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+order, a.opA, map[string]any{"amount_cents": 6000}) // version 2
+
+	day := time.Now().AddDate(0, 0, 2).Format(time.DateOnly)
+	form := url.Values{"csrf": {csrf}, "order_id": {order}, "expected_version": {"1"}, "staff_id": {a.staffA},
+		"start_at": {day + "T10:00"}, "end_at": {day + "T12:00"}}
+	status, _, body := c.do(http.MethodPost, "/console/board/assign", form)
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Contains(t, body, `name="expected_version" value="2"`, "the form comes back with the order's version now")
+
+	form.Set("expected_version", "2")
+	status, _, body = c.do(http.MethodPost, "/console/board/assign", form)
+	require.Equal(t, http.StatusSeeOther, status, body)
+}

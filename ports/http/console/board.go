@@ -340,8 +340,15 @@ func (c *Console) assign(w http.ResponseWriter, r *http.Request, s *session) err
 		if !known(err) {
 			return err
 		}
+		// Refused for a change made meanwhile, the form comes back with the
+		// order's version now, as the hours form does: sending it again
+		// assigns knowingly, instead of meeting the same conflict.
+		version := f.text("expected_version")
+		if stale := new(apperr.VersionError); errors.As(err, &stale) {
+			version = ""
+		}
 		p, perr := c.boardPage(r, s, week, assignPick{OrderID: orderID, StaffID: cmd.StaffID,
-			Start: f.text("start_at"), End: f.text("end_at"), Version: f.text("expected_version")}, "")
+			Start: f.text("start_at"), End: f.text("end_at"), Version: version}, "")
 		if perr != nil {
 			return perr
 		}
