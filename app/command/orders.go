@@ -177,10 +177,11 @@ func (h OrderHandlers) ChangeStatus(ctx context.Context, cmd ChangeOrderStatus) 
 		return Written{}, apperr.Invalid("status", "must be one of %s", statusNames())
 	}
 	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
+		from := o.Status()
 		if err := o.ChangeStatus(to, cmd.Meta.OccurredAt); err != nil {
 			return err
 		}
-		return scheduleFollows(ctx, s, o.ID(), to)
+		return scheduleFollows(ctx, s, o, from, to)
 	})
 }
 
@@ -188,18 +189,24 @@ func (h OrderHandlers) ChangeStatus(ctx context.Context, cmd ChangeOrderStatus) 
 // goes into service, or is completed, through its own status: the schedule
 // is then in service, or done and no longer booked, so that the staff
 // member's time is free again and the worker is not left a job they cannot
-// start. (The other way, the schedule's status drives the order.)
-func scheduleFollows(ctx context.Context, s Session, orderID string, to order.Status) error {
+// start. An order taken back from dispatching to confirmed is no longer
+// dispatched: its planned schedule is cancelled and the order loses its
+// staff member, as when the schedule is cancelled. (The other way, the
+// schedule's status drives the order.)
+func scheduleFollows(ctx context.Context, s Session, o *order.Order, from, to order.Status) error {
 	var steps []schedule.Status
-	switch to {
-	case order.StatusInService:
+	switch {
+	case to == order.StatusInService:
 		steps = []schedule.Status{schedule.StatusInService}
-	case order.StatusCompleted:
+	case to == order.StatusCompleted:
 		steps = []schedule.Status{schedule.StatusInService, schedule.StatusDone}
+	case to == order.StatusConfirmed && from == order.StatusDispatching:
+		steps = []schedule.Status{schedule.StatusCancelled}
+		o.Unassign()
 	default:
 		return nil
 	}
-	sch, found, err := s.LiveSchedule(ctx, orderID)
+	sch, found, err := s.LiveSchedule(ctx, o.ID())
 	if err != nil || !found {
 		return err
 	}

@@ -1,6 +1,7 @@
 package command_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -166,4 +167,31 @@ func TestOrderStatusMovesItsSchedule(t *testing.T) {
 	require.False(t, b.Live, "no longer booked")
 	_, err = e.schedules.ChangeStatus(t.Context(), e.scheduleStatusCmd(sch, "in_service"))
 	requireRule(t, err, "schedule.invalid_transition")
+}
+
+// An order taken back from dispatching to confirmed is no longer
+// dispatched: its planned schedule is cancelled, the booking released, and
+// the order has no staff member, as when its schedule is cancelled.
+func TestOrderBackToConfirmedCancelsItsSchedule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	orderID := e.createOrder(t)
+	sch := e.assign(t, orderID, e.staff, t0)
+	require.Equal(t, order.StatusDispatching, e.orderStatus(t, orderID))
+	_, err := e.orders.ChangeStatus(t.Context(), command.ChangeOrderStatus{OrderTarget: e.target(orderID, nil), Status: "confirmed"})
+	require.NoError(t, err)
+	require.Equal(t, schedule.StatusCancelled, e.scheduleStatus(t, sch))
+	b, _ := e.tx.Booking(sch)
+	require.False(t, b.Live, "no longer booked")
+	_, err = e.tx.Run(t.Context(), e.meta(), func(ctx context.Context, s command.Session) error {
+		o, err := s.Order(ctx, orderID)
+		if err == nil {
+			require.Equal(t, order.StatusConfirmed, o.Status())
+			require.Empty(t, o.Assignment().StaffID, "the order lost its staff member")
+		}
+		return err
+	})
+	require.NoError(t, err)
+	// The staff member's window takes another order.
+	e.assign(t, e.createOrder(t), e.staff, t0)
 }
