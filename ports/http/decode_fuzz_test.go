@@ -48,7 +48,7 @@ func FuzzDecode(f *testing.F) {
 		`{"url":"https://example.com/hook","event_types":["order.created"],"description":"a\u0007b","enabled":true}`,
 		`{"overlap":"24h","expected_version":2}`,
 		`{"event_id":"` + uuid.New() + `","reason":"x"}`,
-		`{"unknown":1}`, `{"amount_cents":"1"}`, `[]`, `null`, ``, `{`, `{} {}`, `{"name":"\ud800"}`,
+		`{"unknown":1}`, `{"amount_cents":"1"}`, `[]`, `null`, ``, `{`, `{} {}`, `{"name":"\ud800"}`, `{"name":"Bo"}}`, `{"name":"Bo"}]`,
 		`{"name":"` + string(bytes.Repeat([]byte("a"), 5000)) + `"}`,
 	} {
 		for i := range requestInputs {

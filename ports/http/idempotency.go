@@ -108,6 +108,18 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 	defer release()
 	rec := &answerRecorder{header: http.Header{}}
 	runCtx := context.WithValue(command.WithIdempotent(r.Context(), i), idempotentCtxKey{}, i)
+	// A panic is answered 500 by recoverPanics, further out: the claim goes
+	// first, as for any 5xx, so a retry is not kept waiting for its lease.
+	defer func() {
+		if v := recover(); v != nil {
+			ctx, cancel := cleanup()
+			defer cancel()
+			if err := s.Idempotency.Release(ctx, i); err != nil {
+				s.log.WarnContext(r.Context(), "release idempotency key", "error", err)
+			}
+			panic(v)
+		}
+	}()
 	err = h(rec, r.WithContext(runCtx))
 	if errors.Is(err, command.ErrKeyTakenOver) {
 		return command.Answer{}, err

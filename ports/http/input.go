@@ -33,9 +33,19 @@ func cleanInput(body []byte, dst any) error {
 		errs.Add(cmp.Or(invalidUTF8Field(body), "body"), "must be valid UTF-8")
 		return errs.Err()
 	}
+	// encoding/json decodes an escaped lone UTF-16 surrogate ("\ud800") as
+	// U+FFFD: text that was not sent. A body that holds no U+FFFD of its
+	// own (as UTF-8 or escaped) can give a string one only that way.
+	replaced := func() bool {
+		return !bytes.Contains(body, []byte("\uFFFD")) && !bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
+	}
 	walkStrings(reflect.ValueOf(dst), "", false, func(field string, v reflect.Value, multiline bool) {
 		if p := text.Problem(v.String(), multiline); p != "" {
 			errs.Add(field, "%s", p)
+			return
+		}
+		if strings.ContainsRune(v.String(), utf8.RuneError) && replaced() {
+			errs.Add(field, "must be valid Unicode text: a \\u escape of a lone UTF-16 surrogate is not")
 			return
 		}
 		if v.CanSet() && isIDField(field) {

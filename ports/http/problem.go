@@ -244,11 +244,14 @@ func decodeJSON(body []byte, dst any) error {
 	default:
 		return &badRequest{slug: "malformed-request", detail: "malformed JSON: " + err.Error()}
 	}
-	if dec.More() {
+	// Only white space may follow the object. (Decoder.More is no test of
+	// that: it reports a closing ']' or '}' as the end.)
+	value := body[:dec.InputOffset()]
+	if len(bytes.TrimLeft(body[len(value):], " \t\r\n")) > 0 {
 		return &badRequest{slug: "malformed-request", detail: "request body has data after the JSON object"}
 	}
-	if hasRepeatedMember(body) {
-		return malformed(repeatedMember(body), "is given more than once (member names match whatever their case)")
+	if hasRepeatedMember(value) {
+		return malformed(repeatedMember(value), "is given more than once (member names match whatever their case)")
 	}
 	return nil
 }
