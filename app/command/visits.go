@@ -96,25 +96,30 @@ type VisitsDone struct {
 }
 
 // Plan handles GenerateVisits: it creates the orders of the plan's visits
-// that start in the range and have none, and cancels the orders of visits
-// not started yet that the plan no longer has (skipped, moved away by a
-// change, after a pause or the end). Started and finished visits are never
-// touched. It stops at the first error, ctx's included; what it committed
-// stays, and the next run carries on from there. A plan of an erased
-// customer is left alone: nothing personal can be written about them (an
-// order's notes, a cancellation's reason), and the erasure ended the plan;
-// its visits' orders already created stay, as the customer's other orders
-// do.
+// that start in the range and have none, re-plans the orders of visits not
+// started yet that changed (moved, even beyond the range, or changed from
+// an earlier visit on), and cancels the orders of visits not started yet
+// that the plan no longer has (skipped, moved away by a change, after a
+// pause or the end). Whether a visit has started is decided on its current
+// start (the plan's) and its order's status, never on the start the ledger
+// recorded: a visit moved later is re-planned even when its old start has
+// passed since. Started and finished visits are never touched. It stops at
+// the first error, ctx's included; what it committed stays, and the next
+// run carries on from there. A plan of an erased customer is left alone:
+// nothing personal can be written about them (an order's notes, a
+// cancellation's reason), and the erasure ended the plan; its visits'
+// orders already created stay, as the customer's other orders do.
 func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDone, error) {
 	var done VisitsDone
 	meta := event.Meta{MerchantID: cmd.MerchantID, Actor: GeneratorActor, CorrelationID: uuid.New(), OccurredAt: event.Instant(cmd.Now)}
 	until := cmd.Now.Add(cmd.Horizon)
+	var p *plan.Plan
 	var want []plan.Visit
 	var ledger []PlanVisit
 	erased := false
 	if _, err := g.tx.Run(ctx, meta, func(ctx context.Context, s Session) error {
-		p, err := s.ServicePlan(ctx, cmd.PlanID)
-		if err != nil {
+		var err error
+		if p, err = s.ServicePlan(ctx, cmd.PlanID); err != nil {
 			return err
 		}
 		if erased, err = s.CustomerErased(ctx, p.CustomerID()); err != nil || erased {
@@ -132,22 +137,28 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 	for _, v := range ledger {
 		have[v.Key] = v
 	}
+	replan := func(key string) error {
+		if g.Between != nil {
+			g.Between(ctx)
+		}
+		moved, err := g.replan(ctx, meta, cmd.PlanID, key, cmd.Now)
+		if moved {
+			done.Replanned++
+		}
+		return err
+	}
 	wanted := map[string]bool{}
 	for _, v := range want {
 		wanted[v.Key] = true
 		if r, ok := have[v.Key]; ok && !(r.Withdrawn && v.StartAt.After(cmd.Now)) {
-			if r.Cancelled || !r.StartAt.After(cmd.Now) || !r.differs(v) {
+			// Not r.StartAt: the ledger's start is where the order was,
+			// which may have passed while the visit (moved later) has
+			// not. replan looks at the order's status.
+			if r.Cancelled || !v.StartAt.After(cmd.Now) || !r.differs(v) {
 				continue
 			}
-			if g.Between != nil {
-				g.Between(ctx)
-			}
-			moved, err := g.replan(ctx, meta, cmd.PlanID, v.Key, cmd.Now, until)
-			if err != nil {
+			if err := replan(v.Key); err != nil {
 				return done, err
-			}
-			if moved {
-				done.Replanned++
 			}
 			continue
 		}
@@ -165,14 +176,31 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 			}
 		}
 	}
-	for _, v := range ledger {
-		if v.Cancelled || wanted[v.Key] || !v.StartAt.After(cmd.Now) {
+	for _, r := range ledger {
+		if r.Cancelled || wanted[r.Key] {
 			continue
+		}
+		v, has := p.VisitByKey(r.Key)
+		switch {
+		case has && !v.StartAt.Before(until):
+			// Moved beyond the horizon: re-planned at once, its order's
+			// window and booking moved there.
+			if !r.differs(v) {
+				continue
+			}
+			if err := replan(r.Key); err != nil {
+				return done, err
+			}
+			continue
+		case has: // its start has passed: started
+			continue
+		case !r.StartAt.After(cmd.Now):
+			continue // gone from the plan after its order's start: never touched
 		}
 		if g.Between != nil {
 			g.Between(ctx)
 		}
-		cancelled, err := g.cancel(ctx, meta, cmd.PlanID, v.Key, cmd.Now)
+		cancelled, err := g.cancel(ctx, meta, cmd.PlanID, r.Key, cmd.Now)
 		if err != nil {
 			return done, err
 		}
@@ -198,13 +226,8 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 		if err != nil {
 			return err
 		}
-		var v plan.Visit
-		for _, x := range p.Visits(now, until) {
-			if x.Key == key {
-				v = x
-			}
-		}
-		if v.Key == "" {
+		v, ok := p.VisitByKey(key)
+		if !ok || v.StartAt.Before(now) || !v.StartAt.Before(until) {
 			return nil // gone meanwhile
 		}
 		r, err := ledgerRow(ctx, s, planID, key)
@@ -300,12 +323,11 @@ func (g *VisitGenerator) cancel(ctx context.Context, meta event.Meta, planID, ke
 		if err != nil {
 			return err
 		}
-		// Anywhere ahead, not only up to its old start: a visit moved
-		// beyond the horizon keeps its order until the horizon reaches it.
-		for _, v := range p.Visits(now, now.AddDate(0, 0, plan.HorizonDays)) {
-			if v.Key == key {
-				return nil // still planned
-			}
+		// Anywhere, not only up to its old start: a visit moved beyond
+		// the horizon, or one moved earlier whose start has passed, is
+		// still the plan's.
+		if _, ok := p.VisitByKey(key); ok {
+			return nil // still planned
 		}
 		o, err := s.Order(ctx, r.OrderID)
 		if err != nil {
@@ -404,12 +426,14 @@ func planOwn(err error) bool {
 	return errors.As(err, &invalid) || errors.As(err, &conflict) || errors.Is(err, apperr.ErrNotFound)
 }
 
-// replan brings the order of a visit not started yet in line with the
-// plan's visit (moved, or changed from an earlier visit on): its price, and
-// its window with the preferred staff member booked anew, or unassigned
-// with the reason when the staff member is busy then. An order that has
-// started, ended or was cancelled by hand is left alone.
-func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, key string, now, until time.Time) (bool, error) {
+// replan brings the order of a visit not started yet (at its current start)
+// in line with the plan's visit (moved, even beyond the horizon, or changed
+// from an earlier visit on): its price, and its window with the preferred
+// staff member booked anew, or unassigned with the reason when the staff
+// member is busy then. An order that has started, ended or was cancelled by
+// hand is left alone; the start the ledger recorded does not matter (it may
+// have passed while the visit, moved later, has not).
+func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, key string, now time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -420,20 +444,15 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 		if err != nil {
 			return err
 		}
-		if r.Key == "" || r.Cancelled || !r.StartAt.After(now) {
+		if r.Key == "" || r.Cancelled {
 			return nil
 		}
 		p, err := s.ServicePlan(ctx, planID)
 		if err != nil {
 			return err
 		}
-		var v plan.Visit
-		for _, x := range p.Visits(now, until) {
-			if x.Key == key {
-				v = x
-			}
-		}
-		if v.Key == "" || !r.differs(v) {
+		v, ok := p.VisitByKey(key)
+		if !ok || !v.StartAt.After(now) || !r.differs(v) {
 			return nil
 		}
 		o, err := s.Order(ctx, r.OrderID)

@@ -479,26 +479,98 @@ func TestVisitGeneratorReplansANewOrderWhereAnEarlierOneWas(t *testing.T) {
 	require.NotNil(t, staff)
 }
 
-// A visit the merchant moved beyond the horizon keeps its order until the
-// horizon reaches it: it is not withdrawn.
-func TestVisitGeneratorKeepsTheOrderOfAVisitMovedBeyondTheHorizon(t *testing.T) {
+// A visit moved beyond the horizon is re-planned at once: its order's
+// window and its booking move there (its old slot is freed), and when the
+// horizon reaches it, twenty days on, it is not re-planned again.
+func TestVisitGeneratorReplansAVisitMovedBeyondTheHorizonAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newGeneratorEnv(t)
-	a := e.a
-	first := time.Now().UTC().AddDate(0, 0, 1)
-	day0 := time.Date(first.Year(), first.Month(), first.Day(), 0, 0, 0, 0, time.UTC)
+	day0 := e.firstDay()
+	horizon := 8 * 7 * 24 * time.Hour
 	done, err := e.run(t, e.generator(t))
 	require.NoError(t, err)
 	require.Equal(t, 4, done.Created)
-	far := day0.AddDate(0, 0, 70) // the runs' horizon is 56 days
+	far := day0.AddDate(0, 0, 70).Add(9 * time.Hour) // the runs' horizon is 56 days
 	e.move(t, day0.Format(time.DateOnly), far.Format(time.DateOnly), "09:00")
 	done, err = e.run(t, e.generator(t))
 	require.NoError(t, err)
-	var cancelled bool
-	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT cancelled FROM plan_visits WHERE visit_key = $1`,
-		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&cancelled))
-	require.Equal(t, command.VisitsDone{}, done, "the moved visit keeps its order until the horizon reaches it")
-	require.False(t, cancelled)
+	require.Equal(t, command.VisitsDone{Replanned: 1}, done, "the moved visit's order follows it beyond the horizon")
+	start, staff, reason := e.ledgerRow(t, day0)
+	require.Equal(t, far, start, "ledger: staff %v, %q", staff, reason)
+	require.NotNil(t, staff)
+	require.Equal(t, []string{day0.AddDate(0, 0, 7).Add(9 * time.Hour).Format("01-02 15:04"),
+		day0.AddDate(0, 0, 14).Add(9 * time.Hour).Format("01-02 15:04"), day0.AddDate(0, 0, 21).Add(9 * time.Hour).Format("01-02 15:04"),
+		far.Format("01-02 15:04")}, e.liveBookings(t, e.a.staffA), "the old slot is freed, the new one held")
+
+	// Twenty days on (the visit's old start long past), the horizon
+	// reaches the visit's new date: its order is there already.
+	later := day0.AddDate(0, 0, 20)
+	require.True(t, far.Before(later.Add(horizon)))
+	done, err = e.generator(t).All(t.Context(), e.plans, later, horizon)
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done)
+	start, _, _ = e.ledgerRow(t, day0)
+	require.Equal(t, far, start)
+	require.Contains(t, e.liveBookings(t, e.a.staffA), far.Format("01-02 15:04"))
+	created, _ := e.orders(t)
+	require.Equal(t, 4, created, "re-planned, never re-created")
+}
+
+// A visit moved to a later start is re-planned even when no run happened
+// between the move and its old start (a generator outage, a leader change,
+// a PLAN_INTERVAL longer than the time left): "started" is the visit's
+// current start and its order's status, not the start the ledger recorded.
+// The order and the staff member's booking follow the visit to its new
+// start.
+func TestVisitGeneratorReplansAMovedVisitAfterItsOldStartHasPassed(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	day0 := e.firstDay()
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+
+	// Tomorrow 09:00 moves to the day after at 14:00 (both in the future).
+	newStart := day0.AddDate(0, 0, 1).Add(14 * time.Hour)
+	e.move(t, day0.Format(time.DateOnly), newStart.Format(time.DateOnly), "14:00")
+
+	// The next run happens at 09:30 tomorrow: after the old start, well
+	// before the new one.
+	later := day0.Add(9*time.Hour + 30*time.Minute)
+	done, err = e.generator(t).All(t.Context(), e.plans, later, 8*7*24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 1, done.Replanned)
+
+	start, staff, reason := e.ledgerRow(t, day0)
+	require.Equal(t, newStart, start, "the moved visit's order follows it to its new start (ledger: staff %v, %q)", staff, reason)
+	require.NotNil(t, staff)
+	bookings := e.liveBookings(t, e.a.staffA)
+	require.Contains(t, bookings, newStart.Format("01-02 15:04"), "the staff member is booked at the visit's new time")
+	require.NotContains(t, bookings, day0.Add(9*time.Hour).Format("01-02 15:04"), "and no longer at the old one")
+	var orderID string
+	var startAt time.Time
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE visit_key = $1`,
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID))
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT lower(period) FROM bookings WHERE order_id = $1 AND live`,
+		orderID).Scan(&startAt))
+	require.Equal(t, newStart, startAt.UTC(), "the booking is the visit's order's")
+}
+
+// liveBookings lists the live bookings' starts of staff member staff
+// (UTC, "01-02 15:04").
+func (e generatorEnv) liveBookings(t *testing.T, staff string) []string {
+	t.Helper()
+	rows, err := e.a.dbs.es.DB.QueryContext(t.Context(), `SELECT lower(period) FROM bookings WHERE staff_id = $1 AND live ORDER BY 1`, staff)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var at time.Time
+		require.NoError(t, rows.Scan(&at))
+		out = append(out, at.UTC().Format("01-02 15:04"))
+	}
+	require.NoError(t, rows.Err())
+	return out
 }
 
 // countingTx counts the transactions the generator begins.

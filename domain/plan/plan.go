@@ -29,6 +29,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"hearth/domain/apperr"
@@ -425,6 +426,26 @@ func (p *Plan) Visits(from, to time.Time) []Visit {
 	}
 	slices.SortFunc(out, func(a, b Visit) int { return cmp.Or(a.StartAt.Compare(b.StartAt), a.Date.Compare(b.Date)) })
 	return out
+}
+
+// VisitByKey returns the plan's visit with key (a VisitKey of the plan), if
+// the plan has it: not skipped, not starting while the plan was paused nor
+// from its end on, wherever it starts (a visit moved beyond any range of
+// Visits included, or one whose start has passed).
+func (p *Plan) VisitByKey(key string) (Visit, bool) {
+	rest, ok := strings.CutPrefix(key, p.id+"/")
+	if !ok {
+		return Visit{}, false
+	}
+	d, err := civil.ParseDate(rest)
+	if err != nil {
+		return Visit{}, false
+	}
+	v, ok := p.visit(d)
+	if !ok || p.skipped[d] || p.stopped(v.StartAt) {
+		return Visit{}, false
+	}
+	return v, true
 }
 
 // occurrences yields the plan's visit dates in order (skipped, paused or
