@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/domain/apperr"
+	"hearth/domain/availability"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/plan"
@@ -629,6 +631,29 @@ func (s *session) StaffActive(ctx context.Context, id string) (exists, active bo
 		return false, false, fmt.Errorf("check staff: %w", err)
 	}
 	return exists, active, nil
+}
+
+func (s *session) StaffHours(ctx context.Context, id string) (availability.WorkingHours, bool, error) {
+	var set bool
+	var week, exceptions string
+	err := s.tx.queryRow(ctx, maybeRow(&set, &week, &exceptions), `SELECT week::text, exceptions::text FROM staff_hours
+		WHERE staff_id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
+	if err != nil || !set {
+		if err != nil {
+			err = fmt.Errorf("read working hours of %s: %w", id, err)
+		}
+		return availability.WorkingHours{}, false, err
+	}
+	var w availability.Week
+	var ex []availability.Exception
+	if err := errors.Join(json.Unmarshal([]byte(week), &w), json.Unmarshal([]byte(exceptions), &ex)); err != nil {
+		return availability.WorkingHours{}, false, fmt.Errorf("working hours of %s: %w", id, err)
+	}
+	h, err := availability.NewWorkingHours(w, ex)
+	if err != nil {
+		return availability.WorkingHours{}, false, fmt.Errorf("working hours of %s: %w", id, err)
+	}
+	return h, true, nil
 }
 
 func (s *session) CatalogItem(ctx context.Context, id string) (price int64, active, found bool, err error) {

@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 
+	"hearth/domain/availability"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/plan"
@@ -65,6 +66,9 @@ type Session interface {
 	CustomerErased(ctx context.Context, id string) (bool, error)
 	// StaffActive reports whether the staff member exists and is active.
 	StaffActive(ctx context.Context, id string) (exists, active bool, err error)
+	// StaffHours returns the working hours of the merchant's staff member;
+	// set is false when none were ever written for them.
+	StaffHours(ctx context.Context, id string) (h availability.WorkingHours, set bool, err error)
 	// CatalogItem returns the item's base price; found is false when the
 	// merchant has no such item.
 	CatalogItem(ctx context.Context, id string) (priceCents int64, active, found bool, err error)

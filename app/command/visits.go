@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"hearth/domain/apperr"
+	"hearth/domain/civil"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/plan"
@@ -246,7 +247,7 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 		r.OrderID, r.StartAt, r.EndAt, r.PriceCents, r.UnassignedReason = plan.VisitOrderID(key, r.Generation), v.StartAt, v.EndAt, v.PriceCents, ""
 		var sch *schedule.Schedule
 		if v.StaffID != "" {
-			if sch, r.UnassignedReason, err = bookAs(ctx, s, visitScheduleID(key, r.Generation), r.OrderID, p.CustomerID(), v); err != nil {
+			if sch, r.UnassignedReason, err = bookAs(ctx, s, visitScheduleID(key, r.Generation), r.OrderID, p.CustomerID(), v.StaffID, v, p.Location()); err != nil {
 				return err
 			}
 		}
@@ -277,18 +278,36 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 	return rec, err
 }
 
-// bookAs books the preferred staff member for the visit, with a schedule
-// of the given id; when the staff member is inactive or already booked over
-// the window, no schedule and the reason.
-func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID string, v plan.Visit) (*schedule.Schedule, string, error) {
-	exists, active, err := s.StaffActive(ctx, v.StaffID)
+// bookAs books staff member staffID (the visit's preferred one, or the one
+// its order is assigned to) for the visit, with a schedule of the given id.
+// When the staff member is inactive, not working then (their working
+// hours, when any are set, in loc: a holiday, a sick day, outside their
+// shifts), or already booked over the window: no schedule, and the reason.
+func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID, staffID string, v plan.Visit, loc *time.Location) (*schedule.Schedule, string, error) {
+	who := "the preferred staff member " + staffID
+	if staffID != v.StaffID {
+		who = "staff member " + staffID
+	}
+	exists, active, err := s.StaffActive(ctx, staffID)
 	if err != nil {
 		return nil, "", err
 	}
 	if !exists || !active {
-		return nil, fmt.Sprintf("the preferred staff member %s is not active", v.StaffID), nil
+		return nil, who + " is not active", nil
 	}
-	sch, err := schedule.New(scheduleID, orderID, customerID, schedule.Window{StaffID: v.StaffID, StartAt: v.StartAt, EndAt: v.EndAt}, "")
+	hours, set, err := s.StaffHours(ctx, staffID)
+	if err != nil {
+		return nil, "", err
+	}
+	if set && !hours.Covers(v.StartAt, v.EndAt, loc) {
+		why := "outside their working hours"
+		d := civil.DateOf(v.StartAt, loc)
+		if e, ok := hours.ExceptionOn(d); ok && len(e.Shifts) == 0 {
+			why = fmt.Sprintf("%s on %s", e.Reason, d)
+		}
+		return nil, fmt.Sprintf("%s is not working then (%s)", who, why), nil
+	}
+	sch, err := schedule.New(scheduleID, orderID, customerID, schedule.Window{StaffID: staffID, StartAt: v.StartAt, EndAt: v.EndAt}, "")
 	if err != nil {
 		return nil, "", err
 	}
@@ -481,7 +500,7 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 			if live {
 				id = sch.ID()
 			}
-			if booked, r.UnassignedReason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), v); err != nil {
+			if booked, r.UnassignedReason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), v.StaffID, v, p.Location()); err != nil {
 				return err
 			}
 		}

@@ -556,6 +556,49 @@ func TestVisitGeneratorReplansAMovedVisitAfterItsOldStartHasPassed(t *testing.T)
 	require.Equal(t, newStart, startAt.UTC(), "the booking is the visit's order's")
 }
 
+// The generator books the preferred staff member only within their working
+// hours (when they have any set): a visit on their holiday, or outside the
+// day's shifts, is created unassigned with the reason, as for a clash, and
+// availability agrees that they are not free then.
+func TestVisitGeneratorBooksNoOneOutsideTheirWorkingHours(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0 := e.firstDay()
+	week := map[string]any{}
+	for _, d := range []string{"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"} {
+		week[d] = []map[string]any{{"start": "08:00", "end": "18:00"}}
+	}
+	a.must(http.StatusOK, http.MethodPut, "/v1/staff/"+a.staffA+"/working-hours", a.opA, map[string]any{
+		"week": week, "exceptions": []map[string]any{
+			{"date": day0.Format(time.DateOnly), "reason": "holiday"},
+			{"date": day0.AddDate(0, 0, 7).Format(time.DateOnly), "reason": "changed_hours",
+				"shifts": []map[string]any{{"start": "10:00", "end": "18:00"}}}}})
+	// Availability agrees: staff member A has no slot on the holiday.
+	slots := a.must(http.StatusOK, http.MethodGet, "/v1/availability?duration=2h&staff_id="+a.staffA+
+		"&from="+day0.Format(time.RFC3339)+"&to="+day0.AddDate(0, 0, 1).Format(time.RFC3339), a.opA, nil)
+	require.Empty(t, slots.Body["items"])
+
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Created: 4, Unassigned: 2}, done)
+	_, staff, reason := e.ledgerRow(t, day0)
+	require.Nil(t, staff, "the visit on the preferred staff member's holiday is not assigned to them")
+	require.Contains(t, reason, "not working then (holiday on "+day0.Format(time.DateOnly)+")")
+	_, staff, reason = e.ledgerRow(t, day0.AddDate(0, 0, 7))
+	require.Nil(t, staff, "09:00 is before the day's shift")
+	require.Contains(t, reason, "outside their working hours")
+	_, staff, _ = e.ledgerRow(t, day0.AddDate(0, 0, 14))
+	require.NotNil(t, staff, "an ordinary day: booked")
+	require.Equal(t, []string{day0.AddDate(0, 0, 14).Add(9 * time.Hour).Format("01-02 15:04"),
+		day0.AddDate(0, 0, 21).Add(9 * time.Hour).Format("01-02 15:04")}, e.liveBookings(t, a.staffA))
+	var notes string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE visit_key = $1`,
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&notes))
+	order := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+notes, a.opA, nil)
+	require.Contains(t, order.Body["notes"], "Not assigned: the preferred staff member "+a.staffA+" is not working then (holiday")
+}
+
 // liveBookings lists the live bookings' starts of staff member staff
 // (UTC, "01-02 15:04").
 func (e generatorEnv) liveBookings(t *testing.T, staff string) []string {

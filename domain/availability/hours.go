@@ -126,6 +126,19 @@ func (h WorkingHours) ShiftsOn(d civil.Date) []Shift {
 	return h.week[d.Weekday()]
 }
 
+// ExceptionOn returns local date d's exception, if it has one.
+func (h WorkingHours) ExceptionOn(d civil.Date) (Exception, bool) {
+	e, ok := h.exceptions[d]
+	return e, ok
+}
+
+// Covers reports whether [start, end) lies wholly within the working time
+// (in loc): within one shift, or shifts that touch.
+func (h WorkingHours) Covers(start, end time.Time, loc *time.Location) bool {
+	in := h.Intervals(start, end, loc)
+	return len(in) == 1 && in[0].Start.Equal(start) && in[0].End.Equal(end)
+}
+
 // Interval is a span of time: [Start, End).
 type Interval struct {
 	Start, End time.Time

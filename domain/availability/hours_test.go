@@ -194,3 +194,24 @@ func TestStaffHoursAreBounded(t *testing.T) {
 	}
 	require.Equal(t, []string{"week.monday", "exceptions", "exceptions[0].shifts", "catalog_item_ids"}, fields)
 }
+
+// Covers: a span within one shift, or shifts that touch; not one across a
+// break, on a holiday, or past the day's end.
+func TestWorkingHoursCoverASpanWithinTheirShiftsOnly(t *testing.T) {
+	loc := zone(t, "Europe/London")
+	w := officeWeek()
+	w[time.Saturday] = []availability.Shift{shift(9, 0, 12, 0), shift(12, 0, 14, 0)}
+	h, err := availability.NewWorkingHours(w, []availability.Exception{{Date: day(t, "2027-03-30"), Reason: availability.Holiday}})
+	require.NoError(t, err)
+	at := func(d string, hh, mm int) time.Time { return civil.Resolve(day(t, d), civil.At(hh, mm), loc) }
+	require.True(t, h.Covers(at("2027-03-29", 9, 0), at("2027-03-29", 11, 0), loc))
+	require.True(t, h.Covers(at("2027-03-29", 13, 0), at("2027-03-29", 17, 0), loc))
+	require.False(t, h.Covers(at("2027-03-29", 11, 0), at("2027-03-29", 13, 30), loc), "across the lunch break")
+	require.False(t, h.Covers(at("2027-03-29", 8, 0), at("2027-03-29", 10, 0), loc), "before the shift")
+	require.False(t, h.Covers(at("2027-03-30", 9, 0), at("2027-03-30", 11, 0), loc), "a holiday")
+	require.True(t, h.Covers(at("2027-04-03", 11, 0), at("2027-04-03", 13, 0), loc), "shifts that touch")
+	require.False(t, h.Covers(at("2027-04-04", 9, 0), at("2027-04-04", 11, 0), loc), "a Sunday off")
+	e, ok := h.ExceptionOn(day(t, "2027-03-30"))
+	require.True(t, ok)
+	require.Equal(t, availability.Holiday, e.Reason)
+}

@@ -16,6 +16,7 @@ import (
 
 	"hearth/app/command"
 	"hearth/domain/apperr"
+	"hearth/domain/availability"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/plan"
@@ -394,6 +395,11 @@ func (s *session) CustomerErased(_ context.Context, id string) (bool, error) {
 func (s *session) StaffActive(_ context.Context, id string) (exists, active bool, err error) {
 	r, ok := s.reference("staff", id)
 	return ok, r.active, nil
+}
+
+// StaffHours: the fake keeps no working hours (none set).
+func (s *session) StaffHours(context.Context, string) (availability.WorkingHours, bool, error) {
+	return availability.WorkingHours{}, false, nil
 }
 
 func (s *session) CatalogItem(_ context.Context, id string) (int64, bool, bool, error) {
