@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -21,8 +22,12 @@ import (
 type PlanVisit struct {
 	Key, PlanID, OrderID string
 	StartAt, EndAt       time.Time
-	StaffID              string // the staff member the visit was booked for; "" when unassigned
-	PriceCents           int64
+	// StaffID is the plan's preferred staff member the visit's order was
+	// planned for when it has an assignee (the generator's booking, or one
+	// it kept: the dispatcher may have moved the order to someone else by
+	// hand); "" when unassigned or the plan prefers nobody.
+	StaffID    string
+	PriceCents int64
 	// UnassignedReason says why a visit whose plan prefers a staff member
 	// has none.
 	UnassignedReason string
@@ -43,8 +48,14 @@ type PlanVisit struct {
 // differs reports whether the plan's visit v is no longer what the ledger
 // row says was ordered (moved, another window, price or staff member).
 func (r PlanVisit) differs(v plan.Visit) bool {
-	return !r.StartAt.Equal(v.StartAt) || !r.EndAt.Equal(v.EndAt) || r.PriceCents != v.PriceCents ||
-		(r.StaffID != v.StaffID && !(r.StaffID == "" && r.UnassignedReason != "" && v.StaffID != ""))
+	return !r.StartAt.Equal(v.StartAt) || !r.EndAt.Equal(v.EndAt) || r.PriceCents != v.PriceCents || r.staffDiffers(v)
+}
+
+// staffDiffers reports whether the plan's preferred staff member for v is
+// not the one the row was planned for. A row left unassigned with a reason
+// was planned for a preferred staff member, whoever it was.
+func (r PlanVisit) staffDiffers(v plan.Visit) bool {
+	return r.StaffID != v.StaffID && !(r.StaffID == "" && r.UnassignedReason != "" && v.StaffID != "")
 }
 
 // visitScheduleID is the id of the schedule of the visit's order of the
@@ -483,13 +494,35 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 		default:
 			return nil // started, done or cancelled by hand: never touched
 		}
+		d := o.Details()
+		d.AmountCents = v.PriceCents
+		if r.StartAt.Equal(v.StartAt) && r.EndAt.Equal(v.EndAt) && !r.staffDiffers(v) {
+			// The price alone: the amount changes, nothing else (the
+			// assignment, the dispatcher's by hand included, stays).
+			if err := o.UpdateDetails(d); err != nil {
+				return err
+			}
+			r.PriceCents = v.PriceCents
+			replanned = true
+			return s.SaveVisit(ctx, r)
+		}
 		sch, live, err := s.LiveSchedule(ctx, o.ID())
 		if err != nil {
 			return err
 		}
+		// Who to book at the new window: whoever the order is assigned to
+		// now (the dispatcher may have chosen them by hand), unless the
+		// plan's preferred staff member changed; then the preferred one.
+		var candidates []string
+		if live && !r.staffDiffers(v) {
+			candidates = append(candidates, sch.Window().StaffID)
+		}
+		if v.StaffID != "" && !slices.Contains(candidates, v.StaffID) {
+			candidates = append(candidates, v.StaffID)
+		}
 		r.UnassignedReason = ""
 		var booked *schedule.Schedule
-		if v.StaffID != "" {
+		for _, staffID := range candidates {
 			// A stand-in of the schedule with the new window tries the
 			// booking (its savepoint keeps the old one on a clash).
 			// Named by the order (its generation) and its version too: a
@@ -500,12 +533,18 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 			if live {
 				id = sch.ID()
 			}
-			if booked, r.UnassignedReason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), v.StaffID, v, p.Location()); err != nil {
+			var reason string
+			if booked, reason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), staffID, v, p.Location()); err != nil {
 				return err
 			}
+			if booked != nil {
+				r.UnassignedReason = ""
+				break
+			}
+			if r.UnassignedReason == "" {
+				r.UnassignedReason = reason
+			}
 		}
-		d := o.Details()
-		d.AmountCents = v.PriceCents
 		if booked == nil {
 			note := fmt.Sprintf(" Moved to %s.", v.StartAt.Format(time.RFC3339))
 			if r.UnassignedReason != "" {
@@ -541,7 +580,7 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 		r.StaffID = ""
 		if booked != nil {
 			r.StaffID = v.StaffID
-			if err := o.Assign(order.Assignment{StaffID: v.StaffID, StartAt: v.StartAt, EndAt: v.EndAt}); err != nil {
+			if err := o.Assign(order.Assignment{StaffID: booked.Window().StaffID, StartAt: v.StartAt, EndAt: v.EndAt}); err != nil {
 				return err
 			}
 		}

@@ -599,6 +599,122 @@ func TestVisitGeneratorBooksNoOneOutsideTheirWorkingHours(t *testing.T) {
 	require.Contains(t, order.Body["notes"], "Not assigned: the preferred staff member "+a.staffA+" is not working then (holiday")
 }
 
+// handAssigned gives the first visit's order to a new staff member B by
+// hand (the dispatcher's PUT /v1/orders/{id}/assignment) and gives A
+// another job at that time; it returns B and the order's id.
+func (e generatorEnv) handAssigned(t *testing.T) (staffB, orderID string) {
+	t.Helper()
+	a := e.a
+	day0 := e.firstDay()
+	staffB = a.crmCreate(a.opA, "/v1/staff", map[string]any{"name": "Bea Backup"})
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE visit_key = $1`,
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID))
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
+		"staff_id": staffB, "start_at": day0.Add(9 * time.Hour).Format(time.RFC3339), "end_at": day0.Add(11 * time.Hour).Format(time.RFC3339)})
+	e.otherJob(t, day0.Add(9*time.Hour), 2*time.Hour)
+	return staffB, orderID
+}
+
+// orderEvents lists the types of the order's events after version after.
+func (e generatorEnv) orderEvents(t *testing.T, orderID string, after int) []string {
+	t.Helper()
+	rows, err := e.a.dbs.es.DB.QueryContext(t.Context(), `SELECT type FROM events WHERE stream_id = $1 AND version > $2 ORDER BY version`, orderID, after)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var typ string
+		require.NoError(t, rows.Scan(&typ))
+		out = append(out, typ)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func (e generatorEnv) orderVersion(t *testing.T, orderID string) int {
+	t.Helper()
+	var v int
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT max(version) FROM events WHERE stream_id = $1`, orderID).Scan(&v))
+	return v
+}
+
+// A change of price alone changes only the amount of the visits' orders:
+// an order the dispatcher gave to staff member B by hand (A being needed
+// elsewhere then) stays with B, and is not unassigned.
+func TestVisitGeneratorChangesOnlyTheAmountOnAPriceChange(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0 := e.firstDay()
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	staffB, orderID := e.handAssigned(t)
+	version := e.orderVersion(t, orderID)
+
+	// The merchant raises the price from the first visit on.
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/change", a.opA,
+		map[string]any{"from": day0.Format(time.DateOnly), "price_cents": 5000})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Replanned: 4}, done)
+
+	_, staff, reason := e.ledgerRow(t, day0)
+	require.Equal(t, []string{day0.Add(9 * time.Hour).Format("01-02 15:04")}, e.liveBookings(t, staffB),
+		"the order stays with the staff member the dispatcher chose (ledger now: staff %v, reason %q)", staff, reason)
+	require.Empty(t, reason)
+	require.Equal(t, []string{"OrderDetailsUpdated"}, e.orderEvents(t, orderID, version), "the amount, and nothing else")
+	var price int64
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT price_cents FROM plan_visits WHERE order_id = $1`, orderID).Scan(&price))
+	require.EqualValues(t, 5000, price)
+
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done, "nothing left to re-plan")
+}
+
+// When a visit's window changes, its order keeps the staff member it is
+// assigned to (here B, chosen by hand) where they can take the new
+// window; only a change of the plan's preferred staff member books the
+// preferred one instead.
+func TestVisitGeneratorKeepsTheAssigneeWhenAVisitMoves(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0 := e.firstDay()
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	staffB, orderID := e.handAssigned(t)
+
+	// The first visit moves to 14:00 the day after: B goes then.
+	newStart := day0.AddDate(0, 0, 1).Add(14 * time.Hour)
+	e.move(t, day0.Format(time.DateOnly), newStart.Format(time.DateOnly), "14:00")
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Replanned: 1}, done)
+	require.Equal(t, []string{newStart.Format("01-02 15:04")}, e.liveBookings(t, staffB), "the assignee follows the visit")
+	require.NotContains(t, e.liveBookings(t, a.staffA), newStart.Format("01-02 15:04"))
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done, "nothing left to re-plan")
+
+	// The plan now prefers staff member C from the first visit on: the
+	// plan's new choice is booked.
+	staffC := a.crmCreate(a.opA, "/v1/staff", map[string]any{"name": "Cy Carer"})
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/change", a.opA,
+		map[string]any{"from": day0.Format(time.DateOnly), "staff_id": staffC})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Replanned: 4}, done)
+	require.Empty(t, e.liveBookings(t, staffB))
+	require.Len(t, e.liveBookings(t, staffC), 4)
+	var staffOf string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT staff_id::text FROM bookings WHERE order_id = $1 AND live`,
+		orderID).Scan(&staffOf))
+	require.Equal(t, staffC, staffOf)
+}
+
 // liveBookings lists the live bookings' starts of staff member staff
 // (UTC, "01-02 15:04").
 func (e generatorEnv) liveBookings(t *testing.T, staff string) []string {
