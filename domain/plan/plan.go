@@ -165,6 +165,8 @@ type Plan struct {
 	segments      []segment
 	skipped       map[civil.Date]bool
 	moved         map[civil.Date]move
+	byTarget      []civil.Date // moved's keys by new date (movedInto); nil when to be built
+	changed       int          // Changed events
 	pauses        []pause
 	status        Status
 	endedAt       time.Time
@@ -172,6 +174,16 @@ type Plan struct {
 	version int
 	changes []event.Event
 }
+
+// MaxMovedVisits and MaxChanges bound the visits a plan may move (each
+// counted once, however often it moves) and the changes it may take in its
+// life: a plan is loaded whole (its events) for every question put to it,
+// by every command, every visits read and each transaction of the visit
+// generator.
+const (
+	MaxMovedVisits = 1000
+	MaxChanges     = 200
+)
 
 // HorizonDays is how far ahead of today a plan's dates may lie: a
 // recurrence's start, the visit a change starts from, a skipped or moved
@@ -294,17 +306,18 @@ func (p *Plan) ChangeFrom(from civil.Date, t Terms, now time.Time) error {
 		return err
 	}
 	hasVisit := false
-	for d := range t.Recurrence.dates() {
-		if !d.Before(from) {
-			hasVisit = true
-			break
-		}
+	for range t.Recurrence.datesFrom(from) {
+		hasVisit = true
+		break
 	}
 	if !hasVisit {
 		return apperr.Invalid("recurrence", "has no visit on or after %s, the visit the change starts from", from)
 	}
 	if last := p.segments[len(p.segments)-1]; last.from.Compare(from) <= 0 && last.terms.equal(t) {
 		return nil
+	}
+	if p.changed >= MaxChanges {
+		return apperr.Invalid("from", "the plan was changed %d times, the most a plan may be: end it and create a new one", MaxChanges)
 	}
 	p.record(Changed{From: from, Terms: t})
 	return nil
@@ -362,8 +375,12 @@ func (p *Plan) Move(d, to civil.Date, start civil.Clock, now time.Time) error {
 		return &apperr.RuleError{Rule: RuleMoveIntoPast,
 			Detail: fmt.Sprintf("a visit moves to a start after now; %s %s is %s", to, start, at.Format(time.RFC3339))}
 	}
-	if m, ok := p.moved[d]; (ok && m == move{to, start}) {
+	m, again := p.moved[d]
+	if again && m == (move{to, start}) {
 		return nil
+	}
+	if !again && len(p.moved) >= MaxMovedVisits {
+		return apperr.Invalid("date", "the plan has %d moved visits, the most a plan may have (moving one of them again is allowed): end it and create a new one", MaxMovedVisits)
 	}
 	p.record(VisitMoved{Date: d, ToDate: to, ToStart: start})
 	return nil
@@ -411,15 +428,17 @@ func (p *Plan) Visits(from, to time.Time) []Visit {
 			out = append(out, v)
 		}
 	}
-	for d, t := range p.occurrences() {
+	for d, t := range p.occurrences(lo) {
 		if d.After(hi) {
 			break
 		}
-		if _, moved := p.moved[d]; !moved && !d.Before(lo) {
+		if _, moved := p.moved[d]; !moved {
 			keep(p.visitOf(d, t))
 		}
 	}
-	for _, d := range slices.SortedFunc(maps.Keys(p.moved), civil.Date.Compare) {
+	// Only the moved visits whose new date is in the range: a read costs
+	// its range, not the plan's moves.
+	for _, d := range p.movedInto(lo, hi) {
 		if v, ok := p.visit(d); ok {
 			keep(v)
 		}
@@ -448,17 +467,27 @@ func (p *Plan) VisitByKey(key string) (Visit, bool) {
 	return v, true
 }
 
-// occurrences yields the plan's visit dates in order (skipped, paused or
-// not), each with the terms in force on it: segment i gives the dates of
-// its recurrence from its own from up to the next segment's.
-func (p *Plan) occurrences() iter.Seq2[civil.Date, Terms] {
+// occurrences yields the plan's visit dates from lo on, in order
+// (skipped, paused or not), each with the terms in force on it: segment i
+// gives the dates of its recurrence from its own from up to the next
+// segment's. A segment that ends before lo is not walked, and one that
+// starts before lo is walked from lo (Recurrence.datesFrom).
+func (p *Plan) occurrences(lo civil.Date) iter.Seq2[civil.Date, Terms] {
 	return func(yield func(civil.Date, Terms) bool) {
 		for i, s := range p.segments {
-			for d := range s.terms.Recurrence.dates() {
-				if i+1 < len(p.segments) && !d.Before(p.segments[i+1].from) {
+			last := i+1 == len(p.segments)
+			if !last && !lo.Before(p.segments[i+1].from) {
+				continue
+			}
+			from := s.from
+			if lo.After(from) {
+				from = lo
+			}
+			for d := range s.terms.Recurrence.datesFrom(from) {
+				if !last && !d.Before(p.segments[i+1].from) {
 					break
 				}
-				if !d.Before(s.from) && !yield(d, s.terms) {
+				if !yield(d, s.terms) {
 					return
 				}
 			}
@@ -466,18 +495,43 @@ func (p *Plan) occurrences() iter.Seq2[civil.Date, Terms] {
 	}
 }
 
+// movedInto returns the original dates of the moved visits whose new date
+// lies in [lo, hi], ordered by new date: a binary search in the moved
+// visits ordered by new date, built once per change of the moves.
+func (p *Plan) movedInto(lo, hi civil.Date) []civil.Date {
+	if p.byTarget == nil {
+		p.byTarget = slices.SortedFunc(maps.Keys(p.moved), func(a, b civil.Date) int {
+			return cmp.Or(p.moved[a].date.Compare(p.moved[b].date), a.Compare(b))
+		})
+	}
+	i, _ := slices.BinarySearchFunc(p.byTarget, lo, func(d, lo civil.Date) int {
+		if p.moved[d].date.Before(lo) {
+			return -1
+		}
+		return 1
+	})
+	j := i
+	for j < len(p.byTarget) && !p.moved[p.byTarget[j]].date.After(hi) {
+		j++
+	}
+	return p.byTarget[i:j]
+}
+
 // firstFrom returns the visit that starts first among those dated from on
 // (skipped or not): the first one not moved, or a moved one.
 func (p *Plan) firstFrom(from civil.Date) Visit {
 	var first Visit
-	for d, t := range p.occurrences() {
-		if _, moved := p.moved[d]; !moved && !d.Before(from) {
+	for d, t := range p.occurrences(from) {
+		if _, moved := p.moved[d]; !moved {
 			first = p.visitOf(d, t)
 			break
 		}
 	}
 	for d := range p.moved {
-		if v, ok := p.visit(d); ok && !d.Before(from) && (first.Key == "" || v.StartAt.Before(first.StartAt)) {
+		if d.Before(from) {
+			continue
+		}
+		if v, ok := p.visit(d); ok && (first.Key == "" || v.StartAt.Before(first.StartAt)) {
 			first = v
 		}
 	}
@@ -492,18 +546,10 @@ func (p *Plan) visit(d civil.Date) (Visit, bool) {
 		i--
 	}
 	s := p.segments[i]
-	if d.Before(s.from) {
+	if d.Before(s.from) || !s.terms.Recurrence.has(d) {
 		return Visit{}, false
 	}
-	for x := range s.terms.Recurrence.dates() {
-		if x == d {
-			return p.visitOf(d, s.terms), true
-		}
-		if x.After(d) {
-			break
-		}
-	}
-	return Visit{}, false
+	return p.visitOf(d, s.terms), true
 }
 
 func (p *Plan) visitOf(d civil.Date, t Terms) Visit {
@@ -577,10 +623,12 @@ func (p *Plan) apply(e event.Event) {
 			keep++
 		}
 		p.segments = append(p.segments[:keep:keep], segment{from: e.From, terms: e.Terms})
+		p.changed++
 	case VisitSkipped:
 		p.skipped[e.Date] = true
 	case VisitMoved:
 		p.moved[e.Date] = move{e.ToDate, e.ToStart}
+		p.byTarget = nil
 	case Paused:
 		p.pauses = append(p.pauses, pause{from: e.At})
 		p.status = StatusPaused

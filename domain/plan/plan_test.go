@@ -539,3 +539,118 @@ func TestPlanDatesStayWithinTheHorizon(t *testing.T) {
 	require.NoError(t, p.Skip(last, now))
 	require.Len(t, p.Changes(), 1, "only the skip within the horizon")
 }
+
+// daily is a plan of a visit a day from 2 December 2026, 09:00-11:00 UTC.
+func daily(t *testing.T) *plan.Plan {
+	t.Helper()
+	terms := weekly(t, "2026-12-02")
+	terms.Recurrence = plan.Recurrence{Frequency: plan.Daily, Interval: 1, Start: day(t, "2026-12-02")}
+	return newPlan(t, "UTC", terms)
+}
+
+// withMoves moves the first n visits of a daily plan to 10:00 the same day.
+func withMoves(t *testing.T, n int) *plan.Plan {
+	t.Helper()
+	p := daily(t)
+	d := day(t, "2026-12-02")
+	for i := range n {
+		require.NoError(t, p.Move(d.AddDays(i), d.AddDays(i), civil.At(10, 0), now))
+	}
+	return commit(t, p)
+}
+
+// A visits read costs its range, not the plan's moved visits: it works out
+// the same dates with a hundred moved visits as with the most a plan may
+// have (each moved visit used to be found by walking its recurrence from
+// the start: moves x dates, on every read and in each transaction of the
+// visit generator). Counted in dates worked out, not timed.
+func TestVisitsReadCostsItsRangeNotThePlansMovedVisits(t *testing.T) {
+	few, many := withMoves(t, 100), withMoves(t, plan.MaxMovedVisits)
+	eightWeeks := func(p *plan.Plan) (visits []plan.Visit, steps int) {
+		steps = plan.CountSteps(func() { visits = p.Visits(now, now.Add(8*7*24*time.Hour)) })
+		return visits, steps
+	}
+	fewVisits, fewSteps := eightWeeks(few)
+	manyVisits, manySteps := eightWeeks(many)
+	require.Len(t, manyVisits, 55)
+	require.Equal(t, dates(fewVisits), dates(manyVisits))
+	require.Equal(t, fewSteps, manySteps, "the work of a read does not grow with the plan's moved visits")
+	require.LessOrEqual(t, manySteps, 3*58, "a few steps per date of the range")
+
+	// Looking a visit up by its key, and the first visit from a date on (a
+	// change's check), cost no walk either.
+	key := plan.VisitKey(many.ID(), day(t, "2027-06-01"))
+	steps := plan.CountSteps(func() {
+		v, ok := many.VisitByKey(key)
+		require.True(t, ok)
+		require.True(t, v.Moved)
+	})
+	require.LessOrEqual(t, steps, 2)
+	terms := many.Terms()
+	terms.PriceCents++
+	steps = plan.CountSteps(func() { require.NoError(t, many.ChangeFrom(day(t, "2027-06-01"), terms, now)) })
+	require.Less(t, steps, 3*plan.MaxMovedVisits, "one test per moved visit at most, no walk from the start for each")
+}
+
+// A plan changed many times reads its later visits at the cost of the
+// range: the segments that end before it are not walked.
+func TestVisitsReadCostsItsRangeNotThePlansChanges(t *testing.T) {
+	once, often := daily(t), daily(t)
+	d := day(t, "2026-12-02")
+	for i := range 150 {
+		terms := often.Terms()
+		terms.PriceCents = int64(1000 + i)
+		require.NoError(t, often.ChangeFrom(d.AddDays(i), terms, now))
+	}
+	terms := once.Terms()
+	terms.PriceCents = 1149
+	require.NoError(t, once.ChangeFrom(d.AddDays(149), terms, now))
+	once, often = commit(t, once), commit(t, often)
+	from := now.AddDate(0, 0, 200)
+	read := func(p *plan.Plan) (visits []plan.Visit, steps int) {
+		steps = plan.CountSteps(func() { visits = p.Visits(from, from.Add(8*7*24*time.Hour)) })
+		return visits, steps
+	}
+	onceVisits, onceSteps := read(once)
+	oftenVisits, oftenSteps := read(often)
+	require.Equal(t, dates(onceVisits), dates(oftenVisits))
+	require.Equal(t, onceSteps, oftenSteps)
+}
+
+// A plan may move at most plan.MaxMovedVisits visits and take
+// plan.MaxChanges changes (422 naming the field): a plan is loaded whole
+// for every question put to it.
+func TestMovesAndChangesAreBounded(t *testing.T) {
+	p := withMoves(t, plan.MaxMovedVisits)
+	d := day(t, "2026-12-02")
+	next := d.AddDays(plan.MaxMovedVisits)
+	require.Equal(t, []string{"date"}, fieldsOf(t, p.Move(next, next, civil.At(12, 0), now)))
+	require.NoError(t, p.Move(d, d, civil.At(12, 0), now), "moving a moved visit again is no new moved visit")
+
+	p = daily(t)
+	for i := range plan.MaxChanges {
+		terms := p.Terms()
+		terms.PriceCents = int64(1000 + i)
+		require.NoError(t, p.ChangeFrom(d.AddDays(i), terms, now))
+	}
+	p = commit(t, p)
+	terms := p.Terms()
+	terms.PriceCents++
+	require.Equal(t, []string{"from"}, fieldsOf(t, p.ChangeFrom(d.AddDays(plan.MaxChanges), terms, now)))
+}
+
+// BenchmarkVisitsOfAPlanWithManyMovedVisits reads eight weeks of visits of
+// a daily plan whose plan.MaxMovedVisits first visits moved (go test -bench).
+func BenchmarkVisitsOfAPlanWithManyMovedVisits(b *testing.B) {
+	terms := plan.Terms{PriceCents: 5000, Window: plan.Window{Start: civil.At(9, 0), End: civil.At(11, 0)},
+		Recurrence: plan.Recurrence{Frequency: plan.Daily, Interval: 1, Start: civil.Date{Year: 2026, Month: 12, Day: 2}}}
+	p, err := plan.New(plan.NewPlan{ID: uuid.New(), CustomerID: uuid.New(), CatalogItemID: uuid.New(), TimeZone: "UTC", Terms: terms}, now)
+	require.NoError(b, err)
+	d := terms.Recurrence.Start
+	for i := range plan.MaxMovedVisits {
+		require.NoError(b, p.Move(d.AddDays(i), d.AddDays(i), civil.At(10, 0), now))
+	}
+	for b.Loop() {
+		p.Visits(now, now.Add(8*7*24*time.Hour))
+	}
+}

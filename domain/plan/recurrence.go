@@ -143,28 +143,52 @@ func (r Recurrence) first() (civil.Date, bool) {
 	return civil.Date{}, false
 }
 
+// step, when set, is called for each date the recurrence works out (tests
+// count the work of a question put to a plan with it).
+var step func()
+
 // dates yields the rule's dates in order (r normalized). An open-ended rule
 // never stops: the caller breaks.
-func (r Recurrence) dates() iter.Seq[civil.Date] {
+func (r Recurrence) dates() iter.Seq[civil.Date] { return r.datesFrom(r.Start) }
+
+// datesFrom yields the rule's dates from from on, in order (r normalized),
+// without walking those before: it starts at from's day, week or month,
+// its place among the dates (for Count) worked out arithmetically.
+func (r Recurrence) datesFrom(from civil.Date) iter.Seq[civil.Date] {
+	if from.Before(r.Start) {
+		from = r.Start
+	}
 	return func(yield func(civil.Date) bool) {
-		n := 0
+		n := 0 // the dates before the current one (Count counts them all)
 		emit := func(d civil.Date) bool {
+			if step != nil {
+				step()
+			}
 			if r.Until != nil && d.After(*r.Until) {
 				return false
 			}
+			if r.Count != 0 && n >= r.Count {
+				return false
+			}
 			n++
-			return yield(d) && (r.Count == 0 || n < r.Count)
+			return d.Before(from) || yield(d)
 		}
 		switch r.Frequency {
 		case Daily:
-			for k := 0; ; k += r.Interval {
+			k := from.DaysSince(r.Start) / r.Interval * r.Interval
+			n = k / r.Interval
+			for ; ; k += r.Interval {
 				if !emit(r.Start.AddDays(k)) {
 					return
 				}
 			}
 		case Weekly:
 			monday := r.Start.AddDays(-mondayFirst(r.Start.Weekday()))
-			for k := 0; ; k += r.Interval {
+			k := from.DaysSince(monday) / 7 / r.Interval * r.Interval
+			if k > 0 {
+				n = k/r.Interval*len(r.Weekdays) - r.skippedInFirstWeek()
+			}
+			for ; ; k += r.Interval {
 				for _, w := range r.Weekdays {
 					d := monday.AddDays(7*k + mondayFirst(w))
 					if d.Before(r.Start) {
@@ -176,7 +200,14 @@ func (r Recurrence) dates() iter.Seq[civil.Date] {
 				}
 			}
 		case Monthly:
-			for k := 0; ; k += r.Interval {
+			k := ((from.Year-r.Start.Year)*12 + int(from.Month) - int(r.Start.Month)) / r.Interval * r.Interval
+			if k > 0 {
+				n = k / r.Interval
+				if r.skipsFirstMonth() {
+					n--
+				}
+			}
+			for ; ; k += r.Interval {
 				first := time.Date(r.Start.Year, r.Start.Month+time.Month(k), 1, 12, 0, 0, 0, time.UTC)
 				y, m := first.Year(), first.Month()
 				d := civil.Date{Year: y, Month: m, Day: min(r.MonthDay, civil.DaysIn(y, m))}
@@ -189,4 +220,62 @@ func (r Recurrence) dates() iter.Seq[civil.Date] {
 			}
 		}
 	}
+}
+
+// skippedInFirstWeek counts the weekdays of Start's week before Start (a
+// weekly rule gives no date there).
+func (r Recurrence) skippedInFirstWeek() int {
+	n := 0
+	for _, w := range r.Weekdays {
+		if mondayFirst(w) < mondayFirst(r.Start.Weekday()) {
+			n++
+		}
+	}
+	return n
+}
+
+// skipsFirstMonth reports whether a monthly rule's date in Start's month is
+// before Start (so it gives none there).
+func (r Recurrence) skipsFirstMonth() bool {
+	return min(r.MonthDay, civil.DaysIn(r.Start.Year, r.Start.Month)) < r.Start.Day
+}
+
+// has reports whether d is one of the rule's dates (r normalized), by
+// arithmetic from Start: no walk over the dates before it.
+func (r Recurrence) has(d civil.Date) bool {
+	if step != nil {
+		step()
+	}
+	if d.Before(r.Start) || (r.Until != nil && d.After(*r.Until)) {
+		return false
+	}
+	var n int // d's place among the dates
+	switch r.Frequency {
+	case Daily:
+		k := d.DaysSince(r.Start)
+		if k%r.Interval != 0 {
+			return false
+		}
+		n = k / r.Interval
+	case Weekly:
+		monday := r.Start.AddDays(-mondayFirst(r.Start.Weekday()))
+		k := d.DaysSince(monday) / 7
+		i := slices.Index(r.Weekdays, d.Weekday())
+		if k%r.Interval != 0 || i < 0 {
+			return false
+		}
+		n = k/r.Interval*len(r.Weekdays) + i - r.skippedInFirstWeek()
+	case Monthly:
+		k := (d.Year-r.Start.Year)*12 + int(d.Month) - int(r.Start.Month)
+		if k%r.Interval != 0 || d.Day != min(r.MonthDay, civil.DaysIn(d.Year, d.Month)) {
+			return false
+		}
+		n = k / r.Interval
+		if r.skipsFirstMonth() {
+			n--
+		}
+	default:
+		return false
+	}
+	return r.Count == 0 || n < r.Count
 }
