@@ -58,7 +58,8 @@ const (
 	RuleVisitStarted = "service_plan.visit_started"
 	// RuleVisitSkipped: a skipped visit is not moved.
 	RuleVisitSkipped = "service_plan.visit_skipped"
-	// RuleMoveIntoPast: a visit moves to a start after now only.
+	// RuleMoveIntoPast: a visit moves to a start after now only, by a
+	// move or by a change from a visit on.
 	RuleMoveIntoPast = "service_plan.move_into_past"
 )
 
@@ -282,7 +283,9 @@ func (p *Plan) Terms() Terms { return p.segments[len(p.segments)-1].terms.normal
 // new recurrence gives the dates (from its own start: an unchanged
 // recurrence keeps every date, and so every key). A skip or move of a
 // visit from on stays with its date while the new recurrence still has that
-// date. Refused when a visit dated from on has started.
+// date. Refused when a visit dated from on has started, or when the new
+// terms would put one (skipped or not) at a start that is not after now
+// (RuleMoveIntoPast).
 func (p *Plan) ChangeFrom(from civil.Date, t Terms, now time.Time) error {
 	var errs apperr.Fields
 	t.check(&errs)
@@ -318,6 +321,16 @@ func (p *Plan) ChangeFrom(from civil.Date, t Terms, now time.Time) error {
 	}
 	if p.changed >= MaxChanges {
 		return apperr.Invalid("from", "the plan was changed %d times, the most a plan may be: end it and create a new one", MaxChanges)
+	}
+	// Under the new terms, no visit dated from on may start before now (a
+	// visit of today, not started yet, moved to an earlier hour that has
+	// passed would drop out of the plan unnoticed).
+	after := *p
+	after.apply(Changed{From: from, Terms: t})
+	if first := after.firstFrom(from); !first.StartAt.After(now) {
+		return &apperr.RuleError{Rule: RuleMoveIntoPast, Detail: fmt.Sprintf(
+			"the change would put the visit of %s at %s, which has passed; change from a later visit on, or move that one",
+			first.Date, first.StartAt.Format(time.RFC3339))}
 	}
 	p.record(Changed{From: from, Terms: t})
 	return nil

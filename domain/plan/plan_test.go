@@ -589,7 +589,9 @@ func TestVisitsReadCostsItsRangeNotThePlansMovedVisits(t *testing.T) {
 	terms := many.Terms()
 	terms.PriceCents++
 	steps = plan.CountSteps(func() { require.NoError(t, many.ChangeFrom(day(t, "2027-06-01"), terms, now)) })
-	require.Less(t, steps, 3*plan.MaxMovedVisits, "one test per moved visit at most, no walk from the start for each")
+	// (A change looks at the moved visits dated from on twice, under the
+	// old terms and the new: a few tests each, not a walk from the start.)
+	require.Less(t, steps, 5*plan.MaxMovedVisits, "linear in the moved visits, no walk from the start for each")
 }
 
 // A plan changed many times reads its later visits at the cost of the
@@ -653,4 +655,35 @@ func BenchmarkVisitsOfAPlanWithManyMovedVisits(b *testing.B) {
 	for b.Loop() {
 		p.Visits(now, now.Add(8*7*24*time.Hour))
 	}
+}
+
+// A change from a visit on may not put a visit dated from on at a start
+// that has passed: at 10:00, moving today's 15:00 visit (not started yet)
+// and the following ones to 08:00 is refused (RuleMoveIntoPast), as a move
+// into the past is, rather than losing today's visit unnoticed. From
+// tomorrow on, or to a later hour, the change is taken.
+func TestChangeFromRefusesToPutAVisitInThePast(t *testing.T) {
+	today := civil.DateOf(now, time.UTC) // now is 10:00 UTC
+	terms := weekly(t, today.String())
+	terms.Window = plan.Window{Start: civil.At(15, 0), End: civil.At(16, 0)}
+	terms.Recurrence = plan.Recurrence{Frequency: plan.Daily, Interval: 1, Start: today}
+	p := newPlan(t, "UTC", terms)
+	require.Equal(t, today, p.Visits(now, now.Add(24*time.Hour))[0].Date, "today's 15:00 visit is to come")
+
+	early := terms
+	early.Window = plan.Window{Start: civil.At(8, 0), End: civil.At(9, 0)}
+	require.Equal(t, plan.RuleMoveIntoPast, ruleOf(t, p.ChangeFrom(today, early, now)))
+	require.Empty(t, p.Changes(), "nothing recorded")
+	require.Equal(t, today, p.Visits(now, now.Add(24*time.Hour))[0].Date)
+
+	require.NoError(t, p.ChangeFrom(today.AddDays(1), early, now))
+	later := terms
+	later.Window = plan.Window{Start: civil.At(10, 30), End: civil.At(11, 30)}
+	require.NoError(t, p.ChangeFrom(today, later, now))
+	p = commit(t, p)
+	visits := p.Visits(now, now.Add(48*time.Hour))
+	require.Equal(t, []string{today.String(), today.AddDays(1).String()}, dates(visits))
+	require.Equal(t, time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC), visits[0].StartAt)
+	require.Equal(t, time.Date(2026, 12, 2, 10, 30, 0, 0, time.UTC), visits[1].StartAt,
+		"the change from today on replaced the one from tomorrow on")
 }
