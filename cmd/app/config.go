@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -252,6 +253,9 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		return d
 	}
 	cfg.PollInterval = duration("POLL_INTERVAL", 100*time.Millisecond)
+	if cfg.PollInterval < time.Millisecond { // every idle subscriber would poll in a loop
+		errs = append(errs, fmt.Errorf("POLL_INTERVAL=%s: must be at least 1ms", cfg.PollInterval))
+	}
 	cfg.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", 20*time.Second)
 	cfg.ConsistencyTimeout = duration("CONSISTENCY_TIMEOUT", 2*time.Second)
 	if cfg.ConsistencyTimeout > 30*time.Second {
@@ -273,6 +277,9 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	}
 	cfg.EventFeedMaxWaits = count(getenv, "EVENT_FEED_MAX_WAITS", 256, 1, &errs)
 	cfg.RequestStatementTimeout = duration("REQUEST_STATEMENT_TIMEOUT", 5*time.Second)
+	if cfg.RequestStatementTimeout > time.Hour { // Postgres takes up to 596h; no request should wait an hour
+		errs = append(errs, fmt.Errorf("REQUEST_STATEMENT_TIMEOUT=%s: must be at most 1h", cfg.RequestStatementTimeout))
+	}
 	cfg.HTTPReadTimeout = duration("HTTP_READ_TIMEOUT", 30*time.Second)
 	wait, waitName := cfg.ConsistencyTimeout, "CONSISTENCY_TIMEOUT"
 	if cfg.EventFeedWait > wait {
@@ -357,13 +364,13 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	default:
 		errs = append(errs, fmt.Errorf("MODE (--mode) = %q: must be api, worker or all", cfg.Mode))
 	}
-	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
-		errs = append(errs, fmt.Errorf("HTTP_ADDR (--http-addr) = %q: must be host:port, such as :8080", cfg.HTTPAddr))
+	if listenAddrProblem(cfg.HTTPAddr) {
+		errs = append(errs, fmt.Errorf("HTTP_ADDR (--http-addr) = %q: must be host:port with a port from 0 to 65535, such as :8080", cfg.HTTPAddr))
 	}
 	if cfg.AdminAddr != "" {
-		if _, port, err := net.SplitHostPort(cfg.AdminAddr); err != nil {
-			errs = append(errs, fmt.Errorf("ADMIN_ADDR=%q: must be host:port, such as 127.0.0.1:9090", cfg.AdminAddr))
-		} else if cfg.AdminAddr == cfg.HTTPAddr && port != "0" { // port 0: each listener gets a free port
+		if listenAddrProblem(cfg.AdminAddr) {
+			errs = append(errs, fmt.Errorf("ADMIN_ADDR=%q: must be host:port with a port from 0 to 65535, such as 127.0.0.1:9090", cfg.AdminAddr))
+		} else if _, port, _ := net.SplitHostPort(cfg.AdminAddr); cfg.AdminAddr == cfg.HTTPAddr && port != "0" { // port 0: each listener gets a free port
 			errs = append(errs, fmt.Errorf("ADMIN_ADDR=%q: must differ from HTTP_ADDR", cfg.AdminAddr))
 		}
 	}
@@ -402,6 +409,17 @@ func perSecond(getenv func(string) string, name string, def float64, errs *[]err
 // durationOrOff reads a Go duration of at least 0, which turns the
 // setting's work off (off says how, for the message), and at most most
 // when most is not 0.
+// listenAddrProblem reports whether addr is no address to listen on: not
+// host:port, a port out of range (or no service name), a host with space.
+func listenAddrProblem(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || strings.ContainsFunc(host, unicode.IsSpace) {
+		return true
+	}
+	_, err = net.LookupPort("tcp", port)
+	return err != nil
+}
+
 func durationOrOff(getenv func(string) string, name string, def, most time.Duration, off string, errs *[]error) time.Duration {
 	v := getenv(name)
 	if v == "" {

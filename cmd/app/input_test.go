@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"flag"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -179,4 +182,154 @@ func jsonOf(t *testing.T, v map[string]any) []byte {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return b
+}
+
+// a body whose object is followed by '}' or ']' makes the
+// repeated-member scan panic; the API answers 500 /problems/internal (and
+// logs a handler panic with its stack) where docs/api.md promises 400
+// /problems/malformed-request for "JSON that does not parse".
+func TestDataAfterTheBodysObjectIsMalformed(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	order := a.createOrder(a.opA, customer, 100)
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/customers", `{"name":"Bo"}}`},
+		{http.MethodPost, "/v1/orders", `{"customer_id":"` + customer + `","amount_cents":1}]`},
+		{http.MethodPatch, "/v1/orders/" + order, `{"notes":"x"} }`},
+	} {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			before := a.events("")
+			r := a.do(c.method, c.path, a.opA, c.body)
+			require.Equal(t, before, a.events(""), "%s %s: nothing written", c.method, c.path)
+			requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+		})
+	}
+}
+
+// a list cursor is decoded but its time is not checked
+// against the range Postgres takes; a cursor naming the year 0 (or a time
+// that is the year 0 once in UTC) reaches the query and answers 500, where
+// docs/api.md says a bad query parameter is 400 naming it.
+func TestAListCursorOfATimeOutOfRangeIsRefused(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	cursor := func(at string) string {
+		return base64.RawURLEncoding.EncodeToString([]byte(`{"o":"created_at","t":"` + at + `","i":"00000000-0000-0000-0000-000000000000"}`))
+	}
+	for _, at := range []string{"0000-01-01T00:00:00Z", "0001-01-01T00:30:00+01:00"} {
+		for _, list := range []string{"/v1/orders", "/v1/customers", "/v1/schedules", "/v1/service-requests"} {
+			t.Run(list+" "+at, func(t *testing.T) {
+				r := a.do(http.MethodGet, list+"?page_size=5&cursor="+cursor(at), a.opA, nil)
+				requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+				require.Equal(t, []string{"cursor"}, problemFields(r), "%s %s: %s", list, at, r)
+			})
+		}
+	}
+}
+
+// "\ud800" (a lone surrogate, not Unicode text) is
+// stored as U+FFFD: the record holds something else than what the client
+// sent, and nothing says so.
+func TestALoneSurrogateIsRefusedNotReplaced(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	r := a.do(http.MethodPost, "/v1/customers", a.opA, `{"name":"Ada \ud800 Lovelace"}`)
+	require.NotEqual(t, http.StatusCreated, r.Status, "stored as %q", r.Body["name"])
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Equal(t, []string{"name"}, problemFields(r))
+}
+
+// a list's one-value filters given twice are read
+// silently: customer_id, staff_id, from, to, page_size and cursor take the
+// first value, settlement_status the last. A client asking for two
+// customers' orders gets one customer's, complete-looking. The event feed
+// refuses the same thing ("must be given at most once").
+func TestAOneValueListParameterGivenTwiceIsRefused(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ada, bo := a.createCustomer(a.opA, "Ada"), a.createCustomer(a.opA, "Bo")
+	o1, o2 := a.createOrder(a.opA, ada, 100), a.createOrder(a.opA, bo, 200)
+	a.awaitOrder(a.opA, o1, 1)
+	a.awaitOrder(a.opA, o2, 1)
+	for name, query := range map[string]string{
+		"customer_id":       "customer_id=" + ada + "&customer_id=" + bo,
+		"settlement_status": "settlement_status=settled&settlement_status=unsettled",
+		"page_size":         "page_size=1&page_size=200",
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := a.do(http.MethodGet, "/v1/orders?"+query, a.opA, nil)
+			requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+			require.Equal(t, []string{name}, problemFields(r), "%s: %s", query, r)
+		})
+	}
+}
+
+// the routes whose body is optional (convert, a plan's
+// pause/resume/end, key rotation, secret rotation) skip decoding only when
+// Content-Length is 0. An empty body sent chunked (Content-Length unknown,
+// as clients streaming a body do) is decoded and refused: 400 "request
+// body is empty; a JSON object is required".
+func TestAnOptionalBodyMayBeEmptyWhenChunked(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	sr := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA,
+		map[string]any{"customer_id": customer, "content": "leaking tap"}).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPost, "/v1/service-requests/"+sr+"/status", a.opA, map[string]any{"status": "confirmed"})
+
+	req, err := http.NewRequest(http.MethodPost, a.base+"/v1/service-requests/"+sr+"/convert", io.NopCloser(strings.NewReader("")))
+	require.NoError(t, err)
+	req.ContentLength = -1 // sent chunked: the length is not known ahead
+	req.Header.Set("Authorization", "Bearer "+a.opA)
+	res, err := a.client.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", body)
+}
+
+// expected_version -1 is not a version any aggregate can
+// be at, yet it answers 409 "read it again and retry", which a client's
+// retry loop follows for ever; If-Match: "-1" is a 400 naming If-Match.
+func TestANegativeExpectedVersionIsInvalidNotAConflict(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	order := a.createOrder(a.opA, a.createCustomer(a.opA, "Ada"), 100)
+	r := a.do(http.MethodPatch, "/v1/orders/"+order, a.opA, `{"expected_version":-1,"notes":"x"}`)
+	require.Contains(t, []int{http.StatusBadRequest, http.StatusUnprocessableEntity}, r.Status, "%s", r)
+	require.Equal(t, []string{"expected_version"}, problemFields(r), "%s", r)
+}
+
+// REQUEST_STATEMENT_TIMEOUT past Postgres's limit for
+// statement_timeout (2147483647 ms, about 596h) passes the configuration's
+// checks; every request pool connection is then refused by the server, and
+// serve fails with "DATABASE_URL (request pool): ... invalid value for
+// parameter statement_timeout", naming the wrong setting.
+func TestRequestStatementTimeoutIsBounded(t *testing.T) {
+	env := map[string]string{"REQUEST_STATEMENT_TIMEOUT": "600h"}
+	_, _, err := loadConfig(func(k string) string { return env[k] }, flag.NewFlagSet("t", flag.ContinueOnError), nil)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "REQUEST_STATEMENT_TIMEOUT")
+}
+
+// listen addresses are checked only for a host:port
+// shape; a port out of range (or a host with a space) passes, and serve
+// fails only after opening and migrating the databases. The configuration
+// says it "validates everything once" and every error names its setting.
+func TestListenAddressesAndPollIntervalAreValidated(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"HTTP_ADDR": ":99999"},
+		{"HTTP_ADDR": ":-1"},
+		{"ADMIN_ADDR": "127.0.0.1:70000"},
+		{"HTTP_ADDR": "bad host:80"},
+		{"POLL_INTERVAL": "1ns"},
+	} {
+		_, _, err := loadConfig(func(k string) string { return env[k] }, flag.NewFlagSet("t", flag.ContinueOnError), nil)
+		require.Error(t, err, "%v", env)
+		for name := range env {
+			require.Contains(t, err.Error(), name)
+		}
+	}
 }

@@ -96,10 +96,8 @@ func (s *server) rotateKey(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var in rotateInput
-	if r.ContentLength != 0 {
-		if err := decode(r, &in); err != nil {
-			return err
-		}
+	if err := decodeOptional(r, &in); err != nil {
+		return err
 	}
 	var grace time.Duration
 	if in.Grace != "" {

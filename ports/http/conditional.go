@@ -40,6 +40,9 @@ func notModified(w http.ResponseWriter, r *http.Request, version int) bool {
 // body's expected_version (nil: none). If-Match takes one strong tag or
 // "*" (any version); given both, they must agree.
 func expectedVersion(r *http.Request, fromBody *int) (*int, error) {
+	if fromBody != nil && *fromBody < 0 { // no stream is at it: not stale, wrong
+		return nil, malformed("expected_version", "must be a version of 0 or more, got %d", *fromBody)
+	}
 	header := strings.TrimSpace(r.Header.Get("If-Match"))
 	if header == "" || header == "*" {
 		return fromBody, nil

@@ -18,12 +18,7 @@ import (
 // answers into a loop of requests.
 func (s *server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
-	for _, name := range []string{"after", "limit", "wait"} {
-		if len(p.v[name]) > 1 {
-			p.fail(name, "must be given at most once")
-		}
-	}
-	after, err := query.ParseFeedCursor(p.v.Get("after"))
+	after, err := query.ParseFeedCursor(p.one("after"))
 	if err != nil {
 		p.fail("after", "%v, got %q", err, p.v.Get("after"))
 	}
@@ -80,7 +75,7 @@ func (p *params) eventTypes(name string) []string {
 
 // duration reads a Go duration of 0 or more (such as 500ms or 20s).
 func (p *params) duration(name string, def time.Duration) time.Duration {
-	s := p.v.Get(name)
+	s := p.one(name)
 	if s == "" {
 		return def
 	}

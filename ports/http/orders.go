@@ -217,7 +217,7 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 		To:         p.time("to"),
 	}
 	if ss := p.oneOf("settlement_status", []string{string(order.Unsettled), string(order.Settled)}); len(ss) > 0 {
-		f.SettlementStatus = ss[len(ss)-1]
+		f.SettlementStatus = p.one("settlement_status")
 	}
 	page := p.listPage()
 	if p.err != nil {

@@ -28,8 +28,18 @@ func (p *params) fail(name, format string, args ...any) {
 	}
 }
 
+// one is the value of a parameter that takes one (empty when absent). Given
+// twice it is refused: a filter given two values would otherwise answer
+// for one of them, and look complete.
+func (p *params) one(name string) string {
+	if len(p.v[name]) > 1 {
+		p.fail(name, "must be given at most once")
+	}
+	return p.v.Get(name)
+}
+
 func (p *params) int(name string, def, min, max int) int {
-	s := p.v.Get(name)
+	s := p.one(name)
 	if s == "" {
 		return def
 	}
@@ -52,7 +62,7 @@ func (p *params) page() query.Page {
 // the cost of the first page.
 func (p *params) listPage() query.Page {
 	pg := p.page()
-	if c := p.v.Get("cursor"); c != "" {
+	if c := p.one("cursor"); c != "" {
 		if p.v.Has("page") {
 			p.fail("page", "must not be given with cursor: the cursor says where the page starts")
 		}
@@ -90,14 +100,16 @@ func parseCursor(s string) (*query.Cursor, bool) {
 	}
 	at, err := time.Parse(time.RFC3339Nano, tok.At)
 	id, ok := uuid.Parse(tok.ID)
-	if err != nil || !ok {
+	// A time the database cannot hold was never a row's: no cursor of
+	// this API names one.
+	if err != nil || !ok || event.InstantProblem(at) != "" {
 		return nil, false
 	}
 	return &query.Cursor{Order: tok.Order, At: at, ID: id}, true
 }
 
 func (p *params) uuid(name string) string {
-	s := p.v.Get(name)
+	s := p.one(name)
 	if s == "" {
 		return ""
 	}
@@ -109,7 +121,7 @@ func (p *params) uuid(name string) string {
 }
 
 func (p *params) time(name string) *time.Time {
-	s := p.v.Get(name)
+	s := p.one(name)
 	if s == "" {
 		return nil
 	}

@@ -224,10 +224,8 @@ func (s *server) moveVisit(w http.ResponseWriter, r *http.Request) error {
 func (s *server) planLifecycle(do func(command.PlanHandlers, context.Context, command.PlanTarget) (command.Written, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		var in versionInput
-		if r.ContentLength != 0 {
-			if err := decode(r, &in); err != nil {
-				return err
-			}
+		if err := decodeOptional(r, &in); err != nil {
+			return err
 		}
 		return s.onPlan(w, r, in.ExpectedVersion, func(t command.PlanTarget, _ *local) planCall {
 			return func(ctx context.Context, h command.PlanHandlers) (command.Written, error) { return do(h, ctx, t) }
@@ -514,7 +512,7 @@ type slotsBody struct {
 // minutesParam reads a length of time written as a Go duration ("90m",
 // "2h") or a number of minutes ("90").
 func (p *params) minutes(name string) time.Duration {
-	s := p.v.Get(name)
+	s := p.one(name)
 	if s == "" {
 		return 0
 	}
@@ -540,7 +538,7 @@ func (s *server) availability(w http.ResponseWriter, r *http.Request) error {
 		Step:          p.minutes("step"),
 		StaffID:       p.uuid("staff_id"),
 		CatalogItemID: p.uuid("catalog_item_id"),
-		Cursor:        p.v.Get("cursor"),
+		Cursor:        p.one("cursor"),
 		Limit:         p.int("page_size", 20, 1, availability.MaxLimit),
 	}
 	if from := p.time("from"); from != nil {

@@ -203,18 +203,42 @@ func writeProblem(w http.ResponseWriter, p problem) {
 // (curl -d sends a form type by default). Its text must then be clean and
 // its ids are made canonical (cleanInput).
 func decode(r *http.Request, dst any) error {
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return err
-		}
-		return &badRequest{slug: "malformed-request", detail: "request body could not be read: " + err.Error()}
+		return err
 	}
+	return parseBody(body, dst)
+}
+
+// decodeOptional is decode for a body that may be left out: an empty one
+// (or only white space), whatever its framing (a Content-Length of 0, or
+// chunked with no data), leaves dst as it is.
+func decodeOptional(r *http.Request, dst any) error {
+	body, err := readBody(r)
+	if err != nil || len(bytes.TrimSpace(body)) == 0 {
+		return err
+	}
+	return parseBody(body, dst)
+}
+
+// parseBody decodes a request body into dst and checks its text.
+func parseBody(body []byte, dst any) error {
 	if err := decodeJSON(body, dst); err != nil {
 		return err
 	}
 	return cleanInput(body, dst)
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, err
+		}
+		return nil, &badRequest{slug: "malformed-request", detail: "request body could not be read: " + err.Error()}
+	}
+	return body, nil
 }
 
 // decodeJSON is decode's strict JSON decoding.

@@ -62,7 +62,7 @@ func (rs records[T, P, In, B]) get(w http.ResponseWriter, r *http.Request) error
 func (rs records[T, P, In, B]) list(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
 	page := p.listPage()
-	q := p.v.Get("q")
+	q := p.one("q")
 	if len(q) > 200 {
 		p.fail("q", "must be at most 200 bytes")
 	} else if problem := text.Problem(q, false); problem != "" {

@@ -124,10 +124,8 @@ type convertInput struct {
 // allowed.
 func (s *server) convertServiceRequest(w http.ResponseWriter, r *http.Request) error {
 	var in convertInput
-	if r.ContentLength != 0 {
-		if err := decode(r, &in); err != nil {
-			return err
-		}
+	if err := decodeOptional(r, &in); err != nil {
+		return err
 	}
 	t, err := s.requestTarget(r, in.ExpectedVersion)
 	if err != nil {

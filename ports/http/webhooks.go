@@ -163,10 +163,8 @@ func (s *server) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	var in rotateSecretInput
-	if r.ContentLength != 0 {
-		if err := decode(r, &in); err != nil {
-			return err
-		}
+	if err := decodeOptional(r, &in); err != nil {
+		return err
 	}
 	overlap := defaultOverlap
 	if in.Overlap != nil {
