@@ -592,10 +592,10 @@ func TestVisitGeneratorBooksNoOneOutsideTheirWorkingHours(t *testing.T) {
 	require.NotNil(t, staff, "an ordinary day: booked")
 	require.Equal(t, []string{day0.AddDate(0, 0, 14).Add(9 * time.Hour).Format("01-02 15:04"),
 		day0.AddDate(0, 0, 21).Add(9 * time.Hour).Format("01-02 15:04")}, e.liveBookings(t, a.staffA))
-	var notes string
+	var orderID string
 	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE visit_key = $1`,
-		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&notes))
-	order := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+notes, a.opA, nil)
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID))
+	order := a.crmAwait(a.opA, "/v1/orders/"+orderID, func(r response) bool { return r.Status == http.StatusOK }) // the read model follows
 	require.Contains(t, order.Body["notes"], "Not assigned: the preferred staff member "+a.staffA+" is not working then (holiday")
 }
 
