@@ -344,7 +344,7 @@ func (d *Dispatcher) done(id string, w *worker) bool {
 type claim struct {
 	id, eventID    string
 	body           []byte
-	bodyErr        error // the event has no public form: fails without a send
+	bodyErr        error // no body: not sent (notSent)
 	ping, again    bool
 	attempts       int
 	first, claimed time.Time // first attempt, this attempt (the database's clock)
@@ -373,6 +373,9 @@ type result struct {
 	// ping: the attempt was a test ping's (it says nothing of whether the
 	// endpoint is failing).
 	ping bool
+	// notSent: nothing was sent, the body could not be built for a passing
+	// cause (notSent); it says nothing of the receiver either.
+	notSent bool
 }
 
 // target is what a round reads of its endpoint.
@@ -459,11 +462,12 @@ func (d *Dispatcher) work(id string, w *worker) {
 
 // stillFailing says whether an endpoint is failing after a round's
 // results: all its attempts failed; a round of test pings only (or of
-// releases) leaves it as it was.
+// releases, or of deliveries whose body could not be built) leaves it as
+// it was.
 func stillFailing(was bool, results []result) bool {
 	tried, ok := false, false
 	for _, r := range results {
-		if r.release || r.ping {
+		if r.release || r.ping || r.notSent {
 			continue
 		}
 		tried, ok = true, ok || r.status == webhook.Succeeded
@@ -765,8 +769,7 @@ func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []clai
 	var wg sync.WaitGroup
 	for i, c := range claims {
 		if c.bodyErr != nil {
-			out[i] = result{id: c.id, status: webhook.Failed, err: "not sent: " + c.bodyErr.Error(), ping: c.ping}
-			d.cfg.Metrics.outcome("failed")
+			out[i] = d.notSent(c, e)
 			continue
 		}
 		slots <- struct{}{}
@@ -791,6 +794,32 @@ func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []clai
 	}
 	wg.Wait()
 	return out
+}
+
+// notSent judges a claim whose body could not be built. A passing cause
+// (the vault could not read a data key: a failover, a full pool, a
+// timeout) is a failed attempt on the retry schedule, as if the receiver
+// had not answered, and gives up (disabling the endpoint) only when the
+// schedule runs out; it says nothing of the receiver, so it does not make
+// the endpoint failing. Any other cause (the event is missing, its stream
+// type unknown, its data key missing, its box tampered with) will not
+// pass: the delivery fails at once.
+func (d *Dispatcher) notSent(c claim, e webhook.Endpoint) result {
+	why := "not sent: " + c.bodyErr.Error()
+	if !temporary(c.bodyErr) {
+		d.cfg.Metrics.outcome("failed")
+		return result{id: c.id, status: webhook.Failed, err: why, ping: c.ping}
+	}
+	r := d.judge(c, Outcome{Err: why})
+	r.version, r.notSent = e.Version, true
+	return r
+}
+
+// temporary reports an error that says it is worth a retry (the vault's
+// failed lookup of a data key).
+func temporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
 }
 
 // startSend starts the span of an attempt of c to e, when the dispatcher

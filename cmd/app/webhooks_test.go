@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/vault"
 	"hearth/adapters/webhooks"
 	"hearth/app/command"
 	"hearth/app/query"
@@ -1162,4 +1163,47 @@ func TestWebhookLateGoneFromAnOldURL(t *testing.T) {
 	require.Equal(t, map[string]string{first: "failed", second: "succeeded"}, statuses(), "the old URL's answer stands for its own delivery")
 	e := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
 	require.Equal(t, true, e.Body["enabled"], "%v", e.Body["disabled_reason"])
+}
+
+// A delivery whose body cannot be built for a passing reason (the vault
+// cannot read the customer's data key: a failover, a full pool, a timeout)
+// is a failed attempt on the retry schedule, not a delivery given up: at
+// least once holds through a database blip.
+func TestWebhookDataKeyLookupFailureIsRetried(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := setupConfigured(t, urls, hourlyRetries, nil)
+	rc := newReceiver(t)
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	customer := a.createCustomer(a.opA, "Webhook Customer")
+	created, err := a.w.app.Commands.Orders.Create(t.Context(), command.CreateOrder{
+		Meta:       event.Meta{MerchantID: a.merchantA, Actor: "key:" + a.opAKeyID, CorrelationID: uuid.New(), OccurredAt: time.Now()},
+		CustomerID: customer, AmountCents: 100, Notes: "gate code 1234"}) // notes: sealed with the customer's data key
+	require.NoError(t, err)
+	order := created.Stream[0].StreamID
+
+	// The webhook leader's vault cannot reach the database (its pool is
+	// gone, as during a failover): every data-key lookup fails.
+	down := pgtest.Open(t, urls.EventStore).DB
+	require.NoError(t, down.Close())
+	unreachable, err := vault.New(down, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	w := a.w
+	w.vault = unreachable
+	runWebhookLeader(t, a.cfg, a.dbs, w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})))
+
+	var status, errText string
+	var attempts int
+	var next *time.Time
+	require.Eventually(t, func() bool {
+		return a.dbs.es.DB.QueryRow(`SELECT status, attempts, next_attempt_at, error FROM webhook_deliveries WHERE endpoint_id = $1 AND aggregate_id = $2`,
+			endpoint, order).Scan(&status, &attempts, &next, &errText) == nil && errText != ""
+	}, 20*time.Second, 5*time.Millisecond, "the attempt is recorded")
+	require.Equal(t, "pending", status, "a passing failure to read the data key gave the delivery up for good: %s", errText)
+	require.Equal(t, 1, attempts)
+	require.Contains(t, errText, "not sent: ")
+	require.True(t, next.After(time.Now().Add(10*time.Minute)), "the retry follows the schedule (an hour here): %s", next)
+	e := a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil)
+	require.Equal(t, true, e.Body["enabled"])
+	require.Empty(t, rc.deliveries(), "nothing was sent")
 }
