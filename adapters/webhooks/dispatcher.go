@@ -931,11 +931,11 @@ func recordStatements(endpointID string, results []result) []statement {
 			released = append(released, r.id)
 			continue
 		}
-		ids, statuses, errs = append(ids, r.id), append(statuses, r.status), append(errs, r.err)
+		ids, statuses, errs = append(ids, r.id), append(statuses, r.status), append(errs, storable(r.err))
 		waits, codes = append(waits, r.wait.Milliseconds()), append(codes, int32(r.code))
 		latencies = append(latencies, float64(r.latency.Microseconds())/1000)
 		if disable == "" && r.disable != "" {
-			disable, version = r.disable, r.version
+			disable, version = storable(r.disable), r.version
 		}
 	}
 	var out []statement

@@ -2,13 +2,22 @@ package webhooks
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"hearth/domain/uuid"
@@ -93,4 +102,75 @@ func TestRoundSendsEndWithinTheClaim(t *testing.T) {
 	mu.Unlock()
 	cancel()
 	d.wg.Wait()
+}
+
+// selfSigned is a TLS certificate for dnsNames, signed by itself.
+func selfSigned(t *testing.T, dnsNames ...string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "receiver"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: dnsNames,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// A transport's error is stored as storable text: a receiver whose TLS
+// certificate names a host with a NUL in it (an IA5String may hold one, and
+// the certificate need not be trusted: the name check comes first) gets an
+// error quoting that name, which Postgres would refuse. Stored as it was,
+// the round recording the attempt failed every time, and the endpoint's
+// worker was stuck: nothing sent, recorded, retried, failed or disabled.
+func TestTransportErrorWithANULIsRecorded(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	receiver := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	receiver.TLS = &tls.Config{Certificates: []tls.Certificate{selfSigned(t, "receiver\x00.example")}}
+	receiver.StartTLS()
+	defer receiver.Close()
+	u, err := url.Parse(receiver.URL)
+	require.NoError(t, err)
+	target := "https://localhost:" + u.Port() + "/" // a name, so that the error lists the certificate's names
+
+	// The transport's error carries the NUL (before Send makes it storable).
+	sender, err := NewSender(SenderConfig{Timeout: 2 * time.Second, AllowPrivate: true})
+	require.NoError(t, err)
+	out := sender.send(t.Context(), target, []string{webhook.NewSecret()}, "evt", []byte("{}"))
+	require.Contains(t, out.Err, "\x00", "precondition: the transport's error quotes the certificate's names")
+
+	merchant, endpoint := uuid.New(), uuid.New()
+	_, err = db.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchant, "m-"+merchant)
+	require.NoError(t, err)
+	_, err = db.DB.Exec(`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, now(), now())`, endpoint, merchant, target, webhook.NewSecret())
+	require.NoError(t, err)
+	// A test ping: tried once, then failed.
+	delivery := uuid.New()
+	_, err = db.DB.Exec(`INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
+		VALUES ($1, $2, $3, gen_random_uuid(), 'webhook_endpoint.ping', $2, 1, '{}')`, delivery, endpoint, merchant)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d, err := NewDispatcher(ctx, DispatcherConfig{DB: db.DB, Sender: sender, Secrets: testKeys, Keep: time.Hour,
+		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
+		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
+	require.NoError(t, err)
+	d.poke([]string{endpoint}, false)
+
+	status := func() (s string, attempts int, e string) {
+		_ = db.DB.QueryRow(`SELECT status, attempts, error FROM webhook_deliveries WHERE id = $1`, delivery).Scan(&s, &attempts, &e)
+		return s, attempts, e
+	}
+	// The round after the send records it; a failed round is tried again
+	// after 1 s, then 2 s, ...: several tries fit in 10 s.
+	ok := assert.Eventually(t, func() bool { s, _, _ := status(); return s == webhook.Failed }, 10*time.Second, 20*time.Millisecond)
+	s, attempts, e := status()
+	cancel()
+	d.wg.Wait()
+	require.True(t, ok, "the ping's only attempt is never recorded: status %s, attempts %d, error %q", s, attempts, e)
+	require.Equal(t, 1, attempts)
+	require.Contains(t, e, "x509: certificate is valid for receiver.example, not localhost")
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"hearth/domain/webhook"
 	"hearth/internal/tracing"
@@ -73,10 +74,14 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 			DialContext:           dialer.DialContext,
 			TLSHandshakeTimeout:   cfg.Timeout,
 			ResponseHeaderTimeout: cfg.Timeout,
-			MaxIdleConns:          256,
-			MaxIdleConnsPerHost:   inFlightPerEndpoint,
-			IdleConnTimeout:       90 * time.Second,
-			ForceAttemptHTTP2:     true,
+			// A receiver's answer is read for its status, and a little of
+			// its body: headers of megabytes (net/http's default allows
+			// 10 MB) would only cost memory, per attempt in flight.
+			MaxResponseHeaderBytes: maxResponseHeader,
+			MaxIdleConns:           256,
+			MaxIdleConnsPerHost:    inFlightPerEndpoint,
+			IdleConnTimeout:        90 * time.Second,
+			ForceAttemptHTTP2:      true,
 		},
 		// A 3xx is the receiver's answer, and a failure: following it would
 		// send the event (and a valid signature) somewhere the operator did
@@ -188,11 +193,27 @@ func (o Outcome) Brief() string {
 // at once (unless the attempt was a test ping).
 func (o Outcome) Gone() bool { return o.Status == http.StatusGone }
 
-// maxErrorBody is how much of a failed answer's body the log keeps.
-const maxErrorBody = 256
+const (
+	// maxErrorBody is how much of a failed answer's body the log keeps.
+	maxErrorBody = 256
+	// maxStoredError bounds, in bytes, every error text a delivery or an
+	// endpoint keeps (storable): the delivery log returns it in every
+	// page, for WEBHOOK_DELIVERY_KEEP.
+	maxStoredError = 512
+	// maxResponseHeader bounds a receiver's answer's headers.
+	maxResponseHeader = 64 << 10
+)
 
-// Send POSTs body to rawURL, signed with secrets, as event id.
+// Send POSTs body to rawURL, signed with secrets, as event id. Its
+// outcome's texts are storable, whatever the receiver or the transport
+// said.
 func (s *Sender) Send(ctx context.Context, rawURL string, secrets []string, id string, body []byte) Outcome {
+	out := s.send(ctx, rawURL, secrets, id, body)
+	out.Err, out.noAnswer = storable(out.Err), storable(out.noAnswer)
+	return out
+}
+
+func (s *Sender) send(ctx context.Context, rawURL string, secrets []string, id string, body []byte) Outcome {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
@@ -236,6 +257,26 @@ func (s *Sender) Send(ctx context.Context, rawURL string, secrets []string, id s
 		}
 	}
 	return out
+}
+
+// storable is an error text as a delivery (or its endpoint's
+// disabled_reason) keeps it: receiverText's, at most maxStoredError bytes
+// (cut at a character, ending in "…" when cut). Every text the dispatcher
+// records goes through it (recordStatements), as every Outcome of Send
+// does: a transport's error may quote what a receiver sent (a TLS
+// certificate's names, a line that is not HTTP), unbounded and with any
+// byte in it.
+func storable(s string) string {
+	s = receiverText(s)
+	if len(s) <= maxStoredError {
+		return s
+	}
+	const ellipsis = "…"
+	cut := maxStoredError - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }
 
 // receiverText is text from a receiver's answer as the delivery log can

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -180,4 +181,59 @@ func TestSendNotHTTPKeepsTheReceiversWordsInErr(t *testing.T) {
 	require.Zero(t, out.Status)
 	require.Contains(t, out.Err, "447700900123")
 	require.Equal(t, "no HTTP answer (the delivery's error says what came instead)", out.Brief())
+}
+
+// What a delivery keeps of a receiver's answer is bounded (maxStoredError
+// bytes, cut at a character): the log returns it in every page. A
+// redirect's Location is kept that long at most, and an answer's headers
+// are read up to maxResponseHeader only.
+func TestSendBoundsTheRedirectLocationItKeeps(t *testing.T) {
+	t.Parallel()
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := 32 << 10 // within maxResponseHeader
+		if r.URL.Query().Get("huge") != "" {
+			n = 1 << 20
+		}
+		w.Header().Set("Location", "/elsewhere?"+strings.Repeat("é", n/2))
+		w.WriteHeader(http.StatusFound)
+	})
+	s := newTestSender(t, 5*time.Second, true)
+	out := s.Send(t.Context(), srv.URL, []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+	require.Equal(t, http.StatusFound, out.Status)
+	require.LessOrEqual(t, len(out.Err), maxStoredError, "the delivery's error keeps %d bytes of the receiver's Location", len(out.Err))
+	require.True(t, utf8.ValidString(out.Err), "cut at a character")
+	require.True(t, strings.HasPrefix(out.Err, "HTTP 302: redirects are not followed (Location: /elsewhere?éé"), out.Err)
+	require.True(t, strings.HasSuffix(out.Err, "…"), "says it was cut: %s", out.Err)
+
+	out = s.Send(t.Context(), srv.URL+"?huge=1", []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+	require.Zero(t, out.Status, "headers past maxResponseHeader are no answer")
+	require.LessOrEqual(t, len(out.Err), maxStoredError)
+}
+
+// A receiver that answers something else than HTTP, at length: the
+// delivery keeps maxStoredError bytes of net/http's error quoting it.
+func TestSendBoundsTheNonHTTPAnswerItKeeps(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	line := strings.Repeat("x", 16<<10) // within maxResponseHeader, no colon, no HTTP
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Read(make([]byte, 4096))
+				_, _ = io.WriteString(c, line+"\r\n\r\n")
+			}()
+		}
+	}()
+	out := newTestSender(t, 5*time.Second, true).Send(t.Context(), "http://"+ln.Addr().String(), []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+	require.Zero(t, out.Status)
+	require.NotEmpty(t, out.Err)
+	require.LessOrEqual(t, len(out.Err), maxStoredError,
+		"the delivery's error keeps %d bytes of what the receiver sent instead of HTTP", len(out.Err))
 }
