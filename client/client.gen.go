@@ -5750,7 +5750,7 @@ type WebhookEndpointInput struct {
 	// ExpectedVersion PATCH only: the version the change is based on (or If-Match); 409 when it moved on
 	ExpectedVersion *int `json:"expected_version,omitempty"`
 
-	// Url an absolute http or https URL without a fragment; loopback, private and link-local targets are refused unless the server allows them (WEBHOOK_ALLOW_PRIVATE)
+	// Url an absolute http or https URL without a fragment, its port (when it names one) from 1 to 65535; loopback, private and link-local targets are refused unless the server allows them (WEBHOOK_ALLOW_PRIVATE)
 	Url *string `json:"url,omitempty"`
 }
 

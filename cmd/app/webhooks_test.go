@@ -328,6 +328,8 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 	}{
 		{map[string]any{"url": "ftp://example.com"}, "url"},
 		{map[string]any{}, "url"},
+		{map[string]any{"url": "https://example.com:99999/hook"}, "url"},
+		{map[string]any{"url": "https://example.com:0/hook"}, "url"},
 		{map[string]any{"url": "https://example.com", "event_types": []string{"order.created", "order.exploded"}}, "event_types[1]"},
 		{map[string]any{"url": "https://example.com", "description": strings.Repeat("x", 501)}, "description"},
 	} {

@@ -124,8 +124,9 @@ func contains(list []string, s string) bool {
 }
 
 // URLProblem says what is wrong with u as an endpoint's URL ("" when
-// nothing): it must be an absolute http or https URL with a host, without a
-// fragment, at most MaxURLLength bytes.
+// nothing): it must be an absolute http or https URL with a host, a port
+// (when it names one) from 1 to 65535, without a fragment, at most
+// MaxURLLength bytes.
 func URLProblem(u string) string {
 	if u == "" {
 		return "is required"
@@ -146,6 +147,11 @@ func URLProblem(u string) string {
 		return "must name a host"
 	case parsed.Fragment != "" || strings.Contains(u, "#"):
 		return "must not have a fragment"
+	}
+	if port := parsed.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("must have a port from 1 to 65535, got %s", port)
+		}
 	}
 	return ""
 }

@@ -126,6 +126,13 @@ func TestURLProblem(t *testing.T) {
 		"https://exa mple.com/":             "must be a URL",
 		"javascript:alert(1)":               "http or https",
 		"https://example.com/\x00":          "control characters",
+		// A port no connection can use.
+		"https://example.com:99999/hook":          "port from 1 to 65535, got 99999",
+		"https://example.com:0/hook":              "port from 1 to 65535, got 0",
+		"https://example.com:99999999999999/hook": "port from 1 to 65535",
+		"https://example.com:65535/hook":          "",
+		"https://example.com:1/hook":              "",
+		"https://example.com:/hook":               "",
 	} {
 		got := URLProblem(u)
 		if want == "" {
