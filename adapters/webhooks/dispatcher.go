@@ -361,12 +361,13 @@ type result struct {
 	code    int
 	latency time.Duration
 	err     string
-	// disable, when set, disables the endpoint with this reason, if it is
-	// still at version: the endpoint as the attempt was sent to it. A
-	// receiver's answer says nothing of an endpoint changed since (a new
-	// URL), whose deliveries go on.
+	// disable, when set, disables the endpoint with this reason, if it
+	// still has url: the URL the attempt was sent to. A receiver's answer
+	// is about that URL, whatever else changed meanwhile (a rotated secret,
+	// a new description or event types); it says nothing of a new URL,
+	// whose deliveries go on.
 	disable string
-	version int
+	url     string
 	// release puts the claim back untried (the term ended before the send
 	// ended, or the send could not end before the claim's hold).
 	release bool
@@ -788,7 +789,7 @@ func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []clai
 				return
 			}
 			out[i] = d.judge(c, o)
-			out[i].version = e.Version
+			out[i].url = e.URL
 			endSend(span, o, out[i])
 		})
 	}
@@ -811,7 +812,7 @@ func (d *Dispatcher) notSent(c claim, e webhook.Endpoint) result {
 		return result{id: c.id, status: webhook.Failed, err: why, ping: c.ping}
 	}
 	r := d.judge(c, Outcome{Err: why})
-	r.version, r.notSent = e.Version, true
+	r.url, r.notSent = e.URL, true
 	return r
 }
 
@@ -925,7 +926,7 @@ func recordStatements(endpointID string, results []result) []statement {
 	var waits []int64
 	var codes []int32
 	var latencies []float64
-	disable, version := "", 0
+	disable, url := "", ""
 	for _, r := range results {
 		if r.release {
 			released = append(released, r.id)
@@ -935,7 +936,7 @@ func recordStatements(endpointID string, results []result) []statement {
 		waits, codes = append(waits, r.wait.Milliseconds()), append(codes, int32(r.code))
 		latencies = append(latencies, float64(r.latency.Microseconds())/1000)
 		if disable == "" && r.disable != "" {
-			disable, version = storable(r.disable), r.version
+			disable, url = storable(r.disable), r.url
 		}
 	}
 	var out []statement
@@ -947,8 +948,8 @@ func recordStatements(endpointID string, results []result) []statement {
 	}
 	if disable != "" {
 		out = append(out, statement{sql: `UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2,
-			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled AND version = $3`,
-			args: []any{endpointID, disable, version}, disables: disable},
+			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled AND url = $3`,
+			args: []any{endpointID, disable, url}, disables: disable},
 			failPending(endpointID, "the endpoint was disabled: "+disable))
 	}
 	return out

@@ -1209,3 +1209,61 @@ func TestWebhookDataKeyLookupFailureIsRetried(t *testing.T) {
 	require.Equal(t, true, e.Body["enabled"])
 	require.Empty(t, rc.deliveries(), "nothing was sent")
 }
+
+// A delivery whose retries run out disables its endpoint even when the
+// endpoint changed while the last attempt was in flight (a rotated secret,
+// a new description), as long as its URL is the one the attempt went to:
+// the give-up and the disabling are one, and the aggregate's next event
+// fails with them rather than going out past the lost one.
+func TestWebhookGiveUpDuringASecretRotationStillDisables(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), func(cfg *Config) {
+		// The first failure is the last: the next retry would come after
+		// WEBHOOK_RETRY_FOR.
+		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, time.Millisecond
+	})
+	rc := newReceiver(t)
+	inFlight, gate := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	rc.setAnswer(func(delivery) int {
+		status := http.StatusOK
+		first.Do(func() {
+			close(inFlight)
+			<-gate
+			status = http.StatusInternalServerError
+		})
+		return status
+	})
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	order := a.orderEvents(1, 1)[0] // versions 1 and 2 of one order
+	select {
+	case <-inFlight: // version 1's only attempt is at the receiver
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery reached the receiver")
+	}
+	a.must(http.StatusOK, http.MethodPost, path+"/rotate-secret", a.opA, map[string]any{"overlap": "1h"})
+	release() // the receiver answers 500 to version 1: its retries have run out
+
+	status := func(version int) string {
+		for _, it := range a.must(http.StatusOK, http.MethodGet, path+"/deliveries", a.opA, nil).Body["items"].([]any) {
+			d := it.(map[string]any)
+			if d["aggregate_id"] == order && intOf(d["aggregate_version"]) == version {
+				return d["status"].(string)
+			}
+		}
+		return ""
+	}
+	require.Eventually(t, func() bool { return status(1) == "failed" }, 20*time.Second, 5*time.Millisecond, "version 1 given up")
+	// The give-up and the disabling are one transaction: both are visible
+	// now.
+	e := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
+	require.Equal(t, false, e.Body["enabled"], "a delivery whose retries ran out disables its endpoint")
+	require.Contains(t, e.Body["disabled_reason"], "HTTP 500")
+	require.Equal(t, "failed", status(2), "version 2 fails with its endpoint, not queued to go out after the lost version 1")
+	for _, d := range rc.deliveries() {
+		require.Equal(t, 1, d.event.AggregateVersion, "nothing after version 1 went out")
+	}
+}
