@@ -343,6 +343,7 @@ func (d *Dispatcher) done(id string, w *worker) bool {
 // claim is one delivery a round claimed, with what its attempt needs.
 type claim struct {
 	id, eventID    string
+	aggregate      string
 	body           []byte
 	bodyErr        error // no body: not sent (notSent)
 	ping, again    bool
@@ -355,12 +356,13 @@ type claim struct {
 
 // result is the outcome of a claimed delivery, to record.
 type result struct {
-	id      string
-	status  string // webhook.Pending (retry), Succeeded or Failed
-	wait    time.Duration
-	code    int
-	latency time.Duration
-	err     string
+	id        string
+	aggregate string // of the delivery (health)
+	status    string // webhook.Pending (retry), Succeeded or Failed
+	wait      time.Duration
+	code      int
+	latency   time.Duration
+	err       string
 	// disable, when set, disables the endpoint with this reason, if it
 	// still has url: the URL the attempt was sent to. A receiver's answer
 	// is about that URL, whatever else changed meanwhile (a rotated secret,
@@ -390,13 +392,14 @@ func (d *Dispatcher) work(id string, w *worker) {
 	ctx := d.ctx
 	log := d.log.With("endpoint_id", id)
 	var results []result
-	// failing: the endpoint's last attempts (but test pings) all failed.
-	// Then the round right after them claims only retries that are due
-	// (and what an operator queued), and the worker waits for the next
-	// retry before it claims deliveries never tried: a receiver that is
-	// down gets the new events in waves, at its retry times, not one
-	// request per event as they come, nor one wave per wake-up.
-	failing, fresh := false, true
+	// h.failing: the receiver looks down (health.after). Then the round
+	// right after the failures claims only retries that are due (and what
+	// an operator queued), and the worker waits for the next retry before
+	// it claims deliveries never tried: a receiver that is down gets the
+	// new events in waves, at its retry times, not one request per event
+	// as they come, nor one wave per wake-up.
+	var h health
+	fresh := true
 	retry := roundBackOff()
 	for {
 		w.drain()
@@ -424,8 +427,8 @@ func (d *Dispatcher) work(id string, w *worker) {
 		results = nil
 		if len(claims) > 0 {
 			results = d.send(ctx, tgt.endpoint, claims, start)
-			failing = stillFailing(failing, results)
-			fresh = !failing
+			h = h.after(results)
+			fresh = !h.failing
 			continue
 		}
 		if nextIn < 0 { // nothing pending
@@ -442,7 +445,7 @@ func (d *Dispatcher) work(id string, w *worker) {
 		// failing: nothing else goes out before the next retry.
 		t := time.NewTimer(max(nextIn, time.Millisecond))
 		poked := w.poke
-		if failing {
+		if h.failing {
 			poked = nil
 		}
 		fresh = true // a retry wave, or new deliveries
@@ -451,7 +454,7 @@ func (d *Dispatcher) work(id string, w *worker) {
 		case <-t.C:
 		case <-poked:
 		case <-w.urgent:
-			fresh = !failing
+			fresh = !h.failing
 		}
 		t.Stop()
 		if ctx.Err() != nil {
@@ -461,22 +464,52 @@ func (d *Dispatcher) work(id string, w *worker) {
 	}
 }
 
-// stillFailing says whether an endpoint is failing after a round's
-// results: all its attempts failed; a round of test pings only (or of
-// releases, or of deliveries whose body could not be built) leaves it as
-// it was.
-func stillFailing(was bool, results []result) bool {
-	tried, ok := false, false
+// health is what an endpoint's worker makes of its receiver from the
+// attempts since the last one that succeeded.
+type health struct {
+	// failing: the receiver looks down. One of those attempts got no HTTP
+	// answer (none in time, a refused or broken connection), or the
+	// receiver refused (any status but 2xx) the events of two aggregates
+	// or more. A receiver that answers, but refuses the events of one
+	// aggregate only (a body it cannot take), is not failing: the other
+	// aggregates' events go on as they come (they do not wait for that
+	// aggregate's next retry).
+	failing bool
+	// refused is the aggregate whose attempts the receiver refused, while
+	// it refused one aggregate's only.
+	refused string
+}
+
+// after is h after a round's results: a success makes the receiver
+// healthy (whatever else the round failed); a round of test pings only
+// (or of releases, or of deliveries whose body could not be built) leaves
+// it as it was.
+func (h health) after(results []result) health {
+	tried := false
 	for _, r := range results {
 		if r.release || r.ping || r.notSent {
 			continue
 		}
-		tried, ok = true, ok || r.status == webhook.Succeeded
+		if r.status == webhook.Succeeded {
+			return health{}
+		}
+		tried = true
 	}
 	if !tried {
-		return was
+		return h
 	}
-	return !ok
+	for _, r := range results {
+		switch {
+		case r.release || r.ping || r.notSent:
+		case r.code == 0: // no HTTP answer
+			h.failing = true
+		case h.refused == "":
+			h.refused = r.aggregate
+		case h.refused != r.aggregate:
+			h.failing = true
+		}
+	}
+	return h
 }
 
 // roundBackOff paces an endpoint worker's rounds after a failed one (the
@@ -686,10 +719,10 @@ const claimSQL = `WITH due AS (
 	SET attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()),
 	    last_attempt_at = now(), next_attempt_at = now() + $3 * interval '1 millisecond'
 	WHERE d.id = ANY (ARRAY(SELECT id FROM due))
-	RETURNING d.id, d.event_id, d.ping_payload, d.redelivery_of IS NOT NULL AS again, d.attempts,
+	RETURNING d.id, d.event_id, d.aggregate_id, d.ping_payload, d.redelivery_of IS NOT NULL AS again, d.attempts,
 	          d.first_attempt_at, d.last_attempt_at, d.created_at, d.trace_parent
 )
-SELECT c.id, c.event_id, c.ping_payload, c.again, c.attempts, c.first_attempt_at, c.last_attempt_at, c.created_at,
+SELECT c.id, c.event_id, c.aggregate_id::text, c.ping_payload, c.again, c.attempts, c.first_attempt_at, c.last_attempt_at, c.created_at,
        coalesce(c.trace_parent, ''),
        e.position, e.stream_type, e.stream_id, e.version, e.merchant_id, e.type, e.data, e.occurred_at,
        e.correlation_id, e.causation_id, e.actor
@@ -708,7 +741,7 @@ func readClaims(rows pgx.Rows, dec aggregates.Decoders) ([]claim, error) {
 		var streamType, streamID, merchantID, typ, correlationID, causationID, actor sql.NullString
 		var data []byte
 		var occurred sql.NullTime
-		if err := rows.Scan(&c.id, &c.eventID, &ping, &c.again, &c.attempts, &c.first, &c.claimed, &created, &c.traceParent,
+		if err := rows.Scan(&c.id, &c.eventID, &c.aggregate, &ping, &c.again, &c.attempts, &c.first, &c.claimed, &created, &c.traceParent,
 			&position, &streamType, &streamID, &version, &merchantID, &typ, &data, &occurred,
 			&correlationID, &causationID, &actor); err != nil {
 			return nil, err
@@ -809,7 +842,7 @@ func (d *Dispatcher) notSent(c claim, e webhook.Endpoint) result {
 	why := "not sent: " + c.bodyErr.Error()
 	if !temporary(c.bodyErr) {
 		d.cfg.Metrics.outcome("failed")
-		return result{id: c.id, status: webhook.Failed, err: why, ping: c.ping}
+		return result{id: c.id, aggregate: c.aggregate, status: webhook.Failed, err: why, ping: c.ping}
 	}
 	r := d.judge(c, Outcome{Err: why})
 	r.url, r.notSent = e.URL, true
@@ -853,7 +886,7 @@ func endSend(span trace.Span, o Outcome, r result) {
 
 // judge turns an attempt's outcome into what to record.
 func (d *Dispatcher) judge(c claim, o Outcome) result {
-	r := result{id: c.id, code: o.Status, latency: o.Latency, err: o.Err, ping: c.ping}
+	r := result{id: c.id, aggregate: c.aggregate, code: o.Status, latency: o.Latency, err: o.Err, ping: c.ping}
 	switch {
 	case o.OK():
 		r.status = webhook.Succeeded

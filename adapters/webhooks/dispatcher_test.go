@@ -174,3 +174,27 @@ func TestTransportErrorWithANULIsRecorded(t *testing.T) {
 	require.Equal(t, 1, attempts)
 	require.Contains(t, e, "x509: certificate is valid for receiver.example, not localhost")
 }
+
+// An endpoint is failing once, since its last success, an attempt got no
+// HTTP answer or the receiver refused the events of two aggregates; pings,
+// releases and bodies not built say nothing of it.
+func TestHealthAfterARound(t *testing.T) {
+	t.Parallel()
+	refused := func(aggregate string) result {
+		return result{aggregate: aggregate, status: webhook.Pending, code: http.StatusInternalServerError}
+	}
+	unanswered := result{aggregate: "c", status: webhook.Pending}
+	ok := result{aggregate: "d", status: webhook.Succeeded, code: http.StatusOK}
+	var h health
+	h = h.after([]result{refused("a")})
+	require.Equal(t, health{refused: "a"}, h, "one aggregate refused: not failing")
+	h = h.after([]result{refused("a")})
+	require.False(t, h.failing, "the same aggregate again")
+	h = h.after([]result{{status: webhook.Failed, ping: true}, {release: true}, {aggregate: "b", status: webhook.Pending, notSent: true}})
+	require.Equal(t, health{refused: "a"}, h, "pings, releases and bodies not built leave it")
+	h = h.after([]result{refused("b")})
+	require.True(t, h.failing, "a second aggregate refused")
+	require.Equal(t, health{}, h.after([]result{refused("e"), ok}), "a success ends it")
+	require.True(t, health{}.after([]result{unanswered}).failing, "no HTTP answer")
+	require.True(t, health{}.after([]result{refused("a"), refused("b")}).failing, "two aggregates in one round")
+}

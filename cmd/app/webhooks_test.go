@@ -62,9 +62,13 @@ type delivery struct {
 	}
 }
 
+// noAnswer is an answer of a receiver that closes the connection without
+// an HTTP answer (one that is down behind its address).
+const noAnswer = -1
+
 // receiver is a webhook receiver: it records every request and answers the
-// status answer gives for it (200 when answer is nil). While hold is set, requests
-// wait until it is closed (a slow receiver).
+// status answer gives for it (200 when answer is nil; noAnswer: none). While
+// hold is set, requests wait until it is closed (a slow receiver).
 type receiver struct {
 	*httptest.Server
 	mu       sync.Mutex
@@ -102,6 +106,12 @@ func newReceiver(t *testing.T) *receiver {
 		case rc.arrivals <- struct{}{}:
 		default:
 		}
+		if d.status == noAnswer {
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = c.Close()
+			}
+			return
+		}
 		w.WriteHeader(d.status)
 		if d.status >= 400 {
 			_, _ = io.WriteString(w, errBody)
@@ -127,7 +137,7 @@ func (rc *receiver) deliveries() []delivery {
 func (rc *receiver) delivered() []delivery {
 	var out []delivery
 	for _, d := range rc.deliveries() {
-		if d.status < 300 {
+		if d.status >= 200 && d.status < 300 {
 			out = append(out, d)
 		}
 	}
@@ -926,21 +936,21 @@ func TestWebhookPingReachesAFailingEndpoint(t *testing.T) {
 }
 
 // Another merchant's test pings wake only that merchant's endpoint: a
-// failing endpoint gets no wave before its next retry (an hour away here)
-// however often others ping theirs, nor when its own operator pings it
-// (the ping goes out at once, alone).
+// failing endpoint (its receiver gives no HTTP answer) gets no wave before
+// its next retry (an hour away here) however often others ping theirs, nor
+// when its own operator pings it (the ping goes out at once, alone).
 func TestWebhookPingsWakeOnlyTheirEndpoint(t *testing.T) {
 	t.Parallel()
 	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
 	failing := newReceiver(t)
-	failing.answerPingsOnly(http.StatusServiceUnavailable)
+	failing.answerPingsOnly(noAnswer)
 	endpoint, _ := a.createEndpoint(a.opA, failing.URL)
 	path := "/v1/webhook-endpoints/" + endpoint
 	pending := func() []map[string]any { return a.pendingDeliveries(a.opA, endpoint) }
 	a.orderEvents(1, 0)
 	require.Eventually(t, func() bool { // failed once, its retry an hour away
 		p := pending()
-		return len(p) == 1 && p[0]["response_status"] == float64(503)
+		return len(p) == 1 && intOf(p[0]["attempts"]) == 1 && p[0]["error"] != "" && p[0]["response_status"] == nil
 	}, 10*time.Second, 5*time.Millisecond)
 	a.orderEvents(3, 0) // three more aggregates: they wait for the retry
 	require.Eventually(t, func() bool { return len(pending()) == 4 }, 10*time.Second, 5*time.Millisecond)
@@ -972,16 +982,16 @@ func TestWebhookPingsWakeOnlyTheirEndpoint(t *testing.T) {
 	require.Equal(t, "webhook_endpoint.ping", got[1].event.Type)
 }
 
-// While a receiver keeps failing, the events that come meanwhile wait for
-// its next retry instead of going out one by one: the round that records
-// the failure claims no delivery never tried.
+// While a receiver keeps failing (here: no HTTP answer), the events that
+// come meanwhile wait for its next retry instead of going out one by one:
+// the round that records the failure claims no delivery never tried.
 func TestWebhookFailingEndpointGetsNewEventsInWaves(t *testing.T) {
 	t.Parallel()
 	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
 	rc := newReceiver(t)
 	release := make(chan struct{})
 	rc.hold = release
-	rc.setAnswer(func(delivery) int { return http.StatusServiceUnavailable })
+	rc.setAnswer(func(delivery) int { return noAnswer })
 	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
 	pending := func() []map[string]any { return a.pendingDeliveries(a.opA, endpoint) }
 	a.orderEvents(1, 0)
@@ -996,14 +1006,14 @@ func TestWebhookFailingEndpointGetsNewEventsInWaves(t *testing.T) {
 	require.Eventually(t, func() bool { // the failure is recorded...
 		p = pending()
 		for _, d := range p {
-			if d["response_status"] == float64(503) {
+			if d["error"] != "" {
 				return true
 			}
 		}
 		return false
 	}, 10*time.Second, 5*time.Millisecond)
 	for _, d := range p { // ... and in the same round nothing new was claimed
-		if d["response_status"] != float64(503) {
+		if d["error"] == "" {
 			require.Equal(t, 0, intOf(d["attempts"]), "a new event went out to a failing receiver: %v", d)
 		}
 	}
@@ -1266,4 +1276,95 @@ func TestWebhookGiveUpDuringASecretRotationStillDisables(t *testing.T) {
 	for _, d := range rc.deliveries() {
 		require.Equal(t, 1, d.event.AggregateVersion, "nothing after version 1 went out")
 	}
+}
+
+// A receiver that answers, but refuses the events of one aggregate (a body
+// it cannot take), is not failing: the other aggregates' events go out as
+// they come, not at that aggregate's next retry (an hour away here).
+func TestWebhookOneRefusedAggregateDoesNotHoldOthers(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
+	rc := newReceiver(t)
+	var poison string
+	var mu sync.Mutex
+	rc.setAnswer(func(d delivery) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if poison == "" {
+			poison = d.event.AggregateID // the first order's events are refused
+		}
+		if d.event.AggregateID == poison {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	a.orderEvents(1, 0)
+	require.Eventually(t, func() bool { // refused once, its retry an hour away
+		p := a.pendingDeliveries(a.opA, endpoint)
+		return len(p) == 1 && p[0]["response_status"] == float64(500)
+	}, 10*time.Second, 5*time.Millisecond)
+
+	other := a.orderEvents(1, 0)[0] // another aggregate, which the receiver takes
+	// Two rescans' worth of time: far less than the hour of the retry.
+	ok := assert.Eventually(t, func() bool {
+		for _, d := range rc.delivered() {
+			if d.event.AggregateID == other {
+				return true
+			}
+		}
+		return false
+	}, 25*time.Second, 10*time.Millisecond, "another aggregate's event is held back by one refused event of another aggregate")
+	if !ok {
+		for _, d := range a.pendingDeliveries(a.opA, endpoint) {
+			t.Logf("pending: aggregate %v attempts %v next_attempt_at %v", d["aggregate_id"], d["attempts"], d["next_attempt_at"])
+		}
+	}
+}
+
+// A receiver that refuses the events of two aggregates (with no success in
+// between) is failing, as one that gives no answer is: the events of other
+// aggregates wait for its next retry. Its operator's ping goes out alone.
+func TestWebhookRefusalsOfTwoAggregatesMakeTheEndpointFailing(t *testing.T) {
+	t.Parallel()
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
+	rc := newReceiver(t)
+	rc.answerPingsOnly(http.StatusServiceUnavailable)
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	pending := func() []map[string]any { return a.pendingDeliveries(a.opA, endpoint) }
+	refused := func(n int) func() bool {
+		return func() bool {
+			p := pending()
+			if len(p) != n {
+				return false
+			}
+			for _, d := range p {
+				if d["response_status"] != float64(503) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	a.orderEvents(1, 0)
+	require.Eventually(t, refused(1), 10*time.Second, 5*time.Millisecond)
+	a.orderEvents(1, 0) // a second aggregate: still sent as it comes, and refused
+	require.Eventually(t, refused(2), 10*time.Second, 5*time.Millisecond)
+	a.orderEvents(2, 0) // two more: they wait for the next retry
+	require.Eventually(t, func() bool { return len(pending()) == 4 }, 10*time.Second, 5*time.Millisecond)
+
+	// The ping's round claims only the ping: once it is recorded, the two
+	// new deliveries were never tried.
+	ping := a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil)
+	require.Eventually(t, func() bool {
+		d, err := a.send(http.MethodGet, ping.Header.Get("Location"), auth(a.opA), nil)
+		return err == nil && d.Body["status"] == "succeeded"
+	}, 10*time.Second, 5*time.Millisecond)
+	tried := 0
+	for _, d := range pending() {
+		tried += intOf(d["attempts"])
+	}
+	require.Equal(t, 2, tried, "only the first two deliveries were tried: %v", pending())
+	require.Len(t, rc.deliveries(), 3, "two refused attempts and the ping")
 }
