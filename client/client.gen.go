@@ -5726,7 +5726,7 @@ type WebhookEndpoint struct {
 	EventTypes []WebhookEventType `json:"event_types"`
 	Id         openapi_types.UUID `json:"id"`
 
-	// PreviousSecretExpiresAt the end of a secret rotation's overlap, while the previous secret still signs; absent otherwise (RFC 3339, UTC)
+	// PreviousSecretExpiresAt until when an earlier secret still signs: the latest end of the overlaps of the earlier secrets that still sign (a rotation during another's overlap keeps the earlier one signing until its own end); absent when only the current secret signs (RFC 3339, UTC)
 	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
 
 	// UpdatedAt RFC 3339 with an offset; answered in UTC
@@ -5791,7 +5791,7 @@ type WebhookEndpointWithSecret struct {
 	EventTypes []WebhookEventType `json:"event_types"`
 	Id         openapi_types.UUID `json:"id"`
 
-	// PreviousSecretExpiresAt the end of a secret rotation's overlap, while the previous secret still signs; absent otherwise (RFC 3339, UTC)
+	// PreviousSecretExpiresAt until when an earlier secret still signs: the latest end of the overlaps of the earlier secrets that still sign (a rotation during another's overlap keeps the earlier one signing until its own end); absent when only the current secret signs (RFC 3339, UTC)
 	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
 
 	// Secret the signing secret, whsec_ and base64 (Standard Webhooks); store it, it is not shown again

@@ -291,6 +291,19 @@ func (e Endpoint) Secrets(now time.Time) []string {
 	return out
 }
 
+// EarlierSecretsUntil is until when an earlier secret still signs at now:
+// the latest end among the previous secrets still inside their overlaps
+// (nil when only the current secret signs).
+func (e Endpoint) EarlierSecretsUntil(now time.Time) *time.Time {
+	var latest *time.Time
+	for _, r := range e.retired(now) {
+		if latest == nil || r.until.After(*latest) {
+			latest = r.until
+		}
+	}
+	return latest
+}
+
 // Rotate makes secret the current secret at now. For overlap the one it
 // replaces still signs, so that the receiver can switch without refusing
 // any delivery; the previous secrets still inside their own overlaps keep

@@ -11,6 +11,7 @@ import (
 	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/reference"
+	"hearth/domain/webhook"
 )
 
 func jsonOf(t *testing.T, v any) string {
@@ -147,4 +148,33 @@ func TestAdminBodiesKeepTheAPI(t *testing.T) {
 func testKey(at time.Time) access.Key {
 	return access.Key{ID: "k", MerchantID: "m", MerchantName: "Acme", Role: access.Worker, StaffID: "s", Name: "n",
 		CreatedAt: at, LastUsedAt: &at, ExpiresAt: &at, RevokedAt: &at}
+}
+
+// previous_secret_expires_at says until when any earlier secret signs:
+// after a rotation with a long overlap and, during it, one with a short
+// overlap that has ended, the first secret still signs, until the end of
+// its own overlap.
+func TestWebhookEndpointBodySaysUntilWhenEarlierSecretsSign(t *testing.T) {
+	now := time.Now()
+	e := webhook.Endpoint{ID: "e", Secret: webhook.NewSecret(), Enabled: true, Version: 1}
+	first := e.Secret
+	require.NoError(t, e.Rotate(webhook.NewSecret(), now.Add(-2*time.Hour), 168*time.Hour))
+	require.NoError(t, e.Rotate(webhook.NewSecret(), now.Add(-90*time.Minute), time.Hour))
+	signing := e.Secrets(now)
+	require.Len(t, signing, 2, "the current secret and the first one sign")
+	require.Contains(t, signing, first)
+	body := webhookEndpointBodyOf(e)
+	require.NotNil(t, body.PreviousSecretExpiresAt, "an earlier secret still signs (until %s) but the answer says none does", e.OlderSecretUntil)
+	require.Equal(t, *e.OlderSecretUntil, *body.PreviousSecretExpiresAt)
+
+	// Both earlier secrets sign: the later end.
+	e = webhook.Endpoint{ID: "e", Secret: webhook.NewSecret(), Enabled: true, Version: 1}
+	require.NoError(t, e.Rotate(webhook.NewSecret(), now.Add(-time.Hour), 2*time.Hour))
+	require.NoError(t, e.Rotate(webhook.NewSecret(), now, 24*time.Hour))
+	require.Len(t, e.Secrets(now), 3)
+	require.Equal(t, now.Add(24*time.Hour), *webhookEndpointBodyOf(e).PreviousSecretExpiresAt)
+
+	// Only the current secret signs: absent.
+	require.NoError(t, e.Rotate(webhook.NewSecret(), now, 0))
+	require.Nil(t, webhookEndpointBodyOf(e).PreviousSecretExpiresAt)
 }

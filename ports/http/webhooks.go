@@ -276,8 +276,9 @@ type webhookEndpointBody struct {
 	DisabledReason string     `json:"disabled_reason,omitempty"`
 	DisabledAt     *time.Time `json:"disabled_at,omitempty"`
 	Secret         string     `json:"secret,omitempty"`
-	// PreviousSecretExpiresAt is the end of a rotation's overlap, while the
-	// previous secret still signs; absent otherwise.
+	// PreviousSecretExpiresAt is until when an earlier secret still signs
+	// (the latest end of the overlaps of the secrets that still sign);
+	// absent when only the current secret signs.
 	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
 	CreatedAt               time.Time  `json:"created_at"`
 	UpdatedAt               time.Time  `json:"updated_at"`
@@ -290,9 +291,7 @@ func webhookEndpointBodyOf(e webhook.Endpoint) webhookEndpointBody {
 	if b.EventTypes == nil {
 		b.EventTypes = []string{}
 	}
-	if e.PreviousSecret != "" && e.PreviousSecretUntil != nil && time.Now().Before(*e.PreviousSecretUntil) {
-		b.PreviousSecretExpiresAt = e.PreviousSecretUntil
-	}
+	b.PreviousSecretExpiresAt = e.EarlierSecretsUntil(time.Now())
 	return b
 }
 
