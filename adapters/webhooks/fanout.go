@@ -25,19 +25,22 @@ import (
 const ProjectionPrefix = "webhooks_"
 
 // Fanout turns events into pending deliveries, one per matching endpoint:
-// an enabled endpoint of the event's merchant, created before the event
-// occurred, whose event types are empty or name the event's type.
+// an endpoint of the event's merchant that was enabled when the event
+// occurred (webhook_endpoint_periods, migration 022: whatever it is when
+// the fan-out runs), whose event types are empty or name the event's type.
+// An endpoint disabled since gets the delivery too, which its worker then
+// fails (listed, and redeliverable once it is enabled again).
 type Fanout struct {
 	db *bun.DB
 
 	mu        sync.Mutex
-	endpoints map[string]bool // merchants with an enabled endpoint, as of asOf
+	endpoints map[string]bool // merchants with an endpoint, as of asOf
 	asOf      time.Time       // the database's clock when endpoints was read
 	readAt    time.Time       // this process's clock then
 	skipped   int             // events left out for want of an endpoint (tests)
 }
 
-// Without an enabled endpoint of its merchant, an event gets no delivery:
+// Without an endpoint of its merchant, an event gets no delivery:
 // the fan-out leaves such events out before any work, by a set of the
 // merchants with one, read at most endpointsEvery ago. A merchant missing
 // from the set may have created an endpoint since; its created_at, set by
@@ -88,9 +91,11 @@ const fanOutSQL = `WITH queued AS (
 	SELECT w.id, ev.merchant_id, ev.event_id, ev.event_type, ev.aggregate_id, ev.aggregate_version, nullif($7::text, '')
 	FROM unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[], $4::text[]::uuid[], $5::int[], $6::timestamptz[])
 	     WITH ORDINALITY AS ev(event_id, merchant_id, event_type, aggregate_id, aggregate_version, occurred_at, ord)
-	JOIN webhook_endpoints w ON w.merchant_id = ev.merchant_id AND w.enabled
+	JOIN webhook_endpoints w ON w.merchant_id = ev.merchant_id
 	     AND (cardinality(w.event_types) = 0 OR ev.event_type = ANY (w.event_types))
 	     AND w.created_at <= ev.occurred_at
+	     AND EXISTS (SELECT FROM webhook_endpoint_periods p WHERE p.endpoint_id = w.id
+	                 AND p.enabled_from <= ev.occurred_at AND (p.enabled_until IS NULL OR ev.occurred_at < p.enabled_until))
 	ORDER BY ev.ord, w.id
 	ON CONFLICT (endpoint_id, event_id) WHERE redelivery_of IS NULL DO NOTHING
 	RETURNING endpoint_id)
@@ -168,8 +173,8 @@ func (f *Fanout) FanOut(ctx context.Context, recs []event.Recorded, alsoInTx fun
 }
 
 // withEndpoint returns the events of recs that may have a delivery: of a
-// merchant with an enabled endpoint, or too recent for the set to tell
-// (endpointsGrace).
+// merchant with an endpoint (enabled or not: it may have been enabled when
+// the event occurred), or too recent for the set to tell (endpointsGrace).
 func (f *Fanout) withEndpoint(ctx context.Context, recs []event.Recorded) ([]event.Recorded, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -189,14 +194,14 @@ func (f *Fanout) withEndpoint(ctx context.Context, recs []event.Recorded) ([]eve
 	return out, nil
 }
 
-// readEndpoints reads the merchants with an enabled endpoint; f.mu is held.
+// readEndpoints reads the merchants with an endpoint; f.mu is held.
 func (f *Fanout) readEndpoints(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var merchants sql.NullString
 	readAt := time.Now()
 	if err := f.db.DB.QueryRowContext(ctx, `SELECT now(), string_agg(DISTINCT merchant_id::text, ',')
-		FROM webhook_endpoints WHERE enabled`).Scan(&f.asOf, &merchants); err != nil {
+		FROM webhook_endpoints`).Scan(&f.asOf, &merchants); err != nil {
 		return fmt.Errorf("read the merchants with a webhook endpoint: %w", err)
 	}
 	f.endpoints, f.readAt = map[string]bool{}, readAt

@@ -1368,3 +1368,57 @@ func TestWebhookRefusalsOfTwoAggregatesMakeTheEndpointFailing(t *testing.T) {
 	require.Equal(t, 2, tried, "only the first two deliveries were tried: %v", pending())
 	require.Len(t, rc.deliveries(), 3, "two refused attempts and the ping")
 }
+
+// An endpoint gets the events that occur while it is enabled, judged at the
+// event's time, not when the fan-out reaches it (here the fan-out is behind:
+// webhook delivery starts after all the changes). An event that occurred
+// while an operator had the endpoint disabled is never queued for it, even
+// once it is enabled again; one that occurred while it was enabled is
+// queued even though it was disabled since, and fails with it (listed, so
+// that it can be redelivered).
+func TestWebhookFanOutJudgesEnabledAtTheEventsTime(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := setupConfigured(t, urls, nil, nil) // webhook delivery not running yet: the fan-out is behind
+	rc, rc2 := newReceiver(t), newReceiver(t)
+	reenabled, _ := a.createEndpoint(a.opA, rc.URL)
+	disabled, _ := a.createEndpoint(a.opA, rc2.URL)
+	enable := func(endpoint string, on bool) {
+		a.must(http.StatusOK, http.MethodPatch, "/v1/webhook-endpoints/"+endpoint, a.opA, map[string]any{"enabled": on})
+	}
+	enable(reenabled, false)
+	whileDisabled := a.orderEvents(1, 0)[0] // reenabled: disabled; disabled: enabled
+	enable(reenabled, true)
+	enable(disabled, false)
+	afterwards := a.orderEvents(1, 0)[0] // reenabled: enabled; disabled: disabled
+
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	require.Eventually(t, func() bool {
+		for _, d := range rc.delivered() {
+			if d.event.AggregateID == afterwards {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 5*time.Millisecond, "the event of after the re-enabling is delivered")
+	queued := func(endpoint, aggregate string) (statuses []string) {
+		rows, err := a.dbs.es.DB.Query(`SELECT status FROM webhook_deliveries WHERE endpoint_id = $1 AND aggregate_id = $2`, endpoint, aggregate)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			statuses = append(statuses, s)
+		}
+		require.NoError(t, rows.Err())
+		return statuses
+	}
+	// The fan-out goes through the orders topic in order: the earlier
+	// event's deliveries, if any, were queued before the later one's.
+	require.Empty(t, queued(reenabled, whileDisabled), "an event that occurred while the endpoint was disabled was queued for it")
+	require.Empty(t, queued(disabled, afterwards), "an event that occurred while the endpoint was disabled was queued for it")
+	require.Eventually(t, func() bool { return slices.Equal(queued(disabled, whileDisabled), []string{"failed"}) }, 20*time.Second, 5*time.Millisecond,
+		"an event that occurred while the endpoint was enabled is queued, and fails as the endpoint is disabled now: %v", queued(disabled, whileDisabled))
+	require.Empty(t, rc2.deliveries())
+	require.Len(t, rc.deliveries(), 1)
+}
