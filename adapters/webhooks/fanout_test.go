@@ -16,7 +16,7 @@ import (
 )
 
 // The fan-out leaves out, before any work, the events of a merchant
-// without an enabled endpoint that occurred well before it read the set of
+// without an endpoint that occurred well before it read the set of
 // merchants with one; an event too recent for the set to tell still gets
 // its delivery from an endpoint created since the set was read, and so do
 // the events of a merchant in the set.

@@ -10,8 +10,8 @@
 //     webhooks_service_requests) runs through the projector like the read
 //     models: catch-up, then a Watermill router woken by NOTIFY, with its
 //     retries, poison queue and parking. For each event (or batch) it
-//     inserts one pending row per matching endpoint into
-//     webhook_deliveries, in one transaction that checks the leader's term
+//     inserts one pending row per matching endpoint (enabled when the event
+//     occurred: webhook_endpoint_periods) into webhook_deliveries, in one transaction that checks the leader's term
 //     first (hearth_es_fence). A redelivered event inserts nothing twice
 //     (a unique index on endpoint and event).
 //  2. Dispatch. The Dispatcher runs one worker per endpoint with pending
@@ -25,9 +25,12 @@
 //     inFlightPerEndpoint), each bounded by the timeout.
 //  3. Outcome. A 2xx succeeds. A 410 disables the endpoint at once (but
 //     a test ping's, which never disables it). Any
-//     other answer, or none, is retried on the schedule (webhook.Schedule);
-//     once a delivery's retries run out the endpoint is disabled with the
-//     reason, and its pending deliveries fail. A test ping is tried once.
+//     other answer, or none, is retried on the schedule (webhook.Schedule),
+//     and so is a body that could not be built for a passing cause (a
+//     data-key lookup); once a delivery's retries run out the endpoint is
+//     disabled with the reason (unless its URL changed since the attempt),
+//     and its pending deliveries fail. A test ping is tried once. Every
+//     error text stored is storable (cleaned, bounded).
 //
 // A claim moves the delivery's next attempt past the send's timeout, and
 // no send starts that could end after that (a round's later sends to a
