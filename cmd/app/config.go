@@ -374,6 +374,13 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 			errs = append(errs, fmt.Errorf("ADMIN_ADDR=%q: must differ from HTTP_ADDR", cfg.AdminAddr))
 		}
 	}
+	// The runtime reads GOGC itself, and takes a value it cannot parse for
+	// its default without a word.
+	if v := getenv("GOGC"); v != "" && v != "off" {
+		if _, err := strconv.Atoi(v); err != nil {
+			errs = append(errs, fmt.Errorf("GOGC=%q: must be a whole number (per cent of the live heap) or off", v))
+		}
+	}
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("LOG_FORMAT=%q: must be text or json", cfg.LogFormat))
 	}

@@ -106,9 +106,20 @@ func TestReadYourWritesSlowProjection(t *testing.T) {
 			require.Equal(t, "reached", r.Header.Get("Consistency-Status"))
 			require.Equal(t, 2, intOf(r.Body["version"]))
 
-			// A malformed position is refused.
+			// A malformed position is refused, and so are two positions
+			// (the header and the parameter, or the parameter twice),
+			// whatever the other says.
 			r = a.must(http.StatusBadRequest, http.MethodGet, "/v1/orders?min_position=abc", a.opA, nil)
 			require.Contains(t, r.Raw, "min_position")
+			posNow := changed.Header.Get("Consistency-Position")
+			r = a.must(http.StatusBadRequest, http.MethodGet, "/v1/orders?min_position="+posNow+"&min_position="+posNow, a.opA, nil)
+			require.Equal(t, []string{"min_position"}, problemFields(r))
+			h = auth(a.opA)
+			h.Set("Consistency-Position", posNow)
+			r, err = a.send(http.MethodGet, "/v1/orders?min_position=abc", h, nil)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusBadRequest, r.Status, "%s", r)
+			require.Equal(t, []string{"min_position"}, problemFields(r))
 		})
 	}
 }

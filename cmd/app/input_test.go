@@ -318,13 +318,14 @@ func TestRequestStatementTimeoutIsBounded(t *testing.T) {
 // shape; a port out of range (or a host with a space) passes, and serve
 // fails only after opening and migrating the databases. The configuration
 // says it "validates everything once" and every error names its setting.
-func TestListenAddressesAndPollIntervalAreValidated(t *testing.T) {
+func TestListenAddressesPollIntervalAndGOGCAreValidated(t *testing.T) {
 	for _, env := range []map[string]string{
 		{"HTTP_ADDR": ":99999"},
 		{"HTTP_ADDR": ":-1"},
 		{"ADMIN_ADDR": "127.0.0.1:70000"},
 		{"HTTP_ADDR": "bad host:80"},
 		{"POLL_INTERVAL": "1ns"},
+		{"GOGC": "abc"},
 	} {
 		_, _, err := loadConfig(func(k string) string { return env[k] }, flag.NewFlagSet("t", flag.ContinueOnError), nil)
 		require.Error(t, err, "%v", env)

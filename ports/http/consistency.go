@@ -53,8 +53,12 @@ func (s *server) awaitPosition(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	raw, name := r.Header.Get(HeaderPosition), HeaderPosition
-	if raw == "" {
-		raw, name = r.URL.Query().Get("min_position"), "min_position"
+	if q := r.URL.Query()["min_position"]; len(q) > 0 {
+		if raw != "" || len(q) > 1 { // one position, said once: not two to choose from
+			s.writeError(w, r, malformed("min_position", "must be given once, and not with the %s header", HeaderPosition))
+			return false
+		}
+		raw, name = q[0], "min_position"
 	}
 	if raw == "" {
 		return true
