@@ -108,7 +108,11 @@ func (pk *Parking) projection(name string) (Projection, error) {
 
 // hold parks r when its aggregate is parked for projection and reports
 // whether it did. One statement: the check takes the parked row FOR SHARE,
-// so it waits for a replay or skip in progress.
+// so it waits for a replay or skip in progress. An event before the one
+// that parked the aggregate was applied before it parked (delivered again
+// after a crash, or a term that ended before its batch was acknowledged):
+// it is not held, and its apply changes nothing (version guard), so the
+// waiting events are only those not applied, the failed one first.
 func (pk *Parking) hold(ctx context.Context, projection string, r event.Recorded) (bool, error) {
 	if maybe, err := pk.anyParkedFor(ctx, projection); err != nil || !maybe {
 		return false, err
@@ -119,7 +123,7 @@ func (pk *Parking) hold(ctx context.Context, projection string, r event.Recorded
 	}
 	var parked bool
 	err = pk.db.DB.QueryRowContext(ctx, `
-		WITH p AS (SELECT 1 FROM parked_aggregates WHERE projection = $1 AND stream_id = $2 FOR SHARE),
+		WITH p AS (SELECT 1 FROM parked_aggregates WHERE projection = $1 AND stream_id = $2 AND $3 >= first_version FOR SHARE),
 		ins AS (INSERT INTO parked_events (projection, stream_id, version, event_id, type, envelope)
 		        SELECT $1, $2, $3, $4, $5, $6 FROM p ON CONFLICT DO NOTHING)
 		SELECT EXISTS (SELECT 1 FROM p)`,

@@ -257,3 +257,56 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	assert.Equal(t, event.SkippedType, changes[1].Action)
 	require.Empty(t, f.verify(t))
 }
+
+// A parked aggregate's events that were applied before it parked, delivered
+// again (a crash or a leadership change before the subscriber acked its
+// batch; here the consumer group is rewound, the same redelivery), are not
+// held as waiting: the operator sees the failed event first, and skips it
+// by the id the list names.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (see TestParkingHoldsOneAggregateAndReplayRestoresIt).
+func TestRedeliveredAppliedEventsAreNotHeldAsWaiting(t *testing.T) {
+	f := setup(t, pgtest.NewDB(t))
+	b := &breakable{f: f}
+	parking, err := projector.NewParking(f.ES, b.projection())
+	require.NoError(t, err)
+	op := f.operator(t, parking)
+	f.RunRouterWith(t, parking, b.projection())
+	ctx := context.Background()
+
+	id := f.CreateOrder(t)
+	f.step(t, id, order.StatusConfirmed) // v2
+	require.Eventually(t, func() bool { return f.rowVersion(t, id) == 2 }, 10*time.Second, 10*time.Millisecond)
+	b.set(versionKey(id, 3))
+	f.step(t, id, order.StatusDispatching) // v3 fails: the order parks behind it
+	v3 := f.Stream(t, id)[2].ID
+	require.Eventually(t, func() bool {
+		a, err := parking.Get(ctx, "orders", id)
+		return err == nil && a.Waiting == 1
+	}, 20*time.Second, 10*time.Millisecond)
+
+	// Redelivery of everything (as after a crash before the batch's ack).
+	_, err = f.ES.DB.Exec(`UPDATE watermill_offsets_orders SET offset_acked = 0, last_processed_transaction_id = '0'`)
+	require.NoError(t, err)
+	var maxOffset int64
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT max("offset") FROM watermill_orders`).Scan(&maxOffset))
+	require.Eventually(t, func() bool {
+		var off int64
+		require.NoError(t, f.ES.DB.QueryRow(`SELECT offset_acked FROM watermill_offsets_orders WHERE consumer_group = 'orders'`).Scan(&off))
+		return off == maxOffset
+	}, 20*time.Second, 10*time.Millisecond, "everything delivered again")
+	require.Equal(t, 2, f.rowVersion(t, id), "the row stays at v2")
+
+	a, err := parking.Get(ctx, "orders", id)
+	require.NoError(t, err)
+	versions := []int{}
+	for _, e := range a.Events {
+		versions = append(versions, e.Version)
+	}
+	assert.Equal(t, []int{3}, versions, "only v3 waits: v1 and v2 were applied before the aggregate parked")
+
+	// The operator skips the event that failed, as the list names it.
+	_, err = op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, EventID: v3, By: "ops:ada", Reason: "bad data"})
+	require.NoError(t, err, "skipping the failed event (first_event_id) must work")
+}
