@@ -243,11 +243,15 @@ func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows ma
 		if i >= len(changes) || reported == 3 {
 			break
 		}
+		// Whose it is (the merchant: the histories and exports select by
+		// it), which event, who and when, as the event says.
 		c := changes[i]
-		if c.Version != r.Version || c.EventID != r.ID || c.Action != r.Type {
+		if c.Version != r.Version || c.EventID != r.ID || c.Action != r.Type || c.MerchantID != r.MerchantID ||
+			c.Actor != r.Actor || !c.OccurredAt.Equal(r.OccurredAt) {
+			const row = "version %d event %s action %s merchant %s actor %s at %s"
 			out = append(out, diff(fmt.Sprintf("change_log v%d", r.Version),
-				fmt.Sprintf("version %d event %s action %s", c.Version, c.EventID, c.Action),
-				fmt.Sprintf("version %d event %s action %s", r.Version, r.ID, r.Type)))
+				fmt.Sprintf(row, c.Version, c.EventID, c.Action, c.MerchantID, c.Actor, c.OccurredAt.UTC().Format(time.RFC3339Nano)),
+				fmt.Sprintf(row, r.Version, r.ID, r.Type, r.MerchantID, r.Actor, r.OccurredAt.UTC().Format(time.RFC3339Nano))))
 			reported++
 		}
 	}

@@ -19,12 +19,10 @@ import (
 	"hearth/internal/pgtest"
 )
 
-// Review finding: verification compares each change-log row's version,
-// event id and action, and the last row's after snapshot, but not the
-// merchant the row is filed under (nor its actor, time or before
-// snapshot). A change-log row filed under another merchant, which that
-// merchant's history and customer export then show, verifies clean.
-func TestReviewVerifyChecksTheChangeLogMerchant(t *testing.T) {
+// Verification checks each change-log row against its event: the merchant
+// it is filed under (a merchant's history and export select by it), its
+// actor and its time, not only its version, event and action.
+func TestVerifyChecksWhoseEachChangeLogRowIs(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
 	ctx := context.Background()
@@ -66,12 +64,23 @@ func TestReviewVerifyChecksTheChangeLogMerchant(t *testing.T) {
 	}
 	require.Empty(t, verify(), "clean before the damage")
 
-	// The change-log row of the order's first event, filed under another merchant.
-	_, err = db.ExecContext(ctx, `UPDATE change_log SET merchant_id = ? WHERE aggregate_id = ?`, otherMerchant, id)
-	require.NoError(t, err)
+	// The change-log row of the order's first event, filed under another
+	// merchant, then with another actor, then another time.
+	damage := func(set string, args ...any) {
+		_, err := db.ExecContext(ctx, `UPDATE change_log SET `+set+` WHERE aggregate_id = ?`, append(args, id)...)
+		require.NoError(t, err)
+	}
+	damage("merchant_id = ?", otherMerchant)
 	leaked, err := ordersRM.Changes(ctx, query.Scope{MerchantID: otherMerchant}, "order", id)
 	require.NoError(t, err)
 	require.Len(t, leaked, 1, "the other merchant now reads the order's history")
-
-	require.NotEmpty(t, verify(), "verification must report a change-log row filed under another merchant")
+	require.NotEmpty(t, verify(), "a change-log row filed under another merchant")
+	damage("merchant_id = ?", merchantID)
+	require.Empty(t, verify())
+	damage("actor = 'someone else'")
+	require.NotEmpty(t, verify(), "a change-log row of another actor")
+	damage("actor = 'test'")
+	require.Empty(t, verify())
+	damage("occurred_at = occurred_at - interval '1 hour'")
+	require.NotEmpty(t, verify(), "a change-log row of another time")
 }
