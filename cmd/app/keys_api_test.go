@@ -420,3 +420,28 @@ func TestAdminAuditOfOperations(t *testing.T) {
 	require.Contains(t, out, "parked.skip")
 	require.Contains(t, out, "ops:bob")
 }
+
+// A key rotated with a grace period works until the grace ends: its
+// expiry is then the grace's end, which a key made from it would copy. It
+// is not rotated again (422 key.rotated, naming the key that replaced it);
+// that key is, and keeps the expiry of the first.
+func TestRotatingAKeyInItsGraceIsRefused(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	created := a.must(http.StatusCreated, http.MethodPost, "/admin/keys", a.admin, map[string]any{
+		"role": "operator", "merchant_id": a.merchantA, "name": "till 9"})
+	id := created.Body["id"].(string)
+	require.Nil(t, created.Body["expires_at"], "a key without expiry")
+
+	first := a.must(http.StatusCreated, http.MethodPost, "/admin/keys/"+id+"/rotate", a.admin, map[string]any{"grace": "2h"})
+	require.Nil(t, first.Body["expires_at"], "the new key has the old key's expiry: none")
+	newID := first.Body["id"].(string)
+
+	again := a.do(http.MethodPost, "/admin/keys/"+id+"/rotate", a.admin, map[string]any{"grace": "2h"})
+	requireProblem(t, again, http.StatusUnprocessableEntity, "/problems/rule-broken")
+	require.Equal(t, "key.rotated", again.Body["rule"])
+	require.Contains(t, again.Body["detail"], newID)
+
+	second := a.must(http.StatusCreated, http.MethodPost, "/admin/keys/"+newID+"/rotate", a.admin, map[string]any{"grace": "2h"})
+	require.Nil(t, second.Body["expires_at"], "rotating the newest key keeps the expiry: none")
+}

@@ -167,7 +167,9 @@ func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, a
 			return err
 		}
 		var expired bool
-		if err := tx.QueryRowContext(ctx, `SELECT coalesce(expires_at <= now(), false) FROM api_keys WHERE id = ?`, id).Scan(&expired); err != nil {
+		var replacedBy sql.NullString
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(expires_at <= now(), false), replaced_by::text FROM api_keys WHERE id = ?`, id).
+			Scan(&expired, &replacedBy); err != nil {
 			return fmt.Errorf("rotate key: %w", err)
 		}
 		switch {
@@ -175,6 +177,11 @@ func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, a
 			return &apperr.RuleError{Rule: "key.revoked", Detail: "key " + id + " is revoked; create a new key instead"}
 		case expired:
 			return &apperr.RuleError{Rule: "key.expired", Detail: "key " + id + " has expired; create a new key instead"}
+		case replacedBy.Valid:
+			// Its expires_at is its grace's end now: a key made from it would
+			// expire then.
+			return &apperr.RuleError{Rule: "key.rotated", Detail: "key " + id + " was rotated into key " + replacedBy.String +
+				" and works only until its grace period ends; rotate " + replacedBy.String + " instead"}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, merchant_id, role, staff_id, key_hash, name, expires_at)
 			SELECT ?, merchant_id, role, staff_id, ?, name, expires_at FROM api_keys WHERE id = ?`, newID, hashKey(secret), id); err != nil {
@@ -187,8 +194,8 @@ func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, a
 			}
 		} else {
 			// LEAST ignores NULL: a key without expiry gets now() + grace.
-			_, err = tx.ExecContext(ctx, `UPDATE api_keys SET expires_at = LEAST(expires_at, now() + ?::interval) WHERE id = ?`,
-				fmt.Sprintf("%d microseconds", grace.Microseconds()), id)
+			_, err = tx.ExecContext(ctx, `UPDATE api_keys SET expires_at = LEAST(expires_at, now() + ?::interval), replaced_by = ? WHERE id = ?`,
+				fmt.Sprintf("%d microseconds", grace.Microseconds()), newID, id)
 		}
 		if err != nil {
 			return fmt.Errorf("retire rotated key: %w", err)
