@@ -442,3 +442,38 @@ func TestLegacyIdempotencyRecordsStillAnswer(t *testing.T) {
 	requireProblem(t, other, http.StatusUnprocessableEntity, "/problems/idempotency-key-reused")
 	require.Equal(t, 1, a.events(order), "nothing ran")
 }
+
+// Two requests are the same request only when their decoding cannot tell
+// them apart: a body the decoding refuses (data after the object, a member
+// given twice, an escaped lone surrogate) is not the same as the body it
+// would be read as, whichever comes first.
+func TestIdempotencyKeyTellsRequestsTheDecodingTellsApart(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+
+	cases := []struct {
+		name         string
+		first, retry string
+		firstStatus  int
+	}{
+		// The refused body first, the corrected one retried.
+		{"trailing brace after the object", `{"name":"Cy"}}`, `{"name":"Cy"}`, http.StatusBadRequest},
+		{"trailing bracket and garbage", `{"name":"Cy2"}] and then anything at all`, `{"name":"Cy2"}`, http.StatusBadRequest},
+		{"member given twice", `{"name":"Dee","name":"Eve"}`, `{"name":"Eve"}`, http.StatusBadRequest},
+		{"lone surrogate", `{"name":"Fay \ud800"}`, `{"name":"Fay \ufffd"}`, http.StatusUnprocessableEntity},
+		// The valid body first, a malformed one retried.
+		{"valid first, trailing brace retried", `{"name":"Gus"}`, `{"name":"Gus"}}`, http.StatusCreated},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key := "fp-" + strconv.Itoa(i)
+			first := a.sendOK(http.MethodPost, "/v1/customers", withKey(a.opA, key), c.first)
+			require.Equal(t, c.firstStatus, first.Status, "%s", first)
+
+			retry := a.sendOK(http.MethodPost, "/v1/customers", withKey(a.opA, key), c.retry)
+			require.Empty(t, retry.Header.Get("Idempotent-Replayed"),
+				"another request with the same key was replayed the first one's answer: %s", retry)
+			requireProblem(t, retry, http.StatusUnprocessableEntity, "/problems/idempotency-key-reused")
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"hearth/app/access"
 	"hearth/app/command"
@@ -254,16 +255,34 @@ func fingerprint(method, path, ifMatch string, body []byte) []byte {
 		h.Write([]byte(strconv.Quote(v) + " "))
 	}
 	h.Write([]byte(strings.ToLower(path) + "\n"))
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err == nil && !dec.More() {
-		if canonical, err := json.Marshal(v); err == nil { // maps encode with sorted keys
-			body = canonical
-		}
+	if canonical, ok := canonicalJSON(body); ok {
+		body = canonical
 	}
 	h.Write(body)
 	return h.Sum(nil)
+}
+
+// canonicalJSON is body with its keys sorted and its spacing dropped, when
+// that loses nothing the request's decoding looks at: two requests
+// differing only so are the same request. A body the decoding refuses
+// (data after the object, a member given twice, text that is not valid
+// UTF-8 or holds an escaped lone surrogate: each decodes to something else
+// than was sent) is compared as its bytes.
+func canonicalJSON(body []byte) ([]byte, bool) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil || !utf8.Valid(body) {
+		return nil, false
+	}
+	if value, alone := decodedValue(body, dec); !alone || hasRepeatedMember(value) {
+		return nil, false
+	}
+	canonical, err := json.Marshal(v) // maps encode with sorted keys
+	if err != nil || (bytes.Contains(canonical, []byte("\uFFFD")) && !ownsReplacement(body)) {
+		return nil, false
+	}
+	return canonical, true
 }
 
 // kept is the part of an answer that is stored.

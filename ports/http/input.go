@@ -34,17 +34,13 @@ func cleanInput(body []byte, dst any) error {
 		return errs.Err()
 	}
 	// encoding/json decodes an escaped lone UTF-16 surrogate ("\ud800") as
-	// U+FFFD: text that was not sent. A body that holds no U+FFFD of its
-	// own (as UTF-8 or escaped) can give a string one only that way.
-	replaced := func() bool {
-		return !bytes.Contains(body, []byte("\uFFFD")) && !bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
-	}
+	// U+FFFD: text that was not sent (ownsReplacement).
 	walkStrings(reflect.ValueOf(dst), "", false, func(field string, v reflect.Value, multiline bool) {
 		if p := text.Problem(v.String(), multiline); p != "" {
 			errs.Add(field, "%s", p)
 			return
 		}
-		if strings.ContainsRune(v.String(), utf8.RuneError) && replaced() {
+		if strings.ContainsRune(v.String(), utf8.RuneError) && !ownsReplacement(body) {
 			errs.Add(field, "must be valid Unicode text: a \\u escape of a lone UTF-16 surrogate is not")
 			return
 		}
@@ -55,6 +51,14 @@ func cleanInput(body []byte, dst any) error {
 		}
 	})
 	return errs.Err()
+}
+
+// ownsReplacement reports whether body, valid UTF-8, holds a U+FFFD of its
+// own (as UTF-8 or escaped). One that does not can give a decoded string
+// one only from an escaped lone UTF-16 surrogate, which encoding/json
+// decodes as U+FFFD.
+func ownsReplacement(body []byte) bool {
+	return bytes.Contains(body, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
 }
 
 // isIDField reports whether the field (its last path segment) names an id:

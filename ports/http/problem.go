@@ -268,16 +268,22 @@ func decodeJSON(body []byte, dst any) error {
 	default:
 		return &badRequest{slug: "malformed-request", detail: "malformed JSON: " + err.Error()}
 	}
-	// Only white space may follow the object. (Decoder.More is no test of
-	// that: it reports a closing ']' or '}' as the end.)
-	value := body[:dec.InputOffset()]
-	if len(bytes.TrimLeft(body[len(value):], " \t\r\n")) > 0 {
+	value, alone := decodedValue(body, dec)
+	if !alone {
 		return &badRequest{slug: "malformed-request", detail: "request body has data after the JSON object"}
 	}
 	if hasRepeatedMember(value) {
 		return malformed(repeatedMember(value), "is given more than once (member names match whatever their case)")
 	}
 	return nil
+}
+
+// decodedValue is the part of body that dec decoded, and whether only
+// white space follows it. (Decoder.More is no test of that: it reports a
+// closing ']' or '}' as the end.)
+func decodedValue(body []byte, dec *json.Decoder) (value []byte, alone bool) {
+	value = body[:dec.InputOffset()]
+	return value, len(bytes.TrimLeft(body[len(value):], " \t\r\n")) == 0
 }
 
 // hasRepeatedMember reports whether an object of body, JSON that decoded,
