@@ -292,3 +292,27 @@ func TestLimitKeyCache(t *testing.T) {
 	}
 	require.Equal(t, int32(2), off.keys.lookups.Load(), "KEY_CACHE_TTL=0 looks every key up")
 }
+
+// A request refused by the merchant's limit spends nothing of its key's:
+// a key of a merchant over budget is served once the merchant's bucket
+// refills, not refused by a limit it never passed.
+func TestARequestRefusedByOneLimitSpendsNoOther(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	// A key: 2 requests, a token every 100 s; the merchant: 1, a token every 10 s.
+	l := limited(t, a, Config{KeyRPS: 0.01, KeyBurst: 2, MerchantRPS: 0.1, MerchantBurst: 1})
+	second := a.newOperatorKey("acme") // another key of merchant A
+
+	require.Equal(t, http.StatusOK, l.from("", a.opA, "/v1/customers").Status, "opA spends the merchant's one token")
+	for range 2 {
+		requireRateLimited(t, l.from("", second, "/v1/customers"), "merchant", 10)
+	}
+	l.advance(10 * time.Second) // the merchant's bucket has a token again
+
+	// second has not been served once; its key's bucket (burst 2) should
+	// be full, and the merchant has a token.
+	r := l.from("", second, "/v1/customers")
+	require.Equal(t, http.StatusOK, r.Status,
+		"a key never served is not refused by its own limit: its refused requests spent none of its budget: %s (Retry-After %s)",
+		r, r.Header.Get("Retry-After"))
+}

@@ -137,29 +137,46 @@ func (v verdict) done() {
 // at now.
 func (l *limiter) admit(p access.Principal, now time.Time) verdict {
 	var v verdict
+	// A request refused by one limit spends nothing of the others: the
+	// tokens it took are given back, so a key whose merchant is over its
+	// budget keeps its own, and a 429 names the limit that refused it.
+	var taken []*rate.Reservation
+	refuse := func(name string) verdict {
+		for _, r := range taken {
+			r.CancelAt(now)
+		}
+		v.refused = name
+		return v
+	}
+	take := func(lim *rate.Limiter) bool {
+		r := lim.ReserveN(now, 1)
+		if !r.OK() || r.DelayFrom(now) > 0 {
+			r.CancelAt(now)
+			return false
+		}
+		taken = append(taken, r)
+		return true
+	}
 	if l.keys != nil {
 		b := l.keys.get(p.KeyID, now)
-		ok := b.lim.AllowN(now, 1)
+		ok := take(b.lim)
 		v.q = quota{name: limitKey, burst: l.KeyBurst, rate: l.KeyRate, tokens: b.lim.TokensAt(now)}
 		if !ok {
-			v.refused = limitKey
-			return v
+			return refuse(limitKey)
 		}
 	}
 	if l.merchants == nil || p.MerchantID == "" {
 		return v
 	}
 	b := l.merchants.get(p.MerchantID, now)
-	if b.lim != nil && !b.lim.AllowN(now, 1) {
-		v.refused = limitMerchant
+	if b.lim != nil && !take(b.lim) {
 		v.q = quota{name: limitMerchant, burst: l.MerchantBurst, rate: l.MerchantRate, tokens: b.lim.TokensAt(now)}
-		return v
+		return refuse(limitMerchant)
 	}
 	if l.MerchantInFlight > 0 {
 		if b.count.Add(1) > int32(l.MerchantInFlight) {
 			b.count.Add(-1)
-			v.refused = limitInFlight
-			return v
+			return refuse(limitInFlight)
 		}
 		v.release = b
 	}
