@@ -313,3 +313,43 @@ func TestFairSlotsHandOff(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Zero(t, s.waiting())
 }
+
+// skewedLease is an idempotency store on a database whose clock is behind
+// the API instance's: the holder's lease has ended by the instance's clock
+// (locked_until is in its past) but not yet by the database's, so the
+// database refuses the takeover (Claim returns "").
+type skewedLease struct {
+	claims atomic.Int32
+}
+
+func (s *skewedLease) Claim(context.Context, string, string, string, []byte, time.Duration) (string, error) {
+	s.claims.Add(1)
+	return "", nil
+}
+
+func (s *skewedLease) Get(context.Context, string, string, string) (command.IdempotencyRecord, error) {
+	return command.IdempotencyRecord{Fingerprint: fingerprint(http.MethodPost, "/v1/customers", "", []byte(`{"name":"Ada"}`)),
+		LockedUntil: time.Now().Add(-time.Millisecond)}, nil
+}
+
+func (s *skewedLease) Complete(context.Context, *command.Idempotent, command.Answer) error {
+	return nil
+}
+func (s *skewedLease) Release(context.Context, *command.Idempotent) error { return nil }
+
+// A retry waiting for a key whose lease looks over by the instance's clock
+// but not by the database's (which Claim goes by) polls at the pace of any
+// wait, instead of claiming again and again for as long as the clocks
+// differ.
+func TestAnIdempotentWaitDoesNotLoopWhenTheClocksDiffer(t *testing.T) {
+	t.Parallel()
+	store := &skewedLease{}
+	srv, err := NewHandler(Config{Auth: oneKey{}, APIEnabled: true, Idempotency: store, IdempotencyWait: 300 * time.Millisecond})
+	require.NoError(t, err)
+
+	rec := postWithKey(t, srv)
+	require.Equal(t, http.StatusConflict, rec.Code, rec.Body.String())
+	// Polling 5, 10, 20, 40, 80, 100 ms... makes well under 20 claims in 300 ms.
+	require.LessOrEqual(t, store.claims.Load(), int32(20),
+		"the wait hammered the database with %d claims in 300 ms", store.claims.Load())
+}
