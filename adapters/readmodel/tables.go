@@ -157,6 +157,9 @@ func (t *table[V, PV, R]) fold(stream []event.Recorded, upTo int) (V, error) {
 		if upTo > 0 && r.Version > upTo {
 			break
 		}
+		if u, ok := r.Event.(undecodable); ok {
+			return v, fmt.Errorf("fold %s %s v%d: the event does not decode: %w", t.agg.Type, r.StreamID, r.Version, u.err)
+		}
 		if err := PV(&v).Apply(r); err != nil {
 			return v, fmt.Errorf("fold %s %s v%d: %w", t.agg.Type, r.StreamID, r.Version, err)
 		}
