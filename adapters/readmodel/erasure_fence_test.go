@@ -9,13 +9,11 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/readmodel"
-	"hearth/adapters/vault"
 	"hearth/app/command"
 	"hearth/app/ops"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
 	"hearth/internal/aggregates"
-	"hearth/internal/keyring"
 	"hearth/internal/pgtest"
 )
 
@@ -26,26 +24,10 @@ func TestErasureUnderFence(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
 	ctx := context.Background()
-	merchantID, customerID := uuid.New(), uuid.New()
-	_, err := db.ExecContext(ctx, `INSERT INTO merchants (id, name) VALUES (?, ?)`, merchantID, "m-"+merchantID)
+	merchantID, customerID := tenant(t, db)
+	_, err := db.ExecContext(ctx, `INSERT INTO projection_leader (name, term, holder, since) VALUES ('test/lock', 7, 'test', now())`)
 	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, customerID, merchantID)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO projection_leader (name, term, holder, since) VALUES ('test/lock', 7, 'test', now())`)
-	require.NoError(t, err)
-
-	line, err := keyring.New("test")
-	require.NoError(t, err)
-	ring, err := keyring.Parse(line)
-	require.NoError(t, err)
-	v, err := vault.New(db.DB, ring)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(db, nil, v)
-	require.NoError(t, err)
-	tx, err := pubsub.NewTransactor(store)
-	require.NoError(t, err)
-	orders, err := command.NewOrderHandlers(tx)
-	require.NoError(t, err)
+	store, v, orders := sealedWrites(t, db)
 	w, err := orders.Create(ctx, command.CreateOrder{Meta: event.Meta{MerchantID: merchantID, Actor: "test",
 		CorrelationID: uuid.New(), OccurredAt: time.Now()}, CustomerID: customerID, AmountCents: 100, Notes: "key under the mat"})
 	require.NoError(t, err)

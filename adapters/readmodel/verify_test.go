@@ -37,23 +37,11 @@ func newVerifyEnv(t *testing.T) verifyEnv {
 	t.Helper()
 	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
 	ctx := context.Background()
-	e := verifyEnv{db: db, merchantID: uuid.New(), customerID: uuid.New()}
-	_, err := db.ExecContext(ctx, `INSERT INTO merchants (id, name) VALUES (?, ?)`, e.merchantID, "m-"+e.merchantID)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, e.customerID, e.merchantID)
-	require.NoError(t, err)
-	line, err := keyring.New("test")
-	require.NoError(t, err)
-	ring, err := keyring.Parse(line)
-	require.NoError(t, err)
-	v, err := vault.New(db.DB, ring)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(db, nil, v)
-	require.NoError(t, err)
-	tx, err := pubsub.NewTransactor(store)
-	require.NoError(t, err)
-	e.orders, err = command.NewOrderHandlers(tx)
-	require.NoError(t, err)
+	e := verifyEnv{db: db}
+	e.merchantID, e.customerID = tenant(t, db)
+	_, v, orders := sealedWrites(t, db)
+	e.orders = orders
+	var err error
 	e.ordersRM, err = readmodel.NewOrders(db)
 	require.NoError(t, err)
 	log, err := pubsub.NewEventLog(db)
@@ -64,6 +52,36 @@ func newVerifyEnv(t *testing.T) verifyEnv {
 		return report.Differences()
 	}
 	return e
+}
+
+// tenant adds a merchant and a customer of it.
+func tenant(t *testing.T, db *bun.DB) (merchantID, customerID string) {
+	t.Helper()
+	merchantID, customerID = uuid.New(), uuid.New()
+	_, err := db.ExecContext(context.Background(), `INSERT INTO merchants (id, name) VALUES (?, ?)`, merchantID, "m-"+merchantID)
+	require.NoError(t, err)
+	_, err = db.ExecContext(context.Background(), `INSERT INTO customers (id, merchant_id, name) VALUES (?, ?, 'Ada')`, customerID, merchantID)
+	require.NoError(t, err)
+	return merchantID, customerID
+}
+
+// sealedWrites is the write side on db, personal fields sealed: the
+// store, its vault and the order handlers.
+func sealedWrites(t *testing.T, db *bun.DB) (*pubsub.Store, *vault.Vault, command.OrderHandlers) {
+	t.Helper()
+	line, err := keyring.New("test")
+	require.NoError(t, err)
+	ring, err := keyring.Parse(line)
+	require.NoError(t, err)
+	v, err := vault.New(db.DB, ring)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(db, nil, v)
+	require.NoError(t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	orders, err := command.NewOrderHandlers(tx)
+	require.NoError(t, err)
+	return store, v, orders
 }
 
 // order creates an order (with notes, sealed) and applies its events to

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
@@ -55,14 +56,9 @@ func TestRoundSendsEndWithinTheClaim(t *testing.T) {
 		<-r.Context().Done() // no answer: every send takes the whole timeout
 	}))
 	defer receiver.Close()
-	merchant, endpoint := uuid.New(), uuid.New()
-	_, err := db.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchant, "m-"+merchant)
-	require.NoError(t, err)
-	_, err = db.DB.Exec(`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, now(), now())`, endpoint, merchant, receiver.URL, webhook.NewSecret())
-	require.NoError(t, err)
+	merchant, endpoint := anEndpoint(t, db, receiver.URL)
 	// A round's worth of test pings, each of its own aggregate.
-	_, err = db.DB.Exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
+	_, err := db.DB.Exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
 		SELECT $1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}' FROM generate_series(1, $3)`, endpoint, merchant, claimBatch)
 	require.NoError(t, err)
 
@@ -70,11 +66,7 @@ func TestRoundSendsEndWithinTheClaim(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d, err := NewDispatcher(ctx, DispatcherConfig{DB: db.DB, Sender: sender, Secrets: testKeys, Keep: time.Hour,
-		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
-		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
-	require.NoError(t, err)
-	d.poke([]string{endpoint}, false)
+	d := hourlyDispatcher(t, ctx, db, sender, endpoint)
 
 	require.Eventually(t, func() bool {
 		var failed, attempts int
@@ -140,12 +132,7 @@ func TestTransportErrorWithANULIsRecorded(t *testing.T) {
 	out := sender.send(t.Context(), target, []string{webhook.NewSecret()}, "evt", []byte("{}"))
 	require.Contains(t, out.Err, "\x00", "precondition: the transport's error quotes the certificate's names")
 
-	merchant, endpoint := uuid.New(), uuid.New()
-	_, err = db.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchant, "m-"+merchant)
-	require.NoError(t, err)
-	_, err = db.DB.Exec(`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, now(), now())`, endpoint, merchant, target, webhook.NewSecret())
-	require.NoError(t, err)
+	merchant, endpoint := anEndpoint(t, db, target)
 	// A test ping: tried once, then failed.
 	delivery := uuid.New()
 	_, err = db.DB.Exec(`INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
@@ -154,11 +141,7 @@ func TestTransportErrorWithANULIsRecorded(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d, err := NewDispatcher(ctx, DispatcherConfig{DB: db.DB, Sender: sender, Secrets: testKeys, Keep: time.Hour,
-		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
-		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
-	require.NoError(t, err)
-	d.poke([]string{endpoint}, false)
+	d := hourlyDispatcher(t, ctx, db, sender, endpoint)
 
 	status := func() (s string, attempts int, e string) {
 		_ = db.DB.QueryRow(`SELECT status, attempts, error FROM webhook_deliveries WHERE id = $1`, delivery).Scan(&s, &attempts, &e)
@@ -197,4 +180,28 @@ func TestHealthAfterARound(t *testing.T) {
 	require.Equal(t, health{}, h.after([]result{refused("e"), ok}), "a success ends it")
 	require.True(t, health{}.after([]result{unanswered}).failing, "no HTTP answer")
 	require.True(t, health{}.after([]result{refused("a"), refused("b")}).failing, "two aggregates in one round")
+}
+
+// anEndpoint adds a merchant with one webhook endpoint at url.
+func anEndpoint(t *testing.T, db *bun.DB, url string) (merchant, endpoint string) {
+	t.Helper()
+	merchant, endpoint = uuid.New(), uuid.New()
+	_, err := db.DB.Exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchant, "m-"+merchant)
+	require.NoError(t, err)
+	_, err = db.DB.Exec(`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, now(), now())`, endpoint, merchant, url, webhook.NewSecret())
+	require.NoError(t, err)
+	return merchant, endpoint
+}
+
+// hourlyDispatcher starts a dispatcher whose retries wait an hour (a test
+// sees one attempt of each delivery) and wakes endpoint's worker.
+func hourlyDispatcher(t *testing.T, ctx context.Context, db *bun.DB, sender *Sender, endpoint string) *Dispatcher {
+	t.Helper()
+	d, err := NewDispatcher(ctx, DispatcherConfig{DB: db.DB, Sender: sender, Secrets: testKeys, Keep: time.Hour,
+		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
+		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
+	require.NoError(t, err)
+	d.poke([]string{endpoint}, false)
+	return d
 }

@@ -161,23 +161,8 @@ func TestSendKeepsTheReceiversWordsStorable(t *testing.T) {
 // only that no HTTP answer came.
 func TestSendNotHTTPKeepsTheReceiversWordsInErr(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = c.Read(make([]byte, 4096))
-				_, _ = io.WriteString(c, `{"name":"Jane Customer","phone":"+447700900123"}`+"\r\n\r\n")
-			}()
-		}
-	}()
-	out := newTestSender(t, time.Second, true).Send(t.Context(), "http://"+ln.Addr().String(), []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+	url := notHTTP(t, `{"name":"Jane Customer","phone":"+447700900123"}`)
+	out := newTestSender(t, time.Second, true).Send(t.Context(), url, []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
 	require.Zero(t, out.Status)
 	require.Contains(t, out.Err, "447700900123")
 	require.Equal(t, "no HTTP answer (the delivery's error says what came instead)", out.Brief())
@@ -214,10 +199,21 @@ func TestSendBoundsTheRedirectLocationItKeeps(t *testing.T) {
 // delivery keeps maxStoredError bytes of net/http's error quoting it.
 func TestSendBoundsTheNonHTTPAnswerItKeeps(t *testing.T) {
 	t.Parallel()
+	url := notHTTP(t, strings.Repeat("x", 16<<10)) // within maxResponseHeader, no colon, no HTTP
+	out := newTestSender(t, 5*time.Second, true).Send(t.Context(), url, []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+	require.Zero(t, out.Status)
+	require.NotEmpty(t, out.Err)
+	require.LessOrEqual(t, len(out.Err), maxStoredError,
+		"the delivery's error keeps %d bytes of what the receiver sent instead of HTTP", len(out.Err))
+}
+
+// notHTTP is the URL of a receiver that answers every request with line,
+// which is not HTTP.
+func notHTTP(t *testing.T, line string) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ln.Close() })
-	line := strings.Repeat("x", 16<<10) // within maxResponseHeader, no colon, no HTTP
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -231,9 +227,5 @@ func TestSendBoundsTheNonHTTPAnswerItKeeps(t *testing.T) {
 			}()
 		}
 	}()
-	out := newTestSender(t, 5*time.Second, true).Send(t.Context(), "http://"+ln.Addr().String(), []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
-	require.Zero(t, out.Status)
-	require.NotEmpty(t, out.Err)
-	require.LessOrEqual(t, len(out.Err), maxStoredError,
-		"the delivery's error keeps %d bytes of what the receiver sent instead of HTTP", len(out.Err))
+	return "http://" + ln.Addr().String()
 }
