@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"time"
 
 	"hearth/app/access"
@@ -341,11 +342,12 @@ func (c *Console) assign(w http.ResponseWriter, r *http.Request, s *session) err
 			return err
 		}
 		// Refused for a change made meanwhile, the form comes back with the
-		// order's version now, as the hours form does: sending it again
-		// assigns knowingly, instead of meeting the same conflict.
+		// order's version now (the write side's: the read model may not show
+		// it yet), as the hours form does: sending it again assigns
+		// knowingly, instead of meeting the same conflict.
 		version := f.text("expected_version")
 		if stale := new(apperr.VersionError); errors.As(err, &stale) {
-			version = ""
+			version = strconv.Itoa(stale.Actual)
 		}
 		p, perr := c.boardPage(r, s, week, assignPick{OrderID: orderID, StaffID: cmd.StaffID,
 			Start: f.text("start_at"), End: f.text("end_at"), Version: version}, "")
