@@ -51,7 +51,7 @@ func TestReadsFallBackToThePrimary(t *testing.T) {
 	rt, err := Each(set, m, primary, func(db *bun.DB) (serverPort, error) { return serverPort{db}, nil })
 	require.NoError(t, err)
 	read := func(ctx context.Context) int {
-		port, err := call(ctx, rt, func(s serverPort) (int, error) { return s.port(ctx) })
+		port, err := call(ctx, rt, func(ctx context.Context, s serverPort) (int, error) { return s.port(ctx) })
 		require.NoError(t, err)
 		return port
 	}
@@ -126,4 +126,37 @@ func TestPrimariesAsReplicas(t *testing.T) {
 	set.check(ctx)
 	require.True(t, itself.Usable(), "the primary itself still serves reads")
 	require.False(t, promoted.Usable(), "another primary of the cluster is skipped")
+}
+
+// A replica that goes silent between two checks (its machine frozen: its
+// kernel still answers TCP) does not hold a read until the request's
+// deadline: the read has a bound of its own (callBound), after which the
+// replica is skipped and the primary, healthy all along, answers within
+// the time the request has left.
+func TestAFrozenReplicasReadFallsBackToThePrimary(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	replica := pgtest.StartReplica(t)
+	ctx := t.Context()
+	set, primary, m := openSet(t, urls.EventStore, pgtest.On(replica, urls.EventStore))
+	rep := set.Replicas()[0]
+	require.True(t, rep.Usable())
+	rt, err := Each(set, m, primary, func(db *bun.DB) (serverPort, error) { return serverPort{db}, nil })
+	require.NoError(t, err)
+	get := func() context.Context { return context.WithValue(ctx, choiceKey{}, &choice{}) }
+	port, err := call(get(), rt, func(ctx context.Context, s serverPort) (int, error) { return s.port(ctx) })
+	require.NoError(t, err)
+	require.Equal(t, replica.Port(), port, "a GET reads the replica")
+
+	thaw, err := replica.Freeze()
+	require.NoError(t, err)
+	t.Cleanup(thaw)
+
+	// The request's deadline (HTTP_WRITE_TIMEOUT in production).
+	rctx, cancel := context.WithTimeout(get(), 6*time.Second)
+	defer cancel()
+	started := time.Now()
+	port, err = call(rctx, rt, func(ctx context.Context, s serverPort) (int, error) { return s.port(ctx) })
+	require.NoError(t, err, "a read a frozen replica does not answer is made on the healthy primary, in the time the request has left (after %v)", time.Since(started))
+	require.Equal(t, pgtest.Cluster().Port(), port)
+	require.False(t, rep.Usable(), "and the replica is skipped")
 }

@@ -147,6 +147,12 @@ func (r *Router) Wait(ctx context.Context, merchantID string, position int64) (b
 	c := choiceOf(ctx)
 	rep := c.replica(r.rm)
 	if rep == nil {
+		// Waited on the primary's read models: the GET reads the primary
+		// for the rest (the reference data too, whose replica may not
+		// show the write).
+		if c != nil {
+			c.primary = true
+		}
 		return r.primary.Wait(ctx, merchantID, position)
 	}
 	if r.es != nil && r.es != r.rm {
@@ -172,6 +178,15 @@ func (r *Router) Wait(ctx context.Context, merchantID string, position int64) (b
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), primaryCheck)
 	defer cancel()
 	return r.primary.Wait(pctx, merchantID, position)
+}
+
+// Primary sends the rest of ctx's GET to the primary: one that named a
+// position the API did not wait for (over CONSISTENCY_MAX_WAITS) reads
+// what the primary has, not what a replica lagging seconds behind has.
+func (r *Router) Primary(ctx context.Context) {
+	if c := choiceOf(ctx); c != nil {
+		c.primary = true
+	}
 }
 
 // unreachable reports whether err says a server could not answer (its

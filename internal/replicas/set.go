@@ -77,6 +77,21 @@ type Set struct {
 	samples []sample
 }
 
+// callBound bounds one read on a replica, within a request whose context
+// is ctx: the pools' statement timeout and a second (a replica that has
+// not answered by then is not answering), and never more than half the
+// time the request has left, so that the primary has the other half.
+func (s *Set) callBound(ctx context.Context) time.Duration {
+	bound := cmp.Or(s.cfg.Options.StatementTimeout, defaultCallBound) + time.Second
+	if deadline, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(deadline)/2)
+	}
+	return bound
+}
+
+// defaultCallBound is callBound's statement timeout for pools without one.
+const defaultCallBound = 5 * time.Second
+
 // Replica is one read replica of a Set.
 type Replica struct {
 	// Name is host:port/database, as metrics and logs show it.

@@ -37,7 +37,7 @@ const (
 	HeaderTimeout = "Consistency-Timeout"
 	// HeaderStatus answers "reached", "timeout" (the answer is then what
 	// the read models had when the wait ended) or "skipped" (too many waits
-	// in flight: the answer is what the read models have now).
+	// in flight: the answer is what the primary's read models have now).
 	HeaderStatus = "Consistency-Status"
 )
 
@@ -81,6 +81,11 @@ func (s *server) awaitPosition(w http.ResponseWriter, r *http.Request) bool {
 	case s.waits <- struct{}{}:
 		defer func() { <-s.waits }()
 	default:
+		// Not waited for, it reads what the primary has now: a replica
+		// (read routing) may lag seconds behind.
+		if p, ok := s.Consistency.(interface{ Primary(context.Context) }); ok {
+			p.Primary(r.Context())
+		}
 		w.Header().Set(HeaderStatus, "skipped")
 		return true
 	}
