@@ -680,7 +680,7 @@ func exec(ctx context.Context, tx *sql.Tx, sts ...statement) (int64, error) {
 }
 
 // failPending gives up the pending deliveries of the endpoint, once it is
-// disabled (a disable that found the endpoint changed since did not).
+// disabled (a disable that found the endpoint's URL changed since did not).
 func failPending(endpointID, why string) statement {
 	return statement{sql: `UPDATE webhook_deliveries SET status = 'failed', completed_at = now(),
 		error = CASE WHEN error = '' THEN 'not sent: ' || $2 ELSE error || '; then: ' || $2 END

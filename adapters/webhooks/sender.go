@@ -196,9 +196,9 @@ func (o Outcome) Gone() bool { return o.Status == http.StatusGone }
 const (
 	// maxErrorBody is how much of a failed answer's body the log keeps.
 	maxErrorBody = 256
-	// maxStoredError bounds, in bytes, every error text a delivery or an
-	// endpoint keeps (storable): the delivery log returns it in every
-	// page, for WEBHOOK_DELIVERY_KEEP.
+	// maxStoredError bounds, in bytes, each error text a delivery or an
+	// endpoint records (storable; failPending's note may follow one): the
+	// delivery log returns it in every page, for WEBHOOK_DELIVERY_KEEP.
 	maxStoredError = 512
 	// maxResponseHeader bounds a receiver's answer's headers.
 	maxResponseHeader = 64 << 10

@@ -29,8 +29,9 @@
 //     and so is a body that could not be built for a passing cause (a
 //     data-key lookup); once a delivery's retries run out the endpoint is
 //     disabled with the reason (unless its URL changed since the attempt),
-//     and its pending deliveries fail. A test ping is tried once. Every
-//     error text stored is storable (cleaned, bounded).
+//     and its pending deliveries fail. A test ping is tried once. Each
+//     error text recorded is storable (cleaned, bounded); failPending's
+//     note may follow one.
 //
 // A claim moves the delivery's next attempt past the send's timeout, and
 // no send starts that could end after that (a round's later sends to a

@@ -206,7 +206,13 @@ func scheduleFollows(ctx context.Context, s Session, o *order.Order, from, to or
 	default:
 		return nil
 	}
-	sch, found, err := s.LiveSchedule(ctx, o.ID())
+	return moveLiveSchedule(ctx, s, o.ID(), steps...)
+}
+
+// moveLiveSchedule takes the order's live schedule, if it has one, through
+// steps (those it is at already left out) and books it as it then is.
+func moveLiveSchedule(ctx context.Context, s Session, orderID string, steps ...schedule.Status) error {
+	sch, found, err := s.LiveSchedule(ctx, orderID)
 	if err != nil || !found {
 		return err
 	}
@@ -228,14 +234,7 @@ func (h OrderHandlers) Cancel(ctx context.Context, cmd CancelOrder) (Written, er
 		if err := o.Cancel(cmd.Reason); err != nil {
 			return err
 		}
-		sch, found, err := s.LiveSchedule(ctx, o.ID())
-		if err != nil || !found {
-			return err
-		}
-		if err := sch.ChangeStatus(schedule.StatusCancelled); err != nil {
-			return err
-		}
-		return s.Book(ctx, sch)
+		return moveLiveSchedule(ctx, s, o.ID(), schedule.StatusCancelled)
 	})
 }
 

@@ -413,9 +413,6 @@ func perSecond(getenv func(string) string, name string, def float64, errs *[]err
 	return f
 }
 
-// durationOrOff reads a Go duration of at least 0, which turns the
-// setting's work off (off says how, for the message), and at most most
-// when most is not 0.
 // listenAddrProblem reports whether addr is no address to listen on: not
 // host:port, a port out of range (or no service name), a host with space.
 func listenAddrProblem(addr string) bool {
@@ -427,6 +424,9 @@ func listenAddrProblem(addr string) bool {
 	return err != nil
 }
 
+// durationOrOff reads a Go duration of at least 0, which turns the
+// setting's work off (off says how, for the message), and at most most
+// when most is not 0.
 func durationOrOff(getenv func(string) string, name string, def, most time.Duration, off string, errs *[]error) time.Duration {
 	v := getenv(name)
 	if v == "" {

@@ -100,6 +100,13 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 	cleanup := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	}
+	releaseKey := func() {
+		ctx, cancel := cleanup()
+		defer cancel()
+		if err := s.Idempotency.Release(ctx, i); err != nil {
+			s.log.WarnContext(r.Context(), "release idempotency key", "error", err)
+		}
+	}
 	release, err := s.idempotentSlots.acquire(r.Context(), i.MerchantID)
 	if err != nil {
 		ctx, cancel := cleanup()
@@ -113,11 +120,7 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 	// first, as for any 5xx, so a retry is not kept waiting for its lease.
 	defer func() {
 		if v := recover(); v != nil {
-			ctx, cancel := cleanup()
-			defer cancel()
-			if err := s.Idempotency.Release(ctx, i); err != nil {
-				s.log.WarnContext(r.Context(), "release idempotency key", "error", err)
-			}
+			releaseKey()
 			panic(v)
 		}
 	}()
@@ -129,26 +132,22 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 		s.writeError(rec, r, err)
 	}
 	a := rec.answer()
-	ctx, cancel := cleanup()
-	defer cancel()
 	switch {
 	case err == nil && i.Answered() != nil: // stored with the write
 	case errors.Is(err, access.ErrKeyRefused):
 		// The key no longer works: its 401 is no answer to keep for the
 		// other keys of its scope; the claim goes.
-		if err := s.Idempotency.Release(ctx, i); err != nil {
-			s.log.WarnContext(r.Context(), "release idempotency key", "error", err)
-		}
+		releaseKey()
 	case a.Status != 0 && a.Status < 500 && a.Status != http.StatusConflict && a.Status != http.StatusPreconditionFailed &&
 		a.Status != http.StatusTooManyRequests:
 		// A write refused before it wrote anything: kept on its own.
+		ctx, cancel := cleanup()
+		defer cancel()
 		if err := s.Idempotency.Complete(ctx, i, kept(a)); err != nil {
 			return command.Answer{}, err
 		}
 	default:
-		if err := s.Idempotency.Release(ctx, i); err != nil {
-			s.log.WarnContext(r.Context(), "release idempotency key", "error", err)
-		}
+		releaseKey()
 	}
 	if a.Status == 0 { // nothing written: the client went away
 		return command.Answer{}, cmp.Or(r.Context().Err(), context.Canceled)

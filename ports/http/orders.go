@@ -216,9 +216,8 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 		From:       p.time("from"),
 		To:         p.time("to"),
 	}
-	if ss := p.oneOf("settlement_status", []string{string(order.Unsettled), string(order.Settled)}); len(ss) > 0 {
-		f.SettlementStatus = p.one("settlement_status")
-	}
+	p.oneOf("settlement_status", []string{string(order.Unsettled), string(order.Settled)})
+	f.SettlementStatus = p.one("settlement_status")
 	page := p.listPage()
 	if p.err != nil {
 		return p.err
