@@ -411,25 +411,33 @@ func loadOrders(ctx context.Context, db *bun.DB, url string, perSecond int, d ti
 			visible.seen(note.Payload, time.Now())
 		}
 	}()
+	createOrder := func() {
+		w, err := orders.Create(ctx, command.CreateOrder{Meta: event.Meta{MerchantID: merchantID, Actor: "bench",
+			CorrelationID: uuid.New(), OccurredAt: time.Now()}, CustomerID: customerID, AmountCents: 100})
+		at := time.Now()
+		if err != nil {
+			fail(err)
+			return
+		}
+		for _, a := range watchers {
+			a.committed(w.Stream[0].StreamID, at)
+		}
+	}
+	// Each tick starts every order due by then: a ticker drops the ticks
+	// its reader missed, which on a busy machine would lower the rate the
+	// row names. One goroutine per order, so the rate holds even when a
+	// commit is slow.
 	tick := time.NewTicker(time.Second / time.Duration(perSecond))
 	defer tick.Stop()
 	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
+	total := int(int64(perSecond) * int64(d) / int64(time.Second))
+	start := time.Now()
+	for made := 0; made < total; {
 		<-tick.C
-		// One goroutine per event, so the rate holds even when a commit is slow.
-		wg.Go(func() {
-			w, err := orders.Create(ctx, command.CreateOrder{Meta: event.Meta{MerchantID: merchantID, Actor: "bench",
-				CorrelationID: uuid.New(), OccurredAt: time.Now()}, CustomerID: customerID, AmountCents: 100})
-			at := time.Now()
-			if err != nil {
-				fail(err)
-				return
-			}
-			for _, a := range watchers {
-				a.committed(w.Stream[0].StreamID, at)
-			}
-		})
+		due := min(total, int(int64(perSecond)*int64(time.Since(start))/int64(time.Second)))
+		for ; made < due; made++ {
+			wg.Go(createOrder)
+		}
 	}
 	wg.Wait()
 	for _, a := range watchers {
