@@ -30,26 +30,20 @@ func New() string {
 }
 
 // Parse checks that s is a UUID in the canonical 8-4-4-4-12 hex form (any
-// case) and returns it in lower case.
+// case) and returns it in lower case. It copies s only to lower it: ids
+// are checked on every request, nearly always in lower case already.
 func Parse(s string) (string, bool) {
-	if len(s) != 36 {
+	upper, ok := scan(s)
+	if !ok {
 		return "", false
+	}
+	if !upper {
+		return s, true
 	}
 	out := []byte(s)
 	for i, c := range out {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return "", false
-			}
-			continue
-		}
-		switch {
-		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
-		case 'A' <= c && c <= 'F':
+		if 'A' <= c && c <= 'F' {
 			out[i] = c + ('a' - 'A')
-		default:
-			return "", false
 		}
 	}
 	return string(out), true
@@ -57,8 +51,34 @@ func Parse(s string) (string, bool) {
 
 // Valid reports whether s is a UUID in canonical form.
 func Valid(s string) bool {
-	_, ok := Parse(s)
+	_, ok := scan(s)
 	return ok
+}
+
+// scan reports whether s is a UUID in the 8-4-4-4-12 hex form, and
+// whether it has upper-case digits.
+func scan(s string) (upper, ok bool) {
+	if len(s) != 36 {
+		return false, false
+	}
+	for i := range len(s) {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false, false
+			}
+			continue
+		}
+		switch {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
+		case 'A' <= c && c <= 'F':
+			upper = true
+		default:
+			return false, false
+		}
+	}
+	return upper, true
 }
 
 // FromName returns the name-based (version 5, SHA-1) UUID of name in
