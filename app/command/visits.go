@@ -314,7 +314,10 @@ func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID, sta
 		why := "outside their working hours"
 		d := civil.DateOf(v.StartAt, loc)
 		if e, ok := hours.ExceptionOn(d); ok && len(e.Shifts) == 0 {
-			why = fmt.Sprintf("%s on %s", e.Reason, d)
+			// Off, never why: the reason (a sick day is health data) is
+			// kept in their hours alone, which their erasure deletes;
+			// this text goes into the ledger and the customer's order.
+			why = fmt.Sprintf("off on %s", d)
 		}
 		return nil, fmt.Sprintf("%s is not working then (%s)", who, why), nil
 	}

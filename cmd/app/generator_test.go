@@ -584,7 +584,7 @@ func TestVisitGeneratorBooksNoOneOutsideTheirWorkingHours(t *testing.T) {
 	require.Equal(t, command.VisitsDone{Created: 4, Unassigned: 2}, done)
 	_, staff, reason := e.ledgerRow(t, day0)
 	require.Nil(t, staff, "the visit on the preferred staff member's holiday is not assigned to them")
-	require.Contains(t, reason, "not working then (holiday on "+day0.Format(time.DateOnly)+")")
+	require.Contains(t, reason, "not working then (off on "+day0.Format(time.DateOnly)+")")
 	_, staff, reason = e.ledgerRow(t, day0.AddDate(0, 0, 7))
 	require.Nil(t, staff, "09:00 is before the day's shift")
 	require.Contains(t, reason, "outside their working hours")
@@ -596,7 +596,7 @@ func TestVisitGeneratorBooksNoOneOutsideTheirWorkingHours(t *testing.T) {
 	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE visit_key = $1`,
 		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID))
 	order := a.crmAwait(a.opA, "/v1/orders/"+orderID, func(r response) bool { return r.Status == http.StatusOK }) // the read model follows
-	require.Contains(t, order.Body["notes"], "Not assigned: the preferred staff member "+a.staffA+" is not working then (holiday")
+	require.Contains(t, order.Body["notes"], "Not assigned: the preferred staff member "+a.staffA+" is not working then (off on "+day0.Format(time.DateOnly)+")")
 }
 
 // handAssigned gives the first visit's order to a new staff member B by
