@@ -4607,7 +4607,7 @@ type OrderStatusInputStatus string
 type OrderUpdate struct {
 	AmountCents *int `json:"amount_cents,omitempty"`
 
-	// CustomerId (a UUID in any case; stored and answered in lower case)
+	// CustomerId another customer of the merchant (a UUID in any case; stored and answered in lower case); when the order has notes, a change of customer must state notes too (422 otherwise): they were written about the earlier customer
 	CustomerId *openapi_types.UUID `json:"customer_id,omitempty"`
 
 	// ExpectedVersion the version the client read; a stale one answers 409

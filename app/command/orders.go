@@ -158,6 +158,15 @@ func (h OrderHandlers) UpdateDetails(ctx context.Context, cmd UpdateOrderDetails
 				return apperr.Invalid("customer_id", "the order came from service request %s, of customer %s: its customer cannot change",
 					o.RequestID(), d.CustomerID)
 			}
+			// The notes were written about the earlier customer, and an
+			// event is sealed for the order's customer when it is
+			// written: carried over silently, they would be sealed for
+			// the new one, and the earlier customer's erasure would not
+			// reach them. The client carries them over by restating them.
+			if cmd.Notes == nil && d.Notes != "" {
+				return apperr.Invalid("notes", "the notes were written while the order was customer %s's: with a new customer_id, "+
+					"send notes too (the same text to keep it, \"\" to drop it)", d.CustomerID)
+			}
 			d.CustomerID = *cmd.CustomerID
 		}
 		if cmd.AmountCents != nil {

@@ -818,3 +818,29 @@ func (a *api) sendAsync(method, path string, header http.Header, body any) <-cha
 	}()
 	return out
 }
+
+// An order's notes are sealed for its customer: moved to another customer
+// without restated notes, the text written about the first would be sealed
+// for the second and outlive the first's erasure. The move is refused
+// until the client states the notes (keeping them is then its decision),
+// and a move that drops them leaves nothing of the first customer once
+// they are erased.
+func TestMovingAnOrderToAnotherCustomerNeedsItsNotesStated(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	alice, bob := a.createCustomer(a.opA, "Alice"), a.createCustomer(a.opA, "Bob")
+	o := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": alice, "amount_cents": 100, "notes": "ALICE-SECRET key under the mat"}).Body["id"].(string)
+
+	refused := a.do(http.MethodPatch, "/v1/orders/"+o, a.opA, map[string]any{"customer_id": bob})
+	requireProblem(t, refused, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Equal(t, []string{"notes"}, problemFields(refused))
+
+	moved := a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+o, a.opA, map[string]any{"customer_id": bob, "notes": ""})
+	require.Equal(t, bob, moved.Body["customer_id"])
+	erased := a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+alice+"/erase", a.opA, map[string]any{"confirm": alice})
+	got := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+o+"?min_position="+positionOf(erased.Body), a.opA, nil)
+	require.Equal(t, bob, got.Body["customer_id"])
+	require.NotContains(t, got.Raw, "ALICE-SECRET")
+	require.NotContains(t, a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+bob+"/export", a.opA, nil).Raw, "ALICE-SECRET")
+}
