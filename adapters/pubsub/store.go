@@ -182,6 +182,16 @@ func (s *Store) queueAppend(ctx context.Context, b *pgx.Batch, st Stream, meta e
 	if len(events) == 0 {
 		return out, nil
 	}
+	if after > 0 {
+		// The version this append follows must be of an older transaction
+		// id than this one's: every reader of the events (the topics, the
+		// event feed, the relay) orders them by transaction id, not by
+		// commit. A transaction that took its id before loading the stream
+		// (a booking written first, a leader's fencing check) can read a
+		// version that a newer transaction committed meanwhile; its append
+		// would then come before that version. It fails as a conflict.
+		b.Queue(predecessorSQL, id, after).Fn = predecessorCheck(id)
+	}
 	// Postgres keeps microseconds: events, responses and read models agree.
 	meta.OccurredAt = event.Instant(meta.OccurredAt)
 	var q strings.Builder
@@ -319,6 +329,26 @@ func sealError(err error) error {
 		return &apperr.ConflictError{Detail: fmt.Sprintf("customer %s was erased: nothing personal can be written about them any more", erased.Subject)}
 	}
 	return err
+}
+
+// predecessorSQL fails, dividing by zero, when version $2 of stream $1 was
+// written by a transaction with a newer id than the current one.
+const predecessorSQL = `SELECT 1 / (CASE WHEN EXISTS (SELECT 1 FROM events
+	WHERE stream_id = $1 AND version = $2 AND transaction_id > pg_current_xact_id()) THEN 0 ELSE 1 END)`
+
+// predecessorCheck reads predecessorSQL's result: its refusal is a conflict.
+func predecessorCheck(id string) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "22012" {
+			return &apperr.ConflictError{Detail: fmt.Sprintf("stream %s was changed concurrently; read it again and retry", id)}
+		}
+		if err != nil {
+			return fmt.Errorf("append to stream %s: %w", id, err)
+		}
+		return nil
+	}
 }
 
 func appendError(id string, err error) error {
