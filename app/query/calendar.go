@@ -50,16 +50,14 @@ func (c Calendar) StaffHours(ctx context.Context, merchantID, staffID string) (a
 	return c.rm.StaffHours(ctx, merchantID, staffID)
 }
 
-// DefaultSlotStep is the grid of slots when a query gives none.
+// DefaultSlotStep is the grid of slots when a request gives none (the
+// caller sets it: a Step of 0 is no grid, and refused).
 const DefaultSlotStep = 15 * time.Minute
 
 // Slots answers the bookable slots of q in the merchant's time zone (q's
 // TimeZone is ignored; tz is the zone used). The query is checked before
 // any calendar is read, but for the zone, which comes with the calendars.
 func (c Calendar) Slots(ctx context.Context, merchantID string, q availability.Query) (page availability.Page, tz string, err error) {
-	if q.Step == 0 {
-		q.Step = DefaultSlotStep
-	}
 	// Any valid zone stands in for the merchant's until it is read:
 	// availability.Slots checks the query again with it.
 	q.TimeZone = "UTC"

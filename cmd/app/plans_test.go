@@ -179,3 +179,21 @@ func TestAvailabilityAPI(t *testing.T) {
 	r := a.do(http.MethodGet, "/v1/availability?duration=60&from="+to+"&to="+from, a.opA, nil)
 	require.Contains(t, invalidFields(t, r), "to")
 }
+
+// A step given as 0 (in minutes or as a duration) is no grid: 422 naming
+// step, as for any other step that does not divide a day. Only a step not
+// given at all is the default 15 minutes.
+func TestAvailabilityRefusesAStepOfZero(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	a.must(http.StatusOK, http.MethodPut, "/v1/staff/"+a.staffA+"/working-hours", a.opA, map[string]any{
+		"week": map[string]any{"friday": []any{map[string]any{"start": "09:00", "end": "10:00"}}},
+	})
+	const rng = "duration=30&from=2027-01-01T00:00:00Z&to=2027-01-02T00:00:00Z"
+	for _, step := range []string{"0", "0m", "0h"} {
+		r := a.do(http.MethodGet, "/v1/availability?"+rng+"&step="+step, a.opA, nil)
+		require.Equal(t, []string{"step"}, invalidFields(t, r), "step=%s", step)
+	}
+	r := a.must(http.StatusOK, http.MethodGet, "/v1/availability?"+rng, a.opA, nil)
+	require.Len(t, r.Body["items"], 3, "09:00, 09:15 and 09:30 on the default grid: %s", r)
+}

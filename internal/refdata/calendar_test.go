@@ -139,7 +139,7 @@ func BenchmarkAvailabilityQuery(b *testing.B) {
 	}
 	cal, err := query.NewCalendar(c.store)
 	require.NoError(b, err)
-	q := availability.Query{From: monday, To: monday.AddDate(0, 0, 14), Duration: 2 * time.Hour, Buffer: 15 * time.Minute, Limit: 50}
+	q := availability.Query{From: monday, To: monday.AddDate(0, 0, 14), Duration: 2 * time.Hour, Buffer: 15 * time.Minute, Step: query.DefaultSlotStep, Limit: 50}
 	p99 := func(b *testing.B, run func()) {
 		var took []time.Duration
 		for b.Loop() {

@@ -547,6 +547,9 @@ func (s *server) availability(w http.ResponseWriter, r *http.Request) error {
 	if to := p.time("to"); to != nil {
 		q.To = *to
 	}
+	if p.one("step") == "" { // not given: the default; given as 0, refused
+		q.Step = query.DefaultSlotStep
+	}
 	if p.err != nil {
 		return p.err
 	}
