@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"hearth/domain/apperr"
+	"hearth/domain/civil"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
 )
@@ -72,18 +73,23 @@ func (f *formReader) optCents(name string) *int64 {
 }
 
 // when reads a datetime-local field in the session's zone; empty is nil.
+// The wall time becomes an instant by civil.Resolve, the rule of every
+// local time (a time the clocks skip moves forward by the jump, one they
+// show twice is the earlier): time.ParseInLocation promises neither.
 func (f *formReader) when(name string) *time.Time {
 	v := strings.TrimSpace(f.text(name))
 	if v == "" {
 		return nil
 	}
-	t, err := time.ParseInLocation(localLayout, v, f.loc)
+	wall, err := time.Parse(localLayout, v)
 	if err != nil {
-		if t, err = time.ParseInLocation(localLayout+":05", v, f.loc); err != nil {
+		if wall, err = time.Parse(localLayout+":05", v); err != nil {
 			f.Add(name, "must be a date and time such as 2030-05-06T09:00, got %q", v)
 			return nil
 		}
 	}
+	t := civil.Resolve(civil.DateOf(wall, time.UTC), civil.At(wall.Hour(), wall.Minute()), f.loc).
+		Add(time.Duration(wall.Second()) * time.Second)
 	if problem := event.InstantProblem(t); problem != "" {
 		f.Add(name, "%s, got %q", problem, v)
 		return nil
