@@ -9,6 +9,7 @@ package civil
 
 import (
 	"fmt"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -157,7 +158,9 @@ func LoadZone(field, name string) (*time.Location, error) {
 	if name == "" {
 		return nil, apperr.Invalid(field, "is required")
 	}
-	if name == "Local" || strings.HasPrefix(name, "/") || strings.Contains(name, "..") {
+	// path.Clean: one spelling per zone ("./UTC" and "Europe//London"
+	// load too, and there is no end to such names).
+	if name == "Local" || strings.HasPrefix(name, "/") || strings.Contains(name, "..") || path.Clean(name) != name {
 		return nil, apperr.Invalid(field, "must be an IANA time zone name, such as Europe/London")
 	}
 	loc, err := time.LoadLocation(name)

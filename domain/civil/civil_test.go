@@ -167,3 +167,21 @@ func TestDateAndClock(t *testing.T) {
 	require.Equal(t, d, back.D)
 	require.Equal(t, civil.At(9, 5), back.C)
 }
+
+// A zone has one name: the spellings the file system also resolves to a
+// zone's file ("./UTC", "Europe//London") are refused. There is no end to
+// them ("././UTC", ...), and LoadZone keeps every name it accepts, so
+// accepting them would let one client grow every instance's memory
+// without bound, one request at a time.
+func TestLoadZoneRefusesOtherSpellingsOfAZone(t *testing.T) {
+	for _, bad := range []string{"./UTC", "././UTC", "./Europe/London", "Europe//London", "Europe/./London", "Europe/London/."} {
+		_, err := civil.LoadZone("time_zone", bad)
+		var v *apperr.ValidationError
+		require.ErrorAs(t, err, &v, bad)
+		require.Equal(t, "time_zone", v.Fields[0].Field)
+	}
+	for _, good := range []string{"UTC", "Europe/London", "America/Argentina/Buenos_Aires"} {
+		_, err := civil.LoadZone("time_zone", good)
+		require.NoError(t, err, good)
+	}
+}
