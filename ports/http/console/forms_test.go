@@ -44,3 +44,27 @@ func TestFormTimesFollowTheDaylightSavingRule(t *testing.T) {
 		})
 	}
 }
+
+// The requests' date filter is [from 00:00, the day after to 00:00) in the
+// merchant's zone, each midnight by civil.Resolve: where the clocks skip
+// midnight (Havana goes from 00:00 CST to 01:00 CDT on 14 March 2027), the
+// day starts at the jump, not at 23:00 the day before, so filtering on
+// Saturday 13 March keeps its last hour and filtering on Sunday 14 March
+// leaves it out.
+func TestDayRangeStartsEachDayWhereItsClockStarts(t *testing.T) {
+	loc, err := time.LoadLocation("America/Havana")
+	require.NoError(t, err)
+	rng := func(q string) (string, string) {
+		t.Helper()
+		from, to := dayRange(httptest.NewRequest("GET", "/console/requests?"+q, nil), loc)
+		require.NotNil(t, from)
+		require.NotNil(t, to)
+		return from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339)
+	}
+	from, to := rng("from=2027-03-13&to=2027-03-13")
+	require.Equal(t, "2027-03-13T05:00:00Z", from, "00:00 CST")
+	require.Equal(t, "2027-03-14T05:00:00Z", to, "Sunday starts at 01:00 CDT: Saturday 23:00 CST is Saturday's")
+	from, to = rng("from=2027-03-14&to=2027-03-14")
+	require.Equal(t, "2027-03-14T05:00:00Z", from, "Sunday starts at 01:00 CDT, not Saturday 23:00 CST")
+	require.Equal(t, "2027-03-15T04:00:00Z", to, "00:00 CDT")
+}

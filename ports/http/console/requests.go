@@ -13,6 +13,7 @@ import (
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/civil"
 	"hearth/domain/servicerequest"
 	"hearth/domain/uuid"
 )
@@ -60,15 +61,17 @@ func pageParam(r *http.Request, size int) query.Page {
 }
 
 // dayRange reads ?from and ?to as dates in the session's zone: [from 00:00,
-// the day after to 00:00).
+// the day after to 00:00), each midnight by civil.Resolve (where the clocks
+// skip midnight, the day starts at the jump, not an hour before it).
 func dayRange(r *http.Request, loc *time.Location) (from, to *time.Time) {
 	q := r.URL.Query()
-	if d, err := time.ParseInLocation(time.DateOnly, q.Get("from"), loc); err == nil {
-		from = &d
+	if d, err := civil.ParseDate(q.Get("from")); err == nil {
+		t := civil.Resolve(d, 0, loc)
+		from = &t
 	}
-	if d, err := time.ParseInLocation(time.DateOnly, q.Get("to"), loc); err == nil {
-		d = d.AddDate(0, 0, 1)
-		to = &d
+	if d, err := civil.ParseDate(q.Get("to")); err == nil {
+		t := civil.Resolve(d.AddDays(1), 0, loc)
+		to = &t
 	}
 	return from, to
 }
