@@ -87,7 +87,7 @@ func (q Query) check() (*time.Location, error) {
 		errs.Add("to", "is required")
 	} else if !q.From.IsZero() && !q.To.After(q.From) {
 		errs.Add("to", "must be after from")
-	} else if q.To.Sub(q.From) > MaxRange {
+	} else if !q.From.IsZero() && q.To.Sub(q.From) > MaxRange {
 		errs.Add("to", "must be at most %s after from", MaxRange)
 	}
 	minutes := func(field string, d, lo, hi time.Duration) {

@@ -161,6 +161,7 @@ func TestSlotsRejectBadInput(t *testing.T) {
 		{"to before from", func(q *availability.Query) { q.To = q.From }, []string{"to"}},
 		{"a range too long", func(q *availability.Query) { q.To = q.From.Add(availability.MaxRange + time.Minute) }, []string{"to"}},
 		{"no range", func(q *availability.Query) { q.From, q.To = time.Time{}, time.Time{} }, []string{"from", "to"}},
+		{"no from: to is not named too", func(q *availability.Query) { q.From = time.Time{} }, []string{"from"}},
 		{"unknown time zone", func(q *availability.Query) { q.TimeZone = "Europe/Atlantis" }, []string{"time_zone"}},
 		{"limit 0", func(q *availability.Query) { q.Limit = 0 }, []string{"limit"}},
 		{"limit too big", func(q *availability.Query) { q.Limit = availability.MaxLimit + 1 }, []string{"limit"}},
