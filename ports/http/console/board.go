@@ -14,6 +14,7 @@ import (
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/civil"
 	"hearth/domain/event"
 	"hearth/domain/reference"
 	"hearth/domain/uuid"
@@ -147,15 +148,43 @@ type boardData struct {
 	picked      *query.Order
 }
 
-// weekOf is the Monday that starts the week of the date in loc (today
-// when date is empty or unreadable).
+// weekOf is the start of the Monday that starts the week of the date in
+// loc (today when date is empty or unreadable): its midnight, or where the
+// clocks skip midnight, the moment they start that day (civil.Resolve;
+// time.Date may give the evening before).
 func weekOf(date string, now time.Time, loc *time.Location) time.Time {
-	d, err := time.ParseInLocation(time.DateOnly, date, loc)
+	d, err := civil.ParseDate(date)
 	if err != nil {
-		d = now.In(loc)
+		d = civil.DateOf(now, loc)
 	}
-	d = time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, loc)
-	return d.AddDate(0, 0, -((int(d.Weekday()) + 6) % 7))
+	return civil.Resolve(d.AddDays(-((int(d.Weekday()) + 6) % 7)), 0, loc)
+}
+
+// weekDays are the board's columns of the week that starts on monday,
+// counted on the calendar: a day whose midnight the clocks skip is still
+// its own column.
+func weekDays(monday, today civil.Date, loc *time.Location) []boardDay {
+	days := make([]boardDay, 7)
+	for i := range days {
+		day := monday.AddDays(i)
+		days[i] = boardDay{Date: day.String(), Label: civil.Resolve(day, 0, loc).Format("Mon 2 Jan"), Today: day == today}
+	}
+	return days
+}
+
+// defaultWindow is the window the assignment form offers on a day picked
+// (a date): 09:00 to 11:00 on its clock, also on a day the clocks change.
+func defaultWindow(day string, loc *time.Location) (start, end string, ok bool) {
+	d, err := civil.ParseDate(day)
+	if err != nil {
+		return "", "", false
+	}
+	return civil.Resolve(d, civil.At(9, 0), loc).Format(localLayout), civil.Resolve(d, civil.At(11, 0), loc).Format(localLayout), true
+}
+
+// weekEnd is the start of the Monday after the week that starts at start.
+func weekEnd(start time.Time, loc *time.Location) time.Time {
+	return civil.Resolve(civil.DateOf(start, loc).AddDays(7), 0, loc)
 }
 
 // board is the page of ?week (a date in it), with what ?order, ?staff and
@@ -172,14 +201,11 @@ func (c *Console) boardPage(r *http.Request, s *session, week string, pick assig
 	ctx, sc, loc := r.Context(), scope(s), s.loc
 	now := c.cfg.Now()
 	start := weekOf(week, now, loc)
-	end := start.AddDate(0, 0, 7)
-	d := &boardData{Week: start.Format(time.DateOnly), Prev: start.AddDate(0, 0, -7).Format(time.DateOnly),
-		Next: end.Format(time.DateOnly), ThisWeek: weekOf("", now, loc).Format(time.DateOnly)}
-	today := now.In(loc).Format(time.DateOnly)
-	for i := range 7 {
-		day := start.AddDate(0, 0, i)
-		d.Days = append(d.Days, boardDay{Date: day.Format(time.DateOnly), Label: day.Format("Mon 2 Jan"), Today: day.Format(time.DateOnly) == today})
-	}
+	end := weekEnd(start, loc)
+	monday := civil.DateOf(start, loc)
+	d := &boardData{Week: monday.String(), Prev: monday.AddDays(-7).String(),
+		Next: monday.AddDays(7).String(), ThisWeek: weekOf("", now, loc).Format(time.DateOnly)}
+	d.Days = weekDays(monday, civil.DateOf(now, loc), loc)
 	staff, err := c.allStaff(ctx, s)
 	if err != nil {
 		return nil, err
@@ -294,9 +320,8 @@ func (c *Console) fillPick(r *http.Request, s *session, d *boardData, day string
 			}
 		}
 	}
-	if t, err := time.ParseInLocation(time.DateOnly, day, s.loc); err == nil && pk.Start == "" {
-		from := t.Add(9 * time.Hour)
-		pk.Start, pk.End = from.Format(localLayout), from.Add(2*time.Hour).Format(localLayout)
+	if start, end, ok := defaultWindow(day, s.loc); ok && pk.Start == "" {
+		pk.Start, pk.End = start, end
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/civil"
 	"hearth/domain/schedule"
 )
 
@@ -44,8 +45,7 @@ const (
 func (c *Console) jobsPage(r *http.Request, s *session) (*page, error) {
 	ctx, sc, loc := r.Context(), scope(s), s.loc
 	now := c.cfg.Now().In(loc)
-	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, loc)
-	tomorrow := today.AddDate(0, 0, 1)
+	today, tomorrow := dayOf(now, loc)
 	until := today.Add(jobsAhead)
 	l, err := c.cfg.App.Queries.Schedules.List(ctx, sc, query.ScheduleFilter{StaffID: s.principal.StaffID, From: &today, To: &until,
 		Statuses: []string{string(schedule.StatusPlanned), string(schedule.StatusInService), string(schedule.StatusDone)}},
@@ -115,4 +115,12 @@ func (c *Console) jobStatus(w http.ResponseWriter, r *http.Request, s *session) 
 		msg = "Job done."
 	}
 	return c.done(w, r, s, written.Position, "/console/jobs", msg)
+}
+
+// dayOf is the start of the day of now in loc and of the next one, each
+// where its clock starts (civil.Resolve): where the clocks skip midnight,
+// time.Date may give the evening before.
+func dayOf(now time.Time, loc *time.Location) (today, tomorrow time.Time) {
+	day := civil.DateOf(now, loc)
+	return civil.Resolve(day, 0, loc), civil.Resolve(day.AddDays(1), 0, loc)
 }

@@ -124,7 +124,7 @@ func (c *Console) freeSlots(r *http.Request, s *session, d *boardData, o query.O
 		return nil
 	}
 	start := weekOf(d.Week, c.cfg.Now(), s.loc)
-	from, to := start, start.AddDate(0, 0, 7)
+	from, to := start, weekEnd(start, s.loc)
 	if now := c.cfg.Now(); now.After(from) {
 		from = now
 	}
