@@ -6100,6 +6100,12 @@ type ListAvailabilityParams struct {
 
 	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 }
 
 // ListCatalogItemsParams defines parameters for ListCatalogItems.
@@ -6225,6 +6231,12 @@ type ListEventsParams struct {
 
 	// Wait how long to wait for an event when there is none, a Go duration such as 500ms or 20s; 0 answers at once. Defaults to, and is capped at, the server's EVENT_FEED_WAIT (20s by default).
 	Wait *FeedWait `form:"wait,omitempty" json:"wait,omitempty"`
+
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 }
 
 // ListEventsParamsTypes defines parameters for ListEvents.
@@ -6453,6 +6465,12 @@ type ListPlanVisitsParams struct {
 
 	// To visits starting before this instant (default: 8 weeks after from; at most a year after it)
 	To *VisitsTo `form:"to,omitempty" json:"to,omitempty"`
+
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 }
 
 // ListSchedulesParams defines parameters for ListSchedules.
@@ -6591,6 +6609,15 @@ type ChangeServiceRequestStatusParams struct {
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
 
+// GetSettingsParams defines parameters for GetSettings.
+type GetSettingsParams struct {
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+}
+
 // PutSettingsParams defines parameters for PutSettings.
 type PutSettingsParams struct {
 	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
@@ -6651,8 +6678,14 @@ type EraseStaffMemberParams struct {
 
 // GetWorkingHoursParams defines parameters for GetWorkingHours.
 type GetWorkingHoursParams struct {
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
 	// IfNoneMatch ETags the client has (weak comparison): 304 without a body while the resource is at one of them.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 }
 
 // PutWorkingHoursParams defines parameters for PutWorkingHours.
@@ -6668,6 +6701,12 @@ type PutWorkingHoursParams struct {
 type ListWebhookEndpointsParams struct {
 	Page     *Page     `form:"page,omitempty" json:"page,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
+
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 }
 
 // CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
@@ -6678,8 +6717,14 @@ type CreateWebhookEndpointParams struct {
 
 // GetWebhookEndpointParams defines parameters for GetWebhookEndpoint.
 type GetWebhookEndpointParams struct {
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
 	// IfNoneMatch ETags the client has (weak comparison): 304 without a body while the resource is at one of them.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 }
 
 // UpdateWebhookEndpointParams defines parameters for UpdateWebhookEndpoint.
@@ -6702,10 +6747,25 @@ type ListWebhookDeliveriesParams struct {
 	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
+
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 }
 
 // ListWebhookDeliveriesParamsStatus defines parameters for ListWebhookDeliveries.
 type ListWebhookDeliveriesParamsStatus string
+
+// GetWebhookDeliveryParams defines parameters for GetWebhookDelivery.
+type GetWebhookDeliveryParams struct {
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+}
 
 // RedeliverWebhookParams defines parameters for RedeliverWebhook.
 type RedeliverWebhookParams struct {
@@ -8982,7 +9042,7 @@ type ClientInterface interface {
 	// GetSettings Get the merchant's settings
 	//
 	// Corresponds with GET /v1/settings (the `GetSettings` operationId).
-	GetSettings(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetSettings(ctx context.Context, params *GetSettingsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutSettingsWithBody Set the merchant's settings (its time zone)
 	//
@@ -9138,7 +9198,7 @@ type ClientInterface interface {
 	// GetWebhookDelivery One delivery
 	//
 	// Corresponds with GET /v1/webhook-endpoints/{id}/deliveries/{delivery_id} (the `GetWebhookDelivery` operationId).
-	GetWebhookDelivery(ctx context.Context, id Id, deliveryId DeliveryId, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetWebhookDelivery(ctx context.Context, id Id, deliveryId DeliveryId, params *GetWebhookDeliveryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RedeliverWebhook Send a delivery again: the same event (same webhook-id and body), after whatever is pending for its aggregate, with a fresh retry schedule; the endpoint must be enabled
 	//
@@ -10653,8 +10713,8 @@ func (c *Client) ChangeServiceRequestStatus(ctx context.Context, id Id, params *
 // GetSettings Get the merchant's settings
 //
 // Corresponds with GET /v1/settings (the `GetSettings` operationId).
-func (c *Client) GetSettings(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetSettingsRequest(c.Server)
+func (c *Client) GetSettings(ctx context.Context, params *GetSettingsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSettingsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -11029,8 +11089,8 @@ func (c *Client) ListWebhookDeliveries(ctx context.Context, id Id, params *ListW
 // GetWebhookDelivery One delivery
 //
 // Corresponds with GET /v1/webhook-endpoints/{id}/deliveries/{delivery_id} (the `GetWebhookDelivery` operationId).
-func (c *Client) GetWebhookDelivery(ctx context.Context, id Id, deliveryId DeliveryId, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetWebhookDeliveryRequest(c.Server, id, deliveryId)
+func (c *Client) GetWebhookDelivery(ctx context.Context, id Id, deliveryId DeliveryId, params *GetWebhookDeliveryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWebhookDeliveryRequest(c.Server, id, deliveryId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -12002,6 +12062,18 @@ func NewListAvailabilityRequest(server string, params *ListAvailabilityParams) (
 
 		}
 
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -12011,6 +12083,21 @@ func NewListAvailabilityRequest(server string, params *ListAvailabilityParams) (
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -12905,6 +12992,18 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 
 		}
 
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -12914,6 +13013,21 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -14502,6 +14616,18 @@ func NewListPlanVisitsRequest(server string, id Id, params *ListPlanVisitsParams
 
 		}
 
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -14511,6 +14637,21 @@ func NewListPlanVisitsRequest(server string, id Id, params *ListPlanVisitsParams
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -15388,7 +15529,7 @@ func NewChangeServiceRequestStatusRequestWithBody(server string, id Id, params *
 }
 
 // NewGetSettingsRequest constructs an http.Request for the GetSettings method
-func NewGetSettingsRequest(server string) (*http.Request, error) {
+func NewGetSettingsRequest(server string, params *GetSettingsParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -15406,9 +15547,51 @@ func NewGetSettingsRequest(server string) (*http.Request, error) {
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -15889,6 +16072,33 @@ func NewGetWorkingHoursRequest(server string, id Id, params *GetWorkingHoursPara
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -15905,6 +16115,17 @@ func NewGetWorkingHoursRequest(server string, id Id, params *GetWorkingHoursPara
 			}
 
 			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+		if params.ConsistencyPosition != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam1)
 		}
 
 	}
@@ -16037,6 +16258,18 @@ func NewListWebhookEndpointsRequest(server string, params *ListWebhookEndpointsP
 
 		}
 
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -16046,6 +16279,21 @@ func NewListWebhookEndpointsRequest(server string, params *ListWebhookEndpointsP
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -16166,6 +16414,33 @@ func NewGetWebhookEndpointRequest(server string, id Id, params *GetWebhookEndpoi
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -16182,6 +16457,17 @@ func NewGetWebhookEndpointRequest(server string, id Id, params *GetWebhookEndpoi
 			}
 
 			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+		if params.ConsistencyPosition != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam1)
 		}
 
 	}
@@ -16345,6 +16631,18 @@ func NewListWebhookDeliveriesRequest(server string, id Id, params *ListWebhookDe
 
 		}
 
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -16356,11 +16654,26 @@ func NewListWebhookDeliveriesRequest(server string, id Id, params *ListWebhookDe
 		return nil, err
 	}
 
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewGetWebhookDeliveryRequest constructs an http.Request for the GetWebhookDelivery method
-func NewGetWebhookDeliveryRequest(server string, id Id, deliveryId DeliveryId) (*http.Request, error) {
+func NewGetWebhookDeliveryRequest(server string, id Id, deliveryId DeliveryId, params *GetWebhookDeliveryParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -16392,9 +16705,51 @@ func NewGetWebhookDeliveryRequest(server string, id Id, deliveryId DeliveryId) (
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -17328,7 +17683,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/settings (the `GetSettings` operationId).
-	GetSettingsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetSettingsResponse, error)
+	GetSettingsWithResponse(ctx context.Context, params *GetSettingsParams, reqEditors ...RequestEditorFn) (*GetSettingsResponse, error)
 
 	// PutSettingsWithBodyWithResponse Set the merchant's settings (its time zone)
 	//
@@ -17500,7 +17855,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/webhook-endpoints/{id}/deliveries/{delivery_id} (the `GetWebhookDelivery` operationId).
-	GetWebhookDeliveryWithResponse(ctx context.Context, id Id, deliveryId DeliveryId, reqEditors ...RequestEditorFn) (*GetWebhookDeliveryResponse, error)
+	GetWebhookDeliveryWithResponse(ctx context.Context, id Id, deliveryId DeliveryId, params *GetWebhookDeliveryParams, reqEditors ...RequestEditorFn) (*GetWebhookDeliveryResponse, error)
 
 	// RedeliverWebhookWithResponse Send a delivery again: the same event (same webhook-id and body), after whatever is pending for its aggregate, with a fresh retry schedule; the endpoint must be enabled
 	//
@@ -34550,8 +34905,8 @@ func (c *ClientWithResponses) ChangeServiceRequestStatusWithResponse(ctx context
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/settings (the `GetSettings` operationId).
-func (c *ClientWithResponses) GetSettingsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetSettingsResponse, error) {
-	rsp, err := c.GetSettings(ctx, reqEditors...)
+func (c *ClientWithResponses) GetSettingsWithResponse(ctx context.Context, params *GetSettingsParams, reqEditors ...RequestEditorFn) (*GetSettingsResponse, error) {
+	rsp, err := c.GetSettings(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -34854,8 +35209,8 @@ func (c *ClientWithResponses) ListWebhookDeliveriesWithResponse(ctx context.Cont
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/webhook-endpoints/{id}/deliveries/{delivery_id} (the `GetWebhookDelivery` operationId).
-func (c *ClientWithResponses) GetWebhookDeliveryWithResponse(ctx context.Context, id Id, deliveryId DeliveryId, reqEditors ...RequestEditorFn) (*GetWebhookDeliveryResponse, error) {
-	rsp, err := c.GetWebhookDelivery(ctx, id, deliveryId, reqEditors...)
+func (c *ClientWithResponses) GetWebhookDeliveryWithResponse(ctx context.Context, id Id, deliveryId DeliveryId, params *GetWebhookDeliveryParams, reqEditors ...RequestEditorFn) (*GetWebhookDeliveryResponse, error) {
+	rsp, err := c.GetWebhookDelivery(ctx, id, deliveryId, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

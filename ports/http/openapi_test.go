@@ -185,6 +185,19 @@ func TestOpenAPIOperationsAreComplete(t *testing.T) {
 				}
 			}
 			require.True(t, success, "%s %s has a success answer", method, path)
+			if method == "get" && strings.HasPrefix(path, "/v1/") {
+				// The consistency wait serves every GET under /v1
+				// (docs/api.md, read your writes).
+				var refs []string
+				for _, p := range op.Parameters {
+					if ref, ok := p["$ref"].(string); ok {
+						refs = append(refs, ref)
+					}
+				}
+				for _, want := range []string{"#/components/parameters/min_position", "#/components/parameters/consistency_position"} {
+					require.Contains(t, refs, want, "GET %s declares what its wait reads", path)
+				}
+			}
 			require.Contains(t, op.Responses, "500", "%s %s", method, path)
 			require.Contains(t, op.Responses, "429", "%s %s: every operation may be rate limited", method, path)
 			require.Contains(t, op.Responses, "431", "%s %s: net/http refuses headers over the cap before any route (httpport.Listener)", method, path)
