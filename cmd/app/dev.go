@@ -58,6 +58,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		cfg.ReadModelDatabaseURL = cfg.DatabaseURL
 		log.Info("throwaway Postgres started", "url", cfg.DatabaseURL, "dir", devDir)
 	}
+	keyFile := "" // the throwaway master key's, for the banner
 	switch {
 	case cfg.MasterKeys == nil && !throwaway:
 		// A database of your own outlives this run: a throwaway key would
@@ -69,6 +70,9 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			return err
 		}
 		cfg.MasterKeys = ring
+		if keyFile, err = filepath.Abs(devMasterKey); err != nil {
+			return err
+		}
 		log.Info("throwaway master key made: set MASTER_KEY or MASTER_KEY_FILE to keep your own", "file", devMasterKey)
 	}
 	if err := migrate(ctx, cfg, log); err != nil {
@@ -91,7 +95,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			cfg.RelayNATSURL, devNATS = srv.URL(), true
 		}
 	}
-	if err := seedDemo(ctx, cfg, stdout); err != nil {
+	if err := seedDemo(ctx, cfg, keyFile, stdout); err != nil {
 		return err
 	}
 	if devNATS {
@@ -101,7 +105,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	return serve(ctx, cfg, log)
 }
 
-func seedDemo(ctx context.Context, cfg Config, stdout io.Writer) error {
+func seedDemo(ctx context.Context, cfg Config, keyFile string, stdout io.Writer) error {
 	db, err := database.Open(ctx, cfg.DatabaseURL, 2)
 	if err != nil {
 		return err
@@ -151,11 +155,21 @@ Try:
 
 The operator's commands (keys, audit, parked, verify, rebuild; docs/operations.md) read
 this database; in another shell:
-  export DATABASE_URL='%s'
+  export DATABASE_URL='%s'%s
   go run ./cmd/app keys list
 
-`, op.MerchantID, op.Secret, admin.Secret, worker.Secret, staffID, base, op.Secret, base, base, base, printableURL(cfg.DatabaseURL))
+`, op.MerchantID, op.Secret, admin.Secret, worker.Secret, staffID, base, op.Secret, base, base, base, printableURL(cfg.DatabaseURL), keyLine(keyFile))
 	return nil
+}
+
+// keyLine is the banner's line for the throwaway master key, which the
+// commands that read events (parked, verify, rebuild) need to open them;
+// none when the master key is the user's own.
+func keyLine(file string) string {
+	if file == "" {
+		return ""
+	}
+	return fmt.Sprintf("\n  export MASTER_KEY_FILE='%s'", file)
 }
 
 // throwawayMasterKey writes a new master key to file (readable by its owner

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -314,18 +316,34 @@ func TestKeysLifecycleCLI(t *testing.T) {
 }
 
 // make run's banner says which database the operator's commands must be
-// pointed at, and that command line works as printed.
-func TestDevBannerNamesTheDatabase(t *testing.T) {
+// pointed at, and with which master key, and those command lines work as
+// printed: the commands that read events need the throwaway key.
+func TestDevBannerNamesTheDatabaseAndTheMasterKey(t *testing.T) {
 	t.Parallel()
 	k := setupKeys(t)
+	line, err := keyring.New("dev")
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "master.key")
+	require.NoError(t, os.WriteFile(file, []byte(line+"\n"), 0o600))
 	var banner syncBuffer
-	require.NoError(t, seedDemo(t.Context(), Config{DatabaseURL: k.url, HTTPAddr: ":8080"}, &banner))
+	require.NoError(t, seedDemo(t.Context(), Config{DatabaseURL: k.url, HTTPAddr: ":8080"}, file, &banner))
 	url := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(banner.String())
 	require.NotNil(t, url, "the banner prints DATABASE_URL:\n%s", banner.String())
-	k.url = url[1]
-	out, err := k.run("keys", "list")
-	require.NoError(t, err)
-	require.Contains(t, out, "demo", "the printed database has the demo merchant's keys")
+	key := regexp.MustCompile(`export MASTER_KEY_FILE='([^']+)'`).FindStringSubmatch(banner.String())
+	require.NotNil(t, key, "the banner prints MASTER_KEY_FILE:\n%s", banner.String())
+	printed := map[string]string{"DATABASE_URL": url[1], "MASTER_KEY_FILE": key[1], "USER": "tester"}
+	for _, args := range [][]string{{"keys", "list"}, {"parked", "list"}} {
+		var stdout, stderr syncBuffer
+		require.NoError(t, run(t.Context(), args, env(printed), &stdout, &stderr), "%v: %s", args, stderr.String())
+		if args[0] == "keys" {
+			require.Contains(t, stdout.String(), "demo", "the printed database has the demo merchant's keys")
+		}
+	}
+
+	// With a master key of the user's own, the banner names none.
+	var own syncBuffer
+	require.NoError(t, seedDemo(t.Context(), Config{DatabaseURL: k.url, HTTPAddr: ":8080"}, "", &own))
+	require.NotContains(t, own.String(), "MASTER_KEY_FILE")
 }
 
 // `app keyring rewrap` that fails at run time (a data key sealed by a master
