@@ -5554,7 +5554,7 @@ type Slot struct {
 type SlotList struct {
 	Items []Slot `json:"items"`
 
-	// NextCursor where the next page starts (pass it as cursor); absent on the last page
+	// NextCursor where the next page starts (pass it as cursor); absent on the last page. A page reads a bounded part of the calendar: it may hold fewer slots than page_size, none even, and still have a next_cursor
 	NextCursor *string `json:"next_cursor,omitempty"`
 	TimeZone   string  `json:"time_zone"`
 }

@@ -128,8 +128,14 @@ func (q Query) check() (*time.Location, error) {
 // starts right after it whatever was booked in between.
 //
 // The work is a page's, not the range's: each staff member's slots come
-// lazily, a day of working time at a time, and a merge takes the earliest
-// of them until the page (and one more, to know there is a next) is full.
+// lazily, a day of working time (a chunk) at a time, and a merge takes the
+// earliest of them until the page (and one more, to know there is a next)
+// is full. A staff member with no free time is read only as far as the
+// page reaches. A page reads at most chunkBudget chunks beyond one per
+// staff member: past that it ends early, holding fewer than Limit slots
+// (none, even) with a Next, so that a calendar with little free time in a
+// long range costs a client more pages, never one request the range's
+// work for every staff member.
 func Slots(q Query, staff []Staff) (Page, error) {
 	loc, err := q.check()
 	if err != nil {
@@ -153,20 +159,31 @@ func Slots(q Query, staff []Staff) (Page, error) {
 				from = lb
 			}
 		}
-		if st := newStream(s, q, from, g); st.next() {
-			queue = append(queue, st)
-		}
+		queue = append(queue, newStream(s, q, from, g))
 	}
 	heap.Init(&queue)
+	budget := chunkBudget + len(queue)
 	page := make([]Slot, 0, min(q.Limit+1, 64))
 	for len(page) <= q.Limit && len(queue) > 0 {
 		st := queue[0]
-		page = append(page, st.slot)
-		if st.next() {
+		if st.ready {
+			page = append(page, st.slot)
+			st.ready = st.take()
 			heap.Fix(&queue, 0)
-		} else {
-			heap.Pop(&queue)
+			continue
 		}
+		if budget <= 0 {
+			if next, ok := resume(page, st.hi, q.From, after); ok {
+				return Page{Slots: page, Next: next.String()}, nil
+			}
+		}
+		budget--
+		if !st.read() {
+			heap.Pop(&queue)
+			continue
+		}
+		st.ready = st.take()
+		heap.Fix(&queue, 0)
 	}
 	if len(page) <= q.Limit {
 		return Page{Slots: page}, nil
@@ -175,13 +192,41 @@ func Slots(q Query, staff []Staff) (Page, error) {
 	return Page{Slots: page, Next: cursor{page[q.Limit-1].Start, page[q.Limit-1].StaffID}.String()}, nil
 }
 
+// chunkBudget is how many chunks (a staff member's day) a page reads
+// beyond one per staff member before it ends early.
+var chunkBudget = 2000
+
+// resume is the cursor of a page that ended early: every slot not yet
+// taken starts at or after lo (the earliest chunk not read), and those
+// taken at or before it. Slots start on whole seconds of the grid, so the
+// second before lo, with a staff id after every id ("~" sorts after
+// UUIDs), puts the next page at lo for everyone; unless the page's last
+// slot starts at lo itself, whose place the next page must start after.
+// ok is false when that would not move past where this page started (a
+// page must make progress; it then reads on).
+func resume(page []Slot, lo, from time.Time, after *cursor) (cursor, bool) {
+	c := cursor{lo.Add(-time.Nanosecond), "~"}
+	if n := len(page); n > 0 && !page[n-1].Start.Before(lo) {
+		c = cursor{page[n-1].Start, page[n-1].StaffID}
+	}
+	if len(page) > 0 {
+		return c, true
+	}
+	start := from
+	if after != nil && after.start.After(start) {
+		start = after.start
+	}
+	return c, c.start.Truncate(time.Second).After(start)
+}
+
 // streamChunk is how far ahead of its last slot a stream reads working
 // time: a day, so that a page of the day's first slots resolves a few
 // days' shifts per staff member, not the whole range's.
 const streamChunk = 24 * time.Hour
 
 // stream yields one staff member's slots that start at or after its
-// from, in order (next).
+// from, in order: take gives the next one within the chunk read, read
+// reads the next chunk.
 type stream struct {
 	id       string
 	hours    WorkingHours
@@ -195,7 +240,10 @@ type stream struct {
 	// start before hi, the first one's Start moved past the slots taken.
 	hi    time.Time
 	spans []Interval
-	slot  Slot // the current slot, after next returned true
+	// ready: slot is the stream's next slot; otherwise every slot it has
+	// left starts at or after hi.
+	ready bool
+	slot  Slot
 }
 
 func newStream(s Staff, q Query, from time.Time, g grid) *stream {
@@ -213,44 +261,62 @@ func newStream(s Staff, q Query, from time.Time, g grid) *stream {
 	return &stream{id: s.ID, hours: s.Hours, duration: q.Duration, to: q.To, g: g, blocked: merge(blocked), hi: from}
 }
 
-// next moves to the staff member's next slot; false when there is none.
-func (st *stream) next() bool {
-	for {
-		for len(st.spans) > 0 {
-			w := &st.spans[0]
-			// A later grid point of this span is later still, and so are
-			// the next spans: a start at or after hi is the next chunk's.
-			if at := st.g.ceil(w.Start); at.Before(st.hi) && !at.Add(st.duration).After(w.End) {
-				st.slot = Slot{StaffID: st.id, Start: at, End: at.Add(st.duration)}
-				w.Start = at.Add(time.Second)
-				return true
-			}
-			st.spans = st.spans[1:]
-		}
-		// The next chunk: slots that start in [lo, hi), which lie within
-		// working time clipped to [lo, hi+duration) (and To).
-		lo := st.hi
-		end := lo.Add(st.duration)
-		if end.After(st.to) {
-			return false
-		}
-		st.hi = lo.Add(streamChunk)
-		if end = st.hi.Add(st.duration); end.After(st.to) {
-			end = st.to
-		}
-		for len(st.blocked) > 0 && !st.blocked[0].End.After(lo) {
-			st.blocked = st.blocked[1:]
-		}
-		st.spans = subtract(st.hours.Intervals(lo, end, st.g.loc), st.blocked)
+// key is where the stream stands in the merge: its next slot, or, before
+// its next chunk is read, the earliest that chunk's slots can be.
+func (st *stream) key() Slot {
+	if st.ready {
+		return st.slot
 	}
+	return Slot{StaffID: st.id, Start: st.hi}
 }
 
-// streams is a heap of streams by their current slot: the merge of their
-// slots in page order.
+// take moves to the staff member's next slot in the chunk read; false
+// when the chunk has none left.
+func (st *stream) take() bool {
+	for len(st.spans) > 0 {
+		w := &st.spans[0]
+		// A later grid point of this span is later still, and so are
+		// the next spans: a start at or after hi is the next chunk's.
+		if at := st.g.ceil(w.Start); at.Before(st.hi) && !at.Add(st.duration).After(w.End) {
+			st.slot = Slot{StaffID: st.id, Start: at, End: at.Add(st.duration)}
+			w.Start = at.Add(time.Second)
+			return true
+		}
+		st.spans = st.spans[1:]
+	}
+	return false
+}
+
+// read reads the next chunk: slots that start in [lo, hi), which lie
+// within working time clipped to [lo, hi+duration) (and To). False when
+// the stream has reached To.
+func (st *stream) read() bool {
+	readHook()
+	lo := st.hi
+	end := lo.Add(st.duration)
+	if end.After(st.to) {
+		return false
+	}
+	st.hi = lo.Add(streamChunk)
+	if end = st.hi.Add(st.duration); end.After(st.to) {
+		end = st.to
+	}
+	for len(st.blocked) > 0 && !st.blocked[0].End.After(lo) {
+		st.blocked = st.blocked[1:]
+	}
+	st.spans = subtract(st.hours.Intervals(lo, end, st.g.loc), st.blocked)
+	return true
+}
+
+// readHook counts chunks read, in tests.
+var readHook = func() {}
+
+// streams is a heap of streams by their key: the merge of their slots in
+// page order.
 type streams []*stream
 
 func (h streams) Len() int           { return len(h) }
-func (h streams) Less(i, j int) bool { return before(h[i].slot, h[j].slot) }
+func (h streams) Less(i, j int) bool { return before(h[i].key(), h[j].key()) }
 func (h streams) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *streams) Push(x any)        { *h = append(*h, x.(*stream)) }
 func (h *streams) Pop() any {

@@ -404,6 +404,102 @@ func TestSlotsAgainstOracle(t *testing.T) {
 	}
 }
 
+// With a tiny work budget, pages end early (short, or empty, with a Next)
+// but together still hold exactly the oracle's slots: none skipped, none
+// repeated, and the pages end, also when a page stops at every chance it
+// has (a budget below nothing: each page must still move on).
+func TestSlotsAgainstOracleWithPagesEndingEarly(t *testing.T) {
+	for _, budget := range []int{1, -1 << 20} {
+		t.Run(fmt.Sprint(budget), func(t *testing.T) {
+			availability.SetChunkBudget(t, budget)
+			slotsAgainstOracleEndingEarly(t)
+		})
+	}
+}
+
+func slotsAgainstOracleEndingEarly(t *testing.T) {
+	runs := 200
+	if testing.Short() {
+		runs = 40
+	}
+	early := 0
+	for i := range runs {
+		rng := rand.New(rand.NewPCG(uint64(i), 24))
+		q, staff, raws := randomCalendar(t, rng)
+		want := oracle(t, q, staff, raws)
+		var got []availability.Slot
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, len(want)+64*len(staff)+2, "run %d: pages do not end", i)
+			page, err := availability.Slots(q, staff)
+			require.NoError(t, err, "run %d", i)
+			require.LessOrEqual(t, len(page.Slots), q.Limit)
+			got = append(got, page.Slots...)
+			if page.Next == "" {
+				break
+			}
+			if len(page.Slots) < q.Limit {
+				early++
+			}
+			q.Cursor = page.Next
+		}
+		if !slices.EqualFunc(want, got, func(a, b availability.Slot) bool {
+			return a.StaffID == b.StaffID && a.Start.Equal(b.Start) && a.End.Equal(b.End)
+		}) {
+			loc := zone(t, q.TimeZone)
+			require.Equal(t, clocks(loc, want), clocks(loc, got), "run %d: %s from %s, step %s, duration %s, buffer %s",
+				i, q.TimeZone, q.From.In(loc), q.Step, q.Duration, q.Buffer)
+		}
+	}
+	require.Positive(t, early, "some pages ended early")
+}
+
+// A merchant's staff without free time cost a request its page's work,
+// not the range's for every one of them: 300 staff members with no
+// working time over 31 days (and one free slot at the end, someone else's)
+// are read a bounded number of chunks per page, over as many pages as
+// that takes, and the slot is found.
+func TestAPageOfSlotsReadsABoundedAmountOfTheCalendar(t *testing.T) {
+	london := zone(t, "Europe/London")
+	from := civil.Resolve(day(t, "2027-03-01"), 0, london)
+	to := from.Add(31 * 24 * time.Hour)
+	none, err := availability.NewWorkingHours(availability.Week{}, nil)
+	require.NoError(t, err)
+	var w availability.Week
+	w[time.Monday] = []availability.Shift{shift(9, 0, 10, 0)}
+	mondays, err := availability.NewWorkingHours(w, nil)
+	require.NoError(t, err)
+	staff := make([]availability.Staff, 300)
+	for i := range staff {
+		staff[i] = availability.Staff{ID: fmt.Sprintf("staff-%03d", i), Hours: none}
+	}
+	// The last one works on Mondays, and is busy on all but the last.
+	last := &staff[len(staff)-1]
+	last.Hours = mondays
+	for d := day(t, "2027-03-01"); d.Before(day(t, "2027-03-29")); d = d.AddDays(7) {
+		start := civil.Resolve(d, civil.At(9, 0), london)
+		last.Busy = append(last.Busy, availability.Interval{Start: start, End: start.Add(time.Hour)})
+	}
+	q := availability.Query{From: from, To: to, Duration: time.Hour, Step: 15 * time.Minute, TimeZone: "Europe/London", Limit: 10}
+	reads := availability.CountReads(t)
+	var got []availability.Slot
+	pages := 0
+	for {
+		*reads = 0
+		page, err := availability.Slots(q, staff)
+		require.NoError(t, err)
+		require.LessOrEqual(t, *reads, 2000+len(staff)+1, "page %d read more than its budget", pages)
+		got = append(got, page.Slots...)
+		pages++
+		if page.Next == "" {
+			break
+		}
+		q.Cursor = page.Next
+	}
+	require.Greater(t, pages, 1, "the range's work took more than one page")
+	require.Equal(t, []string{"staff-299 03-29 09:00 BST-10:00"}, clocks(london, got))
+	require.Equal(t, last.ID, got[0].StaffID)
+}
+
 // BenchmarkAvailability answers the first page, and every page, of two
 // weeks of 50 staff members with 500 jobs between them.
 func BenchmarkAvailability(b *testing.B) {
