@@ -67,11 +67,15 @@ func (h ScheduleHandlers) ChangeStatus(ctx context.Context, cmd ChangeScheduleSt
 		if err := sch.ChangeStatus(to); err != nil || from == to {
 			return err
 		}
-		if err := s.Book(ctx, sch); err != nil {
-			return err
-		}
+		// The order is read before the booking is written: the write gives
+		// the transaction its place in the event log, which must come after
+		// every version it read (else an order change committed in between
+		// would make this change a conflict, though it read that change).
 		o, err := s.Order(ctx, sch.OrderID())
 		if err != nil {
+			return err
+		}
+		if err := s.Book(ctx, sch); err != nil {
 			return err
 		}
 		switch to {
