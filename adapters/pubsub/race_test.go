@@ -2,13 +2,17 @@ package pubsub_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"hearth/app/command"
+	"hearth/domain/apperr"
+	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/schedule"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
@@ -48,4 +52,97 @@ func TestScheduleStatusChangeSucceedsWhenItsOrderChangedBeforeItReadIt(t *testin
 	last := stream[len(stream)-1]
 	require.Equal(t, "OrderStatusChanged", last.Type, "the order follows the schedule")
 	require.Equal(t, "OrderDetailsUpdated", stream[len(stream)-2].Type)
+}
+
+// beforeBook is a Transactor whose sessions run hook (once) before they
+// write a booking: another command commits there, as it may between two
+// statements of a use case.
+type beforeBook struct {
+	command.Transactor
+	once sync.Once
+	hook func()
+}
+
+func (b *beforeBook) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
+	return b.Transactor.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
+		return fn(ctx, &bookHookedSession{Session: s, b: b})
+	})
+}
+
+type bookHookedSession struct {
+	command.Session
+	b *beforeBook
+}
+
+func (s *bookHookedSession) Book(ctx context.Context, sch *schedule.Schedule) error {
+	s.b.once.Do(s.b.hook)
+	return s.Session.Book(ctx, sch)
+}
+
+// A command that changes nothing (an assignment sent again, an order put
+// in service again) races one that ends the schedule (the order's cancel,
+// the schedule done): the first read the schedule live before the second
+// committed. The schedule's booking stays released: a staff member's time
+// is never held by a schedule that is no longer live, and the order's and
+// the schedule's streams are untouched by the command that changed
+// nothing.
+func TestACommandThatChangesNothingNeverBooksAScheduleEndedMeanwhile(t *testing.T) {
+	t.Parallel()
+	type race struct {
+		inService bool // the order is in service before the race
+		// noop changes nothing; end ends the schedule (run inside noop).
+		noop func(f flows, o command.OrderHandlers, orderID string) error
+		end  func(t *testing.T, f flows, orderID, scheduleID string) error
+	}
+	for name, r := range map[string]race{
+		"assignment sent again, order cancelled": {
+			noop: func(f flows, o command.OrderHandlers, orderID string) error {
+				_, err := o.Assign(context.Background(), command.AssignOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID},
+					StaffID: f.staffID, StartAt: at(9, 0), EndAt: at(10, 0), DispatchNote: "ring twice"})
+				return err
+			},
+			end: func(_ *testing.T, f flows, orderID, _ string) error {
+				_, err := f.OrderCmds.Cancel(context.Background(), command.CancelOrder{
+					OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID}, Reason: "customer moved away"})
+				return err
+			},
+		},
+		"order put in service again, schedule done": {
+			inService: true,
+			noop: func(f flows, o command.OrderHandlers, orderID string) error {
+				_, err := o.ChangeStatus(context.Background(), command.ChangeOrderStatus{
+					OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID}, Status: "in_service"})
+				return err
+			},
+			end: func(t *testing.T, f flows, _, scheduleID string) error {
+				return f.scheduleStatus(t, scheduleID, "done")
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := setupFlows(t, pgtest.NewDB(t))
+			orderID := f.CreateOrder(t)
+			require.NoError(t, f.assign(context.Background(), orderID, f.staffID, at(9, 0), at(10, 0)))
+			scheduleID := f.liveSchedule(t, orderID)
+			if r.inService {
+				require.NoError(t, f.scheduleStatus(t, scheduleID, "in_service"))
+			}
+
+			var ended error
+			hooked := &beforeBook{Transactor: f.Tx, hook: func() { ended = r.end(t, f, orderID, scheduleID) }}
+			o, err := command.NewOrderHandlers(hooked)
+			require.NoError(t, err)
+			err = r.noop(f, o, orderID)
+			require.NoError(t, ended, "the schedule ends")
+			if err != nil {
+				var conflict *apperr.ConflictError
+				require.ErrorAs(t, err, &conflict, "the command that changed nothing may only fail as a conflict")
+			}
+			require.Empty(t, f.liveSchedule(t, orderID), "the ended schedule holds no booking")
+			require.Empty(t, f.liveBookings(t), "the staff member's time is free")
+			other := f.CreateOrder(t)
+			require.NoError(t, f.assign(context.Background(), other, f.staffID, at(9, 0), at(10, 0)), "another order can take the window")
+		})
+	}
 }

@@ -512,6 +512,14 @@ func (s *session) LiveSchedule(ctx context.Context, orderID string) (*schedule.S
 // that, when the exclusion constraint refuses it, the transaction can still
 // name the schedule it clashed with.
 func (s *session) Book(ctx context.Context, sch *schedule.Schedule) error {
+	if sch.Version() > 0 && len(sch.Changes()) == 0 {
+		// A stored schedule the command leaves as it is has its booking
+		// already. Writing it again from what the command read could
+		// bring back a booking that a command committed since released
+		// (the schedule cancelled or done), and this command, appending
+		// nothing to the schedule, would not conflict with that one.
+		return nil
+	}
 	b := &pgx.Batch{}
 	if !sch.Status().Live() {
 		b.Queue(`UPDATE bookings SET live = false WHERE schedule_id = $1`, sch.ID())

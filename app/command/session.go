@@ -48,7 +48,8 @@ type Session interface {
 	// Book makes the bookings match the schedule: a live schedule holds its
 	// staff member's window (an overlap with another live schedule of that
 	// staff member is an *apperr.ConflictError naming it), a finished one
-	// frees it.
+	// frees it. A stored schedule the use case left as it is holds its
+	// booking already: nothing is written.
 	Book(ctx context.Context, s *schedule.Schedule) error
 
 	// Customer returns the name of the merchant's customer; found is false
