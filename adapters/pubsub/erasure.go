@@ -3,6 +3,7 @@ package pubsub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -79,6 +80,26 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 				return rows.Err()
 			})
 		b.Queue(`DELETE FROM data_keys WHERE subject_id = $1`, req.SubjectID)
+		// The bookings of the schedules to mark, locked before the streams
+		// are read. A command appends to a schedule and its order, in
+		// either order, holding the schedule's booking (Book); the erasure
+		// appends in stream id order: without the booking, each could
+		// append to one of the two and wait for the other's append to the
+		// second (a deadlock). NOWAIT: a command that holds a booking may
+		// wait for the subject's lock, which the erasure holds; a held
+		// booking is a conflict, and the erasure runs again.
+		b.Queue(`SELECT 1 FROM bookings WHERE schedule_id IN (SELECT stream_id FROM events
+			WHERE subject_id = $1 AND merchant_id = $2 AND stream_type = $3) ORDER BY schedule_id FOR UPDATE NOWAIT`,
+			req.SubjectID, req.MerchantID, ScheduleStream.Type).Query(func(rows pgx.Rows) error {
+			rows.Close()
+			var pgErr *pgconn.PgError
+			if err := rows.Err(); errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+				return &apperr.ConflictError{Detail: fmt.Sprintf("a schedule of %s %s is being written; run the erasure again", req.SubjectType, req.SubjectID)}
+			} else if err != nil {
+				return err
+			}
+			return nil
+		})
 		// The streams to mark: a sealed event of the subject after the
 		// stream's last PersonalDataErased of it (if any).
 		var streams []struct {
