@@ -542,17 +542,28 @@ func (s *session) Book(ctx context.Context, sch *schedule.Schedule) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &pgErr) && pgErr.ConstraintName == "bookings_no_double_booking":
-		rb := &pgx.Batch{}
-		rb.Queue(`ROLLBACK TO SAVEPOINT book`)
-		if rbErr := s.tx.send(ctx, rb); rbErr != nil {
+		if rbErr := s.unbook(ctx); rbErr != nil {
 			return errors.Join(err, rbErr)
 		}
 		return s.clash(ctx, sch)
 	case errors.As(err, &pgErr) && pgErr.ConstraintName == "bookings_one_live_per_order":
+		// Back to the savepoint too: a use case may go on after a
+		// conflict (the visit generator leaves the visit unassigned).
+		if rbErr := s.unbook(ctx); rbErr != nil {
+			return errors.Join(err, rbErr)
+		}
 		return &apperr.ConflictError{Detail: fmt.Sprintf("order %s already has a live schedule", sch.OrderID())}
 	default:
 		return fmt.Errorf("book schedule %s: %w", sch.ID(), err)
 	}
+}
+
+// unbook rolls a refused booking back to its savepoint: the transaction
+// goes on.
+func (s *session) unbook(ctx context.Context) error {
+	b := &pgx.Batch{}
+	b.Queue(`ROLLBACK TO SAVEPOINT book`)
+	return s.tx.send(ctx, b)
 }
 
 // clash names the live booking that overlaps sch.

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/adapters/pubsub"
+	"hearth/adapters/vault"
+	"hearth/app/command"
+	"hearth/domain/event"
+	"hearth/domain/schedule"
+)
+
+// The visit generator re-plans a moved visit whose order has no schedule
+// any more (cancelled by hand), while a dispatcher assigns that order: the
+// assignment commits between the generator's look for the order's live
+// schedule and its booking of the visit's new window, which then meets the
+// order's new live schedule. The generator loses that race as a conflict
+// (the next run looks again), never as an error of the plan's round, and
+// the dispatcher's assignment stands.
+func TestVisitGeneratorLosesARaceWithAnAssignmentAsAConflict(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	day0 := e.firstDay()
+	var orderID, scheduleID string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT v.order_id::text, b.schedule_id::text
+		FROM plan_visits v JOIN bookings b ON b.order_id = v.order_id AND b.live WHERE v.visit_key = $1`,
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID, &scheduleID))
+	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+scheduleID+"/status", a.opA, map[string]any{"status": "cancelled"})
+	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "13:00")
+
+	vlt, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(a.dbs.es, nil, vlt)
+	require.NoError(t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	assigned := day0.Add(16 * time.Hour)
+	g, err := command.NewVisitGenerator(&bookHook{Transactor: tx, hook: func() {
+		a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
+			"staff_id": a.staffA, "start_at": assigned, "end_at": assigned.Add(time.Hour)})
+	}})
+	require.NoError(t, err)
+	_, err = e.run(t, g)
+	require.NoError(t, err, "the generator's round")
+
+	var start time.Time
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT lower(period) FROM bookings WHERE order_id = $1 AND live`,
+		orderID).Scan(&start))
+	require.True(t, assigned.Equal(start), "the dispatcher's assignment stands: %s", start)
+}
+
+// bookHook is a Transactor whose sessions run hook (once) before their
+// first booking.
+type bookHook struct {
+	command.Transactor
+	once sync.Once
+	hook func()
+}
+
+func (b *bookHook) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
+	return b.Transactor.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
+		return fn(ctx, &bookHookSession{Session: s, b: b})
+	})
+}
+
+type bookHookSession struct {
+	command.Session
+	b *bookHook
+}
+
+func (s *bookHookSession) Book(ctx context.Context, sch *schedule.Schedule) error {
+	s.b.once.Do(s.b.hook)
+	return s.Session.Book(ctx, sch)
+}
