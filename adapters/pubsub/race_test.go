@@ -8,10 +8,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/pubsub"
 	"hearth/app/command"
+	"hearth/app/ops"
 	"hearth/domain/apperr"
+	"hearth/domain/civil"
 	"hearth/domain/event"
 	"hearth/domain/order"
+	"hearth/domain/plan"
 	"hearth/domain/schedule"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
@@ -145,4 +149,68 @@ func TestACommandThatChangesNothingNeverBooksAScheduleEndedMeanwhile(t *testing.
 			require.NoError(t, f.assign(context.Background(), other, f.staffID, at(9, 0), at(10, 0)), "another order can take the window")
 		})
 	}
+}
+
+// beforeStaffCheck is a Transactor whose sessions run hook (once) before
+// they check a staff member.
+type beforeStaffCheck struct {
+	command.Transactor
+	once sync.Once
+	hook func()
+}
+
+func (b *beforeStaffCheck) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
+	return b.Transactor.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
+		return fn(ctx, &staffHookedSession{Session: s, b: b})
+	})
+}
+
+type staffHookedSession struct {
+	command.Session
+	b *beforeStaffCheck
+}
+
+func (s *staffHookedSession) StaffActive(ctx context.Context, id string) (exists, active bool, err error) {
+	s.b.once.Do(s.b.hook)
+	return s.Session.StaffActive(ctx, id)
+}
+
+// A service plan is created while its customer is erased: the erasure
+// commits after the plan's check that the customer was not erased, before
+// the plan commits. The plan is refused as a conflict, or the erasure ends
+// it: never a live plan of an erased customer (the erasure's promise).
+func TestAPlanCreatedWhileItsCustomerIsErasedIsRefusedOrEnded(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	ctx := context.Background()
+	staff := uuid.New()
+	_, err := f.ES.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, 'Wanda')`, staff, f.MerchantID)
+	require.NoError(t, err)
+	item := uuid.New()
+	_, err = f.ES.DB.Exec(`INSERT INTO catalog_items (id, merchant_id, name, base_price_cents) VALUES ($1, $2, 'Weekly clean', 4500)`,
+		item, f.MerchantID)
+	require.NoError(t, err)
+
+	var erased error
+	hooked := &beforeStaffCheck{Transactor: f.Tx, hook: func() {
+		req := ops.ErasureRequest{By: "test", MerchantID: f.MerchantID, SubjectType: event.SubjectCustomer, SubjectID: f.CustomerID,
+			Confirm: f.CustomerID, CorrelationID: uuid.New()}
+		_, erased = f.Store.EraseSubject(ctx, req, func(ops.Erasure) ops.AuditEntry {
+			return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + f.CustomerID}
+		})
+	}}
+	plans, err := command.NewPlanHandlers(hooked)
+	require.NoError(t, err)
+	w, err := plans.Create(ctx, command.CreatePlan{Meta: f.Meta(), CustomerID: f.CustomerID, CatalogItemID: item, StaffID: staff,
+		Window:     plan.Window{Start: civil.At(9, 0), End: civil.At(11, 0)},
+		Recurrence: plan.Recurrence{Frequency: plan.Weekly, Interval: 1, Start: civil.DateOf(time.Now(), time.UTC).AddDays(1), Count: 4}})
+	require.NoError(t, erased, "the erasure")
+	if err != nil {
+		var conflict *apperr.ConflictError
+		require.ErrorAs(t, err, &conflict, "the plan may only be refused as its customer erased")
+		return
+	}
+	stream, err := f.Store.Read(ctx, pubsub.PlanStream, f.MerchantID, w.Stream[0].StreamID)
+	require.NoError(t, err)
+	require.Equal(t, plan.Ended{}.EventType(), stream[len(stream)-1].Type, "a plan of an erased customer is ended")
 }

@@ -94,6 +94,10 @@ func (h PlanHandlers) Create(ctx context.Context, cmd CreatePlan) (Written, erro
 		if err := joinFields(refErr, err); err != nil {
 			return err
 		}
+		// Checked again with the commit, which waits for an erasure of the
+		// customer under way and then finds them erased: a plan committed
+		// after the erasure read the customer's plans would never be ended.
+		s.RequireCustomer(cmd.CustomerID)
 		s.AddServicePlan(p)
 		return nil
 	})
