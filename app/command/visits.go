@@ -258,7 +258,7 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 		r.OrderID, r.StartAt, r.EndAt, r.PriceCents, r.UnassignedReason = plan.VisitOrderID(key, r.Generation), v.StartAt, v.EndAt, v.PriceCents, ""
 		var sch *schedule.Schedule
 		if v.StaffID != "" {
-			if sch, r.UnassignedReason, err = bookAs(ctx, s, visitScheduleID(key, r.Generation), r.OrderID, p.CustomerID(), v.StaffID, v, p.Location()); err != nil {
+			if sch, r.UnassignedReason, err = bookAs(ctx, s, visitScheduleID(key, r.Generation), r.OrderID, p.CustomerID(), v.StaffID, v, p.Location(), nil); err != nil {
 				return err
 			}
 		}
@@ -294,7 +294,10 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 // When the staff member is inactive, not working then (their working
 // hours, when any are set, in loc: a holiday, a sick day, outside their
 // shifts), or already booked over the window: no schedule, and the reason.
-func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID, staffID string, v plan.Visit, loc *time.Location) (*schedule.Schedule, string, error) {
+// A live schedule (held, or nil) that holds the window already is the
+// booking: nothing is written.
+func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID, staffID string, v plan.Visit, loc *time.Location,
+	held *schedule.Schedule) (*schedule.Schedule, string, error) {
 	who := "the preferred staff member " + staffID
 	if staffID != v.StaffID {
 		who = "staff member " + staffID
@@ -320,6 +323,13 @@ func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID, sta
 			why = fmt.Sprintf("off on %s", d)
 		}
 		return nil, fmt.Sprintf("%s is not working then (%s)", who, why), nil
+	}
+	if held != nil && held.Window().StaffID == staffID && held.Window().StartAt.Equal(v.StartAt) && held.Window().EndAt.Equal(v.EndAt) {
+		// A stand-in's booking would rewrite the schedule's booking with
+		// nothing appended to the schedule: a move of it committed since
+		// it was read would keep its window in the schedule, and lose it
+		// in the bookings.
+		return held, "", nil
 	}
 	sch, err := schedule.New(scheduleID, orderID, customerID, schedule.Window{StaffID: staffID, StartAt: v.StartAt, EndAt: v.EndAt}, "")
 	if err != nil {
@@ -537,7 +547,11 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 				id = sch.ID()
 			}
 			var reason string
-			if booked, reason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), staffID, v, p.Location()); err != nil {
+			var held *schedule.Schedule
+			if live {
+				held = sch
+			}
+			if booked, reason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), staffID, v, p.Location(), held); err != nil {
 				return err
 			}
 			if booked != nil {

@@ -12,6 +12,7 @@ import (
 	"hearth/adapters/pubsub"
 	"hearth/adapters/vault"
 	"hearth/app/command"
+	"hearth/domain/availability"
 	"hearth/domain/event"
 	"hearth/domain/schedule"
 )
@@ -60,11 +61,12 @@ func TestVisitGeneratorLosesARaceWithAnAssignmentAsAConflict(t *testing.T) {
 }
 
 // bookHook is a Transactor whose sessions run hook (once) before their
-// first booking.
+// first booking, or before their first look at working hours (atHours).
 type bookHook struct {
 	command.Transactor
-	once sync.Once
-	hook func()
+	atHours bool
+	once    sync.Once
+	hook    func()
 }
 
 func (b *bookHook) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
@@ -79,6 +81,97 @@ type bookHookSession struct {
 }
 
 func (s *bookHookSession) Book(ctx context.Context, sch *schedule.Schedule) error {
-	s.b.once.Do(s.b.hook)
+	if !s.b.atHours {
+		s.b.once.Do(s.b.hook)
+	}
 	return s.Session.Book(ctx, sch)
+}
+
+func (s *bookHookSession) StaffHours(ctx context.Context, id string) (availability.WorkingHours, bool, error) {
+	if s.b.atHours {
+		s.b.once.Do(s.b.hook)
+	}
+	return s.Session.StaffHours(ctx, id)
+}
+
+// A dispatcher moved a visit's order by hand to 13:00, and the plan then
+// moves the visit there too: the generator re-plans it to the window its
+// schedule holds already. The schedule is cancelled by hand between the
+// generator's read of it and its booking decision. The cancelled
+// schedule's booking stays released: the staff member's time is free, and
+// no booking outlives its schedule.
+func TestVisitGeneratorNeverBooksAScheduleCancelledMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	day0 := e.firstDay()
+	var orderID, scheduleID string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT v.order_id::text, b.schedule_id::text
+		FROM plan_visits v JOIN bookings b ON b.order_id = v.order_id AND b.live WHERE v.visit_key = $1`,
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID, &scheduleID))
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": day0.Add(13 * time.Hour), "end_at": day0.Add(15 * time.Hour)})
+	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "13:00")
+
+	vlt, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(a.dbs.es, nil, vlt)
+	require.NoError(t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	g, err := command.NewVisitGenerator(&bookHook{Transactor: tx, atHours: true, hook: func() {
+		a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+scheduleID+"/status", a.opA, map[string]any{"status": "cancelled"})
+	}})
+	require.NoError(t, err)
+	_, err = e.run(t, g)
+	require.NoError(t, err, "the generator's round")
+
+	var live bool
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT live FROM bookings WHERE schedule_id = $1`, scheduleID).Scan(&live))
+	require.False(t, live, "the cancelled schedule holds no booking")
+}
+
+// As above, but the dispatcher moves the schedule again (to 17:00) between
+// the generator's read of it and its booking decision: the booking holds the
+// schedule's window, the dispatcher's, so the staff member cannot be
+// booked twice for it.
+func TestVisitGeneratorNeverMovesABookingAwayFromItsSchedule(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	day0 := e.firstDay()
+	var orderID, scheduleID string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT v.order_id::text, b.schedule_id::text
+		FROM plan_visits v JOIN bookings b ON b.order_id = v.order_id AND b.live WHERE v.visit_key = $1`,
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID, &scheduleID))
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": day0.Add(13 * time.Hour), "end_at": day0.Add(15 * time.Hour)})
+	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "13:00")
+
+	vlt, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(a.dbs.es, nil, vlt)
+	require.NoError(t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	moved := day0.Add(17 * time.Hour)
+	g, err := command.NewVisitGenerator(&bookHook{Transactor: tx, atHours: true, hook: func() {
+		a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
+			"staff_id": a.staffA, "start_at": moved, "end_at": moved.Add(2 * time.Hour)})
+	}})
+	require.NoError(t, err)
+	_, err = e.run(t, g)
+	require.NoError(t, err, "the generator's round")
+
+	stream := a.stream(scheduleID)
+	var start time.Time
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT lower(period) FROM bookings WHERE schedule_id = $1 AND live`,
+		scheduleID).Scan(&start))
+	require.True(t, moved.Equal(start), "the booking holds the schedule's window, the dispatcher's (%d events): %s", len(stream), start)
 }
