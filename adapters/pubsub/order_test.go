@@ -2,51 +2,21 @@ package pubsub_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/adapters/readmodel"
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
-	"hearth/domain/event"
 	"hearth/domain/order"
-	"hearth/domain/uuid"
 	"hearth/internal/database"
 	"hearth/internal/pgtest"
 )
-
-// beforeOrderLoad is a Transactor whose sessions run hook (once) before
-// they load order only: another command commits there, as it may between
-// two statements of a use case.
-type beforeOrderLoad struct {
-	command.Transactor
-	only string // the order whose load runs hook
-	once sync.Once
-	hook func()
-}
-
-func (b *beforeOrderLoad) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
-	return b.Transactor.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
-		return fn(ctx, &hookedSession{Session: s, b: b})
-	})
-}
-
-type hookedSession struct {
-	command.Session
-	b *beforeOrderLoad
-}
-
-func (s *hookedSession) Order(ctx context.Context, id string) (*order.Order, error) {
-	if id == s.b.only {
-		s.b.once.Do(s.b.hook)
-	}
-	return s.Session.Order(ctx, id)
-}
 
 // A write that has its transaction id already when it loads an aggregate,
 // and an order change that commits between the two: the event feed (and
@@ -91,25 +61,18 @@ func TestFeedAnswersAnAggregatesEventsInVersionOrderWhenAnOlderTransactionWrites
 			t.Parallel()
 			f := setup(t, pgtest.NewDB(t))
 			ctx := context.Background()
-			staff := uuid.New()
-			_, err := f.ES.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, 'Wanda')`, staff, f.MerchantID)
-			require.NoError(t, err)
-			id := f.CreateOrder(t)
-			start := time.Now().Add(24 * time.Hour).Truncate(time.Hour)
-			_, err = f.OrderCmds.Assign(ctx, command.AssignOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: id},
-				StaffID: staff, StartAt: start, EndAt: start.Add(time.Hour)})
-			require.NoError(t, err)
+			id, _ := f.AssignedOrder(t)
 
 			// Before the write loads the order (its first load of it), the
 			// order's details change, in a transaction that begins (and
 			// takes its id) after the write's.
 			var concurrent error
-			hooked := &beforeOrderLoad{Transactor: f.Tx, only: id, hook: func() {
+			hooked := &pubsubtest.BeforeOrderLoad{Transactor: f.Tx, Only: id, Hook: func() {
 				_, concurrent = f.Update(ctx, id, nil, func(o *order.Order) error {
 					return o.UpdateDetails(order.Details{CustomerID: f.CustomerID, AmountCents: 700})
 				})
 			}}
-			err = write(t, f, hooked, id)
+			err := write(t, f, hooked, id)
 			require.NoError(t, concurrent, "the order's details change commits")
 			if err != nil {
 				var conflict *apperr.ConflictError

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/internal/pubsubtest"
 	"hearth/app/command"
 	"hearth/app/ops"
 	"hearth/domain/apperr"
@@ -29,19 +30,10 @@ func TestScheduleStatusChangeSucceedsWhenItsOrderChangedBeforeItReadIt(t *testin
 	t.Parallel()
 	f := setup(t, pgtest.NewDB(t))
 	ctx := context.Background()
-	staff := uuid.New()
-	_, err := f.ES.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, 'Wanda')`, staff, f.MerchantID)
-	require.NoError(t, err)
-	id := f.CreateOrder(t)
-	start := time.Now().Add(24 * time.Hour).Truncate(time.Hour)
-	_, err = f.OrderCmds.Assign(ctx, command.AssignOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: id},
-		StaffID: staff, StartAt: start, EndAt: start.Add(time.Hour)})
-	require.NoError(t, err)
-	var scheduleID string
-	require.NoError(t, f.ES.DB.QueryRow(`SELECT schedule_id FROM bookings WHERE order_id = $1`, id).Scan(&scheduleID))
+	id, scheduleID := f.AssignedOrder(t)
 
 	var edit error
-	hooked := &beforeOrderLoad{Transactor: f.Tx, only: id, hook: func() {
+	hooked := &pubsubtest.BeforeOrderLoad{Transactor: f.Tx, Only: id, Hook: func() {
 		_, edit = f.Update(ctx, id, nil, func(o *order.Order) error {
 			return o.UpdateDetails(order.Details{CustomerID: f.CustomerID, AmountCents: 700})
 		})

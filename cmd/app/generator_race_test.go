@@ -28,25 +28,12 @@ func TestVisitGeneratorLosesARaceWithAnAssignmentAsAConflict(t *testing.T) {
 	t.Parallel()
 	e := newGeneratorEnv(t)
 	a := e.a
-	done, err := e.run(t, e.generator(t))
-	require.NoError(t, err)
-	require.Equal(t, 4, done.Created)
-	day0 := e.firstDay()
-	var orderID, scheduleID string
-	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT v.order_id::text, b.schedule_id::text
-		FROM plan_visits v JOIN bookings b ON b.order_id = v.order_id AND b.live WHERE v.visit_key = $1`,
-		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID, &scheduleID))
+	day0, orderID, scheduleID := e.firstVisitBooked(t)
 	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+scheduleID+"/status", a.opA, map[string]any{"status": "cancelled"})
 	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "13:00")
 
-	vlt, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(a.dbs.es, nil, vlt)
-	require.NoError(t, err)
-	tx, err := pubsub.NewTransactor(store)
-	require.NoError(t, err)
 	assigned := day0.Add(16 * time.Hour)
-	g, err := command.NewVisitGenerator(&bookHook{Transactor: tx, hook: func() {
+	g, err := command.NewVisitGenerator(&bookHook{Transactor: e.transactor(t), hook: func() {
 		a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
 			"staff_id": a.staffA, "start_at": assigned, "end_at": assigned.Add(time.Hour)})
 	}})
@@ -58,6 +45,32 @@ func TestVisitGeneratorLosesARaceWithAnAssignmentAsAConflict(t *testing.T) {
 	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT lower(period) FROM bookings WHERE order_id = $1 AND live`,
 		orderID).Scan(&start))
 	require.True(t, assigned.Equal(start), "the dispatcher's assignment stands: %s", start)
+}
+
+// firstVisitBooked runs the generator once (four visits, each booked) and
+// returns the first visit's day, order and schedule.
+func (e generatorEnv) firstVisitBooked(t *testing.T) (day0 time.Time, orderID, scheduleID string) {
+	t.Helper()
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	day0 = e.firstDay()
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT v.order_id::text, b.schedule_id::text
+		FROM plan_visits v JOIN bookings b ON b.order_id = v.order_id AND b.live WHERE v.visit_key = $1`,
+		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID, &scheduleID))
+	return day0, orderID, scheduleID
+}
+
+// transactor is a Transactor on the event store, sealing as serve does.
+func (e generatorEnv) transactor(t *testing.T) *pubsub.Transactor {
+	t.Helper()
+	vlt, err := vault.New(e.a.dbs.es.DB, e.a.cfg.MasterKeys)
+	require.NoError(t, err)
+	store, err := pubsub.NewStore(e.a.dbs.es, nil, vlt)
+	require.NoError(t, err)
+	tx, err := pubsub.NewTransactor(store)
+	require.NoError(t, err)
+	return tx
 }
 
 // bookHook is a Transactor whose sessions run hook (once) before their
@@ -104,25 +117,12 @@ func TestVisitGeneratorNeverBooksAScheduleCancelledMeanwhile(t *testing.T) {
 	t.Parallel()
 	e := newGeneratorEnv(t)
 	a := e.a
-	done, err := e.run(t, e.generator(t))
-	require.NoError(t, err)
-	require.Equal(t, 4, done.Created)
-	day0 := e.firstDay()
-	var orderID, scheduleID string
-	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT v.order_id::text, b.schedule_id::text
-		FROM plan_visits v JOIN bookings b ON b.order_id = v.order_id AND b.live WHERE v.visit_key = $1`,
-		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID, &scheduleID))
+	day0, orderID, scheduleID := e.firstVisitBooked(t)
 	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
 		"staff_id": a.staffA, "start_at": day0.Add(13 * time.Hour), "end_at": day0.Add(15 * time.Hour)})
 	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "13:00")
 
-	vlt, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(a.dbs.es, nil, vlt)
-	require.NoError(t, err)
-	tx, err := pubsub.NewTransactor(store)
-	require.NoError(t, err)
-	g, err := command.NewVisitGenerator(&bookHook{Transactor: tx, atHours: true, hook: func() {
+	g, err := command.NewVisitGenerator(&bookHook{Transactor: e.transactor(t), atHours: true, hook: func() {
 		a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+scheduleID+"/status", a.opA, map[string]any{"status": "cancelled"})
 	}})
 	require.NoError(t, err)
@@ -142,26 +142,13 @@ func TestVisitGeneratorNeverMovesABookingAwayFromItsSchedule(t *testing.T) {
 	t.Parallel()
 	e := newGeneratorEnv(t)
 	a := e.a
-	done, err := e.run(t, e.generator(t))
-	require.NoError(t, err)
-	require.Equal(t, 4, done.Created)
-	day0 := e.firstDay()
-	var orderID, scheduleID string
-	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT v.order_id::text, b.schedule_id::text
-		FROM plan_visits v JOIN bookings b ON b.order_id = v.order_id AND b.live WHERE v.visit_key = $1`,
-		e.planID+"/"+day0.Format(time.DateOnly)).Scan(&orderID, &scheduleID))
+	day0, orderID, scheduleID := e.firstVisitBooked(t)
 	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
 		"staff_id": a.staffA, "start_at": day0.Add(13 * time.Hour), "end_at": day0.Add(15 * time.Hour)})
 	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "13:00")
 
-	vlt, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
-	require.NoError(t, err)
-	store, err := pubsub.NewStore(a.dbs.es, nil, vlt)
-	require.NoError(t, err)
-	tx, err := pubsub.NewTransactor(store)
-	require.NoError(t, err)
 	moved := day0.Add(17 * time.Hour)
-	g, err := command.NewVisitGenerator(&bookHook{Transactor: tx, atHours: true, hook: func() {
+	g, err := command.NewVisitGenerator(&bookHook{Transactor: e.transactor(t), atHours: true, hook: func() {
 		a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+orderID+"/assignment", a.opA, map[string]any{
 			"staff_id": a.staffA, "start_at": moved, "end_at": moved.Add(2 * time.Hour)})
 	}})

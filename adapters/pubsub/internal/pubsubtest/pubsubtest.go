@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,4 +145,48 @@ func (f Fixture) Stream(t *testing.T, id string) []event.Recorded {
 	recs, err := f.Store.Read(context.Background(), pubsub.OrderStream, f.MerchantID, id)
 	require.NoError(t, err)
 	return recs
+}
+
+// AssignedOrder creates an order assigned to a new staff member tomorrow,
+// and returns its id and its schedule's.
+func (f Fixture) AssignedOrder(t *testing.T) (orderID, scheduleID string) {
+	t.Helper()
+	staff := uuid.New()
+	_, err := f.ES.DB.Exec(`INSERT INTO staff (id, merchant_id, name) VALUES ($1, $2, 'Wanda')`, staff, f.MerchantID)
+	require.NoError(t, err)
+	orderID = f.CreateOrder(t)
+	start := time.Now().Add(24 * time.Hour).Truncate(time.Hour)
+	_, err = f.OrderCmds.Assign(context.Background(), command.AssignOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID},
+		StaffID: staff, StartAt: start, EndAt: start.Add(time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, f.ES.DB.QueryRow(`SELECT schedule_id FROM bookings WHERE order_id = $1`, orderID).Scan(&scheduleID))
+	return orderID, scheduleID
+}
+
+// BeforeOrderLoad is a Transactor whose sessions run Hook (once) before
+// they load order Only (any order when Only is empty): another command
+// commits there, as it may between two statements of a use case.
+type BeforeOrderLoad struct {
+	command.Transactor
+	Only string
+	Hook func()
+	once sync.Once
+}
+
+func (b *BeforeOrderLoad) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
+	return b.Transactor.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
+		return fn(ctx, &hookedSession{Session: s, b: b})
+	})
+}
+
+type hookedSession struct {
+	command.Session
+	b *BeforeOrderLoad
+}
+
+func (s *hookedSession) Order(ctx context.Context, id string) (*order.Order, error) {
+	if s.b.Only == "" || id == s.b.Only {
+		s.b.once.Do(s.b.Hook)
+	}
+	return s.Session.Order(ctx, id)
 }
