@@ -29,7 +29,7 @@ chaos-ha:
 
 # bench starts its own throwaway Postgres, builds and runs Hearth as a
 # separate process, prints one table and writes docs/benchmarks.md (about
-# 7 minutes).
+# 16 minutes on two cores).
 bench:
 	$(GO) run ./cmd/bench
 
