@@ -622,10 +622,7 @@ func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
 		require.LessOrEqual(t, due.Sub(got[0].at), schedule.For, "retry %d was due after For", last)
 	}
 	// 20, 40, 80, 80, ... ms: 1 + 2 + (700 - 60) / 80 = 11 attempts at most.
-	// At least one retry: the give-up is decided by a failed attempt past
-	// For, never by the first (how many fit in For depends on how busy the
-	// machine is, so no more is asserted).
-	require.GreaterOrEqual(t, len(got), 2)
+	// How many fit in For depends on how busy the machine is.
 	require.LessOrEqual(t, len(got), 11)
 
 	failed := a.must(http.StatusOK, http.MethodGet, path+"/deliveries?status=failed", a.opA, nil)
@@ -638,6 +635,25 @@ func TestWebhookAlwaysFailingIsDisabled(t *testing.T) {
 		require.NotEmpty(t, d["error"])
 	}
 	require.ElementsMatch(t, []int{len(got), 0}, attempts, "the second event never went out")
+	if len(got) == 1 {
+		// Given up without a retry: only right when the first attempt
+		// failed so late (a busy machine) that a retry after the first
+		// wait would have come past For. The delivery was queued before
+		// its first attempt and recorded after it failed, so that much
+		// time lies between the two.
+		for _, it := range failed.Body["items"].([]any) {
+			d := it.(map[string]any)
+			if intOf(d["attempts"]) != 1 {
+				continue
+			}
+			created, err := time.Parse(time.RFC3339Nano, d["created_at"].(string))
+			require.NoError(t, err)
+			completed, err := time.Parse(time.RFC3339Nano, d["completed_at"].(string))
+			require.NoError(t, err)
+			require.Greater(t, completed.Sub(created), schedule.For-schedule.Base(1),
+				"given up after one attempt, though a retry was due within WEBHOOK_RETRY_FOR")
+		}
+	}
 
 	metrics := webhookMetrics(a.metrics())
 	require.Contains(t, metrics, "hearth_webhook_endpoints_disabled 1")
