@@ -399,9 +399,18 @@ func TestAdminAuditOfOperations(t *testing.T) {
 	require.Equal(t, true, entries[1]["details"].(map[string]any)["unparked"])
 	require.Equal(t, false, entries[3]["details"].(map[string]any)["unparked"])
 
-	// Rebuilds: over HTTP (start, cancel) and on the command line.
+	// Rebuilds: over HTTP (start, cancel) and on the command line. The
+	// rebuild cannot swap its table in while the read model's table is
+	// held (even a share lock stops it), so it is still running when the
+	// cancel comes: a rebuild of a few rows may otherwise finish first.
+	hold, err := a.dbs.rm.DB.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	defer hold.Rollback() //nolint:errcheck // rolled back below; this only covers a failed assertion
+	_, err = hold.Exec(`LOCK TABLE schedules IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
 	a.must(http.StatusAccepted, http.MethodPost, "/admin/rebuilds/schedules", a.admin, nil)
 	a.must(http.StatusOK, http.MethodDelete, "/admin/rebuilds/schedules", a.admin, nil)
+	require.NoError(t, hold.Rollback())
 	out, err = cli(t.Context(), a.urls(), "rebuild", "service_requests", "--by", "ops:carol")
 	require.NoError(t, err, out)
 	_, err = cli(t.Context(), a.urls(), "rebuild", "nope")

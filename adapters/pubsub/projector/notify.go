@@ -478,6 +478,9 @@ type subscription struct {
 	// stop unregisters the call of end when the subscription's context
 	// ends.
 	stop func() bool
+	// out is what the subscriber delivers on (nil until Subscribe
+	// returned it).
+	out <-chan *message.Message
 }
 
 func (s *topicSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -497,8 +500,15 @@ func (s *topicSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 	// notice only after the fallback interval. AfterFunc starts no
 	// goroutine until ctx ends; Close stops it.
 	s.subs = append(s.subs, subscription{sub: sub, end: end, stop: context.AfterFunc(ctx, end)})
+	i := len(s.subs) - 1
 	s.mu.Unlock()
-	return sub.Subscribe(ctx, topic)
+	out, err := sub.Subscribe(ctx, topic)
+	if err == nil {
+		s.mu.Lock()
+		s.subs[i].out = out
+		s.mu.Unlock()
+	}
+	return out, err
 }
 
 func (s *topicSubscriber) Close() error {
@@ -510,6 +520,15 @@ func (s *topicSubscriber) Close() error {
 		sub.stop()
 		sub.end()
 		errs = append(errs, sub.sub.Close())
+		// watermill-sql's Close returns once its consume loop has
+		// ended, a moment before that loop's goroutine closes the
+		// channel: Watermill's contract (and the router) wants it closed
+		// when Close returns. Nothing is sent on it any more, so this
+		// only waits for the close.
+		if sub.out != nil {
+			for range sub.out {
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
