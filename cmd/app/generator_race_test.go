@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"testing"
@@ -10,11 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
 	"hearth/adapters/vault"
+	"hearth/adapters/webhooks"
 	"hearth/app/command"
 	"hearth/domain/availability"
 	"hearth/domain/event"
+	"hearth/domain/order"
 	"hearth/domain/schedule"
+	"hearth/internal/advisory"
 )
 
 // The visit generator re-plans a moved visit whose order has no schedule
@@ -161,4 +166,63 @@ func TestVisitGeneratorNeverMovesABookingAwayFromItsSchedule(t *testing.T) {
 	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT lower(period) FROM bookings WHERE schedule_id = $1 AND live`,
 		scheduleID).Scan(&start))
 	require.True(t, moved.Equal(start), "the booking holds the schedule's window, the dispatcher's (%d events): %s", len(stream), start)
+}
+
+// The fenced generator (its term checked in every transaction, as
+// leadPlans runs it) re-plans a visit the plan moved, while a dispatcher
+// confirms the visit's order: the confirmation commits after the
+// generator's transaction began and before it loads the order. The
+// generator reads the confirmed order, so nothing it appends follows a
+// version it did not see: the move is re-planned in this round, not left
+// for a later one (the confirmation is no conflict, as it is to an
+// unfenced run).
+func TestFencedVisitGeneratorReplansAnOrderChangedBeforeItsLoad(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0, orderID, _ := e.firstVisitBooked(t)
+	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "13:00")
+
+	fence := readmodel.Fence{Lock: advisory.Plans, Term: 1, Lease: 5 * time.Second, Function: webhooks.FenceFunction}
+	require.NoError(t, webhooks.BeginTerm(t.Context(), a.dbs.es.DB, fence))
+	g, err := command.NewVisitGenerator(&beforeOrderLoad{Transactor: e.transactor(t), only: orderID, hook: func() {
+		a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+orderID+"/status", a.opA, map[string]any{"status": "confirmed"})
+	}})
+	require.NoError(t, err)
+	g.Fatal = func(err error) bool { return errors.Is(readmodel.StaleTerm(err), readmodel.ErrStaleTerm) } // as leadPlans
+	done, err := g.All(planFenced(t.Context(), fence), e.plans, e.now, 8*7*24*time.Hour)
+	require.NoError(t, err, "the generator's round")
+	require.Equal(t, command.VisitsDone{Replanned: 1}, done, "the moved visit is re-planned in this round")
+
+	var start time.Time
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT lower(period) FROM bookings WHERE order_id = $1 AND live`,
+		orderID).Scan(&start))
+	require.True(t, day0.Add(13*time.Hour).Equal(start), "the order is booked at the visit's new window: %s", start)
+}
+
+// beforeOrderLoad is a Transactor whose sessions run hook (once) before
+// they load order only.
+type beforeOrderLoad struct {
+	command.Transactor
+	only string
+	once sync.Once
+	hook func()
+}
+
+func (b *beforeOrderLoad) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
+	return b.Transactor.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
+		return fn(ctx, &beforeOrderLoadSession{Session: s, b: b})
+	})
+}
+
+type beforeOrderLoadSession struct {
+	command.Session
+	b *beforeOrderLoad
+}
+
+func (s *beforeOrderLoadSession) Order(ctx context.Context, id string) (*order.Order, error) {
+	if id == s.b.only {
+		s.b.once.Do(s.b.hook)
+	}
+	return s.Session.Order(ctx, id)
 }

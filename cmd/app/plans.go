@@ -71,8 +71,7 @@ func leadPlans(ctx context.Context, term int64, cfg Config, lease time.Duration,
 	if err != nil {
 		return err
 	}
-	stmt, _ := readmodel.FenceSQL(readmodel.WithFence(ctx, fence))
-	fenced := database.WithBegin(ctx, stmt)
+	fenced := planFenced(ctx, fence)
 	tick := time.NewTicker(cfg.PlanInterval)
 	defer tick.Stop()
 	for {
@@ -94,4 +93,11 @@ func leadPlans(ctx context.Context, term int64, cfg Config, lease time.Duration,
 		case <-tick.C:
 		}
 	}
+}
+
+// planFenced returns ctx in which every transaction of the generator checks
+// fence's term.
+func planFenced(ctx context.Context, fence readmodel.Fence) context.Context {
+	stmt, _ := readmodel.FenceSQL(readmodel.WithFence(ctx, fence))
+	return database.WithBegin(ctx, stmt)
 }
