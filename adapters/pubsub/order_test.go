@@ -24,9 +24,9 @@ import (
 // must still answer the order's events in version order, or the later
 // write must fail as a conflict. Never the order's next version before the
 // version it followed. Two such writes: a schedule's status change, which
-// books the schedule, then loads its order; and a leader's write (the
-// visit generator's), whose fencing check reads its term FOR SHARE right
-// after BEGIN.
+// books the schedule, then loads its order; and a write whose fencing
+// check reads its term FOR SHARE right after BEGIN (as the visit
+// generator's did before it checked with its commit: WithCommitCheck).
 func TestFeedAnswersAnAggregatesEventsInVersionOrderWhenAnOlderTransactionWritesAfterANewerOne(t *testing.T) {
 	t.Parallel()
 	for name, write := range map[string]func(t *testing.T, f fixture, tx command.Transactor, id string) error{

@@ -86,6 +86,33 @@ func (t *Transactor) Run(ctx context.Context, meta event.Meta, fn func(ctx conte
 	return out, nil
 }
 
+type commitCheckKey struct{}
+
+// WithCommitCheck returns a context in which a session's transaction runs
+// stmt (its values inlined) first in its commit's batch, before the
+// appends and COMMIT; when it fails, nothing commits. A leader's fencing
+// check goes here (the visit generator's): it reads its term row FOR
+// SHARE, a row lock, which takes the transaction's id. Taken right after
+// BEGIN, that id would be older than a change to an order or schedule
+// committed before the transaction loads it, and the append after that
+// version would fail as a conflict (queueAppend's predecessor check): a
+// re-plan or a cancellation left for a later round whenever a dispatcher
+// touched the order meanwhile. Checked with the commit, the term is as
+// safe (the row is locked until COMMIT, so a new term's increment waits
+// for this transaction, or this transaction reads the new term and
+// fails), and the id is taken after the loads. The lease (the
+// transaction's idle timeout) can still be set right after BEGIN
+// (database.WithBegin): set_config takes no id.
+func WithCommitCheck(ctx context.Context, stmt string) context.Context {
+	return context.WithValue(ctx, commitCheckKey{}, stmt)
+}
+
+// commitCheck is WithCommitCheck's statement in ctx ("" when none).
+func commitCheck(ctx context.Context) string {
+	stmt, _ := ctx.Value(commitCheckKey{}).(string)
+	return stmt
+}
+
 // pipe is a transaction on one connection whose statements go in batches,
 // one round trip each. BEGIN goes with the first batch sent.
 type pipe struct {
@@ -101,8 +128,8 @@ func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
 	first := !p.begun
 	if first {
 		begin := []*pgx.QueuedQuery{{SQL: "BEGIN"}}
-		// A leader's fencing check (database.WithBegin), right after BEGIN:
-		// the visit generator's transactions fail once its term is stale.
+		// A statement of the caller's right after BEGIN (database.WithBegin):
+		// the visit generator's lease, the idle timeout of its transactions.
 		if stmt := database.BeginStatement(ctx); stmt != "" {
 			begin = append(begin, &pgx.QueuedQuery{SQL: stmt, Fn: func(br pgx.BatchResults) error {
 				_, err := br.Exec()
@@ -334,6 +361,14 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 			return nil, nil, err
 		}
 		appends[i] = a
+	}
+	if stmt := commitCheck(ctx); stmt != "" && (b.Len() > 0 || s.tx.begun) {
+		// First in the batch: a refused check stops the appends from
+		// running at all.
+		b.QueuedQueries = slices.Insert(b.QueuedQueries, 0, &pgx.QueuedQuery{SQL: stmt, Fn: func(br pgx.BatchResults) error {
+			_, err := br.Exec()
+			return err
+		}})
 	}
 	return b, appends, nil
 }

@@ -187,7 +187,8 @@ func (s *Store) queueAppend(ctx context.Context, b *pgx.Batch, st Stream, meta e
 		// id than this one's: every reader of the events (the topics, the
 		// event feed, the relay) orders them by transaction id, not by
 		// commit. A transaction that took its id before loading the stream
-		// (a booking written first, a leader's fencing check) can read a
+		// (a booking written first; a fencing check right after BEGIN,
+		// which is why leaders check with the commit: WithCommitCheck) can read a
 		// version that a newer transaction committed meanwhile; its append
 		// would then come before that version. It fails as a conflict.
 		b.Queue(predecessorSQL, id, after).Fn = predecessorCheck(id)

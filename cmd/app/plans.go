@@ -25,7 +25,7 @@ const plansAppName = "hearth-plans"
 
 // planUnit is the visit generator as a leadership unit: a lock of its own
 // (advisory.Plans) and its term, copied to the event store, which every
-// transaction of the generator checks right after BEGIN.
+// transaction of the generator checks with its commit (planFenced).
 func planUnit(cfg Config, log *slog.Logger) leader.Unit {
 	return leader.Unit{Name: advisory.Plans, FenceAppName: plansAppName,
 		Lead: func(ctx context.Context, term int64) error {
@@ -96,8 +96,14 @@ func leadPlans(ctx context.Context, term int64, cfg Config, lease time.Duration,
 }
 
 // planFenced returns ctx in which every transaction of the generator checks
-// fence's term.
+// fence's term with its commit (pubsub.WithCommitCheck), after it has
+// loaded what it appends to: checked right after BEGIN, the check's row
+// lock would take the transaction's id before the loads, and an order
+// changed in between would turn the visit's re-plan or cancellation into a
+// conflict, left for a later round. The lease (the idle timeout that ends
+// a frozen leader's transaction) is set right after BEGIN: it takes no id.
 func planFenced(ctx context.Context, fence readmodel.Fence) context.Context {
-	stmt, _ := readmodel.FenceSQL(readmodel.WithFence(ctx, fence))
-	return database.WithBegin(ctx, stmt)
+	check, _ := readmodel.FenceSQL(readmodel.WithFence(ctx, fence))
+	lease := fmt.Sprintf("SELECT set_config('idle_in_transaction_session_timeout', '%d', true)", fence.Lease.Milliseconds())
+	return pubsub.WithCommitCheck(database.WithBegin(ctx, lease), check)
 }
