@@ -200,6 +200,30 @@ func TestFencedVisitGeneratorReplansAnOrderChangedBeforeItsLoad(t *testing.T) {
 	require.True(t, day0.Add(13*time.Hour).Equal(start), "the order is booked at the visit's new window: %s", start)
 }
 
+// As above, for a visit the plan skipped: the generator cancels its order,
+// confirmed meanwhile, in this round.
+func TestFencedVisitGeneratorCancelsAnOrderChangedBeforeItsLoad(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0, orderID, _ := e.firstVisitBooked(t)
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/skip", a.opA, map[string]any{"date": day0.Format(time.DateOnly)})
+
+	fence := readmodel.Fence{Lock: advisory.Plans, Term: 1, Lease: 5 * time.Second, Function: webhooks.FenceFunction}
+	require.NoError(t, webhooks.BeginTerm(t.Context(), a.dbs.es.DB, fence))
+	g, err := command.NewVisitGenerator(&beforeOrderLoad{Transactor: e.transactor(t), only: orderID, hook: func() {
+		a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+orderID+"/status", a.opA, map[string]any{"status": "confirmed"})
+	}})
+	require.NoError(t, err)
+	g.Fatal = func(err error) bool { return errors.Is(readmodel.StaleTerm(err), readmodel.ErrStaleTerm) } // as leadPlans
+	done, err := g.All(planFenced(t.Context(), fence), e.plans, e.now, 8*7*24*time.Hour)
+	require.NoError(t, err, "the generator's round")
+	require.Equal(t, command.VisitsDone{Cancelled: 1}, done, "the skipped visit's order is cancelled in this round")
+	var withdrawn bool
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT withdrawn FROM plan_visits WHERE order_id = $1`, orderID).Scan(&withdrawn))
+	require.True(t, withdrawn)
+}
+
 // beforeOrderLoad is a Transactor whose sessions run hook (once) before
 // they load order only.
 type beforeOrderLoad struct {
