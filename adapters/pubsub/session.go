@@ -100,9 +100,12 @@ type commitCheckKey struct{}
 // touched the order meanwhile. Checked with the commit, the term is as
 // safe (the row is locked until COMMIT, so a new term's increment waits
 // for this transaction, or this transaction reads the new term and
-// fails), and the id is taken after the loads. The lease (the
-// transaction's idle timeout) can still be set right after BEGIN
-// (database.WithBegin): set_config takes no id.
+// fails), and the id is taken by the transaction's first write (the
+// generator's bookings and appends come after its loads). No deadlock
+// with a new term's increment: it takes the term row alone, and waits only
+// for the transactions already holding their share, which then need no
+// lock of its. The lease (the transaction's idle timeout) can still be set
+// right after BEGIN (database.WithBegin): set_config takes no id.
 func WithCommitCheck(ctx context.Context, stmt string) context.Context {
 	return context.WithValue(ctx, commitCheckKey{}, stmt)
 }
