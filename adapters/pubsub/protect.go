@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"hearth/adapters/vault"
 	"hearth/app/ops"
+	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
 	"hearth/internal/aggregates"
@@ -128,6 +130,27 @@ func (s *Store) ProtectEvents(ctx context.Context, by string, after int64, limit
 			}
 			if !slices.Contains(marks[i].subjects, e.subject) {
 				marks[i].subjects = append(marks[i].subjects, e.subject)
+			}
+		}
+		// The bookings of the schedules to mark, locked before their
+		// versions are read, as the erasure does (EraseSubject): a command
+		// appends to a schedule and its order, in either order, holding the
+		// schedule's booking, and one that writes nothing personal (a
+		// status change) may write an erased customer's aggregates; this
+		// batch appends in the order its page met the streams, so without
+		// the booking each could wait for the other's append (a deadlock:
+		// the command a 500, the run failed). NOWAIT: a command holding a
+		// booking may wait for a data key's row this batch holds (KeySQL);
+		// a held booking is a conflict, and the batch runs again.
+		var schedules []string
+		for _, m := range marks {
+			if m.facts.Type == ScheduleStream.Type {
+				schedules = append(schedules, m.streamID)
+			}
+		}
+		if len(schedules) > 0 {
+			if err := lockBookings(ctx, tx, schedules); err != nil {
+				return err
 			}
 		}
 		var appends []*appended
@@ -359,6 +382,27 @@ func (s *Store) protectKeys(ctx context.Context, tx *pipe, page []*legacy) (map[
 		return nil, 0, fmt.Errorf("data keys: %w", err)
 	}
 	return keys, created, nil
+}
+
+// lockBookings locks the bookings of schedules, NOWAIT: one a command
+// holds is an *apperr.ConflictError.
+func lockBookings(ctx context.Context, tx *pipe, schedules []string) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT 1 FROM bookings WHERE schedule_id = ANY ($1::text[]::uuid[]) ORDER BY schedule_id FOR UPDATE NOWAIT`,
+		schedules).Query(func(rows pgx.Rows) error {
+		rows.Close()
+		var pgErr *pgconn.PgError
+		if err := rows.Err(); errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+			return &apperr.ConflictError{Detail: "a schedule to mark erased is being written; run protect again"}
+		} else if err != nil {
+			return err
+		}
+		return nil
+	})
+	if err := tx.send(ctx, b); err != nil {
+		return fmt.Errorf("lock bookings: %w", err)
+	}
+	return nil
 }
 
 // lastVersion is a stream's last version.

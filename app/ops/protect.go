@@ -98,6 +98,7 @@ type ProtectStore interface {
 type Protector struct {
 	store ProtectStore
 	audit AuditLog
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // NewProtector returns the use case.
@@ -105,7 +106,7 @@ func NewProtector(store ProtectStore, audit AuditLog) (*Protector, error) {
 	if store == nil || audit == nil {
 		return nil, errors.New("ops.NewProtector: store and audit are required")
 	}
-	return &Protector{store: store, audit: audit}, nil
+	return &Protector{store: store, audit: audit, sleep: sleepCtx}, nil
 }
 
 // Protect seals the personal fields of every event written before they
@@ -137,8 +138,8 @@ func (p *Protector) Protect(ctx context.Context, req ProtectRequest) (Protection
 }
 
 // conflictRetries is how many times a batch runs again when a stream it
-// marks was written meanwhile.
-const conflictRetries = 3
+// marks was written meanwhile, or a schedule's booking was held.
+const conflictRetries = 5
 
 func (p *Protector) run(ctx context.Context, by string, batch int, out *Protection) error {
 	var after int64
@@ -146,6 +147,12 @@ func (p *Protector) run(ctx context.Context, by string, batch int, out *Protecti
 		b, last, err := p.store.ProtectEvents(ctx, by, after, batch)
 		if conflict := new(apperr.ConflictError); errors.As(err, &conflict) && retries < conflictRetries {
 			retries++
+			// A moment for the command that holds the stream or its
+			// booking to commit: run again at once, the batch would most
+			// likely meet it again and the run give up.
+			if err := p.sleep(ctx, time.Duration(retries)*10*time.Millisecond); err != nil {
+				return err
+			}
 			continue
 		}
 		retries = 0

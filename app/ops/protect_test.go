@@ -70,7 +70,7 @@ func TestProtectRecordsARunStoppedHalfWay(t *testing.T) {
 	conflict := &apperr.ConflictError{Detail: "busy"}
 	store := &fakeProtectStore{batches: []fakeBatch{
 		{did: ops.Protection{Found: 4, Sealed: 4}, last: 9},
-		{err: conflict}, {err: conflict}, {err: conflict}, {err: conflict},
+		{err: conflict}, {err: conflict}, {err: conflict}, {err: conflict}, {err: conflict}, {err: conflict},
 	}}
 	audit := &fakeAudit{}
 	p, err := ops.NewProtector(store, audit)
@@ -78,7 +78,7 @@ func TestProtectRecordsARunStoppedHalfWay(t *testing.T) {
 	out, err := p.Protect(t.Context(), ops.ProtectRequest{By: "ops", Batch: 4})
 	require.ErrorIs(t, err, conflict)
 	require.Equal(t, 4, out.Sealed)
-	require.Equal(t, []int64{0, 9, 9, 9, 9}, store.calls)
+	require.Equal(t, []int64{0, 9, 9, 9, 9, 9, 9}, store.calls)
 	require.Equal(t, false, audit.entries[0].Details["complete"])
 	require.Equal(t, 4, audit.entries[0].Details["sealed"])
 }
