@@ -341,6 +341,7 @@ func TestProtectRefusesBadFlags(t *testing.T) {
 	nowhere := pgtest.URLs{EventStore: "postgres://127.0.0.1:1/none", ReadModel: "postgres://127.0.0.1:1/none"}
 	for args, want := range map[string]string{
 		"--batch -1":     "protect: --batch: must be between 1 and 10000, got -1",
+		"--batch 0":      "protect: --batch: must be between 1 and 10000, got 0",
 		"--batch 10001":  "protect: --batch: must be between 1 and 10000, got 10001",
 		"--by \x01":      "protect: --by: must not contain control characters",
 		"--batch 5 more": `protect: unexpected arguments ["more"]`,
