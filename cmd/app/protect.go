@@ -11,6 +11,7 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/app/ops"
+	"hearth/domain/apperr"
 )
 
 // protectFlags are the flags of `app protect`.
@@ -32,6 +33,11 @@ func (p *protectFlags) register(cmd string, fs *flag.FlagSet) {
 // to run again, and once done it changes nothing.
 func protect(ctx context.Context, cfg Config, log *slog.Logger, p protectFlags, getenv func(string) string, stdout io.Writer) error {
 	req := ops.ProtectRequest{By: actor(p.by, getenv), Batch: p.batch}
+	// The flag's default is the batch already: 0 here was typed, and
+	// ProtectRequest would read it as "the default", silently.
+	if p.batch == 0 {
+		return asUsage(flagError("protect", apperr.Invalid("batch", "must be between 1 and %d, got 0", ops.ProtectBatchMax), ""))
+	}
 	if err := req.Check(); err != nil {
 		return asUsage(flagError("protect", err, ""))
 	}
