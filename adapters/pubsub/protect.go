@@ -350,18 +350,36 @@ func (s *Store) findSubjects(ctx context.Context, tx *pipe, page []*legacy) erro
 func (s *Store) protectKeys(ctx context.Context, tx *pipe, page []*legacy) (map[string]bool, int, error) {
 	keys := map[string]bool{}
 	created := 0
-	b := &pgx.Batch{}
+	merchants := map[string]string{}
+	var subjects []string
 	for _, e := range page {
-		if _, ok := keys[e.subject]; ok {
-			continue
+		if _, ok := merchants[e.subject]; !ok {
+			merchants[e.subject] = e.merchant
+			subjects = append(subjects, e.subject)
 		}
-		keys[e.subject] = false
-		subject := e.subject
+	}
+	slices.Sort(subjects)
+	b := &pgx.Batch{}
+	// Each customer's lock, shared, as a write that seals for them takes
+	// it (vault.CustomerWriteSQL), before their data key's statement: an
+	// erasure in flight is waited for, and KeySQL, a statement of its own,
+	// then sees the customer erased; without it, a batch beside the
+	// erasure's pass stored a key for the erased customer and sealed
+	// their events under it as a live customer's, marking nothing, where
+	// that pass could not find them (subject_id still null). An erasure
+	// that begins later waits for this batch, and finds what it sealed.
+	// Shared locks, in id order: batches and writes never wait for each
+	// other here.
+	for _, subject := range subjects {
+		b.Queue(`SELECT pg_advisory_xact_lock_shared(hearth_subject_lock($1))`, subject).Exec(func(pgconn.CommandTag) error { return nil })
+	}
+	for _, subject := range subjects {
+		keys[subject] = false
 		fresh, err := s.vault.NewKey(subject)
 		if err != nil {
 			return nil, 0, err
 		}
-		b.Queue(vault.KeySQL, subject, e.merchant, event.SubjectCustomer, fresh).Query(func(rows pgx.Rows) error {
+		b.Queue(vault.KeySQL, subject, merchants[subject], event.SubjectCustomer, fresh).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var sealed []byte
 				if err := rows.Scan(&sealed); err != nil {
