@@ -477,3 +477,37 @@ func TestIdempotencyKeyTellsRequestsTheDecodingTellsApart(t *testing.T) {
 		})
 	}
 }
+
+// A key whose first attempt died unanswered a day ago is taken over by a
+// retry; the answer the retry stores is kept IDEMPOTENCY_KEEP from then,
+// like any answer: pruned by the age of the dead attempt, a later retry
+// would find no record and write again (and the retry's own write, pruned
+// while it ran, would fail as taken over).
+func TestARetakenIdempotencyKeyIsKeptFromItsRetry(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	store := a.w.idempotency
+	fp := []byte("fingerprint")
+	dead, err := store.Claim(ctx, a.merchantA, "operator", "k", fp, time.Minute)
+	require.NoError(t, err)
+	require.NotEmpty(t, dead)
+	_, err = a.dbs.es.DB.ExecContext(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '25 hours',
+		locked_until = now() - interval '24 hours' WHERE key = 'k'`)
+	require.NoError(t, err)
+
+	retry, err := store.Claim(ctx, a.merchantA, "operator", "k", fp, time.Minute)
+	require.NoError(t, err)
+	require.NotEmpty(t, retry, "the dead attempt's lease ran out")
+	n, err := store.Prune(ctx, 24*time.Hour, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "the retry holds the key")
+	require.NoError(t, store.Complete(ctx, &command.Idempotent{MerchantID: a.merchantA, Key: "k", Token: retry},
+		command.Answer{Status: http.StatusUnprocessableEntity, Body: []byte(`{"status":422}`)}))
+	n, err = store.Prune(ctx, 24*time.Hour, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "the retry's answer is young")
+	rec, err := store.Get(ctx, a.merchantA, "operator", "k")
+	require.NoError(t, err)
+	require.NotNil(t, rec.Answer, "a later retry is answered, not run again")
+}
