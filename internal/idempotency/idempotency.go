@@ -104,14 +104,18 @@ func (s *Store) Claim(ctx context.Context, merchantID, scope, key string, finger
 	// $n text: prepared once per connection; cast, since INSERT ... SELECT
 	// does not type its parameters from the columns. A conflicting row that
 	// another transaction is inserting or answering makes this wait for it,
-	// then decide on what it committed.
+	// then decide on what it committed. A take-over starts the record's
+	// life again (created_at, which Prune goes by): the dead attempt left
+	// no answer, and the one the retry stores is kept IDEMPOTENCY_KEEP like
+	// any; aged from the dead attempt, it would be pruned at once (and the
+	// retry's claim while it runs), and a later retry would write again.
 	var got string
 	err := s.db.QueryRowContext(ctx, `
 		INSERT INTO idempotency_keys (merchant_id, scope, key, fingerprint, token, locked_until)
 		SELECT $1::uuid, $2::text, $3::text, $4::bytea, $5::uuid, now() + $6::bigint * interval '1 millisecond'
 		 WHERE NOT EXISTS (SELECT 1 FROM idempotency_keys WHERE merchant_id = $1::uuid AND scope = '' AND key = $3::text)
 		ON CONFLICT (merchant_id, scope, key) DO UPDATE
-		   SET token = excluded.token, locked_until = excluded.locked_until
+		   SET token = excluded.token, locked_until = excluded.locked_until, created_at = now()
 		 WHERE idempotency_keys.status IS NULL
 		   AND idempotency_keys.locked_until < now()
 		   AND idempotency_keys.fingerprint = excluded.fingerprint
