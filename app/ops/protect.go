@@ -86,7 +86,8 @@ type ProtectStore interface {
 	// ProtectEvents seals up to limit events in clear after position
 	// after, in position order, by is the actor of the events it appends,
 	// and returns what it did and the position of the last event it looked
-	// at (0 when there was none). A stream written meanwhile is an
+	// at (0 when there was none). A stream written meanwhile, or a
+	// booking of a schedule it marks held by a command, is an
 	// *apperr.ConflictError, and the batch changed nothing.
 	ProtectEvents(ctx context.Context, by string, after int64, limit int) (Protection, int64, error)
 	// ProtectCopies rewrites every copy of a sealed event still in clear
