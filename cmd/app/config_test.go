@@ -395,6 +395,18 @@ func TestRun(t *testing.T) {
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--merchant NAME CUSTOMER_ID"},
 		{name: "customers export with a flag of keys", args: []string{"customers", "export", "x", "--role", "admin"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "role"},
+		// --mode and --http-addr are serve's (and dev's): another command
+		// would ignore them without a word.
+		{name: "keys list with serve's --mode", args: []string{"keys", "list", "--mode", "worker"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--mode"},
+		{name: "verify with serve's --http-addr", args: []string{"verify", "--http-addr", ":9000"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--http-addr"},
+		{name: "customers erase with serve's --mode", args: []string{"customers", "erase", "--merchant", "acme", "x", "--confirm", "x", "--mode", "api"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--mode"},
+		// Refused before anything is opened (verify would migrate the
+		// databases first), naming the flag, as rebuild does.
+		{name: "verify with an unknown projection", args: []string{"verify", "--projection", "ordres"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: `--projection: unknown projection "ordres"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
