@@ -28,6 +28,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"hearth/adapters/readmodel"
 )
 
 const usage = `usage:
@@ -140,6 +142,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError{fmt.Sprintf("%s: unexpected arguments %q", cmd, rest)}
 		}
 	}
+	// loadConfig registers --mode and --http-addr on every command's flag
+	// set (they override MODE and HTTP_ADDR); only serve and dev listen, so
+	// on any other command they would be ignored without a word.
+	if cmd != "serve" && cmd != "dev" {
+		var serveFlags []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "mode" || f.Name == "http-addr" {
+				serveFlags = append(serveFlags, "--"+f.Name)
+			}
+		})
+		if len(serveFlags) > 0 {
+			return usageError{fmt.Sprintf("%s: %s is a flag of serve and dev only", strings.TrimSpace(cmd+" "+sub), strings.Join(serveFlags, ", "))}
+		}
+	}
 	if opArgs.recheck < 0 {
 		return usageError{fmt.Sprintf("%s: --recheck must not be negative (0 reports at once), got %s", cmd, opArgs.recheck)}
 	}
@@ -184,6 +200,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "parked":
 			return parked(ctx, cfg, log, opArgs, sub, rest, getenv, stdout)
 		case "verify":
+			// Checked before verify opens (and migrates) the databases,
+			// as rebuild checks its projection.
+			if p := opArgs.projection; p != "" && !slices.Contains(readmodel.Projections(), p) {
+				return usageError{fmt.Sprintf("verify: --projection: unknown projection %q; one of %s", p, strings.Join(readmodel.Projections(), ", "))}
+			}
 			return verify(ctx, cfg, log, opArgs, stdout, stderr)
 		default:
 			return rebuild(ctx, cfg, log, opArgs, rest, getenv, stdout, stderr)
