@@ -149,15 +149,21 @@ type boardData struct {
 }
 
 // weekOf is the start of the Monday that starts the week of the date in
-// loc (today when date is empty or unreadable): its midnight, or where the
-// clocks skip midnight, the moment they start that day (civil.Resolve;
-// time.Date may give the evening before).
+// loc (today when date is empty, unreadable, or its week starts at no
+// storable instant: the first week of 0001 in a zone ahead of UTC starts in
+// year 0, which Postgres refuses): its midnight, or where the clocks skip
+// midnight, the moment they start that day (civil.Resolve; time.Date may
+// give the evening before).
 func weekOf(date string, now time.Time, loc *time.Location) time.Time {
-	d, err := civil.ParseDate(date)
-	if err != nil {
-		d = civil.DateOf(now, loc)
+	monday := func(d civil.Date) time.Time {
+		return civil.Resolve(d.AddDays(-((int(d.Weekday()) + 6) % 7)), 0, loc)
 	}
-	return civil.Resolve(d.AddDays(-((int(d.Weekday()) + 6) % 7)), 0, loc)
+	if d, err := civil.ParseDate(date); err == nil {
+		if start := monday(d); event.InstantProblem(start) == "" {
+			return start
+		}
+	}
+	return monday(civil.DateOf(now, loc))
 }
 
 // weekDays are the board's columns of the week that starts on monday,

@@ -14,6 +14,7 @@ import (
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/civil"
+	"hearth/domain/event"
 	"hearth/domain/servicerequest"
 	"hearth/domain/uuid"
 )
@@ -62,16 +63,20 @@ func pageParam(r *http.Request, size int) query.Page {
 
 // dayRange reads ?from and ?to as dates in the session's zone: [from 00:00,
 // the day after to 00:00), each midnight by civil.Resolve (where the clocks
-// skip midnight, the day starts at the jump, not an hour before it).
+// skip midnight, the day starts at the jump, not an hour before it). A date
+// whose midnight is no storable instant (0001-01-01 in a zone ahead of UTC
+// is in year 0, which Postgres refuses) is left out, as an unreadable one.
 func dayRange(r *http.Request, loc *time.Location) (from, to *time.Time) {
 	q := r.URL.Query()
 	if d, err := civil.ParseDate(q.Get("from")); err == nil {
-		t := civil.Resolve(d, 0, loc)
-		from = &t
+		if t := civil.Resolve(d, 0, loc); event.InstantProblem(t) == "" {
+			from = &t
+		}
 	}
 	if d, err := civil.ParseDate(q.Get("to")); err == nil {
-		t := civil.Resolve(d.AddDays(1), 0, loc)
-		to = &t
+		if t := civil.Resolve(d.AddDays(1), 0, loc); event.InstantProblem(t) == "" {
+			to = &t
+		}
 	}
 	return from, to
 }
@@ -125,6 +130,11 @@ func (c *Console) requestsPage(r *http.Request, s *session) (*page, error) {
 		statuses = inboxStatuses
 	}
 	f := query.ServiceRequestFilter{Statuses: statuses, CustomerID: q.Get("customer_id")}
+	if f.CustomerID != "" && !uuid.Valid(f.CustomerID) {
+		// Left out, as on the orders page: the read model's column is a
+		// uuid, and Postgres would refuse the whole query.
+		f.CustomerID = ""
+	}
 	f.From, f.To = dayRange(r, s.loc)
 	list, err := c.cfg.App.Queries.ServiceRequests.List(ctx, scope(s), f, pageParam(r, 25))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"hearth/app/query"
 	"hearth/domain/availability"
+	"hearth/domain/uuid"
 )
 
 // Free slots on the board: once an order is picked to assign, the assign
@@ -110,7 +111,13 @@ func (c *Console) freeSlots(r *http.Request, s *session, d *boardData, o query.O
 		lengths = append(slices.Clone(lengths), length)
 		slices.Sort(lengths)
 	}
-	v := &slotsView{Week: d.Week, OrderID: o.ID, StaffID: d.Pick.StaffID, Version: strconv.Itoa(o.Version),
+	staffID := d.Pick.StaffID
+	if !uuid.Valid(staffID) {
+		// ?staff from the address: anyone, rather than a query Postgres
+		// refuses (the staff filter is a uuid).
+		staffID = ""
+	}
+	v := &slotsView{Week: d.Week, OrderID: o.ID, StaffID: staffID, Version: strconv.Itoa(o.Version),
 		Duration: strconv.Itoa(int(length / time.Minute)), Buffer: strconv.Itoa(int(buffer / time.Minute)),
 		Staff: append([]option{{Value: "", Label: "Anyone"}}, staff...), Durations: minuteOptions(lengths),
 		Buffers: minuteOptions(slotBuffers), Length: minutesText(length), Loaded: load}
