@@ -403,6 +403,17 @@ func TestRun(t *testing.T) {
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--http-addr"},
 		{name: "customers erase with serve's --mode", args: []string{"customers", "erase", "--merchant", "acme", "x", "--confirm", "x", "--mode", "api"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--mode"},
+		// An erasure's and an export's command line, checked before the
+		// databases are opened (and migrated): usage errors naming what is
+		// wrong, not failures after a connection.
+		{name: "customers erase without --confirm", args: []string{"customers", "erase", "--merchant", "acme", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--confirm: must repeat the id"},
+		{name: "staff erase confirming another id", args: []string{"staff", "erase", "--merchant", "acme", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a",
+			"--confirm", "1c0a9b3f-7c2d-4d2f-8c8b-4a2f3e5d6c7b"}, env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--confirm: must repeat the id"},
+		{name: "customers erase with an ID that is not a UUID", args: []string{"customers", "erase", "--merchant", "acme", "ada", "--confirm", "ada"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "ID: must be a UUID"},
+		{name: "customers export with an ID that is not a UUID", args: []string{"customers", "export", "--merchant", "acme", "ada"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "ID: must be a UUID"},
 		// Refused before anything is opened (verify would migrate the
 		// databases first), naming the flag, as rebuild does.
 		{name: "verify with an unknown projection", args: []string{"verify", "--projection", "ordres"},
