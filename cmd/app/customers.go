@@ -14,6 +14,7 @@ import (
 	"hearth/app/ops"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
+	"hearth/domain/uuid"
 	httpport "hearth/ports/http"
 )
 
@@ -66,6 +67,16 @@ func eraseSubject(ctx context.Context, cfg Config, log *slog.Logger, cmd string,
 	if len(args) != 1 || c.merchant == "" {
 		return usageError{name + ": --merchant NAME ID --confirm ID [--by WHO]"}
 	}
+	// The use case checks both again; checked here too, so that a command
+	// line that cannot erase anything opens (and migrates) no database.
+	id, ok := uuid.Parse(args[0])
+	if !ok {
+		return asUsage(flagError(name, apperr.Invalid("id", "must be a UUID, got %q", args[0]), ""))
+	}
+	if confirm, ok := uuid.Parse(c.confirm); !ok || confirm != id {
+		return asUsage(flagError(name, apperr.Invalid("confirm", "must repeat the id of the %s to erase (%s): erasure cannot be undone",
+			strings.ReplaceAll(subjectType, "_", " "), id), ""))
+	}
 	by, merchantID, dbs, w, err := openForMerchant(ctx, cfg, log, name, c, getenv)
 	if err != nil {
 		return err
@@ -90,6 +101,9 @@ func eraseSubject(ctx context.Context, cfg Config, log *slog.Logger, cmd string,
 func customersExport(ctx context.Context, cfg Config, log *slog.Logger, c customerFlags, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) != 1 || c.merchant == "" {
 		return usageError{"customers export: --merchant NAME CUSTOMER_ID [--by WHO]"}
+	}
+	if !uuid.Valid(args[0]) { // before any database is opened; the use case checks it too
+		return asUsage(flagError("customers export", apperr.Invalid("id", "must be a UUID, got %q", args[0]), ""))
 	}
 	by, merchantID, dbs, w, err := openForMerchant(ctx, cfg, log, "customers export", c, getenv)
 	if err != nil {
