@@ -472,3 +472,45 @@ func TestParkedCLIBadInputIsAUsageError(t *testing.T) {
 		})
 	}
 }
+
+// `app parked replay --all` replays one aggregate after another, each in a
+// transaction of its own: when one fails part-way (here a lock held by
+// another session outlasts lock_timeout; in life a lost connection, or
+// Ctrl-C), the replays before it are done and audited, and the command
+// still says which, not only the error.
+//
+// Not parallel: the parked orders' handler retried in its subscriber's
+// transaction (architecture.md).
+func TestParkedReplayAllReportsWhatItReplayedBeforeAFailure(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	first, second := a.createOrder(a.opA, c, 100), a.createOrder(a.opA, c, 200)
+	a.awaitOrder(a.opA, first, 1)
+	a.awaitOrder(a.opA, second, 1)
+	_, err := a.dbs.rm.DB.Exec(fmt.Sprintf(`ALTER TABLE orders ADD CONSTRAINT test_cause CHECK (status = 'pending' OR id NOT IN ('%s', '%s'))`, first, second))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+first+"/status", a.opA, map[string]any{"status": "confirmed"})
+	a.awaitParked(first)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+second+"/status", a.opA, map[string]any{"status": "confirmed"})
+	a.awaitParked(second)
+	_, err = a.dbs.rm.DB.Exec(`ALTER TABLE orders DROP CONSTRAINT test_cause`)
+	require.NoError(t, err)
+
+	// The second (replayed after the first: oldest first) is locked.
+	tx, err := a.dbs.es.DB.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.Exec(`SELECT 1 FROM parked_aggregates WHERE projection = 'orders' AND stream_id = $1 FOR UPDATE`, second)
+	require.NoError(t, err)
+
+	urls := a.urls()
+	sep := "?"
+	if strings.Contains(urls.EventStore, "?") {
+		sep = "&"
+	}
+	urls.EventStore += sep + "lock_timeout=1s"
+	out, err := cli(t.Context(), urls, "parked", "replay", "--all")
+	require.ErrorContains(t, err, "lock timeout")
+	require.Contains(t, out, "orders "+first+": applied 1, unparked", "the replay done before the failure is reported")
+	a.awaitOrder(a.opA, first, 2)
+}
