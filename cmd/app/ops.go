@@ -176,10 +176,15 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, sub s
 		}.print(stdout, o.asJSON, list)
 	case "replay":
 		var results []ops.ReplayResult
+		var stopped error
 		switch {
 		case o.all && len(args) == 0:
-			if results, err = op.ReplayAll(ctx, o.projection, by); err != nil {
-				return usage(err)
+			// Each replay is a transaction of its own: on a failure part-way
+			// (a lost connection, Ctrl-C), ReplayAll returns the replays done
+			// before it, committed and audited, which are reported below.
+			results, stopped = op.ReplayAll(ctx, o.projection, by)
+			if stopped != nil && len(results) == 0 {
+				return usage(stopped)
 			}
 		case !o.all && len(args) == 2 && o.projection == "":
 			res, err := op.Replay(ctx, args[0], args[1], by)
@@ -201,6 +206,9 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, sub s
 			}
 			stillParked++
 			fmt.Fprintf(stdout, "%s %s: applied %d, still parked with %d waiting: %s\n", r.Projection, r.StreamID, r.Applied, r.Waiting, oneLine(r.Error, 200))
+		}
+		if stopped != nil {
+			return fmt.Errorf("parked replay: stopped after %d replays (above): %w", len(results), stopped)
 		}
 		if stillParked > 0 {
 			return fmt.Errorf("%d aggregates are still parked", stillParked)
