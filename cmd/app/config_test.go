@@ -403,6 +403,15 @@ func TestRun(t *testing.T) {
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--http-addr"},
 		{name: "customers erase with serve's --mode", args: []string{"customers", "erase", "--merchant", "acme", "x", "--confirm", "x", "--mode", "api"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--mode"},
+		// A flag given twice would keep its last value without a word:
+		// `verify --projection orders --projection plans` would verify
+		// plans only and pass.
+		{name: "verify with --projection twice", args: []string{"verify", "--projection", "orders", "--projection", "plans"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--projection given twice"},
+		{name: "keys create with --merchant twice", args: []string{"keys", "create", "--role", "operator", "--merchant", "acme", "--merchant=globex"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--merchant given twice"},
+		{name: "serve with --mode twice", args: []string{"--mode", "api", "--mode", "worker"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--mode given twice"},
 		// An erasure's and an export's command line, checked before the
 		// databases are opened (and migrated): usage errors naming what is
 		// wrong, not failures after a connection.
