@@ -348,6 +348,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "api, worker or all (MODE)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
 	fs.SetOutput(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) { f.Value = &setOnce{Value: f.Value, name: f.Name} })
 	if err := fs.Parse(args); err != nil {
 		return Config{}, nil, usageError{err.Error()}
 	}
@@ -597,4 +598,27 @@ func redactedURL(raw string) string {
 		return "(not a URL)"
 	}
 	return u.Redacted()
+}
+
+// setOnce refuses a flag's second value: the flag package keeps the last
+// one without a word, so `verify --projection orders --projection plans`
+// would verify plans only, and pass.
+type setOnce struct {
+	flag.Value
+	name string
+	set  bool
+}
+
+func (o *setOnce) Set(v string) error {
+	if o.set {
+		return fmt.Errorf("--%s given twice; give it once", o.name)
+	}
+	o.set = true
+	return o.Value.Set(v)
+}
+
+// IsBoolFlag keeps a boolean flag (--json, --all) one that takes no value.
+func (o *setOnce) IsBoolFlag() bool {
+	b, ok := o.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
