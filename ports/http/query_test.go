@@ -1,0 +1,152 @@
+package httpport
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/app/access"
+	"hearth/domain/uuid"
+)
+
+// routeParam is a path parameter of a route pattern.
+var routeParam = regexp.MustCompile(`\{[a-z_]+\}`)
+
+// requestPath is a path the route's pattern matches: "orders" for a
+// projection, a fresh UUID for any other path parameter.
+func requestPath(pattern string) (method, path string) {
+	method, path, _ = strings.Cut(pattern, " ")
+	return method, routeParam.ReplaceAllStringFunc(path, func(p string) string {
+		if p == "{projection}" {
+			return "orders"
+		}
+		return uuid.New()
+	})
+}
+
+// keyFor is a key of a role the route lets through.
+func (f *fakeApp) keyFor(rt route) string {
+	switch {
+	case slices.Contains(rt.roles, access.Operator):
+		return f.op
+	case slices.Contains(rt.roles, access.Admin):
+		return f.admin
+	}
+	return f.worker
+}
+
+// unknownParameters are the fields a problem names as query parameters the
+// operation does not take.
+func unknownParameters(a answer) []string {
+	var names []string
+	errs, _ := a.body["errors"].([]any)
+	for _, e := range errs {
+		fe := e.(map[string]any)
+		if msg, _ := fe["message"].(string); strings.HasPrefix(msg, "is not a query parameter of ") {
+			names = append(names, fe["field"].(string))
+		}
+	}
+	return names
+}
+
+// Every route under /v1 and /admin refuses a query parameter its operation
+// in the OpenAPI document does not declare (a typo such as ?stauts= would
+// otherwise answer as if no filter were given), 400 naming each such
+// parameter, before it does anything; the parameters it declares are
+// never refused as unknown.
+func TestUnknownQueryParametersAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	doc, _ := loadOpenAPI(t)
+	declared := documentedQueryParameters(t, doc)
+	checked := 0
+	for _, rt := range (&server{}).routes() {
+		if !rt.api {
+			continue
+		}
+		checked++
+		method, path := requestPath(rt.pattern)
+		key := f.keyFor(rt)
+		t.Run(rt.pattern, func(t *testing.T) {
+			before := f.tx.Position()
+			a := f.do(method, path+"?stauts=confirmed", key, `{}`)
+			require.Equal(t, http.StatusBadRequest, a.Code, a.Body.String())
+			require.Equal(t, "application/problem+json", a.Header().Get("Content-Type"))
+			require.Equal(t, "/problems/malformed-request", a.body["type"])
+			require.Equal(t, []string{"stauts"}, unknownParameters(a), a.Body.String())
+			require.Contains(t, a.body["detail"], `"stauts"`)
+
+			// With every declared parameter beside them (values no
+			// parameter takes, so that nothing runs: no long poll waits),
+			// only the undeclared ones are named, each once, in order.
+			q := "Status=x&zzz=1&zzz=2&aaa="
+			for _, name := range declared[rt.pattern] {
+				q += "&" + name + "=~"
+			}
+			a = f.do(method, path+"?"+q, key, `{}`)
+			require.Equal(t, http.StatusBadRequest, a.Code, a.Body.String())
+			require.Equal(t, []string{"Status", "aaa", "zzz"}, unknownParameters(a), a.Body.String())
+			require.Equal(t, before, f.tx.Position(), "a refused request writes nothing")
+
+			// The declared ones alone are not refused as unknown (whatever
+			// the handler then makes of their values).
+			if len(declared[rt.pattern]) > 0 {
+				a = f.do(method, path+"?"+strings.TrimPrefix(q, "Status=x&zzz=1&zzz=2&aaa=&"), key, `{}`)
+				require.Empty(t, unknownParameters(a), a.Body.String())
+			}
+		})
+	}
+	require.Greater(t, checked, 70, "every route under /v1 and /admin")
+}
+
+// The web console (not under /v1: its pages read their own parameters,
+// htmx and cache busters among them) and the unauthenticated endpoints
+// (probes, Prometheus, the document) are not checked.
+func TestQueryParametersOutsideTheAPIAreNotChecked(t *testing.T) {
+	t.Parallel()
+	console := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h, err := NewHandler(Config{Auth: noKeys{}, APIEnabled: true, Console: console})
+	require.NoError(t, err)
+	for _, path := range []string{"/console/board?week=2030-01-01&part=slots&v=abc", "/console/static/app.js?v=1",
+		"/healthz?probe=1", "/openapi.json?v=2"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Less(t, rec.Code, 300, "%s: %s", path, rec.Body.String())
+	}
+}
+
+// documentedQueryParameters is each operation's query parameters, by route
+// pattern, read from the document independently of the server's own
+// reading.
+func documentedQueryParameters(t *testing.T, doc openAPIDoc) map[string][]string {
+	t.Helper()
+	_, raw := loadOpenAPI(t)
+	components := raw["components"].(map[string]any)["parameters"].(map[string]any)
+	out := map[string][]string{}
+	for path, item := range doc.Paths {
+		for method, rawOp := range item {
+			if !slices.Contains(httpMethods, method) {
+				continue
+			}
+			var op openAPIOperation
+			require.NoError(t, json.Unmarshal(rawOp, &op))
+			pattern := strings.ToUpper(method) + " " + path
+			out[pattern] = []string{}
+			for _, p := range op.Parameters {
+				if ref, ok := p["$ref"].(string); ok {
+					p = components[strings.TrimPrefix(ref, "#/components/parameters/")].(map[string]any)
+				}
+				if p["in"] == "query" {
+					out[pattern] = append(out[pattern], p["name"].(string))
+				}
+			}
+		}
+	}
+	return out
+}
