@@ -204,7 +204,7 @@ func (w *replicaLoad) run(ctx context.Context) (replicaRun, error) {
 		wg.Go(loop(&res.get, http.StatusOK, func() (string, string, []byte) {
 			return http.MethodGet, "/v1/orders/" + w.ids[rand.IntN(len(w.ids))], nil
 		}))
-		wg.Go(loop(&res.list, http.StatusOK, func() (string, string, []byte) { return http.MethodGet, "/v1/orders?limit=20", nil }))
+		wg.Go(loop(&res.list, http.StatusOK, func() (string, string, []byte) { return http.MethodGet, "/v1/orders?page_size=20", nil }))
 	}
 	for range replicaWriters {
 		wg.Go(loop(&res.post, http.StatusCreated, func() (string, string, []byte) { return http.MethodPost, "/v1/orders", w.order }))

@@ -180,6 +180,7 @@ type server struct {
 	limits          *limiter
 	keyHits         *keyCache
 	ready           readiness
+	query           map[string][]string // each API route's declared query parameters (checkQuery)
 }
 
 // NewHandler returns the HTTP handler of the whole API.
@@ -215,8 +216,14 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: slots,
 		waits: make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)), feedWaits: make(chan struct{}, max(cfg.FeedMaxWaits, 0)),
 		limits: newLimiter(cfg.Limits, cfg.TrustedProxies), keyHits: newKeyCache(cfg.KeyCacheTTL)}
+	rts := s.routes()
+	declared, err := declaredQuery(rts)
+	if err != nil {
+		return nil, fmt.Errorf("httpport.NewHandler: %w", err)
+	}
+	s.query = declared
 	mux := http.NewServeMux()
-	for _, rt := range s.routes() {
+	for _, rt := range rts {
 		if (rt.api && !cfg.APIEnabled) || (len(rt.roles) > 0 && cfg.Auth == nil) || !cfg.Surface.serves(rt) {
 			continue
 		}
@@ -530,6 +537,12 @@ func (s *server) auth(keyInWrite bool, roles ...access.Role) func(handlerFunc) h
 				return
 			}
 			s.limits.setHeaders(w.Header(), v.q)
+			// Before the read-your-writes wait, so that a request that
+			// names a parameter it does not mean is not answered late.
+			if err := s.checkQuery(r); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 			if r.Method == http.MethodGet && s.Reads != nil {
 				r = r.WithContext(s.Reads.Route(r.Context()))

@@ -1,0 +1,144 @@
+package httpport
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"hearth/domain/apperr"
+)
+
+// queryParameters is the query parameters each operation of the OpenAPI
+// document declares, by route pattern ("GET /v1/orders"). The document is
+// the one declaration of what a route takes (clients are generated from
+// it, and openapi_test.go holds it to the route table), so the check of
+// unknown parameters reads it rather than a list of its own that could
+// drift from it.
+var queryParameters = sync.OnceValues(func() (map[string][]string, error) {
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Parameters map[string]openAPIParameter `json:"parameters"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		return nil, fmt.Errorf("read openapi.json: %w", err)
+	}
+	resolve := func(ps []openAPIParameter) ([]string, error) {
+		var names []string
+		for _, p := range ps {
+			if p.Ref != "" {
+				var ok bool
+				if p, ok = doc.Components.Parameters[strings.TrimPrefix(p.Ref, "#/components/parameters/")]; !ok {
+					return nil, fmt.Errorf("read openapi.json: parameter %s does not resolve", p.Ref)
+				}
+			}
+			if p.In == "query" && !slices.Contains(names, p.Name) {
+				names = append(names, p.Name)
+			}
+		}
+		return names, nil
+	}
+	out := map[string][]string{}
+	for path, item := range doc.Paths {
+		var common []openAPIParameter // declared for every method of the path
+		if raw, ok := item["parameters"]; ok {
+			if err := json.Unmarshal(raw, &common); err != nil {
+				return nil, fmt.Errorf("read openapi.json: %s parameters: %w", path, err)
+			}
+		}
+		for method, raw := range item {
+			switch method {
+			case "get", "put", "post", "delete", "patch", "head", "options", "trace":
+			default:
+				continue
+			}
+			var op struct {
+				Parameters []openAPIParameter `json:"parameters"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				return nil, fmt.Errorf("read openapi.json: %s %s: %w", method, path, err)
+			}
+			names, err := resolve(append(slices.Clone(common), op.Parameters...))
+			if err != nil {
+				return nil, err
+			}
+			out[strings.ToUpper(method)+" "+path] = names
+		}
+	}
+	return out, nil
+})
+
+// openAPIParameter is a parameter of the document, or a $ref to one.
+type openAPIParameter struct {
+	Ref  string `json:"$ref"`
+	Name string `json:"name"`
+	In   string `json:"in"`
+}
+
+// declaredQuery is the query parameters of each API route (under /v1 and
+// /admin), by pattern, for checkQuery.
+func declaredQuery(rts []route) (map[string][]string, error) {
+	documented, err := queryParameters()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, rt := range rts {
+		if !rt.api {
+			continue
+		}
+		names, ok := documented[rt.pattern]
+		if !ok {
+			return nil, errors.New("route " + rt.pattern + " has no operation in openapi.json")
+		}
+		out[rt.pattern] = names
+	}
+	return out, nil
+}
+
+// checkQuery refuses a request to an API route that carries a query
+// parameter its operation does not declare: a filter with a typo
+// (?stauts=confirmed) would otherwise be ignored, and the answer look like
+// the one asked for. Every such parameter is named (400, like any bad
+// parameter). The route is the pattern the mux matched (Request.Pattern);
+// routes outside the API (the console, probes, the document) have no entry
+// and are not checked.
+func (s *server) checkQuery(r *http.Request) error {
+	declared, ok := s.query[r.Pattern]
+	if !ok || r.URL.RawQuery == "" {
+		return nil
+	}
+	var unknown []string
+	for name := range r.URL.Query() {
+		if !slices.Contains(declared, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	takes := "takes no query parameters"
+	if len(declared) > 0 {
+		takes = "takes " + strings.Join(declared, ", ")
+	}
+	msg := "is not a query parameter of " + r.Pattern + ", which " + takes
+	quoted := make([]string, len(unknown))
+	fields := make([]apperr.FieldError, len(unknown))
+	for i, name := range unknown {
+		quoted[i] = strconv.Quote(name)
+		fields[i] = apperr.FieldError{Field: name, Message: msg}
+	}
+	what := "unknown query parameter "
+	if len(unknown) > 1 {
+		what = "unknown query parameters "
+	}
+	return &badRequest{slug: "malformed-request", detail: what + strings.Join(quoted, ", ") + ": " + r.Pattern + " " + takes,
+		fields: fields}
+}
