@@ -185,3 +185,19 @@ func TestLoadZoneRefusesOtherSpellingsOfAZone(t *testing.T) {
 		require.NoError(t, err, good)
 	}
 }
+
+// Names the time zone directory holds beside the zones are refused, though
+// time.LoadLocation reads them from the system's directory: "localtime"
+// and "posixrules" are links the machine's own configuration sets (the
+// server's zone, whatever it is, as "Local" would be), and the posix/ and
+// right/ trees are a second copy of every zone and one that counts leap
+// seconds (its clock some 27 seconds off the one Hearth keeps).
+func TestLoadZoneRefusesMachineDependentNames(t *testing.T) {
+	for _, bad := range []string{"localtime", "posixrules", "posix/Europe/London", "right/Europe/London", "posix/UTC", "right/UTC"} {
+		_, err := civil.LoadZone("time_zone", bad)
+		var v *apperr.ValidationError
+		require.ErrorAs(t, err, &v, bad)
+		require.Equal(t, "time_zone", v.Fields[0].Field)
+		require.Contains(t, v.Fields[0].Message, "IANA time zone name", bad)
+	}
+}
