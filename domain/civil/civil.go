@@ -160,7 +160,13 @@ func LoadZone(field, name string) (*time.Location, error) {
 	}
 	// path.Clean: one spelling per zone ("./UTC" and "Europe//London"
 	// load too, and there is no end to such names).
-	if name == "Local" || strings.HasPrefix(name, "/") || strings.Contains(name, "..") || path.Clean(name) != name {
+	// "localtime" and "posixrules" are links the machine's configuration
+	// sets, like "Local"; posix/ is a second copy of every zone and right/
+	// one that counts leap seconds, its clock some 27 seconds off UTC's.
+	// time.LoadLocation reads them all from the system's zone directory.
+	if name == "Local" || name == "localtime" || name == "posixrules" ||
+		strings.HasPrefix(name, "posix/") || strings.HasPrefix(name, "right/") ||
+		strings.HasPrefix(name, "/") || strings.Contains(name, "..") || path.Clean(name) != name {
 		return nil, apperr.Invalid(field, "must be an IANA time zone name, such as Europe/London")
 	}
 	loc, err := time.LoadLocation(name)
