@@ -150,3 +150,46 @@ func documentedQueryParameters(t *testing.T, doc openAPIDoc) map[string][]string
 	}
 	return out
 }
+
+// A query string net/url cannot read whole (a ';' between parameters, a
+// bad %-escape) is refused naming the parameter, on every API route:
+// url.Values leaves such a pair out, so ?status=confirmed;page=2 would
+// otherwise answer as if no status had been asked for.
+func TestMalformedQueryStringsAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	named := func(a answer) []string {
+		var names []string
+		errs, _ := a.body["errors"].([]any)
+		for _, e := range errs {
+			fe := e.(map[string]any)
+			if msg, _ := fe["message"].(string); strings.HasPrefix(msg, "is not a well-formed query parameter") {
+				names = append(names, fe["field"].(string))
+			}
+		}
+		return names
+	}
+	for _, rt := range (&server{}).routes() {
+		if !rt.api {
+			continue
+		}
+		method, path := requestPath(rt.pattern)
+		key := f.keyFor(rt)
+		t.Run(rt.pattern, func(t *testing.T) {
+			a := f.do(method, path+"?a%zz=1", key, `{}`)
+			require.Equal(t, http.StatusBadRequest, a.Code, a.Body.String())
+			require.Equal(t, "/problems/malformed-request", a.body["type"])
+			require.Equal(t, []string{"a%zz"}, named(a), a.Body.String())
+		})
+	}
+	for query, field := range map[string]string{
+		"status=confirmed;page=2":            "status",
+		"status=confirmed%":                  "status",
+		"page_size=1&status=confirmed%2":     "status",
+		"status=confirmed&customer_id=a;b=c": "customer_id",
+	} {
+		a := f.do(http.MethodGet, "/v1/orders?"+query, f.op, "")
+		require.Equal(t, http.StatusBadRequest, a.Code, "%s: %s", query, a.Body.String())
+		require.Equal(t, []string{field}, named(a), "%s: %s", query, a.Body.String())
+	}
+}
