@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -114,6 +115,9 @@ func (s *server) checkQuery(r *http.Request) error {
 	if !ok || r.URL.RawQuery == "" {
 		return nil
 	}
+	if err := wellFormedQuery(r.URL.RawQuery); err != nil {
+		return err
+	}
 	var unknown []string
 	for name := range r.URL.Query() {
 		if !slices.Contains(declared, name) {
@@ -140,5 +144,39 @@ func (s *server) checkQuery(r *http.Request) error {
 		what = "unknown query parameters "
 	}
 	return &badRequest{slug: "malformed-request", detail: what + strings.Join(quoted, ", ") + ": " + r.Pattern + " " + takes,
+		fields: fields}
+}
+
+// wellFormedQuery refuses a query string that url.ParseQuery cannot read
+// whole, naming each parameter it would leave out: ParseQuery drops a pair
+// with a ';' in it or a bad %-escape and carries on, so
+// ?status=confirmed;page=2 would read as no status at all.
+func wellFormedQuery(raw string) error {
+	var fields []apperr.FieldError
+	for pair := range strings.SplitSeq(raw, "&") {
+		rawKey, rawValue, _ := strings.Cut(pair, "=")
+		key, keyErr := url.QueryUnescape(rawKey)
+		if keyErr != nil {
+			key = rawKey // named as sent: it has no other spelling
+		}
+		var problem string
+		switch _, valueErr := url.QueryUnescape(rawValue); {
+		case strings.Contains(pair, ";"):
+			problem = "parameters are separated by &, not ;"
+		case keyErr != nil || valueErr != nil:
+			problem = "a % must begin an escape of two hexadecimal digits"
+		default:
+			continue
+		}
+		fields = append(fields, apperr.FieldError{Field: key, Message: "is not a well-formed query parameter: " + problem})
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	quoted := make([]string, len(fields))
+	for i, f := range fields {
+		quoted[i] = strconv.Quote(f.Field)
+	}
+	return &badRequest{slug: "malformed-request", detail: "the query string cannot be read at " + strings.Join(quoted, ", ") + ": " + fields[0].Message,
 		fields: fields}
 }
