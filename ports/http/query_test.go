@@ -193,3 +193,60 @@ func TestMalformedQueryStringsAreRefused(t *testing.T) {
 		require.Equal(t, []string{field}, named(a), "%s: %s", query, a.Body.String())
 	}
 }
+
+// A parameter that takes one value (all but those the document declares
+// as arrays: status, types) given twice is refused naming it, on every
+// route that declares it, before anything runs: reading the first of two
+// would answer for a filter the client did not mean, and look complete.
+func TestSingleValuedQueryParametersGivenTwiceAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	doc, raw := loadOpenAPI(t)
+	components := raw["components"].(map[string]any)["parameters"].(map[string]any)
+	checked := 0
+	for _, rt := range (&server{}).routes() {
+		if !rt.api {
+			continue
+		}
+		method, path := requestPath(rt.pattern)
+		m, p, _ := strings.Cut(rt.pattern, " ")
+		var op openAPIOperation
+		require.NoError(t, json.Unmarshal(doc.Paths[p][strings.ToLower(m)], &op))
+		for _, prm := range op.Parameters {
+			if ref, ok := prm["$ref"].(string); ok {
+				prm = components[strings.TrimPrefix(ref, "#/components/parameters/")].(map[string]any)
+			}
+			schema, _ := prm["schema"].(map[string]any)
+			if prm["in"] != "query" || schema["type"] == "array" {
+				continue
+			}
+			name := prm["name"].(string)
+			checked++
+			a := f.do(method, path+"?"+name+"=1&"+name+"=2", f.keyFor(rt), `{}`)
+			require.Equal(t, http.StatusBadRequest, a.Code, "%s ?%s twice: %s", rt.pattern, name, a.Body.String())
+			require.Equal(t, "/problems/malformed-request", a.body["type"])
+			errs, _ := a.body["errors"].([]any)
+			require.Len(t, errs, 1, a.Body.String())
+			require.Equal(t, name, errs[0].(map[string]any)["field"], a.Body.String())
+			require.Contains(t, errs[0].(map[string]any)["message"], "at most once", a.Body.String())
+		}
+	}
+	require.Greater(t, checked, 50)
+	// The arrays repeat: ?status=a&status=b asks for both.
+	a := f.do(http.MethodGet, "/v1/orders?status=pending&status=confirmed", f.op, "")
+	require.Equal(t, http.StatusOK, a.Code, a.Body.String())
+}
+
+// The parked lists read projection themselves (not through params): given
+// twice, it is refused rather than read as the first, with nothing replayed.
+func TestParkedProjectionGivenTwiceIsRefused(t *testing.T) {
+	t.Parallel()
+	h, f := newAdminHandler(t)
+	for _, method := range []string{"GET", "POST"} {
+		path := map[string]string{"GET": "/admin/parked", "POST": "/admin/parked/replay"}[method]
+		r := adminDo(h, method, path+"?projection=orders&projection=plans", "admin-key", "")
+		require.Equal(t, http.StatusBadRequest, r.Code, "%s %s: %s", method, path, r.Body.String())
+		require.Contains(t, r.Body.String(), `"field":"projection"`)
+	}
+	require.Empty(t, f.calls, "nothing listed or replayed")
+}
