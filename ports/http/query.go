@@ -20,7 +20,7 @@ import (
 // it, and openapi_test.go holds it to the route table), so the check of
 // unknown parameters reads it rather than a list of its own that could
 // drift from it.
-var queryParameters = sync.OnceValues(func() (map[string][]string, error) {
+var queryParameters = sync.OnceValues(func() (map[string][]queryParam, error) {
 	var doc struct {
 		Paths      map[string]map[string]json.RawMessage `json:"paths"`
 		Components struct {
@@ -30,8 +30,8 @@ var queryParameters = sync.OnceValues(func() (map[string][]string, error) {
 	if err := json.Unmarshal(openAPI, &doc); err != nil {
 		return nil, fmt.Errorf("read openapi.json: %w", err)
 	}
-	resolve := func(ps []openAPIParameter) ([]string, error) {
-		var names []string
+	resolve := func(ps []openAPIParameter) ([]queryParam, error) {
+		var qs []queryParam
 		for _, p := range ps {
 			if p.Ref != "" {
 				var ok bool
@@ -39,13 +39,13 @@ var queryParameters = sync.OnceValues(func() (map[string][]string, error) {
 					return nil, fmt.Errorf("read openapi.json: parameter %s does not resolve", p.Ref)
 				}
 			}
-			if p.In == "query" && !slices.Contains(names, p.Name) {
-				names = append(names, p.Name)
+			if p.In == "query" && !slices.ContainsFunc(qs, func(q queryParam) bool { return q.name == p.Name }) {
+				qs = append(qs, queryParam{name: p.Name, repeats: p.Schema.Type == "array"})
 			}
 		}
-		return names, nil
+		return qs, nil
 	}
-	out := map[string][]string{}
+	out := map[string][]queryParam{}
 	for path, item := range doc.Paths {
 		var common []openAPIParameter // declared for every method of the path
 		if raw, ok := item["parameters"]; ok {
@@ -77,19 +77,30 @@ var queryParameters = sync.OnceValues(func() (map[string][]string, error) {
 
 // openAPIParameter is a parameter of the document, or a $ref to one.
 type openAPIParameter struct {
-	Ref  string `json:"$ref"`
-	Name string `json:"name"`
-	In   string `json:"in"`
+	Ref    string `json:"$ref"`
+	Name   string `json:"name"`
+	In     string `json:"in"`
+	Schema struct {
+		Type any `json:"type"` // a string, or in 3.1 a list of them
+	} `json:"schema"`
+}
+
+// queryParam is a query parameter an operation declares.
+type queryParam struct {
+	name string
+	// repeats: the document declares an array (?status=a&status=b);
+	// any other parameter takes one value.
+	repeats bool
 }
 
 // declaredQuery is the query parameters of each API route (under /v1 and
 // /admin), by pattern, for checkQuery.
-func declaredQuery(rts []route) (map[string][]string, error) {
+func declaredQuery(rts []route) (map[string][]queryParam, error) {
 	documented, err := queryParameters()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]string{}
+	out := map[string][]queryParam{}
 	for _, rt := range rts {
 		if !rt.api {
 			continue
@@ -118,19 +129,38 @@ func (s *server) checkQuery(r *http.Request) error {
 	if err := wellFormedQuery(r.URL.RawQuery); err != nil {
 		return err
 	}
-	var unknown []string
-	for name := range r.URL.Query() {
-		if !slices.Contains(declared, name) {
+	var unknown, twice []string
+	for name, values := range r.URL.Query() {
+		i := slices.IndexFunc(declared, func(q queryParam) bool { return q.name == name })
+		switch {
+		case i < 0:
 			unknown = append(unknown, name)
+		case len(values) > 1 && !declared[i].repeats:
+			twice = append(twice, name)
 		}
 	}
 	if len(unknown) == 0 {
-		return nil
+		if len(twice) == 0 {
+			return nil
+		}
+		// Reading the first of two would answer for a filter the client
+		// may not have meant, and look complete.
+		slices.Sort(twice)
+		bad := malformed(twice[0], "must be given at most once")
+		for _, name := range twice[1:] {
+			bad.fields = append(bad.fields, apperr.FieldError{Field: name, Message: "must be given at most once"})
+			bad.detail += "; " + name + ": must be given at most once"
+		}
+		return bad
 	}
 	slices.Sort(unknown)
 	takes := "takes no query parameters"
 	if len(declared) > 0 {
-		takes = "takes " + strings.Join(declared, ", ")
+		names := make([]string, len(declared))
+		for i, q := range declared {
+			names[i] = q.name
+		}
+		takes = "takes " + strings.Join(names, ", ")
 	}
 	msg := "is not a query parameter of " + r.Pattern + ", which " + takes
 	quoted := make([]string, len(unknown))

@@ -180,7 +180,7 @@ type server struct {
 	limits          *limiter
 	keyHits         *keyCache
 	ready           readiness
-	query           map[string][]string // each API route's declared query parameters (checkQuery)
+	query           map[string][]queryParam // each API route's declared query parameters (checkQuery)
 }
 
 // NewHandler returns the HTTP handler of the whole API.
