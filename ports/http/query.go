@@ -210,3 +210,22 @@ func wellFormedQuery(raw string) error {
 	return &badRequest{slug: "malformed-request", detail: "the query string cannot be read at " + strings.Join(quoted, ", ") + ": " + fields[0].Message,
 		fields: fields}
 }
+
+// oneValueHeaders are the request headers the API reads one value of.
+// net/http's Header.Get reads the first line of a header sent on several,
+// and the rest would be dropped unseen: an If-Match of two lines would run
+// a write at the version its first names. (Idempotency-Key is checked the
+// same way where it is read; If-None-Match is a list, so several lines are
+// one longer list.)
+var oneValueHeaders = []string{"If-Match", HeaderPosition, HeaderTimeout}
+
+// checkHeaders refuses a header of oneValueHeaders sent on more than one
+// line, naming it (400, like a parameter given twice).
+func checkHeaders(r *http.Request) error {
+	for _, name := range oneValueHeaders {
+		if len(r.Header.Values(name)) > 1 {
+			return malformed(name, "must be sent once")
+		}
+	}
+	return nil
+}

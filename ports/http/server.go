@@ -537,9 +537,10 @@ func (s *server) auth(keyInWrite bool, roles ...access.Role) func(handlerFunc) h
 				return
 			}
 			s.limits.setHeaders(w.Header(), v.q)
-			// Before the read-your-writes wait, so that a request that
-			// names a parameter it does not mean is not answered late.
-			if err := s.checkQuery(r); err != nil {
+			// Before the read-your-writes wait and the Idempotency-Key's
+			// claim, so that a request that says something it cannot mean
+			// is neither answered late nor kept as a key's answer.
+			if err := cmp.Or(s.checkQuery(r), checkHeaders(r)); err != nil {
 				s.writeError(w, r, err)
 				return
 			}
