@@ -620,3 +620,34 @@ func TestLeadersOf(t *testing.T) {
 	}, got)
 	require.Empty(t, leadersOf(map[string]any{}, strings.ToUpper))
 }
+
+// The browser's time zone is taken only when it is a zone of its own name,
+// as the API's settings take one (civil.LoadZone): "Local" and "localtime"
+// are the server's zone, not the person's; "./Europe/Paris" and the like
+// load the same zone under endless names, each of which the zone cache
+// would keep. Any such name signs in on UTC, and names no cached zone.
+func TestSignInTakesOnlyAZoneOfItsOwnName(t *testing.T) {
+	f := newFixture(t)
+	for tz, want := range map[string]string{
+		"Europe/Paris": "Europe/Paris", "Local": "UTC", "localtime": "UTC", "posixrules": "UTC",
+		"./Europe/Paris": "UTC", "Europe//Paris": "UTC", "right/Europe/Paris": "UTC", "Mars/Olympus": "UTC",
+	} {
+		b := f.browser("192.0.2.7")
+		page := b.do(http.MethodGet, "/console/signin", nil)
+		m := tokenRe.FindStringSubmatch(page.Body.String())
+		require.NotNil(t, m, "the sign-in form has a token")
+		rec := b.do(http.MethodPost, "/console/signin", url.Values{"token": {m[1]}, "key": {opKey}, "tz": {tz}})
+		require.Equal(t, http.StatusSeeOther, rec.Code, tz)
+		f.sessions.mu.Lock()
+		var got []string
+		for _, s := range f.sessions.m {
+			got = append(got, s.tz)
+		}
+		clear(f.sessions.m)
+		f.sessions.mu.Unlock()
+		require.Equal(t, []string{want}, got, tz)
+		if want == "UTC" {
+			require.Equal(t, time.UTC, zone(tz), "%s names no zone of the cache", tz)
+		}
+	}
+}
