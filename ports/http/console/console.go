@@ -426,11 +426,11 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.renderSignin(w, r, http.StatusTooManyRequests, signinData{Next: next, Error: limited.Problem.Detail + "."})
 		return
 	}
+	// The browser's zone, when it is a zone's own name (zone): anything
+	// else signs in on UTC rather than refuse the person a sign-in.
 	tz := "UTC"
-	if name := r.PostFormValue("tz"); name != "" && len(name) < 64 {
-		if _, err := time.LoadLocation(name); err == nil {
-			tz = name
-		}
+	if name := r.PostFormValue("tz"); name != "" && zone(name) != time.UTC {
+		tz = name
 	}
 	token := randomToken()
 	err = c.cfg.Sessions.OpenSession(r.Context(), access.NewSession{TokenHash: tokenHash(token), KeyID: p.KeyID, TimeZone: tz,

@@ -8,10 +8,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"sync"
 	"time"
 
 	"hearth/app/access"
+	"hearth/domain/civil"
 )
 
 // Sessions live in the store (SessionStore: the event store's database,
@@ -117,24 +117,20 @@ func csrfOf(token string) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// zones caches the time zones sessions name: time.LoadLocation reads the
-// zone's file on every call. Only names that loaded are kept, so it holds
-// at most the system's zones.
-var zones sync.Map // name -> *time.Location
-
-// zone is the named time zone, UTC when the name is none.
+// zone is the named time zone, UTC when the name is none or no zone's own
+// name. civil.LoadZone keeps the zones it loaded (time.LoadLocation reads
+// the zone's file on every call), and only under their own names:
+// time.LoadLocation also loads "./UTC", "././UTC", ... and "Local", the
+// server's zone, and a cache of whatever loaded would grow with every new
+// spelling a sign-in sends.
 func zone(name string) *time.Location {
-	if l, ok := zones.Load(name); ok {
-		return l.(*time.Location)
-	}
-	if name == "" || len(name) >= 64 {
+	if len(name) >= 64 {
 		return time.UTC
 	}
-	l, err := time.LoadLocation(name)
+	l, err := civil.LoadZone("tz", name)
 	if err != nil {
 		return time.UTC
 	}
-	zones.Store(name, l)
 	return l
 }
 
