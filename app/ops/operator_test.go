@@ -201,7 +201,18 @@ func TestSkipNeedsWhyAndWho(t *testing.T) {
 	bad.EventID = "e2"
 	_, err = w.op.Skip(ctx, bad)
 	requireInvalid(t, err, "event_id", `must be a UUID, got "e2"`)
+	// The reason is kept in the audit log for good: as long as an order's
+	// cancellation reason at most (the body's 1 MiB otherwise).
+	bad = skip
+	bad.Reason = strings.Repeat("é", 501)
+	_, err = w.op.Skip(ctx, bad)
+	requireInvalid(t, err, "reason", "must be at most 500 characters, got 501")
 	require.Empty(t, w.audit.entries)
+	long := skip
+	long.Reason = strings.Repeat("é", 500)
+	_, err = w.op.Skip(ctx, long)
+	require.NoError(t, err)
+	w.audit.entries = nil
 
 	res, err := w.op.Skip(ctx, skip)
 	require.NoError(t, err)
