@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"hearth/app/query"
 	"hearth/domain/apperr"
@@ -190,6 +191,11 @@ func (o *Operator) ReplayAll(ctx context.Context, projection, actor string) ([]R
 	return out, nil
 }
 
+// MaxSkipReason bounds a skip's reason, in characters: it is kept in the
+// audit log for good, so it is held to an order's cancellation reason's
+// length rather than to the request body's.
+const MaxSkipReason = 500
+
 // Skip skips the first waiting event of a parked aggregate: it is recorded
 // as skipped (who, why) and applied as a version bump, so the next event
 // follows it. The events behind it keep waiting (replay them next); when
@@ -200,6 +206,9 @@ func (o *Operator) Skip(ctx context.Context, s Skip) (SkipResult, error) {
 	}
 	if s.Reason = strings.TrimSpace(s.Reason); s.Reason == "" {
 		return SkipResult{}, apperr.Invalid("reason", "is required: say why the event is skipped")
+	}
+	if n := utf8.RuneCountInString(s.Reason); n > MaxSkipReason {
+		return SkipResult{}, apperr.Invalid("reason", "must be at most %d characters, got %d", MaxSkipReason, n)
 	}
 	var err error
 	if s.By, err = checkBy(s.By, "skips the event"); err != nil {
