@@ -92,3 +92,41 @@ func TestOneValueHeadersSentTwiceAreRefused(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Code, r.Body.String())
 	require.Equal(t, int64(5), <-waits.positions)
 }
+
+// A write whose operation does not take an Idempotency-Key (the admin
+// routes, a DELETE) refuses one, naming it, rather than ignore it: the
+// client would take a retry with the key for a safe one, and a repeated
+// POST /admin/keys makes a second key whose secret nobody saw. The writes
+// that declare it take it; reads ignore it (they are safe to repeat).
+func TestIdempotencyKeyOnlyWhereTheDocumentDeclaresIt(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	doc, _ := loadOpenAPI(t)
+	refused := 0
+	for _, rt := range (&server{}).routes() {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		if !rt.api || method == http.MethodGet {
+			continue
+		}
+		var op openAPIOperation
+		require.NoError(t, json.Unmarshal(doc.Paths[path][strings.ToLower(method)], &op))
+		declared := false
+		for _, p := range op.Parameters {
+			declared = declared || p["$ref"] == "#/components/parameters/IdempotencyKey"
+		}
+		_, reqPath := requestPath(rt.pattern)
+		a := f.do(method, reqPath, f.keyFor(rt), `{}`, HeaderIdempotencyKey, uuid.New())
+		errs, _ := a.body["errors"].([]any)
+		named := len(errs) == 1 && errs[0].(map[string]any)["field"] == HeaderIdempotencyKey
+		if declared {
+			require.False(t, named, "%s takes an Idempotency-Key: %s", rt.pattern, a.Body.String())
+			continue
+		}
+		refused++
+		require.Equal(t, http.StatusBadRequest, a.Code, "%s: %s", rt.pattern, a.Body.String())
+		require.True(t, named, "%s: %s", rt.pattern, a.Body.String())
+	}
+	require.Equal(t, 9, refused, "the admin writes and DELETE /v1/webhook-endpoints/{id}")
+	a := f.do(http.MethodGet, "/v1/orders", f.op, "", HeaderIdempotencyKey, uuid.New())
+	require.Equal(t, http.StatusOK, a.Code, a.Body.String())
+}
