@@ -14,12 +14,12 @@ import (
 	"hearth/domain/apperr"
 )
 
-// queryParameters is the query parameters each operation of the OpenAPI
-// document declares, by route pattern ("GET /v1/orders"). The document is
-// the one declaration of what a route takes (clients are generated from
-// it, and openapi_test.go holds it to the route table), so the check of
-// unknown parameters reads it rather than a list of its own that could
-// drift from it.
+// queryParameters is the query and header parameters each operation of
+// the OpenAPI document declares, by route pattern ("GET /v1/orders"). The
+// document is the one declaration of what a route takes (clients are
+// generated from it, and openapi_test.go holds it to the route table), so
+// the checks of unknown parameters read it rather than a list of their own
+// that could drift from it.
 var queryParameters = sync.OnceValues(func() (map[string][]queryParam, error) {
 	var doc struct {
 		Paths      map[string]map[string]json.RawMessage `json:"paths"`
@@ -39,8 +39,8 @@ var queryParameters = sync.OnceValues(func() (map[string][]queryParam, error) {
 					return nil, fmt.Errorf("read openapi.json: parameter %s does not resolve", p.Ref)
 				}
 			}
-			if p.In == "query" && !slices.ContainsFunc(qs, func(q queryParam) bool { return q.name == p.Name }) {
-				qs = append(qs, queryParam{name: p.Name, repeats: p.Schema.Type == "array"})
+			if (p.In == "query" || p.In == "header") && !slices.ContainsFunc(qs, func(q queryParam) bool { return q.name == p.Name && q.in == p.In }) {
+				qs = append(qs, queryParam{name: p.Name, in: p.In, repeats: p.Schema.Type == "array"})
 			}
 		}
 		return qs, nil
@@ -85,9 +85,10 @@ type openAPIParameter struct {
 	} `json:"schema"`
 }
 
-// queryParam is a query parameter an operation declares.
+// queryParam is a query (or header) parameter an operation declares.
 type queryParam struct {
 	name string
+	in   string // "query" or "header"
 	// repeats: the document declares an array (?status=a&status=b);
 	// any other parameter takes one value.
 	repeats bool
@@ -129,6 +130,7 @@ func (s *server) checkQuery(r *http.Request) error {
 	if err := wellFormedQuery(r.URL.RawQuery); err != nil {
 		return err
 	}
+	declared = slices.DeleteFunc(slices.Clone(declared), func(q queryParam) bool { return q.in != "query" })
 	var unknown, twice []string
 	for name, values := range r.URL.Query() {
 		i := slices.IndexFunc(declared, func(q queryParam) bool { return q.name == name })
@@ -220,12 +222,23 @@ func wellFormedQuery(raw string) error {
 var oneValueHeaders = []string{"If-Match", HeaderPosition, HeaderTimeout}
 
 // checkHeaders refuses a header of oneValueHeaders sent on more than one
-// line, naming it (400, like a parameter given twice).
-func checkHeaders(r *http.Request) error {
+// line, naming it (400, like a parameter given twice), and an
+// Idempotency-Key on a write whose operation does not declare one: the
+// key would be ignored, and the client take a retry with it for a safe
+// one (a repeated POST /admin/keys makes a second key whose secret nobody
+// saw). A read ignores one: it is safe to repeat anyway.
+func (s *server) checkHeaders(r *http.Request) error {
 	for _, name := range oneValueHeaders {
 		if len(r.Header.Values(name)) > 1 {
 			return malformed(name, "must be sent once")
 		}
+	}
+	declared, ok := s.query[r.Pattern]
+	if !ok || r.Method == http.MethodGet || r.Method == http.MethodHead || len(r.Header.Values(HeaderIdempotencyKey)) == 0 {
+		return nil
+	}
+	if !slices.ContainsFunc(declared, func(q queryParam) bool { return q.in == "header" && q.name == HeaderIdempotencyKey }) {
+		return malformed(HeaderIdempotencyKey, "is not taken by %s: its answer is not kept, and a repeat runs it again; read the result before you send it again", r.Pattern)
 	}
 	return nil
 }

@@ -180,7 +180,7 @@ type server struct {
 	limits          *limiter
 	keyHits         *keyCache
 	ready           readiness
-	query           map[string][]queryParam // each API route's declared query parameters (checkQuery)
+	query           map[string][]queryParam // each API route's declared query and header parameters (checkQuery, checkHeaders)
 }
 
 // NewHandler returns the HTTP handler of the whole API.
@@ -540,7 +540,7 @@ func (s *server) auth(keyInWrite bool, roles ...access.Role) func(handlerFunc) h
 			// Before the read-your-writes wait and the Idempotency-Key's
 			// claim, so that a request that says something it cannot mean
 			// is neither answered late nor kept as a key's answer.
-			if err := cmp.Or(s.checkQuery(r), checkHeaders(r)); err != nil {
+			if err := cmp.Or(s.checkQuery(r), s.checkHeaders(r)); err != nil {
 				s.writeError(w, r, err)
 				return
 			}
