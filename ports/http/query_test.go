@@ -250,3 +250,49 @@ func TestParkedProjectionGivenTwiceIsRefused(t *testing.T) {
 	}
 	require.Empty(t, f.calls, "nothing listed or replayed")
 }
+
+// A filter given with no value (?customer_id=, as a URL template with an
+// empty variable writes it) is refused naming it, on every route whose
+// document declares a UUID or a time parameter: read as absent, it would
+// answer every customer's orders. (The document's formats already say an
+// empty string is no UUID and no time.)
+func TestEmptyUUIDAndTimeParametersAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	admin, _ := newAdminHandler(t)
+	doc, raw := loadOpenAPI(t)
+	components := raw["components"].(map[string]any)["parameters"].(map[string]any)
+	checked := 0
+	for _, rt := range (&server{}).routes() {
+		if !rt.api {
+			continue
+		}
+		method, path := requestPath(rt.pattern)
+		m, p, _ := strings.Cut(rt.pattern, " ")
+		var op openAPIOperation
+		require.NoError(t, json.Unmarshal(doc.Paths[p][strings.ToLower(m)], &op))
+		for _, prm := range op.Parameters {
+			if ref, ok := prm["$ref"].(string); ok {
+				prm = components[strings.TrimPrefix(ref, "#/components/parameters/")].(map[string]any)
+			}
+			schema, _ := prm["schema"].(map[string]any)
+			if prm["in"] != "query" || (schema["format"] != "uuid" && schema["format"] != "date-time") {
+				continue
+			}
+			name := prm["name"].(string)
+			checked++
+			var code int
+			var body string
+			if strings.HasPrefix(p, "/admin/") {
+				rec := adminDo(admin, method, path+"?"+name+"=", "admin-key", "")
+				code, body = rec.Code, rec.Body.String()
+			} else {
+				a := f.do(method, path+"?"+name+"=", f.keyFor(rt), "")
+				code, body = a.Code, a.Body.String()
+			}
+			require.Equal(t, http.StatusBadRequest, code, "%s ?%s=: %s", rt.pattern, name, body)
+			require.Contains(t, body, `"field":"`+name+`"`, "%s ?%s=", rt.pattern, name)
+		}
+	}
+	require.Equal(t, 18, checked)
+}
