@@ -108,9 +108,12 @@ func parseCursor(s string) (*query.Cursor, bool) {
 	return &query.Cursor{Order: tok.Order, At: at, ID: id}, true
 }
 
+// uuid reads a UUID parameter. Given empty (?customer_id=, a URL template
+// whose variable was empty) it is refused, not read as absent: that would
+// answer for every customer.
 func (p *params) uuid(name string) string {
 	s := p.one(name)
-	if s == "" {
+	if s == "" && !p.v.Has(name) {
 		return ""
 	}
 	id, ok := uuid.Parse(s)
@@ -120,9 +123,11 @@ func (p *params) uuid(name string) string {
 	return id
 }
 
+// time reads an RFC 3339 time parameter; given empty it is refused, as
+// uuid's are.
 func (p *params) time(name string) *time.Time {
 	s := p.one(name)
-	if s == "" {
+	if s == "" && !p.v.Has(name) {
 		return nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
