@@ -130,3 +130,24 @@ func TestIdempotencyKeyOnlyWhereTheDocumentDeclaresIt(t *testing.T) {
 	a := f.do(http.MethodGet, "/v1/orders", f.op, "", HeaderIdempotencyKey, uuid.New())
 	require.Equal(t, http.StatusOK, a.Code, a.Body.String())
 }
+
+// Two Authorization lines are two keys: refused (400 naming the header, as
+// RFC 6750's invalid_request is), not authenticated as the first, which the
+// client may not have meant to act as.
+func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	before := f.tx.Position()
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/v1/orders", ""},
+		{"POST", "/v1/orders", `{"customer_id":"` + f.customer + `"}`},
+	} {
+		req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+		req.Header["Authorization"] = []string{"Bearer " + f.op, "Bearer " + f.worker}
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusBadRequest, rec.Code, "%s %s: %s", tc.method, tc.path, rec.Body.String())
+		require.Contains(t, rec.Body.String(), `"field":"Authorization"`)
+	}
+	require.Equal(t, before, f.tx.Position(), "nothing written")
+}
