@@ -486,6 +486,12 @@ func (s *server) auth(keyInWrite bool, roles ...access.Role) func(handlerFunc) h
 			})
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Two lines are two keys: Header.Get would act as the first,
+			// whichever the client meant (RFC 6750's invalid_request, 400).
+			if len(r.Header.Values("Authorization")) > 1 {
+				s.writeError(w, r, malformed("Authorization", "must be sent once, with one key"))
+				return
+			}
 			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 			secret = strings.TrimSpace(secret)
 			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
