@@ -296,3 +296,21 @@ func TestEmptyUUIDAndTimeParametersAreRefused(t *testing.T) {
 	}
 	require.Equal(t, 18, checked)
 }
+
+// Every operation that takes a key may answer 400 whatever its other
+// input (a query parameter it does not declare, a header sent twice), so
+// the document says so for each: a client generated from it has a type
+// for the problem.
+func TestEveryKeyedOperationDocumentsBadRequest(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadOpenAPI(t)
+	for _, rt := range (&server{}).routes() {
+		if len(rt.roles) == 0 {
+			continue
+		}
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		var op openAPIOperation
+		require.NoError(t, json.Unmarshal(doc.Paths[path][strings.ToLower(method)], &op))
+		require.Contains(t, op.Responses, "400", rt.pattern)
+	}
+}
