@@ -18808,6 +18808,12 @@ type GetLeadershipResponse200Headers struct {
 	XCorrelationID      *string
 }
 
+// GetLeadershipResponse400Headers the declared response headers of an HTTP 400 response for GetLeadership
+type GetLeadershipResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // GetLeadershipResponse401Headers the declared response headers of an HTTP 401 response for GetLeadership
 type GetLeadershipResponse401Headers struct {
 	CacheControl        *string
@@ -18872,6 +18878,8 @@ type GetLeadershipResponse struct {
 		// Workers live workers at this instance's last count; 0 before the first
 		Workers int `json:"workers"`
 	}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -18888,6 +18896,8 @@ type GetLeadershipResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetLeadershipResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetLeadershipResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetLeadershipResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -18920,6 +18930,11 @@ func (r GetLeadershipResponse) GetJSON200() *struct {
 	Workers int `json:"workers"`
 } {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetLeadershipResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -18998,6 +19013,12 @@ type ListParkedResponse200Headers struct {
 	XCorrelationID      *string
 }
 
+// ListParkedResponse400Headers the declared response headers of an HTTP 400 response for ListParked
+type ListParkedResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ListParkedResponse401Headers the declared response headers of an HTTP 401 response for ListParked
 type ListParkedResponse401Headers struct {
 	CacheControl        *string
@@ -19055,6 +19076,8 @@ type ListParkedResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ParkedList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -19073,6 +19096,8 @@ type ListParkedResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListParkedResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListParkedResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListParkedResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -19094,6 +19119,11 @@ type ListParkedResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListParkedResponse) GetJSON200() *ParkedList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListParkedResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -19177,6 +19207,12 @@ type ReplayAllParkedResponse200Headers struct {
 	XCorrelationID      *string
 }
 
+// ReplayAllParkedResponse400Headers the declared response headers of an HTTP 400 response for ReplayAllParked
+type ReplayAllParkedResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ReplayAllParkedResponse401Headers the declared response headers of an HTTP 401 response for ReplayAllParked
 type ReplayAllParkedResponse401Headers struct {
 	CacheControl        *string
@@ -19234,6 +19270,8 @@ type ReplayAllParkedResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ReplayList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -19252,6 +19290,8 @@ type ReplayAllParkedResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ReplayAllParkedResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReplayAllParkedResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ReplayAllParkedResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -19273,6 +19313,11 @@ type ReplayAllParkedResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ReplayAllParkedResponse) GetJSON200() *ReplayList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReplayAllParkedResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -19968,6 +20013,12 @@ type CancelRebuildResponse200Headers struct {
 	XCorrelationID      *string
 }
 
+// CancelRebuildResponse400Headers the declared response headers of an HTTP 400 response for CancelRebuild
+type CancelRebuildResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CancelRebuildResponse401Headers the declared response headers of an HTTP 401 response for CancelRebuild
 type CancelRebuildResponse401Headers struct {
 	CacheControl        *string
@@ -20031,6 +20082,8 @@ type CancelRebuildResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RebuildProgress
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -20051,6 +20104,8 @@ type CancelRebuildResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *CancelRebuildResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CancelRebuildResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CancelRebuildResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -20074,6 +20129,11 @@ type CancelRebuildResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r CancelRebuildResponse) GetJSON200() *RebuildProgress {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelRebuildResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -20162,6 +20222,12 @@ type RebuildStatusResponse200Headers struct {
 	XCorrelationID      *string
 }
 
+// RebuildStatusResponse400Headers the declared response headers of an HTTP 400 response for RebuildStatus
+type RebuildStatusResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // RebuildStatusResponse401Headers the declared response headers of an HTTP 401 response for RebuildStatus
 type RebuildStatusResponse401Headers struct {
 	CacheControl        *string
@@ -20219,6 +20285,8 @@ type RebuildStatusResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RebuildProgress
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -20237,6 +20305,8 @@ type RebuildStatusResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *RebuildStatusResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RebuildStatusResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RebuildStatusResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -20258,6 +20328,11 @@ type RebuildStatusResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r RebuildStatusResponse) GetJSON200() *RebuildProgress {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RebuildStatusResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -20341,6 +20416,12 @@ type StartRebuildResponse202Headers struct {
 	XContentTypeOptions *string
 }
 
+// StartRebuildResponse400Headers the declared response headers of an HTTP 400 response for StartRebuild
+type StartRebuildResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // StartRebuildResponse401Headers the declared response headers of an HTTP 401 response for StartRebuild
 type StartRebuildResponse401Headers struct {
 	CacheControl        *string
@@ -20404,6 +20485,8 @@ type StartRebuildResponse struct {
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *RebuildProgress
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -20424,6 +20507,8 @@ type StartRebuildResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *StartRebuildResponse202Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *StartRebuildResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *StartRebuildResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -20447,6 +20532,11 @@ type StartRebuildResponse struct {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r StartRebuildResponse) GetJSON202() *RebuildProgress {
 	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StartRebuildResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -36867,6 +36957,13 @@ func ParseGetLeadershipResponse(rsp *http.Response) (*GetLeadershipResponse, err
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -36978,6 +37075,23 @@ func ParseGetLeadershipResponse(rsp *http.Response) (*GetLeadershipResponse, err
 			headers.XCorrelationID = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetLeadershipResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetLeadershipResponse401Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -37151,6 +37265,13 @@ func ParseListParkedResponse(rsp *http.Response) (*ListParkedResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -37269,6 +37390,23 @@ func ParseListParkedResponse(rsp *http.Response) (*ListParkedResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListParkedResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListParkedResponse401Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -37459,6 +37597,13 @@ func ParseReplayAllParkedResponse(rsp *http.Response) (*ReplayAllParkedResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -37577,6 +37722,23 @@ func ParseReplayAllParkedResponse(rsp *http.Response) (*ReplayAllParkedResponse,
 			headers.XCorrelationID = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReplayAllParkedResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ReplayAllParkedResponse401Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -38811,6 +38973,13 @@ func ParseCancelRebuildResponse(rsp *http.Response) (*CancelRebuildResponse, err
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -38936,6 +39105,23 @@ func ParseCancelRebuildResponse(rsp *http.Response) (*CancelRebuildResponse, err
 			headers.XCorrelationID = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers CancelRebuildResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers CancelRebuildResponse401Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -39143,6 +39329,13 @@ func ParseRebuildStatusResponse(rsp *http.Response) (*RebuildStatusResponse, err
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -39261,6 +39454,23 @@ func ParseRebuildStatusResponse(rsp *http.Response) (*RebuildStatusResponse, err
 			headers.XCorrelationID = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RebuildStatusResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers RebuildStatusResponse401Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -39451,6 +39661,13 @@ func ParseStartRebuildResponse(rsp *http.Response) (*StartRebuildResponse, error
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -39576,6 +39793,23 @@ func ParseStartRebuildResponse(rsp *http.Response) (*StartRebuildResponse, error
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 400:
+		var headers StartRebuildResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers StartRebuildResponse401Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
