@@ -94,23 +94,47 @@ type queryParam struct {
 	repeats bool
 }
 
-// declaredQuery is the query parameters of each API route (under /v1 and
-// /admin), by pattern, for checkQuery.
-func declaredQuery(rts []route) (map[string][]queryParam, error) {
+// routeInput is what an API route's operation declares of the input
+// checkQuery and checkHeaders look at, worked out once.
+type routeInput struct {
+	query []queryParam // its query parameters
+	takes string       // them, for a problem's detail: "takes a, b"
+	// idempotencyKey: it takes an Idempotency-Key header.
+	idempotencyKey bool
+}
+
+// declaredInput is each API route's (under /v1 and /admin) routeInput, by
+// pattern.
+func declaredInput(rts []route) (map[string]routeInput, error) {
 	documented, err := queryParameters()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]queryParam{}
+	out := map[string]routeInput{}
 	for _, rt := range rts {
 		if !rt.api {
 			continue
 		}
-		names, ok := documented[rt.pattern]
+		params, ok := documented[rt.pattern]
 		if !ok {
 			return nil, errors.New("route " + rt.pattern + " has no operation in openapi.json")
 		}
-		out[rt.pattern] = names
+		var in routeInput
+		var names []string
+		for _, p := range params {
+			switch {
+			case p.in == "query":
+				in.query = append(in.query, p)
+				names = append(names, p.name)
+			case p.name == HeaderIdempotencyKey:
+				in.idempotencyKey = true
+			}
+		}
+		in.takes = "takes no query parameters"
+		if len(names) > 0 {
+			in.takes = "takes " + strings.Join(names, ", ")
+		}
+		out[rt.pattern] = in
 	}
 	return out, nil
 }
@@ -123,14 +147,14 @@ func declaredQuery(rts []route) (map[string][]queryParam, error) {
 // routes outside the API (the console, probes, the document) have no entry
 // and are not checked.
 func (s *server) checkQuery(r *http.Request) error {
-	declared, ok := s.query[r.Pattern]
+	in, ok := s.input[r.Pattern]
 	if !ok || r.URL.RawQuery == "" {
 		return nil
 	}
 	if err := wellFormedQuery(r.URL.RawQuery); err != nil {
 		return err
 	}
-	declared = slices.DeleteFunc(slices.Clone(declared), func(q queryParam) bool { return q.in != "query" })
+	declared := in.query
 	var unknown, twice []string
 	for name, values := range r.URL.Query() {
 		i := slices.IndexFunc(declared, func(q queryParam) bool { return q.name == name })
@@ -156,14 +180,7 @@ func (s *server) checkQuery(r *http.Request) error {
 		return bad
 	}
 	slices.Sort(unknown)
-	takes := "takes no query parameters"
-	if len(declared) > 0 {
-		names := make([]string, len(declared))
-		for i, q := range declared {
-			names[i] = q.name
-		}
-		takes = "takes " + strings.Join(names, ", ")
-	}
+	takes := in.takes
 	msg := "is not a query parameter of " + r.Pattern + ", which " + takes
 	quoted := make([]string, len(unknown))
 	fields := make([]apperr.FieldError, len(unknown))
@@ -233,11 +250,11 @@ func (s *server) checkHeaders(r *http.Request) error {
 			return malformed(name, "must be sent once")
 		}
 	}
-	declared, ok := s.query[r.Pattern]
+	in, ok := s.input[r.Pattern]
 	if !ok || r.Method == http.MethodGet || r.Method == http.MethodHead || len(r.Header.Values(HeaderIdempotencyKey)) == 0 {
 		return nil
 	}
-	if !slices.ContainsFunc(declared, func(q queryParam) bool { return q.in == "header" && q.name == HeaderIdempotencyKey }) {
+	if !in.idempotencyKey {
 		return malformed(HeaderIdempotencyKey, "is not taken by %s: its answer is not kept, and a repeat runs it again; read the result before you send it again", r.Pattern)
 	}
 	return nil

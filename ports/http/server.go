@@ -180,7 +180,7 @@ type server struct {
 	limits          *limiter
 	keyHits         *keyCache
 	ready           readiness
-	query           map[string][]queryParam // each API route's declared query and header parameters (checkQuery, checkHeaders)
+	input           map[string]routeInput // each API route's declared query parameters and headers (checkQuery, checkHeaders)
 }
 
 // NewHandler returns the HTTP handler of the whole API.
@@ -217,11 +217,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		waits: make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)), feedWaits: make(chan struct{}, max(cfg.FeedMaxWaits, 0)),
 		limits: newLimiter(cfg.Limits, cfg.TrustedProxies), keyHits: newKeyCache(cfg.KeyCacheTTL)}
 	rts := s.routes()
-	declared, err := declaredQuery(rts)
+	input, err := declaredInput(rts)
 	if err != nil {
 		return nil, fmt.Errorf("httpport.NewHandler: %w", err)
 	}
-	s.query = declared
+	s.input = input
 	mux := http.NewServeMux()
 	for _, rt := range rts {
 		if (rt.api && !cfg.APIEnabled) || (len(rt.roles) > 0 && cfg.Auth == nil) || !cfg.Surface.serves(rt) {
