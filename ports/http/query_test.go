@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -313,4 +314,29 @@ func TestEveryKeyedOperationDocumentsBadRequest(t *testing.T) {
 		require.NoError(t, json.Unmarshal(doc.Paths[path][strings.ToLower(method)], &op))
 		require.Contains(t, op.Responses, "400", rt.pattern)
 	}
+}
+
+// net/url gives up on a query of more than 10,000 parameters (counting the
+// &s) and reads none of it: ?status=confirmed followed by 10,000 &s would
+// answer every order. It is refused instead.
+func TestAQueryNetURLGivesUpOnIsRefused(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	a := f.do(http.MethodGet, "/v1/orders?status=confirmed"+strings.Repeat("&", 10_000), f.op, "")
+	require.Equal(t, http.StatusBadRequest, a.Code, a.Body.String())
+	require.Equal(t, "/problems/malformed-request", a.body["type"])
+	a = f.do(http.MethodGet, "/v1/orders?status=confirmed"+strings.Repeat("&", 9_999), f.op, "")
+	require.Equal(t, http.StatusOK, a.Code, a.Body.String())
+}
+
+// wellFormedQuery refuses exactly the query strings url.ParseQuery (and so
+// URL.Query, which every handler reads) cannot read whole.
+func FuzzWellFormedQueryAgreesWithNetURL(f *testing.F) {
+	for _, seed := range []string{"", "a=1", "a=1&b=2", "a=1;b=2", "a%zz=1", "a=%", "&&", "=x", "a=1&" + strings.Repeat("&", 10_000), "%3B=1", "a=%3B"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		_, err := url.ParseQuery(raw)
+		require.Equal(t, err == nil, wellFormedQuery(raw) == nil, "%q: net/url says %v", raw, err)
+	})
 }
