@@ -220,6 +220,11 @@ func wellFormedQuery(raw string) error {
 		fields = append(fields, apperr.FieldError{Field: key, Message: "is not a well-formed query parameter: " + problem})
 	}
 	if len(fields) == 0 {
+		// What no one pair shows: past its limit of parameters (10,000,
+		// counting the &s), ParseQuery reads none of them.
+		if _, err := url.ParseQuery(raw); err != nil {
+			return &badRequest{slug: "malformed-request", detail: "the query string cannot be read: " + err.Error() + " (at most 10000, counting every &)"}
+		}
 		return nil
 	}
 	quoted := make([]string, len(fields))
