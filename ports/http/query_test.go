@@ -340,3 +340,20 @@ func FuzzWellFormedQueryAgreesWithNetURL(f *testing.F) {
 		require.Equal(t, err == nil, wellFormedQuery(raw) == nil, "%q: net/url says %v", raw, err)
 	})
 }
+
+// projection given empty (?projection=, a script whose variable was empty)
+// is refused, not read as absent: POST /admin/parked/replay would replay
+// every projection's parked aggregates rather than the one meant.
+func TestParkedProjectionGivenEmptyIsRefused(t *testing.T) {
+	t.Parallel()
+	h, f := newAdminHandler(t)
+	for _, method := range []string{"GET", "POST"} {
+		path := map[string]string{"GET": "/admin/parked", "POST": "/admin/parked/replay"}[method]
+		r := adminDo(h, method, path+"?projection=", "admin-key", "")
+		require.Equal(t, http.StatusBadRequest, r.Code, "%s %s: %s", method, path, r.Body.String())
+		require.Contains(t, r.Body.String(), `"field":"projection"`)
+	}
+	require.Empty(t, f.calls, "nothing listed or replayed")
+	require.Equal(t, http.StatusOK, adminDo(h, "POST", "/admin/parked/replay", "admin-key", "").Code, "absent: every projection")
+	require.Equal(t, []string{"replay all  by key:4"}, f.calls)
+}
