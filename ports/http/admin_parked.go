@@ -34,8 +34,25 @@ type ProjectionRebuilds interface {
 // event: "waiting=N, first_version=V, since=RFC 3339".
 const ParkedHeader = "Projection-Parked"
 
+// parkedProjection reads the projection parameter of the parked lists: absent
+// is every projection; given, it must name one. Given empty (a script
+// whose variable was empty) it is refused rather than read as absent,
+// which would replay every projection's parked aggregates.
+func parkedProjection(r *http.Request) (string, error) {
+	p := newParams(r)
+	projection := p.one("projection")
+	if projection == "" && p.v.Has("projection") {
+		p.fail("projection", "must name a projection when given; leave it out for every projection")
+	}
+	return projection, p.err
+}
+
 func (s *server) listParked(w http.ResponseWriter, r *http.Request) error {
-	list, err := s.Parked.ListParked(r.Context(), r.URL.Query().Get("projection"))
+	projection, err := parkedProjection(r)
+	if err != nil {
+		return err
+	}
+	list, err := s.Parked.ListParked(r.Context(), projection)
 	if err != nil {
 		return err
 	}
@@ -70,7 +87,11 @@ func (s *server) replayParked(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) replayAllParked(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Parked.ReplayAll(r.Context(), r.URL.Query().Get("projection"), principal(r).Subject())
+	projection, err := parkedProjection(r)
+	if err != nil {
+		return err
+	}
+	res, err := s.Parked.ReplayAll(r.Context(), projection, principal(r).Subject())
 	if err != nil {
 		return err
 	}
