@@ -79,10 +79,12 @@ func (e generatorEnv) transactor(t *testing.T) *pubsub.Transactor {
 }
 
 // bookHook is a Transactor whose sessions run hook (once) before their
-// first booking, or before their first look at working hours (atHours).
+// first booking, before their first look at working hours (atHours), or
+// before they load order (when set).
 type bookHook struct {
 	command.Transactor
 	atHours bool
+	order   string
 	once    sync.Once
 	hook    func()
 }
@@ -99,10 +101,17 @@ type bookHookSession struct {
 }
 
 func (s *bookHookSession) Book(ctx context.Context, sch *schedule.Schedule) error {
-	if !s.b.atHours {
+	if !s.b.atHours && s.b.order == "" {
 		s.b.once.Do(s.b.hook)
 	}
 	return s.Session.Book(ctx, sch)
+}
+
+func (s *bookHookSession) Order(ctx context.Context, id string) (*order.Order, error) {
+	if id == s.b.order {
+		s.b.once.Do(s.b.hook)
+	}
+	return s.Session.Order(ctx, id)
 }
 
 func (s *bookHookSession) StaffHours(ctx context.Context, id string) (availability.WorkingHours, bool, error) {
@@ -185,7 +194,7 @@ func TestFencedVisitGeneratorReplansAnOrderChangedBeforeItsLoad(t *testing.T) {
 
 	fence := readmodel.Fence{Lock: advisory.Plans, Term: 1, Lease: 5 * time.Second, Function: webhooks.FenceFunction}
 	require.NoError(t, webhooks.BeginTerm(t.Context(), a.dbs.es.DB, fence))
-	g, err := command.NewVisitGenerator(&beforeOrderLoad{Transactor: e.transactor(t), only: orderID, hook: func() {
+	g, err := command.NewVisitGenerator(&bookHook{Transactor: e.transactor(t), order: orderID, hook: func() {
 		a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+orderID+"/status", a.opA, map[string]any{"status": "confirmed"})
 	}})
 	require.NoError(t, err)
@@ -211,7 +220,7 @@ func TestFencedVisitGeneratorCancelsAnOrderChangedBeforeItsLoad(t *testing.T) {
 
 	fence := readmodel.Fence{Lock: advisory.Plans, Term: 1, Lease: 5 * time.Second, Function: webhooks.FenceFunction}
 	require.NoError(t, webhooks.BeginTerm(t.Context(), a.dbs.es.DB, fence))
-	g, err := command.NewVisitGenerator(&beforeOrderLoad{Transactor: e.transactor(t), only: orderID, hook: func() {
+	g, err := command.NewVisitGenerator(&bookHook{Transactor: e.transactor(t), order: orderID, hook: func() {
 		a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+orderID+"/status", a.opA, map[string]any{"status": "confirmed"})
 	}})
 	require.NoError(t, err)
@@ -222,31 +231,4 @@ func TestFencedVisitGeneratorCancelsAnOrderChangedBeforeItsLoad(t *testing.T) {
 	var withdrawn bool
 	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT withdrawn FROM plan_visits WHERE order_id = $1`, orderID).Scan(&withdrawn))
 	require.True(t, withdrawn)
-}
-
-// beforeOrderLoad is a Transactor whose sessions run hook (once) before
-// they load order only.
-type beforeOrderLoad struct {
-	command.Transactor
-	only string
-	once sync.Once
-	hook func()
-}
-
-func (b *beforeOrderLoad) Run(ctx context.Context, meta event.Meta, fn func(ctx context.Context, s command.Session) error) (command.Outcome, error) {
-	return b.Transactor.Run(ctx, meta, func(ctx context.Context, s command.Session) error {
-		return fn(ctx, &beforeOrderLoadSession{Session: s, b: b})
-	})
-}
-
-type beforeOrderLoadSession struct {
-	command.Session
-	b *beforeOrderLoad
-}
-
-func (s *beforeOrderLoadSession) Order(ctx context.Context, id string) (*order.Order, error) {
-	if id == s.b.only {
-		s.b.once.Do(s.b.hook)
-	}
-	return s.Session.Order(ctx, id)
 }

@@ -41,31 +41,13 @@ func TestProtectBesideAnErasureOfTheSameCustomer(t *testing.T) {
 	}()
 	require.Eventually(t, a.lockWaiting(`%INSERT INTO admin_audit%`), 20*time.Second, 10*time.Millisecond, "the erasure holds")
 
-	protected := make(chan error, 1)
-	go func() {
+	protected := a.queuedOrEnded(t, func() error {
 		_, _, err := store.ProtectEvents(ctx, "test", 0, 100)
-		protected <- err
-	}()
-	// Protect waits for the erasure, or ends.
-	var perr error
-	done := false
-	require.Eventually(t, func() bool {
-		select {
-		case perr = <-protected:
-			done = true
-			return true
-		default:
-		}
-		var n int
-		err := a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
-		return err == nil && n == 2
-	}, 20*time.Second, 10*time.Millisecond, "protect waits for the erasure, or ends")
+		return err
+	}, "protect waits for the erasure, or ends")
 	release()
 	require.NoError(t, <-erased)
-	if !done {
-		perr = <-protected
-	}
+	perr := protected()
 	require.NoError(t, perr)
 
 	var keys int

@@ -54,31 +54,13 @@ func TestProtectAndACommandOnTheSameScheduleNeverDeadlock(t *testing.T) {
 	require.Eventually(t, a.lockWaiting(`%INSERT INTO "watermill_schedules"%`), 20*time.Second, 10*time.Millisecond,
 		"the command holds the booking")
 
-	protected := make(chan error, 1)
-	go func() {
+	protected := a.queuedOrEnded(t, func() error {
 		_, _, err := store.ProtectEvents(ctx, "test", 0, 100)
-		protected <- err
-	}()
-	// Protect waits for the command, or gives up at once.
-	var perr error
-	done := false
-	require.Eventually(t, func() bool {
-		select {
-		case perr = <-protected:
-			done = true
-			return true
-		default:
-		}
-		var n int
-		err := a.dbs.es.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
-		return err == nil && n == 2
-	}, 20*time.Second, 10*time.Millisecond, "protect waits for the command, or ends")
+		return err
+	}, "protect waits for the command, or ends")
 	release()
 	r := <-written
-	if !done {
-		perr = <-protected
-	}
+	perr := protected()
 
 	var pgErr *pgconn.PgError
 	require.False(t, errors.As(perr, &pgErr) && pgErr.Code == "40P01", "protect died in a deadlock: %v", perr)
@@ -98,5 +80,36 @@ func TestProtectAndACommandOnTheSameScheduleNeverDeadlock(t *testing.T) {
 	require.Equal(t, 2, marks, "the order and its schedule are marked erased")
 	for table, n := range clearCopies(t, a.dbs.es.DB) {
 		require.Zero(t, n, "copies left in clear in %s", table)
+	}
+}
+
+// queuedOrEnded runs fn, the second party of a race, and waits until it
+// has ended or queued behind the first party's lock (two sessions of the
+// database waiting on a lock: the first's other side and fn's); the
+// function it returns gives fn's result, once the test has let the first
+// party go.
+func (a *api) queuedOrEnded(t *testing.T, fn func() error, msg string) func() error {
+	t.Helper()
+	ended := make(chan error, 1)
+	go func() { ended <- fn() }()
+	var result error
+	done := false
+	require.Eventually(t, func() bool {
+		select {
+		case result = <-ended:
+			done = true
+			return true
+		default:
+		}
+		var n int
+		err := a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+		return err == nil && n == 2
+	}, 20*time.Second, 10*time.Millisecond, msg)
+	return func() error {
+		if !done {
+			result = <-ended
+		}
+		return result
 	}
 }
