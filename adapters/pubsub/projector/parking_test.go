@@ -2,6 +2,7 @@ package projector_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"sync/atomic"
@@ -309,4 +310,51 @@ func TestRedeliveredAppliedEventsAreNotHeldAsWaiting(t *testing.T) {
 	// The operator skips the event that failed, as the list names it.
 	_, err = op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, EventID: v3, By: "ops:ada", Reason: "bad data"})
 	require.NoError(t, err, "skipping the failed event (first_event_id) must work")
+}
+
+// An aggregate parked on a gap (the event that failed does not follow the
+// row: its predecessor never reached the projection, as after a consumer
+// group moved past messages retention pruned) is cleared by replay, the
+// documented tool: the missing events are in the events table, the source
+// of truth, and replay applies them first. Skip cannot help here (a
+// skipped event is applied as a version bump, which the gap check refuses
+// too), and a rebuild keeps each row at the version its change log
+// records, so without this the aggregate stayed parked for good.
+func TestReplayFillsAGapFromTheEventStore(t *testing.T) {
+	t.Parallel()
+	f := setup(t, pgtest.NewDB(t))
+	parking, err := projector.NewParking(f.ES, projector.Projection{Name: "orders", Topic: pubsub.TopicOrders,
+		Decode: order.Decode, Apply: f.Orders.Apply})
+	require.NoError(t, err)
+	op := f.operator(t, parking)
+	ctx := context.Background()
+
+	id := f.CreateOrder(t)
+	f.step(t, id, order.StatusConfirmed)   // v2: never delivered
+	f.step(t, id, order.StatusDispatching) // v3: meets the gap and parks
+	stream := f.Stream(t, id)
+	require.NoError(t, f.Orders.Apply(ctx, stream[0]))
+	gap := f.Orders.Apply(ctx, stream[2])
+	var gapErr *readmodel.GapError
+	require.ErrorAs(t, gap, &gapErr)
+	env, err := json.Marshal(stream[2].Envelope)
+	require.NoError(t, err)
+	// What the park middleware writes once v3's retry budget is spent.
+	_, err = f.ES.DB.Exec(`INSERT INTO parked_aggregates (projection, stream_id, stream_type, merchant_id, reason, first_event_id, first_version)
+		VALUES ('orders', $1, 'order', $2, $3, $4, 3)`, id, f.MerchantID, gap.Error(), stream[2].ID)
+	require.NoError(t, err)
+	_, err = f.ES.DB.Exec(`INSERT INTO parked_events (projection, stream_id, version, event_id, type, envelope)
+		VALUES ('orders', $1, 3, $2, $3, $4)`, id, stream[2].ID, stream[2].Type, string(env))
+	require.NoError(t, err)
+
+	res, err := op.Replay(ctx, "orders", id, "ops:ada")
+	require.NoError(t, err)
+	require.Empty(t, res.Error)
+	require.True(t, res.Unparked, "replay fills the gap and unparks")
+	require.Equal(t, 3, f.rowVersion(t, id))
+	f.requireProjected(t, []string{id})
+	changes, err := f.Orders.Changes(ctx, query.Scope{MerchantID: f.MerchantID}, "order", id)
+	require.NoError(t, err)
+	require.Len(t, changes, 3, "one change-log row per event, the filled one too")
+	require.Empty(t, f.verify(t))
 }
