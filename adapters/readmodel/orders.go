@@ -126,6 +126,12 @@ func (e *GapError) Error() string {
 	return fmt.Sprintf("aggregate %s: event version %d does not follow row version %d", e.AggregateID, e.Version, e.RowVersion)
 }
 
+// Missing returns the versions the row lacks before the event, first and
+// last: a replay of parked events reads them from the event store and
+// applies them first (projector.Parking, which knows this error by this
+// method alone).
+func (e *GapError) Missing() (from, to int) { return e.RowVersion + 1, e.Version - 1 }
+
 // Orders is the orders projection and the order read model.
 type Orders struct {
 	db                        *bun.DB

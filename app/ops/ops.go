@@ -43,7 +43,9 @@ type ParkedEvent struct {
 type ReplayResult struct {
 	Projection string
 	StreamID   string
-	// Applied is how many waiting events were applied (in version order).
+	// Applied is how many waiting events were applied (in version order),
+	// with the missing ones of a gap that replay filled in from the events
+	// table.
 	Applied int
 	// Unparked is true when every waiting event applied; the aggregate
 	// flows again.

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/uptrace/bun"
 
+	"hearth/adapters/pubsub"
 	"hearth/app/ops"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
@@ -43,6 +44,7 @@ import (
 // parked behind the others (still parked).
 type Parking struct {
 	db          *bun.DB
+	log         *pubsub.EventLog // the missing events of a gap, for replay
 	projections map[string]Projection
 	parkedCache anyParkedCache
 	// Audit, when set (before use), writes the audit entry of each replay
@@ -78,7 +80,11 @@ func NewParking(db *bun.DB, projections ...Projection) (*Parking, error) {
 	if db == nil {
 		return nil, errors.New("projector.NewParking: nil db")
 	}
-	pk := &Parking{db: db, projections: map[string]Projection{}}
+	log, err := pubsub.NewEventLog(db)
+	if err != nil {
+		return nil, err
+	}
+	pk := &Parking{db: db, log: log, projections: map[string]Projection{}}
 	for _, p := range projections {
 		if p.Name == "" || p.Apply == nil || p.Decode == nil {
 			return nil, fmt.Errorf("projector.NewParking: projection %q needs Name, Decode and Apply", p.Name)
@@ -412,9 +418,9 @@ func (pk *Parking) replay(ctx context.Context, tx bun.Tx, p Projection, res *ops
 	for i, w := range waiting {
 		rec, err := event.Unmarshal(w.env, p.Decode)
 		if err == nil {
-			actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-			err = p.Apply(actx, rec)
-			cancel()
+			var filled int
+			filled, err = pk.applyFillingGap(ctx, p, rec)
+			res.Applied += filled
 		}
 		if err != nil {
 			res.Error, res.Waiting = err.Error(), len(waiting)-i
@@ -441,6 +447,49 @@ func (pk *Parking) replay(ctx context.Context, tx bun.Tx, p Projection, res *ops
 	}
 	res.Unparked = true
 	return nil
+}
+
+// gap is the projection's error for an event whose predecessors the row
+// has not applied (readmodel.GapError): the versions missing before it.
+type gap interface{ Missing() (from, to int) }
+
+// applyFillingGap applies rec through p. When the row lacks events before
+// it (a gap: they never reached the projection, as when a consumer group
+// was moved past messages retention had pruned), it applies those first,
+// read from the events table, the source of truth, as the projection sees
+// them (skipped ones as skipped), and then rec, and returns how many it
+// filled in. Without this no tool could clear such an aggregate: skip
+// applies a version bump, which the gap check refuses as well, and a
+// rebuild keeps each row at the version its change log records.
+func (pk *Parking) applyFillingGap(ctx context.Context, p Projection, rec event.Recorded) (int, error) {
+	apply := func(r event.Recorded) error {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		defer cancel()
+		return p.Apply(actx, r)
+	}
+	err := apply(rec)
+	var g gap
+	if !errors.As(err, &g) {
+		return 0, err
+	}
+	from, to := g.Missing()
+	lctx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+	streams, lerr := pk.log.Streams(lctx, p.Name, rec.StreamType, p.Decode, []string{rec.StreamID})
+	cancel()
+	if lerr != nil {
+		return 0, errors.Join(err, fmt.Errorf("read the missing events: %w", lerr))
+	}
+	filled := 0
+	for _, r := range streams[rec.StreamID] {
+		if r.Version < from || r.Version > to {
+			continue
+		}
+		if err := apply(r); err != nil {
+			return filled, fmt.Errorf("fill in version %d (event %s): %w", r.Version, r.ID, err)
+		}
+		filled++
+	}
+	return filled, apply(rec)
 }
 
 // Skip skips the first waiting event of a parked aggregate (s.By and
