@@ -27,6 +27,7 @@ type ErasureRequest struct {
 	SubjectID     string
 	Confirm       string
 	CorrelationID string
+	Settle        time.Duration // not yet used
 }
 
 // Erasure is what an erasure did.
@@ -46,7 +47,23 @@ type Erasure struct {
 	// PlansEnded counts the customer's service plans this run ended: a
 	// plan of a person erased creates no more visits.
 	PlansEnded int
+	// Not yet set.
+	SecondPassDue     time.Time
+	SecondPassPending bool
+	SecondPassError   error
 }
+
+// PendingErasure is the record of a second pass not run yet.
+type PendingErasure struct {
+	Request ErasureRequest
+	Due     time.Time
+}
+
+// RunDue runs the second passes due: none yet.
+func (x *Erasures) RunDue(context.Context) (int, error) { return 0, nil }
+
+// Pending lists the second passes not run yet: none known yet.
+func (x *Erasures) Pending(context.Context) ([]PendingErasure, error) { return nil, nil }
 
 // ErasureStore erases a subject in one transaction of the event store and
 // records audit's entry there (pubsub.Store.EraseSubject). It is safe to
@@ -62,7 +79,7 @@ type Erasures struct {
 	// instance (vault.CacheFor): a write sealed with it meanwhile is marked
 	// by the second pass.
 	settle time.Duration
-	sleep  func(ctx context.Context, d time.Duration) error
+	Wait   func(ctx context.Context, d time.Duration) error
 }
 
 // NewErasures returns the use case; settle is how long other instances may
@@ -71,7 +88,7 @@ func NewErasures(store ErasureStore, settle time.Duration) (*Erasures, error) {
 	if store == nil {
 		return nil, errors.New("ops.NewErasures: nil store")
 	}
-	return &Erasures{store: store, settle: settle, sleep: sleepCtx}, nil
+	return &Erasures{store: store, settle: settle, Wait: sleepCtx}, nil
 }
 
 // RuleEraseUnconfirmed is an erasure whose request does not confirm it.
@@ -117,7 +134,7 @@ func (x *Erasures) Erase(ctx context.Context, req ErasureRequest) (Erasure, erro
 	if err != nil {
 		return Erasure{}, err
 	}
-	if err := x.sleep(ctx, x.settle); err != nil {
+	if err := x.Wait(ctx, x.settle); err != nil {
 		return Erasure{}, err
 	}
 	second, err := x.pass(ctx, req, audit)
@@ -147,7 +164,7 @@ func (x *Erasures) pass(ctx context.Context, req ErasureRequest, audit func(Eras
 		if err == nil || !errors.As(err, &conflict) || attempt == passAttempts {
 			return e, err
 		}
-		if err := x.sleep(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
+		if err := x.Wait(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
 			return Erasure{}, err
 		}
 	}
