@@ -96,6 +96,24 @@ func (e CustomerExportSchema) Valid() bool {
 	}
 }
 
+// Defines values for ErasureSecondPass.
+const (
+	ErasureSecondPassDone    ErasureSecondPass = "done"
+	ErasureSecondPassPending ErasureSecondPass = "pending"
+)
+
+// Valid indicates whether the value is a known member of the ErasureSecondPass enum.
+func (e ErasureSecondPass) Valid() bool {
+	switch e {
+	case ErasureSecondPassDone:
+		return true
+	case ErasureSecondPassPending:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErasureSubjectType.
 const (
 	ErasureSubjectTypeCustomer    ErasureSubjectType = "customer"
@@ -4095,9 +4113,18 @@ type Erasure struct {
 	Id       openapi_types.UUID `json:"id"`
 
 	// Position the store position of the last event this request wrote (0 when none): a GET with min_position reads the aggregates as erased
-	Position    int64              `json:"position"`
-	SubjectType ErasureSubjectType `json:"subject_type"`
+	Position int64 `json:"position"`
+
+	// SecondPass done: the second pass (for writes sealed meanwhile with the erased key still cached by another instance) ran, and the erasure is complete; pending: it has not run yet (it failed, or the request ran out of time), and the erasure worker runs it from second_pass_due on
+	SecondPass ErasureSecondPass `json:"second_pass"`
+
+	// SecondPassDue when the second pass fell (or falls) due: once no instance can still seal with the erased key
+	SecondPassDue time.Time          `json:"second_pass_due"`
+	SubjectType   ErasureSubjectType `json:"subject_type"`
 }
+
+// ErasureSecondPass done: the second pass (for writes sealed meanwhile with the erased key still cached by another instance) ran, and the erasure is complete; pending: it has not run yet (it failed, or the request ran out of time), and the erasure worker runs it from second_pass_due on
+type ErasureSecondPass string
 
 // ErasureSubjectType defines model for Erasure.SubjectType.
 type ErasureSubjectType string

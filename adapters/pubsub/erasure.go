@@ -80,6 +80,30 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 				return rows.Err()
 			})
 		b.Queue(`DELETE FROM data_keys WHERE subject_id = $1`, req.SubjectID)
+		if req.SecondPass {
+			// The record of the second pass this one is: not a later one,
+			// which an erasure run again meanwhile recorded (its own second
+			// pass clears it).
+			b.Queue(`DELETE FROM erasure_second_passes WHERE subject_id = $1 AND due_at <= $2`, req.SubjectID, req.Due)
+		} else {
+			// The second pass, recorded in this transaction, due when no
+			// instance can still seal with the key deleted above (by this
+			// database's clock, which the worker reads too): whatever
+			// becomes of the caller, a worker runs it. Run again before it
+			// ran, the erasure keeps the later due time.
+			b.Queue(`INSERT INTO erasure_second_passes (subject_id, merchant_id, subject_type, requested_by, correlation_id, due_at)
+				VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+				ON CONFLICT (subject_id) DO UPDATE SET due_at = greatest(erasure_second_passes.due_at, excluded.due_at),
+					requested_by = excluded.requested_by, correlation_id = excluded.correlation_id
+				RETURNING due_at`, req.SubjectID, req.MerchantID, req.SubjectType, req.By, req.CorrelationID, req.Settle.Seconds()).
+				QueryRow(func(row pgx.Row) error {
+					if err := row.Scan(&out.SecondPassDue); err != nil {
+						return err
+					}
+					out.SecondPassDue = out.SecondPassDue.UTC()
+					return nil
+				})
+		}
 		// The bookings of the schedules to mark, locked before the streams
 		// are read. A command appends to a schedule and its order, in
 		// either order, holding the schedule's booking (Book); the erasure
@@ -214,6 +238,39 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 	}
 	if s.vault != nil {
 		s.vault.Forget(req.SubjectID)
+	}
+	return out, nil
+}
+
+// PendingErasures implements ops.ErasureStore: the records of the second
+// passes not run yet, the earliest due first, only those due by this
+// database's clock when dueOnly; at most limit (0: all).
+func (s *Store) PendingErasures(ctx context.Context, dueOnly bool, limit int) ([]ops.PendingErasure, error) {
+	q := `SELECT subject_id::text, merchant_id::text, subject_type, requested_by, correlation_id, due_at
+		FROM erasure_second_passes WHERE NOT $1 OR due_at <= now() ORDER BY due_at, subject_id`
+	args := []any{dueOnly}
+	if limit > 0 {
+		q += ` LIMIT $2`
+		args = append(args, limit)
+	}
+	rows, err := s.db.DB.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pending erasures: %w", err)
+	}
+	defer rows.Close()
+	out := []ops.PendingErasure{}
+	for rows.Next() {
+		var p ops.PendingErasure
+		r := &p.Request
+		if err := rows.Scan(&r.SubjectID, &r.MerchantID, &r.SubjectType, &r.By, &r.CorrelationID, &p.Due); err != nil {
+			return nil, fmt.Errorf("pending erasures: %w", err)
+		}
+		p.Due = p.Due.UTC()
+		r.Confirm, r.Due = r.SubjectID, p.Due
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pending erasures: %w", err)
 	}
 	return out, nil
 }

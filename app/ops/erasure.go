@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -27,7 +28,16 @@ type ErasureRequest struct {
 	SubjectID     string
 	Confirm       string
 	CorrelationID string
-	Settle        time.Duration // not yet used
+	// SecondPass marks the pass run once no instance can still hold the
+	// erased key: it clears the record of the pending second pass. A first
+	// pass records it instead, due Settle after its commit, in its own
+	// transaction: if the caller is gone or the process dies before the
+	// second pass, a worker (Erasures.RunDue) still runs it.
+	// A second pass clears the record due at Due (the first pass's
+	// SecondPassDue), not a later one.
+	SecondPass bool
+	Settle     time.Duration
+	Due        time.Time
 }
 
 // Erasure is what an erasure did.
@@ -47,7 +57,11 @@ type Erasure struct {
 	// PlansEnded counts the customer's service plans this run ended: a
 	// plan of a person erased creates no more visits.
 	PlansEnded int
-	// Not yet set.
+	// SecondPassDue is when the second pass fell due (or falls due): by
+	// then no instance can still seal with the erased key.
+	// SecondPassPending says it has not run yet (its error, if it failed,
+	// is SecondPassError): the record of it stays, and the erasure worker
+	// (Erasures.RunDue) runs it; only then is the erasure complete.
 	SecondPassDue     time.Time
 	SecondPassPending bool
 	SecondPassError   error
@@ -59,17 +73,15 @@ type PendingErasure struct {
 	Due     time.Time
 }
 
-// RunDue runs the second passes due: none yet.
-func (x *Erasures) RunDue(context.Context) (int, error) { return 0, nil }
-
-// Pending lists the second passes not run yet: none known yet.
-func (x *Erasures) Pending(context.Context) ([]PendingErasure, error) { return nil, nil }
-
 // ErasureStore erases a subject in one transaction of the event store and
 // records audit's entry there (pubsub.Store.EraseSubject). It is safe to
 // run again: a run finishes what an earlier one left.
 type ErasureStore interface {
 	EraseSubject(ctx context.Context, req ErasureRequest, audit func(Erasure) AuditEntry) (Erasure, error)
+	// PendingErasures lists the second passes not run yet, the earliest
+	// due first; dueOnly keeps those due now (by the store's clock, the
+	// one that set their due times).
+	PendingErasures(ctx context.Context, dueOnly bool, limit int) ([]PendingErasure, error)
 }
 
 // Erasures is the use case of erasing a customer or a staff member.
@@ -79,8 +91,14 @@ type Erasures struct {
 	// instance (vault.CacheFor): a write sealed with it meanwhile is marked
 	// by the second pass.
 	settle time.Duration
-	Wait   func(ctx context.Context, d time.Duration) error
+	// Wait waits d or until ctx is done (ctx.Err()); a timer unless a test
+	// replaces it.
+	Wait func(ctx context.Context, d time.Duration) error
 }
+
+// secondPassTimeout bounds the second pass run for a caller that has gone
+// (it no longer bounds it): past it, the worker runs it.
+const secondPassTimeout = time.Minute
 
 // NewErasures returns the use case; settle is how long other instances may
 // still hold the erased key (vault.CacheFor).
@@ -99,10 +117,14 @@ const RuleEraseUnconfirmed = "erase.unconfirmed"
 // erased everywhere), each of its aggregates gets PersonalDataErased (the
 // read models fold it again, forgetting the fields in rows and change
 // log), the stored answers naming it are deleted, and a customer's service
-// plans end (no visit is created for a person erased). After the first pass
-// it waits until no instance can still hold the key, then runs a second
-// pass for writes sealed meanwhile. Erasing again succeeds with the same
-// result. An unknown subject, or another merchant's, is apperr.ErrNotFound.
+// plans end (no visit is created for a person erased). The first pass
+// records a second one, due once no instance can still hold the key; Erase
+// waits for it and runs it (for writes sealed meanwhile), even when ctx is
+// cancelled during the wait: an erasure is complete only after it. If it
+// cannot (the pass fails, or the process dies), the record stays and the
+// erasure worker runs it (RunDue); the result says so (SecondPassPending).
+// Erasing again succeeds with the same result. An unknown subject, or
+// another merchant's, is apperr.ErrNotFound.
 func (x *Erasures) Erase(ctx context.Context, req ErasureRequest) (Erasure, error) {
 	req.By = strings.TrimSpace(req.By)
 	if err := CheckActor(req.By); err != nil {
@@ -122,30 +144,85 @@ func (x *Erasures) Erase(ctx context.Context, req ErasureRequest) (Erasure, erro
 	if req.MerchantID == "" {
 		return Erasure{}, errors.New("erase: no merchant")
 	}
-	action := ActionCustomerErase
-	if req.SubjectType == event.SubjectStaffMember {
-		action = ActionStaffMemberErase
-	}
-	audit := func(e Erasure) AuditEntry {
-		return AuditEntry{Actor: req.By, Action: action, Target: req.SubjectType + "/" + req.SubjectID,
-			Details: map[string]any{"merchant_id": req.MerchantID, "streams": e.Streams, "plans_ended": e.PlansEnded}}
-	}
-	first, err := x.pass(ctx, req, audit)
+	req.Settle, req.SecondPass = x.settle, false
+	first, err := x.pass(ctx, req, erasureAudit(req))
 	if err != nil {
 		return Erasure{}, err
 	}
-	if err := x.Wait(ctx, x.settle); err != nil {
-		return Erasure{}, err
+	// The first pass has committed: the caller going away (a client that
+	// disconnects, Ctrl-C) must not leave the erasure half done, so the
+	// wait and the second pass ignore its cancellation; the timeout bounds
+	// them, and the worker runs a second pass left undone.
+	done, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.settle+secondPassTimeout)
+	defer cancel()
+	if err := x.Wait(done, x.settle); err != nil {
+		first.SecondPassPending, first.SecondPassError = true, err
+		return first, nil
 	}
-	second, err := x.pass(ctx, req, audit)
+	req.SecondPass, req.Due = true, first.SecondPassDue
+	second, err := x.pass(done, req, erasureAudit(req))
 	if err != nil {
-		return Erasure{}, err
+		first.SecondPassPending, first.SecondPassError = true, err
+		return first, nil
 	}
 	second.Streams += first.Streams
 	second.IdempotentAnswers += first.IdempotentAnswers
 	second.PlansEnded += first.PlansEnded
 	second.Position = max(first.Position, second.Position)
+	second.SecondPassDue = first.SecondPassDue
 	return second, nil
+}
+
+// erasureAudit is the audit entry of one pass of req.
+func erasureAudit(req ErasureRequest) func(Erasure) AuditEntry {
+	action := ActionCustomerErase
+	if req.SubjectType == event.SubjectStaffMember {
+		action = ActionStaffMemberErase
+	}
+	pass := 1
+	if req.SecondPass {
+		pass = 2
+	}
+	return func(e Erasure) AuditEntry {
+		return AuditEntry{Actor: req.By, Action: action, Target: req.SubjectType + "/" + req.SubjectID,
+			Details: map[string]any{"merchant_id": req.MerchantID, "streams": e.Streams, "plans_ended": e.PlansEnded, "pass": pass}}
+	}
+}
+
+// dueBatch bounds the second passes one RunDue round runs.
+const dueBatch = 100
+
+// RunDue runs the second passes due and not run yet: those whose erasure's
+// caller went away or whose process died before them. It is the erasure
+// worker's round (one leader at a time; a pass run twice, by a leader
+// cut off meanwhile, finds nothing left). It returns how many it ran, and
+// the first error met: the record of a pass that failed stays, for the
+// next round.
+func (x *Erasures) RunDue(ctx context.Context) (int, error) {
+	due, err := x.store.PendingErasures(ctx, true, dueBatch)
+	if err != nil {
+		return 0, err
+	}
+	ran := 0
+	var first error
+	for _, p := range due {
+		req := p.Request
+		req.SecondPass = true
+		if _, err := x.pass(ctx, req, erasureAudit(req)); err != nil {
+			if first == nil {
+				first = fmt.Errorf("second pass of the erasure of %s %s: %w", req.SubjectType, req.SubjectID, err)
+			}
+			continue
+		}
+		ran++
+	}
+	return ran, first
+}
+
+// Pending lists the second passes not run yet (due or not), the earliest
+// first: an erasure is complete only once its second pass has run.
+func (x *Erasures) Pending(ctx context.Context) ([]PendingErasure, error) {
+	return x.store.PendingErasures(ctx, false, 0)
 }
 
 // passAttempts is how many times a pass is tried when it meets a write to

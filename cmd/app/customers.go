@@ -92,6 +92,26 @@ func eraseSubject(ctx context.Context, cfg Config, log *slog.Logger, cmd string,
 	}
 	fmt.Fprintf(stdout, "erased %s %s (first erased at %s); %d aggregates marked now\n", strings.ReplaceAll(subjectType, "_", " "),
 		e.SubjectID, e.ErasedAt.Format(time.RFC3339), e.Streams)
+	// The operator must know whether the erasure is complete: a second
+	// pass left pending is run by the erasure worker of a serving instance
+	// (or the next erase run, below), and the metric
+	// hearth_erasure_second_passes_pending counts it until then.
+	if e.SecondPassPending {
+		fmt.Fprintf(stdout, "second pass pending (due %s; %v): the erasure worker of a running instance, or the next erase run, runs it\n",
+			e.SecondPassDue.Format(time.RFC3339), e.SecondPassError)
+	} else {
+		fmt.Fprintf(stdout, "second pass done: the erasure is complete\n")
+	}
+	// Second passes left by earlier runs (interrupted, or a process that
+	// died) are run here too, so that a deployment that erases only from
+	// the CLI completes them as well.
+	ran, err := w.erasures.RunDue(ctx)
+	if ran > 0 {
+		fmt.Fprintf(stdout, "ran %d second passes left pending by earlier erasures\n", ran)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	return nil
 }
 

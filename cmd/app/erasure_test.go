@@ -316,6 +316,7 @@ func TestErasureOfStaffAndRecords(t *testing.T) {
 	require.NoError(t, run(t.Context(), []string{"staff", "erase", "--merchant", "acme", staff, "--confirm", staff, "--by", "dpo@acme.example"},
 		env(vars), &out, io.Discard))
 	require.Contains(t, out.String(), "erased staff member "+staff)
+	require.Contains(t, out.String(), "second pass done: the erasure is complete")
 	s := a.must(http.StatusOK, http.MethodGet, "/v1/staff/"+staff, a.opA, nil)
 	require.NotContains(t, s.Raw, "STAFFMARK")
 	require.NotContains(t, s.Raw, "07700")
@@ -446,6 +447,7 @@ func TestErasureReachesAParkedAggregate(t *testing.T) {
 
 	erased := a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+c+"/erase", a.opA, map[string]any{"confirm": c})
 	require.EqualValues(t, 2, erased.Body["aggregates"])
+	require.Equal(t, "done", erased.Body["second_pass"], "the erasure is complete")
 	for _, id := range []string{flowing, parked} {
 		require.Eventually(t, func() bool {
 			r := a.do(http.MethodGet, "/v1/orders/"+id, a.opA, nil)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/projector"
+	"hearth/app/ops"
 	"hearth/leader"
 )
 
@@ -51,6 +53,42 @@ func newTelemetry(dbs databases, projections []projector.Projection, log *slog.L
 	var err error
 	t.projections, err = projector.NewMetrics(t.reg)
 	return t, err
+}
+
+// erasureCollector reports the erasures whose second pass has not run
+// (ops.Erasures.Pending), read at each scrape: until it runs, an erasure is
+// not complete, and one long past due means the erasure worker is not
+// running or fails.
+type erasureCollector struct {
+	erasures       *ops.Erasures
+	log            *slog.Logger
+	pending, since *prometheus.Desc
+}
+
+func newErasureCollector(erasures *ops.Erasures, log *slog.Logger) *erasureCollector {
+	return &erasureCollector{erasures: erasures, log: log,
+		pending: prometheus.NewDesc("hearth_erasure_second_passes_pending",
+			"Erasures whose second pass (for writes sealed with the erased key still cached elsewhere) has not run yet: they are not complete.", nil, nil),
+		since: prometheus.NewDesc("hearth_erasure_second_pass_overdue_seconds",
+			"How long the earliest pending second pass has been due (0 when none is due); the erasure worker runs one within seconds.", nil, nil)}
+}
+
+func (c *erasureCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.pending; ch <- c.since }
+
+func (c *erasureCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pending, err := c.erasures.Pending(ctx)
+	if err != nil {
+		c.log.Warn("metrics: pending erasures", "error", err) // left out of this scrape rather than reported as 0
+		return
+	}
+	overdue := 0.0
+	if len(pending) > 0 {
+		overdue = max(0, time.Since(pending[0].Due).Seconds())
+	}
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(len(pending)))
+	ch <- prometheus.MustNewConstMetric(c.since, prometheus.GaugeValue, overdue)
 }
 
 // topics are the projections' topics, each once, and the poison topic.

@@ -376,6 +376,9 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	if err := w.telemetry.reg.Register(webhooks.NewStatsCollector(dbs.es.DB, log)); err != nil {
 		return wiring{}, err
 	}
+	if err := w.telemetry.reg.Register(newErasureCollector(w.erasures, log)); err != nil {
+		return wiring{}, err
+	}
 	if w.lags, err = newLagHistory(dbs, w); err != nil {
 		return wiring{}, err
 	}
@@ -435,7 +438,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if relayUnit != nil {
 		extra = append(extra, *relayUnit)
 	}
-	extra = append(extra, webhookUnit(cfg, w, log), planUnit(cfg, log))
+	extra = append(extra, webhookUnit(cfg, w, log), planUnit(cfg, log), erasureUnit(w, log))
 	var sched *leader.Scheduler
 	if cfg.Mode != ModeAPI {
 		if sched, err = newScheduler(cfg, dbs, w, log, extra...); err != nil {

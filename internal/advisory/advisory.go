@@ -80,6 +80,10 @@ const Webhooks = "hearth/webhooks"
 // Webhooks' is.
 const Plans = "hearth/plans"
 
+// Erasures names the leadership lock of the erasure worker, which runs the
+// second passes of erasures whose callers did not (ops.Erasures.RunDue).
+const Erasures = "hearth/erasures"
+
 // Rebuild names the lock that keeps two rebuilds of one projection apart.
 func Rebuild(projection string) string { return "hearth/rebuild/" + projection }
 

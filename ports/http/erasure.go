@@ -30,6 +30,21 @@ type erasureBody struct {
 	// takes to read them as erased.
 	Aggregates int   `json:"aggregates"`
 	Position   int64 `json:"position"`
+	// SecondPass is "done", or "pending" when the pass for writes sealed
+	// with a key still cached elsewhere has not run yet (the erasure
+	// worker runs it from SecondPassDue on): the client learns whether the
+	// erasure is complete.
+	SecondPass    string    `json:"second_pass"`
+	SecondPassDue time.Time `json:"second_pass_due"`
+}
+
+// secondPassState is the erasure's second pass as the API and the CLI
+// name it.
+func secondPassState(e ops.Erasure) string {
+	if e.SecondPassPending {
+		return "pending"
+	}
+	return "done"
 }
 
 // eraseSubject answers the erasure of one subject type for an operator key
@@ -51,7 +66,7 @@ func (s *server) eraseSubject(subjectType string) handlerFunc {
 			return err
 		}
 		writeJSON(w, http.StatusOK, erasureBody{SubjectType: e.SubjectType, ID: e.SubjectID, ErasedAt: e.ErasedAt,
-			Aggregates: e.Streams, Position: e.Position})
+			Aggregates: e.Streams, Position: e.Position, SecondPass: secondPassState(e), SecondPassDue: e.SecondPassDue})
 		return nil
 	}
 }
