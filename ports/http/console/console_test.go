@@ -367,6 +367,22 @@ func TestFormsNeedTheCSRFToken(t *testing.T) {
 	require.Equal(t, 1, f.customers.count())
 }
 
+// A HEAD request is as safe as a GET (net/http's mux routes it to the GET
+// pattern): it answers as the GET would, not as a form without its token.
+func TestHeadAnswersAsGet(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	require.Equal(t, "/console/signin?next=%2Fconsole%2Fcustomers",
+		b.do(http.MethodHead, "/console/customers", nil).Header().Get("Location"))
+	b.signIn(opKey)
+	get := b.do(http.MethodGet, "/console/customers", nil)
+	require.Equal(t, http.StatusOK, get.Code)
+	head := b.do(http.MethodHead, "/console/customers", nil)
+	require.Equal(t, http.StatusOK, head.Code, head.Body.String())
+	require.Equal(t, get.Header().Get("Content-Type"), head.Header().Get("Content-Type"))
+	require.Zero(t, f.customers.count())
+}
+
 // A refused form shows the API's problem next to the field it names, with
 // the API's status.
 func TestRefusedFormShowsTheProblemByItsField(t *testing.T) {
