@@ -276,7 +276,7 @@ func (c *Console) boardPage(r *http.Request, s *session, week string, pick assig
 		// or here when a browser without it asked (?slots), never for a
 		// live part's poll.
 		q := r.URL.Query()
-		load := r.Method == http.MethodGet && q.Get("slots") != "" && q.Get("part") == ""
+		load := safe(r) && q.Get("slots") != "" && q.Get("part") == ""
 		if err := c.freeSlots(r, s, d, *d.picked, d.Staff, load); err != nil {
 			return nil, err
 		}

@@ -227,7 +227,7 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 				return
 			}
 			next := ""
-			if r.Method == http.MethodGet {
+			if safe(r) {
 				next = "?next=" + url.QueryEscape(r.URL.RequestURI())
 			}
 			http.Redirect(w, r, "/console/signin"+next, http.StatusSeeOther)
@@ -238,7 +238,7 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 				fmt.Sprintf("A %s key may not open this page.", s.principal.Role))
 			return
 		}
-		if r.Method != http.MethodGet {
+		if !safe(r) {
 			if !sameOrigin(r) || !sameToken(r.PostFormValue("csrf"), s.csrf) {
 				c.errorPage(w, r, s, http.StatusForbidden, "Form refused",
 					"This form did not come from this console page (its security token is missing or out of date). Go back, reload the page and try again.")
@@ -249,6 +249,13 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 			c.fail(w, r, s, err)
 		}
 	})
+}
+
+// safe reports a request that writes nothing: a GET, or a HEAD, which
+// net/http's mux routes to the GET pattern and whose body the server drops.
+// Only the others are forms that must carry the CSRF token.
+func safe(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead
 }
 
 // sameOrigin refuses a write a browser says comes from another site

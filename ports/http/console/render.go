@@ -288,7 +288,7 @@ func (c *Console) show(build func(r *http.Request, s *session) (*page, error), p
 // since the form's own address takes only POSTs.
 func pageAddress(r *http.Request) string {
 	u := r.URL
-	if r.Method != http.MethodGet {
+	if !safe(r) {
 		if ref, err := url.Parse(r.Referer()); err == nil && ref.Host == r.Host && safeNext(ref.Path) != "" {
 			u = ref
 		}
