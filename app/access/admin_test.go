@@ -114,6 +114,8 @@ func TestRevokeAndRotateRecord(t *testing.T) {
 	requireFields(t, err, "grace")
 	_, err = keys.RotateKey(ctx, id, access.MaxGrace+time.Second, "ops:ada")
 	requireFields(t, err, "grace")
+	_, err = keys.RotateKey(ctx, id, 500*time.Nanosecond, "ops:ada")
+	requireFields(t, err, "grace")
 	require.Empty(t, store.entries)
 
 	store.key = access.Key{ID: "9f7a1c52-0000-4000-8000-000000000002", Role: access.Worker, StaffID: "s1", Name: "van"}

@@ -427,6 +427,15 @@ func TestRun(t *testing.T) {
 		// databases first), naming the flag, as rebuild does.
 		{name: "verify with an unknown projection", args: []string{"verify", "--projection", "ordres"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: `--projection: unknown projection "ordres"`},
+		// A grace the store cannot keep (it keeps microseconds) and an
+		// empty --by (leaving it out means cli:$USER) are mistakes, not
+		// their defaults.
+		{name: "keys rotate with a grace below a microsecond", args: []string{"keys", "rotate", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a", "--grace", "500ns"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--grace"},
+		{name: "keys rotate with an empty --by", args: []string{"keys", "rotate", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a", "--by", ""},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--by"},
+		{name: "keys revoke with an empty --by=", args: []string{"keys", "revoke", "--by=", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--by"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
