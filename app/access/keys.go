@@ -107,11 +107,16 @@ func (s KeySpec) Check(now time.Time) (KeySpec, error) {
 }
 
 // CheckGrace validates a rotation's grace period: 0 revokes the old key at
-// once; otherwise it keeps working for that long, at most MaxGrace.
+// once; otherwise it keeps working for that long, at least a microsecond
+// and at most MaxGrace.
 func CheckGrace(d time.Duration) error {
 	switch {
 	case d < 0:
 		return apperr.Invalid("grace", "must not be negative, got %s", d)
+	case d > 0 && d < time.Microsecond:
+		// Postgres keeps microseconds: a shorter grace would be stored as
+		// none, unlike what was asked for and what the audit entry says.
+		return apperr.Invalid("grace", "must be 0 or at least 1µs, got %s", d)
 	case d > MaxGrace:
 		return apperr.Invalid("grace", "must be at most %s, got %s", MaxGrace, d)
 	}

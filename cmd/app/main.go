@@ -156,6 +156,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError{fmt.Sprintf("%s: %s is a flag of serve and dev only", strings.TrimSpace(cmd+" "+sub), strings.Join(serveFlags, ", "))}
 		}
 	}
+	// An empty --by would read as left out (cli:$USER): someone who typed
+	// it meant to name who acts, so it is a mistake, not the default.
+	emptyBy := false
+	fs.Visit(func(f *flag.Flag) { emptyBy = emptyBy || f.Name == "by" && f.Value.String() == "" })
+	if emptyBy {
+		return usageError{fmt.Sprintf("%s: --by: must not be empty (leave it out for cli:$USER)", strings.TrimSpace(cmd+" "+sub))}
+	}
 	if opArgs.recheck < 0 {
 		return usageError{fmt.Sprintf("%s: --recheck must not be negative (0 reports at once), got %s", cmd, opArgs.recheck)}
 	}
