@@ -427,6 +427,12 @@ func TestRun(t *testing.T) {
 		// databases first), naming the flag, as rebuild does.
 		{name: "verify with an unknown projection", args: []string{"verify", "--projection", "ordres"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: `--projection: unknown projection "ordres"`},
+		// Refused before the databases are opened (and migrated), as verify
+		// refuses its --projection.
+		{name: "parked list with an unknown projection", args: []string{"parked", "list", "--projection", "ordres"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: `--projection: unknown projection "ordres"`},
+		{name: "parked replay --all with an unknown projection", args: []string{"parked", "replay", "--all", "--projection", "ordres"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: `--projection: unknown projection "ordres"`},
 		// A grace the store cannot keep (it keeps microseconds) and an
 		// empty --by (leaving it out means cli:$USER) are mistakes, not
 		// their defaults.
