@@ -204,13 +204,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		switch cmd {
-		case "parked":
-			return parked(ctx, cfg, log, opArgs, sub, rest, getenv, stdout)
-		case "verify":
-			// Checked before verify opens (and migrates) the databases,
-			// as rebuild checks its projection.
+		case "parked", "verify":
+			// Checked before parked and verify open (and migrate) the
+			// databases, as rebuild checks its projection.
 			if p := opArgs.projection; p != "" && !slices.Contains(readmodel.Projections(), p) {
-				return usageError{fmt.Sprintf("verify: --projection: unknown projection %q; one of %s", p, strings.Join(readmodel.Projections(), ", "))}
+				return usageError{fmt.Sprintf("%s: --projection: unknown projection %q; one of %s",
+					strings.TrimSpace(cmd+" "+sub), p, strings.Join(readmodel.Projections(), ", "))}
+			}
+			if cmd == "parked" {
+				return parked(ctx, cfg, log, opArgs, sub, rest, getenv, stdout)
 			}
 			return verify(ctx, cfg, log, opArgs, stdout, stderr)
 		default:
