@@ -298,6 +298,52 @@ func TestEmptyUUIDAndTimeParametersAreRefused(t *testing.T) {
 	require.Equal(t, 18, checked)
 }
 
+// A number or a duration given with no value (?page_size=, ?wait=) is
+// refused naming it, as the UUID and time parameters are: a client that
+// sends one meant a value, and reading it as absent would answer with the
+// default without a word. cursor, after and q stay allowed empty: clients
+// send the first two empty for the first page, and an empty search is no
+// search.
+func TestEmptyNumberAndDurationParametersAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	admin, _ := newAdminHandler(t)
+	doc, raw := loadOpenAPI(t)
+	components := raw["components"].(map[string]any)["parameters"].(map[string]any)
+	checked := 0
+	for _, rt := range (&server{}).routes() {
+		if !rt.api {
+			continue
+		}
+		method, path := requestPath(rt.pattern)
+		m, p, _ := strings.Cut(rt.pattern, " ")
+		var op openAPIOperation
+		require.NoError(t, json.Unmarshal(doc.Paths[p][strings.ToLower(m)], &op))
+		for _, prm := range op.Parameters {
+			if ref, ok := prm["$ref"].(string); ok {
+				prm = components[strings.TrimPrefix(ref, "#/components/parameters/")].(map[string]any)
+			}
+			name := prm["name"].(string)
+			if prm["in"] != "query" || !slices.Contains([]string{"page", "page_size", "limit", "wait", "duration", "step"}, name) {
+				continue
+			}
+			checked++
+			var code int
+			var body string
+			if strings.HasPrefix(p, "/admin/") {
+				rec := adminDo(admin, method, path+"?"+name+"=", "admin-key", "")
+				code, body = rec.Code, rec.Body.String()
+			} else {
+				a := f.do(method, path+"?"+name+"=", f.keyFor(rt), "")
+				code, body = a.Code, a.Body.String()
+			}
+			require.Equal(t, http.StatusBadRequest, code, "%s ?%s=: %s", rt.pattern, name, body)
+			require.Contains(t, body, `"field":"`+name+`"`, "%s ?%s=", rt.pattern, name)
+		}
+	}
+	require.NotZero(t, checked)
+}
+
 // Every operation that takes a key may answer 400 whatever its other
 // input (a query parameter it does not declare, a header sent twice), so
 // the document says so for each: a client generated from it has a type
