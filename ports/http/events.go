@@ -76,7 +76,7 @@ func (p *params) eventTypes(name string) []string {
 // duration reads a Go duration of 0 or more (such as 500ms or 20s).
 func (p *params) duration(name string, def time.Duration) time.Duration {
 	s := p.one(name)
-	if s == "" {
+	if s == "" && !p.v.Has(name) { // given empty: refused, as int's are
 		return def
 	}
 	d, err := time.ParseDuration(s)

@@ -38,9 +38,12 @@ func (p *params) one(name string) string {
 	return p.v.Get(name)
 }
 
+// int reads an integer parameter; given empty it is refused, as uuid's
+// are: a client that sends ?page_size= meant a size, and the default would
+// answer without a word.
 func (p *params) int(name string, def, min, max int) int {
 	s := p.one(name)
-	if s == "" {
+	if s == "" && !p.v.Has(name) {
 		return def
 	}
 	n, err := strconv.Atoi(s)

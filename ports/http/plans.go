@@ -513,7 +513,7 @@ type slotsBody struct {
 // "2h") or a number of minutes ("90").
 func (p *params) minutes(name string) time.Duration {
 	s := p.one(name)
-	if s == "" {
+	if s == "" && !p.v.Has(name) { // given empty: refused, as int's are
 		return 0
 	}
 	if n, err := strconv.Atoi(s); err == nil {
@@ -547,7 +547,7 @@ func (s *server) availability(w http.ResponseWriter, r *http.Request) error {
 	if to := p.time("to"); to != nil {
 		q.To = *to
 	}
-	if p.one("step") == "" { // not given: the default; given as 0, refused
+	if !p.v.Has("step") { // not given: the default; given as 0 or empty, refused
 		q.Step = query.DefaultSlotStep
 	}
 	if p.err != nil {
