@@ -12,7 +12,7 @@ import (
 	"hearth/migrations"
 )
 
-// Migration eventstore/025 moves the merchants' time zones that
+// Migration eventstore/026 moves the merchants' time zones that
 // civil.LoadZone now refuses (saved before it checked them) to a real
 // zone, so availability and new plans do not answer 422 for them: the
 // second copies of a zone (posix/, right/) and other spellings of a name to
