@@ -242,10 +242,35 @@ func (tb *tab) choose(id, label string) {
 	require.True(tb.t, ok, "select %s has an option %q", id, label)
 }
 
-// click clicks the first element the XPath expression finds.
+// click clicks the first element the XPath expression finds. A link or a
+// button of a plain form loads the next page: click waits until it has
+// loaded, so that the next step reads that page. Otherwise the next
+// step's query can find a node of the page being left, and the browser
+// drops it under the query ("Could not find node with given id"), or
+// read that page's text.
 func (tb *tab) click(expr string) {
 	tb.t.Helper()
-	tb.do(chromedp.Click(expr, chromedp.NodeVisible))
+	tb.do(chromedp.WaitVisible(expr))
+	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+	navigates, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+		const el = document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;
+		if (!el) return false;
+		const htmx = (e) => !!e && ["hx-get", "hx-post", "hx-put", "hx-patch", "hx-delete"].some((a) => e.hasAttribute(a));
+		if (el.tagName === "A") return !!el.getAttribute("href") && !el.getAttribute("href").startsWith("#") && !htmx(el);
+		return el.tagName === "BUTTON" && el.type === "submit" && !!el.form && !htmx(el) && !htmx(el.form);
+	})()`, expr)))
+	cancel()
+	require.NoError(tb.t, err, "is %s a link or a form's button", expr)
+	if !navigates {
+		tb.do(chromedp.Click(expr, chromedp.NodeVisible))
+		return
+	}
+	ctx, cancel = context.WithTimeout(tb.ctx, stepTimeout)
+	defer cancel()
+	if _, err := chromedp.RunResponse(ctx, chromedp.Click(expr, chromedp.NodeVisible)); err != nil {
+		tb.shot("failed")
+		require.NoError(tb.t, err, "click %s and load the page it leads to; the page showed:\n%s", expr, tb.shows())
+	}
 }
 
 // button clicks the button with the label.
