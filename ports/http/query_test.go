@@ -202,36 +202,21 @@ func TestMalformedQueryStringsAreRefused(t *testing.T) {
 func TestSingleValuedQueryParametersGivenTwiceAreRefused(t *testing.T) {
 	t.Parallel()
 	f := newFakeApp(t)
-	doc, raw := loadOpenAPI(t)
-	components := raw["components"].(map[string]any)["parameters"].(map[string]any)
 	checked := 0
-	for _, rt := range (&server{}).routes() {
-		if !rt.api {
-			continue
+	eachQueryParameter(t, func(rt route, name string, schema map[string]any) {
+		if schema["type"] == "array" {
+			return
 		}
+		checked++
 		method, path := requestPath(rt.pattern)
-		m, p, _ := strings.Cut(rt.pattern, " ")
-		var op openAPIOperation
-		require.NoError(t, json.Unmarshal(doc.Paths[p][strings.ToLower(m)], &op))
-		for _, prm := range op.Parameters {
-			if ref, ok := prm["$ref"].(string); ok {
-				prm = components[strings.TrimPrefix(ref, "#/components/parameters/")].(map[string]any)
-			}
-			schema, _ := prm["schema"].(map[string]any)
-			if prm["in"] != "query" || schema["type"] == "array" {
-				continue
-			}
-			name := prm["name"].(string)
-			checked++
-			a := f.do(method, path+"?"+name+"=1&"+name+"=2", f.keyFor(rt), `{}`)
-			require.Equal(t, http.StatusBadRequest, a.Code, "%s ?%s twice: %s", rt.pattern, name, a.Body.String())
-			require.Equal(t, "/problems/malformed-request", a.body["type"])
-			errs, _ := a.body["errors"].([]any)
-			require.Len(t, errs, 1, a.Body.String())
-			require.Equal(t, name, errs[0].(map[string]any)["field"], a.Body.String())
-			require.Contains(t, errs[0].(map[string]any)["message"], "at most once", a.Body.String())
-		}
-	}
+		a := f.do(method, path+"?"+name+"=1&"+name+"=2", f.keyFor(rt), `{}`)
+		require.Equal(t, http.StatusBadRequest, a.Code, "%s ?%s twice: %s", rt.pattern, name, a.Body.String())
+		require.Equal(t, "/problems/malformed-request", a.body["type"])
+		errs, _ := a.body["errors"].([]any)
+		require.Len(t, errs, 1, a.Body.String())
+		require.Equal(t, name, errs[0].(map[string]any)["field"], a.Body.String())
+		require.Contains(t, errs[0].(map[string]any)["message"], "at most once", a.Body.String())
+	})
 	require.Greater(t, checked, 50)
 	// The arrays repeat: ?status=a&status=b asks for both.
 	a := f.do(http.MethodGet, "/v1/orders?status=pending&status=confirmed", f.op, "")
@@ -261,40 +246,13 @@ func TestEmptyUUIDAndTimeParametersAreRefused(t *testing.T) {
 	t.Parallel()
 	f := newFakeApp(t)
 	admin, _ := newAdminHandler(t)
-	doc, raw := loadOpenAPI(t)
-	components := raw["components"].(map[string]any)["parameters"].(map[string]any)
 	checked := 0
-	for _, rt := range (&server{}).routes() {
-		if !rt.api {
-			continue
-		}
-		method, path := requestPath(rt.pattern)
-		m, p, _ := strings.Cut(rt.pattern, " ")
-		var op openAPIOperation
-		require.NoError(t, json.Unmarshal(doc.Paths[p][strings.ToLower(m)], &op))
-		for _, prm := range op.Parameters {
-			if ref, ok := prm["$ref"].(string); ok {
-				prm = components[strings.TrimPrefix(ref, "#/components/parameters/")].(map[string]any)
-			}
-			schema, _ := prm["schema"].(map[string]any)
-			if prm["in"] != "query" || (schema["format"] != "uuid" && schema["format"] != "date-time") {
-				continue
-			}
-			name := prm["name"].(string)
+	eachQueryParameter(t, func(rt route, name string, schema map[string]any) {
+		if schema["format"] == "uuid" || schema["format"] == "date-time" {
 			checked++
-			var code int
-			var body string
-			if strings.HasPrefix(p, "/admin/") {
-				rec := adminDo(admin, method, path+"?"+name+"=", "admin-key", "")
-				code, body = rec.Code, rec.Body.String()
-			} else {
-				a := f.do(method, path+"?"+name+"=", f.keyFor(rt), "")
-				code, body = a.Code, a.Body.String()
-			}
-			require.Equal(t, http.StatusBadRequest, code, "%s ?%s=: %s", rt.pattern, name, body)
-			require.Contains(t, body, `"field":"`+name+`"`, "%s ?%s=", rt.pattern, name)
+			requireEmptyRefused(t, f, admin, rt, name)
 		}
-	}
+	})
 	require.Equal(t, 18, checked)
 }
 
@@ -308,39 +266,13 @@ func TestEmptyNumberAndDurationParametersAreRefused(t *testing.T) {
 	t.Parallel()
 	f := newFakeApp(t)
 	admin, _ := newAdminHandler(t)
-	doc, raw := loadOpenAPI(t)
-	components := raw["components"].(map[string]any)["parameters"].(map[string]any)
 	checked := 0
-	for _, rt := range (&server{}).routes() {
-		if !rt.api {
-			continue
-		}
-		method, path := requestPath(rt.pattern)
-		m, p, _ := strings.Cut(rt.pattern, " ")
-		var op openAPIOperation
-		require.NoError(t, json.Unmarshal(doc.Paths[p][strings.ToLower(m)], &op))
-		for _, prm := range op.Parameters {
-			if ref, ok := prm["$ref"].(string); ok {
-				prm = components[strings.TrimPrefix(ref, "#/components/parameters/")].(map[string]any)
-			}
-			name := prm["name"].(string)
-			if prm["in"] != "query" || !slices.Contains([]string{"page", "page_size", "limit", "wait", "duration", "step"}, name) {
-				continue
-			}
+	eachQueryParameter(t, func(rt route, name string, _ map[string]any) {
+		if slices.Contains([]string{"page", "page_size", "limit", "wait", "duration", "step"}, name) {
 			checked++
-			var code int
-			var body string
-			if strings.HasPrefix(p, "/admin/") {
-				rec := adminDo(admin, method, path+"?"+name+"=", "admin-key", "")
-				code, body = rec.Code, rec.Body.String()
-			} else {
-				a := f.do(method, path+"?"+name+"=", f.keyFor(rt), "")
-				code, body = a.Code, a.Body.String()
-			}
-			require.Equal(t, http.StatusBadRequest, code, "%s ?%s=: %s", rt.pattern, name, body)
-			require.Contains(t, body, `"field":"`+name+`"`, "%s ?%s=", rt.pattern, name)
+			requireEmptyRefused(t, f, admin, rt, name)
 		}
-	}
+	})
 	require.NotZero(t, checked)
 }
 
@@ -402,4 +334,49 @@ func TestParkedProjectionGivenEmptyIsRefused(t *testing.T) {
 	require.Empty(t, f.calls, "nothing listed or replayed")
 	require.Equal(t, http.StatusOK, adminDo(h, "POST", "/admin/parked/replay", "admin-key", "").Code, "absent: every projection")
 	require.Equal(t, []string{"replay all  by key:4"}, f.calls)
+}
+
+// eachQueryParameter calls fn with every API route and each query
+// parameter its operation declares in the document, its $ref resolved:
+// its name and its schema.
+func eachQueryParameter(t *testing.T, fn func(rt route, name string, schema map[string]any)) {
+	t.Helper()
+	doc, raw := loadOpenAPI(t)
+	components := raw["components"].(map[string]any)["parameters"].(map[string]any)
+	for _, rt := range (&server{}).routes() {
+		if !rt.api {
+			continue
+		}
+		m, p, _ := strings.Cut(rt.pattern, " ")
+		var op openAPIOperation
+		require.NoError(t, json.Unmarshal(doc.Paths[p][strings.ToLower(m)], &op))
+		for _, prm := range op.Parameters {
+			if ref, ok := prm["$ref"].(string); ok {
+				prm = components[strings.TrimPrefix(ref, "#/components/parameters/")].(map[string]any)
+			}
+			if prm["in"] == "query" {
+				schema, _ := prm["schema"].(map[string]any)
+				fn(rt, prm["name"].(string), schema)
+			}
+		}
+	}
+}
+
+// requireEmptyRefused checks that rt refuses its query parameter name
+// given empty (?name=), 400 naming it: the admin routes through admin, the
+// rest through f.
+func requireEmptyRefused(t *testing.T, f *fakeApp, admin http.Handler, rt route, name string) {
+	t.Helper()
+	method, path := requestPath(rt.pattern)
+	var code int
+	var body string
+	if strings.HasPrefix(path, "/admin/") {
+		rec := adminDo(admin, method, path+"?"+name+"=", "admin-key", "")
+		code, body = rec.Code, rec.Body.String()
+	} else {
+		a := f.do(method, path+"?"+name+"=", f.keyFor(rt), "")
+		code, body = a.Code, a.Body.String()
+	}
+	require.Equal(t, http.StatusBadRequest, code, "%s ?%s=: %s", rt.pattern, name, body)
+	require.Contains(t, body, `"field":"`+name+`"`, "%s ?%s=", rt.pattern, name)
 }
