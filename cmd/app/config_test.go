@@ -423,6 +423,13 @@ func TestRun(t *testing.T) {
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "ID: must be a UUID"},
 		{name: "customers export with an ID that is not a UUID", args: []string{"customers", "export", "--merchant", "acme", "ada"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "ID: must be a UUID"},
+		// The erasures' commands take no argument, and --json lists only.
+		{name: "erasures run with an argument", args: []string{"erasures", "run", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "unexpected arguments"},
+		{name: "erasures run with --json", args: []string{"erasures", "run", "--json"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "json"},
+		{name: "erasures without a subcommand", args: []string{"erasures"},
+			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "the subcommands are list, run"},
 		// Refused before anything is opened (verify would migrate the
 		// databases first), naming the flag, as rebuild does.
 		{name: "verify with an unknown projection", args: []string{"verify", "--projection", "ordres"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
@@ -122,4 +123,51 @@ func TestTheErasureWorkerCompletesAnErasureWhoseProcessDied(t *testing.T) {
 	pending, err = x.Pending(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, pending, "the erasure is complete")
+}
+
+// An operator answering the overdue alert lists the erasures not complete
+// with `app erasures list`, and where no instance runs the erasure worker
+// (every instance MODE=api) completes the due ones with `app erasures run`,
+// which leaves those not due yet.
+func TestErasuresListAndRunFromTheCLI(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	a.createOrder(a.opA, customer, 1000)
+	_, _, store := a.writeInstance()
+	req := ops.ErasureRequest{By: "dpo: request 7", MerchantID: a.merchantA, SubjectType: event.SubjectCustomer,
+		SubjectID: customer, Confirm: customer, Settle: vault.CacheFor}
+	_, err := store.EraseSubject(t.Context(), req, func(ops.Erasure) ops.AuditEntry {
+		return ops.AuditEntry{Actor: req.By, Action: ops.ActionCustomerErase, Target: "customer/" + customer, Details: map[string]any{"pass": 1}}
+	}) // then the process dies
+	require.NoError(t, err)
+
+	out, err := cli(t.Context(), a.urls(), "erasures", "list")
+	require.NoError(t, err, out)
+	require.Contains(t, out, customer)
+	require.Contains(t, out, "dpo: request 7")
+	require.Contains(t, out, "1 erasures not complete")
+	out, err = cli(t.Context(), a.urls(), "erasures", "list", "--json")
+	require.NoError(t, err, out)
+	var listed []pendingErasureBody
+	require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
+	require.Len(t, listed, 1)
+	require.Equal(t, pendingErasureBody{SubjectType: event.SubjectCustomer, SubjectID: customer, MerchantID: a.merchantA,
+		RequestedBy: "dpo: request 7", CorrelationID: listed[0].CorrelationID, Due: listed[0].Due}, listed[0])
+	require.WithinDuration(t, time.Now().Add(vault.CacheFor), listed[0].Due, time.Minute)
+
+	out, err = cli(t.Context(), a.urls(), "erasures", "run")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ran 0 second passes", "not due yet: another instance may still seal with the key")
+	require.Contains(t, out, "1 erasures not complete")
+	require.Equal(t, []string{"1"}, a.erasurePasses(customer))
+
+	// CacheFor passes: the due time is moved back rather than waited for.
+	_, err = a.dbs.es.DB.ExecContext(t.Context(), `UPDATE erasure_second_passes SET due_at = due_at - interval '1 hour'`)
+	require.NoError(t, err)
+	out, err = cli(t.Context(), a.urls(), "erasures", "run")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ran 1 second passes")
+	require.Contains(t, out, "0 erasures not complete")
+	require.Equal(t, []string{"1", "2"}, a.erasurePasses(customer))
 }

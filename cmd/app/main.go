@@ -8,6 +8,7 @@
 //	app customers export --merchant NAME ID [--by WHO]
 //	app customers erase --merchant NAME ID --confirm ID [--by WHO]
 //	app staff erase --merchant NAME ID --confirm ID [--by WHO]
+//	app erasures list [--json] | run
 //	app protect [--by WHO] [--batch N]
 //	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
 //	app parked list|replay|skip ...
@@ -46,6 +47,8 @@ const usage = `usage:
                                                           erase a customer's personal data, irreversibly (recorded in the audit log)
   app staff erase --merchant NAME ID --confirm ID [--by WHO]
                                                           erase a staff member's personal data, irreversibly
+  app erasures list [--json]                               erasures whose second pass has not run yet (not complete)
+  app erasures run                                         run the second passes that are due now (what the erasure worker does)
   app protect [--by WHO] [--batch N]                       seal the personal fields of events written before they were sealed
                                                           (run once after upgrading to sealed personal data; safe to re-run)
   app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
@@ -106,9 +109,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sub := ""
 	switch cmd {
 	case "serve", "dev", "migrate", "verify", "rebuild", "protect":
-	case "keys", "audit", "customers", "staff", "keyring", "parked":
+	case "keys", "audit", "customers", "staff", "erasures", "keyring", "parked":
 		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export", "erase"},
-			"staff": {"erase"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}}[cmd]
+			"staff": {"erase"}, "erasures": {"list", "run"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -190,6 +193,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return eraseSubject(ctx, cfg, log, cmd, customerArgs, rest, getenv, stdout)
 		}
 		return customersExport(ctx, cfg, log, customerArgs, rest, getenv, stdout)
+	case "erasures":
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		return erasures(ctx, cfg, log, sub, opArgs, stdout)
 	case "protect":
 		if err := cfg.requireDatabase(); err != nil {
 			return err

@@ -39,6 +39,8 @@ func (o *opsFlags) register(cmd, sub string, fs *flag.FlagSet) {
 	case "parked list":
 		fs.StringVar(&o.projection, "projection", "", "only this projection")
 		fs.BoolVar(&o.asJSON, "json", false, "print JSON")
+	case "erasures list":
+		fs.BoolVar(&o.asJSON, "json", false, "print JSON")
 	case "parked replay":
 		fs.StringVar(&o.projection, "projection", "", "only this projection (with --all)")
 		fs.BoolVar(&o.all, "all", false, "replay every parked aggregate")
