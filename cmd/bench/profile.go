@@ -169,8 +169,14 @@ func ownNamed(function string) bool {
 var closure = regexp.MustCompile(`\.func\d+(\.\d+)*$`)
 
 // profilesInDoc are the profiles whose top functions docs/benchmarks.md
-// lists, by the name their section recorded them under.
-var profilesInDoc = []string{"commands, mode api", "catch-up"}
+// lists, by the name their section recorded them under, each with its
+// heading there: the commands' profile of the baseline binary is the
+// "before" of the commands' "after", from the same run.
+var profilesInDoc = []struct{ name, heading string }{
+	{"commands, mode api", "commands, mode api (after: this code)"},
+	{"commands, baseline", "commands, mode api, the baseline binary (before: BENCH_BASELINE)"},
+	{"catch-up", "catch-up"},
+}
 
 // profileTops is docs/benchmarks.md's part on where the CPU went: for each
 // profile of profilesInDoc that was recorded, the top functions by flat
@@ -179,8 +185,8 @@ func (b *bench) profileTops() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out strings.Builder
-	for _, name := range profilesInDoc {
-		p := b.profiles[name]
+	for _, doc := range profilesInDoc {
+		p := b.profiles[doc.name]
 		if p == nil {
 			continue
 		}
@@ -199,7 +205,7 @@ func (b *bench) profileTops() string {
 				fmt.Fprintf(&out, "| `%s` | %s | %s |\n", u.function, pct(u.flat), pct(u.cum))
 			}
 		}
-		fmt.Fprintf(&out, "\n### %s: %s of CPU over %s\n", name,
+		fmt.Fprintf(&out, "\n### %s: %s of CPU over %s\n", doc.heading,
 			time.Duration(total).Round(10*time.Millisecond), time.Duration(p.DurationNanos).Round(time.Second))
 		slices.SortFunc(uses, func(a, b cpuUse) int {
 			return cmp.Or(cmp.Compare(b.flat, a.flat), strings.Compare(a.function, b.function))
