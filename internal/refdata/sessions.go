@@ -128,6 +128,23 @@ func (s *Store) Session(ctx context.Context, u access.SessionUse) (access.Sessio
 	return out, nil
 }
 
+// SessionCheckSQL fails, dividing by zero, unless the session of token
+// hash $1 is open at $3 and its key, $2, still works: the check a console
+// write's transaction runs (access.KeyCheck), in place of KeyCheckSQL,
+// as the console holds no key's secret. Revoking a key deletes its
+// sessions, but an expired key's (or one rotated past its grace) stay
+// until pruned: keyWorks decides.
+const SessionCheckSQL = `SELECT 1 / count(*) FROM console_sessions cs
+	JOIN api_keys k ON k.id = cs.key_id LEFT JOIN staff s ON s.id = k.staff_id
+	WHERE cs.token_hash = $1 AND k.id = $2 AND cs.expires_at > $3 AND ` + keyWorks
+
+// SessionCheck returns the check, for a console write's transaction, that
+// the session of tokenHash is still open at at and its key, keyID, still
+// works.
+func (s *Store) SessionCheck(tokenHash []byte, keyID string, at time.Time) *access.KeyCheck {
+	return &access.KeyCheck{SQL: SessionCheckSQL, Args: []any{tokenHash, keyID, event.Instant(at)}}
+}
+
 // SetSessionFlash sets the message the session's next page shows (empty:
 // none).
 func (s *Store) SetSessionFlash(ctx context.Context, tokenHash []byte, flash string) error {

@@ -221,16 +221,19 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 			return
 		}
 		if s == nil {
-			if r.Header.Get("HX-Request") != "" {
-				w.Header().Set("HX-Redirect", "/console/signin")
-				w.WriteHeader(http.StatusNoContent)
-				return
+			q := url.Values{}
+			// A cookie that names no live session (signed out, idle, its key
+			// revoked or expired): the sign-in page says the session ended,
+			// rather than ask for a key as if nobody had signed in, and the
+			// cookie goes, so that it spends no lookups again.
+			if ck, err := r.Cookie(c.cfg.CookieName); err == nil && ck.Value != "" {
+				q.Set("ended", "session")
+				http.SetCookie(w, cookie(c.cfg.CookieName, "", -1))
 			}
-			next := ""
-			if safe(r) {
-				next = "?next=" + url.QueryEscape(r.URL.RequestURI())
+			if safe(r) && r.Header.Get("HX-Request") == "" {
+				q.Set("next", r.URL.RequestURI())
 			}
-			http.Redirect(w, r, "/console/signin"+next, http.StatusSeeOther)
+			c.toSignin(w, r, q)
 			return
 		}
 		if roles != nil && !slices.Contains(roles, s.principal.Role) {
@@ -244,11 +247,60 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 					"This form did not come from this console page (its security token is missing or out of date). Go back, reload the page and try again.")
 				return
 			}
+			// The session was looked up, its key with it, when the request
+			// came in; a write to the event store checks both again in its
+			// transaction, before anything it reads or writes, as the API's
+			// writes check their key (access.KeyCheck): a key revoked,
+			// rotated away or expired meanwhile writes nothing.
+			r = r.WithContext(access.WithKeyCheck(r.Context(), c.cfg.Sessions.SessionCheck(s.hash, s.principal.KeyID, c.cfg.Now())))
 		}
-		if err := h(w, r, s); err != nil {
+		err = h(w, r, s)
+		switch {
+		case errors.Is(err, access.ErrKeyRefused):
+			c.keyRefused(w, r, s)
+		case err != nil:
 			c.fail(w, r, s, err)
 		}
 	})
+}
+
+// keyRefused answers a write whose transaction found the session's key no
+// longer working (or the session ended): nothing was written; the session
+// ends and the person is sent to sign in, told why.
+func (c *Console) keyRefused(w http.ResponseWriter, r *http.Request, s *session) {
+	// An expired key's session row would stay until pruned (a revoked
+	// key's went with it); its lookups fail anyway, so a failure here
+	// changes nothing the person sees.
+	if err := s.store.CloseSession(r.Context(), s.hash); err != nil && r.Context().Err() == nil {
+		c.log.WarnContext(r.Context(), "end the session of a key refused", "key_id", s.principal.KeyID, "error", err)
+	}
+	http.SetCookie(w, cookie(c.cfg.CookieName, "", -1))
+	c.toSignin(w, r, url.Values{"ended": {"key"}})
+}
+
+// toSignin sends the browser to the sign-in page with the query q: a
+// redirect, or for htmx (a live part's poll) an HX-Redirect, so that the
+// sign-in page is loaded rather than swapped into the part.
+func (c *Console) toSignin(w http.ResponseWriter, r *http.Request, q url.Values) {
+	to := "/console/signin"
+	if len(q) > 0 {
+		to += "?" + q.Encode()
+	}
+	if r.Header.Get("HX-Request") != "" {
+		w.Header().Set("HX-Redirect", to)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// endedWhy is what the sign-in page says of a session that ended while in
+// use (?ended=).
+var endedWhy = map[string]string{
+	"key": "You are signed out: the key this session was opened with no longer works (revoked, expired, or " +
+		"rotated past its grace period), so what you sent was not saved. Sign in with a key that works.",
+	"session": "Your session has ended (signed out, unused for too long, or its key no longer works): " +
+		"sign in again. A form sent with it was not saved.",
 }
 
 // safe reports a request that writes nothing: a GET, or a HEAD, which
@@ -357,6 +409,7 @@ func homeOf(role access.Role) string {
 
 type signinData struct {
 	Token, Next, Error string
+	Ended              string // why the session ended, when it did in use (endedWhy)
 	NoCookie           bool
 }
 
@@ -371,7 +424,9 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, cmp.Or(safeNext(r.URL.Query().Get("next")), homeOf(s.principal.Role)), http.StatusSeeOther)
 		return
 	}
-	c.renderSignin(w, r, http.StatusOK, signinData{Next: safeNext(r.URL.Query().Get("next")), NoCookie: r.URL.Query().Has("nocookie")})
+	q := r.URL.Query()
+	c.renderSignin(w, r, http.StatusOK, signinData{Next: safeNext(q.Get("next")), Ended: endedWhy[q.Get("ended")],
+		NoCookie: q.Has("nocookie")})
 }
 
 func (c *Console) renderSignin(w http.ResponseWriter, r *http.Request, status int, d signinData) {

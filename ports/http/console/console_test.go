@@ -102,6 +102,12 @@ func (ss *sessionStore) Session(_ context.Context, u access.SessionUse) (access.
 	return access.Session{Principal: p, TimeZone: st.tz, Flash: st.flash}, nil
 }
 
+// SessionCheck is a check no in-memory transaction runs (internal/apptest
+// ignores access.KeyCheck); cmd/app's tests run the real one on Postgres.
+func (ss *sessionStore) SessionCheck(tokenHash []byte, keyID string, _ time.Time) *access.KeyCheck {
+	return &access.KeyCheck{SQL: "session check", Args: []any{tokenHash, keyID}}
+}
+
 func (ss *sessionStore) SetSessionFlash(_ context.Context, tokenHash []byte, flash string) error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

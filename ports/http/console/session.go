@@ -42,6 +42,12 @@ const (
 type SessionStore interface {
 	OpenSession(ctx context.Context, n access.NewSession) error
 	Session(ctx context.Context, u access.SessionUse) (access.Session, error)
+	// SessionCheck is the check a session's write runs in its transaction
+	// (access.KeyCheck), as the API's writes check their key: that the
+	// session is still open at at and its key (keyID) still works. The
+	// lookup at the request's start is not enough: a key revoked or
+	// expired between it and the write would still write.
+	SessionCheck(tokenHash []byte, keyID string, at time.Time) *access.KeyCheck
 	SetSessionFlash(ctx context.Context, tokenHash []byte, flash string) error
 	CloseSession(ctx context.Context, tokenHash []byte) error
 }
