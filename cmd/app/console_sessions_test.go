@@ -164,3 +164,46 @@ func TestConsoleRefusedFormKeepsItsPageLive(t *testing.T) {
 	require.Contains(t, body, `hx-get="/console/board?part=board-grid"`, "the board's parts poll the board")
 	require.NotContains(t, body, `hx-get="/console/board/assign`)
 }
+
+// The two listeners' consoles share a browser's cookies (cookies do not
+// tell ports apart), so their sign-in forms must not share one: opening
+// the public console's sign-in page, or signing in there, leaves the admin
+// console's sign-in form (open in another tab) working, and the other way
+// round.
+func TestConsoleSignInFormsOfTwoListenersDoNotClash(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	public, admin := splitListeners(t, a)
+	browser := newConsoleClient(t, public)
+	signinForm := func(c *consoleClient) string {
+		t.Helper()
+		status, _, page := c.do(http.MethodGet, "/console/signin", nil)
+		require.Equal(t, http.StatusOK, status)
+		m := signinTokenRe.FindStringSubmatch(page)
+		require.NotNil(t, m, "the sign-in form has a token")
+		return m[1]
+	}
+	signIn := func(c *consoleClient, token, key string) int {
+		t.Helper()
+		status, _, _ := c.do(http.MethodPost, "/console/signin", url.Values{"token": {token}, "key": {key}, "tz": {"UTC"}})
+		return status
+	}
+
+	onAdmin := signinForm(browser.at(admin))
+	onPublic := signinForm(browser)
+	require.Equal(t, http.StatusSeeOther, signIn(browser, onPublic, a.opA), "the public console's form, opened last")
+	require.Equal(t, http.StatusSeeOther, signIn(browser.at(admin), onAdmin, a.admin),
+		"the admin console's form, opened first in another tab")
+	require.NotEmpty(t, browser.cookies["hearth_console"])
+	require.NotEmpty(t, browser.cookies["hearth_console_admin"])
+	require.True(t, browser.signedIn(), "both sessions stay open")
+	status, _, _ := browser.at(admin).do(http.MethodGet, "/console/oncall", nil)
+	require.Equal(t, http.StatusOK, status)
+
+	// The other way round, in a fresh browser.
+	browser = newConsoleClient(t, public)
+	onPublic = signinForm(browser)
+	onAdmin = signinForm(browser.at(admin))
+	require.Equal(t, http.StatusSeeOther, signIn(browser.at(admin), onAdmin, a.admin))
+	require.Equal(t, http.StatusSeeOther, signIn(browser, onPublic, a.opA))
+}
