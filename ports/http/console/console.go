@@ -63,9 +63,10 @@ type Config struct {
 	ConsistencyTimeout time.Duration
 	// Roles are the keys that may sign in here. Defaults to all three.
 	Roles []access.Role
-	// CookieName names the session cookie. Defaults to hearth_console;
-	// two consoles on one host (the admin listener's) need two names, as
-	// cookies do not tell ports apart.
+	// CookieName names the session cookie, and with "_signin" the sign-in
+	// form's. Defaults to hearth_console; two consoles on one host (the
+	// admin listener's) need two names, as cookies do not tell ports
+	// apart.
 	CookieName string
 	// PollEvery is how often the live parts of a page ask for changes.
 	// Defaults to 5s.
@@ -431,7 +432,7 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) renderSignin(w http.ResponseWriter, r *http.Request, status int, d signinData) {
 	d.Token = randomToken()
-	http.SetCookie(w, cookie(signinCookie, d.Token, 3600))
+	http.SetCookie(w, cookie(c.cfg.CookieName+signinSuffix, d.Token, 3600))
 	c.render(w, r, nil, status, "signin", &page{Title: "Sign in", Data: d})
 }
 
@@ -444,7 +445,7 @@ func safeNext(next string) string {
 }
 
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
-	ck, _ := r.Cookie(signinCookie)
+	ck, _ := r.Cookie(c.cfg.CookieName + signinSuffix)
 	next := safeNext(r.PostFormValue("next"))
 	if ck == nil || !sameOrigin(r) || !sameToken(r.PostFormValue("token"), ck.Value) {
 		c.renderSignin(w, r, http.StatusForbidden, signinData{Next: next,
@@ -506,7 +507,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, cookie(c.cfg.CookieName, token, int(SessionLifetime.Seconds())))
-	http.SetCookie(w, cookie(signinCookie, "", -1))
+	http.SetCookie(w, cookie(c.cfg.CookieName+signinSuffix, "", -1))
 	// The next page checks that the browser kept the cookie: a Secure
 	// cookie is dropped on plain http anywhere but localhost.
 	to := cmp.Or(next, homeOf(p.Role))

@@ -477,7 +477,7 @@ func TestSignInBudgetOutlastsManyAddresses(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, "http://localhost/console/signin", strings.NewReader(form))
 		req.RemoteAddr = fmt.Sprintf("198.18.%d.%d:50000", i/256, i%256)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.AddCookie(&http.Cookie{Name: signinCookie, Value: token})
+		req.AddCookie(&http.Cookie{Name: "hearth_console" + signinSuffix, Value: token})
 		rec := httptest.NewRecorder()
 		f.server.ServeHTTP(rec, req)
 		require.Equal(t, http.StatusUnauthorized, rec.Code)

@@ -31,9 +31,14 @@ const (
 	// the key's least recently used session, so that no key can fill the
 	// store.
 	SessionsPerKey = 20
-	// signinCookie carries the token of the sign-in form (login CSRF):
+	// signinSuffix names the cookie that carries the token of the sign-in
+	// form (login CSRF), after the session's cookie (Config.CookieName):
 	// the form posts it back, and a page of another site cannot read it.
-	signinCookie = "hearth_console_signin"
+	// One per console: the admin listener's console shares the browser's
+	// cookies with the public one's (cookies do not tell ports apart), and
+	// one's sign-in page would replace the token of the other's form open
+	// in another tab, and its sign-in delete it.
+	signinSuffix = "_signin"
 )
 
 // SessionStore keeps the console's sessions where every instance sees them
