@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -150,4 +151,97 @@ func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
 		require.Contains(t, rec.Body.String(), `"field":"Authorization"`)
 	}
 	require.Equal(t, before, f.tx.Position(), "nothing written")
+}
+
+// Consistency-Position and Consistency-Timeout make a GET wait for a
+// write. A route whose operation does not declare them (every write, the
+// admin routes) refuses them, naming the header, rather than ignore them:
+// a client that sends its last position with a write (or with a read of
+// /admin) would take the answer for one that waited for it. Every GET
+// under /v1 declares both, since every one of them waits.
+func TestReadYourWritesHeadersOnlyWhereTheDocumentDeclaresThem(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	doc, _ := loadOpenAPI(t)
+	refused := 0
+	for _, rt := range (&server{}).routes() {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		if !rt.api {
+			continue
+		}
+		var op openAPIOperation
+		require.NoError(t, json.Unmarshal(doc.Paths[path][strings.ToLower(method)], &op))
+		declares := func(ref string) bool {
+			return slices.ContainsFunc(op.Parameters, func(p map[string]any) bool { return p["$ref"] == "#/components/parameters/"+ref })
+		}
+		position, timeout := declares("consistency_position"), declares("consistency_timeout")
+		require.Equal(t, position, timeout, "%s: the wait's bound wherever there is a wait", rt.pattern)
+		require.Equal(t, method == http.MethodGet && strings.HasPrefix(path, "/v1/"), position,
+			"%s: every GET under /v1 waits for a position, nothing else does", rt.pattern)
+		_, reqPath := requestPath(rt.pattern)
+		for _, header := range [][]string{{HeaderPosition, "5"}, {HeaderPosition, "5", HeaderTimeout, "1s"}} {
+			before := f.tx.Position()
+			a := f.do(method, reqPath, f.keyFor(rt), `{}`, header...)
+			errs, _ := a.body["errors"].([]any)
+			named := len(errs) == 1 && (errs[0].(map[string]any)["field"] == HeaderPosition || errs[0].(map[string]any)["field"] == HeaderTimeout)
+			if position {
+				require.False(t, named, "%s takes %v: %s", rt.pattern, header, a.Body.String())
+				continue
+			}
+			refused++
+			require.Equal(t, http.StatusBadRequest, a.Code, "%s %v: %s", rt.pattern, header, a.Body.String())
+			require.Equal(t, "/problems/malformed-request", a.body["type"], rt.pattern)
+			require.True(t, named, "%s %v: %s", rt.pattern, header, a.Body.String())
+			require.Equal(t, before, f.tx.Position(), "%s: nothing written", rt.pattern)
+		}
+	}
+	require.Greater(t, refused, 2*40, "every write and admin route, twice")
+	// A write with only the timeout names it.
+	a := f.do(http.MethodPost, "/v1/orders", f.op, `{"customer_id":"`+f.customer+`"}`, HeaderTimeout, "1s")
+	require.Equal(t, http.StatusBadRequest, a.Code, a.Body.String())
+	require.Contains(t, a.Body.String(), `"field":"`+HeaderTimeout+`"`)
+}
+
+// Consistency-Timeout bounds the wait for a position: sent without one
+// (neither Consistency-Position nor min_position), there is no wait to
+// bound, and the client that meant to read its write would get an answer
+// that never waited. It is refused naming it; with a position it bounds
+// the wait.
+func TestConsistencyTimeoutWithoutAPositionIsRefused(t *testing.T) {
+	t.Parallel()
+	var a app.Application
+	var err error
+	a.Queries.Orders, err = query.NewOrders(orderRows{}, noNames{})
+	require.NoError(t, err)
+	waits := waitsFor{positions: make(chan int64, 10)}
+	h, err := NewHandler(Config{App: a, APIEnabled: true, Log: slog.New(slog.DiscardHandler), Consistency: waits,
+		Auth: keys{"op": {KeyID: "1", MerchantID: uuid.New(), Role: access.Operator}}})
+	require.NoError(t, err)
+	get := func(path string, header ...string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Header.Set("Authorization", "Bearer op")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, timeout := range []string{"1s", "soon"} {
+		rec := get("/v1/orders", HeaderTimeout, timeout)
+		require.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", timeout, rec.Body.String())
+		var p problem
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
+		require.Equal(t, "/problems/malformed-request", p.Type)
+		require.Len(t, p.Errors, 1)
+		require.Equal(t, HeaderTimeout, p.Errors[0].Field)
+	}
+	require.Empty(t, waits.positions, "no wait began")
+
+	rec := get("/v1/orders?min_position=7", HeaderTimeout, "1s")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, int64(7), <-waits.positions)
+	rec = get("/v1/orders", HeaderPosition, "8", HeaderTimeout, "1s")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, int64(8), <-waits.positions)
 }
