@@ -6133,6 +6133,9 @@ type ListAvailabilityParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // ListCatalogItemsParams defines parameters for ListCatalogItems.
@@ -6153,7 +6156,7 @@ type ListCatalogItemsParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6171,7 +6174,7 @@ type GetCatalogItemParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6199,7 +6202,7 @@ type ListCustomersParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6217,7 +6220,7 @@ type GetCustomerParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6241,7 +6244,7 @@ type ExportCustomerParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6264,6 +6267,9 @@ type ListEventsParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // ListEventsParamsTypes defines parameters for ListEvents.
@@ -6296,7 +6302,7 @@ type ListOrdersParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6320,7 +6326,7 @@ type GetOrderParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 
 	// IfNoneMatch ETags the client has (weak comparison): 304 without a body while the resource is at one of them.
@@ -6362,7 +6368,7 @@ type OrderChangesParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6403,7 +6409,7 @@ type ListPlansParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6424,7 +6430,7 @@ type GetPlanParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 
 	// IfNoneMatch ETags the client has (weak comparison): 304 without a body while the resource is at one of them.
@@ -6498,6 +6504,9 @@ type ListPlanVisitsParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // ListSchedulesParams defines parameters for ListSchedules.
@@ -6525,7 +6534,7 @@ type ListSchedulesParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6540,7 +6549,7 @@ type GetScheduleParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 
 	// IfNoneMatch ETags the client has (weak comparison): 304 without a body while the resource is at one of them.
@@ -6581,7 +6590,7 @@ type ListServiceRequestsParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6602,7 +6611,7 @@ type GetServiceRequestParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 
 	// IfNoneMatch ETags the client has (weak comparison): 304 without a body while the resource is at one of them.
@@ -6643,6 +6652,9 @@ type GetSettingsParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // PutSettingsParams defines parameters for PutSettings.
@@ -6669,7 +6681,7 @@ type ListStaffMembersParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6687,7 +6699,7 @@ type GetStaffMemberParams struct {
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
 
-	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT.
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
 	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
@@ -6713,6 +6725,9 @@ type GetWorkingHoursParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // PutWorkingHoursParams defines parameters for PutWorkingHours.
@@ -6734,6 +6749,9 @@ type ListWebhookEndpointsParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
@@ -6752,6 +6770,9 @@ type GetWebhookEndpointParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // UpdateWebhookEndpointParams defines parameters for UpdateWebhookEndpoint.
@@ -6780,6 +6801,9 @@ type ListWebhookDeliveriesParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // ListWebhookDeliveriesParamsStatus defines parameters for ListWebhookDeliveries.
@@ -6792,6 +6816,9 @@ type GetWebhookDeliveryParams struct {
 
 	// ConsistencyPosition The same as min_position, as a header.
 	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // RedeliverWebhookParams defines parameters for RedeliverWebhook.
@@ -12125,6 +12152,17 @@ func NewListAvailabilityRequest(server string, params *ListAvailabilityParams) (
 			req.Header.Set("Consistency-Position", headerParam0)
 		}
 
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -13053,6 +13091,17 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 			}
 
 			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
 		}
 
 	}
@@ -14679,6 +14728,17 @@ func NewListPlanVisitsRequest(server string, id Id, params *ListPlanVisitsParams
 			req.Header.Set("Consistency-Position", headerParam0)
 		}
 
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -15619,6 +15679,17 @@ func NewGetSettingsRequest(server string, params *GetSettingsParams) (*http.Requ
 			req.Header.Set("Consistency-Position", headerParam0)
 		}
 
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -16155,6 +16226,17 @@ func NewGetWorkingHoursRequest(server string, id Id, params *GetWorkingHoursPara
 			req.Header.Set("Consistency-Position", headerParam1)
 		}
 
+		if params.ConsistencyTimeout != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam2)
+		}
+
 	}
 
 	return req, nil
@@ -16319,6 +16401,17 @@ func NewListWebhookEndpointsRequest(server string, params *ListWebhookEndpointsP
 			}
 
 			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
 		}
 
 	}
@@ -16495,6 +16588,17 @@ func NewGetWebhookEndpointRequest(server string, id Id, params *GetWebhookEndpoi
 			}
 
 			req.Header.Set("Consistency-Position", headerParam1)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam2)
 		}
 
 	}
@@ -16694,6 +16798,17 @@ func NewListWebhookDeliveriesRequest(server string, id Id, params *ListWebhookDe
 			req.Header.Set("Consistency-Position", headerParam0)
 		}
 
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -16775,6 +16890,17 @@ func NewGetWebhookDeliveryRequest(server string, id Id, deliveryId DeliveryId, p
 			}
 
 			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
 		}
 
 	}

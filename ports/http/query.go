@@ -101,6 +101,9 @@ type routeInput struct {
 	takes string       // them, for a problem's detail: "takes a, b"
 	// idempotencyKey: it takes an Idempotency-Key header.
 	idempotencyKey bool
+	// position, timeout: it takes the Consistency-Position and
+	// Consistency-Timeout headers (a GET under /v1, which waits for them).
+	position, timeout bool
 }
 
 // declaredInput is each API route's (under /v1 and /admin) routeInput, by
@@ -128,6 +131,10 @@ func declaredInput(rts []route) (map[string]routeInput, error) {
 				names = append(names, p.name)
 			case p.name == HeaderIdempotencyKey:
 				in.idempotencyKey = true
+			case p.name == HeaderPosition:
+				in.position = true
+			case p.name == HeaderTimeout:
+				in.timeout = true
 			}
 		}
 		in.takes = "takes no query parameters"
@@ -244,11 +251,19 @@ func wellFormedQuery(raw string) error {
 var oneValueHeaders = []string{"If-Match", HeaderPosition, HeaderTimeout}
 
 // checkHeaders refuses a header of oneValueHeaders sent on more than one
-// line, naming it (400, like a parameter given twice), and an
-// Idempotency-Key on a write whose operation does not declare one: the
-// key would be ignored, and the client take a retry with it for a safe
-// one (a repeated POST /admin/keys makes a second key whose secret nobody
-// saw). A read ignores one: it is safe to repeat anyway.
+// line, naming it (400, like a parameter given twice), and a header the
+// route's operation does not declare, where ignoring it would leave the
+// client believing something that did not happen:
+//
+//   - an Idempotency-Key on a write that does not take one: the key would
+//     be ignored, and the client take a retry with it for a safe one (a
+//     repeated POST /admin/keys makes a second key whose secret nobody
+//     saw). A read ignores one: it is safe to repeat anyway.
+//   - Consistency-Position or Consistency-Timeout on a write or an /admin
+//     route: only a GET under /v1 waits for a position (awaitPosition), so
+//     the answer would be taken for one that waited.
+//   - Consistency-Timeout without a position (the header or min_position):
+//     there is no wait for it to bound.
 func (s *server) checkHeaders(r *http.Request) error {
 	for _, name := range oneValueHeaders {
 		if len(r.Header.Values(name)) > 1 {
@@ -256,7 +271,21 @@ func (s *server) checkHeaders(r *http.Request) error {
 		}
 	}
 	in, ok := s.input[r.Pattern]
-	if !ok || r.Method == http.MethodGet || r.Method == http.MethodHead || len(r.Header.Values(HeaderIdempotencyKey)) == 0 {
+	if !ok {
+		return nil
+	}
+	for _, h := range []struct {
+		name     string
+		declared bool
+	}{{HeaderPosition, in.position}, {HeaderTimeout, in.timeout}} {
+		if !h.declared && len(r.Header.Values(h.name)) > 0 {
+			return malformed(h.name, "is not taken by %s: only a GET under /v1 waits for a write's position; send it with the read that must see the write", r.Pattern)
+		}
+	}
+	if r.Header.Get(HeaderTimeout) != "" && r.Header.Get(HeaderPosition) == "" && r.URL.Query().Get("min_position") == "" {
+		return malformed(HeaderTimeout, "bounds the wait for a position, and none was given: send it with %s or min_position, or not at all", HeaderPosition)
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead || len(r.Header.Values(HeaderIdempotencyKey)) == 0 {
 		return nil
 	}
 	if !in.idempotencyKey {
