@@ -298,6 +298,16 @@ func TestProblemMapping(t *testing.T) {
 			409, "/problems/conflict", func(t *testing.T, a answer) { require.Contains(t, a.body["detail"], "version 1, not 7") }},
 		"stale If-Match": {"POST", "/v1/orders/" + id + "/status", `{"status":"confirmed"}`, []string{"If-Match", `"7"`},
 			412, "/problems/precondition-failed", func(t *testing.T, a answer) { require.Equal(t, `"1"`, a.Header().Get("ETag")) }},
+		// If-Match: * states no version (any current one matches), so the
+		// body's expected_version is the only one stated: stale, it is the
+		// conflict it is without the header, not a failed precondition.
+		"If-Match * with a stale expected_version": {"POST", "/v1/orders/" + id + "/status", `{"status":"confirmed","expected_version":7}`, []string{"If-Match", "*"},
+			409, "/problems/conflict", func(t *testing.T, a answer) {
+				require.Contains(t, a.body["detail"], "version 1, not 7")
+				require.Empty(t, a.Header().Get("ETag"), "the tag is a 412's")
+			}},
+		"If-Match and expected_version, both stale": {"POST", "/v1/orders/" + id + "/status", `{"status":"confirmed","expected_version":7}`, []string{"If-Match", `"7"`},
+			412, "/problems/precondition-failed", func(t *testing.T, a answer) { require.Equal(t, `"1"`, a.Header().Get("ETag")) }},
 		"rule": {"POST", "/v1/orders/" + id + "/status", `{"status":"cancelled"}`, nil,
 			422, "/problems/rule-broken", func(t *testing.T, a answer) { require.Equal(t, "order.cancel_needs_reason", a.body["rule"]) }},
 		"transition": {"POST", "/v1/orders/" + id + "/status", `{"status":"completed"}`, nil,
