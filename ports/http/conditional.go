@@ -61,6 +61,15 @@ func expectedVersion(r *http.Request, fromBody *int) (*int, error) {
 	return &n, nil
 }
 
+// ifMatchStatesVersion reports whether the request's If-Match names a
+// version, so that a stale version is its failed precondition (412). "*"
+// names none (any current version matches): a stale version is then the
+// body's expected_version, the conflict (409) it is without the header.
+func ifMatchStatesVersion(r *http.Request) bool {
+	v := strings.TrimSpace(r.Header.Get("If-Match"))
+	return v != "" && v != "*"
+}
+
 // preconditionFailed is an If-Match that does not match: 412.
 type preconditionFailed struct {
 	detail string
@@ -72,7 +81,7 @@ func (e *preconditionFailed) Error() string { return e.detail }
 // (creates, reference records): no tag but "*" can match them.
 func noIfMatch(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if v := strings.TrimSpace(r.Header.Get("If-Match")); v != "" && v != "*" {
+		if ifMatchStatesVersion(r) {
 			return &preconditionFailed{detail: "If-Match: this resource has no entity tag; only orders, service requests, schedules, service plans, webhook endpoints and working hours do"}
 		}
 		return h(w, r)

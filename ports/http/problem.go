@@ -140,7 +140,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// must hear of it.
 		s.log.ErrorContext(r.Context(), "event feed stopped before an event", "method", r.Method, "path", r.URL.Path,
 			"event_id", unpublishable.EventID, "position", unpublishable.Position, "error", err)
-	case known && p.Status == http.StatusConflict && errors.As(err, &version) && r.Header.Get("If-Match") != "":
+	case known && p.Status == http.StatusConflict && errors.As(err, &version) && ifMatchStatesVersion(r):
 		w.Header().Set("ETag", etag(version.Actual))
 		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", version.Error())
 	case known && errors.As(err, &idem) && idem.status == http.StatusConflict:
