@@ -18397,6 +18397,11 @@ type CreateKeyResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreateKeyResponse412Headers the declared response headers of an HTTP 412 response for CreateKey
+type CreateKeyResponse412Headers struct {
+	ETag *string
+}
+
 // CreateKeyResponse413Headers the declared response headers of an HTTP 413 response for CreateKey
 type CreateKeyResponse413Headers struct {
 	CacheControl        *string
@@ -18448,6 +18453,8 @@ type CreateKeyResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -18468,6 +18475,8 @@ type CreateKeyResponse struct {
 	Headers401 *CreateKeyResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateKeyResponse403Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *CreateKeyResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateKeyResponse413Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -18500,6 +18509,11 @@ func (r CreateKeyResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateKeyResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r CreateKeyResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -18597,6 +18611,11 @@ type RevokeKeyResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// RevokeKeyResponse412Headers the declared response headers of an HTTP 412 response for RevokeKey
+type RevokeKeyResponse412Headers struct {
+	ETag *string
+}
+
 // RevokeKeyResponse429Headers the declared response headers of an HTTP 429 response for RevokeKey
 type RevokeKeyResponse429Headers struct {
 	RateLimit          *string
@@ -18638,6 +18657,8 @@ type RevokeKeyResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
@@ -18656,6 +18677,8 @@ type RevokeKeyResponse struct {
 	Headers403 *RevokeKeyResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *RevokeKeyResponse404Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *RevokeKeyResponse412Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RevokeKeyResponse429Headers
 	// Headers431 the parsed response headers for an HTTP 431 response
@@ -18689,6 +18712,11 @@ func (r RevokeKeyResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RevokeKeyResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r RevokeKeyResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -18776,6 +18804,11 @@ type RotateKeyResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// RotateKeyResponse412Headers the declared response headers of an HTTP 412 response for RotateKey
+type RotateKeyResponse412Headers struct {
+	ETag *string
+}
+
 // RotateKeyResponse413Headers the declared response headers of an HTTP 413 response for RotateKey
 type RotateKeyResponse413Headers struct {
 	CacheControl        *string
@@ -18829,6 +18862,8 @@ type RotateKeyResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -18851,6 +18886,8 @@ type RotateKeyResponse struct {
 	Headers403 *RotateKeyResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *RotateKeyResponse404Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *RotateKeyResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RotateKeyResponse413Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -18888,6 +18925,11 @@ func (r RotateKeyResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RotateKeyResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r RotateKeyResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -19384,6 +19426,11 @@ type ReplayAllParkedResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ReplayAllParkedResponse412Headers the declared response headers of an HTTP 412 response for ReplayAllParked
+type ReplayAllParkedResponse412Headers struct {
+	ETag *string
+}
+
 // ReplayAllParkedResponse422Headers the declared response headers of an HTTP 422 response for ReplayAllParked
 type ReplayAllParkedResponse422Headers struct {
 	CacheControl        *string
@@ -19431,6 +19478,8 @@ type ReplayAllParkedResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -19451,6 +19500,8 @@ type ReplayAllParkedResponse struct {
 	Headers403 *ReplayAllParkedResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ReplayAllParkedResponse404Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *ReplayAllParkedResponse412Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ReplayAllParkedResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -19486,6 +19537,11 @@ func (r ReplayAllParkedResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ReplayAllParkedResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ReplayAllParkedResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -19772,6 +19828,11 @@ type ReplayParkedResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ReplayParkedResponse412Headers the declared response headers of an HTTP 412 response for ReplayParked
+type ReplayParkedResponse412Headers struct {
+	ETag *string
+}
+
 // ReplayParkedResponse422Headers the declared response headers of an HTTP 422 response for ReplayParked
 type ReplayParkedResponse422Headers struct {
 	CacheControl        *string
@@ -19819,6 +19880,8 @@ type ReplayParkedResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -19839,6 +19902,8 @@ type ReplayParkedResponse struct {
 	Headers403 *ReplayParkedResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ReplayParkedResponse404Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *ReplayParkedResponse412Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ReplayParkedResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -19874,6 +19939,11 @@ func (r ReplayParkedResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ReplayParkedResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ReplayParkedResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -19972,6 +20042,11 @@ type SkipParkedResponse409Headers struct {
 	XContentTypeOptions *string
 }
 
+// SkipParkedResponse412Headers the declared response headers of an HTTP 412 response for SkipParked
+type SkipParkedResponse412Headers struct {
+	ETag *string
+}
+
 // SkipParkedResponse413Headers the declared response headers of an HTTP 413 response for SkipParked
 type SkipParkedResponse413Headers struct {
 	CacheControl        *string
@@ -20027,6 +20102,8 @@ type SkipParkedResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
@@ -20051,6 +20128,8 @@ type SkipParkedResponse struct {
 	Headers404 *SkipParkedResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *SkipParkedResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *SkipParkedResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *SkipParkedResponse413Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -20093,6 +20172,11 @@ func (r SkipParkedResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r SkipParkedResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r SkipParkedResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -20196,6 +20280,11 @@ type CancelRebuildResponse409Headers struct {
 	XContentTypeOptions *string
 }
 
+// CancelRebuildResponse412Headers the declared response headers of an HTTP 412 response for CancelRebuild
+type CancelRebuildResponse412Headers struct {
+	ETag *string
+}
+
 // CancelRebuildResponse422Headers the declared response headers of an HTTP 422 response for CancelRebuild
 type CancelRebuildResponse422Headers struct {
 	CacheControl        *string
@@ -20245,6 +20334,8 @@ type CancelRebuildResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -20267,6 +20358,8 @@ type CancelRebuildResponse struct {
 	Headers404 *CancelRebuildResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CancelRebuildResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *CancelRebuildResponse412Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CancelRebuildResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -20307,6 +20400,11 @@ func (r CancelRebuildResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CancelRebuildResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r CancelRebuildResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -20599,6 +20697,11 @@ type StartRebuildResponse409Headers struct {
 	XContentTypeOptions *string
 }
 
+// StartRebuildResponse412Headers the declared response headers of an HTTP 412 response for StartRebuild
+type StartRebuildResponse412Headers struct {
+	ETag *string
+}
+
 // StartRebuildResponse422Headers the declared response headers of an HTTP 422 response for StartRebuild
 type StartRebuildResponse422Headers struct {
 	CacheControl        *string
@@ -20648,6 +20751,8 @@ type StartRebuildResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -20670,6 +20775,8 @@ type StartRebuildResponse struct {
 	Headers404 *StartRebuildResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *StartRebuildResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *StartRebuildResponse412Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *StartRebuildResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -20710,6 +20817,11 @@ func (r StartRebuildResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r StartRebuildResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r StartRebuildResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -32306,6 +32418,11 @@ type DeleteWebhookEndpointResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// DeleteWebhookEndpointResponse412Headers the declared response headers of an HTTP 412 response for DeleteWebhookEndpoint
+type DeleteWebhookEndpointResponse412Headers struct {
+	ETag *string
+}
+
 // DeleteWebhookEndpointResponse429Headers the declared response headers of an HTTP 429 response for DeleteWebhookEndpoint
 type DeleteWebhookEndpointResponse429Headers struct {
 	RateLimit          *string
@@ -32345,6 +32462,8 @@ type DeleteWebhookEndpointResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
@@ -32363,6 +32482,8 @@ type DeleteWebhookEndpointResponse struct {
 	Headers403 *DeleteWebhookEndpointResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *DeleteWebhookEndpointResponse404Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *DeleteWebhookEndpointResponse412Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteWebhookEndpointResponse429Headers
 	// Headers431 the parsed response headers for an HTTP 431 response
@@ -32391,6 +32512,11 @@ func (r DeleteWebhookEndpointResponse) GetApplicationproblemJSON403() *Forbidden
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r DeleteWebhookEndpointResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r DeleteWebhookEndpointResponse) GetApplicationproblemJSON412() *PreconditionFailed {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -36122,6 +36248,13 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest BodyTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -36277,6 +36410,16 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 412:
+		var headers CreateKeyResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateKeyResponse413Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -36461,6 +36604,13 @@ func ParseRevokeKeyResponse(rsp *http.Response) (*RevokeKeyResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -36619,6 +36769,16 @@ func ParseRevokeKeyResponse(rsp *http.Response) (*RevokeKeyResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 412:
+		var headers RevokeKeyResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 429:
 		var headers RevokeKeyResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
@@ -36768,6 +36928,13 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest BodyTooLarge
@@ -36941,6 +37108,16 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 412:
+		var headers RotateKeyResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers RotateKeyResponse413Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -37778,6 +37955,13 @@ func ParseReplayAllParkedResponse(rsp *http.Response) (*ReplayAllParkedResponse,
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -37943,6 +38127,16 @@ func ParseReplayAllParkedResponse(rsp *http.Response) (*ReplayAllParkedResponse,
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 412:
+		var headers ReplayAllParkedResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
 		var headers ReplayAllParkedResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -38442,6 +38636,13 @@ func ParseReplayParkedResponse(rsp *http.Response) (*ReplayParkedResponse, error
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -38607,6 +38808,16 @@ func ParseReplayParkedResponse(rsp *http.Response) (*ReplayParkedResponse, error
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 412:
+		var headers ReplayParkedResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
 		var headers ReplayParkedResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -38780,6 +38991,13 @@ func ParseSkipParkedResponse(rsp *http.Response) (*SkipParkedResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest BodyTooLarge
@@ -38970,6 +39188,16 @@ func ParseSkipParkedResponse(rsp *http.Response) (*SkipParkedResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers SkipParkedResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers SkipParkedResponse413Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -39161,6 +39389,13 @@ func ParseCancelRebuildResponse(rsp *http.Response) (*CancelRebuildResponse, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -39343,6 +39578,16 @@ func ParseCancelRebuildResponse(rsp *http.Response) (*CancelRebuildResponse, err
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers CancelRebuildResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
 		var headers CancelRebuildResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -39849,6 +40094,13 @@ func ParseStartRebuildResponse(rsp *http.Response) (*StartRebuildResponse, error
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -40031,6 +40283,16 @@ func ParseStartRebuildResponse(rsp *http.Response) (*StartRebuildResponse, error
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers StartRebuildResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
 		var headers StartRebuildResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -60050,6 +60312,13 @@ func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpo
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest PreconditionFailed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -60208,6 +60477,16 @@ func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpo
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 412:
+		var headers DeleteWebhookEndpointResponse412Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers412 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteWebhookEndpointResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {

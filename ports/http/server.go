@@ -228,10 +228,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 			continue
 		}
 		h := rt.handle
+		if method, _, _ := strings.Cut(rt.pattern, " "); rt.api && method != http.MethodGet && !rt.etag {
+			// Every write, DELETE and /admin included: one that checks no
+			// version would otherwise run as if If-Match had not been sent.
+			h = noIfMatch(h)
+		}
 		if rt.api && isWrite(rt.pattern) {
-			if !rt.etag {
-				h = noIfMatch(h)
-			}
 			h = s.idempotent(h)
 		}
 		mux.Handle(rt.pattern, s.auth(rt.keyInWrite, rt.roles...)(h))
