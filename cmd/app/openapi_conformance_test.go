@@ -134,6 +134,8 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	d.send("empty events B", "GET", "/v1/events?wait=0", a.opB, nil, nil)
 	d.send("empty parked", "GET", "/admin/parked", admin, nil, nil)
 	d.send("empty replay all", "POST", "/admin/parked/replay", admin, nil, nil)
+	replay := d.send("if-match on an admin write", "POST", "/admin/parked/replay", admin, map[string]string{"If-Match": `"1"`}, nil)
+	require.Equal(t, http.StatusPreconditionFailed, replay.Status, "%s", replay)
 	d.send("keys of unknown merchant", "GET", "/admin/keys?merchant_id=0b9e7f64-5f3c-4d1a-9a49-3c1d6f1e2a10", admin, nil, nil)
 	d.send("settings", "GET", "/v1/settings", op, nil, nil)
 
@@ -163,6 +165,10 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	d.send("reuse key", "POST", "/v1/orders", op, map[string]string{"Idempotency-Key": "k-1"}, map[string]any{"customer_id": cust, "amount_cents": 101})
 	d.send("stale if-match", "POST", "/v1/orders/"+ord+"/status", op, map[string]string{"If-Match": `"9"`}, map[string]any{"status": "confirmed"})
 	d.send("stale expected_version", "POST", "/v1/orders/"+ord+"/status", op, nil, map[string]any{"status": "confirmed", "expected_version": 9})
+	star := d.send("if-match * with a stale expected_version", "POST", "/v1/orders/"+ord+"/status", op, map[string]string{"If-Match": "*"}, map[string]any{"status": "confirmed", "expected_version": 9})
+	require.Equal(t, http.StatusConflict, star.Status, "%s", star)
+	onWrite := d.send("consistency-position on a write", "POST", "/v1/orders/"+ord+"/status", op, map[string]string{"Consistency-Position": "1"}, map[string]any{"status": "confirmed"})
+	require.Equal(t, http.StatusBadRequest, onWrite.Status, "%s", onWrite)
 	d.send("confirm order", "POST", "/v1/orders/"+ord+"/status", op, map[string]string{"If-Match": `"1"`}, map[string]any{"status": "confirmed"})
 	d.send("bad transition", "POST", "/v1/orders/"+ord+"/status", op, nil, map[string]any{"status": "completed"})
 	d.send("assign", "PUT", "/v1/orders/"+ord+"/assignment", op, nil, map[string]any{"staff_id": a.staffA,
@@ -221,6 +227,8 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	d.send("get endpoint", "GET", "/v1/webhook-endpoints/"+ep, op, nil, nil)
 	d.send("list endpoints", "GET", "/v1/webhook-endpoints", op, nil, nil)
 	d.send("patch endpoint", "PATCH", "/v1/webhook-endpoints/"+ep, op, nil, map[string]any{"description": "x"})
+	kept := d.send("if-match on delete endpoint", "DELETE", "/v1/webhook-endpoints/"+ep, op, map[string]string{"If-Match": `"2"`}, nil)
+	require.Equal(t, http.StatusPreconditionFailed, kept.Status, "%s", kept)
 	d.send("rotate", "POST", "/v1/webhook-endpoints/"+ep+"/rotate-secret", op, nil, map[string]any{"overlap": "1h"})
 	tp := d.send("test ping", "POST", "/v1/webhook-endpoints/"+ep+"/test", op, nil, nil)
 	d.send("create order for hook", "POST", "/v1/orders", op, nil, map[string]any{"customer_id": cust})
