@@ -209,23 +209,9 @@ func TestReadYourWritesHeadersOnlyWhereTheDocumentDeclaresThem(t *testing.T) {
 // the wait.
 func TestConsistencyTimeoutWithoutAPositionIsRefused(t *testing.T) {
 	t.Parallel()
-	var a app.Application
-	var err error
-	a.Queries.Orders, err = query.NewOrders(orderRows{}, noNames{})
-	require.NoError(t, err)
-	waits := waitsFor{positions: make(chan int64, 10)}
-	h, err := NewHandler(Config{App: a, APIEnabled: true, Log: slog.New(slog.DiscardHandler), Consistency: waits,
-		Auth: keys{"op": {KeyID: "1", MerchantID: uuid.New(), Role: access.Operator}}})
-	require.NoError(t, err)
+	waits, send := waitingOrders(t)
 	get := func(path string, header ...string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(http.MethodGet, path, nil)
-		req.Header.Set("Authorization", "Bearer op")
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
+		return send(http.MethodGet, path, header...)
 	}
 	for _, timeout := range []string{"1s", "soon"} {
 		rec := get("/v1/orders", HeaderTimeout, timeout)
@@ -244,4 +230,64 @@ func TestConsistencyTimeoutWithoutAPositionIsRefused(t *testing.T) {
 	rec = get("/v1/orders", HeaderPosition, "8", HeaderTimeout, "1s")
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	require.Equal(t, int64(8), <-waits.positions)
+}
+
+// waitingOrders is a handler of GET /v1/orders whose Consistency records
+// the positions it waits for, and a function that sends it a request with
+// an operator's key and headers as name, value pairs.
+func waitingOrders(t *testing.T) (waitsFor, func(method, path string, header ...string) *httptest.ResponseRecorder) {
+	t.Helper()
+	var a app.Application
+	var err error
+	a.Queries.Orders, err = query.NewOrders(orderRows{}, noNames{})
+	require.NoError(t, err)
+	waits := waitsFor{positions: make(chan int64, 10)}
+	h, err := NewHandler(Config{App: a, APIEnabled: true, Log: slog.New(slog.DiscardHandler), Consistency: waits,
+		Auth: keys{"op": {KeyID: "1", MerchantID: uuid.New(), Role: access.Operator}}})
+	require.NoError(t, err)
+	return waits, func(method, path string, header ...string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, nil)
+		req.Header.Set("Authorization", "Bearer op")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header[header[i]] = append(req.Header[header[i]], header[i+1])
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+}
+
+// A position given empty (?min_position=, a URL template whose variable
+// was empty, or an empty Consistency-Position line) is refused naming it,
+// as an empty id or number is: read as absent, the answer would not have
+// waited, and the client would take it for one that had.
+func TestEmptyPositionIsRefused(t *testing.T) {
+	t.Parallel()
+	waits, send := waitingOrders(t)
+	for name, rec := range map[string]*httptest.ResponseRecorder{
+		"min_position": send(http.MethodGet, "/v1/orders?min_position="),
+		HeaderPosition: send(http.MethodGet, "/v1/orders", HeaderPosition, ""),
+	} {
+		require.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", name, rec.Body.String())
+		var p problem
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
+		require.Len(t, p.Errors, 1, rec.Body.String())
+		require.Equal(t, name, p.Errors[0].Field)
+	}
+	require.Empty(t, waits.positions, "no wait began")
+}
+
+// A HEAD answers the headers a GET would (ETag among them), so it waits
+// for the position it names as the GET does, rather than answer what the
+// read models had, unwaited and unsaid.
+func TestHeadWaitsForItsPosition(t *testing.T) {
+	t.Parallel()
+	waits, send := waitingOrders(t)
+	rec := send(http.MethodHead, "/v1/orders?min_position=5")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, "reached", rec.Header().Get(HeaderStatus))
+	require.Equal(t, int64(5), <-waits.positions)
+	rec = send(http.MethodHead, "/v1/orders", HeaderPosition, "6")
+	require.Equal(t, "reached", rec.Header().Get(HeaderStatus))
+	require.Equal(t, int64(6), <-waits.positions)
 }
