@@ -48,19 +48,25 @@ const (
 // that names no event, so nothing about other merchants shows). At most
 // ConsistencyMaxWaits wait at once; over the cap a GET answers at once,
 // with Consistency-Status: skipped, and the position is not looked up.
+//
+// A HEAD waits as its GET does: it answers the same headers (the ETag a
+// client checks after its write). A position given empty is refused like
+// any other that is no positive integer: read as absent, the answer would
+// not have waited, and look as if it had.
 func (s *server) awaitPosition(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodGet || s.Consistency == nil {
+	if (r.Method != http.MethodGet && r.Method != http.MethodHead) || s.Consistency == nil {
 		return true
 	}
 	raw, name := r.Header.Get(HeaderPosition), HeaderPosition
+	given := len(r.Header.Values(HeaderPosition)) > 0
 	if q := r.URL.Query()["min_position"]; len(q) > 0 {
-		if raw != "" || len(q) > 1 { // one position, said once: not two to choose from
+		if given || len(q) > 1 { // one position, said once: not two to choose from
 			s.writeError(w, r, malformed("min_position", "must be given once, and not with the %s header", HeaderPosition))
 			return false
 		}
-		raw, name = q[0], "min_position"
+		raw, name, given = q[0], "min_position", true
 	}
-	if raw == "" {
+	if !given {
 		return true
 	}
 	pos, err := strconv.ParseInt(raw, 10, 64)
