@@ -260,13 +260,16 @@ func waitingOrders(t *testing.T) (waitsFor, func(method, path string, header ...
 // A position given empty (?min_position=, a URL template whose variable
 // was empty, or an empty Consistency-Position line) is refused naming it,
 // as an empty id or number is: read as absent, the answer would not have
-// waited, and the client would take it for one that had.
+// waited, and the client would take it for one that had. An empty
+// Consistency-Timeout likewise: the client meant a bound, and would get
+// the server's.
 func TestEmptyPositionIsRefused(t *testing.T) {
 	t.Parallel()
 	waits, send := waitingOrders(t)
 	for name, rec := range map[string]*httptest.ResponseRecorder{
 		"min_position": send(http.MethodGet, "/v1/orders?min_position="),
 		HeaderPosition: send(http.MethodGet, "/v1/orders", HeaderPosition, ""),
+		HeaderTimeout:  send(http.MethodGet, "/v1/orders", HeaderPosition, "5", HeaderTimeout, ""),
 	} {
 		require.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", name, rec.Body.String())
 		var p problem
