@@ -75,7 +75,8 @@ func (s *server) awaitPosition(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	timeout := s.ConsistencyTimeout
-	if h := r.Header.Get(HeaderTimeout); h != "" {
+	if len(r.Header.Values(HeaderTimeout)) > 0 { // an empty one too: the client meant a bound
+		h := r.Header.Get(HeaderTimeout)
 		d, err := time.ParseDuration(h)
 		if err != nil || d < 0 {
 			s.writeError(w, r, malformed(HeaderTimeout, "must be a Go duration such as 500ms, got %q", h))

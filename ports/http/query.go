@@ -282,7 +282,7 @@ func (s *server) checkHeaders(r *http.Request) error {
 			return malformed(h.name, "is not taken by %s: only a GET under /v1 waits for a write's position; send it with the read that must see the write", r.Pattern)
 		}
 	}
-	if r.Header.Get(HeaderTimeout) != "" && len(r.Header.Values(HeaderPosition)) == 0 && !r.URL.Query().Has("min_position") {
+	if len(r.Header.Values(HeaderTimeout)) > 0 && len(r.Header.Values(HeaderPosition)) == 0 && !r.URL.Query().Has("min_position") {
 		return malformed(HeaderTimeout, "bounds the wait for a position, and none was given: send it with %s or min_position, or not at all", HeaderPosition)
 	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead || len(r.Header.Values(HeaderIdempotencyKey)) == 0 {
