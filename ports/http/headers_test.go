@@ -70,14 +70,7 @@ func TestOneValueHeadersSentTwiceAreRefused(t *testing.T) {
 	}
 	require.Equal(t, before, f.tx.Position(), "nothing written")
 
-	var a app.Application
-	var err error
-	a.Queries.Orders, err = query.NewOrders(orderRows{}, noNames{})
-	require.NoError(t, err)
-	waits := waitsFor{positions: make(chan int64, 10)}
-	h, err := NewHandler(Config{App: a, APIEnabled: true, Log: slog.New(slog.DiscardHandler), Consistency: waits,
-		Auth: keys{"op": {KeyID: "1", MerchantID: uuid.New(), Role: access.Operator}}})
-	require.NoError(t, err)
+	waits, h := waitingOrders(t)
 	for name, header := range map[string]http.Header{
 		HeaderPosition: {HeaderPosition: {"5", "9"}},
 		HeaderTimeout:  {HeaderPosition: {"5"}, HeaderTimeout: {"1s", "0s"}},
@@ -209,9 +202,9 @@ func TestReadYourWritesHeadersOnlyWhereTheDocumentDeclaresThem(t *testing.T) {
 // the wait.
 func TestConsistencyTimeoutWithoutAPositionIsRefused(t *testing.T) {
 	t.Parallel()
-	waits, send := waitingOrders(t)
+	waits, h := waitingOrders(t)
 	get := func(path string, header ...string) *httptest.ResponseRecorder {
-		return send(http.MethodGet, path, header...)
+		return asOperator(h, http.MethodGet, path, header...)
 	}
 	for _, timeout := range []string{"1s", "soon"} {
 		rec := get("/v1/orders", HeaderTimeout, timeout)
@@ -232,10 +225,9 @@ func TestConsistencyTimeoutWithoutAPositionIsRefused(t *testing.T) {
 	require.Equal(t, int64(8), <-waits.positions)
 }
 
-// waitingOrders is a handler of GET /v1/orders whose Consistency records
-// the positions it waits for, and a function that sends it a request with
-// an operator's key and headers as name, value pairs.
-func waitingOrders(t *testing.T) (waitsFor, func(method, path string, header ...string) *httptest.ResponseRecorder) {
+// waitingOrders is a handler of GET /v1/orders, for the key "op", whose
+// Consistency records the positions it waits for.
+func waitingOrders(t *testing.T) (waitsFor, http.Handler) {
 	t.Helper()
 	var a app.Application
 	var err error
@@ -245,16 +237,20 @@ func waitingOrders(t *testing.T) (waitsFor, func(method, path string, header ...
 	h, err := NewHandler(Config{App: a, APIEnabled: true, Log: slog.New(slog.DiscardHandler), Consistency: waits,
 		Auth: keys{"op": {KeyID: "1", MerchantID: uuid.New(), Role: access.Operator}}})
 	require.NoError(t, err)
-	return waits, func(method, path string, header ...string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, path, nil)
-		req.Header.Set("Authorization", "Bearer op")
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header[header[i]] = append(req.Header[header[i]], header[i+1])
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
+	return waits, h
+}
+
+// asOperator sends h a request with waitingOrders' key and headers as
+// name, value pairs (a name twice is two lines).
+func asOperator(h http.Handler, method, path string, header ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, nil)
+	req.Header.Set("Authorization", "Bearer op")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header[header[i]] = append(req.Header[header[i]], header[i+1])
 	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
 }
 
 // A position given empty (?min_position=, a URL template whose variable
@@ -265,11 +261,11 @@ func waitingOrders(t *testing.T) (waitsFor, func(method, path string, header ...
 // the server's.
 func TestEmptyPositionIsRefused(t *testing.T) {
 	t.Parallel()
-	waits, send := waitingOrders(t)
+	waits, h := waitingOrders(t)
 	for name, rec := range map[string]*httptest.ResponseRecorder{
-		"min_position": send(http.MethodGet, "/v1/orders?min_position="),
-		HeaderPosition: send(http.MethodGet, "/v1/orders", HeaderPosition, ""),
-		HeaderTimeout:  send(http.MethodGet, "/v1/orders", HeaderPosition, "5", HeaderTimeout, ""),
+		"min_position": asOperator(h, http.MethodGet, "/v1/orders?min_position="),
+		HeaderPosition: asOperator(h, http.MethodGet, "/v1/orders", HeaderPosition, ""),
+		HeaderTimeout:  asOperator(h, http.MethodGet, "/v1/orders", HeaderPosition, "5", HeaderTimeout, ""),
 	} {
 		require.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", name, rec.Body.String())
 		var p problem
@@ -285,12 +281,12 @@ func TestEmptyPositionIsRefused(t *testing.T) {
 // read models had, unwaited and unsaid.
 func TestHeadWaitsForItsPosition(t *testing.T) {
 	t.Parallel()
-	waits, send := waitingOrders(t)
-	rec := send(http.MethodHead, "/v1/orders?min_position=5")
+	waits, h := waitingOrders(t)
+	rec := asOperator(h, http.MethodHead, "/v1/orders?min_position=5")
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	require.Equal(t, "reached", rec.Header().Get(HeaderStatus))
 	require.Equal(t, int64(5), <-waits.positions)
-	rec = send(http.MethodHead, "/v1/orders", HeaderPosition, "6")
+	rec = asOperator(h, http.MethodHead, "/v1/orders", HeaderPosition, "6")
 	require.Equal(t, "reached", rec.Header().Get(HeaderStatus))
 	require.Equal(t, int64(6), <-waits.positions)
 }
