@@ -313,3 +313,68 @@ func TestCustomerExportFollowsTheirDataToAnotherCustomersOrder(t *testing.T) {
 	require.Contains(t, text(y["events"]), "BOB-SECRET")
 	require.NotContains(t, text(y["events"]), "ALICE-SECRET", "sealed for Alice: not opened for Bob")
 }
+
+// An order moved to another customer holds the first customer's text in
+// its earlier events and in its change log's earlier snapshots: the second
+// customer's export shows none of it, whether those events are sealed for
+// the first customer or were written in clear by the release before
+// sealing (app protect not run yet), and names those fields withheld; it
+// shows all of the second customer's own text. The first customer's export
+// keeps their text from the events sealed for them.
+func TestCustomerExportShowsNothingOfAnotherCustomerOnAMovedOrder(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	old := a.previousRelease()
+	alice, bob := a.createCustomer(a.opA, "Alice"), a.createCustomer(a.opA, "Bob")
+	clear := old.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": alice, "amount_cents": 100, "notes": "ALICE-CLEAR"}).Body["id"].(string)
+	old.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+clear, a.opA, map[string]any{"customer_id": bob, "notes": "BOB-CLEAR"})
+	sealed := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": alice, "amount_cents": 100, "notes": "ALICE-SEALED"}).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+sealed, a.opA, map[string]any{"customer_id": bob, "notes": "BOB-SEALED"})
+	require.Eventually(t, a.projected, 10*time.Second, 10*time.Millisecond)
+
+	export := func(customer string) (map[string]any, string) {
+		x := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+customer+"/export", a.opA, nil).Body
+		return x, string(jsonOf(t, x))
+	}
+	y, text := export(bob)
+	require.Len(t, y["orders"], 2)
+	require.Contains(t, text, "BOB-CLEAR")
+	require.Contains(t, text, "BOB-SEALED")
+	require.NotContains(t, text, "ALICE-CLEAR", "written in clear about Alice: not shown to Bob")
+	require.NotContains(t, text, "ALICE-SEALED", "sealed for Alice: not shown to Bob")
+	// Alice's versions say that a field is left out, not that it was empty.
+	created := 0
+	for _, e := range y["events"].([]any) {
+		e := e.(map[string]any)
+		data := e["data"].(map[string]any)
+		if e["type"] != "order.created" {
+			require.NotContains(t, data, "withheld", "event %s is Bob's", e["type"])
+			continue
+		}
+		created++
+		require.Nil(t, data["notes"], "order %s", e["aggregate_id"])
+		require.Equal(t, []any{"notes"}, data["withheld"], "order %s", e["aggregate_id"])
+	}
+	require.Equal(t, 2, created)
+	withheld := 0
+	for _, c := range y["change_log"].([]any) {
+		c := c.(map[string]any)
+		for _, side := range []string{"before", "after"} {
+			s, ok := c[side].(map[string]any)
+			if !ok || s["customer_id"] == bob {
+				continue
+			}
+			withheld++
+			require.Equal(t, "", s["notes"], "change %v of %s, %s", c["version"], c["aggregate_id"], side)
+			require.Equal(t, []any{"notes", "dispatch_note", "cancellation_reason", "settlement_note"}, s["withheld"])
+		}
+	}
+	require.Equal(t, 4, withheld, "each order's version 1, as after and as before of the move")
+
+	x, text := export(alice)
+	require.Empty(t, x["orders"], "both orders are Bob's now")
+	require.Contains(t, text, "ALICE-SEALED", "sealed for Alice: hers wherever it is")
+	require.NotContains(t, text, "BOB-")
+}
