@@ -1,8 +1,10 @@
 package ops
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +13,9 @@ import (
 	"hearth/app/publicevent"
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/order"
 	"hearth/domain/reference"
+	"hearth/domain/servicerequest"
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
 )
@@ -93,7 +97,11 @@ type ExportRows struct {
 type ExportHistory struct {
 	Customer reference.Customer
 	// Events are the stored events, decoded, with their positions.
-	Events            []publicevent.Stored
+	Events []publicevent.Stored
+	// Others are the events (by id) whose personal fields were written
+	// about another customer, on an aggregate that changed hands: the
+	// export withholds those fields.
+	Others            map[string]bool
 	WebhookDeliveries []StoredDelivery
 	// At is the transaction's time: when the export was taken.
 	At time.Time
@@ -187,13 +195,22 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 	if err != nil {
 		return CustomerExport{}, err
 	}
+	changes := make([]query.Change, len(rows.ChangeLog))
+	for i, c := range rows.ChangeLog {
+		if changes[i], err = withholdOthers(c, req.CustomerID); err != nil {
+			return CustomerExport{}, fmt.Errorf("export customer: %w", err)
+		}
+	}
 	out := CustomerExport{Schema: ExportSchema, ExportedAt: h.At, MerchantID: req.MerchantID, Customer: h.Customer,
-		ServiceRequests: rows.ServiceRequests, Orders: rows.Orders, Plans: rows.Plans, Schedules: rows.Schedules, ChangeLog: rows.ChangeLog,
+		ServiceRequests: rows.ServiceRequests, Orders: rows.Orders, Plans: rows.Plans, Schedules: rows.Schedules, ChangeLog: changes,
 		Events: make([]publicevent.Event, len(h.Events)), WebhookDeliveries: make([]ExportedDelivery, len(h.WebhookDeliveries))}
 	byID := make(map[string]publicevent.Event, len(h.Events))
 	for i, s := range h.Events {
 		if out.Events[i], err = publicevent.From(s); err != nil {
 			return CustomerExport{}, fmt.Errorf("export customer: %w", err)
+		}
+		if h.Others[s.ID] {
+			out.Events[i] = publicevent.WithoutPersonalData(out.Events[i])
 		}
 		byID[s.ID] = out.Events[i]
 	}
@@ -205,6 +222,73 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 		out.WebhookDeliveries[i] = ExportedDelivery{Delivery: d.Delivery, URL: d.URL, Payload: p}
 	}
 	return out, nil
+}
+
+// snapshotPersonal names, by aggregate type, the personal fields of a
+// change-log snapshot (the view's JSON names) of the aggregates whose view
+// names its customer.
+var snapshotPersonal = map[string][]string{
+	order.StreamType:          {"notes", "dispatch_note", "cancellation_reason", "settlement_note"},
+	servicerequest.StreamType: {"content", "notes"},
+}
+
+// withholdOthers returns c with the personal fields of each snapshot of a
+// version another customer had (an order moved to this one) emptied and
+// named withheld: the read model keeps every version in clear, the
+// earlier customer's text among them, which is theirs, not this
+// customer's.
+func withholdOthers(c query.Change, customerID string) (query.Change, error) {
+	fields, ok := snapshotPersonal[c.AggregateType]
+	if !ok {
+		return c, nil
+	}
+	var err error
+	if c.Before, err = withholdSnapshot(c.Before, customerID, fields); err != nil {
+		return c, fmt.Errorf("change %s of %s %s: %w", c.EventID, c.AggregateType, c.AggregateID, err)
+	}
+	if c.After, err = withholdSnapshot(c.After, customerID, fields); err != nil {
+		return c, fmt.Errorf("change %s of %s %s: %w", c.EventID, c.AggregateType, c.AggregateID, err)
+	}
+	return c, nil
+}
+
+// withholdSnapshot is withholdOthers for one snapshot (JSON as stored, a
+// view, or nil), decoded with json.Number so that amounts keep every digit.
+func withholdSnapshot(snapshot any, customerID string, fields []string) (any, error) {
+	if snapshot == nil {
+		return nil, nil
+	}
+	raw, ok := snapshot.(json.RawMessage)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(snapshot); err != nil {
+			return nil, err
+		}
+	}
+	var probe struct {
+		CustomerID string `json:"customer_id"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, err
+	}
+	if probe.CustomerID == customerID {
+		return snapshot, nil
+	}
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		return nil, err
+	}
+	for _, f := range fields {
+		m[f] = ""
+	}
+	m["withheld"] = fields
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(out), nil
 }
 
 // TooLarge is the error of an export whose list what would pass limit.

@@ -33,7 +33,7 @@ func (s *Store) CustomerHistory(ctx context.Context, merchantID, customerID stri
 		}
 		h.At = event.Instant(h.At)
 		var elsewhere []publicevent.Stored
-		if h.Events, elsewhere, err = s.exportEvents(ctx, tx.Tx, merchantID, customerID, aggregateIDs, limit); err != nil {
+		if h.Events, elsewhere, h.Others, err = s.exportEvents(ctx, tx.Tx, merchantID, customerID, aggregateIDs, limit); err != nil {
 			return err
 		}
 		if h.WebhookDeliveries, err = exportDeliveries(ctx, tx.Tx, merchantID, aggregateIDs, elsewhere, limit); err != nil {
@@ -53,19 +53,24 @@ func (s *Store) CustomerHistory(ctx context.Context, merchantID, customerID stri
 // (an order since moved to another customer still holds what was written
 // about this one: the erasure finds it by subject_id too). Each is decoded
 // as stored (an event an operator skipped in a projection is still held,
-// so it is exported as it is), its fields opened only when they are sealed
-// for this customer: an aggregate that changed hands holds another
-// person's too. It returns those from other aggregates apart too.
-func (s *Store) exportEvents(ctx context.Context, tx *sql.Tx, merchantID, customerID string, ids []string, limit int) (all, elsewhere []publicevent.Stored, err error) {
+// so it is exported as it is), its fields opened only when they were
+// written about this customer: an aggregate that changed hands holds
+// another person's too. It returns those from other aggregates apart, and
+// the ids of the events with personal fields written about another
+// customer (others), whose fields the export withholds.
+func (s *Store) exportEvents(ctx context.Context, tx *sql.Tx, merchantID, customerID string, ids []string, limit int) (all, elsewhere []publicevent.Stored, others map[string]bool, err error) {
 	rows, err := tx.QueryContext(ctx, `SELECT position, event_id, type, stream_type, stream_id, version, merchant_id,
 		occurred_at, correlation_id, causation_id, actor, data, coalesce(subject_id::text, ''), stream_id = ANY($2::text[]::uuid[]) FROM events
 		WHERE merchant_id = $1 AND (stream_id = ANY($2::text[]::uuid[]) OR subject_id = $4::uuid) ORDER BY position LIMIT $3`,
 		merchantID, ids, limit+1, customerID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("select the customer's events: %w", err)
+		return nil, nil, nil, fmt.Errorf("select the customer's events: %w", err)
 	}
 	defer rows.Close()
-	all = []publicevent.Stored{}
+	all, others = []publicevent.Stored{}, map[string]bool{}
+	// The customer's aggregates are read whole, by position: each one's
+	// events so far tell whose it was at an event that names no subject.
+	read := map[string][]event.Event{}
 	for rows.Next() {
 		var st publicevent.Stored
 		var data []byte
@@ -73,29 +78,78 @@ func (s *Store) exportEvents(ctx context.Context, tx *sql.Tx, merchantID, custom
 		var theirs bool
 		if err := rows.Scan(&st.Position, &st.ID, &st.Type, &st.StreamType, &st.StreamID, &st.Version, &st.MerchantID,
 			&st.OccurredAt, &st.CorrelationID, &st.CausationID, &st.Actor, &data, &subject, &theirs); err != nil {
-			return nil, nil, fmt.Errorf("scan the customer's events: %w", err)
+			return nil, nil, nil, fmt.Errorf("scan the customer's events: %w", err)
 		}
 		if len(all) == limit {
-			return nil, nil, ops.TooLarge("events", limit)
+			return nil, nil, nil, ops.TooLarge("events", limit)
 		}
 		facts, ok := aggregates.ByType(st.StreamType)
 		if !ok {
-			return nil, nil, fmt.Errorf("event %s: unknown stream type %q", st.ID, st.StreamType)
-		}
-		decode := facts.Decode
-		if subject == customerID {
-			decode = aggregates.Or(s.Decoders).Decoder(facts)
+			return nil, nil, nil, fmt.Errorf("event %s: unknown stream type %q", st.ID, st.StreamType)
 		}
 		st.Data, st.OccurredAt = data, event.Instant(st.OccurredAt)
-		if st.Event, err = decode(st.Type, data); err != nil {
-			return nil, nil, fmt.Errorf("event %s: %w", st.ID, err)
+		if st.Event, err = facts.Decode(st.Type, data); err != nil {
+			return nil, nil, nil, fmt.Errorf("event %s: %w", st.ID, err)
+		}
+		if theirs {
+			read[st.StreamID] = append(read[st.StreamID], st.Event)
+		}
+		if len(facts.Personal[st.Type]) > 0 {
+			// An event written before sealing (app protect not run yet)
+			// names no subject and holds its fields in clear: they are
+			// the customer's the aggregate had then.
+			owner := subject
+			if owner == "" {
+				if owner, err = ownerAt(facts, st.StreamID, read); err != nil {
+					return nil, nil, nil, fmt.Errorf("event %s: %w", st.ID, err)
+				}
+			}
+			if owner == customerID {
+				if st.Event, err = aggregates.Or(s.Decoders).Decoder(facts)(st.Type, data); err != nil {
+					return nil, nil, nil, fmt.Errorf("event %s: %w", st.ID, err)
+				}
+			} else {
+				others[st.ID] = true
+			}
 		}
 		all = append(all, st)
 		if !theirs {
 			elsewhere = append(elsewhere, st)
 		}
 	}
-	return all, elsewhere, rows.Err()
+	return all, elsewhere, others, rows.Err()
+}
+
+// ownerAt returns the customer a stream of the export had at its last
+// event read (read holds each stream's events so far, as stored): a
+// schedule that did not record its customer (before sealing) has its
+// order's, whose events before it were read too (the schedules exported
+// are those of the customer's orders).
+func ownerAt(facts aggregates.Facts, streamID string, read map[string][]event.Event) (string, error) {
+	switch facts.Type {
+	case aggregates.Order.Type:
+		o, err := aggregates.Order.Rehydrate(read[streamID])
+		if err != nil {
+			return "", fmt.Errorf("order %s: %w", streamID, err)
+		}
+		return o.CustomerID(), nil
+	case aggregates.ServiceRequest.Type:
+		r, err := aggregates.ServiceRequest.Rehydrate(read[streamID])
+		if err != nil {
+			return "", fmt.Errorf("service request %s: %w", streamID, err)
+		}
+		return r.CustomerID(), nil
+	case aggregates.Schedule.Type:
+		sch, err := aggregates.Schedule.Rehydrate(read[streamID])
+		if err != nil {
+			return "", fmt.Errorf("schedule %s: %w", streamID, err)
+		}
+		if sch.CustomerID() != "" {
+			return sch.CustomerID(), nil
+		}
+		return ownerAt(aggregates.Order.Facts, sch.OrderID(), read)
+	}
+	return "", fmt.Errorf("%s %s: no customer to tell whose its fields are", facts.Type, streamID)
 }
 
 // exportDeliveries reads the webhook deliveries of the aggregates' events
