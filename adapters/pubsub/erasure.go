@@ -278,9 +278,24 @@ func (s *Store) PendingErasures(ctx context.Context, dueOnly bool, limit int) ([
 // queueForgetAnswers queues the deletion of the merchant's stored answers
 // of writes that name one of ids (a subject, its streams), counting them
 // in n.
+//
+// The answers are locked first in key order, then deleted. Two erasures of
+// different subjects (a customer and the staff member who served them, or
+// protect beside an erasure) can both match one answer, and a DELETE locks
+// rows in the order its scan meets them: a sequential scan of a table past
+// a quarter of shared_buffers is synchronized (it starts where a scan under
+// way is, and wraps around), and a cached generic plan may read the
+// primary key where a fresh one reads the heap, so two deletes could each
+// hold a row the other waits for (a deadlock). Sorted, every transaction
+// takes them in one order. (Two erasures of one subject never get here
+// together: each takes the subject's lock, alone, first.)
 func queueForgetAnswers(b *pgx.Batch, merchantID string, ids []string, n *int) {
-	b.Queue(`DELETE FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
-		AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS id WHERE position(convert_to(id, 'UTF8') IN body) > 0)`,
+	b.Queue(`WITH named AS (
+			SELECT scope, key FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
+			AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS id WHERE position(convert_to(id, 'UTF8') IN body) > 0)
+			ORDER BY scope, key FOR UPDATE)
+		DELETE FROM idempotency_keys k USING named
+		WHERE k.merchant_id = $1 AND k.scope = named.scope AND k.key = named.key`,
 		merchantID, ids).Exec(func(tag pgconn.CommandTag) error { *n += int(tag.RowsAffected()); return nil })
 }
 
