@@ -378,3 +378,47 @@ func TestCustomerExportShowsNothingOfAnotherCustomerOnAMovedOrder(t *testing.T) 
 	require.Contains(t, text, "ALICE-SEALED", "sealed for Alice: hers wherever it is")
 	require.NotContains(t, text, "BOB-")
 }
+
+// Moving an order takes its notes only when restated, but its dispatch
+// note, its settlement note and its schedule's notes stay on the rows,
+// written about the first customer: the second customer's export shows
+// none of them, in the rows or in any snapshot of the change log (where
+// they are named withheld), until the second customer writes their own.
+func TestCustomerExportShowsNoOtherCustomersNotesCarriedOnAMovedOrder(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	alice, bob := a.createCustomer(a.opA, "Alice"), a.createCustomer(a.opA, "Bob")
+	o := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": alice, "amount_cents": 5000, "notes": "ALICE-NOTES"}).Body["id"].(string)
+	start := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+o+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": start.Format(time.RFC3339), "end_at": start.Add(time.Hour).Format(time.RFC3339),
+		"dispatch_note": "ALICE-DISPATCH"})
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+o+"/settlement", a.opA, map[string]any{
+		"settlement_status": "settled", "paid_amount_cents": 5000, "settlement_note": "ALICE-SETTLEMENT"})
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+o, a.opA, map[string]any{"customer_id": bob, "notes": "BOB-NOTES"})
+	require.Eventually(t, a.projected, 10*time.Second, 10*time.Millisecond)
+
+	y := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+bob+"/export", a.opA, nil).Body
+	text := string(jsonOf(t, y))
+	require.Len(t, y["orders"], 1)
+	require.Len(t, y["schedules"], 1)
+	require.Contains(t, text, "BOB-NOTES")
+	require.NotContains(t, text, "ALICE-", "nothing written about Alice")
+	last := y["change_log"].([]any)
+	for _, c := range last {
+		c := c.(map[string]any)
+		if c["aggregate_id"] != o || intOf(c["version"]) != intOf(y["orders"].([]any)[0].(map[string]any)["version"]) {
+			continue
+		}
+		require.Equal(t, []any{"dispatch_note", "settlement_note"}, c["after"].(map[string]any)["withheld"],
+			"the order as it is now: Bob's notes, Alice's dispatch and settlement notes withheld")
+	}
+
+	x := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+alice+"/export", a.opA, nil).Body
+	text = string(jsonOf(t, x))
+	for _, mark := range []string{"ALICE-NOTES", "ALICE-DISPATCH", "ALICE-SETTLEMENT"} {
+		require.Contains(t, text, mark, "written about Alice: hers wherever it is")
+	}
+	require.NotContains(t, text, "BOB-")
+}
