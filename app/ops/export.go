@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/order"
 	"hearth/domain/reference"
+	"hearth/domain/schedule"
 	"hearth/domain/servicerequest"
 	"hearth/domain/uuid"
 	"hearth/domain/webhook"
@@ -195,12 +197,14 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 	if err != nil {
 		return CustomerExport{}, err
 	}
+	held := heldFromOthers(h.Events, h.Others)
 	changes := make([]query.Change, len(rows.ChangeLog))
 	for i, c := range rows.ChangeLog {
-		if changes[i], err = withholdOthers(c, req.CustomerID); err != nil {
+		if changes[i], err = withholdOthers(c, req.CustomerID, held[c.AggregateID]); err != nil {
 			return CustomerExport{}, fmt.Errorf("export customer: %w", err)
 		}
 	}
+	withholdRows(&rows, held)
 	out := CustomerExport{Schema: ExportSchema, ExportedAt: h.At, MerchantID: req.MerchantID, Customer: h.Customer,
 		ServiceRequests: rows.ServiceRequests, Orders: rows.Orders, Plans: rows.Plans, Schedules: rows.Schedules, ChangeLog: changes,
 		Events: make([]publicevent.Event, len(h.Events)), WebhookDeliveries: make([]ExportedDelivery, len(h.WebhookDeliveries))}
@@ -232,29 +236,119 @@ var snapshotPersonal = map[string][]string{
 	servicerequest.StreamType: {"content", "notes"},
 }
 
-// withholdOthers returns c with the personal fields of each snapshot of a
-// version another customer had (an order moved to this one) emptied and
-// named withheld: the read model keeps every version in clear, the
-// earlier customer's text among them, which is theirs, not this
-// customer's.
-func withholdOthers(c query.Change, customerID string) (query.Change, error) {
-	fields, ok := snapshotPersonal[c.AggregateType]
-	if !ok {
+// viewFields names, by aggregate type and stored event type, the personal
+// fields of the view (by their JSON names) that an event writes: the
+// domain's Personal maps, under the views' names.
+var viewFields = func() map[string]map[string][]string {
+	renamed := map[string]string{"reason": "cancellation_reason"} // an order's view calls it so
+	out := map[string]map[string][]string{}
+	for typ, personal := range map[string]map[string][]string{order.StreamType: order.Personal,
+		schedule.StreamType: schedule.Personal, servicerequest.StreamType: servicerequest.Personal} {
+		out[typ] = map[string][]string{}
+		for eventType, fields := range personal {
+			for _, f := range fields {
+				out[typ][eventType] = append(out[typ][eventType], cmp.Or(renamed[f], f))
+			}
+		}
+	}
+	return out
+}()
+
+// heldFromOthers returns, by aggregate and version, the personal fields of
+// its view (JSON names, sorted) whose text at that version was written
+// about another customer (others): an order moved to this customer keeps
+// a dispatch note, a settlement note and its schedule's notes written
+// before the move until they are written again. events are by position.
+func heldFromOthers(events []publicevent.Stored, others map[string]bool) map[string]map[int][]string {
+	from := map[string]map[string]bool{} // by aggregate, then field: written about another customer
+	out := map[string]map[int][]string{}
+	for _, e := range events {
+		fields := viewFields[e.StreamType][e.Type]
+		if len(fields) > 0 && from[e.StreamID] == nil {
+			from[e.StreamID] = map[string]bool{}
+		}
+		for _, f := range fields {
+			from[e.StreamID][f] = others[e.ID]
+		}
+		var list []string
+		for f, other := range from[e.StreamID] {
+			if other {
+				list = append(list, f)
+			}
+		}
+		if len(list) > 0 {
+			slices.Sort(list)
+			if out[e.StreamID] == nil {
+				out[e.StreamID] = map[int][]string{}
+			}
+			out[e.StreamID][e.Version] = list
+		}
+	}
+	return out
+}
+
+// withholdRows empties the rows' personal fields that held names at their
+// versions (the change log's snapshot of that version names them
+// withheld).
+func withholdRows(rows *ExportRows, held map[string]map[int][]string) {
+	for i := range rows.Orders {
+		o := &rows.Orders[i]
+		for _, f := range held[o.ID][o.Version] {
+			switch f {
+			case "notes":
+				o.Notes = ""
+			case "dispatch_note":
+				o.DispatchNote = ""
+			case "cancellation_reason":
+				o.CancellationReason = ""
+			case "settlement_note":
+				o.SettlementNote = ""
+			}
+		}
+	}
+	for i := range rows.Schedules {
+		if v := &rows.Schedules[i]; slices.Contains(held[v.ID][v.Version], "notes") {
+			v.Notes = ""
+		}
+	}
+	for i := range rows.ServiceRequests {
+		v := &rows.ServiceRequests[i]
+		for _, f := range held[v.ID][v.Version] {
+			switch f {
+			case "content":
+				v.Content = ""
+			case "notes":
+				v.Notes = ""
+			}
+		}
+	}
+}
+
+// withholdOthers returns c with the personal fields of its snapshots that
+// are not this customer's emptied and named withheld: the read model keeps
+// every version in clear, the earlier customer's text among them. A
+// snapshot of a version another customer had (an order moved to this one)
+// has all of them withheld; one of this customer's, those held names at
+// its version (text written before the move, still on the row).
+func withholdOthers(c query.Change, customerID string, held map[int][]string) (query.Change, error) {
+	fields := snapshotPersonal[c.AggregateType]
+	if len(fields) == 0 && len(held) == 0 {
 		return c, nil
 	}
 	var err error
-	if c.Before, err = withholdSnapshot(c.Before, customerID, fields); err != nil {
+	if c.Before, err = withholdSnapshot(c.Before, customerID, fields, held[c.Version-1]); err != nil {
 		return c, fmt.Errorf("change %s of %s %s: %w", c.EventID, c.AggregateType, c.AggregateID, err)
 	}
-	if c.After, err = withholdSnapshot(c.After, customerID, fields); err != nil {
+	if c.After, err = withholdSnapshot(c.After, customerID, fields, held[c.Version]); err != nil {
 		return c, fmt.Errorf("change %s of %s %s: %w", c.EventID, c.AggregateType, c.AggregateID, err)
 	}
 	return c, nil
 }
 
 // withholdSnapshot is withholdOthers for one snapshot (JSON as stored, a
-// view, or nil), decoded with json.Number so that amounts keep every digit.
-func withholdSnapshot(snapshot any, customerID string, fields []string) (any, error) {
+// view, or nil): all of fields when it names another customer, else held.
+// It is decoded with json.Number, so that amounts keep every digit.
+func withholdSnapshot(snapshot any, customerID string, fields, held []string) (any, error) {
 	if snapshot == nil {
 		return nil, nil
 	}
@@ -265,20 +359,17 @@ func withholdSnapshot(snapshot any, customerID string, fields []string) (any, er
 			return nil, err
 		}
 	}
-	var probe struct {
-		CustomerID string `json:"customer_id"`
-	}
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, err
-	}
-	if probe.CustomerID == customerID {
-		return snapshot, nil
-	}
 	var m map[string]any
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	if err := d.Decode(&m); err != nil {
 		return nil, err
+	}
+	if customer, ok := m["customer_id"].(string); !ok || customer == customerID {
+		fields = held // a schedule names no customer: its order's moves are in held
+	}
+	if len(fields) == 0 {
+		return snapshot, nil
 	}
 	for _, f := range fields {
 		m[f] = ""
