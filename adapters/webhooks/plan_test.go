@@ -253,3 +253,61 @@ func column(t *testing.T, conn *sql.Conn, query string) []string {
 	require.NoError(t, rows.Err())
 	return out
 }
+
+// The fan-out's check that an endpoint was enabled when an event occurred
+// costs one index probe per endpoint, however often the endpoint was
+// disabled and enabled again: every change of enabled leaves a period
+// (webhook_endpoint_periods), kept as long as the endpoint, and the
+// fan-out is shared by every merchant (one projection per topic), so a
+// merchant that toggled its endpoints 20,000 times must not make each of
+// its events read 20,000 rows per endpoint while the others' deliveries
+// wait behind it. Events in an enabled period, old or new, still get
+// their delivery, and an event between two periods none.
+func TestFanOutPlan(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	ctx := context.Background()
+	conn, err := db.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	merchant, endpoint := uuid.New(), uuid.New()
+	exec := func(sql string, args ...any) {
+		_, err := conn.ExecContext(ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
+	exec(`INSERT INTO merchants (id, name) VALUES ($1, $2)`, merchant, "m-"+merchant)
+	// Enabled since a while, with the trigger's open period; then 20,000
+	// closed periods of an hour each (enabled for the first half) before it.
+	exec(`INSERT INTO webhook_endpoints (id, merchant_id, url, secret, created_at, updated_at)
+		VALUES ($1, $2, 'https://example.com/', $3, now() - interval '30000 hours', now() - interval '1 hour')`, endpoint, merchant, webhook.NewSecret())
+	exec(`UPDATE webhook_endpoint_periods SET enabled_from = now() - interval '1 hour' WHERE endpoint_id = $1`, endpoint)
+	exec(`INSERT INTO webhook_endpoint_periods (endpoint_id, enabled_from, enabled_until)
+		SELECT $1, now() - (h + 1) * interval '1 hour', now() - (h + 1) * interval '1 hour' + interval '30 minutes'
+		FROM generate_series(1, 20000) h`, endpoint)
+	exec(`ANALYZE webhook_endpoint_periods`)
+	exec(`SET plan_cache_mode = force_generic_plan`)
+	exec(`PREPARE fanout(text[], text[], text[], text[], int[], timestamptz[], text) AS ` + fanOutSQL)
+	execute := func(ago string) string {
+		return `EXECUTE fanout(ARRAY['` + uuid.New() + `'], ARRAY['` + merchant + `'], ARRAY['order.created'], ARRAY['` + uuid.New() +
+			`'], ARRAY[1], ARRAY[now() - interval '` + ago + `'], '')`
+	}
+	for ago, queued := range map[string]bool{
+		"1 minute":              true,  // the open period
+		"9999 hours 50 minutes": true,  // inside an old period
+		"9999 hours 20 minutes": false, // between two
+	} {
+		exec("BEGIN")
+		var plan string
+		require.NoError(t, conn.QueryRowContext(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+execute(ago)).Scan(&plan))
+		var n int
+		require.NoError(t, conn.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, endpoint).Scan(&n))
+		exec("ROLLBACK")
+		require.Equal(t, queued, n == 1, "an event %s ago: %d deliveries", ago, n)
+		var doc []struct {
+			Plan planNode `json:"Plan"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(plan), &doc))
+		read := doc[0].Plan.rowsOf("webhook_endpoint_periods")
+		require.LessOrEqual(t, read, 2, "an event %s ago: %d rows read of webhook_endpoint_periods: %s", ago, read, plan)
+	}
+}
