@@ -86,6 +86,18 @@ func (f *Fanout) Projections() []projector.Projection {
 // conflicts with its rows and adds nothing. $7 is the traceparent of the
 // projection's span ("" when tracing is off): the delivery's span, later,
 // is its child.
+//
+// An endpoint was enabled when the event occurred if the last period that
+// began by then (webhook_endpoint_periods) had not ended: one probe of
+// the periods' index, backwards. A test of every period that began by then
+// read all of them, and every change of enabled leaves one for as long as
+// the endpoint lives: a merchant that toggled its endpoints made each of
+// its events read them all, in the projection every merchant's deliveries
+// wait behind (TestFanOutPlan). Periods follow one another (the trigger
+// opens one only when none is open); two changes of enabled from API
+// instances whose clocks disagree may leave a period beginning before the
+// one before it ended, and an event inside that skew is judged by the
+// later one.
 const fanOutSQL = `WITH queued AS (
 	INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, trace_parent)
 	SELECT w.id, ev.merchant_id, ev.event_id, ev.event_type, ev.aggregate_id, ev.aggregate_version, nullif($7::text, '')
@@ -94,8 +106,8 @@ const fanOutSQL = `WITH queued AS (
 	JOIN webhook_endpoints w ON w.merchant_id = ev.merchant_id
 	     AND (cardinality(w.event_types) = 0 OR ev.event_type = ANY (w.event_types))
 	     AND w.created_at <= ev.occurred_at
-	     AND EXISTS (SELECT FROM webhook_endpoint_periods p WHERE p.endpoint_id = w.id
-	                 AND p.enabled_from <= ev.occurred_at AND (p.enabled_until IS NULL OR ev.occurred_at < p.enabled_until))
+	     AND (SELECT p.enabled_until IS NULL OR ev.occurred_at < p.enabled_until FROM webhook_endpoint_periods p
+	          WHERE p.endpoint_id = w.id AND p.enabled_from <= ev.occurred_at ORDER BY p.enabled_from DESC LIMIT 1)
 	ORDER BY ev.ord, w.id
 	ON CONFLICT (endpoint_id, event_id) WHERE redelivery_of IS NULL DO NOTHING
 	RETURNING endpoint_id)
