@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"time"
 
 	"hearth/app/publicevent"
@@ -92,7 +93,21 @@ type EndpointChange struct {
 
 // UpdateEndpoint applies c. Enabling an endpoint that Hearth disabled clears
 // the reason; a change that changes nothing leaves the version alone.
+//
+// A new URL's target is checked before the store's transaction, and its
+// verdict applied inside it when the URL changes: the check resolves a
+// name the merchant chose, on a DNS server the merchant may run, for up to
+// its timeout, and the transaction holds the endpoint's row lock and so a
+// transaction id; while it runs, no reader below pg_snapshot_xmin (every
+// merchant's event feed, the projections, the webhook fan-out) goes past
+// it.
 func (h Webhooks) UpdateEndpoint(ctx context.Context, merchantID, id string, c EndpointChange, now time.Time) (webhook.Endpoint, error) {
+	var refused error
+	if c.URL != nil {
+		if u := strings.TrimSpace(*c.URL); webhook.URLProblem(u) == "" {
+			refused = h.check(ctx, u)
+		}
+	}
 	return h.change(ctx, merchantID, id, c.ExpectedVersion, now, func(e *webhook.Endpoint) error {
 		urlBefore := e.URL
 		set(&e.URL, c.URL)
@@ -107,10 +122,8 @@ func (h Webhooks) UpdateEndpoint(ctx context.Context, merchantID, id string, c E
 		if err := e.Normalize(publicevent.Types()); err != nil {
 			return err
 		}
-		if e.URL != urlBefore {
-			if err := h.check(ctx, e.URL); err != nil {
-				return apperr.Invalid("url", "%v", err)
-			}
+		if e.URL != urlBefore && refused != nil { // Normalize trims it as above: the URL checked
+			return apperr.Invalid("url", "%v", refused)
 		}
 		return nil
 	})
