@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,9 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/pubsub"
+	"hearth/adapters/vault"
+	"hearth/app/command"
 	"hearth/app/query"
+	"hearth/domain/event"
+	"hearth/domain/order"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 
@@ -537,4 +547,80 @@ func TestEventFeedRefusesACursorFromTheFuture(t *testing.T) {
 	next := r.Body["next_cursor"].(string)
 	r = a.must(http.StatusOK, http.MethodGet, "/v1/events?"+after(next, "wait=0"), a.opA, nil)
 	require.Empty(t, r.Body["events"], "the head of the feed: nothing after it, and no error")
+}
+
+// A page of the feed reads the data keys of its events' customers in one
+// lookup, not one per customer: a page of events about 50 customers whose
+// keys no instance has cached (events of a while ago, read by a client
+// catching up, or by an instance that never wrote them) costs the vault
+// one query. One per customer, a page of 1,000 cost 1,000 round trips,
+// and a read with types (up to 10,000 events looked at) 10,000, each on
+// the request pool, for one request of one merchant.
+func TestEventFeedReadsAPagesDataKeysAtOnce(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := setup(t, urls)
+	const customers = 50
+	for i := range customers {
+		customer := a.createCustomer(a.opA, fmt.Sprintf("Feed Customer %d", i))
+		_, err := a.w.app.Commands.Orders.Create(t.Context(), command.CreateOrder{
+			Meta:       event.Meta{MerchantID: a.merchantA, Actor: "key:" + a.opAKeyID, CorrelationID: uuid.New(), OccurredAt: time.Now()},
+			CustomerID: customer, AmountCents: 100, Notes: "gate code 1234"}) // notes: sealed with the customer's data key
+		require.NoError(t, err)
+	}
+	// Readable (below every running transaction's xmin), read without
+	// opening a key.
+	plain, err := pubsub.NewFeed(a.dbs.es.DB, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		entries, err := plain.Page(t.Context(), a.merchantA, query.FeedCursor{}, 1000)
+		return err == nil && len(entries) >= customers
+	}, 10*time.Second, 5*time.Millisecond)
+
+	// A vault with nothing cached, whose queries are counted.
+	cfg, err := pgx.ParseConfig(urls.EventStore)
+	require.NoError(t, err)
+	var queries atomic.Int64
+	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*cfg), queries: &queries})
+	t.Cleanup(func() { _ = db.Close() })
+	cold, err := vault.New(db, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	feed, err := pubsub.NewFeed(a.dbs.es.DB, cold)
+	require.NoError(t, err)
+	entries, err := feed.Page(t.Context(), a.merchantA, query.FeedCursor{}, 1000)
+	require.NoError(t, err)
+	opened := 0
+	for _, e := range entries {
+		require.NoError(t, e.Err)
+		if c, ok := e.Stored.Event.(order.Created); ok {
+			require.Equal(t, "gate code 1234", c.Notes)
+			opened++
+		}
+	}
+	require.Equal(t, customers, opened)
+	require.LessOrEqual(t, queries.Load(), int64(1), "the vault's queries for a page of %d customers' events", customers)
+}
+
+// countingConnector counts the queries of the connections it makes.
+type countingConnector struct {
+	driver.Connector
+	queries *atomic.Int64
+}
+
+func (c countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{Conn: conn.(*stdlib.Conn), queries: c.queries}, nil
+}
+
+type countingConn struct {
+	*stdlib.Conn
+	queries *atomic.Int64
+}
+
+func (c countingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c.queries.Add(1)
+	return c.Conn.QueryContext(ctx, query, args)
 }
