@@ -248,14 +248,23 @@ func (v *Vault) put(subject string, e entry) {
 // optimisation only: what it cannot read, the decoder reads (or reports)
 // itself, event by event.
 func (v *Vault) Prefetch(payloads [][]byte) {
+	data := make([][]byte, 0, len(payloads))
+	for _, p := range payloads {
+		if _, start, end, ok := member(p, "data"); ok {
+			data = append(data, p[start:end])
+		}
+	}
+	v.PrefetchData(data)
+}
+
+// PrefetchData is Prefetch of events' data as stored (the event feed's
+// page, read from the events table): one lookup for the page's keys
+// instead of one per customer.
+func (v *Vault) PrefetchData(data [][]byte) {
 	seen := map[string]bool{}
 	var missing []string
-	for _, p := range payloads {
-		_, start, end, ok := member(p, "data")
-		if !ok {
-			continue
-		}
-		subject, ok := subjectOf(p[start:end])
+	for _, d := range data {
+		subject, ok := subjectOf(d)
 		if !ok || seen[subject] {
 			continue
 		}
