@@ -1442,3 +1442,57 @@ func TestWebhookFanOutJudgesEnabledAtTheEventsTime(t *testing.T) {
 	require.Empty(t, rc2.deliveries())
 	require.Len(t, rc.deliveries(), 1)
 }
+
+// webhookQueueCap is how many test pings and redeliveries one endpoint
+// may have pending.
+const webhookQueueCap = 500
+
+// The test pings and redeliveries an operator queues for one endpoint are
+// capped: against a receiver that never answers (here no webhook leader
+// runs, so nothing queued is ever tried) they would pile up in
+// webhook_deliveries, the table every merchant's deliveries share, as fast
+// as the rate limits let requests through. At the cap, both answer 429
+// (limit webhook-queue) with Retry-After and queue nothing; finished
+// deliveries do not count, another endpoint is not held up, and once one
+// of them is done the endpoint takes one more.
+func TestWebhookQueuedPingsAndRedeliveriesAreCapped(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	endpoint, _ := a.createEndpoint(a.opA, "https://203.0.113.9/hook")
+	other, _ := a.createEndpoint(a.opA, "https://203.0.113.10/hook")
+	path := "/v1/webhook-endpoints/" + endpoint
+	ping := a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil).Body["id"].(string)
+	seed := func(n int, status string) {
+		_, err := a.dbs.es.DB.ExecContext(a.t.Context(), `INSERT INTO webhook_deliveries
+			(endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload, status, completed_at)
+			SELECT $1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}', $4,
+				CASE WHEN $4 = 'pending' THEN NULL ELSE now() END FROM generate_series(1, $3)`,
+			endpoint, a.merchantA, n, status)
+		require.NoError(t, err)
+	}
+	seed(1000, "failed")
+	seed(webhookQueueCap-2, "pending")
+	a.must(http.StatusAccepted, http.MethodPost, path+"/deliveries/"+ping+"/redeliver", a.opA, nil) // the last one
+	pending := func() (n int) {
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(a.t.Context(), `SELECT count(*) FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND status = 'pending'`, endpoint).Scan(&n))
+		return n
+	}
+	require.Equal(t, webhookQueueCap, pending())
+
+	for _, p := range []string{path + "/test", path + "/deliveries/" + ping + "/redeliver"} {
+		r := a.do(http.MethodPost, p, a.opA, nil)
+		requireProblem(t, r, http.StatusTooManyRequests, "/problems/rate-limited")
+		require.Equal(t, "webhook-queue", r.Body["limit"], "%s", r)
+		require.NotEmpty(t, r.Header.Get("Retry-After"), "%s", r)
+		require.Contains(t, r.Body["detail"], "pending", "%s", r)
+	}
+	require.Equal(t, webhookQueueCap, pending(), "nothing queued past the cap")
+	a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+other+"/test", a.opA, nil)
+
+	_, err := a.dbs.es.DB.ExecContext(a.t.Context(), `UPDATE webhook_deliveries SET status = 'failed', completed_at = now()
+		WHERE id = $1`, ping)
+	require.NoError(t, err)
+	a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil)
+	requireProblem(t, a.do(http.MethodPost, path+"/test", a.opA, nil), http.StatusTooManyRequests, "/problems/rate-limited")
+}
