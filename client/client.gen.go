@@ -810,6 +810,7 @@ const (
 	ProblemLimitInFlight      ProblemLimit = "in-flight"
 	ProblemLimitKey           ProblemLimit = "key"
 	ProblemLimitMerchant      ProblemLimit = "merchant"
+	ProblemLimitWebhookQueue  ProblemLimit = "webhook-queue"
 )
 
 // Valid indicates whether the value is a known member of the ProblemLimit enum.
@@ -822,6 +823,8 @@ func (e ProblemLimit) Valid() bool {
 	case ProblemLimitKey:
 		return true
 	case ProblemLimitMerchant:
+		return true
+	case ProblemLimitWebhookQueue:
 		return true
 	default:
 		return false
@@ -9256,6 +9259,8 @@ type ClientInterface interface {
 
 	// RedeliverWebhook Send a delivery again: the same event (same webhook-id and body), after whatever is pending for its aggregate, with a fresh retry schedule; the endpoint must be enabled
 	//
+	// At most 500 test pings and redeliveries of one endpoint may be pending at once (webhook.MaxQueued): beyond that, 429 /problems/rate-limited with limit webhook-queue and Retry-After, and nothing is queued; wait until some are sent (GET .../deliveries?status=pending), and fix a receiver that does not answer first.
+	//
 	// Corresponds with POST /v1/webhook-endpoints/{id}/deliveries/{delivery_id}/redeliver (the `RedeliverWebhook` operationId).
 	RedeliverWebhook(ctx context.Context, id Id, deliveryId DeliveryId, params *RedeliverWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -9274,6 +9279,8 @@ type ClientInterface interface {
 	RotateWebhookSecret(ctx context.Context, id Id, params *RotateWebhookSecretParams, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TestWebhookEndpoint Send a test ping (webhook_endpoint.ping): tried once, never retried; the endpoint must be enabled
+	//
+	// At most 500 test pings and redeliveries of one endpoint may be pending at once (webhook.MaxQueued): beyond that, 429 /problems/rate-limited with limit webhook-queue and Retry-After, and nothing is queued; wait until some are sent (GET .../deliveries?status=pending), and fix a receiver that does not answer first.
 	//
 	// Corresponds with POST /v1/webhook-endpoints/{id}/test (the `TestWebhookEndpoint` operationId).
 	TestWebhookEndpoint(ctx context.Context, id Id, params *TestWebhookEndpointParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -11157,6 +11164,8 @@ func (c *Client) GetWebhookDelivery(ctx context.Context, id Id, deliveryId Deliv
 
 // RedeliverWebhook Send a delivery again: the same event (same webhook-id and body), after whatever is pending for its aggregate, with a fresh retry schedule; the endpoint must be enabled
 //
+// At most 500 test pings and redeliveries of one endpoint may be pending at once (webhook.MaxQueued): beyond that, 429 /problems/rate-limited with limit webhook-queue and Retry-After, and nothing is queued; wait until some are sent (GET .../deliveries?status=pending), and fix a receiver that does not answer first.
+//
 // Corresponds with POST /v1/webhook-endpoints/{id}/deliveries/{delivery_id}/redeliver (the `RedeliverWebhook` operationId).
 func (c *Client) RedeliverWebhook(ctx context.Context, id Id, deliveryId DeliveryId, params *RedeliverWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRedeliverWebhookRequest(c.Server, id, deliveryId, params)
@@ -11205,6 +11214,8 @@ func (c *Client) RotateWebhookSecret(ctx context.Context, id Id, params *RotateW
 }
 
 // TestWebhookEndpoint Send a test ping (webhook_endpoint.ping): tried once, never retried; the endpoint must be enabled
+//
+// At most 500 test pings and redeliveries of one endpoint may be pending at once (webhook.MaxQueued): beyond that, 429 /problems/rate-limited with limit webhook-queue and Retry-After, and nothing is queued; wait until some are sent (GET .../deliveries?status=pending), and fix a receiver that does not answer first.
 //
 // Corresponds with POST /v1/webhook-endpoints/{id}/test (the `TestWebhookEndpoint` operationId).
 func (c *Client) TestWebhookEndpoint(ctx context.Context, id Id, params *TestWebhookEndpointParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -18012,6 +18023,8 @@ type ClientWithResponsesInterface interface {
 
 	// RedeliverWebhookWithResponse Send a delivery again: the same event (same webhook-id and body), after whatever is pending for its aggregate, with a fresh retry schedule; the endpoint must be enabled
 	//
+	// At most 500 test pings and redeliveries of one endpoint may be pending at once (webhook.MaxQueued): beyond that, 429 /problems/rate-limited with limit webhook-queue and Retry-After, and nothing is queued; wait until some are sent (GET .../deliveries?status=pending), and fix a receiver that does not answer first.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/webhook-endpoints/{id}/deliveries/{delivery_id}/redeliver (the `RedeliverWebhook` operationId).
@@ -18032,6 +18045,8 @@ type ClientWithResponsesInterface interface {
 	RotateWebhookSecretWithResponse(ctx context.Context, id Id, params *RotateWebhookSecretParams, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error)
 
 	// TestWebhookEndpointWithResponse Send a test ping (webhook_endpoint.ping): tried once, never retried; the endpoint must be enabled
+	//
+	// At most 500 test pings and redeliveries of one endpoint may be pending at once (webhook.MaxQueued): beyond that, 429 /problems/rate-limited with limit webhook-queue and Retry-After, and nothing is queued; wait until some are sent (GET .../deliveries?status=pending), and fix a receiver that does not answer first.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -35588,6 +35603,8 @@ func (c *ClientWithResponses) GetWebhookDeliveryWithResponse(ctx context.Context
 
 // RedeliverWebhookWithResponse Send a delivery again: the same event (same webhook-id and body), after whatever is pending for its aggregate, with a fresh retry schedule; the endpoint must be enabled
 //
+// At most 500 test pings and redeliveries of one endpoint may be pending at once (webhook.MaxQueued): beyond that, 429 /problems/rate-limited with limit webhook-queue and Retry-After, and nothing is queued; wait until some are sent (GET .../deliveries?status=pending), and fix a receiver that does not answer first.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/webhook-endpoints/{id}/deliveries/{delivery_id}/redeliver (the `RedeliverWebhook` operationId).
@@ -35626,6 +35643,8 @@ func (c *ClientWithResponses) RotateWebhookSecretWithResponse(ctx context.Contex
 }
 
 // TestWebhookEndpointWithResponse Send a test ping (webhook_endpoint.ping): tried once, never retried; the endpoint must be enabled
+//
+// At most 500 test pings and redeliveries of one endpoint may be pending at once (webhook.MaxQueued): beyond that, 429 /problems/rate-limited with limit webhook-queue and Retry-After, and nothing is queued; wait until some are sent (GET .../deliveries?status=pending), and fix a receiver that does not answer first.
 //
 // Returns a wrapper object for the known response body format(s).
 //

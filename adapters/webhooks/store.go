@@ -252,18 +252,25 @@ func cmpErr(err, otherwise error) error {
 }
 
 // QueueDelivery queues the delivery make returns for the merchant's
-// endpoint (read FOR SHARE, so it cannot be disabled or deleted before the
-// commit) and wakes the dispatcher at the commit.
+// endpoint and wakes the dispatcher at the commit, unless the endpoint has
+// webhook.MaxQueued test pings and redeliveries pending (a
+// *apperr.LimitError). The endpoint is read FOR NO KEY UPDATE: it cannot be
+// disabled or deleted before the commit, and two queueings of one endpoint
+// take turns, so that both cannot count one below the cap and pass it; the
+// fan-out's inserts (FOR KEY SHARE, the foreign key) do not wait for it.
 func (s *Store) QueueDelivery(ctx context.Context, merchantID, endpointID string, make func(e webhook.Endpoint) (webhook.Delivery, error)) (webhook.Delivery, error) {
 	var out webhook.Delivery
 	err := inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
 		e, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
-			WHERE merchant_id = $1 AND id = $2 FOR SHARE`, merchantID, endpointID), s.secrets)
+			WHERE merchant_id = $1 AND id = $2 FOR NO KEY UPDATE`, merchantID, endpointID), s.secrets)
 		if err != nil {
 			return nil, err
 		}
 		d, err := make(e)
 		if err != nil {
+			return nil, err
+		}
+		if err := queueRoom(ctx, tx, endpointID); err != nil {
 			return nil, err
 		}
 		var ping []byte
@@ -286,6 +293,29 @@ func (s *Store) QueueDelivery(ctx context.Context, merchantID, endpointID string
 		return &out, nil
 	})
 	return out, err
+}
+
+// queuedCountSQL counts the endpoint's pending test pings and redeliveries
+// through webhook_deliveries_queued (its predicate), stopping at one past
+// the cap: a refusal reads at most that many index entries, however many
+// other rows the endpoint has.
+const queuedCountSQL = `SELECT count(*) FROM (SELECT FROM webhook_deliveries
+	WHERE endpoint_id = $1 AND status = 'pending' AND (ping_payload IS NOT NULL OR redelivery_of IS NOT NULL) LIMIT $2) q`
+
+// queueRoom refuses one more test ping or redelivery for an endpoint that
+// has webhook.MaxQueued of them pending.
+func queueRoom(ctx context.Context, tx *sql.Tx, endpointID string) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, queuedCountSQL, endpointID, webhook.MaxQueued).Scan(&n); err != nil {
+		return fmt.Errorf("count queued webhook deliveries: %w", err)
+	}
+	if n < webhook.MaxQueued {
+		return nil
+	}
+	return &apperr.LimitError{Limit: webhook.LimitQueued, RetryAfter: webhook.QueuedRetryAfter,
+		Detail: fmt.Sprintf("this endpoint has %d test pings and redeliveries pending, the most it may have: "+
+			"wait until some are sent (GET .../deliveries?status=pending shows them; a receiver that does not answer "+
+			"keeps redeliveries pending for their whole retry schedule, so fix it first), then retry", webhook.MaxQueued)}
 }
 
 const deliveryColumns = `id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version,

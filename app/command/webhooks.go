@@ -29,7 +29,9 @@ type WebhookStore interface {
 	DeleteEndpoint(ctx context.Context, merchantID, id string) error
 	// QueueDelivery queues the delivery that make returns for the
 	// merchant's endpoint, as make sees it (locked until the commit), and
-	// wakes the dispatcher.
+	// wakes the dispatcher; a *apperr.LimitError (webhook.LimitQueued) when
+	// the endpoint has webhook.MaxQueued test pings and redeliveries
+	// pending.
 	QueueDelivery(ctx context.Context, merchantID, endpointID string, make func(e webhook.Endpoint) (webhook.Delivery, error)) (webhook.Delivery, error)
 	// Delivery reads one delivery of the merchant's endpoint.
 	Delivery(ctx context.Context, merchantID, endpointID, id string) (webhook.Delivery, error)

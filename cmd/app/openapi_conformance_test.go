@@ -18,6 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/stretchr/testify/require"
 
+	"hearth/domain/webhook"
 	"hearth/internal/pgtest"
 )
 
@@ -236,6 +237,16 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	d.send("deliveries by two statuses", "GET", "/v1/webhook-endpoints/"+ep+"/deliveries?status=pending&status=succeeded", op, nil, nil)
 	if id, ok := tp.Body["id"].(string); ok {
 		d.send("delivery", "GET", "/v1/webhook-endpoints/"+ep+"/deliveries/"+id, op, nil, nil)
+	}
+	full := d.send("create full endpoint", "POST", "/v1/webhook-endpoints", op, nil, map[string]any{"url": receiver.URL + "/full"})
+	if id, ok := full.Body["id"].(string); ok {
+		_, err := a.dbs.es.DB.ExecContext(t.Context(), `INSERT INTO webhook_deliveries
+			(endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
+			SELECT $1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}' FROM generate_series(1, $3)`,
+			id, a.merchantA, webhook.MaxQueued)
+		require.NoError(t, err)
+		r := d.send("test ping past the queue's cap", "POST", "/v1/webhook-endpoints/"+id+"/test", op, nil, nil)
+		require.Equal(t, http.StatusTooManyRequests, r.Status, "%s", r)
 	}
 	d.send("events feed", "GET", "/v1/events?wait=0&limit=5", op, nil, nil)
 	d.send("events bad type", "GET", "/v1/events?types=nope", op, nil, nil)

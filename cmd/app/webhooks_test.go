@@ -1445,7 +1445,7 @@ func TestWebhookFanOutJudgesEnabledAtTheEventsTime(t *testing.T) {
 
 // webhookQueueCap is how many test pings and redeliveries one endpoint
 // may have pending.
-const webhookQueueCap = 500
+const webhookQueueCap = webhook.MaxQueued
 
 // The test pings and redeliveries an operator queues for one endpoint are
 // capped: against a receiver that never answers (here no webhook leader

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrNotFound means the entity does not exist for the caller's merchant. A
@@ -86,6 +87,18 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string { return "conflict: " + e.Detail }
+
+// LimitError is a write refused because what it adds is at a cap of what
+// one merchant or resource may hold at once (not a rule of the entity: it
+// passes once some of it is done). It answers 429 with Retry-After; Limit
+// is a stable name of the cap (the problem's limit member).
+type LimitError struct {
+	Limit      string
+	Detail     string
+	RetryAfter time.Duration
+}
+
+func (e *LimitError) Error() string { return e.Limit + ": " + e.Detail }
 
 // VersionError is a write that stated the version it read, and the entity
 // has moved on since. It answers 409 (412 when the version came from

@@ -76,7 +76,23 @@ const (
 	// is fanned out to each of them, so the number bounds the work one
 	// merchant's events cost.
 	MaxEndpoints = 20
+	// MaxQueued is how many test pings and redeliveries one endpoint may
+	// have pending. They are queued by hand, one request each, in the
+	// event-store database's webhook_deliveries that every merchant's
+	// deliveries share, and against a receiver that never answers they do
+	// not go away (a redelivery is retried for the schedule's whole span):
+	// without a cap only the request rate limits would bound them. A few
+	// hundred is well above a test's needs and a few pages of redeliveries
+	// after an outage (the runbook's loop waits out the 429 and goes on).
+	MaxQueued = 500
+	// QueuedRetryAfter is the Retry-After of a refusal at MaxQueued: a
+	// receiver that answers takes a round's pings and redeliveries within
+	// seconds; one that does not, never, and the detail says so.
+	QueuedRetryAfter = time.Minute
 )
+
+// LimitQueued names MaxQueued in a refusal (the 429's limit).
+const LimitQueued = "webhook-queue"
 
 // Rules an endpoint command may break.
 const (

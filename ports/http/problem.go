@@ -31,8 +31,8 @@ type problem struct {
 	Errors []apperr.FieldError `json:"errors,omitempty"`
 	// ConflictingScheduleID names the schedule a booking clashed with.
 	ConflictingScheduleID string `json:"conflicting_schedule_id,omitempty"`
-	// Limit names the limit a 429 hit: key, merchant, in-flight or
-	// client-address.
+	// Limit names the limit a 429 hit: key, merchant, in-flight,
+	// client-address, or webhook-queue (apperr.LimitError's).
 	Limit string `json:"limit,omitempty"`
 	// EventID names the event the event feed cannot give in its public
 	// form (/problems/unpublishable-event).
@@ -76,6 +76,7 @@ func ProblemOf(err error) (p Problem, ok bool) {
 		invalid  *apperr.ValidationError
 		rule     *apperr.RuleError
 		conflict *apperr.ConflictError
+		limited  *apperr.LimitError
 		tooBig   *http.MaxBytesError
 		ruled    interface{ Rule() string }
 
@@ -103,6 +104,9 @@ func ProblemOf(err error) (p Problem, ok bool) {
 	case errors.As(err, &ruled):
 		p = newProblem(http.StatusUnprocessableEntity, "rule-broken", err.Error())
 		p.Rule = ruled.Rule()
+	case errors.As(err, &limited):
+		p = newProblem(http.StatusTooManyRequests, "rate-limited", limited.Detail)
+		p.Limit = limited.Limit
 	case errors.As(err, &conflict):
 		p = newProblem(http.StatusConflict, "conflict", conflict.Detail)
 		p.ConflictingScheduleID = conflict.With["conflicting_schedule_id"]
@@ -129,6 +133,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		version       *apperr.VersionError
 		idem          *idempotencyError
+		limited       *apperr.LimitError
 		unpublishable *query.UnpublishableEventError
 	)
 	switch {
@@ -145,6 +150,8 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", version.Error())
 	case known && errors.As(err, &idem) && idem.status == http.StatusConflict:
 		w.Header().Set("Retry-After", "1")
+	case known && errors.As(err, &limited):
+		w.Header().Set("Retry-After", strconv.Itoa(max(int(limited.RetryAfter.Seconds()), 1)))
 	case known:
 	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || sqlState(err) == queryCanceled):
 		return // the client went away; nobody reads an answer
