@@ -105,3 +105,25 @@ func TestExportCustomerBadInput(t *testing.T) {
 	require.Zero(t, f.calls)
 	require.Empty(t, f.entries)
 }
+
+// An export shows each delivery's endpoint by its scheme, host and port
+// only: the export is handed to the customer, and an endpoint's URL may
+// carry the receiver's credentials (userinfo, a token in the path or the
+// query). The host is what tells the customer who got their data.
+func TestExportShowsOnlyTheEndpointsOrigin(t *testing.T) {
+	for stored, shown := range map[string]string{
+		"https://user:s3cret@hooks.example.com:8443/t/tok_live_123/in?key=abc&sig=def": "https://hooks.example.com:8443",
+		"http://example.com/hook":                      "http://example.com",
+		"https://example.com?token=abc":                "https://example.com",
+		"https://[2001:db8::1]:9000/hooks/tok_123?x=y": "https://[2001:db8::1]:9000",
+		"https://token@example.com":                    "https://example.com",
+	} {
+		f := exportFake()
+		f.history.WebhookDeliveries[0].URL = stored
+		x, err := ops.NewExports(f, f, 0)
+		require.NoError(t, err)
+		got, err := x.ExportCustomer(t.Context(), ops.ExportRequest{By: "key:k1", MerchantID: exportMerchant, CustomerID: exportCustomer})
+		require.NoError(t, err)
+		require.Equal(t, shown, got.WebhookDeliveries[0].URL, stored)
+	}
+}
