@@ -4177,7 +4177,7 @@ type EventList struct {
 	NextCursor string `json:"next_cursor"`
 }
 
-// ExportedWebhookDelivery A webhook delivery of an event about the customer: the delivery log's fields, the endpoint's URL and the payload the delivery sends (the event's public form, the request body).
+// ExportedWebhookDelivery A webhook delivery of an event about the customer: the delivery log's fields, the endpoint's origin (scheme, host and port of its URL) and the payload the delivery sends (the event's public form, the request body).
 type ExportedWebhookDelivery struct {
 	AggregateId      openapi_types.UUID `json:"aggregate_id"`
 	AggregateVersion int                `json:"aggregate_version"`
@@ -4224,7 +4224,7 @@ type ExportedWebhookDelivery struct {
 	// Status pending: waiting for its turn or its next retry; succeeded: answered 2xx; failed: given up
 	Status ExportedWebhookDeliveryStatus `json:"status"`
 
-	// Url the endpoint's URL (as it is now)
+	// Url the endpoint's origin, as its URL is now: scheme, host and port only (https://hooks.example.com:8443); the rest of the URL (userinfo, path, query) is left out, since receivers put their credentials there and the export is handed to the customer
 	Url string `json:"url"`
 }
 

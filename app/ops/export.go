@@ -76,8 +76,9 @@ type CustomerExport struct {
 }
 
 // ExportedDelivery is one webhook delivery of an event about the customer,
-// with its endpoint's URL and the payload it sends (the event's public
-// form).
+// with its endpoint's origin (webhook.Origin: scheme, host and port, never
+// the credentials a URL may carry) and the payload it sends (the event's
+// public form).
 type ExportedDelivery struct {
 	webhook.Delivery
 	URL     string
@@ -223,7 +224,7 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 		if !ok {
 			return CustomerExport{}, fmt.Errorf("export customer: delivery %s: event %s is not among the customer's events", d.ID, d.EventID)
 		}
-		out.WebhookDeliveries[i] = ExportedDelivery{Delivery: d.Delivery, URL: d.URL, Payload: p}
+		out.WebhookDeliveries[i] = ExportedDelivery{Delivery: d.Delivery, URL: webhook.Origin(d.URL), Payload: p}
 	}
 	return out, nil
 }

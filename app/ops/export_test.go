@@ -82,7 +82,7 @@ func TestExportCustomer(t *testing.T) {
 	require.Equal(t, int64(7), got.Events[0].Position)
 	require.Len(t, got.WebhookDeliveries, 1)
 	require.Equal(t, got.Events[0], got.WebhookDeliveries[0].Payload)
-	require.Equal(t, "https://example.com/hook", got.WebhookDeliveries[0].URL)
+	require.Equal(t, "https://example.com", got.WebhookDeliveries[0].URL, "the endpoint's origin only")
 
 	require.Equal(t, []ops.AuditEntry{{Actor: "key:k1", Action: ops.ActionCustomerExport, Target: "customer/" + exportCustomer,
 		Details: map[string]any{"merchant_id": exportMerchant, "service_requests": 0, "orders": 1, "plans": 1, "schedules": 0,

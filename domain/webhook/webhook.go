@@ -139,6 +139,19 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// Origin is an endpoint URL's scheme, host and port ("https://host:8443"),
+// what a customer's export shows of it: the rest (userinfo, path, query)
+// is where receivers put their credentials, and the export is handed to
+// the customer, who needs to know who got their data, not how to call it.
+// A URL that does not parse (a saved one always does) shows as "".
+func Origin(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return ""
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+}
+
 // URLProblem says what is wrong with u as an endpoint's URL ("" when
 // nothing): it must be an absolute http or https URL with a host, a port
 // (when it names one) from 1 to 65535, without a fragment, at most
