@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -310,4 +311,34 @@ func TestFanOutPlan(t *testing.T) {
 		read := doc[0].Plan.rowsOf("webhook_endpoint_periods")
 		require.LessOrEqual(t, read, 2, "an event %s ago: %d rows read of webhook_endpoint_periods: %s", ago, read, plan)
 	}
+}
+
+// The check of an endpoint's cap of test pings and redeliveries
+// (webhook.MaxQueued) reads the queued ones only, through
+// webhook_deliveries_queued, and stops at the cap: on an endpoint
+// with a backlog of 50,000 deliveries of the fan-out and more queued ones
+// than the cap, with the generic plan a prepared statement gets, it reads
+// at most MaxQueued + 1 rows, so a refused ping costs little however long
+// the backlog is.
+func TestQueuedCountPlan(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	conn, endpoint := endpointWithLog(t, db.DB, 1000,
+		`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+			SELECT $1, $2, gen_random_uuid(), 'order.created', gen_random_uuid(), 1 FROM generate_series(1, 50000)`,
+		`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version, ping_payload)
+			SELECT $1, $2, gen_random_uuid(), 'webhook_endpoint.ping', gen_random_uuid(), 1, '{}' FROM generate_series(1, 2000)`,
+		`ANALYZE webhook_deliveries`, `SET plan_cache_mode = force_generic_plan`, `PREPARE queued(uuid, int) AS `+queuedCountSQL)
+	var n int
+	require.NoError(t, conn.QueryRowContext(context.Background(), `EXECUTE queued('`+endpoint+`', `+strconv.Itoa(webhook.MaxQueued)+`)`).Scan(&n))
+	require.Equal(t, webhook.MaxQueued, n)
+	plan, raw := pgtest.ExplainAnalyzed(t, conn, `EXECUTE queued('`+endpoint+`', `+strconv.Itoa(webhook.MaxQueued)+`)`)
+	read := 0.0
+	plan.Walk(func(n pgtest.PlanNode) {
+		if n.RelationName == "webhook_deliveries" {
+			read += n.Rows() + n.RemovedByFilter*max(n.ActualLoops, 1)
+			require.Equal(t, "webhook_deliveries_queued", n.IndexName, raw)
+		}
+	})
+	require.LessOrEqual(t, read, float64(webhook.MaxQueued+1), raw)
 }

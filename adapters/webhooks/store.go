@@ -296,9 +296,9 @@ func (s *Store) QueueDelivery(ctx context.Context, merchantID, endpointID string
 }
 
 // queuedCountSQL counts the endpoint's pending test pings and redeliveries
-// through webhook_deliveries_queued (its predicate), stopping at one past
-// the cap: a refusal reads at most that many index entries, however many
-// other rows the endpoint has.
+// through webhook_deliveries_queued (its predicate), stopping at the cap
+// ($2): a refusal reads at most that many index entries, however many
+// other rows the endpoint has (TestQueuedCountPlan).
 const queuedCountSQL = `SELECT count(*) FROM (SELECT FROM webhook_deliveries
 	WHERE endpoint_id = $1 AND status = 'pending' AND (ping_payload IS NOT NULL OR redelivery_of IS NOT NULL) LIMIT $2) q`
 
