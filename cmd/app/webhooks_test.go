@@ -1480,6 +1480,7 @@ func TestWebhookQueuedPingsAndRedeliveriesAreCapped(t *testing.T) {
 	}
 	require.Equal(t, webhookQueueCap, pending())
 
+	keyed := http.Header{"Authorization": {"Bearer " + a.opA}, "Idempotency-Key": {uuid.New()}}
 	for _, p := range []string{path + "/test", path + "/deliveries/" + ping + "/redeliver"} {
 		r := a.do(http.MethodPost, p, a.opA, nil)
 		requireProblem(t, r, http.StatusTooManyRequests, "/problems/rate-limited")
@@ -1487,12 +1488,19 @@ func TestWebhookQueuedPingsAndRedeliveriesAreCapped(t *testing.T) {
 		require.NotEmpty(t, r.Header.Get("Retry-After"), "%s", r)
 		require.Contains(t, r.Body["detail"], "pending", "%s", r)
 	}
+	refused, err := a.send(http.MethodPost, path+"/test", keyed, nil)
+	require.NoError(t, err)
+	requireProblem(t, refused, http.StatusTooManyRequests, "/problems/rate-limited")
 	require.Equal(t, webhookQueueCap, pending(), "nothing queued past the cap")
 	a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+other+"/test", a.opA, nil)
 
-	_, err := a.dbs.es.DB.ExecContext(a.t.Context(), `UPDATE webhook_deliveries SET status = 'failed', completed_at = now()
+	_, err = a.dbs.es.DB.ExecContext(a.t.Context(), `UPDATE webhook_deliveries SET status = 'failed', completed_at = now()
 		WHERE id = $1`, ping)
 	require.NoError(t, err)
-	a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil)
+	// The refusal was not kept under its Idempotency-Key: the retry runs.
+	again, err := a.send(http.MethodPost, path+"/test", keyed, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, again.Status, "%s", again)
+	require.Empty(t, again.Header.Get("Idempotent-Replayed"), "%s", again)
 	requireProblem(t, a.do(http.MethodPost, path+"/test", a.opA, nil), http.StatusTooManyRequests, "/problems/rate-limited")
 }
