@@ -214,9 +214,7 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		// Of every aggregate sealed for the subject, not only those this
 		// pass marks: an attempt in flight during an earlier pass may have
 		// recorded its receiver's words after it.
-		b.Queue(`UPDATE webhook_deliveries SET error = '(erased)' WHERE error <> '' AND error <> '(erased)'
-			AND aggregate_id IN (SELECT stream_id FROM events WHERE subject_id = $1 AND merchant_id = $2)`,
-			req.SubjectID, req.MerchantID)
+		b.Queue(scrubSubjectDeliveryErrorsSQL, req.SubjectID, req.MerchantID)
 		entry := audit(out)
 		details, err := json.Marshal(entry.Details)
 		if err != nil {
@@ -299,8 +297,33 @@ func queueForgetAnswers(b *pgx.Batch, merchantID string, ids []string, n *int) {
 		merchantID, ids).Exec(func(tag pgconn.CommandTag) error { *n += int(tag.RowsAffected()); return nil })
 }
 
-// scrubDeliveryErrorsSQL replaces the receivers' error texts of the
-// webhook deliveries of the aggregates $1: a receiver that refused a body
-// may have quoted it.
-const scrubDeliveryErrorsSQL = `UPDATE webhook_deliveries SET error = '(erased)'
-	WHERE aggregate_id = ANY ($1::text[]::uuid[]) AND error <> '' AND error <> '(erased)'`
+// scrubDeliveryErrors is the statement that replaces the receivers' error
+// texts of the webhook deliveries of the aggregates that match (a
+// condition on aggregate_id): a receiver that refused a body may have
+// quoted it.
+//
+// The deliveries are locked first in id order, then updated, for the
+// reason the stored answers are (queueForgetAnswers): two erasures of
+// different customers (an aggregate that changed hands holds events
+// sealed for both) or protect beside an erasure can both match one
+// aggregate's deliveries, and an UPDATE locks rows in the order its scan
+// meets them (synchronized sequential scans of a table past a quarter of
+// shared_buffers; a hash of aggregates that orders them by its size). The
+// appends before it do not always serialise the two: an erasure run again
+// appends to no stream already marked, and protect marks only the streams
+// of the customers erased before their events were sealed.
+func scrubDeliveryErrors(aggregates string) string {
+	return `WITH named AS (
+			SELECT id FROM webhook_deliveries WHERE ` + aggregates + ` AND error <> '' AND error <> '(erased)'
+			ORDER BY id FOR UPDATE)
+		UPDATE webhook_deliveries d SET error = '(erased)' FROM named WHERE d.id = named.id`
+}
+
+var (
+	// scrubDeliveryErrorsSQL scrubs those of the aggregates $1 (protect).
+	scrubDeliveryErrorsSQL = scrubDeliveryErrors(`aggregate_id = ANY ($1::text[]::uuid[])`)
+	// scrubSubjectDeliveryErrorsSQL scrubs those of every aggregate with
+	// an event sealed for the subject $1 of merchant $2 (the erasure).
+	scrubSubjectDeliveryErrorsSQL = scrubDeliveryErrors(
+		`aggregate_id IN (SELECT stream_id FROM events WHERE subject_id = $1 AND merchant_id = $2)`)
+)
