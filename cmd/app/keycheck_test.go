@@ -103,6 +103,62 @@ func TestWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 	require.Equal(t, int32(1), cached.keys.lookups.Load())
 }
 
+// Writes to the reference records (customers, staff, catalog items, staff
+// working hours) check their key in their transactions too: a key revoked
+// after the key cache vouched for it (within KEY_CACHE_TTL) creates and
+// changes nothing, and is told 401, as a write to an aggregate is.
+func TestReferenceWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	cached := limitedWith(t, a, Config{KeyCacheTTL: 5 * time.Second}, true)
+	key := a.newOperatorKey("acme")
+	send := func(method, path string, body any) response {
+		t.Helper()
+		r, err := cached.send(method, path, auth(key), body)
+		require.NoError(t, err)
+		return r
+	}
+	r := send(http.MethodPost, "/v1/customers", map[string]any{"name": "Ada"})
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	customer := r.Body["id"].(string)
+	hours := "/v1/staff/" + a.staffA + "/working-hours"
+	week := map[string]any{"week": map[string]any{"monday": []any{map[string]any{"start": "09:00", "end": "17:00"}}}}
+	r = send(http.MethodPut, hours, week)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	count := func(table string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM `+table+` WHERE merchant_id = $1`, a.merchantA).Scan(&n))
+		return n
+	}
+	customers, staff, items := count("customers"), count("staff"), count("catalog_items")
+
+	a.revokeSecret(key)
+	require.Equal(t, http.StatusOK, cached.from("", key, "/v1/customers").Status, "a read within the TTL")
+	for _, w := range []struct {
+		method, path string
+		body         any
+	}{
+		{http.MethodPost, "/v1/customers", map[string]any{"name": "Mallory"}},
+		{http.MethodPatch, "/v1/customers/" + customer, map[string]any{"name": "Mallory"}},
+		{http.MethodPost, "/v1/staff", map[string]any{"name": "Mallory"}},
+		{http.MethodPatch, "/v1/staff/" + a.staffA, map[string]any{"name": "Mallory"}},
+		{http.MethodPost, "/v1/catalog-items", map[string]any{"name": "Mallory's", "base_price_cents": 100}},
+		{http.MethodPut, hours, map[string]any{"week": map[string]any{}}},
+	} {
+		requireProblem(t, send(w.method, w.path, w.body), http.StatusUnauthorized, "/problems/unauthenticated")
+	}
+	require.Equal(t, []int{customers, staff, items}, []int{count("customers"), count("staff"), count("catalog_items")},
+		"the refused writes created nothing")
+	var names int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT (SELECT count(*) FROM customers WHERE name = 'Mallory')
+		+ (SELECT count(*) FROM staff WHERE name = 'Mallory')`).Scan(&names))
+	require.Zero(t, names, "the refused writes changed nothing")
+	var version int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT version FROM staff_hours WHERE staff_id = $1`, a.staffA).Scan(&version))
+	require.Equal(t, 1, version, "the working hours as the key left them")
+}
+
 // limitedDone is limitedWith(t, a, cfg, true) whose server reports on done
 // each POST it has finished handling.
 func limitedDone(t *testing.T, a *api, cfg Config) (*limitedAPI, <-chan struct{}) {
