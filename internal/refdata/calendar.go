@@ -91,15 +91,19 @@ func (s *Store) PutStaffHours(ctx context.Context, merchantID string, h availabi
 		RETURNING version`,
 			h.StaffID, merchantID, string(week), string(exceptions), string(items), h.UpdatedAt, expected).Scan(&version)
 	}
-	if i := command.IdempotentOf(ctx); i != nil {
+	if needsTx(ctx) {
 		// The answer is stored with the hours, so that a retry after a
-		// crash between the two is answered, not refused by its own write.
-		err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// crash between the two is answered, not refused by its own write;
+		// the request's key is checked before them (inTx).
+		err = inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 			if err := put(ctx, tx.Tx); err != nil {
 				return err
 			}
-			h.Version = version
-			return idempotency.Seal(ctx, tx.Tx, i, &h)
+			if i := command.IdempotentOf(ctx); i != nil {
+				h.Version = version
+				return idempotency.Seal(ctx, tx.Tx, i, &h)
+			}
+			return nil
 		})
 	} else {
 		err = put(ctx, s.db.DB)

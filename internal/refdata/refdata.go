@@ -68,14 +68,18 @@ func CatalogItems(db *bun.DB) Table[reference.CatalogItem, *reference.CatalogIte
 	return Table[reference.CatalogItem, *reference.CatalogItem]{db: db, expr: "catalog_items AS catalog_item"}
 }
 
-// Insert stores a new record.
+// Insert stores a new record: one statement, or a transaction when the
+// request's key is checked first or its answer is stored with it (inTx).
 func (t Table[T, P]) Insert(ctx context.Context, v *T) error {
-	if i := command.IdempotentOf(ctx); i != nil {
-		return t.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	if needsTx(ctx) {
+		return inTx(ctx, t.db, func(ctx context.Context, tx bun.Tx) error {
 			if err := t.insert(ctx, tx, v); err != nil {
 				return err
 			}
-			return idempotency.Seal(ctx, tx.Tx, i, v)
+			if i := command.IdempotentOf(ctx); i != nil {
+				return idempotency.Seal(ctx, tx.Tx, i, v)
+			}
+			return nil
 		})
 	}
 	return t.insert(ctx, t.db, v)
@@ -112,7 +116,7 @@ func (t Table[T, P]) Get(ctx context.Context, merchantID, id string) (T, error) 
 // Update changes one record of the merchant in one transaction.
 func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(v *T) error) (T, error) {
 	var out T
-	err := t.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := inTx(ctx, t.db, func(ctx context.Context, tx bun.Tx) error {
 		v, err := t.get(ctx, tx, merchantID, id, true)
 		if err != nil {
 			return err

@@ -269,8 +269,9 @@ type route struct {
 	api     bool // under /v1: not served in worker mode
 	etag    bool // a write to a resource with an entity tag: If-Match applies
 	// keyInWrite: a write to an aggregate, all of whose work is one command
-	// through the event store's transactor: a key known lately is checked
-	// in that transaction (access.KeyCheck) rather than by a lookup first.
+	// through the event store's transactor, or to a reference record (one
+	// write of internal/refdata): a key known lately is checked in that
+	// transaction (access.KeyCheck) rather than by a lookup first.
 	keyInWrite bool
 }
 
@@ -313,6 +314,10 @@ func (s *server) routes() []route {
 	}
 	for _, rs := range s.referenceRoutes() {
 		for _, rt := range rs {
+			if isWrite(rt.pattern) { // one write of a record, which checks the key in its transaction
+				rts = append(rts, command(rt.pattern, op, rt.handle))
+				continue
+			}
 			rts = append(rts, v1(rt.pattern, op, rt.handle))
 		}
 	}
@@ -351,7 +356,7 @@ func (s *server) routes() []route {
 		v1("GET /v1/settings", op, s.getSettings),
 		v1("PUT /v1/settings", op, s.putSettings),
 		v1("GET /v1/staff/{id}/working-hours", op, s.getWorkingHours),
-		tagged("PUT /v1/staff/{id}/working-hours", op, s.putWorkingHours),
+		versioned("PUT /v1/staff/{id}/working-hours", op, s.putWorkingHours),
 		v1("GET /v1/availability", op, s.availability),
 		v1("GET /v1/events", op, s.listEvents),
 		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),

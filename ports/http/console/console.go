@@ -249,10 +249,11 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 				return
 			}
 			// The session was looked up, its key with it, when the request
-			// came in; a write to the event store checks both again in its
-			// transaction, before anything it reads or writes, as the API's
-			// writes check their key (access.KeyCheck): a key revoked,
-			// rotated away or expired meanwhile writes nothing.
+			// came in; a write to the event store or to a reference record
+			// checks both again in its transaction, before anything it reads
+			// or writes, as the API's writes check their key
+			// (access.KeyCheck): a key revoked, rotated away or expired
+			// meanwhile writes nothing.
 			r = r.WithContext(access.WithKeyCheck(r.Context(), c.cfg.Sessions.SessionCheck(s.hash, s.principal.KeyID, c.cfg.Now())))
 		}
 		err = h(w, r, s)
