@@ -153,21 +153,11 @@ func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
 	return err
 }
 
-// checkKey reads the result of a key's check: a division by zero is a key
-// that no longer works.
+// checkKey reads the result of a key's check (access.KeyCheck.Settle).
 func checkKey(check *access.KeyCheck) func(pgx.BatchResults) error {
 	return func(br pgx.BatchResults) error {
 		_, err := br.Exec()
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == "22012":
-			check.Refuse()
-			return access.ErrKeyRefused
-		case err != nil:
-			return fmt.Errorf("check the API key: %w", err)
-		}
-		check.Pass()
-		return nil
+		return check.Settle(err)
 	}
 }
 

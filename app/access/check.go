@@ -3,6 +3,7 @@ package access
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -48,6 +49,25 @@ func (c *KeyCheck) Passed() bool { return c.state.Load() == keyCheckPassed }
 
 // Refused reports whether the check ran and the key did not work.
 func (c *KeyCheck) Refused() bool { return c.state.Load() == keyCheckRefused }
+
+// Settle records the outcome of the check's statement, which ended with
+// err, and returns what the write fails with: ErrKeyRefused for a key that
+// no longer works (the statement divided by zero, SQLSTATE 22012, as the
+// database drivers' errors tell through SQLState), any other failure
+// wrapped, nil for a key that works. Every store that runs the check reads
+// it here, so they cannot disagree.
+func (c *KeyCheck) Settle(err error) error {
+	var state interface{ SQLState() string }
+	switch {
+	case errors.As(err, &state) && state.SQLState() == "22012":
+		c.Refuse()
+		return ErrKeyRefused
+	case err != nil:
+		return fmt.Errorf("check the API key: %w", err)
+	}
+	c.Pass()
+	return nil
+}
 
 type keyCheckKey struct{}
 

@@ -3,10 +3,7 @@ package refdata
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
 	"hearth/app/access"
@@ -40,23 +37,14 @@ func inTx(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.T
 }
 
 // checkKey runs the key check ctx carries, if it has not run yet, and
-// records its outcome (a division by zero is a key that no longer works).
-// It goes on the raw transaction: the check's text has $n parameters,
-// which Bun's formatter would not leave alone.
+// records its outcome (access.KeyCheck.Settle). It goes on the raw
+// transaction: the check's text has $n parameters, which Bun's formatter
+// would not leave alone.
 func checkKey(ctx context.Context, tx *sql.Tx) error {
 	check := access.PendingKeyCheck(ctx)
 	if check == nil {
 		return nil
 	}
 	_, err := tx.ExecContext(ctx, check.SQL, check.Args...)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "22012":
-		check.Refuse()
-		return access.ErrKeyRefused
-	case err != nil:
-		return fmt.Errorf("check the API key: %w", err)
-	}
-	check.Pass()
-	return nil
+	return check.Settle(err)
 }
