@@ -2,12 +2,14 @@ package pubsub_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/pubsub"
 	"hearth/app/ops"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
@@ -70,62 +72,84 @@ func TestTwoErasuresDeletingTheSameStoredAnswersDoNotDeadlock(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT pg_relation_size('idempotency_keys') / current_setting('block_size')::bigint`).Scan(&pages))
 	require.Greater(t, pages, buffers/4, "a table Postgres reads by synchronized scans")
 
-	// The third transaction, holding k3 (found through the primary key: a
-	// sequential scan would leave where it ended as the next scan's start).
-	holder, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer holder.Close()
-	hold, err := holder.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }()
-	var holderPID int
-	require.NoError(t, hold.QueryRow(`SELECT pg_backend_pid()`).Scan(&holderPID))
-	_, err = hold.Exec(`SET LOCAL enable_seqscan = off`)
-	require.NoError(t, err)
-	_, err = hold.Exec(`SELECT 1 FROM idempotency_keys WHERE merchant_id = $1 AND scope = 'operator' AND key = 'k3' FOR UPDATE`, f.MerchantID)
-	require.NoError(t, err)
+	// The third transaction, holding k3.
+	holderPID, hold := holdRow(t, db, `SELECT 1 FROM idempotency_keys WHERE merchant_id = $1 AND scope = 'operator' AND key = 'k3' FOR UPDATE`,
+		f.MerchantID)
 
-	type result struct {
-		erasure ops.Erasure
-		err     error
-	}
-	erase := func(subjectType, id string) <-chan result {
-		done := make(chan result, 1)
-		go func() {
-			req := ops.ErasureRequest{By: "test", MerchantID: f.MerchantID, SubjectType: subjectType, SubjectID: id,
-				Confirm: id, CorrelationID: uuid.New()}
-			e, err := f.Store.EraseSubject(context.WithoutCancel(ctx), req, func(ops.Erasure) ops.AuditEntry {
-				return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: subjectType + "/" + id}
-			})
-			done <- result{e, err}
-		}()
-		return done
-	}
-	// blockedBy returns the backend that waits for pid, once there is one.
-	blockedBy := func(pid int, what string) int {
-		t.Helper()
-		var waiter int
-		require.Eventually(t, func() bool {
-			err := db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter)
-			return err == nil
-		}, 20*time.Second, 5*time.Millisecond, what)
-		return waiter
-	}
-	customer := erase(event.SubjectCustomer, f.CustomerID)
-	customerPID := blockedBy(holderPID, "the customer's erasure waits for k3")
-	member := erase(event.SubjectStaffMember, staff)
-	blockedBy(customerPID, "the staff member's erasure waits for the customer's")
+	customer := eraseInBackground(ctx, f.Store, f.MerchantID, event.SubjectCustomer, f.CustomerID)
+	customerPID := blockedBy(t, db, holderPID, "the customer's erasure waits for k3")
+	member := eraseInBackground(ctx, f.Store, f.MerchantID, event.SubjectStaffMember, staff)
+	blockedBy(t, db, customerPID, "the staff member's erasure waits for the customer's")
 	require.NoError(t, hold.Commit())
 
 	c, m := <-customer, <-member
-	for _, r := range []result{c, m} {
+	requireNoDeadlock(t, c, m)
+	require.Equal(t, 3, c.erasure.IdempotentAnswers+m.erasure.IdempotentAnswers, "k1, k2 and k3, each deleted once")
+	var left int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM idempotency_keys WHERE key IN ('k1', 'k2', 'k3')`).Scan(&left))
+	require.Zero(t, left)
+}
+
+// holdRow begins a transaction that runs lock (a statement that locks a
+// row, found through an index: a sequential scan would leave where it
+// ended as the next scan's start) and returns its backend's pid and the
+// transaction, rolled back when the test ends unless committed.
+func holdRow(t *testing.T, db *sql.DB, lock string, args ...any) (int, *sql.Tx) {
+	t.Helper()
+	conn, err := db.Conn(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	tx, err := conn.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	var pid int
+	require.NoError(t, tx.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
+	_, err = tx.Exec(`SET LOCAL enable_seqscan = off`)
+	require.NoError(t, err)
+	_, err = tx.Exec(lock, args...)
+	require.NoError(t, err)
+	return pid, tx
+}
+
+// blockedBy returns the backend that waits for pid, once there is one.
+func blockedBy(t *testing.T, db *sql.DB, pid int, what string) int {
+	t.Helper()
+	var waiter int
+	require.Eventually(t, func() bool {
+		err := db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter)
+		return err == nil
+	}, 20*time.Second, 5*time.Millisecond, what)
+	return waiter
+}
+
+type erasureResult struct {
+	erasure ops.Erasure
+	err     error
+}
+
+// eraseInBackground runs an erasure of the subject on store, and reports
+// its result on the channel it returns.
+func eraseInBackground(ctx context.Context, store *pubsub.Store, merchantID, subjectType, id string) <-chan erasureResult {
+	done := make(chan erasureResult, 1)
+	go func() {
+		req := ops.ErasureRequest{By: "test", MerchantID: merchantID, SubjectType: subjectType, SubjectID: id,
+			Confirm: id, CorrelationID: uuid.New()}
+		e, err := store.EraseSubject(context.WithoutCancel(ctx), req, func(ops.Erasure) ops.AuditEntry {
+			return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: subjectType + "/" + id}
+		})
+		done <- erasureResult{e, err}
+	}()
+	return done
+}
+
+// requireNoDeadlock fails the test if an erasure failed, naming a
+// deadlock as one.
+func requireNoDeadlock(t *testing.T, results ...erasureResult) {
+	t.Helper()
+	for _, r := range results {
 		if r.err != nil && strings.Contains(r.err.Error(), "40P01") {
 			require.Fail(t, "an erasure deadlocked", "%v", r.err)
 		}
 		require.NoError(t, r.err)
 	}
-	require.Equal(t, 3, c.erasure.IdempotentAnswers+m.erasure.IdempotentAnswers, "k1, k2 and k3, each deleted once")
-	var left int
-	require.NoError(t, db.QueryRow(`SELECT count(*) FROM idempotency_keys WHERE key IN ('k1', 'k2', 'k3')`).Scan(&left))
-	require.Zero(t, left)
 }

@@ -3,16 +3,13 @@ package pubsub_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/vault"
 	"hearth/app/command"
-	"hearth/app/ops"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/uuid"
@@ -76,25 +73,9 @@ func TestTwoErasuresScrubbingTheSameDeliveriesDoNotDeadlock(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	type result struct {
-		erasure ops.Erasure
-		err     error
-	}
-	erase := func(id string) <-chan result {
-		done := make(chan result, 1)
-		go func() {
-			req := ops.ErasureRequest{By: "test", MerchantID: f.MerchantID, SubjectType: event.SubjectCustomer, SubjectID: id,
-				Confirm: id, CorrelationID: uuid.New()}
-			e, err := store.EraseSubject(context.WithoutCancel(ctx), req, func(ops.Erasure) ops.AuditEntry {
-				return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + id}
-			})
-			done <- result{e, err}
-		}()
-		return done
-	}
 	// The first customer's erasure, before the deliveries: its run below
 	// marks nothing more, and appends to no stream.
-	r := <-erase(first)
+	r := <-eraseInBackground(ctx, store, f.MerchantID, event.SubjectCustomer, first)
 	require.NoError(t, r.err)
 	require.Equal(t, 2, r.erasure.Streams)
 
@@ -145,44 +126,17 @@ func TestTwoErasuresScrubbingTheSameDeliveriesDoNotDeadlock(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT pg_relation_size('webhook_deliveries') / current_setting('block_size')::bigint`).Scan(&pages))
 	require.Greater(t, pages, buffers/4, "a table Postgres reads by synchronized scans")
 
-	// The third transaction, holding d3 (found through the primary key: a
-	// sequential scan would leave where it ended as the next scan's start).
-	holder, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer holder.Close()
-	hold, err := holder.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }()
-	var holderPID int
-	require.NoError(t, hold.QueryRow(`SELECT pg_backend_pid()`).Scan(&holderPID))
-	_, err = hold.Exec(`SET LOCAL enable_seqscan = off`)
-	require.NoError(t, err)
-	_, err = hold.Exec(`SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, d3)
-	require.NoError(t, err)
+	// The third transaction, holding d3.
+	holderPID, hold := holdRow(t, db, `SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, d3)
 
-	// blockedBy returns the backend that waits for pid, once there is one.
-	blockedBy := func(pid int, what string) int {
-		t.Helper()
-		var waiter int
-		require.Eventually(t, func() bool {
-			err := db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter)
-			return err == nil
-		}, 20*time.Second, 5*time.Millisecond, what)
-		return waiter
-	}
-	again := erase(first)
-	firstPID := blockedBy(holderPID, "the first customer's erasure, run again, waits for d3")
-	other := erase(second)
-	blockedBy(firstPID, "the second customer's erasure waits for the first's")
+	again := eraseInBackground(ctx, store, f.MerchantID, event.SubjectCustomer, first)
+	firstPID := blockedBy(t, db, holderPID, "the first customer's erasure, run again, waits for d3")
+	other := eraseInBackground(ctx, store, f.MerchantID, event.SubjectCustomer, second)
+	blockedBy(t, db, firstPID, "the second customer's erasure waits for the first's")
 	require.NoError(t, hold.Commit())
 
 	a, b := <-again, <-other
-	for _, r := range []result{a, b} {
-		if r.err != nil && strings.Contains(r.err.Error(), "40P01") {
-			require.Fail(t, "an erasure deadlocked", "%v", r.err)
-		}
-		require.NoError(t, r.err)
-	}
+	requireNoDeadlock(t, a, b)
 	require.Zero(t, a.erasure.Streams, "the first customer's streams were marked already")
 	require.Equal(t, 1, b.erasure.Streams, "the moved order")
 	var left int
