@@ -47,16 +47,10 @@ func (s *sessionsThen) afterNextLookup(then func()) {
 	s.then = then
 }
 
-// A console session's write checks, in its transaction, that the session
-// and its key still work, as the API's writes check their key: a key
-// revoked, rotated away or expired while the form was on its way (after
-// the request's session lookup) writes nothing, and the person is signed
-// out and told why on the sign-in page. A form sent after that finds no
-// session and writes nothing either.
-func TestConsoleWritesCheckTheKeyInTheirTransaction(t *testing.T) {
-	t.Parallel()
-	a := setup(t, pgtest.NewDB(t))
-	customer := a.createCustomer(a.opA, "Ada")
+// consoleWithSessions serves a's API and console, the console's sessions
+// found through the sessionsThen it returns.
+func consoleWithSessions(t *testing.T, a *api) (*httptest.Server, *sessionsThen) {
+	t.Helper()
 	sessions := &sessionsThen{Store: a.w.refdata}
 	log := slog.New(slog.DiscardHandler)
 	hcfg, err := httpConfig(a.cfg, a.dbs, a.w, nil, log)
@@ -69,6 +63,63 @@ func TestConsoleWritesCheckTheKeyInTheirTransaction(t *testing.T) {
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
+	return srv, sessions
+}
+
+// The console's record forms (a new customer, staff member, catalog item)
+// check the session and its key in their transactions too: a key revoked
+// after the request's session lookup creates nothing, and the person is
+// signed out.
+func TestConsoleRecordFormsCheckTheKeyInTheirTransaction(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	srv, sessions := consoleWithSessions(t, a)
+	count := func(table string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM `+table+` WHERE merchant_id = $1`, a.merchantA).Scan(&n))
+		return n
+	}
+	for _, tc := range []struct{ path, table string }{
+		{"customers", "customers"}, {"staff", "staff"}, {"catalog", "catalog_items"},
+	} {
+		k, err := a.w.refdata.CreateKey(t.Context(), "acme", access.Operator, "")
+		require.NoError(t, err)
+		c := newConsoleClient(t, srv.URL)
+		c.signIn(k.Secret)
+		form := func() url.Values {
+			t.Helper()
+			status, _, page := c.do(http.MethodGet, "/console/"+tc.path, nil)
+			require.Equal(t, http.StatusOK, status, tc.path)
+			m := csrfTokenRe.FindStringSubmatch(page)
+			require.NotNil(t, m)
+			return url.Values{"csrf": {m[1]}, "name": {"Mallory"}, "base_price_cents": {"1.00"}}
+		}
+		status, location, body := c.do(http.MethodPost, "/console/"+tc.path, form())
+		require.Equal(t, http.StatusSeeOther, status, "%s: a working key writes: %s", tc.path, body)
+		require.Equal(t, "/console/"+tc.path, location)
+		before := count(tc.table)
+
+		f := form()
+		sessions.afterNextLookup(func() { a.must(http.StatusOK, http.MethodPost, "/admin/keys/"+k.ID+"/revoke", a.admin, nil) })
+		status, location, body = c.do(http.MethodPost, "/console/"+tc.path, f)
+		require.Equal(t, http.StatusSeeOther, status, "%s: %s", tc.path, body)
+		require.Equal(t, "/console/signin?ended=key", location, "%s: sent to sign in", tc.path)
+		require.Equal(t, before, count(tc.table), "%s: the refused write created nothing", tc.path)
+	}
+}
+
+// A console session's write checks, in its transaction, that the session
+// and its key still work, as the API's writes check their key: a key
+// revoked, rotated away or expired while the form was on its way (after
+// the request's session lookup) writes nothing, and the person is signed
+// out and told why on the sign-in page. A form sent after that finds no
+// session and writes nothing either.
+func TestConsoleWritesCheckTheKeyInTheirTransaction(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada")
+	srv, sessions := consoleWithSessions(t, a)
 
 	created := func() int { return a.countEvents(a.merchantA, "ServiceRequestCreated") }
 	request := func(c *consoleClient) url.Values {
