@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -14,9 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -1234,6 +1238,64 @@ func TestWebhookDataKeyLookupFailureIsRetried(t *testing.T) {
 	e := a.must(http.StatusOK, http.MethodGet, "/v1/webhook-endpoints/"+endpoint, a.opA, nil)
 	require.Equal(t, true, e.Body["enabled"])
 	require.Empty(t, rc.deliveries(), "nothing was sent")
+}
+
+// A round of deliveries reads the data keys of its events at once: the
+// dispatcher's vault looked up each customer's key with a query of its own
+// when it did not hold it, so a round of deliveries about as many
+// customers cost as many round trips on the database every merchant shares
+// (each one while the round's rows were still being read).
+func TestWebhookRoundReadsItsDataKeysAtOnce(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	a := setupConfigured(t, urls, hourlyRetries, nil)
+	const customers = 32 // a round's worth (webhooks' claimBatch)
+	for i := range customers {
+		customer := a.createCustomer(a.opA, fmt.Sprintf("Webhook Customer %d", i))
+		_, err := a.w.app.Commands.Orders.Create(t.Context(), command.CreateOrder{
+			Meta:       event.Meta{MerchantID: a.merchantA, Actor: "key:" + a.opAKeyID, CorrelationID: uuid.New(), OccurredAt: time.Now()},
+			CustomerID: customer, AmountCents: 100, Notes: "gate code 1234"}) // notes: sealed with the customer's data key
+		require.NoError(t, err)
+	}
+	// The endpoint came after the events, so the fan-out queues none of
+	// them; they are queued here at once, so that one round claims them
+	// all.
+	rc := newReceiver(t)
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	res, err := a.dbs.es.DB.ExecContext(t.Context(), `INSERT INTO webhook_deliveries
+		(endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+		SELECT $1, merchant_id, event_id, 'order.created', stream_id::uuid, version FROM events
+		WHERE merchant_id = $2 AND type = 'OrderCreated'`, endpoint, a.merchantA)
+	require.NoError(t, err)
+	queued, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.EqualValues(t, customers, queued)
+
+	// The webhook leader's vault has nothing cached, and its queries are
+	// counted.
+	cfg, err := pgx.ParseConfig(urls.EventStore)
+	require.NoError(t, err)
+	var queries atomic.Int64
+	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*cfg), queries: &queries})
+	t.Cleanup(func() { _ = db.Close() })
+	cold, err := vault.New(db, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	w := a.w
+	w.vault = cold
+	runWebhookLeader(t, a.cfg, a.dbs, w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+
+	awaitDelivered(t, rc, customers)
+	for _, d := range rc.delivered() {
+		var body struct {
+			Data struct {
+				Notes *string `json:"notes"`
+			} `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(d.body, &body))
+		require.NotNil(t, body.Data.Notes, "%s", d.body)
+		require.Equal(t, "gate code 1234", *body.Data.Notes, "the notes opened")
+	}
+	require.LessOrEqual(t, queries.Load(), int64(1), "the vault's queries for a round of %d customers' events", customers)
 }
 
 // A delivery whose retries run out disables its endpoint even when the
