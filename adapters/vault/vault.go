@@ -258,8 +258,8 @@ func (v *Vault) Prefetch(payloads [][]byte) {
 }
 
 // PrefetchData is Prefetch of events' data as stored (the event feed's
-// page, read from the events table): one lookup for the page's keys
-// instead of one per customer.
+// page, a webhook round's claimed events, read from the events table): one
+// lookup for their keys instead of one per customer.
 func (v *Vault) PrefetchData(data [][]byte) {
 	seen := map[string]bool{}
 	var missing []string

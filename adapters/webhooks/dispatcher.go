@@ -72,7 +72,9 @@ type DispatcherConfig struct {
 	// (WEBHOOK_DELIVERY_KEEP). Required.
 	Keep time.Duration
 	// Decoders open the events' sealed fields for the bodies (the vault):
-	// after an erasure they read as erased. Default aggregates.Plain.
+	// after an erasure they read as erased. Default aggregates.Plain. When
+	// it is a Prefetcher, the keys of a round's events are read in one
+	// lookup before their bodies are built.
 	Decoders aggregates.Decoders
 	// Metrics counts outcomes and lag. Optional.
 	Metrics *Metrics
@@ -89,14 +91,21 @@ type DispatcherConfig struct {
 	Tracer trace.Tracer
 }
 
+// Prefetcher is a Decoders that can read the keys of many events' sealed
+// fields at once (the vault's PrefetchData), before they are decoded.
+type Prefetcher interface {
+	PrefetchData(data [][]byte)
+}
+
 // Dispatcher delivers the pending deliveries of one leadership term: one
 // worker per endpoint with pending deliveries (see the package
 // documentation). Build one per term.
 type Dispatcher struct {
-	cfg  DispatcherConfig
-	log  *slog.Logger
-	hold time.Duration
-	ctx  context.Context
+	cfg      DispatcherConfig
+	log      *slog.Logger
+	hold     time.Duration
+	ctx      context.Context
+	prefetch func(data [][]byte) // nil: the Decoders read each key themselves
 
 	mu      sync.Mutex
 	workers map[string]*worker // by endpoint
@@ -150,9 +159,16 @@ func NewDispatcher(ctx context.Context, cfg DispatcherConfig) (*Dispatcher, erro
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
 	}
-	return &Dispatcher{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "webhooks"),
+	d := &Dispatcher{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "webhooks"),
 		hold: cfg.Sender.timeout + holdMargin, ctx: ctx, workers: map[string]*worker{},
-		pending: walk{sql: pendingSQL}, queued: walk{sql: queuedSQL}}, nil
+		pending: walk{sql: pendingSQL}, queued: walk{sql: queuedSQL}}
+	// The vault reads a key it does not hold with a query of its own: a
+	// round of claimBatch deliveries about as many customers would cost
+	// as many round trips on the database every merchant shares.
+	if p, ok := cfg.Decoders.(Prefetcher); ok {
+		d.prefetch = p.PrefetchData
+	}
+	return d, nil
 }
 
 // WithDispatcher returns ctx in which the fan-out wakes d's workers after
@@ -345,13 +361,20 @@ type claim struct {
 	id, eventID    string
 	aggregate      string
 	body           []byte
-	bodyErr        error // no body: not sent (notSent)
+	bodyErr        error   // no body: not sent (notSent)
+	stored         *stored // the event, until bodies builds its body; nil for a ping or a missing event
 	ping, again    bool
 	attempts       int
 	first, claimed time.Time // first attempt, this attempt (the database's clock)
 	sent           time.Time // this process's clock just before the claiming round was sent (claimed is later)
 	since          time.Time // what the lag counts from: the event's time, or the queueing of a ping or redelivery
 	traceParent    string    // the fan-out's span ("" when none)
+}
+
+// stored is a claimed event as the events table holds it.
+type stored struct {
+	env      event.Envelope
+	position int64
 }
 
 // result is the outcome of a claimed delivery, to record.
@@ -596,7 +619,13 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 		}
 		return errors.Join(err, br.Close())
 	})
-	if err = readmodel.StaleTerm(err); err != nil || len(claims) > 0 {
+	err = readmodel.StaleTerm(err)
+	if err == nil && len(claims) > 0 {
+		// Once the round's transaction has ended and its connection is back
+		// in the pool: the bodies may wait for the vault's lookup.
+		d.bodies(claims)
+	}
+	if err != nil || len(claims) > 0 {
 		return claims, tgt, 0, err
 	}
 	switch {
@@ -654,7 +683,7 @@ func (d *Dispatcher) readRound(br pgx.BatchResults, endpointID string, fenced bo
 	if err != nil {
 		return fmt.Errorf("claim webhook deliveries: %w", err)
 	}
-	if *claims, err = readClaims(rows, d.cfg.Decoders); err != nil {
+	if *claims, err = readClaims(rows); err != nil {
 		return fmt.Errorf("claim webhook deliveries: %w", err)
 	}
 	_, err = br.Exec() // COMMIT
@@ -728,8 +757,9 @@ SELECT c.id, c.event_id, c.aggregate_id::text, c.ping_payload, c.again, c.attemp
        e.correlation_id, e.causation_id, e.actor
 FROM claimed c LEFT JOIN LATERAL (SELECT * FROM events WHERE event_id = c.event_id AND c.ping_payload IS NULL LIMIT 1) e ON true`
 
-// readClaims reads what claimSQL returns.
-func readClaims(rows pgx.Rows, dec aggregates.Decoders) ([]claim, error) {
+// readClaims reads what claimSQL returns: the events as stored, whose
+// bodies are built once they are all read (bodies).
+func readClaims(rows pgx.Rows) ([]claim, error) {
 	defer rows.Close()
 	var out []claim
 	for rows.Next() {
@@ -755,7 +785,7 @@ func readClaims(rows pgx.Rows, dec aggregates.Decoders) ([]claim, error) {
 			env := event.Envelope{ID: c.eventID, Type: typ.String, StreamType: streamType.String, StreamID: streamID.String,
 				Version: int(version.Int32), MerchantID: merchantID.String, OccurredAt: occurred.Time,
 				CorrelationID: correlationID.String, CausationID: causationID.String, Actor: actor.String, Data: data}
-			c.body, c.bodyErr = body(dec, env, position.Int64)
+			c.stored = &stored{env: env, position: position.Int64}
 			if !c.again {
 				c.since = occurred.Time
 			}
@@ -763,6 +793,28 @@ func readClaims(rows pgx.Rows, dec aggregates.Decoders) ([]claim, error) {
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+// bodies builds the bodies of the claimed events: their data keys first,
+// in one lookup when the Decoders can (prefetch). A key the lookup could
+// not read is read (or its failure reported, as bodyErr) by the decoder
+// itself, event by event.
+func (d *Dispatcher) bodies(claims []claim) {
+	if d.prefetch != nil {
+		data := make([][]byte, 0, len(claims))
+		for _, c := range claims {
+			if c.stored != nil {
+				data = append(data, c.stored.env.Data)
+			}
+		}
+		d.prefetch(data)
+	}
+	for i := range claims {
+		if c := &claims[i]; c.stored != nil {
+			c.body, c.bodyErr = body(d.cfg.Decoders, c.stored.env, c.stored.position)
+			c.stored = nil
+		}
+	}
 }
 
 // body is the public form of a stored event, as delivered: the same bytes
