@@ -25,6 +25,7 @@ import (
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/uuid"
+	"hearth/internal/keyring"
 	"hearth/internal/pgtest"
 )
 
@@ -561,13 +562,7 @@ func TestEventFeedReadsAPagesDataKeysAtOnce(t *testing.T) {
 	urls := pgtest.NewDB(t)
 	a := setup(t, urls)
 	const customers = 50
-	for i := range customers {
-		customer := a.createCustomer(a.opA, fmt.Sprintf("Feed Customer %d", i))
-		_, err := a.w.app.Commands.Orders.Create(t.Context(), command.CreateOrder{
-			Meta:       event.Meta{MerchantID: a.merchantA, Actor: "key:" + a.opAKeyID, CorrelationID: uuid.New(), OccurredAt: time.Now()},
-			CustomerID: customer, AmountCents: 100, Notes: "gate code 1234"}) // notes: sealed with the customer's data key
-		require.NoError(t, err)
-	}
+	a.sealedOrders(customers)
 	// Readable (below every running transaction's xmin), read without
 	// opening a key.
 	plain, err := pubsub.NewFeed(a.dbs.es.DB, nil)
@@ -577,14 +572,7 @@ func TestEventFeedReadsAPagesDataKeysAtOnce(t *testing.T) {
 		return err == nil && len(entries) >= customers
 	}, 10*time.Second, 5*time.Millisecond)
 
-	// A vault with nothing cached, whose queries are counted.
-	cfg, err := pgx.ParseConfig(urls.EventStore)
-	require.NoError(t, err)
-	var queries atomic.Int64
-	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*cfg), queries: &queries})
-	t.Cleanup(func() { _ = db.Close() })
-	cold, err := vault.New(db, a.cfg.MasterKeys)
-	require.NoError(t, err)
+	cold, queries := coldVault(t, urls, a.cfg.MasterKeys)
 	feed, err := pubsub.NewFeed(a.dbs.es.DB, cold)
 	require.NoError(t, err)
 	entries, err := feed.Page(t.Context(), a.merchantA, query.FeedCursor{}, 1000)
@@ -599,6 +587,33 @@ func TestEventFeedReadsAPagesDataKeysAtOnce(t *testing.T) {
 	}
 	require.Equal(t, customers, opened)
 	require.LessOrEqual(t, queries.Load(), int64(1), "the vault's queries for a page of %d customers' events", customers)
+}
+
+// sealedOrders creates n customers of merchant A and an order of each, whose
+// notes ("gate code 1234") are sealed with its customer's data key.
+func (a *api) sealedOrders(n int) {
+	a.t.Helper()
+	for i := range n {
+		customer := a.createCustomer(a.opA, fmt.Sprintf("Sealed Customer %d", i))
+		_, err := a.w.app.Commands.Orders.Create(a.t.Context(), command.CreateOrder{
+			Meta:       event.Meta{MerchantID: a.merchantA, Actor: "key:" + a.opAKeyID, CorrelationID: uuid.New(), OccurredAt: time.Now()},
+			CustomerID: customer, AmountCents: 100, Notes: "gate code 1234"})
+		require.NoError(a.t, err)
+	}
+}
+
+// coldVault is a vault on the event store with nothing cached, and the
+// count of its queries.
+func coldVault(t *testing.T, urls pgtest.URLs, ring *keyring.Ring) (*vault.Vault, *atomic.Int64) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(urls.EventStore)
+	require.NoError(t, err)
+	queries := &atomic.Int64{}
+	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*cfg), queries: queries})
+	t.Cleanup(func() { _ = db.Close() })
+	v, err := vault.New(db, ring)
+	require.NoError(t, err)
+	return v, queries
 }
 
 // countingConnector counts the queries of the connections it makes.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -15,12 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -1250,13 +1246,7 @@ func TestWebhookRoundReadsItsDataKeysAtOnce(t *testing.T) {
 	urls := pgtest.NewDB(t)
 	a := setupConfigured(t, urls, hourlyRetries, nil)
 	const customers = 32 // a round's worth (webhooks' claimBatch)
-	for i := range customers {
-		customer := a.createCustomer(a.opA, fmt.Sprintf("Webhook Customer %d", i))
-		_, err := a.w.app.Commands.Orders.Create(t.Context(), command.CreateOrder{
-			Meta:       event.Meta{MerchantID: a.merchantA, Actor: "key:" + a.opAKeyID, CorrelationID: uuid.New(), OccurredAt: time.Now()},
-			CustomerID: customer, AmountCents: 100, Notes: "gate code 1234"}) // notes: sealed with the customer's data key
-		require.NoError(t, err)
-	}
+	a.sealedOrders(customers)
 	// The endpoint came after the events, so the fan-out queues none of
 	// them; they are queued here at once, so that one round claims them
 	// all.
@@ -1273,13 +1263,7 @@ func TestWebhookRoundReadsItsDataKeysAtOnce(t *testing.T) {
 
 	// The webhook leader's vault has nothing cached, and its queries are
 	// counted.
-	cfg, err := pgx.ParseConfig(urls.EventStore)
-	require.NoError(t, err)
-	var queries atomic.Int64
-	db := sql.OpenDB(countingConnector{Connector: stdlib.GetConnector(*cfg), queries: &queries})
-	t.Cleanup(func() { _ = db.Close() })
-	cold, err := vault.New(db, a.cfg.MasterKeys)
-	require.NoError(t, err)
+	cold, queries := coldVault(t, urls, a.cfg.MasterKeys)
 	w := a.w
 	w.vault = cold
 	runWebhookLeader(t, a.cfg, a.dbs, w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
