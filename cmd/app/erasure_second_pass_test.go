@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/pubsub"
 	"hearth/adapters/vault"
 	"hearth/app/ops"
 	"hearth/domain/event"
@@ -31,6 +32,31 @@ func (a *api) erasurePasses(customer string) []string {
 	}
 	require.NoError(a.t, rows.Err())
 	return out
+}
+
+// firstPassOnly erases a new customer of merchant A, Ada, who has one
+// order, by its first pass alone, as by a process that died right after
+// it: the second pass is left pending, due vault.CacheFor later.
+func (a *api) firstPassOnly(by string) (customer string, first ops.Erasure, store *pubsub.Store) {
+	a.t.Helper()
+	customer = a.createCustomer(a.opA, "Ada")
+	a.createOrder(a.opA, customer, 1000)
+	_, _, store = a.writeInstance()
+	req := ops.ErasureRequest{By: by, MerchantID: a.merchantA, SubjectType: event.SubjectCustomer,
+		SubjectID: customer, Confirm: customer, Settle: vault.CacheFor}
+	first, err := store.EraseSubject(a.t.Context(), req, func(ops.Erasure) ops.AuditEntry {
+		return ops.AuditEntry{Actor: by, Action: ops.ActionCustomerErase, Target: "customer/" + customer, Details: map[string]any{"pass": 1}}
+	}) // then the process dies
+	require.NoError(a.t, err)
+	return customer, first, store
+}
+
+// secondPassesDue makes the pending second passes due now: vault.CacheFor
+// is moved back rather than waited for.
+func (a *api) secondPassesDue() {
+	a.t.Helper()
+	_, err := a.dbs.es.DB.ExecContext(a.t.Context(), `UPDATE erasure_second_passes SET due_at = due_at - interval '1 hour'`)
+	require.NoError(a.t, err)
 }
 
 // An erasure whose caller goes away while it waits out the cached keys (a
@@ -71,17 +97,7 @@ func TestACancelledErasureStillRunsItsSecondPass(t *testing.T) {
 func TestTheErasureWorkerCompletesAnErasureWhoseProcessDied(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
-	customer := a.createCustomer(a.opA, "Ada")
-	a.createOrder(a.opA, customer, 1000)
-	_, _, store := a.writeInstance()
-	req := ops.ErasureRequest{By: "test", MerchantID: a.merchantA, SubjectType: event.SubjectCustomer,
-		SubjectID: customer, Confirm: customer, Settle: vault.CacheFor}
-	audit := func(e ops.Erasure) ops.AuditEntry {
-		return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + customer,
-			Details: map[string]any{"pass": 1}}
-	}
-	first, err := store.EraseSubject(t.Context(), req, audit) // then the process dies
-	require.NoError(t, err)
+	customer, first, store := a.firstPassOnly("test")
 	require.Equal(t, 1, first.Streams)
 
 	x, err := ops.NewErasures(store, vault.CacheFor)
@@ -113,9 +129,7 @@ func TestTheErasureWorkerCompletesAnErasureWhoseProcessDied(t *testing.T) {
 	require.Zero(t, ran, "not due yet: another instance may still seal with the key")
 	require.Equal(t, []string{"1"}, a.erasurePasses(customer))
 
-	// CacheFor passes: the due time is moved back rather than waited for.
-	_, err = a.dbs.es.DB.ExecContext(t.Context(), `UPDATE erasure_second_passes SET due_at = due_at - interval '1 hour'`)
-	require.NoError(t, err)
+	a.secondPassesDue()
 	ran, err = round()
 	require.NoError(t, err)
 	require.Equal(t, 1, ran)
@@ -132,15 +146,7 @@ func TestTheErasureWorkerCompletesAnErasureWhoseProcessDied(t *testing.T) {
 func TestErasuresListAndRunFromTheCLI(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
-	customer := a.createCustomer(a.opA, "Ada")
-	a.createOrder(a.opA, customer, 1000)
-	_, _, store := a.writeInstance()
-	req := ops.ErasureRequest{By: "dpo: request 7", MerchantID: a.merchantA, SubjectType: event.SubjectCustomer,
-		SubjectID: customer, Confirm: customer, Settle: vault.CacheFor}
-	_, err := store.EraseSubject(t.Context(), req, func(ops.Erasure) ops.AuditEntry {
-		return ops.AuditEntry{Actor: req.By, Action: ops.ActionCustomerErase, Target: "customer/" + customer, Details: map[string]any{"pass": 1}}
-	}) // then the process dies
-	require.NoError(t, err)
+	customer, _, _ := a.firstPassOnly("dpo: request 7")
 
 	out, err := cli(t.Context(), a.urls(), "erasures", "list")
 	require.NoError(t, err, out)
@@ -162,9 +168,7 @@ func TestErasuresListAndRunFromTheCLI(t *testing.T) {
 	require.Contains(t, out, "1 erasures not complete")
 	require.Equal(t, []string{"1"}, a.erasurePasses(customer))
 
-	// CacheFor passes: the due time is moved back rather than waited for.
-	_, err = a.dbs.es.DB.ExecContext(t.Context(), `UPDATE erasure_second_passes SET due_at = due_at - interval '1 hour'`)
-	require.NoError(t, err)
+	a.secondPassesDue()
 	out, err = cli(t.Context(), a.urls(), "erasures", "run")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "ran 1 second passes")
