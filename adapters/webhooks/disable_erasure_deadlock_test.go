@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"database/sql"
 	"slices"
 	"strings"
 	"testing"
@@ -37,43 +38,83 @@ import (
 // for d2 too; the third transaction ends.
 func TestFailingADisabledEndpointsDeliveriesDoesNotDeadlockWithAnErasure(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	r := newErasureRace(t, "d3", "d2", "d1")
+	_, err := r.db.Exec(`UPDATE webhook_endpoints SET enabled = false, disabled_reason = 'by an operator', disabled_at = now() WHERE id = $1`, r.endpoint)
+	require.NoError(t, err)
+
+	r.run(t, nil)
+	r.requireFailed(t, r.ids, "(erased); then: the endpoint is disabled")
+}
+
+// The same, in the round that disables the endpoint: it records the
+// attempt that gave up first (d3, claimed, so pending until then), then
+// fails the endpoint's other pending deliveries (d1, d2). The erasure
+// takes d1 and waits for d2, held by a third transaction; the round
+// records d3 and then waits for d1. Once the third transaction ends, the
+// erasure would wait for d3, which the round holds.
+func TestTheRoundThatDisablesAnEndpointDoesNotDeadlockWithAnErasure(t *testing.T) {
+	t.Parallel()
+	r := newErasureRace(t, "d1", "d2", "d3")
+	r.run(t, []result{{id: r.ids[2], status: webhook.Failed, code: 500, err: "the receiver said: still d3",
+		disable: "its retries ran out", url: "https://example.com/"}})
+	r.requireFailed(t, r.ids[:2], "(erased); then: the endpoint was disabled: its retries ran out")
+	r.requireFailed(t, r.ids[2:], "(erased)")
+}
+
+// erasureRace is a customer with one order, and three pending deliveries
+// of it to one endpoint, tried once (their receiver's words recorded),
+// with ids in the order d1, d2, d3.
+type erasureRace struct {
+	db                           *sql.DB
+	store                        *pubsub.Store
+	merchant, customer, endpoint string
+	ids                          []string
+}
+
+// newErasureRace inserts the deliveries in the order named.
+func newErasureRace(t *testing.T, order ...string) erasureRace {
+	t.Helper()
+	bdb := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	r := erasureRace{db: bdb.DB}
 	ctx := t.Context()
 	line, err := keyring.New("test")
 	require.NoError(t, err)
 	ring, err := keyring.Parse(line)
 	require.NoError(t, err)
-	v, err := vault.New(db.DB, ring)
+	v, err := vault.New(r.db, ring)
 	require.NoError(t, err)
-	store, err := pubsub.NewStore(db, nil, v)
+	r.store, err = pubsub.NewStore(bdb, nil, v)
 	require.NoError(t, err)
-	tx, err := pubsub.NewTransactor(store)
+	tx, err := pubsub.NewTransactor(r.store)
 	require.NoError(t, err)
 	orders, err := command.NewOrderHandlers(tx)
 	require.NoError(t, err)
-	merchant, endpoint := anEndpoint(t, db, "https://example.com/")
-	customer := uuid.New()
-	_, err = db.DB.Exec(`INSERT INTO customers (id, merchant_id, name) VALUES ($1, $2, 'Ada')`, customer, merchant)
+	r.merchant, r.endpoint = anEndpoint(t, bdb, "https://example.com/")
+	r.customer = uuid.New()
+	_, err = r.db.Exec(`INSERT INTO customers (id, merchant_id, name) VALUES ($1, $2, 'Ada')`, r.customer, r.merchant)
 	require.NoError(t, err)
-	w, err := orders.Create(ctx, command.CreateOrder{CustomerID: customer, AmountCents: 500, Notes: "gate code 1234",
-		Meta: event.Meta{MerchantID: merchant, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}})
+	w, err := orders.Create(ctx, command.CreateOrder{CustomerID: r.customer, AmountCents: 500, Notes: "gate code 1234",
+		Meta: event.Meta{MerchantID: r.merchant, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}})
 	require.NoError(t, err)
-	order := w.Stream[0].StreamID
-
-	ids := []string{uuid.New(), uuid.New(), uuid.New()}
-	slices.Sort(ids) // the text of a uuid sorts as the uuid does
-	for i, key := range []string{"d3", "d2", "d1"} {
-		_, err := db.DB.Exec(`INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version,
+	r.ids = []string{uuid.New(), uuid.New(), uuid.New()}
+	slices.Sort(r.ids) // the text of a uuid sorts as the uuid does
+	for i, key := range order {
+		_, err := r.db.Exec(`INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version,
 				status, attempts, response_status, error, next_attempt_at)
 			VALUES ($1, $2, $3, $4, 'order.updated', $5, $6, 'pending', 1, 500, $7, now() + interval '1 hour')`,
-			ids[key[1]-'1'], endpoint, merchant, uuid.New(), order, i+1, "the receiver said: "+key)
+			r.ids[key[1]-'1'], r.endpoint, r.merchant, uuid.New(), w.Stream[0].StreamID, i+1, "the receiver said: "+key)
 		require.NoError(t, err)
 	}
-	_, err = db.DB.Exec(`UPDATE webhook_endpoints SET enabled = false, disabled_reason = 'by an operator', disabled_at = now() WHERE id = $1`, endpoint)
-	require.NoError(t, err)
+	return r
+}
 
-	// The third transaction, holding d2.
-	conn, err := db.DB.Conn(ctx)
+// run holds d2, starts the erasure, waits until it waits for d2, starts a
+// round of the endpoint's worker recording results, waits until it waits
+// for the erasure, lets d2 go, and requires both to succeed.
+func (r erasureRace) run(t *testing.T, results []result) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := r.db.Conn(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	hold, err := conn.BeginTx(ctx, nil)
@@ -81,23 +122,23 @@ func TestFailingADisabledEndpointsDeliveriesDoesNotDeadlockWithAnErasure(t *test
 	t.Cleanup(func() { _ = hold.Rollback() })
 	var holderPID int
 	require.NoError(t, hold.QueryRow(`SELECT pg_backend_pid()`).Scan(&holderPID))
-	_, err = hold.Exec(`SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, ids[1])
+	_, err = hold.Exec(`SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, r.ids[1])
 	require.NoError(t, err)
 	blockedBy := func(pid int, what string) int {
 		t.Helper()
 		var waiter int
 		require.Eventually(t, func() bool {
-			return db.DB.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter) == nil
+			return r.db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter) == nil
 		}, 20*time.Second, 5*time.Millisecond, what)
 		return waiter
 	}
 
 	erased := make(chan error, 1)
 	go func() {
-		_, err := store.EraseSubject(context.WithoutCancel(ctx), ops.ErasureRequest{By: "test", MerchantID: merchant,
-			SubjectType: event.SubjectCustomer, SubjectID: customer, Confirm: customer, CorrelationID: uuid.New()},
+		_, err := r.store.EraseSubject(context.WithoutCancel(ctx), ops.ErasureRequest{By: "test", MerchantID: r.merchant,
+			SubjectType: event.SubjectCustomer, SubjectID: r.customer, Confirm: r.customer, CorrelationID: uuid.New()},
 			func(ops.Erasure) ops.AuditEntry {
-				return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + customer}
+				return ops.AuditEntry{Actor: "test", Action: ops.ActionCustomerErase, Target: "customer/" + r.customer}
 			})
 		erased <- err
 	}()
@@ -105,13 +146,13 @@ func TestFailingADisabledEndpointsDeliveriesDoesNotDeadlockWithAnErasure(t *test
 
 	sender, err := NewSender(SenderConfig{Timeout: time.Second, AllowPrivate: true})
 	require.NoError(t, err)
-	d, err := NewDispatcher(ctx, DispatcherConfig{DB: db.DB, Sender: sender, Secrets: testKeys, Keep: time.Hour,
+	d, err := NewDispatcher(ctx, DispatcherConfig{DB: r.db, Sender: sender, Secrets: testKeys, Keep: time.Hour,
 		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
 		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
 	require.NoError(t, err)
 	failed := make(chan error, 1)
 	go func() {
-		_, _, _, err := d.round(context.WithoutCancel(ctx), endpoint, nil, false)
+		_, _, _, err := d.round(context.WithoutCancel(ctx), r.endpoint, results, false)
 		failed <- err
 	}()
 	blockedBy(erasurePID, "the worker waits for the erasure")
@@ -123,17 +164,15 @@ func TestFailingADisabledEndpointsDeliveriesDoesNotDeadlockWithAnErasure(t *test
 		}
 		require.NoError(t, err)
 	}
-	rows, err := db.DB.Query(`SELECT status, error FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY id`, endpoint)
-	require.NoError(t, err)
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		var status, text string
-		require.NoError(t, rows.Scan(&status, &text))
-		require.Equal(t, "failed", status)
-		require.Equal(t, "(erased); then: the endpoint is disabled", text, "scrubbed, then failed")
-		n++
+}
+
+// requireFailed requires the deliveries ids failed, with the error text.
+func (r erasureRace) requireFailed(t *testing.T, ids []string, text string) {
+	t.Helper()
+	for _, id := range ids {
+		var status, got string
+		require.NoError(t, r.db.QueryRow(`SELECT status, error FROM webhook_deliveries WHERE id = $1`, id).Scan(&status, &got))
+		require.Equal(t, webhook.Failed, status, id)
+		require.Equal(t, text, got, id)
 	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, 3, n)
 }
