@@ -311,7 +311,10 @@ func queueForgetAnswers(b *pgx.Batch, merchantID string, ids []string, n *int) {
 // shared_buffers; a hash of aggregates that orders them by its size). The
 // appends before it do not always serialise the two: an erasure run again
 // appends to no stream already marked, and protect marks only the streams
-// of the customers erased before their events were sealed.
+// of the customers erased before their events were sealed. The webhook
+// worker that fails a disabled endpoint's pending deliveries, some of them
+// tried already (with an error text), locks them in id order too
+// (webhooks' failPending and lockPending).
 func scrubDeliveryErrors(aggregates string) string {
 	return `WITH named AS (
 			SELECT id FROM webhook_deliveries WHERE ` + aggregates + ` AND error <> '' AND error <> '(erased)'

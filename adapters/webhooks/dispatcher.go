@@ -710,11 +710,33 @@ func exec(ctx context.Context, tx *sql.Tx, sts ...statement) (int64, error) {
 
 // failPending gives up the pending deliveries of the endpoint, once it is
 // disabled (a disable that found the endpoint's URL changed since did not).
+//
+// They are locked first in id order, then updated, as the erasure's scrub
+// of the receivers' error texts locks them (pubsub's scrubDeliveryErrors):
+// a pending delivery tried already holds its receiver's words, so an
+// erasure of the customer of its order matches it too, and an UPDATE
+// locks rows in the order its scan meets them (insertion order, by
+// webhook_deliveries_pending or the heap): each could hold a row the other
+// waits for (a deadlock, and the erasure or the worker fails).
 func failPending(endpointID, why string) statement {
-	return statement{sql: `UPDATE webhook_deliveries SET status = 'failed', completed_at = now(),
-		error = CASE WHEN error = '' THEN 'not sent: ' || $2 ELSE error || '; then: ' || $2 END
-		WHERE endpoint_id = $1 AND status = 'pending' AND NOT (SELECT enabled FROM webhook_endpoints WHERE id = $1)`,
+	return statement{sql: `WITH named AS (
+			SELECT id FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND status = 'pending' AND NOT (SELECT enabled FROM webhook_endpoints WHERE id = $1)
+			ORDER BY id FOR UPDATE)
+		UPDATE webhook_deliveries d SET status = 'failed', completed_at = now(),
+			error = CASE WHEN d.error = '' THEN 'not sent: ' || $2 ELSE d.error || '; then: ' || $2 END
+		FROM named WHERE d.id = named.id`,
 		args: []any{endpointID, why}}
+}
+
+// lockPending locks the pending deliveries of the endpoint in id order
+// (failPending says why): the round that disables it records its attempts
+// first, and recordSQL and releaseSQL lock their rows in their own order,
+// before failPending locks the others; locked here first, every row the
+// round writes is taken in id order.
+func lockPending(endpointID string) statement {
+	return statement{sql: `SELECT 1 FROM webhook_deliveries WHERE endpoint_id = $1 AND status = 'pending' ORDER BY id FOR UPDATE`,
+		args: []any{endpointID}}
 }
 
 // claimSQL claims the due deliveries of an enabled endpoint: pending ones
@@ -1005,7 +1027,8 @@ const releaseSQL = `UPDATE webhook_deliveries SET attempts = attempts - 1, next_
 WHERE id = ANY ($1::text[]::uuid[]) AND status = (SELECT 'pending') AND attempts > 0`
 
 // recordStatements store results, and disable the endpoint when one says
-// so (then its pending deliveries fail).
+// so (then its pending deliveries fail, all of them locked first in id
+// order: lockPending).
 func recordStatements(endpointID string, results []result) []statement {
 	var ids, statuses, errs, released []string
 	var waits []int64
@@ -1025,6 +1048,9 @@ func recordStatements(endpointID string, results []result) []statement {
 		}
 	}
 	var out []statement
+	if disable != "" {
+		out = append(out, lockPending(endpointID))
+	}
 	if len(ids) > 0 {
 		out = append(out, statement{sql: recordSQL, args: []any{ids, statuses, waits, codes, latencies, errs}})
 	}
