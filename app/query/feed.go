@@ -279,6 +279,14 @@ func (f Feed) read(ctx context.Context, merchantID string, after FeedCursor, req
 				return feedRead{}, err
 			}
 			out.Next = e.Cursor
+			// Filtered once decoded, not before (the store decodes, and
+			// opens the sealed fields of, the events Types then drops):
+			// an event's public type is not always its stored type's
+			// (SubjectErased is customer.erased or staff_member.erased by
+			// its data; a type this release does not know has none yet),
+			// and an event that does not decode or open stops a filtered
+			// read as any other (UnpublishableEventError), where dropped
+			// unread the cursor would move past it.
 			if len(req.Types) > 0 && !slices.Contains(req.Types, pub.Type) {
 				continue
 			}
