@@ -176,3 +176,108 @@ func (r erasureRace) requireFailed(t *testing.T, ids []string, text string) {
 		require.Equal(t, text, got, id)
 	}
 }
+
+// A round records its attempts, then claims the next due deliveries: two
+// statements, so its locks are not taken in one id order, and an erasure
+// scrubbing the same deliveries in id order can meet it in a deadlock
+// (the rows a round will claim are known only inside its claim). Postgres
+// then aborts one of the two: a round aborted is run again by its worker;
+// an erasure aborted runs its pass again (EraseSubject answers a conflict,
+// as for a write to one of the subject's streams), so it is not failed.
+//
+// The steps, ordered by the locks they wait for: d3 is claimed (its
+// attempt is recorded by the round); dX, another customer's delivery due
+// before d1, is held by a third transaction; d1, another order's of the
+// customer, is due. The round records d3, then its claim waits for dX.
+// The erasure takes d1 and d2 and waits for d3, which the round holds. The
+// third transaction ends: the round takes dX, then waits for d1. The
+// erasure waited first, so its deadlock check finds the cycle first and
+// Postgres aborts it (on a machine stalled for a second between the last
+// two steps the round's finds it instead, and the round is aborted).
+func TestAnErasureMetInADeadlockByARoundRunsAgain(t *testing.T) {
+	t.Parallel()
+	r := newErasureRace(t, "d1", "d2", "d3")
+	ctx := t.Context()
+	tx, err := pubsub.NewTransactor(r.store)
+	require.NoError(t, err)
+	orders, err := command.NewOrderHandlers(tx)
+	require.NoError(t, err)
+	create := func(customer string) string {
+		w, err := orders.Create(ctx, command.CreateOrder{CustomerID: customer, AmountCents: 500,
+			Meta: event.Meta{MerchantID: r.merchant, Actor: "key:test", CorrelationID: uuid.New(), OccurredAt: time.Now()}})
+		require.NoError(t, err)
+		return w.Stream[0].StreamID
+	}
+	other := uuid.New()
+	_, err = r.db.Exec(`INSERT INTO customers (id, merchant_id, name) VALUES ($1, $2, 'Bob')`, other, r.merchant)
+	require.NoError(t, err)
+	dX := "00000000-0000-4000-8000-000000000001" // before d1 in id order
+	_, err = r.db.Exec(`INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version,
+			status, attempts, response_status, error, next_attempt_at)
+		VALUES ($1, $2, $3, $4, 'order.created', $5, 1, 'pending', 1, 500, 'the receiver said: dX', now() - interval '1 minute')`,
+		dX, r.endpoint, r.merchant, uuid.New(), create(other))
+	require.NoError(t, err)
+	// d1 (after dX in the table too), due, of another order of the
+	// customer: the head of its aggregate; d3 at version 1, d2 behind it.
+	_, err = r.db.Exec(`UPDATE webhook_deliveries SET aggregate_id = $2, aggregate_version = 1, next_attempt_at = now() - interval '1 minute' WHERE id = $1`,
+		r.ids[0], create(r.customer))
+	require.NoError(t, err)
+	_, err = r.db.Exec(`UPDATE webhook_deliveries SET aggregate_version = 1 WHERE id = $1`, r.ids[2])
+	require.NoError(t, err)
+	_, err = r.db.Exec(`UPDATE webhook_deliveries SET aggregate_version = 2 WHERE id = $1`, r.ids[1])
+	require.NoError(t, err)
+
+	conn, err := r.db.Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	hold, err := conn.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Rollback() })
+	var holderPID int
+	require.NoError(t, hold.QueryRow(`SELECT pg_backend_pid()`).Scan(&holderPID))
+	_, err = hold.Exec(`SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, dX)
+	require.NoError(t, err)
+	blockedBy := func(pid int, what string) int {
+		t.Helper()
+		var waiter int
+		require.Eventually(t, func() bool {
+			return r.db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter) == nil
+		}, 20*time.Second, 5*time.Millisecond, what)
+		return waiter
+	}
+
+	sender, err := NewSender(SenderConfig{Timeout: time.Second, AllowPrivate: true})
+	require.NoError(t, err)
+	d, err := NewDispatcher(ctx, DispatcherConfig{DB: r.db, Sender: sender, Secrets: testKeys, Keep: time.Hour,
+		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
+		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
+	require.NoError(t, err)
+	rounds := make(chan error, 1)
+	go func() {
+		_, _, _, err := d.round(context.WithoutCancel(ctx), r.endpoint,
+			[]result{{id: r.ids[2], status: webhook.Pending, wait: time.Hour, code: 500, err: "the receiver said: still d3"}}, false)
+		rounds <- err
+	}()
+	roundPID := blockedBy(holderPID, "the round's claim waits for dX")
+
+	x, err := ops.NewErasures(r.store, 0)
+	require.NoError(t, err)
+	x.Wait = func(context.Context, time.Duration) error { return nil }
+	erased := make(chan error, 1)
+	go func() {
+		_, err := x.Erase(context.WithoutCancel(ctx), ops.ErasureRequest{By: "test", MerchantID: r.merchant,
+			SubjectType: event.SubjectCustomer, SubjectID: r.customer, Confirm: r.customer})
+		erased <- err
+	}()
+	blockedBy(roundPID, "the erasure waits for d3, which the round holds")
+	require.NoError(t, hold.Commit())
+
+	require.NoError(t, <-erased, "the erasure, run again if Postgres chose it to end the deadlock")
+	if err := <-rounds; err != nil {
+		require.ErrorContains(t, err, "40P01", "a round fails only as the deadlock's victim (its worker runs it again)")
+	}
+	var scrubbed int
+	require.NoError(t, r.db.QueryRow(`SELECT count(*) FROM webhook_deliveries WHERE id = ANY ($1::uuid[]) AND error = '(erased)'`,
+		r.ids).Scan(&scrubbed))
+	require.Equal(t, 3, scrubbed, "every delivery of the customer's orders has its receiver's words erased")
+}
