@@ -231,6 +231,18 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		}
 		return nil
 	})
+	// A webhook delivery round records its attempts, then claims the next
+	// deliveries: its locks are not in one id order, and the rows it will
+	// claim are known only inside its claim, so it can meet the scrub of
+	// their error texts (in id order) in a deadlock. When Postgres ends
+	// one by aborting the erasure, the pass is a conflict like a write to
+	// one of the subject's streams: nothing of it committed, and running
+	// it again (ops.Erasures does) finds the round gone.
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+		return ops.Erasure{}, &apperr.ConflictError{Detail: fmt.Sprintf(
+			"the erasure of %s %s met a webhook delivery round in a deadlock; run it again", req.SubjectType, req.SubjectID)}
+	}
 	if err != nil {
 		return ops.Erasure{}, err
 	}
