@@ -159,6 +159,83 @@ func TestReferenceWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 	require.Equal(t, 1, version, "the working hours as the key left them")
 }
 
+// The merchant's settings and its webhook endpoints' writes (create,
+// change, delete, rotate the secret, a test ping, a redelivery) check
+// their key in their transactions too: a key revoked after the key cache
+// vouched for it (within KEY_CACHE_TTL) changes and queues nothing, and is
+// told 401, as a write to an aggregate or a reference record is.
+func TestSettingsAndWebhookWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	cached := limitedWith(t, a, Config{KeyCacheTTL: 5 * time.Second}, true)
+	key := a.newOperatorKey("acme")
+	send := func(method, path string, body any) response {
+		t.Helper()
+		r, err := cached.send(method, path, auth(key), body)
+		require.NoError(t, err)
+		return r
+	}
+	r := send(http.MethodPut, "/v1/settings", map[string]any{"time_zone": "Europe/Paris"})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	r = send(http.MethodPost, "/v1/webhook-endpoints", map[string]any{"url": "https://203.0.113.9/hook"})
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	endpoint := "/v1/webhook-endpoints/" + r.Body["id"].(string)
+	r = send(http.MethodPost, endpoint+"/test", nil)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r)
+	delivery := endpoint + "/deliveries/" + r.Body["id"].(string)
+	// What the writes below would change: the time zone, the endpoints as
+	// the merchant left them (the dispatcher changes only its deliveries'
+	// rows) and how many deliveries were queued.
+	state := func() string {
+		t.Helper()
+		var s string
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT m.time_zone
+			|| (SELECT coalesce(string_agg(concat_ws('|', e.id, e.url, e.description, e.enabled, e.version, encode(e.secret_sealed, 'hex')), ',' ORDER BY e.id), '')
+				FROM webhook_endpoints e WHERE e.merchant_id = m.id)
+			|| (SELECT count(*) FROM webhook_deliveries d WHERE d.merchant_id = m.id)
+			FROM merchants m WHERE m.id = $1`, a.merchantA).Scan(&s))
+		return s
+	}
+	writes := []struct {
+		method, path string
+		body         any
+	}{
+		{http.MethodPut, "/v1/settings", map[string]any{"time_zone": "Asia/Tokyo"}},
+		{http.MethodPost, "/v1/webhook-endpoints", map[string]any{"url": "https://203.0.113.10/mallory"}},
+		{http.MethodPatch, endpoint, map[string]any{"description": "Mallory"}},
+		{http.MethodPost, endpoint + "/rotate-secret", nil},
+		{http.MethodPost, endpoint + "/test", nil},
+		{http.MethodPost, delivery + "/redeliver", nil},
+		{http.MethodDelete, endpoint, nil},
+	}
+	// A key per write, each cached by a read: a key refused is forgotten,
+	// so a second write of the same key would be refused by its lookup, not
+	// by its transaction's check.
+	keys := make([]string, len(writes))
+	for i := range keys {
+		keys[i] = a.newOperatorKey("acme")
+		require.Equal(t, http.StatusOK, cached.from("", keys[i], "/v1/webhook-endpoints").Status)
+	}
+	before := state()
+	for _, k := range append(keys, key) {
+		a.revokeSecret(k)
+	}
+	require.Equal(t, http.StatusOK, cached.from("", keys[0], "/v1/webhook-endpoints").Status, "a read within the TTL")
+	lookups := cached.keys.lookups.Load()
+	want, got := map[string]int{}, map[string]int{}
+	for i, w := range writes {
+		r, err := cached.send(w.method, w.path, auth(keys[i]), w.body)
+		require.NoError(t, err)
+		want[w.method+" "+w.path], got[w.method+" "+w.path] = http.StatusUnauthorized, r.Status
+		if r.Status == http.StatusUnauthorized {
+			requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
+		}
+	}
+	require.Equal(t, want, got, "every write refused")
+	require.Equal(t, lookups, cached.keys.lookups.Load(), "each refused by its write's own check, not by a lookup")
+	require.Equal(t, before, state(), "the refused writes changed and queued nothing")
+}
+
 // limitedDone is limitedWith(t, a, cfg, true) whose server reports on done
 // each POST it has finished handling.
 func limitedDone(t *testing.T, a *api, cfg Config) (*limitedAPI, <-chan struct{}) {
