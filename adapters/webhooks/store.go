@@ -51,6 +51,7 @@ import (
 	"math"
 	"time"
 
+	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/app/query"
 	"hearth/domain/apperr"
@@ -130,7 +131,14 @@ func utc(t *time.Time) *time.Time {
 
 // inTx runs fn in one transaction on db, and stores the answer of an
 // idempotent attempt (command.IdempotentOf) from what result returns, in
-// it.
+// it. It is the one place the endpoints' writes open their transactions,
+// so that each checks the request's key there first, as the event store's
+// and the reference records' writes do (access.KeyCheck): the API server
+// vouches for a key from its cache for up to KEY_CACHE_TTL, and only a
+// check inside the write's transaction, before anything it reads or
+// writes, keeps a key revoked before the write began from creating,
+// changing or deleting an endpoint, rotating its secret or queueing a
+// delivery (access.ErrKeyRefused, nothing written).
 func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) (result any, err error)) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -141,6 +149,12 @@ func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) (result any, err 
 			err = errors.Join(err, ignoreDone(tx.Rollback()))
 		}
 	}()
+	if check := access.PendingKeyCheck(ctx); check != nil {
+		_, err := tx.ExecContext(ctx, check.SQL, check.Args...)
+		if err := check.Settle(err); err != nil {
+			return err
+		}
+	}
 	result, err := fn(tx)
 	if err != nil {
 		return err
@@ -232,16 +246,26 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 	return out, err
 }
 
-// DeleteEndpoint deletes one endpoint of the merchant and its deliveries.
+// DeleteEndpoint deletes one endpoint of the merchant and its deliveries,
+// in a transaction of its own (inTx) when the request's key is checked
+// first; one statement otherwise.
 func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2`, merchantID, id)
-	if err != nil {
-		return fmt.Errorf("delete webhook endpoint: %w", err)
+	del := func(db interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	}) error {
+		res, err := db.ExecContext(ctx, `DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2`, merchantID, id)
+		if err != nil {
+			return fmt.Errorf("delete webhook endpoint: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return cmpErr(err, apperr.ErrNotFound)
+		}
+		return nil
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return cmpErr(err, apperr.ErrNotFound)
+	if access.PendingKeyCheck(ctx) == nil {
+		return del(s.db)
 	}
-	return nil
+	return inTx(ctx, s.db, func(tx *sql.Tx) (any, error) { return nil, del(tx) })
 }
 
 func cmpErr(err, otherwise error) error {

@@ -24,16 +24,25 @@ import (
 // $n parameters on the raw pool: the availability query runs them on every
 // request.
 
-// SetTimeZone sets the merchant's time zone.
+// SetTimeZone sets the merchant's time zone: one statement, or a
+// transaction whose first statement checks the request's key (inTx).
 func (s *Store) SetTimeZone(ctx context.Context, merchantID, name string) error {
-	res, err := s.db.DB.ExecContext(ctx, `UPDATE merchants SET time_zone = $2 WHERE id = $1`, merchantID, name)
-	if err != nil {
-		return fmt.Errorf("set time zone: %w", err)
+	set := func(ctx context.Context, db interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	}) error {
+		res, err := db.ExecContext(ctx, `UPDATE merchants SET time_zone = $2 WHERE id = $1`, merchantID, name)
+		if err != nil {
+			return fmt.Errorf("set time zone: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return apperr.ErrNotFound
+		}
+		return nil
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return apperr.ErrNotFound
+	if needsTx(ctx) {
+		return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return set(ctx, tx.Tx) })
 	}
-	return nil
+	return set(ctx, s.db.DB)
 }
 
 // TimeZone returns the merchant's time zone.

@@ -269,9 +269,11 @@ type route struct {
 	api     bool // under /v1: not served in worker mode
 	etag    bool // a write to a resource with an entity tag: If-Match applies
 	// keyInWrite: a write to an aggregate, all of whose work is one command
-	// through the event store's transactor, or to a reference record (one
-	// write of internal/refdata): a key known lately is checked in that
-	// transaction (access.KeyCheck) rather than by a lookup first.
+	// through the event store's transactor, to a reference record or the
+	// merchant's settings (one write of internal/refdata), or to a webhook
+	// endpoint or its deliveries (one write of the webhook store): a key
+	// known lately is checked in that transaction (access.KeyCheck) rather
+	// than by a lookup first.
 	keyInWrite bool
 }
 
@@ -291,8 +293,8 @@ func (s *server) routes() []route {
 		return route{pattern: pattern, roles: roles, handle: h, api: true}
 	}
 	// tagged is a write that states the version it read (If-Match or
-	// expected_version); command, a write to an aggregate (keyInWrite);
-	// versioned, both.
+	// expected_version); command, a write that checks its key in its
+	// transaction (keyInWrite); versioned, both.
 	tagged := func(pattern string, roles []access.Role, h handlerFunc) route {
 		return route{pattern: pattern, roles: roles, handle: h, api: true, etag: true}
 	}
@@ -323,7 +325,8 @@ func (s *server) routes() []route {
 	}
 	rts = append(rts, s.webhookRoutes(
 		func(pattern string, h handlerFunc) route { return v1(pattern, op, h) },
-		func(pattern string, h handlerFunc) route { return tagged(pattern, op, h) })...)
+		func(pattern string, h handlerFunc) route { return command(pattern, op, h) },
+		func(pattern string, h handlerFunc) route { return versioned(pattern, op, h) })...)
 	return append(rts,
 		command("POST /v1/service-requests", op, s.createServiceRequest),
 		v1("GET /v1/service-requests", op, s.listServiceRequests),
@@ -354,7 +357,7 @@ func (s *server) routes() []route {
 		versioned("POST /v1/plans/{id}/resume", op, s.planLifecycle(planLifecycleResume)),
 		versioned("POST /v1/plans/{id}/end", op, s.planLifecycle(planLifecycleEnd)),
 		v1("GET /v1/settings", op, s.getSettings),
-		v1("PUT /v1/settings", op, s.putSettings),
+		command("PUT /v1/settings", op, s.putSettings), // one write of the merchant's row (internal/refdata)
 		v1("GET /v1/staff/{id}/working-hours", op, s.getWorkingHours),
 		versioned("PUT /v1/staff/{id}/working-hours", op, s.putWorkingHours),
 		v1("GET /v1/availability", op, s.availability),

@@ -11,19 +11,22 @@ import (
 )
 
 // webhookRoutes are the routes of webhook endpoints and their delivery logs
-// (operator keys only).
-func (s *server) webhookRoutes(v1, versioned func(string, handlerFunc) route) []route {
+// (operator keys only). Every write is one transaction of the webhook
+// store, which checks the key first (write, versioned: keyInWrite); what
+// a use case does before it (the URL's target check, reading the delivery
+// to redeliver) writes nothing.
+func (s *server) webhookRoutes(v1, write, versioned func(string, handlerFunc) route) []route {
 	return []route{
-		v1("POST /v1/webhook-endpoints", s.createWebhookEndpoint),
+		write("POST /v1/webhook-endpoints", s.createWebhookEndpoint),
 		v1("GET /v1/webhook-endpoints", s.listWebhookEndpoints),
 		v1("GET /v1/webhook-endpoints/{id}", s.getWebhookEndpoint),
 		versioned("PATCH /v1/webhook-endpoints/{id}", s.updateWebhookEndpoint),
-		v1("DELETE /v1/webhook-endpoints/{id}", s.deleteWebhookEndpoint),
+		write("DELETE /v1/webhook-endpoints/{id}", s.deleteWebhookEndpoint),
 		versioned("POST /v1/webhook-endpoints/{id}/rotate-secret", s.rotateWebhookSecret),
-		v1("POST /v1/webhook-endpoints/{id}/test", s.testWebhookEndpoint),
+		write("POST /v1/webhook-endpoints/{id}/test", s.testWebhookEndpoint),
 		v1("GET /v1/webhook-endpoints/{id}/deliveries", s.listWebhookDeliveries),
 		v1("GET /v1/webhook-endpoints/{id}/deliveries/{delivery_id}", s.getWebhookDelivery),
-		v1("POST /v1/webhook-endpoints/{id}/deliveries/{delivery_id}/redeliver", s.redeliverWebhook),
+		write("POST /v1/webhook-endpoints/{id}/deliveries/{delivery_id}/redeliver", s.redeliverWebhook),
 	}
 }
 
