@@ -103,6 +103,40 @@ func TestWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 	require.Equal(t, int32(1), cached.keys.lookups.Load())
 }
 
+// keyWrite is a write a test sends with a key revoked since it was cached.
+type keyWrite struct {
+	method, path string
+	body         any
+}
+
+// requireRefusedByTheirWrites sends each write with a key of its own, which
+// l's server cached by a read and which is revoked since, and requires
+// each to be told 401 by its transaction's check rather than by a lookup:
+// a key refused is forgotten, so a second write of one key would be
+// refused by its lookup whether or not its write checks it.
+func requireRefusedByTheirWrites(t *testing.T, a *api, l *limitedAPI, writes []keyWrite) {
+	t.Helper()
+	keys := make([]string, len(writes))
+	for i := range keys {
+		keys[i] = a.newOperatorKey("acme")
+		require.Equal(t, http.StatusOK, l.from("", keys[i], "/v1/customers").Status)
+		a.revokeSecret(keys[i])
+	}
+	require.Equal(t, http.StatusOK, l.from("", keys[0], "/v1/customers").Status, "a read within the TTL")
+	lookups := l.keys.lookups.Load()
+	want, got := map[string]int{}, map[string]int{}
+	for i, w := range writes {
+		r, err := l.send(w.method, w.path, auth(keys[i]), w.body)
+		require.NoError(t, err)
+		want[w.method+" "+w.path], got[w.method+" "+w.path] = http.StatusUnauthorized, r.Status
+		if r.Status == http.StatusUnauthorized {
+			requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
+		}
+	}
+	require.Equal(t, want, got, "every write refused")
+	require.Equal(t, lookups, l.keys.lookups.Load(), "each refused by its write's own check, not by a lookup")
+}
+
 // Writes to the reference records (customers, staff, catalog items, staff
 // working hours) check their key in their transactions too: a key revoked
 // after the key cache vouched for it (within KEY_CACHE_TTL) creates and
@@ -133,21 +167,14 @@ func TestReferenceWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 	}
 	customers, staff, items := count("customers"), count("staff"), count("catalog_items")
 
-	a.revokeSecret(key)
-	require.Equal(t, http.StatusOK, cached.from("", key, "/v1/customers").Status, "a read within the TTL")
-	for _, w := range []struct {
-		method, path string
-		body         any
-	}{
+	requireRefusedByTheirWrites(t, a, cached, []keyWrite{
 		{http.MethodPost, "/v1/customers", map[string]any{"name": "Mallory"}},
 		{http.MethodPatch, "/v1/customers/" + customer, map[string]any{"name": "Mallory"}},
 		{http.MethodPost, "/v1/staff", map[string]any{"name": "Mallory"}},
 		{http.MethodPatch, "/v1/staff/" + a.staffA, map[string]any{"name": "Mallory"}},
 		{http.MethodPost, "/v1/catalog-items", map[string]any{"name": "Mallory's", "base_price_cents": 100}},
 		{http.MethodPut, hours, map[string]any{"week": map[string]any{}}},
-	} {
-		requireProblem(t, send(w.method, w.path, w.body), http.StatusUnauthorized, "/problems/unauthenticated")
-	}
+	})
 	require.Equal(t, []int{customers, staff, items}, []int{count("customers"), count("staff"), count("catalog_items")},
 		"the refused writes created nothing")
 	var names int
@@ -196,10 +223,8 @@ func TestSettingsAndWebhookWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 			FROM merchants m WHERE m.id = $1`, a.merchantA).Scan(&s))
 		return s
 	}
-	writes := []struct {
-		method, path string
-		body         any
-	}{
+	before := state()
+	requireRefusedByTheirWrites(t, a, cached, []keyWrite{
 		{http.MethodPut, "/v1/settings", map[string]any{"time_zone": "Asia/Tokyo"}},
 		{http.MethodPost, "/v1/webhook-endpoints", map[string]any{"url": "https://203.0.113.10/mallory"}},
 		{http.MethodPatch, endpoint, map[string]any{"description": "Mallory"}},
@@ -207,32 +232,7 @@ func TestSettingsAndWebhookWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 		{http.MethodPost, endpoint + "/test", nil},
 		{http.MethodPost, delivery + "/redeliver", nil},
 		{http.MethodDelete, endpoint, nil},
-	}
-	// A key per write, each cached by a read: a key refused is forgotten,
-	// so a second write of the same key would be refused by its lookup, not
-	// by its transaction's check.
-	keys := make([]string, len(writes))
-	for i := range keys {
-		keys[i] = a.newOperatorKey("acme")
-		require.Equal(t, http.StatusOK, cached.from("", keys[i], "/v1/webhook-endpoints").Status)
-	}
-	before := state()
-	for _, k := range append(keys, key) {
-		a.revokeSecret(k)
-	}
-	require.Equal(t, http.StatusOK, cached.from("", keys[0], "/v1/webhook-endpoints").Status, "a read within the TTL")
-	lookups := cached.keys.lookups.Load()
-	want, got := map[string]int{}, map[string]int{}
-	for i, w := range writes {
-		r, err := cached.send(w.method, w.path, auth(keys[i]), w.body)
-		require.NoError(t, err)
-		want[w.method+" "+w.path], got[w.method+" "+w.path] = http.StatusUnauthorized, r.Status
-		if r.Status == http.StatusUnauthorized {
-			requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
-		}
-	}
-	require.Equal(t, want, got, "every write refused")
-	require.Equal(t, lookups, cached.keys.lookups.Load(), "each refused by its write's own check, not by a lookup")
+	})
 	require.Equal(t, before, state(), "the refused writes changed and queued nothing")
 }
 
