@@ -373,6 +373,9 @@ func TestCustomerExportShowsNothingOfAnotherCustomerOnAMovedOrder(t *testing.T) 
 		}
 	}
 	require.Equal(t, 4, withheld, "each order's version 1, as after and as before of the move")
+	for _, o := range y["orders"].([]any) {
+		require.NotContains(t, o, "withheld", "Bob restated the notes on the move: nothing of Alice's left on the row")
+	}
 
 	x, text := export(alice)
 	require.Empty(t, x["orders"], "both orders are Bob's now")
@@ -400,12 +403,27 @@ func TestCustomerExportShowsNoOtherCustomersNotesCarriedOnAMovedOrder(t *testing
 	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+o, a.opA, map[string]any{"customer_id": bob, "notes": "BOB-NOTES"})
 	require.Eventually(t, a.projected, 10*time.Second, 10*time.Millisecond)
 
-	y := a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+bob+"/export", a.opA, nil).Body
-	text := string(jsonOf(t, y))
+	// Through the generated client: every field answered, withheld among
+	// them, is in the document's CustomerExport.
+	r, err := a.hearth().ExportCustomerWithResponse(t.Context(), uid(t, bob), nil, as(a.opA))
+	expect(t, http.StatusOK, r, err)
+	var y map[string]any
+	require.NoError(t, json.Unmarshal(r.Body, &y))
+	text := string(r.Body)
 	require.Len(t, y["orders"], 1)
 	require.Len(t, y["schedules"], 1)
 	require.Contains(t, text, "BOB-NOTES")
 	require.NotContains(t, text, "ALICE-", "nothing written about Alice")
+	// The rows say which of their fields are left out, not empty: as the
+	// change log's snapshot of their version does.
+	row := y["orders"].([]any)[0].(map[string]any)
+	require.Equal(t, "", row["dispatch_note"])
+	require.Equal(t, []any{"dispatch_note", "settlement_note"}, row["withheld"], "the order's row")
+	require.Equal(t, []any{"notes"}, y["schedules"].([]any)[0].(map[string]any)["withheld"], "the schedule's row")
+	for _, path := range []string{"/v1/orders/" + o, "/v1/schedules/" + a.liveSchedule(a.opA, o).Id.String()} {
+		require.NotContains(t, a.must(http.StatusOK, http.MethodGet, path, a.opA, nil).Body, "withheld",
+			"%s: only the export withholds", path)
+	}
 	last := y["change_log"].([]any)
 	for _, c := range last {
 		c := c.(map[string]any)
