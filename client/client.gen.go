@@ -282,6 +282,126 @@ func (e EventType) Valid() bool {
 	}
 }
 
+// Defines values for ExportedOrderSettlementStatus.
+const (
+	ExportedOrderSettlementStatusSettled   ExportedOrderSettlementStatus = "settled"
+	ExportedOrderSettlementStatusUnsettled ExportedOrderSettlementStatus = "unsettled"
+)
+
+// Valid indicates whether the value is a known member of the ExportedOrderSettlementStatus enum.
+func (e ExportedOrderSettlementStatus) Valid() bool {
+	switch e {
+	case ExportedOrderSettlementStatusSettled:
+		return true
+	case ExportedOrderSettlementStatusUnsettled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExportedOrderStatus.
+const (
+	ExportedOrderStatusCancelled   ExportedOrderStatus = "cancelled"
+	ExportedOrderStatusCompleted   ExportedOrderStatus = "completed"
+	ExportedOrderStatusConfirmed   ExportedOrderStatus = "confirmed"
+	ExportedOrderStatusDispatching ExportedOrderStatus = "dispatching"
+	ExportedOrderStatusInService   ExportedOrderStatus = "in_service"
+	ExportedOrderStatusPending     ExportedOrderStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the ExportedOrderStatus enum.
+func (e ExportedOrderStatus) Valid() bool {
+	switch e {
+	case ExportedOrderStatusCancelled:
+		return true
+	case ExportedOrderStatusCompleted:
+		return true
+	case ExportedOrderStatusConfirmed:
+		return true
+	case ExportedOrderStatusDispatching:
+		return true
+	case ExportedOrderStatusInService:
+		return true
+	case ExportedOrderStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExportedScheduleStatus.
+const (
+	ExportedScheduleStatusCancelled ExportedScheduleStatus = "cancelled"
+	ExportedScheduleStatusDone      ExportedScheduleStatus = "done"
+	ExportedScheduleStatusInService ExportedScheduleStatus = "in_service"
+	ExportedScheduleStatusPlanned   ExportedScheduleStatus = "planned"
+)
+
+// Valid indicates whether the value is a known member of the ExportedScheduleStatus enum.
+func (e ExportedScheduleStatus) Valid() bool {
+	switch e {
+	case ExportedScheduleStatusCancelled:
+		return true
+	case ExportedScheduleStatusDone:
+		return true
+	case ExportedScheduleStatusInService:
+		return true
+	case ExportedScheduleStatusPlanned:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExportedServiceRequestSource.
+const (
+	ExportedServiceRequestSourceManual ExportedServiceRequestSource = "manual"
+	ExportedServiceRequestSourcePhone  ExportedServiceRequestSource = "phone"
+	ExportedServiceRequestSourceWalkIn ExportedServiceRequestSource = "walk_in"
+	ExportedServiceRequestSourceWeb    ExportedServiceRequestSource = "web"
+)
+
+// Valid indicates whether the value is a known member of the ExportedServiceRequestSource enum.
+func (e ExportedServiceRequestSource) Valid() bool {
+	switch e {
+	case ExportedServiceRequestSourceManual:
+		return true
+	case ExportedServiceRequestSourcePhone:
+		return true
+	case ExportedServiceRequestSourceWalkIn:
+		return true
+	case ExportedServiceRequestSourceWeb:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExportedServiceRequestStatus.
+const (
+	ExportedServiceRequestStatusCancelled ExportedServiceRequestStatus = "cancelled"
+	ExportedServiceRequestStatusConfirmed ExportedServiceRequestStatus = "confirmed"
+	ExportedServiceRequestStatusConverted ExportedServiceRequestStatus = "converted"
+	ExportedServiceRequestStatusNew       ExportedServiceRequestStatus = "new"
+)
+
+// Valid indicates whether the value is a known member of the ExportedServiceRequestStatus enum.
+func (e ExportedServiceRequestStatus) Valid() bool {
+	switch e {
+	case ExportedServiceRequestStatusCancelled:
+		return true
+	case ExportedServiceRequestStatusConfirmed:
+		return true
+	case ExportedServiceRequestStatusConverted:
+		return true
+	case ExportedServiceRequestStatusNew:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExportedWebhookDeliveryStatus.
 const (
 	ExportedWebhookDeliveryStatusFailed    ExportedWebhookDeliveryStatus = "failed"
@@ -4049,20 +4169,20 @@ type CustomerExport struct {
 	ExportedAt time.Time          `json:"exported_at"`
 	MerchantId openapi_types.UUID `json:"merchant_id"`
 
-	// Orders the orders whose customer is this one, oldest first
-	Orders []Order `json:"orders"`
+	// Orders the orders whose customer is this one, oldest first; each names in withheld the personal fields it shows "" because they were written about another customer
+	Orders []ExportedOrder `json:"orders"`
 
 	// Plans the service plans whose customer is this one, oldest first (their visits' orders are among orders)
 	Plans []Plan `json:"plans"`
 
-	// Schedules the schedules of those orders, oldest first
-	Schedules []Schedule `json:"schedules"`
+	// Schedules the schedules of those orders, oldest first; each names in withheld the personal fields it shows "" because they were written about another customer
+	Schedules []ExportedSchedule `json:"schedules"`
 
 	// Schema the format of this document; a new name when a field is removed or changes meaning
 	Schema CustomerExportSchema `json:"schema"`
 
-	// ServiceRequests the requests whose customer is this one, oldest first
-	ServiceRequests []ServiceRequest `json:"service_requests"`
+	// ServiceRequests the requests whose customer is this one, oldest first; each names in withheld the personal fields it shows "" because they were written about another customer
+	ServiceRequests []ExportedServiceRequest `json:"service_requests"`
 
 	// WebhookDeliveries the deliveries of those events (pings excluded), by endpoint and queue order; redeliveries included
 	WebhookDeliveries []ExportedWebhookDelivery `json:"webhook_deliveries"`
@@ -4176,6 +4296,157 @@ type EventList struct {
 	// NextCursor where to continue: the last event's cursor, or past events types left out, or after itself when nothing came (empty at the start of an empty feed)
 	NextCursor string `json:"next_cursor"`
 }
+
+// ExportedOrder An order of a customer's export: as GET shows it, and the personal fields it withholds.
+type ExportedOrder struct {
+	AmountCents int `json:"amount_cents"`
+
+	// CancellationReason null when the customer was erased (named in erased)
+	CancellationReason *string `json:"cancellation_reason"`
+
+	// CompletedAt RFC 3339 with an offset; answered in UTC
+	CompletedAt *time.Time `json:"completed_at"`
+
+	// CreatedAt RFC 3339 with an offset; answered in UTC
+	CreatedAt  time.Time          `json:"created_at"`
+	CustomerId openapi_types.UUID `json:"customer_id"`
+
+	// CustomerName same merchant only; absent when unknown
+	CustomerName *string `json:"customer_name,omitempty"`
+
+	// DispatchNote null when the customer was erased (named in erased)
+	DispatchNote *string `json:"dispatch_note"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes           *string `json:"notes"`
+	PaidAmountCents int     `json:"paid_amount_cents"`
+
+	// PaidAt RFC 3339 with an offset; answered in UTC
+	PaidAt        *time.Time          `json:"paid_at"`
+	PaymentMethod string              `json:"payment_method"`
+	RequestId     *openapi_types.UUID `json:"request_id"`
+
+	// ScheduledEndAt RFC 3339 with an offset; answered in UTC
+	ScheduledEndAt *time.Time `json:"scheduled_end_at"`
+
+	// ScheduledStartAt RFC 3339 with an offset; answered in UTC
+	ScheduledStartAt *time.Time `json:"scheduled_start_at"`
+
+	// SettlementNote null when the customer was erased (named in erased)
+	SettlementNote   *string                       `json:"settlement_note"`
+	SettlementStatus ExportedOrderSettlementStatus `json:"settlement_status"`
+	StaffId          *openapi_types.UUID           `json:"staff_id"`
+
+	// StaffName same merchant only; absent when unassigned
+	StaffName *string             `json:"staff_name,omitempty"`
+	Status    ExportedOrderStatus `json:"status"`
+
+	// UpdatedAt RFC 3339 with an offset; answered in UTC
+	UpdatedAt time.Time `json:"updated_at"`
+
+	// Version the stream version the resource reflects
+	Version int `json:"version"`
+
+	// Withheld the personal fields that are "" because they were written about another customer (an order moved to this one keeps its dispatch note, its settlement note and its schedule's notes until they are written again), as the change log's snapshot of this version names them; absent when none (docs/personal-data.md)
+	Withheld *[]string `json:"withheld,omitempty"`
+}
+
+// ExportedOrderSettlementStatus defines model for ExportedOrder.SettlementStatus.
+type ExportedOrderSettlementStatus string
+
+// ExportedOrderStatus defines model for ExportedOrder.Status.
+type ExportedOrderStatus string
+
+// ExportedSchedule A schedule of a customer's export: as GET shows it, and the personal fields it withholds.
+type ExportedSchedule struct {
+	// CreatedAt RFC 3339 with an offset; answered in UTC
+	CreatedAt time.Time `json:"created_at"`
+
+	// EndAt RFC 3339 with an offset; answered in UTC
+	EndAt time.Time `json:"end_at"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes   *string            `json:"notes"`
+	OrderId openapi_types.UUID `json:"order_id"`
+	StaffId openapi_types.UUID `json:"staff_id"`
+
+	// StaffName same merchant only
+	StaffName *string `json:"staff_name,omitempty"`
+
+	// StartAt RFC 3339 with an offset; answered in UTC
+	StartAt time.Time              `json:"start_at"`
+	Status  ExportedScheduleStatus `json:"status"`
+
+	// UpdatedAt RFC 3339 with an offset; answered in UTC
+	UpdatedAt time.Time `json:"updated_at"`
+
+	// Version the stream version the resource reflects
+	Version int `json:"version"`
+
+	// Withheld the personal fields that are "" because they were written about another customer (an order moved to this one keeps its dispatch note, its settlement note and its schedule's notes until they are written again), as the change log's snapshot of this version names them; absent when none (docs/personal-data.md)
+	Withheld *[]string `json:"withheld,omitempty"`
+}
+
+// ExportedScheduleStatus defines model for ExportedSchedule.Status.
+type ExportedScheduleStatus string
+
+// ExportedServiceRequest A service request of a customer's export: as GET shows it, and the personal fields it withholds.
+type ExportedServiceRequest struct {
+	// AppointmentEndAt RFC 3339 with an offset; answered in UTC
+	AppointmentEndAt *time.Time `json:"appointment_end_at"`
+
+	// AppointmentStartAt RFC 3339 with an offset; answered in UTC
+	AppointmentStartAt *time.Time          `json:"appointment_start_at"`
+	CatalogItemId      *openapi_types.UUID `json:"catalog_item_id"`
+
+	// CatalogItemName the catalog item's name (same merchant only); absent when none
+	CatalogItemName *string `json:"catalog_item_name,omitempty"`
+
+	// Content null when the customer was erased (named in erased)
+	Content *string `json:"content"`
+
+	// CreatedAt RFC 3339 with an offset; answered in UTC
+	CreatedAt  time.Time          `json:"created_at"`
+	CustomerId openapi_types.UUID `json:"customer_id"`
+
+	// CustomerName the customer's name (same merchant only); absent when unknown
+	CustomerName *string `json:"customer_name,omitempty"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes *string `json:"notes"`
+
+	// OrderId set once converted
+	OrderId *openapi_types.UUID          `json:"order_id"`
+	Source  ExportedServiceRequestSource `json:"source"`
+	Status  ExportedServiceRequestStatus `json:"status"`
+
+	// UpdatedAt RFC 3339 with an offset; answered in UTC
+	UpdatedAt time.Time `json:"updated_at"`
+
+	// Version the stream version the resource reflects
+	Version int `json:"version"`
+
+	// Withheld the personal fields that are "" because they were written about another customer (an order moved to this one keeps its dispatch note, its settlement note and its schedule's notes until they are written again), as the change log's snapshot of this version names them; absent when none (docs/personal-data.md)
+	Withheld *[]string `json:"withheld,omitempty"`
+}
+
+// ExportedServiceRequestSource defines model for ExportedServiceRequest.Source.
+type ExportedServiceRequestSource string
+
+// ExportedServiceRequestStatus defines model for ExportedServiceRequest.Status.
+type ExportedServiceRequestStatus string
 
 // ExportedWebhookDelivery A webhook delivery of an event about the customer: the delivery log's fields, the endpoint's origin (scheme, host and port of its URL) and the payload the delivery sends (the event's public form, the request body).
 type ExportedWebhookDelivery struct {

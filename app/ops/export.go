@@ -60,10 +60,10 @@ type CustomerExport struct {
 	// (their customer_id is the customer's now); Schedules are those of the
 	// orders. A plan's visits are orders of the customer: Orders holds
 	// them. Each list is ordered by creation, then id.
-	ServiceRequests []query.ServiceRequest
-	Orders          []query.Order
+	ServiceRequests []ExportedServiceRequest
+	Orders          []ExportedOrder
 	Plans           []query.Plan
-	Schedules       []query.Schedule
+	Schedules       []ExportedSchedule
 	// ChangeLog holds the change-log rows of those aggregates, by
 	// aggregate then version.
 	ChangeLog []query.Change
@@ -73,6 +73,31 @@ type CustomerExport struct {
 	// WebhookDeliveries are the deliveries of those events, by endpoint and
 	// insertion order, each with the body it sends.
 	WebhookDeliveries []ExportedDelivery
+}
+
+// ExportedOrder is an order of the export with the personal fields it
+// withholds: emptied because they were written about another customer (an
+// order moved to this one keeps such notes until they are written again),
+// named so that a reader can tell them from fields that are empty. They
+// are the fields the change log's snapshot of the row's version names
+// withheld.
+type ExportedOrder struct {
+	query.Order
+	Withheld []string
+}
+
+// ExportedSchedule is a schedule of the export with the personal fields it
+// withholds, as ExportedOrder.
+type ExportedSchedule struct {
+	query.Schedule
+	Withheld []string
+}
+
+// ExportedServiceRequest is a service request of the export with the
+// personal fields it withholds, as ExportedOrder.
+type ExportedServiceRequest struct {
+	query.ServiceRequest
+	Withheld []string
 }
 
 // ExportedDelivery is one webhook delivery of an event about the customer,
@@ -205,9 +230,9 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 			return CustomerExport{}, fmt.Errorf("export customer: %w", err)
 		}
 	}
-	withholdRows(&rows, held)
+	requests, orders, schedules := withholdRows(rows, held)
 	out := CustomerExport{Schema: ExportSchema, ExportedAt: h.At, MerchantID: req.MerchantID, Customer: h.Customer,
-		ServiceRequests: rows.ServiceRequests, Orders: rows.Orders, Plans: rows.Plans, Schedules: rows.Schedules, ChangeLog: changes,
+		ServiceRequests: requests, Orders: orders, Plans: rows.Plans, Schedules: schedules, ChangeLog: changes,
 		Events: make([]publicevent.Event, len(h.Events)), WebhookDeliveries: make([]ExportedDelivery, len(h.WebhookDeliveries))}
 	byID := make(map[string]publicevent.Event, len(h.Events))
 	for i, s := range h.Events {
@@ -288,13 +313,14 @@ func heldFromOthers(events []publicevent.Stored, others map[string]bool) map[str
 	return out
 }
 
-// withholdRows empties the rows' personal fields that held names at their
-// versions (the change log's snapshot of that version names them
-// withheld).
-func withholdRows(rows *ExportRows, held map[string]map[int][]string) {
-	for i := range rows.Orders {
-		o := &rows.Orders[i]
-		for _, f := range held[o.ID][o.Version] {
+// withholdRows returns the rows with their personal fields that held
+// names at their versions emptied and named withheld (the change log's
+// snapshot of that version names them too).
+func withholdRows(rows ExportRows, held map[string]map[int][]string) ([]ExportedServiceRequest, []ExportedOrder, []ExportedSchedule) {
+	orders := make([]ExportedOrder, len(rows.Orders))
+	for i, o := range rows.Orders {
+		withheld := held[o.ID][o.Version]
+		for _, f := range withheld {
 			switch f {
 			case "notes":
 				o.Notes = ""
@@ -306,15 +332,20 @@ func withholdRows(rows *ExportRows, held map[string]map[int][]string) {
 				o.SettlementNote = ""
 			}
 		}
+		orders[i] = ExportedOrder{Order: o, Withheld: withheld}
 	}
-	for i := range rows.Schedules {
-		if v := &rows.Schedules[i]; slices.Contains(held[v.ID][v.Version], "notes") {
+	schedules := make([]ExportedSchedule, len(rows.Schedules))
+	for i, v := range rows.Schedules {
+		withheld := held[v.ID][v.Version]
+		if slices.Contains(withheld, "notes") {
 			v.Notes = ""
 		}
+		schedules[i] = ExportedSchedule{Schedule: v, Withheld: withheld}
 	}
-	for i := range rows.ServiceRequests {
-		v := &rows.ServiceRequests[i]
-		for _, f := range held[v.ID][v.Version] {
+	requests := make([]ExportedServiceRequest, len(rows.ServiceRequests))
+	for i, v := range rows.ServiceRequests {
+		withheld := held[v.ID][v.Version]
+		for _, f := range withheld {
 			switch f {
 			case "content":
 				v.Content = ""
@@ -322,7 +353,9 @@ func withholdRows(rows *ExportRows, held map[string]map[int][]string) {
 				v.Notes = ""
 			}
 		}
+		requests[i] = ExportedServiceRequest{ServiceRequest: v, Withheld: withheld}
 	}
+	return requests, orders, schedules
 }
 
 // withholdOthers returns c with the personal fields of its snapshots that

@@ -41,13 +41,35 @@ type CustomerExportBody struct {
 	ExportedAt        time.Time              `json:"exported_at"`
 	MerchantID        string                 `json:"merchant_id"`
 	Customer          customerBody           `json:"customer"`
-	ServiceRequests   []serviceRequestBody   `json:"service_requests"`
-	Orders            []orderBody            `json:"orders"`
+	ServiceRequests   []exportedRequestBody  `json:"service_requests"`
+	Orders            []exportedOrderBody    `json:"orders"`
 	Plans             []planBody             `json:"plans"`
-	Schedules         []scheduleBody         `json:"schedules"`
+	Schedules         []exportedScheduleBody `json:"schedules"`
 	ChangeLog         []changeBody           `json:"change_log"`
 	Events            []publicevent.Event    `json:"events"`
 	WebhookDeliveries []exportedDeliveryBody `json:"webhook_deliveries"`
+}
+
+// exportedOrderBody is an order of the export: the order as GET shows it,
+// and the personal fields it withholds (ops.ExportedOrder), absent when
+// none, as in the change log's snapshots. Only the export has them: the
+// GETs show the rows as the read model holds them.
+type exportedOrderBody struct {
+	orderBody
+	Withheld []string `json:"withheld,omitempty"`
+}
+
+// exportedScheduleBody is a schedule of the export, as exportedOrderBody.
+type exportedScheduleBody struct {
+	scheduleBody
+	Withheld []string `json:"withheld,omitempty"`
+}
+
+// exportedRequestBody is a service request of the export, as
+// exportedOrderBody.
+type exportedRequestBody struct {
+	serviceRequestBody
+	Withheld []string `json:"withheld,omitempty"`
 }
 
 // exportedDeliveryBody is a delivery of the log, its endpoint's URL and
@@ -62,10 +84,18 @@ type exportedDeliveryBody struct {
 func CustomerExportBodyOf(x ops.CustomerExport) CustomerExportBody {
 	return CustomerExportBody{
 		Schema: x.Schema, ExportedAt: x.ExportedAt, MerchantID: x.MerchantID, Customer: customerBodyOf(x.Customer),
-		ServiceRequests: mapAll(x.ServiceRequests, serviceRequestBodyOf), Orders: mapAll(x.Orders, orderBodyOf),
-		Plans:     mapAll(x.Plans, planBodyOf),
-		Schedules: mapAll(x.Schedules, scheduleBodyOf), ChangeLog: mapAll(x.ChangeLog, changeBodyOf),
-		Events: x.Events,
+		ServiceRequests: mapAll(x.ServiceRequests, func(v ops.ExportedServiceRequest) exportedRequestBody {
+			return exportedRequestBody{serviceRequestBody: serviceRequestBodyOf(v.ServiceRequest), Withheld: v.Withheld}
+		}),
+		Orders: mapAll(x.Orders, func(v ops.ExportedOrder) exportedOrderBody {
+			return exportedOrderBody{orderBody: orderBodyOf(v.Order), Withheld: v.Withheld}
+		}),
+		Plans: mapAll(x.Plans, planBodyOf),
+		Schedules: mapAll(x.Schedules, func(v ops.ExportedSchedule) exportedScheduleBody {
+			return exportedScheduleBody{scheduleBody: scheduleBodyOf(v.Schedule), Withheld: v.Withheld}
+		}),
+		ChangeLog: mapAll(x.ChangeLog, changeBodyOf),
+		Events:    x.Events,
 		WebhookDeliveries: mapAll(x.WebhookDeliveries, func(d ops.ExportedDelivery) exportedDeliveryBody {
 			return exportedDeliveryBody{webhookDeliveryBody: webhookDeliveryBodyOf(d.Delivery), URL: d.URL, Payload: d.Payload}
 		}),
