@@ -410,3 +410,40 @@ func TestRevokedKeysWriteNothingWithAnIdempotencyKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, r.Status, "the refused attempt's claim is released: %s", r)
 }
+
+// An erasure (of a customer, of a staff member) checks its key in its
+// first pass's transaction, before the subject's lock: a key revoked after
+// the key cache vouched for it (within KEY_CACHE_TTL) erases nothing,
+// records no second pass and no audit entry, and is told 401, as any other
+// write is.
+func TestErasuresCheckTheirKeyInTheirTransaction(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	cached := limitedWith(t, a, Config{KeyCacheTTL: 5 * time.Second}, true)
+	key := a.newOperatorKey("acme")
+	r, err := cached.send(http.MethodPost, "/v1/customers", auth(key), map[string]any{"name": "Ada", "email": "ada@example.com"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+	customer := r.Body["id"].(string)
+	// What an erasure changes, whichever pass: the subjects' rows, their
+	// data keys, the records of erasures and of second passes, the audit.
+	state := func() string {
+		t.Helper()
+		var s string
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT concat_ws('|',
+			(SELECT concat_ws(',', name, email, erased_at) FROM customers WHERE id = $1),
+			(SELECT concat_ws(',', name, active, erased_at) FROM staff WHERE id = $2),
+			(SELECT count(*) FROM data_keys WHERE subject_id IN ($1, $2)),
+			(SELECT count(*) FROM erased_subjects WHERE subject_id IN ($1, $2)),
+			(SELECT count(*) FROM erasure_second_passes WHERE subject_id IN ($1, $2)),
+			(SELECT count(*) FROM admin_audit WHERE target IN ('customer/' || $1, 'staff_member/' || $2)))`,
+			customer, a.staffA).Scan(&s))
+		return s
+	}
+	before := state()
+	requireRefusedByTheirWrites(t, a, cached, []keyWrite{
+		{http.MethodPost, "/v1/customers/" + customer + "/erase", map[string]any{"confirm": customer}},
+		{http.MethodPost, "/v1/staff/" + a.staffA + "/erase", map[string]any{"confirm": a.staffA}},
+	})
+	require.Equal(t, before, state(), "the refused erasures erased and recorded nothing")
+}
