@@ -271,7 +271,8 @@ type route struct {
 	// keyInWrite: a write to an aggregate, all of whose work is one command
 	// through the event store's transactor, to a reference record or the
 	// merchant's settings (one write of internal/refdata), or to a webhook
-	// endpoint or its deliveries (one write of the webhook store): a key
+	// endpoint or its deliveries (one write of the webhook store), or an
+	// erasure (its first pass, one transaction of the event store): a key
 	// known lately is checked in that transaction (access.KeyCheck) rather
 	// than by a lookup first.
 	keyInWrite bool
@@ -363,8 +364,12 @@ func (s *server) routes() []route {
 		v1("GET /v1/availability", op, s.availability),
 		v1("GET /v1/events", op, s.listEvents),
 		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),
-		v1("POST /v1/customers/{id}/erase", op, s.configured(s.Erasures != nil, s.eraseSubject(event.SubjectCustomer))),
-		v1("POST /v1/staff/{id}/erase", op, s.configured(s.Erasures != nil, s.eraseSubject(event.SubjectStaffMember))),
+		// An erasure's first pass is one transaction of the event store,
+		// which checks the key first; the second pass runs whatever becomes
+		// of the request (ops.Erasures.Erase), so only a key that worked
+		// when the first pass began gets one.
+		command("POST /v1/customers/{id}/erase", op, s.configured(s.Erasures != nil, s.eraseSubject(event.SubjectCustomer))),
+		command("POST /v1/staff/{id}/erase", op, s.configured(s.Erasures != nil, s.eraseSubject(event.SubjectStaffMember))),
 		v1("GET /admin/parked", admin, s.configured(s.Parked != nil, s.listParked)),
 		v1("POST /admin/parked/replay", admin, s.configured(s.Parked != nil, s.replayAllParked)),
 		v1("GET /admin/parked/{projection}/{id}", admin, s.configured(s.Parked != nil, s.getParked)),
