@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/app/access"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
@@ -116,13 +117,20 @@ type keyWrite struct {
 // refused by its lookup whether or not its write checks it.
 func requireRefusedByTheirWrites(t *testing.T, a *api, l *limitedAPI, writes []keyWrite) {
 	t.Helper()
+	requireKeysRefusedByTheirWrites(t, a, l, func() string { return a.newOperatorKey("acme") }, "/v1/customers", writes)
+}
+
+// requireKeysRefusedByTheirWrites is requireRefusedByTheirWrites with keys
+// made by newKey and cached by a GET of read.
+func requireKeysRefusedByTheirWrites(t *testing.T, a *api, l *limitedAPI, newKey func() string, read string, writes []keyWrite) {
+	t.Helper()
 	keys := make([]string, len(writes))
 	for i := range keys {
-		keys[i] = a.newOperatorKey("acme")
-		require.Equal(t, http.StatusOK, l.from("", keys[i], "/v1/customers").Status)
+		keys[i] = newKey()
+		require.Equal(t, http.StatusOK, l.from("", keys[i], read).Status)
 		a.revokeSecret(keys[i])
 	}
-	require.Equal(t, http.StatusOK, l.from("", keys[0], "/v1/customers").Status, "a read within the TTL")
+	require.Equal(t, http.StatusOK, l.from("", keys[0], read).Status, "a read within the TTL")
 	lookups := l.keys.lookups.Load()
 	want, got := map[string]int{}, map[string]int{}
 	for i, w := range writes {
@@ -446,4 +454,45 @@ func TestErasuresCheckTheirKeyInTheirTransaction(t *testing.T) {
 		{http.MethodPost, "/v1/staff/" + a.staffA + "/erase", map[string]any{"confirm": a.staffA}},
 	})
 	require.Equal(t, before, state(), "the refused erasures erased and recorded nothing")
+}
+
+// The admin key writes (create, revoke, rotate) check their key in their
+// transactions too: an admin key revoked after the key cache vouched for
+// it (within KEY_CACHE_TTL) creates, revokes and rotates nothing, records
+// no audit entry, and is told 401.
+func TestAdminKeyWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	cached := limitedWith(t, a, Config{KeyCacheTTL: 5 * time.Second}, true)
+	target, err := a.w.refdata.CreateKey(t.Context(), "acme", access.Operator, "")
+	require.NoError(t, err)
+	state := func() string {
+		t.Helper()
+		var s string
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT concat_ws('|',
+			(SELECT count(*) FROM api_keys),
+			(SELECT concat_ws(',', revoked_at, expires_at, replaced_by) FROM api_keys WHERE id = $1),
+			(SELECT count(*) FROM admin_audit))`, target.ID).Scan(&s))
+		return s
+	}
+	newAdminKey := func() string {
+		k, err := a.w.refdata.CreateKey(t.Context(), "", access.Admin, "")
+		require.NoError(t, err)
+		return k.Secret
+	}
+	// The refused keys are made (their creation audited) before the state
+	// is read.
+	writes := []keyWrite{
+		{http.MethodPost, "/admin/keys", map[string]any{"role": "operator", "merchant": "acme", "name": "mallory"}},
+		{http.MethodPost, "/admin/keys/" + target.ID + "/revoke", nil},
+		{http.MethodPost, "/admin/keys/" + target.ID + "/rotate", map[string]any{"grace": "24h"}},
+	}
+	secrets := make([]string, len(writes))
+	for i := range secrets {
+		secrets[i] = newAdminKey()
+	}
+	next := 0
+	before := state()
+	requireKeysRefusedByTheirWrites(t, a, cached, func() string { next++; return secrets[next-1] }, "/admin/keys", writes)
+	require.Equal(t, before, state(), "the refused writes created, revoked, rotated and recorded nothing")
 }

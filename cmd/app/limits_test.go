@@ -94,7 +94,7 @@ func limitedServed(t *testing.T, a *api, cfg Config, checkInWrite bool, wrap fun
 		keys = checkingKeys{countingKeys: l.keys, checks: a.w.refdata.KeyCheck}
 	}
 	handler, err := httpport.NewHandler(httpport.Config{
-		App: a.w.app, Auth: keys, APIEnabled: true, Now: l.clock, Erasures: a.w.erasures,
+		App: a.w.app, Auth: keys, APIEnabled: true, Now: l.clock, Erasures: a.w.erasures, Keys: a.w.keys,
 		Log:    slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 		KeyUsed: func(keyID string) {
