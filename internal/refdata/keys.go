@@ -59,11 +59,13 @@ func (s *Store) CreateKey(ctx context.Context, merchantName string, role access.
 }
 
 // InsertKey creates a key as spec (checked: access.KeySpec.Check) says and
-// records the entry audit returns for it, in one transaction.
+// records the entry audit returns for it, in one transaction, which checks
+// the request's key first (inTx), as RevokeKey's and RotateKey's do: an
+// admin key revoked while an API instance caches it changes no key.
 func (s *Store) InsertKey(ctx context.Context, spec access.KeySpec, audit func(access.Key) ops.AuditEntry) (NewKey, error) {
 	id, secret := uuid.New(), newSecret()
 	var k NewKey
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		merchantID, err := keyMerchant(ctx, tx, spec)
 		if err != nil {
 			return err
@@ -129,7 +131,7 @@ func keyMerchant(ctx context.Context, tx bun.Tx, spec access.KeySpec) (string, e
 // changes nothing (and is recorded). An unknown id is apperr.ErrNotFound.
 func (s *Store) RevokeKey(ctx context.Context, id string, audit func(before, after access.Key) ops.AuditEntry) (access.Key, error) {
 	var k access.Key
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		before, err := getKey(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -161,7 +163,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, audit func(before, aft
 func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, audit func(access.Rotation) ops.AuditEntry) (access.Rotation, error) {
 	newID, secret := uuid.New(), newSecret()
 	var rot access.Rotation
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		old, err := getKey(ctx, tx, id, true)
 		if err != nil {
 			return err

@@ -271,10 +271,11 @@ type route struct {
 	// keyInWrite: a write to an aggregate, all of whose work is one command
 	// through the event store's transactor, to a reference record or the
 	// merchant's settings (one write of internal/refdata), or to a webhook
-	// endpoint or its deliveries (one write of the webhook store), or an
-	// erasure (its first pass, one transaction of the event store): a key
-	// known lately is checked in that transaction (access.KeyCheck) rather
-	// than by a lookup first.
+	// endpoint or its deliveries (one write of the webhook store), an
+	// erasure (its first pass, one transaction of the event store), or an
+	// admin key's create, revoke or rotation (one transaction of the key
+	// store, internal/refdata): a key known lately is checked in that
+	// transaction (access.KeyCheck) rather than by a lookup first.
 	keyInWrite bool
 }
 
@@ -379,9 +380,10 @@ func (s *server) routes() []route {
 		v1("GET /admin/rebuilds/{projection}", admin, s.configured(s.Rebuilds != nil, s.rebuildStatus)),
 		v1("DELETE /admin/rebuilds/{projection}", admin, s.configured(s.Rebuilds != nil, s.cancelRebuild)),
 		v1("GET /admin/keys", admin, s.configured(s.Keys != nil, s.listKeys)),
-		v1("POST /admin/keys", admin, s.configured(s.Keys != nil, s.createKey)),
-		v1("POST /admin/keys/{id}/revoke", admin, s.configured(s.Keys != nil, s.revokeKey)),
-		v1("POST /admin/keys/{id}/rotate", admin, s.configured(s.Keys != nil, s.rotateKey)),
+		// One transaction of the key store each, which checks the key first.
+		command("POST /admin/keys", admin, s.configured(s.Keys != nil, s.createKey)),
+		command("POST /admin/keys/{id}/revoke", admin, s.configured(s.Keys != nil, s.revokeKey)),
+		command("POST /admin/keys/{id}/rotate", admin, s.configured(s.Keys != nil, s.rotateKey)),
 		v1("GET /admin/audit", admin, s.configured(s.Audit != nil, s.listAudit)),
 	)
 }
