@@ -511,3 +511,21 @@ func TestARetakenIdempotencyKeyIsKeptFromItsRetry(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, rec.Answer, "a later retry is answered, not run again")
 }
+
+// PUT /v1/settings takes an Idempotency-Key as the other writes do
+// (api.md): its answer is stored, and a repeat is answered from there and
+// sets nothing, even after another write changed the zone meanwhile.
+func TestIdempotentSettingsReplay(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	paris := map[string]any{"time_zone": "Europe/Paris"}
+	first := a.sendOK(http.MethodPut, "/v1/settings", withKey(a.opA, "tz-1"), paris)
+	require.Equal(t, http.StatusOK, first.Status, "%s", first)
+	require.Empty(t, first.Header.Get("Idempotent-Replayed"))
+	a.must(http.StatusOK, http.MethodPut, "/v1/settings", a.opA, map[string]any{"time_zone": "Asia/Tokyo"})
+	again := a.sendOK(http.MethodPut, "/v1/settings", withKey(a.opA, "tz-1"), paris)
+	require.Equal(t, http.StatusOK, again.Status, "%s", again)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.Raw, again.Raw)
+	require.Equal(t, "Asia/Tokyo", a.must(http.StatusOK, http.MethodGet, "/v1/settings", a.opA, nil).Body["time_zone"], "the repeat set nothing")
+}
