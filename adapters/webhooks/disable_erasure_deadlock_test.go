@@ -114,24 +114,7 @@ func newErasureRace(t *testing.T, order ...string) erasureRace {
 func (r erasureRace) run(t *testing.T, results []result) {
 	t.Helper()
 	ctx := t.Context()
-	conn, err := r.db.Conn(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	hold, err := conn.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = hold.Rollback() })
-	var holderPID int
-	require.NoError(t, hold.QueryRow(`SELECT pg_backend_pid()`).Scan(&holderPID))
-	_, err = hold.Exec(`SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, r.ids[1])
-	require.NoError(t, err)
-	blockedBy := func(pid int, what string) int {
-		t.Helper()
-		var waiter int
-		require.Eventually(t, func() bool {
-			return r.db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter) == nil
-		}, 20*time.Second, 5*time.Millisecond, what)
-		return waiter
-	}
+	hold, holderPID := r.hold(t, r.ids[1])
 
 	erased := make(chan error, 1)
 	go func() {
@@ -142,20 +125,15 @@ func (r erasureRace) run(t *testing.T, results []result) {
 			})
 		erased <- err
 	}()
-	erasurePID := blockedBy(holderPID, "the erasure waits for d2")
+	erasurePID := r.blockedBy(t, holderPID, "the erasure waits for d2")
 
-	sender, err := NewSender(SenderConfig{Timeout: time.Second, AllowPrivate: true})
-	require.NoError(t, err)
-	d, err := NewDispatcher(ctx, DispatcherConfig{DB: r.db, Sender: sender, Secrets: testKeys, Keep: time.Hour,
-		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
-		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
-	require.NoError(t, err)
+	d := r.dispatcher(t)
 	failed := make(chan error, 1)
 	go func() {
 		_, _, _, err := d.round(context.WithoutCancel(ctx), r.endpoint, results, false)
 		failed <- err
 	}()
-	blockedBy(erasurePID, "the worker waits for the erasure")
+	r.blockedBy(t, erasurePID, "the worker waits for the erasure")
 	require.NoError(t, hold.Commit())
 
 	for _, err := range []error{<-erased, <-failed} {
@@ -164,6 +142,46 @@ func (r erasureRace) run(t *testing.T, results []result) {
 		}
 		require.NoError(t, err)
 	}
+}
+
+// hold locks the delivery id in a transaction of its own, open until the
+// test commits it (or ends), and returns it with its backend's pid.
+func (r erasureRace) hold(t *testing.T, id string) (*sql.Tx, int) {
+	t.Helper()
+	conn, err := r.db.Conn(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	hold, err := conn.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Rollback() })
+	var pid int
+	require.NoError(t, hold.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
+	_, err = hold.Exec(`SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, id)
+	require.NoError(t, err)
+	return hold, pid
+}
+
+// blockedBy waits until a backend waits for pid's, and returns its pid.
+func (r erasureRace) blockedBy(t *testing.T, pid int, what string) int {
+	t.Helper()
+	var waiter int
+	require.Eventually(t, func() bool {
+		return r.db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter) == nil
+	}, 20*time.Second, 5*time.Millisecond, what)
+	return waiter
+}
+
+// dispatcher is a dispatcher of the race's database, its retries an hour
+// apart.
+func (r erasureRace) dispatcher(t *testing.T) *Dispatcher {
+	t.Helper()
+	sender, err := NewSender(SenderConfig{Timeout: time.Second, AllowPrivate: true})
+	require.NoError(t, err)
+	d, err := NewDispatcher(t.Context(), DispatcherConfig{DB: r.db, Sender: sender, Secrets: testKeys, Keep: time.Hour,
+		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
+		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
+	require.NoError(t, err)
+	return d
 }
 
 // requireFailed requires the deliveries ids failed, with the error text.
@@ -227,38 +245,16 @@ func TestAnErasureMetInADeadlockByARoundRunsAgain(t *testing.T) {
 	_, err = r.db.Exec(`UPDATE webhook_deliveries SET aggregate_version = 2 WHERE id = $1`, r.ids[1])
 	require.NoError(t, err)
 
-	conn, err := r.db.Conn(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	hold, err := conn.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = hold.Rollback() })
-	var holderPID int
-	require.NoError(t, hold.QueryRow(`SELECT pg_backend_pid()`).Scan(&holderPID))
-	_, err = hold.Exec(`SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, dX)
-	require.NoError(t, err)
-	blockedBy := func(pid int, what string) int {
-		t.Helper()
-		var waiter int
-		require.Eventually(t, func() bool {
-			return r.db.QueryRow(`SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiter) == nil
-		}, 20*time.Second, 5*time.Millisecond, what)
-		return waiter
-	}
+	hold, holderPID := r.hold(t, dX)
 
-	sender, err := NewSender(SenderConfig{Timeout: time.Second, AllowPrivate: true})
-	require.NoError(t, err)
-	d, err := NewDispatcher(ctx, DispatcherConfig{DB: r.db, Sender: sender, Secrets: testKeys, Keep: time.Hour,
-		Schedule: webhook.Schedule{Initial: time.Hour, Max: time.Hour, For: 24 * time.Hour},
-		OnStale:  func(err error) { t.Errorf("stale term: %v", err) }})
-	require.NoError(t, err)
+	d := r.dispatcher(t)
 	rounds := make(chan error, 1)
 	go func() {
 		_, _, _, err := d.round(context.WithoutCancel(ctx), r.endpoint,
 			[]result{{id: r.ids[2], status: webhook.Pending, wait: time.Hour, code: 500, err: "the receiver said: still d3"}}, false)
 		rounds <- err
 	}()
-	roundPID := blockedBy(holderPID, "the round's claim waits for dX")
+	roundPID := r.blockedBy(t, holderPID, "the round's claim waits for dX")
 
 	x, err := ops.NewErasures(r.store, 0)
 	require.NoError(t, err)
@@ -269,7 +265,7 @@ func TestAnErasureMetInADeadlockByARoundRunsAgain(t *testing.T) {
 			SubjectType: event.SubjectCustomer, SubjectID: r.customer, Confirm: r.customer})
 		erased <- err
 	}()
-	blockedBy(roundPID, "the erasure waits for d3, which the round holds")
+	r.blockedBy(t, roundPID, "the erasure waits for d3, which the round holds")
 	require.NoError(t, hold.Commit())
 
 	require.NoError(t, <-erased, "the erasure, run again if Postgres chose it to end the deadlock")

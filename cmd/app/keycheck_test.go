@@ -145,21 +145,29 @@ func requireKeysRefusedByTheirWrites(t *testing.T, a *api, l *limitedAPI, newKey
 	require.Equal(t, lookups, l.keys.lookups.Load(), "each refused by its write's own check, not by a lookup")
 }
 
+// cachedOperator is a server whose key cache vouches for a key it has seen
+// (KEY_CACHE_TTL 5s), and send, which sends as a new operator key of
+// acme's that works.
+func cachedOperator(t *testing.T) (*api, *limitedAPI, func(method, path string, body any) response) {
+	t.Helper()
+	a := setup(t, pgtest.NewDB(t))
+	cached := limitedWith(t, a, Config{KeyCacheTTL: 5 * time.Second}, true)
+	key := a.newOperatorKey("acme")
+	return a, cached, func(method, path string, body any) response {
+		t.Helper()
+		r, err := cached.send(method, path, auth(key), body)
+		require.NoError(t, err)
+		return r
+	}
+}
+
 // Writes to the reference records (customers, staff, catalog items, staff
 // working hours) check their key in their transactions too: a key revoked
 // after the key cache vouched for it (within KEY_CACHE_TTL) creates and
 // changes nothing, and is told 401, as a write to an aggregate is.
 func TestReferenceWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 	t.Parallel()
-	a := setup(t, pgtest.NewDB(t))
-	cached := limitedWith(t, a, Config{KeyCacheTTL: 5 * time.Second}, true)
-	key := a.newOperatorKey("acme")
-	send := func(method, path string, body any) response {
-		t.Helper()
-		r, err := cached.send(method, path, auth(key), body)
-		require.NoError(t, err)
-		return r
-	}
+	a, cached, send := cachedOperator(t)
 	r := send(http.MethodPost, "/v1/customers", map[string]any{"name": "Ada"})
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
 	customer := r.Body["id"].(string)
@@ -201,15 +209,7 @@ func TestReferenceWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 // told 401, as a write to an aggregate or a reference record is.
 func TestSettingsAndWebhookWritesCheckTheirKeyInTheirTransaction(t *testing.T) {
 	t.Parallel()
-	a := setup(t, pgtest.NewDB(t))
-	cached := limitedWith(t, a, Config{KeyCacheTTL: 5 * time.Second}, true)
-	key := a.newOperatorKey("acme")
-	send := func(method, path string, body any) response {
-		t.Helper()
-		r, err := cached.send(method, path, auth(key), body)
-		require.NoError(t, err)
-		return r
-	}
+	a, cached, send := cachedOperator(t)
 	r := send(http.MethodPut, "/v1/settings", map[string]any{"time_zone": "Europe/Paris"})
 	require.Equal(t, http.StatusOK, r.Status, "%s", r)
 	r = send(http.MethodPost, "/v1/webhook-endpoints", map[string]any{"url": "https://203.0.113.9/hook"})
