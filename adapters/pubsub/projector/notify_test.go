@@ -226,6 +226,38 @@ func TestAHiddenMessageIsReadOnceVisible(t *testing.T) {
 	}
 }
 
+// While a handler holds a message (applying it, or sleeping through its
+// retries), the poll that read it holds no transaction open: a session idle
+// in a repeatable-read transaction would keep its snapshot, holding back
+// vacuum across the server, and would be cut by an operator's
+// idle_in_transaction_session_timeout. The message is acked all the same.
+func TestAPollHoldsNoTransactionWhileItsHandlerRuns(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	f := pubsubtest.Setup(t, urls)
+	n := listening(t, urls.EventStore, f.ES.DB)
+	sub, err := projector.NotifyingSubscribers(projector.SubscribersConfig{DB: f.ES.DB, Notifier: n, Fallback: time.Hour, Log: quietLog()})("holding")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	out, err := sub.Subscribe(t.Context(), pubsub.TopicOrders)
+	require.NoError(t, err)
+
+	inTx := func() (n int) {
+		require.NoError(t, f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&n))
+		return n
+	}
+	first := f.CreateOrder(t)
+	msg := <-out
+	require.Equal(t, first, msg.Metadata.Get("stream_id"))
+	require.Zero(t, inTx(), "a session waits in a transaction while the handler holds the message")
+	msg.Ack()
+
+	second := f.CreateOrder(t)
+	msg = <-out
+	require.Equal(t, second, msg.Metadata.Get("stream_id"), "the first message was acked")
+	msg.Ack()
+}
+
 // runNotifier runs a notifier on url until the test ends.
 func runNotifier(t *testing.T, url string) *projector.Notifier {
 	t.Helper()
