@@ -97,6 +97,40 @@ func TestWithBegin(t *testing.T) {
 	require.NoError(t, tx.Rollback())
 }
 
+// A transaction begun under Autocommit is none: each of its statements
+// commits on its own (Rollback undoes nothing), whatever options it was
+// begun with, and the session never waits idle in a transaction.
+func TestAutocommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := database.Open(ctx, pgtest.NewDB(t).EventStore, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	_, err = db.ExecContext(ctx, `CREATE TABLE autocommitted (n int)`)
+	require.NoError(t, err)
+
+	tx, err := db.BeginTx(database.Autocommit(ctx), &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	require.NoError(t, err)
+	xact := func() (id string) {
+		require.NoError(t, tx.QueryRowContext(ctx, `SELECT pg_current_xact_id()::text`).Scan(&id))
+		return id
+	}
+	require.NotEqual(t, xact(), xact(), "each statement is a transaction of its own")
+	var state string
+	require.NoError(t, tx.QueryRowContext(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&state))
+	require.Equal(t, "read committed", state, "no repeatable-read snapshot is kept")
+	_, err = tx.ExecContext(ctx, `INSERT INTO autocommitted VALUES (1)`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback())
+	var n int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM autocommitted`).Scan(&n))
+	require.Equal(t, 1, n, "committed with its statement")
+
+	tx, err = db.BeginTx(database.Autocommit(ctx), nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+}
+
 // WithConn lends a pool connection to pgx: a batch can carry BEGIN and a
 // statement in one round trip. A transaction left open (fn failed half-way)
 // is rolled back and the session kept; a pool not opened by package

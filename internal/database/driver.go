@@ -27,6 +27,8 @@ import (
 //     tell pgx how to encode their arguments.
 //   - WithBegin sends a statement with the transaction's BEGIN, in one
 //     round trip (the projections' fencing check).
+//   - Autocommit has a caller's transaction be none, saving its BEGIN and
+//     COMMIT (watermill-sql's subscriber polls).
 //   - WithConn lends a pool connection as pgx sees it, so a transaction can
 //     pipeline its statements (pgx.Batch), which database/sql cannot: the
 //     command path sends BEGIN with its first read, and its inserts with
@@ -154,7 +156,30 @@ func WithoutBegin(ctx context.Context) context.Context {
 	return context.WithValue(ctx, beginKey{}, "")
 }
 
+type autocommitKey struct{}
+
+// Autocommit returns a context in which a transaction begun (BeginTx) is
+// none: BeginTx sends nothing, each statement run through it commits on
+// its own, in read committed whatever the options asked, and Commit and
+// Rollback send nothing and undo nothing. It is for a caller that drives a
+// transaction its statements do not need, each of them right alone, and
+// saves BEGIN's and COMMIT's round trips; the session also never waits
+// idle in a transaction between statements. It takes precedence over
+// WithBegin.
+func Autocommit(ctx context.Context) context.Context {
+	return context.WithValue(ctx, autocommitKey{}, true)
+}
+
+// autocommitTx is the transaction BeginTx returns under Autocommit.
+type autocommitTx struct{}
+
+func (autocommitTx) Commit() error   { return nil }
+func (autocommitTx) Rollback() error { return nil }
+
 func (c bareQueryConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if ctx.Value(autocommitKey{}) != nil {
+		return autocommitTx{}, nil
+	}
 	stmt, _ := ctx.Value(beginKey{}).(string)
 	if stmt == "" {
 		return c.Conn.BeginTx(ctx, opts)

@@ -3,6 +3,7 @@ package projector
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -443,7 +444,7 @@ func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (mes
 		return &topicSubscriber{make: func(topic string, done <-chan struct{}) (message.Subscriber, error) {
 			deadline := AckDeadline
 			read := &lastRead{}
-			return wsql.NewSubscriber(db, wsql.SubscriberConfig{
+			return wsql.NewSubscriber(autocommitPolls{db}, wsql.SubscriberConfig{
 				ConsumerGroup:  group,
 				AckDeadline:    &deadline,
 				ResendInterval: 200 * time.Millisecond,
@@ -457,6 +458,26 @@ func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (mes
 
 // DB is the database a subscriber reads: *sql.DB.
 type DB = wsql.Beginner
+
+// autocommitPolls is a subscriber's database, whose polls begin no
+// transaction (database.Autocommit; on a pool package database did not
+// open, they are transactions as before). watermill-sql runs each poll in a
+// repeatable-read transaction: the select of a batch, the handlers, then
+// the upsert of the group's offset. Neither statement needs the other:
+// the select is one statement, and LockFreeOffsets' upsert never moves the
+// offset back, whoever acked meanwhile. So a poll saves BEGIN's and
+// COMMIT's round trips, and while a handler applies its message (or sleeps
+// through its retries) the poll's session waits idle, not in a transaction
+// whose snapshot holds back vacuum on the whole server and which an
+// operator's idle_in_transaction_session_timeout would cut.
+//
+// Only BeginTx is marked: the statements and the messages' contexts
+// (which the handlers begin their own transactions on) are not.
+type autocommitPolls struct{ DB }
+
+func (p autocommitPolls) BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
+	return p.DB.BeginTx(database.Autocommit(ctx), opts)
+}
 
 // topicSubscriber makes a watermill-sql subscriber for each subscription,
 // once it learns the topic, so that the BackoffManager waits for that topic
