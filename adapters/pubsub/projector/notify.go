@@ -336,8 +336,10 @@ func (r *Repoll) nextWait() time.Duration {
 // without forking it.
 type notifyBackoff struct {
 	wait *Repoll
-	// read is what the poll that just ended saw (see lastRead).
+	// read is what the poll that just ended saw (see lastRead), batch the
+	// most messages a poll reads.
 	read  *lastRead
+	batch int
 	retry time.Duration
 	// done ends any wait: this subscription's context ended or the
 	// subscriber is closing.
@@ -372,12 +374,23 @@ func (b *notifyBackoff) ending() bool {
 }
 
 // lastRead is what a subscriber's current poll saw: whether one of its
-// rows reported messages hidden behind it (pubsub.KeysetSchema.Hidden). The
-// subscriber's schema (readNoting) writes it while the poll reads its rows,
-// and its BackoffManager reads it once the poll has ended; watermill-sql's
-// consume loop does both, one after the other, on one goroutine.
+// rows reported messages hidden behind it (pubsub.KeysetSchema.Hidden), how
+// many rows it read and the offset of the last, and the offset it acked
+// (watermill-sql acks once, at the end of a poll, the last message its
+// handler acked). The subscriber's schema (readNoting) and offsets adapter
+// (ackNoting) write it during the poll, and its BackoffManager reads it
+// once the poll has ended; watermill-sql's consume loop does both, one
+// after the other, on one goroutine.
 type lastRead struct {
-	hidden bool
+	hidden      bool
+	rows        int
+	last, acked int64
+}
+
+// readAll reports whether the poll read every message there was to read,
+// of a batch of at most batch, and acked them all.
+func (r *lastRead) readAll(batch int) bool {
+	return r.rows > 0 && r.rows < batch && r.acked == r.last && !r.hidden
 }
 
 // readNoting is a subscriber's schema, noting what each poll saw in its
@@ -397,8 +410,22 @@ func (s readNoting) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
 	if err == nil {
 		hidden, _ := r.ExtraData[pubsub.HiddenKey].(bool)
 		s.read.hidden = s.read.hidden || hidden
+		s.read.rows++
+		s.read.last = r.Offset
 	}
 	return r, err
+}
+
+// ackNoting is a subscriber's offsets adapter, noting what each poll acked
+// in its lastRead.
+type ackNoting struct {
+	LockFreeOffsets
+	read *lastRead
+}
+
+func (a ackNoting) AckMessageQuery(topic string, row wsql.Row, group string) wsql.Query {
+	a.read.acked = row.Offset
+	return a.LockFreeOffsets.AckMessageQuery(topic, row, group)
 }
 
 // SubscribersConfig is what NotifyingSubscribers needs.
@@ -448,9 +475,9 @@ func NotifyingSubscribers(cfg SubscribersConfig) func(consumerGroup string) (mes
 				ConsumerGroup:  group,
 				AckDeadline:    &deadline,
 				ResendInterval: 200 * time.Millisecond,
-				BackoffManager: &notifyBackoff{wait: NewRepoll(n, topic, fallback, nil), read: read, retry: time.Second, done: done},
+				BackoffManager: &notifyBackoff{wait: NewRepoll(n, topic, fallback, nil), read: read, batch: keyset.BatchSize(), retry: time.Second, done: done},
 				SchemaAdapter:  readNoting{SchemaAdapter: schema, read: read},
-				OffsetsAdapter: LockFreeOffsets{},
+				OffsetsAdapter: ackNoting{read: read},
 			}, wlog)
 		}}, nil
 	}

@@ -2,10 +2,12 @@ package projector
 
 import (
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/require"
 )
 
@@ -136,5 +138,41 @@ func recordingTimer(waits *[]time.Duration) Timer {
 		c := make(chan time.Time, 1)
 		c <- time.Time{}
 		return c, func() bool { return true }
+	}
+}
+
+// A poll that read fewer messages than a batch, none of them hidden behind
+// an older transaction, and acked them all has read everything there was:
+// the subscriber waits (for a notification, or the fallback) rather than
+// polling again at once to find nothing. A full batch, a message left
+// unacked (its ack deadline passed), messages hidden, or a notification
+// during the poll have it poll again at once, as before.
+func TestAPollThatReadEverythingWaits(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		read     lastRead
+		notified bool
+		waits    []time.Duration
+	}{
+		{name: "read everything", read: lastRead{rows: 3, last: 7, acked: 7}, waits: []time.Duration{time.Hour}},
+		{name: "a full batch", read: lastRead{rows: 100, last: 7, acked: 7}},
+		{name: "the last message unacked", read: lastRead{rows: 3, last: 7, acked: 6}},
+		{name: "nothing acked", read: lastRead{rows: 3, last: 7}},
+		{name: "messages hidden", read: lastRead{rows: 3, last: 7, acked: 7, hidden: true}},
+		{name: "a notification during the poll", read: lastRead{rows: 3, last: 7, acked: 7}, notified: true},
+	} {
+		n := &Notifier{signals: map[string]chan struct{}{}}
+		var waits []time.Duration
+		read := c.read
+		b := &notifyBackoff{wait: NewRepoll(n, "orders", time.Hour, recordingTimer(&waits)), read: &read, batch: 100, retry: time.Second}
+		if c.notified {
+			n.wake(topicTable("orders"))
+		}
+		if got := b.HandleError(watermill.NopLogger{}, false, nil); got != 0 {
+			t.Errorf("%s: backs off %v, want 0", c.name, got)
+		}
+		if !slices.Equal(waits, c.waits) {
+			t.Errorf("%s: waits %v before the next poll, want %v", c.name, waits, c.waits)
+		}
 	}
 }
