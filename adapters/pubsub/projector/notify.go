@@ -358,7 +358,17 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		return b.retry
 	case !noMsg:
 		b.wait.Found(b.read.hidden)
-		return 0 // there may be more: poll again at once
+		if b.wait.quick != 0 || !b.read.readAll(b.batch) {
+			// There may be more (a full batch, a message left unacked, or a
+			// notification or hidden messages since the read): poll again
+			// at once.
+			return 0
+		}
+		// The poll read all there was: a message committed since comes
+		// with a notification on the signal Found took (one that came
+		// during the poll had it poll again at once), or the fallback
+		// finds it. Polling again at once would find nothing, at a round
+		// trip per subscriber and wake-up.
 	}
 	b.wait.Wait(b.done)
 	return 0
