@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"hearth/adapters/pubsub/projector"
@@ -16,6 +17,7 @@ import (
 	"hearth/app/publicevent"
 	"hearth/domain/event"
 	"hearth/internal/aggregates"
+	"hearth/internal/database"
 	"hearth/internal/tracing"
 )
 
@@ -143,16 +145,90 @@ func (f *Fanout) FanOut(ctx context.Context, recs []event.Recorded, alsoInTx fun
 		ids[i], merchants[i], types[i], aggs[i] = r.ID, r.MerchantID, pub.Type, r.StreamID
 		versions[i], occurred[i] = int32(r.Version), r.OccurredAt
 	}
-	ctx, err = readmodel.Fenced(ctx, f.db.DB)
-	if err != nil {
-		return err
-	}
+	args := []any{ids, merchants, types, aggs, versions, occurred, tracing.Parent(ctx)}
 	wake := wakeOf(ctx)
 	var endpoints []string
+	if alsoInTx == nil {
+		endpoints, err = f.queue(ctx, wake == nil, args)
+	} else {
+		endpoints, err = f.queueWith(ctx, args, alsoInTx)
+	}
+	if err != nil {
+		return readmodel.StaleTerm(fmt.Errorf("fan out %d events from %s: %w", n, ids[0], err))
+	}
+	if wake != nil && len(endpoints) > 0 {
+		wake(endpoints)
+	}
+	return nil
+}
+
+// queue runs fanOutSQL with args in one transaction and one round trip:
+// BEGIN, the leader's term check (readmodel.FenceSQL), the insert and
+// COMMIT go as one pgx batch, where a transaction through Bun costs three
+// (BEGIN with the check, the insert, COMMIT) on the path every event takes.
+// notify also wakes the dispatcher through Postgres, for a fan-out outside
+// the leader's router (a parked event replayed), whatever it queued. A
+// failing statement aborts the transaction: what follows it in the batch
+// is skipped, the first error is returned, and database.WithConn rolls
+// the transaction back.
+func (f *Fanout) queue(ctx context.Context, notify bool, args []any) ([]string, error) {
+	fence, fenced := readmodel.FenceSQL(ctx)
+	var endpoints []string
+	err := database.WithConn(ctx, f.db.DB, func(conn *pgx.Conn) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		if fenced {
+			b.Queue(fence)
+		}
+		b.Queue(fanOutSQL, args...)
+		if notify {
+			b.Queue(wakeDispatcher)
+		}
+		b.Queue("COMMIT")
+		br := conn.SendBatch(ctx, b)
+		err := func() error {
+			if _, err := br.Exec(); err != nil { // BEGIN
+				return err
+			}
+			if fenced {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			if endpoints, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return err
+			}
+			if notify {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			_, err = br.Exec() // COMMIT
+			return err
+		}()
+		return errors.Join(err, br.Close())
+	})
+	return endpoints, err
+}
+
+// queueWith runs fanOutSQL with args, then alsoInTx (the catch-up's offset),
+// in one fenced transaction through Bun; it wakes the dispatcher through
+// Postgres unless the leader's router does.
+func (f *Fanout) queueWith(ctx context.Context, args []any, alsoInTx func(ctx context.Context, tx bun.Tx) error) ([]string, error) {
+	wake := wakeOf(ctx)
+	ctx, err := readmodel.Fenced(ctx, f.db.DB)
+	if err != nil {
+		return nil, err
+	}
+	var endpoints []string
 	err = f.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		rows, err := tx.Tx.QueryContext(ctx, fanOutSQL, ids, merchants, types, aggs, versions, occurred, tracing.Parent(ctx))
+		rows, err := tx.Tx.QueryContext(ctx, fanOutSQL, args...)
 		if err != nil {
-			return fmt.Errorf("fan out %d events from %s: %w", n, ids[0], err)
+			return err
 		}
 		for rows.Next() {
 			var id string
@@ -170,18 +246,9 @@ func (f *Fanout) FanOut(ctx context.Context, recs []event.Recorded, alsoInTx fun
 				return err
 			}
 		}
-		if alsoInTx != nil {
-			return alsoInTx(ctx, tx)
-		}
-		return nil
+		return alsoInTx(ctx, tx)
 	})
-	if err != nil {
-		return readmodel.StaleTerm(err)
-	}
-	if wake != nil && len(endpoints) > 0 {
-		wake(endpoints)
-	}
-	return nil
+	return endpoints, err
 }
 
 // withEndpoint returns the events of recs that may have a delivery: of a
