@@ -131,6 +131,80 @@ func TestAutocommit(t *testing.T) {
 	require.NoError(t, tx.Commit())
 }
 
+// A statement run under WithCommit in a transaction begun with WithBegin
+// commits the transaction with it (one round trip); Commit then sends
+// nothing. When the statement fails, nothing is committed and the
+// transaction awaits its Rollback, as after any failed statement; when
+// COMMIT fails (here a deferred constraint), the statement returns its
+// error and nothing is kept. The session is usable afterwards, each time.
+func TestWithCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDB(t).EventStore
+	db, err := database.Open(ctx, url, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	other, err := database.Open(ctx, url, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	_, err = db.ExecContext(ctx, `CREATE TABLE committed (n int PRIMARY KEY,
+		parent int REFERENCES committed DEFERRABLE INITIALLY DEFERRED)`)
+	require.NoError(t, err)
+	count := func() (n int) {
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM committed`).Scan(&n))
+		return n
+	}
+	begin := func() *sql.Tx {
+		tx, err := db.DB.BeginTx(database.WithBegin(ctx, "SELECT set_config('hearth.test', 'x', true)"), nil)
+		require.NoError(t, err)
+		return tx
+	}
+
+	tx := begin()
+	res, err := tx.ExecContext(database.WithCommit(ctx), `INSERT INTO committed (n) SELECT g FROM generate_series(1, $1::int) g`, 2)
+	require.NoError(t, err)
+	affected, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, affected)
+	var seen int
+	require.NoError(t, other.QueryRowContext(ctx, `SELECT count(*) FROM committed`).Scan(&seen))
+	require.Equal(t, 2, seen, "committed with the statement, before Commit")
+	require.NoError(t, tx.Commit())
+	require.Equal(t, 2, count(), "committed with the statement")
+
+	tx = begin()
+	_, err = tx.ExecContext(database.WithCommit(ctx), `INSERT INTO committed (n) VALUES (1)`) // a duplicate
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code)
+	require.NoError(t, tx.Rollback())
+	require.Equal(t, 2, count())
+
+	tx = begin()
+	_, err = tx.ExecContext(database.WithCommit(ctx), `INSERT INTO committed (n, parent) VALUES (3, 99)`) // fails at COMMIT
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23503", pgErr.Code)
+	require.Error(t, tx.Commit(), "a transaction whose COMMIT failed does not report a commit")
+	require.Equal(t, 2, count(), "nothing of the failed commit kept")
+
+	tx = begin()
+	_, err = tx.ExecContext(ctx, `INSERT INTO committed (n) VALUES (4)`)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(database.WithCommit(ctx), `INSERT INTO committed (n) VALUES (5)`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	require.Equal(t, 4, count(), "every statement of the transaction committed")
+
+	// Outside a transaction begun with WithBegin it is a plain statement,
+	// committed by the transaction's Commit.
+	tx, err = db.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(database.WithCommit(ctx), `INSERT INTO committed (n) VALUES (6)`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback())
+	require.Equal(t, 4, count(), "rolled back")
+}
+
 // WithConn lends a pool connection to pgx: a batch can carry BEGIN and a
 // statement in one round trip. A transaction left open (fn failed half-way)
 // is rolled back and the session kept; a pool not opened by package

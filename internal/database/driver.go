@@ -1,6 +1,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -27,6 +29,8 @@ import (
 //     tell pgx how to encode their arguments.
 //   - WithBegin sends a statement with the transaction's BEGIN, in one
 //     round trip (the projections' fencing check).
+//   - WithCommit sends a transaction's last statement with its COMMIT, in
+//     one round trip (a projection's write).
 //   - Autocommit has a caller's transaction be none, saving its BEGIN and
 //     COMMIT (watermill-sql's subscriber polls).
 //   - WithConn lends a pool connection as pgx sees it, so a transaction can
@@ -73,7 +77,7 @@ func (c simpleWhenBare) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("database: pgx's connector returned a %T", conn)
 	}
-	return bareQueryConn{Conn: pgxConn, set: c.set, addr: addr, born: time.Now()}, nil
+	return bareQueryConn{Conn: pgxConn, set: c.set, addr: addr, born: time.Now(), tx: &txState{}}, nil
 }
 
 // Driver marks the pools this package opens (HonoursWithBegin).
@@ -98,6 +102,17 @@ type bareQueryConn struct {
 	set  *hostSet
 	addr string
 	born time.Time
+	// tx is the state of the transaction WithBegin's BeginTx began, if
+	// any, for WithCommit.
+	tx *txState
+}
+
+// txState is what a connection knows of the transaction its BeginTx began
+// (pgxTx): whether one is open, and whether a statement under WithCommit
+// ended it, with what error.
+type txState struct {
+	open, ended bool
+	err         error
 }
 
 // ResetSession is pgx's check of a pooled connection before reuse, bounded
@@ -201,18 +216,111 @@ func (c bareQueryConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 		}
 		return nil, err
 	}
-	return pgxTx{ctx: ctx, tx: tx}, nil
+	*c.tx = txState{open: true}
+	return pgxTx{ctx: ctx, tx: tx, state: c.tx}, nil
 }
 
 // pgxTx is a pgx transaction as database/sql drives it (what pgx's stdlib
-// does for the transactions it begins itself).
+// does for the transactions it begins itself). Once a statement under
+// WithCommit has ended it, Commit reports how that went and Rollback has
+// nothing left to do; neither sends anything.
 type pgxTx struct {
-	ctx context.Context
-	tx  pgx.Tx
+	ctx   context.Context
+	tx    pgx.Tx
+	state *txState
 }
 
-func (t pgxTx) Commit() error   { return t.tx.Commit(t.ctx) }
-func (t pgxTx) Rollback() error { return t.tx.Rollback(t.ctx) }
+func (t pgxTx) Commit() error {
+	s := *t.state
+	*t.state = txState{}
+	if s.ended {
+		if s.err != nil {
+			return fmt.Errorf("database: the transaction's COMMIT failed: %w", s.err)
+		}
+		return nil
+	}
+	return t.tx.Commit(t.ctx)
+}
+
+func (t pgxTx) Rollback() error {
+	s := *t.state
+	*t.state = txState{}
+	if s.ended {
+		return nil
+	}
+	return t.tx.Rollback(t.ctx)
+}
+
+type commitKey struct{}
+
+// WithCommit returns a context in which a statement run (ExecContext)
+// inside a transaction begun with WithBegin commits that transaction with
+// it, in the same round trip: the statement and COMMIT go as one pipeline,
+// the statement executed as pgx's QueryExecModeExec does (its text not
+// prepared, its arguments typed by the server). The caller runs nothing
+// after it in the transaction but Commit, which then sends nothing and
+// reports whether the COMMIT went through.
+//
+// When the statement fails, COMMIT does not run: the statement returns its
+// error and the transaction awaits its Rollback, as after any failed
+// statement. When COMMIT fails (a deferred constraint, a serialization
+// failure), the statement returns that error and the transaction is over,
+// nothing of it kept. In a transaction begun otherwise, the statement runs
+// as without WithCommit, and the transaction's Commit commits it.
+func WithCommit(ctx context.Context) context.Context {
+	return context.WithValue(ctx, commitKey{}, true)
+}
+
+func (c bareQueryConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	conn := c.Conn.Conn()
+	if ctx.Value(commitKey{}) == nil || !c.tx.open || c.tx.ended || conn.PgConn().TxStatus() != 'T' {
+		return c.Conn.ExecContext(ctx, query, args)
+	}
+	values := make([]any, 0, len(args))
+	for _, a := range args {
+		if _, mode := a.Value.(pgx.QueryExecMode); !mode {
+			values = append(values, a.Value)
+		}
+	}
+	var params pgx.ExtendedQueryBuilder
+	if err := params.Build(conn.TypeMap(), nil, values); err != nil {
+		return nil, err
+	}
+	pipe := conn.PgConn().StartPipeline(ctx)
+	pipe.SendQueryParams(query, params.ParamValues, nil, params.ParamFormats, params.ResultFormats)
+	pipe.SendQueryParams("COMMIT", nil, nil, nil, nil)
+	var tag pgconn.CommandTag
+	err := pipe.Sync()
+	for i := 0; err == nil && i < 2; i++ {
+		var res any
+		if res, err = pipe.GetResults(); err != nil {
+			break
+		}
+		rr, ok := res.(*pgconn.ResultReader)
+		if !ok {
+			err = fmt.Errorf("database: a pipeline answered %T", res)
+			break
+		}
+		t, rerr := rr.Close()
+		if err = rerr; err == nil && i == 0 {
+			tag = t
+		}
+		if err != nil && i == 1 { // COMMIT failed: the transaction is over
+			c.tx.ended, c.tx.err = true, err
+		}
+	}
+	if cerr := pipe.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if !conn.IsClosed() && conn.PgConn().TxStatus() == 'I' {
+			c.tx.ended, c.tx.err = true, cmp.Or(c.tx.err, err)
+		}
+		return nil, err
+	}
+	c.tx.ended = true
+	return driver.RowsAffected(tag.RowsAffected()), nil
+}
 
 // WithConn runs fn on one of db's connections as a *pgx.Conn, for
 // statements database/sql cannot send, such as a pgx.Batch. db must be a
