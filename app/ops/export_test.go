@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -125,5 +126,63 @@ func TestExportShowsOnlyTheEndpointsOrigin(t *testing.T) {
 		got, err := x.ExportCustomer(t.Context(), ops.ExportRequest{By: "key:k1", MerchantID: exportMerchant, CustomerID: exportCustomer})
 		require.NoError(t, err)
 		require.Equal(t, shown, got.WebhookDeliveries[0].URL, stored)
+	}
+}
+
+// An export says what happened to each delivery in general terms, from
+// what Hearth knows itself (the receiver's status, whether it answered,
+// whether the delivery was sent at all), never with the delivery log's
+// error text: that text quotes what the merchant's receiver answered (a
+// redirect's Location, its body) or what the transport said (a URL with
+// its credentials), which is the merchant's business, not the customer's.
+func TestExportDescribesDeliveryErrorsWithoutTheReceiversWords(t *testing.T) {
+	secrets := []string{"tok_redirect_9f8e", "login.example.net", "stack_7c1d", "10.0.3.7", "hunter2", "admin:", "internal.example.net"}
+	for _, c := range []struct {
+		delivery webhook.Delivery
+		shown    string
+	}{
+		{webhook.Delivery{Status: webhook.Pending, Attempts: 1, ResponseStatus: 302,
+			Error: "HTTP 302: redirects are not followed (Location: https://login.example.net/sso?token=tok_redirect_9f8e)"},
+			"the receiver answered HTTP 302, a redirect, which is not followed"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 9, ResponseStatus: 500,
+			Error: `HTTP 500: {"error":"db down at 10.0.3.7","trace":"stack_7c1d"}`},
+			"the receiver answered HTTP 500"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 9, ResponseStatus: 500,
+			Error: `HTTP 500: stack_7c1d; then: the endpoint was disabled: delivery d1 failed for 72h0m0s (9 attempts); its last error: HTTP 500`},
+			"the receiver answered HTTP 500"},
+		{webhook.Delivery{Status: webhook.Pending, Attempts: 2,
+			Error: `parse "https://admin:hunter2@internal.example.net/in": net/url: invalid control character in URL`},
+			"no answer from the receiver: it could not be reached, or did not answer in time"},
+		{webhook.Delivery{Status: webhook.Pending, Attempts: 3,
+			Error: `net/http: HTTP/1.x transport connection broken: malformed HTTP response "stack_7c1d 10.0.3.7"`},
+			"no answer from the receiver: it could not be reached, or did not answer in time"},
+		{webhook.Delivery{Status: webhook.Pending, Attempts: 1, Error: "no answer within 10s (WEBHOOK_TIMEOUT)"},
+			"no answer from the receiver: it could not be reached, or did not answer in time"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 1,
+			Error: "refused: the receiver's address is a private address; deliveries to it are refused (WEBHOOK_ALLOW_PRIVATE)"},
+			"no answer from the receiver: it could not be reached, or did not answer in time"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 0, Error: "not sent: the endpoint is disabled"},
+			"not sent to the receiver"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 4, Error: "not sent: event e1 is not in the event store"},
+			"not sent to the receiver"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 2, ResponseStatus: 400, Error: "(erased)"},
+			"the receiver answered HTTP 400"},
+		{webhook.Delivery{Status: webhook.Succeeded, Attempts: 2, ResponseStatus: 204}, ""},
+		{webhook.Delivery{Status: webhook.Pending}, ""},
+	} {
+		f := exportFake()
+		d := &f.history.WebhookDeliveries[0].Delivery
+		d.Status, d.Attempts, d.ResponseStatus, d.Error = c.delivery.Status, c.delivery.Attempts, c.delivery.ResponseStatus, c.delivery.Error
+		x, err := ops.NewExports(f, f, 0)
+		require.NoError(t, err)
+		got, err := x.ExportCustomer(t.Context(), ops.ExportRequest{By: "key:k1", MerchantID: exportMerchant, CustomerID: exportCustomer})
+		require.NoError(t, err)
+		doc, err := json.Marshal(got.WebhookDeliveries)
+		require.NoError(t, err)
+		for _, s := range secrets {
+			require.NotContains(t, string(doc), s, "the receiver's words of %q", c.delivery.Error)
+		}
+		require.Equal(t, c.shown, got.WebhookDeliveries[0].Error, c.delivery.Error)
+		require.Equal(t, c.delivery.ResponseStatus, got.WebhookDeliveries[0].ResponseStatus, "the receiver's status stays")
 	}
 }
