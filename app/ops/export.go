@@ -103,7 +103,7 @@ type ExportedServiceRequest struct {
 // ExportedDelivery is one webhook delivery of an event about the customer,
 // with its endpoint's origin (webhook.Origin: scheme, host and port, never
 // the credentials a URL may carry) and the payload it sends (the event's
-// public form).
+// public form). Its Error is deliveryOutcome's, not the delivery log's.
 type ExportedDelivery struct {
 	webhook.Delivery
 	URL     string
@@ -249,9 +249,34 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 		if !ok {
 			return CustomerExport{}, fmt.Errorf("export customer: delivery %s: event %s is not among the customer's events", d.ID, d.EventID)
 		}
+		d.Error = deliveryOutcome(d.Delivery)
 		out.WebhookDeliveries[i] = ExportedDelivery{Delivery: d.Delivery, URL: webhook.Origin(d.URL), Payload: p}
 	}
 	return out, nil
+}
+
+// deliveryOutcome says why a delivery's last attempt failed ("" when it
+// did not, or none was made) in general terms, from what Hearth knows
+// itself: the receiver's status, and whether the delivery was sent. The
+// delivery log's error text (webhooks.Sender's) quotes the receiver (a
+// redirect's Location, its answer's body) and the transport (a URL with
+// its userinfo): the merchant's receiver's business, and the export is
+// handed to the customer. The one thing read from that text is the
+// dispatcher's own "not sent: " (a body it could not build, an endpoint
+// disabled before the delivery's turn), which a receiver's words never
+// start; even so, it only picks one of the fixed phrases.
+func deliveryOutcome(d webhook.Delivery) string {
+	switch {
+	case d.Error == "":
+		return ""
+	case d.ResponseStatus >= 300 && d.ResponseStatus < 400:
+		return fmt.Sprintf("the receiver answered HTTP %d, a redirect, which is not followed", d.ResponseStatus)
+	case d.ResponseStatus != 0:
+		return fmt.Sprintf("the receiver answered HTTP %d", d.ResponseStatus)
+	case d.Attempts == 0 || strings.HasPrefix(d.Error, "not sent: "):
+		return "not sent to the receiver"
+	}
+	return "no answer from the receiver: it could not be reached, or did not answer in time"
 }
 
 // snapshotPersonal names, by aggregate type, the personal fields of a
