@@ -142,9 +142,6 @@ func (p *projection[V]) ApplyBatch(ctx context.Context, recs []event.Recorded, a
 		if _, err := tx.NewRaw("?", p.saveMany(tx, write)).Exec(ctx); err != nil {
 			return fmt.Errorf("write %d %s rows: %w", len(write), p.agg.Table, err)
 		}
-		if alsoInTx == nil { // the change log is the last statement: with the COMMIT
-			ctx = database.WithCommit(ctx)
-		}
 		if _, err := tx.Tx.ExecContext(ctx, insertChangesSQL, changeColumns(changes)...); err != nil {
 			return fmt.Errorf("change log of %d events from %s: %w", len(changes), changes[0].EventID, err)
 		}
