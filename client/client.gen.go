@@ -4461,7 +4461,7 @@ type ExportedWebhookDelivery struct {
 	CreatedAt  time.Time          `json:"created_at"`
 	EndpointId openapi_types.UUID `json:"endpoint_id"`
 
-	// Error why the last attempt failed, in general terms and never in the receiver's words (its answer's body, a redirect's Location, the delivery log's error text): the receiver answered HTTP 503; the receiver answered HTTP 302, a redirect, which is not followed; no answer from the receiver: it could not be reached, or did not answer in time; not sent to the receiver. Empty when it did not fail, or before the first attempt
+	// Error why the last attempt failed, in general terms and never in the receiver's words (its answer's body, a redirect's Location, the delivery log's error text): the receiver answered HTTP 503; the receiver answered HTTP 302, a redirect, which is not followed; no answer from the receiver: it could not be reached, or did not answer in time; not sent to the receiver; the attempt failed; what was recorded of it was erased with the customer's personal data. Empty when it did not fail, or before the first attempt
 	Error string `json:"error"`
 
 	// EventId the event (the webhook-id header); the same for a redelivery

@@ -15,6 +15,7 @@ import (
 	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/plan"
+	"hearth/domain/webhook"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
 )
@@ -329,9 +330,9 @@ func queueForgetAnswers(b *pgx.Batch, merchantID string, ids []string, n *int) {
 // (webhooks' failPending and lockPending).
 func scrubDeliveryErrors(aggregates string) string {
 	return `WITH named AS (
-			SELECT id FROM webhook_deliveries WHERE ` + aggregates + ` AND error <> '' AND error <> '(erased)'
+			SELECT id FROM webhook_deliveries WHERE ` + aggregates + ` AND error <> '' AND error <> '` + webhook.ErasedError + `'
 			ORDER BY id FOR UPDATE)
-		UPDATE webhook_deliveries d SET error = '(erased)' FROM named WHERE d.id = named.id`
+		UPDATE webhook_deliveries d SET error = '` + webhook.ErasedError + `' FROM named WHERE d.id = named.id`
 }
 
 var (

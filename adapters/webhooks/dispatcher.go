@@ -724,7 +724,7 @@ func failPending(endpointID, why string) statement {
 			WHERE endpoint_id = $1 AND status = 'pending' AND NOT (SELECT enabled FROM webhook_endpoints WHERE id = $1)
 			ORDER BY id FOR UPDATE)
 		UPDATE webhook_deliveries d SET status = 'failed', completed_at = now(),
-			error = CASE WHEN d.error = '' THEN 'not sent: ' || $2 ELSE d.error || '; then: ' || $2 END
+			error = CASE WHEN d.error = '' THEN '` + webhook.NotSent + `' || $2 ELSE d.error || '; then: ' || $2 END
 		FROM named WHERE d.id = named.id`,
 		args: []any{endpointID, why}}
 }
@@ -913,7 +913,7 @@ func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []clai
 // type unknown, its data key missing, its box tampered with) will not
 // pass: the delivery fails at once.
 func (d *Dispatcher) notSent(c claim, e webhook.Endpoint) result {
-	why := "not sent: " + c.bodyErr.Error()
+	why := webhook.NotSent + c.bodyErr.Error()
 	if !temporary(c.bodyErr) {
 		d.cfg.Metrics.outcome("failed")
 		return result{id: c.id, aggregate: c.aggregate, status: webhook.Failed, err: why, ping: c.ping}
@@ -1013,7 +1013,7 @@ const recordSQL = `UPDATE webhook_deliveries d SET status = r.status,
 	response_status = nullif(r.code, 0), latency_ms = r.latency_ms,
 	error = CASE WHEN r.err = '' THEN r.err
 		WHEN EXISTS (SELECT 1 FROM events e JOIN erased_subjects s ON s.subject_id = e.subject_id
-			WHERE e.stream_id = d.aggregate_id AND e.subject_id IS NOT NULL) THEN '(erased)'
+			WHERE e.stream_id = d.aggregate_id AND e.subject_id IS NOT NULL) THEN '` + webhook.ErasedError + `'
 		ELSE r.err END,
 	completed_at = CASE WHEN r.status = 'pending' THEN NULL ELSE now() END
 FROM unnest($1::text[]::uuid[], $2::text[], $3::bigint[], $4::int[], $5::float8[], $6::text[])

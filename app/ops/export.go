@@ -261,10 +261,10 @@ func (x *Exports) ExportCustomer(ctx context.Context, req ExportRequest) (Custom
 // delivery log's error text (webhooks.Sender's) quotes the receiver (a
 // redirect's Location, its answer's body) and the transport (a URL with
 // its userinfo): the merchant's receiver's business, and the export is
-// handed to the customer. The one thing read from that text is the
-// dispatcher's own "not sent: " (a body it could not build, an endpoint
-// disabled before the delivery's turn), which a receiver's words never
-// start; even so, it only picks one of the fixed phrases.
+// handed to the customer. The only things read from that text are the
+// texts Hearth writes itself (webhook.NotSent, webhook.ErasedError), which
+// a receiver's words never are; even so, they only pick one of the fixed
+// phrases.
 func deliveryOutcome(d webhook.Delivery) string {
 	switch {
 	case d.Error == "":
@@ -273,8 +273,10 @@ func deliveryOutcome(d webhook.Delivery) string {
 		return fmt.Sprintf("the receiver answered HTTP %d, a redirect, which is not followed", d.ResponseStatus)
 	case d.ResponseStatus != 0:
 		return fmt.Sprintf("the receiver answered HTTP %d", d.ResponseStatus)
-	case d.Attempts == 0 || strings.HasPrefix(d.Error, "not sent: "):
+	case d.Attempts == 0 || strings.HasPrefix(d.Error, webhook.NotSent):
 		return "not sent to the receiver"
+	case d.Error == webhook.ErasedError: // it may have been either
+		return "the attempt failed; what was recorded of it was erased with the customer's personal data"
 	}
 	return "no answer from the receiver: it could not be reached, or did not answer in time"
 }

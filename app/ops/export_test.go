@@ -161,12 +161,15 @@ func TestExportDescribesDeliveryErrorsWithoutTheReceiversWords(t *testing.T) {
 		{webhook.Delivery{Status: webhook.Failed, Attempts: 1,
 			Error: "refused: the receiver's address is a private address; deliveries to it are refused (WEBHOOK_ALLOW_PRIVATE)"},
 			"no answer from the receiver: it could not be reached, or did not answer in time"},
-		{webhook.Delivery{Status: webhook.Failed, Attempts: 0, Error: "not sent: the endpoint is disabled"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 0, Error: webhook.NotSent + "the endpoint is disabled"},
 			"not sent to the receiver"},
-		{webhook.Delivery{Status: webhook.Failed, Attempts: 4, Error: "not sent: event e1 is not in the event store"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 4, Error: webhook.NotSent + "event e1 is not in the event store"},
 			"not sent to the receiver"},
-		{webhook.Delivery{Status: webhook.Failed, Attempts: 2, ResponseStatus: 400, Error: "(erased)"},
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 2, ResponseStatus: 400, Error: webhook.ErasedError},
 			"the receiver answered HTTP 400"},
+		// Erased: it may have been a "not sent" as well as a silence.
+		{webhook.Delivery{Status: webhook.Failed, Attempts: 3, Error: webhook.ErasedError},
+			"the attempt failed; what was recorded of it was erased with the customer's personal data"},
 		{webhook.Delivery{Status: webhook.Succeeded, Attempts: 2, ResponseStatus: 204}, ""},
 		{webhook.Delivery{Status: webhook.Pending}, ""},
 	} {

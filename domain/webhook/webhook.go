@@ -417,6 +417,18 @@ const (
 	Failed = "failed"
 )
 
+// The error texts of the delivery log that Hearth writes itself: every
+// other text is a receiver's answer or the transport's, which a customer's
+// export must not quote, and which these never resemble.
+const (
+	// NotSent begins the error of a delivery never sent to its receiver: its
+	// body could not be built, or its endpoint was disabled before its turn.
+	NotSent = "not sent: "
+	// ErasedError replaces an attempt's error once the customer of its
+	// aggregate is erased: a receiver that refuses a body often quotes it.
+	ErasedError = "(erased)"
+)
+
 // Delivery is one event (or test ping) on its way to one endpoint, and
 // what happened to it: the delivery log.
 type Delivery struct {
