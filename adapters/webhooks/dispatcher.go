@@ -375,6 +375,17 @@ type claim struct {
 type stored struct {
 	env      event.Envelope
 	position int64
+	// skipped: the fan-out was given it as skipped (an operator skipped it
+	// in the fan-out's projection), and queued it as <aggregate>.event_skipped.
+	skipped bool
+}
+
+// skippedType reports whether a delivery was queued as a skipped event:
+// its public type's data is publicevent.SkippedData.
+func skippedType(publicType string) bool {
+	d, _ := publicevent.DataOf(publicType)
+	_, ok := d.(publicevent.SkippedData)
+	return ok
 }
 
 // result is the outcome of a claimed delivery, to record.
@@ -770,10 +781,10 @@ const claimSQL = `WITH due AS (
 	SET attempts = d.attempts + 1, first_attempt_at = coalesce(d.first_attempt_at, now()),
 	    last_attempt_at = now(), next_attempt_at = now() + $3 * interval '1 millisecond'
 	WHERE d.id = ANY (ARRAY(SELECT id FROM due))
-	RETURNING d.id, d.event_id, d.aggregate_id, d.ping_payload, d.redelivery_of IS NOT NULL AS again, d.attempts,
+	RETURNING d.id, d.event_id, d.event_type, d.aggregate_id, d.ping_payload, d.redelivery_of IS NOT NULL AS again, d.attempts,
 	          d.first_attempt_at, d.last_attempt_at, d.created_at, d.trace_parent
 )
-SELECT c.id, c.event_id, c.aggregate_id::text, c.ping_payload, c.again, c.attempts, c.first_attempt_at, c.last_attempt_at, c.created_at,
+SELECT c.id, c.event_id, c.event_type, c.aggregate_id::text, c.ping_payload, c.again, c.attempts, c.first_attempt_at, c.last_attempt_at, c.created_at,
        coalesce(c.trace_parent, ''),
        e.position, e.stream_type, e.stream_id, e.version, e.merchant_id, e.type, e.data, e.occurred_at,
        e.correlation_id, e.causation_id, e.actor
@@ -787,13 +798,14 @@ func readClaims(rows pgx.Rows) ([]claim, error) {
 	for rows.Next() {
 		var c claim
 		var ping []byte
+		var eventType string
 		var created time.Time
 		var position sql.NullInt64
 		var version sql.NullInt32
 		var streamType, streamID, merchantID, typ, correlationID, causationID, actor sql.NullString
 		var data []byte
 		var occurred sql.NullTime
-		if err := rows.Scan(&c.id, &c.eventID, &c.aggregate, &ping, &c.again, &c.attempts, &c.first, &c.claimed, &created, &c.traceParent,
+		if err := rows.Scan(&c.id, &c.eventID, &eventType, &c.aggregate, &ping, &c.again, &c.attempts, &c.first, &c.claimed, &created, &c.traceParent,
 			&position, &streamType, &streamID, &version, &merchantID, &typ, &data, &occurred,
 			&correlationID, &causationID, &actor); err != nil {
 			return nil, err
@@ -807,7 +819,7 @@ func readClaims(rows pgx.Rows) ([]claim, error) {
 			env := event.Envelope{ID: c.eventID, Type: typ.String, StreamType: streamType.String, StreamID: streamID.String,
 				Version: int(version.Int32), MerchantID: merchantID.String, OccurredAt: occurred.Time,
 				CorrelationID: correlationID.String, CausationID: causationID.String, Actor: actor.String, Data: data}
-			c.stored = &stored{env: env, position: position.Int64}
+			c.stored = &stored{env: env, position: position.Int64, skipped: skippedType(eventType)}
 			if !c.again {
 				c.since = occurred.Time
 			}
@@ -833,7 +845,7 @@ func (d *Dispatcher) bodies(claims []claim) {
 	}
 	for i := range claims {
 		if c := &claims[i]; c.stored != nil {
-			c.body, c.bodyErr = body(d.cfg.Decoders, c.stored.env, c.stored.position)
+			c.body, c.bodyErr = body(d.cfg.Decoders, *c.stored)
 			c.stored = nil
 		}
 	}
@@ -841,17 +853,28 @@ func (d *Dispatcher) bodies(claims []claim) {
 
 // body is the public form of a stored event, as delivered: the same bytes
 // at every attempt, until its subject is erased (then its personal fields
-// are null, and named erased).
-func body(dec aggregates.Decoders, env event.Envelope, position int64) ([]byte, error) {
+// are null, and named erased). A skipped event goes out as the fan-out
+// queued it, and as the event feed and the relay give it:
+// <aggregate>.event_skipped, naming its stored type only. It is not
+// decoded: an operator skips what does not decode, and a skipped event's
+// payload (its personal fields among it) is not sent on.
+func body(dec aggregates.Decoders, s stored) ([]byte, error) {
+	env := s.env
 	facts, ok := aggregates.OutboundByType(env.StreamType)
 	if !ok {
 		return nil, fmt.Errorf("event %s: unknown stream type %q", env.ID, env.StreamType)
 	}
-	e, err := aggregates.Or(dec).Decoder(facts)(env.Type, env.Data)
-	if err != nil {
-		return nil, fmt.Errorf("event %s: %w", env.ID, err)
+	rec := event.Recorded{Envelope: env}
+	if s.skipped {
+		rec = event.Skip(rec)
+	} else {
+		e, err := aggregates.Or(dec).Decoder(facts)(env.Type, env.Data)
+		if err != nil {
+			return nil, fmt.Errorf("event %s: %w", env.ID, err)
+		}
+		rec.Event = e
 	}
-	pub, err := publicevent.From(publicevent.Stored{Recorded: event.Recorded{Envelope: env, Event: e}, Position: position})
+	pub, err := publicevent.From(publicevent.Stored{Recorded: rec, Position: s.position})
 	if err != nil {
 		return nil, err
 	}
