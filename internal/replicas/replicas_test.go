@@ -160,3 +160,47 @@ func TestAFrozenReplicasReadFallsBackToThePrimary(t *testing.T) {
 	require.Equal(t, pgtest.Cluster().Port(), port)
 	require.False(t, rep.Usable(), "and the replica is skipped")
 }
+
+// A replica that is already further behind than MaxLag when the Set opens
+// is skipped by Open's check: before it, the monitor has no earlier
+// position of the primary to date the replica's by, and a lag measured
+// against the one position it just sampled would be its milliseconds, not
+// the hours a broken replica may be behind (stale answers, an erased
+// customer's data among them, for the first MaxLag after each start). It is
+// used once it has caught up.
+func TestAReplicaAlreadyBehindAtOpenIsSkipped(t *testing.T) {
+	urls := pgtest.NewDB(t)
+	replica := pgtest.StartReplica(t)
+	ctx := t.Context()
+	primary := pgtest.Open(t, urls.EventStore)
+	_, err := primary.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS replica_lag_probe (n int)`)
+	require.NoError(t, err)
+	onReplica := pgtest.Open(t, replica.URL("postgres"))
+	_, err = onReplica.ExecContext(ctx, `SELECT pg_wal_replay_pause()`)
+	require.NoError(t, err)
+	_, err = primary.ExecContext(ctx, `INSERT INTO replica_lag_probe VALUES (1)`)
+	require.NoError(t, err)
+	const maxLag = 100 * time.Millisecond
+	// The lag is time itself: with its replay paused since the write, the
+	// replica is further behind than maxLag once that much has passed.
+	time.Sleep(2 * maxLag)
+
+	m, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	set, err := Open(ctx, Config{Setting: "READ_REPLICA_URLS", PrimarySetting: "DATABASE_URL", Primary: primary,
+		URLs: []string{pgtest.On(replica, urls.EventStore)}, MaxLag: maxLag, CheckEvery: time.Hour, Metrics: m})
+	require.NoError(t, err)
+	t.Cleanup(set.Close)
+	rep := set.Replicas()[0]
+	require.False(t, rep.Usable(), "a replica paused behind for longer than MaxLag is skipped from Open's check on")
+	rt, err := Each(set, m, primary, func(db *bun.DB) (serverPort, error) { return serverPort{db}, nil })
+	require.NoError(t, err)
+	port, err := call(context.WithValue(ctx, choiceKey{}, &choice{}), rt, func(ctx context.Context, s serverPort) (int, error) { return s.port(ctx) })
+	require.NoError(t, err)
+	require.Equal(t, pgtest.Cluster().Port(), port, "a GET reads the primary")
+
+	_, err = onReplica.ExecContext(ctx, `SELECT pg_wal_replay_resume()`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { set.check(ctx); return rep.Usable() }, 30*time.Second, 10*time.Millisecond,
+		"a replica that caught up is used")
+}
