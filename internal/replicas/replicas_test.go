@@ -76,7 +76,8 @@ func TestReadsFallBackToThePrimary(t *testing.T) {
 
 // The lag in time is the age of the oldest of the primary's positions the
 // replica has not replayed; in bytes, the distance to the primary's
-// position now.
+// position now. Behind the oldest position kept, the age is a lower bound
+// only: not known.
 func TestLag(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &Set{samples: []sample{{t0.Add(-3 * time.Second), 100}, {t0.Add(-2 * time.Second), 200}, {t0.Add(-time.Second), 300}}}
@@ -84,17 +85,20 @@ func TestLag(t *testing.T) {
 		replayed uint64
 		bytes    uint64
 		lag      time.Duration
+		unknown  bool
 	}{
 		{replayed: 300, bytes: 0, lag: 0},
 		{replayed: 400, bytes: 0, lag: 0},
 		{replayed: 250, bytes: 50, lag: time.Second},
 		{replayed: 200, bytes: 100, lag: time.Second},
 		{replayed: 150, bytes: 150, lag: 2 * time.Second},
-		{replayed: 50, bytes: 250, lag: 3 * time.Second},
+		{replayed: 100, bytes: 200, lag: 2 * time.Second},
+		{replayed: 50, bytes: 250, lag: 3 * time.Second, unknown: true},
 	} {
-		bytes, lag := s.lag(tc.replayed, 300, t0)
+		bytes, lag, known := s.lag(tc.replayed, 300, t0)
 		require.Equal(t, tc.bytes, bytes, "replayed %d", tc.replayed)
 		require.Equal(t, tc.lag, lag, "replayed %d", tc.replayed)
+		require.Equal(t, !tc.unknown, known, "replayed %d", tc.replayed)
 	}
 }
 

@@ -7,9 +7,14 @@
 // (pg_last_wal_replay_lsn), in bytes, and in seconds as the age of the
 // oldest of the primary's recent positions the replica has not replayed
 // yet (so a replica that keeps up shows 0 however old the last write is,
-// and no clock of another machine is read). A replica is usable while it
-// answers and is at most MaxLag behind; one that is down or further behind
-// is skipped, and used again once a check finds it back within MaxLag.
+// and no clock of another machine is read). A replica behind every
+// position the monitor kept is behind by at least the oldest one's age and
+// by how much more is not known: it is skipped, whatever that age, so a
+// replica hours behind is not taken for one just behind when the Set opens
+// (Open samples the primary's position first, and gives the replicas a
+// moment to replay it). A replica is usable while it answers and is known
+// to be at most MaxLag behind; one that is down or further behind is
+// skipped, and used again once a check finds it back within MaxLag.
 // A replica that is not in recovery and is the primary (the replica setting
 // names the primary itself, or a standby Patroni promoted, which the
 // primary's multi-host URL now reaches too) is usable with a lag of 0: one
@@ -75,6 +80,7 @@ type Set struct {
 
 	mu      sync.Mutex // guards samples (the monitor, and Open's first check)
 	samples []sample
+	keep    int // samples kept: enough to date a lag of MaxLag (maxSamples)
 }
 
 // callBound bounds one read on a replica, within a request whose context
@@ -131,7 +137,8 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	}
 	cfg.Pool = cmp.Or(cfg.Pool, 20)
 	cfg.Options.Lazy = true
-	s := &Set{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "replicas", "setting", cfg.Setting)}
+	s := &Set{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "replicas", "setting", cfg.Setting),
+		keep: int(min(max(minSamples, cfg.MaxLag/cfg.CheckEvery+2), maxSamples))}
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	err := cfg.Primary.QueryRowContext(cctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&s.sysid)
 	cancel()
@@ -164,8 +171,52 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 			s.log.Warn("read replica does not answer: reads go elsewhere until it does", "replica", name, "error", err)
 		}
 	}
+	s.settle(ctx)
 	s.check(ctx)
 	return s, nil
+}
+
+// settle samples the primary's position before Open's check, and waits
+// (up to checkTimeout in all) for the replicas that answer to replay it: a
+// replica behind every sample has no known lag and is skipped, so without
+// an earlier sample the first check would skip a replica a few
+// milliseconds behind until the next one.
+func (s *Set) settle(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	var raw string
+	if err := s.cfg.Primary.QueryRowContext(cctx, `SELECT pg_current_wal_lsn()::text`).Scan(&raw); err != nil {
+		return // the check says why
+	}
+	lsn, err := parseLSN(raw)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.samples = append(s.samples, sample{at: time.Now(), lsn: lsn})
+	s.mu.Unlock()
+	for _, r := range s.members {
+		if !r.verified.Load() {
+			continue // not answering: the monitor measures it once it does
+		}
+		for wait := time.Millisecond; ; wait = min(wait*2, 25*time.Millisecond) {
+			var replayed *string
+			err := r.db.QueryRowContext(cctx, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text END`).Scan(&replayed)
+			if err != nil || replayed == nil {
+				break // down, or not a standby: the check says which
+			}
+			if at, err := parseLSN(*replayed); err != nil || at >= lsn {
+				break
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-cctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}
 }
 
 // errForeign is a replica of another cluster.
@@ -260,17 +311,20 @@ func (s *Set) check(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.samples = append(s.samples, sample{at: now, lsn: primaryLSN})
-	if len(s.samples) > maxSamples {
-		s.samples = s.samples[len(s.samples)-maxSamples:]
+	if len(s.samples) > s.keep {
+		s.samples = s.samples[len(s.samples)-s.keep:]
 	}
 	for _, r := range s.members {
 		s.measure(ctx, r, primaryLSN, started)
 	}
 }
 
-// maxSamples bounds the primary's positions kept for the lag in seconds: a
-// replica behind the oldest shows at least that age.
-const maxSamples = 1000
+// minSamples and maxSamples bound the primary's positions kept for the lag
+// in seconds: enough to go back MaxLag (and more), within maxSamples. A
+// replica behind the oldest is at least that age behind, how much more is
+// not known, and is skipped (lag), also when MaxLag is longer than
+// maxSamples checks.
+const minSamples, maxSamples = 1000, 100_000
 
 // measure checks one replica: its cluster, then its lag. primaryStarted
 // tells the primary from another server that is not in recovery.
@@ -323,7 +377,15 @@ func (s *Set) measure(ctx context.Context, r *Replica, primaryLSN uint64, primar
 			state, detail = "down", []any{"error", err}
 			return
 		}
-		lagBytes, lag = s.lag(lsn, primaryLSN, time.Now())
+		var known bool
+		lagBytes, lag, known = s.lag(lsn, primaryLSN, time.Now())
+		if !known {
+			s.cfg.Metrics.lagBytes.WithLabelValues(r.Name).Set(float64(lagBytes))
+			s.cfg.Metrics.lagSeconds.WithLabelValues(r.Name).Set(lag.Seconds())
+			state, detail = "behind", []any{"reason", "behind every position of the primary kept: at least " +
+				lag.Round(time.Millisecond).String() + " behind, how much more is not known", "lag_bytes", lagBytes}
+			return
+		}
 	} else if recovering {
 		state, detail = "behind", []any{"reason", "replayed nothing yet"}
 		return
@@ -337,17 +399,20 @@ func (s *Set) measure(ctx context.Context, r *Replica, primaryLSN uint64, primar
 
 // lag is how far a replica that replayed up to lsn is behind: in bytes,
 // from the primary's position now, and in time, the age of the oldest
-// sample of the primary's position that the replica has not reached.
-func (s *Set) lag(lsn, primaryLSN uint64, now time.Time) (uint64, time.Duration) {
+// sample of the primary's position that the replica has not reached. When
+// it has reached none (behind the oldest sample kept: at start-up, or
+// further behind than the samples go back), that age is only a lower
+// bound, and known is false.
+func (s *Set) lag(lsn, primaryLSN uint64, now time.Time) (bytes uint64, lag time.Duration, known bool) {
 	if lsn >= primaryLSN {
-		return 0, 0
+		return 0, 0, true
 	}
-	for _, smp := range s.samples {
+	for i, smp := range s.samples {
 		if smp.lsn > lsn {
-			return primaryLSN - lsn, now.Sub(smp.at)
+			return primaryLSN - lsn, now.Sub(smp.at), i > 0
 		}
 	}
-	return primaryLSN - lsn, 0
+	return primaryLSN - lsn, 0, true
 }
 
 // SeveralHosts reports whether cfg names more than one server (a
