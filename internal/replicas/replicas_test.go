@@ -3,6 +3,7 @@ package replicas
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,4 +208,30 @@ func TestAReplicaAlreadyBehindAtOpenIsSkipped(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { set.check(ctx); return rep.Usable() }, 30*time.Second, 10*time.Millisecond,
 		"a replica that caught up is used")
+}
+
+// A replica URL names the primary's database: one that names another
+// database of the cluster (here the read models' database, for the event
+// store's replicas) passes the cluster's check and has the same lag, but
+// would answer the GETs with another database's rows, or fail every one.
+// It stops Open with an error naming the setting and both databases.
+func TestAReplicaOfAnotherDatabaseIsRefused(t *testing.T) {
+	urls := pgtest.NewSplitDBs(t)
+	replica := pgtest.StartReplica(t)
+	primary := pgtest.Open(t, urls.EventStore)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	set, err := Open(t.Context(), Config{Setting: "READ_REPLICA_URLS", PrimarySetting: "DATABASE_URL", Primary: primary,
+		URLs: []string{pgtest.On(replica, urls.ReadModel)}, MaxLag: time.Minute, CheckEvery: time.Hour, Metrics: m})
+	if err == nil {
+		set.Close()
+	}
+	require.Error(t, err, "a replica URL naming another database than the primary's is refused")
+	esDB := urls.EventStore[strings.LastIndex(urls.EventStore, "/")+1:]
+	esDB, _, _ = strings.Cut(esDB, "?")
+	rmDB := urls.ReadModel[strings.LastIndex(urls.ReadModel, "/")+1:]
+	rmDB, _, _ = strings.Cut(rmDB, "?")
+	for _, want := range []string{"READ_REPLICA_URLS", "DATABASE_URL", esDB, rmDB} {
+		require.Contains(t, err.Error(), want)
+	}
 }
