@@ -73,7 +73,8 @@ type Config struct {
 // Set is the replicas of one database and their monitor.
 type Set struct {
 	cfg     Config
-	sysid   int64 // the primary's system identifier
+	sysid   int64  // the primary's system identifier
+	dbName  string // the primary's database, which a replica URL names too
 	members []*Replica
 	next    atomic.Uint64
 	log     *slog.Logger
@@ -127,7 +128,8 @@ const checkTimeout = 2 * time.Second
 
 // Open opens a pool per replica and checks each one that answers: a
 // server of another cluster (another system identifier than the
-// primary's) is refused with an error naming it. A replica that does not
+// primary's), or a URL naming another database than the primary's, is
+// refused with an error naming it. A replica that does not
 // answer is logged and checked again by the monitor, which uses it once it
 // answers (and is of the primary's cluster). Replicas are usable from the
 // first check, made before Open returns.
@@ -140,7 +142,7 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	s := &Set{cfg: cfg, log: cmp.Or(cfg.Log, slog.Default()).With("component", "replicas", "setting", cfg.Setting),
 		keep: int(min(max(minSamples, cfg.MaxLag/cfg.CheckEvery+2), maxSamples))}
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
-	err := cfg.Primary.QueryRowContext(cctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&s.sysid)
+	err := cfg.Primary.QueryRowContext(cctx, `SELECT system_identifier, current_database() FROM pg_control_system()`).Scan(&s.sysid, &s.dbName)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("%s: the system identifier of %s's server (pg_control_system()): %w", cfg.Setting, cfg.PrimarySetting, err)
@@ -222,7 +224,9 @@ func (s *Set) settle(ctx context.Context) {
 // errForeign is a replica of another cluster.
 var errForeign = errors.New("not a replica of the primary")
 
-// verify checks, once, that r is a server of the primary's cluster.
+// verify checks, once, that r is a server of the primary's cluster, on the
+// primary's database: another database of the cluster has the same lag, and
+// other rows (another deployment's, or tables the reads do not find).
 func (s *Set) verify(ctx context.Context, r *Replica) error {
 	if r.verified.Load() {
 		return nil
@@ -230,12 +234,17 @@ func (s *Set) verify(ctx context.Context, r *Replica) error {
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	var id int64
-	if err := r.db.QueryRowContext(cctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&id); err != nil {
+	var dbName string
+	if err := r.db.QueryRowContext(cctx, `SELECT system_identifier, current_database() FROM pg_control_system()`).Scan(&id, &dbName); err != nil {
 		return err
 	}
 	if id != s.sysid {
 		return fmt.Errorf("%w: %s is a server of another cluster (system identifier %d; %s's is %d): a read replica must stream from %s's primary",
 			errForeign, r.Name, id, s.cfg.PrimarySetting, s.sysid, s.cfg.PrimarySetting)
+	}
+	if dbName != s.dbName {
+		return fmt.Errorf("%w: %s names database %q, and %s's is %q: a replica URL names the primary's database",
+			errForeign, r.Name, dbName, s.cfg.PrimarySetting, s.dbName)
 	}
 	r.verified.Store(true)
 	return nil
