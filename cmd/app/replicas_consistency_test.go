@@ -95,3 +95,43 @@ func TestASkippedWaitReadsThePrimary(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status,
 		"the primary's read model has the order; a skipped GET naming its position must not read a replica that has not replayed it: %s", r)
 }
+
+// The position of an event of the feed (or of a webhook) is one min_position
+// takes (docs/api.md): here customer.erased, of a customer with no order,
+// service request or schedule, whose erasure wrote no event with a
+// read-model row to check. A GET naming it through a replica is answered
+// only once the replica shows the erasure: never the customer's personal
+// data with "Consistency-Status: reached". The replica's replay is paused
+// before the erasure (within READ_REPLICA_MAX_LAG, just behind), so the
+// outcome is deterministic.
+func TestReadYourWritesThroughAReplicaShowsAnErasureWithoutAggregates(t *testing.T) {
+	replica := pgtest.StartReplica(t)
+	a := onReplica(t, pgtest.NewDB(t), replica, func(cfg *Config) { cfg.ReadReplicas.MaxLag = 10 * time.Minute })
+	a.awaitUsable(replica, 1, "a streaming replica")
+	customerID := a.createCustomer(a.opA, "Ada Lovelace")
+	require.Eventually(t, func() bool { // the replica has the customer
+		r, err := a.send(http.MethodGet, "/v1/customers/"+customerID, auth(a.opA), nil)
+		return err == nil && r.Status == http.StatusOK
+	}, 10*time.Second, 5*time.Millisecond)
+
+	onServer(t, replica, `SELECT pg_wal_replay_pause()`)
+	erased := a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+customerID+"/erase", a.opA, map[string]any{"confirm": customerID})
+	require.Zero(t, intOf(erased.Body["aggregates"]), "an erasure that marked no aggregate: %s", erased)
+	var position int64
+	for _, e := range a.awaitFeed(a.opA, "limit=10", 1).Events {
+		if e.Type == "customer.erased" && e.AggregateID == customerID {
+			position = e.Position
+		}
+	}
+	require.Positive(t, position, "the feed has customer.erased")
+
+	header := auth(a.opA)
+	header.Set("Consistency-Position", fmt.Sprint(position))
+	header.Set("Consistency-Timeout", "500ms")
+	r, err := a.send(http.MethodGet, "/v1/customers/"+customerID, header, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	assert.NotEqual(t, "Ada Lovelace", r.Body["name"],
+		"a GET naming the erasure's position shows the customer erased (Consistency-Status %q): %s", r.Header.Get("Consistency-Status"), r)
+	assert.NotNil(t, r.Body["erased_at"], "%s", r)
+}
