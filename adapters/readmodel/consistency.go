@@ -24,6 +24,20 @@ import (
 // primary-key read per aggregate the write touched (per check).
 type Positions struct {
 	es, rm *bun.DB
+	events bool // OnEventStore
+}
+
+// OnEventStore makes p check the write's streams that have no read-model
+// row (a data subject's own: customer.erased) too, by their events on rm,
+// which must hold the event store's database as well. For a replica of
+// that database, whose reference data the GET reads after the wait: on the
+// primary, the commit that appended those events changed the reference
+// data at once (an erasure empties the record in it), so there is nothing
+// to wait for; a replica shows the change only once it has replayed that
+// commit, which its copy of the events tells.
+func (p *Positions) OnEventStore() *Positions {
+	p.events = true
+	return p
 }
 
 // NewPositions returns the checker on the event store and the read model.
@@ -90,6 +104,16 @@ func (p *Positions) reached(ctx context.Context, streams *[]streamVersion) (bool
 				bun.Ident(agg.Table), s.StreamID, s.Version).Scan(ctx, &ok)
 			if err != nil {
 				return false, fmt.Errorf("version of %s %s: %w", s.StreamType, s.StreamID, err)
+			}
+			if !ok {
+				return false, nil
+			}
+		} else if p.events {
+			var ok bool
+			err := p.rm.NewRaw(`SELECT EXISTS (SELECT 1 FROM events WHERE stream_id = ? AND version = ?)`,
+				s.StreamID, s.Version).Scan(ctx, &ok)
+			if err != nil {
+				return false, fmt.Errorf("event %d of %s %s: %w", s.Version, s.StreamType, s.StreamID, err)
 			}
 			if !ok {
 				return false, nil

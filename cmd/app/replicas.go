@@ -118,7 +118,19 @@ func (w *wiring) routeReads(ctx context.Context, cfg Config, dbs databases, log 
 		return err
 	}
 	router, err := replicas.NewRouter(es, rm, m, primaryPositions, func(db *bun.DB) (replicas.Waiter, error) {
-		return readmodel.NewPositions(apiES, db)
+		p, err := readmodel.NewPositions(apiES, db)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.ReadModelDatabaseURL == cfg.DatabaseURL {
+			// The replica of the read models is the event store's too, and
+			// may answer the GET's reference data (the Router sends those
+			// to the primary only when the two have Sets of their own): it
+			// must show the write's commit, not only its read-model rows,
+			// for a write with none (customer.erased, from the feed).
+			p = p.OnEventStore()
+		}
+		return p, nil
 	})
 	if err != nil {
 		return err

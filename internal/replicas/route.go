@@ -25,8 +25,10 @@ type Waiter interface {
 //
 // Read your writes through a replica: a GET that names a position waits
 // until the replica it was given shows that write (the write's aggregates
-// at their versions in the replica's read models; the write is found on
-// the primary, once). A physical replica replays the primary's WAL in
+// at their versions in the replica's read models, and, where the replica
+// also holds the event store, the events of its streams without a read
+// model, such as customer.erased; the write is found on the primary,
+// once). A physical replica replays the primary's WAL in
 // order, so by then it also shows everything committed before. If the
 // replica does not show it within the wait (CONSISTENCY_TIMEOUT), the GET
 // is answered by the primary instead, whose read models the projections
