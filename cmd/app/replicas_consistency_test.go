@@ -105,8 +105,14 @@ func TestASkippedWaitReadsThePrimary(t *testing.T) {
 // before the erasure (within READ_REPLICA_MAX_LAG, just behind), so the
 // outcome is deterministic.
 func TestReadYourWritesThroughAReplicaShowsAnErasureWithoutAggregates(t *testing.T) {
+	for layout, newDBs := range pgtest.Layouts() {
+		t.Run(layout, func(t *testing.T) { readAnErasureWithoutAggregatesThroughAReplica(t, newDBs(t)) })
+	}
+}
+
+func readAnErasureWithoutAggregatesThroughAReplica(t *testing.T, urls pgtest.URLs) {
 	replica := pgtest.StartReplica(t)
-	a := onReplica(t, pgtest.NewDB(t), replica, func(cfg *Config) { cfg.ReadReplicas.MaxLag = 10 * time.Minute })
+	a := onReplica(t, urls, replica, func(cfg *Config) { cfg.ReadReplicas.MaxLag = 10 * time.Minute })
 	a.awaitUsable(replica, 1, "a streaming replica")
 	customerID := a.createCustomer(a.opA, "Ada Lovelace")
 	require.Eventually(t, func() bool { // the replica has the customer
