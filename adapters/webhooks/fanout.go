@@ -22,8 +22,9 @@ import (
 )
 
 // ProjectionPrefix starts the names (and consumer groups) of the fan-out's
-// projections: webhooks_orders, webhooks_schedules,
-// webhooks_service_requests.
+// projections, one per outbound topic (aggregates.Outbound):
+// webhooks_orders, webhooks_plans, webhooks_schedules,
+// webhooks_service_requests and webhooks_data_subjects.
 const ProjectionPrefix = "webhooks_"
 
 // Fanout turns events into pending deliveries, one per matching endpoint:

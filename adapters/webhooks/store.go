@@ -5,10 +5,10 @@
 //
 // # How a delivery flows
 //
-//  1. Fan-out. On the webhook leader, one projection per aggregate topic
-//     (consumer groups webhooks_orders, webhooks_schedules,
-//     webhooks_service_requests) runs through the projector like the read
-//     models: catch-up, then a Watermill router woken by NOTIFY, with its
+//  1. Fan-out. On the webhook leader, one projection per outbound topic
+//     (consumer groups webhooks_orders, webhooks_plans, webhooks_schedules,
+//     webhooks_service_requests, webhooks_data_subjects) runs through the
+//     projector like the read models: catch-up, then a Watermill router woken by NOTIFY, with its
 //     retries, poison queue and parking. For each event (or batch) it
 //     inserts one pending row per matching endpoint (enabled when the event
 //     occurred: webhook_endpoint_periods) into webhook_deliveries, in one transaction that checks the leader's term
