@@ -1,7 +1,9 @@
 package keyring
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -97,4 +99,27 @@ func TestParseErrorsNameTheLineNotTheKey(t *testing.T) {
 	r := mustParse(t, "# master keys\n\n  "+good+"  \n")
 	require.Equal(t, "k1", r.ActiveID())
 	require.True(t, strings.HasPrefix(good, "k1:"))
+}
+
+// A line written KEY:ID whose key is in another encoding than standard
+// base64 with padding (hex, as openssl rand -hex makes it; URL-safe or
+// unpadded base64, as secret stores hand keys out) passes for an ID: only
+// letters, digits, '-' and '_'. The error about the KEY that follows must
+// not repeat it: a start-up error ends in the logs, which nothing erases.
+func TestParseNeverRepeatsAKeyInTheIDsPlace(t *testing.T) {
+	text, binary := []byte("thirty-two bytes of master key!!"), bytes.Repeat([]byte{0xfb, 0xff}, KeySize/2)
+	require.Len(t, text, KeySize)
+	for _, written := range []string{
+		hex.EncodeToString(binary),
+		base64.RawURLEncoding.EncodeToString(binary), // '-' and '_' where standard base64 has '+' and '/'
+		base64.RawStdEncoding.EncodeToString(text),
+	} {
+		require.NoError(t, checkID(written), "%q passes for an ID", written)
+		for _, line := range []string{written + ":main", written + ":" + written[:8]} {
+			_, err := Parse(line)
+			require.Error(t, err, "%q", line)
+			require.NotContains(t, err.Error(), written, "%q: the key stays out of the message", line)
+			require.Contains(t, err.Error(), "key 1", "the line is named")
+		}
+	}
 }
