@@ -533,7 +533,7 @@ func TestMasterKeySettings(t *testing.T) {
 		vars map[string]string
 		want string
 	}{
-		{map[string]string{"MASTER_KEY": "test:c2hvcnQ="}, "MASTER_KEY: key 1 (test): KEY must be 32 bytes, not 5"},
+		{map[string]string{"MASTER_KEY": "test:c2hvcnQ="}, "MASTER_KEY: key 1: KEY must be 32 bytes, not 5"},
 		{map[string]string{"MASTER_KEY": testMasterKey + ",nocolon"}, "MASTER_KEY: key 2: must be ID:KEY"},
 		{map[string]string{"MASTER_KEY_FILE": missing}, "MASTER_KEY_FILE=" + missing + ": open"},
 		{map[string]string{"MASTER_KEY": testMasterKey, "MASTER_KEY_FILE": file}, "MASTER_KEY and MASTER_KEY_FILE are both set"},

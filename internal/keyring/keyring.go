@@ -21,6 +21,7 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -66,18 +67,23 @@ func Parse(text string) (*Ring, error) {
 			return nil, fmt.Errorf("key %d: must be ID:KEY (KEY: %d random bytes in base64; `app keyring new` makes one)", n, KeySize)
 		}
 		if err := checkID(id); err != nil {
-			if k, err := base64.StdEncoding.DecodeString(id); err == nil && len(k) == KeySize {
+			if looksLikeKey(id) {
 				return nil, fmt.Errorf("key %d: must be ID:KEY, and this one reads KEY:ID", n)
 			}
 			// Not quoted: a malformed line may hold the key where its ID goes.
 			return nil, fmt.Errorf("key %d: the ID before the first ':' (%d characters) must be 1 to 64 letters, digits, '-', '_' or '.'", n, len(id))
 		}
+		// Until its KEY is one, the line's ID is not repeated either: a key
+		// in hex or in unpadded or URL-safe base64 is made of letters,
+		// digits, '-' and '_', and passes for an ID in a line written KEY:ID.
 		key, err := base64.StdEncoding.DecodeString(encoded)
-		if err != nil {
-			return nil, fmt.Errorf("key %d (%s): KEY is not standard base64", n, id)
-		}
-		if len(key) != KeySize {
-			return nil, fmt.Errorf("key %d (%s): KEY must be %d bytes, not %d", n, id, KeySize, len(key))
+		switch {
+		case (err != nil || len(key) != KeySize) && looksLikeKey(id):
+			return nil, fmt.Errorf("key %d: must be ID:KEY, and this one reads KEY:ID", n)
+		case err != nil:
+			return nil, fmt.Errorf("key %d: KEY is not standard base64", n)
+		case len(key) != KeySize:
+			return nil, fmt.Errorf("key %d: KEY must be %d bytes, not %d", n, KeySize, len(key))
 		}
 		if _, dup := r.aeads[id]; dup {
 			return nil, fmt.Errorf("key %d: id %s is given twice", n, id)
@@ -94,6 +100,21 @@ func Parse(text string) (*Ring, error) {
 	}
 	r.active = r.ids[0]
 	return r, nil
+}
+
+// looksLikeKey reports whether s decodes to KeySize bytes in one of the
+// encodings keys are handed out in: hex, or base64 of either alphabet,
+// padded or not.
+func looksLikeKey(s string) bool {
+	if k, err := hex.DecodeString(s); err == nil && len(k) == KeySize {
+		return true
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if k, err := enc.DecodeString(s); err == nil && len(k) == KeySize {
+			return true
+		}
+	}
+	return false
 }
 
 // checkID accepts 1 to 64 characters of letters, digits, '-', '_' and '.'.
