@@ -347,3 +347,24 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 		t.Fatal("the span was not exported by shutdown")
 	}
 }
+
+// The start-up line that says tracing is on names where spans go, never a
+// credential the endpoint's URL may carry: a password before its host, or
+// a token in its query (the exporter sends neither: it posts to the URL's
+// scheme, host and path alone).
+func TestTracingOnLineNamesNoCredential(t *testing.T) {
+	t.Parallel()
+	var errs []error
+	tr := loadTracing(env(map[string]string{
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://user:otlpPASSWORD@otlp.example.com:4318/v1/traces?api-key=otlpTOKEN",
+	}), &errs)
+	require.Empty(t, errs)
+	var logs syncBuffer
+	_, stop, err := startTracing(t.Context(), Config{Tracing: tr}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	stop()
+	require.Contains(t, logs.String(), "msg=\"tracing on\"")
+	require.Contains(t, logs.String(), "otlp.example.com:4318/v1/traces", "where the spans go")
+	require.NotContains(t, logs.String(), "otlpPASSWORD")
+	require.NotContains(t, logs.String(), "otlpTOKEN")
+}
