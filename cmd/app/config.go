@@ -591,11 +591,20 @@ func redact(err error, url string) string {
 	return msg
 }
 
-// redactedURL is raw with its password, if any, replaced by "xxxxx".
+// redactedURL is raw with its password, query and fragment, if any, each
+// replaced by "xxxxx": a token may be written in any of them (an OTLP
+// endpoint's, which the exporter does not send: it posts to the URL's
+// scheme, host and path alone).
 func redactedURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(not a URL)"
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "xxxxx"
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "xxxxx", ""
 	}
 	return u.Redacted()
 }

@@ -583,10 +583,11 @@ func TestPlanSettings(t *testing.T) {
 }
 
 // The start-up line that says tracing is on names the endpoint without a
-// password its URL may carry.
+// password or a token its URL may carry.
 func TestRedactedURL(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "https://user:xxxxx@otlp.example.com:4318/v1/traces", redactedURL("https://user:otlpPASSWORD@otlp.example.com:4318/v1/traces"))
 	require.Equal(t, "http://localhost:4318/v1/traces", redactedURL("http://localhost:4318/v1/traces"))
+	require.Equal(t, "https://otlp.example.com/v1/traces?xxxxx#xxxxx", redactedURL("https://otlp.example.com/v1/traces?api-key=otlpTOKEN#otlpTOKEN"))
 	require.Equal(t, "(not a URL)", redactedURL("http://a b:PASSWORD@%zz"))
 }
