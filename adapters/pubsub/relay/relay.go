@@ -91,6 +91,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -306,12 +307,25 @@ func (r *Relay) connect(log *slog.Logger) (*nats.Conn, error) {
 				log.Warn("NATS connection lost; reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS connection restored", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS connection restored", "url", serverOf(nc)) }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("relay: connect to NATS: %w", err)
 	}
 	return nc, nil
+}
+
+// serverOf is the URL of the server nc is connected to, without its
+// userinfo: a password, or a token, which NATS takes from a URL's user
+// when it has no password (nats://TOKEN@host), and which
+// ConnectedUrlRedacted (url.URL.Redacted) leaves as it is.
+func serverOf(nc *nats.Conn) string {
+	u, err := url.Parse(nc.ConnectedUrl())
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	return u.String()
 }
 
 // ensureStream creates the stream when it is missing, with the subjects
