@@ -590,4 +590,6 @@ func TestRedactedURL(t *testing.T) {
 	require.Equal(t, "http://localhost:4318/v1/traces", redactedURL("http://localhost:4318/v1/traces"))
 	require.Equal(t, "https://otlp.example.com/v1/traces?xxxxx#xxxxx", redactedURL("https://otlp.example.com/v1/traces?api-key=otlpTOKEN#otlpTOKEN"))
 	require.Equal(t, "(not a URL)", redactedURL("http://a b:PASSWORD@%zz"))
+	// A user without a password is a token in a DSN (https://TOKEN@host/1).
+	require.Equal(t, "https://xxxxx@otlp.example.com/v1/traces", redactedURL("https://otlpTOKEN@otlp.example.com/v1/traces"))
 }
