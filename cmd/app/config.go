@@ -594,11 +594,15 @@ func redact(err error, url string) string {
 // redactedURL is raw with its password, query and fragment, if any, each
 // replaced by "xxxxx": a token may be written in any of them (an OTLP
 // endpoint's, which the exporter does not send: it posts to the URL's
-// scheme, host and path alone).
+// scheme, host and path alone). So is a user without a password, the
+// token of a DSN (https://TOKEN@host/1), which url.URL.Redacted leaves.
 func redactedURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(not a URL)"
+	}
+	if _, hasPassword := u.User.Password(); u.User != nil && !hasPassword {
+		u.User = url.User("xxxxx")
 	}
 	if u.RawQuery != "" {
 		u.RawQuery = "xxxxx"
