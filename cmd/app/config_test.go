@@ -301,6 +301,11 @@ func TestLoadConfigErrors(t *testing.T) {
 			settings: []string{"MASTER_KEY"}, secret: "AAECAwQFBgcICQ",
 		},
 		{
+			name:     "MASTER_KEY_FILE set to a key line, MASTER_KEY's value",
+			env:      map[string]string{"MASTER_KEY_FILE": testMasterKey},
+			settings: []string{"MASTER_KEY_FILE", "MASTER_KEY"}, secret: testMasterKey[5:],
+		},
+		{
 			name:     "DATABASE_URL in keyword/value form",
 			env:      map[string]string{"DATABASE_URL": "host=localhost password=hunter2 port=abc"},
 			settings: []string{"DATABASE_URL"}, secret: "hunter2",
