@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net"
@@ -518,7 +519,14 @@ func masterKeys(getenv func(string) string) (*keyring.Ring, error) {
 		return nil, errors.New("MASTER_KEY and MASTER_KEY_FILE are both set: set one")
 	case file != "":
 		text, err := os.ReadFile(file)
-		if err != nil {
+		var pathErr *fs.PathError
+		switch {
+		case err != nil && strings.Contains(file, ":") && errors.As(err, &pathErr):
+			// Not repeated, nor is the file name in os.ReadFile's error: a
+			// name with ':' is more likely an ID:KEY line set here for
+			// MASTER_KEY than a file's.
+			return nil, fmt.Errorf("MASTER_KEY_FILE: %v: it names a file of ID:KEY lines (a line itself goes in MASTER_KEY)", pathErr.Err)
+		case err != nil:
 			return nil, fmt.Errorf("MASTER_KEY_FILE=%s: %w", file, err)
 		}
 		ring, err := keyring.Parse(string(text))
