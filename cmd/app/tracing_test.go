@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -306,6 +307,29 @@ func TestLoadTracingChecksTheExportersOwnSettings(t *testing.T) {
 		err := load(otlp(c.vars))
 		require.ErrorContains(t, err, c.want, name)
 		require.NotContains(t, err.Error(), "secret-value", "%s: a header's value is not repeated", name)
+	}
+}
+
+// The client key's setting names a file; one set to the key itself (its
+// PEM, as some tools take it) is refused without being repeated: a
+// start-up error ends in the logs.
+func TestLoadTracingNeverRepeatsAClientKeyForItsFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeCertificate(t, certFile, keyFile)
+	keyPEM, err := os.ReadFile(keyFile)
+	require.NoError(t, err)
+	block, _ := pem.Decode(keyPEM)
+	require.NotNil(t, block)
+	material := base64.StdEncoding.EncodeToString(block.Bytes)[:40]
+	for _, prefix := range []string{"OTEL_EXPORTER_OTLP_", "OTEL_EXPORTER_OTLP_TRACES_"} {
+		var errs []error
+		loadTracing(env(map[string]string{"OTEL_TRACES_EXPORTER": "otlp",
+			prefix + "CLIENT_CERTIFICATE": certFile, prefix + "CLIENT_KEY": string(keyPEM)}), &errs)
+		err := errors.Join(errs...)
+		require.ErrorContains(t, err, prefix+"CLIENT_KEY")
+		require.NotContains(t, err.Error(), material, "the key stays out of the message")
 	}
 }
 
