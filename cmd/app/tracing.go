@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -144,8 +146,8 @@ func checkOTLPExporter(getenv func(string) string, prefix string, errs *[]error)
 		*errs = append(*errs, fmt.Errorf("%s=%q: must be true or false", name, v))
 	}
 	if name, v := get("CERTIFICATE"); v != "" {
-		if pem, err := os.ReadFile(v); err != nil {
-			*errs = append(*errs, fmt.Errorf("%s=%q: %w", name, v, err))
+		if pem, err := readSettingFile(name, v); err != nil {
+			*errs = append(*errs, err)
 		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
 			*errs = append(*errs, fmt.Errorf("%s=%q: holds no PEM certificate", name, v))
 		}
@@ -157,20 +159,36 @@ func checkOTLPExporter(getenv func(string) string, prefix string, errs *[]error)
 	case cert == "" || key == "":
 		*errs = append(*errs, fmt.Errorf("%s and %s: set both or neither", certName, keyName))
 	default:
-		certPEM, err := os.ReadFile(cert)
+		certPEM, err := readSettingFile(certName, cert)
 		if err != nil {
-			*errs = append(*errs, fmt.Errorf("%s=%q: %w", certName, cert, err))
+			*errs = append(*errs, err)
 			return
 		}
-		keyPEM, err := os.ReadFile(key)
+		keyPEM, err := readSettingFile(keyName, key)
 		if err != nil {
-			*errs = append(*errs, fmt.Errorf("%s=%q: %w", keyName, key, err))
+			*errs = append(*errs, err)
 			return
 		}
 		if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
 			*errs = append(*errs, fmt.Errorf("%s and %s: not a certificate and its key: %w", certName, keyName, err))
 		}
 	}
+}
+
+// readSettingFile reads the file the setting name names. A value that is
+// no file name but PEM (a client's private key set where its file's name
+// goes, as some tools take it) is not repeated in the error, nor is the
+// name os.ReadFile's error carries.
+func readSettingFile(name, v string) ([]byte, error) {
+	b, err := os.ReadFile(v)
+	var pathErr *fs.PathError
+	switch {
+	case err == nil:
+		return b, nil
+	case (strings.Contains(v, "-----BEGIN") || strings.ContainsAny(v, "\r\n")) && errors.As(err, &pathErr):
+		return nil, fmt.Errorf("%s: %v: it names a PEM file, and holds what reads as PEM itself", name, pathErr.Err)
+	}
+	return nil, fmt.Errorf("%s=%q: %w", name, v, err)
 }
 
 // sampler reads OTEL_TRACES_SAMPLER and its argument.
