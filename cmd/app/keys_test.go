@@ -374,3 +374,18 @@ func TestKeyringRewrapFailureIsNotAUsageError(t *testing.T) {
 	require.False(t, errors.As(err, new(usageError)),
 		"a failure exits 1, not 2 with the usage text: %v", err)
 }
+
+// A key's secret given where its id goes (revoking a leaked key by what
+// leaked) is refused without being repeated: what the command prints may
+// end in a CI job's log.
+func TestKeysCommandsNeverRepeatASecretGivenForAnID(t *testing.T) {
+	t.Parallel()
+	secret := "hk_" + strings.Repeat("keySECRET", 5)
+	for _, verb := range []string{"revoke", "rotate"} {
+		var stdout, stderr syncBuffer
+		err := run(t.Context(), []string{"keys", verb, secret}, env(map[string]string{"DATABASE_URL": testDatabaseURL}), &stdout, &stderr)
+		require.ErrorAs(t, err, new(usageError))
+		require.ErrorContains(t, err, "ID must be")
+		require.NotContains(t, err.Error()+stdout.String()+stderr.String(), "keySECRET", verb)
+	}
+}
