@@ -143,7 +143,8 @@ func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string
 		}
 		var ok bool
 		if id, ok = uuid.Parse(args[0]); !ok {
-			return usageError{fmt.Sprintf("%s: ID must be a UUID, got %q", verb, args[0])}
+			// Not repeated: a key's secret given for its id is the likely slip.
+			return usageError{verb + ": ID must be a key's id, a UUID as `app keys list` shows it (not its secret)"}
 		}
 	}
 	by := actor(k.by, getenv)

@@ -273,7 +273,7 @@ func TestKeysLifecycleCLI(t *testing.T) {
 		contains string
 	}{
 		{[]string{"keys", "revoke"}, true, "name one key"},
-		{[]string{"keys", "revoke", "abc"}, true, `ID must be a UUID, got "abc"`},
+		{[]string{"keys", "revoke", "abc"}, true, "ID must be a key's id, a UUID"},
 		{[]string{"keys", "revoke", uuid.New()}, false, "no key"},
 		{[]string{"keys", "rotate", r.KeyID}, false, "key.revoked"},
 		{[]string{"keys", "rotate", q.KeyID}, false, "key.expired"},
