@@ -846,3 +846,21 @@ func TestMovingAnOrderToAnotherCustomerNeedsItsNotesStated(t *testing.T) {
 	require.NotContains(t, got.Raw, "ALICE-SECRET")
 	require.NotContains(t, a.must(http.StatusOK, http.MethodGet, "/v1/customers/"+bob+"/export", a.opA, nil).Raw, "ALICE-SECRET")
 }
+
+// A name given where the id goes (erase "Ada Lovelace") is refused without
+// being repeated: the erasure's and the export's command lines must not
+// print the person's name, which may end in a CI job's log.
+func TestEraseAndExportCommandsNeverRepeatANameGivenForAnID(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"customers", "erase", "--merchant", "acme", "Ada Lovelace", "--confirm", "Ada Lovelace"},
+		{"staff", "erase", "--merchant", "acme", "Ada Lovelace", "--confirm", "Ada Lovelace"},
+		{"customers", "export", "--merchant", "acme", "Ada Lovelace"},
+	} {
+		var stdout, stderr syncBuffer
+		err := run(t.Context(), args, env(map[string]string{"DATABASE_URL": testDatabaseURL}), &stdout, &stderr)
+		require.ErrorAs(t, err, new(usageError))
+		require.ErrorContains(t, err, "ID: must be a UUID")
+		require.NotContains(t, err.Error()+stdout.String()+stderr.String(), "Lovelace", "%q", args)
+	}
+}
