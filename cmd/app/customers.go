@@ -71,7 +71,9 @@ func eraseSubject(ctx context.Context, cfg Config, log *slog.Logger, cmd string,
 	// line that cannot erase anything opens (and migrates) no database.
 	id, ok := uuid.Parse(args[0])
 	if !ok {
-		return asUsage(flagError(name, apperr.Invalid("id", "must be a UUID, got %q", args[0]), ""))
+		// Not repeated: the person's name given for their id is the likely
+		// slip, and what the command prints may end in a log.
+		return asUsage(flagError(name, apperr.Invalid("id", "must be a UUID, the %s's id (not their name)", strings.ReplaceAll(subjectType, "_", " ")), ""))
 	}
 	if confirm, ok := uuid.Parse(c.confirm); !ok || confirm != id {
 		return asUsage(flagError(name, apperr.Invalid("confirm", "must repeat the id of the %s to erase (%s): erasure cannot be undone",
@@ -123,7 +125,8 @@ func customersExport(ctx context.Context, cfg Config, log *slog.Logger, c custom
 		return usageError{"customers export: --merchant NAME CUSTOMER_ID [--by WHO]"}
 	}
 	if !uuid.Valid(args[0]) { // before any database is opened; the use case checks it too
-		return asUsage(flagError("customers export", apperr.Invalid("id", "must be a UUID, got %q", args[0]), ""))
+		// Not repeated, as in eraseSubject: it may be the customer's name.
+		return asUsage(flagError("customers export", apperr.Invalid("id", "must be a UUID, the customer's id (not their name)"), ""))
 	}
 	by, merchantID, dbs, w, err := openForMerchant(ctx, cfg, log, "customers export", c, getenv)
 	if err != nil {
