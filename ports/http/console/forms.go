@@ -25,7 +25,20 @@ func newFormReader(r *http.Request, s *session) *formReader {
 	return &formReader{r: r, loc: s.loc}
 }
 
-func (f *formReader) text(name string) string { return f.r.PostFormValue(name) }
+// text is the field's value. A field named id or *_id that holds a UUID,
+// in any case, reads in its canonical lower-case form, as the API reads a
+// body's ids (cleanInput): the aggregates store and compare ids as they
+// are given (a worker finds their schedule by its staff id), and a
+// customer's data key opens only for the id it was sealed for.
+func (f *formReader) text(name string) string {
+	v := f.r.PostFormValue(name)
+	if name == "id" || strings.HasSuffix(name, "_id") {
+		if id, ok := uuid.Parse(v); ok {
+			return id
+		}
+	}
+	return v
+}
 
 // optText is nil when the field is not in the form at all.
 func (f *formReader) optText(name string) *string {
