@@ -234,6 +234,33 @@ func TestAssignOrder(t *testing.T) {
 	e.assign(t, third, e.staff, later)
 }
 
+// Restating an order's assignment changes nothing and succeeds, as every
+// command that changes nothing does, even once its staff member has been
+// made inactive: that refuses them a new assignment (another window), not
+// the one they have.
+func TestAssignOrderAgainOnceItsStaffMemberIsInactiveChangesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.createOrder(t)
+	cmd := command.AssignOrder{OrderTarget: e.target(id, nil), StaffID: e.staff, StartAt: t0, EndAt: t0.Add(time.Hour), DispatchNote: "van 2"}
+	_, err := e.orders.Assign(t.Context(), cmd)
+	require.NoError(t, err)
+	e.tx.AddStaff(e.merchant, e.staff, false)
+
+	before := e.tx.Position()
+	w, err := e.orders.Assign(t.Context(), cmd)
+	require.NoError(t, err)
+	require.Zero(t, w.Appended)
+	e.unchanged(t, before)
+
+	cmd.EndAt = t0.Add(2 * time.Hour)
+	_, err = e.orders.Assign(t.Context(), cmd)
+	var rule *apperr.RuleError
+	require.ErrorAs(t, err, &rule)
+	require.Equal(t, "order.staff_inactive", rule.Rule)
+	e.unchanged(t, before)
+}
+
 // Cancelling an assigned order cancels its schedule and frees the staff
 // member's window; cancelling a completed order fails and changes neither.
 func TestCancelOrderFreesItsSchedule(t *testing.T) {
