@@ -257,22 +257,31 @@ func (h OrderHandlers) Assign(ctx context.Context, cmd AssignOrder) (Written, er
 		return Written{}, err
 	}
 	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
-		exists, active, err := s.StaffActive(ctx, cmd.StaffID)
-		if err != nil {
-			return err
-		}
-		if !exists {
-			return apperr.Invalid("staff_id", "no staff member %s in this merchant", cmd.StaffID)
-		}
-		if !active {
-			return &apperr.RuleError{Rule: "order.staff_inactive", Detail: fmt.Sprintf("staff member %s is not active", cmd.StaffID)}
-		}
-		if err := o.Assign(a); err != nil {
-			return err
-		}
 		w := schedule.Window{StaffID: cmd.StaffID, StartAt: cmd.StartAt, EndAt: cmd.EndAt}
 		sch, found, err := s.LiveSchedule(ctx, o.ID())
 		if err != nil {
+			return err
+		}
+		// The staff member is checked for a new assignment only: the one
+		// the order and its schedule have, restated (a retried PUT),
+		// changes nothing and succeeds, as every such command does, even
+		// when they have been made inactive since (the order keeps them
+		// until someone reassigns or cancels it).
+		restated := found && o.Restates(a) &&
+			sch.Window() == schedule.Window{StaffID: w.StaffID, StartAt: event.Instant(w.StartAt), EndAt: event.Instant(w.EndAt)}
+		if !restated {
+			exists, active, err := s.StaffActive(ctx, cmd.StaffID)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				return apperr.Invalid("staff_id", "no staff member %s in this merchant", cmd.StaffID)
+			}
+			if !active {
+				return &apperr.RuleError{Rule: "order.staff_inactive", Detail: fmt.Sprintf("staff member %s is not active", cmd.StaffID)}
+			}
+		}
+		if err := o.Assign(a); err != nil {
 			return err
 		}
 		if found {

@@ -323,6 +323,13 @@ func (o *Order) Assign(a Assignment) error {
 	return nil
 }
 
+// Restates reports whether Assign(a) would change nothing: the order is
+// dispatching with assignment a already.
+func (o *Order) Restates(a Assignment) bool {
+	a.StartAt, a.EndAt = event.Instant(a.StartAt), event.Instant(a.EndAt)
+	return o.status == StatusDispatching && a.StaffID != "" && a == o.Assignment()
+}
+
 // Assignment returns the current assignment (zero when unassigned).
 func (o *Order) Assignment() Assignment {
 	if o.staffID == "" || o.startAt == nil || o.endAt == nil {
