@@ -63,7 +63,9 @@ func (c simpleWhenBare) Connect(ctx context.Context) (driver.Conn, error) {
 	var addr string
 	var err error
 	if c.set == nil {
-		conn, err = c.Connector.Connect(ctx)
+		if conn, err = c.Connector.Connect(ctx); err != nil && ctx.Err() == nil && !refused(err) {
+			err = &UnreachableError{err: err}
+		}
 	} else {
 		conn, addr, err = connectHosts(ctx, c.set, c.hosts, func(ctx context.Context, h host) (driver.Conn, error) {
 			return h.pool.Connect(ctx)

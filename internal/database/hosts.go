@@ -169,6 +169,22 @@ func (e *NoPrimaryError) Error() string {
 // this package.
 func (e *NoPrimaryError) DatabaseUnavailable() {}
 
+// UnreachableError is a pool's failure to connect to the server of a
+// one-host URL that is down, restarting, or not answering in time (behind
+// a virtual IP or a proxy that follows a Patroni cluster's leader, a
+// failover under way), rather than refusing the session itself (a wrong
+// password, a missing database). Nothing was sent, so the work may be
+// tried again as it is; like NoPrimaryError, the HTTP port answers it 503
+// with Retry-After.
+type UnreachableError struct{ err error }
+
+func (e *UnreachableError) Error() string { return e.err.Error() }
+func (e *UnreachableError) Unwrap() error { return e.err }
+
+// DatabaseUnavailable marks the error as an outage rather than a fault
+// (see NoPrimaryError's).
+func (e *UnreachableError) DatabaseUnavailable() {}
+
 // connectHosts connects through the first host of order that accepts a
 // read-write session, with connect, and records what it learns in s.
 func connectHosts[T any](ctx context.Context, s *hostSet, hosts []host, connect func(context.Context, host) (T, error)) (T, string, error) {

@@ -167,10 +167,11 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "1")
 		p = newProblem(http.StatusServiceUnavailable, "timeout", "the request took longer than the server allows; try again later")
 	case errors.As(err, new(interface{ DatabaseUnavailable() })):
-		// A failover under way (internal/database.NoPrimaryError).
+		// A failover or a restart under way (internal/database's
+		// NoPrimaryError, UnreachableError).
 		s.log.WarnContext(r.Context(), "no database server accepts writes", "method", r.Method, "path", r.URL.Path, "error", err)
 		w.Header().Set("Retry-After", "1")
-		p = newProblem(http.StatusServiceUnavailable, "database-unavailable", "no database server accepts writes (a failover is under way); try again later")
+		p = newProblem(http.StatusServiceUnavailable, "database-unavailable", "no database server accepts writes (a failover or a restart is under way); try again later")
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
