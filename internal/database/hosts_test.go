@@ -191,3 +191,43 @@ func serverPort(t *testing.T, db *sql.DB) int {
 	require.NoError(t, db.QueryRow(`SELECT inet_server_port()`).Scan(&port))
 	return port
 }
+
+// Every Hearth connection writes, or takes locks only the primary's count
+// for: through a multi-host URL only a host that accepts writes will do,
+// whether or not the URL says target_session_attrs=read-write. Left to
+// pgx's default (libpq's "any"), a connection keeps the first host that
+// answers: a standby named first, or, after a failover, the old primary
+// restarted as one, which this process has learnt to try first; every
+// write then fails until the URL is fixed.
+func TestMultiHostURLKeepsThePrimaryWithoutTargetSessionAttrs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDB(t).EventStore
+	replica := pgtest.StartReplica(t)
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	rcfg, err := pgx.ParseConfig(replica.URL("postgres"))
+	require.NoError(t, err)
+	primary := fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+	require.Contains(t, url, primary)
+	standbyFirst := strings.Replace(url, primary, fmt.Sprintf("%s:%d,%s", rcfg.Host, rcfg.Port, primary), 1)
+
+	for _, multi := range []string{standbyFirst, standbyFirst + "&target_session_attrs=any"} {
+		db, err := database.Open(ctx, multi, 2)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+		var inRecovery bool
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery))
+		require.False(t, inRecovery, "the pool keeps the primary: %s", multi)
+		_, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS written (n int)`)
+		require.NoError(t, err, "a write goes to the primary")
+
+		dcfg, err := database.ParseConfig(multi) // the leadership and LISTEN sessions'
+		require.NoError(t, err)
+		conn, err := database.Connect(ctx, dcfg)
+		require.NoError(t, err)
+		require.NoError(t, conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery))
+		_ = conn.Close(ctx)
+		require.False(t, inRecovery, "a dedicated session keeps the primary: %s", multi)
+	}
+}
