@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A server that goes silent (its machine frozen, a network partition) must
@@ -51,16 +52,36 @@ const (
 )
 
 // ParseConfig is pgx.ParseConfig with Hearth's connection settings
-// (Harden). url may name several hosts (host1:port1,host2:port2) with
-// target_session_attrs=read-write: pgx tries them in order and keeps the
-// first that accepts writes.
+// (Harden). url may name several hosts (host1:port1,host2:port2): a
+// connection keeps only one that accepts writes (hosts.go says in which
+// order they are tried), as target_session_attrs=read-write asks, also
+// when the URL leaves target_session_attrs out or says any. Every Hearth
+// connection writes, or takes locks only the primary's count for; with
+// pgx's default (libpq's any) it would keep the first host that answers,
+// a standby, or after a failover the old primary restarted as one, and
+// every write would fail until the URL was fixed. A URL that asks for
+// another kind of host (read-only, standby) gets what it asks for.
 func ParseConfig(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
 	Harden(cfg)
+	if cfg.ValidateConnect == nil && severalHosts(cfg) {
+		cfg.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
+	}
 	return cfg, nil
+}
+
+// severalHosts reports whether cfg names more than one host (the TLS
+// variants of one host, sslmode=prefer's two attempts, are one).
+func severalHosts(cfg *pgx.ConnConfig) bool {
+	for _, fb := range cfg.Fallbacks {
+		if fb.Host != cfg.Host || fb.Port != cfg.Port {
+			return true
+		}
+	}
+	return false
 }
 
 // Harden makes cfg dial with keepalives, the user timeout and a connect
