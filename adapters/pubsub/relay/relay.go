@@ -138,6 +138,13 @@ const (
 	// message, from its send; the page is then published again from that
 	// message, with the same Nats-Msg-Ids.
 	publishTimeout = 5 * time.Second
+	// offsetsTimeout bounds each load and save of the relay's position
+	// (a row of the read model's), which is then tried again. The read
+	// model may be a server of its own, which the relay's leadership does
+	// not watch (its lock is the event store's): one gone silent (its
+	// machine paused, its kernel still acknowledging) would otherwise hold
+	// the call, and the term with it, for as long as it stays so.
+	offsetsTimeout = 10 * time.Second
 )
 
 // Config is what New needs.
@@ -428,7 +435,10 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, nc *nats.Conn, n *project
 	// read, so that retention keeps what the relay has not published from
 	// then on; whatever it deleted before, the reads' gap check finds.
 	err = r.retry(ctx, log, "load", func() (err error) {
-		if pos, err = r.cfg.Offsets.Load(ctx, topic); err != nil {
+		loadCtx, cancel := context.WithTimeout(ctx, offsetsTimeout)
+		pos, err = r.cfg.Offsets.Load(loadCtx, topic)
+		cancel()
+		if err != nil {
 			return err
 		}
 		return r.register(ctx, es, topic, pos)
@@ -487,7 +497,12 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, nc *nats.Conn, n *project
 		last := rows[len(rows)-1]
 		txid, _ := last.ExtraData["transaction_id"].(int64)
 		pos = readmodel.RelayPosition{TransactionID: txid, Offset: last.Offset}
-		if err := r.retry(ctx, log, "save", func() error { return r.cfg.Offsets.Save(ctx, topic, pos) }); err != nil {
+		err = r.retry(ctx, log, "save", func() error {
+			saveCtx, cancel := context.WithTimeout(ctx, offsetsTimeout)
+			defer cancel()
+			return r.cfg.Offsets.Save(saveCtx, topic, pos)
+		})
+		if err != nil {
 			return err
 		}
 		r.mirror(ctx, es, topic, pos, log)
