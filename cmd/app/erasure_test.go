@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/readmodel"
 	"hearth/adapters/vault"
 	"hearth/app/command"
 	"hearth/app/ops"
@@ -417,6 +418,46 @@ func TestMissingDataKeyStopsRebuild(t *testing.T) {
 	require.Error(t, err, out)
 	require.ErrorContains(t, err, "the data key of subject "+customer+" is missing, and the subject was not erased")
 	a.awaitOrder(a.opA, order, 1) // the live read model is left as it was
+}
+
+// A rebuild, and verify, read an erased customer's fields as erased in
+// every stream that holds their PersonalDataErased, as the live projection
+// does, even in a process that still holds the customer's data key in
+// memory (it opened it, folding another of their orders, moments before
+// the erasure deleted it): a rebuild that folded such a stream with the
+// key would swap the notes back into the live table, at the version the
+// change log records, where nothing would ever fold them away again.
+func TestRebuildAndVerifyKeepAnErasedCustomerErasedWhileTheKeyIsCached(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	order := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": c, "amount_cents": 100, "notes": "CACHED-SECRET notes"}).Body["id"].(string)
+	a.awaitOrder(a.opA, order, 1)
+	var sealed []byte
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT sealed FROM data_keys WHERE subject_id = $1`, c).Scan(&sealed))
+
+	erased := a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+c+"/erase", a.opA, map[string]any{"confirm": c})
+	require.Equal(t, "done", erased.Body["second_pass"])
+	row := a.awaitOrder(a.opA, order, 2)
+	require.Nil(t, row.Body["notes"], "the live projection erased the notes: %s", row)
+
+	// The rebuild's and verify's process opened the key before the erasure.
+	stale, err := vault.New(a.dbs.es.DB, a.cfg.MasterKeys)
+	require.NoError(t, err)
+	require.NoError(t, stale.Adopt(c, sealed))
+
+	report, err := readmodel.Verify(t.Context(), readmodel.VerifyConfig{Log: a.w.eventLog, Decoders: stale, DB: a.dbs.rm,
+		Verification: ops.Verification{Projections: []string{"orders"}}})
+	require.NoError(t, err)
+	assert.Empty(t, report.Projections[0].Differences, "the read model agrees with the events as erased")
+
+	_, err = readmodel.Rebuild(t.Context(), readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: stale, DB: a.dbs.rm, Projection: "orders"})
+	require.NoError(t, err)
+	row = a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+order, a.opA, nil)
+	require.Nil(t, row.Body["notes"], "the rebuild brought the notes back: %s", row)
+	require.NotContains(t, row.Raw, "SECRET")
+	require.True(t, stale.Cached(c), "the test ran within the key's time in memory, as the rebuild did")
 }
 
 // An erasure reaches an order whose events wait behind a parked one: its
