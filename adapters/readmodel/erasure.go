@@ -3,9 +3,11 @@ package readmodel
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/uptrace/bun"
 
+	"hearth/adapters/vault"
 	"hearth/domain/event"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
@@ -150,4 +152,72 @@ func hasErasure(recs []event.Recorded) bool {
 		}
 	}
 	return false
+}
+
+// erasedSubjects returns the subjects of the PersonalDataErased events in
+// stream.
+func erasedSubjects(stream []event.Recorded) []string {
+	var out []string
+	for _, r := range stream {
+		if e, ok := r.Event.(event.PersonalDataErased); ok && !slices.Contains(out, e.SubjectID) {
+			out = append(out, e.SubjectID)
+		}
+	}
+	return out
+}
+
+// erasing is dec's decoder of f with the sealed fields of every subject
+// named read as erased, whatever a cache holds; the others open as usual.
+func erasing(dec aggregates.Decoders, f aggregates.Facts, subjects []string) event.Decoder {
+	plain := dec.Decoder(f)
+	bySubject := make(map[string]event.Decoder, len(subjects))
+	for _, s := range subjects {
+		bySubject[s] = dec.Erasing(f, s)
+	}
+	return func(eventType string, data []byte, more ...[]byte) (event.Event, error) {
+		if s, err := vault.SealedBy(data); err == nil {
+			if d, ok := bySubject[s]; ok {
+				return d(eventType, data, more...)
+			}
+		}
+		return plain(eventType, data, more...)
+	}
+}
+
+// readErased reads again, through log, every stream of streams that holds
+// a PersonalDataErased event, with its erased subjects' fields read as
+// erased, up to the version it reached, and puts it in the stream's place.
+// The whole-log readers (rebuild, verify) decode through the vault, whose
+// cache may still hold a key the erasure has just deleted (vault.CacheFor):
+// folded with it, the row would show the text the live projection, which
+// folds such a stream with Erasing, has erased; and a rebuild would swap
+// it back in at the version the change log records, where no later event
+// folds it away. wrap, when set, wraps the decoder (verify's tolerant).
+func readErased(ctx context.Context, log EventLog, dec aggregates.Decoders, f aggregates.Facts, wrap func(event.Decoder) event.Decoder,
+	streams map[string][]event.Recorded) error {
+	dec = aggregates.Or(dec)
+	for id, stream := range streams {
+		subjects := erasedSubjects(stream)
+		if len(subjects) == 0 {
+			continue
+		}
+		d := erasing(dec, f, subjects)
+		if wrap != nil {
+			d = wrap(d)
+		}
+		again, err := log.Streams(ctx, f.Projection, f.Type, d, []string{id})
+		if err != nil {
+			return fmt.Errorf("read %s %s again with subjects %v erased: %w", f.Type, id, subjects, err)
+		}
+		last := stream[len(stream)-1].Version
+		read := again[id]
+		for len(read) > 0 && read[len(read)-1].Version > last {
+			read = read[:len(read)-1] // written since: the caller's read ends before them
+		}
+		if len(read) != len(stream) {
+			return fmt.Errorf("%s %s: read again, the event store holds %d events up to version %d, not %d", f.Type, id, len(read), last, len(stream))
+		}
+		streams[id] = read
+	}
+	return nil
 }

@@ -177,6 +177,11 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		return nil
 	}
 	err = rb.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, aggregates.Or(rb.cfg.Decoders).Decoder(t.agg), func(stream []event.Recorded) error {
+		one := map[string][]event.Recorded{stream[0].StreamID: stream}
+		if err := readErased(ctx, rb.cfg.Log, rb.cfg.Decoders, t.agg, nil, one); err != nil {
+			return err
+		}
+		stream = one[stream[0].StreamID]
 		v, err := t.fold(stream, 0)
 		if err != nil {
 			return err
@@ -269,6 +274,9 @@ func (t *table[V, PV, R]) reconcile(ctx context.Context, db bun.IDB, rb *rebuild
 	for batch := range slices.Chunk(slices.Collect(maps.Keys(versions)), rb.cfg.BatchSize) {
 		streams, err := rb.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, aggregates.Or(rb.cfg.Decoders).Decoder(t.agg), batch)
 		if err != nil {
+			return err
+		}
+		if err := readErased(ctx, rb.cfg.Log, rb.cfg.Decoders, t.agg, nil, streams); err != nil {
 			return err
 		}
 		var rows []R

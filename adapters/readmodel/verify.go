@@ -98,6 +98,11 @@ func (t *table[V, PV, R]) verify(ctx context.Context, v *verifier) error {
 	err = v.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, tolerant(aggregates.Or(v.cfg.Decoders).Decoder(t.agg)), func(stream []event.Recorded) error {
 		id := stream[0].StreamID
 		seen[id] = true
+		one := map[string][]event.Recorded{id: stream}
+		if err := readErased(ctx, v.cfg.Log, v.cfg.Decoders, t.agg, tolerant, one); err != nil {
+			return err
+		}
+		stream = one[id]
 		streams[id] = stream
 		v.report.Streams++
 		v.report.Events += int64(len(stream))
@@ -172,6 +177,9 @@ func (t *table[V, PV, R]) recheck(ctx context.Context, v *verifier, differing ma
 	for batch := range slices.Chunk(slices.Collect(maps.Keys(differing)), v.cfg.BatchSize) {
 		streams, err := v.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, tolerant(aggregates.Or(v.cfg.Decoders).Decoder(t.agg)), batch)
 		if err != nil {
+			return nil, err
+		}
+		if err := readErased(ctx, v.cfg.Log, v.cfg.Decoders, t.agg, tolerant, streams); err != nil {
 			return nil, err
 		}
 		for _, id := range batch {
