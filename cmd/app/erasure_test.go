@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,8 +23,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 
 	"hearth/adapters/pubsub"
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 	"hearth/adapters/vault"
 	"hearth/app/command"
@@ -458,6 +461,80 @@ func TestRebuildAndVerifyKeepAnErasedCustomerErasedWhileTheKeyIsCached(t *testin
 	require.Nil(t, row.Body["notes"], "the rebuild brought the notes back: %s", row)
 	require.NotContains(t, row.Raw, "SECRET")
 	require.True(t, stale.Cached(c), "the test ran within the key's time in memory, as the rebuild did")
+}
+
+// A rebuild that caught up with an order parked in the orders projection
+// before its customer was erased, and swaps after the erasure reached the
+// live row (at the version it had: ForgetParked), swaps in a row that
+// shows the customer's notes no more than the live one did; the version
+// alone, which the erasure of a parked row does not move, cannot tell the
+// rebuild that its shadow row is out of date.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (architecture.md).
+func TestRebuildKeepsAParkedAggregateErasedDuringIt(t *testing.T) {
+	var poisoned atomic.Value // the id of the order whose version 2 fails
+	poisoned.Store("")
+	a := setupWith(t, pgtest.NewDB(t), func(_ *Config, ps []projector.Projection) {
+		for i := range ps {
+			if ps[i].Name != "orders" {
+				continue
+			}
+			apply, batch := ps[i].Apply, ps[i].ApplyBatch
+			fails := func(r event.Recorded) error {
+				if r.StreamID == poisoned.Load().(string) && r.Version == 2 {
+					return errors.New("test: version 2 of this order does not apply")
+				}
+				return nil
+			}
+			ps[i].Apply = func(ctx context.Context, r event.Recorded) error {
+				if err := fails(r); err != nil {
+					return err
+				}
+				return apply(ctx, r)
+			}
+			ps[i].ApplyBatch = func(ctx context.Context, recs []event.Recorded, also func(context.Context, bun.Tx) error) error {
+				for _, r := range recs {
+					if err := fails(r); err != nil {
+						return err
+					}
+				}
+				return batch(ctx, recs, also)
+			}
+		}
+	})
+	c := a.createCustomer(a.opA, "Ada")
+	order := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA, map[string]any{
+		"customer_id": c, "amount_cents": 100, "notes": "PARKED-SECRET notes"}).Body["id"].(string)
+	a.awaitOrder(a.opA, order, 1)
+	poisoned.Store(order)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+order+"/status", a.opA, map[string]any{"status": "confirmed"})
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/admin/parked", auth(a.admin), nil)
+		return err == nil && r.Status == http.StatusOK && intOf(r.Body["total"]) == 1
+	}, 20*time.Second, 10*time.Millisecond)
+
+	// The rebuild folds and catches up while the customer's key opens; the
+	// erasure comes as it is about to swap.
+	swapping := false
+	_, err := readmodel.Rebuild(t.Context(), readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders",
+		Progress: func(p ops.RebuildProgress) {
+			if p.Phase != "swap" || swapping {
+				return
+			}
+			swapping = true
+			a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+c+"/erase", a.opA, map[string]any{"confirm": c})
+			require.Eventually(t, func() bool {
+				r := a.do(http.MethodGet, "/v1/orders/"+order, a.opA, nil)
+				return r.Status == http.StatusOK && r.Body["notes"] == nil
+			}, 20*time.Second, 10*time.Millisecond, "the erasure reaches the parked order's row")
+		}})
+	require.NoError(t, err)
+	require.True(t, swapping)
+	row := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+order, a.opA, nil)
+	require.EqualValues(t, 1, row.Body["version"], "the row stays at the version it reached: %s", row)
+	require.Nil(t, row.Body["notes"], "the rebuild brought the notes back: %s", row)
+	require.NotContains(t, row.Raw, "SECRET")
 }
 
 // An erasure reaches an order whose events wait behind a parked one: its
