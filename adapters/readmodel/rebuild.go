@@ -53,7 +53,8 @@ type RebuildConfig struct {
 //     are folded again, rows the live projection has not created yet are
 //     dropped, so that the live projection, which continues from its own
 //     offset, applies every later event (and writes its change-log row)
-//     itself;
+//     itself; rows that show fields the live row reads as erased are folded
+//     again too (see behind);
 //  3. swap: in one read-model transaction, the live table is locked in
 //     EXCLUSIVE mode (reads go on; the live projection's next write waits),
 //     the last differences are caught up, the shadow table takes the live
@@ -245,8 +246,46 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 }
 
 // behind returns the aggregates whose shadow row is not at the version the
-// live projection has applied (0: not applied at all), from the change log.
+// live projection has applied (0: not applied at all), from the change log,
+// and those whose live row reads fields as erased that their shadow row
+// shows (at the version they have): the erasure of a parked aggregate
+// (ForgetParked) rewrites its row without moving its version, so a shadow
+// row caught up before it, folded while the key still opened, would
+// otherwise be swapped in with the erased text.
 func (t *table[V, PV, R]) behind(ctx context.Context, db bun.IDB, shadow string) (map[string]int, error) {
+	out, err := t.behindChangeLog(ctx, db, shadow)
+	if err != nil {
+		return nil, err
+	}
+	var erasable bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = ? AND column_name = 'erased')`, t.agg.Table).Scan(&erasable); err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", t.agg.Table, err)
+	}
+	if !erasable {
+		return out, nil
+	}
+	rows, err := db.QueryContext(ctx, `SELECT s.id::text, s.version FROM ? s JOIN ? l ON l.id = s.id WHERE l.erased IS DISTINCT FROM s.erased`,
+		bun.Ident(shadow), bun.Ident(t.agg.Table))
+	if err != nil {
+		return nil, fmt.Errorf("compare the erased fields of %s with %s: %w", shadow, t.agg.Table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var v int
+		if err := rows.Scan(&id, &v); err != nil {
+			return nil, err
+		}
+		if _, ok := out[id]; !ok {
+			out[id] = v
+		}
+	}
+	return out, rows.Err()
+}
+
+// behindChangeLog is behind's comparison with the change log.
+func (t *table[V, PV, R]) behindChangeLog(ctx context.Context, db bun.IDB, shadow string) (map[string]int, error) {
 	rows, err := db.QueryContext(ctx, `
 		SELECT COALESCE(c.id, s.id)::text, COALESCE(c.v, 0)
 		FROM (SELECT aggregate_id AS id, max(version) AS v FROM change_log WHERE aggregate_type = ? GROUP BY aggregate_id) c
