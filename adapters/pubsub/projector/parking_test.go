@@ -17,6 +17,7 @@ import (
 	"hearth/adapters/readmodel"
 	"hearth/app/ops"
 	"hearth/app/query"
+	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/internal/pgtest"
@@ -256,6 +257,58 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, changes, 3)
 	assert.Equal(t, event.SkippedType, changes[1].Action)
+	require.Empty(t, f.verify(t))
+}
+
+// Two operators who each skip the event that failed, naming no event (the
+// second skip waits for the first's lock), skip it once: the second finds
+// behind it an event that was never tried, and is refused rather than skip
+// that one too (a skipped event is skipped for good: in the read models,
+// verify, rebuilds, the event feed and webhooks). Named with --event it
+// can still be skipped untried.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (see TestParkingHoldsOneAggregateAndReplayRestoresIt).
+func TestTwoSkipsOfTheFailedEventSkipItOnce(t *testing.T) {
+	f := setup(t, pgtest.NewDB(t))
+	b := &breakable{f: f}
+	parking, err := projector.NewParking(f.ES, b.projection())
+	require.NoError(t, err)
+	op := f.operator(t, parking)
+	f.RunRouterWith(t, parking, b.projection())
+	ctx := context.Background()
+
+	id := f.CreateOrder(t)
+	require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
+	b.set(versionKey(id, 2))
+	f.step(t, id, order.StatusConfirmed)
+	require.Eventually(t, func() bool {
+		_, ok, err := parking.Parked(ctx, "orders", f.MerchantID, id)
+		return err == nil && ok
+	}, 20*time.Second, 10*time.Millisecond)
+	f.step(t, id, order.StatusDispatching)
+	require.Eventually(t, func() bool {
+		a, err := parking.Get(ctx, "orders", id)
+		return err == nil && a.Waiting == 2
+	}, 10*time.Second, 10*time.Millisecond)
+
+	res, err := op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, By: "ops:ada", Reason: "bad data"})
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Version)
+	_, err = op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, By: "ops:bob", Reason: "bad data"})
+	var rule *apperr.RuleError
+	require.ErrorAs(t, err, &rule, "the second skip, meant for version 2, finds version 3 untried")
+	require.Equal(t, "parked.skip_untried", rule.Rule)
+	a, err := parking.Get(ctx, "orders", id)
+	require.NoError(t, err)
+	require.Equal(t, 1, a.Waiting, "version 3 still waits")
+
+	replayed, err := op.Replay(ctx, "orders", id, "ops:ada")
+	require.NoError(t, err)
+	require.True(t, replayed.Unparked)
+	got, err := f.Orders.Get(ctx, query.Scope{MerchantID: f.MerchantID}, id)
+	require.NoError(t, err)
+	require.Equal(t, "dispatching", got.Status, "version 3 applied, not skipped")
 	require.Empty(t, f.verify(t))
 }
 
