@@ -198,8 +198,10 @@ const MaxSkipReason = 500
 
 // Skip skips the first waiting event of a parked aggregate: it is recorded
 // as skipped (who, why) and applied as a version bump, so the next event
-// follows it. The events behind it keep waiting (replay them next); when
-// none do, the aggregate is unparked.
+// follows it. Without s.EventID, the first event must be one that failed,
+// not one that became first by a skip (parking refuses it). The events
+// behind it keep waiting (replay them next); when none do, the aggregate is
+// unparked.
 func (o *Operator) Skip(ctx context.Context, s Skip) (SkipResult, error) {
 	if err := o.checkProjection(s.Projection); err != nil {
 		return SkipResult{}, err

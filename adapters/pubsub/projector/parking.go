@@ -349,32 +349,32 @@ type waitingEvent struct {
 }
 
 // lockParked locks the parked row for a replay or skip and reads its
-// waiting events in version order.
-func lockParked(ctx context.Context, tx *sql.Tx, projection, streamID string) ([]waitingEvent, error) {
-	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM parked_aggregates WHERE projection = $1 AND stream_id = $2 FOR UPDATE`,
-		projection, streamID).Scan(&one)
+// waiting events in version order, and whether the first of them has been
+// tried (see Skip).
+func lockParked(ctx context.Context, tx *sql.Tx, projection, streamID string) (_ []waitingEvent, firstTried bool, _ error) {
+	err := tx.QueryRowContext(ctx, `SELECT first_tried FROM parked_aggregates WHERE projection = $1 AND stream_id = $2 FOR UPDATE`,
+		projection, streamID).Scan(&firstTried)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, apperr.ErrNotFound
+		return nil, false, apperr.ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lock parked aggregate: %w", err)
+		return nil, false, fmt.Errorf("lock parked aggregate: %w", err)
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT version, envelope FROM parked_events
 		WHERE projection = $1 AND stream_id = $2 ORDER BY version`, projection, streamID)
 	if err != nil {
-		return nil, fmt.Errorf("read parked events: %w", err)
+		return nil, false, fmt.Errorf("read parked events: %w", err)
 	}
 	defer rows.Close()
 	var out []waitingEvent
 	for rows.Next() {
 		var w waitingEvent
 		if err := rows.Scan(&w.version, &w.env); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		out = append(out, w)
 	}
-	return out, rows.Err()
+	return out, firstTried, rows.Err()
 }
 
 // audit records the entry audit returns for res in tx, when Audit is set.
@@ -411,7 +411,7 @@ func (pk *Parking) Replay(ctx context.Context, projection, streamID string, audi
 // replay is Replay's work in its transaction.
 func (pk *Parking) replay(ctx context.Context, tx bun.Tx, p Projection, res *ops.ReplayResult) error {
 	projection, streamID := res.Projection, res.StreamID
-	waiting, err := lockParked(ctx, tx.Tx, projection, streamID)
+	waiting, _, err := lockParked(ctx, tx.Tx, projection, streamID)
 	if err != nil {
 		return err
 	}
@@ -433,7 +433,7 @@ func (pk *Parking) replay(ctx context.Context, tx bun.Tx, p Projection, res *ops
 				return err
 			}
 			_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates
-				SET reason = $3, first_event_id = $4, first_version = $5, attempts = attempts + 1, last_attempt_at = now()
+				SET reason = $3, first_event_id = $4, first_version = $5, first_tried = true, attempts = attempts + 1, last_attempt_at = now()
 				WHERE projection = $1 AND stream_id = $2`, projection, streamID, res.Error, first.ID, w.version)
 			return err
 		}
@@ -496,7 +496,11 @@ func (pk *Parking) applyFillingGap(ctx context.Context, p Projection, rec event.
 // s.Reason are required; ops.Operator checks them): it records who skipped
 // it and why (skipped_events), and applies it as event.Skipped, a version
 // bump with change-log action "skipped", so that the next event follows
-// it. s.EventID, when not empty, must name that first event. The events
+// it. s.EventID, when not empty, must name that first event; when empty,
+// the first event must have been tried (it failed), not have become first
+// by the skip of the one before it: two operators who each skip the event
+// that failed, the second waiting for the first's lock, would otherwise
+// skip the untried event behind it too, for good. The events
 // behind it keep waiting (replay them next); when none do, the aggregate is
 // unparked. The entry audit returns for the result is recorded in the
 // skip's transaction.
@@ -521,7 +525,7 @@ func (pk *Parking) Skip(ctx context.Context, s ops.Skip, auditOf func(ops.SkipRe
 // skip is Skip's work in its transaction.
 func (pk *Parking) skip(ctx context.Context, tx bun.Tx, p Projection, eventID string, res *ops.SkipResult) error {
 	projection, streamID, by, reason := res.Projection, res.StreamID, res.SkippedBy, res.Reason
-	waiting, err := lockParked(ctx, tx.Tx, projection, streamID)
+	waiting, firstTried, err := lockParked(ctx, tx.Tx, projection, streamID)
 	if err != nil {
 		return err
 	}
@@ -536,6 +540,10 @@ func (pk *Parking) skip(ctx context.Context, tx bun.Tx, p Projection, eventID st
 	if eventID != "" && eventID != rec.ID {
 		return &apperr.RuleError{Rule: "parked.skip_not_first",
 			Detail: fmt.Sprintf("only the first waiting event can be skipped: %s (version %d)", rec.ID, rec.Version)}
+	}
+	if eventID == "" && !firstTried {
+		return &apperr.RuleError{Rule: "parked.skip_untried",
+			Detail: fmt.Sprintf("event %s (version %d) has not been tried since the event before it was skipped: replay to try it, or name it (event_id) to skip it untried", rec.ID, rec.Version)}
 	}
 	if rec.Version == 1 {
 		return &apperr.RuleError{Rule: "parked.skip_first_event",
@@ -567,7 +575,7 @@ func (pk *Parking) skip(ctx context.Context, tx bun.Tx, p Projection, eventID st
 		ID string `json:"event_id"`
 	}
 	_ = json.Unmarshal(waiting[1].env, &next)
-	_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates SET reason = $3, first_event_id = $4, first_version = $5
+	_, err = tx.Tx.ExecContext(ctx, `UPDATE parked_aggregates SET reason = $3, first_event_id = $4, first_version = $5, first_tried = false
 		WHERE projection = $1 AND stream_id = $2`, projection, streamID,
 		fmt.Sprintf("version %d skipped by %s (%s); replay the events behind it", rec.Version, by, reason), next.ID, waiting[1].version)
 	return err

@@ -312,6 +312,41 @@ func TestTwoSkipsOfTheFailedEventSkipItOnce(t *testing.T) {
 	require.Empty(t, f.verify(t))
 }
 
+// Naming the untried event skips it: the operator said which.
+//
+// Not parallel: see TestTwoSkipsOfTheFailedEventSkipItOnce.
+func TestSkipOfAnUntriedEventItNames(t *testing.T) {
+	f := setup(t, pgtest.NewDB(t))
+	b := &breakable{f: f}
+	parking, err := projector.NewParking(f.ES, b.projection())
+	require.NoError(t, err)
+	op := f.operator(t, parking)
+	f.RunRouterWith(t, parking, b.projection())
+	ctx := context.Background()
+
+	id := f.CreateOrder(t)
+	require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
+	b.set(versionKey(id, 2))
+	f.step(t, id, order.StatusConfirmed)
+	require.Eventually(t, func() bool {
+		_, ok, err := parking.Parked(ctx, "orders", f.MerchantID, id)
+		return err == nil && ok
+	}, 20*time.Second, 10*time.Millisecond)
+	f.step(t, id, order.StatusDispatching)
+	require.Eventually(t, func() bool {
+		a, err := parking.Get(ctx, "orders", id)
+		return err == nil && a.Waiting == 2
+	}, 10*time.Second, 10*time.Millisecond)
+
+	_, err = op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, By: "ops:ada", Reason: "bad data"})
+	require.NoError(t, err)
+	v3 := f.Stream(t, id)[2].ID
+	res, err := op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, EventID: v3, By: "ops:ada", Reason: "bad too"})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Version)
+	require.True(t, res.Unparked)
+}
+
 // A parked aggregate's events that were applied before it parked, delivered
 // again (a crash or a leadership change before the subscriber acked its
 // batch; here the consumer group is rewound, the same redelivery), are not
