@@ -5820,7 +5820,7 @@ type Shift struct {
 
 // SkipInput defines model for SkipInput.
 type SkipInput struct {
-	// EventId the first waiting event; only it can be skipped (422 parked.skip_not_first), and never an aggregate's first (422 parked.skip_first_event) (a UUID in any case; stored and answered in lower case)
+	// EventId the first waiting event; only it can be skipped (422 parked.skip_not_first), and never an aggregate's first (422 parked.skip_first_event); left out, only an event that failed is skipped, not one behind a skipped event that has not been tried (422 parked.skip_untried) (a UUID in any case; stored and answered in lower case)
 	EventId openapi_types.UUID `json:"event_id"`
 	Reason  string             `json:"reason"`
 }
