@@ -445,8 +445,11 @@ func TestCancellingAFinishedRebuildIsAConflictAndNotAudited(t *testing.T) {
 // The parked subcommands refuse bad command lines as usage errors (exit 2)
 // naming the flag or argument, as `app rebuild` and `app keys` do: an
 // unknown projection, an aggregate id that is not a UUID, a skip without
-// --reason, and flags of another parked subcommand, which are otherwise
-// silently ignored (`parked skip ... --all` skips one event, not all).
+// --reason, flags of another parked subcommand, which are otherwise
+// silently ignored (`parked skip ... --all` skips one event, not all), and
+// an empty --projection (a script whose variable was empty), which read as
+// absent would replay every projection's parked aggregates (the admin API
+// refuses `projection=` for that reason).
 func TestParkedCLIBadInputIsAUsageError(t *testing.T) {
 	t.Parallel()
 	urls := pgtest.NewDB(t)
@@ -463,6 +466,8 @@ func TestParkedCLIBadInputIsAUsageError(t *testing.T) {
 		{"skip without --reason", []string{"parked", "skip", "orders", id}, "--reason"},
 		{"replay given --reason (a skip flag)", []string{"parked", "replay", "orders", id, "--reason", "why"}, "reason"},
 		{"skip given --all (a replay flag)", []string{"parked", "skip", "orders", id, "--reason", "why", "--all"}, "all"},
+		{"replay --all given an empty --projection", []string{"parked", "replay", "--all", "--projection", ""}, "--projection"},
+		{"list given an empty --projection", []string{"parked", "list", "--projection", " "}, "--projection"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := cli(t.Context(), urls, tc.args...)
