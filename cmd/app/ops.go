@@ -30,6 +30,9 @@ type opsFlags struct {
 	by         string
 	asJSON     bool
 	recheck    time.Duration
+	// projectionGiven says --projection was on the command line, so that
+	// an empty one is refused rather than read as every projection.
+	projectionGiven bool
 }
 
 // register registers the flags of cmd's subcommand sub only, so that a
@@ -151,6 +154,12 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, sub s
 	}
 	if err := checkParkedArgs(o, sub, args); err != nil {
 		return usage(err)
+	}
+	if o.projectionGiven && strings.TrimSpace(o.projection) == "" {
+		// A script whose variable was empty: read as absent, it would
+		// replay every projection's parked aggregates (the admin API
+		// refuses projection= for the same reason).
+		return usageError{verb + ": --projection must name a projection when given; leave it out for every projection"}
 	}
 	dbs, w, err := openWired(ctx, cfg, log)
 	if err != nil {
