@@ -23,8 +23,12 @@ type PlanNode struct {
 	ActualLoops  float64 `json:"Actual Loops"`
 	// RemovedByFilter is how many rows the node read and its filter
 	// dropped, per loop (after ExplainAnalyzed only).
-	RemovedByFilter float64    `json:"Rows Removed by Filter"`
-	Plans           []PlanNode `json:"Plans"`
+	RemovedByFilter float64 `json:"Rows Removed by Filter"`
+	// Buffers the node and those below it read, from the cache (hit) or
+	// not (read), over all loops (after ExplainBuffers only).
+	SharedHitBlocks  float64    `json:"Shared Hit Blocks"`
+	SharedReadBlocks float64    `json:"Shared Read Blocks"`
+	Plans            []PlanNode `json:"Plans"`
 }
 
 // Rows is how many rows the node returned in all (after ExplainAnalyzed
@@ -52,6 +56,13 @@ func Explain(t testing.TB, db Querier, q string) (PlanNode, string) {
 func ExplainAnalyzed(t testing.TB, db Querier, q string, args ...any) (PlanNode, string) {
 	t.Helper()
 	return explain(t, db, "ANALYZE, TIMING OFF, FORMAT JSON", q, args...)
+}
+
+// ExplainBuffers is ExplainAnalyzed that also counts the buffers each node
+// read (SharedHitBlocks, SharedReadBlocks).
+func ExplainBuffers(t testing.TB, db Querier, q string, args ...any) (PlanNode, string) {
+	t.Helper()
+	return explain(t, db, "ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON", q, args...)
 }
 
 func explain(t testing.TB, db Querier, options, q string, args ...any) (PlanNode, string) {
