@@ -16,7 +16,7 @@
 -- in place, a little slower; reference data is written rarely.
 --
 -- IF NOT EXISTS: on large tables an operator builds them CONCURRENTLY first
--- (docs/operations.md, upgrade notes for eventstore/028).
+-- (docs/operations.md, name search indexes).
 CREATE EXTENSION IF NOT EXISTS btree_gin;
 
 CREATE INDEX IF NOT EXISTS customers_merchant_name_trgm ON customers
