@@ -551,3 +551,47 @@ func TestRequestContextEndsWithWriteTimeout(t *testing.T) {
 	}()
 	require.ErrorIs(t, <-ended, context.DeadlineExceeded, "the server ended the request, not the client")
 }
+
+// A body that does not arrive within HTTP_READ_TIMEOUT (trickled, or
+// stalled) is answered 408 /problems/request-timeout, through the API's
+// real handler and server, with or without an Idempotency-Key (whose
+// handler reads the body first), and the connection is then closed: the
+// client is told why, rather than left with a 400 that blames its JSON or
+// a 500 logged as a fault of Hearth.
+func TestSlowBodyAnswers408(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	cfg := a.cfg
+	cfg.HTTPReadTimeout, cfg.HTTPWriteTimeout = 300*time.Millisecond, 10*time.Second
+	hcfg, err := httpConfig(cfg, a.dbs, a.w, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { closeConsole(hcfg.Console) })
+	handler, err := httpport.NewHandler(hcfg)
+	require.NoError(t, err)
+	srv := newHTTPServer(cfg, handler)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = serveOn(srv, ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	for name, extra := range map[string]string{
+		"plain":           "",
+		"idempotency key": "Idempotency-Key: " + uuid.New() + "\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close() })
+			require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second))) // the test's bound, far above the server's
+			_, err = io.WriteString(conn, "POST /v1/customers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+a.opA+"\r\n"+
+				extra+"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\":") // and never the rest
+			require.NoError(t, err)
+			raw, err := io.ReadAll(conn)
+			require.NoError(t, err, "the server answered and closed the connection (not the test's deadline)")
+			status, p := rawProblem(t, string(raw))
+			require.Equal(t, http.StatusRequestTimeout, status, "%s", raw)
+			require.Equal(t, "/problems/request-timeout", p.Type)
+		})
+	}
+	a.must(http.StatusOK, http.MethodGet, "/v1/customers", a.opA, nil) // nothing was written, and the API still serves
+}
