@@ -967,6 +967,7 @@ const (
 	ProblemsnotImplemented        ProblemType = "/problems/not-implemented"
 	ProblemspreconditionFailed    ProblemType = "/problems/precondition-failed"
 	ProblemsrateLimited           ProblemType = "/problems/rate-limited"
+	ProblemsrequestTimeout        ProblemType = "/problems/request-timeout"
 	ProblemsruleBroken            ProblemType = "/problems/rule-broken"
 	ProblemssecretShownOnce       ProblemType = "/problems/secret-shown-once"
 	Problemstimeout               ProblemType = "/problems/timeout"
@@ -1006,6 +1007,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemspreconditionFailed:
 		return true
 	case ProblemsrateLimited:
+		return true
+	case ProblemsrequestTimeout:
 		return true
 	case ProblemsruleBroken:
 		return true
@@ -6312,6 +6315,9 @@ type NotFound = Problem
 
 // PreconditionFailed RFC 9457 problem details (application/problem+json).
 type PreconditionFailed = Problem
+
+// RequestTimeout RFC 9457 problem details (application/problem+json).
+type RequestTimeout = Problem
 
 // TooManyRequests RFC 9457 problem details (application/problem+json).
 type TooManyRequests = Problem
@@ -18683,6 +18689,12 @@ type CreateKeyResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreateKeyResponse408Headers the declared response headers of an HTTP 408 response for CreateKey
+type CreateKeyResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CreateKeyResponse412Headers the declared response headers of an HTTP 412 response for CreateKey
 type CreateKeyResponse412Headers struct {
 	ETag *string
@@ -18739,6 +18751,8 @@ type CreateKeyResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -18761,6 +18775,8 @@ type CreateKeyResponse struct {
 	Headers401 *CreateKeyResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateKeyResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateKeyResponse408Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
 	Headers412 *CreateKeyResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
@@ -18795,6 +18811,11 @@ func (r CreateKeyResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateKeyResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateKeyResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
@@ -19090,6 +19111,12 @@ type RotateKeyResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// RotateKeyResponse408Headers the declared response headers of an HTTP 408 response for RotateKey
+type RotateKeyResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // RotateKeyResponse412Headers the declared response headers of an HTTP 412 response for RotateKey
 type RotateKeyResponse412Headers struct {
 	ETag *string
@@ -19148,6 +19175,8 @@ type RotateKeyResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -19172,6 +19201,8 @@ type RotateKeyResponse struct {
 	Headers403 *RotateKeyResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *RotateKeyResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *RotateKeyResponse408Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
 	Headers412 *RotateKeyResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
@@ -19211,6 +19242,11 @@ func (r RotateKeyResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RotateKeyResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r RotateKeyResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
@@ -20322,6 +20358,12 @@ type SkipParkedResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// SkipParkedResponse408Headers the declared response headers of an HTTP 408 response for SkipParked
+type SkipParkedResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // SkipParkedResponse409Headers the declared response headers of an HTTP 409 response for SkipParked
 type SkipParkedResponse409Headers struct {
 	CacheControl        *string
@@ -20386,6 +20428,8 @@ type SkipParkedResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -20412,6 +20456,8 @@ type SkipParkedResponse struct {
 	Headers403 *SkipParkedResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *SkipParkedResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *SkipParkedResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *SkipParkedResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -20453,6 +20499,11 @@ func (r SkipParkedResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r SkipParkedResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r SkipParkedResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -22066,6 +22117,12 @@ type CreateCatalogItemResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreateCatalogItemResponse408Headers the declared response headers of an HTTP 408 response for CreateCatalogItem
+type CreateCatalogItemResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CreateCatalogItemResponse409Headers the declared response headers of an HTTP 409 response for CreateCatalogItem
 type CreateCatalogItemResponse409Headers struct {
 	CacheControl        *string
@@ -22128,6 +22185,8 @@ type CreateCatalogItemResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -22152,6 +22211,8 @@ type CreateCatalogItemResponse struct {
 	Headers401 *CreateCatalogItemResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateCatalogItemResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateCatalogItemResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateCatalogItemResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -22188,6 +22249,11 @@ func (r CreateCatalogItemResponse) GetApplicationproblemJSON401() *Unauthenticat
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateCatalogItemResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateCatalogItemResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -22491,6 +22557,12 @@ type UpdateCatalogItemResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// UpdateCatalogItemResponse408Headers the declared response headers of an HTTP 408 response for UpdateCatalogItem
+type UpdateCatalogItemResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // UpdateCatalogItemResponse409Headers the declared response headers of an HTTP 409 response for UpdateCatalogItem
 type UpdateCatalogItemResponse409Headers struct {
 	CacheControl        *string
@@ -22555,6 +22627,8 @@ type UpdateCatalogItemResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -22581,6 +22655,8 @@ type UpdateCatalogItemResponse struct {
 	Headers403 *UpdateCatalogItemResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *UpdateCatalogItemResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *UpdateCatalogItemResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *UpdateCatalogItemResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -22622,6 +22698,11 @@ func (r UpdateCatalogItemResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UpdateCatalogItemResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r UpdateCatalogItemResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -22905,6 +22986,12 @@ type CreateCustomerResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreateCustomerResponse408Headers the declared response headers of an HTTP 408 response for CreateCustomer
+type CreateCustomerResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CreateCustomerResponse409Headers the declared response headers of an HTTP 409 response for CreateCustomer
 type CreateCustomerResponse409Headers struct {
 	CacheControl        *string
@@ -22967,6 +23054,8 @@ type CreateCustomerResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -22991,6 +23080,8 @@ type CreateCustomerResponse struct {
 	Headers401 *CreateCustomerResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateCustomerResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateCustomerResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateCustomerResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -23027,6 +23118,11 @@ func (r CreateCustomerResponse) GetApplicationproblemJSON401() *Unauthenticated 
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateCustomerResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateCustomerResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -23330,6 +23426,12 @@ type UpdateCustomerResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// UpdateCustomerResponse408Headers the declared response headers of an HTTP 408 response for UpdateCustomer
+type UpdateCustomerResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // UpdateCustomerResponse409Headers the declared response headers of an HTTP 409 response for UpdateCustomer
 type UpdateCustomerResponse409Headers struct {
 	CacheControl        *string
@@ -23394,6 +23496,8 @@ type UpdateCustomerResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -23420,6 +23524,8 @@ type UpdateCustomerResponse struct {
 	Headers403 *UpdateCustomerResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *UpdateCustomerResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *UpdateCustomerResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *UpdateCustomerResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -23461,6 +23567,11 @@ func (r UpdateCustomerResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UpdateCustomerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r UpdateCustomerResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -23569,6 +23680,12 @@ type EraseCustomerResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// EraseCustomerResponse408Headers the declared response headers of an HTTP 408 response for EraseCustomer
+type EraseCustomerResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // EraseCustomerResponse409Headers the declared response headers of an HTTP 409 response for EraseCustomer
 type EraseCustomerResponse409Headers struct {
 	CacheControl        *string
@@ -23633,6 +23750,8 @@ type EraseCustomerResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -23659,6 +23778,8 @@ type EraseCustomerResponse struct {
 	Headers403 *EraseCustomerResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *EraseCustomerResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *EraseCustomerResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *EraseCustomerResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -23700,6 +23821,11 @@ func (r EraseCustomerResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r EraseCustomerResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -24344,6 +24470,12 @@ type CreateOrderResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreateOrderResponse408Headers the declared response headers of an HTTP 408 response for CreateOrder
+type CreateOrderResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CreateOrderResponse409Headers the declared response headers of an HTTP 409 response for CreateOrder
 type CreateOrderResponse409Headers struct {
 	CacheControl        *string
@@ -24406,6 +24538,8 @@ type CreateOrderResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -24430,6 +24564,8 @@ type CreateOrderResponse struct {
 	Headers401 *CreateOrderResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateOrderResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateOrderResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateOrderResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -24466,6 +24602,11 @@ func (r CreateOrderResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateOrderResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateOrderResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -24780,6 +24921,12 @@ type UpdateOrderResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// UpdateOrderResponse408Headers the declared response headers of an HTTP 408 response for UpdateOrder
+type UpdateOrderResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // UpdateOrderResponse409Headers the declared response headers of an HTTP 409 response for UpdateOrder
 type UpdateOrderResponse409Headers struct {
 	CacheControl        *string
@@ -24844,6 +24991,8 @@ type UpdateOrderResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -24870,6 +25019,8 @@ type UpdateOrderResponse struct {
 	Headers403 *UpdateOrderResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *UpdateOrderResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *UpdateOrderResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *UpdateOrderResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -24911,6 +25062,11 @@ func (r UpdateOrderResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UpdateOrderResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r UpdateOrderResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -25021,6 +25177,12 @@ type AssignOrderResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// AssignOrderResponse408Headers the declared response headers of an HTTP 408 response for AssignOrder
+type AssignOrderResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // AssignOrderResponse409Headers the declared response headers of an HTTP 409 response for AssignOrder
 type AssignOrderResponse409Headers struct {
 	CacheControl        *string
@@ -25085,6 +25247,8 @@ type AssignOrderResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -25111,6 +25275,8 @@ type AssignOrderResponse struct {
 	Headers403 *AssignOrderResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *AssignOrderResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *AssignOrderResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AssignOrderResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -25152,6 +25318,11 @@ func (r AssignOrderResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r AssignOrderResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r AssignOrderResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -25262,6 +25433,12 @@ type CancelOrderResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// CancelOrderResponse408Headers the declared response headers of an HTTP 408 response for CancelOrder
+type CancelOrderResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CancelOrderResponse409Headers the declared response headers of an HTTP 409 response for CancelOrder
 type CancelOrderResponse409Headers struct {
 	CacheControl        *string
@@ -25326,6 +25503,8 @@ type CancelOrderResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -25352,6 +25531,8 @@ type CancelOrderResponse struct {
 	Headers403 *CancelOrderResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CancelOrderResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CancelOrderResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CancelOrderResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -25393,6 +25574,11 @@ func (r CancelOrderResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CancelOrderResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -25698,6 +25884,12 @@ type SettleOrderResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// SettleOrderResponse408Headers the declared response headers of an HTTP 408 response for SettleOrder
+type SettleOrderResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // SettleOrderResponse409Headers the declared response headers of an HTTP 409 response for SettleOrder
 type SettleOrderResponse409Headers struct {
 	CacheControl        *string
@@ -25762,6 +25954,8 @@ type SettleOrderResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -25788,6 +25982,8 @@ type SettleOrderResponse struct {
 	Headers403 *SettleOrderResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *SettleOrderResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *SettleOrderResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *SettleOrderResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -25829,6 +26025,11 @@ func (r SettleOrderResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r SettleOrderResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r SettleOrderResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -25939,6 +26140,12 @@ type ChangeOrderStatusResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ChangeOrderStatusResponse408Headers the declared response headers of an HTTP 408 response for ChangeOrderStatus
+type ChangeOrderStatusResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ChangeOrderStatusResponse409Headers the declared response headers of an HTTP 409 response for ChangeOrderStatus
 type ChangeOrderStatusResponse409Headers struct {
 	CacheControl        *string
@@ -26003,6 +26210,8 @@ type ChangeOrderStatusResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -26029,6 +26238,8 @@ type ChangeOrderStatusResponse struct {
 	Headers403 *ChangeOrderStatusResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ChangeOrderStatusResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *ChangeOrderStatusResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ChangeOrderStatusResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -26070,6 +26281,11 @@ func (r ChangeOrderStatusResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ChangeOrderStatusResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ChangeOrderStatusResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -26355,6 +26571,12 @@ type CreatePlanResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreatePlanResponse408Headers the declared response headers of an HTTP 408 response for CreatePlan
+type CreatePlanResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CreatePlanResponse409Headers the declared response headers of an HTTP 409 response for CreatePlan
 type CreatePlanResponse409Headers struct {
 	CacheControl        *string
@@ -26417,6 +26639,8 @@ type CreatePlanResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -26441,6 +26665,8 @@ type CreatePlanResponse struct {
 	Headers401 *CreatePlanResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreatePlanResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreatePlanResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreatePlanResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -26477,6 +26703,11 @@ func (r CreatePlanResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreatePlanResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -26791,6 +27022,12 @@ type ChangePlanResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ChangePlanResponse408Headers the declared response headers of an HTTP 408 response for ChangePlan
+type ChangePlanResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ChangePlanResponse409Headers the declared response headers of an HTTP 409 response for ChangePlan
 type ChangePlanResponse409Headers struct {
 	CacheControl        *string
@@ -26855,6 +27092,8 @@ type ChangePlanResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -26881,6 +27120,8 @@ type ChangePlanResponse struct {
 	Headers403 *ChangePlanResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ChangePlanResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *ChangePlanResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ChangePlanResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -26922,6 +27163,11 @@ func (r ChangePlanResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ChangePlanResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -27032,6 +27278,12 @@ type EndPlanResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// EndPlanResponse408Headers the declared response headers of an HTTP 408 response for EndPlan
+type EndPlanResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // EndPlanResponse409Headers the declared response headers of an HTTP 409 response for EndPlan
 type EndPlanResponse409Headers struct {
 	CacheControl        *string
@@ -27096,6 +27348,8 @@ type EndPlanResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -27122,6 +27376,8 @@ type EndPlanResponse struct {
 	Headers403 *EndPlanResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *EndPlanResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *EndPlanResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *EndPlanResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -27163,6 +27419,11 @@ func (r EndPlanResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r EndPlanResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -27273,6 +27534,12 @@ type MoveVisitResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// MoveVisitResponse408Headers the declared response headers of an HTTP 408 response for MoveVisit
+type MoveVisitResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // MoveVisitResponse409Headers the declared response headers of an HTTP 409 response for MoveVisit
 type MoveVisitResponse409Headers struct {
 	CacheControl        *string
@@ -27337,6 +27604,8 @@ type MoveVisitResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -27363,6 +27632,8 @@ type MoveVisitResponse struct {
 	Headers403 *MoveVisitResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *MoveVisitResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *MoveVisitResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *MoveVisitResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -27404,6 +27675,11 @@ func (r MoveVisitResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r MoveVisitResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -27514,6 +27790,12 @@ type PausePlanResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// PausePlanResponse408Headers the declared response headers of an HTTP 408 response for PausePlan
+type PausePlanResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // PausePlanResponse409Headers the declared response headers of an HTTP 409 response for PausePlan
 type PausePlanResponse409Headers struct {
 	CacheControl        *string
@@ -27578,6 +27860,8 @@ type PausePlanResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -27604,6 +27888,8 @@ type PausePlanResponse struct {
 	Headers403 *PausePlanResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PausePlanResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *PausePlanResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *PausePlanResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -27645,6 +27931,11 @@ func (r PausePlanResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r PausePlanResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -27755,6 +28046,12 @@ type ResumePlanResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ResumePlanResponse408Headers the declared response headers of an HTTP 408 response for ResumePlan
+type ResumePlanResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ResumePlanResponse409Headers the declared response headers of an HTTP 409 response for ResumePlan
 type ResumePlanResponse409Headers struct {
 	CacheControl        *string
@@ -27819,6 +28116,8 @@ type ResumePlanResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -27845,6 +28144,8 @@ type ResumePlanResponse struct {
 	Headers403 *ResumePlanResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ResumePlanResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *ResumePlanResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ResumePlanResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -27886,6 +28187,11 @@ func (r ResumePlanResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ResumePlanResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -27996,6 +28302,12 @@ type SkipVisitResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// SkipVisitResponse408Headers the declared response headers of an HTTP 408 response for SkipVisit
+type SkipVisitResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // SkipVisitResponse409Headers the declared response headers of an HTTP 409 response for SkipVisit
 type SkipVisitResponse409Headers struct {
 	CacheControl        *string
@@ -28060,6 +28372,8 @@ type SkipVisitResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -28086,6 +28400,8 @@ type SkipVisitResponse struct {
 	Headers403 *SkipVisitResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *SkipVisitResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *SkipVisitResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *SkipVisitResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -28127,6 +28443,11 @@ func (r SkipVisitResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r SkipVisitResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -28816,6 +29137,12 @@ type ChangeScheduleStatusResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ChangeScheduleStatusResponse408Headers the declared response headers of an HTTP 408 response for ChangeScheduleStatus
+type ChangeScheduleStatusResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ChangeScheduleStatusResponse409Headers the declared response headers of an HTTP 409 response for ChangeScheduleStatus
 type ChangeScheduleStatusResponse409Headers struct {
 	CacheControl        *string
@@ -28880,6 +29207,8 @@ type ChangeScheduleStatusResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -28906,6 +29235,8 @@ type ChangeScheduleStatusResponse struct {
 	Headers403 *ChangeScheduleStatusResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ChangeScheduleStatusResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *ChangeScheduleStatusResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ChangeScheduleStatusResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -28947,6 +29278,11 @@ func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON403() *Forbidden 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -29232,6 +29568,12 @@ type CreateServiceRequestResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreateServiceRequestResponse408Headers the declared response headers of an HTTP 408 response for CreateServiceRequest
+type CreateServiceRequestResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CreateServiceRequestResponse409Headers the declared response headers of an HTTP 409 response for CreateServiceRequest
 type CreateServiceRequestResponse409Headers struct {
 	CacheControl        *string
@@ -29294,6 +29636,8 @@ type CreateServiceRequestResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -29318,6 +29662,8 @@ type CreateServiceRequestResponse struct {
 	Headers401 *CreateServiceRequestResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateServiceRequestResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateServiceRequestResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateServiceRequestResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -29354,6 +29700,11 @@ func (r CreateServiceRequestResponse) GetApplicationproblemJSON401() *Unauthenti
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateServiceRequestResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateServiceRequestResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -29668,6 +30019,12 @@ type UpdateServiceRequestResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// UpdateServiceRequestResponse408Headers the declared response headers of an HTTP 408 response for UpdateServiceRequest
+type UpdateServiceRequestResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // UpdateServiceRequestResponse409Headers the declared response headers of an HTTP 409 response for UpdateServiceRequest
 type UpdateServiceRequestResponse409Headers struct {
 	CacheControl        *string
@@ -29732,6 +30089,8 @@ type UpdateServiceRequestResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -29758,6 +30117,8 @@ type UpdateServiceRequestResponse struct {
 	Headers403 *UpdateServiceRequestResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *UpdateServiceRequestResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *UpdateServiceRequestResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *UpdateServiceRequestResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -29799,6 +30160,11 @@ func (r UpdateServiceRequestResponse) GetApplicationproblemJSON403() *Forbidden 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UpdateServiceRequestResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r UpdateServiceRequestResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -29910,6 +30276,12 @@ type ConvertServiceRequestResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ConvertServiceRequestResponse408Headers the declared response headers of an HTTP 408 response for ConvertServiceRequest
+type ConvertServiceRequestResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ConvertServiceRequestResponse409Headers the declared response headers of an HTTP 409 response for ConvertServiceRequest
 type ConvertServiceRequestResponse409Headers struct {
 	CacheControl        *string
@@ -29974,6 +30346,8 @@ type ConvertServiceRequestResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -30000,6 +30374,8 @@ type ConvertServiceRequestResponse struct {
 	Headers403 *ConvertServiceRequestResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ConvertServiceRequestResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *ConvertServiceRequestResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ConvertServiceRequestResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -30041,6 +30417,11 @@ func (r ConvertServiceRequestResponse) GetApplicationproblemJSON403() *Forbidden
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ConvertServiceRequestResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ConvertServiceRequestResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -30151,6 +30532,12 @@ type ChangeServiceRequestStatusResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// ChangeServiceRequestStatusResponse408Headers the declared response headers of an HTTP 408 response for ChangeServiceRequestStatus
+type ChangeServiceRequestStatusResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // ChangeServiceRequestStatusResponse409Headers the declared response headers of an HTTP 409 response for ChangeServiceRequestStatus
 type ChangeServiceRequestStatusResponse409Headers struct {
 	CacheControl        *string
@@ -30215,6 +30602,8 @@ type ChangeServiceRequestStatusResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -30241,6 +30630,8 @@ type ChangeServiceRequestStatusResponse struct {
 	Headers403 *ChangeServiceRequestStatusResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ChangeServiceRequestStatusResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *ChangeServiceRequestStatusResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ChangeServiceRequestStatusResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -30282,6 +30673,11 @@ func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON403() *Forb
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -30564,6 +30960,12 @@ type PutSettingsResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// PutSettingsResponse408Headers the declared response headers of an HTTP 408 response for PutSettings
+type PutSettingsResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // PutSettingsResponse409Headers the declared response headers of an HTTP 409 response for PutSettings
 type PutSettingsResponse409Headers struct {
 	CacheControl        *string
@@ -30626,6 +31028,8 @@ type PutSettingsResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -30650,6 +31054,8 @@ type PutSettingsResponse struct {
 	Headers401 *PutSettingsResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *PutSettingsResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *PutSettingsResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *PutSettingsResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -30686,6 +31092,11 @@ func (r PutSettingsResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r PutSettingsResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -30969,6 +31380,12 @@ type CreateStaffMemberResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreateStaffMemberResponse408Headers the declared response headers of an HTTP 408 response for CreateStaffMember
+type CreateStaffMemberResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CreateStaffMemberResponse409Headers the declared response headers of an HTTP 409 response for CreateStaffMember
 type CreateStaffMemberResponse409Headers struct {
 	CacheControl        *string
@@ -31031,6 +31448,8 @@ type CreateStaffMemberResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -31055,6 +31474,8 @@ type CreateStaffMemberResponse struct {
 	Headers401 *CreateStaffMemberResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateStaffMemberResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateStaffMemberResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateStaffMemberResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -31091,6 +31512,11 @@ func (r CreateStaffMemberResponse) GetApplicationproblemJSON401() *Unauthenticat
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateStaffMemberResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateStaffMemberResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -31394,6 +31820,12 @@ type UpdateStaffMemberResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// UpdateStaffMemberResponse408Headers the declared response headers of an HTTP 408 response for UpdateStaffMember
+type UpdateStaffMemberResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // UpdateStaffMemberResponse409Headers the declared response headers of an HTTP 409 response for UpdateStaffMember
 type UpdateStaffMemberResponse409Headers struct {
 	CacheControl        *string
@@ -31458,6 +31890,8 @@ type UpdateStaffMemberResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -31484,6 +31918,8 @@ type UpdateStaffMemberResponse struct {
 	Headers403 *UpdateStaffMemberResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *UpdateStaffMemberResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *UpdateStaffMemberResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *UpdateStaffMemberResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -31525,6 +31961,11 @@ func (r UpdateStaffMemberResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UpdateStaffMemberResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r UpdateStaffMemberResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -31633,6 +32074,12 @@ type EraseStaffMemberResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// EraseStaffMemberResponse408Headers the declared response headers of an HTTP 408 response for EraseStaffMember
+type EraseStaffMemberResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // EraseStaffMemberResponse409Headers the declared response headers of an HTTP 409 response for EraseStaffMember
 type EraseStaffMemberResponse409Headers struct {
 	CacheControl        *string
@@ -31697,6 +32144,8 @@ type EraseStaffMemberResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -31723,6 +32172,8 @@ type EraseStaffMemberResponse struct {
 	Headers403 *EraseStaffMemberResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *EraseStaffMemberResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *EraseStaffMemberResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *EraseStaffMemberResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -31764,6 +32215,11 @@ func (r EraseStaffMemberResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r EraseStaffMemberResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -32076,6 +32532,12 @@ type PutWorkingHoursResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// PutWorkingHoursResponse408Headers the declared response headers of an HTTP 408 response for PutWorkingHours
+type PutWorkingHoursResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // PutWorkingHoursResponse409Headers the declared response headers of an HTTP 409 response for PutWorkingHours
 type PutWorkingHoursResponse409Headers struct {
 	CacheControl        *string
@@ -32140,6 +32602,8 @@ type PutWorkingHoursResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -32166,6 +32630,8 @@ type PutWorkingHoursResponse struct {
 	Headers403 *PutWorkingHoursResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PutWorkingHoursResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *PutWorkingHoursResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *PutWorkingHoursResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -32207,6 +32673,11 @@ func (r PutWorkingHoursResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r PutWorkingHoursResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -32475,6 +32946,12 @@ type CreateWebhookEndpointResponse403Headers struct {
 	XContentTypeOptions *string
 }
 
+// CreateWebhookEndpointResponse408Headers the declared response headers of an HTTP 408 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // CreateWebhookEndpointResponse409Headers the declared response headers of an HTTP 409 response for CreateWebhookEndpoint
 type CreateWebhookEndpointResponse409Headers struct {
 	CacheControl        *string
@@ -32537,6 +33014,8 @@ type CreateWebhookEndpointResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -32561,6 +33040,8 @@ type CreateWebhookEndpointResponse struct {
 	Headers401 *CreateWebhookEndpointResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateWebhookEndpointResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateWebhookEndpointResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateWebhookEndpointResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -32597,6 +33078,11 @@ func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON401() *Unauthent
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -33079,6 +33565,12 @@ type UpdateWebhookEndpointResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// UpdateWebhookEndpointResponse408Headers the declared response headers of an HTTP 408 response for UpdateWebhookEndpoint
+type UpdateWebhookEndpointResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // UpdateWebhookEndpointResponse409Headers the declared response headers of an HTTP 409 response for UpdateWebhookEndpoint
 type UpdateWebhookEndpointResponse409Headers struct {
 	CacheControl        *string
@@ -33143,6 +33635,8 @@ type UpdateWebhookEndpointResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -33169,6 +33663,8 @@ type UpdateWebhookEndpointResponse struct {
 	Headers403 *UpdateWebhookEndpointResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *UpdateWebhookEndpointResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *UpdateWebhookEndpointResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *UpdateWebhookEndpointResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -33210,6 +33706,11 @@ func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON403() *Forbidden
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -33917,6 +34418,12 @@ type RotateWebhookSecretResponse404Headers struct {
 	XContentTypeOptions *string
 }
 
+// RotateWebhookSecretResponse408Headers the declared response headers of an HTTP 408 response for RotateWebhookSecret
+type RotateWebhookSecretResponse408Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
 // RotateWebhookSecretResponse409Headers the declared response headers of an HTTP 409 response for RotateWebhookSecret
 type RotateWebhookSecretResponse409Headers struct {
 	CacheControl        *string
@@ -33981,6 +34488,8 @@ type RotateWebhookSecretResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
@@ -34007,6 +34516,8 @@ type RotateWebhookSecretResponse struct {
 	Headers403 *RotateWebhookSecretResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *RotateWebhookSecretResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *RotateWebhookSecretResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *RotateWebhookSecretResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -34048,6 +34559,11 @@ func (r RotateWebhookSecretResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RotateWebhookSecretResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -36538,6 +37054,13 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
 		var dest PreconditionFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -36700,6 +37223,23 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateKeyResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 412:
 		var headers CreateKeyResponse412Headers
 		if values := rsp.Header.Values("ETag"); len(values) > 0 {
@@ -37219,6 +37759,13 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
 		var dest PreconditionFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -37398,6 +37945,23 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers RotateKeyResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 412:
 		var headers RotateKeyResponse412Headers
 		if values := rsp.Header.Values("ETag"); len(values) > 0 {
@@ -39275,6 +39839,13 @@ func ParseSkipParkedResponse(rsp *http.Response) (*SkipParkedResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -39461,6 +40032,23 @@ func ParseSkipParkedResponse(rsp *http.Response) (*SkipParkedResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers SkipParkedResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers SkipParkedResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -42123,6 +42711,13 @@ func ParseCreateCatalogItemResponse(rsp *http.Response) (*CreateCatalogItemRespo
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -42306,6 +42901,23 @@ func ParseCreateCatalogItemResponse(rsp *http.Response) (*CreateCatalogItemRespo
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateCatalogItemResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateCatalogItemResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -42856,6 +43468,13 @@ func ParseUpdateCatalogItemResponse(rsp *http.Response) (*UpdateCatalogItemRespo
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -43049,6 +43668,23 @@ func ParseUpdateCatalogItemResponse(rsp *http.Response) (*UpdateCatalogItemRespo
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers UpdateCatalogItemResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers UpdateCatalogItemResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -43568,6 +44204,13 @@ func ParseCreateCustomerResponse(rsp *http.Response) (*CreateCustomerResponse, e
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -43751,6 +44394,23 @@ func ParseCreateCustomerResponse(rsp *http.Response) (*CreateCustomerResponse, e
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateCustomerResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateCustomerResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -44301,6 +44961,13 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -44494,6 +45161,23 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers UpdateCustomerResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers UpdateCustomerResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -44705,6 +45389,13 @@ func ParseEraseCustomerResponse(rsp *http.Response) (*EraseCustomerResponse, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -44898,6 +45589,23 @@ func ParseEraseCustomerResponse(rsp *http.Response) (*EraseCustomerResponse, err
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers EraseCustomerResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers EraseCustomerResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -46040,6 +46748,13 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -46237,6 +46952,23 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateOrderResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateOrderResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -46814,6 +47546,13 @@ func ParseUpdateOrderResponse(rsp *http.Response) (*UpdateOrderResponse, error) 
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -47021,6 +47760,23 @@ func ParseUpdateOrderResponse(rsp *http.Response) (*UpdateOrderResponse, error) 
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers UpdateOrderResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers UpdateOrderResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -47232,6 +47988,13 @@ func ParseAssignOrderResponse(rsp *http.Response) (*AssignOrderResponse, error) 
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -47439,6 +48202,23 @@ func ParseAssignOrderResponse(rsp *http.Response) (*AssignOrderResponse, error) 
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers AssignOrderResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers AssignOrderResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -47650,6 +48430,13 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -47857,6 +48644,23 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers CancelOrderResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CancelOrderResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -48407,6 +49211,13 @@ func ParseSettleOrderResponse(rsp *http.Response) (*SettleOrderResponse, error) 
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -48614,6 +49425,23 @@ func ParseSettleOrderResponse(rsp *http.Response) (*SettleOrderResponse, error) 
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers SettleOrderResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers SettleOrderResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -48825,6 +49653,13 @@ func ParseChangeOrderStatusResponse(rsp *http.Response) (*ChangeOrderStatusRespo
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -49032,6 +49867,23 @@ func ParseChangeOrderStatusResponse(rsp *http.Response) (*ChangeOrderStatusRespo
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers ChangeOrderStatusResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers ChangeOrderStatusResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -49551,6 +50403,13 @@ func ParseCreatePlanResponse(rsp *http.Response) (*CreatePlanResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -49748,6 +50607,23 @@ func ParseCreatePlanResponse(rsp *http.Response) (*CreatePlanResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreatePlanResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreatePlanResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -50325,6 +51201,13 @@ func ParseChangePlanResponse(rsp *http.Response) (*ChangePlanResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -50532,6 +51415,23 @@ func ParseChangePlanResponse(rsp *http.Response) (*ChangePlanResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers ChangePlanResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers ChangePlanResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -50743,6 +51643,13 @@ func ParseEndPlanResponse(rsp *http.Response) (*EndPlanResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -50950,6 +51857,23 @@ func ParseEndPlanResponse(rsp *http.Response) (*EndPlanResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers EndPlanResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers EndPlanResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -51161,6 +52085,13 @@ func ParseMoveVisitResponse(rsp *http.Response) (*MoveVisitResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -51368,6 +52299,23 @@ func ParseMoveVisitResponse(rsp *http.Response) (*MoveVisitResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers MoveVisitResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers MoveVisitResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -51579,6 +52527,13 @@ func ParsePausePlanResponse(rsp *http.Response) (*PausePlanResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -51786,6 +52741,23 @@ func ParsePausePlanResponse(rsp *http.Response) (*PausePlanResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers PausePlanResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers PausePlanResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -51997,6 +52969,13 @@ func ParseResumePlanResponse(rsp *http.Response) (*ResumePlanResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -52204,6 +53183,23 @@ func ParseResumePlanResponse(rsp *http.Response) (*ResumePlanResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers ResumePlanResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers ResumePlanResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -52415,6 +53411,13 @@ func ParseSkipVisitResponse(rsp *http.Response) (*SkipVisitResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -52622,6 +53625,23 @@ func ParseSkipVisitResponse(rsp *http.Response) (*SkipVisitResponse, error) {
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers SkipVisitResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers SkipVisitResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -53853,6 +54873,13 @@ func ParseChangeScheduleStatusResponse(rsp *http.Response) (*ChangeScheduleStatu
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -54060,6 +55087,23 @@ func ParseChangeScheduleStatusResponse(rsp *http.Response) (*ChangeScheduleStatu
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers ChangeScheduleStatusResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers ChangeScheduleStatusResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -54579,6 +55623,13 @@ func ParseCreateServiceRequestResponse(rsp *http.Response) (*CreateServiceReques
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -54776,6 +55827,23 @@ func ParseCreateServiceRequestResponse(rsp *http.Response) (*CreateServiceReques
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateServiceRequestResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateServiceRequestResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -55353,6 +56421,13 @@ func ParseUpdateServiceRequestResponse(rsp *http.Response) (*UpdateServiceReques
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -55560,6 +56635,23 @@ func ParseUpdateServiceRequestResponse(rsp *http.Response) (*UpdateServiceReques
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers UpdateServiceRequestResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers UpdateServiceRequestResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -55770,6 +56862,13 @@ func ParseConvertServiceRequestResponse(rsp *http.Response) (*ConvertServiceRequ
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
@@ -55985,6 +57084,23 @@ func ParseConvertServiceRequestResponse(rsp *http.Response) (*ConvertServiceRequ
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers ConvertServiceRequestResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers ConvertServiceRequestResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -56196,6 +57312,13 @@ func ParseChangeServiceRequestStatusResponse(rsp *http.Response) (*ChangeService
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -56403,6 +57526,23 @@ func ParseChangeServiceRequestStatusResponse(rsp *http.Response) (*ChangeService
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers ChangeServiceRequestStatusResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers ChangeServiceRequestStatusResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -56922,6 +58062,13 @@ func ParsePutSettingsResponse(rsp *http.Response) (*PutSettingsResponse, error) 
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -57098,6 +58245,23 @@ func ParsePutSettingsResponse(rsp *http.Response) (*PutSettingsResponse, error) 
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers PutSettingsResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers PutSettingsResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -57617,6 +58781,13 @@ func ParseCreateStaffMemberResponse(rsp *http.Response) (*CreateStaffMemberRespo
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -57800,6 +58971,23 @@ func ParseCreateStaffMemberResponse(rsp *http.Response) (*CreateStaffMemberRespo
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateStaffMemberResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateStaffMemberResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -58350,6 +59538,13 @@ func ParseUpdateStaffMemberResponse(rsp *http.Response) (*UpdateStaffMemberRespo
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -58543,6 +59738,23 @@ func ParseUpdateStaffMemberResponse(rsp *http.Response) (*UpdateStaffMemberRespo
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers UpdateStaffMemberResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers UpdateStaffMemberResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -58754,6 +59966,13 @@ func ParseEraseStaffMemberResponse(rsp *http.Response) (*EraseStaffMemberRespons
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -58947,6 +60166,23 @@ func ParseEraseStaffMemberResponse(rsp *http.Response) (*EraseStaffMemberRespons
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers EraseStaffMemberResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers EraseStaffMemberResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -59517,6 +60753,13 @@ func ParsePutWorkingHoursResponse(rsp *http.Response) (*PutWorkingHoursResponse,
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -59717,6 +60960,23 @@ func ParsePutWorkingHoursResponse(rsp *http.Response) (*PutWorkingHoursResponse,
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers PutWorkingHoursResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers PutWorkingHoursResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -60205,6 +61465,13 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -60395,6 +61662,23 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateWebhookEndpointResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateWebhookEndpointResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -61255,6 +62539,13 @@ func ParseUpdateWebhookEndpointResponse(rsp *http.Response) (*UpdateWebhookEndpo
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -61455,6 +62746,23 @@ func ParseUpdateWebhookEndpointResponse(rsp *http.Response) (*UpdateWebhookEndpo
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers UpdateWebhookEndpointResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers UpdateWebhookEndpointResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -62693,6 +64001,13 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -62893,6 +64208,23 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 			headers.XContentTypeOptions = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers RotateWebhookSecretResponse408Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers RotateWebhookSecretResponse409Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {

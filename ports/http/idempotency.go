@@ -59,9 +59,9 @@ func (s *server) idempotent(h handlerFunc) handlerFunc {
 		if err != nil {
 			return err
 		}
-		body, err := io.ReadAll(r.Body)
+		body, err := readBody(r)
 		if err != nil {
-			return err // too large: 413
+			return err // too large: 413; too slow: 408; cut off: 400
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		ifMatch := r.Header.Get("If-Match")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"unicode"
@@ -95,6 +96,8 @@ func ProblemOf(err error) (p Problem, ok bool) {
 	case errors.As(err, &tooBig):
 		p = newProblem(http.StatusRequestEntityTooLarge, "body-too-large",
 			fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit))
+	case errors.Is(err, errBodyTimeout):
+		p = newProblem(http.StatusRequestTimeout, "request-timeout", err.Error())
 	case errors.As(err, &invalid):
 		p = newProblem(http.StatusUnprocessableEntity, "validation-failed", invalid.Error())
 		p.Errors = invalid.Fields
@@ -237,12 +240,25 @@ func parseBody(body []byte, dst any) error {
 	return cleanInput(body, dst)
 }
 
+// errBodyTimeout is a request body that had not all arrived when the
+// server's read deadline passed (HTTP_READ_TIMEOUT): trickled or stalled.
+// It answers 408, which tells the client what happened; its request was not
+// malformed, and nothing failed in Hearth.
+var errBodyTimeout = errors.New("the request body did not arrive within the time the server allows for reading a request; send it at once")
+
+// readBody reads the whole body: a body over MaxBodyBytes is the
+// *http.MaxBytesError (413), one not arrived by the read deadline
+// errBodyTimeout (408), any other failure (the client went away mid-body) a
+// 400.
 func readBody(r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, errBodyTimeout
 		}
 		return nil, &badRequest{slug: "malformed-request", detail: "request body could not be read: " + err.Error()}
 	}
