@@ -595,3 +595,42 @@ func TestSlowBodyAnswers408(t *testing.T) {
 	}
 	a.must(http.StatusOK, http.MethodGet, "/v1/customers", a.opA, nil) // nothing was written, and the API still serves
 }
+
+// GET /metrics needs no key, and without ADMIN_ADDR is served on the public
+// listener: a flood of scrapes must not cost the databases a round of the
+// collectors' queries each (on the event store's pool, which the
+// projections use). Here the webhook collector's table is locked, so that
+// each round of its query waits (and is logged as unavailable) for its
+// 3 s: the concurrent scrapes share one round.
+func TestMetricsFloodSharesOneRoundOfQueries(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	started := startServe(t, map[string]string{"DATABASE_URL": url, "LOG_FORMAT": "json", "MODE": "api"})
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	tx, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(t.Context(), `LOCK TABLE webhook_endpoints IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	const scrapes = 8
+	client := &http.Client{Timeout: 30 * time.Second}
+	done := make(chan error, scrapes)
+	for range scrapes {
+		go func() {
+			res, err := client.Get("http://" + started.HTTPAddr + "/metrics")
+			if err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				err = res.Body.Close()
+			}
+			done <- err
+		}()
+	}
+	for range scrapes {
+		require.NoError(t, <-done)
+	}
+	require.NoError(t, tx.Rollback())
+	require.Equal(t, 1, strings.Count(started.stderr.String(), `"msg":"webhook metrics unavailable"`),
+		"one round of the webhook collector's query for %d concurrent scrapes", scrapes)
+}
