@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,8 +44,8 @@ func newTelemetry(dbs databases, projections []projector.Projection, log *slog.L
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		t.requests, t.durations,
-		projector.NewStatsCollector(dbs.es.DB, log, projections...),
-		pubsub.NewTopicStats(dbs.es.DB, log, topics(projections)...),
+		shared(projector.NewStatsCollector(dbs.es.DB, log, projections...)),
+		shared(pubsub.NewTopicStats(dbs.es.DB, log, topics(projections)...)),
 	} {
 		if err := t.reg.Register(c); err != nil {
 			return nil, err
@@ -53,6 +54,51 @@ func newTelemetry(dbs databases, projections []projector.Projection, log *slog.L
 	var err error
 	t.projections, err = projector.NewMetrics(t.reg)
 	return t, err
+}
+
+// scrapeEvery is how often the collectors that query the databases run:
+// the scrapes of /metrics within it of the last round, and those that come
+// while a round runs, share its metrics. /metrics needs no key, and without
+// ADMIN_ADDR it is on the public listener: a flood of it then costs the
+// databases one round of those queries per scrapeEvery, rather than one per
+// request, each of which would hold connections of the event store's pool
+// that the projections need.
+const scrapeEvery = 250 * time.Millisecond
+
+// sharedCollector is a collector that queries a database, run at most once
+// per scrapeEvery and one round at a time (shared).
+type sharedCollector struct {
+	prometheus.Collector
+	mu      sync.Mutex
+	at      time.Time // when the last round ended
+	metrics []prometheus.Metric
+}
+
+// shared makes c's rounds shared by the scrapes (scrapeEvery).
+func shared(c prometheus.Collector) prometheus.Collector {
+	return &sharedCollector{Collector: c}
+}
+
+func (c *sharedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// From the round's end, not its start: the scrapes that waited for a
+	// slow round share it rather than each run another.
+	if c.at.IsZero() || time.Since(c.at) >= scrapeEvery {
+		round := make(chan prometheus.Metric)
+		go func() {
+			defer close(round)
+			c.Collector.Collect(round)
+		}()
+		var metrics []prometheus.Metric
+		for m := range round {
+			metrics = append(metrics, m)
+		}
+		c.metrics, c.at = metrics, time.Now()
+	}
+	for _, m := range c.metrics {
+		ch <- m
+	}
 }
 
 // erasureCollector reports the erasures whose second pass has not run

@@ -40,7 +40,7 @@ func newRelay(cfg Config, dbs databases, w wiring, log *slog.Logger) (*leader.Un
 	if err != nil {
 		return nil, err
 	}
-	if err := w.telemetry.reg.Register(relay.NewLagCollector(dbs.es.DB, offsets, relay.Topics(), log)); err != nil {
+	if err := w.telemetry.reg.Register(shared(relay.NewLagCollector(dbs.es.DB, offsets, relay.Topics(), log))); err != nil {
 		return nil, err
 	}
 	// A new leader ends the sessions an earlier one left (its pool).

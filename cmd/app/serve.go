@@ -373,10 +373,10 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	if w.webhookMetrics, err = webhooks.NewMetrics(w.telemetry.reg); err != nil {
 		return wiring{}, err
 	}
-	if err := w.telemetry.reg.Register(webhooks.NewStatsCollector(dbs.es.DB, log)); err != nil {
+	if err := w.telemetry.reg.Register(shared(webhooks.NewStatsCollector(dbs.es.DB, log))); err != nil {
 		return wiring{}, err
 	}
-	if err := w.telemetry.reg.Register(newErasureCollector(w.erasures, log)); err != nil {
+	if err := w.telemetry.reg.Register(shared(newErasureCollector(w.erasures, log))); err != nil {
 		return wiring{}, err
 	}
 	if w.lags, err = newLagHistory(dbs, w); err != nil {
