@@ -75,7 +75,8 @@ func List(set Set) ([]Migration, error) {
 }
 
 // Apply applies the set's migrations that db has not seen yet and returns
-// how many it applied.
+// how many it applied. A version db recorded under another file's name is
+// an error: another build's migration of that number is not this one.
 func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
 	all, err := List(set)
 	if err != nil {
@@ -101,25 +102,20 @@ func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
 		PRIMARY KEY (set_name, version))`); err != nil {
 		return 0, fmt.Errorf("create hearth_migrations: %w", err)
 	}
-	done := map[int]bool{}
-	rows, err := tx.QueryContext(ctx, `SELECT version FROM hearth_migrations WHERE set_name = $1`, string(set))
+	done, err := recorded(ctx, tx, set)
 	if err != nil {
-		return 0, fmt.Errorf("read applied migrations: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		done[v] = true
-	}
-	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	rows.Close()
 	for _, m := range all {
-		if done[m.Version] {
+		if name, ok := done[m.Version]; ok {
+			// The version alone would take another build's migration of
+			// the same number (a branch, a fork) for this one, which then
+			// never runs: the name tells them apart.
+			if name != m.Name {
+				return 0, fmt.Errorf("migrations %s: the database recorded version %d as %s, but this binary's version %d is %s: "+
+					"it was migrated by another build of Hearth, and this binary's %s never ran there (see docs/operations.md, Upgrades)",
+					set, m.Version, name, m.Version, m.Name, m.Name)
+			}
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
@@ -135,6 +131,31 @@ func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
 		return 0, fmt.Errorf("commit migrations %s: %w", set, err)
 	}
 	return applied, nil
+}
+
+// recorded returns the set's versions recorded in hearth_migrations, with
+// the name of the file each was applied from.
+func recorded(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, set Set) (map[int]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT version, name FROM hearth_migrations WHERE set_name = $1`, string(set))
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations %s: %w", set, err)
+	}
+	defer rows.Close()
+	done := map[int]string{}
+	for rows.Next() {
+		var v int
+		var name string
+		if err := rows.Scan(&v, &name); err != nil {
+			return nil, fmt.Errorf("read applied migrations %s: %w", set, err)
+		}
+		done[v] = name
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read applied migrations %s: %w", set, err)
+	}
+	return done, nil
 }
 
 func errorsJoinRollback(err error, tx *sql.Tx) error {
