@@ -133,6 +133,40 @@ func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
 	return applied, nil
 }
 
+// Unknown returns the set's migrations db records as applied that this
+// binary does not have (Version and Name; no SQL), in version order: the
+// schema is newer than the binary, which happens during a rolling upgrade
+// (an instance of the previous release starting after the first new one
+// migrated) and after a rollback. Apply does not refuse such a database,
+// since the rollout needs those instances to start; whether the binary
+// works on that schema is the newer release's promise, not this one's.
+func Unknown(ctx context.Context, db *sql.DB, set Set) ([]Migration, error) {
+	all, err := List(set)
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("read applied migrations %s: %w", set, err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	done, err := recorded(ctx, db, set)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range all {
+		delete(done, m.Version)
+	}
+	var out []Migration
+	for v, name := range done {
+		out = append(out, Migration{Version: v, Name: name})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
 // recorded returns the set's versions recorded in hearth_migrations, with
 // the name of the file each was applied from.
 func recorded(ctx context.Context, q interface {

@@ -116,6 +116,18 @@ func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 		log.Info("migrations applied", "set", step.set, "new", n)
+		unknown, err := migrations.Unknown(ctx, step.db.DB, step.set)
+		if err != nil {
+			return err
+		}
+		if len(unknown) > 0 {
+			names := make([]string, len(unknown))
+			for i, m := range unknown {
+				names[i] = m.Name
+			}
+			log.Warn("the database holds migrations this binary does not know: it is older than the schema, which only the previous release's binary during a rolling upgrade may be (docs/operations.md, Upgrades)",
+				"set", step.set, "versions", strings.Join(names, ","))
+		}
 	}
 	return nil
 }
