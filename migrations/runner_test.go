@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -61,4 +62,48 @@ func TestUnknownNamesTheVersionsOfANewerRelease(t *testing.T) {
 	unknown, err = migrations.Unknown(ctx, db, migrations.ReadModel)
 	require.NoError(t, err)
 	require.Empty(t, unknown, "per set")
+}
+
+// A migration that changes a table must wait for every session using it,
+// and while it waits every other session's statement on that table queues
+// behind it: a transaction that stays open on the table (a pg_dump, an
+// operator's psql) would stop the API's writes for as long as it stays.
+// Apply gives up after a bound instead, applies nothing, and says which
+// migration waited; once the table is free, it applies.
+func TestApplyGivesUpOnATableHeldByAnotherSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewEmptyDB(t)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	later := applyBefore(t, db, 24) // 024 alters api_keys
+
+	holder, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = holder.ExecContext(ctx, `SELECT count(*) FROM api_keys`)
+	require.NoError(t, err)
+
+	// The deadline only bounds the test should Apply wait for ever.
+	bounded, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err = migrations.Apply(bounded, db, migrations.EventStore)
+	require.Error(t, err)
+	require.NoError(t, bounded.Err(), "Apply gave up on its own, not at the test's deadline")
+	require.ErrorContains(t, err, "024_key_replaced_by.sql")
+	require.ErrorContains(t, err, "lock_timeout")
+
+	var recorded int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM hearth_migrations WHERE version >= 24`).Scan(&recorded))
+	require.Zero(t, recorded, "nothing applied: the run is one transaction")
+
+	// Another session's write to the table is not held behind Apply now.
+	_, err = db.ExecContext(bounded, `UPDATE api_keys SET name = name`)
+	require.NoError(t, err)
+
+	require.NoError(t, holder.Rollback())
+	n, err := migrations.Apply(ctx, db, migrations.EventStore)
+	require.NoError(t, err)
+	require.Equal(t, later, n)
 }
