@@ -6,7 +6,11 @@
 // log) for READMODEL_DATABASE_URL. When both URLs name one database, both
 // sets go into it. Applying is idempotent, and safe when several instances
 // start at once: each run holds a transaction-scoped advisory lock while it
-// reads what is applied and applies the rest, all in one transaction.
+// reads what is applied and applies the rest, all in one transaction, so a
+// run that fails or is killed half-way leaves the set as it found it. A
+// migration waits at most LockTimeout for a table the running instances
+// use; a version recorded under another file's name is refused; versions
+// recorded that the binary does not have are left alone (Unknown).
 package migrations
 
 import (
@@ -20,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"hearth/internal/advisory"
 )
@@ -38,6 +43,11 @@ const (
 // lockKey is the advisory lock that serialises migration runs; its value
 // is fixed (see package advisory).
 const lockKey = advisory.MigrationsKey
+
+// LockTimeout bounds how long a migration waits for a lock on a table it
+// changes (lock_timeout), while the running instances' statements on that
+// table queue behind it.
+const LockTimeout = 5 * time.Second
 
 // Migration is one numbered SQL file.
 type Migration struct {
@@ -94,6 +104,18 @@ func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey); err != nil {
 		return 0, fmt.Errorf("lock: %w", err)
 	}
+	// Set after the advisory lock, which an instance waits for while
+	// another migrates (as long as that takes). A migration that changes
+	// a table waits for every transaction on it, and every statement of
+	// the running instances on that table queues behind it meanwhile: a
+	// transaction left open on it (a pg_dump, a psql) would stop their
+	// writes for as long as it stays. Giving up rolls the run back, so the
+	// old instances go on serving and the next start tries again. A
+	// lock_timeout the session already has (set in the URL) is kept.
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true) WHERE current_setting('lock_timeout') = '0'`,
+		strconv.FormatInt(LockTimeout.Milliseconds(), 10)); err != nil {
+		return 0, fmt.Errorf("set lock_timeout: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS hearth_migrations (
 		set_name   text NOT NULL,
 		version    integer NOT NULL,
@@ -119,6 +141,12 @@ func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			var state interface{ SQLState() string }
+			if errors.As(err, &state) && state.SQLState() == "55P03" { // lock_not_available
+				return 0, fmt.Errorf("apply %s/%s: a table it changes stayed in use by another session for longer than lock_timeout; "+
+					"none of this run's migrations was applied: find the session in pg_stat_activity (a long transaction, a pg_dump) and start again "+
+					"(docs/operations.md, Upgrades): %w", set, m.Name, err)
+			}
 			return 0, fmt.Errorf("apply %s/%s: %w", set, m.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO hearth_migrations (set_name, version, name) VALUES ($1, $2, $3)`,
