@@ -38,3 +38,27 @@ func TestMigrateWarnsOfASchemaNewerThanTheBinary(t *testing.T) {
 		})
 	}
 }
+
+// With the two URLs swapped, the event store's migrations would build an
+// empty event store in the read model's database (and the read model's
+// tables in the event store's), and the instance would serve from it: every
+// key unknown, a key created there a key of a store nobody else reads. The
+// start-up must stop instead, naming the mistake, and create nothing.
+func TestMigrateRefusesSwappedDatabaseURLs(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	var out bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	cfg := Config{DatabaseURL: urls.ReadModel, ReadModelDatabaseURL: urls.EventStore}
+	err := migrate(t.Context(), cfg, log)
+	require.ErrorContains(t, err, "swapped")
+
+	for url, table := range map[string]string{urls.ReadModel: "events", urls.EventStore: "change_log"} {
+		db, err := sql.Open("pgx", url)
+		require.NoError(t, err)
+		var exists bool
+		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists))
+		require.NoError(t, db.Close())
+		require.False(t, exists, "%s created where it does not belong", table)
+	}
+}
