@@ -195,6 +195,35 @@ func Unknown(ctx context.Context, db *sql.DB, set Set) ([]Migration, error) {
 	return out, nil
 }
 
+// Sets returns the sets db records at least one migration of; none when
+// it has no hearth_migrations (a new database).
+func Sets(ctx context.Context, db *sql.DB) ([]Set, error) {
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	rows, err := db.QueryContext(ctx, `SELECT DISTINCT set_name FROM hearth_migrations ORDER BY set_name`)
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	defer rows.Close()
+	var out []Set
+	for rows.Next() {
+		var set string
+		if err := rows.Scan(&set); err != nil {
+			return nil, fmt.Errorf("read applied migrations: %w", err)
+		}
+		out = append(out, Set(set))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	return out, nil
+}
+
 // recorded returns the set's versions recorded in hearth_migrations, with
 // the name of the file each was applied from.
 func recorded(ctx context.Context, q interface {

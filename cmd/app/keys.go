@@ -109,6 +109,10 @@ func openAdminTools(ctx context.Context, cfg Config) (adminTools, error) {
 		return adminTools{}, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	t := adminTools{close: func() { _ = db.Close() }}
+	if err := checkNotOther(ctx, db, "DATABASE_URL", migrations.EventStore, migrations.ReadModel); err != nil {
+		t.close()
+		return adminTools{}, err
+	}
 	if _, err := migrations.Apply(ctx, db.DB, migrations.EventStore); err != nil {
 		t.close()
 		return adminTools{}, err

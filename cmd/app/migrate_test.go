@@ -52,6 +52,8 @@ func TestMigrateRefusesSwappedDatabaseURLs(t *testing.T) {
 	cfg := Config{DatabaseURL: urls.ReadModel, ReadModelDatabaseURL: urls.EventStore}
 	err := migrate(t.Context(), cfg, log)
 	require.ErrorContains(t, err, "swapped")
+	_, err = openAdminTools(t.Context(), cfg) // app keys, app audit: the event store alone
+	require.ErrorContains(t, err, "swapped")
 
 	for url, table := range map[string]string{urls.ReadModel: "events", urls.EventStore: "change_log"} {
 		db, err := sql.Open("pgx", url)

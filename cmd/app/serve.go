@@ -107,6 +107,11 @@ func (d databases) close() {
 }
 
 func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
+	if d.rm != d.es {
+		if err := d.checkNotSwapped(ctx); err != nil {
+			return err
+		}
+	}
 	for _, step := range []struct {
 		db  *bun.DB
 		set migrations.Set
@@ -128,6 +133,33 @@ func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
 			log.Warn("the database holds migrations this binary does not know: it is older than the schema, which only the previous release's binary during a rolling upgrade may be (docs/operations.md, Upgrades)",
 				"set", step.set, "versions", strings.Join(names, ","))
 		}
+	}
+	return nil
+}
+
+// checkNotSwapped refuses two databases of which one records only the other
+// one's set: with DATABASE_URL and READMODEL_DATABASE_URL swapped, each set
+// would be applied where it does not belong (nothing stops it: the names
+// differ) and the instance would serve from an empty event store. One
+// database holding both sets (a layout moved to two) is not refused.
+func (d databases) checkNotSwapped(ctx context.Context) error {
+	if err := checkNotOther(ctx, d.es, "DATABASE_URL", migrations.EventStore, migrations.ReadModel); err != nil {
+		return err
+	}
+	return checkNotOther(ctx, d.rm, "READMODEL_DATABASE_URL", migrations.ReadModel, migrations.EventStore)
+}
+
+// checkNotOther refuses a database that records other's migrations and none
+// of wants': it is the other database. The event store's set is applied
+// first wherever both go, so no database of either layout is in that state.
+func checkNotOther(ctx context.Context, db *bun.DB, setting string, wants, other migrations.Set) error {
+	sets, err := migrations.Sets(ctx, db.DB)
+	if err != nil {
+		return fmt.Errorf("%s: %w", setting, err)
+	}
+	if slices.Contains(sets, other) && !slices.Contains(sets, wants) {
+		return fmt.Errorf("%s names a database that holds the %s migrations and none of the %s ones: "+
+			"are DATABASE_URL and READMODEL_DATABASE_URL swapped? Nothing was migrated", setting, other, wants)
 	}
 	return nil
 }
