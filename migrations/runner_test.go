@@ -107,3 +107,23 @@ func TestApplyGivesUpOnATableHeldByAnotherSession(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, later, n)
 }
+
+// A database that holds the set's tables but no record of its migrations
+// (restored without hearth_migrations, or its rows deleted) makes the first
+// migration fail on a table that exists: the error must say what is
+// missing, not only Postgres' "already exists".
+func TestApplyNamesAMissingRecordOfMigrations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sql.Open("pgx", pgtest.NewEmptyDB(t))
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = migrations.Apply(ctx, db, migrations.ReadModel)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `DROP TABLE hearth_migrations`)
+	require.NoError(t, err)
+
+	_, err = migrations.Apply(ctx, db, migrations.ReadModel)
+	require.ErrorContains(t, err, "001_init.sql")
+	require.ErrorContains(t, err, "hearth_migrations records none of")
+}
