@@ -142,7 +142,13 @@ func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
 		}
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			var state interface{ SQLState() string }
-			if errors.As(err, &state) && state.SQLState() == "55P03" { // lock_not_available
+			errors.As(err, &state)
+			if len(done) == 0 && state != nil && (state.SQLState() == "42P07" || state.SQLState() == "42710") { // duplicate_table, duplicate_object
+				return 0, fmt.Errorf("apply %s/%s: the database already holds what it creates, but hearth_migrations records none of the %s migrations: "+
+					"it was restored or copied without hearth_migrations, or is another application's; nothing was applied (docs/operations.md, Upgrades): %w",
+					set, m.Name, set, err)
+			}
+			if state != nil && state.SQLState() == "55P03" { // lock_not_available
 				return 0, fmt.Errorf("apply %s/%s: a table it changes stayed in use by another session for longer than lock_timeout; "+
 					"none of this run's migrations was applied: find the session in pg_stat_activity (a long transaction, a pg_dump) and start again "+
 					"(docs/operations.md, Upgrades): %w", set, m.Name, err)
