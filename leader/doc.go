@@ -89,7 +89,10 @@
 // A Scheduler counts the live workers and keeps each to its fair share of
 // the units: ceil(units / live workers), so that every unit has a taker
 // (3 units on 3 workers: one each; on 2 workers: two and one; 4 units on 3
-// workers may split 2, 2, 0, which is within the share).
+// workers may split 2, 2, 0, which is within the share). Every unit counts
+// alike, whatever its work: with Hearth's four projections and three other
+// units on 2 workers, one may lead the four projections and the other the
+// three others.
 //
 // Counting. Each worker keeps one more dedicated session, its membership
 // session, named [WorkerApplicationName] ("hearth-worker"), with the same
@@ -120,10 +123,10 @@
 // message in flight finishes or is rolled back and redelivered, the lock
 // is released explicitly), the unit rests, and a worker below its share
 // takes it within RetryInterval. One unit at a time, each once the last is
-// released. So a worker that starts takes its share within about two
-// checks and a takeover (about 1.3 s), with no one restarted; a worker
-// that leaves frees its units, which the others, now below their larger
-// share, take as after a kill.
+// released. So a worker that starts takes each unit of its share about two
+// checks and a takeover (about 1.3 s) after the last, with no one
+// restarted; a worker that leaves frees its units, which the others, now
+// below their larger share, take as after a kill.
 //
 // # Rolling upgrade
 //
