@@ -185,10 +185,14 @@ func TestAReplicaAlreadyBehindAtOpenIsSkipped(t *testing.T) {
 	require.NoError(t, err)
 	_, err = primary.ExecContext(ctx, `INSERT INTO replica_lag_probe VALUES (1)`)
 	require.NoError(t, err)
-	const maxLag = 100 * time.Millisecond
+	// Longer than Open's settle waits for the paused replica to replay its
+	// sample (checkTimeout): a lag measured against that one sample would be
+	// about checkTimeout, within maxLag, and the replica used. With a
+	// shorter maxLag that lag exceeds it too, and the test cannot tell.
+	const maxLag = checkTimeout + time.Second
 	// The lag is time itself: with its replay paused since the write, the
 	// replica is further behind than maxLag once that much has passed.
-	time.Sleep(2 * maxLag)
+	time.Sleep(maxLag + 100*time.Millisecond)
 
 	m, err := NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
