@@ -409,6 +409,25 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 // Deliveries are signed (Standard Webhooks), carry the public event, and
 // reach the receiver in order per aggregate; the log, the test ping, a
 // redelivery and the metrics show them.
+// A delivery id in the path that is not a UUID answers as any other path
+// id does: 400 /problems/invalid-id naming it, so that a client branches on
+// one type for one mistake.
+func TestWebhookDeliveryPathIDIsChecked(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	r := a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "https://hooks.example.com/hearth"})
+	path := "/v1/webhook-endpoints/" + r.Body["id"].(string) + "/deliveries/not-a-uuid"
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		p := path
+		if method == http.MethodPost {
+			p += "/redeliver"
+		}
+		got := a.do(method, p, a.opA, nil)
+		requireProblem(t, got, http.StatusBadRequest, "/problems/invalid-id")
+		require.Equal(t, []string{"delivery_id"}, problemFields(got), "%s", got)
+	}
+}
+
 func TestWebhookDelivery(t *testing.T) {
 	t.Parallel()
 	a := withWebhooks(t, pgtest.NewDB(t), nil)
