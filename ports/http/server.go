@@ -658,11 +658,15 @@ func correlationID(r *http.Request) string {
 }
 
 // pathID reads the {id} path value, which must be a UUID.
-func pathID(r *http.Request) (string, error) {
-	id, ok := uuid.Parse(r.PathValue("id"))
+func pathID(r *http.Request) (string, error) { return pathUUID(r, "id") }
+
+// pathUUID reads the path value name, which must be a UUID: every path id
+// that is not one answers the same 400 /problems/invalid-id, naming it.
+func pathUUID(r *http.Request, name string) (string, error) {
+	id, ok := uuid.Parse(r.PathValue(name))
 	if !ok {
-		return "", &badRequest{slug: "invalid-id", detail: "id in the path must be a UUID, got " + strconv.Quote(r.PathValue("id")),
-			fields: []apperr.FieldError{{Field: "id", Message: "must be a UUID"}}}
+		return "", &badRequest{slug: "invalid-id", detail: name + " in the path must be a UUID, got " + strconv.Quote(r.PathValue(name)),
+			fields: []apperr.FieldError{{Field: name, Message: "must be a UUID"}}}
 	}
 	return id, nil
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"hearth/app/command"
-	"hearth/domain/uuid"
 	"hearth/domain/webhook"
 )
 
@@ -234,9 +233,8 @@ func deliveryPath(r *http.Request) (endpointID, deliveryID string, err error) {
 	if endpointID, err = pathID(r); err != nil {
 		return "", "", err
 	}
-	deliveryID, ok := uuid.Parse(r.PathValue("delivery_id"))
-	if !ok {
-		return "", "", malformed("delivery_id", "must be a UUID, got %q", r.PathValue("delivery_id"))
+	if deliveryID, err = pathUUID(r, "delivery_id"); err != nil {
+		return "", "", err
 	}
 	return endpointID, deliveryID, nil
 }
