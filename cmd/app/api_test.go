@@ -368,6 +368,40 @@ func requireProblem(t *testing.T, r response, status int, typ string) {
 	require.NotEmpty(t, r.Body["detail"], "%s", r)
 }
 
+// A problem says what is wrong with a value without sending a large one
+// back: a client that sent a mistaken 500 KiB string must not get it back
+// twice (in detail and in errors), and a log or a proxy that keeps answers
+// must not hold it. Each answer stays small and still names the field.
+func TestProblemsDoNotEchoLargeInputs(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	big := strings.Repeat("x", 500<<10)
+	long := strings.Repeat("x", 30<<10) // within the 64 KiB of a request's line and headers
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		status             int
+		field              string
+	}{
+		{"a time in the body", "POST", "/v1/orders", map[string]any{"customer_id": customer, "scheduled_start_at": big}, 400, "scheduled_start_at"},
+		{"an unknown field", "POST", "/v1/orders", `{"customer_id":"` + customer + `","` + big + `":1}`, 400, ""},
+		{"a number of the wrong type", "POST", "/v1/orders", `{"customer_id":"` + customer + `","amount_cents":1` + strings.Repeat("0", 500<<10) + `}`, 400, "amount_cents"},
+		{"an event type", "POST", "/v1/webhook-endpoints", map[string]any{"url": "https://hooks.example.com/h", "event_types": []string{big}}, 422, "event_types[0]"},
+		{"a path id", "GET", "/v1/orders/" + long, nil, 400, "id"},
+		{"a query parameter", "GET", "/v1/orders?from=" + long, nil, 400, "from"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := a.do(tc.method, tc.path, a.opA, tc.body)
+			require.Equal(t, tc.status, r.Status, "%.500s", r)
+			require.Less(t, len(r.Raw), 4<<10, "%.500s", r)
+			if tc.field != "" {
+				require.Equal(t, []string{tc.field}, problemFields(r), "%.500s", r)
+			}
+		})
+	}
+}
+
 // problemFields lists the fields named in a problem's errors.
 func problemFields(r response) []string {
 	var fields []string
