@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrNotFound means the entity does not exist for the caller's merchant. A
@@ -48,7 +49,7 @@ func (e *ValidationError) FieldNames() []string {
 
 // Invalid returns a ValidationError for one field.
 func Invalid(field, format string, args ...any) *ValidationError {
-	return &ValidationError{Fields: []FieldError{{Field: field, Message: fmt.Sprintf(format, args...)}}}
+	return &ValidationError{Fields: []FieldError{{Field: field, Message: Message(format, args...)}}}
 }
 
 // Fields collects field errors; Err returns nil when there are none.
@@ -56,7 +57,66 @@ type Fields []FieldError
 
 // Add records a field error.
 func (f *Fields) Add(field, format string, args ...any) {
-	*f = append(*f, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	*f = append(*f, FieldError{Field: field, Message: Message(format, args...)})
+}
+
+// MaxQuoted bounds, in bytes, a value a message quotes. A message quotes
+// (%q) the input it refuses so that the client sees what was wrong; but a
+// body may be 1 MiB and a path or a query 64 KiB, and a mistaken value of
+// that size sent back (in the detail and again in errors) helps nobody and
+// fills the logs and caches that keep answers.
+const MaxQuoted = 256
+
+// Message is fmt.Sprintf for a field's message: a string it quotes (%q)
+// is cut to MaxQuoted bytes, on a rune's boundary, and says how many bytes
+// were left out. Other verbs (the server's own lists, %s) are as Sprintf's.
+func Message(format string, args ...any) string {
+	clipped := make([]any, len(args))
+	for i, a := range args {
+		if s, ok := a.(string); ok && len(s) > MaxQuoted {
+			a = quotable(s)
+		}
+		clipped[i] = a
+	}
+	return fmt.Sprintf(format, clipped...)
+}
+
+// Quote is strconv.Quote of s cut as Message cuts a %q value.
+func Quote(s string) string { return fmt.Sprintf("%q", quotable(s)) }
+
+// Clip is s cut as Message cuts a %q value, unquoted: for a name the
+// client gave (an unknown field's) that a problem names.
+func Clip(s string) string {
+	head, more := clip(s)
+	if more == 0 {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes more)", head, more)
+}
+
+// clip is s cut to at most MaxQuoted bytes on a rune's boundary, and how
+// many bytes were cut.
+func clip(s string) (head string, more int) {
+	if len(s) <= MaxQuoted {
+		return s, 0
+	}
+	cut := MaxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut], len(s) - cut
+}
+
+// quotable is a string that, quoted, is cut to MaxQuoted bytes.
+type quotable string
+
+func (s quotable) Format(f fmt.State, verb rune) {
+	head, more := clip(string(s))
+	if verb != 'q' || more == 0 {
+		fmt.Fprintf(f, fmt.FormatString(f, verb), string(s))
+		return
+	}
+	fmt.Fprintf(f, "%q… (%d bytes more)", head, more)
 }
 
 // Err returns the collected errors as a *ValidationError, or nil.

@@ -56,7 +56,7 @@ type badRequest struct {
 func (e *badRequest) Error() string { return e.detail }
 
 func malformed(field, format string, args ...any) *badRequest {
-	msg := fmt.Sprintf(format, args...)
+	msg := apperr.Message(format, args...)
 	return &badRequest{slug: "malformed-request", detail: field + ": " + msg,
 		fields: []apperr.FieldError{{Field: field, Message: msg}}}
 }
@@ -285,10 +285,14 @@ func decodeJSON(body []byte, dst any) error {
 		if field == "" {
 			return &badRequest{slug: "malformed-request", detail: "request body must be a JSON object"}
 		}
-		return malformed(field, "must be a JSON %s, got %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+		value := typeErr.Value // "number" and its text, for a number: as long as the client made it
+		if len(value) > apperr.MaxQuoted {
+			value, _, _ = strings.Cut(value, " ")
+		}
+		return malformed(field, "must be a JSON %s, got %s", jsonKind(typeErr.Type.Kind().String()), value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return malformed(field, "is not a field of this request")
+		return malformed(apperr.Clip(field), "is not a field of this request")
 	default:
 		return &badRequest{slug: "malformed-request", detail: "malformed JSON: " + err.Error()}
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -192,8 +191,8 @@ func (s *server) checkQuery(r *http.Request) error {
 	quoted := make([]string, len(unknown))
 	fields := make([]apperr.FieldError, len(unknown))
 	for i, name := range unknown {
-		quoted[i] = strconv.Quote(name)
-		fields[i] = apperr.FieldError{Field: name, Message: msg}
+		quoted[i] = apperr.Quote(name)
+		fields[i] = apperr.FieldError{Field: apperr.Clip(name), Message: msg}
 	}
 	what := "unknown query parameter "
 	if len(unknown) > 1 {
@@ -236,7 +235,7 @@ func wellFormedQuery(raw string) error {
 	}
 	quoted := make([]string, len(fields))
 	for i, f := range fields {
-		quoted[i] = strconv.Quote(f.Field)
+		quoted[i], fields[i].Field = apperr.Quote(f.Field), apperr.Clip(f.Field)
 	}
 	return &badRequest{slug: "malformed-request", detail: "the query string cannot be read at " + strings.Join(quoted, ", ") + ": " + fields[0].Message,
 		fields: fields}

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -665,7 +664,7 @@ func pathID(r *http.Request) (string, error) { return pathUUID(r, "id") }
 func pathUUID(r *http.Request, name string) (string, error) {
 	id, ok := uuid.Parse(r.PathValue(name))
 	if !ok {
-		return "", &badRequest{slug: "invalid-id", detail: name + " in the path must be a UUID, got " + strconv.Quote(r.PathValue(name)),
+		return "", &badRequest{slug: "invalid-id", detail: name + " in the path must be a UUID, got " + apperr.Quote(r.PathValue(name)),
 			fields: []apperr.FieldError{{Field: name, Message: "must be a UUID"}}}
 	}
 	return id, nil
