@@ -428,6 +428,30 @@ func TestWebhookDeliveryPathIDIsChecked(t *testing.T) {
 	}
 }
 
+// A write that takes no body refuses one, as the writes that take one refuse
+// a field they do not know: the client meant something by it (a reason, a
+// filter), and an answer that ignored it would look as if it was heard.
+// Nothing is done.
+func TestWritesWithoutABodyRefuseOne(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	endpoint := "/v1/webhook-endpoints/" + a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", a.opA,
+		map[string]any{"url": "https://hooks.example.com/hearth"}).Body["id"].(string)
+	body := map[string]any{"reason": "the customer asked"}
+	for _, tc := range []struct{ method, path, key string }{
+		{http.MethodPost, endpoint + "/test", a.opA},
+		{http.MethodDelete, endpoint, a.opA},
+		{http.MethodPost, endpoint + "/deliveries/" + uuid.New() + "/redeliver", a.opA},
+		{http.MethodPost, "/admin/keys/" + a.opAKeyID + "/revoke", a.admin},
+	} {
+		got := a.do(tc.method, tc.path, tc.key, body)
+		requireProblem(t, got, http.StatusBadRequest, "/problems/malformed-request")
+	}
+	a.must(http.StatusOK, http.MethodGet, endpoint, a.opA, nil) // not deleted, and the key not revoked
+	deliveries := a.must(http.StatusOK, http.MethodGet, endpoint+"/deliveries", a.opA, nil)
+	require.Empty(t, deliveries.Body["items"], "no test ping: %s", deliveries)
+}
+
 func TestWebhookDelivery(t *testing.T) {
 	t.Parallel()
 	a := withWebhooks(t, pgtest.NewDB(t), nil)
