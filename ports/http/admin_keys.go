@@ -75,6 +75,9 @@ func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := noBody(r); err != nil {
+		return err
+	}
 	k, err := s.Keys.RevokeKey(r.Context(), id, principal(r).Subject())
 	if err != nil {
 		return err

@@ -78,6 +78,9 @@ func (s *server) replayParked(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := noBody(r); err != nil {
+		return err
+	}
 	res, err := s.Parked.Replay(r.Context(), r.PathValue("projection"), id, principal(r).Subject())
 	if err != nil {
 		return err
@@ -89,6 +92,9 @@ func (s *server) replayParked(w http.ResponseWriter, r *http.Request) error {
 func (s *server) replayAllParked(w http.ResponseWriter, r *http.Request) error {
 	projection, err := parkedProjection(r)
 	if err != nil {
+		return err
+	}
+	if err := noBody(r); err != nil {
 		return err
 	}
 	res, err := s.Parked.ReplayAll(r.Context(), projection, principal(r).Subject())
@@ -123,6 +129,9 @@ func (s *server) skipParked(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) startRebuild(w http.ResponseWriter, r *http.Request) error {
+	if err := noBody(r); err != nil {
+		return err
+	}
 	p, err := s.Rebuilds.StartRebuild(r.Context(), r.PathValue("projection"), principal(r).Subject())
 	if err != nil {
 		return err
@@ -142,6 +151,9 @@ func (s *server) rebuildStatus(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) cancelRebuild(w http.ResponseWriter, r *http.Request) error {
+	if err := noBody(r); err != nil {
+		return err
+	}
 	p, err := s.Rebuilds.CancelRebuild(r.Context(), r.PathValue("projection"), principal(r).Subject())
 	if err != nil {
 		return err

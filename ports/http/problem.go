@@ -232,6 +232,18 @@ func decodeOptional(r *http.Request, dst any) error {
 	return parseBody(body, dst)
 }
 
+// noBody is decode for a write that takes no body: one that is not empty
+// (or only white space) is refused, as an unknown field is. The client
+// meant something by it, a reason or a filter, and an answer that ignored
+// it would look as if it was heard.
+func noBody(r *http.Request) error {
+	body, err := readBody(r)
+	if err != nil || len(bytes.TrimSpace(body)) == 0 {
+		return err
+	}
+	return &badRequest{slug: "malformed-request", detail: r.Pattern + " takes no request body; send none"}
+}
+
 // parseBody decodes a request body into dst and checks its text.
 func parseBody(body []byte, dst any) error {
 	if err := decodeJSON(body, dst); err != nil {

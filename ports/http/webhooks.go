@@ -141,6 +141,9 @@ func (s *server) deleteWebhookEndpoint(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
+	if err := noBody(r); err != nil {
+		return err
+	}
 	if err := s.App.Commands.Webhooks.DeleteEndpoint(r.Context(), principal(r).MerchantID, id); err != nil {
 		return err
 	}
@@ -202,6 +205,9 @@ func (s *server) testWebhookEndpoint(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
+	if err := noBody(r); err != nil {
+		return err
+	}
 	d, err := s.App.Commands.Webhooks.Test(deliveryAnswer.seal(r), principal(r).MerchantID, id, s.Now())
 	if err != nil {
 		return err
@@ -255,6 +261,9 @@ func (s *server) getWebhookDelivery(w http.ResponseWriter, r *http.Request) erro
 func (s *server) redeliverWebhook(w http.ResponseWriter, r *http.Request) error {
 	endpointID, deliveryID, err := deliveryPath(r)
 	if err != nil {
+		return err
+	}
+	if err := noBody(r); err != nil {
 		return err
 	}
 	d, err := s.App.Commands.Webhooks.Redeliver(deliveryAnswer.seal(r), principal(r).MerchantID, endpointID, deliveryID)
