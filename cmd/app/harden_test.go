@@ -557,12 +557,17 @@ func TestRequestContextEndsWithWriteTimeout(t *testing.T) {
 // real handler and server, with or without an Idempotency-Key (whose
 // handler reads the body first), and the connection is then closed: the
 // client is told why, rather than left with a 400 that blames its JSON or
-// a 500 logged as a fault of Hearth.
+// a 500 logged as a fault of Hearth. Without a key cache (KEY_CACHE_TTL=0)
+// and with the key found working just before, the plain write starts
+// without looking its key up (keygate.go) and looks it up when it answers,
+// after its body's read failed: that read ended the request's context, the
+// client is still there all the same.
 func TestSlowBodyAnswers408(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
 	cfg := a.cfg
 	cfg.HTTPReadTimeout, cfg.HTTPWriteTimeout = 300*time.Millisecond, 10*time.Second
+	cfg.KeyCacheTTL = 0
 	hcfg, err := httpConfig(cfg, a.dbs, a.w, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(func() { closeConsole(hcfg.Console) })
@@ -579,6 +584,15 @@ func TestSlowBodyAnswers408(t *testing.T) {
 		"idempotency key": "Idempotency-Key: " + uuid.New() + "\r\n",
 	} {
 		t.Run(name, func(t *testing.T) {
+			// The key found working: the write's key is then checked when it answers.
+			req, err := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/v1/customers", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+a.opA)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_ = res.Body.Close()
+			require.Equal(t, http.StatusOK, res.StatusCode)
+
 			conn, err := net.Dial("tcp", ln.Addr().String())
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = conn.Close() })
