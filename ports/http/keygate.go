@@ -1,6 +1,7 @@
 package httpport
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -72,7 +73,13 @@ func (g *keyGate) pass() bool {
 	}
 	g.decided = true
 	if !g.check.Passed() && !g.check.Refused() && !g.fresh {
-		p, err := g.s.Auth.Authenticate(g.r.Context(), g.secret)
+		// Not on the request's context: net/http ends it when a read of the
+		// connection fails, and a body that did not arrive within
+		// HTTP_READ_TIMEOUT is such a failure while its client waits for
+		// the 408. A client that went away gets nothing either way.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.r.Context()), gateLookupTimeout)
+		defer cancel()
+		p, err := g.s.Auth.Authenticate(ctx, g.secret)
 		switch {
 		case err == nil && p.KeyID == g.p.KeyID:
 			g.check.Pass()
@@ -92,6 +99,10 @@ func (g *keyGate) pass() bool {
 	g.open = true
 	return true
 }
+
+// gateLookupTimeout bounds the key gate's own lookup, which the request's
+// context does not.
+const gateLookupTimeout = 5 * time.Second
 
 // reset drops the headers set since the request came in (the limits', the
 // handler's), keeping those every answer carries, as recoverPanics does.
