@@ -199,9 +199,10 @@ func TestParkedByAnEarlierTermHoldsEvents(t *testing.T) {
 	require.Zero(t, f.rowVersion(t, parked))
 }
 
-// Skipping records who and why, moves the row past the event with a
-// "skipped" change-log row, and verification agrees.
-func TestSkipRecordsWhoAndWhy(t *testing.T) {
+// parkedAtVersion2 runs the orders projection with parking and parks a new
+// order at its version 2, the only event that fails (the event itself, not
+// the order), with version 3 waiting behind it.
+func parkedAtVersion2(t *testing.T) (fixture, *projector.Parking, *ops.Operator, string) {
 	f := setup(t, pgtest.NewDB(t))
 	b := &breakable{f: f}
 	parking, err := projector.NewParking(f.ES, b.projection())
@@ -215,7 +216,6 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 	// Only v2 is broken: the event itself, not the order.
 	b.set(versionKey(id, 2))
 	f.step(t, id, order.StatusConfirmed)
-	v2 := f.Stream(t, id)[1].ID
 	require.Eventually(t, func() bool {
 		_, ok, err := parking.Parked(ctx, "orders", f.MerchantID, id)
 		return err == nil && ok
@@ -225,11 +225,20 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 		a, err := parking.Get(ctx, "orders", id)
 		return err == nil && a.Waiting == 2
 	}, 10*time.Second, 10*time.Millisecond)
+	return f, parking, op, id
+}
+
+// Skipping records who and why, moves the row past the event with a
+// "skipped" change-log row, and verification agrees.
+func TestSkipRecordsWhoAndWhy(t *testing.T) {
+	f, _, op, id := parkedAtVersion2(t)
+	ctx := context.Background()
+	v2 := f.Stream(t, id)[1].ID
 
 	skip := ops.Skip{Projection: "orders", StreamID: id, EventID: v2, By: "ops:ada", Reason: "bad data"}
 	noReason := skip
 	noReason.Reason = " "
-	_, err = op.Skip(ctx, noReason)
+	_, err := op.Skip(ctx, noReason)
 	require.Error(t, err, "a reason is required")
 	notFirst := skip
 	notFirst.EventID = f.Stream(t, id)[2].ID
@@ -270,27 +279,8 @@ func TestSkipRecordsWhoAndWhy(t *testing.T) {
 // Not parallel: the failing handler retries inside its subscriber's
 // transaction (see TestParkingHoldsOneAggregateAndReplayRestoresIt).
 func TestTwoSkipsOfTheFailedEventSkipItOnce(t *testing.T) {
-	f := setup(t, pgtest.NewDB(t))
-	b := &breakable{f: f}
-	parking, err := projector.NewParking(f.ES, b.projection())
-	require.NoError(t, err)
-	op := f.operator(t, parking)
-	f.RunRouterWith(t, parking, b.projection())
+	f, parking, op, id := parkedAtVersion2(t)
 	ctx := context.Background()
-
-	id := f.CreateOrder(t)
-	require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
-	b.set(versionKey(id, 2))
-	f.step(t, id, order.StatusConfirmed)
-	require.Eventually(t, func() bool {
-		_, ok, err := parking.Parked(ctx, "orders", f.MerchantID, id)
-		return err == nil && ok
-	}, 20*time.Second, 10*time.Millisecond)
-	f.step(t, id, order.StatusDispatching)
-	require.Eventually(t, func() bool {
-		a, err := parking.Get(ctx, "orders", id)
-		return err == nil && a.Waiting == 2
-	}, 10*time.Second, 10*time.Millisecond)
 
 	res, err := op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, By: "ops:ada", Reason: "bad data"})
 	require.NoError(t, err)
@@ -316,29 +306,10 @@ func TestTwoSkipsOfTheFailedEventSkipItOnce(t *testing.T) {
 //
 // Not parallel: see TestTwoSkipsOfTheFailedEventSkipItOnce.
 func TestSkipOfAnUntriedEventItNames(t *testing.T) {
-	f := setup(t, pgtest.NewDB(t))
-	b := &breakable{f: f}
-	parking, err := projector.NewParking(f.ES, b.projection())
-	require.NoError(t, err)
-	op := f.operator(t, parking)
-	f.RunRouterWith(t, parking, b.projection())
+	f, _, op, id := parkedAtVersion2(t)
 	ctx := context.Background()
 
-	id := f.CreateOrder(t)
-	require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
-	b.set(versionKey(id, 2))
-	f.step(t, id, order.StatusConfirmed)
-	require.Eventually(t, func() bool {
-		_, ok, err := parking.Parked(ctx, "orders", f.MerchantID, id)
-		return err == nil && ok
-	}, 20*time.Second, 10*time.Millisecond)
-	f.step(t, id, order.StatusDispatching)
-	require.Eventually(t, func() bool {
-		a, err := parking.Get(ctx, "orders", id)
-		return err == nil && a.Waiting == 2
-	}, 10*time.Second, 10*time.Millisecond)
-
-	_, err = op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, By: "ops:ada", Reason: "bad data"})
+	_, err := op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, By: "ops:ada", Reason: "bad data"})
 	require.NoError(t, err)
 	v3 := f.Stream(t, id)[2].ID
 	res, err := op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, EventID: v3, By: "ops:ada", Reason: "bad too"})
