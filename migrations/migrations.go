@@ -179,12 +179,8 @@ func Unknown(ctx context.Context, db *sql.DB, set Set) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("read applied migrations %s: %w", set, err)
-	}
-	if !exists {
-		return nil, nil
+	if exists, err := recordsMigrations(ctx, db); err != nil || !exists {
+		return nil, err
 	}
 	done, err := recorded(ctx, db, set)
 	if err != nil {
@@ -204,12 +200,8 @@ func Unknown(ctx context.Context, db *sql.DB, set Set) ([]Migration, error) {
 // Sets returns the sets db records at least one migration of; none when
 // it has no hearth_migrations (a new database).
 func Sets(ctx context.Context, db *sql.DB) ([]Set, error) {
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("read applied migrations: %w", err)
-	}
-	if !exists {
-		return nil, nil
+	if exists, err := recordsMigrations(ctx, db); err != nil || !exists {
+		return nil, err
 	}
 	rows, err := db.QueryContext(ctx, `SELECT DISTINCT set_name FROM hearth_migrations ORDER BY set_name`)
 	if err != nil {
@@ -228,6 +220,16 @@ func Sets(ctx context.Context, db *sql.DB) ([]Set, error) {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}
 	return out, nil
+}
+
+// recordsMigrations reports whether db has hearth_migrations (a new
+// database has not).
+func recordsMigrations(ctx context.Context, db *sql.DB) (bool, error) {
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return false, fmt.Errorf("read applied migrations: %w", err)
+	}
+	return exists, nil
 }
 
 // recorded returns the set's versions recorded in hearth_migrations, with
