@@ -885,3 +885,26 @@ func TestConsoleBadFiltersInTheAddressAreLeftOut(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.NotContains(t, body, `value="not-an-id"`, "the filter left out is not shown as applied")
 }
+
+// The customer search above the request and plan forms (?cq=) is the
+// address's, which anyone can edit: a search the API would refuse (a
+// control character, which Postgres cannot take, or more than 200 bytes,
+// which the search's index does not bound) is left out, as the customers
+// page and the orders page leave theirs out, never a 500 page and an error
+// in the log.
+func TestConsoleCustomerSearchInTheAddressIsChecked(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	a.createCustomer(a.opA, "Ada Lovelace")
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	long := strings.Repeat("a", 201)
+	for _, page := range []string{"/console/requests", "/console/plans"} {
+		for _, cq := range []string{"Ada\x00", "\xff", long} {
+			status, _, body := c.do(http.MethodGet, page+"?cq="+url.QueryEscape(cq), nil)
+			require.Equal(t, http.StatusOK, status, "%s?cq=%q: %s", page, cq, body)
+			require.Contains(t, body, "Ada Lovelace", "%s?cq=%q: the search left out, the customers are offered", page, cq)
+			require.NotContains(t, body, `value="`+long, "the search left out is not shown as applied")
+		}
+	}
+}
