@@ -35,7 +35,7 @@ func (c *Console) plansPage(r *http.Request, s *session) (*page, error) {
 		return nil, err
 	}
 	d := &plansData{Items: list.Items, Pager: newPager(r, listOf[query.Plan](list)),
-		DefaultStart: c.cfg.Now().In(s.loc).AddDate(0, 0, 1).Format(time.DateOnly), CustomerQ: r.URL.Query().Get("cq")}
+		DefaultStart: c.cfg.Now().In(s.loc).AddDate(0, 0, 1).Format(time.DateOnly), CustomerQ: searchOf(r.URL.Query().Get("cq"))}
 	if d.Customers, err = c.customerOptions(r, s, d.CustomerQ); err != nil {
 		return nil, err
 	}

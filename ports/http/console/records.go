@@ -139,10 +139,7 @@ func (rs records[T, P]) fieldNames() []string {
 }
 
 func (rs records[T, P]) listPage(r *http.Request, s *session) (*page, error) {
-	q := strings.TrimSpace(r.URL.Query().Get("q"))
-	if len(q) > 200 || text.Problem(q, false) != "" {
-		q = ""
-	}
+	q := searchOf(r.URL.Query().Get("q"))
 	l, err := rs.q.List(r.Context(), s.principal.MerchantID, q, pageParam(r, 25))
 	if err != nil {
 		return nil, err
@@ -152,6 +149,18 @@ func (rs records[T, P]) listPage(r *http.Request, s *session) (*page, error) {
 		d.Rows = append(d.Rows, rs.row(v))
 	}
 	return &page{Title: rs.meta.Title, Nav: rs.meta.Path, Data: d, name: "records"}, nil
+}
+
+// searchOf is a name search from a page's address, which anyone can edit:
+// empty when the API would refuse it (GET /v1/customers?q=: more than 200
+// bytes, or a control character, which Postgres cannot take), so that the
+// page lists without it rather than fail.
+func searchOf(q string) string {
+	q = strings.TrimSpace(q)
+	if len(q) > 200 || text.Problem(q, false) != "" {
+		return ""
+	}
+	return q
 }
 
 func (rs records[T, P]) create(w http.ResponseWriter, r *http.Request, s *session) error {

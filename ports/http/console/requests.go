@@ -142,7 +142,7 @@ func (c *Console) requestsPage(r *http.Request, s *session) (*page, error) {
 	}
 	d := &requestsData{Items: list.Items, Pager: newPager(r, listOf[query.ServiceRequest](list)),
 		Statuses: choices(servicerequest.Statuses, statuses), CustomerID: f.CustomerID, From: q.Get("from"), To: q.Get("to"),
-		CustomerQ: q.Get("cq"), Back: r.URL.RequestURI()}
+		CustomerQ: searchOf(q.Get("cq")), Back: r.URL.RequestURI()}
 	if d.Customers, err = c.customerOptions(r, s, d.CustomerQ); err != nil {
 		return nil, err
 	}
