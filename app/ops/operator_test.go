@@ -13,6 +13,7 @@ import (
 	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/text"
 )
 
 // fakeParking parks what parked holds; Replay and Skip record the entry
@@ -203,6 +204,15 @@ func TestSkipNeedsWhyAndWho(t *testing.T) {
 	requireInvalid(t, err, "event_id", `must be a UUID, got "e2"`)
 	// The reason is kept in the audit log for good: as long as an order's
 	// cancellation reason at most (the body's 1 MiB otherwise).
+	// The reason is text as the API takes it (package text): the console's
+	// form and the CLI do not pass through the API's decoding, and a NUL
+	// reaches the audit log's jsonb, which refuses it.
+	for _, reason := range []string{"bad\x00data", "bad \x1b[31mdata", "bad \xffdata"} {
+		bad = skip
+		bad.Reason = reason
+		_, err = w.op.Skip(ctx, bad)
+		requireInvalid(t, err, "reason", text.Problem(reason, true))
+	}
 	bad = skip
 	bad.Reason = strings.Repeat("é", 501)
 	_, err = w.op.Skip(ctx, bad)
