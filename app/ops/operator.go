@@ -12,6 +12,7 @@ import (
 
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/text"
 	"hearth/domain/uuid"
 )
 
@@ -211,6 +212,11 @@ func (o *Operator) Skip(ctx context.Context, s Skip) (SkipResult, error) {
 	}
 	if n := utf8.RuneCountInString(s.Reason); n > MaxSkipReason {
 		return SkipResult{}, apperr.Invalid("reason", "must be at most %d characters, got %d", MaxSkipReason, n)
+	}
+	// Text as the API's decoding takes it: the console's form and the CLI
+	// do not pass through it, and the audit log's jsonb refuses a NUL.
+	if p := text.Problem(s.Reason, true); p != "" {
+		return SkipResult{}, apperr.Invalid("reason", "%s", p)
 	}
 	var err error
 	if s.By, err = checkBy(s.By, "skips the event"); err != nil {
