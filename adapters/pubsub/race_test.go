@@ -17,9 +17,11 @@ import (
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/plan"
+	"hearth/domain/reference"
 	"hearth/domain/schedule"
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
+	"hearth/internal/refdata"
 )
 
 // A worker moves their schedule into service while the dispatcher edits
@@ -205,4 +207,75 @@ func TestAPlanCreatedWhileItsCustomerIsErasedIsRefusedOrEnded(t *testing.T) {
 	stream, err := f.Store.Read(ctx, pubsub.PlanStream, f.MerchantID, w.Stream[0].StreamID)
 	require.NoError(t, err)
 	require.Equal(t, plan.Ended{}.EventType(), stream[len(stream)-1].Type, "a plan of an erased customer is ended")
+}
+
+// A staff member is made inactive (PATCH /v1/staff/{id}) or erased while an
+// order is being assigned to them: after the assignment checked that they
+// are active, before it commits (the hook before its booking). Either the
+// change waits for the assignment, which then was made while they were
+// active, or the assignment is refused (order.staff_inactive): never an
+// assignment that commits after its staff member was made inactive, which
+// a read of the staff row without a lock allowed (the change committed at
+// once, and the assignment after it).
+func TestAnAssignmentNeverCommitsAfterItsStaffMemberWasMadeInactive(t *testing.T) {
+	t.Parallel()
+	for name, deactivate := range map[string]func(f flows) error{
+		"deactivated": func(f flows) error {
+			records, err := command.NewRecords[reference.StaffMember](refdata.Staff(f.ES))
+			if err != nil {
+				return err
+			}
+			_, err = records.Update(context.Background(), f.MerchantID, f.staffID, func(s *reference.StaffMember) { s.Active = false }, time.Now())
+			return err
+		},
+		"erased": func(f flows) error {
+			req := ops.ErasureRequest{By: "test", MerchantID: f.MerchantID, SubjectType: event.SubjectStaffMember, SubjectID: f.staffID,
+				Confirm: f.staffID, CorrelationID: uuid.New()}
+			_, err := f.Store.EraseSubject(context.Background(), req, func(ops.Erasure) ops.AuditEntry {
+				return ops.AuditEntry{Actor: "test", Action: ops.ActionStaffMemberErase, Target: "staff/" + f.staffID}
+			})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := setupFlows(t, pgtest.NewDB(t))
+			orderID := f.CreateOrder(t)
+
+			done := make(chan error, 1)
+			deactivatedFirst := false
+			hooked := &beforeBook{Transactor: f.Tx, hook: func() {
+				go func() { done <- deactivate(f) }()
+				// The change either commits, or waits for a lock the
+				// assignment holds (this database is the test's own: any
+				// backend waiting on a lock is the change's).
+				require.Eventually(t, func() bool {
+					if len(done) > 0 {
+						return true
+					}
+					var waiting int
+					err := f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity
+						WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+					return err == nil && waiting > 0
+				}, 10*time.Second, 5*time.Millisecond)
+				deactivatedFirst = len(done) > 0
+			}}
+			o, err := command.NewOrderHandlers(hooked)
+			require.NoError(t, err)
+			_, err = o.Assign(context.Background(), command.AssignOrder{OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID},
+				StaffID: f.staffID, StartAt: at(9, 0), EndAt: at(10, 0)})
+			require.NoError(t, <-done, "the staff member is made inactive")
+			if deactivatedFirst {
+				var rule *apperr.RuleError
+				require.ErrorAs(t, err, &rule, "the staff member was made inactive before the assignment committed: it must be refused, not booked")
+				require.Equal(t, "order.staff_inactive", rule.Rule)
+				require.Empty(t, f.liveBookings(t))
+			} else {
+				require.NoError(t, err, "the change waited for the assignment, made while the staff member was active")
+			}
+			var active bool
+			require.NoError(t, f.ES.DB.QueryRow(`SELECT active FROM staff WHERE id = $1`, f.staffID).Scan(&active))
+			require.False(t, active)
+		})
+	}
 }
