@@ -672,8 +672,15 @@ func (s *session) CustomerErased(ctx context.Context, id string) (bool, error) {
 	return erased, nil
 }
 
+// StaffActive reads the staff member's row FOR SHARE, held until the
+// command commits: a change of the row (PATCH's active = false, the staff
+// member's erasure) that begins after this check waits for the command, and
+// one committed before it is what the check reads (Read Committed reads a
+// locked row's latest version). Without the lock, an assignment could check
+// a staff member active, see them deactivated or erased meanwhile, and
+// still commit a booking for them after that change had answered.
 func (s *session) StaffActive(ctx context.Context, id string) (exists, active bool, err error) {
-	err = s.tx.queryRow(ctx, maybeRow(&exists, &active), `SELECT active FROM staff WHERE id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
+	err = s.tx.queryRow(ctx, maybeRow(&exists, &active), `SELECT active FROM staff WHERE id = $1 AND merchant_id = $2 FOR SHARE`, id, s.meta.MerchantID)
 	if err != nil {
 		return false, false, fmt.Errorf("check staff: %w", err)
 	}
