@@ -2,6 +2,7 @@ package pubsub_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/pubsub/internal/pubsubtest"
+	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/app/ops"
 	"hearth/domain/apperr"
@@ -277,5 +279,61 @@ func TestAnAssignmentNeverCommitsAfterItsStaffMemberWasMadeInactive(t *testing.T
 			require.NoError(t, f.ES.DB.QueryRow(`SELECT active FROM staff WHERE id = $1`, f.staffID).Scan(&active))
 			require.False(t, active)
 		})
+	}
+}
+
+// An operator's key is revoked while one of its writes is under way: after
+// the write's transaction checked the key (access.KeyCheck, its first
+// batch), before it commits (the hook before its booking). Either the
+// revocation waits for the write, which then was made while the key
+// worked, or the write is refused (access.ErrKeyRefused): never a write
+// that commits after the revocation answered, which a check without a lock
+// allowed (the revocation committed at once, and the write after it).
+func TestAWriteNeverCommitsAfterItsKeyWasRevoked(t *testing.T) {
+	t.Parallel()
+	f := setupFlows(t, pgtest.NewDB(t))
+	orderID := f.CreateOrder(t)
+	keys, err := refdata.New(f.ES)
+	require.NoError(t, err)
+	keyID, secret := uuid.New(), "hk_"+uuid.New()
+	sum := sha256.Sum256([]byte(secret))
+	_, err = f.ES.DB.Exec(`INSERT INTO api_keys (id, merchant_id, role, key_hash) VALUES ($1, $2, 'operator', $3)`, keyID, f.MerchantID, sum[:])
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	revokedFirst := false
+	hooked := &beforeBook{Transactor: f.Tx, hook: func() {
+		go func() {
+			_, err := keys.RevokeKey(context.Background(), keyID, func(_, after access.Key) ops.AuditEntry {
+				return ops.AuditEntry{Actor: "test", Action: ops.ActionKeyRevoke, Target: "key/" + after.ID}
+			})
+			done <- err
+		}()
+		// The revocation either commits, or waits for a lock the write
+		// holds (this database is the test's own: any backend waiting on
+		// a lock is the revocation's).
+		require.Eventually(t, func() bool {
+			if len(done) > 0 {
+				return true
+			}
+			var waiting int
+			err := f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+			return err == nil && waiting > 0
+		}, 10*time.Second, 5*time.Millisecond)
+		revokedFirst = len(done) > 0
+	}}
+	o, err := command.NewOrderHandlers(hooked)
+	require.NoError(t, err)
+	check := keys.KeyCheck(access.Principal{KeyID: keyID, MerchantID: f.MerchantID, Role: access.Operator}, secret)
+	_, err = o.Assign(access.WithKeyCheck(context.Background(), check), command.AssignOrder{
+		OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID}, StaffID: f.staffID, StartAt: at(9, 0), EndAt: at(10, 0)})
+	require.True(t, check.Passed(), "the key worked when the write checked it")
+	require.NoError(t, <-done, "the key is revoked")
+	if revokedFirst {
+		require.ErrorIs(t, err, access.ErrKeyRefused, "the key was revoked before the write committed: it must write nothing")
+		require.Empty(t, f.liveBookings(t))
+	} else {
+		require.NoError(t, err, "the revocation waited for the write, made while the key worked")
 	}
 }
