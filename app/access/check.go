@@ -18,7 +18,9 @@ var ErrKeyRefused = errors.New("the API key no longer works")
 // found then; the write's transaction runs the check in its first round
 // trip, before anything it reads or writes, and a key that no longer
 // works fails the transaction (ErrKeyRefused). So the key costs the write
-// no round trip, and a key revoked before the write began writes nothing,
+// no round trip, and a key revoked before the write began writes nothing
+// (the check shares a lock with the revocation: one that answered has
+// waited for the writes past their check),
 // even while an API instance still caches it. A request that ends without
 // a transaction has its key looked up before it is answered (the API
 // server's concern).

@@ -132,6 +132,9 @@ func keyMerchant(ctx context.Context, tx bun.Tx, spec access.KeySpec) (string, e
 func (s *Store) RevokeKey(ctx context.Context, id string, audit func(before, after access.Key) ops.AuditEntry) (access.Key, error) {
 	var k access.Key
 	err := inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		if err := lockKey(ctx, tx, id); err != nil {
+			return err
+		}
 		before, err := getKey(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -164,6 +167,11 @@ func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, a
 	newID, secret := uuid.New(), newSecret()
 	var rot access.Rotation
 	err := inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		if grace == 0 { // revoked at once: after the key's writes under way
+			if err := lockKey(ctx, tx, id); err != nil {
+				return err
+			}
+		}
 		old, err := getKey(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -255,6 +263,19 @@ func selectKeys(db bun.IDB) *bun.SelectQuery {
 
 // getKey reads one key, locking its row when lock is set; an unknown id is
 // apperr.ErrNotFound.
+// lockKey takes the key's lock alone (lockKeySQL), waiting for its writes
+// under way. An id that is not a UUID names no key: nothing to wait for
+// (getKey then finds none).
+func lockKey(ctx context.Context, tx bun.Tx, id string) error {
+	if !uuid.Valid(id) {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, lockKeySQL, id); err != nil {
+		return fmt.Errorf("lock key %s: %w", id, err)
+	}
+	return nil
+}
+
 func getKey(ctx context.Context, db bun.IDB, id string, lock bool) (access.Key, error) {
 	var k access.Key
 	q := selectKeys(db).Where("k.id = ?", id)
@@ -315,9 +336,17 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 
 // KeyCheckSQL fails, dividing by zero, unless the key of hash $1 is the
 // key $2 and still works: the check a write's transaction runs for the key
-// it was started with (access.KeyCheck).
-const KeyCheckSQL = `SELECT 1 / count(*) FROM api_keys k LEFT JOIN staff s ON s.id = k.staff_id
-	WHERE k.key_hash = $1 AND k.id = $2 AND ` + keyWorks
+// it was started with (access.KeyCheck). It first takes the key's lock,
+// shared, until the write commits (hearth_key_write, migration
+// eventstore/029): a revocation (lockKeySQL) waits for the writes that
+// passed their check, and a check that comes after it waits, then reads
+// the key revoked. Without the lock a write that checked its key just
+// before the revocation committed after it had answered.
+const KeyCheckSQL = `SELECT hearth_key_write($1, $2)`
+
+// lockKeySQL takes KeyCheckSQL's lock of key ? alone: a revocation's
+// first statement, before it reads or updates the key's row.
+const lockKeySQL = `SELECT pg_advisory_xact_lock(hearth_key_lock(?))`
 
 // KeyCheck returns the check, for a write's transaction, that secret is
 // still the key of p and still works. A key's merchant, role and staff

@@ -32,7 +32,9 @@ const sessionTouchEvery = time.Minute
 const sessionPruneBatch = 100
 
 // keyWorks is the condition on api_keys k (and its staff member s) under
-// which a key authenticates, as in Authenticate.
+// which a key authenticates, as in Authenticate. hearth_key_write (the
+// writes' KeyCheckSQL, migration eventstore/029) repeats it: a change
+// here is a new version of that function too.
 const keyWorks = `k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND (k.staff_id IS NULL OR s.active)`
 
 // OpenSession opens a session for a key that still works, closes the key's
