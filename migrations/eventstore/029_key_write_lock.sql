@@ -27,3 +27,17 @@ BEGIN
         WHERE k.key_hash = wanted_hash AND k.id = wanted_id
           AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND (k.staff_id IS NULL OR s.active));
 END $$;
+
+-- hearth_session_write is hearth_key_write for a console write, which holds
+-- a session of the key rather than its secret (refdata.SessionCheckSQL):
+-- the session of token hash wanted_token must be open at at, and its key,
+-- wanted_key, still work. A revocation deletes the key's sessions too.
+CREATE FUNCTION hearth_session_write(wanted_token bytea, wanted_key uuid, at timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hearth_key_lock(wanted_key));
+    RETURN (SELECT 1 / count(*) FROM console_sessions cs
+        JOIN api_keys k ON k.id = cs.key_id LEFT JOIN staff s ON s.id = k.staff_id
+        WHERE cs.token_hash = wanted_token AND k.id = wanted_key AND cs.expires_at > at
+          AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND (k.staff_id IS NULL OR s.active));
+END $$;
