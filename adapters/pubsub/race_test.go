@@ -249,18 +249,8 @@ func TestAnAssignmentNeverCommitsAfterItsStaffMemberWasMadeInactive(t *testing.T
 			hooked := &beforeBook{Transactor: f.Tx, hook: func() {
 				go func() { done <- deactivate(f) }()
 				// The change either commits, or waits for a lock the
-				// assignment holds (this database is the test's own: any
-				// backend waiting on a lock is the change's).
-				require.Eventually(t, func() bool {
-					if len(done) > 0 {
-						return true
-					}
-					var waiting int
-					err := f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity
-						WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
-					return err == nil && waiting > 0
-				}, 10*time.Second, 5*time.Millisecond)
-				deactivatedFirst = len(done) > 0
+				// assignment holds.
+				deactivatedFirst = pgtest.DoneOrWaiting(t, f.ES.DB, done)
 			}}
 			o, err := command.NewOrderHandlers(hooked)
 			require.NoError(t, err)
@@ -310,18 +300,8 @@ func TestAWriteNeverCommitsAfterItsKeyWasRevoked(t *testing.T) {
 			done <- err
 		}()
 		// The revocation either commits, or waits for a lock the write
-		// holds (this database is the test's own: any backend waiting on
-		// a lock is the revocation's).
-		require.Eventually(t, func() bool {
-			if len(done) > 0 {
-				return true
-			}
-			var waiting int
-			err := f.ES.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
-			return err == nil && waiting > 0
-		}, 10*time.Second, 5*time.Millisecond)
-		revokedFirst = len(done) > 0
+		// holds.
+		revokedFirst = pgtest.DoneOrWaiting(t, f.ES.DB, done)
 	}}
 	o, err := command.NewOrderHandlers(hooked)
 	require.NoError(t, err)
