@@ -687,3 +687,34 @@ func TestChangeFromRefusesToPutAVisitInThePast(t *testing.T) {
 	require.Equal(t, time.Date(2026, 12, 2, 10, 30, 0, 0, time.UTC), visits[1].StartAt,
 		"the change from today on replaced the one from tomorrow on")
 }
+
+// A plan's moves, a moved visit moved again included, and its pauses are
+// bounded too: each is an event of a plan that is loaded whole for every
+// question put to it (each transaction of the visit generator, which serves
+// every merchant, included), and moving one visit back and forth, or
+// pausing and resuming, would otherwise grow it without end. At most 2,000
+// moves (422 naming date, as past plan.MaxMovedVisits) and 200 pauses (422
+// service_plan.too_many_pauses).
+func TestMovesAgainAndPausesAreBounded(t *testing.T) {
+	p := daily(t)
+	d := day(t, "2026-12-02")
+	for i := range 2000 {
+		require.NoError(t, p.Move(d, d, civil.At(10+i%2, 0), now))
+	}
+	p = commit(t, p)
+	require.Equal(t, []string{"date"}, fieldsOf(t, p.Move(d, d, civil.At(12, 0), now)))
+	require.Equal(t, []string{"date"}, fieldsOf(t, p.Move(d.AddDays(1), d.AddDays(1), civil.At(12, 0), now)))
+	require.NoError(t, p.Move(d, d, civil.At(11, 0), now), "restating where a visit is moves nothing")
+	require.NoError(t, p.Skip(d.AddDays(1), now), "skips are bounded by the horizon's dates")
+
+	p = daily(t)
+	for range 200 {
+		require.NoError(t, p.Pause(now))
+		require.NoError(t, p.Resume(now))
+	}
+	p = commit(t, p)
+	var rule *apperr.RuleError
+	require.ErrorAs(t, p.Pause(now), &rule)
+	require.Equal(t, "service_plan.too_many_pauses", rule.Rule)
+	require.NoError(t, p.End(now), "a plan can always end")
+}
