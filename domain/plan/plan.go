@@ -56,6 +56,8 @@ const (
 	// RuleVisitStarted: a visit that has started (or whose start has passed)
 	// is never re-planned.
 	RuleVisitStarted = "service_plan.visit_started"
+	// RuleTooManyPauses: a plan paused MaxPauses times is paused no more.
+	RuleTooManyPauses = "service_plan.too_many_pauses"
 	// RuleVisitSkipped: a skipped visit is not moved.
 	RuleVisitSkipped = "service_plan.visit_skipped"
 	// RuleMoveIntoPast: a visit moves to a start after now only, by a
@@ -168,6 +170,7 @@ type Plan struct {
 	moved         map[civil.Date]move
 	byTarget      []civil.Date // moved's keys by new date (movedInto); nil when to be built
 	changed       int          // Changed events
+	moves         int          // VisitMoved events, a moved visit moved again included
 	pauses        []pause
 	status        Status
 	endedAt       time.Time
@@ -178,12 +181,17 @@ type Plan struct {
 
 // MaxMovedVisits and MaxChanges bound the visits a plan may move (each
 // counted once, however often it moves) and the changes it may take in its
-// life: a plan is loaded whole (its events) for every question put to it,
-// by every command, every visits read and each transaction of the visit
-// generator.
+// life; MaxMoves bounds its moves, a moved visit moved again included, and
+// MaxPauses its pauses: a plan is loaded whole (its events) for every
+// question put to it, by every command, every visits read and each
+// transaction of the visit generator, which serves every merchant, so no
+// command may grow it without end. (Skips are bounded by the dates within
+// HorizonDays; ending happens once.)
 const (
 	MaxMovedVisits = 1000
 	MaxChanges     = 200
+	MaxMoves       = 2 * MaxMovedVisits
+	MaxPauses      = 200
 )
 
 // HorizonDays is how far ahead of today a plan's dates may lie: a
@@ -395,6 +403,9 @@ func (p *Plan) Move(d, to civil.Date, start civil.Clock, now time.Time) error {
 	if !again && len(p.moved) >= MaxMovedVisits {
 		return apperr.Invalid("date", "the plan has %d moved visits, the most a plan may have (moving one of them again is allowed): end it and create a new one", MaxMovedVisits)
 	}
+	if p.moves >= MaxMoves {
+		return apperr.Invalid("date", "the plan's visits were moved %d times, the most a plan may take: end it and create a new one", MaxMoves)
+	}
 	p.record(VisitMoved{Date: d, ToDate: to, ToStart: start})
 	return nil
 }
@@ -404,6 +415,10 @@ func (p *Plan) Move(d, to civil.Date, start civil.Clock, now time.Time) error {
 func (p *Plan) Pause(now time.Time) error {
 	if err := p.live(); err != nil || p.status == StatusPaused {
 		return err
+	}
+	if len(p.pauses) >= MaxPauses {
+		return &apperr.RuleError{Rule: RuleTooManyPauses,
+			Detail: fmt.Sprintf("the plan was paused %d times, the most a plan may be: end it and create a new one", MaxPauses)}
 	}
 	p.record(Paused{At: event.Instant(now)})
 	return nil
@@ -641,6 +656,7 @@ func (p *Plan) apply(e event.Event) {
 		p.skipped[e.Date] = true
 	case VisitMoved:
 		p.moved[e.Date] = move{e.ToDate, e.ToStart}
+		p.moves++
 		p.byTarget = nil
 	case Paused:
 		p.pauses = append(p.pauses, pause{from: e.At})
