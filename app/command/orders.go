@@ -129,7 +129,8 @@ func checkRequest(ctx context.Context, s Session, requestID, customerID string) 
 	return nil
 }
 
-// update runs fn on the target order in one transaction.
+// update runs fn on the target order in one transaction; the edits it
+// decides must leave the order within order.MaxEvents (CheckGrowth).
 func (h OrderHandlers) update(ctx context.Context, t OrderTarget, fn func(ctx context.Context, s Session, o *order.Order) error) (Written, error) {
 	out, err := h.tx.Run(ctx, t.Meta, func(ctx context.Context, s Session) error {
 		o, err := s.Order(ctx, t.OrderID)
@@ -139,7 +140,10 @@ func (h OrderHandlers) update(ctx context.Context, t OrderTarget, fn func(ctx co
 		if err := checkVersion("order", t.OrderID, t.ExpectedVersion, o.Version()); err != nil {
 			return err
 		}
-		return fn(ctx, s, o)
+		if err := fn(ctx, s, o); err != nil {
+			return err
+		}
+		return o.CheckGrowth()
 	})
 	return out.Of(t.OrderID), err
 }

@@ -95,6 +95,9 @@ func (h ServiceRequestHandlers) Create(ctx context.Context, cmd CreateServiceReq
 	return out.Of(r.ID()), err
 }
 
+// update runs fn on the target request in one transaction; the edits it
+// decides must leave the request within servicerequest.MaxEvents
+// (CheckGrowth).
 func (h ServiceRequestHandlers) update(ctx context.Context, t RequestTarget, fn func(ctx context.Context, s Session, r *servicerequest.Request) error) (Outcome, error) {
 	return h.tx.Run(ctx, t.Meta, func(ctx context.Context, s Session) error {
 		r, err := s.ServiceRequest(ctx, t.RequestID)
@@ -104,7 +107,10 @@ func (h ServiceRequestHandlers) update(ctx context.Context, t RequestTarget, fn 
 		if err := checkVersion("service request", t.RequestID, t.ExpectedVersion, r.Version()); err != nil {
 			return err
 		}
-		return fn(ctx, s, r)
+		if err := fn(ctx, s, r); err != nil {
+			return err
+		}
+		return r.CheckGrowth()
 	})
 }
 

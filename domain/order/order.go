@@ -120,6 +120,42 @@ const (
 	MaxReason = 500
 )
 
+// MaxEvents bounds the events an order's edits may take it to (its
+// details, settlement, assignment and status changes other than into
+// service, completed or cancelled): an order is loaded whole for every
+// command on it, and its change log is answered whole, so a client editing
+// one order in a loop must not grow it without end. Taking it into service,
+// completing and cancelling it stay allowed past the bound (each happens
+// once), so an order that reached it can still be finished.
+const MaxEvents = 200
+
+// RuleTooManyEvents is broken by an edit of an order that has MaxEvents
+// events.
+const RuleTooManyEvents = "order.too_many_events"
+
+// CheckGrowth refuses the changes decided since loading when they take the
+// order past MaxEvents, unless they take it into service or end it. The
+// use cases of the API's edits call it; the visit generator's re-plans of
+// its orders do not (they are bounded by the plan's changes and moves).
+func (o *Order) CheckGrowth() error {
+	if len(o.changes) == 0 || o.version+len(o.changes) <= MaxEvents {
+		return nil
+	}
+	for _, e := range o.changes {
+		switch e := e.(type) {
+		case Cancelled:
+			return nil
+		case StatusChanged:
+			if e.To == StatusInService || e.To == StatusCompleted {
+				return nil
+			}
+		}
+	}
+	return &apperr.RuleError{Rule: RuleTooManyEvents, Detail: fmt.Sprintf(
+		"the order has %d events, the most its edits may take it to: it can still be taken into service, completed or cancelled; create a new order for further changes",
+		o.version)}
+}
+
 // New decides a new order and records OrderCreated.
 func New(in NewOrder) (*Order, error) {
 	var errs apperr.Fields

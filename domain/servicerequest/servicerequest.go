@@ -237,6 +237,32 @@ func (r *Request) UpdateDetails(d Details) error {
 	return nil
 }
 
+// MaxEvents bounds the events a request's edits may take it to: a request
+// is loaded whole for every command on it, so a client editing one in a
+// loop must not grow it without end. Its status changes and conversion
+// stay allowed past the bound (each happens once).
+const MaxEvents = 200
+
+// RuleTooManyEvents is broken by an edit of a request that has MaxEvents
+// events.
+const RuleTooManyEvents = "service_request.too_many_events"
+
+// CheckGrowth refuses the details changes decided since loading when they
+// take the request past MaxEvents.
+func (r *Request) CheckGrowth() error {
+	if r.version+len(r.changes) <= MaxEvents {
+		return nil
+	}
+	for _, e := range r.changes {
+		if _, ok := e.(DetailsUpdated); ok {
+			return &apperr.RuleError{Rule: RuleTooManyEvents, Detail: fmt.Sprintf(
+				"the request has %d events, the most its edits may take it to: it can still be confirmed, converted or cancelled; create a new request for further changes",
+				r.version)}
+		}
+	}
+	return nil
+}
+
 // RuleConvertOnlyByConversion is broken by a status change to converted: a
 // request is converted only by Convert, which creates its order. The name
 // is part of the API (its problem documents' "rule") and stays as it was.
