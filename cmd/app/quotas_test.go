@@ -48,3 +48,28 @@ func TestEditsPerOrderAndServiceRequestAreBounded(t *testing.T) {
 	a.must(http.StatusOK, http.MethodPost, request+"/status", a.opA, map[string]any{"status": "confirmed"})
 	a.must(http.StatusCreated, http.MethodPost, request+"/convert", a.opA, nil)
 }
+
+// A refusal lists at most 100 field errors, then says how many more it
+// left out: a body of 1 MiB may hold a hundred thousand wrong array items,
+// and each had its own error (an unknown event type's listing every type
+// there is), so a 400 KB request was answered 160 MB, built in the API's
+// memory. The first field errors are listed as before.
+func TestProblemListsABoundedNumberOfFieldErrors(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	types := make([]string, 100_000)
+	for i := range types {
+		types[i] = "x"
+	}
+	r := a.do(http.MethodPost, "/v1/webhook-endpoints", a.opA, map[string]any{"url": "https://example.com/hooks", "event_types": types})
+	requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Less(t, len(r.Raw), 256<<10, "the answer stays small")
+	errs := r.Body["errors"].([]any)
+	require.Len(t, errs, 101, "100 errors, then one that says how many more")
+	require.Equal(t, "event_types[0]", errs[0].(map[string]any)["field"])
+	require.Equal(t, "event_types[99]", errs[99].(map[string]any)["field"])
+	last := errs[100].(map[string]any)
+	require.Equal(t, "event_types[100]", last["field"], "the first error left out")
+	require.Contains(t, last["message"], "99900 more", "%v", last)
+	require.Contains(t, r.Body["detail"], "99900 more")
+}
