@@ -22,6 +22,9 @@ var ErrForbidden = errors.New("forbidden")
 type FieldError struct {
 	Field   string `json:"field"`
 	Message string `json:"message"`
+	// omitted counts, on the entry after MaxFieldErrors, the errors that
+	// Fields left out from its field on.
+	omitted int
 }
 
 // ValidationError is input that breaks a field rule (required, range,
@@ -52,11 +55,26 @@ func Invalid(field, format string, args ...any) *ValidationError {
 	return &ValidationError{Fields: []FieldError{{Field: field, Message: Message(format, args...)}}}
 }
 
+// MaxFieldErrors bounds the field errors Fields lists. A body of 1 MiB may
+// hold a hundred thousand wrong items of an array, each an error of its
+// own whose message may list what the field takes: the answer (and the
+// error's text, which the detail repeats) would be a hundred times the
+// request, built in memory. Past the bound Fields lists one entry more,
+// naming the first field left out and how many errors it left out.
+const MaxFieldErrors = 100
+
 // Fields collects field errors; Err returns nil when there are none.
 type Fields []FieldError
 
-// Add records a field error.
+// Add records a field error; past MaxFieldErrors, it only counts it.
 func (f *Fields) Add(field, format string, args ...any) {
+	if n := len(*f); n >= MaxFieldErrors {
+		if n == MaxFieldErrors {
+			*f = append(*f, FieldError{Field: field})
+		}
+		(*f)[MaxFieldErrors].omitted++
+		return
+	}
 	*f = append(*f, FieldError{Field: field, Message: Message(format, args...)})
 }
 
@@ -123,6 +141,11 @@ func (s quotable) Format(f fmt.State, verb rune) {
 func (f Fields) Err() error {
 	if len(f) == 0 {
 		return nil
+	}
+	if len(f) > MaxFieldErrors {
+		last := &f[MaxFieldErrors]
+		last.Message = fmt.Sprintf("%d more errors, from this field on, are not listed (a refusal lists at most %d)",
+			last.omitted, MaxFieldErrors)
 	}
 	return &ValidationError{Fields: f}
 }
