@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,4 +74,26 @@ func TestProblemListsABoundedNumberOfFieldErrors(t *testing.T) {
 	require.Equal(t, "event_types[100]", last["field"], "the first error left out")
 	require.Contains(t, last["message"], "99900 more", "%v", last)
 	require.Contains(t, r.Body["detail"], "99900 more")
+}
+
+// So does a refusal of a query string: 9,000 unknown parameters (or 9,000
+// that cannot be read) in a 50 KB query were each an entry of errors, and
+// each unknown one's message lists what the operation takes, answered in
+// 1.7 MB. Now the first 100, then how many more.
+func TestQueryProblemListsABoundedNumberOfParameters(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	for name, sep := range map[string]string{"unknown": "=", "unreadable": ";"} {
+		var q []string
+		for i := range 9000 {
+			q = append(q, fmt.Sprintf("%x%s", i, sep))
+		}
+		r := a.do(http.MethodGet, "/v1/orders?"+strings.Join(q, "&"), a.opA, nil)
+		requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+		require.Less(t, len(r.Raw), 64<<10, "%s: the answer stays small", name)
+		errs := r.Body["errors"].([]any)
+		require.Len(t, errs, 101, "%s: 100 parameters, then one that says how many more", name)
+		require.Contains(t, errs[100].(map[string]any)["message"], "8900 more", name)
+		require.Contains(t, r.Body["detail"], "8900 more", name)
+	}
 }
