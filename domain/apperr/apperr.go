@@ -137,17 +137,31 @@ func (s quotable) Format(f fmt.State, verb rune) {
 	fmt.Fprintf(f, "%q… (%d bytes more)", head, more)
 }
 
-// Err returns the collected errors as a *ValidationError, or nil.
-func (f Fields) Err() error {
-	if len(f) == 0 {
-		return nil
-	}
+// List returns the collected errors as a refusal lists them: past
+// MaxFieldErrors, the last entry says how many were left out.
+func (f Fields) List() []FieldError {
 	if len(f) > MaxFieldErrors {
 		last := &f[MaxFieldErrors]
 		last.Message = fmt.Sprintf("%d more errors, from this field on, are not listed (a refusal lists at most %d)",
 			last.omitted, MaxFieldErrors)
 	}
-	return &ValidationError{Fields: f}
+	return f
+}
+
+// Omitted is how many errors Add left out (past MaxFieldErrors).
+func (f Fields) Omitted() int {
+	if len(f) > MaxFieldErrors {
+		return f[MaxFieldErrors].omitted
+	}
+	return 0
+}
+
+// Err returns the collected errors as a *ValidationError, or nil.
+func (f Fields) Err() error {
+	if len(f) == 0 {
+		return nil
+	}
+	return &ValidationError{Fields: f.List()}
 }
 
 // RuleError is a command that breaks a business rule of the aggregate (an

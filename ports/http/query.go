@@ -188,18 +188,29 @@ func (s *server) checkQuery(r *http.Request) error {
 	slices.Sort(unknown)
 	takes := in.takes
 	msg := "is not a query parameter of " + r.Pattern + ", which " + takes
-	quoted := make([]string, len(unknown))
-	fields := make([]apperr.FieldError, len(unknown))
-	for i, name := range unknown {
-		quoted[i] = apperr.Quote(name)
-		fields[i] = apperr.FieldError{Field: apperr.Clip(name), Message: msg}
+	var quoted []string
+	var fields apperr.Fields // at most apperr.MaxFieldErrors listed
+	for _, name := range unknown {
+		if len(quoted) < apperr.MaxFieldErrors {
+			quoted = append(quoted, apperr.Quote(name))
+		}
+		fields.Add(apperr.Clip(name), "%s", msg)
 	}
 	what := "unknown query parameter "
 	if len(unknown) > 1 {
 		what = "unknown query parameters "
 	}
-	return &badRequest{slug: "malformed-request", detail: what + strings.Join(quoted, ", ") + ": " + r.Pattern + " " + takes,
-		fields: fields}
+	return &badRequest{slug: "malformed-request", detail: what + strings.Join(quoted, ", ") + notListed(fields) + ": " + r.Pattern + " " + takes,
+		fields: fields.List()}
+}
+
+// notListed is what a detail that names the fields adds when fields left
+// some out: how many.
+func notListed(fields apperr.Fields) string {
+	if n := fields.Omitted(); n > 0 {
+		return fmt.Sprintf(" and %d more not listed", n)
+	}
+	return ""
 }
 
 // wellFormedQuery refuses a query string that url.ParseQuery cannot read
@@ -207,7 +218,8 @@ func (s *server) checkQuery(r *http.Request) error {
 // with a ';' in it or a bad %-escape and carries on, so
 // ?status=confirmed;page=2 would read as no status at all.
 func wellFormedQuery(raw string) error {
-	var fields []apperr.FieldError
+	var fields apperr.Fields // at most apperr.MaxFieldErrors listed
+	var quoted []string
 	for pair := range strings.SplitSeq(raw, "&") {
 		rawKey, rawValue, _ := strings.Cut(pair, "=")
 		key, keyErr := url.QueryUnescape(rawKey)
@@ -223,7 +235,10 @@ func wellFormedQuery(raw string) error {
 		default:
 			continue
 		}
-		fields = append(fields, apperr.FieldError{Field: key, Message: "is not a well-formed query parameter: " + problem})
+		fields.Add(apperr.Clip(key), "is not a well-formed query parameter: %s", problem)
+		if len(quoted) < apperr.MaxFieldErrors {
+			quoted = append(quoted, apperr.Quote(key))
+		}
 	}
 	if len(fields) == 0 {
 		// What no one pair shows: past its limit of parameters (10,000,
@@ -233,12 +248,8 @@ func wellFormedQuery(raw string) error {
 		}
 		return nil
 	}
-	quoted := make([]string, len(fields))
-	for i, f := range fields {
-		quoted[i], fields[i].Field = apperr.Quote(f.Field), apperr.Clip(f.Field)
-	}
-	return &badRequest{slug: "malformed-request", detail: "the query string cannot be read at " + strings.Join(quoted, ", ") + ": " + fields[0].Message,
-		fields: fields}
+	return &badRequest{slug: "malformed-request", detail: "the query string cannot be read at " + strings.Join(quoted, ", ") + notListed(fields) + ": " + fields[0].Message,
+		fields: fields.List()}
 }
 
 // oneValueHeaders are the request headers the API reads one value of.
