@@ -32,12 +32,17 @@ func TestEditsPerOrderAndServiceRequestAreBounded(t *testing.T) {
 		require.Equal(t, rule, r.Body["rule"], "%s", r)
 	}
 	tooMany(a.do(http.MethodPatch, order, a.opA, map[string]any{"amount_cents": 1}), "order.too_many_events")
-	tooMany(a.do(http.MethodPut, order+"/settlement", a.opA, map[string]any{"settlement_status": "settled"}), "order.too_many_events")
+	tooMany(a.do(http.MethodPut, order+"/settlement", a.opA, map[string]any{"settlement_status": "unsettled", "settlement_note": "later"}), "order.too_many_events")
 	tooMany(a.do(http.MethodPost, order+"/status", a.opA, map[string]any{"status": "confirmed"}), "order.too_many_events")
 	tooMany(a.do(http.MethodPut, order+"/assignment", a.opA, map[string]any{"staff_id": a.staffA,
 		"start_at": "2030-01-01T09:00:00Z", "end_at": "2030-01-01T10:00:00Z"}), "order.too_many_events")
 	require.Equal(t, 200, a.events(order[len("/v1/orders/"):]), "nothing refused was written")
 	a.must(http.StatusOK, http.MethodPatch, order, a.opA, map[string]any{"amount_cents": 1200}) // a no-op still answers 200
+	// A payment received is recorded past the bound, once: the way back to
+	// unsettled, and any other change of the settlement, is an edit.
+	a.must(http.StatusOK, http.MethodPut, order+"/settlement", a.opA, map[string]any{"settlement_status": "settled", "paid_amount_cents": 1200})
+	tooMany(a.do(http.MethodPut, order+"/settlement", a.opA, map[string]any{"settlement_status": "settled", "paid_amount_cents": 1300}), "order.too_many_events")
+	tooMany(a.do(http.MethodPut, order+"/settlement", a.opA, map[string]any{"settlement_status": "unsettled"}), "order.too_many_events")
 	a.must(http.StatusOK, http.MethodPost, order+"/cancel", a.opA, map[string]any{"reason": "edited too often"})
 
 	created := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA,

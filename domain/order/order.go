@@ -95,6 +95,9 @@ type Order struct {
 	dispatchNote string
 
 	settlement Settlement
+	// settles is set when the changes since loading mark an unsettled order
+	// settled: a payment recorded, which CheckGrowth lets past MaxEvents.
+	settles bool
 
 	version int
 	changes []event.Event
@@ -125,8 +128,11 @@ const (
 // service, completed or cancelled): an order is loaded whole for every
 // command on it, and its change log is answered whole, so a client editing
 // one order in a loop must not grow it without end. Taking it into service,
-// completing and cancelling it stay allowed past the bound (each happens
-// once), so an order that reached it can still be finished.
+// completing and cancelling it stay allowed past the bound, and so does
+// marking it settled while it is unsettled (a payment received is recorded
+// whatever the order went through): each happens once, since the way back
+// (another status, unsettled) is an edit the bound refuses, so an order
+// that reached it can still be finished and paid.
 const MaxEvents = 200
 
 // RuleTooManyEvents is broken by an edit of an order that has MaxEvents
@@ -139,6 +145,9 @@ const RuleTooManyEvents = "order.too_many_events"
 // its orders do not (they are bounded by the plan's changes and moves).
 func (o *Order) CheckGrowth() error {
 	if len(o.changes) == 0 || o.version+len(o.changes) <= MaxEvents {
+		return nil
+	}
+	if o.settles {
 		return nil
 	}
 	for _, e := range o.changes {
@@ -440,6 +449,7 @@ func (o *Order) Settle(s Settlement) error {
 	if s.equal(o.settlement) {
 		return nil
 	}
+	o.settles = o.settles || (o.settlement.Status == Unsettled && s.Status == Settled)
 	o.record(SettlementUpdated{
 		SettlementStatus: s.Status, PaidAmountCents: s.PaidAmountCents,
 		PaymentMethod: s.PaymentMethod, PaidAt: s.PaidAt, SettlementNote: s.Note,
