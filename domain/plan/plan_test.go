@@ -718,3 +718,40 @@ func TestMovesAgainAndPausesAreBounded(t *testing.T) {
 	require.Equal(t, "service_plan.too_many_pauses", rule.Rule)
 	require.NoError(t, p.End(now), "a plan can always end")
 }
+
+// A plan keeps the zone it was created in, and plans created before the
+// API refused names that are no IANA zone of their own may hold one: the
+// machine's zone ("Local", "localtime"), a posix/ or right/ copy (the
+// latter's clock some 27 seconds off), another spelling. Read back, such a
+// plan's visits must not depend on the machine that reads them (an API
+// instance and a worker in other zones would disagree on every visit):
+// each name is read as migration eventstore/026 reads a merchant's, the
+// machine's zone as UTC. Not parallel: it sets time.Local.
+func TestStoredZonesDoNotDependOnTheMachine(t *testing.T) {
+	chatham, err := time.LoadLocation("Pacific/Chatham")
+	require.NoError(t, err)
+	saved := time.Local
+	time.Local = chatham
+	t.Cleanup(func() { time.Local = saved })
+
+	visits := func(zone string) []string {
+		t.Helper()
+		created := plan.Created{PlanID: "5f0c2b9e-4a51-4a8e-9d3c-2b7b1b0e6a11", CustomerID: uuid.New(), CatalogItemID: uuid.New(),
+			TimeZone: zone, Terms: weekly(t, "2027-03-22", time.Tuesday)}
+		p, err := plan.Rehydrate([]event.Event{created})
+		require.NoError(t, err, zone)
+		var starts []string
+		for _, v := range p.Visits(now, now.AddDate(1, 0, 0)) {
+			starts = append(starts, v.StartAt.UTC().Format(time.RFC3339))
+		}
+		return starts
+	}
+	utc, london := visits("UTC"), visits("Europe/London")
+	require.NotEqual(t, utc, london)
+	for _, zone := range []string{"Local", "localtime", "posixrules", "", "/etc/localtime", "../UTC"} {
+		require.Equal(t, utc, visits(zone), "%q is read as UTC, whatever the machine's zone", zone)
+	}
+	for _, zone := range []string{"posix/Europe/London", "right/Europe/London", "Europe//London", "./Europe/London", "Europe/London/"} {
+		require.Equal(t, london, visits(zone), "%q is read as Europe/London", zone)
+	}
+}
