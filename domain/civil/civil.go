@@ -179,6 +179,34 @@ func LoadZone(field, name string) (*time.Location, error) {
 	return loc, nil
 }
 
+// StoredZone loads the zone of a name stored before LoadZone refused the
+// names that are no IANA zone of their own (a plan keeps the zone it was
+// created in, as its first event says). It reads such a name as migration
+// eventstore/026 rewrote merchants' (docs/operations.md, upgrading
+// merchants' time zones): another spelling is its clean form, a posix/ or
+// right/ copy the zone itself, and the machine's zone ("Local",
+// "localtime", "posixrules", "", a path) UTC. time.LoadLocation would read
+// those in the zone of whichever process reads them, so an API instance
+// and a worker could put the same visit at different instants.
+func StoredZone(name string) (*time.Location, error) {
+	zone := name
+	if zone != "" && !strings.HasPrefix(zone, "/") {
+		zone = path.Clean(zone)
+	}
+	if z, ok := strings.CutPrefix(zone, "posix/"); ok {
+		zone = z
+	} else if z, ok := strings.CutPrefix(zone, "right/"); ok {
+		zone = z
+	}
+	switch {
+	case zone == "" || zone == "." || zone == "Local" || zone == "localtime" || zone == "posixrules",
+		strings.HasPrefix(zone, "/"), strings.Contains(zone, ".."),
+		strings.HasPrefix(zone, "posix/"), strings.HasPrefix(zone, "right/"):
+		return time.UTC, nil
+	}
+	return LoadZone("time_zone", zone)
+}
+
 // zones holds the zones LoadZone loaded, by name. A *time.Location is
 // immutable, so one is shared by every caller.
 var zones sync.Map

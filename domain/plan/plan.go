@@ -641,7 +641,10 @@ func (p *Plan) apply(e event.Event) {
 	switch e := e.(type) {
 	case Created:
 		p.id, p.customerID, p.catalogItemID, p.timeZone = e.PlanID, e.CustomerID, e.CatalogItemID, e.TimeZone
-		p.loc, _ = time.LoadLocation(e.TimeZone) // nil when unknown: Rehydrate reports it
+		// The zone as stored, read the same on every machine (a plan from
+		// before LoadZone refused the machine's zone may name it); nil when
+		// unknown: Rehydrate reports it.
+		p.loc, _ = civil.StoredZone(e.TimeZone)
 		p.segments = []segment{{terms: e.Terms}}
 		p.skipped, p.moved = map[civil.Date]bool{}, map[civil.Date]move{}
 		p.status = StatusActive

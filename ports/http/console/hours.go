@@ -51,7 +51,7 @@ func (c *Console) staffHours(r *http.Request, s *session, staffID string) (any, 
 	if err != nil {
 		return nil, err
 	}
-	loc, err := time.LoadLocation(tz)
+	loc, err := civil.StoredZone(tz)
 	if err != nil {
 		loc = time.UTC
 	}

@@ -168,7 +168,7 @@ func (c *Console) planPage(r *http.Request, s *session) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	loc, err := time.LoadLocation(v.TimeZone)
+	loc, err := civil.StoredZone(v.TimeZone) // as the plan reads it (plan.Rehydrate)
 	if err != nil {
 		loc = time.UTC
 	}
