@@ -380,6 +380,13 @@ func (c *Console) assign(w http.ResponseWriter, r *http.Request, s *session) err
 		if stale := new(apperr.VersionError); errors.As(err, &stale) {
 			version = strconv.Itoa(stale.Actual)
 		}
+		// A free slot's times come as instants (page.Instant); the form's
+		// inputs show them as its datetime-local fields take them.
+		for name, at := range map[string]time.Time{"start_at": cmd.StartAt, "end_at": cmd.EndAt} {
+			if _, err := time.Parse(time.RFC3339, f.text(name)); err == nil && !at.IsZero() {
+				r.PostForm.Set(name, at.In(s.loc).Format(localLayout))
+			}
+		}
 		p, perr := c.boardPage(r, s, week, assignPick{OrderID: orderID, StaffID: cmd.StaffID,
 			Start: f.text("start_at"), End: f.text("end_at"), Version: version}, "")
 		if perr != nil {

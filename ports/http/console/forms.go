@@ -88,11 +88,20 @@ func (f *formReader) optCents(name string) *int64 {
 // when reads a datetime-local field in the session's zone; empty is nil.
 // The wall time becomes an instant by civil.Resolve, the rule of every
 // local time (a time the clocks skip moves forward by the jump, one they
-// show twice is the earlier): time.ParseInLocation promises neither.
+// show twice is the earlier): time.ParseInLocation promises neither. A
+// value with an offset (page.Instant, which a page writes into a hidden
+// input) is that instant.
 func (f *formReader) when(name string) *time.Time {
 	v := strings.TrimSpace(f.text(name))
 	if v == "" {
 		return nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		if problem := event.InstantProblem(t); problem != "" {
+			f.Add(name, "%s, got %q", problem, v)
+			return nil
+		}
+		return &t
 	}
 	wall, err := time.Parse(localLayout, v)
 	if err != nil {

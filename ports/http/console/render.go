@@ -141,6 +141,12 @@ func (p *page) Local(t any) string {
 	return ""
 }
 
+// Instant is t as an exact instant (RFC 3339 with the zone's offset), for
+// a hidden input the page fills itself, such as a free slot's: a
+// datetime-local value names both instants of an hour the clocks show
+// twice, and reads back as the earlier (formReader.when).
+func (p *page) Instant(t time.Time) string { return t.In(p.zone()).Format(time.RFC3339) }
+
 func (p *page) zone() *time.Location { return cmp.Or(p.loc, time.UTC) }
 
 // localLayout is the value of an input of type datetime-local.
