@@ -178,6 +178,15 @@ func TestAvailabilityAPI(t *testing.T) {
 	}
 	r := a.do(http.MethodGet, "/v1/availability?duration=60&from="+to+"&to="+from, a.opA, nil)
 	require.Contains(t, invalidFields(t, r), "to")
+
+	// The range is at most 31 days on the merchant's clock: October in
+	// London, from midnight BST to midnight GMT, is 31 days and an hour.
+	october := "&from=2027-10-01T00:00:00%2B01:00&to=2027-11-01T00:00:00Z"
+	r = a.do(http.MethodGet, "/v1/availability?duration=60&staff_id="+a.staffA+october, a.opA, nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	require.NotEmpty(t, r.Body["items"], "%s", r)
+	r = a.do(http.MethodGet, "/v1/availability?duration=60&from=2027-10-01T00:00:00%2B01:00&to=2027-11-01T00:01:00Z", a.opA, nil)
+	require.Equal(t, []string{"to"}, invalidFields(t, r), "a minute more is too long")
 }
 
 // A step given as 0 (in minutes or as a duration) is no grid: 422 naming

@@ -160,6 +160,14 @@ func TestSlotsRejectBadInput(t *testing.T) {
 		{"no step", func(q *availability.Query) { q.Step = 0 }, []string{"step"}},
 		{"to before from", func(q *availability.Query) { q.To = q.From }, []string{"to"}},
 		{"a range too long", func(q *availability.Query) { q.To = q.From.Add(availability.MaxRange + time.Minute) }, []string{"to"}},
+		// 31 days on the local clock, with the clocks going back in them:
+		// October in London lasts 31 days and an hour, and is one query.
+		{"a month of 31 days with a change of the clocks", func(q *availability.Query) {
+			q.From, q.To = time.Date(2027, 9, 30, 23, 0, 0, 0, time.UTC), time.Date(2027, 11, 1, 0, 0, 0, 0, time.UTC)
+		}, nil},
+		{"31 days and a minute on the local clock", func(q *availability.Query) {
+			q.From, q.To = time.Date(2027, 9, 30, 23, 0, 0, 0, time.UTC), time.Date(2027, 11, 1, 0, 1, 0, 0, time.UTC)
+		}, []string{"to"}},
 		{"no range", func(q *availability.Query) { q.From, q.To = time.Time{}, time.Time{} }, []string{"from", "to"}},
 		{"no from: to is not named too", func(q *availability.Query) { q.From = time.Time{} }, []string{"from"}},
 		{"unknown time zone", func(q *availability.Query) { q.TimeZone = "Europe/Atlantis" }, []string{"time_zone"}},
