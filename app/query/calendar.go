@@ -58,10 +58,9 @@ const DefaultSlotStep = 15 * time.Minute
 // TimeZone is ignored; tz is the zone used). The query is checked before
 // any calendar is read, but for the zone, which comes with the calendars.
 func (c Calendar) Slots(ctx context.Context, merchantID string, q availability.Query) (page availability.Page, tz string, err error) {
-	// Any valid zone stands in for the merchant's until it is read:
-	// availability.Slots checks the query again with it.
-	q.TimeZone = "UTC"
-	if err := q.Validate(); err != nil {
+	// availability.Slots checks the query again with the merchant's zone
+	// (the range's length is on its clock).
+	if err := q.ValidateBeforeZone(); err != nil {
 		return availability.Page{}, "", err
 	}
 	// Jobs that end within a buffer of the range still push slots away.

@@ -73,6 +73,15 @@ func (h StaffHours) Check() error {
 
 // Validate checks a query as Slots does, without answering it.
 func (q Query) Validate() error {
-	_, err := q.check()
+	_, err := q.check(false)
+	return err
+}
+
+// ValidateBeforeZone checks what of a query does not depend on its zone,
+// for a caller that learns the zone with the calendars: the zone is not
+// checked, and the range is refused only when it is too long on the clock
+// of any zone. Slots then checks the whole query.
+func (q Query) ValidateBeforeZone() error {
+	_, err := q.check(true)
 	return err
 }

@@ -15,7 +15,11 @@ import (
 	"hearth/domain/civil"
 )
 
-// Limits of a query.
+// Limits of a query. MaxRange bounds a range's length, or its length on
+// the local clock (the query's zone), whichever is shorter: a month of 31
+// days is one query also when the clocks go back in it (October in London
+// lasts 31 days and an hour), and so are 31 times 24 hours over a day the
+// clocks skip an hour of.
 const (
 	MaxRange    = 31 * 24 * time.Hour
 	MaxDuration = 24 * time.Hour
@@ -78,8 +82,24 @@ type Page struct {
 	Next  string
 }
 
-func (q Query) check() (*time.Location, error) {
+// clockChange bounds how much longer than its length on the local clock a
+// range may last: the clocks going back in it (an hour, in most zones; a
+// zone that moved across the date line, a day).
+const clockChange = 24 * time.Hour
+
+// check checks the query; with anyZone, before its zone is known (the
+// zone is not checked, and the range may be as long as it could be on the
+// clock of some zone).
+func (q Query) check(anyZone bool) (*time.Location, error) {
 	var errs apperr.Fields
+	var loc *time.Location
+	if !anyZone {
+		var err error
+		loc, err = civil.LoadZone("time_zone", q.TimeZone)
+		if v := (*apperr.ValidationError)(nil); errors.As(err, &v) {
+			errs = append(errs, v.Fields...)
+		}
+	}
 	if q.From.IsZero() {
 		errs.Add("from", "is required")
 	}
@@ -87,8 +107,8 @@ func (q Query) check() (*time.Location, error) {
 		errs.Add("to", "is required")
 	} else if !q.From.IsZero() && !q.To.After(q.From) {
 		errs.Add("to", "must be after from")
-	} else if !q.From.IsZero() && q.To.Sub(q.From) > MaxRange {
-		errs.Add("to", "must be at most %s after from", MaxRange)
+	} else if !q.From.IsZero() && (anyZone && q.To.Sub(q.From) > MaxRange+clockChange || !anyZone && min(q.To.Sub(q.From), onClock(q.From, q.To, loc)) > MaxRange) {
+		errs.Add("to", "must be at most %s after from (or 31 days on the clock of the merchant's time zone)", MaxRange)
 	}
 	minutes := func(field string, d, lo, hi time.Duration) {
 		if d < lo || d > hi || d%time.Minute != 0 {
@@ -100,10 +120,6 @@ func (q Query) check() (*time.Location, error) {
 	if q.Step < time.Minute || q.Step%time.Minute != 0 || (24*time.Hour)%q.Step != 0 {
 		errs.Add("step", "must be whole minutes that divide 24 hours, such as 5m, 15m or 1h")
 	}
-	loc, err := civil.LoadZone("time_zone", q.TimeZone)
-	if v := (*apperr.ValidationError)(nil); errors.As(err, &v) {
-		errs = append(errs, v.Fields...)
-	}
 	if q.Limit < 1 || q.Limit > MaxLimit {
 		errs.Add("limit", "must be between 1 and %d", MaxLimit)
 	}
@@ -111,6 +127,19 @@ func (q Query) check() (*time.Location, error) {
 		errs.Add("cursor", "is not a cursor of these slots")
 	}
 	return loc, errs.Err()
+}
+
+// onClock is how long [from, to) lasts on the clock of loc (its length
+// when loc is nil): its length less the hour the clocks go back in it, or
+// plus the hour they skip.
+func onClock(from, to time.Time, loc *time.Location) time.Duration {
+	d := to.Sub(from)
+	if loc == nil {
+		return d
+	}
+	_, before := from.In(loc).Zone()
+	_, after := to.In(loc).Zone()
+	return d + time.Duration(after-before)*time.Second
 }
 
 // Slots answers the bookable slots of a query, in order, one page at a
@@ -137,7 +166,7 @@ func (q Query) check() (*time.Location, error) {
 // long range costs a client more pages, never one request the range's
 // work for every staff member.
 func Slots(q Query, staff []Staff) (Page, error) {
-	loc, err := q.check()
+	loc, err := q.check(false)
 	if err != nil {
 		return Page{}, err
 	}
