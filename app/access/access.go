@@ -3,6 +3,8 @@
 // rotate), which declare what they need of the key store (KeyStore).
 package access
 
+import "time"
+
 // Role is what a key may do.
 type Role string
 
@@ -32,6 +34,9 @@ type Principal struct {
 	MerchantID string
 	Role       Role
 	StaffID    string // set for workers
+	// ExpiresAt is when the key stops working; zero for a key that does
+	// not expire.
+	ExpiresAt time.Time
 }
 
 // Subject names the principal in events and change-log rows.

@@ -147,3 +147,43 @@ func readOnlyApp(t *testing.T) app.Application {
 	a.Queries.Customers = q
 	return a
 }
+
+// expiringKeys knows one key, which works until its expiry (as the key
+// store's lookup decides, on the server's clock).
+type expiringKeys struct {
+	now     func() time.Time
+	expires time.Time
+}
+
+func (k expiringKeys) Authenticate(_ context.Context, secret string) (access.Principal, error) {
+	if secret != "hk_expiring" || !k.now().Before(k.expires) {
+		return access.Principal{}, apperr.ErrNotFound
+	}
+	return access.Principal{KeyID: "k-expiring", MerchantID: "m1", Role: access.Operator, ExpiresAt: k.expires}, nil
+}
+
+// A key stops working at its expiry, as docs/operations.md says, however
+// long the key cache keeps it: a key looked up a moment before it expires
+// is not served from the cache after.
+func TestAKeyStopsWorkingAtItsExpiryWhateverTheCache(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var clock atomic.Pointer[time.Time]
+	clock.Store(&now)
+	read := func() time.Time { return *clock.Load() }
+	srv, err := NewHandler(Config{Auth: expiringKeys{now: read, expires: now.Add(time.Second)}, APIEnabled: true,
+		KeyCacheTTL: time.Minute, Now: read, App: readOnlyApp(t)})
+	require.NoError(t, err)
+	get := func() int {
+		req := httptest.NewRequest(http.MethodGet, "/v1/customers", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		req.Header.Set("Authorization", "Bearer hk_expiring")
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	require.Equal(t, http.StatusOK, get())
+	later := now.Add(2 * time.Second) // past its expiry, well within the cache's minute
+	clock.Store(&later)
+	require.Equal(t, http.StatusUnauthorized, get(), "expired a second ago")
+}
