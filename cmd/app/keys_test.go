@@ -192,6 +192,8 @@ func TestKeysLifecycleCLI(t *testing.T) {
 	first := k.mustCreate("--merchant", "acme", "--role", "operator", "--name", "ci deploy", "--expires-in", "720h", "--by", "ops:ada")
 	p, err := k.store.Authenticate(ctx, first)
 	require.NoError(t, err)
+	require.WithinRange(t, p.ExpiresAt, before.Add(720*time.Hour), time.Now().Add(720*time.Hour),
+		"the lookup says when the key expires: the key cache keeps it no longer")
 	k.mustCreate("--role", "admin", "--name", "platform")
 
 	// list: every key, never a secret or a hash.

@@ -309,14 +309,15 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 	var p access.Principal
 	var role string
 	var merchant, staff *string
+	var expires *time.Time
 	// $1: a fixed text, prepared once per connection (every request asks),
 	// straight through pgx: the cheapest round trip there is. The staff
 	// join is by primary key.
 	err := database.WithConn(ctx, s.db.DB, func(conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, `
-			SELECT k.id, k.merchant_id, k.role, k.staff_id
+			SELECT k.id, k.merchant_id, k.role, k.staff_id, k.expires_at
 			FROM api_keys k LEFT JOIN staff s ON s.id = k.staff_id
-			WHERE k.key_hash = $1 AND `+keyWorks, hashKey(secret)).Scan(&p.KeyID, &merchant, &role, &staff)
+			WHERE k.key_hash = $1 AND `+keyWorks, hashKey(secret)).Scan(&p.KeyID, &merchant, &role, &staff, &expires)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return access.Principal{}, apperr.ErrNotFound
@@ -330,6 +331,9 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 	}
 	if staff != nil {
 		p.StaffID = *staff
+	}
+	if expires != nil {
+		p.ExpiresAt = expires.UTC()
 	}
 	return p, nil
 }

@@ -111,5 +111,10 @@ func (c *keyCache) put(hash [sha256.Size]byte, p access.Principal, now time.Time
 			break
 		}
 	}
-	c.m[hash] = cachedKey{p: p, expires: now.Add(c.ttl), hintUntil: now.Add(max(c.ttl, hintFor)), knownUntil: now.Add(max(c.ttl, knownFor))}
+	// A key stops working at its expiry, not up to a TTL after it.
+	expires := now.Add(c.ttl)
+	if !p.ExpiresAt.IsZero() && p.ExpiresAt.Before(expires) {
+		expires = p.ExpiresAt
+	}
+	c.m[hash] = cachedKey{p: p, expires: expires, hintUntil: now.Add(max(c.ttl, hintFor)), knownUntil: now.Add(max(c.ttl, knownFor))}
 }
