@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -79,6 +80,7 @@ func (c simpleWhenBare) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("database: pgx's connector returned a %T", conn)
 	}
+	readInUTC(pgxConn.Conn())
 	return bareQueryConn{Conn: pgxConn, set: c.set, addr: addr, born: time.Now(), tx: &txState{}}, nil
 }
 
@@ -356,4 +358,13 @@ func WithConn(ctx context.Context, db *sql.DB, fn func(conn *pgx.Conn) error) er
 		}
 		return err
 	})
+}
+
+// readInUTC makes conn read timestamptz values in UTC. pgx reads them in the
+// process's local zone (time.Local), so every time read back (a record's
+// created_at, a key's last use, an audit entry) would be answered in the
+// zone of the machine that read it, and differ between instances.
+func readInUTC(conn *pgx.Conn) {
+	conn.TypeMap().RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID,
+		Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
 }

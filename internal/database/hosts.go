@@ -267,13 +267,20 @@ func answer(err error, bound time.Duration) string {
 // what each answered.
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	hosts, set := splitHosts(cfg)
+	var conn *pgx.Conn
+	var err error
 	if hosts == nil {
-		return pgx.ConnectConfig(ctx, cfg)
+		conn, err = pgx.ConnectConfig(ctx, cfg)
+	} else {
+		conn, _, err = connectHosts(ctx, set, hosts, func(ctx context.Context, h host) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, h.cfg)
+		})
 	}
-	conn, _, err := connectHosts(ctx, set, hosts, func(ctx context.Context, h host) (*pgx.Conn, error) {
-		return pgx.ConnectConfig(ctx, h.cfg)
-	})
-	return conn, err
+	if err != nil {
+		return nil, err
+	}
+	readInUTC(conn)
+	return conn, nil
 }
 
 // Unavailable reports an error that says the database could not be reached
