@@ -95,6 +95,13 @@ func TestPlansAPI(t *testing.T) {
 	require.Equal(t, []string{start, d0.AddDate(0, 0, 14).Format(time.DateOnly), d0.AddDate(0, 0, 28).Format(time.DateOnly),
 		d0.AddDate(0, 0, 42).Format(time.DateOnly)}, dates, "every other week, the next 8 weeks")
 	a.must(http.StatusNotFound, http.MethodGet, "/v1/plans/"+id+"/visits", a.opB, nil)
+	// A year is at most a year on the plan's clock too: from midnight BST on
+	// 30 October 2027 to midnight GMT a (leap) year later is 366 days and an
+	// hour.
+	year := "?from=2027-10-30T00:00:00%2B01:00&to=2028-10-30T00:00:00Z"
+	a.must(http.StatusOK, http.MethodGet, "/v1/plans/"+id+"/visits"+year, a.opA, nil)
+	require.Equal(t, []string{"to"}, invalidFields(t, a.do(http.MethodGet, "/v1/plans/"+id+"/visits?from=2027-10-30T00:00:00%2B01:00&to=2028-10-30T00:01:00Z", a.opA, nil)),
+		"a minute more is too long")
 
 	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+id+"/skip", a.opA, map[string]any{"date": start})
 	second := time.Now().UTC().AddDate(0, 0, 21).Format(time.DateOnly)
