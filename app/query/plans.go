@@ -157,7 +157,9 @@ func NewPlanVisits(streams PlanStreams) (PlanVisits, error) {
 	return PlanVisits{streams: streams, now: time.Now}, nil
 }
 
-// MaxVisitRange bounds the range of a visits read.
+// MaxVisitRange bounds the range of a visits read: its length, or its
+// length on the plan's clock, whichever is shorter (a year from local
+// midnight to midnight with the clocks going back in it is a year).
 const MaxVisitRange = 366 * 24 * time.Hour
 
 // Visits returns the plan's visits that start in [from, to), in order:
@@ -167,7 +169,8 @@ func (q PlanVisits) Visits(ctx context.Context, scope Scope, id string, from, to
 	switch {
 	case !to.After(from):
 		return nil, apperr.Invalid("to", "must be after from")
-	case to.Sub(from) > MaxVisitRange:
+	case to.Sub(from) > MaxVisitRange+24*time.Hour:
+		// Longer than a year on any zone's clock; the plan's is read below.
 		return nil, apperr.Invalid("to", "must be at most a year after from")
 	case from.After(q.now().AddDate(0, 0, plan.HorizonDays)):
 		// A plan's visits are walked from its start: past the horizon its
@@ -184,6 +187,9 @@ func (q PlanVisits) Visits(ctx context.Context, scope Scope, id string, from, to
 	p, err := plan.Rehydrate(events)
 	if err != nil {
 		return nil, err
+	}
+	if min(to.Sub(from), civil.OnClock(from, to, p.Location())) > MaxVisitRange {
+		return nil, apperr.Invalid("to", "must be at most a year after from")
 	}
 	ledger, err := q.streams.VisitOrders(ctx, scope.MerchantID, id)
 	if err != nil {

@@ -129,17 +129,13 @@ func (q Query) check(anyZone bool) (*time.Location, error) {
 	return loc, errs.Err()
 }
 
-// onClock is how long [from, to) lasts on the clock of loc (its length
-// when loc is nil): its length less the hour the clocks go back in it, or
-// plus the hour they skip.
+// onClock is civil.OnClock, or the range's length when loc is nil (an
+// unknown zone, refused anyway).
 func onClock(from, to time.Time, loc *time.Location) time.Duration {
-	d := to.Sub(from)
 	if loc == nil {
-		return d
+		return to.Sub(from)
 	}
-	_, before := from.In(loc).Zone()
-	_, after := to.In(loc).Zone()
-	return d + time.Duration(after-before)*time.Second
+	return civil.OnClock(from, to, loc)
 }
 
 // Slots answers the bookable slots of a query, in order, one page at a

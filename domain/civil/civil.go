@@ -207,6 +207,17 @@ func StoredZone(name string) (*time.Location, error) {
 	return LoadZone("time_zone", zone)
 }
 
+// OnClock returns how long [from, to) lasts on the clocks of loc: its
+// length less the hour the clocks go back in it, or plus the hour they
+// skip (October in London, midnight to midnight, lasts 31 days on the
+// clock and 31 days and an hour). Ranges a client names in local days
+// ("a month", "a year") are bounded on the clock.
+func OnClock(from, to time.Time, loc *time.Location) time.Duration {
+	_, before := from.In(loc).Zone()
+	_, after := to.In(loc).Zone()
+	return to.Sub(from) + time.Duration(after-before)*time.Second
+}
+
 // zones holds the zones LoadZone loaded, by name. A *time.Location is
 // immutable, so one is shared by every caller.
 var zones sync.Map
