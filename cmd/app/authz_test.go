@@ -1,12 +1,20 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/app/access"
+	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
 )
 
@@ -28,5 +36,394 @@ func TestFeedLongPollOfARevokedKeyAnswersNothing(t *testing.T) {
 		require.Contains(t, r.Header.Get("WWW-Authenticate"), `error="invalid_token"`)
 	case <-time.After(15 * time.Second):
 		t.Fatal("the long poll never answered")
+	}
+}
+
+// access is who may call a route (docs/api.md).
+type routeAccess int
+
+const (
+	public         routeAccess = iota // no key
+	operatorOnly                      // operator keys of the merchant
+	operatorWorker                    // operator keys; worker keys for their own staff member's
+	adminOnly                         // admin keys (platform keys, of every merchant)
+)
+
+// routeAccessOf is the matrix's expectation for every route the server
+// serves: the route table is checked against the OpenAPI document
+// (ports/http openapi_test.go), and the matrix fails for a route of the
+// document missing here, so a new route must say who may call it.
+var routeAccessOf = map[string]routeAccess{
+	"GET /healthz": public, "GET /readyz": public, "GET /openapi.json": public, "GET /openapi-3.0.json": public, "GET /metrics": public,
+
+	"POST /v1/customers": operatorOnly, "GET /v1/customers": operatorOnly, "GET /v1/customers/{id}": operatorOnly,
+	"PATCH /v1/customers/{id}": operatorOnly, "GET /v1/customers/{id}/export": operatorOnly, "POST /v1/customers/{id}/erase": operatorOnly,
+	"POST /v1/staff": operatorOnly, "GET /v1/staff": operatorOnly, "GET /v1/staff/{id}": operatorOnly, "PATCH /v1/staff/{id}": operatorOnly,
+	"POST /v1/staff/{id}/erase": operatorOnly, "GET /v1/staff/{id}/working-hours": operatorOnly, "PUT /v1/staff/{id}/working-hours": operatorOnly,
+	"POST /v1/catalog-items": operatorOnly, "GET /v1/catalog-items": operatorOnly, "GET /v1/catalog-items/{id}": operatorOnly,
+	"PATCH /v1/catalog-items/{id}": operatorOnly,
+	"POST /v1/service-requests":    operatorOnly, "GET /v1/service-requests": operatorOnly, "GET /v1/service-requests/{id}": operatorOnly,
+	"PATCH /v1/service-requests/{id}": operatorOnly, "POST /v1/service-requests/{id}/status": operatorOnly,
+	"POST /v1/service-requests/{id}/convert": operatorOnly,
+	"POST /v1/orders":                        operatorOnly, "GET /v1/orders": operatorWorker, "GET /v1/orders/{id}": operatorWorker,
+	"GET /v1/orders/{id}/changes": operatorWorker, "PATCH /v1/orders/{id}": operatorOnly, "POST /v1/orders/{id}/status": operatorOnly,
+	"POST /v1/orders/{id}/cancel": operatorOnly, "PUT /v1/orders/{id}/assignment": operatorOnly, "PUT /v1/orders/{id}/settlement": operatorOnly,
+	"GET /v1/schedules": operatorWorker, "GET /v1/schedules/{id}": operatorWorker, "POST /v1/schedules/{id}/status": operatorWorker,
+	"POST /v1/plans": operatorOnly, "GET /v1/plans": operatorOnly, "GET /v1/plans/{id}": operatorOnly, "GET /v1/plans/{id}/visits": operatorOnly,
+	"POST /v1/plans/{id}/change": operatorOnly, "POST /v1/plans/{id}/skip": operatorOnly, "POST /v1/plans/{id}/move": operatorOnly,
+	"POST /v1/plans/{id}/pause": operatorOnly, "POST /v1/plans/{id}/resume": operatorOnly, "POST /v1/plans/{id}/end": operatorOnly,
+	"GET /v1/settings": operatorOnly, "PUT /v1/settings": operatorOnly, "GET /v1/availability": operatorOnly, "GET /v1/events": operatorOnly,
+	"POST /v1/webhook-endpoints": operatorOnly, "GET /v1/webhook-endpoints": operatorOnly, "GET /v1/webhook-endpoints/{id}": operatorOnly,
+	"PATCH /v1/webhook-endpoints/{id}": operatorOnly, "DELETE /v1/webhook-endpoints/{id}": operatorOnly,
+	"POST /v1/webhook-endpoints/{id}/rotate-secret": operatorOnly, "POST /v1/webhook-endpoints/{id}/test": operatorOnly,
+	"GET /v1/webhook-endpoints/{id}/deliveries": operatorOnly, "GET /v1/webhook-endpoints/{id}/deliveries/{delivery_id}": operatorOnly,
+	"POST /v1/webhook-endpoints/{id}/deliveries/{delivery_id}/redeliver": operatorOnly,
+
+	"GET /admin/leadership": adminOnly, "GET /admin/parked": adminOnly, "POST /admin/parked/replay": adminOnly,
+	"GET /admin/parked/{projection}/{id}": adminOnly, "POST /admin/parked/{projection}/{id}/replay": adminOnly,
+	"POST /admin/parked/{projection}/{id}/skip": adminOnly, "POST /admin/rebuilds/{projection}": adminOnly,
+	"GET /admin/rebuilds/{projection}": adminOnly, "DELETE /admin/rebuilds/{projection}": adminOnly,
+	"GET /admin/keys": adminOnly, "POST /admin/keys": adminOnly, "POST /admin/keys/{id}/revoke": adminOnly,
+	"POST /admin/keys/{id}/rotate": adminOnly, "GET /admin/audit": adminOnly,
+}
+
+// matrixRoutes are the routes of the OpenAPI document the server serves,
+// as "METHOD /path" patterns.
+func matrixRoutes(t *testing.T, a *api) []string {
+	t.Helper()
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	r := a.must(http.StatusOK, http.MethodGet, "/openapi.json", "", nil)
+	require.NoError(t, json.Unmarshal([]byte(r.Raw), &doc))
+	var out []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			switch method {
+			case "get", "post", "put", "patch", "delete":
+				out = append(out, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tenant is one merchant's resources, an id of each kind the routes name.
+type tenant struct {
+	customer, staff, item, request, order, schedule, plan, endpoint, delivery string
+	orderOfOther                                                              string // an order not assigned to the worker's staff member
+}
+
+// fill replaces the path's variables with t's ids.
+func (tn tenant) fill(path string) string {
+	id := ""
+	switch {
+	case strings.HasPrefix(path, "/v1/customers/"):
+		id = tn.customer
+	case strings.HasPrefix(path, "/v1/staff/"):
+		id = tn.staff
+	case strings.HasPrefix(path, "/v1/catalog-items/"):
+		id = tn.item
+	case strings.HasPrefix(path, "/v1/service-requests/"):
+		id = tn.request
+	case strings.HasPrefix(path, "/v1/orders/"):
+		id = tn.order
+	case strings.HasPrefix(path, "/v1/schedules/"):
+		id = tn.schedule
+	case strings.HasPrefix(path, "/v1/plans/"):
+		id = tn.plan
+	case strings.HasPrefix(path, "/v1/webhook-endpoints/"):
+		id = tn.endpoint
+	case strings.HasPrefix(path, "/admin/"):
+		id = tn.order
+	}
+	switch path { // the parameters a read needs
+	case "/v1/availability":
+		path += "?duration=1h&from=2030-01-07T00:00:00Z&to=2030-01-08T00:00:00Z"
+	case "/v1/events":
+		path += "?wait=0"
+	}
+	path = strings.ReplaceAll(path, "{id}", id)
+	path = strings.ReplaceAll(path, "{delivery_id}", tn.delivery)
+	return strings.ReplaceAll(path, "{projection}", "orders")
+}
+
+// withQuery adds q to path's query.
+func withQuery(path, q string) string {
+	if q == "" {
+		return path
+	}
+	if strings.Contains(path, "?") {
+		return path + "&" + q
+	}
+	return path + "?" + q
+}
+
+// missingTenant is a tenant of ids nobody has.
+func missingTenant() tenant {
+	return tenant{customer: uuid.New(), staff: uuid.New(), item: uuid.New(), request: uuid.New(), order: uuid.New(),
+		schedule: uuid.New(), plan: uuid.New(), endpoint: uuid.New(), delivery: uuid.New(), orderOfOther: uuid.New()}
+}
+
+// matrixBody is a body each write would accept for the owner's resource,
+// so that a refusal for another merchant's id comes from the lookup, not
+// from the body.
+func matrixBody(pattern string, tn tenant) any {
+	window := map[string]any{"start_at": "2031-03-03T09:00:00Z", "end_at": "2031-03-03T10:00:00Z"}
+	switch pattern {
+	case "POST /v1/customers", "POST /v1/staff", "POST /v1/catalog-items":
+		return map[string]any{"name": "Matrix"}
+	case "PATCH /v1/customers/{id}", "PATCH /v1/staff/{id}", "PATCH /v1/catalog-items/{id}":
+		return map[string]any{"name": "Renamed"}
+	case "POST /v1/customers/{id}/erase":
+		return map[string]any{"confirm": tn.customer}
+	case "POST /v1/staff/{id}/erase":
+		return map[string]any{"confirm": tn.staff}
+	case "PUT /v1/staff/{id}/working-hours":
+		return map[string]any{"week": map[string]any{"monday": []any{map[string]any{"start": "09:00", "end": "17:00"}}}}
+	case "POST /v1/service-requests":
+		return map[string]any{"customer_id": tn.customer, "content": "matrix"}
+	case "PATCH /v1/service-requests/{id}", "PATCH /v1/orders/{id}":
+		return map[string]any{"notes": "changed"}
+	case "POST /v1/service-requests/{id}/status":
+		return map[string]any{"status": "cancelled"}
+	case "POST /v1/orders":
+		return map[string]any{"customer_id": tn.customer, "amount_cents": 100}
+	case "POST /v1/orders/{id}/status":
+		return map[string]any{"status": "in_service"}
+	case "POST /v1/schedules/{id}/status":
+		return map[string]any{"status": "in_service"}
+	case "POST /v1/orders/{id}/cancel":
+		return map[string]any{"reason": "matrix"}
+	case "PUT /v1/orders/{id}/assignment":
+		return map[string]any{"staff_id": tn.staff, "start_at": window["start_at"], "end_at": window["end_at"]}
+	case "PUT /v1/orders/{id}/settlement":
+		return map[string]any{"settlement_status": "settled", "paid_amount_cents": 100}
+	case "POST /v1/plans/{id}/pause", "POST /v1/plans/{id}/resume", "POST /v1/plans/{id}/end",
+		"POST /v1/webhook-endpoints/{id}/test", "POST /v1/webhook-endpoints/{id}/deliveries/{delivery_id}/redeliver",
+		"POST /v1/service-requests/{id}/convert", "DELETE /v1/webhook-endpoints/{id}":
+		return nil
+	case "POST /v1/plans/{id}/change":
+		return map[string]any{"from": "2031-01-01", "price_cents": 100}
+	case "POST /v1/plans/{id}/skip":
+		return map[string]any{"date": "2031-01-06"}
+	case "POST /v1/plans/{id}/move":
+		return map[string]any{"date": "2031-01-06", "to_date": "2031-01-07", "start": "10:00"}
+	case "PUT /v1/settings":
+		return map[string]any{"time_zone": "UTC"}
+	case "POST /v1/webhook-endpoints":
+		return map[string]any{"url": "https://hooks.example.com/matrix"}
+	case "PATCH /v1/webhook-endpoints/{id}":
+		return map[string]any{"description": "changed"}
+	case "POST /v1/webhook-endpoints/{id}/rotate-secret":
+		return map[string]any{}
+	case "POST /v1/plans":
+		return map[string]any{"customer_id": tn.customer, "staff_id": tn.staff,
+			"window":     map[string]any{"start": "09:00", "end": "11:00"},
+			"recurrence": map[string]any{"frequency": "weekly", "interval": 2, "start": "2031-01-06"}}
+	case "POST /admin/keys":
+		return map[string]any{"role": "operator", "merchant": "matrix"}
+	case "POST /admin/parked/{projection}/{id}/skip":
+		return map[string]any{"reason": "matrix"}
+	}
+	if strings.HasPrefix(pattern, "POST ") || strings.HasPrefix(pattern, "PUT ") || strings.HasPrefix(pattern, "PATCH ") {
+		return map[string]any{}
+	}
+	return nil
+}
+
+// sameAnswer requires two refusals to read alike: the same status and
+// problem type, and the same detail once each request's ids are blanked.
+func sameAnswer(t *testing.T, want, got response, msgAndArgs ...any) {
+	t.Helper()
+	require.Equal(t, want.Status, got.Status, append([]any{"status: missing %s, foreign %s"}, want, got)...)
+	require.Equal(t, want.Body["type"], got.Body["type"], msgAndArgs...)
+	ids := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	require.Equal(t, ids.ReplaceAllString(fmt.Sprint(want.Body["detail"]), "ID"), ids.ReplaceAllString(fmt.Sprint(got.Body["detail"]), "ID"), msgAndArgs...)
+}
+
+// The access matrix: every route the server serves × every role × the
+// owner's resource, another merchant's and one that does not exist. No key
+// is 401; a role the route is not for, 403 before anything is looked up;
+// another merchant's id answers exactly as a missing one does, and its
+// resource is unchanged; a worker key sees only its own staff member's
+// schedules and their orders.
+func TestAccessMatrix(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	workerKey, err := a.w.refdata.CreateKey(ctx, "acme", access.Worker, a.staffA)
+	require.NoError(t, err)
+	worker := workerKey.Secret
+	otherStaff, err := a.w.refdata.CreateStaff(ctx, a.merchantA, "Otto Other")
+	require.NoError(t, err)
+
+	// Merchant A's resources, one of each kind.
+	var A tenant
+	A.customer = a.createCustomer(a.opA, "Ada Matrix")
+	A.staff = a.staffA
+	A.item = a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Clean", "base_price_cents": 4500})
+	A.request = a.crmRequest(a.opA, A.customer, A.item)
+	A.order = a.createOrder(a.opA, A.customer, 5000)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+A.order+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": "2030-01-01T09:00:00Z", "end_at": "2030-01-01T10:00:00Z", "dispatch_note": "ring twice"})
+	A.orderOfOther = a.createOrder(a.opA, A.customer, 6000)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+A.orderOfOther+"/assignment", a.opA, map[string]any{
+		"staff_id": otherStaff, "start_at": "2030-01-01T09:00:00Z", "end_at": "2030-01-01T10:00:00Z"})
+	A.schedule, _ = a.crmSchedule(a.opA, A.order).Body["id"].(string)
+	otherSchedule, _ := a.crmSchedule(a.opA, A.orderOfOther).Body["id"].(string)
+	A.plan = a.crmCreate(a.opA, "/v1/plans", map[string]any{"customer_id": A.customer, "catalog_item_id": A.item, "staff_id": a.staffA,
+		"window":     map[string]any{"start": "09:00", "end": "11:00"},
+		"recurrence": map[string]any{"frequency": "weekly", "interval": 2, "start": time.Now().UTC().AddDate(0, 0, 7).Format(time.DateOnly)}})
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(receiver.Close)
+	A.endpoint = a.crmCreate(a.opA, "/v1/webhook-endpoints", map[string]any{"url": receiver.URL, "event_types": []string{"order.created"}})
+	ping := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+A.endpoint+"/test", a.opA, nil)
+	A.delivery, _ = ping.Body["id"].(string)
+	require.True(t, uuid.Valid(A.delivery), "%s", ping)
+	a.awaitOrder(a.opA, A.order, 3)
+	a.awaitOrder(a.opA, A.orderOfOther, 3)
+	missing := missingTenant()
+
+	// What merchant A's operator reads of its resources: a foreign request
+	// changes none of it.
+	ownReads := func() map[string]string {
+		out := map[string]string{}
+		for _, p := range []string{"/v1/customers/{id}", "/v1/staff/{id}", "/v1/staff/{id}/working-hours", "/v1/catalog-items/{id}",
+			"/v1/service-requests/{id}", "/v1/orders/{id}", "/v1/schedules/{id}", "/v1/plans/{id}", "/v1/webhook-endpoints/{id}",
+			"/v1/settings"} {
+			r := a.must(http.StatusOK, http.MethodGet, A.fill(p), a.opA, nil)
+			out[p] = r.Raw
+		}
+		return out
+	}
+	before, eventsBefore := ownReads(), a.events("")
+
+	// Keys that no longer work, of every role: revoked, expired, and
+	// rotated away without a grace period.
+	var dead []string
+	for _, role := range []access.Role{access.Operator, access.Worker, access.Admin} {
+		merchant, staff := "acme", a.staffA
+		switch role {
+		case access.Operator:
+			staff = ""
+		case access.Admin:
+			merchant, staff = "", ""
+		}
+		for _, how := range []string{"revoked", "expired", "rotated"} {
+			k, err := a.w.refdata.CreateKey(ctx, merchant, role, staff)
+			require.NoError(t, err)
+			switch how {
+			case "revoked":
+				a.must(http.StatusOK, http.MethodPost, "/admin/keys/"+k.ID+"/revoke", a.admin, nil)
+			case "expired":
+				_, err := a.dbs.es.DB.ExecContext(ctx, `UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = $1`, k.ID)
+				require.NoError(t, err)
+			case "rotated":
+				a.must(http.StatusCreated, http.MethodPost, "/admin/keys/"+k.ID+"/rotate", a.admin, nil)
+			}
+			dead = append(dead, k.Secret)
+		}
+	}
+	before, eventsBefore = ownReads(), a.events("")
+
+	routes := matrixRoutes(t, a)
+	for _, pattern := range routes {
+		_, ok := routeAccessOf[pattern]
+		require.True(t, ok, "%s: the matrix does not say who may call it", pattern)
+	}
+	aIDs := []string{A.customer, A.item, A.request, A.order, A.orderOfOther, A.schedule, otherSchedule, A.plan, A.endpoint, A.delivery}
+
+	for _, pattern := range routes {
+		method, path, _ := strings.Cut(pattern, " ")
+		acc := routeAccessOf[pattern]
+		if acc == public {
+			continue
+		}
+		t.Run(pattern, func(t *testing.T) {
+			// No key, a key nobody has, and one that no longer works: 401,
+			// whatever the id.
+			for _, key := range append([]string{"", "not-a-key"}, dead...) {
+				r := a.do(method, A.fill(path), key, matrixBody(pattern, A))
+				requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
+			}
+			// A role the route is not for: 403, the same for every id.
+			var refused []string
+			switch acc {
+			case operatorOnly:
+				refused = []string{worker, a.admin}
+			case operatorWorker:
+				refused = []string{a.admin}
+			case adminOnly:
+				refused = []string{a.opA, worker}
+			}
+			for _, key := range refused {
+				own := a.do(method, A.fill(path), key, matrixBody(pattern, A))
+				requireProblem(t, own, http.StatusForbidden, "/problems/forbidden")
+				if strings.Contains(path, "{") {
+					absent := a.do(method, missing.fill(path), key, matrixBody(pattern, missing))
+					requireProblem(t, absent, http.StatusForbidden, "/problems/forbidden")
+				}
+			}
+			if acc == adminOnly {
+				return // platform keys: every merchant's
+			}
+			if method == http.MethodGet { // the owner reads its own
+				a.must(http.StatusOK, method, A.fill(path), a.opA, nil)
+			}
+			// Another merchant's operator: A's ids answer as missing ones do,
+			// with and without If-Match.
+			if strings.Contains(path, "{id}") {
+				for _, h := range []http.Header{{}, {"If-Match": {`"1"`}}} {
+					if method == http.MethodGet && len(h) > 0 {
+						continue
+					}
+					h := h.Clone()
+					h.Set("Authorization", "Bearer "+a.opB)
+					foreign, err := a.send(method, A.fill(path), h, matrixBody(pattern, A))
+					require.NoError(t, err)
+					absent, err := a.send(method, missing.fill(path), h, matrixBody(pattern, missing))
+					require.NoError(t, err)
+					if h.Get("If-Match") == "" { // with it, a route that checks no entity tag refuses it first (412)
+						require.Equal(t, http.StatusNotFound, foreign.Status, "%s for another merchant's id: %s", pattern, foreign)
+					}
+					sameAnswer(t, absent, foreign, "%s: another merchant's id answers as a missing one", pattern)
+				}
+			}
+			// Lists and filters: nothing of A shows, whatever filter names A's ids.
+			if method == http.MethodGet && !strings.Contains(path, "{") {
+				for _, q := range []string{"", "customer_id=" + A.customer, "staff_id=" + A.staff, "staff_id=" + otherStaff} {
+					r := a.do(method, withQuery(A.fill(path), q), a.opB, nil)
+					for _, id := range aIDs {
+						require.NotContains(t, r.Raw, id, "%s?%s by another merchant's key: %s", path, q, r)
+					}
+				}
+			}
+			// The worker: its own staff member's schedule and order, nothing else.
+			if acc == operatorWorker {
+				if method == http.MethodGet && strings.Contains(path, "{id}") {
+					a.must(http.StatusOK, method, A.fill(path), worker, nil)
+					other := A
+					other.order, other.schedule = A.orderOfOther, otherSchedule
+					notMine := a.do(method, other.fill(path), worker, nil)
+					absent := a.do(method, missing.fill(path), worker, nil)
+					require.Equal(t, http.StatusNotFound, notMine.Status, "%s", notMine)
+					sameAnswer(t, absent, notMine, "%s: another staff member's answers as a missing one", pattern)
+				}
+				if method == http.MethodGet && !strings.Contains(path, "{") {
+					for _, q := range []string{"", "staff_id=" + otherStaff} {
+						r := a.must(http.StatusOK, method, withQuery(A.fill(path), q), worker, nil)
+						require.NotContains(t, r.Raw, A.orderOfOther, "%s?%s by the worker", path, q)
+						require.NotContains(t, r.Raw, otherSchedule, "%s?%s by the worker", path, q)
+					}
+				}
+			}
+		})
+	}
+	require.Equal(t, eventsBefore, a.events(""), "no refused request appended an event")
+	after := ownReads()
+	for p, raw := range before {
+		require.Equal(t, raw, after[p], "GET %s changed: a refused request wrote", p)
 	}
 }
