@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -421,6 +422,72 @@ func TestAccessMatrix(t *testing.T) {
 			}
 		})
 	}
+	t.Run("console", func(t *testing.T) {
+		ids := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+		page := func(c *consoleClient, method, path string, form url.Values) (int, string) {
+			status, _, body := c.do(method, path, form)
+			return status, ids.ReplaceAllString(body, "ID")
+		}
+		// Another merchant's operator: A's ids answer as missing ones.
+		opB := newConsoleClient(t, a.base)
+		opB.signIn(a.opB)
+		_, _, list := opB.do(http.MethodGet, "/console/customers", nil)
+		csrf := csrfTokenRe.FindStringSubmatch(list)
+		require.NotNil(t, csrf, "a page of the console has its CSRF token")
+		opB.referer = "/console/customers"
+		form := url.Values{"csrf": {csrf[1]}, "status": {"cancelled"}, "reason": {"matrix"}, "name": {"Renamed"},
+			"date": {"2031-01-06"}, "to_date": {"2031-01-07"}, "start": {"10:00"}, "version": {"1"}}
+		type req struct{ method, path string }
+		var reqs []req
+		for _, p := range []string{"/console/orders/{order}", "/console/plans/{plan}", "/console/customers/{customer}",
+			"/console/staff/{staff}", "/console/catalog/{item}"} {
+			reqs = append(reqs, req{http.MethodGet, p}, req{http.MethodPost, p})
+		}
+		for _, p := range []string{"/console/requests/{request}/status", "/console/requests/{request}/convert",
+			"/console/orders/{order}/status", "/console/orders/{order}/cancel", "/console/orders/{order}/settle",
+			"/console/plans/{plan}/skip", "/console/plans/{plan}/move", "/console/plans/{plan}/pause", "/console/plans/{plan}/resume",
+			"/console/plans/{plan}/end", "/console/staff/{staff}/hours/week", "/console/staff/{staff}/hours/add", "/console/staff/{staff}/hours/remove"} {
+			reqs = append(reqs, req{http.MethodPost, p})
+		}
+		fill := func(path string, tn tenant) string {
+			return strings.NewReplacer("{order}", tn.order, "{plan}", tn.plan, "{customer}", tn.customer, "{staff}", tn.staff,
+				"{item}", tn.item, "{request}", tn.request, "{schedule}", tn.schedule).Replace(path)
+		}
+		for _, rq := range reqs {
+			var f url.Values
+			if rq.method == http.MethodPost {
+				f = form
+			}
+			fs, foreign := page(opB, rq.method, fill(rq.path, A), f)
+			ms, absent := page(opB, rq.method, fill(rq.path, missing), f)
+			require.Equal(t, http.StatusNotFound, fs, "%s %s with another merchant's id: %s", rq.method, rq.path, foreign)
+			require.Equal(t, ms, fs, "%s %s", rq.method, rq.path)
+			require.Equal(t, absent, foreign, "%s %s: another merchant's id answers as a missing one", rq.method, rq.path)
+		}
+		// The worker: its own job only.
+		wc := newConsoleClient(t, a.base)
+		wc.signIn(worker)
+		_, _, jobs := wc.do(http.MethodGet, "/console/jobs", nil)
+		require.NotContains(t, jobs, otherSchedule, "another staff member's job")
+		require.NotContains(t, jobs, A.orderOfOther)
+		csrf = csrfTokenRe.FindStringSubmatch(jobs)
+		require.NotNil(t, csrf)
+		wc.referer = "/console/jobs"
+		ws, notMine := page(wc, http.MethodPost, "/console/jobs/"+otherSchedule+"/status", url.Values{"csrf": {csrf[1]}, "status": {"in_service"}})
+		ms, absent := page(wc, http.MethodPost, "/console/jobs/"+missing.schedule+"/status", url.Values{"csrf": {csrf[1]}, "status": {"in_service"}})
+		require.Equal(t, http.StatusNotFound, ws, "%s", notMine)
+		require.Equal(t, ms, ws)
+		require.Equal(t, absent, notMine)
+		// A session whose key is revoked ends: its next page is the sign-in.
+		k, err := a.w.refdata.CreateKey(ctx, "acme", access.Operator, "")
+		require.NoError(t, err)
+		c := newConsoleClient(t, a.base)
+		c.signIn(k.Secret)
+		require.True(t, c.signedIn())
+		a.must(http.StatusOK, http.MethodPost, "/admin/keys/"+k.ID+"/revoke", a.admin, nil)
+		require.False(t, c.signedIn(), "a revoked key's session")
+	})
+
 	require.Equal(t, eventsBefore, a.events(""), "no refused request appended an event")
 	after := ownReads()
 	for p, raw := range before {
