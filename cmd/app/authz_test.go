@@ -422,6 +422,50 @@ func TestAccessMatrix(t *testing.T) {
 			}
 		})
 	}
+	t.Run("worker's writes", func(t *testing.T) {
+		// Another staff member's schedule answers as a missing one, whatever
+		// version the worker states and whatever status it asks for.
+		for _, h := range []http.Header{{}, {"If-Match": {`"1"`}}, {"If-Match": {`"99"`}}} {
+			for _, st := range []string{"in_service", "done", "cancelled"} {
+				h := h.Clone()
+				h.Set("Authorization", "Bearer "+worker)
+				body := map[string]any{"status": st}
+				notMine, err := a.send(http.MethodPost, "/v1/schedules/"+otherSchedule+"/status", h, body)
+				require.NoError(t, err)
+				absent, err := a.send(http.MethodPost, "/v1/schedules/"+missing.schedule+"/status", h, body)
+				require.NoError(t, err)
+				sameAnswer(t, absent, notMine, "%v %s: another staff member's schedule", h.Get("If-Match"), st)
+			}
+		}
+	})
+
+	t.Run("positions and idempotency keys", func(t *testing.T) {
+		// A position of merchant A's write, to merchant B's read, answers as
+		// a position nobody wrote.
+		var last int64
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(ctx, `SELECT max(position) FROM events WHERE merchant_id = $1`, a.merchantA).Scan(&last))
+		for _, path := range []string{"/v1/orders", "/v1/orders/" + A.order, "/v1/events?wait=0"} {
+			foreign, err := a.send(http.MethodGet, path, http.Header{"Authorization": {"Bearer " + a.opB}, "Consistency-Position": {fmt.Sprint(last)}}, nil)
+			require.NoError(t, err)
+			absent, err := a.send(http.MethodGet, path, http.Header{"Authorization": {"Bearer " + a.opB}, "Consistency-Position": {fmt.Sprint(last + 1_000_000)}}, nil)
+			require.NoError(t, err)
+			sameAnswer(t, absent, foreign, "%s with another merchant's position", path)
+		}
+		// An Idempotency-Key of merchant A's write, sent by merchant B with
+		// the same request, runs B's own write.
+		key := uuid.New()
+		body := map[string]any{"name": "Same Name"}
+		mine, err := a.send(http.MethodPost, "/v1/customers", http.Header{"Authorization": {"Bearer " + a.opA}, "Idempotency-Key": {key}}, body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, mine.Status, "%s", mine)
+		theirs, err := a.send(http.MethodPost, "/v1/customers", http.Header{"Authorization": {"Bearer " + a.opB}, "Idempotency-Key": {key}}, body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, theirs.Status, "%s", theirs)
+		require.Empty(t, theirs.Header.Get("Idempotent-Replayed"))
+		require.NotEqual(t, mine.Body["id"], theirs.Body["id"])
+		a.must(http.StatusNotFound, http.MethodGet, "/v1/customers/"+theirs.Body["id"].(string), a.opA, nil)
+	})
+
 	t.Run("console", func(t *testing.T) {
 		ids := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 		page := func(c *consoleClient, method, path string, form url.Values) (int, string) {
