@@ -394,10 +394,18 @@ func TestAccessMatrix(t *testing.T) {
 			}
 			// Lists and filters: nothing of A shows, whatever filter names A's ids.
 			if method == http.MethodGet && !strings.Contains(path, "{") {
-				for _, q := range []string{"", "customer_id=" + A.customer, "staff_id=" + A.staff, "staff_id=" + otherStaff} {
+				for _, q := range []string{"", "customer_id=" + A.customer, "staff_id=" + A.staff, "staff_id=" + otherStaff,
+					"catalog_item_id=" + A.item, "request_id=" + A.request, "order_id=" + A.order} {
 					r := a.do(method, withQuery(A.fill(path), q), a.opB, nil)
 					for _, id := range aIDs {
 						require.NotContains(t, r.Raw, id, "%s?%s by another merchant's key: %s", path, q, r)
+					}
+					// As for an id nobody has.
+					absent := a.do(method, withQuery(A.fill(path), regexp.MustCompile(`=.*`).ReplaceAllString(q, "="+uuid.New())), a.opB, nil)
+					if q != "" {
+						sameAnswer(t, absent, r, "%s?%s by another merchant's key", path, q)
+						require.Equal(t, regexp.MustCompile(`[0-9a-f-]{36}`).ReplaceAllString(absent.Raw, "ID"),
+							regexp.MustCompile(`[0-9a-f-]{36}`).ReplaceAllString(r.Raw, "ID"), "%s?%s by another merchant's key", path, q)
 					}
 				}
 			}
