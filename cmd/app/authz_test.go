@@ -516,6 +516,33 @@ func TestAccessMatrix(t *testing.T) {
 			require.Equal(t, ms, fs, "%s %s", rq.method, rq.path)
 			require.Equal(t, absent, foreign, "%s %s: another merchant's id answers as a missing one", rq.method, rq.path)
 		}
+		// The board: picking or assigning another merchant's order reads as
+		// picking a missing one.
+		for _, rq := range []struct {
+			method, path string
+			form         url.Values
+		}{
+			{http.MethodGet, "/console/board?order={order}&slots=1", nil},
+			{http.MethodPost, "/console/board/assign", url.Values{"csrf": {csrf[1]}, "order_id": {"{order}"}, "staff_id": {a.staffB},
+				"start_at": {"2031-03-03T09:00"}, "end_at": {"2031-03-03T10:00"}}},
+		} {
+			at := func(tn tenant) (int, string) {
+				var f url.Values
+				if rq.form != nil {
+					f = url.Values{}
+					for k, v := range rq.form {
+						f[k] = []string{strings.ReplaceAll(v[0], "{order}", tn.order)}
+					}
+				}
+				return page(opB, rq.method, strings.ReplaceAll(rq.path, "{order}", tn.order), f)
+			}
+			fs, foreign := at(A)
+			ms, absent := at(missing)
+			require.Equal(t, ms, fs, "%s %s", rq.method, rq.path)
+			require.Equal(t, absent, foreign, "%s %s: another merchant's order reads as a missing one", rq.method, rq.path)
+			require.NotContains(t, foreign, "Ada Matrix")
+		}
+
 		// The worker: its own job only.
 		wc := newConsoleClient(t, a.base)
 		wc.signIn(worker)
