@@ -557,14 +557,27 @@ func TestAccessMatrix(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, ws, "%s", notMine)
 		require.Equal(t, ms, ws)
 		require.Equal(t, absent, notMine)
-		// A session whose key is revoked ends: its next page is the sign-in.
-		k, err := a.w.refdata.CreateKey(ctx, "acme", access.Operator, "")
-		require.NoError(t, err)
-		c := newConsoleClient(t, a.base)
-		c.signIn(k.Secret)
-		require.True(t, c.signedIn())
-		a.must(http.StatusOK, http.MethodPost, "/admin/keys/"+k.ID+"/revoke", a.admin, nil)
-		require.False(t, c.signedIn(), "a revoked key's session")
+		// A session whose key stops working ends: its next page, and its
+		// live parts' next poll, are the sign-in.
+		for _, how := range []string{"revoked", "expired", "rotated"} {
+			k, err := a.w.refdata.CreateKey(ctx, "acme", access.Operator, "")
+			require.NoError(t, err)
+			c := newConsoleClient(t, a.base)
+			c.signIn(k.Secret)
+			require.True(t, c.signedIn())
+			switch how {
+			case "revoked":
+				a.must(http.StatusOK, http.MethodPost, "/admin/keys/"+k.ID+"/revoke", a.admin, nil)
+			case "expired":
+				_, err := a.dbs.es.DB.ExecContext(ctx, `UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = $1`, k.ID)
+				require.NoError(t, err)
+			case "rotated":
+				a.must(http.StatusCreated, http.MethodPost, "/admin/keys/"+k.ID+"/rotate", a.admin, nil)
+			}
+			status, location, _ := c.do(http.MethodGet, "/console/requests?part=requests-list", nil)
+			require.NotEqual(t, http.StatusOK, status, "a live part of a %s key's session", how)
+			require.False(t, c.signedIn(), "a %s key's session (%d %s)", how, status, location)
+		}
 	})
 
 	require.Equal(t, eventsBefore, a.events(""), "no refused request appended an event")
