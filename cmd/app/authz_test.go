@@ -586,3 +586,29 @@ func TestAccessMatrix(t *testing.T) {
 		require.Equal(t, raw, after[p], "GET %s changed: a refused request wrote", p)
 	}
 }
+
+// A worker key reads its staff member's orders as they are, not their
+// change log: the log keeps every earlier value with its before and after,
+// such as notes the dispatcher took out before the job was given to the
+// worker, and another staff member's assignment and dispatch note.
+func TestWorkerReadsNoChangeLog(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	colleague, err := a.w.refdata.CreateStaff(t.Context(), a.merchantA, "Colin Colleague")
+	require.NoError(t, err)
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	order := a.crmCreate(a.opA, "/v1/orders", map[string]any{"customer_id": customer, "amount_cents": 100, "notes": "alarm code 4321"})
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+order, a.opA, map[string]any{"notes": "ring the bell"})
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA, map[string]any{"staff_id": colleague,
+		"start_at": "2030-06-01T10:00:00Z", "end_at": "2030-06-01T12:00:00Z", "dispatch_note": "Colin: the key is under the mat"})
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA, map[string]any{"staff_id": a.staffA,
+		"start_at": "2030-06-01T10:00:00Z", "end_at": "2030-06-01T12:00:00Z", "dispatch_note": "Wanda: knock"})
+	own := a.awaitOrder(a.worker, order, 5)
+	require.Equal(t, "ring the bell", own.Body["notes"], "the worker reads its order as it is")
+
+	changes := a.do(http.MethodGet, "/v1/orders/"+order+"/changes", a.worker, nil)
+	require.NotContains(t, changes.Raw, "alarm code 4321", "notes taken out before the job was the worker's")
+	require.NotContains(t, changes.Raw, "under the mat", "another staff member's dispatch note")
+	requireProblem(t, changes, http.StatusForbidden, "/problems/forbidden")
+	a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+order+"/changes", a.opA, nil)
+}
