@@ -67,7 +67,7 @@ var routeAccessOf = map[string]routeAccess{
 	"PATCH /v1/service-requests/{id}": operatorOnly, "POST /v1/service-requests/{id}/status": operatorOnly,
 	"POST /v1/service-requests/{id}/convert": operatorOnly,
 	"POST /v1/orders":                        operatorOnly, "GET /v1/orders": operatorWorker, "GET /v1/orders/{id}": operatorWorker,
-	"GET /v1/orders/{id}/changes": operatorWorker, "PATCH /v1/orders/{id}": operatorOnly, "POST /v1/orders/{id}/status": operatorOnly,
+	"GET /v1/orders/{id}/changes": operatorOnly, "PATCH /v1/orders/{id}": operatorOnly, "POST /v1/orders/{id}/status": operatorOnly,
 	"POST /v1/orders/{id}/cancel": operatorOnly, "PUT /v1/orders/{id}/assignment": operatorOnly, "PUT /v1/orders/{id}/settlement": operatorOnly,
 	"GET /v1/schedules": operatorWorker, "GET /v1/schedules/{id}": operatorWorker, "POST /v1/schedules/{id}/status": operatorWorker,
 	"POST /v1/plans": operatorOnly, "GET /v1/plans": operatorOnly, "GET /v1/plans/{id}": operatorOnly, "GET /v1/plans/{id}/visits": operatorOnly,

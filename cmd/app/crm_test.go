@@ -644,8 +644,8 @@ func TestWorkerConfinement(t *testing.T) {
 	require.Equal(t, []string{own}, ids)
 	a.must(http.StatusOK, http.MethodGet, "/v1/schedules/"+ownSchedule, a.worker, nil)
 	a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+own, a.worker, nil)
-	a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+own+"/changes", a.worker, nil)
-	for _, path := range []string{"/v1/schedules/" + otherSchedule, "/v1/orders/" + others, "/v1/orders/" + unassigned, "/v1/orders/" + others + "/changes"} {
+	requireProblem(t, a.do(http.MethodGet, "/v1/orders/"+own+"/changes", a.worker, nil), http.StatusForbidden, "/problems/forbidden")
+	for _, path := range []string{"/v1/schedules/" + otherSchedule, "/v1/orders/" + others, "/v1/orders/" + unassigned} {
 		requireProblem(t, a.do(http.MethodGet, path, a.worker, nil), http.StatusNotFound, "/problems/not-found")
 	}
 
@@ -669,7 +669,7 @@ func TestWorkerConfinement(t *testing.T) {
 	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+ownSchedule+"/status", a.worker, map[string]any{"status": "done"})
 	order := a.awaitOrder(a.worker, own, 5)
 	require.Equal(t, "completed", order.Body["status"])
-	changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+own+"/changes", a.worker, nil)
+	changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+own+"/changes", a.opA, nil)
 	items := changes.Body["items"].([]any)
 	require.Len(t, items, 5)
 	require.Equal(t, "OrderStatusChanged", items[4].(map[string]any)["action"])
