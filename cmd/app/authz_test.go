@@ -184,13 +184,13 @@ func matrixBody(pattern string, tn tenant) any {
 	case "PUT /v1/staff/{id}/working-hours":
 		return map[string]any{"week": map[string]any{"monday": []any{map[string]any{"start": "09:00", "end": "17:00"}}}}
 	case "POST /v1/service-requests":
-		return map[string]any{"customer_id": tn.customer, "content": "matrix"}
+		return map[string]any{"customer_id": tn.customer, "catalog_item_id": tn.item, "content": "matrix"}
 	case "PATCH /v1/service-requests/{id}", "PATCH /v1/orders/{id}":
 		return map[string]any{"notes": "changed"}
 	case "POST /v1/service-requests/{id}/status":
 		return map[string]any{"status": "cancelled"}
 	case "POST /v1/orders":
-		return map[string]any{"customer_id": tn.customer, "amount_cents": 100}
+		return map[string]any{"customer_id": tn.customer, "amount_cents": 100, "request_id": tn.request}
 	case "POST /v1/orders/{id}/status":
 		return map[string]any{"status": "in_service"}
 	case "POST /v1/schedules/{id}/status":
@@ -220,7 +220,7 @@ func matrixBody(pattern string, tn tenant) any {
 	case "POST /v1/webhook-endpoints/{id}/rotate-secret":
 		return map[string]any{}
 	case "POST /v1/plans":
-		return map[string]any{"customer_id": tn.customer, "staff_id": tn.staff,
+		return map[string]any{"customer_id": tn.customer, "staff_id": tn.staff, "catalog_item_id": tn.item,
 			"window":     map[string]any{"start": "09:00", "end": "11:00"},
 			"recurrence": map[string]any{"frequency": "weekly", "interval": 2, "start": "2031-01-06"}}
 	case "POST /admin/keys":
@@ -390,6 +390,16 @@ func TestAccessMatrix(t *testing.T) {
 						require.Equal(t, http.StatusNotFound, foreign.Status, "%s for another merchant's id: %s", pattern, foreign)
 					}
 					sameAnswer(t, absent, foreign, "%s: another merchant's id answers as a missing one", pattern)
+				}
+			}
+			// A body naming A's ids (a customer, a staff member, a catalog
+			// item, a service request) answers as one naming missing ids.
+			if method != http.MethodGet && !strings.Contains(path, "{") {
+				foreign := a.do(method, path, a.opB, matrixBody(pattern, A))
+				absent := a.do(method, path, a.opB, matrixBody(pattern, missing))
+				if fmt.Sprint(matrixBody(pattern, A)) != fmt.Sprint(matrixBody(pattern, missing)) {
+					require.GreaterOrEqual(t, foreign.Status, 400, "%s naming another merchant's ids: %s", pattern, foreign)
+					sameAnswer(t, absent, foreign, "%s naming another merchant's ids", pattern)
 				}
 			}
 			// Lists and filters: nothing of A shows, whatever filter names A's ids.
