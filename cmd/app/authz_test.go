@@ -440,6 +440,50 @@ func TestAccessMatrix(t *testing.T) {
 			}
 		})
 	}
+	t.Run("bodies naming another merchant's ids", func(t *testing.T) {
+		// Merchant A's writes to its own resources, naming merchant B's
+		// customer, staff member or catalog item, answer as when naming
+		// missing ones.
+		customerB := a.createCustomer(a.opB, "Gus Globex")
+		itemB := a.crmCreate(a.opB, "/v1/catalog-items", map[string]any{"name": "Globex clean"})
+		for _, c := range []struct {
+			method, path string
+			body         func(customer, staff, item string) map[string]any
+		}{
+			{http.MethodPut, "/v1/orders/" + A.order + "/assignment", func(_, staff, _ string) map[string]any {
+				return map[string]any{"staff_id": staff, "start_at": "2031-03-03T09:00:00Z", "end_at": "2031-03-03T10:00:00Z"}
+			}},
+			{http.MethodPatch, "/v1/orders/" + A.order, func(customer, _, _ string) map[string]any {
+				return map[string]any{"customer_id": customer, "notes": ""}
+			}},
+			{http.MethodPatch, "/v1/service-requests/" + A.request, func(_, _, item string) map[string]any {
+				return map[string]any{"catalog_item_id": item}
+			}},
+			{http.MethodPost, "/v1/plans/" + A.plan + "/change", func(_, staff, _ string) map[string]any {
+				return map[string]any{"from": time.Now().UTC().AddDate(0, 0, 7).Format(time.DateOnly), "staff_id": staff}
+			}},
+			{http.MethodPut, "/v1/staff/" + A.staff + "/working-hours", func(_, _, item string) map[string]any {
+				return map[string]any{"week": map[string]any{}, "catalog_item_ids": []string{item}}
+			}},
+			{http.MethodPost, "/v1/orders", func(customer, _, _ string) map[string]any {
+				return map[string]any{"customer_id": customer, "amount_cents": 1}
+			}},
+			{http.MethodPost, "/v1/service-requests", func(customer, _, item string) map[string]any {
+				return map[string]any{"customer_id": customer, "catalog_item_id": item, "content": "x"}
+			}},
+			{http.MethodPost, "/v1/plans", func(customer, staff, item string) map[string]any {
+				return map[string]any{"customer_id": customer, "staff_id": staff, "catalog_item_id": item,
+					"window":     map[string]any{"start": "09:00", "end": "11:00"},
+					"recurrence": map[string]any{"frequency": "weekly", "interval": 2, "start": "2031-01-06"}}
+			}},
+		} {
+			foreign := a.do(c.method, c.path, a.opA, c.body(customerB, a.staffB, itemB))
+			absent := a.do(c.method, c.path, a.opA, c.body(uuid.New(), uuid.New(), uuid.New()))
+			require.GreaterOrEqual(t, foreign.Status, 400, "%s %s naming merchant B's ids: %s", c.method, c.path, foreign)
+			sameAnswer(t, absent, foreign, "%s %s naming merchant B's ids", c.method, c.path)
+		}
+	})
+
 	t.Run("worker's writes", func(t *testing.T) {
 		// Another staff member's schedule answers as a missing one, whatever
 		// version the worker states and whatever status it asks for.
