@@ -666,3 +666,42 @@ func TestWorkerReadsNoChangeLog(t *testing.T) {
 	requireProblem(t, changes, http.StatusForbidden, "/problems/forbidden")
 	a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+order+"/changes", a.opA, nil)
 }
+
+// A read that waits for a position (read your writes) authenticated its
+// key when it came in; a key revoked while it waits gets 401, not what the
+// read models show once they reach the position.
+func TestReadYourWritesWaitOfARevokedKeyAnswersNothing(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	k, err := a.w.refdata.CreateKey(ctx, "acme", access.Operator, "")
+	require.NoError(t, err)
+	customer := a.createCustomer(a.opA, "Ada")
+	order := a.createOrder(a.opA, customer, 4200)
+	a.awaitOrder(a.opA, order, 1)
+
+	// The order's read-model row stays locked: the projection of the next
+	// write waits, and so does a read of its position.
+	hold, err := a.dbs.rm.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback() }()
+	_, err = hold.ExecContext(ctx, `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`, order)
+	require.NoError(t, err)
+	written := a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+order, a.opA, map[string]any{"notes": "written after the revocation"})
+	read := a.sendAsync(http.MethodGet, "/v1/orders/"+order,
+		http.Header{"Authorization": {"Bearer " + k.Secret}, "Consistency-Position": {positionOf(written.Body)}}, nil)
+	// Once the read has been authenticated (its key's use is noted), the
+	// key is revoked and the projection let go.
+	require.Eventually(t, func() bool {
+		_, err := a.w.refdata.FlushUses(ctx)
+		require.NoError(t, err)
+		var used bool
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(ctx, `SELECT last_used_at IS NOT NULL FROM api_keys WHERE id = $1`, k.ID).Scan(&used))
+		return used
+	}, 5*time.Second, time.Millisecond, "the read never authenticated its key")
+	a.revokeSecret(k.Secret)
+	require.NoError(t, hold.Rollback())
+	r := <-read
+	require.NotContains(t, r.Raw, "written after the revocation")
+	requireProblem(t, r, http.StatusUnauthorized, "/problems/unauthenticated")
+}
