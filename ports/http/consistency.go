@@ -45,7 +45,8 @@ const (
 // read models have reached it. It reports false when it has answered the
 // request itself (a malformed position, or one that is not the caller's
 // merchant's: 422, the same for another merchant's position and for one
-// that names no event, so nothing about other merchants shows). At most
+// that names no event, so nothing about other merchants shows; 401 for a
+// key that stopped working while the request waited). At most
 // ConsistencyMaxWaits wait at once; over the cap a GET answers at once,
 // with Consistency-Status: skipped, and the position is not looked up.
 //
@@ -105,6 +106,11 @@ func (s *server) awaitPosition(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if err != nil {
 		s.writeError(w, r, err)
+		return false
+	}
+	// The key was resolved when the request came in; one revoked while it
+	// waited reads nothing now (keyStillWorks).
+	if !s.keyStillWorks(w, r) {
 		return false
 	}
 	if reached {

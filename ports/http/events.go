@@ -55,18 +55,6 @@ func (s *server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// keyStillWorks resolves the request's key again, as any request's is
-// (the key cache within KEY_CACHE_TTL, a lookup beyond), for a request that
-// may have waited: a long poll authenticated when it came in, and a key
-// revoked, expired or rotated away while it waited gets the 401 any request
-// of that key now gets, not the events written since. It reports false
-// when it has answered the request itself.
-func (s *server) keyStillWorks(w http.ResponseWriter, r *http.Request) bool {
-	_, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	_, ok := s.authenticate(w, r, strings.TrimSpace(secret), s.Now())
-	return ok
-}
-
 // errTooManyFeedWaits is a long poll over FeedMaxWaits that found nothing.
 var errTooManyFeedWaits = errors.New("too many long polls of the event feed wait on this server; try again shortly")
 

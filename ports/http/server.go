@@ -599,6 +599,19 @@ func (s *server) authenticate(w http.ResponseWriter, r *http.Request, secret str
 	return p, true
 }
 
+// keyStillWorks resolves the request's key again, as any request's is
+// (the key cache within KEY_CACHE_TTL, a lookup beyond), for a request that
+// may have waited: a long poll authenticated when it came in, and a key
+// revoked, expired or rotated away while it waited gets the 401 any request
+// of that key now gets, not the events written since; so does a read that
+// waited for a position (consistency.go). It reports false when it has
+// answered the request itself.
+func (s *server) keyStillWorks(w http.ResponseWriter, r *http.Request) bool {
+	_, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	_, ok := s.authenticate(w, r, strings.TrimSpace(secret), s.Now())
+	return ok
+}
+
 // refuseKey answers a request whose key is unknown or no longer works.
 func refuseKey(w http.ResponseWriter) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="hearth", error="invalid_token"`)
