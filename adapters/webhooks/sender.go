@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ const UserAgent = "Hearth-Webhooks/1"
 // address webhook.Refused names unless AllowPrivate.
 type Sender struct {
 	client       *http.Client
+	resolver     *net.Resolver
 	timeout      time.Duration
 	allowPrivate bool
 	now          func() time.Time
@@ -47,6 +49,10 @@ type SenderConfig struct {
 	// Now is the clock of the webhook-timestamp header. Defaults to
 	// time.Now.
 	Now func() time.Time
+	// Resolver resolves the receivers' names, when an endpoint is saved
+	// (CheckTarget) and at every connection. Defaults to
+	// net.DefaultResolver.
+	Resolver *net.Resolver
 }
 
 // NewSender returns a sender.
@@ -54,11 +60,11 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.Timeout <= 0 {
 		return nil, errors.New("webhooks.NewSender: Timeout is required")
 	}
-	s := &Sender{timeout: cfg.Timeout, allowPrivate: cfg.AllowPrivate, now: cfg.Now}
+	s := &Sender{timeout: cfg.Timeout, allowPrivate: cfg.AllowPrivate, now: cfg.Now, resolver: cmp.Or(cfg.Resolver, net.DefaultResolver)}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Resolver: s.resolver}
 	if !cfg.AllowPrivate {
 		// The check runs on the address actually dialled, after name
 		// resolution: a name that resolved to a public address when the
@@ -142,7 +148,7 @@ func (s *Sender) CheckTarget(ctx context.Context, rawURL string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := s.resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return nil
 	}

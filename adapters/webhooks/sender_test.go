@@ -229,3 +229,58 @@ func notHTTP(t *testing.T, line string) string {
 	}()
 	return "http://" + ln.Addr().String()
 }
+
+// A receiver's name that does not resolve: the delivery's error says so,
+// naming neither the name server Hearth asked nor the sockets it asked
+// from, addresses of Hearth's own network (as RefusedError names none).
+func TestSendNamesNoAddressOfTheNameServer(t *testing.T) {
+	t.Parallel()
+	nxdomain := nameServer(t)
+	closed := nameServer(t)
+	for _, dialled := range []string{nxdomain.LocalAddr().String(), closed.LocalAddr().String()} {
+		var asked atomic.Pointer[string]
+		s, err := NewSender(SenderConfig{Timeout: 5 * time.Second, Resolver: &net.Resolver{PreferGo: true,
+			Dial: func(ctx context.Context, _, address string) (net.Conn, error) {
+				asked.Store(&address)
+				var d net.Dialer
+				return d.DialContext(ctx, "udp", dialled)
+			}}})
+		require.NoError(t, err)
+		if dialled == closed.LocalAddr().String() {
+			require.NoError(t, closed.Close()) // a name server that is down: the read is refused
+		}
+		out := s.Send(t.Context(), "https://hooks.merchant.invalid/hearth", []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+		require.Zero(t, out.Status)
+		require.Contains(t, out.Err, "hooks.merchant.invalid", "it names the receiver's name")
+		require.NotNil(t, asked.Load(), "the resolver was asked")
+		server, _, err := net.SplitHostPort(*asked.Load())
+		require.NoError(t, err)
+		require.NotContains(t, out.Err, server, "the delivery's error names the name server")
+		require.NotContains(t, out.Err, "127.0.0.1", "the delivery's error names the sockets of the lookup")
+	}
+}
+
+// nameServer is a UDP name server on loopback that answers every query
+// NXDOMAIN (the query sent back as a response: QR, RA, RCODE 3).
+func nameServer(t *testing.T) *net.UDPConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := c.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			if n < 12 {
+				continue
+			}
+			buf[2] |= 0x80
+			buf[3] = 0x80 | 3
+			_, _ = c.WriteToUDP(buf[:n], from)
+		}
+	}()
+	return c
+}
