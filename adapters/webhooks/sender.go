@@ -315,9 +315,30 @@ func (s *Sender) describe(ctx context.Context, err error) string {
 	case timedOut(ctx, err):
 		return fmt.Sprintf("no answer within %s (WEBHOOK_TIMEOUT)", s.timeout)
 	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return lookupFailed(dns)
+	}
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
 		err = uerr.Err
 	}
 	return err.Error()
+}
+
+// lookupFailed says why a receiver's name did not resolve, naming the
+// name only: net.DNSError's text names the name server asked ("lookup
+// NAME on 10.0.0.2:53: ..."), and, when it did not answer, the sockets of
+// the lookup (its Err quotes the read's net.OpError), addresses of
+// Hearth's own network that the delivery log, which the merchant reads,
+// never shows (as RefusedError does not).
+func lookupFailed(e *net.DNSError) string {
+	why := "the name server failed"
+	switch {
+	case e.IsNotFound:
+		why = "no such host"
+	case e.IsTimeout:
+		why = "the name server did not answer in time"
+	}
+	return "lookup " + e.Name + ": " + why
 }
