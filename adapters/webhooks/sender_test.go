@@ -284,3 +284,29 @@ func nameServer(t *testing.T) *net.UDPConn {
 	}()
 	return c
 }
+
+// A receiver that breaks the connection: the delivery's error says so,
+// naming the receiver's address but not the local end of the connection,
+// Hearth's own address in its network (net.OpError's Source).
+func TestSendNamesNoAddressOfItsOwnSocket(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	clients := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		clients <- c.RemoteAddr().String()
+		_, _ = c.Read(make([]byte, 4096))
+		_ = c.(*net.TCPConn).SetLinger(0) // a reset, not a close
+		_ = c.Close()
+	}()
+	out := newTestSender(t, 5*time.Second, true).Send(t.Context(), "http://"+ln.Addr().String()+"/hooks", []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+	require.Zero(t, out.Status)
+	require.Contains(t, out.Err, "connection reset by peer")
+	require.Contains(t, out.Err, ln.Addr().String(), "it names the receiver's address")
+	require.NotContains(t, out.Err, <-clients, "the delivery's error names the sender's own end of the connection")
+}
