@@ -323,7 +323,23 @@ func (s *Sender) describe(ctx context.Context, err error) string {
 	if errors.As(err, &uerr) {
 		err = uerr.Err
 	}
-	return err.Error()
+	return withoutSource(err)
+}
+
+// withoutSource is err's text without the local end of its connection:
+// net.OpError's text names it ("read tcp 10.1.2.3:54622->203.0.113.9:443:
+// read: connection reset by peer"), the address of Hearth's worker in its
+// own network, which the delivery log, which the merchant reads, never
+// shows (as RefusedError does not). The receiver's address stays.
+func withoutSource(err error) string {
+	msg := err.Error()
+	var op *net.OpError
+	if errors.As(err, &op) && op.Source != nil {
+		src := op.Source.String()
+		msg = strings.ReplaceAll(msg, src+"->", "")
+		msg = strings.ReplaceAll(msg, src, "the local address")
+	}
+	return msg
 }
 
 // lookupFailed says why a receiver's name did not resolve, naming the
