@@ -310,3 +310,27 @@ func TestSendNamesNoAddressOfItsOwnSocket(t *testing.T) {
 	require.Contains(t, out.Err, ln.Addr().String(), "it names the receiver's address")
 	require.NotContains(t, out.Err, <-clients, "the delivery's error names the sender's own end of the connection")
 }
+
+// An IPv6 literal with a zone is judged as the address it is: "[::%25lo]"
+// is the unspecified address, which connects to this host, whatever zone
+// follows it (netip's IsUnspecified and Prefix.Contains see no address
+// with a zone).
+func TestSendRefusesAddressesWithAZone(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "[::]:0")
+	if err != nil {
+		t.Skipf("no IPv6 on this host: %v", err)
+	}
+	var n atomic.Int32
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { n.Add(1) }), ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	s := newTestSender(t, 2*time.Second, false)
+	for _, target := range []string{"http://[::%25lo]:" + port + "/", "http://[64:ff9b::a00:1%25lo]:" + port + "/"} {
+		require.ErrorContains(t, s.CheckTarget(t.Context(), target), "is a private address", target)
+		out := s.Send(t.Context(), target, []string{webhook.NewSecret()}, "evt-1", []byte(`{}`))
+		require.Contains(t, out.Err, "refused: the receiver's address is a private address", target)
+	}
+	require.Zero(t, n.Load(), "nothing reached this host")
+}

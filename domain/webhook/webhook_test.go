@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"hearth/domain/apperr"
@@ -185,4 +186,22 @@ func TestSchedule(t *testing.T) {
 	require.Equal(t, first.Add(time.Minute), next, "exactly For after the first attempt: still tried")
 	_, ok = s.Next(first, first.Add(50*time.Second+time.Millisecond), 7, 0.5)
 	require.False(t, ok, "past For: given up")
+}
+
+// A zone does not change what an IPv6 address is: netip.Prefix.Contains
+// matches no address that has one, so every prefix Refused checks must be
+// checked without it ("[64:ff9b::a00:1%25eth0]" in a URL is 10.0.0.1
+// through a NAT64 gateway all the same).
+func TestRefusedWhateverTheZone(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"::1", "fe80::1", "fc00::1", "::", "::ffff:127.0.0.1", "fec0::1",
+		"64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b:1::a00:1", "::127.0.0.1", "2002:7f00:1::1",
+		"2001:0:4136:e378:8000:63bf:3fff:fdd2", "ff02::1"} {
+		for _, zone := range []string{"eth0", "lo", "1"} {
+			got := Refused(netip.MustParseAddr(addr + "%" + zone))
+			assert.NotEmpty(t, got, "%s%%%s is not refused", addr, zone)
+			assert.Equal(t, Refused(netip.MustParseAddr(addr)), got, "%s%%%s", addr, zone)
+		}
+	}
+	require.Empty(t, Refused(netip.MustParseAddr("2001:4860:4860::8888%eth0")), "a public address with a zone is still public")
 }
