@@ -188,9 +188,12 @@ func URLProblem(u string) string {
 // Refused says why a delivery must not go to addr ("" when it may):
 // loopback, private, link-local and other addresses that are not the public
 // internet's. A receiver there would let an operator make Hearth send
-// requests inside its own network.
+// requests inside its own network. An IPv6 address is judged without its
+// zone ("::%eth0" is the unspecified address, which connects to this host):
+// netip's IsUnspecified compares the zone too, and Prefix.Contains matches
+// no address that has one.
 func Refused(addr netip.Addr) string {
-	a := addr.Unmap()
+	a := addr.Unmap().WithZone("")
 	switch {
 	case !a.IsValid():
 		return "not an IP address"
