@@ -417,3 +417,88 @@ func TestReplayFillsAGapFromTheEventStore(t *testing.T) {
 	require.Len(t, changes, 3, "one change-log row per event, the filled one too")
 	require.Empty(t, f.verify(t))
 }
+
+// cutOffSkip is parking for the orders projection of b whose skip loses
+// its event-store connection right after the read model committed the
+// skipped event: the skip's transaction (the one holding the parked row,
+// idle in it while the projection applies) is ended by
+// pg_terminate_backend, as a crash or a lost connection ends it.
+func cutOffSkip(t *testing.T, f fixture, b *breakable) (*projector.Parking, *ops.Operator, *atomic.Int32) {
+	t.Helper()
+	var cut atomic.Int32
+	p := b.projection()
+	apply := p.Apply
+	p.Apply = func(ctx context.Context, r event.Recorded) error {
+		if err := apply(ctx, r); err != nil || r.Type != event.SkippedType || cut.Load() > 0 {
+			return err
+		}
+		var n int
+		err := f.ES.DB.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
+			WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.state LIKE 'idle in transaction%'
+			AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted
+			            AND l.locktype = 'relation' AND l.relation = 'parked_aggregates'::regclass)`).Scan(&n)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the skip's transaction is idle in it, holding the parked row")
+		cut.Add(1)
+		return nil
+	}
+	parking, err := projector.NewParking(f.ES, p)
+	require.NoError(t, err)
+	return parking, f.operator(t, parking), &cut
+}
+
+// A skip cut off after the read model applied the skipped event (the
+// process killed, its event-store connection lost) is finished by running
+// it again, or by a replay once the cause is fixed (docs/operations.md:
+// "Replaying is always safe"): the event ends up skipped everywhere,
+// recorded in skipped_events with who and why (which verify, rebuild, the
+// event feed and the relay go by), never skipped in the read model alone.
+//
+// Not parallel: see TestTwoSkipsOfTheFailedEventSkipItOnce.
+func TestASkipCutOffAfterTheReadModelAppliedItIsFinishedByARerun(t *testing.T) {
+	for _, rerun := range []string{"skip", "replay"} {
+		t.Run(rerun, func(t *testing.T) {
+			f := setup(t, pgtest.NewDB(t))
+			b := &breakable{f: f}
+			live, err := projector.NewParking(f.ES, b.projection())
+			require.NoError(t, err)
+			f.RunRouterWith(t, live, b.projection())
+			ctx := context.Background()
+			id := f.CreateOrder(t)
+			require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
+			b.set(versionKey(id, 2))
+			f.step(t, id, order.StatusConfirmed)
+			require.Eventually(t, func() bool {
+				_, ok, err := live.Parked(ctx, "orders", f.MerchantID, id)
+				return err == nil && ok
+			}, 20*time.Second, 10*time.Millisecond)
+			v2 := f.Stream(t, id)[1].ID
+
+			parking, op, cut := cutOffSkip(t, f, b)
+			_, err = op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, EventID: v2, By: "ops:ada", Reason: "bad data"})
+			require.Error(t, err, "the skip lost its connection before its commit")
+			require.Equal(t, int32(1), cut.Load())
+			_, ok, err := parking.Parked(ctx, "orders", f.MerchantID, id)
+			require.NoError(t, err)
+			require.True(t, ok, "still parked: the skip did not commit")
+
+			switch rerun {
+			case "skip":
+				res, err := op.Skip(ctx, ops.Skip{Projection: "orders", StreamID: id, EventID: v2, By: "ops:ada", Reason: "bad data"})
+				require.NoError(t, err)
+				require.True(t, res.Unparked)
+			case "replay":
+				// As the runbook has it: the cause fixed, replay.
+				b.set("")
+				res, err := op.Replay(ctx, "orders", id, "ops:ada")
+				require.NoError(t, err)
+				require.True(t, res.Unparked, "replay: %s", res.Error)
+			}
+			var by, why string
+			require.NoError(t, f.ES.DB.QueryRow(`SELECT skipped_by, reason FROM skipped_events WHERE event_id = $1`, v2).Scan(&by, &why),
+				"the event the read model shows skipped is recorded as skipped")
+			require.Equal(t, []string{"ops:ada", "bad data"}, []string{by, why})
+			require.Empty(t, f.verify(t), "verify, which folds the events skipped_events names as skipped, agrees with the read model")
+		})
+	}
+}
