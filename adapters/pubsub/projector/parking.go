@@ -386,7 +386,8 @@ func audit[R any](ctx context.Context, pk *Parking, tx bun.Tx, audit func(R) ops
 }
 
 // Replay applies the waiting events of one parked aggregate in version
-// order. When all apply, the aggregate is unparked; when one fails, the
+// order (one recorded as skipped by a skip cut off before its commit, as
+// skipped). When all apply, the aggregate is unparked; when one fails, the
 // events before it are done, and the aggregate stays parked behind it with
 // the new reason (the result's Error; not an error of Replay). The entry
 // audit returns for the result is recorded in the replay's transaction.
@@ -415,8 +416,22 @@ func (pk *Parking) replay(ctx context.Context, tx bun.Tx, p Projection, res *ops
 	if err != nil {
 		return err
 	}
+	skipped, err := skippedWaiting(ctx, tx.Tx, projection, streamID)
+	if err != nil {
+		return err
+	}
 	for i, w := range waiting {
-		rec, err := event.Unmarshal(w.env, p.Decode)
+		var rec event.Recorded
+		if skipped[w.version] {
+			// A skip recorded but cut off before its commit (Skip): the
+			// event is applied as it was skipped, as verify, rebuild and the
+			// event feed read it, never as itself.
+			if rec, err = event.Unmarshal(w.env, envelopeOnly); err == nil {
+				rec = event.Skip(rec)
+			}
+		} else {
+			rec, err = event.Unmarshal(w.env, p.Decode)
+		}
 		if err == nil {
 			var filled int
 			filled, err = pk.applyFillingGap(ctx, p, rec)
@@ -447,6 +462,28 @@ func (pk *Parking) replay(ctx context.Context, tx bun.Tx, p Projection, res *ops
 	}
 	res.Unparked = true
 	return nil
+}
+
+// envelopeOnly decodes nothing: a skipped event is never decoded.
+func envelopeOnly(string, []byte, ...[]byte) (event.Event, error) { return nil, nil }
+
+// skippedWaiting returns the versions of the aggregate's events recorded
+// in skipped_events for projection.
+func skippedWaiting(ctx context.Context, tx *sql.Tx, projection, streamID string) (map[int]bool, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM skipped_events WHERE projection = $1 AND stream_id = $2`, projection, streamID)
+	if err != nil {
+		return nil, fmt.Errorf("read skipped events: %w", err)
+	}
+	defer rows.Close()
+	out := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out[v] = true
+	}
+	return out, rows.Err()
 }
 
 // gap is the projection's error for an event whose predecessors the row
@@ -503,7 +540,9 @@ func (pk *Parking) applyFillingGap(ctx context.Context, p Projection, rec event.
 // skip the untried event behind it too, for good. The events
 // behind it keep waiting (replay them next); when none do, the aggregate is
 // unparked. The entry audit returns for the result is recorded in the
-// skip's transaction.
+// skip's transaction. The skip itself (skipped_events) is recorded before
+// the read model applies it, and stays if the skip is cut off after that:
+// running it again, or a replay, finishes it.
 func (pk *Parking) Skip(ctx context.Context, s ops.Skip, auditOf func(ops.SkipResult) ops.AuditEntry) (ops.SkipResult, error) {
 	p, err := pk.projection(s.Projection)
 	if err != nil {
@@ -533,7 +572,7 @@ func (pk *Parking) skip(ctx context.Context, tx bun.Tx, p Projection, eventID st
 		return &apperr.RuleError{Rule: "parked.nothing_waiting", Detail: "no event waits; replay to unpark"}
 	}
 	// The envelope alone is enough: a skipped event is never decoded.
-	rec, err := event.Unmarshal(waiting[0].env, func(string, []byte, ...[]byte) (event.Event, error) { return nil, nil })
+	rec, err := event.Unmarshal(waiting[0].env, envelopeOnly)
 	if err != nil {
 		return err
 	}
@@ -550,7 +589,15 @@ func (pk *Parking) skip(ctx context.Context, tx bun.Tx, p Projection, eventID st
 			Detail: fmt.Sprintf("event %s is the aggregate's first (version 1): skipped, it would leave no row to follow; fix its cause and replay", rec.ID)}
 	}
 	res.EventID, res.Version, res.Type = rec.ID, rec.Version, rec.Type
-	if _, err := tx.Tx.ExecContext(ctx, `INSERT INTO skipped_events (projection, event_id, stream_id, version, type, skipped_by, reason)
+	// Recorded first, on its own (not in tx): the read model commits the
+	// skipped event below in a transaction of its own, before tx commits,
+	// so a skip cut off in between (a crash, a lost connection) must leave
+	// the skip recorded, for the read model shows it. Running the skip
+	// again, or a replay, then finishes it as a skip (replay applies a
+	// waiting event recorded here as skipped), never applies the event as
+	// itself, and verify, rebuild, the event feed and the relay, which go
+	// by this table, agree with the read model.
+	if _, err := pk.db.DB.ExecContext(ctx, `INSERT INTO skipped_events (projection, event_id, stream_id, version, type, skipped_by, reason)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
 		projection, rec.ID, rec.StreamID, rec.Version, rec.Type, by, reason); err != nil {
 		return fmt.Errorf("record skipped event: %w", err)
