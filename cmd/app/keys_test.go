@@ -391,3 +391,53 @@ func TestKeysCommandsNeverRepeatASecretGivenForAnID(t *testing.T) {
 		require.NotContains(t, err.Error()+stdout.String()+stderr.String(), "keySECRET", verb)
 	}
 }
+
+// `app keyring rewrap` names a master key "no longer needed" only when
+// nothing is sealed by it any more. An instance that still seals with the
+// old key while the rewrap runs (one not restarted with the new key first,
+// or restarted by its supervisor with its old configuration) writes a data
+// key the rewrap's pages have passed; the runbook's next step, removing the
+// old line, would then leave that customer's data key unopenable for good.
+// Here a trigger plays that instance: the rewrap's re-seal of one data key
+// makes another data key, sealed by the old key, behind the rewrap's page.
+func TestKeyringRewrapNamesNoKeyUnneededThatStillSeals(t *testing.T) {
+	t.Parallel()
+	k := setupKeys(t)
+	ctx := t.Context()
+	key, err := k.store.CreateKey(ctx, "acme", access.Operator, "")
+	require.NoError(t, err)
+	old, err := vault.New(k.db.DB, mustRing(t, testMasterKey))
+	require.NoError(t, err)
+	first, late := "ffffffff-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000001"
+	sealed, err := old.NewKey(first)
+	require.NoError(t, err)
+	_, err = k.db.DB.ExecContext(ctx, vault.KeySQL, first, key.MerchantID, "customer", sealed)
+	require.NoError(t, err)
+	lateSealed, err := old.NewKey(late)
+	require.NoError(t, err)
+	_, err = k.db.DB.ExecContext(ctx, `CREATE TABLE late_key (sealed bytea);
+		CREATE FUNCTION old_instance_seals() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO data_keys (subject_id, merchant_id, subject_type, sealed)
+			SELECT '`+late+`', '`+key.MerchantID+`', 'customer', sealed FROM late_key ON CONFLICT DO NOTHING;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER old_instance_seals AFTER UPDATE ON data_keys FOR EACH ROW EXECUTE FUNCTION old_instance_seals()`)
+	require.NoError(t, err)
+	_, err = k.db.DB.ExecContext(ctx, `INSERT INTO late_key VALUES ($1)`, lateSealed)
+	require.NoError(t, err)
+
+	next, err := keyring.New("next")
+	require.NoError(t, err)
+	var stdout, stderr syncBuffer
+	err = run(ctx, []string{"keyring", "rewrap"}, env(map[string]string{"DATABASE_URL": k.url, "MASTER_KEY": next + "," + testMasterKey, "USER": "tester"}), &stdout, &stderr)
+
+	var still []byte
+	require.NoError(t, k.db.DB.QueryRowContext(ctx, `SELECT sealed FROM data_keys WHERE subject_id = $1`, late).Scan(&still))
+	id, kerr := keyring.KeyID(still)
+	require.NoError(t, kerr)
+	require.Equal(t, "test", id, "the late data key is sealed by the old key")
+	require.NotContains(t, stdout.String(), "no longer needed: test", "a key that still seals a data key is needed: %s", stdout.String())
+	require.Error(t, err, "the rewrap did not finish: the old key still seals what it did not re-seal")
+	require.ErrorContains(t, err, "test")
+}
