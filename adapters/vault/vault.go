@@ -528,6 +528,31 @@ func (v *Vault) Rewrap(ctx context.Context) (int, error) {
 	}
 }
 
+// StillSealed counts the data keys sealed by another master key than the
+// ring's active one, per master key id: after Rewrap, those an instance
+// still sealing with an older key wrote behind its pages.
+func (v *Vault) StillSealed(ctx context.Context) (map[string]int, error) {
+	// Only the head of each sealed key (format, id length, id) is read.
+	rows, err := v.db.QueryContext(ctx, `SELECT substring(sealed FROM 1 FOR 2 + get_byte(sealed, 1)), count(*)
+		FROM data_keys WHERE length(sealed) >= 2 GROUP BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("count data keys by master key: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var head []byte
+		var n int
+		if err := rows.Scan(&head, &n); err != nil {
+			return nil, err
+		}
+		if id, err := keyring.KeyID(head); err == nil && v.ring.Stale(head) {
+			out[id] += n
+		}
+	}
+	return out, rows.Err()
+}
+
 func newAEAD(key []byte) (cipher.AEAD, error) {
 	block, err := aes.NewCipher(key)
 	if err != nil {

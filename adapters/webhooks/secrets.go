@@ -8,6 +8,7 @@ import (
 
 	"hearth/domain/apperr"
 	"hearth/domain/webhook"
+	"hearth/internal/keyring"
 )
 
 // Sealer seals the endpoints' signing secrets at rest: signing needs the
@@ -104,6 +105,29 @@ func (s *Store) SealSecrets(ctx context.Context, all bool) (int, error) {
 		}
 		after = ids[len(ids)-1]
 	}
+}
+
+// StillSealed counts the endpoints' secrets sealed by another master key
+// than the one sealing now, per master key id: after SealSecrets(all), those
+// an instance still sealing with an older key wrote meanwhile.
+func (s *Store) StillSealed(ctx context.Context) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT v FROM webhook_endpoints,
+		unnest(ARRAY[secret_sealed, previous_secret_sealed, older_secret_sealed]) AS v WHERE v IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("count webhook secrets by master key: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var sealed []byte
+		if err := rows.Scan(&sealed); err != nil {
+			return nil, err
+		}
+		if id, err := keyring.KeyID(sealed); err == nil && s.secrets.Stale(sealed) {
+			out[id]++
+		}
+	}
+	return out, rows.Err()
 }
 
 func (s *Store) ids(ctx context.Context, query, after string) ([]string, error) {

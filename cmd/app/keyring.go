@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -53,6 +54,12 @@ func keyringCommand(ctx context.Context, cfg Config, sub string, k keyFlags, res
 			return err
 		}
 		n, err := ops.Rewrap(ctx, hooks, keys, audit, by, cfg.MasterKeys.ActiveID())
+		if incomplete := (*ops.RewrapIncompleteError)(nil); errors.As(err, &incomplete) {
+			// No key is named unneeded: one still seals what was written
+			// meanwhile, and removing it would lose that.
+			fmt.Fprintf(stdout, "re-sealed the secrets of %d webhook endpoints and %d data keys under master key %s; not complete\n",
+				n.WebhookEndpoints, n.DataKeys, cfg.MasterKeys.ActiveID())
+		}
 		if err != nil {
 			return flagError("keyring rewrap", err, "") // a failure, not the command line's: exit 1
 		}
