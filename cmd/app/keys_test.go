@@ -441,3 +441,26 @@ func TestKeyringRewrapNamesNoKeyUnneededThatStillSeals(t *testing.T) {
 	require.Error(t, err, "the rewrap did not finish: the old key still seals what it did not re-seal")
 	require.ErrorContains(t, err, "test")
 }
+
+// A rotation without grace whose answer was lost (the CLI killed, or the
+// HTTP client gone, after the commit and before the secret was shown) is
+// run again: the old key is revoked by then, and the answer must name the
+// key the first run made, which works and whose secret nobody has, so that
+// the operator revokes it rather than leave it live beside the new key
+// they create.
+func TestARotationRunAgainAfterItsAnswerWasLostNamesTheKeyItMade(t *testing.T) {
+	t.Parallel()
+	k := setupKeys(t)
+	secret := k.mustCreate("--merchant", "acme", "--role", "operator")
+	p, err := k.store.Authenticate(t.Context(), secret)
+	require.NoError(t, err)
+
+	_, err = k.run("keys", "rotate", p.KeyID) // its output never reached anyone
+	require.NoError(t, err)
+	var made string
+	require.NoError(t, k.db.DB.QueryRowContext(t.Context(), `SELECT id::text FROM api_keys WHERE id <> $1`, p.KeyID).Scan(&made))
+
+	_, err = k.run("keys", "rotate", p.KeyID)
+	require.ErrorContains(t, err, "key.revoked")
+	require.ErrorContains(t, err, made, "the rerun names the key the lost rotation made")
+}
