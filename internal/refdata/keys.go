@@ -183,6 +183,12 @@ func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, a
 			return fmt.Errorf("rotate key: %w", err)
 		}
 		switch {
+		case old.RevokedAt != nil && replacedBy.Valid:
+			// Rotated already (without grace, or revoked since): a run again
+			// after the answer was lost names the key it made, which works and
+			// whose secret only that answer held.
+			return &apperr.RuleError{Rule: "key.revoked", Detail: "key " + id + " is revoked: it was rotated into key " + replacedBy.String +
+				"; if that rotation's secret was lost, revoke " + replacedBy.String + " and create a new key"}
 		case old.RevokedAt != nil:
 			return &apperr.RuleError{Rule: "key.revoked", Detail: "key " + id + " is revoked; create a new key instead"}
 		case expired:
@@ -198,7 +204,7 @@ func (s *Store) RotateKey(ctx context.Context, id string, grace time.Duration, a
 			return fmt.Errorf("insert rotated key: %w", err)
 		}
 		if grace == 0 {
-			_, err = tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = ?`, id)
+			_, err = tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = now(), replaced_by = ? WHERE id = ?`, newID, id)
 			if err == nil {
 				err = endKeySessions(ctx, tx, id)
 			}
