@@ -3,7 +3,7 @@
 # test harness starts itself.
 GO ?= go
 
-.PHONY: run test chaos chaos-ha bench bench-scale build vet clean
+.PHONY: run test race chaos chaos-ha bench bench-scale build vet clean
 
 run:
 	$(GO) run ./cmd/app dev
@@ -11,6 +11,12 @@ run:
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# Every test under the race detector: about twice make test's time on two
+# cores (cmd/app sets the length); run it after a change to code that
+# shares memory between goroutines.
+race:
+	$(GO) test -race -count=1 -timeout 40m ./...
 
 # The leadership fault suite: 24 rounds (each fault four times) instead of
 # the one round per fault that make test runs; prints the takeover times
