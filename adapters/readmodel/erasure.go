@@ -9,6 +9,7 @@ import (
 
 	"hearth/adapters/vault"
 	"hearth/domain/event"
+	"hearth/internal/advisory"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
 )
@@ -140,6 +141,19 @@ func (p *projection[V]) foldErased(ctx context.Context, tx bun.Tx, r event.Recor
 	}
 	if _, err := tx.Tx.ExecContext(ctx, updateChangesSQL, r.StreamType, r.StreamID, versions, befores, afters); err != nil {
 		return fmt.Errorf("erase the change log of %s %s: %w", p.agg.Type, r.StreamID, err)
+	}
+	// A rebuild's shadow table that no rebuild holds (its process died
+	// after folding) keeps the rows as its fold opened them, this one's
+	// among them: no rebuild swaps it in any more, so it goes.
+	shadow := shadowOf(p.agg.Table)
+	var leftover bool
+	if err := tx.Tx.QueryRowContext(ctx, leftoverShadowSQL, shadow, advisory.Key(advisory.Rebuild(p.agg.Projection))).Scan(&leftover); err != nil {
+		return fmt.Errorf("look for a shadow table %s left by a rebuild: %w", shadow, err)
+	}
+	if leftover {
+		if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err != nil {
+			return fmt.Errorf("drop the shadow table %s left by a rebuild: %w", shadow, err)
+		}
 	}
 	return nil
 }

@@ -99,6 +99,17 @@ type rebuilder struct {
 	last time.Time
 }
 
+// shadowOf is the name of the shadow table a rebuild of table folds into.
+func shadowOf(table string) string { return table + "_rebuild" }
+
+// leftoverShadowSQL says whether the shadow table $1 of the projection
+// whose rebuild lock is $2 is one no rebuild holds: left behind by a
+// rebuild whose process died (its deferred drop never ran). When it is, the
+// lock stays held to the end of the transaction, so no rebuild starts (and
+// creates the table again) before the caller has dropped it; a rebuild that
+// holds the lock keeps its table, and its catch-up applies what came since.
+const leftoverShadowSQL = `SELECT CASE WHEN to_regclass($1) IS NULL THEN false ELSE pg_try_advisory_xact_lock($2) END`
+
 func (rb *rebuilder) phase(name string) {
 	rb.p.Phase = name
 	rb.report(true)
@@ -141,7 +152,7 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		_, _ = conn.ExecContext(cctx, `SELECT pg_advisory_unlock(?)`, lockKey)
 	}()
 
-	shadow := t.agg.Table + "_rebuild"
+	shadow := shadowOf(t.agg.Table)
 	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err != nil {
 		return fmt.Errorf("drop %s: %w", shadow, err)
 	}
