@@ -16,8 +16,9 @@ import (
 // An erased staff member leaves no trace Hearth controls: a distinct marker
 // in every place a write can put their data (the record, created and
 // changed with stored idempotent answers, their working hours with a sick
-// day) is in no table of either database after their erasure, while those
-// of another staff member are still there.
+// day, the name of their worker key and its audit entry) is in no table of
+// either database after their erasure, while those of another staff member
+// are still there.
 func TestStaffErasureForgetsEveryCopy(t *testing.T) {
 	t.Parallel()
 	urls := pgtest.NewSplitDBs(t)
@@ -25,7 +26,7 @@ func TestStaffErasureForgetsEveryCopy(t *testing.T) {
 	rc := newReceiver(t)
 	a.createEndpoint(a.opA, rc.URL+"/hook")
 
-	fields := []string{"staff-name", "staff-phone", "staff-name-changed", "staff-phone-changed"}
+	fields := []string{"staff-name", "staff-phone", "staff-name-changed", "staff-phone-changed", "key-name"}
 	staff := map[string]string{}
 	for _, tag := range []string{"SAM", "KIM"} {
 		r := a.sendOK(http.MethodPost, "/v1/staff", withKey(a.opA, "staff-"+tag), map[string]any{
@@ -40,6 +41,9 @@ func TestStaffErasureForgetsEveryCopy(t *testing.T) {
 			"week":       map[string]any{"monday": []any{map[string]any{"start": "09:00", "end": "17:00"}}},
 			"exceptions": []any{map[string]any{"date": "2030-03-04", "reason": "sick_day"}}})
 		require.Equal(t, http.StatusOK, r.Status, r.String())
+		// Their worker key, named after them, as keys for a person are.
+		a.must(http.StatusCreated, http.MethodPost, "/admin/keys", a.admin, map[string]any{
+			"role": "worker", "merchant": "acme", "staff_id": id, "name": mark("key-name", tag)})
 	}
 	a.must(http.StatusOK, http.MethodPost, "/v1/staff/"+staff["SAM"]+"/erase", a.opA, map[string]any{"confirm": staff["SAM"]})
 
