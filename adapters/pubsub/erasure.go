@@ -23,14 +23,21 @@ import (
 // subjectTables are the reference tables of the data subjects, with the
 // statement that empties a row's personal columns (the row and its id stay:
 // references remain valid). A staff member's working hours go too: their
-// exceptions say when they were off sick.
+// exceptions say when they were off sick; and the names of their worker
+// keys, in the keys and in the keys' audit entries, are emptied: a key for
+// a person is named after them ("Sam's phone"). The keys are locked in id
+// order, as the erasures' other rows are.
 var subjectTables = map[string]struct{ table, scrub string }{
 	event.SubjectCustomer: {"customers",
 		`UPDATE customers SET name = '', phone = '', email = '', address = '', notes = '',
 		        erased_at = coalesce(erased_at, now()), updated_at = now()
 		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
 	event.SubjectStaffMember: {"staff",
-		`WITH hours AS (DELETE FROM staff_hours WHERE staff_id = $1 AND merchant_id = $2)
+		`WITH hours AS (DELETE FROM staff_hours WHERE staff_id = $1 AND merchant_id = $2),
+		      named AS (SELECT id FROM api_keys WHERE staff_id = $1 AND merchant_id = $2 AND name <> '' ORDER BY id FOR UPDATE),
+		      keys AS (UPDATE api_keys k SET name = '' FROM named WHERE k.id = named.id),
+		      audit AS (UPDATE admin_audit SET details = jsonb_set(details, '{name}', '""')
+		                WHERE details->>'staff_id' = $1::uuid::text AND details->>'name' <> '')
 		 UPDATE staff SET name = '', phone = '', active = false, erased_at = coalesce(erased_at, now()), updated_at = now()
 		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
 }
