@@ -1,0 +1,54 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/internal/pgtest"
+)
+
+// scrapeLocked scrapes /metrics once while a transaction holds table of
+// the event store locked (as a migration or a VACUUM FULL would hold it),
+// so that a collector's query on it runs into the collector's timeout:
+// one metric read from the database cannot be read. It returns the status
+// and the body.
+func (a *api) scrapeLocked(table string) (int, string) {
+	t := a.t
+	t.Helper()
+	ctx := t.Context()
+	tx, err := a.dbs.es.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.ExecContext(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	res, err := a.client.Get(a.base + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(raw)
+}
+
+// A metric read from the database that cannot be read (a locked table, a
+// database out of reach) leaves that metric out of the scrape, not the
+// whole of /metrics: the HTTP counters (the 503s of an outage), the
+// leadership and the topics are what an operator reads during such an
+// outage, and the failed read is counted.
+//
+// Not parallel: the lock holds the orders subscriber's transaction back.
+func TestMetricsServeTheRestWhenADatabaseReadFails(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	a.must(http.StatusOK, http.MethodGet, "/healthz", "", nil)
+
+	status, body := a.scrapeLocked("watermill_offsets_orders")
+	require.Equal(t, http.StatusOK, status, "/metrics answered:\n%s", body)
+	require.Contains(t, body, `hearth_http_requests_total{code="200",method="GET",route="GET /healthz"} 1`)
+	require.Contains(t, body, `hearth_topic_messages{topic="orders"}`)
+	require.NotContains(t, body, `hearth_projection_lag_events{projection="orders"}`, "a lag that could not be read is left out, not reported")
+	// promhttp counts the failure after that scrape's gathering: the next
+	// shows it.
+	require.Regexp(t, `\npromhttp_metric_handler_errors_total\{cause="gathering"\} [1-9]`, a.metrics(), "the failed read is counted")
+}
