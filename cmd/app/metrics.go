@@ -148,8 +148,14 @@ func topics(projections []projector.Projection) []string {
 	return append(out, pubsub.TopicPoison)
 }
 
+// handler serves the registry. A collector that cannot read its database
+// (each logs why) leaves its metrics out of that scrape and counts in
+// promhttp_metric_handler_errors_total{cause="gathering"}: promhttp's
+// default, HTTPErrorOnError, would answer 500 for the whole scrape, and the
+// HTTP counters and the leadership gauges would vanish with it during the
+// very outage they describe.
 func (t *telemetry) handler() http.Handler {
-	return promhttp.HandlerFor(t.reg, promhttp.HandlerOpts{Registry: t.reg})
+	return promhttp.HandlerFor(t.reg, promhttp.HandlerOpts{Registry: t.reg, ErrorHandling: promhttp.ContinueOnError})
 }
 
 func (t *telemetry) observeRequest(method, route string, status int, d time.Duration) {
