@@ -52,3 +52,24 @@ func TestMetricsServeTheRestWhenADatabaseReadFails(t *testing.T) {
 	// shows it.
 	require.Regexp(t, `\npromhttp_metric_handler_errors_total\{cause="gathering"\} [1-9]`, a.metrics(), "the failed read is counted")
 }
+
+// The lag of one topic's projections that cannot be read (its offsets
+// table locked) is left out alone: the other topics' projections' lag and
+// the parked aggregates are read each in its own time, not in what the
+// blocked read left of a shared one.
+//
+// Not parallel: the lock holds the orders subscriber's transaction back.
+func TestMetricsOneBlockedLagLeavesTheOthers(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	status, body := a.scrapeLocked("watermill_offsets_orders")
+	require.Equal(t, http.StatusOK, status, "/metrics answered:\n%s", body)
+	require.NotContains(t, body, `hearth_projection_lag_events{projection="orders"}`)
+	for _, want := range []string{
+		`hearth_projection_lag_events{projection="schedules"} 0`,
+		`hearth_projection_lag_seconds{projection="service_requests"} 0`,
+		`hearth_projection_lag_events{projection="webhooks_plans"} 0`,
+		`hearth_projection_parked_aggregates{projection="orders"} 0`,
+	} {
+		require.Contains(t, body, want)
+	}
+}
