@@ -115,11 +115,16 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.parkedAge
 }
 
+// statsTimeout bounds each of the collector's queries, each on its own: a
+// query that waits (its topic's offsets table locked) leaves out only its
+// own projection's lag, not every query after it in the loop.
+const statsTimeout = 3 * time.Second
+
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	for _, p := range c.projections {
+		ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
 		events, seconds, err := lag(ctx, c.db, p)
+		cancel()
 		if err != nil {
 			c.log.Warn("projection lag unavailable", "projection", p.Name, "error", err)
 			ch <- prometheus.NewInvalidMetric(c.lagEvents, err)
@@ -128,6 +133,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.lagEvents, prometheus.GaugeValue, float64(events), p.Name)
 		ch <- prometheus.MustNewConstMetric(c.lagSeconds, prometheus.GaugeValue, seconds, p.Name)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+	defer cancel()
 	counts := map[string][2]float64{}
 	rows, err := c.db.QueryContext(ctx, `SELECT projection, count(*), EXTRACT(EPOCH FROM now() - min(since))::float8
 		FROM parked_aggregates GROUP BY projection`)

@@ -84,10 +84,12 @@ func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	for _, topic := range c.topics {
+		// Each topic's read has its own time: one that waits (its table
+		// locked) leaves out only that topic's lag.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		events, seconds, err := c.lag(ctx, topic)
+		cancel()
 		if err != nil {
 			c.log.Warn("relay lag unavailable", "topic", topic, "error", err)
 			ch <- prometheus.NewInvalidMetric(c.events, err)
