@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -71,5 +73,27 @@ func TestMetricsOneBlockedLagLeavesTheOthers(t *testing.T) {
 		`hearth_projection_parked_aggregates{projection="orders"} 0`,
 	} {
 		require.Contains(t, body, want)
+	}
+}
+
+// Every quantile alert of the runbook can tell the quantile from its
+// threshold: the histogram it reads, as /metrics serves it, has a bucket
+// at the threshold. Without one, histogram_quantile interpolates across
+// the buckets around it, and the alert fires for a p99 below it (or stays
+// quiet above it).
+func TestRunbookQuantileAlertsHaveTheirBucket(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	alerts := regexp.MustCompile(`histogram_quantile\([0-9.]+, rate\((hearth_[a-z_]+)_bucket(?:\{[^}]*\})?\[[^\]]+\]\)\) > ([0-9.]+)`).
+		FindAllStringSubmatch(string(doc), -1)
+	require.NotEmpty(t, alerts, "the runbook's quantile alerts")
+	a := setup(t, pgtest.NewDB(t))
+	body := a.metrics()
+	for _, m := range alerts {
+		name, threshold := m[1], m[2]
+		require.Contains(t, body, name+"_bucket", "the alert's histogram is served")
+		bucket := regexp.MustCompile(`\n` + name + `_bucket\{(?:[^}]*,)?le="` + regexp.QuoteMeta(threshold) + `"\}`)
+		require.Regexp(t, bucket, body, "%s has no bucket at the alert's threshold %s: %s", name, threshold, m[0])
 	}
 }
