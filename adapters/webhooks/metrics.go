@@ -27,9 +27,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Webhook delivery attempts by outcome: succeeded, retrying (failed, tried again later) or failed (given up: retries exhausted, 410, a failed test ping).",
 		}, []string{"outcome"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "hearth_webhook_delivery_lag_seconds",
-			Help:    "From an event (or the queueing of a ping or redelivery) to its successful delivery.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60, 600, 3600, 21600, 86400},
+			Name: "hearth_webhook_delivery_lag_seconds",
+			Help: "From an event (or the queueing of a ping or redelivery) to its successful delivery.",
+			// 5: the runbook's alert threshold (docs/operations.md) must be a
+			// bucket's bound, or histogram_quantile interpolates across it.
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 60, 600, 3600, 21600, 86400},
 		}),
 		disabled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_webhook_endpoints_disabled_total",
