@@ -97,3 +97,22 @@ func TestRunbookQuantileAlertsHaveTheirBucket(t *testing.T) {
 		require.Regexp(t, bucket, body, "%s has no bucket at the alert's threshold %s: %s", name, threshold, m[0])
 	}
 }
+
+// A topic table that cannot be read (locked, as a VACUUM FULL of it holds
+// it: docs/operations.md, Retention) leaves out that topic's sizes alone,
+// not the other topics'.
+//
+// Not parallel: the lock holds the orders subscriber's transaction back.
+func TestMetricsOneLockedTopicLeavesTheOthers(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	status, body := a.scrapeLocked("watermill_orders")
+	require.Equal(t, http.StatusOK, status, "/metrics answered:\n%s", body)
+	require.NotContains(t, body, `hearth_topic_messages{topic="orders"}`)
+	for _, want := range []string{
+		`hearth_topic_messages{topic="plans"} 0`,
+		`hearth_topic_oldest_message_age_seconds{topic="poison"} 0`,
+		`hearth_projection_lag_events{projection="schedules"} 0`,
+	} {
+		require.Contains(t, body, want)
+	}
+}
