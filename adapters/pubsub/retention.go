@@ -438,17 +438,19 @@ func (c *TopicStats) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *TopicStats) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	for _, topic := range c.topics {
 		table := Schema.MessagesTable(topic)
 		var rows, bytes int64
 		var age float64
+		// Each topic's read has its own time: one that waits (its table
+		// locked by a VACUUM FULL) leaves out only that topic.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		err := c.db.QueryRowContext(ctx, `SELECT
 				coalesce((SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = $1::regclass), 0),
 				pg_total_relation_size($1::regclass),
 				coalesce((SELECT EXTRACT(EPOCH FROM now()::timestamp - created_at)::float8 FROM `+table+`
 					ORDER BY transaction_id, "offset" LIMIT 1), 0)`, table).Scan(&rows, &bytes, &age)
+		cancel()
 		if err != nil {
 			c.log.Warn("topic size unavailable", "topic", topic, "error", err)
 			ch <- prometheus.NewInvalidMetric(c.rows, err)
