@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -115,4 +117,50 @@ func TestMetricsOneLockedTopicLeavesTheOthers(t *testing.T) {
 	} {
 		require.Contains(t, body, want)
 	}
+}
+
+// The runbook's retention alert (the oldest message of a topic past
+// TOPIC_RETENTION + 1h: a consumer group holds it back) selects no topic
+// that retention never prunes: the poison topic keeps every poisoned
+// event for good, and has no group for hearth_topic_retention_held_by to
+// name, so one event poisoned more than TOPIC_RETENTION + 1h ago would
+// keep the alert firing with nothing for an operator to release.
+func TestRunbookRetentionAlertLeavesOutThePoisonTopic(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	alert := regexp.MustCompile("`hearth_topic_oldest_message_age_seconds(\\{[^}]*\\})? > TOPIC_RETENTION \\+ 1h`").FindStringSubmatch(string(doc))
+	require.NotNil(t, alert, "the runbook's retention alert")
+
+	a := setup(t, pgtest.NewDB(t))
+	_, err = a.dbs.es.DB.ExecContext(t.Context(), `INSERT INTO watermill_poison (uuid, payload, metadata, transaction_id, created_at)
+		VALUES (gen_random_uuid()::text, '{}', '{}', pg_current_xact_id(), now()::timestamp - interval '30 days')`)
+	require.NoError(t, err)
+	var series string
+	require.Eventually(t, func() bool {
+		for line := range strings.Lines(a.metrics()) {
+			if strings.HasPrefix(line, `hearth_topic_oldest_message_age_seconds{topic="poison"} `) && metric(line, `hearth_topic_oldest_message_age_seconds{topic="poison"}`) > 29*24*3600 {
+				series = line
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond, "the poison topic's age is served")
+
+	// The alert's selector, applied to the series' labels: only = and !=
+	// on topic are expected in it.
+	selected := true
+	for _, m := range regexp.MustCompile(`topic(!?=~?)"([^"]*)"`).FindAllStringSubmatch(alert[1], -1) {
+		switch op, v := m[1], m[2]; op {
+		case "=":
+			selected = selected && v == "poison"
+		case "!=":
+			selected = selected && v != "poison"
+		case "=~":
+			selected = selected && regexp.MustCompile("^(?:"+v+")$").MatchString("poison")
+		case "!~":
+			selected = selected && !regexp.MustCompile("^(?:"+v+")$").MatchString("poison")
+		}
+	}
+	require.False(t, selected, "the alert %s fires for good on %s", alert[0], series)
 }
