@@ -164,3 +164,16 @@ func TestRunbookRetentionAlertLeavesOutThePoisonTopic(t *testing.T) {
 	}
 	require.False(t, selected, "the alert %s fires for good on %s", alert[0], series)
 }
+
+// The pending erasures that cannot be read are counted as a failed read
+// too, like every other metric read from the database: their absence alone
+// would silence the overdue alert without a trace in the metrics.
+//
+// Not parallel: the lock holds the erasure worker back.
+func TestMetricsCountAFailedErasureRead(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	status, body := a.scrapeLocked("erasure_second_passes")
+	require.Equal(t, http.StatusOK, status, "/metrics answered:\n%s", body)
+	require.NotContains(t, body, "hearth_erasure_second_passes_pending")
+	require.Regexp(t, `\npromhttp_metric_handler_errors_total\{cause="gathering"\} [1-9]`, a.metrics(), "the failed read is counted")
+}
