@@ -126,7 +126,10 @@ func (c *erasureCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	pending, err := c.erasures.Pending(ctx)
 	if err != nil {
-		c.log.Warn("metrics: pending erasures", "error", err) // left out of this scrape rather than reported as 0
+		// Left out of this scrape rather than reported as 0, and counted
+		// as a failed read (promhttp_metric_handler_errors_total).
+		c.log.Warn("metrics: pending erasures", "error", err)
+		ch <- prometheus.NewInvalidMetric(c.pending, err)
 		return
 	}
 	overdue := 0.0
