@@ -14,22 +14,27 @@ import (
 	"hearth/internal/pgtest"
 )
 
-// scrapeLocked scrapes /metrics once while a transaction holds table of
-// the event store locked (as a migration or a VACUUM FULL would hold it),
-// so that a collector's query on it runs into the collector's timeout:
-// one metric read from the database cannot be read. It returns the status
-// and the body.
-func (a *api) scrapeLocked(table string) (int, string) {
+// scrapeTimeout is Prometheus' default scrape_timeout: a scrape that takes
+// longer is lost whole (up == 0).
+const scrapeTimeout = 10 * time.Second
+
+// scrapeLocked scrapes /metrics once, as Prometheus would (within
+// scrapeTimeout), while a transaction holds tables of the event store
+// locked (as a migration or a VACUUM FULL would hold them), so that the
+// collectors' queries on them run into their timeouts: metrics read from
+// the database that cannot be read. It returns the status and the body.
+func (a *api) scrapeLocked(tables ...string) (int, string) {
 	t := a.t
 	t.Helper()
 	ctx := t.Context()
 	tx, err := a.dbs.es.DB.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	_, err = tx.ExecContext(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`)
+	_, err = tx.ExecContext(ctx, `LOCK TABLE `+strings.Join(tables, ", ")+` IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
-	res, err := a.client.Get(a.base + "/metrics")
-	require.NoError(t, err)
+	scraper := &http.Client{Transport: a.client.Transport, Timeout: scrapeTimeout}
+	res, err := scraper.Get(a.base + "/metrics")
+	require.NoError(t, err, "the scrape")
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
@@ -176,4 +181,23 @@ func TestMetricsCountAFailedErasureRead(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "/metrics answered:\n%s", body)
 	require.NotContains(t, body, "hearth_erasure_second_passes_pending")
 	require.Regexp(t, `\npromhttp_metric_handler_errors_total\{cause="gathering"\} [1-9]`, a.metrics(), "the failed read is counted")
+}
+
+// However many of the database reads wait (every topic's offsets table
+// locked: each projection's lag query waits its whole timeout), a scrape
+// answers within Prometheus' default scrape timeout, with what could be
+// read: a round of the collectors is bounded as a whole too, or a database
+// that stops answering (a network partition) would lose the whole scrape.
+//
+// Not parallel: the locks hold the subscribers' transactions back.
+func TestMetricsAnswerWithinTheScrapeTimeout(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	a.must(http.StatusOK, http.MethodGet, "/healthz", "", nil)
+	start := time.Now()
+	status, body := a.scrapeLocked("watermill_offsets_orders", "watermill_offsets_plans",
+		"watermill_offsets_schedules", "watermill_offsets_service_requests")
+	require.Equal(t, http.StatusOK, status, "/metrics answered:\n%s", body)
+	require.Less(t, time.Since(start), scrapeTimeout)
+	require.Contains(t, body, `hearth_http_requests_total`)
+	require.Contains(t, body, `hearth_topic_messages{topic="orders"}`)
 }
