@@ -438,13 +438,18 @@ func (c *TopicStats) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *TopicStats) Collect(ch chan<- prometheus.Metric) {
+	// The round is bounded as a whole too, below Prometheus' default
+	// scrape_timeout (10 s), as the projections' stats are
+	// (projector.StatsRound, which this package cannot import).
+	round, stop := context.WithTimeout(context.Background(), 8*time.Second)
+	defer stop()
 	for _, topic := range c.topics {
 		table := Schema.MessagesTable(topic)
 		var rows, bytes int64
 		var age float64
 		// Each topic's read has its own time: one that waits (its table
 		// locked by a VACUUM FULL) leaves out only that topic.
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(round, 3*time.Second)
 		err := c.db.QueryRowContext(ctx, `SELECT
 				coalesce((SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = $1::regclass), 0),
 				pg_total_relation_size($1::regclass),

@@ -115,14 +115,22 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.parkedAge
 }
 
-// statsTimeout bounds each of the collector's queries, each on its own: a
+// StatsTimeout bounds each of a collector's queries, each on its own: a
 // query that waits (its topic's offsets table locked) leaves out only its
-// own projection's lag, not every query after it in the loop.
-const statsTimeout = 3 * time.Second
+// own metrics, not every query after it in the loop. StatsRound bounds a
+// whole round of them, below Prometheus' default scrape_timeout (10 s):
+// when every query waits (a database that stops answering), the scrape
+// still answers, with the rest, rather than being lost whole.
+const (
+	StatsTimeout = 3 * time.Second
+	StatsRound   = 8 * time.Second
+)
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	round, stop := context.WithTimeout(context.Background(), StatsRound)
+	defer stop()
 	for _, p := range c.projections {
-		ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+		ctx, cancel := context.WithTimeout(round, StatsTimeout)
 		events, seconds, err := lag(ctx, c.db, p)
 		cancel()
 		if err != nil {
@@ -133,7 +141,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.lagEvents, prometheus.GaugeValue, float64(events), p.Name)
 		ch <- prometheus.MustNewConstMetric(c.lagSeconds, prometheus.GaugeValue, seconds, p.Name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+	ctx, cancel := context.WithTimeout(round, StatsTimeout)
 	defer cancel()
 	counts := map[string][2]float64{}
 	rows, err := c.db.QueryContext(ctx, `SELECT projection, count(*), EXTRACT(EPOCH FROM now() - min(since))::float8

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"hearth/adapters/pubsub/projector"
 	"hearth/adapters/readmodel"
 )
 
@@ -84,10 +84,13 @@ func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
+	round, stop := context.WithTimeout(context.Background(), projector.StatsRound)
+	defer stop()
 	for _, topic := range c.topics {
 		// Each topic's read has its own time: one that waits (its table
-		// locked) leaves out only that topic's lag.
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		// locked) leaves out only that topic's lag; the round has its own
+		// too (projector.StatsRound).
+		ctx, cancel := context.WithTimeout(round, projector.StatsTimeout)
 		events, seconds, err := c.lag(ctx, topic)
 		cancel()
 		if err != nil {
