@@ -142,7 +142,9 @@ func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
 		// The request's key, checked before anything the transaction
 		// reads or writes (access.KeyCheck).
 		if check := access.PendingKeyCheck(ctx); check != nil {
-			begin = append(begin, &pgx.QueuedQuery{SQL: check.SQL, Arguments: check.Args, Fn: checkKey(check)})
+			begin = append(begin,
+				&pgx.QueuedQuery{SQL: check.LockSQL, Arguments: check.LockArgs, Fn: lockKey},
+				&pgx.QueuedQuery{SQL: check.SQL, Arguments: check.Args, Fn: checkKey(check)})
 		}
 		b.QueuedQueries = slices.Insert(b.QueuedQueries, 0, begin...)
 	}
@@ -151,6 +153,14 @@ func (p *pipe) send(ctx context.Context, b *pgx.Batch) error {
 		p.begun = p.conn.PgConn().TxStatus() != 'I'
 	}
 	return err
+}
+
+// lockKey reads the result of the lock a key's check takes first.
+func lockKey(br pgx.BatchResults) error {
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("lock the API key: %w", err)
+	}
+	return nil
 }
 
 // checkKey reads the result of a key's check (access.KeyCheck.Settle).

@@ -150,8 +150,7 @@ func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) (result any, err 
 		}
 	}()
 	if check := access.PendingKeyCheck(ctx); check != nil {
-		_, err := tx.ExecContext(ctx, check.SQL, check.Args...)
-		if err := check.Settle(err); err != nil {
+		if err := check.Run(func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err }); err != nil {
 			return err
 		}
 	}

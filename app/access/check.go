@@ -25,6 +25,13 @@ var ErrKeyRefused = errors.New("the API key no longer works")
 // a transaction has its key looked up before it is answered (the API
 // server's concern).
 type KeyCheck struct {
+	// LockSQL and LockArgs take the key's lock, shared, to the end of the
+	// transaction (the key store's KeyLockSQL): a revocation takes it
+	// alone, so it waits for the writes past their check, and a check that
+	// comes after it waits for it. A statement of its own, run first, so
+	// that the check's snapshot is taken after any such wait.
+	LockSQL  string
+	LockArgs []any
 	// SQL and Args are a statement that fails, dividing by zero, unless
 	// the key still works for the principal (the key store's
 	// KeyCheckSQL).
@@ -51,6 +58,16 @@ func (c *KeyCheck) Passed() bool { return c.state.Load() == keyCheckPassed }
 
 // Refused reports whether the check ran and the key did not work.
 func (c *KeyCheck) Refused() bool { return c.state.Load() == keyCheckRefused }
+
+// Run runs the lock and the check with exec, one statement after the other,
+// and settles the outcome (Settle): for a store whose transaction sends a
+// statement at a time.
+func (c *KeyCheck) Run(exec func(sql string, args ...any) error) error {
+	if err := exec(c.LockSQL, c.LockArgs...); err != nil {
+		return fmt.Errorf("lock the API key: %w", err)
+	}
+	return c.Settle(exec(c.SQL, c.Args...))
+}
 
 // Settle records the outcome of the check's statement, which ended with
 // err, and returns what the write fails with: ErrKeyRefused for a key that

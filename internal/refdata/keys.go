@@ -346,13 +346,19 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (access.Princip
 
 // KeyCheckSQL fails, dividing by zero, unless the key of hash $1 is the
 // key $2 and still works: the check a write's transaction runs for the key
-// it was started with (access.KeyCheck). It first takes the key's lock,
-// shared, until the write commits (hearth_key_write, migration
-// eventstore/029): a revocation (lockKeySQL) waits for the writes that
-// passed their check, and a check that comes after it waits, then reads
-// the key revoked. Without the lock a write that checked its key just
-// before the revocation committed after it had answered.
-const KeyCheckSQL = `SELECT hearth_key_write($1, $2)`
+// it was started with (access.KeyCheck), right after KeyLockSQL.
+const KeyCheckSQL = `SELECT 1 / count(*) FROM api_keys k LEFT JOIN staff s ON s.id = k.staff_id
+	WHERE k.key_hash = $1 AND k.id = $2 AND ` + keyWorks
+
+// KeyLockSQL takes the lock of key $1, shared, until the write commits
+// (hearth_key_lock, migration eventstore/029): a revocation (lockKeySQL)
+// waits for the writes that passed their check, and a check that comes
+// after it waits, then reads the key revoked (a statement of its own,
+// with a snapshot taken after the wait). Without the lock a write that
+// checked its key just before the revocation committed after it had
+// answered. Two prepared statements in the write's first batch cost less
+// than one PL/pgSQL function doing both.
+const KeyLockSQL = `SELECT pg_advisory_xact_lock_shared(hearth_key_lock($1))`
 
 // lockKeySQL takes KeyCheckSQL's lock of key ? alone: a revocation's
 // first statement, before it reads or updates the key's row.
@@ -362,7 +368,7 @@ const lockKeySQL = `SELECT pg_advisory_xact_lock(hearth_key_lock(?))`
 // still the key of p and still works. A key's merchant, role and staff
 // member never change, so its id stands for the rest of p.
 func (s *Store) KeyCheck(p access.Principal, secret string) *access.KeyCheck {
-	return &access.KeyCheck{SQL: KeyCheckSQL, Args: []any{hashKey(secret), p.KeyID}}
+	return &access.KeyCheck{LockSQL: KeyLockSQL, LockArgs: []any{p.KeyID}, SQL: KeyCheckSQL, Args: []any{hashKey(secret), p.KeyID}}
 }
 
 // CreateStaff adds an active staff member to a merchant, for the demo set-up

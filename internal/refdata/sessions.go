@@ -32,10 +32,7 @@ const sessionTouchEvery = time.Minute
 const sessionPruneBatch = 100
 
 // keyWorks is the condition on api_keys k (and its staff member s) under
-// which a key authenticates, as in Authenticate. hearth_key_write and
-// hearth_session_write (the writes' KeyCheckSQL and SessionCheckSQL,
-// migration eventstore/029) repeat it: a change here is a new version of
-// those functions too.
+// which a key authenticates, as in Authenticate. KeyCheckSQL and SessionCheckSQL, the writes' checks, use it too.
 const keyWorks = `k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND (k.staff_id IS NULL OR s.active)`
 
 // OpenSession opens a session for a key that still works, closes the key's
@@ -136,16 +133,18 @@ func (s *Store) Session(ctx context.Context, u access.SessionUse) (access.Sessio
 // write's transaction runs (access.KeyCheck), in place of KeyCheckSQL,
 // as the console holds no key's secret. Revoking a key deletes its
 // sessions, but an expired key's (or one rotated past its grace) stay
-// until pruned: keyWorks decides. It takes the key's lock first, as
-// KeyCheckSQL does (hearth_session_write, migration eventstore/029), so a
-// revocation waits for the console writes past their check.
-const SessionCheckSQL = `SELECT hearth_session_write($1, $2, $3)`
+// until pruned: keyWorks decides. KeyLockSQL runs first, as before
+// KeyCheckSQL, so a revocation waits for the console writes past their
+// check.
+const SessionCheckSQL = `SELECT 1 / count(*) FROM console_sessions cs
+	JOIN api_keys k ON k.id = cs.key_id LEFT JOIN staff s ON s.id = k.staff_id
+	WHERE cs.token_hash = $1 AND k.id = $2 AND cs.expires_at > $3 AND ` + keyWorks
 
 // SessionCheck returns the check, for a console write's transaction, that
 // the session of tokenHash is still open at at and its key, keyID, still
 // works.
 func (s *Store) SessionCheck(tokenHash []byte, keyID string, at time.Time) *access.KeyCheck {
-	return &access.KeyCheck{SQL: SessionCheckSQL, Args: []any{tokenHash, keyID, event.Instant(at)}}
+	return &access.KeyCheck{LockSQL: KeyLockSQL, LockArgs: []any{keyID}, SQL: SessionCheckSQL, Args: []any{tokenHash, keyID, event.Instant(at)}}
 }
 
 // SetSessionFlash sets the message the session's next page shows (empty:

@@ -45,6 +45,5 @@ func checkKey(ctx context.Context, tx *sql.Tx) error {
 	if check == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, check.SQL, check.Args...)
-	return check.Settle(err)
+	return check.Run(func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err })
 }
