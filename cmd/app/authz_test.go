@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,12 +290,21 @@ func TestAccessMatrix(t *testing.T) {
 
 	// What merchant A's operator reads of its resources: a foreign request
 	// changes none of it.
+	// Each read waits for the read models to reach every event written so
+	// far (Consistency-Position): the plan, the service request and the
+	// schedules are projected after their writes answered.
 	ownReads := func() map[string]string {
+		var last int64
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(ctx, `SELECT max(position) FROM events`).Scan(&last))
+		header := auth(a.opA)
+		header.Set("Consistency-Position", strconv.FormatInt(last, 10))
 		out := map[string]string{}
 		for _, p := range []string{"/v1/customers/{id}", "/v1/staff/{id}", "/v1/staff/{id}/working-hours", "/v1/catalog-items/{id}",
 			"/v1/service-requests/{id}", "/v1/orders/{id}", "/v1/schedules/{id}", "/v1/plans/{id}", "/v1/webhook-endpoints/{id}",
 			"/v1/settings"} {
-			r := a.must(http.StatusOK, http.MethodGet, A.fill(p), a.opA, nil)
+			r, err := a.send(http.MethodGet, A.fill(p), header, nil)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, r.Status, "GET %s answered %s", A.fill(p), r)
 			out[p] = r.Raw
 		}
 		return out
