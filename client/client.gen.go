@@ -32,6 +32,7 @@ const (
 	AuditEntryActionRebuildCancel       AuditEntryAction = "rebuild.cancel"
 	AuditEntryActionRebuildStart        AuditEntryAction = "rebuild.start"
 	AuditEntryActionStaffMemberErase    AuditEntryAction = "staff_member.erase"
+	AuditEntryActionStaffMemberExport   AuditEntryAction = "staff_member.export"
 )
 
 // Valid indicates whether the value is a known member of the AuditEntryAction enum.
@@ -60,6 +61,8 @@ func (e AuditEntryAction) Valid() bool {
 	case AuditEntryActionRebuildStart:
 		return true
 	case AuditEntryActionStaffMemberErase:
+		return true
+	case AuditEntryActionStaffMemberExport:
 		return true
 	default:
 		return false
@@ -1338,6 +1341,66 @@ func (e SettlementInputSettlementStatus) Valid() bool {
 	case SettlementInputSettlementStatusSettled:
 		return true
 	case SettlementInputSettlementStatusUnsettled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StaffExportSchema.
+const (
+	HearthStaffExport1 StaffExportSchema = "hearth.staff-export/1"
+)
+
+// Valid indicates whether the value is a known member of the StaffExportSchema enum.
+func (e StaffExportSchema) Valid() bool {
+	switch e {
+	case HearthStaffExport1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StaffExportedKeyRole.
+const (
+	StaffExportedKeyRoleAdmin    StaffExportedKeyRole = "admin"
+	StaffExportedKeyRoleOperator StaffExportedKeyRole = "operator"
+	StaffExportedKeyRoleWorker   StaffExportedKeyRole = "worker"
+)
+
+// Valid indicates whether the value is a known member of the StaffExportedKeyRole enum.
+func (e StaffExportedKeyRole) Valid() bool {
+	switch e {
+	case StaffExportedKeyRoleAdmin:
+		return true
+	case StaffExportedKeyRoleOperator:
+		return true
+	case StaffExportedKeyRoleWorker:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StaffExportedScheduleStatus.
+const (
+	StaffExportedScheduleStatusCancelled StaffExportedScheduleStatus = "cancelled"
+	StaffExportedScheduleStatusDone      StaffExportedScheduleStatus = "done"
+	StaffExportedScheduleStatusInService StaffExportedScheduleStatus = "in_service"
+	StaffExportedScheduleStatusPlanned   StaffExportedScheduleStatus = "planned"
+)
+
+// Valid indicates whether the value is a known member of the StaffExportedScheduleStatus enum.
+func (e StaffExportedScheduleStatus) Valid() bool {
+	switch e {
+	case StaffExportedScheduleStatusCancelled:
+		return true
+	case StaffExportedScheduleStatusDone:
+		return true
+	case StaffExportedScheduleStatusInService:
+		return true
+	case StaffExportedScheduleStatusPlanned:
 		return true
 	default:
 		return false
@@ -5863,6 +5926,87 @@ type SlotList struct {
 	TimeZone   string  `json:"time_zone"`
 }
 
+// StaffExport Everything Hearth holds about one staff member (GET /v1/staff/{id}/export, app staff export). Lists are never null. The record, working hours and keys come from one snapshot of the event store, the schedules from the read models read just before it.
+type StaffExport struct {
+	// ExportedAt when the event store was read (the audit entry's time; RFC 3339, UTC)
+	ExportedAt time.Time `json:"exported_at"`
+
+	// Keys their worker keys, oldest first, revoked and expired ones included
+	Keys       []StaffExportedKey `json:"keys"`
+	MerchantId openapi_types.UUID `json:"merchant_id"`
+
+	// Schedules the schedules assigned to them now, by start then id; schedules since assigned to someone else are not listed
+	Schedules []StaffExportedSchedule `json:"schedules"`
+
+	// Schema the format of this document; a new name when a field is removed or changes meaning
+	Schema       StaffExportSchema `json:"schema"`
+	StaffMember  StaffMember       `json:"staff_member"`
+	WorkingHours WorkingHours      `json:"working_hours"`
+}
+
+// StaffExportSchema the format of this document; a new name when a field is removed or changes meaning
+type StaffExportSchema string
+
+// StaffExportedKey A worker key of the staff member: what it is called and when it was made, used, ends or ended; never its secret or its hash.
+type StaffExportedKey struct {
+	// CreatedAt RFC 3339 with an offset; answered in UTC
+	CreatedAt time.Time `json:"created_at"`
+
+	// ExpiresAt the key stops working at this time; null: never
+	ExpiresAt *time.Time         `json:"expires_at"`
+	Id        openapi_types.UUID `json:"id"`
+
+	// LastUsedAt the last request it authenticated, written in batches (every KEY_LAST_USED_FLUSH, 30s by default); null when never used
+	LastUsedAt *time.Time `json:"last_used_at"`
+
+	// Name what the key is for; may be empty
+	Name string `json:"name"`
+
+	// RevokedAt the key stopped working at this time; null: not revoked
+	RevokedAt *time.Time           `json:"revoked_at"`
+	Role      StaffExportedKeyRole `json:"role"`
+}
+
+// StaffExportedKeyRole defines model for StaffExportedKey.Role.
+type StaffExportedKeyRole string
+
+// StaffExportedSchedule A schedule of a staff member's export: as GET shows it, without its notes.
+type StaffExportedSchedule struct {
+	// CreatedAt RFC 3339 with an offset; answered in UTC
+	CreatedAt time.Time `json:"created_at"`
+
+	// EndAt RFC 3339 with an offset; answered in UTC
+	EndAt time.Time `json:"end_at"`
+
+	// Erased the personal fields that are null because the customer was erased (docs/personal-data.md); absent otherwise
+	Erased *[]string          `json:"erased,omitempty"`
+	Id     openapi_types.UUID `json:"id"`
+
+	// Notes null when the customer was erased (named in erased)
+	Notes   *string            `json:"notes"`
+	OrderId openapi_types.UUID `json:"order_id"`
+	StaffId openapi_types.UUID `json:"staff_id"`
+
+	// StaffName same merchant only
+	StaffName *string `json:"staff_name,omitempty"`
+
+	// StartAt RFC 3339 with an offset; answered in UTC
+	StartAt time.Time                   `json:"start_at"`
+	Status  StaffExportedScheduleStatus `json:"status"`
+
+	// UpdatedAt RFC 3339 with an offset; answered in UTC
+	UpdatedAt time.Time `json:"updated_at"`
+
+	// Version the stream version the resource reflects
+	Version int `json:"version"`
+
+	// Withheld ["notes"]: a schedule's notes are written about the customer's visit, the customer's data (sealed and erased with the customer), so a staff member's export shows them ""
+	Withheld *[]string `json:"withheld,omitempty"`
+}
+
+// StaffExportedScheduleStatus defines model for StaffExportedSchedule.Status.
+type StaffExportedScheduleStatus string
+
 // StaffInput POST: name is required, active defaults to true. PATCH: absent fields keep their value.
 type StaffInput struct {
 	Active *bool   `json:"active,omitempty"`
@@ -6993,6 +7137,18 @@ type UpdateStaffMemberParams struct {
 type EraseStaffMemberParams struct {
 	// IdempotencyKey Makes the write safe to retry: 1 to 255 visible ASCII characters (a UUID is a good key), per merchant and key role (a worker key's: per staff member), kept at least 24 hours. The first request with a key stores its answer with its write; a repeat with the same key and body gets that answer (header Idempotent-Replayed: true) without writing again, waiting for it while the first still runs (409 idempotency-in-progress when the wait runs out). The same key with another body, route or If-Match is 422 idempotency-key-reused. 409, 412 and 5xx answers are not kept. An answer that shows a webhook signing secret is not kept either: a repeat gets 409 secret-shown-once.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ExportStaffMemberParams defines parameters for ExportStaffMember.
+type ExportStaffMemberParams struct {
+	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
+	MinPosition *MinPosition `form:"min_position,omitempty" json:"min_position,omitempty"`
+
+	// ConsistencyPosition The same as min_position, as a header.
+	ConsistencyPosition *ConsistencyPosition `json:"Consistency-Position,omitempty"`
+
+	// ConsistencyTimeout How long to wait for the position, as a Go duration (for example 500ms); capped by the server's CONSISTENCY_TIMEOUT. Only with a position (Consistency-Position or min_position): alone it is 400 naming it, as are both headers on an operation that does not declare them (writes, /admin).
+	ConsistencyTimeout *ConsistencyTimeout `json:"Consistency-Timeout,omitempty"`
 }
 
 // GetWorkingHoursParams defines parameters for GetWorkingHours.
@@ -9452,6 +9608,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
 	EraseStaffMember(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExportStaffMember Export everything held about the staff member (an access request)
+	//
+	// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part.
+	//
+	// Corresponds with GET /v1/staff/{id}/export (the `ExportStaffMember` operationId).
+	ExportStaffMember(ctx context.Context, id Id, params *ExportStaffMemberParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetWorkingHours Get a staff member's working hours
 	//
 	// Corresponds with GET /v1/staff/{id}/working-hours (the `GetWorkingHours` operationId).
@@ -11227,6 +11390,23 @@ func (c *Client) EraseStaffMemberWithBody(ctx context.Context, id Id, params *Er
 // Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
 func (c *Client) EraseStaffMember(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewEraseStaffMemberRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExportStaffMember Export everything held about the staff member (an access request)
+//
+// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part.
+//
+// Corresponds with GET /v1/staff/{id}/export (the `ExportStaffMember` operationId).
+func (c *Client) ExportStaffMember(ctx context.Context, id Id, params *ExportStaffMemberParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExportStaffMemberRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -16432,6 +16612,93 @@ func NewEraseStaffMemberRequestWithBody(server string, id Id, params *EraseStaff
 	return req, nil
 }
 
+// NewExportStaffMemberRequest constructs an http.Request for the ExportStaffMember method
+func NewExportStaffMemberRequest(server string, id Id, params *ExportStaffMemberParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/staff/%s/export", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.MinPosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "min_position", *params.MinPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.ConsistencyPosition != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Position", *params.ConsistencyPosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Position", headerParam0)
+		}
+
+		if params.ConsistencyTimeout != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Consistency-Timeout", *params.ConsistencyTimeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Consistency-Timeout", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewGetWorkingHoursRequest constructs an http.Request for the GetWorkingHours method
 func NewGetWorkingHoursRequest(server string, id Id, params *GetWorkingHoursParams) (*http.Request, error) {
 	var err error
@@ -18203,6 +18470,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/staff/{id}/erase (the `EraseStaffMember` operationId).
 	EraseStaffMemberWithResponse(ctx context.Context, id Id, params *EraseStaffMemberParams, body EraseStaffMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*EraseStaffMemberResponse, error)
+
+	// ExportStaffMemberWithResponse Export everything held about the staff member (an access request)
+	//
+	// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/staff/{id}/export (the `ExportStaffMember` operationId).
+	ExportStaffMemberWithResponse(ctx context.Context, id Id, params *ExportStaffMemberParams, reqEditors ...RequestEditorFn) (*ExportStaffMemberResponse, error)
 
 	// GetWorkingHoursWithResponse Get a staff member's working hours
 	//
@@ -32291,6 +32567,201 @@ func (r EraseStaffMemberResponse) ContentType() string {
 	return ""
 }
 
+// ExportStaffMemberResponse200Headers the declared response headers of an HTTP 200 response for ExportStaffMember
+type ExportStaffMemberResponse200Headers struct {
+	CacheControl        *string
+	ConsistencyStatus   *string
+	RateLimit           *string
+	RateLimitLimit      *int
+	RateLimitPolicy     *string
+	RateLimitRemaining  *int
+	RateLimitReset      *int
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
+// ExportStaffMemberResponse400Headers the declared response headers of an HTTP 400 response for ExportStaffMember
+type ExportStaffMemberResponse400Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportStaffMemberResponse401Headers the declared response headers of an HTTP 401 response for ExportStaffMember
+type ExportStaffMemberResponse401Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportStaffMemberResponse403Headers the declared response headers of an HTTP 403 response for ExportStaffMember
+type ExportStaffMemberResponse403Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportStaffMemberResponse404Headers the declared response headers of an HTTP 404 response for ExportStaffMember
+type ExportStaffMemberResponse404Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportStaffMemberResponse422Headers the declared response headers of an HTTP 422 response for ExportStaffMember
+type ExportStaffMemberResponse422Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportStaffMemberResponse429Headers the declared response headers of an HTTP 429 response for ExportStaffMember
+type ExportStaffMemberResponse429Headers struct {
+	RateLimit          *string
+	RateLimitLimit     *int
+	RateLimitPolicy    *string
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+}
+
+// ExportStaffMemberResponse431Headers the declared response headers of an HTTP 431 response for ExportStaffMember
+type ExportStaffMemberResponse431Headers struct {
+	XContentTypeOptions *string
+}
+
+// ExportStaffMemberResponse500Headers the declared response headers of an HTTP 500 response for ExportStaffMember
+type ExportStaffMemberResponse500Headers struct {
+	CacheControl        *string
+	XContentTypeOptions *string
+}
+
+// ExportStaffMemberResponse503Headers the declared response headers of an HTTP 503 response for ExportStaffMember
+type ExportStaffMemberResponse503Headers struct {
+	CacheControl        *string
+	RetryAfter          *int
+	XContentTypeOptions *string
+}
+
+type ExportStaffMemberResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *StaffExport
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeaderTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExportStaffMemberResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExportStaffMemberResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExportStaffMemberResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ExportStaffMemberResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExportStaffMemberResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ExportStaffMemberResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExportStaffMemberResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *ExportStaffMemberResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ExportStaffMemberResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExportStaffMemberResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExportStaffMemberResponse) GetJSON200() *StaffExport {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON422() *Unprocessable {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON431() *HeaderTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ExportStaffMemberResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExportStaffMemberResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExportStaffMemberResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExportStaffMemberResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetWorkingHoursResponse200Headers the declared response headers of an HTTP 200 response for GetWorkingHours
 type GetWorkingHoursResponse200Headers struct {
 	CacheControl        *string
@@ -36220,6 +36691,21 @@ func (c *ClientWithResponses) EraseStaffMemberWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseEraseStaffMemberResponse(rsp)
+}
+
+// ExportStaffMemberWithResponse Export everything held about the staff member (an access request)
+//
+// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/staff/{id}/export (the `ExportStaffMember` operationId).
+func (c *ClientWithResponses) ExportStaffMemberWithResponse(ctx context.Context, id Id, params *ExportStaffMemberParams, reqEditors ...RequestEditorFn) (*ExportStaffMemberResponse, error) {
+	rsp, err := c.ExportStaffMember(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExportStaffMemberResponse(rsp)
 }
 
 // GetWorkingHoursWithResponse Get a staff member's working hours
@@ -60318,6 +60804,345 @@ func ParseEraseStaffMemberResponse(rsp *http.Response) (*EraseStaffMemberRespons
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers EraseStaffMemberResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExportStaffMemberResponse parses an HTTP response from a ExportStaffMemberWithResponse call
+func ParseExportStaffMemberResponse(rsp *http.Response) (*ExportStaffMemberResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExportStaffMemberResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest StaffExport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeaderTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExportStaffMemberResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Consistency-Status"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Consistency-Status", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExportStaffMemberResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExportStaffMemberResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ExportStaffMemberResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExportStaffMemberResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers ExportStaffMemberResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExportStaffMemberResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers ExportStaffMemberResponse431Headers
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers ExportStaffMemberResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExportStaffMemberResponse503Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

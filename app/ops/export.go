@@ -443,8 +443,14 @@ func withholdSnapshot(snapshot any, customerID string, fields, held []string) (a
 	return json.RawMessage(out), nil
 }
 
-// TooLarge is the error of an export whose list what would pass limit.
-func TooLarge(what string, limit int) error {
+// TooLarge is the error of a customer's export whose list what would pass
+// limit.
+func TooLarge(what string, limit int) error { return tooLarge("customer", what, limit) }
+
+// StaffTooLarge is TooLarge for a staff member's export.
+func StaffTooLarge(what string, limit int) error { return tooLarge("staff member", what, limit) }
+
+func tooLarge(subject, what string, limit int) error {
 	return &apperr.RuleError{Rule: RuleExportTooLarge,
-		Detail: fmt.Sprintf("the customer has more than %d %s: an export holds at most %d of each", limit, what, limit)}
+		Detail: fmt.Sprintf("the %s has more than %d %s: an export holds at most %d of each", subject, limit, what, limit)}
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // customerFlags are the flags of `app customers export|erase` and `app
-// staff erase`.
+// staff export|erase`.
 type customerFlags struct {
 	merchant, by, confirm string
 }
@@ -117,30 +117,44 @@ func eraseSubject(ctx context.Context, cfg Config, log *slog.Logger, cmd string,
 	return nil
 }
 
-// customersExport runs `app customers export --merchant NAME ID`: the
-// document GET /v1/customers/{id}/export answers, from the same use case,
-// on stdout; the export is recorded in the audit log as done by --by.
-func customersExport(ctx context.Context, cfg Config, log *slog.Logger, c customerFlags, args []string, getenv func(string) string, stdout io.Writer) error {
+// exportSubject runs `app customers export --merchant NAME ID` and `app
+// staff export`: the document GET /v1/customers/{id}/export (GET
+// /v1/staff/{id}/export) answers, from the same use case, on stdout; the
+// export is recorded in the audit log as done by --by.
+func exportSubject(ctx context.Context, cfg Config, log *slog.Logger, cmd string, c customerFlags, args []string, getenv func(string) string, stdout io.Writer) error {
+	name, subject, idName := cmd+" export", "customer", "CUSTOMER_ID"
+	if cmd == "staff" {
+		subject, idName = "staff member", "STAFF_ID"
+	}
 	if len(args) != 1 || c.merchant == "" {
-		return usageError{"customers export: --merchant NAME CUSTOMER_ID [--by WHO]"}
+		return usageError{fmt.Sprintf("%s: --merchant NAME %s [--by WHO]", name, idName)}
 	}
 	if !uuid.Valid(args[0]) { // before any database is opened; the use case checks it too
-		// Not repeated, as in eraseSubject: it may be the customer's name.
-		return asUsage(flagError("customers export", apperr.Invalid("id", "must be a UUID, the customer's id (not their name)"), ""))
+		// Not repeated, as in eraseSubject: it may be the person's name.
+		return asUsage(flagError(name, apperr.Invalid("id", "must be a UUID, the %s's id (not their name)", subject), ""))
 	}
-	by, merchantID, dbs, w, err := openForMerchant(ctx, cfg, log, "customers export", c, getenv)
+	by, merchantID, dbs, w, err := openForMerchant(ctx, cfg, log, name, c, getenv)
 	if err != nil {
 		return err
 	}
 	defer dbs.close()
-	x, err := w.exports.ExportCustomer(ctx, ops.ExportRequest{By: by, MerchantID: merchantID, CustomerID: args[0]})
+	var doc any
+	if cmd == "staff" {
+		var x ops.StaffExport
+		x, err = w.staffExports.ExportStaffMember(ctx, ops.StaffExportRequest{By: by, MerchantID: merchantID, StaffID: args[0]})
+		doc = httpport.StaffExportBodyOf(x)
+	} else {
+		var x ops.CustomerExport
+		x, err = w.exports.ExportCustomer(ctx, ops.ExportRequest{By: by, MerchantID: merchantID, CustomerID: args[0]})
+		doc = httpport.CustomerExportBodyOf(x)
+	}
 	if errors.Is(err, apperr.ErrNotFound) {
-		return fmt.Errorf("customers export: merchant %q has no customer %s", c.merchant, args[0])
+		return fmt.Errorf("%s: merchant %q has no %s %s", name, c.merchant, subject, args[0])
 	}
 	if err != nil {
-		return flagError("customers export", err, "")
+		return flagError(name, err, "")
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(httpport.CustomerExportBodyOf(x))
+	return enc.Encode(doc)
 }

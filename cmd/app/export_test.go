@@ -81,14 +81,17 @@ func (a *api) awaitProjectedAndDelivered() {
 	}, 10*time.Second, 10*time.Millisecond, "every event projected and delivered")
 }
 
-// exportAudit are the audit log's export entries, newest first.
-func (a *api) exportAudit() []ops.AuditEntry {
+// exportAudit are the audit log's customer export entries, newest first.
+func (a *api) exportAudit() []ops.AuditEntry { return a.auditOf(ops.ActionCustomerExport) }
+
+// auditOf are the audit log's entries of one action, newest first.
+func (a *api) auditOf(action string) []ops.AuditEntry {
 	a.t.Helper()
 	entries, _, err := a.w.auditTrail.ListAudit(a.t.Context(), query.Page{Number: 1, Size: 100})
 	require.NoError(a.t, err)
 	var out []ops.AuditEntry
 	for _, e := range entries {
-		if e.Action == ops.ActionCustomerExport {
+		if e.Action == action {
 			out = append(out, e)
 		}
 	}

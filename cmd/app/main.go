@@ -7,6 +7,7 @@
 //	app audit list [--limit N] [--json]
 //	app customers export --merchant NAME ID [--by WHO]
 //	app customers erase --merchant NAME ID --confirm ID [--by WHO]
+//	app staff export --merchant NAME ID [--by WHO]
 //	app staff erase --merchant NAME ID --confirm ID [--by WHO]
 //	app erasures list [--json] | run
 //	app protect [--by WHO] [--batch N]
@@ -45,6 +46,7 @@ const usage = `usage:
   app customers export --merchant NAME ID [--by WHO]       everything held about one customer, as JSON (recorded in the audit log)
   app customers erase --merchant NAME ID --confirm ID [--by WHO]
                                                           erase a customer's personal data, irreversibly (recorded in the audit log)
+  app staff export --merchant NAME ID [--by WHO]           everything held about one staff member, as JSON (recorded in the audit log)
   app staff erase --merchant NAME ID --confirm ID [--by WHO]
                                                           erase a staff member's personal data, irreversibly
   app erasures list [--json]                               erasures whose second pass has not run yet (not complete)
@@ -111,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "serve", "dev", "migrate", "verify", "rebuild", "protect":
 	case "keys", "audit", "customers", "staff", "erasures", "keyring", "parked":
 		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export", "erase"},
-			"staff": {"erase"}, "erasures": {"list", "run"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}}[cmd]
+			"staff": {"export", "erase"}, "erasures": {"list", "run"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -193,7 +195,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if sub == "erase" {
 			return eraseSubject(ctx, cfg, log, cmd, customerArgs, rest, getenv, stdout)
 		}
-		return customersExport(ctx, cfg, log, customerArgs, rest, getenv, stdout)
+		return exportSubject(ctx, cfg, log, cmd, customerArgs, rest, getenv, stdout)
 	case "erasures":
 		if err := cfg.requireDatabase(); err != nil {
 			return err

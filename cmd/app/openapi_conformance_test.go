@@ -253,6 +253,7 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 
 	// Export, erasure, admin.
 	d.send("export", "GET", "/v1/customers/"+cust+"/export", op, nil, nil)
+	d.send("staff export", "GET", "/v1/staff/"+a.staffA+"/export", op, nil, nil)
 	d.send("erase staff bad confirm", "POST", "/v1/staff/"+a.staffB+"/erase", a.opB, nil, map[string]any{"confirm": a.staffA})
 	d.send("keys", "GET", "/admin/keys", admin, nil, nil)
 	k := d.send("create key", "POST", "/admin/keys", admin, nil, map[string]any{"role": "operator", "merchant": "initech"})

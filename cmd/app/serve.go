@@ -183,13 +183,16 @@ type wiring struct {
 	auditTrail *ops.AuditTrail
 	// exports exports a customer's data (GET /v1/customers/{id}/export,
 	// app customers export).
-	exports     *ops.Exports
-	erasures    *ops.Erasures
-	refdata     *refdata.Store
-	projections []projector.Projection
-	parking     *projector.Parking
-	eventLog    *pubsub.EventLog
-	vault       *vault.Vault // seals and opens personal fields: every event reader decodes through it
+	exports *ops.Exports
+	// staffExports exports a staff member's data (GET
+	// /v1/staff/{id}/export, app staff export).
+	staffExports *ops.StaffExports
+	erasures     *ops.Erasures
+	refdata      *refdata.Store
+	projections  []projector.Projection
+	parking      *projector.Parking
+	eventLog     *pubsub.EventLog
+	vault        *vault.Vault // seals and opens personal fields: every event reader decodes through it
 	// maintenance runs the rebuilds the admin API starts in the
 	// background: close it at shutdown.
 	maintenance *readmodel.Maintenance
@@ -403,6 +406,10 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	w.exports, err = ops.NewExports(exportRows, ref, 0)
 	must(err)
+	staffRows, err := readmodel.NewStaffRows(apiRM)
+	must(err)
+	w.staffExports, err = ops.NewStaffExports(staffRows, ref, 0)
+	must(err)
 	w.erasures, err = ops.NewErasures(store, vault.CacheFor)
 	must(err)
 	if err := errors.Join(errs...); err != nil {
@@ -610,8 +617,9 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		Consistency: positions, ConsistencyTimeout: cfg.ConsistencyTimeout, ConsistencyMaxWaits: cfg.ConsistencyMaxWaits,
 		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
-		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail, Exports: w.exports, Erasures: w.erasures,
-		Limits: cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
+		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail, Exports: w.exports, StaffExports: w.staffExports,
+		Erasures: w.erasures,
+		Limits:   cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	}
 	if w.reads != nil {
 		hc.Reads, hc.Consistency = w.reads, w.reads

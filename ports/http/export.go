@@ -101,3 +101,66 @@ func CustomerExportBodyOf(x ops.CustomerExport) CustomerExportBody {
 		}),
 	}
 }
+
+// StaffMemberExports exports everything held about one staff member
+// (ops.StaffExports).
+type StaffMemberExports interface {
+	ExportStaffMember(ctx context.Context, req ops.StaffExportRequest) (ops.StaffExport, error)
+}
+
+// exportStaffMember answers GET /v1/staff/{id}/export as exportCustomer
+// does a customer's.
+func (s *server) exportStaffMember(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	p := principal(r)
+	x, err := s.StaffExports.ExportStaffMember(r.Context(), ops.StaffExportRequest{By: p.Subject(), MerchantID: p.MerchantID, StaffID: id})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Cache-Control", "no-store") // personal data: no cache keeps a copy
+	writeJSON(w, http.StatusOK, StaffExportBodyOf(x))
+	return nil
+}
+
+// StaffExportBody is a staff member's export as GET /v1/staff/{id}/export
+// and `app staff export` show it (the schema StaffExport of the OpenAPI
+// document).
+type StaffExportBody struct {
+	Schema       string                 `json:"schema"`
+	ExportedAt   time.Time              `json:"exported_at"`
+	MerchantID   string                 `json:"merchant_id"`
+	StaffMember  staffBody              `json:"staff_member"`
+	WorkingHours workingHoursBody       `json:"working_hours"`
+	Keys         []exportedKeyBody      `json:"keys"`
+	Schedules    []exportedScheduleBody `json:"schedules"`
+}
+
+// exportedKeyBody is a worker key of the staff member's export: KeyBody's
+// fields that are theirs (no merchant, no staff id: the document's).
+type exportedKeyBody struct {
+	ID         string     `json:"id"`
+	Role       string     `json:"role"`
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+}
+
+// StaffExportBodyOf maps a staff member's export.
+func StaffExportBodyOf(x ops.StaffExport) StaffExportBody {
+	return StaffExportBody{
+		Schema: x.Schema, ExportedAt: x.ExportedAt, MerchantID: x.MerchantID, StaffMember: staffBodyOf(x.StaffMember),
+		WorkingHours: workingHoursBodyOf(x.WorkingHours),
+		Keys: mapAll(x.Keys, func(k ops.ExportedKey) exportedKeyBody {
+			return exportedKeyBody{ID: k.ID, Role: k.Role, Name: k.Name, CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt,
+				ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt}
+		}),
+		Schedules: mapAll(x.Schedules, func(v ops.ExportedSchedule) exportedScheduleBody {
+			return exportedScheduleBody{scheduleBody: scheduleBodyOf(v.Schedule), Withheld: v.Withheld}
+		}),
+	}
+}

@@ -115,6 +115,9 @@ type Config struct {
 	// Exports serves GET /v1/customers/{id}/export (operator keys;
 	// ops.Exports). Optional: without it, the route answers 404.
 	Exports CustomerExports
+	// StaffExports serves GET /v1/staff/{id}/export (operator keys;
+	// ops.StaffExports). Optional: without it, the route answers 404.
+	StaffExports StaffMemberExports
 	// Erasures serves POST /v1/customers/{id}/erase and POST
 	// /v1/staff/{id}/erase (operator keys; ops.Erasures). Optional: without
 	// it, those routes answer 404.
@@ -364,6 +367,7 @@ func (s *server) routes() []route {
 		v1("GET /v1/availability", op, s.availability),
 		v1("GET /v1/events", op, s.listEvents),
 		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),
+		v1("GET /v1/staff/{id}/export", op, s.configured(s.StaffExports != nil, s.exportStaffMember)),
 		// An erasure's first pass is one transaction of the event store,
 		// which checks the key first; the second pass runs whatever becomes
 		// of the request (ops.Erasures.Erase), so only a key that worked
