@@ -187,3 +187,25 @@ func TestAKeyStopsWorkingAtItsExpiryWhateverTheCache(t *testing.T) {
 	clock.Store(&later)
 	require.Equal(t, http.StatusUnauthorized, get(), "expired a second ago")
 }
+
+// A /readyz caller that goes away mid-check (a load balancer's probe timing
+// out) does not make the shared check fail for the probes after it: the
+// check is the instance's, not the caller's.
+func TestReadyzCallerThatLeavesFailsNoOtherProbe(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	srv, err := NewHandler(Config{Auth: &countedKeys{}, APIEnabled: true, Now: func() time.Time { return now },
+		Ready: func(ctx context.Context) (map[string]any, error) {
+			if err := ctx.Err(); err != nil { // as a database ping under a cancelled context fails
+				return nil, err
+			}
+			return map[string]any{}, nil
+		}})
+	require.NoError(t, err)
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	srv.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(gone, http.MethodGet, "/readyz", nil))
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil)) // the same instant: the shared check
+	require.Equal(t, http.StatusOK, rec.Code, "%s", rec.Body)
+}
