@@ -423,7 +423,9 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 const readyFor = 250 * time.Millisecond
 
 // readiness is the last readiness check, shared by the /readyz requests
-// of the next readyFor; one request at a time runs a new check.
+// of the next readyFor; one request at a time runs a new check, detached
+// from that request: a probe that gives up (a load balancer's timeout)
+// would otherwise fail the check for every probe sharing it.
 type readiness struct {
 	mu      sync.Mutex
 	at      time.Time
@@ -434,17 +436,21 @@ type readiness struct {
 func (s *server) checkReady(ctx context.Context) (map[string]any, error) {
 	s.ready.mu.Lock()
 	defer s.ready.mu.Unlock()
-	if now := time.Now(); s.ready.at.IsZero() || now.Sub(s.ready.at) >= readyFor {
+	if now := s.Now(); s.ready.at.IsZero() || now.Sub(s.ready.at) >= readyFor {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyTimeout)
+		defer cancel()
 		s.ready.details, s.ready.err = s.Ready(ctx)
 		s.ready.at = now
 	}
 	return maps.Clone(s.ready.details), s.ready.err
 }
 
+// readyTimeout bounds one readiness check: a database that does not answer
+// is not ready.
+const readyTimeout = 2 * time.Second
+
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	details, err := s.checkReady(ctx)
+	details, err := s.checkReady(r.Context())
 	if !s.admin(r) {
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
