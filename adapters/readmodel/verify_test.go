@@ -150,3 +150,32 @@ func TestVerifyReportsAnEventThatDoesNotDecodeAndGoesOn(t *testing.T) {
 	require.Equal(t, []string{"fold"}, byAggregate[broken], "%v", diffs)
 	require.Contains(t, byAggregate[fine], "amount_cents", "the other aggregate is verified too: %v", diffs)
 }
+
+// A difference in a personal field is reported without the text on either
+// side (the report lands on an operator's terminal, in tickets and logs),
+// yet tells the two apart; other fields show their values.
+func TestVerifyShowsNoPersonalText(t *testing.T) {
+	t.Parallel()
+	e := newVerifyEnv(t)
+	id := e.order(t)
+	_, err := e.db.ExecContext(context.Background(), `UPDATE orders SET notes = 'spare key with the neighbour', amount_cents = 7 WHERE id = ?`, id)
+	require.NoError(t, err)
+	_, err = e.db.ExecContext(context.Background(), `UPDATE change_log SET after = jsonb_set(after, '{notes}', '"spare key with the neighbour"') WHERE aggregate_id = ?`, id)
+	require.NoError(t, err)
+	diffs := e.verify()
+	var whats []string
+	for _, d := range diffs {
+		whats = append(whats, d.What)
+		for _, text := range []string{"key under the mat", "spare key with the neighbour"} {
+			require.NotContains(t, d.String(), text, "%s", d.What)
+		}
+		if d.What == "notes" {
+			require.NotEqual(t, d.ReadModel, d.EventLog, "the two texts are told apart")
+			require.Contains(t, d.EventLog, "17 characters")
+		}
+		if d.What == "amount_cents" {
+			require.Equal(t, "7", d.ReadModel, "a field that is not personal shows its value")
+		}
+	}
+	require.Subset(t, whats, []string{"notes", "amount_cents", "change_log after"})
+}
