@@ -3,6 +3,7 @@ package readmodel
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/uptrace/bun"
 
@@ -263,7 +265,7 @@ func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows ma
 	if !found {
 		out = append(out, diff("row", "missing", fmt.Sprintf("version %d", t.version(want))))
 	} else {
-		out = append(out, fieldDiffs(row, want, diff)...)
+		out = append(out, fieldDiffs(row, want, ops.PersonalViewFields(t.agg.Type), diff)...)
 	}
 	if len(changes) != len(stream) {
 		out = append(out, diff("change_log", fmt.Sprintf("%d rows", len(changes)), fmt.Sprintf("%d events", len(stream))))
@@ -288,14 +290,18 @@ func (t *table[V, PV, R]) compareOne(id string, stream []event.Recorded, rows ma
 	if len(changes) == len(stream) {
 		after, err := json.Marshal(PV(&want))
 		if err == nil && !sameJSON(changes[len(changes)-1].After, after) {
-			out = append(out, diff("change_log after", string(changes[len(changes)-1].After), string(after)))
+			personal := ops.PersonalViewFields(t.agg.Type)
+			out = append(out, diff("change_log after", redactJSON(changes[len(changes)-1].After, personal), redactJSON(after, personal)))
 		}
 	}
 	return out
 }
 
-// fieldDiffs compares two views field by field (times by instant).
-func fieldDiffs[V any](got, want V, diff func(what, rm, log string) ops.Difference) []ops.Difference {
+// fieldDiffs compares two views field by field (times by instant). The
+// fields named personal are shown redacted: the report lands on an
+// operator's terminal, in tickets and in logs, where a customer's text
+// has no business and an erasure cannot reach it.
+func fieldDiffs[V any](got, want V, personal []string, diff func(what, rm, log string) ops.Difference) []ops.Difference {
 	var out []ops.Difference
 	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
 	for i := range g.NumField() {
@@ -308,9 +314,58 @@ func fieldDiffs[V any](got, want V, diff func(what, rm, log string) ops.Differen
 		if name == "" || name == "-" {
 			name = f.Name
 		}
+		if slices.Contains(personal, name) {
+			out = append(out, diff(name, redacted(a), redacted(b)))
+			continue
+		}
 		out = append(out, diff(name, show(a), show(b)))
 	}
 	return out
+}
+
+// redacted shows a personal value by what tells two apart without saying
+// what they hold: empty or null as such, otherwise its length and the
+// start of its SHA-256.
+func redacted(v any) string {
+	var s string
+	switch x := v.(type) {
+	case *string:
+		if x == nil {
+			return "null"
+		}
+		s = *x
+	case string:
+		s = x
+	default:
+		return fmt.Sprintf("(personal, %T)", v)
+	}
+	if s == "" {
+		return `""`
+	}
+	sum := sha256.Sum256([]byte(s))
+	return fmt.Sprintf("(personal: %d characters, sha256 %x)", utf8.RuneCountInString(s), sum[:4])
+}
+
+// redactJSON is a change-log snapshot with its personal fields redacted.
+func redactJSON(snapshot []byte, personal []string) string {
+	var m map[string]any
+	if err := json.Unmarshal(snapshot, &m); err != nil {
+		return fmt.Sprintf("(a snapshot of %d bytes that is no JSON object: %v)", len(snapshot), err)
+	}
+	for _, f := range personal {
+		if v, ok := m[f]; ok {
+			if s, ok := v.(string); ok {
+				m[f] = redacted(s)
+			} else if v != nil {
+				m[f] = redacted(fmt.Sprint(v))
+			}
+		}
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Sprintf("(a snapshot of %d bytes: %v)", len(snapshot), err)
+	}
+	return string(out)
 }
 
 func sameValue(a, b any) bool {

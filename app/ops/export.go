@@ -307,6 +307,18 @@ var viewFields = func() map[string]map[string][]string {
 	return out
 }()
 
+// PersonalViewFields names the personal fields of an aggregate type's view
+// (their JSON names, sorted): what a tool that prints views (app verify)
+// must not show.
+func PersonalViewFields(aggregateType string) []string {
+	var out []string
+	for _, fields := range viewFields[aggregateType] {
+		out = append(out, fields...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // heldFromOthers returns, by aggregate and version, the personal fields of
 // its view (JSON names, sorted) whose text at that version was written
 // about another customer (others): an order moved to this customer keeps
