@@ -2,7 +2,9 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
@@ -198,4 +200,20 @@ func TestMetricsAnswerWithinTheScrapeTimeout(t *testing.T) {
 	require.Less(t, time.Since(start), scrapeTimeout)
 	require.Contains(t, body, `hearth_http_requests_total`)
 	require.Contains(t, body, `hearth_topic_messages{topic="orders"}`)
+}
+
+// The request duration histogram tells the event feed's long polls apart:
+// it has a bucket at the default wait and one at the longest a setting
+// allows (EVENT_FEED_WAIT at most 60 s), so a poll that waited its whole
+// wait is not lumped with every request over 10 s in +Inf.
+func TestRequestDurationsCoverTheLongestWait(t *testing.T) {
+	t.Parallel()
+	tel, err := newTelemetry(databases{es: pgtest.Open(t, pgtest.NewDB(t).EventStore)}, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	tel.observeRequest(http.MethodGet, "GET /v1/events", http.StatusOK, 20*time.Second)
+	rec := httptest.NewRecorder()
+	tel.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, le := range []string{"20", "60"} {
+		require.Contains(t, rec.Body.String(), `hearth_http_request_duration_seconds_bucket{method="GET",route="GET /v1/events",le="`+le+`"} 1`)
+	}
 }
