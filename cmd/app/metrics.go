@@ -36,9 +36,12 @@ func newTelemetry(dbs databases, projections []projector.Projection, log *slog.L
 		Help: "HTTP requests by method, route pattern and status code.",
 	}, []string{"method", "route", "code"})
 	t.durations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "hearth_http_request_duration_seconds",
-		Help:    "HTTP request durations by method and route pattern.",
-		Buckets: prometheus.DefBuckets,
+		Name: "hearth_http_request_duration_seconds",
+		Help: "HTTP request durations by method and route pattern.",
+		// Prometheus' defaults stop at 10 s; the event feed's long polls
+		// wait EVENT_FEED_WAIT (20 s by default, at most 60 s) and a
+		// read-your-writes wait up to CONSISTENCY_TIMEOUT.
+		Buckets: append(slices.Clone(prometheus.DefBuckets), 20, 30, 60),
 	}, []string{"method", "route"})
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
