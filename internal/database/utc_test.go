@@ -54,3 +54,39 @@ func TestTimesAreReadInUTC(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, lit).Scan(&got))
 	check("a dedicated session", got)
 }
+
+// Hearth's sessions run in UTC whatever the server's zone: Watermill's
+// topic tables stamp created_at as a timestamp without zone
+// (CURRENT_TIMESTAMP in the session's zone), and the lag and retention
+// ages subtract it from now() in the same zone; in a zone with daylight
+// saving, an age across the autumn change reads an hour short (and the
+// spring one an hour long), and instances configured with different zones
+// would disagree. In UTC a wall-clock time names one instant.
+func TestSessionsRunInUTCWhateverTheServersZone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDB(t).EventStore
+	admin, err := database.Open(ctx, url, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	_, err = admin.ExecContext(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET timezone = %L', current_database(), 'America/New_York'); END $$`)
+	require.NoError(t, err)
+	_, err = admin.ExecContext(ctx, `CREATE TABLE stamped (created_at timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP)`)
+	require.NoError(t, err)
+
+	db, err := database.Open(ctx, url, 1) // new sessions: the database's zone applies
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	var inUTC bool
+	require.NoError(t, db.DB.QueryRowContext(ctx,
+		`INSERT INTO stamped DEFAULT VALUES RETURNING created_at = (now() AT TIME ZONE 'UTC')`).Scan(&inUTC))
+	require.True(t, inUTC, "a topic row's created_at is UTC's wall clock")
+	cfg, err := database.ParseConfig(url)
+	require.NoError(t, err)
+	conn, err := database.Connect(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	var zone string
+	require.NoError(t, conn.QueryRow(ctx, `SHOW timezone`).Scan(&zone))
+	require.Equal(t, "UTC", zone, "a dedicated session (the leader's lock) too")
+}
