@@ -67,6 +67,13 @@ func ParseConfig(url string) (*pgx.ConnConfig, error) {
 		return nil, err
 	}
 	Harden(cfg)
+	// Every session runs in UTC, whatever the server's or the URL's zone:
+	// Watermill's topic tables stamp created_at as a timestamp without
+	// zone in the session's zone, and the lag and retention ages subtract
+	// it from now() in the same zone, which a daylight-saving change would
+	// shift by an hour. No statement of Hearth's depends on the session's
+	// zone otherwise (local dates are the domain's, in Go).
+	cfg.RuntimeParams["timezone"] = "UTC"
 	if cfg.ValidateConnect == nil && severalHosts(cfg) {
 		cfg.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 	}
