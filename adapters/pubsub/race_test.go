@@ -211,6 +211,27 @@ func TestAPlanCreatedWhileItsCustomerIsErasedIsRefusedOrEnded(t *testing.T) {
 	require.Equal(t, plan.Ended{}.EventType(), stream[len(stream)-1].Type, "a plan of an erased customer is ended")
 }
 
+// staffMadeInactive are the two ways a staff member stops working: made
+// inactive (PATCH /v1/staff/{id}) and erased.
+var staffMadeInactive = map[string]func(f flows, staffID string) error{
+	"deactivated": func(f flows, staffID string) error {
+		records, err := command.NewRecords[reference.StaffMember](refdata.Staff(f.ES))
+		if err != nil {
+			return err
+		}
+		_, err = records.Update(context.Background(), f.MerchantID, staffID, func(s *reference.StaffMember) { s.Active = false }, time.Now())
+		return err
+	},
+	"erased": func(f flows, staffID string) error {
+		req := ops.ErasureRequest{By: "test", MerchantID: f.MerchantID, SubjectType: event.SubjectStaffMember, SubjectID: staffID,
+			Confirm: staffID, CorrelationID: uuid.New()}
+		_, err := f.Store.EraseSubject(context.Background(), req, func(ops.Erasure) ops.AuditEntry {
+			return ops.AuditEntry{Actor: "test", Action: ops.ActionStaffMemberErase, Target: "staff/" + staffID}
+		})
+		return err
+	},
+}
+
 // A staff member is made inactive (PATCH /v1/staff/{id}) or erased while an
 // order is being assigned to them: after the assignment checked that they
 // are active, before it commits (the hook before its booking). Either the
@@ -221,24 +242,7 @@ func TestAPlanCreatedWhileItsCustomerIsErasedIsRefusedOrEnded(t *testing.T) {
 // once, and the assignment after it).
 func TestAnAssignmentNeverCommitsAfterItsStaffMemberWasMadeInactive(t *testing.T) {
 	t.Parallel()
-	for name, deactivate := range map[string]func(f flows) error{
-		"deactivated": func(f flows) error {
-			records, err := command.NewRecords[reference.StaffMember](refdata.Staff(f.ES))
-			if err != nil {
-				return err
-			}
-			_, err = records.Update(context.Background(), f.MerchantID, f.staffID, func(s *reference.StaffMember) { s.Active = false }, time.Now())
-			return err
-		},
-		"erased": func(f flows) error {
-			req := ops.ErasureRequest{By: "test", MerchantID: f.MerchantID, SubjectType: event.SubjectStaffMember, SubjectID: f.staffID,
-				Confirm: f.staffID, CorrelationID: uuid.New()}
-			_, err := f.Store.EraseSubject(context.Background(), req, func(ops.Erasure) ops.AuditEntry {
-				return ops.AuditEntry{Actor: "test", Action: ops.ActionStaffMemberErase, Target: "staff/" + f.staffID}
-			})
-			return err
-		},
-	} {
+	for name, deactivate := range staffMadeInactive {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f := setupFlows(t, pgtest.NewDB(t))
@@ -247,7 +251,7 @@ func TestAnAssignmentNeverCommitsAfterItsStaffMemberWasMadeInactive(t *testing.T
 			done := make(chan error, 1)
 			deactivatedFirst := false
 			hooked := &beforeBook{Transactor: f.Tx, hook: func() {
-				go func() { done <- deactivate(f) }()
+				go func() { done <- deactivate(f, f.staffID) }()
 				// The change either commits, or waits for a lock the
 				// assignment holds.
 				deactivatedFirst = pgtest.DoneOrWaiting(t, f.ES.DB, done)
@@ -315,5 +319,51 @@ func TestAWriteNeverCommitsAfterItsKeyWasRevoked(t *testing.T) {
 		require.Empty(t, f.liveBookings(t))
 	} else {
 		require.NoError(t, err, "the revocation waited for the write, made while the key worked")
+	}
+}
+
+// A worker key's staff member is made inactive or erased while one of the
+// key's writes is under way: after the write's transaction checked the key
+// (which works only while its staff member is active), before it commits.
+// Either the change waits for the write, which then was made while the
+// staff member was active, or the write is refused (access.ErrKeyRefused):
+// never a write of their key that commits after the change answered, as
+// for a revocation.
+func TestAWorkerKeysWriteNeverCommitsAfterItsStaffMemberWasMadeInactive(t *testing.T) {
+	t.Parallel()
+	for name, deactivate := range staffMadeInactive {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := setupFlows(t, pgtest.NewDB(t))
+			orderID := f.CreateOrder(t)
+			keys, err := refdata.New(f.ES)
+			require.NoError(t, err)
+			worker := f.newStaff(t)
+			keyID, secret := uuid.New(), "hk_"+uuid.New()
+			sum := sha256.Sum256([]byte(secret))
+			_, err = f.ES.DB.Exec(`INSERT INTO api_keys (id, merchant_id, role, staff_id, key_hash) VALUES ($1, $2, 'worker', $3, $4)`,
+				keyID, f.MerchantID, worker, sum[:])
+			require.NoError(t, err)
+
+			done := make(chan error, 1)
+			deactivatedFirst := false
+			hooked := &beforeBook{Transactor: f.Tx, hook: func() {
+				go func() { done <- deactivate(f, worker) }()
+				deactivatedFirst = pgtest.DoneOrWaiting(t, f.ES.DB, done)
+			}}
+			o, err := command.NewOrderHandlers(hooked)
+			require.NoError(t, err)
+			check := keys.KeyCheck(access.Principal{KeyID: keyID, MerchantID: f.MerchantID, Role: access.Worker, StaffID: worker}, secret)
+			_, err = o.Assign(access.WithKeyCheck(context.Background(), check), command.AssignOrder{
+				OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID}, StaffID: f.staffID, StartAt: at(9, 0), EndAt: at(10, 0)})
+			require.True(t, check.Passed(), "the key worked when the write checked it")
+			require.NoError(t, <-done, "the staff member is made inactive")
+			if deactivatedFirst {
+				require.ErrorIs(t, err, access.ErrKeyRefused, "their staff member was made inactive before the write committed: it must write nothing")
+				require.Empty(t, f.liveBookings(t))
+			} else {
+				require.NoError(t, err, "the change waited for the write, made while the staff member was active")
+			}
+		})
 	}
 }
