@@ -18,6 +18,7 @@ import (
 	"hearth/domain/webhook"
 	"hearth/internal/aggregates"
 	"hearth/internal/database"
+	"hearth/internal/refdata"
 )
 
 // subjectTables are the reference tables of the data subjects, with the
@@ -69,6 +70,12 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		// begin later wait, and then find the subject erased.
 		b := &pgx.Batch{}
 		b.Queue(vault.EraseLockSQL, req.SubjectID).Exec(func(pgconn.CommandTag) error { return nil })
+		if req.SubjectType == event.SubjectStaffMember {
+			// Their worker keys' locks, before their row: the writes of
+			// those keys that passed their check are waited for
+			// (refdata.StaffKeysLockSQL).
+			b.Queue(refdata.StaffKeysLockSQL, req.MerchantID, req.SubjectID).Exec(func(pgconn.CommandTag) error { return nil })
+		}
 		b.Queue(sub.scrub, req.SubjectID, req.MerchantID).QueryRow(maybeRow(&found, &at))
 		if err := tx.send(ctx, b); err != nil {
 			return fmt.Errorf("erase %s %s: %w", req.SubjectType, req.SubjectID, err)

@@ -364,6 +364,16 @@ const KeyLockSQL = `SELECT pg_advisory_xact_lock_shared(hearth_key_lock($1))`
 // first statement, before it reads or updates the key's row.
 const lockKeySQL = `SELECT pg_advisory_xact_lock(hearth_key_lock(?))`
 
+// StaffKeysLockSQL takes the locks of the worker keys of staff member $2 of
+// merchant $1 alone, in id order, as lockKeySQL takes one: a change that
+// may stop the staff member working (made inactive, erased) runs it
+// before it touches their row, so it waits for their keys' writes that
+// passed their check (which reads the staff member active), and the writes
+// after it wait, then find them inactive. Before the row: a write takes
+// its key's lock first, then may read the row FOR SHARE.
+const StaffKeysLockSQL = `SELECT count(pg_advisory_xact_lock(hearth_key_lock(id)))
+	FROM (SELECT id FROM api_keys WHERE merchant_id = $1 AND staff_id = $2 ORDER BY id) k`
+
 // KeyCheck returns the check, for a write's transaction, that secret is
 // still the key of p and still works. A key's merchant, role and staff
 // member never change, so its id stands for the rest of p.

@@ -18,6 +18,7 @@ import (
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/reference"
+	"hearth/domain/uuid"
 	"hearth/internal/aggregates"
 	"hearth/internal/idempotency"
 	"hearth/internal/keyset"
@@ -53,6 +54,10 @@ func New(db *bun.DB) (*Store, error) {
 type Table[T any, P reference.Record[T]] struct {
 	db   *bun.DB
 	expr string // e.g. "staff AS staff_member"
+	// lockFirst, when set, is run (with the merchant's and the record's
+	// ids) before an update reads the record: the staff's, which takes the
+	// locks of their worker keys (StaffKeysLockSQL).
+	lockFirst string
 }
 
 // Tables of the three kinds of record.
@@ -61,7 +66,7 @@ func Customers(db *bun.DB) Table[reference.Customer, *reference.Customer] {
 }
 
 func Staff(db *bun.DB) Table[reference.StaffMember, *reference.StaffMember] {
-	return Table[reference.StaffMember, *reference.StaffMember]{db: db, expr: "staff AS staff_member"}
+	return Table[reference.StaffMember, *reference.StaffMember]{db: db, expr: "staff AS staff_member", lockFirst: StaffKeysLockSQL}
 }
 
 func CatalogItems(db *bun.DB) Table[reference.CatalogItem, *reference.CatalogItem] {
@@ -117,6 +122,11 @@ func (t Table[T, P]) Get(ctx context.Context, merchantID, id string) (T, error) 
 func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(v *T) error) (T, error) {
 	var out T
 	err := inTx(ctx, t.db, func(ctx context.Context, tx bun.Tx) error {
+		if t.lockFirst != "" && uuid.Valid(id) {
+			if _, err := tx.Tx.ExecContext(ctx, t.lockFirst, merchantID, id); err != nil {
+				return fmt.Errorf("lock before updating %s: %w", t.expr, err)
+			}
+		}
 		v, err := t.get(ctx, tx, merchantID, id, true)
 		if err != nil {
 			return err
