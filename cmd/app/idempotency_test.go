@@ -529,3 +529,39 @@ func TestIdempotentSettingsReplay(t *testing.T) {
 	require.Equal(t, first.Raw, again.Raw)
 	require.Equal(t, "Asia/Tokyo", a.must(http.StatusOK, http.MethodGet, "/v1/settings", a.opA, nil).Body["time_zone"], "the repeat set nothing")
 }
+
+// An erasure forgets the stored answers that name its subject, but not the
+// fact that their keys were answered: a retry of the subject's creation
+// with the same Idempotency-Key after the erasure runs nothing (no second
+// customer or staff member made from the erased person's data, the erasure
+// not undone) and is told, without the erased data, that the answer is gone.
+func TestARetryAfterAnErasureDoesNotWriteAgain(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	for _, c := range []struct{ name, create string }{
+		{"customer", "/v1/customers"},
+		{"staff member", "/v1/staff"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := withKey(a.opA, "create:"+c.create)
+			body := map[string]any{"name": "ERASEME " + c.name, "phone": "555-0100"}
+			first := a.sendOK(http.MethodPost, c.create, key, body)
+			require.Equal(t, http.StatusCreated, first.Status, "%s", first)
+			id := first.Body["id"].(string)
+			a.must(http.StatusOK, http.MethodPost, c.create+"/"+id+"/erase", a.opA, map[string]any{"confirm": id})
+
+			retry := a.sendOK(http.MethodPost, c.create, key, body)
+			require.NotEqual(t, http.StatusCreated, retry.Status, "the retry after the erasure made another %s: %s", c.name, retry)
+			requireProblem(t, retry, http.StatusConflict, "/problems/conflict")
+			require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"), "%s", retry)
+			require.Equal(t, first.Header.Get("Location"), retry.Header.Get("Location"), "the retry is told what its request made")
+			require.NotContains(t, retry.Raw, "ERASEME")
+			require.NotContains(t, retry.Raw, "555-0100")
+			var n int
+			require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(),
+				`SELECT (SELECT count(*) FROM customers WHERE merchant_id = $1 AND name LIKE 'ERASEME%')
+				      + (SELECT count(*) FROM staff WHERE merchant_id = $1 AND name LIKE 'ERASEME%')`, a.merchantA).Scan(&n))
+			require.Zero(t, n, "no record holds the erased person's data again")
+		})
+	}
+}
