@@ -302,7 +302,10 @@ func (s *Store) PendingErasures(ctx context.Context, dueOnly bool, limit int) ([
 
 // queueForgetAnswers queues the deletion of the merchant's stored answers
 // of writes that name one of ids (a subject, its streams), counting them
-// in n.
+// in n. Their keys are kept in idempotency_forgotten (internal/idempotency
+// says how they answer): deleted with them, the keys would look never used,
+// and a retry would run its write again, a customer's creation making the
+// erased person anew.
 //
 // The answers are locked first in key order, then deleted. Two erasures of
 // different subjects (a customer and the staff member who served them, or
@@ -318,9 +321,14 @@ func queueForgetAnswers(b *pgx.Batch, merchantID string, ids []string, n *int) {
 	b.Queue(`WITH named AS (
 			SELECT scope, key FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
 			AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS id WHERE position(convert_to(id, 'UTF8') IN body) > 0)
-			ORDER BY scope, key FOR UPDATE)
-		DELETE FROM idempotency_keys k USING named
-		WHERE k.merchant_id = $1 AND k.scope = named.scope AND k.key = named.key`,
+			ORDER BY scope, key FOR UPDATE),
+		deleted AS (
+			DELETE FROM idempotency_keys k USING named
+			WHERE k.merchant_id = $1 AND k.scope = named.scope AND k.key = named.key
+			RETURNING k.merchant_id, k.scope, k.key, k.header ->> 'Location' AS location, k.created_at)
+		INSERT INTO idempotency_forgotten (merchant_id, scope, key, location, created_at)
+		SELECT merchant_id, scope, key, location, created_at FROM deleted
+		ON CONFLICT (merchant_id, scope, key) DO NOTHING`,
 		merchantID, ids).Exec(func(tag pgconn.CommandTag) error { *n += int(tag.RowsAffected()); return nil })
 }
 

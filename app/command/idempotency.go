@@ -59,6 +59,13 @@ type IdempotencyRecord struct {
 	Answer *Answer
 	// LockedUntil is when the holding attempt's lease ends.
 	LockedUntil time.Time
+	// Forgotten is a key whose answer an erasure deleted, since it named
+	// the erased subject: the key was answered, so a retry with it must not
+	// run the write again, whatever its request (no fingerprint is kept:
+	// it hashed a body that held the person's data). Location is the
+	// answer's Location header, if it had one (a path with an id).
+	Forgotten bool
+	Location  string
 }
 
 // ErrKeyTakenOver is the write of an attempt whose idempotency key another

@@ -565,3 +565,42 @@ func TestARetryAfterAnErasureDoesNotWriteAgain(t *testing.T) {
 		})
 	}
 }
+
+// A claim that raced an erasure (it looked for a forgotten key before the
+// erasure committed, then found the answer's record gone and made its own)
+// cannot complete: its write rolls back, and the key answers as forgotten.
+// Forgotten keys are pruned as the answers are.
+func TestAClaimThatRacedAnErasureDoesNotComplete(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	store := a.w.idempotency
+	fp := []byte("fingerprint")
+	token, err := store.Claim(ctx, a.merchantA, "operator", "k", fp, time.Minute)
+	require.NoError(t, err)
+	require.NotEmpty(t, token)
+	_, err = a.dbs.es.DB.ExecContext(ctx, `INSERT INTO idempotency_forgotten (merchant_id, scope, key, location, created_at)
+		VALUES ($1, 'operator', 'k', '/v1/customers/c', now())`, a.merchantA)
+	require.NoError(t, err)
+
+	err = store.Complete(ctx, &command.Idempotent{MerchantID: a.merchantA, Key: "k", Token: token},
+		command.Answer{Status: http.StatusCreated, Body: []byte(`{"name":"Ada"}`)})
+	require.ErrorIs(t, err, command.ErrKeyTakenOver)
+	again, err := store.Claim(ctx, a.merchantA, "operator", "k", fp, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, again, "a forgotten key is not claimed again")
+	rec, err := store.Get(ctx, a.merchantA, "operator", "k")
+	require.NoError(t, err)
+	require.True(t, rec.Forgotten)
+	require.Equal(t, "/v1/customers/c", rec.Location)
+	require.Nil(t, rec.Answer)
+
+	_, err = a.dbs.es.DB.ExecContext(ctx, `UPDATE idempotency_forgotten SET created_at = now() - interval '25 hours'`)
+	require.NoError(t, err)
+	n, err := store.Prune(ctx, 24*time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	rec, err = store.Get(ctx, a.merchantA, "operator", "k")
+	require.NoError(t, err)
+	require.False(t, rec.Forgotten, "pruned: what is left is the raced claim, young")
+}

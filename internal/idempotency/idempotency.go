@@ -13,6 +13,13 @@
 // attempt whose lease expired (its process died) can be taken over by a
 // retry; the old attempt's write then fails at its commit, so a key never
 // writes twice.
+//
+// An erasure deletes the answers that name its subject and keeps their keys
+// in idempotency_forgotten (migration eventstore/030) until they are pruned
+// like the answers: such a key is answered, and a retry with it, whatever
+// its request, is told the answer is gone (Get: Forgotten) and runs
+// nothing; a retry that ran anyway (its claim raced the erasure) fails at
+// its completion, as a taken-over attempt does.
 package idempotency
 
 import (
@@ -32,8 +39,9 @@ import (
 
 // CompleteSQL stores an attempt's answer in the caller's transaction; its
 // arguments are CompleteArgs. It fails with SQLSTATE HI001 (see TakenOver)
-// when the attempt no longer holds the key.
-const CompleteSQL = `SELECT hearth_idempotency_complete($1, $2, $3, $4, $5, $6)`
+// when the attempt no longer holds the key, or when an erasure forgot the
+// key meanwhile.
+const CompleteSQL = `SELECT hearth_idempotency_answer($1, $2, $3, $4, $5, $6)`
 
 // CompleteArgs are CompleteSQL's arguments for attempt i and its answer.
 // What is stored is the answer's replayable part (Answer.Replayed).
@@ -95,7 +103,7 @@ func New(db *sql.DB) (*Store, error) {
 // lease: a new record, or one whose holder's lease has expired without an
 // answer (and whose fingerprint is the same). It returns the new token, or
 // "" when another attempt holds the key or has answered it, or when the key
-// has a legacy record (Get tells which).
+// has a legacy record or was forgotten by an erasure (Get tells which).
 func (s *Store) Claim(ctx context.Context, merchantID, scope, key string, fingerprint []byte, lease time.Duration) (string, error) {
 	if scope == "" {
 		return "", errors.New("claim idempotency key: no scope")
@@ -114,6 +122,7 @@ func (s *Store) Claim(ctx context.Context, merchantID, scope, key string, finger
 		INSERT INTO idempotency_keys (merchant_id, scope, key, fingerprint, token, locked_until)
 		SELECT $1::uuid, $2::text, $3::text, $4::bytea, $5::uuid, now() + $6::bigint * interval '1 millisecond'
 		 WHERE NOT EXISTS (SELECT 1 FROM idempotency_keys WHERE merchant_id = $1::uuid AND scope = '' AND key = $3::text)
+		   AND NOT EXISTS (SELECT 1 FROM idempotency_forgotten WHERE merchant_id = $1::uuid AND scope IN ($2::text, '') AND key = $3::text)
 		ON CONFLICT (merchant_id, scope, key) DO UPDATE
 		   SET token = excluded.token, locked_until = excluded.locked_until, created_at = now()
 		 WHERE idempotency_keys.status IS NULL
@@ -129,23 +138,32 @@ func (s *Store) Claim(ctx context.Context, merchantID, scope, key string, finger
 	return got, nil
 }
 
-// Get reads the key in the merchant's scope, or its legacy record;
-// apperr.ErrNotFound when there is neither (or its holder released it).
+// Get reads the key in the merchant's scope, or its legacy record, or the
+// key an erasure forgot (which goes first: a record of the key beside it
+// is a claim that raced the erasure, whose write cannot complete);
+// apperr.ErrNotFound when there is none (or its holder released it).
 func (s *Store) Get(ctx context.Context, merchantID, scope, key string) (command.IdempotencyRecord, error) {
 	var rec command.IdempotencyRecord
 	var status sql.NullInt32
+	var lockedUntil sql.NullTime
+	var location sql.NullString
 	var header []byte
 	var body []byte
 	err := s.db.QueryRowContext(ctx, `
-		SELECT scope = '', fingerprint, locked_until, status, header, body FROM idempotency_keys
+		SELECT false, scope = '', fingerprint, locked_until, status, header, body, NULL FROM idempotency_keys
 		WHERE merchant_id = $1 AND scope IN ($2, '') AND key = $3
-		ORDER BY scope = '' DESC LIMIT 1`, merchantID, scope, key).Scan(&rec.Legacy, &rec.Fingerprint, &rec.LockedUntil, &status, &header, &body)
+		UNION ALL
+		SELECT true, scope = '', NULL, NULL, NULL, NULL, NULL, location FROM idempotency_forgotten
+		WHERE merchant_id = $1 AND scope IN ($2, '') AND key = $3
+		ORDER BY 1 DESC, 2 DESC LIMIT 1`, merchantID, scope, key).Scan(
+		&rec.Forgotten, &rec.Legacy, &rec.Fingerprint, &lockedUntil, &status, &header, &body, &location)
 	if errors.Is(err, sql.ErrNoRows) {
 		return command.IdempotencyRecord{}, apperr.ErrNotFound
 	}
 	if err != nil {
 		return command.IdempotencyRecord{}, fmt.Errorf("read idempotency key: %w", err)
 	}
+	rec.LockedUntil, rec.Location = lockedUntil.Time, location.String
 	if status.Valid {
 		a := command.Answer{Status: int(status.Int32), Body: body}
 		if err := json.Unmarshal(header, &a.Header); err != nil {
@@ -182,19 +200,29 @@ func (s *Store) Release(ctx context.Context, i *command.Idempotent) error {
 }
 
 // Prune deletes up to batch records created more than keep ago, oldest
-// first, and returns how many it deleted. Rows another transaction holds are
-// skipped, not waited for.
+// first, and as many forgotten keys, and returns the larger of the two
+// counts (a full batch of either: there may be more). Rows another
+// transaction holds are skipped, not waited for.
 func (s *Store) Prune(ctx context.Context, keep time.Duration, batch int) (int, error) {
-	res, err := s.db.ExecContext(ctx, `
-		DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
-			SELECT ctid FROM idempotency_keys
-			WHERE created_at < now() - $1 * interval '1 millisecond'
-			ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`, keep.Milliseconds(), batch)
+	var n int
+	err := s.db.QueryRowContext(ctx, `
+		WITH records AS (
+			DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
+				SELECT ctid FROM idempotency_keys
+				WHERE created_at < now() - $1 * interval '1 millisecond'
+				ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))
+			RETURNING 1),
+		forgotten AS (
+			DELETE FROM idempotency_forgotten WHERE ctid = ANY (ARRAY(
+				SELECT ctid FROM idempotency_forgotten
+				WHERE created_at < now() - $1 * interval '1 millisecond'
+				ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))
+			RETURNING 1)
+		SELECT greatest((SELECT count(*) FROM records), (SELECT count(*) FROM forgotten))`, keep.Milliseconds(), batch).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("prune idempotency keys: %w", err)
 	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return n, nil
 }
 
 // PruneLoop prunes every interval until ctx ends, in batches of batch rows

@@ -214,6 +214,24 @@ func secretShownOnce(path string) (command.Answer, error) {
 		Header: map[string]string{"Content-Type": "application/problem+json", "Location": path}}, nil
 }
 
+// answerForgotten is what a retry is answered when an erasure deleted the
+// answer of its key, which named the erased subject: 409 conflict, with
+// the answer's Location (an id) if it had one; the write does not run
+// again (a retried creation would make the erased person anew).
+func answerForgotten(location string) (command.Answer, error) {
+	p := newProblem(http.StatusConflict, "conflict", "this request was answered before, but its answer named a customer or "+
+		"staff member erased since and is not kept; the request is not run again")
+	body, err := json.Marshal(p)
+	if err != nil {
+		return command.Answer{}, err
+	}
+	header := map[string]string{"Content-Type": "application/problem+json"}
+	if location != "" {
+		header["Location"] = location
+	}
+	return command.Answer{Status: p.Status, Body: append(body, '\n'), Header: header}, nil
+}
+
 func writeAnswer(w http.ResponseWriter, a command.Answer) {
 	for k, v := range a.Header {
 		w.Header().Set(k, v)

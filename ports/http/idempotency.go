@@ -181,6 +181,9 @@ func (s *server) claimKey(ctx context.Context, merchantID, scope, key string, fp
 			free = true // released between the two: claim it
 		case err != nil:
 			return "", nil, err
+		case rec.Forgotten:
+			a, err := answerForgotten(rec.Location)
+			return "", &a, err
 		case !bytes.Equal(rec.Fingerprint, want):
 			return "", nil, errKeyReused
 		case rec.Answer != nil:
