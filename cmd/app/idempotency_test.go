@@ -604,3 +604,34 @@ func TestAClaimThatRacedAnErasureDoesNotComplete(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, rec.Forgotten, "pruned: what is left is the raced claim, young")
 }
+
+// A refused write whose answer the database failed to store is answered
+// 500, and a 5xx frees its key (api.md): nothing holds it any more, so the
+// retry runs at once and is told the refusal, rather than wait and be told
+// that a request with the key is still running until the lease runs out.
+func TestAnAnswerNotStoredFreesItsKey(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	customer := a.createCustomer(a.opA, "Ada")
+	for _, stmt := range []string{
+		`CREATE FUNCTION refuse_answer() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'answer refused by the test'; END $$`,
+		`CREATE TRIGGER refuse_answer BEFORE UPDATE ON idempotency_keys FOR EACH ROW
+			WHEN (NEW.key = 'unstored-1' AND NEW.status IS NOT NULL) EXECUTE FUNCTION refuse_answer()`,
+	} {
+		_, err := a.dbs.es.DB.ExecContext(ctx, stmt)
+		require.NoError(t, err)
+	}
+	bad := map[string]any{"customer_id": customer, "amount_cents": -1}
+	first := a.sendOK(http.MethodPost, "/v1/orders", withKey(a.opA, "unstored-1"), bad)
+	requireProblem(t, first, http.StatusInternalServerError, "/problems/internal")
+	_, err := a.dbs.es.DB.ExecContext(ctx, `DROP TRIGGER refuse_answer ON idempotency_keys`)
+	require.NoError(t, err)
+
+	retry := a.sendOK(http.MethodPost, "/v1/orders", withKey(a.opA, "unstored-1"), bad)
+	requireProblem(t, retry, http.StatusUnprocessableEntity, "/problems/validation-failed")
+	require.Empty(t, retry.Header.Get("Idempotent-Replayed"), "the retry ran")
+	again := a.sendOK(http.MethodPost, "/v1/orders", withKey(a.opA, "unstored-1"), bad)
+	require.Equal(t, retry.Raw, again.Raw)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "the retry's answer is kept")
+}
