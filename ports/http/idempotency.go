@@ -144,6 +144,14 @@ func (s *server) runClaimed(r *http.Request, h handlerFunc, i *command.Idempoten
 		ctx, cancel := cleanup()
 		defer cancel()
 		if err := s.Idempotency.Complete(ctx, i, kept(a)); err != nil {
+			if !errors.Is(err, command.ErrKeyTakenOver) {
+				// Not stored, and answered 5xx: the claim goes, as for any
+				// 5xx, so that the retry runs now rather than wait out the
+				// lease of an attempt that is over. A completion that
+				// committed after all keeps its answer: the release deletes
+				// only a claim without one.
+				releaseKey()
+			}
 			return command.Answer{}, err
 		}
 	default:
