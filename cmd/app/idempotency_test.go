@@ -635,3 +635,37 @@ func TestAnAnswerNotStoredFreesItsKey(t *testing.T) {
 	require.Equal(t, retry.Raw, again.Raw)
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"), "the retry's answer is kept")
 }
+
+// PUT /v1/settings stores its answer in the transaction of its write, as
+// the other writes do: a write whose answer could not be stored does not
+// commit, so a 500 means nothing was set (and a retry after a later change
+// does not set again what had already been set).
+func TestSettingsAreSetOnlyWithTheirAnswer(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	before := a.must(http.StatusOK, http.MethodGet, "/v1/settings", a.opA, nil).Body["time_zone"]
+	require.NotEqual(t, "Europe/Paris", before)
+	for _, stmt := range []string{
+		`CREATE FUNCTION refuse_answer() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'answer refused by the test'; END $$`,
+		`CREATE TRIGGER refuse_answer BEFORE UPDATE ON idempotency_keys FOR EACH ROW
+			WHEN (NEW.key = 'tz-unstored' AND NEW.status IS NOT NULL) EXECUTE FUNCTION refuse_answer()`,
+	} {
+		_, err := a.dbs.es.DB.ExecContext(ctx, stmt)
+		require.NoError(t, err)
+	}
+	paris := map[string]any{"time_zone": "Europe/Paris"}
+	failed := a.sendOK(http.MethodPut, "/v1/settings", withKey(a.opA, "tz-unstored"), paris)
+	requireProblem(t, failed, http.StatusInternalServerError, "/problems/internal")
+	require.Equal(t, before, a.must(http.StatusOK, http.MethodGet, "/v1/settings", a.opA, nil).Body["time_zone"],
+		"a write answered 500, its answer not stored, set the zone")
+
+	_, err := a.dbs.es.DB.ExecContext(ctx, `DROP TRIGGER refuse_answer ON idempotency_keys`)
+	require.NoError(t, err)
+	first := a.sendOK(http.MethodPut, "/v1/settings", withKey(a.opA, "tz-unstored"), paris)
+	require.Equal(t, http.StatusOK, first.Status, "%s", first)
+	require.Empty(t, first.Header.Get("Idempotent-Replayed"))
+	again := a.sendOK(http.MethodPut, "/v1/settings", withKey(a.opA, "tz-unstored"), paris)
+	require.Equal(t, first.Raw, again.Raw)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+}
