@@ -25,7 +25,9 @@ import (
 // request.
 
 // SetTimeZone sets the merchant's time zone: one statement, or a
-// transaction whose first statement checks the request's key (inTx).
+// transaction whose first statement checks the request's key (inTx) and
+// whose last stores the answer of an idempotent attempt (the zone set, as
+// a *string), so that the zone is set exactly when the answer is kept.
 func (s *Store) SetTimeZone(ctx context.Context, merchantID, name string) error {
 	set := func(ctx context.Context, db interface {
 		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -40,7 +42,15 @@ func (s *Store) SetTimeZone(ctx context.Context, merchantID, name string) error 
 		return nil
 	}
 	if needsTx(ctx) {
-		return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return set(ctx, tx.Tx) })
+		return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+			if err := set(ctx, tx.Tx); err != nil {
+				return err
+			}
+			if i := command.IdempotentOf(ctx); i != nil {
+				return idempotency.Seal(ctx, tx.Tx, i, &name)
+			}
+			return nil
+		})
 	}
 	return set(ctx, s.db.DB)
 }

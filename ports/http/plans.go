@@ -353,12 +353,16 @@ func (s *server) putSettings(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	if err := s.App.Commands.Calendar.SetTimeZone(r.Context(), principal(r).MerchantID, in.TimeZone); err != nil {
+	how := settingsAnswer
+	if err := s.App.Commands.Calendar.SetTimeZone(how.seal(r), principal(r).MerchantID, in.TimeZone); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, in)
-	return nil
+	return how.reply(w, r, &in.TimeZone)
 }
+
+// settingsAnswer answers a change of the settings with them; the store
+// hands it the zone it set.
+var settingsAnswer = recordAnswerer[string](http.StatusOK, nil, func(tz string) settingsBody { return settingsBody{TimeZone: tz} })
 
 // Working hours.
 
