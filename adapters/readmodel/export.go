@@ -31,11 +31,15 @@ func NewCustomerRows(db *bun.DB) (*CustomerRows, error) {
 // CustomerRows implements ops.ExportReadModel: the customer's service
 // requests, orders and service plans, the orders' schedules and the change log of all of
 // them, in one REPEATABLE READ snapshot, so that the rows and their change
-// log agree. Each list reads at most limit+1 rows, to tell a list past the
+// log agree, taken after it has locked the tables a rebuild swaps
+// (lockAgainstSwaps), so that none of them reads empty. Each list reads at most limit+1 rows, to tell a list past the
 // cap (ops.TooLarge) without reading it whole.
 func (c *CustomerRows) CustomerRows(ctx context.Context, merchantID, customerID string, limit int) (ops.ExportRows, error) {
 	var out ops.ExportRows
 	err := c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(ctx context.Context, tx bun.Tx) error {
+		if err := lockAgainstSwaps(ctx, tx); err != nil {
+			return err
+		}
 		var requests []serviceRequestRow
 		if err := tx.NewSelect().Model(&requests).Where("merchant_id = ? AND customer_id = ?", merchantID, customerID).
 			OrderExpr("created_at, id").Limit(int64(limit + 1)).Scan(ctx); err != nil {
@@ -105,6 +109,26 @@ func (c *CustomerRows) CustomerRows(ctx context.Context, merchantID, customerID 
 		return nil
 	})
 	return out, err
+}
+
+// lockAgainstSwaps is the first statement of a transaction that reads the
+// projections' tables under one snapshot (REPEATABLE READ). A rebuild's
+// swap renames a new table into a table's place (Rebuild), and renaming is
+// not MVCC-safe: read under a snapshot taken before the swap committed,
+// the new table's rows (all written after) are invisible and it reads
+// empty. LOCK TABLE takes no snapshot, so the snapshot is taken after it:
+// a swap under way is waited for (its rename holds ACCESS EXCLUSIVE until
+// it commits; the lock then names the new table), and a swap that comes
+// later waits for this transaction to end.
+func lockAgainstSwaps(ctx context.Context, tx bun.Tx) error {
+	var tables []bun.Ident
+	for _, f := range aggregates.All() {
+		tables = append(tables, bun.Ident(f.Table))
+	}
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE ? IN ACCESS SHARE MODE`, bun.In(tables)); err != nil {
+		return fmt.Errorf("lock the read models against a rebuild's swap: %w", err)
+	}
+	return nil
 }
 
 // changesOf reads the change log of the aggregates ids holds by type, by

@@ -60,6 +60,12 @@ type RebuildConfig struct {
 //     the last differences are caught up, the shadow table takes the live
 //     table's name and index names, and the old table is dropped.
 //
+// Renaming is not MVCC-safe: a transaction that reads under a snapshot
+// taken before the swap committed (REPEATABLE READ) finds the new table
+// under the old name, without the rows written after its snapshot, that
+// is, empty. Such a reader locks the tables first (lockAgainstSwaps), as
+// the customer's export does.
+//
 // The change log is the history of what the live projection applied; a
 // rebuild never writes it, so no change-log row is ever written twice.
 // Cancelling ctx drops the shadow table and leaves the live table as it
