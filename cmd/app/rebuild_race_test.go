@@ -1,13 +1,17 @@
 package main
 
 import (
+	"database/sql"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/adapters/readmodel"
+	"hearth/app/ops"
 	"hearth/client"
+	"hearth/internal/advisory"
 	"hearth/internal/pgtest"
 )
 
@@ -76,4 +80,66 @@ func TestCustomerExportTakenWhileARebuildSwapsListsEverySchedule(t *testing.T) {
 	require.Contains(t, rb.out, "rebuild schedules: done")
 	require.Len(t, x.r.JSON200.Orders, 1)
 	require.Len(t, x.r.JSON200.Schedules, 1, "the export taken while schedules was rebuilt lists the customer's schedule")
+}
+
+// rebuildLockHolder is the backend that holds the rebuild lock of
+// projection in db's database (0 when none does): pg_locks shows an
+// advisory lock on a bigint key as its high and low 32 bits.
+func rebuildLockHolder(t *testing.T, db *sql.DB, projection string) int {
+	t.Helper()
+	key := uint64(advisory.Key(advisory.Rebuild(projection)))
+	var pid int
+	err := db.QueryRow(`SELECT COALESCE(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid = $1 AND objid = $2 AND objsubid = 1`, int64(key>>32), int64(key&0xffffffff)).Scan(&pid)
+	require.NoError(t, err)
+	return pid
+}
+
+// A rebuild holds its lock on a connection of its own. When that
+// connection ends under it (an operator's pg_terminate_backend, a server
+// that ends idle sessions, a proxy's timeout), the lock goes with it, and
+// another rebuild of the projection (another process) may start at once
+// and drop the shadow table, and an erasure takes the shadow table for one
+// left behind. The rebuild must then stop and say so, not go on and swap
+// its table in without the lock.
+func TestARebuildWhoseLockConnectionEndsStopsWithoutSwapping(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	_, ids := a.seedOrders(3)
+	var live uint32
+	require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT 'orders'::regclass::oid`).Scan(&live))
+
+	killed := false
+	p, err := readmodel.Rebuild(t.Context(), readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders",
+		Progress: func(p ops.RebuildProgress) {
+			if killed || p.Phase != "catch_up" {
+				return
+			}
+			killed = true
+			pid := rebuildLockHolder(t, a.dbs.rm.DB, "orders")
+			require.NotZero(t, pid, "the rebuild holds its lock while it folds")
+			var ended bool
+			require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
+			require.True(t, ended, "the rebuild's lock connection ended")
+			require.Zero(t, rebuildLockHolder(t, a.dbs.rm.DB, "orders"), "the lock went with its connection")
+		}})
+	require.True(t, killed, "the rebuild reached its catch-up")
+	require.Error(t, err, "a rebuild whose lock connection ended swapped its table in anyway (phase %s)", p.Phase)
+	require.Equal(t, "failed", p.Phase)
+	require.Contains(t, err.Error(), "lost its lock")
+	var now uint32
+	require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT 'orders'::regclass::oid`).Scan(&now))
+	require.Equal(t, live, now, "the live table is the one it was")
+	var shadows int
+	require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT count(*) FROM pg_tables WHERE tablename = 'orders_rebuild'`).Scan(&shadows))
+	require.Zero(t, shadows, "no shadow table left behind: no rebuild holds the lock")
+
+	// The next rebuild runs as usual.
+	out, err := cli(t.Context(), a.urls(), "rebuild", "orders")
+	require.NoError(t, err)
+	require.Contains(t, out, "rebuild orders: done")
+	a.awaitOrder(a.opA, ids[0], 1)
+	out, err = cli(t.Context(), a.urls(), "verify", "--recheck", "0")
+	require.NoError(t, err, out)
 }
