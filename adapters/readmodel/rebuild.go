@@ -70,7 +70,8 @@ type RebuildConfig struct {
 // rebuild never writes it, so no change-log row is ever written twice.
 // Cancelling ctx drops the shadow table and leaves the live table as it
 // was. Two rebuilds of one projection never run at once (an advisory lock
-// on the read-model database).
+// on the read-model database, held by the connection every statement of
+// the rebuild runs on: a rebuild whose connection ends stops).
 func Rebuild(ctx context.Context, cfg RebuildConfig) (ops.RebuildProgress, error) {
 	if cfg.Log == nil || cfg.DB == nil {
 		return ops.RebuildProgress{}, errors.New("readmodel.Rebuild: Log and DB are required")
@@ -138,15 +139,23 @@ func (rb *rebuilder) report(force bool) {
 }
 
 func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error) {
-	db := rb.cfg.DB
-	conn, err := db.Conn(ctx)
+	// Every statement of the rebuild on the read models runs on the
+	// connection that holds its lock: the lock is that session's and ends
+	// with it (pg_terminate_backend, idle_session_timeout, a proxy's
+	// timeout), after which another rebuild may start and drop the shadow
+	// table, and an erasure takes it for one left behind. On the lock's own
+	// connection the rebuild's next statement fails instead, and nothing is
+	// swapped without the lock.
+	conn, err := rb.cfg.DB.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	var locked bool
+	var holder lockSession
 	lockKey := advisory.Key(advisory.Rebuild(t.agg.Projection))
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?)`, lockKey).Scan(&locked); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?), pg_backend_pid(), backend_start
+		FROM pg_stat_activity WHERE pid = pg_backend_pid()`, lockKey).Scan(&locked, &holder.pid, &holder.start); err != nil {
 		return fmt.Errorf("rebuild lock: %w", err)
 	}
 	if !locked {
@@ -159,12 +168,6 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	}()
 
 	shadow := shadowOf(t.agg.Table)
-	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err != nil {
-		return fmt.Errorf("drop %s: %w", shadow, err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE ? (LIKE ? INCLUDING ALL)`, bun.Ident(shadow), bun.Ident(t.agg.Table)); err != nil {
-		return fmt.Errorf("create %s: %w", shadow, err)
-	}
 	swapped := false
 	defer func() {
 		if swapped {
@@ -172,10 +175,26 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, derr := db.ExecContext(cctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); derr != nil {
-			err = errors.Join(err, fmt.Errorf("drop %s: %w", shadow, derr))
+		if derr := dropShadow(cctx, conn, rb.cfg.DB, holder, shadow, lockKey); derr != nil {
+			err = errors.Join(err, derr)
 		}
 	}()
+	defer func() {
+		if err == nil || ctx.Err() != nil { // cancelled: pgx cancels a statement by closing its connection
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if perr := conn.PingContext(cctx); perr != nil {
+			err = fmt.Errorf("lost its lock (its connection to the read models ended), so it stopped; run it again: %w", err)
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err != nil {
+		return fmt.Errorf("drop %s: %w", shadow, err)
+	}
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE ? (LIKE ? INCLUDING ALL)`, bun.Ident(shadow), bun.Ident(t.agg.Table)); err != nil {
+		return fmt.Errorf("create %s: %w", shadow, err)
+	}
 
 	// 1. Fold every stream into the shadow table.
 	if rb.p.Total, err = rb.cfg.Log.Count(ctx, t.agg.Type); err != nil {
@@ -187,7 +206,7 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		if len(batch) == 0 {
 			return nil
 		}
-		if _, err := db.NewInsert().Model(&batch).ModelTableExpr("?", bun.Ident(shadow)).Exec(ctx); err != nil {
+		if _, err := conn.NewInsert().Model(&batch).ModelTableExpr("?", bun.Ident(shadow)).Exec(ctx); err != nil {
 			return fmt.Errorf("insert into %s: %w", shadow, err)
 		}
 		rb.p.Rows += int64(len(batch))
@@ -222,14 +241,14 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	// 2. Catch up with the live projection while it keeps running.
 	rb.phase("catch_up")
 	for range 5 {
-		behind, err := t.behind(ctx, db, shadow)
+		behind, err := t.behind(ctx, conn, shadow)
 		if err != nil {
 			return err
 		}
 		if len(behind) == 0 {
 			break
 		}
-		if err := t.reconcile(ctx, db, rb, shadow, behind); err != nil {
+		if err := t.reconcile(ctx, conn, rb, shadow, behind); err != nil {
 			return err
 		}
 		if len(behind) < 100 {
@@ -239,7 +258,7 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 
 	// 3. Swap in one transaction.
 	rb.phase("swap")
-	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err = conn.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = ?`, fmt.Sprintf("%dms", rb.cfg.LockTimeout.Milliseconds())); err != nil {
 			return err
 		}
@@ -260,6 +279,44 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	}
 	swapped = true
 	return nil
+}
+
+// lockSession is the session that holds a rebuild's lock: its backend's
+// pid and start, which tell it from a later backend given the same pid.
+type lockSession struct {
+	pid   int
+	start time.Time
+}
+
+// dropShadow drops the shadow table of a rebuild that did not swap: on the
+// connection that holds the rebuild lock (key) while it lives. Once that
+// has ended (the rebuild's own ctx cancelled: pgx cancels a statement by
+// closing its connection), its session, and the lock with it, may live on
+// until the statement it was running ends (a lock wait, up to the swap's
+// LockTimeout): that session is ended first, then the table dropped
+// through db unless a rebuild holds the lock, one started since, which
+// owns the table now.
+func dropShadow(ctx context.Context, conn bun.Conn, db *bun.DB, holder lockSession, shadow string, key int64) error {
+	if _, err := conn.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err == nil {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = ? AND backend_start = ?`,
+		holder.pid, holder.start); err != nil {
+		return fmt.Errorf("end the rebuild's session to drop %s: %w", shadow, err)
+	}
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var leftover bool
+		if err := tx.Tx.QueryRowContext(ctx, leftoverShadowSQL, shadow, key).Scan(&leftover); err != nil {
+			return fmt.Errorf("drop %s: %w", shadow, err)
+		}
+		if !leftover {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err != nil {
+			return fmt.Errorf("drop %s: %w", shadow, err)
+		}
+		return nil
+	})
 }
 
 // behind returns the aggregates whose shadow row is not at the version the

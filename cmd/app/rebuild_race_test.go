@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"net/http"
 	"testing"
@@ -142,4 +143,41 @@ func TestARebuildWhoseLockConnectionEndsStopsWithoutSwapping(t *testing.T) {
 	a.awaitOrder(a.opA, ids[0], 1)
 	out, err = cli(t.Context(), a.urls(), "verify", "--recheck", "0")
 	require.NoError(t, err, out)
+}
+
+// Cancelling a rebuild while its swap waits for the live table (a long
+// reader holds it) ends it at once and leaves nothing behind: pgx cancels
+// the waiting statement by closing its connection, and the session on the
+// server lives on, holding the rebuild lock and its read of the shadow
+// table, until the statement ends (the swap's lock timeout); the
+// cancelled rebuild must not leave its shadow table, or its lock, to it.
+func TestARebuildCancelledWhileItsSwapWaitsLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	a.seedOrders(2)
+	ctx := t.Context()
+	hold, err := a.dbs.rm.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback() }()
+	_, err = hold.ExecContext(ctx, `LOCK TABLE orders IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	started := time.Now()
+	go func() {
+		_, err := readmodel.Rebuild(rctx, readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders"})
+		done <- err
+	}()
+	require.False(t, pgtest.DoneOrWaiting(t, a.dbs.rm.DB, done), "the swap waits for the reader")
+	cancel()
+	err = <-done
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, time.Since(started), 10*time.Second, "the cancel ended the rebuild, not the swap's lock timeout")
+	var shadows int
+	require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT count(*) FROM pg_tables WHERE tablename = 'orders_rebuild'`).Scan(&shadows))
+	require.Zero(t, shadows, "the cancelled rebuild left its shadow table behind (%v)", err)
+	require.Zero(t, rebuildLockHolder(t, a.dbs.rm.DB, "orders"), "the cancelled rebuild's lock is free")
+	require.NoError(t, hold.Rollback())
 }
