@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -180,4 +181,80 @@ func TestARebuildCancelledWhileItsSwapWaitsLeavesNothingBehind(t *testing.T) {
 	require.Zero(t, shadows, "the cancelled rebuild left its shadow table behind (%v)", err)
 	require.Zero(t, rebuildLockHolder(t, a.dbs.rm.DB, "orders"), "the cancelled rebuild's lock is free")
 	require.NoError(t, hold.Rollback())
+}
+
+// The status of a rebuild (GET /admin/rebuilds/{projection}) is read on
+// every instance, and after the process that ran it has ended: another
+// API instance behind the load balancer, or the one that ran it once
+// restarted, knows how the latest rebuild ended, and a rebuild whose
+// process died midway reads as failed, not as never started.
+func TestRebuildStatusIsReadOnEveryInstanceAndAfterItsProcessEnds(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	a.seedOrders(3)
+	ctx := t.Context()
+	// Another instance on the same databases (or the first, restarted).
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dbs, err := openDatabases(ctx, a.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { dbs.close() }) // the request pools too, once open
+	require.NoError(t, dbs.openRequestPools(ctx, a.cfg))
+	w, err := wire(a.cfg, dbs, log)
+	require.NoError(t, err)
+	require.NoError(t, w.wireEventFeed(a.cfg, dbs, log))
+	require.NoError(t, w.routeReads(ctx, a.cfg, dbs, log))
+	t.Cleanup(w.maintenance.Close)
+	other := *a
+	srv := serveAPI(t, a.cfg, dbs, w, log)
+	other.base, other.client = srv.URL, srv.Client()
+
+	a.must(http.StatusAccepted, http.MethodPost, "/admin/rebuilds/orders", a.admin, nil)
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/admin/rebuilds/orders", auth(a.admin), nil)
+		return err == nil && r.Status == http.StatusOK && r.Body["phase"] == "done"
+	}, 20*time.Second, 10*time.Millisecond)
+	r := other.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+	require.Equal(t, http.StatusOK, r.Status, "the rebuild another instance ran: %s", r)
+	require.Equal(t, "done", r.Body["phase"], "%s", r)
+	require.Equal(t, 3, intOf(r.Body["rows"]))
+
+	// A rebuild whose process dies at its catch-up: its session, and the
+	// lock with it, ends; the process records nothing more.
+	frozen, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		once := false
+		_, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders",
+			Progress: func(p ops.RebuildProgress) {
+				if p.Phase == "catch_up" && !once {
+					once = true
+					close(frozen)
+					<-release
+				}
+			}})
+		done <- err
+	}()
+	<-frozen
+	pid := rebuildLockHolder(t, a.dbs.rm.DB, "orders")
+	require.NotZero(t, pid)
+	var ended bool
+	require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
+	require.True(t, ended)
+	for _, instance := range []*api{a, &other} {
+		r = instance.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r)
+		require.Equal(t, "failed", r.Body["phase"], "a rebuild whose process died: %s", r)
+		require.Contains(t, r.Body["error"], "interrupted", "%s", r)
+	}
+	close(release)
+	require.Error(t, <-done)
+
+	// `app rebuild` is followed the same way, on every instance.
+	out, err := cli(ctx, a.urls(), "rebuild", "orders")
+	require.NoError(t, err, out)
+	for _, instance := range []*api{a, &other} {
+		r = instance.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r)
+		require.Equal(t, "done", r.Body["phase"], "the rebuild the CLI ran: %s", r)
+	}
 }
