@@ -9013,7 +9013,7 @@ type ClientInterface interface {
 
 	// RebuildStatus Progress of the projection's rebuild
 	//
-	// With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// The latest rebuild of the projection, whichever instance (or `app rebuild`) ran it; one whose process died before it finished is `failed`, its error starting with `interrupted`. 404 when none ran. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
 	// Corresponds with GET /admin/rebuilds/{projection} (the `RebuildStatus` operationId).
 	RebuildStatus(ctx context.Context, projection RebuildStatusParamsProjection, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -9995,7 +9995,7 @@ func (c *Client) CancelRebuild(ctx context.Context, projection CancelRebuildPara
 
 // RebuildStatus Progress of the projection's rebuild
 //
-// With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// The latest rebuild of the projection, whichever instance (or `app rebuild`) ran it; one whose process died before it finished is `failed`, its error starting with `interrupted`. 404 when none ran. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
 // Corresponds with GET /admin/rebuilds/{projection} (the `RebuildStatus` operationId).
 func (c *Client) RebuildStatus(ctx context.Context, projection RebuildStatusParamsProjection, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -17822,7 +17822,7 @@ type ClientWithResponsesInterface interface {
 
 	// RebuildStatusWithResponse Progress of the projection's rebuild
 	//
-	// With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// The latest rebuild of the projection, whichever instance (or `app rebuild`) ran it; one whose process died before it finished is `failed`, its error starting with `interrupted`. 404 when none ran. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -35558,7 +35558,7 @@ func (c *ClientWithResponses) CancelRebuildWithResponse(ctx context.Context, pro
 
 // RebuildStatusWithResponse Progress of the projection's rebuild
 //
-// With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// The latest rebuild of the projection, whichever instance (or `app rebuild`) ran it; one whose process died before it finished is `failed`, its error starting with `interrupted`. 404 when none ran. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -3,6 +3,7 @@ package readmodel
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -82,18 +83,11 @@ func Rebuild(ctx context.Context, cfg RebuildConfig) (ops.RebuildProgress, error
 	if err != nil {
 		return ops.RebuildProgress{}, apperr.Invalid("projection", "%v", err)
 	}
-	rb := &rebuilder{cfg: cfg, p: ops.RebuildProgress{Projection: cfg.Projection, Phase: "fold", StartedAt: time.Now().UTC()}}
+	// Microseconds, as Postgres keeps them: the rebuild's row in rebuilds
+	// is found again by its start.
+	rb := &rebuilder{cfg: cfg, p: ops.RebuildProgress{Projection: cfg.Projection, Phase: "fold", StartedAt: time.Now().UTC().Truncate(time.Microsecond)}}
 	err = ts[0].rebuild(ctx, rb)
-	rb.p.FinishedAt = time.Now().UTC()
-	switch {
-	case err == nil:
-		rb.p.Phase, rb.p.ETA = "done", ""
-	case ctx.Err() != nil:
-		rb.p.Phase, rb.p.Error = "cancelled", err.Error()
-	default:
-		rb.p.Phase, rb.p.Error = "failed", err.Error()
-	}
-	rb.report(true)
+	rb.finish(ctx, err)
 	if err != nil {
 		return rb.p, fmt.Errorf("rebuild %s: %w", cfg.Projection, err)
 	}
@@ -104,6 +98,70 @@ type rebuilder struct {
 	cfg  RebuildConfig
 	p    ops.RebuildProgress
 	last time.Time
+	// recorded says the rebuild has its row in rebuilds (it took the
+	// lock); written is when the row was last written.
+	recorded bool
+	written  time.Time
+}
+
+// recordEvery is how often a running rebuild writes its progress to its
+// row in rebuilds between changes of phase.
+const recordEvery = 5 * time.Second
+
+// finish sets the rebuild's outcome from err (done, cancelled or failed)
+// and reports it, once: inside rebuild while it still holds its lock, so
+// that its row never reads as running with the lock free; here when it
+// never took it.
+func (rb *rebuilder) finish(ctx context.Context, err error) {
+	if !rb.p.FinishedAt.IsZero() {
+		return
+	}
+	rb.p.FinishedAt = time.Now().UTC()
+	switch {
+	case err == nil:
+		rb.p.Phase, rb.p.ETA = "done", ""
+	case ctx.Err() != nil:
+		rb.p.Phase, rb.p.Error = "cancelled", err.Error()
+	default:
+		rb.p.Phase, rb.p.Error = "failed", err.Error()
+	}
+	rb.report(true)
+}
+
+// begin writes the rebuild's row in rebuilds on conn, which holds its lock:
+// the projection's latest rebuild is this one.
+func (rb *rebuilder) begin(ctx context.Context, conn bun.Conn) error {
+	p := rb.p
+	if _, err := conn.ExecContext(ctx, `INSERT INTO rebuilds (projection, phase, events, total, "rows", rate, started_at, error)
+		VALUES (?, ?, 0, 0, 0, 0, ?, '')
+		ON CONFLICT (projection) DO UPDATE SET phase = excluded.phase, events = 0, total = 0, "rows" = 0, rate = 0,
+			started_at = excluded.started_at, finished_at = NULL, error = '', updated_at = now()`,
+		p.Projection, p.Phase, p.StartedAt); err != nil {
+		return fmt.Errorf("record the rebuild of %s: %w", p.Projection, err)
+	}
+	rb.recorded, rb.written = true, time.Now()
+	return nil
+}
+
+// record writes the progress to the rebuild's row, unless a later rebuild
+// has taken the row (its lock was lost). The row only informs: a failed
+// write leaves it as it was and the rebuild goes on, its caller learns its
+// outcome from its result.
+func (rb *rebuilder) record() {
+	if !rb.recorded {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p := rb.p
+	var finished *time.Time
+	if !p.FinishedAt.IsZero() {
+		finished = &p.FinishedAt
+	}
+	_, _ = rb.cfg.DB.ExecContext(ctx, `UPDATE rebuilds SET phase = ?, events = ?, total = ?, "rows" = ?, rate = ?, finished_at = ?,
+		error = ?, updated_at = now() WHERE projection = ? AND started_at = ?`,
+		p.Phase, p.Events, p.Total, p.Rows, p.Rate, finished, p.Error, p.Projection, p.StartedAt)
+	rb.written = time.Now()
 }
 
 // shadowOf is the name of the shadow table a rebuild of table folds into.
@@ -123,6 +181,9 @@ func (rb *rebuilder) phase(name string) {
 }
 
 func (rb *rebuilder) report(force bool) {
+	if rb.recorded && (force || time.Since(rb.written) >= recordEvery) {
+		defer rb.record()
+	}
 	if rb.cfg.Progress == nil || (!force && time.Since(rb.last) < 500*time.Millisecond) {
 		return
 	}
@@ -166,6 +227,12 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		defer cancel()
 		_, _ = conn.ExecContext(cctx, `SELECT pg_advisory_unlock(?)`, lockKey)
 	}()
+	if err := rb.begin(ctx, conn); err != nil {
+		return err
+	}
+	// Its outcome is recorded before the lock goes (the deferred calls run
+	// last first: after the shadow table's drop, before the unlock).
+	defer func() { rb.finish(ctx, err) }()
 
 	shadow := shadowOf(t.agg.Table)
 	swapped := false
@@ -549,16 +616,74 @@ func (r *Maintenance) Start(projection string) (ops.RebuildProgress, error) {
 	return run.progress, nil
 }
 
-// Status returns the progress of the projection's latest rebuild in this
-// process, or apperr.ErrNotFound.
+// Status returns the progress of the projection's latest rebuild: this
+// process's while it runs; else the latest of this process's last one and
+// the one recorded in the read models (rebuilds) by whatever ran it
+// (another instance, one since restarted, the CLI); apperr.ErrNotFound
+// when there is none.
 func (r *Maintenance) Status(projection string) (ops.RebuildProgress, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	run, ok := r.runs[projection]
-	if !ok {
+	var mine ops.RebuildProgress
+	running := false
+	if ok {
+		mine = run.progress
+		select {
+		case <-run.done:
+		default:
+			running = true
+		}
+	}
+	r.mu.Unlock()
+	if running {
+		return mine, nil
+	}
+	if _, err := selectTargets([]string{projection}); err != nil {
+		return ops.RebuildProgress{}, apperr.Invalid("projection", "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec, err := recordedRebuild(ctx, r.db, projection)
+	switch {
+	case ok && (err != nil || !rec.StartedAt.After(mine.StartedAt)):
+		return mine, nil // a start that never took the lock (a conflict) records nothing
+	case err != nil:
+		return ops.RebuildProgress{}, err
+	}
+	return rec, nil
+}
+
+// recordedRebuild reads the projection's latest rebuild from rebuilds. One
+// in a running phase whose rebuild lock no session holds (pg_locks shows a
+// bigint key as its high and low halves) was stopped with its process (kill
+// -9, a lost machine), which could not record it: it reads as failed.
+func recordedRebuild(ctx context.Context, db *bun.DB, projection string) (ops.RebuildProgress, error) {
+	p := ops.RebuildProgress{Projection: projection}
+	var finished sql.NullTime
+	var updated time.Time
+	key := uint64(advisory.Key(advisory.Rebuild(projection)))
+	var held bool
+	err := db.QueryRowContext(ctx, `SELECT phase, events, total, "rows", rate, started_at, finished_at, error, updated_at,
+		EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid = ? AND objid = ?
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+		FROM rebuilds WHERE projection = ?`, int64(key>>32), int64(key&0xffffffff), projection).
+		Scan(&p.Phase, &p.Events, &p.Total, &p.Rows, &p.Rate, &p.StartedAt, &finished, &p.Error, &updated, &held)
+	if errors.Is(err, sql.ErrNoRows) {
 		return ops.RebuildProgress{}, apperr.ErrNotFound
 	}
-	return run.progress, nil
+	if err != nil {
+		return ops.RebuildProgress{}, fmt.Errorf("read the rebuild of %s: %w", projection, err)
+	}
+	p.StartedAt, p.FinishedAt = p.StartedAt.UTC(), finished.Time.UTC()
+	if !finished.Valid {
+		p.FinishedAt = time.Time{}
+	}
+	if running := p.FinishedAt.IsZero(); running && !held {
+		p.Error = fmt.Sprintf("interrupted: the process that ran it ended during its %s phase, before it finished; "+
+			"run it again (the next rebuild drops the shadow table it left)", p.Phase)
+		p.Phase, p.FinishedAt = "failed", updated.UTC()
+	}
+	return p, nil
 }
 
 // Cancel cancels the projection's running rebuild, waits for it to clean

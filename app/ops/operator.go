@@ -44,8 +44,9 @@ type Rebuilds interface {
 	// Start starts a rebuild in the background and returns its first
 	// progress; one already running is an *apperr.ConflictError.
 	Start(projection string) (RebuildProgress, error)
-	// Status returns the progress of the projection's latest rebuild in
-	// this process, or apperr.ErrNotFound.
+	// Status returns the progress of the projection's latest rebuild,
+	// whichever process ran it (one that died midway reads as failed), or
+	// apperr.ErrNotFound.
 	Status(projection string) (RebuildProgress, error)
 	// Cancel cancels the running rebuild, waits for it to clean up and
 	// returns its last progress.
@@ -252,8 +253,8 @@ func (o *Operator) StartRebuild(ctx context.Context, projection, actor string) (
 	return p, nil
 }
 
-// RebuildStatus returns the progress of the projection's latest rebuild
-// in this process, or apperr.ErrNotFound.
+// RebuildStatus returns the progress of the projection's latest rebuild,
+// whichever process ran it, or apperr.ErrNotFound.
 func (o *Operator) RebuildStatus(projection string) (RebuildProgress, error) {
 	return o.rebuilds.Status(projection)
 }
