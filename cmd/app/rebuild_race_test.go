@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -257,4 +259,85 @@ func TestRebuildStatusIsReadOnEveryInstanceAndAfterItsProcessEnds(t *testing.T) 
 		require.Equal(t, http.StatusOK, r.Status, "%s", r)
 		require.Equal(t, "done", r.Body["phase"], "the rebuild the CLI ran: %s", r)
 	}
+}
+
+// A rebuild cancelled while its swap's COMMIT is on its way (Ctrl-C, or
+// DELETE /admin/rebuilds/{projection} as it finishes) may have swapped all
+// the same: pgx cancels by closing the connection, and the server may
+// still commit. The rebuild must then say it is done, as its table is, not
+// cancelled (which the cancel answers 200 and audits as a cancel).
+//
+// A deferred trigger on the shadow table holds the swap's COMMIT until the
+// cancel reaches the server, and lets it commit then: the answer of a
+// COMMIT the server carried out never reaches the rebuild.
+func TestARebuildCancelledAsItsSwapCommitsSaysItIsDone(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	_, ids := a.seedOrders(2)
+	ctx := t.Context()
+	const held = 4242001 // an advisory lock of this test only
+	hold, err := a.dbs.rm.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer hold.Close()
+	_, err = hold.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, held)
+	require.NoError(t, err)
+	_, err = a.dbs.rm.DB.ExecContext(ctx, fmt.Sprintf(`CREATE FUNCTION test_commit_waits() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			BEGIN PERFORM pg_advisory_xact_lock(%d); EXCEPTION WHEN query_canceled THEN NULL; END;
+			RETURN NULL;
+		END $$`, held))
+	require.NoError(t, err)
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var shadow uint32
+	hooked := make(chan error, 1)
+	done := make(chan ops.RebuildProgress, 1)
+	go func() {
+		p, _ := readmodel.Rebuild(rctx, readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders",
+			Progress: func(p ops.RebuildProgress) {
+				if p.Phase != "swap" || len(hooked) > 0 {
+					return
+				}
+				// One shadow row behind, so that the swap writes it again
+				// and its trigger fires at the COMMIT.
+				hooked <- errors.Join(
+					a.dbs.rm.DB.QueryRowContext(ctx, `SELECT 'orders_rebuild'::regclass::oid`).Scan(&shadow),
+					execOne(ctx, a.dbs.rm.DB, `CREATE CONSTRAINT TRIGGER test_commit_waits AFTER INSERT ON orders_rebuild
+						DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_commit_waits()`),
+					execOne(ctx, a.dbs.rm.DB, `DELETE FROM orders_rebuild WHERE id = $1`, ids[0]))
+			}})
+		done <- p
+	}()
+	require.NoError(t, <-hooked)
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, a.dbs.rm.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&waiting))
+		return waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "the swap's COMMIT waits for its trigger")
+	cancel()
+	p := <-done
+
+	var live uint32
+	require.Eventually(t, func() bool {
+		var sessions int
+		require.NoError(t, a.dbs.rm.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event = 'advisory'`).Scan(&sessions))
+		return sessions == 0
+	}, 10*time.Second, 5*time.Millisecond, "the swap's session has ended")
+	require.NoError(t, a.dbs.rm.DB.QueryRowContext(ctx, `SELECT 'orders'::regclass::oid`).Scan(&live))
+	require.Equal(t, shadow, live, "the server committed the swap (%s: %s)", p.Phase, p.Error)
+	require.Equal(t, "done", p.Phase, "the rebuild swapped its table in, yet says %s (%s)", p.Phase, p.Error)
+	_, err = a.dbs.rm.DB.ExecContext(ctx, `DROP TRIGGER test_commit_waits ON orders`)
+	require.NoError(t, err)
+	a.awaitOrder(a.opA, ids[0], 1)
+	out, err := cli(ctx, a.urls(), "verify", "--recheck", "0")
+	require.NoError(t, err, out)
+}
+
+// execOne runs one statement and returns its error alone.
+func execOne(ctx context.Context, db *sql.DB, query string, args ...any) error {
+	_, err := db.ExecContext(ctx, query, args...)
+	return err
 }
