@@ -262,6 +262,10 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE ? (LIKE ? INCLUDING ALL)`, bun.Ident(shadow), bun.Ident(t.agg.Table)); err != nil {
 		return fmt.Errorf("create %s: %w", shadow, err)
 	}
+	var shadowID uint32
+	if err := conn.QueryRowContext(ctx, `SELECT to_regclass(?)::oid`, shadow).Scan(&shadowID); err != nil {
+		return fmt.Errorf("create %s: %w", shadow, err)
+	}
 
 	// 1. Fold every stream into the shadow table.
 	if rb.p.Total, err = rb.cfg.Log.Count(ctx, t.agg.Type); err != nil {
@@ -342,9 +346,63 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		return swapTables(ctx, tx, t.agg.Table, shadow)
 	})
 	if err != nil {
-		return err
+		// A COMMIT whose answer was lost (its connection ended, or closed
+		// by a cancel, as pgx cancels) may have committed all the same: the
+		// shadow table is the live one then, and the rebuild is done.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if done, serr := swappedAnyway(cctx, conn, rb.cfg.DB, holder, t.agg.Table, shadowID); serr != nil || !done {
+			return errors.Join(err, serr)
+		}
 	}
 	swapped = true
+	return nil
+}
+
+// swappedAnyway reports whether a swap whose COMMIT failed committed all
+// the same: only when its connection has ended (an answer from the server
+// is the truth), once its session has ended too, by whether live is the
+// table that was the shadow (by oid).
+func swappedAnyway(ctx context.Context, conn bun.Conn, db *bun.DB, holder lockSession, live string, shadowID uint32) (bool, error) {
+	if conn.PingContext(ctx) == nil {
+		return false, nil
+	}
+	if err := endSession(ctx, db, holder); err != nil {
+		return false, err
+	}
+	var now uint32
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(to_regclass(?)::oid, 0)`, live).Scan(&now); err != nil {
+		return false, fmt.Errorf("see whether %s was swapped: %w", live, err)
+	}
+	return now == shadowID, nil
+}
+
+// endSession waits for the session of the rebuild's lock to end on the
+// server once its connection has ended: pgx, cancelling a statement,
+// closes the connection and sends a cancel request, and the session ends
+// once its statement has answered it (a COMMIT under way may still
+// commit). One still there after a few seconds is terminated.
+func endSession(ctx context.Context, db *bun.DB, holder lockSession) error {
+	const gone = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ? AND backend_start = ?)`
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var ended bool
+		if err := db.QueryRowContext(ctx, gone, holder.pid, holder.start).Scan(&ended); err != nil {
+			return fmt.Errorf("wait for the rebuild's session to end: %w", err)
+		}
+		if ended {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = ? AND backend_start = ?`,
+		holder.pid, holder.start); err != nil {
+		return fmt.Errorf("end the rebuild's session: %w", err)
+	}
 	return nil
 }
 
@@ -357,19 +415,16 @@ type lockSession struct {
 
 // dropShadow drops the shadow table of a rebuild that did not swap: on the
 // connection that holds the rebuild lock (key) while it lives. Once that
-// has ended (the rebuild's own ctx cancelled: pgx cancels a statement by
-// closing its connection), its session, and the lock with it, may live on
-// until the statement it was running ends (a lock wait, up to the swap's
-// LockTimeout): that session is ended first, then the table dropped
-// through db unless a rebuild holds the lock, one started since, which
-// owns the table now.
+// has ended, its session, and the lock with it, may live on until the
+// statement it was running ends: the table is dropped through db once that
+// session has ended (endSession), unless a rebuild holds the lock, one
+// started since, which owns the table now.
 func dropShadow(ctx context.Context, conn bun.Conn, db *bun.DB, holder lockSession, shadow string, key int64) error {
 	if _, err := conn.ExecContext(ctx, `DROP TABLE IF EXISTS ?`, bun.Ident(shadow)); err == nil {
 		return nil
 	}
-	if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = ? AND backend_start = ?`,
-		holder.pid, holder.start); err != nil {
-		return fmt.Errorf("end the rebuild's session to drop %s: %w", shadow, err)
+	if err := endSession(ctx, db, holder); err != nil {
+		return fmt.Errorf("drop %s: %w", shadow, err)
 	}
 	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var leftover bool
