@@ -527,6 +527,39 @@ func TestEventFeedUnpublishableEvent(t *testing.T) {
 	require.Equal(t, "order.created", rest.Events[1].Type)
 }
 
+// A stored event of a known type that lacks a value Hearth always writes
+// (here a hand-edited OrderStatusChanged whose "to" is null) has no public
+// form either: the feed stops before it with the problem naming the event
+// and the field, where it answered order.status_changed to "", which no
+// integrator can act on and the document's status enum refuses.
+func TestEventFeedStopsBeforeAnEventMissingAValue(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	customer := a.createCustomer(a.opA, "Ada")
+	first := a.createOrder(a.opA, customer, 100)
+	var badID string
+	err := a.dbs.es.DB.QueryRowContext(ctx, `
+		INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, actor)
+		SELECT gen_random_uuid(), stream_type, stream_id, 2, merchant_id, 'OrderStatusChanged', '{"from":"pending","to":null}',
+		       occurred_at, correlation_id, actor
+		FROM events WHERE stream_id = $1
+		RETURNING event_id::text`, first).Scan(&badID)
+	require.NoError(t, err)
+
+	page := a.awaitFeed(a.opA, "limit=10", 1)
+	require.Equal(t, "order.created", page.Events[0].Type, "the event before it")
+	var r response
+	require.Eventually(t, func() bool {
+		var err error
+		r, err = a.send(http.MethodGet, "/v1/events?"+after(page.NextCursor, "wait=0"), auth(a.opA), nil)
+		return err == nil && (r.Status != http.StatusOK || len(r.Body["events"].([]any)) > 0)
+	}, 10*time.Second, 5*time.Millisecond, "the edited event never became readable")
+	requireProblem(t, r, http.StatusInternalServerError, "/problems/unpublishable-event")
+	require.Equal(t, badID, r.Body["event_id"], "%s", r)
+	require.Contains(t, r.Body["detail"], `"to"`)
+}
+
 // A well-formed cursor past every transaction of the server (another
 // server's, or this database's before a restore from a dump) was never
 // answered: it is 400 naming after, with and without a wait, not an empty
