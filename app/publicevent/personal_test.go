@@ -111,7 +111,7 @@ func TestEveryTextFieldIsDeclared(t *testing.T) {
 			}
 		}
 		for _, typ := range types {
-			e, err := f.Decode(typ, []byte(`{}`))
+			e, err := f.Decode(typ, required)
 			if err != nil {
 				t.Fatalf("%s %s: %v", f.Type, typ, err)
 			}
@@ -154,7 +154,7 @@ func TestPersonalFieldsLeaveOnlyAsDocumented(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := f.Decode(typ, raw)
+			e, err := f.Decode(typ, required, raw)
 			if err != nil {
 				t.Fatalf("%s %s: %v", f.Type, typ, err)
 			}
@@ -199,7 +199,7 @@ func TestPersonalFieldsLeaveOnlyAsDocumented(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err = f.Decode(typ, []byte(`{}`), erasedMarker)
+			e, err = f.Decode(typ, required, erasedMarker)
 			if err != nil {
 				t.Fatalf("%s %s: %v", f.Type, typ, err)
 			}

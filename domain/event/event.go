@@ -128,7 +128,7 @@ func InstantPtr(t *time.Time) *time.Time {
 type Registry map[string]func(data []byte, more ...[]byte) (Event, error)
 
 // As decodes a payload as event type T, then each of more into the same
-// value.
+// value, and checks it (Checker) once every part is in.
 func As[T Event](data []byte, more ...[]byte) (Event, error) {
 	var v T
 	if err := json.Unmarshal(data, &v); err != nil {
@@ -139,7 +139,60 @@ func As[T Event](data []byte, more ...[]byte) (Event, error) {
 			return v, err
 		}
 	}
+	if c, ok := any(v).(Checker); ok {
+		if err := c.Check(); err != nil {
+			return v, err
+		}
+	}
 	return v, nil
+}
+
+// Checker is an event type that knows which of its values Hearth always
+// writes. encoding/json leaves a key that is missing or null at its zero
+// value without a word, so a stored event without one (a hand-edited or
+// corrupt row, another writer's bug) would otherwise be applied, published
+// and decided on as "" or the zero time: an order's status set to "", an
+// order.status_changed to "". Check runs when the event is read back,
+// never when it is written.
+//
+// It asks for presence only, not for a value this release knows: a status
+// a newer release adds reads as it is during a rolling upgrade, as before.
+// Fields that hold personal data are never required: they are sealed
+// apart (a reader that does not open them sees them missing) and erased.
+type Checker interface {
+	Check() error
+}
+
+// MissingValueError is a stored event without a value its type always
+// carries (Checker).
+type MissingValueError struct {
+	// Field is the value's JSON name.
+	Field string
+}
+
+func (e *MissingValueError) Error() string {
+	return fmt.Sprintf("%q is missing or null, and every event of this type has it", e.Field)
+}
+
+// Value is one value a Checker requires: its JSON name, and whether the
+// decoded event holds it.
+type Value struct {
+	Field   string
+	Present bool
+}
+
+// Has is the Value of field, present or not.
+func Has(field string, present bool) Value { return Value{Field: field, Present: present} }
+
+// Require returns a *MissingValueError naming the first of values that is
+// not present, or nil.
+func Require(values ...Value) error {
+	for _, v := range values {
+		if !v.Present {
+			return &MissingValueError{Field: v.Field}
+		}
+	}
+	return nil
 }
 
 // Types returns the registry's stored type names, sorted.

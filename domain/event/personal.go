@@ -38,6 +38,11 @@ type PersonalDataErased struct {
 // EventType implements Event.
 func (PersonalDataErased) EventType() string { return PersonalDataErasedType }
 
+// Check implements Checker.
+func (e PersonalDataErased) Check() error {
+	return Require(Has("subject_type", e.SubjectType != ""), Has("subject_id", e.SubjectID != ""))
+}
+
 // SubjectStreamType is the stream type of data subjects' own streams: one
 // per erased subject, its id the subject's, holding SubjectErased (the
 // public customer.erased or staff_member.erased).
@@ -55,6 +60,11 @@ type SubjectErased struct {
 
 // EventType implements Event.
 func (SubjectErased) EventType() string { return SubjectErasedType }
+
+// Check implements Checker.
+func (e SubjectErased) Check() error {
+	return Require(Has("subject_type", e.SubjectType != ""), Has("subject_id", e.SubjectID != ""))
+}
 
 // DecodeSubject decodes the events of data subjects' streams.
 func DecodeSubject(eventType string, data []byte, more ...[]byte) (Event, error) {

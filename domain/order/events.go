@@ -77,6 +77,24 @@ func (Cancelled) EventType() string         { return "OrderCancelled" }
 func (AssignmentUpdated) EventType() string { return "OrderAssignmentUpdated" }
 func (SettlementUpdated) EventType() string { return "OrderSettlementUpdated" }
 
+// The checks of the values every stored event of each type carries
+// (event.Checker): ids, statuses; personal fields never.
+
+func (e Created) Check() error {
+	return event.Require(event.Has("order_id", e.OrderID != ""), event.Has("customer_id", e.CustomerID != ""),
+		event.Has("status", e.Status != ""))
+}
+func (e DetailsUpdated) Check() error {
+	return event.Require(event.Has("customer_id", e.CustomerID != ""))
+}
+func (e StatusChanged) Check() error {
+	return event.Require(event.Has("from", e.From != ""), event.Has("to", e.To != ""))
+}
+func (e Cancelled) Check() error { return event.Require(event.Has("from", e.From != "")) }
+func (e SettlementUpdated) Check() error {
+	return event.Require(event.Has("settlement_status", e.SettlementStatus != ""))
+}
+
 // EventTypes returns the stored type names of its events, sorted.
 func EventTypes() []string { return registry.Types() }
 

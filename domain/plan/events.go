@@ -62,6 +62,22 @@ func (Paused) EventType() string       { return "ServicePlanPaused" }
 func (Resumed) EventType() string      { return "ServicePlanResumed" }
 func (Ended) EventType() string        { return "ServicePlanEnded" }
 
+// The checks of the values every stored event of each type carries
+// (event.Checker): ids, the time zone, dates and instants.
+
+func (e Created) Check() error {
+	return event.Require(event.Has("plan_id", e.PlanID != ""), event.Has("customer_id", e.CustomerID != ""),
+		event.Has("time_zone", e.TimeZone != ""))
+}
+func (e Changed) Check() error      { return event.Require(event.Has("from", !e.From.IsZero())) }
+func (e VisitSkipped) Check() error { return event.Require(event.Has("date", !e.Date.IsZero())) }
+func (e VisitMoved) Check() error {
+	return event.Require(event.Has("date", !e.Date.IsZero()), event.Has("to_date", !e.ToDate.IsZero()))
+}
+func (e Paused) Check() error  { return event.Require(event.Has("at", !e.At.IsZero())) }
+func (e Resumed) Check() error { return event.Require(event.Has("at", !e.At.IsZero())) }
+func (e Ended) Check() error   { return event.Require(event.Has("at", !e.At.IsZero())) }
+
 // EventTypes returns the stored type names of its events, sorted.
 func EventTypes() []string { return registry.Types() }
 

@@ -85,6 +85,22 @@ func (Created) EventType() string           { return "ScheduleCreated" }
 func (AssignmentUpdated) EventType() string { return "ScheduleAssignmentUpdated" }
 func (StatusChanged) EventType() string     { return "ScheduleStatusChanged" }
 
+// The checks of the values every stored event of each type carries
+// (event.Checker): ids, times, statuses; personal fields never.
+
+func (e Created) Check() error {
+	return event.Require(event.Has("schedule_id", e.ScheduleID != ""), event.Has("order_id", e.OrderID != ""),
+		event.Has("staff_id", e.StaffID != ""), event.Has("start_at", !e.StartAt.IsZero()),
+		event.Has("end_at", !e.EndAt.IsZero()), event.Has("status", e.Status != ""))
+}
+func (e AssignmentUpdated) Check() error {
+	return event.Require(event.Has("staff_id", e.StaffID != ""), event.Has("start_at", !e.StartAt.IsZero()),
+		event.Has("end_at", !e.EndAt.IsZero()))
+}
+func (e StatusChanged) Check() error {
+	return event.Require(event.Has("from", e.From != ""), event.Has("to", e.To != ""))
+}
+
 // EventTypes returns the stored type names of its events, sorted.
 func EventTypes() []string { return registry.Types() }
 

@@ -88,6 +88,18 @@ func (DetailsUpdated) EventType() string { return "ServiceRequestDetailsUpdated"
 func (StatusChanged) EventType() string  { return "ServiceRequestStatusChanged" }
 func (Converted) EventType() string      { return "ServiceRequestConverted" }
 
+// The checks of the values every stored event of each type carries
+// (event.Checker): ids, source, statuses; personal fields never.
+
+func (e Created) Check() error {
+	return event.Require(event.Has("request_id", e.RequestID != ""), event.Has("customer_id", e.CustomerID != ""),
+		event.Has("source", e.Source != ""), event.Has("status", e.Status != ""))
+}
+func (e StatusChanged) Check() error {
+	return event.Require(event.Has("from", e.From != ""), event.Has("to", e.To != ""))
+}
+func (e Converted) Check() error { return event.Require(event.Has("order_id", e.OrderID != "")) }
+
 // EventTypes returns the stored type names of its events, sorted.
 func EventTypes() []string { return registry.Types() }
 
