@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hearth/app/publicevent"
+	"hearth/domain/civil"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/plan"
@@ -104,10 +105,25 @@ func TestEveryStoredEventHasAPublicForm(t *testing.T) {
 
 func ptr(t time.Time) *time.Time { return &t }
 
+func date(t *testing.T, s string) civil.Date {
+	t.Helper()
+	d, err := civil.ParseDate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // The public JSON of every event type, field by field: these are a
 // contract with integrators.
 func TestPublicJSON(t *testing.T) {
 	start, end := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC), time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	until := date(t, "2027-06-30")
+	weekly := plan.Terms{PriceCents: 9000, StaffID: "s", Window: plan.Window{Start: civil.At(9, 0), End: civil.At(11, 30)},
+		Recurrence: plan.Recurrence{Frequency: plan.Weekly, Interval: 2, Weekdays: []time.Weekday{time.Monday, time.Thursday},
+			Start: date(t, "2026-12-07"), Until: &until}}
+	monthly := plan.Terms{Window: plan.Window{Start: civil.At(0, 0), End: civil.EndOfDay},
+		Recurrence: plan.Recurrence{Frequency: plan.Monthly, Interval: 1, MonthDay: 31, Start: date(t, "2027-01-31"), Count: 12}}
 	cases := []struct {
 		streamType string
 		e          event.Event
@@ -145,6 +161,41 @@ func TestPublicJSON(t *testing.T) {
 			`"type":"service_request.converted","data":{"order_id":"o"}`},
 		{schedule.StreamType, event.Skipped{Of: "ScheduleCreated"},
 			`"type":"schedule.event_skipped","data":{"of":"ScheduleCreated"}`},
+		{order.StreamType, order.Created{OrderID: "o", CustomerID: "c", AmountCents: 9000, Notes: "", ScheduledStartAt: &start,
+			ScheduledEndAt: &end, Status: "pending", PlanID: "p", VisitDate: "2026-12-02"},
+			`"type":"order.created","data":{"customer_id":"c","amount_cents":9000,"notes":"","scheduled_start_at":"2026-12-02T08:00:00Z","scheduled_end_at":"2026-12-02T10:00:00Z","status":"pending","plan_id":"p","visit_date":"2026-12-02"}`},
+		{order.StreamType, order.Cancelled{From: "pending", Erasure: event.Erasure{ErasedFields: []string{"reason"}}},
+			`"type":"order.cancelled","data":{"from":"pending","reason":null,"erased":["reason"]}`},
+		{order.StreamType, event.Skipped{Of: "OrderSettlementUpdated"},
+			`"type":"order.event_skipped","data":{"of":"OrderSettlementUpdated"}`},
+		{servicerequest.StreamType, event.Skipped{Of: "ServiceRequestConverted"},
+			`"type":"service_request.event_skipped","data":{"of":"ServiceRequestConverted"}`},
+		{plan.StreamType, event.Skipped{Of: "ServicePlanPaused"},
+			`"type":"service_plan.event_skipped","data":{"of":"ServicePlanPaused"}`},
+		{order.StreamType, event.PersonalDataErased{SubjectType: "customer", SubjectID: "c"},
+			`"type":"order.personal_data_erased","data":{"subject_type":"customer","subject_id":"c"}`},
+		{schedule.StreamType, event.PersonalDataErased{SubjectType: "customer", SubjectID: "c"},
+			`"type":"schedule.personal_data_erased","data":{"subject_type":"customer","subject_id":"c"}`},
+		{servicerequest.StreamType, event.PersonalDataErased{SubjectType: "customer", SubjectID: "c"},
+			`"type":"service_request.personal_data_erased","data":{"subject_type":"customer","subject_id":"c"}`},
+		{event.SubjectStreamType, event.SubjectErased{SubjectType: event.SubjectCustomer, SubjectID: "c"},
+			`"type":"customer.erased","data":{"erased_at":"2026-12-01T08:30:00.123456Z"}`},
+		{event.SubjectStreamType, event.SubjectErased{SubjectType: event.SubjectStaffMember, SubjectID: "s"},
+			`"type":"staff_member.erased","data":{"erased_at":"2026-12-01T08:30:00.123456Z"}`},
+		{plan.StreamType, plan.Created{PlanID: "p", CustomerID: "c", CatalogItemID: "i", TimeZone: "Europe/Paris", Terms: weekly},
+			`"type":"service_plan.created","data":{"customer_id":"c","catalog_item_id":"i","time_zone":"Europe/Paris","terms":{"price_cents":9000,"staff_id":"s","window":{"start":"09:00","end":"11:30"},"recurrence":{"frequency":"weekly","interval":2,"weekdays":[1,4],"start":"2026-12-07","until":"2027-06-30"}}}`},
+		{plan.StreamType, plan.Changed{From: date(t, "2027-01-04"), Terms: monthly},
+			`"type":"service_plan.changed","data":{"from":"2027-01-04","terms":{"price_cents":0,"window":{"start":"00:00","end":"24:00"},"recurrence":{"frequency":"monthly","interval":1,"month_day":31,"start":"2027-01-31","count":12}}}`},
+		{plan.StreamType, plan.VisitSkipped{Date: date(t, "2026-12-21")},
+			`"type":"service_plan.visit_skipped","data":{"date":"2026-12-21"}`},
+		{plan.StreamType, plan.VisitMoved{Date: date(t, "2026-12-21"), ToDate: date(t, "2026-12-22"), ToStart: civil.At(14, 0)},
+			`"type":"service_plan.visit_moved","data":{"date":"2026-12-21","to_date":"2026-12-22","start":"14:00"}`},
+		{plan.StreamType, plan.Paused{At: at},
+			`"type":"service_plan.paused","data":{"at":"2026-12-01T08:30:00.123456Z"}`},
+		{plan.StreamType, plan.Resumed{At: end},
+			`"type":"service_plan.resumed","data":{"at":"2026-12-02T10:00:00Z"}`},
+		{plan.StreamType, plan.Ended{At: start},
+			`"type":"service_plan.ended","data":{"at":"2026-12-02T08:00:00Z"}`},
 	}
 	pinned := map[string]bool{publicevent.WebhookEndpointPinged: true} // TestPing
 	for _, c := range cases {
