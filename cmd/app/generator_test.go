@@ -770,6 +770,43 @@ func TestVisitGeneratorEndsARoundWhenTheDatabaseFails(t *testing.T) {
 	require.ErrorContains(t, err, "3 plans in a row failed")
 }
 
+// Plans whose streams hold an event this release cannot read (here a type
+// a newer release writes, as during a rolling upgrade; or a corrupt row)
+// fail each on its own, as a plan a rule refuses does: the round goes on to
+// the other plans, every merchant's, and its error names the event. Taken
+// for the database's failures, three such plans in a row ended the round,
+// and every round after at the same plans, so that no later plan of any
+// merchant had its visits generated again.
+func TestVisitGeneratorGoesOnPastPlansItCannotRead(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	customer := a.createCustomer(a.opB, "Gus")
+	item := a.crmCreate(a.opB, "/v1/catalog-items", map[string]any{"name": "Boiler service", "base_price_cents": 9000})
+	start := time.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)
+	var refs staticPlans
+	for range 3 {
+		r := a.must(http.StatusCreated, http.MethodPost, "/v1/plans", a.opB, map[string]any{
+			"customer_id": customer, "catalog_item_id": item,
+			"window":     map[string]any{"start": "09:00", "end": "11:00"},
+			"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": start, "count": 4}})
+		id := r.Body["id"].(string)
+		_, err := a.dbs.es.DB.ExecContext(t.Context(), `
+			INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, actor)
+			SELECT gen_random_uuid(), stream_type, stream_id, 2, merchant_id, 'ServicePlanRescheduled', '{"by":"a newer release"}',
+			       occurred_at, correlation_id, actor
+			FROM events WHERE stream_id = $1 AND version = 1`, id)
+		require.NoError(t, err)
+		refs = append(refs, command.PlanRef{MerchantID: a.merchantB, PlanID: id})
+	}
+	refs = append(refs, command.PlanRef{MerchantID: a.merchantA, PlanID: e.planID})
+
+	done, err := e.generator(t).All(t.Context(), refs, e.now, 8*7*24*time.Hour)
+	require.Equal(t, 4, done.Created, "the visits of merchant A's plan, after the three: %v", err)
+	require.ErrorContains(t, err, "ServicePlanRescheduled")
+	require.NotContains(t, err.Error(), "in a row")
+}
+
 // A withdrawn visit the plan has again (resumed, the generator not run
 // yet) is shown with the id of the order the generator will give it, not
 // its cancelled one's.
