@@ -148,8 +148,12 @@ func (s *Store) load(ctx context.Context, p *pipe, st Stream, merchantID, id str
 				return fmt.Errorf("stream %s: version %d follows %d", id, env.Version, len(out))
 			}
 			e, err := decode(env.Type, env.Data)
-			if err != nil {
+			var temporary interface{ Temporary() bool }
+			switch {
+			case errors.As(err, &temporary) && temporary.Temporary(): // its data key could not be read
 				return fmt.Errorf("stream %s version %d: %w", id, env.Version, err)
+			case err != nil:
+				return &event.UnreadableError{EventID: env.ID, StreamID: id, Version: env.Version, Err: err}
 			}
 			out = append(out, event.Recorded{Envelope: env, Event: e})
 		}

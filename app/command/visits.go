@@ -461,12 +461,15 @@ func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Tim
 const maxFailuresInARow = 3
 
 // planOwn reports an error of one plan's own (its data refused by a rule,
-// a conflict, something it names missing), which says nothing of the
+// a conflict, something it names missing, an event of its stream, or of an
+// order's, that this release cannot read), which says nothing of the
 // others.
 func planOwn(err error) bool {
 	var invalid *apperr.ValidationError
 	var conflict *apperr.ConflictError
-	return errors.As(err, &invalid) || errors.As(err, &conflict) || errors.Is(err, apperr.ErrNotFound)
+	var unreadable *event.UnreadableError
+	return errors.As(err, &invalid) || errors.As(err, &conflict) || errors.Is(err, apperr.ErrNotFound) ||
+		errors.As(err, &unreadable)
 }
 
 // replan brings the order of a visit not started yet (at its current start)

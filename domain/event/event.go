@@ -68,6 +68,28 @@ func Unmarshal(payload []byte, decode Decoder) (Recorded, error) {
 	return checked(env, decode)
 }
 
+// UnreadableError is a stored event this release cannot read back: a type
+// it does not know (a newer release's, during a rolling upgrade), a payload
+// that does not parse, a value its type always carries missing, sealed
+// fields that do not open. It is the event's own: reading it again answers
+// the same until a release that reads it runs or the row is repaired, so a
+// reader that goes through many aggregates (the visit generator) counts it
+// against the aggregate, not against the database. A failure to read
+// something the event needs (its data key, while the database is away) is
+// not one.
+type UnreadableError struct {
+	EventID  string
+	StreamID string
+	Version  int
+	Err      error
+}
+
+func (e *UnreadableError) Error() string {
+	return fmt.Sprintf("stream %s version %d (event %s): %v", e.StreamID, e.Version, e.EventID, e.Err)
+}
+
+func (e *UnreadableError) Unwrap() error { return e.Err }
+
 // checked checks a parsed envelope and decodes its payload.
 func checked(env Envelope, decode Decoder) (Recorded, error) {
 	switch {
