@@ -368,6 +368,33 @@ func requireProblem(t *testing.T, r response, status int, typ string) {
 	require.NotEmpty(t, r.Body["detail"], "%s", r)
 }
 
+// A write to an aggregate whose stored events hold one this release cannot
+// read (a newer release's type during a rolling upgrade, a corrupt row)
+// answers a problem that says so and names the event, as the event feed
+// does, rather than the bare /problems/internal: the client and the
+// operator then know that retrying changes nothing until the event is
+// readable (a release that reads it, or a repair), and which event it is.
+// The aggregate's other events are left as they were.
+func TestAWriteToAnAggregateWithAnUnreadableEvent(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	id := a.createOrder(a.opA, a.createCustomer(a.opA, "Ada"), 100)
+	var badID string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `
+		INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, actor)
+		SELECT gen_random_uuid(), stream_type, stream_id, 2, merchant_id, 'OrderTeleported', '{"to":"Mars"}', occurred_at, correlation_id, actor
+		FROM events WHERE stream_id = $1
+		RETURNING event_id::text`, id).Scan(&badID))
+
+	r := a.do(http.MethodPost, "/v1/orders/"+id+"/status", a.opA, map[string]any{"status": "confirmed"})
+	requireProblem(t, r, http.StatusInternalServerError, "/problems/unreadable-event")
+	require.Equal(t, badID, r.Body["event_id"], "%s", r)
+	require.Contains(t, r.Body["detail"], "OrderTeleported")
+	var events int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM events WHERE stream_id = $1`, id).Scan(&events))
+	require.Equal(t, 2, events, "nothing appended")
+}
+
 // A problem says what is wrong with a value without sending a large one
 // back: a client that sent a mistaken 500 KiB string must not get it back
 // twice (in detail and in errors), and a log or a proxy that keeps answers
