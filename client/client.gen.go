@@ -977,6 +977,7 @@ const (
 	ProblemstooManyWaits          ProblemType = "/problems/too-many-waits"
 	Problemsunauthenticated       ProblemType = "/problems/unauthenticated"
 	ProblemsunpublishableEvent    ProblemType = "/problems/unpublishable-event"
+	ProblemsunreadableEvent       ProblemType = "/problems/unreadable-event"
 	ProblemsvalidationFailed      ProblemType = "/problems/validation-failed"
 )
 
@@ -1024,6 +1025,8 @@ func (e ProblemType) Valid() bool {
 	case Problemsunauthenticated:
 		return true
 	case ProblemsunpublishableEvent:
+		return true
+	case ProblemsunreadableEvent:
 		return true
 	case ProblemsvalidationFailed:
 		return true
@@ -5372,7 +5375,7 @@ type Problem struct {
 	// Errors the offending fields (400 and 422)
 	Errors *[]FieldError `json:"errors,omitempty"`
 
-	// EventId for /problems/unpublishable-event (500): the stored event the feed cannot give in its public form; the feed stops before it
+	// EventId for /problems/unpublishable-event (500): the stored event the feed cannot give in its public form; the feed stops before it. For /problems/unreadable-event (500): the stored event of the resource that this server cannot read; writes to the resource fail until it reads
 	EventId *openapi_types.UUID `json:"event_id,omitempty"`
 
 	// Limit for /problems/rate-limited (429): which limit refused the request

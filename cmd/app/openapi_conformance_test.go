@@ -268,6 +268,17 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	d.send("parked webhooks_orders", "GET", "/admin/parked?projection=webhooks_orders", admin, nil, nil)
 	d.send("parked bogus", "GET", "/admin/parked?projection=bogus", admin, nil, nil)
 
+	// Last: merchant A's event feed stops at this event.
+	unreadable := a.createOrder(op, a.createCustomer(op, "Ursula Unread"), 3)
+	_, err := a.dbs.es.DB.ExecContext(t.Context(), `
+		INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, actor)
+		SELECT gen_random_uuid(), stream_type, stream_id, 2, merchant_id, 'OrderTeleported', '{}', occurred_at, correlation_id, actor
+		FROM events WHERE stream_id = $1`, unreadable)
+	require.NoError(t, err)
+	r := d.send("write to an order with an unreadable event", "POST", "/v1/orders/"+unreadable+"/status", op, nil,
+		map[string]any{"status": "confirmed"})
+	require.Equal(t, http.StatusInternalServerError, r.Status, "%s", r)
+
 	require.Empty(t, d.violations, "answers the OpenAPI document does not describe:\n%s", strings.Join(d.violations, "\n"))
 }
 

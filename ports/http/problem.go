@@ -17,6 +17,7 @@ import (
 	"hearth/app/access"
 	"hearth/app/query"
 	"hearth/domain/apperr"
+	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/servicerequest"
 )
@@ -36,7 +37,8 @@ type problem struct {
 	// client-address, or webhook-queue (apperr.LimitError's).
 	Limit string `json:"limit,omitempty"`
 	// EventID names the event the event feed cannot give in its public
-	// form (/problems/unpublishable-event).
+	// form (/problems/unpublishable-event), or the stored event of the
+	// resource a write cannot read (/problems/unreadable-event).
 	EventID string `json:"event_id,omitempty"`
 }
 
@@ -82,6 +84,7 @@ func ProblemOf(err error) (p Problem, ok bool) {
 		ruled    interface{ Rule() string }
 
 		unpublishable *query.UnpublishableEventError
+		unreadable    *event.UnreadableError
 	)
 	switch {
 	case errors.As(err, &bad):
@@ -117,6 +120,13 @@ func ProblemOf(err error) (p Problem, ok bool) {
 		p = newProblem(http.StatusInternalServerError, "unpublishable-event", err.Error()+
 			"; the feed stops before it until a fix is deployed or an operator skips it (docs/operations.md, parked aggregates)")
 		p.EventID = unpublishable.EventID
+	case errors.As(err, &unreadable):
+		// Not the client's doing, and no retry helps until the event reads:
+		// a 500, but one that says so and names the event, where the bare
+		// internal problem left client and operator guessing.
+		p = newProblem(http.StatusInternalServerError, "unreadable-event", "the resource's stored events hold one this server cannot read: "+
+			unreadable.Error()+"; writes to it fail until a release that reads it serves them (a rolling upgrade under way) or the event is repaired (docs/operations.md, unreadable events)")
+		p.EventID = unreadable.EventID
 	case errors.Is(err, errTooManyFeedWaits):
 		p = newProblem(http.StatusServiceUnavailable, "too-many-waits", err.Error())
 	case errors.Is(err, apperr.ErrNotFound):
@@ -138,6 +148,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		idem          *idempotencyError
 		limited       *apperr.LimitError
 		unpublishable *query.UnpublishableEventError
+		unreadable    *event.UnreadableError
 	)
 	switch {
 	case errors.Is(err, access.ErrKeyRefused): // found by the write's own check (keygate.go)
@@ -148,6 +159,10 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// must hear of it.
 		s.log.ErrorContext(r.Context(), "event feed stopped before an event", "method", r.Method, "path", r.URL.Path,
 			"event_id", unpublishable.EventID, "position", unpublishable.Position, "error", err)
+	case known && errors.As(err, &unreadable):
+		// Every write to the aggregate fails until someone acts.
+		s.log.ErrorContext(r.Context(), "write refused: a stored event does not read", "method", r.Method, "path", r.URL.Path,
+			"event_id", unreadable.EventID, "stream_id", unreadable.StreamID, "version", unreadable.Version, "error", err)
 	case known && p.Status == http.StatusConflict && errors.As(err, &version) && ifMatchStatesVersion(r):
 		w.Header().Set("ETag", etag(version.Actual))
 		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", version.Error())
