@@ -284,18 +284,25 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 		batch = batch[:0]
 		return nil
 	}
-	err = rb.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, aggregates.Or(rb.cfg.Decoders).Decoder(t.agg), func(stream []event.Recorded) error {
+	err = rb.cfg.Log.Scan(ctx, t.agg.Projection, t.agg.Type, unreadable(aggregates.Or(rb.cfg.Decoders).Decoder(t.agg)), func(stream []event.Recorded) error {
 		one := map[string][]event.Recorded{stream[0].StreamID: stream}
-		if err := readErased(ctx, rb.cfg.Log, rb.cfg.Decoders, t.agg, nil, one); err != nil {
+		if err := readErased(ctx, rb.cfg.Log, rb.cfg.Decoders, t.agg, unreadable, one); err != nil {
 			return err
 		}
-		stream = one[stream[0].StreamID]
+		rb.p.Events += int64(len(one[stream[0].StreamID]))
+		stream = readable(one[stream[0].StreamID])
+		if len(stream) == 0 {
+			// Its first event does not read: the live projection has no
+			// row either, or (its change log says so) the catch-up below
+			// stops, naming the event.
+			rb.report(false)
+			return nil
+		}
 		v, err := t.fold(stream, 0)
 		if err != nil {
 			return err
 		}
 		batch = append(batch, t.toRow(v))
-		rb.p.Events += int64(len(stream))
 		rb.report(false)
 		if len(batch) >= rb.cfg.BatchSize {
 			return insert()
@@ -507,11 +514,11 @@ func (t *table[V, PV, R]) behindChangeLog(ctx context.Context, db bun.IDB, shado
 // their events up to the given version (0 removes the row).
 func (t *table[V, PV, R]) reconcile(ctx context.Context, db bun.IDB, rb *rebuilder, shadow string, versions map[string]int) error {
 	for batch := range slices.Chunk(slices.Collect(maps.Keys(versions)), rb.cfg.BatchSize) {
-		streams, err := rb.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, aggregates.Or(rb.cfg.Decoders).Decoder(t.agg), batch)
+		streams, err := rb.cfg.Log.Streams(ctx, t.agg.Projection, t.agg.Type, unreadable(aggregates.Or(rb.cfg.Decoders).Decoder(t.agg)), batch)
 		if err != nil {
 			return err
 		}
-		if err := readErased(ctx, rb.cfg.Log, rb.cfg.Decoders, t.agg, nil, streams); err != nil {
+		if err := readErased(ctx, rb.cfg.Log, rb.cfg.Decoders, t.agg, unreadable, streams); err != nil {
 			return err
 		}
 		var rows []R
@@ -788,4 +795,38 @@ func (r *Maintenance) Close() {
 		run.cancel()
 		<-run.done
 	}
+}
+
+// unreadable is dec, with an event it cannot read (event.UnreadableError's
+// causes: a type this release does not know, a payload that does not
+// parse or lacks a value, a data key missing) read as undecodable rather
+// than ending the rebuild: the live projection parks such an event's
+// aggregate before it, and a rebuild folds the stream as far (readable),
+// so that one aggregate does not stop the rebuild of every other one. A
+// fold that must go past it (the change log says the live row applied it)
+// still stops, naming it (table.fold). A failure to read what the event
+// needs (a data key, while the database is away) ends the rebuild as
+// before: it is no fact of the event.
+func unreadable(dec event.Decoder) event.Decoder {
+	return func(eventType string, data []byte, more ...[]byte) (event.Event, error) {
+		e, err := dec(eventType, data, more...)
+		var temporary interface{ Temporary() bool }
+		switch {
+		case errors.As(err, &temporary) && temporary.Temporary():
+			return nil, err
+		case err != nil:
+			return undecodable{eventType: eventType, err: err}, nil
+		}
+		return e, nil
+	}
+}
+
+// readable is stream up to its first undecodable event.
+func readable(stream []event.Recorded) []event.Recorded {
+	for i, r := range stream {
+		if _, ok := r.Event.(undecodable); ok {
+			return stream[:i]
+		}
+	}
+	return stream
 }
