@@ -107,3 +107,48 @@ func TestASkippedEventIsDeliveredAsSkipped(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"OrderCreated", "OrderTeleported"}, of, "one body of each")
 }
+
+// A delivery of an event whose type this release does not know (queued by
+// a newer release's fan-out during a rolling upgrade, while this release's
+// dispatcher leads the endpoint) is tried again later, as after a
+// receiver's failure, and nothing is sent: once a release that reads the
+// type leads, it goes out. Failed at once, it was never sent: nothing but an
+// operator's redelivery tries a failed delivery again.
+func TestADeliveryOfAnEventTypeOfANewerReleaseWaits(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t, pgtest.NewDB(t).EventStore)
+	ctx := context.Background()
+	var received sync.Map
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		received.Store(string(b), true)
+	}))
+	defer receiver.Close()
+	merchant, endpoint := anEndpoint(t, db, receiver.URL)
+
+	eventID, streamID := uuid.New(), uuid.New()
+	_, err := db.DB.Exec(`INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, actor)
+		VALUES ($1, 'order', $2, 1, $3, 'OrderTeleported', '{"to":"Mars"}', now(), $4, 'key:test')`, eventID, streamID, merchant, uuid.New())
+	require.NoError(t, err)
+	_, err = db.DB.Exec(`INSERT INTO webhook_deliveries (endpoint_id, merchant_id, event_id, event_type, aggregate_id, aggregate_version)
+		VALUES ($1, $2, $3, 'order.teleported', $4, 1)`, endpoint, merchant, eventID, streamID)
+	require.NoError(t, err)
+
+	sender, err := NewSender(SenderConfig{Timeout: 5 * time.Second, AllowPrivate: true})
+	require.NoError(t, err)
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hourlyDispatcher(t, dctx, db, sender, endpoint)
+	var status, why string
+	require.Eventually(t, func() bool {
+		var attempts int
+		require.NoError(t, db.DB.QueryRow(`SELECT status, attempts, coalesce(error, '') FROM webhook_deliveries WHERE event_id = $1`,
+			eventID).Scan(&status, &attempts, &why))
+		return attempts > 0 && (why != "" || status != "pending") // its attempt judged
+	}, 20*time.Second, 10*time.Millisecond, "the delivery was never tried")
+	require.Equal(t, "pending", status, "tried again later: %s", why)
+	require.Contains(t, why, `unknown event type "OrderTeleported"`)
+	empty := true
+	received.Range(func(any, any) bool { empty = false; return false })
+	require.True(t, empty, "nothing sent")
+}
