@@ -932,12 +932,17 @@ func (d *Dispatcher) send(ctx context.Context, e webhook.Endpoint, claims []clai
 // timeout) is a failed attempt on the retry schedule, as if the receiver
 // had not answered, and gives up (disabling the endpoint) only when the
 // schedule runs out; it says nothing of the receiver, so it does not make
-// the endpoint failing. Any other cause (the event is missing, its stream
-// type unknown, its data key missing, its box tampered with) will not
-// pass: the delivery fails at once.
+// the endpoint failing. So is an event type this release does not know
+// (below). Any other cause (the event is missing, its stream type unknown,
+// its data key missing, its box tampered with) will not pass: the delivery
+// fails at once.
 func (d *Dispatcher) notSent(c claim, e webhook.Endpoint) result {
 	why := webhook.NotSent + c.bodyErr.Error()
-	if !temporary(c.bodyErr) {
+	// An event type this release does not know is most likely a newer
+	// release's, queued by its fan-out during a rolling upgrade: tried
+	// again on the retry schedule, it goes out once a release that knows
+	// it leads; failed now, nothing but an operator would send it.
+	if !temporary(c.bodyErr) && !errors.As(c.bodyErr, new(*event.UnknownTypeError)) {
 		d.cfg.Metrics.outcome("failed")
 		return result{id: c.id, aggregate: c.aggregate, status: webhook.Failed, err: why, ping: c.ping}
 	}

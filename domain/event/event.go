@@ -227,13 +227,21 @@ func (r Registry) Types() []string {
 	return out
 }
 
-// Decode decodes a stored payload. An unknown type or a payload that does
-// not parse is an error, so that a corrupt event is reported rather than
+// UnknownTypeError is a stored event of a type this release does not know:
+// a newer release's (during a rolling upgrade the previous release's
+// instances read what the new one writes), or a corrupt row. A reader whose
+// work can wait for the release that knows it (a webhook delivery) waits.
+type UnknownTypeError struct{ Type string }
+
+func (e *UnknownTypeError) Error() string { return fmt.Sprintf("unknown event type %q", e.Type) }
+
+// Decode decodes a stored payload. An unknown type (*UnknownTypeError) or a
+// payload that does not parse is an error, so that a corrupt event is reported rather than
 // applied as zero values.
 func (r Registry) Decode(eventType string, data []byte, more ...[]byte) (Event, error) {
 	decode, ok := r[eventType]
 	if !ok {
-		return nil, fmt.Errorf("unknown event type %q", eventType)
+		return nil, &UnknownTypeError{Type: eventType}
 	}
 	e, err := decode(data, more...)
 	if err != nil {
