@@ -153,7 +153,7 @@ func (s *Store) load(ctx context.Context, p *pipe, st Stream, merchantID, id str
 			case errors.As(err, &temporary) && temporary.Temporary(): // its data key could not be read
 				return fmt.Errorf("stream %s version %d: %w", id, env.Version, err)
 			case err != nil:
-				return &event.UnreadableError{EventID: env.ID, StreamID: id, Version: env.Version, Err: err}
+				return &event.UnreadableError{EventID: env.ID, Type: env.Type, StreamID: id, Version: env.Version, Err: err}
 			}
 			out = append(out, event.Recorded{Envelope: env, Event: e})
 		}

@@ -79,6 +79,7 @@ func Unmarshal(payload []byte, decode Decoder) (Recorded, error) {
 // not one.
 type UnreadableError struct {
 	EventID  string
+	Type     string // as stored
 	StreamID string
 	Version  int
 	Err      error

@@ -123,9 +123,13 @@ func ProblemOf(err error) (p Problem, ok bool) {
 	case errors.As(err, &unreadable):
 		// Not the client's doing, and no retry helps until the event reads:
 		// a 500, but one that says so and names the event, where the bare
-		// internal problem left client and operator guessing.
-		p = newProblem(http.StatusInternalServerError, "unreadable-event", "the resource's stored events hold one this server cannot read: "+
-			unreadable.Error()+"; writes to it fail until a release that reads it serves them (a rolling upgrade under way) or the event is repaired (docs/operations.md, unreadable events)")
+		// internal problem left client and operator guessing. Its cause
+		// stays in the log: it may name a data subject or the configured
+		// master keys.
+		p = newProblem(http.StatusInternalServerError, "unreadable-event", fmt.Sprintf(
+			"the resource's stored event %s (version %d, type %s) cannot be read by this server; writes to the resource fail "+
+				"until a release that reads it serves them (a rolling upgrade under way) or the event is repaired (docs/operations.md, unreadable events)",
+			unreadable.EventID, unreadable.Version, unreadable.Type))
 		p.EventID = unreadable.EventID
 	case errors.Is(err, errTooManyFeedWaits):
 		p = newProblem(http.StatusServiceUnavailable, "too-many-waits", err.Error())
@@ -162,7 +166,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case known && errors.As(err, &unreadable):
 		// Every write to the aggregate fails until someone acts.
 		s.log.ErrorContext(r.Context(), "write refused: a stored event does not read", "method", r.Method, "path", r.URL.Path,
-			"event_id", unreadable.EventID, "stream_id", unreadable.StreamID, "version", unreadable.Version, "error", err)
+			"event_id", unreadable.EventID, "type", unreadable.Type, "stream_id", unreadable.StreamID, "version", unreadable.Version, "error", err)
 	case known && p.Status == http.StatusConflict && errors.As(err, &version) && ifMatchStatesVersion(r):
 		w.Header().Set("ETag", etag(version.Actual))
 		p = newProblem(http.StatusPreconditionFailed, "precondition-failed", version.Error())
