@@ -284,3 +284,36 @@ func TestFeedLimit(t *testing.T) {
 		t.Fatalf("Read = %v (next %v), %v", types(page), page.Next, err)
 	}
 }
+
+// passing is an error that says a retry may succeed (the vault's failed
+// lookup of a data key: a failover, a timeout).
+type passing struct{ error }
+
+func (passing) Temporary() bool { return true }
+
+// An event whose public form could not be built for a passing reason (its
+// data key could not be read just now) is no unpublishable event: the read
+// answers the events before it, and from just before it the error itself,
+// which the client retries. Answered as an UnpublishableEventError, it
+// told the client and the operator (logged at error) that the event has no
+// public form, to be fixed by a deploy or skipped, though it is sound.
+func TestFeedDoesNotCallAPassingFailureUnpublishable(t *testing.T) {
+	t.Parallel()
+	m := newMemFeed()
+	f := newTestFeed(t, m)
+	first := m.add(created(), "OrderCreated", false)
+	m.add(confirmed(), "OrderStatusChanged", false)
+	m.mu.Lock()
+	m.entries[1].Stored.Event, m.entries[1].Err = nil, passing{errors.New("read the data key of subject c1: connection refused")}
+	m.mu.Unlock()
+	page, err := f.Read(t.Context(), "m1", FeedRequest{Limit: 10})
+	if err != nil || len(page.Events) != 1 || page.Next != first {
+		t.Fatalf("Read = %v (next %v), %v; want the first event only", types(page), page.Next, err)
+	}
+	_, err = f.Read(t.Context(), "m1", FeedRequest{After: first, Limit: 10})
+	var unpublishable *UnpublishableEventError
+	var temporary interface{ Temporary() bool }
+	if errors.As(err, &unpublishable) || !errors.As(err, &temporary) || !temporary.Temporary() {
+		t.Fatalf("Read after the first = %v; want the passing error itself, not an UnpublishableEventError", err)
+	}
+}
