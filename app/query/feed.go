@@ -303,9 +303,17 @@ func (f Feed) read(ctx context.Context, merchantID string, after FeedCursor, req
 	return out, nil
 }
 
-// publish is an entry's public form, or an UnpublishableEventError.
+// publish is an entry's public form, or an UnpublishableEventError; or,
+// when what the event needs could not be read just now (its data key: a
+// failover, a timeout), that error: the event is sound, and a retry reads
+// it, where an UnpublishableEventError would tell the client and the
+// operator to deploy a fix or skip it.
 func publish(e FeedEntry) (publicevent.Event, error) {
 	err := e.Err
+	var temporary interface{ Temporary() bool }
+	if errors.As(err, &temporary) && temporary.Temporary() {
+		return publicevent.Event{}, fmt.Errorf("read event %s at position %d: %w", e.Stored.ID, e.Stored.Position, err)
+	}
 	var pub publicevent.Event
 	if err == nil {
 		pub, err = publicevent.From(e.Stored)
