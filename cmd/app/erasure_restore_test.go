@@ -1,0 +1,181 @@
+package main
+
+import (
+	"database/sql"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/domain/uuid"
+	"hearth/internal/pgtest"
+)
+
+// backup takes a logical backup of the database at url (pg_dump's custom
+// format), as an operator's nightly job does, and returns its file.
+func backup(t *testing.T, url string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "hearth.dump")
+	out, err := exec.CommandContext(t.Context(), "pg_dump", "--format=custom", "--file="+file, "--dbname="+url).CombinedOutput()
+	require.NoError(t, err, "pg_dump: %s", out)
+	return file
+}
+
+// restoreBackup restores file into a new, empty database, as an operator
+// restores a backup after losing the database, and returns its URL.
+func restoreBackup(t *testing.T, file string) string {
+	t.Helper()
+	url := pgtest.NewEmptyDB(t)
+	out, err := exec.CommandContext(t.Context(), "pg_restore", "--exit-on-error", "--no-owner", "--dbname="+url, file).CombinedOutput()
+	require.NoError(t, err, "pg_restore: %s", out)
+	return url
+}
+
+// eraseCLI erases a customer of merchant acme with the CLI.
+func eraseCLI(t *testing.T, urls pgtest.URLs, customer string) {
+	t.Helper()
+	out, err := cli(t.Context(), urls, "customers", "erase", "--merchant", "acme", customer, "--confirm", customer)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "second pass done")
+}
+
+// customerName is the name the event store holds for a customer, and
+// whether it is recorded erased.
+func customerName(t *testing.T, db *sql.DB, id string) (name string, erased bool) {
+	t.Helper()
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT c.name, EXISTS (SELECT 1 FROM erased_subjects e WHERE e.subject_id = c.id)
+		FROM customers c WHERE c.id = $1`, id).Scan(&name, &erased))
+	return name, erased
+}
+
+// A person erased after a backup was taken comes back when that backup is
+// restored: the restored erased_subjects is the backup's, so erasing again
+// "every subject in erased_subjects" (the runbook's step) cannot find them.
+// The operator keeps `app erasures export` (ids, no personal data) beside
+// the backups, and `app erasures apply` erases again, in the restored
+// database, every subject it lists that is there: once, however often it
+// runs, and the read models then forget the text too.
+func TestAnErasureAfterTheBackupIsErasedAgainAfterTheRestore(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	early := a.createCustomer(a.opA, "Early Erased")
+	ada := a.createCustomer(a.opA, "Ada Lovelace")
+	order := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opA,
+		map[string]any{"customer_id": ada, "amount_cents": 1200, "notes": "Ada's door code 4711"}).Body["id"].(string)
+	a.awaitOrder(a.opA, order, 1)
+	eraseCLI(t, a.urls(), early)
+
+	dump := backup(t, a.urls().EventStore)
+
+	eraseCLI(t, a.urls(), ada)
+	late := a.createCustomer(a.opA, "Late Customer") // created and erased after the backup
+	eraseCLI(t, a.urls(), late)
+	exported, err := cli(ctx, a.urls(), "erasures", "export")
+	require.NoError(t, err, exported)
+	require.NotContains(t, exported, "Ada", "ids only")
+	var doc struct {
+		Schema   string           `json:"schema"`
+		Erasures []map[string]any `json:"erasures"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(exported), &doc), exported)
+	require.Equal(t, "hearth.erasures/1", doc.Schema)
+	require.Len(t, doc.Erasures, 3, exported)
+	file := filepath.Join(t.TempDir(), "erasures.json")
+	require.NoError(t, os.WriteFile(file, []byte(exported), 0o600))
+
+	url := restoreBackup(t, dump)
+	restored := pgtest.URLs{EventStore: url, ReadModel: url}
+	db := pgtest.Open(t, url).DB
+	name, erased := customerName(t, db, ada)
+	require.Equal(t, "Ada Lovelace", name, "the restore brings back a person erased after the backup")
+	require.False(t, erased, "the restored erased_subjects is the backup's")
+
+	out, err := cli(ctx, restored, "erasures", "apply", file, "--by", "ops: restore 12")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "1 erased again, 1 already erased, 1 not in this database", out)
+	name, erased = customerName(t, db, ada)
+	require.Empty(t, name)
+	require.True(t, erased)
+	var keys, audits int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM data_keys WHERE subject_id = $1`, ada).Scan(&keys))
+	require.Zero(t, keys, "the data key is deleted: the sealed text no longer opens")
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM admin_audit WHERE actor = 'ops: restore 12' AND target = $1`,
+		"customer/"+ada).Scan(&audits))
+	require.Equal(t, 2, audits, "both passes of the erasure are in the audit log, under --by")
+	var pending int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM erasure_second_passes`).Scan(&pending))
+	require.Zero(t, pending, "the second passes ran: the erasures are complete")
+
+	var events int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&events))
+	out, err = cli(ctx, restored, "erasures", "apply", file)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "0 erased again, 2 already erased, 1 not in this database", out)
+	var again int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&again))
+	require.Equal(t, events, again, "applying again appends nothing")
+
+	// Hearth started on the restored database: the projections apply the
+	// erasure, and the order shows its notes erased.
+	b := setup(t, restored)
+	o := b.awaitOrder(b.opA, order, 2)
+	require.Nil(t, o.Body["notes"], o.String())
+	require.NotContains(t, o.Raw, "4711")
+	c := b.must(http.StatusOK, http.MethodGet, "/v1/customers/"+ada, b.opA, nil)
+	require.NotNil(t, c.Body["erased_at"], c.String())
+}
+
+// `app erasures apply` refuses a file it cannot trust, naming the entry
+// and the field, and then erases nothing: not the file of erasures
+// (schema), an entry whose id is not a UUID or whose subject type is
+// unknown, and a subject this database holds under another merchant or as
+// another type (the file of another deployment).
+func TestErasuresApplyRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ada := a.createCustomer(a.opA, "Ada Lovelace")
+	bob := a.createCustomer(a.opB, "Bob Globex")
+	dir := t.TempDir()
+	apply := func(content string) (string, error) {
+		file := filepath.Join(dir, uuid.New()+".json")
+		require.NoError(t, os.WriteFile(file, []byte(content), 0o600))
+		return cli(t.Context(), a.urls(), "erasures", "apply", file)
+	}
+	entry := func(typ, id, merchant string) string {
+		return `{"subject_type":"` + typ + `","subject_id":"` + id + `","merchant_id":"` + merchant + `","erased_at":"2030-01-01T00:00:00Z"}`
+	}
+	doc := func(entries ...string) string {
+		return `{"schema":"hearth.erasures/1","exported_at":"2030-01-02T00:00:00Z","erasures":[` + strings.Join(entries, ",") + `]}`
+	}
+	good := entry("customer", ada, a.merchantA)
+	for name, c := range map[string]struct{ content, want string }{
+		"not json":           {"Ada Lovelace", "erasures apply: read " + dir},
+		"another schema":     {`{"schema":"hearth.customer-export/1","erasures":[]}`, `schema: must be "hearth.erasures/1", got "hearth.customer-export/1"`},
+		"an unknown field":   {`{"schema":"hearth.erasures/1","erasures":[],"name":"x"}`, `unknown field "name"`},
+		"a name for an id":   {doc(good, entry("customer", "Bob Globex", a.merchantB)), `erasures[1].subject_id: must be a UUID, got "Bob Globex"`},
+		"an unknown type":    {doc(good, entry("person", bob, a.merchantB)), `erasures[1].subject_type: must be customer or staff_member, got "person"`},
+		"another merchant":   {doc(good, entry("customer", bob, a.merchantA)), "erasures[1]: this database holds customer " + bob + " under merchant " + a.merchantB + ", not " + a.merchantA},
+		"another type":       {doc(good, entry("staff_member", bob, a.merchantB)), "erasures[1]: this database holds " + bob + " as a customer, not a staff_member"},
+		"trailing data":      {doc(good) + "{}", "after the document"},
+		"no merchant":        {doc(entry("customer", ada, "")), `erasures[0].merchant_id: must be a UUID, got ""`},
+		"a merchant missing": {doc(`{"subject_type":"customer","subject_id":"` + ada + `"}`), `erasures[0].merchant_id: must be a UUID, got ""`},
+	} {
+		out, err := apply(c.content)
+		require.Error(t, err, "%s: %s", name, out)
+		require.Contains(t, err.Error(), c.want, name)
+	}
+	name, erased := customerName(t, a.dbs.es.DB, ada)
+	require.Equal(t, "Ada Lovelace", name, "a file refused erases nobody, not even its good entries")
+	require.False(t, erased)
+
+	out, err := cli(t.Context(), a.urls(), "erasures", "apply")
+	require.Error(t, err, out)
+	require.Contains(t, err.Error(), "erasures apply: FILE")
+	require.ErrorAs(t, err, new(usageError))
+}
