@@ -365,3 +365,55 @@ var (
 	scrubSubjectDeliveryErrorsSQL = scrubDeliveryErrors(
 		`aggregate_id IN (SELECT stream_id FROM events WHERE subject_id = $1 AND merchant_id = $2)`)
 )
+
+// ErasedSubjects implements ops.ErasureRecordStore: every subject recorded
+// erased, the earliest erased first.
+func (s *Store) ErasedSubjects(ctx context.Context) ([]ops.ErasedSubject, error) {
+	rows, err := s.db.DB.QueryContext(ctx, `SELECT subject_type, subject_id::text, merchant_id::text, erased_at
+		FROM erased_subjects ORDER BY erased_at, subject_id`)
+	if err != nil {
+		return nil, fmt.Errorf("erased subjects: %w", err)
+	}
+	defer rows.Close()
+	out := []ops.ErasedSubject{}
+	for rows.Next() {
+		var e ops.ErasedSubject
+		if err := rows.Scan(&e.SubjectType, &e.SubjectID, &e.MerchantID, &e.ErasedAt); err != nil {
+			return nil, fmt.Errorf("erased subjects: %w", err)
+		}
+		e.ErasedAt = e.ErasedAt.UTC()
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("erased subjects: %w", err)
+	}
+	return out, nil
+}
+
+// Subjects implements ops.ErasureRecordStore: the customers and staff
+// members of ids, whatever their merchant, and whether each is recorded
+// erased.
+func (s *Store) Subjects(ctx context.Context, ids []string) (map[string]ops.SubjectOnRecord, error) {
+	rows, err := s.db.DB.QueryContext(ctx, `WITH held AS (
+			SELECT id, merchant_id, 'customer' AS subject_type FROM customers WHERE id = ANY ($1::text[]::uuid[])
+			UNION ALL SELECT id, merchant_id, 'staff_member' FROM staff WHERE id = ANY ($1::text[]::uuid[]))
+		SELECT h.id::text, h.merchant_id::text, h.subject_type, e.subject_id IS NOT NULL
+		FROM held h LEFT JOIN erased_subjects e ON e.subject_id = h.id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("find subjects: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]ops.SubjectOnRecord{}
+	for rows.Next() {
+		var id string
+		var h ops.SubjectOnRecord
+		if err := rows.Scan(&id, &h.MerchantID, &h.SubjectType, &h.Erased); err != nil {
+			return nil, fmt.Errorf("find subjects: %w", err)
+		}
+		out[id] = h
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("find subjects: %w", err)
+	}
+	return out, nil
+}

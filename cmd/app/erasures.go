@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -111,4 +115,131 @@ func erasures(ctx context.Context, cfg Config, log *slog.Logger, sub string, o o
 		},
 		footer: footer,
 	}.print(stdout, o.asJSON, pending)
+}
+
+// erasuresSchema names the document of `app erasures export`, which `app
+// erasures apply` reads.
+const erasuresSchema = "hearth.erasures/1"
+
+// erasureListBody is the document of `app erasures export`: every erasure
+// on record, by ids only (no personal data), so that it can be kept
+// beside the backups and outlive a restore.
+type erasureListBody struct {
+	Schema     string              `json:"schema"`
+	ExportedAt time.Time           `json:"exported_at"`
+	Erasures   []erasedSubjectBody `json:"erasures"`
+}
+
+type erasedSubjectBody struct {
+	SubjectType string    `json:"subject_type"`
+	SubjectID   string    `json:"subject_id"`
+	MerchantID  string    `json:"merchant_id"`
+	ErasedAt    time.Time `json:"erased_at"`
+}
+
+// erasuresExport runs `app erasures export`: the erasures on record, as
+// one JSON document on stdout.
+func erasuresExport(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("erasures export: unexpected arguments %q (it writes to standard output)", args)}
+	}
+	dbs, w, err := openWired(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	list, err := w.erasureRecords.Export(ctx)
+	if err != nil {
+		return fmt.Errorf("erasures export: %w", err)
+	}
+	doc := erasureListBody{Schema: erasuresSchema, ExportedAt: time.Now().UTC(), Erasures: make([]erasedSubjectBody, len(list))}
+	for i, e := range list {
+		doc.Erasures[i] = erasedSubjectBody{SubjectType: e.SubjectType, SubjectID: e.SubjectID, MerchantID: e.MerchantID, ErasedAt: e.ErasedAt}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+// readErasureList reads and checks the document of `app erasures export`
+// in file: strictly, since a list read wrong would erase the wrong people
+// or leave the right ones.
+func readErasureList(file string) ([]ops.ErasedSubject, error) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", file, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var doc struct {
+		Schema     string     `json:"schema"`
+		ExportedAt *time.Time `json:"exported_at"`
+		Erasures   []struct {
+			SubjectType string     `json:"subject_type"`
+			SubjectID   string     `json:"subject_id"`
+			MerchantID  string     `json:"merchant_id"`
+			ErasedAt    *time.Time `json:"erased_at"`
+		} `json:"erasures"`
+	}
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("read %s: %w", file, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read %s: more data after the document", file)
+	}
+	if doc.Schema != erasuresSchema {
+		return nil, fmt.Errorf("%s: schema: must be %q, got %q (the document app erasures export writes)", file, erasuresSchema, doc.Schema)
+	}
+	if doc.Erasures == nil {
+		return nil, fmt.Errorf("%s: erasures: required (a list, empty when nothing was erased)", file)
+	}
+	out := make([]ops.ErasedSubject, len(doc.Erasures))
+	for i, e := range doc.Erasures {
+		out[i] = ops.ErasedSubject{SubjectType: e.SubjectType, SubjectID: e.SubjectID, MerchantID: e.MerchantID}
+		if e.ErasedAt != nil {
+			out[i].ErasedAt = e.ErasedAt.UTC()
+		}
+	}
+	return out, nil
+}
+
+// erasuresApply runs `app erasures apply FILE`: after a restore, every
+// subject FILE lists (an export taken after the backup) that the restored
+// database holds and has not recorded erased is erased again; the rest is
+// counted. Nothing is erased when the list cannot be trusted.
+func erasuresApply(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return usageError{"erasures apply: FILE [--by WHO]: one file, written by app erasures export"}
+	}
+	by := actor(o.by, getenv)
+	if err := ops.CheckActor(by); err != nil {
+		return asUsage(fmt.Errorf("erasures apply: --by: %w", err))
+	}
+	// Read before any database is opened: a bad file changes nothing.
+	list, err := readErasureList(args[0])
+	if err != nil {
+		return fmt.Errorf("erasures apply: %w", err)
+	}
+	dbs, w, err := openWired(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	r, err := w.erasureRecords.Reapply(ctx, by, list)
+	for _, e := range r.Erased {
+		fmt.Fprintf(stdout, "erased again: %s %s of merchant %s\n", strings.ReplaceAll(e.SubjectType, "_", " "), e.SubjectID, e.MerchantID)
+	}
+	for _, e := range r.Absent {
+		fmt.Fprintf(stdout, "not in this database: %s %s of merchant %s (created after the backup: nothing to erase)\n",
+			strings.ReplaceAll(e.SubjectType, "_", " "), e.SubjectID, e.MerchantID)
+	}
+	fmt.Fprintf(stdout, "%d erased again, %d already erased, %d not in this database\n", len(r.Erased), r.AlreadyErased, len(r.Absent))
+	if err != nil {
+		return fmt.Errorf("erasures apply %s: %w", args[0], err)
+	}
+	if r.SecondPassesPending > 0 {
+		fmt.Fprintf(stdout, "%d second passes pending: the erasure worker of a running instance, or app erasures run, runs them (app erasures list lists them)\n",
+			r.SecondPassesPending)
+	}
+	return nil
 }

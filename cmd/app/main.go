@@ -9,7 +9,7 @@
 //	app customers erase --merchant NAME ID --confirm ID [--by WHO]
 //	app staff export --merchant NAME ID [--by WHO]
 //	app staff erase --merchant NAME ID --confirm ID [--by WHO]
-//	app erasures list [--json] | run
+//	app erasures list [--json] | run | export | apply FILE [--by WHO]
 //	app protect [--by WHO] [--batch N]
 //	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
 //	app parked list|replay|skip ...
@@ -51,6 +51,8 @@ const usage = `usage:
                                                           erase a staff member's personal data, irreversibly
   app erasures list [--json]                               erasures whose second pass has not run yet (not complete)
   app erasures run                                         run the second passes that are due now (what the erasure worker does)
+  app erasures export                                      the erasures on record (ids, no personal data), as JSON: keep it beside the backups
+  app erasures apply FILE [--by WHO]                       after a restore: erase again every subject FILE (an export) lists that is not erased
   app protect [--by WHO] [--batch N]                       seal the personal fields of events written before they were sealed
                                                           (run once after upgrading to sealed personal data; safe to re-run)
   app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
@@ -113,7 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "serve", "dev", "migrate", "verify", "rebuild", "protect":
 	case "keys", "audit", "customers", "staff", "erasures", "keyring", "parked":
 		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export", "erase"},
-			"staff": {"export", "erase"}, "erasures": {"list", "run"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}}[cmd]
+			"staff": {"export", "erase"}, "erasures": {"list", "run", "export", "apply"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -138,7 +140,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration: %w", err)
 	}
 	switch cmd {
-	case "parked", "rebuild", "keys", "audit", "customers", "staff", "keyring":
+	case "parked", "rebuild", "keys", "audit", "customers", "staff", "keyring", "erasures":
 		if rest, err = parseInterleaved(fs, rest); err != nil {
 			return err
 		}
@@ -199,6 +201,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "erasures":
 		if err := cfg.requireDatabase(); err != nil {
 			return err
+		}
+		switch sub {
+		case "export":
+			return erasuresExport(ctx, cfg, log, rest, stdout)
+		case "apply":
+			return erasuresApply(ctx, cfg, log, opArgs, rest, getenv, stdout)
+		}
+		if len(rest) > 0 {
+			return usageError{fmt.Sprintf("erasures %s: unexpected arguments %q", sub, rest)}
 		}
 		return erasures(ctx, cfg, log, sub, opArgs, stdout)
 	case "protect":

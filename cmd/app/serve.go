@@ -188,11 +188,14 @@ type wiring struct {
 	// /v1/staff/{id}/export, app staff export).
 	staffExports *ops.StaffExports
 	erasures     *ops.Erasures
-	refdata      *refdata.Store
-	projections  []projector.Projection
-	parking      *projector.Parking
-	eventLog     *pubsub.EventLog
-	vault        *vault.Vault // seals and opens personal fields: every event reader decodes through it
+	// erasureRecords exports the erasures on record and applies such a
+	// list again after a restore (app erasures export|apply).
+	erasureRecords *ops.ErasureRecords
+	refdata        *refdata.Store
+	projections    []projector.Projection
+	parking        *projector.Parking
+	eventLog       *pubsub.EventLog
+	vault          *vault.Vault // seals and opens personal fields: every event reader decodes through it
 	// maintenance runs the rebuilds the admin API starts in the
 	// background: close it at shutdown.
 	maintenance *readmodel.Maintenance
@@ -411,6 +414,8 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	w.staffExports, err = ops.NewStaffExports(staffRows, ref, 0)
 	must(err)
 	w.erasures, err = ops.NewErasures(store, vault.CacheFor)
+	must(err)
+	w.erasureRecords, err = ops.NewErasureRecords(store, w.erasures)
 	must(err)
 	if err := errors.Join(errs...); err != nil {
 		return wiring{}, err
