@@ -179,3 +179,61 @@ func TestErasuresApplyRefusesBadInput(t *testing.T) {
 	require.Contains(t, err.Error(), "erasures apply: FILE")
 	require.ErrorAs(t, err, new(usageError))
 }
+
+// A logical backup restored into another Postgres server (pg_restore into
+// a new cluster: a lost server, a move) carries the transaction ids the
+// old server gave the events, and the consumers' offsets name them; the
+// new server's transaction counter starts over, below them. Watermill's
+// subscribers read only after their offset, so every event written on the
+// new server would be skipped by the projections (and the webhook fan-out
+// and the relay) without a word. Hearth must not start on such a database
+// (the error names what to do), and once the counter is advanced as the
+// runbook says, a write after the restore reaches the read models.
+func TestALogicalRestoreIntoAnotherServerDoesNotSkipNewEvents(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	ada := a.createCustomer(a.opA, "Ada Lovelace")
+	before := a.createOrder(a.opA, ada, 1000)
+	a.awaitOrder(a.opA, before, 1)
+	// The old server's counter well past where a new one starts (a test
+	// cluster is young; a production server is far older).
+	_, err := a.dbs.es.DB.ExecContext(ctx, `DO $$ BEGIN FOR i IN 1..20000 LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$`)
+	require.NoError(t, err)
+	after := a.createOrder(a.opA, ada, 1100) // the last write before the backup
+	a.awaitOrder(a.opA, after, 1)
+	dump := backup(t, a.urls().EventStore)
+
+	server := pgtest.StartCluster(t)
+	admin, err := sql.Open("pgx", server.URL("postgres"))
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.ExecContext(ctx, `CREATE DATABASE restored`)
+	require.NoError(t, err)
+	url := server.URL("restored")
+	out, err := exec.CommandContext(ctx, "pg_restore", "--exit-on-error", "--no-owner", "--dbname="+url, dump).CombinedOutput()
+	require.NoError(t, err, "pg_restore: %s", out)
+	restored := pgtest.URLs{EventStore: url, ReadModel: url}
+
+	out2, err := cli(ctx, restored, "migrate")
+	require.Error(t, err, "Hearth must not start on a database whose events are past the server's transaction counter: %s", out2)
+	require.Contains(t, err.Error(), "transaction counter")
+	require.Contains(t, err.Error(), "operations.md#restoring-into-another-server")
+
+	// The runbook's step: advance the counter past the events' ids.
+	var last string
+	db := pgtest.Open(t, url).DB
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT max(transaction_id)::text FROM events`).Scan(&last))
+	out2, err = cli(ctx, restored, "migrate")
+	for err != nil {
+		_, xerr := db.ExecContext(ctx, `DO $$ BEGIN FOR i IN 1..10000 LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$`)
+		require.NoError(t, xerr)
+		out2, err = cli(ctx, restored, "migrate")
+	}
+	require.NoError(t, err, out2)
+
+	b := setup(t, restored)
+	o := b.createOrder(b.opA, ada, 1200)
+	b.awaitOrder(b.opA, o, 1)
+	b.awaitOrder(b.opA, after, 1)
+}
