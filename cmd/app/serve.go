@@ -134,6 +134,32 @@ func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
 				"set", step.set, "versions", strings.Join(names, ","))
 		}
 	}
+	return checkTransactionCounter(ctx, d.es)
+}
+
+// checkTransactionCounter refuses an event store whose events carry
+// transaction ids this Postgres server has not reached: a logical backup
+// restored into another server (pg_restore), whose counter started over.
+// The consumers' offsets (the projections', the webhook fan-out's, the
+// relay's) and the clients' feed cursors name the old ids, and
+// watermill-sql's subscribers read only the messages after their offset in
+// (transaction id, offset) order, so every event written now, with a
+// smaller id, would be skipped without a word. The events' transaction_id
+// is indexed (events_transaction), so this costs one index probe.
+func checkTransactionCounter(ctx context.Context, db *bun.DB) error {
+	var last, next sql.NullString
+	var behind sql.NullBool
+	err := db.DB.QueryRowContext(ctx, `SELECT max(transaction_id)::text, pg_snapshot_xmax(pg_current_snapshot())::text,
+		max(transaction_id) >= pg_snapshot_xmax(pg_current_snapshot()) FROM events`).Scan(&last, &next, &behind)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: check the transaction counter: %w", err)
+	}
+	if behind.Bool {
+		return fmt.Errorf("DATABASE_URL: the events carry transaction ids up to %s, but this Postgres server's transaction counter is at %s: "+
+			"the database was restored from a logical backup into another server, whose counter started over, and the projections, webhooks, "+
+			"the relay and the event feed would skip every event written now. Advance the counter past %s before Hearth starts "+
+			"(docs/operations.md#restoring-into-another-server)", last.String, next.String, last.String)
+	}
 	return nil
 }
 
