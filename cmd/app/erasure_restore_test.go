@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -235,4 +236,69 @@ func TestALogicalRestoreIntoAnotherServerDoesNotSkipNewEvents(t *testing.T) {
 	o := b.createOrder(b.opA, ada, 1200)
 	b.awaitOrder(b.opA, o, 1)
 	b.awaitOrder(b.opA, after, 1)
+}
+
+// rewindProjections is the runbook's step after a read-model database is
+// restored (operations.md, "Restoring the read model"): each projection's
+// consumer group goes back to the oldest message its topic still holds, so
+// that the projections apply again what the read model's backup missed
+// (the version guard ignores what it has).
+var rewindProjections = `UPDATE watermill_offsets_orders SET
+  last_processed_transaction_id = coalesce((SELECT transaction_id FROM topic_pruned WHERE topic = 'orders'), '0'),
+  offset_acked = coalesce((SELECT "offset" FROM topic_pruned WHERE topic = 'orders'), 0)
+  WHERE consumer_group = 'orders';
+UPDATE watermill_offsets_plans SET
+  last_processed_transaction_id = coalesce((SELECT transaction_id FROM topic_pruned WHERE topic = 'plans'), '0'),
+  offset_acked = coalesce((SELECT "offset" FROM topic_pruned WHERE topic = 'plans'), 0)
+  WHERE consumer_group = 'plans';
+UPDATE watermill_offsets_schedules SET
+  last_processed_transaction_id = coalesce((SELECT transaction_id FROM topic_pruned WHERE topic = 'schedules'), '0'),
+  offset_acked = coalesce((SELECT "offset" FROM topic_pruned WHERE topic = 'schedules'), 0)
+  WHERE consumer_group = 'schedules';
+UPDATE watermill_offsets_service_requests SET
+  last_processed_transaction_id = coalesce((SELECT transaction_id FROM topic_pruned WHERE topic = 'service_requests'), '0'),
+  offset_acked = coalesce((SELECT "offset" FROM topic_pruned WHERE topic = 'service_requests'), 0)
+  WHERE consumer_group = 'service_requests';`
+
+// In the two-database layout, a read model restored alone from its backup
+// is behind the event store, whose consumer offsets say the projections
+// applied everything: an aggregate written since the backup keeps its old
+// row (or has none), and neither `app parked replay` nor `app rebuild`
+// (which follows the change log) mends it. The runbook rewinds the
+// projections' offsets, and the read models catch up with every event.
+func TestAReadModelRestoredAloneCatchesUpOnceTheProjectionsAreRewound(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	ctx := t.Context()
+	var ada, o1, o3, dump string
+	// Hearth runs, then every instance stops (the subtest's end) before the
+	// restore, as the runbook says.
+	dir := t.TempDir() // the backup outlives the subtest
+	t.Run("before the loss", func(t *testing.T) {
+		a := setup(t, urls)
+		ada = a.createCustomer(a.opA, "Ada")
+		o1 = a.createOrder(a.opA, ada, 1000)
+		a.awaitOrder(a.opA, o1, 1)
+		dump = backup(t, urls.ReadModel)
+		require.NoError(t, os.Rename(dump, filepath.Join(dir, "rm.dump")))
+		dump = filepath.Join(dir, "rm.dump")
+		a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+o1+"/status", a.opA, map[string]any{"status": "confirmed"})
+		o3 = a.createOrder(a.opA, ada, 3000)
+		a.awaitOrder(a.opA, o1, 2)
+		a.awaitOrder(a.opA, o3, 1)
+	})
+
+	restored := pgtest.URLs{EventStore: urls.EventStore, ReadModel: restoreBackup(t, dump)}
+	out, err := cli(ctx, restored, "verify", "--recheck", "0")
+	require.Error(t, err, "the restored read model is behind: %s", out)
+	_, err = pgtest.Open(t, urls.EventStore).DB.ExecContext(ctx, rewindProjections)
+	require.NoError(t, err)
+
+	b := setup(t, restored)
+	require.Equal(t, "confirmed", b.awaitOrder(b.opA, o1, 2).Body["status"])
+	b.awaitOrder(b.opA, o3, 1)
+	require.Eventually(t, func() bool {
+		_, err := cli(ctx, restored, "verify", "--recheck", "0")
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the read models agree with the event store, change log included")
 }
