@@ -302,3 +302,43 @@ func TestAReadModelRestoredAloneCatchesUpOnceTheProjectionsAreRewound(t *testing
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "the read models agree with the event store, change log included")
 }
+
+// In the two-database layout, an event store restored from its backup
+// beside a read model kept as it was: the read model's rows stand at
+// versions the event store lost, and the events written at those versions
+// from then on are taken for ones already applied and dropped, without a
+// word. Hearth must not start on such a pair; restored as the runbook
+// says (the read model's backup, taken before the event store's, and the
+// projections rewound), a write after the restore reaches the read model.
+func TestAnEventStoreRestoredBehindItsReadModelIsRefused(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	ctx := t.Context()
+	var o1, rmDump, esDump string
+	dir := t.TempDir() // the backups outlive the subtest
+	t.Run("before the loss", func(t *testing.T) {
+		a := setup(t, urls)
+		ada := a.createCustomer(a.opA, "Ada")
+		o1 = a.createOrder(a.opA, ada, 1000)
+		a.awaitOrder(a.opA, o1, 1)
+		rmDump, esDump = filepath.Join(dir, "rm.dump"), filepath.Join(dir, "es.dump")
+		require.NoError(t, os.Rename(backup(t, urls.ReadModel), rmDump))
+		require.NoError(t, os.Rename(backup(t, urls.EventStore), esDump))
+		// Written after the backups: lost with the event store.
+		a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+o1+"/status", a.opA, map[string]any{"status": "confirmed"})
+		a.awaitOrder(a.opA, o1, 2)
+	})
+
+	es := restoreBackup(t, esDump)
+	out, err := cli(ctx, pgtest.URLs{EventStore: es, ReadModel: urls.ReadModel}, "migrate")
+	require.Error(t, err, "the read model holds events the restored event store lost: %s", out)
+	require.Contains(t, err.Error(), "operations.md#restoring-the-read-model-two-databases")
+
+	restored := pgtest.URLs{EventStore: es, ReadModel: restoreBackup(t, rmDump)}
+	_, err = pgtest.Open(t, es).DB.ExecContext(ctx, rewindProjections)
+	require.NoError(t, err)
+	b := setup(t, restored)
+	require.Equal(t, "pending", b.awaitOrder(b.opA, o1, 1).Body["status"], "the event store's state")
+	b.must(http.StatusOK, http.MethodPost, "/v1/orders/"+o1+"/cancel", b.opA, map[string]any{"reason": "restored"})
+	require.Equal(t, "cancelled", b.awaitOrder(b.opA, o1, 2).Body["status"], "the write after the restore, at the version the lost one had")
+}
