@@ -134,7 +134,62 @@ func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
 				"set", step.set, "versions", strings.Join(names, ","))
 		}
 	}
-	return checkTransactionCounter(ctx, d.es)
+	if err := checkTransactionCounter(ctx, d.es); err != nil {
+		return err
+	}
+	if d.rm != d.es {
+		return d.checkReadModelNotAhead(ctx)
+	}
+	return nil
+}
+
+// readModelCheckRows is how many of the read model's latest change-log rows
+// checkReadModelNotAhead looks for in the event store: the events applied
+// last are the ones an event store restored from an older backup lost.
+const readModelCheckRows = 100
+
+// checkReadModelNotAhead refuses a read model that has applied events the
+// event store does not hold: an event store restored from a backup older
+// than the read model (two databases restored apart). Its rows stand at
+// versions the event store lost, and the projection's version guard would
+// take each event written at those versions from now on for one already
+// applied, and drop it without a word. Every change-log row names an event
+// of the store (events are never deleted), so one that is missing is that
+// case. The latest rows are read by the change log's primary key, and
+// looked up by the events' unique event_id.
+func (d databases) checkReadModelNotAhead(ctx context.Context) error {
+	rows, err := d.rm.DB.QueryContext(ctx, `SELECT event_id::text FROM change_log ORDER BY id DESC LIMIT $1`, readModelCheckRows)
+	if err != nil {
+		return fmt.Errorf("READMODEL_DATABASE_URL: read the latest change log: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("READMODEL_DATABASE_URL: read the latest change log: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("READMODEL_DATABASE_URL: read the latest change log: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var missing sql.NullString
+	var count int
+	if err := d.es.DB.QueryRowContext(ctx, `SELECT min(id), count(*) FROM unnest($1::text[]) AS id
+		WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.event_id = id::uuid)`, ids).Scan(&missing, &count); err != nil {
+		return fmt.Errorf("DATABASE_URL: look up the read model's latest events: %w", err)
+	}
+	if count > 0 {
+		return fmt.Errorf("READMODEL_DATABASE_URL: the read model has applied %d of its latest %d events that the event store does not hold (event %s among them): "+
+			"the event store was restored from a backup older than the read model, whose projections would drop the events written from now on "+
+			"at the versions it lost. Restore the read model from a backup taken before the event store's and rewind the projections "+
+			"(docs/operations.md#restoring-the-read-model-two-databases)", count, len(ids), missing.String)
+	}
+	return nil
 }
 
 // checkTransactionCounter refuses an event store whose events carry
