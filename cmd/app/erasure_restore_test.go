@@ -238,28 +238,6 @@ func TestALogicalRestoreIntoAnotherServerDoesNotSkipNewEvents(t *testing.T) {
 	b.awaitOrder(b.opA, after, 1)
 }
 
-// rewindProjections is the runbook's step after a read-model database is
-// restored (operations.md, "Restoring the read model"): each projection's
-// consumer group goes back to the oldest message its topic still holds, so
-// that the projections apply again what the read model's backup missed
-// (the version guard ignores what it has).
-var rewindProjections = `UPDATE watermill_offsets_orders SET
-  last_processed_transaction_id = coalesce((SELECT transaction_id FROM topic_pruned WHERE topic = 'orders'), '0'),
-  offset_acked = coalesce((SELECT "offset" FROM topic_pruned WHERE topic = 'orders'), 0)
-  WHERE consumer_group = 'orders';
-UPDATE watermill_offsets_plans SET
-  last_processed_transaction_id = coalesce((SELECT transaction_id FROM topic_pruned WHERE topic = 'plans'), '0'),
-  offset_acked = coalesce((SELECT "offset" FROM topic_pruned WHERE topic = 'plans'), 0)
-  WHERE consumer_group = 'plans';
-UPDATE watermill_offsets_schedules SET
-  last_processed_transaction_id = coalesce((SELECT transaction_id FROM topic_pruned WHERE topic = 'schedules'), '0'),
-  offset_acked = coalesce((SELECT "offset" FROM topic_pruned WHERE topic = 'schedules'), 0)
-  WHERE consumer_group = 'schedules';
-UPDATE watermill_offsets_service_requests SET
-  last_processed_transaction_id = coalesce((SELECT transaction_id FROM topic_pruned WHERE topic = 'service_requests'), '0'),
-  offset_acked = coalesce((SELECT "offset" FROM topic_pruned WHERE topic = 'service_requests'), 0)
-  WHERE consumer_group = 'service_requests';`
-
 // In the two-database layout, a read model restored alone from its backup
 // is behind the event store, whose consumer offsets say the projections
 // applied everything: an aggregate written since the backup keeps its old
@@ -291,8 +269,9 @@ func TestAReadModelRestoredAloneCatchesUpOnceTheProjectionsAreRewound(t *testing
 	restored := pgtest.URLs{EventStore: urls.EventStore, ReadModel: restoreBackup(t, dump)}
 	out, err := cli(ctx, restored, "verify", "--recheck", "0")
 	require.Error(t, err, "the restored read model is behind: %s", out)
-	_, err = pgtest.Open(t, urls.EventStore).DB.ExecContext(ctx, rewindProjections)
-	require.NoError(t, err)
+	out, err = cli(ctx, restored, "projections", "rewind", "--by", "ops: restore 12")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "rewound orders", out)
 
 	b := setup(t, restored)
 	require.Equal(t, "confirmed", b.awaitOrder(b.opA, o1, 2).Body["status"])
@@ -335,10 +314,34 @@ func TestAnEventStoreRestoredBehindItsReadModelIsRefused(t *testing.T) {
 	require.Contains(t, err.Error(), "operations.md#restoring-the-read-model-two-databases")
 
 	restored := pgtest.URLs{EventStore: es, ReadModel: restoreBackup(t, rmDump)}
-	_, err = pgtest.Open(t, es).DB.ExecContext(ctx, rewindProjections)
-	require.NoError(t, err)
+	out, err = cli(ctx, restored, "projections", "rewind")
+	require.NoError(t, err, out)
 	b := setup(t, restored)
 	require.Equal(t, "pending", b.awaitOrder(b.opA, o1, 1).Body["status"], "the event store's state")
 	b.must(http.StatusOK, http.MethodPost, "/v1/orders/"+o1+"/cancel", b.opA, map[string]any{"reason": "restored"})
 	require.Equal(t, "cancelled", b.awaitOrder(b.opA, o1, 2).Body["status"], "the write after the restore, at the version the lost one had")
+}
+
+// `app projections rewind` refuses while an instance runs the projections
+// (a leader keeps its position in memory and would write it back), and
+// rewinds nothing then.
+func TestProjectionsRewindRefusesWhileAnInstanceRuns(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	o := a.createOrder(a.opA, a.createCustomer(a.opA, "Ada"), 1000)
+	a.awaitOrder(a.opA, o, 1)
+	offsets := func() string {
+		var s string
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT string_agg(consumer_group || ':' || last_processed_transaction_id::text || ':' || offset_acked, ',' ORDER BY consumer_group)
+			FROM watermill_offsets_orders`).Scan(&s))
+		return s
+	}
+	before := offsets()
+	out, err := cli(t.Context(), a.urls(), "projections", "rewind")
+	require.Error(t, err, out)
+	require.Contains(t, err.Error(), "stop every instance")
+	require.Equal(t, before, offsets(), "nothing rewound")
+	var audits int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM admin_audit WHERE action = 'projections.rewind'`).Scan(&audits))
+	require.Zero(t, audits)
 }
