@@ -15,6 +15,7 @@ import (
 
 	"hearth/domain/uuid"
 	"hearth/internal/pgtest"
+	"hearth/leader"
 )
 
 // backup takes a logical backup of the database at url (pg_dump's custom
@@ -322,26 +323,39 @@ func TestAnEventStoreRestoredBehindItsReadModelIsRefused(t *testing.T) {
 	require.Equal(t, "cancelled", b.awaitOrder(b.opA, o1, 2).Body["status"], "the write after the restore, at the version the lost one had")
 }
 
-// `app projections rewind` refuses while an instance runs the projections
-// (a leader keeps its position in memory and would write it back), and
-// rewinds nothing then.
+// `app projections rewind` refuses while a worker runs (a leader keeps its
+// position in memory and would write it back; a standby would lead at
+// once), and rewinds nothing then; once the worker stops, it rewinds.
 func TestProjectionsRewindRefusesWhileAnInstanceRuns(t *testing.T) {
 	t.Parallel()
-	a := setup(t, pgtest.NewSplitDBs(t))
+	urls := pgtest.NewSplitDBs(t)
+	a := setup(t, urls) // setup runs its projections without leadership, as a test instance
 	o := a.createOrder(a.opA, a.createCustomer(a.opA, "Ada"), 1000)
 	a.awaitOrder(a.opA, o, 1)
+	p := newWorker(t, urls, "solo")
+	stop := p.run(t)
+	require.Eventually(t, func() bool { return p.unit("orders").Role == leader.RoleLeader }, 10*time.Second, 10*time.Millisecond)
 	offsets := func() string {
 		var s string
 		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT string_agg(consumer_group || ':' || last_processed_transaction_id::text || ':' || offset_acked, ',' ORDER BY consumer_group)
 			FROM watermill_offsets_orders`).Scan(&s))
 		return s
 	}
+	audits := func() int {
+		var n int
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM admin_audit WHERE action = 'projections.rewind'`).Scan(&n))
+		return n
+	}
 	before := offsets()
 	out, err := cli(t.Context(), a.urls(), "projections", "rewind")
 	require.Error(t, err, out)
 	require.Contains(t, err.Error(), "stop every instance")
 	require.Equal(t, before, offsets(), "nothing rewound")
-	var audits int
-	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM admin_audit WHERE action = 'projections.rewind'`).Scan(&audits))
-	require.Zero(t, audits)
+	require.Zero(t, audits())
+
+	stop()
+	out, err = cli(t.Context(), a.urls(), "projections", "rewind", "--by", "ops: restore 12")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "rewound orders to (transaction 0, offset 0) of orders")
+	require.Equal(t, 1, audits())
 }

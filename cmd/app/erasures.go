@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"hearth/adapters/pubsub"
 	"hearth/adapters/vault"
 	"hearth/app/ops"
 	"hearth/internal/advisory"
@@ -241,5 +242,50 @@ func erasuresApply(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags
 		fmt.Fprintf(stdout, "%d second passes pending: the erasure worker of a running instance, or app erasures run, runs them (app erasures list lists them)\n",
 			r.SecondPassesPending)
 	}
+	return nil
+}
+
+// ActionProjectionsRewind is the audit action of `app projections rewind`.
+const ActionProjectionsRewind = "projections.rewind"
+
+// projectionsRewind runs `app projections rewind`: after a read-model
+// database is restored from a backup older than the event store's offsets
+// (two databases), each projection reads its topic again from the oldest
+// message retention kept, so that the read model gets what its backup
+// missed. Refused while an instance runs the projections.
+func projectionsRewind(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, getenv func(string) string, stdout io.Writer) error {
+	by := actor(o.by, getenv)
+	if err := ops.CheckActor(by); err != nil {
+		return asUsage(fmt.Errorf("projections rewind: --by: %w", err))
+	}
+	dbs, w, err := openWired(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer dbs.close()
+	consumers := make([]pubsub.Consumer, len(w.projections))
+	for i, p := range w.projections {
+		consumers[i] = pubsub.Consumer{Group: p.Name, Topic: p.Topic}
+	}
+	rewound, err := pubsub.RewindConsumers(ctx, dbs.es.DB, advisory.Projections, consumers)
+	if err != nil {
+		return fmt.Errorf("projections rewind: %w", err)
+	}
+	details := map[string]any{}
+	for _, r := range rewound {
+		if !r.Found {
+			fmt.Fprintf(stdout, "%s has no offset yet: it reads %s from the start\n", r.Group, r.Topic)
+			continue
+		}
+		fmt.Fprintf(stdout, "rewound %s to (transaction %s, offset %d) of %s\n", r.Group, r.TransactionID, r.Offset, r.Topic)
+		details[r.Group] = map[string]any{"transaction_id": r.TransactionID, "offset": r.Offset}
+	}
+	// Recorded after the commit, as a rebuild is: the rewind is done
+	// whatever becomes of its entry, which is then logged with the error.
+	entry := ops.AuditEntry{Actor: by, Action: ActionProjectionsRewind, Target: "projections", Details: details}
+	if err := w.refdata.RecordAudit(ctx, entry); err != nil {
+		log.ErrorContext(ctx, "record the projections' rewind in the audit log", "error", err, "details", details)
+	}
+	fmt.Fprintln(stdout, "start the instances: each projection applies again what its topic holds after that position (app verify checks the result)")
 	return nil
 }

@@ -10,6 +10,7 @@
 //	app staff export --merchant NAME ID [--by WHO]
 //	app staff erase --merchant NAME ID --confirm ID [--by WHO]
 //	app erasures list [--json] | run | export | apply FILE [--by WHO]
+//	app projections rewind [--by WHO]
 //	app protect [--by WHO] [--batch N]
 //	app dev      (make run: a throwaway Postgres when DATABASE_URL is unset)
 //	app parked list|replay|skip ...
@@ -53,6 +54,8 @@ const usage = `usage:
   app erasures run                                         run the second passes that are due now (what the erasure worker does)
   app erasures export                                      the erasures on record (ids, no personal data), as JSON: keep it beside the backups
   app erasures apply FILE [--by WHO]                       after a restore: erase again every subject FILE (an export) lists that is not erased
+  app projections rewind [--by WHO]                        after restoring the read model (two databases), every instance stopped:
+                                                          the projections read their topics again from the oldest message kept
   app protect [--by WHO] [--batch N]                       seal the personal fields of events written before they were sealed
                                                           (run once after upgrading to sealed personal data; safe to re-run)
   app keyring new [ID]                                     print a new master key line (ID:KEY) for MASTER_KEY; stores nothing
@@ -113,9 +116,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sub := ""
 	switch cmd {
 	case "serve", "dev", "migrate", "verify", "rebuild", "protect":
-	case "keys", "audit", "customers", "staff", "erasures", "keyring", "parked":
+	case "keys", "audit", "customers", "staff", "erasures", "keyring", "parked", "projections":
 		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export", "erase"},
-			"staff": {"export", "erase"}, "erasures": {"list", "run", "export", "apply"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}}[cmd]
+			"staff": {"export", "erase"}, "erasures": {"list", "run", "export", "apply"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}, "projections": {"rewind"}}[cmd]
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
@@ -212,6 +215,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError{fmt.Sprintf("erasures %s: unexpected arguments %q", sub, rest)}
 		}
 		return erasures(ctx, cfg, log, sub, opArgs, stdout)
+	case "projections":
+		if err := cfg.requireDatabase(); err != nil {
+			return err
+		}
+		return projectionsRewind(ctx, cfg, log, opArgs, getenv, stdout)
 	case "protect":
 		if err := cfg.requireDatabase(); err != nil {
 			return err

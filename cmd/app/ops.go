@@ -46,6 +46,8 @@ func (o *opsFlags) register(cmd, sub string, fs *flag.FlagSet) {
 		fs.BoolVar(&o.asJSON, "json", false, "print JSON")
 	case "erasures apply":
 		fs.StringVar(&o.by, "by", "", "who erases again, for the audit log (defaults to cli:$USER)")
+	case "projections rewind":
+		fs.StringVar(&o.by, "by", "", "who rewinds, for the audit log (defaults to cli:$USER)")
 	case "parked replay":
 		fs.StringVar(&o.projection, "projection", "", "only this projection (with --all)")
 		fs.BoolVar(&o.all, "all", false, "replay every parked aggregate")
