@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/domain/uuid"
+	"hearth/internal/advisory"
 	"hearth/internal/pgtest"
 	"hearth/leader"
 )
@@ -358,4 +359,77 @@ func TestProjectionsRewindRefusesWhileAnInstanceRuns(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "rewound orders to (transaction 0, offset 0) of orders")
 	require.Equal(t, 1, audits())
+}
+
+// webhookWorker is a worker that runs webhook delivery too, as serve's
+// scheduler does.
+func webhookWorker(t *testing.T, urls pgtest.URLs) *worker {
+	t.Helper()
+	p := newWorker(t, urls, "solo")
+	var err error
+	p.sched, err = newScheduler(p.cfg, p.dbs, p.w, p.log, webhookUnit(p.cfg, p.w, p.log))
+	require.NoError(t, err)
+	return p
+}
+
+// webhookTerm is the term p leads webhook delivery under, 0 when it does
+// not lead it.
+func (p *worker) webhookTerm() int64 {
+	for _, u := range p.sched.Status().Units {
+		if u.Name == advisory.Webhooks && u.Role == leader.RoleLeader {
+			return u.Term
+		}
+	}
+	return 0
+}
+
+// deliversWebhooks reports whether p leads webhook delivery under the term
+// the event store holds: the one its writes there are fenced with (a term
+// the event store refused ends at once, and the unit rests).
+func (p *worker) deliversWebhooks(t *testing.T, es *sql.DB) func() bool {
+	return func() bool {
+		var current int64
+		if es.QueryRowContext(t.Context(), `SELECT term FROM event_store_terms WHERE name = $1`, advisory.Webhooks).Scan(&current) != nil {
+			return false
+		}
+		term := p.webhookTerm()
+		return term != 0 && term == current
+	}
+}
+
+// The leadership terms live in the read model, and webhook delivery's is
+// copied to the event store (event_store_terms), which fences its writes
+// there. A read model restored from its backup has the terms of the
+// backup's day; takeovers since moved the event store's copy on, and each
+// new term began from the read model's is refused as stale: the unit rests
+// and tries again, one term at a time, while no webhook is delivered. The
+// rewind after the restore brings the read model's terms up to the event
+// store's, and the worker leads webhook delivery at once.
+func TestWebhookDeliveryLeadsAtOnceAfterTheReadModelIsRestored(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	dump := filepath.Join(dir, "rm.dump")
+	t.Run("before the loss", func(t *testing.T) {
+		p := webhookWorker(t, urls)
+		p.run(t)
+		require.Eventually(t, p.deliversWebhooks(t, pgtest.Open(t, urls.EventStore).DB), 10*time.Second, 10*time.Millisecond)
+		require.NoError(t, os.Rename(backup(t, urls.ReadModel), dump))
+	})
+	// Takeovers after the backup (workers restarted, failovers) moved the
+	// event store's copy of the term on.
+	res, err := pgtest.Open(t, urls.EventStore).DB.ExecContext(ctx, `UPDATE event_store_terms SET term = term + 50 WHERE name = $1`, advisory.Webhooks)
+	require.NoError(t, err)
+	n, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "webhook delivery's term is in the event store")
+
+	restored := pgtest.URLs{EventStore: urls.EventStore, ReadModel: restoreBackup(t, dump)}
+	out, err := cli(ctx, restored, "projections", "rewind")
+	require.NoError(t, err, out)
+	p := webhookWorker(t, restored)
+	p.run(t)
+	require.Eventually(t, p.deliversWebhooks(t, pgtest.Open(t, urls.EventStore).DB), 10*time.Second, 10*time.Millisecond,
+		"webhook delivery led under the event store's term after the restore")
 }
