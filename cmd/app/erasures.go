@@ -14,6 +14,7 @@ import (
 
 	"hearth/adapters/pubsub"
 	"hearth/adapters/vault"
+	"hearth/adapters/webhooks"
 	"hearth/app/ops"
 	"hearth/internal/advisory"
 	"hearth/leader"
@@ -280,11 +281,23 @@ func projectionsRewind(ctx context.Context, cfg Config, log *slog.Logger, o opsF
 		fmt.Fprintf(stdout, "rewound %s to (transaction %s, offset %d) of %s\n", r.Group, r.TransactionID, r.Offset, r.Topic)
 		details[r.Group] = map[string]any{"transaction_id": r.TransactionID, "offset": r.Offset}
 	}
+	// The leadership terms went back with the read model, while the event
+	// store's copies of webhook delivery's and the visit generator's moved
+	// on: raised to them, those units lead at once rather than one refused
+	// term at a time.
+	raised, termsErr := webhooks.CatchUpTerms(ctx, dbs.es.DB, dbs.rm.DB)
+	for _, r := range raised {
+		fmt.Fprintf(stdout, "raised the term of %s from %d to %d, the event store's\n", r.Name, r.From, r.To)
+		details["term "+r.Name] = map[string]any{"from": r.From, "to": r.To}
+	}
 	// Recorded after the commit, as a rebuild is: the rewind is done
 	// whatever becomes of its entry, which is then logged with the error.
 	entry := ops.AuditEntry{Actor: by, Action: ActionProjectionsRewind, Target: "projections", Details: details}
 	if err := w.refdata.RecordAudit(ctx, entry); err != nil {
 		log.ErrorContext(ctx, "record the projections' rewind in the audit log", "error", err, "details", details)
+	}
+	if termsErr != nil { // the rewind stands; running it again raises the terms left
+		return fmt.Errorf("projections rewind: %w", termsErr)
 	}
 	fmt.Fprintln(stdout, "start the instances: each projection applies again what its topic holds after that position (app verify checks the result)")
 	return nil
