@@ -1,0 +1,67 @@
+package main
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/internal/pgtest"
+)
+
+// A next_cursor fits only the list, the filters and the merchant it was
+// answered for: given to another list (both newest first), with another
+// filter, or by another merchant's key, it is refused naming cursor rather
+// than read as a place in that list, which answers a page that looks
+// complete and silently leaves out every row newer than the cursor's.
+// The same cursor with the same filters walks on, whatever the page size.
+func TestAListCursorFitsOnlyItsListFiltersAndMerchant(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	for _, name := range []string{"Ada", "Grace", "Hedy"} {
+		a.createCustomer(a.opA, name)
+	}
+	for _, name := range []string{"Alan", "Edsger"} {
+		a.crmCreate(a.opA, "/v1/staff", map[string]any{"name": name})
+	}
+	first := a.must(http.StatusOK, http.MethodGet, "/v1/customers?page_size=1", a.opA, nil)
+	cursor, ok := first.Body["next_cursor"].(string)
+	require.True(t, ok, "%s", first)
+	c := url.QueryEscape(cursor)
+
+	for _, tc := range []struct{ what, path, key string }{
+		{"another list", "/v1/staff?page_size=1&cursor=" + c, a.opA},
+		{"another filter", "/v1/customers?page_size=1&q=a&cursor=" + c, a.opA},
+		{"another merchant", "/v1/customers?page_size=1&cursor=" + c, a.opB},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			r := a.do(http.MethodGet, tc.path, tc.key, nil)
+			require.NotEqual(t, http.StatusOK, r.Status, "a cursor of /v1/customers?page_size=1 was read on %s as a place in it: %s", tc.path, r)
+			requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+			require.Equal(t, []string{"cursor"}, problemFields(r), "%s", r)
+		})
+	}
+
+	// The list it was answered for walks on, at any page size, and every
+	// customer comes once.
+	seen := itemIDs(first)
+	r := a.must(http.StatusOK, http.MethodGet, "/v1/customers?page_size=5&cursor="+c, a.opA, nil)
+	seen = append(seen, itemIDs(r)...)
+	require.NotContains(t, r.Body, "next_cursor")
+	require.Len(t, seen, 3)
+	require.ElementsMatch(t, seen, itemIDs(a.must(http.StatusOK, http.MethodGet, "/v1/customers", a.opA, nil)))
+}
+
+// itemIDs are the ids of a list answer's items, in order.
+func itemIDs(r response) []string {
+	var out []string
+	items, _ := r.Body["items"].([]any)
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			id, _ := m["id"].(string)
+			out = append(out, id)
+		}
+	}
+	return out
+}
