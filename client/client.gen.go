@@ -6552,7 +6552,7 @@ type ListAvailabilityParams struct {
 	// PageSize slots per page, 1 to 500 (default 20)
 	PageSize *SlotsPageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
@@ -6573,7 +6573,7 @@ type ListCatalogItemsParams struct {
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
@@ -6619,7 +6619,7 @@ type ListCustomersParams struct {
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
@@ -6719,7 +6719,7 @@ type ListOrdersParams struct {
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
@@ -6826,7 +6826,7 @@ type ListPlansParams struct {
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
@@ -6951,7 +6951,7 @@ type ListSchedulesParams struct {
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
@@ -7007,7 +7007,7 @@ type ListServiceRequestsParams struct {
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
@@ -7098,7 +7098,7 @@ type ListStaffMembersParams struct {
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 
@@ -7231,7 +7231,7 @@ type ListWebhookDeliveriesParams struct {
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
 	Page *ListPage `form:"page,omitempty" json:"page,omitempty"`
 
-	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were; a cursor of another order (from/to added or removed) answers 422 naming cursor.
+	// Cursor the next_cursor of the previous page, unchanged: the page holds the rows after it, however deep, at the cost of the first page. Keep the other parameters as they were (page_size may change): a cursor given to another list, with other filters or with another merchant's key answers 422 naming cursor.
 	Cursor   *Cursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
 

@@ -29,11 +29,15 @@ func (p Page) Offset() int { return (p.Number - 1) * p.Size }
 
 // Cursor is a place in a list: the sort key of the row after which the next
 // page starts. Order names the list's sort column; a cursor is valid only
-// for a list sorted by that column.
+// for a list sorted by that column. List, set by the port, names the list,
+// filters and merchant the cursor was answered for, so that it is refused
+// on any other: read there, its sort key would be a place in rows it was
+// never a place of, and the page would leave out every row before it.
 type Cursor struct {
 	Order string
 	At    time.Time
 	ID    string
+	List  string
 }
 
 // List is one page of results: the rows, how many match in all (counted up

@@ -226,7 +226,7 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBodyOf(list, orderBodyOf))
+	writeJSON(w, http.StatusOK, listBodyOf(nextOf(p, list), orderBodyOf))
 	return nil
 }
 

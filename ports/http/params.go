@@ -1,14 +1,18 @@
 package httpport
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
 	"hearth/app/query"
+	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
 )
@@ -16,11 +20,12 @@ import (
 // params reads query parameters, keeping the first error; each names its
 // parameter.
 type params struct {
+	r   *http.Request
 	v   url.Values
 	err error
 }
 
-func newParams(r *http.Request) *params { return &params{v: r.URL.Query()} }
+func newParams(r *http.Request) *params { return &params{r: r, v: r.URL.Query()} }
 
 func (p *params) fail(name, format string, args ...any) {
 	if p.err == nil {
@@ -72,6 +77,10 @@ func (p *params) listPage() query.Page {
 		after, ok := parseCursor(c)
 		if !ok {
 			p.fail("cursor", "must be a next_cursor of this API, unchanged")
+		} else if after.List != "" && after.List != p.list() && p.err == nil {
+			// A cursor without List was answered before cursors named
+			// their list (a rolling upgrade): it walks on as it did.
+			p.err = apperr.Invalid("cursor", "was answered for another list, other filters or another merchant; give it with the path, filters and key of the page that answered it, or start again without a cursor")
 		}
 		pg.Number, pg.After = 0, after
 		return pg
@@ -82,16 +91,56 @@ func (p *params) listPage() query.Page {
 	return pg
 }
 
+// list names the list a page was asked of: the path, the key's merchant
+// (and staff member, for worker keys), and every filter, that is every
+// parameter but those that say where the page starts and how long it is
+// (cursor, page, page_size) and min_position, which only waits. A digest:
+// the cursor stays short and opaque, and shows no filter's text.
+func (p *params) list() string {
+	sc := scope(p.r)
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %q %q", p.r.URL.Path, sc.MerchantID, sc.StaffID)
+	names := make([]string, 0, len(p.v))
+	for name, vals := range p.v {
+		switch name {
+		case "cursor", "page", "page_size", "min_position":
+			continue
+		}
+		if slices.ContainsFunc(vals, func(v string) bool { return v != "" }) { // q= is no search
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		// Repeated values (status) are a set: their order says nothing.
+		fmt.Fprintf(h, " %q=%q", name, slices.Sorted(slices.Values(p.v[name])))
+	}
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:12])
+}
+
+// nextOf binds the page's next cursor to the list it was asked of
+// (params.list), so that listPage refuses it on any other.
+func nextOf[V any](p *params, l query.List[V]) query.List[V] {
+	if l.Next != nil {
+		next := *l.Next
+		next.List = p.list()
+		l.Next = &next
+	}
+	return l
+}
+
 // cursorToken is a cursor as clients see it: opaque, base64url of JSON.
+// List is absent from the cursors answered before they named their list.
 type cursorToken struct {
 	Order string `json:"o"`
 	At    string `json:"t"`
 	ID    string `json:"i"`
+	List  string `json:"l,omitempty"`
 }
 
 // FormatCursor is the next_cursor of c.
 func FormatCursor(c *query.Cursor) string {
-	b, _ := json.Marshal(cursorToken{Order: c.Order, At: c.At.UTC().Format(time.RFC3339Nano), ID: c.ID})
+	b, _ := json.Marshal(cursorToken{Order: c.Order, At: c.At.UTC().Format(time.RFC3339Nano), ID: c.ID, List: c.List})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -108,7 +157,7 @@ func parseCursor(s string) (*query.Cursor, bool) {
 	if err != nil || !ok || event.InstantProblem(at) != "" {
 		return nil, false
 	}
-	return &query.Cursor{Order: tok.Order, At: at, ID: id}, true
+	return &query.Cursor{Order: tok.Order, At: at, ID: id, List: tok.List}, true
 }
 
 // uuid reads a UUID parameter. Given empty (?customer_id=, a URL template

@@ -269,7 +269,7 @@ func (s *server) listPlans(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBodyOf(list, planBodyOf))
+	writeJSON(w, http.StatusOK, listBodyOf(nextOf(p, list), planBodyOf))
 	return nil
 }
 

@@ -61,13 +61,13 @@ func (rs records[T, P, In, B]) get(w http.ResponseWriter, r *http.Request) error
 
 func (rs records[T, P, In, B]) list(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
-	page := p.listPage()
 	q := p.one("q")
 	if len(q) > 200 {
 		p.fail("q", "must be at most 200 bytes")
 	} else if problem := text.Problem(q, false); problem != "" {
 		p.fail("q", "%s", problem)
 	}
+	page := p.listPage() // after the filters: a malformed one is told first
 	if p.err != nil {
 		return p.err
 	}
@@ -75,7 +75,7 @@ func (rs records[T, P, In, B]) list(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBodyOf(list, rs.body))
+	writeJSON(w, http.StatusOK, listBodyOf(nextOf(p, list), rs.body))
 	return nil
 }
 

@@ -66,6 +66,6 @@ func (s *server) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBodyOf(list, scheduleBodyOf))
+	writeJSON(w, http.StatusOK, listBodyOf(nextOf(p, list), scheduleBodyOf))
 	return nil
 }

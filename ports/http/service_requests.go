@@ -171,7 +171,7 @@ func (s *server) listServiceRequests(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBodyOf(list, serviceRequestBodyOf))
+	writeJSON(w, http.StatusOK, listBodyOf(nextOf(p, list), serviceRequestBodyOf))
 	return nil
 }
 

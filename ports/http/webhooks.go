@@ -230,7 +230,7 @@ func (s *server) listWebhookDeliveries(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBodyOf(list, webhookDeliveryBodyOf))
+	writeJSON(w, http.StatusOK, listBodyOf(nextOf(p, list), webhookDeliveryBodyOf))
 	return nil
 }
 
