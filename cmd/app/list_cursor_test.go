@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/base64"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +66,19 @@ func itemIDs(r response) []string {
 		}
 	}
 	return out
+}
+
+// A cursor whose sort column is no column name (very long, or with a
+// control character) was never answered by this API: it is 400 naming
+// cursor, like any other tampered cursor, and its text is not echoed back
+// in the problem.
+func TestAListCursorOfNoSortColumnIsMalformed(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	for _, order := range []string{strings.Repeat("x", 3000), "created_at\u0000", "created at", "Created_At"} {
+		cursor := base64.RawURLEncoding.EncodeToString([]byte(`{"o":"` + order + `","t":"2030-01-01T00:00:00Z","i":"00000000-0000-4000-8000-000000000001"}`))
+		r := a.do(http.MethodGet, "/v1/customers?cursor="+cursor, a.opA, nil)
+		requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+		require.Equal(t, []string{"cursor"}, problemFields(r), "%.200s", r)
+	}
 }
