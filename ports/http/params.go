@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -144,10 +145,16 @@ func FormatCursor(c *query.Cursor) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// columnName is a sort column's name as the lists' tables spell them: lower
+// case, at most Postgres's 63 bytes of an identifier.
+var columnName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
 func parseCursor(s string) (*query.Cursor, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	var tok cursorToken
-	if err != nil || json.Unmarshal(b, &tok) != nil || tok.Order == "" {
+	// The sort column is a column name; anything else was made up, and a
+	// refusal would echo it (internal/keyset names it in its 422).
+	if err != nil || json.Unmarshal(b, &tok) != nil || !columnName.MatchString(tok.Order) {
 		return nil, false
 	}
 	at, err := time.Parse(time.RFC3339Nano, tok.At)
