@@ -1,7 +1,10 @@
 package httpport
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -177,4 +180,42 @@ func TestWebhookEndpointBodySaysUntilWhenEarlierSecretsSign(t *testing.T) {
 	// Only the current secret signs: absent.
 	require.NoError(t, e.Rotate(webhook.NewSecret(), now, 0))
 	require.Nil(t, webhookEndpointBodyOf(e).PreviousSecretExpiresAt)
+}
+
+// A cursor names its list by path, scope and filters: repeated values in
+// another order, the page's size and place, min_position and an empty q
+// leave it the same list; another path, merchant, staff member or filter
+// value does not.
+func TestACursorsListIsItsPathScopeAndFilters(t *testing.T) {
+	list := func(target, merchant, staff string) string {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		role := access.Operator
+		if staff != "" {
+			role = access.Worker
+		}
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, access.Principal{MerchantID: merchant, StaffID: staff, Role: role}))
+		return newParams(r).list()
+	}
+	const m, other, staff = "00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b", "00000000-0000-4000-8000-0000000000c1"
+	base := list("/v1/orders?status=pending&status=confirmed&from=2030-01-01T00:00:00Z", m, "")
+	for _, same := range []string{
+		"/v1/orders?status=confirmed&status=pending&from=2030-01-01T00:00:00Z",
+		"/v1/orders?from=2030-01-01T00:00:00Z&status=pending&status=confirmed&page_size=7&cursor=x&min_position=1&q=",
+	} {
+		require.Equal(t, base, list(same, m, ""), same)
+	}
+	for _, c := range []struct{ target, merchant, staff string }{
+		{"/v1/schedules?status=pending&status=confirmed&from=2030-01-01T00:00:00Z", m, ""},
+		{"/v1/orders?status=pending&from=2030-01-01T00:00:00Z", m, ""},
+		{"/v1/orders?status=pending&status=confirmed&from=2030-01-01T01:00:00%2B01:00", m, ""},
+		{"/v1/orders?status=pending&status=confirmed", m, ""},
+		{"/v1/orders?status=pending&status=confirmed&from=2030-01-01T00:00:00Z", other, ""},
+		{"/v1/orders?status=pending&status=confirmed&from=2030-01-01T00:00:00Z", m, staff},
+	} {
+		require.NotEqual(t, base, list(c.target, c.merchant, c.staff), "%+v", c)
+	}
+	next := &query.Cursor{Order: "created_at", At: time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC), ID: "00000000-0000-4000-8000-000000000001", List: base}
+	back, ok := parseCursor(FormatCursor(next))
+	require.True(t, ok)
+	require.Equal(t, next, back)
 }
