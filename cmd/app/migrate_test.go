@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -62,5 +63,45 @@ func TestMigrateRefusesSwappedDatabaseURLs(t *testing.T) {
 		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists))
 		require.NoError(t, db.Close())
 		require.False(t, exists, "%s created where it does not belong", table)
+	}
+}
+
+// The commands that read events need the master keys, as serve does
+// (docs/operations.md). Without them they must stop before they open the
+// databases: a migration takes locks on tables the running instances
+// use (operations.md, "Locks held while migrating"), so a newer binary's
+// `app verify` run without MASTER_KEY would upgrade the production schema,
+// at any hour, and only then say it cannot run.
+func TestCommandsThatReadEventsRefuseWithoutMasterKeysBeforeMigrating(t *testing.T) {
+	t.Parallel()
+	id := "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a"
+	for _, args := range [][]string{
+		{"verify"},
+		{"rebuild", "orders"},
+		{"parked", "list"},
+		{"parked", "replay", "--all"},
+		{"customers", "export", "--merchant", "acme", id},
+		{"customers", "erase", "--merchant", "acme", id, "--confirm", id},
+		{"staff", "erase", "--merchant", "acme", id, "--confirm", id},
+		{"erasures", "list"},
+		{"erasures", "run"},
+		{"protect"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewEmptyDB(t)
+			var stdout, stderr syncBuffer
+			err := run(t.Context(), args, env(map[string]string{"DATABASE_URL": url}), &stdout, &stderr)
+			require.ErrorContains(t, err, "MASTER_KEY (or MASTER_KEY_FILE) is not set")
+			require.NotErrorAs(t, err, new(usageError), "a missing setting is not a bad command line")
+			require.Empty(t, stdout.String())
+
+			db, err := sql.Open("pgx", url)
+			require.NoError(t, err)
+			defer db.Close()
+			var migrated bool
+			require.NoError(t, db.QueryRow(`SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&migrated))
+			require.False(t, migrated, "%s migrated the database before it refused to run without the master keys", args[0])
+		})
 	}
 }
