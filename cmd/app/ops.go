@@ -123,6 +123,12 @@ func isTerminal(w io.Writer) bool {
 // openWired opens and migrates the databases and wires Hearth on them, for
 // the operator's commands.
 func openWired(ctx context.Context, cfg Config, log *slog.Logger) (databases, wiring, error) {
+	// wire refuses to run without the master keys, but only once the
+	// databases are open and migrated: a migration locks tables the running
+	// instances use, so a command that cannot run must not get that far.
+	if err := cfg.requireMasterKeys(); err != nil {
+		return databases{}, wiring{}, err
+	}
 	dbs, err := openDatabases(ctx, cfg)
 	if err != nil {
 		return databases{}, wiring{}, err
