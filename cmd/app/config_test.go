@@ -598,3 +598,30 @@ func TestRedactedURL(t *testing.T) {
 	// A user without a password is a token in a DSN (https://TOKEN@host/1).
 	require.Equal(t, "https://xxxxx@otlp.example.com/v1/traces", redactedURL("https://otlpTOKEN@otlp.example.com/v1/traces"))
 }
+
+// The visit generator creates the orders of the visits that start in
+// [now, now + PLAN_HORIZON) at each round, every PLAN_INTERVAL, and never a
+// visit whose start has passed (command.GenerateVisits): with rounds as far
+// apart as the horizon is long, a visit starting between one round's
+// horizon and the next round never gets its order, without a word. Such a
+// pair of settings stops start-up, naming both.
+func TestPlanHorizonMustOutlastTheRounds(t *testing.T) {
+	t.Parallel()
+	load := func(horizon, interval string) error {
+		_, _, err := loadConfig(env(map[string]string{"DATABASE_URL": testDatabaseURL, "PLAN_HORIZON": horizon, "PLAN_INTERVAL": interval}),
+			flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+		return err
+	}
+	for _, tc := range []struct{ horizon, interval string }{
+		{"1h", "2h"},   // every other hour's visits lost
+		{"1h", "1h"},   // a round that takes a moment misses the visits at the horizon's end
+		{"20h", "12h"}, // a round late by a leader change or its own length misses some
+	} {
+		err := load(tc.horizon, tc.interval)
+		require.Error(t, err, "PLAN_HORIZON=%s with PLAN_INTERVAL=%s: visits between two rounds would never get their orders", tc.horizon, tc.interval)
+		require.ErrorContains(t, err, "PLAN_HORIZON")
+		require.ErrorContains(t, err, "PLAN_INTERVAL")
+	}
+	require.NoError(t, load("2h", "1h"), "a horizon of two rounds leaves a whole round to spare")
+	require.NoError(t, load("1344h", "24h"))
+}
