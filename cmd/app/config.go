@@ -167,7 +167,8 @@ type Config struct {
 	// 8 weeks (1344h).
 	PlanHorizon time.Duration
 	// PlanInterval is how often the visit generator's leader runs over
-	// every plan (PLAN_INTERVAL, 1s to 24h). Defaults to 1m.
+	// every plan (PLAN_INTERVAL, 1s to 24h, at most half PLAN_HORIZON).
+	// Defaults to 1m.
 	PlanInterval time.Duration
 	// WebhookTimeout bounds one delivery attempt, from dialling to the end
 	// of the answer (WEBHOOK_TIMEOUT, at most 1m). Defaults to 10s.
@@ -314,6 +315,14 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	cfg.PlanInterval = duration("PLAN_INTERVAL", time.Minute)
 	if cfg.PlanInterval < time.Second || cfg.PlanInterval > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("PLAN_INTERVAL=%s: must be from 1s to 24h", cfg.PlanInterval))
+	}
+	// A round creates the orders of the visits starting in [now, now +
+	// PLAN_HORIZON) and never one whose start has passed, so the next round
+	// must come before the horizon ends; a whole interval to spare covers a
+	// round's own length and a leader change.
+	if cfg.PlanHorizon < 2*cfg.PlanInterval {
+		errs = append(errs, fmt.Errorf("PLAN_HORIZON=%s: must be at least twice PLAN_INTERVAL (%s): a visit that starts between one round's horizon and the next round would never get its order",
+			cfg.PlanHorizon, cfg.PlanInterval))
 	}
 	cfg.WebhookTimeout = duration("WEBHOOK_TIMEOUT", 10*time.Second)
 	if cfg.WebhookTimeout > time.Minute {
