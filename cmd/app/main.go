@@ -95,13 +95,28 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "hearth:", err)
-		if errors.As(err, new(usageError)) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	os.Exit(report(err, os.Getenv, os.Stderr))
+}
+
+// report writes run's error on stderr and returns the exit status: 0, 1
+// for a failure, 2 for a bad command line. With LOG_FORMAT=json it is a
+// log record like the others (the usage left out), since a pipeline that
+// reads JSON lines would drop or split a line of text: the one that says
+// why Hearth stopped.
+func report(err error, getenv func(string) string, stderr io.Writer) int {
+	if err == nil {
+		return 0
 	}
+	status, msg := 1, err.Error()
+	if usage := (usageError{}); errors.As(err, &usage) {
+		status, msg = 2, usage.msg+" (app help prints the usage)"
+	}
+	if getenv("LOG_FORMAT") == "json" {
+		slog.New(slog.NewJSONHandler(stderr, nil)).Error("hearth failed", "error", msg, "exit_status", status)
+		return status
+	}
+	fmt.Fprintln(stderr, "hearth:", err)
+	return status
 }
 
 // run dispatches a subcommand. stdout carries only what scripts capture
