@@ -625,3 +625,31 @@ func TestPlanHorizonMustOutlastTheRounds(t *testing.T) {
 	require.NoError(t, load("2h", "1h"), "a horizon of two rounds leaves a whole round to spare")
 	require.NoError(t, load("1344h", "24h"))
 }
+
+// -h and --help after a command ask for the usage as they do before it
+// (TestRunHelpFlags): on stdout, exit status 0, not a usage error that
+// reports "configuration: flag: help requested" with exit status 2.
+func TestRunHelpFlagsAfterACommand(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "-h"}, {"keys", "create", "-h"}, {"verify", "--help"}, {"keys", "revoke", "--help"},
+		{"parked", "replay", "orders", "-h"}, // after a positional argument
+	} {
+		var stdout syncBuffer
+		err := run(t.Context(), args, env(nil), &stdout, io.Discard)
+		require.NoError(t, err, "%q", args)
+		require.True(t, strings.HasPrefix(stdout.String(), "usage:"), "%q: %q", args, stdout.String())
+	}
+}
+
+// A bad flag is the command line's mistake, not a setting's: its message
+// does not begin "configuration:".
+func TestRunUnknownFlagIsNoConfigurationError(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"serve", "--verbose"}, {"keys", "revoke", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a", "--verbose"}} {
+		err := run(t.Context(), args, env(map[string]string{"DATABASE_URL": testDatabaseURL}), io.Discard, io.Discard)
+		require.ErrorAs(t, err, new(usageError))
+		require.ErrorContains(t, err, "-verbose")
+		require.False(t, strings.HasPrefix(err.Error(), "configuration:"), "%q: %q", args, strings.SplitN(err.Error(), "\n", 2)[0])
+	}
+}
