@@ -230,7 +230,8 @@ const (
 )
 
 // loadConfig reads the environment, then the flags (which win), fills the
-// defaults and validates everything once. Every error names its setting.
+// defaults and validates everything once. Every error names its setting;
+// a bad flag is a usageError, and -h or --help is flag.ErrHelp.
 func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, []string, error) {
 	cfg := Config{
 		DatabaseURL:          getenv("DATABASE_URL"),
@@ -359,7 +360,9 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
 	fs.SetOutput(io.Discard)
 	fs.VisitAll(func(f *flag.Flag) { f.Value = &setOnce{Value: f.Value, name: f.Name} })
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return Config{}, nil, err
+	} else if err != nil {
 		return Config{}, nil, usageError{err.Error()}
 	}
 

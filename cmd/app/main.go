@@ -154,12 +154,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var protectArgs protectFlags
 	protectArgs.register(cmd, fs)
 	cfg, rest, err := loadConfig(getenv, fs, args)
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp): // -h or --help after the command, as before it
+		fmt.Fprintln(stdout, usage)
+		return nil
+	case errors.As(err, new(usageError)): // the command line's, not a setting's
+		return err
+	case err != nil:
 		return fmt.Errorf("configuration: %w", err)
 	}
 	switch cmd {
 	case "parked", "rebuild", "keys", "audit", "customers", "staff", "keyring", "erasures":
-		if rest, err = parseInterleaved(fs, rest); err != nil {
+		if rest, err = parseInterleaved(fs, rest); errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, usage)
+			return nil
+		} else if err != nil {
 			return err
 		}
 	default:

@@ -68,11 +68,14 @@ func (o *opsFlags) register(cmd, sub string, fs *flag.FlagSet) {
 
 // parseInterleaved parses flags that may follow positional arguments
 // (app parked skip orders ID --reason ...) and returns the positionals.
+// A bad flag is a usageError; -h or --help is flag.ErrHelp.
 func parseInterleaved(fs *flag.FlagSet, rest []string) ([]string, error) {
 	var pos []string
 	for len(rest) > 0 {
 		pos = append(pos, rest[0])
-		if err := fs.Parse(rest[1:]); err != nil {
+		if err := fs.Parse(rest[1:]); errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		} else if err != nil {
 			return nil, usageError{err.Error()}
 		}
 		rest = fs.Args()
