@@ -653,3 +653,18 @@ func TestRunUnknownFlagIsNoConfigurationError(t *testing.T) {
 		require.False(t, strings.HasPrefix(err.Error(), "configuration:"), "%q: %q", args, strings.SplitN(err.Error(), "\n", 2)[0])
 	}
 }
+
+// `keys list --merchant "$M"` with M empty (a script's variable unset)
+// would list every merchant's keys, their names and ids, where one
+// merchant's were asked for: an empty --merchant is refused, as `parked`
+// refuses an empty --projection, before any database is opened.
+func TestKeysListRefusesAnEmptyMerchant(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"keys", "list", "--merchant", ""}, {"keys", "list", "--json", "--merchant= "}} {
+		var stdout syncBuffer
+		err := run(t.Context(), args, env(map[string]string{"DATABASE_URL": testDatabaseURL}), &stdout, io.Discard)
+		require.ErrorAs(t, err, new(usageError), "%q: an empty --merchant lists every merchant's keys", args)
+		require.ErrorContains(t, err, "--merchant")
+		require.Empty(t, stdout.String())
+	}
+}
