@@ -29,6 +29,7 @@ type keyFlags struct {
 	by                          string
 	asJSON                      bool
 	limit                       int
+	merchantGiven               bool // --merchant was on the command line, even empty
 }
 
 func (k *keyFlags) register(cmd, sub string, fs *flag.FlagSet) {
@@ -140,6 +141,11 @@ func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string
 	case "create", "list":
 		if len(args) > 0 {
 			return usageError{fmt.Sprintf("%s: unexpected arguments %q", verb, args)}
+		}
+		if sub == "list" && k.merchantGiven && strings.TrimSpace(k.merchant) == "" {
+			// A script whose variable was empty: read as absent, it would
+			// list every merchant's keys where one merchant's were asked for.
+			return usageError{verb + ": --merchant must name a merchant when given; leave it out for every merchant's keys"}
 		}
 	default:
 		if len(args) != 1 {

@@ -176,7 +176,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError{fmt.Sprintf("%s: unexpected arguments %q", cmd, rest)}
 		}
 	}
-	fs.Visit(func(f *flag.Flag) { opArgs.projectionGiven = opArgs.projectionGiven || f.Name == "projection" })
+	fs.Visit(func(f *flag.Flag) {
+		opArgs.projectionGiven = opArgs.projectionGiven || f.Name == "projection"
+		keyArgs.merchantGiven = keyArgs.merchantGiven || f.Name == "merchant"
+	})
 	// loadConfig registers --mode and --http-addr on every command's flag
 	// set (they override MODE and HTTP_ADDR); only serve and dev listen, so
 	// on any other command they would be ignored without a word.
