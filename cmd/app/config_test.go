@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -666,5 +667,39 @@ func TestKeysListRefusesAnEmptyMerchant(t *testing.T) {
 		require.ErrorAs(t, err, new(usageError), "%q: an empty --merchant lists every merchant's keys", args)
 		require.ErrorContains(t, err, "--merchant")
 		require.Empty(t, stdout.String())
+	}
+}
+
+// pgx reads libpq's PG* variables for what a database URL leaves out, so a
+// bad PGSSLMODE fails the parse of a DATABASE_URL that holds no sslmode,
+// and the message, naming DATABASE_URL alone, sends the operator to a URL
+// with nothing wrong in it. It names the PG* variables that are set (never
+// their values: PGPASSWORD is one). Not parallel: pgx reads the process's
+// environment itself.
+func TestDatabaseURLErrorsNameThePGVariablesThatApply(t *testing.T) {
+	for _, tc := range []struct {
+		urls, pg map[string]string
+		names    []string
+	}{
+		{map[string]string{"DATABASE_URL": testDatabaseURL}, map[string]string{"PGSSLMODE": "bogus", "PGPASSWORD": "pgpassSECRET"},
+			[]string{"DATABASE_URL", "PGSSLMODE", "PGPASSWORD"}},
+		{map[string]string{"DATABASE_URL": "host=db.example dbname=hearth", "READMODEL_DATABASE_URL": "postgres://rm.example/hearth"},
+			map[string]string{"PGCONNECT_TIMEOUT": "soon"}, []string{"DATABASE_URL", "READMODEL_DATABASE_URL", "PGCONNECT_TIMEOUT"}},
+		{map[string]string{"DATABASE_URL": "postgres://db.example/hearth?target_session_attrs=any", "READ_REPLICA_URLS": "postgres://replica.example/hearth"},
+			map[string]string{"PGTARGETSESSIONATTRS": "bogus"}, []string{"READ_REPLICA_URLS", "PGTARGETSESSIONATTRS"}},
+	} {
+		t.Run(strings.Join(slices.Sorted(maps.Keys(tc.pg)), ","), func(t *testing.T) {
+			vars := maps.Clone(tc.urls)
+			for name, v := range tc.pg {
+				t.Setenv(name, v)
+				vars[name] = v
+			}
+			_, _, err := loadConfig(env(vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+			require.Error(t, err)
+			for _, name := range tc.names {
+				require.ErrorContains(t, err, name)
+			}
+			require.NotContains(t, err.Error(), "pgpassSECRET")
+		})
 	}
 }
