@@ -406,10 +406,34 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 			continue // required-ness is checked by the commands that need it; a default is not reported twice
 		}
 		if _, err := pgx.ParseConfig(url); err != nil {
-			errs = append(errs, fmt.Errorf("%s: not a valid Postgres URL: %v", name, redact(err, url)))
+			errs = append(errs, fmt.Errorf("%s: not a valid Postgres URL: %v%s", name, redact(err, url), pgVariablesSet(getenv)))
 		}
 	}
 	return cfg, fs.Args(), errors.Join(errs...)
+}
+
+// pgVariables are libpq's environment variables that pgx reads itself
+// (pgconn.ParseConfig) for whatever a database URL leaves out.
+var pgVariables = []string{"PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGAPPNAME",
+	"PGCONNECT_TIMEOUT", "PGSSLMODE", "PGSSLKEY", "PGSSLCERT", "PGSSLCERTMODE", "PGSSLSNI", "PGSSLROOTCERT",
+	"PGSSLPASSWORD", "PGSSLNEGOTIATION", "PGTARGETSESSIONATTRS", "PGSERVICE", "PGSERVICEFILE", "PGTZ", "PGOPTIONS",
+	"PGMINPROTOCOLVERSION", "PGMAXPROTOCOLVERSION", "PGCHANNELBINDING", "PGREQUIREAUTH"}
+
+// pgVariablesSet names, for a database URL's error, the PG* variables set
+// in the environment: the mistake may be theirs, not the URL's (a bad
+// PGSSLMODE fails every URL without sslmode). Never their values: one is
+// PGPASSWORD.
+func pgVariablesSet(getenv func(string) string) string {
+	var set []string
+	for _, name := range pgVariables {
+		if getenv(name) != "" {
+			set = append(set, name)
+		}
+	}
+	if len(set) == 0 {
+		return ""
+	}
+	return " (pgx applies " + strings.Join(set, ", ") + ", set in the environment, to what the URL leaves out)"
 }
 
 // perSecond reads a rate in requests per second: a number >= 0, where 0

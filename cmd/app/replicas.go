@@ -52,7 +52,7 @@ func readReplicas(getenv func(string) string, duration func(string, time.Duratio
 			if c, err := pgx.ParseConfig(item); err != nil || !strings.Contains(item, "://") {
 				msg := "must be postgres:// URLs, comma-separated, one server each"
 				if err != nil {
-					msg += ": " + redact(err, item)
+					msg += ": " + redact(err, item) + pgVariablesSet(getenv)
 				}
 				*errs = append(*errs, fmt.Errorf("%s: replica %d: %s", name, len(out)+1, msg))
 			} else if replicas.SeveralHosts(c) {
