@@ -703,3 +703,21 @@ func TestDatabaseURLErrorsNameThePGVariablesThatApply(t *testing.T) {
 		})
 	}
 }
+
+// A database URL written to a secret with its line break (echo URL >
+// file, a secret made from that file) parses: the line break ends up in the
+// database name, and Hearth connects, to be told that database "hearth
+// " does not exist. Space or a line break around a URL is refused at
+// start-up, naming the setting, never repeating the URL.
+func TestDatabaseURLWithALineBreakIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"DATABASE_URL", "READMODEL_DATABASE_URL"} {
+		for _, url := range []string{testDatabaseURL + "\n", testDatabaseURL + "?sslmode=disable\r\n", " " + testDatabaseURL} {
+			vars := map[string]string{"DATABASE_URL": testDatabaseURL, name: url}
+			_, _, err := loadConfig(env(vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+			require.Error(t, err, "%s=%q", name, url)
+			require.ErrorContains(t, err, name)
+			require.NotContains(t, err.Error(), "s3cret")
+		}
+	}
+}
