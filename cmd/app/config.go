@@ -405,6 +405,13 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		if url == "" || (name == "READMODEL_DATABASE_URL" && url == cfg.DatabaseURL) {
 			continue // required-ness is checked by the commands that need it; a default is not reported twice
 		}
+		if strings.TrimSpace(url) != url {
+			// pgx keeps it: a line break would end in the database name, found
+			// only when the server says it has no such database. The URL is
+			// not repeated: it may hold a password.
+			errs = append(errs, fmt.Errorf("%s: begins or ends with a space or a line break (a secret stored with its newline?); remove it", name))
+			continue
+		}
 		if _, err := pgx.ParseConfig(url); err != nil {
 			errs = append(errs, fmt.Errorf("%s: not a valid Postgres URL: %v%s", name, redact(err, url), pgVariablesSet(getenv)))
 		}
