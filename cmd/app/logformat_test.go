@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -66,4 +67,27 @@ func TestAFailureIsAJSONRecordWithLogFormatJSON(t *testing.T) {
 			require.Equal(t, float64(tc.status), last["exit_status"], "%v", last)
 		})
 	}
+}
+
+// rebuild writes its progress on standard error; off a terminal (a job, a
+// pipeline) with LOG_FORMAT=json, as log records, not lines of text among
+// them.
+func TestRebuildProgressIsJSONWithLogFormatJSON(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	vars := map[string]string{"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel, "USER": "tester",
+		"MASTER_KEY": testMasterKey, "LOG_FORMAT": "json"}
+	var stdout, stderr syncBuffer
+	require.NoError(t, run(t.Context(), []string{"rebuild", "orders"}, env(vars), &stdout, &stderr))
+	require.Contains(t, stdout.String(), "rebuild orders: done")
+	progress := 0
+	for line := range strings.Lines(stderr.String()) {
+		var record map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &record), "LOG_FORMAT=json, yet a line of standard error is no JSON record: %s", line)
+		if record["msg"] == "rebuild progress" {
+			progress++
+			require.Equal(t, "orders", record["projection"], "%v", record)
+		}
+	}
+	require.NotZero(t, progress, "the progress is logged: %s", stderr.String())
 }
