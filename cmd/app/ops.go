@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -328,9 +329,9 @@ func verify(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, stdou
 }
 
 // rebuild runs `app rebuild PROJECTION`: progress with rate and ETA on
-// stderr (in place on a terminal, a line every 5 s otherwise); Ctrl-C
-// cancels it and drops the shadow table. The use case records the start,
-// and a cancel, in the audit log.
+// stderr (in place on a terminal, a line every 5 s otherwise, a log record
+// with LOG_FORMAT=json); Ctrl-C cancels it and drops the shadow table. The
+// use case records the start, and a cancel, in the audit log.
 func rebuild(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
 		return usageError{"rebuild: name one projection: " + strings.Join(readmodel.Projections(), ", ")}
@@ -356,7 +357,12 @@ func rebuild(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, args
 		case term:
 			fmt.Fprint(stderr, "\r"+line+"\033[K")
 		case p.Phase != lastPhase || time.Since(lastLine) >= 5*time.Second:
-			fmt.Fprintln(stderr, line)
+			if cfg.LogFormat == "json" { // a pipeline reading JSON lines would drop or split a line of text
+				log.Info("rebuild progress", "projection", p.Projection, "phase", p.Phase, "events", p.Events, "total", p.Total,
+					"rows", p.Rows, "events_per_second", math.Round(p.Rate), "eta", p.ETA)
+			} else {
+				fmt.Fprintln(stderr, line)
+			}
 			lastLine = time.Now()
 		}
 		lastPhase = p.Phase
