@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/internal/advisory"
 	"hearth/internal/pgtest"
 	"hearth/migrations"
 )
@@ -126,4 +127,37 @@ func TestApplyNamesAMissingRecordOfMigrations(t *testing.T) {
 	_, err = migrations.Apply(ctx, db, migrations.ReadModel)
 	require.ErrorContains(t, err, "001_init.sql")
 	require.ErrorContains(t, err, "hearth_migrations records none of")
+}
+
+// An instance that starts while another migrates waits for the migrations'
+// lock; stopped meanwhile (SIGTERM during a rollout, Ctrl-C on `app
+// migrate`), it must say what it was waiting for and that nothing of the
+// run was applied, not "lock: context canceled" followed by the failure of
+// a rollback on the connection the cancel closed.
+func TestApplyStoppedWhileAnotherMigratesSaysWhatItWaitedFor(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	holder, err := db.BeginTx(context.Background(), nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = holder.Exec(`SELECT pg_advisory_xact_lock($1)`, advisory.MigrationsKey) // another instance, migrating
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := migrations.Apply(ctx, db, migrations.EventStore)
+		done <- err
+	}()
+	require.False(t, pgtest.DoneOrWaiting(t, db, done), "Apply waits for the migrations' lock")
+	cancel()
+	err = <-done
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "migrations lock")
+	require.ErrorContains(t, err, "nothing of this run was applied")
+	require.NotContains(t, err.Error(), "rollback", "the cancel ended the transaction; its rollback's failure is noise")
 }
