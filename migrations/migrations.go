@@ -97,12 +97,21 @@ func Apply(ctx context.Context, db *sql.DB, set Set) (applied int, err error) {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
-		if err != nil {
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			// Stopped (a signal, a deadline): database/sql rolls a
+			// transaction back itself when its context ends, on the
+			// connection pgx closed at the cancel, so nothing was applied,
+			// and a second rollback's failure would only bury the reason.
+			_ = tx.Rollback()
+			err = fmt.Errorf("%w (stopped: nothing of this run was applied to the %s set; start again to apply it)", err, set)
+		default:
 			err = errorsJoinRollback(err, tx)
 		}
 	}()
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey); err != nil {
-		return 0, fmt.Errorf("lock: %w", err)
+		return 0, fmt.Errorf("wait for the migrations lock (another instance may be migrating): %w", err)
 	}
 	// Set after the advisory lock, which an instance waits for while
 	// another migrates (as long as that takes). A migration that changes
