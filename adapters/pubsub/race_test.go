@@ -286,40 +286,14 @@ func TestAnAssignmentNeverCommitsAfterItsStaffMemberWasMadeInactive(t *testing.T
 func TestAWriteNeverCommitsAfterItsKeyWasRevoked(t *testing.T) {
 	t.Parallel()
 	f := setupFlows(t, pgtest.NewDB(t))
-	orderID := f.CreateOrder(t)
 	keys, err := refdata.New(f.ES)
 	require.NoError(t, err)
-	keyID, secret := uuid.New(), "hk_"+uuid.New()
-	sum := sha256.Sum256([]byte(secret))
-	_, err = f.ES.DB.Exec(`INSERT INTO api_keys (id, merchant_id, role, key_hash) VALUES ($1, $2, 'operator', $3)`, keyID, f.MerchantID, sum[:])
-	require.NoError(t, err)
-
-	done := make(chan error, 1)
-	revokedFirst := false
-	hooked := &beforeBook{Transactor: f.Tx, hook: func() {
-		go func() {
-			_, err := keys.RevokeKey(context.Background(), keyID, func(_, after access.Key) ops.AuditEntry {
-				return ops.AuditEntry{Actor: "test", Action: ops.ActionKeyRevoke, Target: "key/" + after.ID}
-			})
-			done <- err
-		}()
-		// The revocation either commits, or waits for a lock the write
-		// holds.
-		revokedFirst = pgtest.DoneOrWaiting(t, f.ES.DB, done)
-	}}
-	o, err := command.NewOrderHandlers(hooked)
-	require.NoError(t, err)
-	check := keys.KeyCheck(access.Principal{KeyID: keyID, MerchantID: f.MerchantID, Role: access.Operator}, secret)
-	_, err = o.Assign(access.WithKeyCheck(context.Background(), check), command.AssignOrder{
-		OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID}, StaffID: f.staffID, StartAt: at(9, 0), EndAt: at(10, 0)})
-	require.True(t, check.Passed(), "the key worked when the write checked it")
-	require.NoError(t, <-done, "the key is revoked")
-	if revokedFirst {
-		require.ErrorIs(t, err, access.ErrKeyRefused, "the key was revoked before the write committed: it must write nothing")
-		require.Empty(t, f.liveBookings(t))
-	} else {
-		require.NoError(t, err, "the revocation waited for the write, made while the key worked")
-	}
+	raceAKeysWrite(t, f, "", func(keyID string) error {
+		_, err := keys.RevokeKey(context.Background(), keyID, func(_, after access.Key) ops.AuditEntry {
+			return ops.AuditEntry{Actor: "test", Action: ops.ActionKeyRevoke, Target: "key/" + after.ID}
+		})
+		return err
+	})
 }
 
 // A worker key's staff member is made inactive or erased while one of the
@@ -335,35 +309,51 @@ func TestAWorkerKeysWriteNeverCommitsAfterItsStaffMemberWasMadeInactive(t *testi
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f := setupFlows(t, pgtest.NewDB(t))
-			orderID := f.CreateOrder(t)
-			keys, err := refdata.New(f.ES)
-			require.NoError(t, err)
 			worker := f.newStaff(t)
-			keyID, secret := uuid.New(), "hk_"+uuid.New()
-			sum := sha256.Sum256([]byte(secret))
-			_, err = f.ES.DB.Exec(`INSERT INTO api_keys (id, merchant_id, role, staff_id, key_hash) VALUES ($1, $2, 'worker', $3, $4)`,
-				keyID, f.MerchantID, worker, sum[:])
-			require.NoError(t, err)
-
-			done := make(chan error, 1)
-			deactivatedFirst := false
-			hooked := &beforeBook{Transactor: f.Tx, hook: func() {
-				go func() { done <- deactivate(f, worker) }()
-				deactivatedFirst = pgtest.DoneOrWaiting(t, f.ES.DB, done)
-			}}
-			o, err := command.NewOrderHandlers(hooked)
-			require.NoError(t, err)
-			check := keys.KeyCheck(access.Principal{KeyID: keyID, MerchantID: f.MerchantID, Role: access.Worker, StaffID: worker}, secret)
-			_, err = o.Assign(access.WithKeyCheck(context.Background(), check), command.AssignOrder{
-				OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID}, StaffID: f.staffID, StartAt: at(9, 0), EndAt: at(10, 0)})
-			require.True(t, check.Passed(), "the key worked when the write checked it")
-			require.NoError(t, <-done, "the staff member is made inactive")
-			if deactivatedFirst {
-				require.ErrorIs(t, err, access.ErrKeyRefused, "their staff member was made inactive before the write committed: it must write nothing")
-				require.Empty(t, f.liveBookings(t))
-			} else {
-				require.NoError(t, err, "the change waited for the write, made while the staff member was active")
-			}
+			raceAKeysWrite(t, f, worker, func(string) error { return deactivate(f, worker) })
 		})
+	}
+}
+
+// raceAKeysWrite makes a key (an operator's, or a worker's of staffID) and
+// runs one of its writes, an assignment, with stop (which stops the key
+// working) started after the write's transaction checked the key and
+// before it commits (the hook before its booking). Either stop waits for
+// the write, which then committed while the key worked, or the write is
+// refused (access.ErrKeyRefused) and writes nothing.
+func raceAKeysWrite(t *testing.T, f flows, staffID string, stop func(keyID string) error) {
+	t.Helper()
+	orderID := f.CreateOrder(t)
+	keys, err := refdata.New(f.ES)
+	require.NoError(t, err)
+	keyID, secret := uuid.New(), "hk_"+uuid.New()
+	sum := sha256.Sum256([]byte(secret))
+	p := access.Principal{KeyID: keyID, MerchantID: f.MerchantID, Role: access.Operator}
+	if staffID != "" {
+		p.Role, p.StaffID = access.Worker, staffID
+	}
+	_, err = f.ES.DB.Exec(`INSERT INTO api_keys (id, merchant_id, role, staff_id, key_hash) VALUES ($1, $2, $3, nullif($4, '')::uuid, $5)`,
+		keyID, f.MerchantID, string(p.Role), staffID, sum[:])
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	stoppedFirst := false
+	hooked := &beforeBook{Transactor: f.Tx, hook: func() {
+		go func() { done <- stop(keyID) }()
+		// The change either commits, or waits for a lock the write holds.
+		stoppedFirst = pgtest.DoneOrWaiting(t, f.ES.DB, done)
+	}}
+	o, err := command.NewOrderHandlers(hooked)
+	require.NoError(t, err)
+	check := keys.KeyCheck(p, secret)
+	_, err = o.Assign(access.WithKeyCheck(context.Background(), check), command.AssignOrder{
+		OrderTarget: command.OrderTarget{Meta: f.Meta(), OrderID: orderID}, StaffID: f.staffID, StartAt: at(9, 0), EndAt: at(10, 0)})
+	require.True(t, check.Passed(), "the key worked when the write checked it")
+	require.NoError(t, <-done, "the key is stopped")
+	if stoppedFirst {
+		require.ErrorIs(t, err, access.ErrKeyRefused, "the key stopped working before the write committed: it must write nothing")
+		require.Empty(t, f.liveBookings(t))
+	} else {
+		require.NoError(t, err, "the change waited for the write, made while the key worked")
 	}
 }
