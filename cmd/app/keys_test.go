@@ -156,6 +156,9 @@ func TestKeysCreateErrors(t *testing.T) {
 		{"no role", []string{"--merchant", "acme"}, true, "--role"},
 		{"no merchant", []string{"--role", "operator"}, true, "--merchant"},
 		{"blank merchant", []string{"--merchant", "  ", "--role", "operator"}, true, "--merchant"},
+		// A name that differs from an existing merchant's only in case is a
+		// slip, not a new tenant: the key would work for an empty merchant.
+		{"a merchant named like another but for case", []string{"--merchant", "ACME", "--role", "operator"}, false, `merchant "acme" exists`},
 		{"admin with a merchant", []string{"--merchant", "acme", "--role", "admin"}, true, "--merchant: an admin key belongs to no merchant"},
 		{"unexpected argument", []string{"--merchant", "acme", "--role", "operator", "extra"}, true, "extra"},
 		{"expiry not a duration", []string{"--role", "admin", "--expires-in", "soon"}, true, "--expires-in must be a duration"},
