@@ -249,6 +249,13 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "TRUSTED_PROXIES with a bad CIDR", env: map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, settings: []string{"TRUSTED_PROXIES", "10.0.0.0/33"}},
 		{name: "RELAY_NATS_URL without a scheme", env: map[string]string{"RELAY_NATS_URL": "u:hunter2@localhost:4222"}, settings: []string{"RELAY_NATS_URL"}, secret: "hunter2"},
 		{name: "RELAY_NATS_URL with a bad item", env: map[string]string{"RELAY_NATS_URL": "nats://a:4222,http://b"}, settings: []string{"RELAY_NATS_URL"}},
+		// A port no server can have: the relay would retry for ever.
+		{name: "RELAY_NATS_URL with a port out of range", env: map[string]string{"RELAY_NATS_URL": "nats://u:hunter2@n1.example:99999"},
+			settings: []string{"RELAY_NATS_URL", "port"}, secret: "hunter2"},
+		// Trusting every address as a proxy lets any client name its own
+		// address in X-Forwarded-For, and so pass the budgets per address.
+		{name: "TRUSTED_PROXIES trusting every IPv4 address", env: map[string]string{"TRUSTED_PROXIES": "10.0.0.1, 0.0.0.0/0"}, settings: []string{"TRUSTED_PROXIES", "0.0.0.0/0", "every"}},
+		{name: "TRUSTED_PROXIES trusting every IPv6 address", env: map[string]string{"TRUSTED_PROXIES": "::/0"}, settings: []string{"TRUSTED_PROXIES", "::/0", "every"}},
 		{name: "RELAY_STREAM with a dot", env: map[string]string{"RELAY_STREAM": "hearth.events"}, settings: []string{"RELAY_STREAM"}},
 		{name: "RELAY_SUBJECT_PREFIX with a wildcard", env: map[string]string{"RELAY_SUBJECT_PREFIX": "hearth.*"}, settings: []string{"RELAY_SUBJECT_PREFIX"}},
 		{name: "RELAY_SUBJECT_PREFIX with an empty token", env: map[string]string{"RELAY_SUBJECT_PREFIX": "hearth."}, settings: []string{"RELAY_SUBJECT_PREFIX"}},
