@@ -524,6 +524,14 @@ func trustedProxies(v string, errs *[]error) []netip.Prefix {
 			continue
 		}
 		if p, err := netip.ParsePrefix(item); err == nil {
+			if p.Bits() == 0 {
+				// Every address a proxy: any client could name its own
+				// address in X-Forwarded-For, and so pass the budgets kept
+				// per address (unknown keys).
+				*errs = append(*errs, fmt.Errorf("TRUSTED_PROXIES: %q trusts every address as a proxy, so any client could choose the address "+
+					"Hearth sees; name the proxies' addresses or networks (such as 10.0.0.0/8)", item))
+				continue
+			}
 			out = append(out, p.Masked())
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -55,6 +56,13 @@ func (c Config) checkRelay() []error {
 			break
 		}
 		u, err := url.Parse(strings.TrimSpace(item))
+		if err == nil && u.Port() != "" {
+			if p, perr := strconv.Atoi(u.Port()); perr != nil || p < 1 || p > 65535 {
+				// A port no server can have: the relay would retry it for ever.
+				errs = append(errs, errors.New("RELAY_NATS_URL: a port must be a number from 1 to 65535"))
+				break
+			}
+		}
 		if err != nil || u.Host == "" || !map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}[u.Scheme] {
 			// The URL itself is not repeated: it may hold a password.
 			errs = append(errs, errors.New("RELAY_NATS_URL: each comma-separated item must be a NATS URL such as nats://127.0.0.1:4222 (schemes nats, tls, ws, wss)"))
