@@ -460,6 +460,10 @@ func TestRun(t *testing.T) {
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--grace"},
 		{name: "keys rotate with an empty --by", args: []string{"keys", "rotate", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a", "--by", ""},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--by"},
+		// app dev without DATABASE_URL starts a throwaway Postgres for both
+		// databases: a read model named alone would be replaced silently.
+		{name: "dev with a read model but no event store", args: []string{"dev"},
+			env: map[string]string{"READMODEL_DATABASE_URL": testDatabaseURL}, contains: "READMODEL_DATABASE_URL"},
 		{name: "keys revoke with an empty --by=", args: []string{"keys", "revoke", "--by=", "0b9f8a2e-6b1c-4c1e-9b7a-3f1e2d4c5b6a"},
 			env: map[string]string{"DATABASE_URL": testDatabaseURL}, usage: true, contains: "--by"},
 	}
