@@ -40,6 +40,12 @@ const (
 // Ctrl-C, and then stops the servers it started.
 func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (err error) {
 	throwaway := cfg.DatabaseURL == ""
+	if throwaway && cfg.ReadModelDatabaseURL != "" {
+		// The throwaway cluster holds both databases: the read model named
+		// would be replaced without a word.
+		return errors.New("READMODEL_DATABASE_URL is set but DATABASE_URL is not: app dev would start a throwaway Postgres for both " +
+			"databases and leave the read model named unused; set DATABASE_URL too, or unset READMODEL_DATABASE_URL")
+	}
 	if throwaway {
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		cluster, err := pgcluster.Start(startCtx, pgcluster.Options{Dir: devDir, Fresh: true, Install: true, Log: log})
