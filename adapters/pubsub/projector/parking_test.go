@@ -199,6 +199,23 @@ func TestParkedByAnEarlierTermHoldsEvents(t *testing.T) {
 	require.Zero(t, f.rowVersion(t, parked))
 }
 
+// parkNewOrderAtVersion2 creates an order, waits for its first version in
+// the read model, breaks its version 2 alone (the event, not the order),
+// confirms the order and waits until parking holds it; it returns the
+// order's id.
+func parkNewOrderAtVersion2(t *testing.T, f fixture, b *breakable, parking *projector.Parking) string {
+	t.Helper()
+	id := f.CreateOrder(t)
+	require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
+	b.set(versionKey(id, 2))
+	f.step(t, id, order.StatusConfirmed)
+	require.Eventually(t, func() bool {
+		_, ok, err := parking.Parked(context.Background(), "orders", f.MerchantID, id)
+		return err == nil && ok
+	}, 20*time.Second, 10*time.Millisecond)
+	return id
+}
+
 // parkedAtVersion2 runs the orders projection with parking and parks a new
 // order at its version 2, the only event that fails (the event itself, not
 // the order), with version 3 waiting behind it.
@@ -211,15 +228,7 @@ func parkedAtVersion2(t *testing.T) (fixture, *projector.Parking, *ops.Operator,
 	f.RunRouterWith(t, parking, b.projection())
 	ctx := context.Background()
 
-	id := f.CreateOrder(t)
-	require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
-	// Only v2 is broken: the event itself, not the order.
-	b.set(versionKey(id, 2))
-	f.step(t, id, order.StatusConfirmed)
-	require.Eventually(t, func() bool {
-		_, ok, err := parking.Parked(ctx, "orders", f.MerchantID, id)
-		return err == nil && ok
-	}, 20*time.Second, 10*time.Millisecond)
+	id := parkNewOrderAtVersion2(t, f, b, parking)
 	f.step(t, id, order.StatusDispatching)
 	require.Eventually(t, func() bool {
 		a, err := parking.Get(ctx, "orders", id)
@@ -464,14 +473,7 @@ func TestASkipCutOffAfterTheReadModelAppliedItIsFinishedByARerun(t *testing.T) {
 			require.NoError(t, err)
 			f.RunRouterWith(t, live, b.projection())
 			ctx := context.Background()
-			id := f.CreateOrder(t)
-			require.Eventually(t, func() bool { return f.rowVersion(t, id) == 1 }, 10*time.Second, 10*time.Millisecond)
-			b.set(versionKey(id, 2))
-			f.step(t, id, order.StatusConfirmed)
-			require.Eventually(t, func() bool {
-				_, ok, err := live.Parked(ctx, "orders", f.MerchantID, id)
-				return err == nil && ok
-			}, 20*time.Second, 10*time.Millisecond)
+			id := parkNewOrderAtVersion2(t, f, b, live)
 			v2 := f.Stream(t, id)[1].ID
 
 			parking, op, cut := cutOffSkip(t, f, b)
