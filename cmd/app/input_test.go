@@ -228,6 +228,25 @@ func TestAListCursorOfATimeOutOfRangeIsRefused(t *testing.T) {
 	}
 }
 
+// A list's time range [from, to) that runs backwards, or is empty, is
+// refused naming to, as the plan visits' and the availability's are: a
+// client that swapped the two, or gave one instant for both, meant a
+// range, and an empty 200 reads as "nothing scheduled then".
+func TestAListTimeRangeThatIsEmptyIsRefused(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	for _, list := range []string{"/v1/orders", "/v1/schedules", "/v1/service-requests"} {
+		for _, q := range []string{"from=2030-02-01T00:00:00Z&to=2030-01-01T00:00:00Z", "from=2030-01-01T01:00:00%2B01:00&to=2030-01-01T00:00:00Z"} {
+			t.Run(list+"?"+q, func(t *testing.T) {
+				r := a.do(http.MethodGet, list+"?"+q, a.opA, nil)
+				requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+				require.Equal(t, []string{"to"}, problemFields(r), "%s", r)
+			})
+		}
+		a.must(http.StatusOK, http.MethodGet, list+"?from=2030-01-01T00:00:00Z&to=2030-01-01T00:00:00.000001Z", a.opA, nil)
+	}
+}
+
 // "\ud800" (a lone surrogate, not Unicode text) is
 // stored as U+FFFD: the record holds something else than what the client
 // sent, and nothing says so.
