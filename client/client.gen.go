@@ -6713,7 +6713,7 @@ type ListOrdersParams struct {
 	// From inclusive bound on scheduled_start_at; with from or to the list is ordered by scheduled_start_at, earliest first
 	From *OrdersFrom `form:"from,omitempty" json:"from,omitempty"`
 
-	// To exclusive bound on scheduled_start_at; with from or to the list is ordered by scheduled_start_at, earliest first
+	// To exclusive bound on scheduled_start_at; with from or to the list is ordered by scheduled_start_at, earliest first; with from, after it (an empty or backward range is 400 naming to)
 	To *OrdersTo `form:"to,omitempty" json:"to,omitempty"`
 
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
@@ -6945,7 +6945,7 @@ type ListSchedulesParams struct {
 	// From inclusive bound on start_at; with from or to the list is ordered by start_at, earliest first
 	From *SchedulesFrom `form:"from,omitempty" json:"from,omitempty"`
 
-	// To exclusive bound on start_at; with from or to the list is ordered by start_at, earliest first
+	// To exclusive bound on start_at; with from or to the list is ordered by start_at, earliest first; with from, after it (an empty or backward range is 400 naming to)
 	To *SchedulesTo `form:"to,omitempty" json:"to,omitempty"`
 
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.
@@ -7001,7 +7001,7 @@ type ListServiceRequestsParams struct {
 	// From inclusive bound on appointment_start_at; with from or to the list is ordered by appointment_start_at, earliest first
 	From *RequestsFrom `form:"from,omitempty" json:"from,omitempty"`
 
-	// To exclusive bound on appointment_start_at; with from or to the list is ordered by appointment_start_at, earliest first
+	// To exclusive bound on appointment_start_at; with from or to the list is ordered by appointment_start_at, earliest first; with from, after it (an empty or backward range is 400 naming to)
 	To *RequestsTo `form:"to,omitempty" json:"to,omitempty"`
 
 	// Page 1-based page number; a numbered page must end within the first 10,000 rows (page x page_size <= 10,000, else 400 naming page). Follow next_cursor to go deeper. Not with cursor.

@@ -213,9 +213,8 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 		Statuses:   p.oneOf("status", statuses),
 		CustomerID: p.uuid("customer_id"),
 		StaffID:    p.uuid("staff_id"),
-		From:       p.time("from"),
-		To:         p.time("to"),
 	}
+	f.From, f.To = p.timeRange()
 	p.oneOf("settlement_status", []string{string(order.Unsettled), string(order.Settled)})
 	f.SettlementStatus = p.one("settlement_status")
 	page := p.listPage()

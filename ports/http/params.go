@@ -201,6 +201,18 @@ func (p *params) time(name string) *time.Time {
 	return &t
 }
 
+// timeRange reads a list's [from, to) range, each optional. A range that
+// is empty or runs backwards is refused naming to, as a visits or an
+// availability read refuses it: a client that swapped the two meant a
+// range, and an empty page would read as "nothing then".
+func (p *params) timeRange() (from, to *time.Time) {
+	from, to = p.time("from"), p.time("to")
+	if from != nil && to != nil && !to.After(*from) {
+		p.fail("to", "must be after from (%s), got %q", from.Format(time.RFC3339Nano), p.v.Get("to"))
+	}
+	return from, to
+}
+
 // oneOf reads a parameter that may repeat, each value from allowed.
 func (p *params) oneOf(name string, allowed []string) []string {
 	vals := p.v[name]

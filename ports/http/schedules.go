@@ -55,9 +55,8 @@ func (s *server) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	f := query.ScheduleFilter{
 		Statuses: p.oneOf("status", names(schedule.Statuses)),
 		StaffID:  p.uuid("staff_id"),
-		From:     p.time("from"),
-		To:       p.time("to"),
 	}
+	f.From, f.To = p.timeRange()
 	page := p.listPage()
 	if p.err != nil {
 		return p.err

@@ -160,9 +160,8 @@ func (s *server) listServiceRequests(w http.ResponseWriter, r *http.Request) err
 	f := query.ServiceRequestFilter{
 		Statuses:   p.oneOf("status", names(servicerequest.Statuses)),
 		CustomerID: p.uuid("customer_id"),
-		From:       p.time("from"),
-		To:         p.time("to"),
 	}
+	f.From, f.To = p.timeRange()
 	page := p.listPage()
 	if p.err != nil {
 		return p.err
