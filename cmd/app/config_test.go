@@ -490,9 +490,8 @@ func TestRun(t *testing.T) {
 	})
 }
 
-// run's switch has a case for -h and --help, but an argument starting with
-// '-' never becomes the command: it goes to the flag set, which answers
-// flag.ErrHelp as a configuration error (exit status 1, usage on stderr).
+// -h and --help as the first argument ask for the usage: on stdout, exit
+// status 0, not a configuration error from the flag set's flag.ErrHelp.
 func TestRunHelpFlags(t *testing.T) {
 	t.Parallel()
 	for _, arg := range []string{"-h", "--help"} {
@@ -502,8 +501,8 @@ func TestRunHelpFlags(t *testing.T) {
 	}
 }
 
-// An unknown flag is a bad command line, which the usageError doc says
-// exits with status 2; run reports it as a configuration error (status 1).
+// An unknown flag is a bad command line: a usageError, exit status 2, not
+// a configuration error (status 1).
 func TestRunUnknownFlagIsUsageError(t *testing.T) {
 	t.Parallel()
 	err := run(t.Context(), []string{"serve", "--verbose"}, env(nil), io.Discard, io.Discard)
