@@ -21,6 +21,7 @@ import (
 
 	"hearth/app"
 	"hearth/domain/uuid"
+	"hearth/internal/advisory"
 	"hearth/internal/pgtest"
 	httpport "hearth/ports/http"
 )
@@ -647,4 +648,38 @@ func TestMetricsFloodSharesOneRoundOfQueries(t *testing.T) {
 	require.NoError(t, tx.Rollback())
 	require.Equal(t, 1, strings.Count(started.stderr.String(), `"msg":"webhook metrics unavailable"`),
 		"one round of the webhook collector's query for %d concurrent scrapes", scrapes)
+}
+
+// A serve stopped (SIGTERM, Ctrl-C) before it is ready, here while another
+// instance holds the migrations lock, stops as asked: exit status 0 and a
+// line that says so, as a serve stopped once ready does. An orchestrator
+// stopping an instance mid-start in a rolling restart is not a failure, and
+// status 1 reads as one (systemd marks the unit failed).
+func TestServeStoppedBeforeItIsReadyStopsCleanly(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	holder, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = holder.Exec(`SELECT pg_advisory_xact_lock($1)`, advisory.MigrationsKey) // another instance, migrating
+	require.NoError(t, err)
+
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--http-addr", "127.0.0.1:0"}, env(map[string]string{
+			"DATABASE_URL": url, "MASTER_KEY": testMasterKey, "LOG_FORMAT": "json"}), io.Discard, &stderr)
+	}()
+	require.False(t, pgtest.DoneOrWaiting(t, db, done), "serve waits for the migrations lock")
+	stop() // the signal
+	err = <-done
+	require.NoError(t, err, "a stop asked for is not a failure")
+	require.Equal(t, 0, report(err, env(nil), io.Discard))
+	require.Contains(t, stderr.String(), "stopped before it was ready", "%s", stderr.String())
+	require.Contains(t, stderr.String(), "migrations lock", "what it was doing when stopped: %s", stderr.String())
 }
