@@ -525,7 +525,17 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 // serve runs Hearth in its mode until ctx is done, then shuts down
 // gracefully: the HTTP server drains, the projections finish or abort the
 // message in flight, and the leadership locks are released.
-func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
+	// Stopped (SIGTERM, Ctrl-C) before it was ready, as an orchestrator
+	// stops an instance mid-start: a stop asked for, not a failure, as a
+	// stop once ready is; the line says what it was doing.
+	started := false
+	defer func() {
+		if !started && err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			log.Info("hearth stopped before it was ready", "while", err.Error())
+			err = nil
+		}
+	}()
 	cfg, stopTracing, err := startTracing(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -677,6 +687,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return nil
 		})
 	}
+	started = true
 	log.Info("hearth started", append([]any{"mode", cfg.Mode, "split_databases", dbs.rm != dbs.es}, addrs...)...)
 
 	if sched != nil {
