@@ -10,9 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"hearth/adapters/readmodel"
+	"hearth/app/access"
 	"hearth/app/command"
 	"hearth/app/ops"
 	"hearth/app/query"
+	"hearth/client"
 	"hearth/domain/apperr"
 	"hearth/domain/event"
 	"hearth/domain/uuid"
@@ -443,4 +445,99 @@ func TestCustomerExportShowsNoOtherCustomersNotesCarriedOnAMovedOrder(t *testing
 		require.Contains(t, text, mark, "written about Alice: hers wherever it is")
 	}
 	require.NotContains(t, text, "BOB-")
+}
+
+// exportsWaitingForLocks polls until n backends of the read models'
+// database wait for a lock (the exports a lock on plans holds) or answered
+// holds an answer, and reports whether one came first. The read models have
+// a database of their own: every backend waiting there is an export's.
+func exportsWaitingForLocks[T any](t *testing.T, a *api, n int, answered chan T) bool {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if len(answered) > 0 {
+			return true
+		}
+		var waiting int
+		require.NoError(t, a.dbs.rm.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+		if waiting >= n {
+			return false
+		}
+		require.False(t, time.Now().After(deadline), "neither an answer nor %d exports waiting within 10 s", n)
+		<-tick.C
+	}
+}
+
+// An export is built whole in memory: exports running at once on an
+// instance must be bounded, or one merchant asking for many (each up to
+// MaxExportItems of every list) holds the instance's memory for every
+// tenant. A merchant gets one export at a time per instance (429, limit
+// exports), and the instance builds EXPORT_MAX_IN_FLIGHT (2) at once: a
+// third merchant's waits for neither (503 too-many-exports), both with
+// Retry-After; once one ends, the next export runs.
+func TestConcurrentExportsAreBounded(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	ctx := t.Context()
+	_, merchantC, opC := func() (string, string, string) {
+		k, err := a.w.refdata.CreateKey(ctx, "initech", access.Operator, "")
+		require.NoError(t, err)
+		return k.ID, k.MerchantID, k.Secret
+	}()
+	require.NotEqual(t, a.merchantA, merchantC)
+	ca := a.createCustomer(a.opA, "Ada")
+	cb := a.createCustomer(a.opB, "Bea")
+	cc := a.createCustomer(opC, "Cyd")
+
+	blocker, err := a.dbs.rm.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback() }()
+	_, err = blocker.ExecContext(ctx, `LOCK TABLE plans IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	type exported struct {
+		r   *client.ExportCustomerResponse
+		err error
+	}
+	export := func(key, customer string) chan exported {
+		done := make(chan exported, 1)
+		go func() {
+			r, err := a.hearth().ExportCustomerWithResponse(ctx, uid(t, customer), nil, as(key))
+			done <- exported{r, err}
+		}()
+		return done
+	}
+	first := export(a.opA, ca)
+	require.False(t, exportsWaitingForLocks(t, a, 1, first), "merchant A's export runs (and waits for plans)")
+
+	second := export(a.opA, ca)
+	require.True(t, exportsWaitingForLocks(t, a, 2, second), "a second export of merchant A is refused at once, not built beside its first")
+	x := <-second
+	p := problemOf(t, http.StatusTooManyRequests, "/problems/rate-limited", x.r, x.err)
+	require.NotNil(t, p.Limit)
+	require.Equal(t, "exports", string(*p.Limit))
+	require.NotEmpty(t, x.r.HTTPResponse.Header.Get("Retry-After"))
+
+	other := export(a.opB, cb)
+	require.False(t, exportsWaitingForLocks(t, a, 2, other), "merchant B's export runs beside A's")
+
+	third := export(opC, cc)
+	require.True(t, exportsWaitingForLocks(t, a, 3, third), "a third export on the instance is refused at once")
+	x = <-third
+	problemOf(t, http.StatusServiceUnavailable, "/problems/too-many-exports", x.r, x.err)
+	require.NotEmpty(t, x.r.HTTPResponse.Header.Get("Retry-After"))
+
+	require.NoError(t, blocker.Rollback())
+	for _, done := range []chan exported{first, other} {
+		x := <-done
+		expect(t, http.StatusOK, x.r, x.err)
+	}
+	// The slots are given back: the refused ones may run now.
+	x = <-export(a.opA, ca)
+	expect(t, http.StatusOK, x.r, x.err)
+	x = <-export(opC, cc)
+	expect(t, http.StatusOK, x.r, x.err)
 }
