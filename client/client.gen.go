@@ -930,6 +930,7 @@ func (e PlanWrittenStatus) Valid() bool {
 // Defines values for ProblemLimit.
 const (
 	ProblemLimitClientAddress ProblemLimit = "client-address"
+	ProblemLimitExports       ProblemLimit = "exports"
 	ProblemLimitInFlight      ProblemLimit = "in-flight"
 	ProblemLimitKey           ProblemLimit = "key"
 	ProblemLimitMerchant      ProblemLimit = "merchant"
@@ -940,6 +941,8 @@ const (
 func (e ProblemLimit) Valid() bool {
 	switch e {
 	case ProblemLimitClientAddress:
+		return true
+	case ProblemLimitExports:
 		return true
 	case ProblemLimitInFlight:
 		return true
@@ -974,6 +977,7 @@ const (
 	ProblemsruleBroken            ProblemType = "/problems/rule-broken"
 	ProblemssecretShownOnce       ProblemType = "/problems/secret-shown-once"
 	Problemstimeout               ProblemType = "/problems/timeout"
+	ProblemstooManyExports        ProblemType = "/problems/too-many-exports"
 	ProblemstooManyWaits          ProblemType = "/problems/too-many-waits"
 	Problemsunauthenticated       ProblemType = "/problems/unauthenticated"
 	ProblemsunpublishableEvent    ProblemType = "/problems/unpublishable-event"
@@ -1019,6 +1023,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemssecretShownOnce:
 		return true
 	case Problemstimeout:
+		return true
+	case ProblemstooManyExports:
 		return true
 	case ProblemstooManyWaits:
 		return true
@@ -9162,7 +9168,7 @@ type ClientInterface interface {
 
 	// ExportCustomer Export everything held about the customer (an access request)
 	//
-	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part. At most EXPORT_MAX_IN_FLIGHT exports (customers' and staff members') are built at once per server, and half of them (at least 1) for one merchant: beyond that the export is refused at once, 429 with limit exports for a merchant at its share, 503 too-many-exports for a server at its cap, each with Retry-After.
 	//
 	// Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
 	ExportCustomer(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -9613,7 +9619,7 @@ type ClientInterface interface {
 
 	// ExportStaffMember Export everything held about the staff member (an access request)
 	//
-	// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part.
+	// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part. At most EXPORT_MAX_IN_FLIGHT exports (customers' and staff members') are built at once per server, and half of them (at least 1) for one merchant: beyond that the export is refused at once, 429 with limit exports for a merchant at its share, 503 too-many-exports for a server at its cap, each with Retry-After.
 	//
 	// Corresponds with GET /v1/staff/{id}/export (the `ExportStaffMember` operationId).
 	ExportStaffMember(ctx context.Context, id Id, params *ExportStaffMemberParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -10364,7 +10370,7 @@ func (c *Client) EraseCustomer(ctx context.Context, id Id, params *EraseCustomer
 
 // ExportCustomer Export everything held about the customer (an access request)
 //
-// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part. At most EXPORT_MAX_IN_FLIGHT exports (customers' and staff members') are built at once per server, and half of them (at least 1) for one merchant: beyond that the export is refused at once, 429 with limit exports for a merchant at its share, 503 too-many-exports for a server at its cap, each with Retry-After.
 //
 // Corresponds with GET /v1/customers/{id}/export (the `ExportCustomer` operationId).
 func (c *Client) ExportCustomer(ctx context.Context, id Id, params *ExportCustomerParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -11405,7 +11411,7 @@ func (c *Client) EraseStaffMember(ctx context.Context, id Id, params *EraseStaff
 
 // ExportStaffMember Export everything held about the staff member (an access request)
 //
-// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part.
+// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part. At most EXPORT_MAX_IN_FLIGHT exports (customers' and staff members') are built at once per server, and half of them (at least 1) for one merchant: beyond that the export is refused at once, 429 with limit exports for a merchant at its share, 503 too-many-exports for a server at its cap, each with Retry-After.
 //
 // Corresponds with GET /v1/staff/{id}/export (the `ExportStaffMember` operationId).
 func (c *Client) ExportStaffMember(ctx context.Context, id Id, params *ExportStaffMemberParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -17995,7 +18001,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportCustomerWithResponse Export everything held about the customer (an access request)
 	//
-	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+	// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part. At most EXPORT_MAX_IN_FLIGHT exports (customers' and staff members') are built at once per server, and half of them (at least 1) for one merchant: beyond that the export is refused at once, 429 with limit exports for a merchant at its share, 503 too-many-exports for a server at its cap, each with Retry-After.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -18476,7 +18482,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportStaffMemberWithResponse Export everything held about the staff member (an access request)
 	//
-	// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part.
+	// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part. At most EXPORT_MAX_IN_FLIGHT exports (customers' and staff members') are built at once per server, and half of them (at least 1) for one merchant: beyond that the export is refused at once, 429 with limit exports for a merchant at its share, 503 too-many-exports for a server at its cap, each with Retry-After.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -24269,7 +24275,7 @@ type ExportCustomerResponse struct {
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ExportCustomerResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -24338,7 +24344,7 @@ func (r ExportCustomerResponse) GetApplicationproblemJSON500() *Internal {
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r ExportCustomerResponse) GetApplicationproblemJSON503() *Unavailable {
+func (r ExportCustomerResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
 }
 
@@ -32663,7 +32669,7 @@ type ExportStaffMemberResponse struct {
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ExportStaffMemberResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -32732,7 +32738,7 @@ func (r ExportStaffMemberResponse) GetApplicationproblemJSON500() *Internal {
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r ExportStaffMemberResponse) GetApplicationproblemJSON503() *Unavailable {
+func (r ExportStaffMemberResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
 }
 
@@ -35863,7 +35869,7 @@ func (c *ClientWithResponses) EraseCustomerWithResponse(ctx context.Context, id 
 
 // ExportCustomerWithResponse Export everything held about the customer (an access request)
 //
-// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part.
+// One JSON document (schema hearth.customer-export/1, the schema CustomerExport): the customer's record, service requests, orders, the orders' schedules, the change log of all of them, their stored events in public form, and the webhook deliveries of those events with the payload each sends. Operator keys of the customer's merchant only: admin keys belong to no merchant (403; a platform operator uses `app customers export`). Each export is recorded in the audit log (action customer.export: who, which customer, how many of each; never a value). The document is built in memory, so each of its lists is capped at 20,000 entries: a customer past the cap is refused whole (422, rule export.too_large), never exported in part. At most EXPORT_MAX_IN_FLIGHT exports (customers' and staff members') are built at once per server, and half of them (at least 1) for one merchant: beyond that the export is refused at once, 429 with limit exports for a merchant at its share, 503 too-many-exports for a server at its cap, each with Retry-After.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -36698,7 +36704,7 @@ func (c *ClientWithResponses) EraseStaffMemberWithResponse(ctx context.Context, 
 
 // ExportStaffMemberWithResponse Export everything held about the staff member (an access request)
 //
-// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part.
+// One JSON document (schema hearth.staff-export/1, the schema StaffExport): the staff member's record, their working hours with the days they were off and why, their worker keys (names and times, never a secret), and the schedules assigned to them now, each withholding its notes (written about the customer's visit: the customer's data, erased with the customer). Operator keys of the staff member's merchant only: admin keys belong to no merchant (403; a platform operator uses `app staff export`). Each export is recorded in the audit log (action staff_member.export: who, which staff member, how many of each; never a value). Each list is capped at 20,000 entries: past the cap the export is refused whole (422, rule export.too_large), never exported in part. At most EXPORT_MAX_IN_FLIGHT exports (customers' and staff members') are built at once per server, and half of them (at least 1) for one merchant: beyond that the export is refused at once, 429 with limit exports for a merchant at its share, 503 too-many-exports for a server at its cap, each with Retry-After.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -46335,7 +46341,7 @@ func ParseExportCustomerResponse(rsp *http.Response) (*ExportCustomerResponse, e
 		response.ApplicationproblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -60912,7 +60918,7 @@ func ParseExportStaffMemberResponse(rsp *http.Response) (*ExportStaffMemberRespo
 		response.ApplicationproblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -86,6 +86,12 @@ type Config struct {
 	// it has nothing. A waiting poll holds no database connection.
 	// Defaults to 256.
 	EventFeedMaxWaits int
+	// ExportMaxInFlight caps the exports (GET /v1/customers/{id}/export,
+	// GET /v1/staff/{id}/export) built at once per API instance
+	// (EXPORT_MAX_IN_FLIGHT): each is held whole in memory until its answer
+	// is written. Over it an export answers 503 at once, and over half of it
+	// (at least 1) for one merchant 429. Defaults to 2.
+	ExportMaxInFlight int
 	// RequestStatementTimeout is the statement_timeout of the request
 	// path's database sessions (REQUEST_STATEMENT_TIMEOUT): a query of an
 	// HTTP request that runs longer is cancelled and the request answers
@@ -279,6 +285,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		errs = append(errs, fmt.Errorf("EVENT_FEED_WAIT=%s: must be at most 60s", cfg.EventFeedWait))
 	}
 	cfg.EventFeedMaxWaits = count(getenv, "EVENT_FEED_MAX_WAITS", 256, 1, &errs)
+	cfg.ExportMaxInFlight = count(getenv, "EXPORT_MAX_IN_FLIGHT", 2, 1, &errs)
 	cfg.RequestStatementTimeout = duration("REQUEST_STATEMENT_TIMEOUT", 5*time.Second)
 	if cfg.RequestStatementTimeout > time.Hour { // Postgres takes up to 596h; no request should wait an hour
 		errs = append(errs, fmt.Errorf("REQUEST_STATEMENT_TIMEOUT=%s: must be at most 1h", cfg.RequestStatementTimeout))

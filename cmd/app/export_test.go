@@ -520,6 +520,10 @@ func TestConcurrentExportsAreBounded(t *testing.T) {
 	require.NotNil(t, p.Limit)
 	require.Equal(t, "exports", string(*p.Limit))
 	require.NotEmpty(t, x.r.HTTPResponse.Header.Get("Retry-After"))
+	// Both refusals, of both exports, are answers the document describes.
+	d := newDocCheck(t, a)
+	require.Equal(t, http.StatusTooManyRequests, d.send("a merchant's second export", "GET", "/v1/customers/"+ca+"/export", a.opA, nil, nil).Status)
+	require.Equal(t, http.StatusTooManyRequests, d.send("a merchant's export beside its customer's", "GET", "/v1/staff/"+a.staffA+"/export", a.opA, nil, nil).Status)
 
 	other := export(a.opB, cb)
 	require.False(t, exportsWaitingForLocks(t, a, 2, other), "merchant B's export runs beside A's")
@@ -529,6 +533,8 @@ func TestConcurrentExportsAreBounded(t *testing.T) {
 	x = <-third
 	problemOf(t, http.StatusServiceUnavailable, "/problems/too-many-exports", x.r, x.err)
 	require.NotEmpty(t, x.r.HTTPResponse.Header.Get("Retry-After"))
+	require.Equal(t, http.StatusServiceUnavailable, d.send("an export on a full instance", "GET", "/v1/staff/"+a.staffA+"/export", opC, nil, nil).Status)
+	require.Empty(t, d.violations)
 
 	require.NoError(t, blocker.Rollback())
 	for _, done := range []chan exported{first, other} {
@@ -540,4 +546,5 @@ func TestConcurrentExportsAreBounded(t *testing.T) {
 	expect(t, http.StatusOK, x.r, x.err)
 	x = <-export(opC, cc)
 	expect(t, http.StatusOK, x.r, x.err)
+	require.Len(t, a.exportAudit(), 4, "the four exports that ran; the refused ones are not recorded")
 }

@@ -715,8 +715,9 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		FeedWait: cfg.EventFeedWait, FeedMaxWaits: cfg.EventFeedMaxWaits,
 		Idempotency: w.idempotency,
 		KeyUsed:     w.refdata.NoteUse, Keys: w.keys, Audit: w.auditTrail, Exports: w.exports, StaffExports: w.staffExports,
-		Erasures: w.erasures,
-		Limits:   cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
+		ExportMaxInFlight: cfg.ExportMaxInFlight,
+		Erasures:          w.erasures,
+		Limits:            cfg.httpLimits(), TrustedProxies: cfg.TrustedProxies, KeyCacheTTL: cfg.KeyCacheTTL,
 	}
 	if w.reads != nil {
 		hc.Reads, hc.Consistency = w.reads, w.reads

@@ -2,12 +2,53 @@ package httpport
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"hearth/app/ops"
 	"hearth/app/publicevent"
+	"hearth/domain/apperr"
 )
+
+// LimitExports is the limit (problem member limit) of a merchant's exports
+// running at once on an instance.
+const LimitExports = "exports"
+
+// exportRetryAfter is the Retry-After of a refused export: about what one
+// export of a large customer takes to build and send.
+const exportRetryAfter = 5 * time.Second
+
+// errTooManyExports is an export refused because the instance builds
+// ExportMaxInFlight already (503 too-many-exports).
+var errTooManyExports = errors.New("too many exports are being built on this server; try again shortly")
+
+// oneExport runs h, a customer's or a staff member's export, in one of the
+// instance's export slots. An export is built whole in memory (up to
+// ops.MaxExportItems of each list) and held until its answer is written,
+// and the instance's memory is every tenant's: so at most
+// ExportMaxInFlight run at once, at most ExportMerchantMaxInFlight of them
+// for one merchant. Over either the request is refused at once, with
+// Retry-After, rather than queued: a queue would hold the request's
+// in-flight slot, and the client's connection, for as long as the exports
+// ahead of it take.
+func (s *server) oneExport(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		release, refused := s.exportSlots.try(principal(r).MerchantID)
+		switch refused {
+		case refusedMerchant:
+			return &apperr.LimitError{Limit: LimitExports, RetryAfter: exportRetryAfter, Detail: fmt.Sprintf(
+				"this merchant has %d export(s) running on this server, its share; try again when one is done", s.ExportMerchantMaxInFlight)}
+		case refusedInstance:
+			w.Header().Set("Retry-After", strconv.Itoa(int(exportRetryAfter.Seconds())))
+			return errTooManyExports
+		}
+		defer release()
+		return h(w, r)
+	}
+}
 
 // CustomerExports exports everything held about one customer
 // (ops.Exports).

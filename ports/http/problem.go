@@ -34,7 +34,7 @@ type problem struct {
 	// ConflictingScheduleID names the schedule a booking clashed with.
 	ConflictingScheduleID string `json:"conflicting_schedule_id,omitempty"`
 	// Limit names the limit a 429 hit: key, merchant, in-flight,
-	// client-address, or webhook-queue (apperr.LimitError's).
+	// client-address, or webhook-queue and exports (apperr.LimitError's).
 	Limit string `json:"limit,omitempty"`
 	// EventID names the event the event feed cannot give in its public
 	// form (/problems/unpublishable-event), or the stored event of the
@@ -133,6 +133,8 @@ func ProblemOf(err error) (p Problem, ok bool) {
 		p.EventID = unreadable.EventID
 	case errors.Is(err, errTooManyFeedWaits):
 		p = newProblem(http.StatusServiceUnavailable, "too-many-waits", err.Error())
+	case errors.Is(err, errTooManyExports):
+		p = newProblem(http.StatusServiceUnavailable, "too-many-exports", err.Error())
 	case errors.Is(err, apperr.ErrNotFound):
 		p = newProblem(http.StatusNotFound, "not-found", "no such resource")
 	case errors.Is(err, apperr.ErrForbidden):

@@ -118,6 +118,15 @@ type Config struct {
 	// StaffExports serves GET /v1/staff/{id}/export (operator keys;
 	// ops.StaffExports). Optional: without it, the route answers 404.
 	StaffExports StaffMemberExports
+	// ExportMaxInFlight caps the exports (a customer's, a staff member's)
+	// built at once: each is held whole in memory until its answer is
+	// written. Over the cap an export answers 503 at once (export.go).
+	// Defaults to 2.
+	ExportMaxInFlight int
+	// ExportMerchantMaxInFlight caps one merchant's share of them; over it
+	// an export answers 429 (limit exports). Defaults to half of
+	// ExportMaxInFlight, at least 1.
+	ExportMerchantMaxInFlight int
 	// Erasures serves POST /v1/customers/{id}/erase and POST
 	// /v1/staff/{id}/erase (operator keys; ops.Erasures). Optional: without
 	// it, those routes answer 404.
@@ -177,6 +186,7 @@ type server struct {
 	Config
 	log             *slog.Logger
 	idempotentSlots *fairSlots
+	exportSlots     *fairSlots    // one per export being built (oneExport)
 	waits           chan struct{} // one token per read-your-writes wait in flight
 	feedWaits       chan struct{} // one token per event feed long poll in flight
 	limits          *limiter
@@ -215,8 +225,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	cfg.IdempotencyMaxInFlight = cmp.Or(cfg.IdempotencyMaxInFlight, 8)
 	cfg.IdempotencyMerchantMaxInFlight = cmp.Or(cfg.IdempotencyMerchantMaxInFlight, max(cfg.IdempotencyMaxInFlight/2, 1))
 	slots := newFairSlots(cfg.IdempotencyMaxInFlight, cfg.IdempotencyMerchantMaxInFlight)
+	cfg.ExportMaxInFlight = cmp.Or(cfg.ExportMaxInFlight, 2)
+	cfg.ExportMerchantMaxInFlight = cmp.Or(cfg.ExportMerchantMaxInFlight, max(cfg.ExportMaxInFlight/2, 1))
 	s := &server{Config: cfg, log: cfg.Log.With("component", "http"), idempotentSlots: slots,
-		waits: make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)), feedWaits: make(chan struct{}, max(cfg.FeedMaxWaits, 0)),
+		exportSlots: newFairSlots(cfg.ExportMaxInFlight, cfg.ExportMerchantMaxInFlight),
+		waits:       make(chan struct{}, max(cfg.ConsistencyMaxWaits, 0)), feedWaits: make(chan struct{}, max(cfg.FeedMaxWaits, 0)),
 		limits: newLimiter(cfg.Limits, cfg.TrustedProxies), keyHits: newKeyCache(cfg.KeyCacheTTL)}
 	rts := s.routes()
 	input, err := declaredInput(rts)
@@ -366,8 +379,8 @@ func (s *server) routes() []route {
 		versioned("PUT /v1/staff/{id}/working-hours", op, s.putWorkingHours),
 		v1("GET /v1/availability", op, s.availability),
 		v1("GET /v1/events", op, s.listEvents),
-		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.exportCustomer)),
-		v1("GET /v1/staff/{id}/export", op, s.configured(s.StaffExports != nil, s.exportStaffMember)),
+		v1("GET /v1/customers/{id}/export", op, s.configured(s.Exports != nil, s.oneExport(s.exportCustomer))),
+		v1("GET /v1/staff/{id}/export", op, s.configured(s.StaffExports != nil, s.oneExport(s.exportStaffMember))),
 		// An erasure's first pass is one transaction of the event store,
 		// which checks the key first; the second pass runs whatever becomes
 		// of the request (ops.Erasures.Erase), so only a key that worked

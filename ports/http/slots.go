@@ -5,7 +5,8 @@ import (
 	"sync"
 )
 
-// fairSlots shares the slots of the idempotent writes among merchants: at
+// fairSlots shares the slots of the idempotent writes (acquire, which
+// waits), or of the exports (try, which does not), among merchants: at
 // most total run at once, and at most perMerchant of them for one merchant,
 // so that a merchant whose writes are slow (or stuck until their statement
 // timeout) leaves the other slots to the others. A freed slot goes to the
@@ -102,3 +103,41 @@ func (s *fairSlots) grant() {
 		close(w.granted)
 	}
 }
+
+// try takes a slot for the merchant only if one is free at once (a free
+// slot beside waiters is one their merchants' shares keep from them):
+// release gives it back. Otherwise it takes nothing and says which cap
+// refused it: refusedMerchant when the merchant holds its share,
+// refusedInstance when every slot is held.
+func (s *fairSlots) try(merchant string) (release func(), refused slotRefusal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.holding[merchant] >= s.perMerchant:
+		return nil, refusedMerchant
+	case s.held >= s.total:
+		return nil, refusedInstance
+	}
+	s.held++
+	s.holding[merchant]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.held--
+			if s.holding[merchant]--; s.holding[merchant] == 0 {
+				delete(s.holding, merchant)
+			}
+			s.grant()
+		})
+	}, 0
+}
+
+// slotRefusal is why try took no slot.
+type slotRefusal int
+
+const (
+	refusedMerchant slotRefusal = iota + 1 // the merchant holds its share
+	refusedInstance                        // every slot is held
+)
