@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"flag"
 	"io"
 	stdlog "log"
 	"log/slog"
@@ -682,4 +683,88 @@ func TestServeStoppedBeforeItIsReadyStopsCleanly(t *testing.T) {
 	require.Equal(t, 0, report(err, env(nil), io.Discard))
 	require.Contains(t, stderr.String(), "stopped before it was ready", "%s", stderr.String())
 	require.Contains(t, stderr.String(), "migrations lock", "what it was doing when stopped: %s", stderr.String())
+}
+
+// A client address may hold at most HTTP_MAX_CONNECTIONS_PER_ADDRESS
+// connections open at once: each holds a file descriptor, a goroutine and
+// its buffers, and /healthz, which no key or budget guards, keeps one from
+// going idle. Without a cap one address holds the process's descriptors,
+// and then no other client connects and no database connection opens.
+// Over the cap a connection is answered 429 (limit connections, with
+// Retry-After) and closed; once one of the address's connections ends, it
+// may open another. A trusted proxy (TRUSTED_PROXIES) carries many
+// clients: its connections are not capped.
+func TestConnectionsPerAddressAreCapped(t *testing.T) {
+	t.Parallel()
+	serve := func(t *testing.T, vars map[string]string) string {
+		vars["DATABASE_URL"] = testDatabaseURL
+		cfg, _, err := loadConfig(env(vars), flag.NewFlagSet("serve", flag.ContinueOnError), nil)
+		require.NoError(t, err)
+		srv := newHTTPServer(cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		go func() { _ = serveOn(srv, ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		return ln.Addr().String()
+	}
+	// get opens a connection and sends a request on it, leaving it open;
+	// it returns the connection and the answer.
+	get := func(t *testing.T, addr string) (net.Conn, *http.Response, string) {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second))) // the test's bound, far above the server's
+		_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		return conn, res, string(body)
+	}
+
+	t.Run("one address", func(t *testing.T) {
+		t.Parallel()
+		addr := serve(t, map[string]string{"HTTP_MAX_CONNECTIONS_PER_ADDRESS": "2"})
+		first, res, _ := get(t, addr)
+		require.Equal(t, http.StatusNoContent, res.StatusCode)
+		_, res, _ = get(t, addr)
+		require.Equal(t, http.StatusNoContent, res.StatusCode)
+
+		third, res, body := get(t, addr)
+		require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a third connection from one address is refused, not served")
+		require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+		require.NotEmpty(t, res.Header.Get("Retry-After"))
+		var p httpport.Problem
+		require.NoError(t, json.Unmarshal([]byte(body), &p), "%s", body)
+		require.Equal(t, "/problems/rate-limited", p.Type)
+		require.Equal(t, "connections", p.Limit)
+		rest, err := io.ReadAll(third)
+		require.NoError(t, err, "the server closed the refused connection")
+		require.Empty(t, rest)
+
+		// One of the address's connections ends: it may open another.
+		require.NoError(t, first.Close())
+		deadline := time.Now().Add(10 * time.Second)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_, res, _ := get(t, addr)
+			if res.StatusCode == http.StatusNoContent {
+				break
+			}
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+			require.False(t, time.Now().After(deadline), "a connection freed by its client is never counted free")
+			<-tick.C
+		}
+	})
+
+	t.Run("a trusted proxy", func(t *testing.T) {
+		t.Parallel()
+		addr := serve(t, map[string]string{"HTTP_MAX_CONNECTIONS_PER_ADDRESS": "2", "TRUSTED_PROXIES": "127.0.0.1"})
+		for range 3 {
+			_, res, _ := get(t, addr)
+			require.Equal(t, http.StatusNoContent, res.StatusCode, "a trusted proxy's connections are not capped")
+		}
+	})
 }
