@@ -930,6 +930,7 @@ func (e PlanWrittenStatus) Valid() bool {
 // Defines values for ProblemLimit.
 const (
 	ProblemLimitClientAddress ProblemLimit = "client-address"
+	ProblemLimitConnections   ProblemLimit = "connections"
 	ProblemLimitExports       ProblemLimit = "exports"
 	ProblemLimitInFlight      ProblemLimit = "in-flight"
 	ProblemLimitKey           ProblemLimit = "key"
@@ -941,6 +942,8 @@ const (
 func (e ProblemLimit) Valid() bool {
 	switch e {
 	case ProblemLimitClientAddress:
+		return true
+	case ProblemLimitConnections:
 		return true
 	case ProblemLimitExports:
 		return true

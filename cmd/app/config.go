@@ -112,6 +112,12 @@ type Config struct {
 	// HTTPIdleTimeout closes a keep-alive connection idle that long
 	// (HTTP_IDLE_TIMEOUT). Defaults to 120s.
 	HTTPIdleTimeout time.Duration
+	// HTTPMaxConnectionsPerAddress caps the connections one client address
+	// (IPv6: /64; a TRUSTED_PROXIES peer is not capped) holds open at once
+	// on each listener (HTTP_MAX_CONNECTIONS_PER_ADDRESS): each holds a file
+	// descriptor and memory however idle. A connection over it is answered
+	// 429 and closed. Defaults to 1024; 0 turns it off.
+	HTTPMaxConnectionsPerAddress int
 	// AdminAddr, when set, is a second listener that serves /metrics and
 	// /admin/* (and /healthz, /readyz); the public listener (HTTP_ADDR) then
 	// answers 404 for them (ADMIN_ADDR, host:port). Defaults to "" (one
@@ -300,6 +306,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		errs = append(errs, fmt.Errorf("HTTP_WRITE_TIMEOUT=%s: must exceed %s + REQUEST_STATEMENT_TIMEOUT (%s), the longest legitimate answer", cfg.HTTPWriteTimeout, waitName, longest))
 	}
 	cfg.HTTPIdleTimeout = duration("HTTP_IDLE_TIMEOUT", 120*time.Second)
+	cfg.HTTPMaxConnectionsPerAddress = count(getenv, "HTTP_MAX_CONNECTIONS_PER_ADDRESS", 1024, 0, &errs)
 	cfg.KeyRPS = perSecond(getenv, "RATE_LIMIT_KEY_RPS", 50, &errs)
 	cfg.KeyBurst = count(getenv, "RATE_LIMIT_KEY_BURST", 100, 1, &errs)
 	cfg.MerchantRPS = perSecond(getenv, "RATE_LIMIT_MERCHANT_RPS", 100, &errs)

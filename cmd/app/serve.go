@@ -653,7 +653,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		addrs = append(addrs, strings.ToLower(l.setting), ln.Addr().String())
 		srv := newHTTPServer(cfg, handler)
 		g.Go(func() error {
-			if err := serveOn(srv, ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := serveOn(cfg, srv, ln); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("http server (%s): %w", l.setting, err)
 			}
 			return nil
@@ -799,8 +799,10 @@ func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
 
 // serveOn serves srv on ln, whose connections answer net/http's own errors
 // (headers over maxHeaderBytes, an unreadable request) as problems
-// (httpport.Listener).
-func serveOn(srv *http.Server, ln net.Listener) error {
+// (httpport.Listener), at most HTTP_MAX_CONNECTIONS_PER_ADDRESS of them
+// open at once per client address (httpport.LimitConnectionsPerAddress).
+func serveOn(cfg Config, srv *http.Server, ln net.Listener) error {
+	ln = httpport.LimitConnectionsPerAddress(ln, cfg.HTTPMaxConnectionsPerAddress, cfg.TrustedProxies)
 	return srv.Serve(httpport.Listener(ln, maxHeaderBytes))
 }
 
