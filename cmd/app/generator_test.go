@@ -977,3 +977,50 @@ func (e generatorEnv) lifecycle(t *testing.T, action string) {
 	t.Helper()
 	e.a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/"+action, e.a.opA, nil)
 }
+
+// generatedBy counts the orders the generator created for a merchant.
+func (e generatorEnv) generatedBy(t *testing.T, merchantID string) int {
+	var n int
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM events
+		WHERE type = 'OrderCreated' AND actor = $1 AND merchant_id = $2`, command.GeneratorActor, merchantID).Scan(&n))
+	return n
+}
+
+// The generator serves every merchant in one round, one plan after
+// another. A merchant with many plans (each a transaction per visit in its
+// first round) must not keep another's plans waiting behind all of its
+// own: the round takes the merchants' plans in turn. Here merchant A's
+// three plans come first in the list, merchant B's one last; the round,
+// stopped after two plans' visits, has served B's plan.
+func TestVisitGeneratorTakesTheMerchantsPlansInTurn(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	start := time.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)
+	weekly := func(key, customer, item string) {
+		a.must(http.StatusCreated, http.MethodPost, "/v1/plans", key, map[string]any{
+			"customer_id": customer, "catalog_item_id": item,
+			"window":     map[string]any{"start": "13:00", "end": "14:00"},
+			"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": start, "count": 4}})
+	}
+	customerA := a.createCustomer(a.opA, "Many Plans")
+	itemA := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Weekly visit", "base_price_cents": 1000})
+	weekly(a.opA, customerA, itemA)
+	weekly(a.opA, customerA, itemA)
+	customerB := a.createCustomer(a.opB, "One Plan")
+	itemB := a.crmCreate(a.opB, "/v1/catalog-items", map[string]any{"name": "Weekly visit", "base_price_cents": 1000})
+	weekly(a.opB, customerB, itemB)
+
+	g := e.generator(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	seen := 0
+	g.Between = func(context.Context) {
+		if seen++; seen == 9 {
+			cancel() // after two plans' four visits each
+		}
+	}
+	_, err := g.All(ctx, e.plans, e.now, 8*7*24*time.Hour)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 4, e.generatedBy(t, a.merchantB), "merchant B's plan was served before merchant A's second plan (A has %d orders)", e.generatedBy(t, a.merchantA))
+	require.Equal(t, 4, e.generatedBy(t, a.merchantA))
+}
