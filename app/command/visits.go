@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -82,6 +83,16 @@ type VisitGenerator struct {
 	// Fatal, when set, tells an error that ends a round of All (a stale
 	// leadership term) from one that only fails its plan.
 	Fatal func(error) bool
+	// MerchantShare, when above 0, is the most plans of one merchant a
+	// round of All runs (PLAN_MERCHANT_SHARE): a merchant with more has
+	// the others run in the next rounds, from where the last share ended.
+	// One round serves every merchant, so without it the round, and every
+	// other merchant's wait for its next one, grows with the plans of the
+	// merchant that has most. 0: every plan every round.
+	MerchantShare int
+
+	mu   sync.Mutex
+	next map[string]int // by merchant over its share: where its next share starts among its plans
 }
 
 // NewVisitGenerator checks its dependency.
@@ -417,17 +428,19 @@ type PlanLister interface {
 	ListPlans(ctx context.Context) ([]PlanRef, error)
 }
 
-// All runs Plan over every plan the lister lists, in order. A plan that
+// All runs Plan over the plans the lister lists, the merchants' in turn
+// (turns), each merchant's share of them (MerchantShare). A plan that
 // fails does not stop the others, every merchant's: its error joins the
 // round's, and the next round tries it again. Only ctx's end or an error
 // Fatal names (a stale term) stops the round. Plans that ended are cheap:
 // they have no visit to create, and only their cancellations to make.
 func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Time, horizon time.Duration) (VisitsDone, error) {
 	var total VisitsDone
-	refs, err := plans.ListPlans(ctx)
+	listed, err := plans.ListPlans(ctx)
 	if err != nil {
 		return total, err
 	}
+	refs := g.turns(listed)
 	var errs []error
 	inARow := 0 // failures in a row that are not a plan's own
 	for _, r := range refs {
@@ -453,6 +466,53 @@ func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Tim
 		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// turns orders a round's plans: the first plan of each merchant (in the
+// order of their first plans in refs), then the second of each, and so on,
+// so that a merchant's plans wait behind as many of another's as they are
+// deep in their own list, not behind all of them (a first round runs a
+// transaction per visit). A merchant with more than MerchantShare plans
+// has a share of them run, the one after the last round's (wrapping
+// around), counted from the round's start: a round that stops early
+// leaves the rest of its share to the next pass over the merchant's plans.
+func (g *VisitGenerator) turns(refs []PlanRef) []PlanRef {
+	var merchants []string
+	by := map[string][]PlanRef{}
+	for _, r := range refs {
+		if _, ok := by[r.MerchantID]; !ok {
+			merchants = append(merchants, r.MerchantID)
+		}
+		by[r.MerchantID] = append(by[r.MerchantID], r)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := map[string]int{}
+	shares := make([][]PlanRef, len(merchants))
+	longest := 0
+	for i, m := range merchants {
+		own := by[m]
+		if n := len(own); g.MerchantShare > 0 && n > g.MerchantShare {
+			from := g.next[m] % n
+			share := make([]PlanRef, g.MerchantShare)
+			for j := range share {
+				share[j] = own[(from+j)%n]
+			}
+			own, next[m] = share, (from+g.MerchantShare)%n
+		}
+		shares[i] = own
+		longest = max(longest, len(own))
+	}
+	g.next = next // a merchant back within its share starts again from its first plan
+	out := make([]PlanRef, 0, len(refs))
+	for k := range longest {
+		for _, own := range shares {
+			if k < len(own) {
+				out = append(out, own[k])
+			}
+		}
+	}
+	return out
 }
 
 // maxFailuresInARow ends a round of All whose plans keep failing for a

@@ -182,6 +182,12 @@ type Config struct {
 	// every plan (PLAN_INTERVAL, 1s to 24h, at most half PLAN_HORIZON).
 	// Defaults to 1m.
 	PlanInterval time.Duration
+	// PlanMerchantShare is the most plans of one merchant a round of the
+	// visit generator runs (PLAN_MERCHANT_SHARE); a merchant with more has
+	// the others run in the next rounds, so that one merchant's plans
+	// cannot lengthen every other merchant's wait for a round. Defaults to
+	// 1000; 0: every plan every round.
+	PlanMerchantShare int
 	// WebhookTimeout bounds one delivery attempt, from dialling to the end
 	// of the answer (WEBHOOK_TIMEOUT, at most 1m). Defaults to 10s.
 	WebhookTimeout time.Duration
@@ -328,6 +334,7 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 		errs = append(errs, fmt.Errorf("PLAN_HORIZON=%s: must be from 1h to 8784h (a year)", cfg.PlanHorizon))
 	}
 	cfg.PlanInterval = duration("PLAN_INTERVAL", time.Minute)
+	cfg.PlanMerchantShare = count(getenv, "PLAN_MERCHANT_SHARE", 1000, 0, &errs)
 	if cfg.PlanInterval < time.Second || cfg.PlanInterval > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("PLAN_INTERVAL=%s: must be from 1s to 24h", cfg.PlanInterval))
 	}

@@ -1024,3 +1024,43 @@ func TestVisitGeneratorTakesTheMerchantsPlansInTurn(t *testing.T) {
 	require.Equal(t, 4, e.generatedBy(t, a.merchantB), "merchant B's plan was served before merchant A's second plan (A has %d orders)", e.generatedBy(t, a.merchantA))
 	require.Equal(t, 4, e.generatedBy(t, a.merchantA))
 }
+
+// A merchant with more plans than PLAN_MERCHANT_SHARE has that many run a
+// round, the next ones the round after, wrapping around; the other
+// merchants' plans run every round.
+func TestVisitGeneratorRunsAMerchantsShareOfItsPlansARound(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	start := time.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)
+	weekly := func(key, customer, item string) string {
+		return a.must(http.StatusCreated, http.MethodPost, "/v1/plans", key, map[string]any{
+			"customer_id": customer, "catalog_item_id": item,
+			"window":     map[string]any{"start": "13:00", "end": "14:00"},
+			"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": start, "count": 4}}).Body["id"].(string)
+	}
+	customerA := a.createCustomer(a.opA, "Many Plans")
+	itemA := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Weekly visit", "base_price_cents": 1000})
+	weekly(a.opA, customerA, itemA)
+	weekly(a.opA, customerA, itemA)
+	customerB := a.createCustomer(a.opB, "One Plan")
+	itemB := a.crmCreate(a.opB, "/v1/catalog-items", map[string]any{"name": "Weekly visit", "base_price_cents": 1000})
+	planB := weekly(a.opB, customerB, itemB)
+
+	g := e.generator(t)
+	g.MerchantShare = 2
+	done, err := g.All(t.Context(), e.plans, e.now, 8*7*24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 12, done.Created, "two of A's three plans and B's")
+	require.Equal(t, 8, e.generatedBy(t, a.merchantA))
+	require.Equal(t, 4, e.generatedBy(t, a.merchantB))
+
+	// B's plan ends: its visits are cancelled at the next round, which
+	// also runs A's third plan (and its first again: nothing to do).
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+planB+"/end", a.opB, nil)
+	done, err = g.All(t.Context(), e.plans, e.now, 8*7*24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created, "A's third plan")
+	require.Equal(t, 4, done.Cancelled, "B's plan's visits: its plans run every round")
+	require.Equal(t, 12, e.generatedBy(t, a.merchantA))
+}

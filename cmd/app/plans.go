@@ -66,6 +66,7 @@ func leadPlans(ctx context.Context, term int64, cfg Config, lease time.Duration,
 		return err
 	}
 	gen.Between = between
+	gen.MerchantShare = cfg.PlanMerchantShare
 	gen.Fatal = func(err error) bool { return errors.Is(readmodel.StaleTerm(err), readmodel.ErrStaleTerm) }
 	plans, err := pubsub.NewPlans(db.DB)
 	if err != nil {
