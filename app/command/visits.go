@@ -91,8 +91,14 @@ type VisitGenerator struct {
 	// merchant that has most. 0: every plan every round.
 	MerchantShare int
 
-	mu   sync.Mutex
-	next map[string]int // by merchant over its share: where its next share starts among its plans
+	mu     sync.Mutex
+	turnOf map[string]merchantTurn // by merchant, as the last round left it
+}
+
+// merchantTurn is where a merchant's plans stood after a round.
+type merchantTurn struct {
+	listed int // how many plans it had: those after them are new
+	next   int // where the next share starts among them
 }
 
 // NewVisitGenerator checks its dependency.
@@ -473,9 +479,11 @@ func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Tim
 // so that a merchant's plans wait behind as many of another's as they are
 // deep in their own list, not behind all of them (a first round runs a
 // transaction per visit). A merchant with more than MerchantShare plans
-// has a share of them run, the one after the last round's (wrapping
-// around), counted from the round's start: a round that stops early
-// leaves the rest of its share to the next pass over the merchant's plans.
+// has a share of them run: its plans created since the last round first
+// (their first visits may be close: a visit whose start has passed gets no
+// order), then the ones after the last round's share, wrapping around.
+// The share counts from the round's start: a round that stops early leaves
+// the rest of it to the next pass over the merchant's plans.
 func (g *VisitGenerator) turns(refs []PlanRef) []PlanRef {
 	var merchants []string
 	by := map[string][]PlanRef{}
@@ -487,23 +495,34 @@ func (g *VisitGenerator) turns(refs []PlanRef) []PlanRef {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	next := map[string]int{}
+	turns := make(map[string]merchantTurn, len(merchants))
 	shares := make([][]PlanRef, len(merchants))
 	longest := 0
 	for i, m := range merchants {
 		own := by[m]
-		if n := len(own); g.MerchantShare > 0 && n > g.MerchantShare {
-			from := g.next[m] % n
-			share := make([]PlanRef, g.MerchantShare)
-			for j := range share {
-				share[j] = own[(from+j)%n]
-			}
-			own, next[m] = share, (from+g.MerchantShare)%n
+		n := len(own)
+		last, ok := g.turnOf[m]
+		if !ok || last.listed > n {
+			last = merchantTurn{listed: n} // the term's first round: none is new
 		}
+		turn := merchantTurn{listed: n}
+		if g.MerchantShare > 0 && n > g.MerchantShare {
+			// Plans are listed oldest first: the new ones come last.
+			share := slices.Clone(own[last.listed:min(n, last.listed+g.MerchantShare)])
+			if old := own[:last.listed]; len(old) > 0 {
+				from, more := last.next%len(old), min(g.MerchantShare-len(share), len(old))
+				for j := range more {
+					share = append(share, old[(from+j)%len(old)])
+				}
+				turn.next = from + more
+			}
+			own = share
+		}
+		turns[m] = turn
 		shares[i] = own
 		longest = max(longest, len(own))
 	}
-	g.next = next // a merchant back within its share starts again from its first plan
+	g.turnOf = turns
 	out := make([]PlanRef, 0, len(refs))
 	for k := range longest {
 		for _, own := range shares {

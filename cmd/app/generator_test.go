@@ -1055,12 +1055,20 @@ func TestVisitGeneratorRunsAMerchantsShareOfItsPlansARound(t *testing.T) {
 	require.Equal(t, 8, e.generatedBy(t, a.merchantA))
 	require.Equal(t, 4, e.generatedBy(t, a.merchantB))
 
-	// B's plan ends: its visits are cancelled at the next round, which
-	// also runs A's third plan (and its first again: nothing to do).
+	// B's plan ends, and A creates a fourth plan. The next round runs
+	// A's new plan first (its first visit may be close), then A's third
+	// one, and B's, whose visits are cancelled: its plans run every round.
 	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+planB+"/end", a.opB, nil)
+	weekly(a.opA, customerA, itemA)
 	done, err = g.All(t.Context(), e.plans, e.now, 8*7*24*time.Hour)
 	require.NoError(t, err)
-	require.Equal(t, 4, done.Created, "A's third plan")
-	require.Equal(t, 4, done.Cancelled, "B's plan's visits: its plans run every round")
-	require.Equal(t, 12, e.generatedBy(t, a.merchantA))
+	require.Equal(t, 8, done.Created, "A's new plan and its third one")
+	require.Equal(t, 4, done.Cancelled, "B's plan's visits")
+	require.Equal(t, 16, e.generatedBy(t, a.merchantA))
+
+	// Then the rotation goes on (A's fourth plan, then its first): nothing
+	// left to do.
+	done, err = g.All(t.Context(), e.plans, e.now, 8*7*24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done)
 }
