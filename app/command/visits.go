@@ -90,6 +90,11 @@ type VisitGenerator struct {
 	// other merchant's wait for its next one, grows with the plans of the
 	// merchant that has most. 0: every plan every round.
 	MerchantShare int
+	// Interval is how often All runs (PLAN_INTERVAL). A plan run every k
+	// rounds orders its visits a horizon ahead, so its merchant's share
+	// never leaves it waiting more rounds than the horizon covers (one
+	// round less, for the round's own length). 0: the share as it is.
+	Interval time.Duration
 
 	mu     sync.Mutex
 	turnOf map[string]merchantTurn // by merchant, as the last round left it

@@ -1072,3 +1072,43 @@ func TestVisitGeneratorRunsAMerchantsShareOfItsPlansARound(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, command.VisitsDone{}, done)
 }
+
+// The share never stretches a merchant's rotation past what the horizon
+// covers: a plan run every k rounds orders its visits up to a horizon
+// ahead, so with k rounds longer than that, the visits between one run's
+// horizon and the next run would get no order. With PLAN_HORIZON at twice
+// PLAN_INTERVAL (the least it may be) every plan runs every round,
+// whatever the share; with rounds eight times as frequent as the horizon
+// is long, a plan may wait seven rounds, and the share holds.
+func TestVisitGeneratorShareNeverOutlastsTheHorizon(t *testing.T) {
+	t.Parallel()
+	horizon := 8 * 7 * 24 * time.Hour
+	for _, tc := range []struct {
+		interval time.Duration
+		created  int
+	}{
+		{horizon / 2, 16}, // the env's plan and three more, four visits each: all of them
+		{horizon / 8, 4},  // ceil(4 / 7) = 1, the share: one plan
+	} {
+		t.Run(tc.interval.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newGeneratorEnv(t)
+			a := e.a
+			start := time.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)
+			customer := a.createCustomer(a.opA, "Many Plans")
+			item := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Weekly visit", "base_price_cents": 1000})
+			for range 3 {
+				a.must(http.StatusCreated, http.MethodPost, "/v1/plans", a.opA, map[string]any{
+					"customer_id": customer, "catalog_item_id": item,
+					"window":     map[string]any{"start": "13:00", "end": "14:00"},
+					"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": start, "count": 4}})
+			}
+			g := e.generator(t)
+			g.MerchantShare = 1
+			g.Interval = tc.interval
+			done, err := g.All(t.Context(), e.plans, e.now, horizon)
+			require.NoError(t, err)
+			require.Equal(t, tc.created, done.Created, "visits ordered in the round, rounds every %s with a horizon of %s", tc.interval, horizon)
+		})
+	}
+}
