@@ -451,7 +451,7 @@ func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Tim
 	if err != nil {
 		return total, err
 	}
-	refs := g.turns(listed)
+	refs := g.turns(listed, horizon)
 	var errs []error
 	inARow := 0 // failures in a row that are not a plan's own
 	for _, r := range refs {
@@ -489,7 +489,7 @@ func (g *VisitGenerator) All(ctx context.Context, plans PlanLister, now time.Tim
 // order), then the ones after the last round's share, wrapping around.
 // The share counts from the round's start: a round that stops early leaves
 // the rest of it to the next pass over the merchant's plans.
-func (g *VisitGenerator) turns(refs []PlanRef) []PlanRef {
+func (g *VisitGenerator) turns(refs []PlanRef, horizon time.Duration) []PlanRef {
 	var merchants []string
 	by := map[string][]PlanRef{}
 	for _, r := range refs {
@@ -511,11 +511,16 @@ func (g *VisitGenerator) turns(refs []PlanRef) []PlanRef {
 			last = merchantTurn{listed: n} // the term's first round: none is new
 		}
 		turn := merchantTurn{listed: n}
-		if g.MerchantShare > 0 && n > g.MerchantShare {
+		shareOf := g.MerchantShare
+		if g.Interval > 0 && shareOf > 0 {
+			rounds := max(int(horizon/g.Interval)-1, 1) // a plan may wait that many and keep its visits ordered
+			shareOf = max(shareOf, (n+rounds-1)/rounds)
+		}
+		if shareOf > 0 && n > shareOf {
 			// Plans are listed oldest first: the new ones come last.
-			share := slices.Clone(own[last.listed:min(n, last.listed+g.MerchantShare)])
+			share := slices.Clone(own[last.listed:min(n, last.listed+shareOf)])
 			if old := own[:last.listed]; len(old) > 0 {
-				from, more := last.next%len(old), min(g.MerchantShare-len(share), len(old))
+				from, more := last.next%len(old), min(shareOf-len(share), len(old))
 				for j := range more {
 					share = append(share, old[(from+j)%len(old)])
 				}

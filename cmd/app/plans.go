@@ -66,7 +66,7 @@ func leadPlans(ctx context.Context, term int64, cfg Config, lease time.Duration,
 		return err
 	}
 	gen.Between = between
-	gen.MerchantShare = cfg.PlanMerchantShare
+	gen.MerchantShare, gen.Interval = cfg.PlanMerchantShare, cfg.PlanInterval
 	gen.Fatal = func(err error) bool { return errors.Is(readmodel.StaleTerm(err), readmodel.ErrStaleTerm) }
 	plans, err := pubsub.NewPlans(db.DB)
 	if err != nil {
