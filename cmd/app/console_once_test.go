@@ -1,0 +1,153 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/domain/servicerequest"
+	"hearth/internal/pgtest"
+)
+
+// formRe is a POST form of a console page: its action and its inside.
+var (
+	formRe   = regexp.MustCompile(`(?s)<form method="post" action="([^"]+)"[^>]*>(.*?)</form>`)
+	hiddenRe = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+)
+
+// formAt is what the form of page posting to action sends as rendered:
+// its hidden inputs (the CSRF token, and whatever else the page put there).
+func formAt(t *testing.T, page, action string) url.Values {
+	t.Helper()
+	for _, m := range formRe.FindAllStringSubmatch(page, -1) {
+		if m[1] != action {
+			continue
+		}
+		v := url.Values{}
+		for _, h := range hiddenRe.FindAllStringSubmatch(m[2], -1) {
+			v.Add(h[1], h[2])
+		}
+		return v
+	}
+	t.Fatalf("no form posts to %s", action)
+	return nil
+}
+
+// A console form sent twice (a double click without JavaScript, a reload
+// of the page its POST answered, the back button and Send again, a flaky
+// network's retry) writes once, as a write sent twice with one
+// Idempotency-Key does through the API: the second sending lands on a page
+// that says the form was saved already. The same form sent with other
+// values (back, changed, sent again) writes nothing and comes back with
+// what was typed, saying why.
+func TestConsoleFormSentTwiceWritesOnce(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	count := func(query string, args ...any) int {
+		t.Helper()
+		var n int
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), query, args...).Scan(&n))
+		return n
+	}
+	requests := func() int {
+		return count(`SELECT count(*) FROM events WHERE merchant_id = $1 AND stream_type = $2 AND version = 1`,
+			a.merchantA, servicerequest.StreamType)
+	}
+	catalog := func() int {
+		return count(`SELECT count(*) FROM catalog_items WHERE merchant_id = $1`, a.merchantA)
+	}
+
+	// A new service request, sent again as it was.
+	c.referer = "/console/requests"
+	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
+	form := formAt(t, page, "/console/requests")
+	form.Set("customer_id", customer)
+	form.Set("content", "The boiler knocks")
+	form.Set("source", "phone")
+	before := requests()
+	status, location, body := c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	require.Equal(t, "/console/requests", location)
+	require.Equal(t, before+1, requests(), "the form recorded its request")
+	status, location, body = c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusSeeOther, status, "the form sent again lands on a page: %s", body)
+	require.Equal(t, "/console/requests", location, "the page the form was on")
+	require.Equal(t, before+1, requests(), "the form sent again recorded no second request")
+	_, _, page = c.do(http.MethodGet, location, nil)
+	require.Contains(t, page, "already sent", "the page says the form had been saved")
+
+	// Sent again with other values: refused, nothing written, what was typed kept.
+	form.Set("content", "The boiler knocks, and leaks")
+	status, _, page = c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusConflict, status, "the same form sent with other values is refused")
+	require.Equal(t, before+1, requests(), "and writes nothing")
+	require.Contains(t, page, "The boiler knocks, and leaks", "what was typed comes back")
+	require.Contains(t, page, "already sent", "with why")
+	again := formAt(t, page, "/console/requests")
+	again.Set("customer_id", customer)
+	again.Set("content", "The boiler knocks, and leaks")
+	again.Set("source", "phone")
+	status, _, body = c.do(http.MethodPost, "/console/requests", again)
+	require.Equal(t, http.StatusSeeOther, status, "the form shown again sends anew: %s", body)
+	require.Equal(t, before+2, requests(), "and records its request knowingly")
+
+	// A new catalog item, its form sent twice at once (a double click
+	// without JavaScript): one item.
+	c.referer = "/console/catalog"
+	_, _, page = c.do(http.MethodGet, "/console/catalog", nil)
+	form = formAt(t, page, "/console/catalog")
+	form.Set("name", "Chimney sweep")
+	form.Set("base_price_cents", "80.00")
+	items := catalog()
+	var wg sync.WaitGroup
+	statuses, errs := make([]int, 2), make([]error, 2)
+	for i := range statuses {
+		wg.Go(func() { statuses[i], errs[i] = c.post("/console/catalog", form) })
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	require.Equal(t, []int{http.StatusSeeOther, http.StatusSeeOther}, statuses, "both sendings land on a page")
+	require.Equal(t, items+1, catalog(), "one catalog item for a form sent twice at once")
+
+	// A form's key is its own: the next form of the page, with the same
+	// values, is a new write.
+	_, _, page = c.do(http.MethodGet, "/console/catalog", nil)
+	next := formAt(t, page, "/console/catalog")
+	next.Set("name", "Chimney sweep")
+	next.Set("base_price_cents", "80.00")
+	status, _, body = c.do(http.MethodPost, "/console/catalog", next)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	require.Equal(t, items+2, catalog(), "a new form writes anew")
+	require.False(t, strings.Contains(body, "already sent"))
+}
+
+// post sends form as the browser would, from any goroutine (do may fail
+// the test, which only the test's own goroutine may): its status.
+func (c *consoleClient) post(path string, form url.Values) (int, error) {
+	req, err := http.NewRequestWithContext(c.t.Context(), http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if c.referer != "" {
+		req.Header.Set("Referer", c.base+c.referer)
+	}
+	for name, v := range c.cookies {
+		req.AddCookie(&http.Cookie{Name: name, Value: v})
+	}
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	return resp.StatusCode, resp.Body.Close()
+}
