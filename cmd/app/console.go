@@ -43,6 +43,11 @@ func consoleFor(surface httpport.Surface, cfg Config, w wiring, hcfg httpport.Co
 		Leadership: hcfg.Leadership, Parked: hcfg.Parked, Rebuilds: hcfg.Rebuilds, Verifier: w.operator,
 		Projections: readmodel.Projections(), Lags: w.lags, Log: log,
 	}
+	if w.idempotency != nil {
+		// The records of the API's Idempotency-Keys, pruned with them
+		// (IDEMPOTENCY_KEEP): the forms write once by them too.
+		ccfg.Idempotency = w.idempotency
+	}
 	switch surface {
 	case httpport.SurfacePublic:
 		ccfg.Roles = []access.Role{access.Operator, access.Worker}

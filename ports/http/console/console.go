@@ -12,7 +12,8 @@
 //
 // Every write is a plain HTML form (POST, then a redirect to a GET), so the
 // console works without JavaScript; htmx only refreshes the live parts of
-// a page (live.go). After its own write the console waits, bounded, until
+// a page (live.go). Each form carries a key of its own, by which a form
+// sent twice writes once (once.go). After its own write the console waits, bounded, until
 // the read models have reached the write's position (the API's read your
 // writes), so the page it shows next is never older than the write.
 //
@@ -71,6 +72,15 @@ type Config struct {
 	// PollEvery is how often the live parts of a page ask for changes.
 	// Defaults to 5s.
 	PollEvery time.Duration
+	// Idempotency keeps the records the forms of operator and worker keys
+	// are written once by (once.go), those of the API's Idempotency-Keys.
+	// Optional: without it, a form sent twice writes twice.
+	Idempotency httpport.Idempotency
+	// IdempotencyWait bounds how long a form sent again waits for the
+	// first sending's answer; IdempotencyLease is how long a sending holds
+	// its form's key before another may take it over (its process died).
+	// Default to 5s and 1m, as the API's.
+	IdempotencyWait, IdempotencyLease time.Duration
 
 	// The on-call view (admin keys); each part is optional.
 
@@ -128,6 +138,8 @@ func New(cfg Config) (*Console, error) {
 	cfg.ConsistencyTimeout = cmp.Or(cfg.ConsistencyTimeout, 2*time.Second)
 	cfg.PollEvery = cmp.Or(cfg.PollEvery, 5*time.Second)
 	cfg.CookieName = cmp.Or(cfg.CookieName, "hearth_console")
+	cfg.IdempotencyWait = cmp.Or(cfg.IdempotencyWait, 5*time.Second)
+	cfg.IdempotencyLease = cmp.Or(cfg.IdempotencyLease, time.Minute)
 	if len(cfg.Roles) == 0 {
 		cfg.Roles = []access.Role{access.Operator, access.Worker, access.Admin}
 	}
@@ -256,7 +268,13 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 			// meanwhile writes nothing.
 			r = r.WithContext(access.WithKeyCheck(r.Context(), c.cfg.Sessions.SessionCheck(s.hash, s.principal.KeyID, c.cfg.Now())))
 		}
-		err = h(w, r, s)
+		if !safe(r) && slices.ContainsFunc(roles, func(role access.Role) bool { return slices.Contains(onceRoles, role) }) {
+			// A form sent twice (a double click without JavaScript, a reload
+			// of its answer, back and Send again, a retry) writes once.
+			err = c.once(w, r, s, h)
+		} else {
+			err = h(w, r, s)
+		}
 		switch {
 		case errors.Is(err, access.ErrKeyRefused):
 			c.keyRefused(w, r, s)

@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"time"
 )
@@ -20,11 +21,16 @@ import (
 // seenHeader carries the fingerprint of the part the browser shows.
 const seenHeader = "X-Console-Seen"
 
-// fingerprint identifies a part's content.
+// fingerprint identifies a part's content, but for its forms' keys (once.go):
+// drawn anew at each render, they would make every poll a change, and a
+// form left as it was keeps the key it was shown with.
 func fingerprint(inner []byte) string {
-	sum := sha256.Sum256(inner)
+	sum := sha256.Sum256(formKeyRe.ReplaceAll(inner, nil))
 	return hex.EncodeToString(sum[:12])
 }
+
+// formKeyRe is a form's key as the "csrf" template writes it.
+var formKeyRe = regexp.MustCompile(`<input type="hidden" name="` + formKeyField + `" value="[^"]*">`)
 
 // liveRegion wraps a part's content in the element that polls for it.
 func liveRegion(name, src string, every time.Duration, inner []byte) template.HTML {

@@ -216,6 +216,8 @@ func (c *Console) templates() (*template.Template, error) {
 		"asset":  c.assets.url,
 		"label":  label,
 		"pollMs": func() int64 { return c.cfg.PollEvery.Milliseconds() },
+		// A new form key each time a form is rendered (once.go).
+		"formKey": randomToken,
 		"live": func(name string, p *page) (template.HTML, error) {
 			inner, err := execute(t, name, p)
 			if err != nil {
