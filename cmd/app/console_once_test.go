@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -150,4 +151,59 @@ func (c *consoleClient) post(path string, form url.Values) (int, error) {
 		return 0, err
 	}
 	return resp.StatusCode, resp.Body.Close()
+}
+
+// The inbox's list is a live part whose rows hold forms (confirm, convert,
+// cancel), each stating the list to come back to. Refreshed by its poll, the
+// list stays the page's: the rows' forms come back to the inbox, not to the
+// poll's address (which answers the bare list, without the page around it),
+// and a list nothing changed in is not sent again (which would take a
+// keyboard's focus off the row every few seconds).
+func TestConsoleRequestsListRefreshedStaysThePages(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	c.referer = "/console/requests"
+	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
+	form := formAt(t, page, "/console/requests")
+	form.Set("customer_id", customer)
+	form.Set("content", "The boiler knocks")
+	form.Set("source", "phone")
+	status, _, body := c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusSeeOther, status, body)
+
+	_, _, page = c.do(http.MethodGet, "/console/requests", nil)
+	seen := regexp.MustCompile(`id="live-requests-list"[^>]*"X-Console-Seen":"([0-9a-f]+)"`).FindStringSubmatch(page)
+	require.NotNil(t, seen, "the list is a live part")
+	poll := func(seen string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, a.base+"/console/requests?part=requests-list", nil)
+		require.NoError(t, err)
+		req.Header.Set("HX-Request", "true")
+		req.Header.Set("X-Console-Seen", seen)
+		req.AddCookie(&http.Cookie{Name: "hearth_console", Value: c.cookies["hearth_console"]})
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+
+	// The list as a poll sends it (after a change made elsewhere, say).
+	status, part := poll("")
+	require.Equal(t, http.StatusOK, status)
+	confirm := regexp.MustCompile(`action="(/console/requests/[^"]+/status)"`).FindStringSubmatch(part)
+	require.NotNil(t, confirm, "the refreshed list has the row's forms")
+	status, location, body := c.do(http.MethodPost, confirm[1], formAt(t, part, confirm[1]))
+	require.Equal(t, http.StatusSeeOther, status, body)
+	require.Equal(t, "/console/requests", location, "a row's form of the refreshed list comes back to the inbox")
+
+	_, _, page = c.do(http.MethodGet, "/console/requests", nil)
+	seen = regexp.MustCompile(`id="live-requests-list"[^>]*"X-Console-Seen":"([0-9a-f]+)"`).FindStringSubmatch(page)
+	require.NotNil(t, seen)
+	status, _ = poll(seen[1])
+	require.Equal(t, http.StatusNoContent, status, "a list nothing changed in is not sent again")
 }
