@@ -107,14 +107,17 @@ func only[S ~string](values []string, all []S) []string {
 }
 
 type requestsData struct {
-	Items                []query.ServiceRequest
-	Pager                pager
-	Statuses             []choice
-	CustomerID           string
-	From, To             string
-	CustomerQ            string
-	Customers, Catalog   []option
-	Sources              []option
+	Items              []query.ServiceRequest
+	Pager              pager
+	Statuses           []choice
+	CustomerID         string
+	From, To           string
+	CustomerQ          string
+	Customers, Catalog []option
+	Sources            []option
+	// Back is the page the rows' forms come back to: the page's address,
+	// never a live part's poll's (?part= answers the bare list), so that
+	// the list refreshed is the list the page showed.
 	Back                 string
 	DefaultStart, DefEnd string
 }
@@ -142,7 +145,7 @@ func (c *Console) requestsPage(r *http.Request, s *session) (*page, error) {
 	}
 	d := &requestsData{Items: list.Items, Pager: newPager(r, listOf[query.ServiceRequest](list)),
 		Statuses: choices(servicerequest.Statuses, statuses), CustomerID: f.CustomerID, From: q.Get("from"), To: q.Get("to"),
-		CustomerQ: searchOf(q.Get("cq")), Back: r.URL.RequestURI()}
+		CustomerQ: searchOf(q.Get("cq")), Back: pageAddress(r)}
 	if d.Customers, err = c.customerOptions(r, s, d.CustomerQ); err != nil {
 		return nil, err
 	}
