@@ -1,0 +1,57 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/internal/pgtest"
+)
+
+// A worker's job started on an earlier day and not finished yet (a night's
+// caretaking, a Done forgotten the evening before), or planned then and
+// never started, is still the worker's to finish: My jobs lists it, with
+// its buttons, for the console is where a worker key moves its jobs. A job
+// done on an earlier day is not listed again.
+func TestConsoleJobsListsEarlierJobsNotFinished(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.must(http.StatusCreated, http.MethodPost, "/v1/customers", a.opA, map[string]any{
+		"name": "Grace Hopper", "address": "1 Navy Yard, Arlington"}).Body["id"].(string)
+	// Two days ago: before today's midnight in any zone.
+	start := time.Now().UTC().Truncate(time.Hour).Add(-48 * time.Hour)
+	assign := func(at time.Time) (order, sched string) {
+		t.Helper()
+		order = a.createOrder(a.opA, customer, 9000)
+		a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA, map[string]any{
+			"staff_id": a.staffA, "start_at": at.Format(time.RFC3339), "end_at": at.Add(time.Hour).Format(time.RFC3339)})
+		return order, a.crmSchedule(a.opA, order).Body["id"].(string)
+	}
+	_, started := assign(start)
+	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+started+"/status", a.worker, map[string]any{"status": "in_service"})
+	_, planned := assign(start.Add(2 * time.Hour))
+	doneOrder, done := assign(start.Add(4 * time.Hour))
+	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+done+"/status", a.worker, map[string]any{"status": "in_service"})
+	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+done+"/status", a.worker, map[string]any{"status": "done"})
+	a.awaitOrder(a.opA, doneOrder, 5)
+	for id, status := range map[string]string{started: "in_service", done: "done"} {
+		require.Eventually(t, func() bool {
+			r, err := a.send(http.MethodGet, "/v1/schedules/"+id, auth(a.opA), nil)
+			return err == nil && r.Status == http.StatusOK && r.Body["status"] == status
+		}, 5*time.Second, 10*time.Millisecond, "the read model shows schedule %s %s", id, status)
+	}
+
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.worker)
+	_, _, page := c.do(http.MethodGet, "/console/jobs", nil)
+	require.Contains(t, page, `id="job-`+started+`"`, "the job started two days ago and not finished is on My jobs")
+	require.Contains(t, page, `action="/console/jobs/`+started+`/status"`, "with its Done button")
+	require.Contains(t, page, `id="job-`+planned+`"`, "the job planned two days ago and never started is listed too")
+	require.NotContains(t, page, `id="job-`+done+`"`, "a job done on an earlier day is not")
+
+	status, location, body := c.do(http.MethodPost, "/console/jobs/"+started+"/status", formAt(t, page, "/console/jobs/"+started+"/status"))
+	require.Equal(t, http.StatusSeeOther, status, body)
+	require.Equal(t, "/console/jobs", location)
+}
