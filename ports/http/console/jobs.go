@@ -26,8 +26,11 @@ type job struct {
 }
 
 type jobsData struct {
-	Today, Upcoming []job
-	Date            string
+	// Earlier are the jobs of earlier days still planned or in service:
+	// the worker's to start or finish yet (a night's work, a Done
+	// forgotten), which no other page of a worker key reaches.
+	Earlier, Today, Upcoming []job
+	Date                     string
 }
 
 // jobsAhead is how far ahead the worker's list looks, and how many jobs it
@@ -37,8 +40,9 @@ const (
 	jobsMax   = 100
 )
 
-// jobsPage lists the worker's schedules of today (done ones too) and of
-// the next two weeks, through the worker's scope: a worker key sees only
+// jobsPage lists the worker's schedules of earlier days not finished yet,
+// of today (done ones too) and of the next two weeks, through the worker's
+// scope: a worker key sees only
 // its own staff member's schedules and their orders. The customer's
 // address and phone come from the customer of that order, which the
 // worker is sent to.
@@ -53,7 +57,13 @@ func (c *Console) jobsPage(r *http.Request, s *session) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	items := l.Items
+	earlier, err := c.cfg.App.Queries.Schedules.List(ctx, sc, query.ScheduleFilter{StaffID: s.principal.StaffID, To: &today,
+		Statuses: []string{string(schedule.StatusPlanned), string(schedule.StatusInService)}},
+		query.Page{Number: 1, Size: jobsMax})
+	if err != nil {
+		return nil, err
+	}
+	items := append(earlier.Items, l.Items...)
 	slices.SortFunc(items, func(a, b query.Schedule) int { return a.StartAt.Compare(b.StartAt) })
 	d := &jobsData{Date: today.Format("Monday 2 January")}
 	for _, x := range items {
@@ -82,9 +92,12 @@ func (c *Console) jobsPage(r *http.Request, s *session) (*page, error) {
 				j.Customer, j.Address, j.Phone = cu.Name, cu.Address, cu.Phone
 			}
 		}
-		if x.StartAt.Before(tomorrow) {
+		switch {
+		case x.StartAt.Before(today):
+			d.Earlier = append(d.Earlier, j)
+		case x.StartAt.Before(tomorrow):
 			d.Today = append(d.Today, j)
-		} else {
+		default:
 			d.Upcoming = append(d.Upcoming, j)
 		}
 	}
