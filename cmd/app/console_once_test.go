@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -206,4 +207,46 @@ func TestConsoleRequestsListRefreshedStaysThePages(t *testing.T) {
 	require.NotNil(t, seen)
 	status, _ = poll(seen[1])
 	require.Equal(t, http.StatusNoContent, status, "a list nothing changed in is not sent again")
+}
+
+// A form sent after its session ended (unused overnight, signed out in
+// another tab) is not saved, and the sign-in page says so; signed in
+// again, the person is back on the page the form was on, to send it
+// again, not on the key's home page.
+func TestConsoleFormAfterTheSessionEndedReturnsToItsPage(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	c := newConsoleClient(t, a.base)
+	cookie := c.signIn(a.opA)
+	from := "/console/requests?filtered=1&status=new"
+	c.referer = from
+	_, _, page := c.do(http.MethodGet, from, nil)
+	form := formAt(t, page, "/console/requests")
+	form.Set("customer_id", customer)
+	form.Set("content", "The boiler knocks")
+	status, _, body := c.do(http.MethodPost, "/console/signout", formAt(t, page, "/console/signout"))
+	require.Equal(t, http.StatusSeeOther, status, body)
+
+	c.cookies["hearth_console"] = cookie // the other tab, its page still open
+	status, location, _ := c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusSeeOther, status)
+	u, err := url.Parse(location)
+	require.NoError(t, err)
+	require.Equal(t, "/console/signin", u.Path)
+	require.Equal(t, "session", u.Query().Get("ended"), "the sign-in page says the session ended")
+	require.Equal(t, from, u.Query().Get("next"), "and signed in again, the person is back on the form's page")
+
+	_, _, page = c.do(http.MethodGet, location, nil)
+	require.Contains(t, page, "was not saved")
+	token := signinTokenRe.FindStringSubmatch(page)
+	require.NotNil(t, token)
+	next := regexp.MustCompile(`name="next" value="([^"]*)"`).FindStringSubmatch(page)
+	require.NotNil(t, next)
+	status, location, body = c.do(http.MethodPost, "/console/signin", url.Values{"token": {token[1]}, "key": {a.opA},
+		"next": {html.UnescapeString(next[1])}, "tz": {"Europe/Paris"}})
+	require.Equal(t, http.StatusSeeOther, status, body)
+	status, location, _ = c.do(http.MethodGet, location, nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Equal(t, from, location)
 }
