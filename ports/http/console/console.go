@@ -243,8 +243,14 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 				q.Set("ended", "session")
 				http.SetCookie(w, cookie(c.cfg.CookieName, "", -1))
 			}
-			if safe(r) && r.Header.Get("HX-Request") == "" {
+			switch {
+			case r.Header.Get("HX-Request") != "":
+			case safe(r):
 				q.Set("next", r.URL.RequestURI())
+			case formPage(r) != "":
+				// A form not saved: signed in again, the person is back on
+				// the page it was on, to send it again.
+				q.Set("next", formPage(r))
 			}
 			c.toSignin(w, r, q)
 			return
@@ -295,7 +301,11 @@ func (c *Console) keyRefused(w http.ResponseWriter, r *http.Request, s *session)
 		c.log.WarnContext(r.Context(), "end the session of a key refused", "key_id", s.principal.KeyID, "error", err)
 	}
 	http.SetCookie(w, cookie(c.cfg.CookieName, "", -1))
-	c.toSignin(w, r, url.Values{"ended": {"key"}})
+	q := url.Values{"ended": {"key"}}
+	if from := formPage(r); from != "" {
+		q.Set("next", from)
+	}
+	c.toSignin(w, r, q)
 }
 
 // toSignin sends the browser to the sign-in page with the query q: a

@@ -196,11 +196,18 @@ func formFingerprint(r *http.Request) []byte {
 	return sum[:]
 }
 
-// landing is where a form sent again lands: the page the form was on (as
-// the live parts of a refusal poll it), or the key's home page.
+// landing is where a form sent again lands: the page the form was on, or
+// the key's home page.
 func landing(r *http.Request, s *session) string {
+	return cmp.Or(formPage(r), homeOf(s.principal.Role))
+}
+
+// formPage is the page a form was sent from (as the live parts of its
+// refusal poll it: pageAddress), or "" when the browser did not say (no
+// Referer, or not a console page of this host).
+func formPage(r *http.Request) string {
 	if ref, err := url.Parse(r.Referer()); err == nil && ref.Host == r.Host && safeNext(ref.Path) != "" {
-		return pageAddress(r)
+		return safeNext(pageAddress(r))
 	}
-	return homeOf(s.principal.Role)
+	return ""
 }
