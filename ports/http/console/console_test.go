@@ -673,3 +673,26 @@ func TestSignInTakesOnlyAZoneOfItsOwnName(t *testing.T) {
 		}
 	}
 }
+
+// A refusal is told where a screen reader looks first: a refused form's
+// page says so in its title, and a refused sign-in ties its message to the
+// key's field (aria-invalid, aria-describedby), as the forms tie theirs.
+func TestRefusalsAreInTheTitleAndTiedToTheirField(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	rec := b.signIn("hk_made_up")
+	require.Equal(t, http.StatusUnauthorized, rec.Code)
+	body := rec.Body.String()
+	key := regexp.MustCompile(`<input id="key"[^>]*>`).FindString(body)
+	require.Contains(t, key, `aria-invalid="true"`, "the refused key's field is marked")
+	errID := regexp.MustCompile(`<div class="problem" role="alert" id="([^"]+)"><p>Unknown, revoked or expired key.`).FindStringSubmatch(body)
+	require.NotNil(t, errID, "the refusal has an id: %s", body)
+	require.Regexp(t, `aria-describedby="[^"]*\b`+errID[1]+`\b`, key, "and the field names it")
+	require.Contains(t, body, "<title>Not signed in: Sign in · Hearth</title>")
+
+	b.signIn(opKey)
+	csrf := b.csrf("/console/customers")
+	rec = b.do(http.MethodPost, "/console/customers", url.Values{"name": {" "}, "csrf": {csrf}})
+	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
+	require.Contains(t, rec.Body.String(), "<title>Not saved: Customers · Hearth</title>")
+}
