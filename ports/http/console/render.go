@@ -39,6 +39,19 @@ type page struct {
 
 func (p *page) template() string { return p.name }
 
+// DocTitle is the page's title in the browser (<title>), which a screen
+// reader reads first: a page shown again with its refused form, or a
+// refused sign-in, says so there.
+func (p *page) DocTitle() string {
+	if d, ok := p.Data.(signinData); ok && d.Error != "" {
+		return "Not signed in: " + p.Title
+	}
+	if p.Form != nil && p.Form.Refused() {
+		return "Not saved: " + p.Title
+	}
+	return p.Title
+}
+
 type sessionView struct {
 	Role    access.Role
 	CSRF    string
