@@ -97,21 +97,33 @@ func (c *Console) once(w http.ResponseWriter, r *http.Request, s *session, h han
 			}
 			return command.Answer{Status: http.StatusSeeOther, Header: map[string]string{"Location": to}, Body: body}, nil
 		}
-		err = h(w, r.WithContext(command.WithIdempotent(r.Context(), i)), s)
+		err = c.runClaimed(w, r, s, h, i)
 		if errors.Is(err, command.ErrKeyTakenOver) {
 			continue // a sending again took the key over after this one's lease ran out: its answer counts
 		}
-		if i.Answered() == nil {
-			// Nothing kept (refused, failed, or nothing written): the form
-			// may be sent again with its key.
+		return err
+	}
+}
+
+// runClaimed runs h as the sending i that holds its form's key, and
+// releases the key unless the write stored its answer: refused, failed,
+// panicked or writing nothing, the form may be sent again with its key
+// at once, not after the lease.
+func (c *Console) runClaimed(w http.ResponseWriter, r *http.Request, s *session, h handler, i *command.Idempotent) (err error) {
+	defer func() {
+		v := recover()
+		if i.Answered() == nil && !errors.Is(err, command.ErrKeyTakenOver) {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 			if rerr := c.cfg.Idempotency.Release(ctx, i); rerr != nil {
 				c.log.WarnContext(r.Context(), "release a form's key", "error", rerr)
 			}
 			cancel()
 		}
-		return err
-	}
+		if v != nil {
+			panic(v)
+		}
+	}()
+	return h(w, r.WithContext(command.WithIdempotent(r.Context(), i)), s)
 }
 
 // claimForm claims the form's key for this sending (token), or returns
@@ -128,8 +140,10 @@ func (c *Console) claimForm(ctx context.Context, merchantID, scope, key string, 
 		}
 		rec, err := c.cfg.Idempotency.Get(ctx, merchantID, scope, key)
 		switch {
-		case errors.Is(err, apperr.ErrNotFound):
+		case errors.Is(err, apperr.ErrNotFound) && time.Now().Before(deadline):
 			continue // released between the two: claim it
+		case errors.Is(err, apperr.ErrNotFound):
+			return "", &command.IdempotencyRecord{Fingerprint: fp}, nil // as a sending still running
 		case err != nil:
 			return "", nil, err
 		case rec.Forgotten || rec.Answer != nil || !bytes.Equal(rec.Fingerprint, fp) || !time.Now().Before(deadline):
