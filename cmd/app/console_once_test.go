@@ -250,3 +250,39 @@ func TestConsoleFormAfterTheSessionEndedReturnsToItsPage(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, from, location)
 }
+
+// A console form's record names what it wrote, so an erasure finds it as it
+// finds an API answer: the form that created a customer, sent again after
+// the customer's erasure, does not make the erased person anew.
+func TestConsoleFormSentAgainAfterAnErasureWritesNothing(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	c.referer = "/console/customers"
+	_, _, page := c.do(http.MethodGet, "/console/customers", nil)
+	form := formAt(t, page, "/console/customers")
+	form.Set("name", "Ada Lovelace")
+	form.Set("phone", "+44 20 7946 0000")
+	status, _, body := c.do(http.MethodPost, "/console/customers", form)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	var customer string
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(),
+		`SELECT id FROM customers WHERE merchant_id = $1 ORDER BY created_at DESC LIMIT 1`, a.merchantA).Scan(&customer))
+	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+customer+"/erase", a.opA, map[string]any{"confirm": customer})
+	var forgotten int
+	require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(),
+		`SELECT count(*) FROM idempotency_forgotten WHERE merchant_id = $1 AND key = $2`, a.merchantA, form.Get("form_key")).Scan(&forgotten))
+	require.Equal(t, 1, forgotten, "the erasure forgot the form's record, which named the customer")
+
+	customers := func() int {
+		var n int
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(),
+			`SELECT count(*) FROM customers WHERE merchant_id = $1`, a.merchantA).Scan(&n))
+		return n
+	}
+	before := customers()
+	status, _, body = c.do(http.MethodPost, "/console/customers", form)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	require.Equal(t, before, customers(), "the form sent again made nobody anew")
+}
