@@ -19,7 +19,7 @@ import (
 
 // formRe is a POST form of a console page: its action and its inside.
 var (
-	formRe   = regexp.MustCompile(`(?s)<form method="post" action="([^"]+)"[^>]*>(.*?)</form>`)
+	formRe   = regexp.MustCompile(`(?s)<form[^>]*? method="post" action="([^"]+)"[^>]*>(.*?)</form>`)
 	hiddenRe = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
 )
 
@@ -285,4 +285,54 @@ func TestConsoleFormSentAgainAfterAnErasureWritesNothing(t *testing.T) {
 	status, _, body = c.do(http.MethodPost, "/console/customers", form)
 	require.Equal(t, http.StatusSeeOther, status, body)
 	require.Equal(t, before, customers(), "the form sent again made nobody anew")
+}
+
+// A form sent after its session ended (unused overnight, signed out in
+// another tab) keeps what was typed: the sign-in page it gets holds the
+// form, and signed in again, the person is shown it to send with a click,
+// not a blank form to fill again. Sent so, it writes once.
+func TestConsoleFormAfterTheSessionEndedIsKeptThroughSignIn(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	c := newConsoleClient(t, a.base)
+	cookie := c.signIn(a.opA)
+	c.referer = "/console/requests"
+	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
+	form := formAt(t, page, "/console/requests")
+	form.Set("customer_id", customer)
+	form.Set("content", "The boiler knocks & leaks")
+	form.Set("source", "phone")
+	status, _, body := c.do(http.MethodPost, "/console/signout", formAt(t, page, "/console/signout"))
+	require.Equal(t, http.StatusSeeOther, status, body)
+	requests := func() int {
+		var n int
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT count(*) FROM events WHERE merchant_id = $1 AND stream_type = $2`,
+			a.merchantA, servicerequest.StreamType).Scan(&n))
+		return n
+	}
+	before := requests()
+
+	c.cookies["hearth_console"] = cookie // the other tab, its page still open
+	status, _, page = c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusUnauthorized, status, "the form is answered with the sign-in page: %s", page)
+	require.Contains(t, page, "was not saved", "which says the form was not saved")
+	require.Contains(t, page, "The boiler knocks &amp; leaks", "and holds what was typed")
+	require.Equal(t, before, requests())
+
+	signin := formAt(t, page, "/console/signin")
+	signin.Set("key", a.opA)
+	status, _, page = c.do(http.MethodPost, "/console/signin", signin)
+	require.Equal(t, http.StatusOK, status, "signed in, the person is shown the form: %s", page)
+	require.Contains(t, page, "The boiler knocks &amp; leaks")
+	resend := formAt(t, page, "/console/requests")
+	require.Equal(t, "The boiler knocks & leaks", resend.Get("content"))
+	require.Equal(t, form.Get("form_key"), resend.Get("form_key"), "under its own key")
+	status, location, body := c.do(http.MethodPost, "/console/requests", resend)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	require.Equal(t, "/console/requests", location)
+	require.Equal(t, before+1, requests(), "sent, it is saved")
+	status, _, _ = c.do(http.MethodPost, "/console/requests", resend)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Equal(t, before+1, requests(), "once")
 }
