@@ -252,6 +252,12 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 				// the page it was on, to send it again.
 				q.Set("next", formPage(r))
 			}
+			if pending := pendingOf(r); pending != nil && q.Has("ended") {
+				// Answered with the sign-in page itself, which carries the
+				// form: what was typed is not lost (pending.go).
+				c.renderSignin(w, r, http.StatusUnauthorized, signinData{Next: q.Get("next"), Ended: endedWhy["session"], Pending: pending})
+				return
+			}
 			c.toSignin(w, r, q)
 			return
 		}
@@ -304,6 +310,10 @@ func (c *Console) keyRefused(w http.ResponseWriter, r *http.Request, s *session)
 	q := url.Values{"ended": {"key"}}
 	if from := formPage(r); from != "" {
 		q.Set("next", from)
+	}
+	if pending := pendingOf(r); pending != nil {
+		c.renderSignin(w, r, http.StatusUnauthorized, signinData{Next: q.Get("next"), Ended: endedWhy["key"], Pending: pending})
+		return
 	}
 	c.toSignin(w, r, q)
 }
@@ -441,6 +451,9 @@ type signinData struct {
 	Token, Next, Error string
 	Ended              string // why the session ended, when it did in use (endedWhy)
 	NoCookie           bool
+	// Pending is the form sent when the session had ended, carried
+	// through the sign-in to be sent again (pending.go).
+	Pending *pendingForm
 }
 
 func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
@@ -461,6 +474,9 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) renderSignin(w http.ResponseWriter, r *http.Request, status int, d signinData) {
 	d.Token = randomToken()
+	if d.Pending == nil {
+		d.Pending = carried(r) // a sign-in refused keeps carrying its form
+	}
 	http.SetCookie(w, cookie(c.cfg.CookieName+signinSuffix, d.Token, 3600))
 	c.render(w, r, nil, status, "signin", &page{Title: "Sign in", Data: d})
 }
@@ -537,6 +553,14 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, cookie(c.cfg.CookieName, token, int(SessionLifetime.Seconds())))
 	http.SetCookie(w, cookie(c.cfg.CookieName+signinSuffix, "", -1))
+	if pending := carried(r); pending != nil {
+		// The form sent when the session had ended, shown to send again
+		// under the new session's token. Should the browser have dropped
+		// the cookie, sending it comes back here, still carried.
+		c.render(w, r, nil, http.StatusOK, "resend", &page{Title: "Send your form again",
+			Data: resendData{CSRF: csrfOf(token), Pending: pending, Back: cmp.Or(next, homeOf(p.Role))}})
+		return
+	}
 	// The next page checks that the browser kept the cookie: a Secure
 	// cookie is dropped on plain http anywhere but localhost.
 	to := cmp.Or(next, homeOf(p.Role))
