@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"regexp"
 	"testing"
 	"time"
 
@@ -54,4 +55,42 @@ func TestConsoleJobsListsEarlierJobsNotFinished(t *testing.T) {
 	status, location, body := c.do(http.MethodPost, "/console/jobs/"+started+"/status", formAt(t, page, "/console/jobs/"+started+"/status"))
 	require.Equal(t, http.StatusSeeOther, status, body)
 	require.Equal(t, "/console/jobs", location)
+}
+
+// A row's buttons name their row for a screen reader, which tabbing from
+// button to button hears no table around them: not "Confirm" over and over
+// down the inbox, or "Start" on each job, but whose.
+func TestConsoleRowButtonsNameTheirRow(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Grace Hopper")
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	c.referer = "/console/requests"
+	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
+	form := formAt(t, page, "/console/requests")
+	form.Set("customer_id", customer)
+	form.Set("content", "The boiler knocks")
+	form.Set("source", "phone")
+	status, _, body := c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	_, _, page = c.do(http.MethodGet, "/console/requests", nil)
+	buttons := regexp.MustCompile(`<button [^>]*>`)
+	for _, visible := range []string{"Confirm", "Cancel request"} {
+		b := regexp.MustCompile(`<button [^>]*>` + visible + `</button>`).FindString(page)
+		require.NotEmpty(t, b, "the inbox's row has %s", visible)
+		require.Regexp(t, `aria-label="`+visible+`[^"]*Grace Hopper`, buttons.FindString(b), "%s names the request's customer", visible)
+	}
+
+	order := a.createOrder(a.opA, customer, 9000)
+	start := time.Now().UTC().Truncate(time.Minute).Add(10 * time.Minute)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": start.Format(time.RFC3339), "end_at": start.Add(time.Hour).Format(time.RFC3339)})
+	a.crmSchedule(a.opA, order)
+	w := newConsoleClient(t, a.base)
+	w.signIn(a.worker)
+	_, _, page = w.do(http.MethodGet, "/console/jobs", nil)
+	b := regexp.MustCompile(`<button [^>]*>Start</button>`).FindString(page)
+	require.NotEmpty(t, b, "the job has Start")
+	require.Regexp(t, `aria-label="Start[^"]*Grace Hopper`, b, "Start names the job's customer")
 }
