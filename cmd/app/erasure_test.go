@@ -1013,3 +1013,50 @@ func TestEraseAndExportCommandsNeverRepeatANameGivenForAnID(t *testing.T) {
 		require.NotContains(t, err.Error()+stdout.String()+stderr.String(), "Lovelace", "%q", args)
 	}
 }
+
+// An erased customer's booked visit can still be called off: cancelling its
+// schedule writes nothing about the customer (the order loses its staff
+// member and has no dispatch note), so it frees the staff member's time and
+// returns the order to confirmed, as for any customer; and a payment for
+// their order is still recorded. Otherwise the staff member stays booked for
+// a visit nobody will make, and the only way to free the time is to record
+// work that was never done. What would write text about them, or start new
+// work for them, stays refused: a conversion of their request.
+func TestAnErasedCustomersBookingCanBeFreedAndPaid(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	o := a.createOrder(a.opA, c, 1000)
+	window := map[string]any{"staff_id": a.staffA, "start_at": "2031-01-01T10:00:00Z", "end_at": "2031-01-01T11:00:00Z"}
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+o+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": window["start_at"], "end_at": window["end_at"], "dispatch_note": "ring twice"})
+	sch := a.liveSchedule(a.opA, o).Id.String()
+	req := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA, map[string]any{
+		"customer_id": c, "content": "fix the boiler"}).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPost, "/v1/service-requests/"+req+"/status", a.opA, map[string]any{"status": "confirmed"})
+	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+c+"/erase", a.opA, map[string]any{"confirm": c})
+
+	cancelled := a.do(http.MethodPost, "/v1/schedules/"+sch+"/status", a.opA, map[string]any{"status": "cancelled"})
+	require.Equal(t, http.StatusOK, cancelled.Status, "cancelling an erased customer's schedule: %s", cancelled)
+	got := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+o+"?min_position="+positionOf(cancelled.Body), a.opA, nil)
+	require.Equal(t, "confirmed", got.Body["status"], "%s", got)
+	require.Nil(t, got.Body["staff_id"], "%s", got)
+	other := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1000)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, window)
+
+	paid := a.do(http.MethodPut, "/v1/orders/"+o+"/settlement", a.opA, map[string]any{
+		"settlement_status": "settled", "paid_amount_cents": 1000, "payment_method": "card"})
+	require.Equal(t, http.StatusOK, paid.Status, "recording an erased customer's payment: %s", paid)
+
+	requireProblem(t, a.do(http.MethodPost, "/v1/service-requests/"+req+"/convert", a.opA, nil), http.StatusConflict, "/problems/conflict")
+	requireProblem(t, a.do(http.MethodPut, "/v1/orders/"+o+"/settlement", a.opA, map[string]any{
+		"settlement_status": "settled", "paid_amount_cents": 1000, "settlement_note": "paid by Ada's neighbour"}),
+		http.StatusConflict, "/problems/conflict")
+
+	// What was written is sealed for the customer like every event of
+	// theirs, so erasure and app protect treat it as theirs.
+	var unsealed int
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM events WHERE stream_id = $1
+		AND type IN ('OrderAssignmentUpdated', 'OrderSettlementUpdated') AND subject_id IS DISTINCT FROM $2`, o, c).Scan(&unsealed))
+	require.Zero(t, unsealed)
+}
