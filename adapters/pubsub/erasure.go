@@ -200,7 +200,7 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 			if !ok {
 				return fmt.Errorf("erase: stream %s has type %q, not an aggregate type", st.id, st.typ)
 			}
-			a, err := s.queueAppend(ctx, b, facts, meta, st.id, "", st.version,
+			a, err := s.queueAppend(ctx, b, facts, meta, st.id, "", false, st.version,
 				[]event.Event{event.PersonalDataErased{SubjectType: req.SubjectType, SubjectID: req.SubjectID}})
 			if err != nil {
 				return err
@@ -210,7 +210,7 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		}
 		out.Streams = len(streams)
 		for _, p := range plans {
-			a, err := s.queueAppend(ctx, b, PlanStream, meta, p.id, "", p.version, []event.Event{plan.Ended{At: event.Instant(meta.OccurredAt)}})
+			a, err := s.queueAppend(ctx, b, PlanStream, meta, p.id, "", false, p.version, []event.Event{plan.Ended{At: event.Instant(meta.OccurredAt)}})
 			if err != nil {
 				return err
 			}
@@ -218,7 +218,7 @@ func (s *Store) EraseSubject(ctx context.Context, req ops.ErasureRequest, audit 
 		}
 		out.PlansEnded = len(plans)
 		if first { // the public customer.erased or staff_member.erased
-			if _, err := s.queueAppend(ctx, b, aggregates.Subjects, meta, req.SubjectID, "", 0,
+			if _, err := s.queueAppend(ctx, b, aggregates.Subjects, meta, req.SubjectID, "", false, 0,
 				[]event.Event{event.SubjectErased{SubjectType: req.SubjectType, SubjectID: req.SubjectID}}); err != nil {
 				return err
 			}

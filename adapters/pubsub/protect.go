@@ -166,7 +166,7 @@ func (s *Store) ProtectEvents(ctx context.Context, by string, after int64, limit
 			for _, subject := range m.subjects {
 				erased = append(erased, event.PersonalDataErased{SubjectType: event.SubjectCustomer, SubjectID: subject})
 			}
-			a, err := s.queueAppend(ctx, b, m.facts, meta, m.streamID, "", version, erased)
+			a, err := s.queueAppend(ctx, b, m.facts, meta, m.streamID, "", false, version, erased)
 			if err != nil {
 				return err
 			}

@@ -215,6 +215,10 @@ type session struct {
 	names   map[string]string // reference records read, for the outcome
 	require []string          // customers RequireCustomer named
 	locked  []string          // customers checked (and locked) for this write: vault.CustomerWriteSQL
+	// erased are the customers found erased whose aggregates this write
+	// changes with events that carry no personal text (spared): sealed by
+	// vault.SealErased.
+	erased []string
 }
 
 func (s *session) track(t *tracked) {
@@ -356,10 +360,11 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 	}
 	b := &pgx.Batch{}
 	s.queueRequired(b)
-	s.queueSubjectLocks(b, subjects)
+	s.queueSubjectLocks(b, subjects, nil)
 	appends := make([]*appended, len(s.ordered))
 	for i, t := range s.ordered {
-		a, err := s.store.queueAppend(ctx, b, t.stream, s.meta, t.agg.ID(), subjects[i], t.agg.Version(), t.agg.Changes())
+		a, err := s.store.queueAppend(ctx, b, t.stream, s.meta, t.agg.ID(), subjects[i], slices.Contains(s.erased, subjects[i]),
+			t.agg.Version(), t.agg.Changes())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -381,18 +386,81 @@ func (s *session) queueAppends(ctx context.Context) (*pgx.Batch, []*appended, er
 // transaction has not checked yet (RequireCustomer's check is the same):
 // an erasure that began first is waited for, and this write then fails as
 // any write for an erased subject does; one that begins later waits for
-// this write, and sees what it wrote.
-func (s *session) queueSubjectLocks(b *pgx.Batch, subjects []string) {
+// this write, and sees what it wrote. A subject in spared takes the lock
+// alone (vault.WriteLockSQL): the write says nothing about them, so their
+// erasure does not refuse it.
+func (s *session) queueSubjectLocks(b *pgx.Batch, subjects, spared []string) {
 	for _, subject := range subjects {
 		if subject == "" || slices.Contains(s.locked, subject) {
 			continue
 		}
 		s.locked = append(s.locked, subject)
+		if slices.Contains(spared, subject) {
+			b.Queue(vault.WriteLockSQL, subject).Fn = func(br pgx.BatchResults) error {
+				if _, err := br.Exec(); err != nil {
+					return fmt.Errorf("lock customer %s: %w", subject, err)
+				}
+				return nil
+			}
+			continue
+		}
 		b.Queue(vault.CustomerWriteSQL, subject, s.meta.MerchantID).Fn = func(br pgx.BatchResults) error {
 			_, err := br.Exec()
 			return customerWriteError(subject, err)
 		}
 	}
+}
+
+// spared reports whether the write's changes for subject say nothing about
+// them, so that it may commit after their erasure: every aggregate that
+// seals for subject was theirs before this write (not one created for them
+// nor moved to them, which would start new work for an erased customer),
+// and each of its new events has its personal fields empty (an order that
+// loses its staff member when its schedule is cancelled, a payment without
+// a note). Otherwise an erased customer's booking could never be freed nor
+// their payment recorded: the event types carry a personal field, empty.
+func (s *session) spared(subjects []string, subject string) (bool, error) {
+	for i, t := range s.ordered {
+		if subjects[i] != subject {
+			continue
+		}
+		if t.agg.Version() == 0 || !heldBefore(t, subject) {
+			return false, nil
+		}
+		for _, e := range t.agg.Changes() {
+			fields := t.stream.Personal[e.EventType()]
+			if len(fields) == 0 {
+				continue
+			}
+			data, err := json.Marshal(e)
+			if err != nil {
+				return false, fmt.Errorf("marshal %s: %w", e.EventType(), err)
+			}
+			if blank, err := vault.Blank(data, fields); err != nil || !blank {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+// heldBefore reports whether a loaded aggregate was subject's before the
+// write: an order's customer can change (OrderDetailsUpdated), a service
+// request's and a schedule's cannot.
+func heldBefore(t *tracked, subject string) bool {
+	if _, ok := t.agg.(*order.Order); !ok {
+		return true
+	}
+	customer := ""
+	for _, r := range t.loaded {
+		switch e := r.Event.(type) {
+		case order.Created:
+			customer = e.CustomerID
+		case order.DetailsUpdated:
+			customer = e.CustomerID
+		}
+	}
+	return customer == subject
 }
 
 // customerWriteError is what a refusal of vault.CustomerWriteSQL for
@@ -414,7 +482,9 @@ func customerWriteError(customer string, err error) error {
 // its new events' personal fields ("" when it appends none), and has the
 // vault adopt the keys it does not hold: one round trip, in the command's
 // transaction, for the customers new to this instance. A customer who was
-// erased gets no key: the command fails with a conflict.
+// erased gets no key: the command fails with a conflict, unless it writes
+// nothing about them (spared), when its events are sealed under a key never
+// stored (session.erased).
 func (s *session) subjects(ctx context.Context) ([]string, error) {
 	out := make([]string, len(s.ordered))
 	v := s.store.vault
@@ -438,13 +508,23 @@ func (s *session) subjects(ctx context.Context) ([]string, error) {
 	if len(missing) == 0 {
 		return out, nil
 	}
+	var spared []string
+	for _, subject := range missing {
+		ok, err := s.spared(out, subject)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			spared = append(spared, subject)
+		}
+	}
 	b := &pgx.Batch{}
 	// The customer checks go first: a customer the merchant does not have
 	// fails the batch before a data key is made for them. They take the
 	// subjects' locks too, before the data keys' rows, in the order the
 	// erasure takes them (the lock, then the keys).
 	s.queueRequired(b)
-	s.queueSubjectLocks(b, missing)
+	s.queueSubjectLocks(b, missing, spared)
 	for _, subject := range missing {
 		sealed, err := v.NewKey(subject)
 		if err != nil {
@@ -466,6 +546,10 @@ func (s *session) subjects(ctx context.Context) ([]string, error) {
 				return err
 			}
 			if !found {
+				if slices.Contains(spared, subject) {
+					s.erased = append(s.erased, subject)
+					return nil
+				}
 				return sealError(&vault.ErasedError{Subject: subject})
 			}
 			return nil

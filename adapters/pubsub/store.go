@@ -180,8 +180,10 @@ type appended struct {
 // run in the transaction that sends b. An append that races another one to
 // the same stream fails with an *apperr.ConflictError when b runs. The
 // personal fields of events are sealed for subject (the aggregate's
-// customer, whose key the session has adopted) when the store has a vault.
-func (s *Store) queueAppend(ctx context.Context, b *pgx.Batch, st Stream, meta event.Meta, id, subject string, after int, events []event.Event) (*appended, error) {
+// customer, whose key the session has adopted) when the store has a vault;
+// erased says the subject was erased and the events' personal fields are
+// empty (session.spared): they are sealed under a key never stored.
+func (s *Store) queueAppend(ctx context.Context, b *pgx.Batch, st Stream, meta event.Meta, id, subject string, erased bool, after int, events []event.Event) (*appended, error) {
 	out := &appended{recs: make([]event.Recorded, len(events))}
 	if len(events) == 0 {
 		return out, nil
@@ -213,7 +215,12 @@ func (s *Store) queueAppend(ctx context.Context, b *pgx.Batch, st Stream, meta e
 			if subject == "" {
 				return nil, fmt.Errorf("seal %s of %s %s: the aggregate names no customer", e.EventType(), st.Type, id)
 			}
-			if data, err = s.vault.Seal(subject, e.EventType(), data, fields); err != nil {
+			if erased {
+				data, err = vault.SealErased(subject, e.EventType(), data, fields)
+			} else {
+				data, err = s.vault.Seal(subject, e.EventType(), data, fields)
+			}
+			if err != nil {
 				return nil, sealError(err)
 			}
 			sealedFor = &subject

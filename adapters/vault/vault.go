@@ -390,6 +390,11 @@ const (
 	CustomerErased  = "HT003"
 )
 
+// WriteLockSQL takes CustomerWriteSQL's lock of a subject ($1), shared,
+// without its checks: what a write takes for a subject whose new events
+// carry no personal text (Blank), which an erasure need not refuse.
+const WriteLockSQL = `SELECT pg_advisory_xact_lock_shared(hearth_subject_lock($1))`
+
 // EraseLockSQL takes CustomerWriteSQL's lock of a subject ($1) alone, as
 // an erasure's first statement.
 const EraseLockSQL = `SELECT pg_advisory_xact_lock(hearth_subject_lock($1))`
@@ -406,6 +411,49 @@ func (v *Vault) Seal(subject, eventType string, data []byte, fields []string) ([
 		return nil, &ErasedError{Subject: subject}
 	}
 	return SealWith(aead, subject, eventType, data, fields)
+}
+
+// SealErased is Seal for a subject that was erased, of an event that
+// carries no personal text (Blank): under a key made for it and never
+// stored, as app protect seals an erased customer's events. Readers find
+// the subject erased and read the fields as erased without opening the
+// box; the event is sealed for the subject like the others, so erasure and
+// app protect find it as theirs.
+func SealErased(subject, eventType string, data []byte, fields []string) ([]byte, error) {
+	key := make([]byte, keySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("vault: random key: %w", err)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("vault: throwaway key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("vault: throwaway key: %w", err)
+	}
+	return SealWith(aead, subject, eventType, data, fields)
+}
+
+// Blank reports whether an event's JSON data holds no personal text: each
+// of fields is absent, null or "". Such an event says nothing about its
+// subject (an order unassigned, a payment without a note), so a subject's
+// erasure need not refuse it.
+func Blank(data []byte, fields []string) (bool, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return false, fmt.Errorf("read personal fields: %w", err)
+	}
+	for _, f := range fields {
+		raw, ok := m[f]
+		if !ok {
+			continue
+		}
+		if s := string(bytes.TrimSpace(raw)); s != `""` && s != "null" {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // SealWith is Seal with the key given.
