@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -901,6 +902,46 @@ func TestOrderNoOpCommands(t *testing.T) {
 	require.Equal(t, "no longer needed", got.Body["cancellation_reason"])
 	changes := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+id+"/changes", a.opA, nil)
 	require.Len(t, changes.Body["items"], version)
+}
+
+// PUT is idempotent, and a command that would change nothing succeeds: a
+// client that sends an order's assignment again (a retry after a lost
+// answer) gets 200 and appends nothing, also once the worker has started
+// or finished the job, and once the staff member was made inactive
+// meanwhile. Only another assignment is refused past dispatching.
+func TestAssignmentRestatedAfterDispatchChangesNothing(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	staff := a.must(http.StatusCreated, http.MethodPost, "/v1/staff", a.opA, map[string]any{"name": "Sam"}).Body["id"].(string)
+	assignment := map[string]any{"staff_id": staff, "start_at": "2030-01-01T09:00:00Z",
+		"end_at": "2030-01-01T10:00:00Z", "dispatch_note": "ring"}
+	started := a.createOrder(a.opA, a.createCustomer(a.opA, "Ada"), 1000)
+	cancelled := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1000)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+started+"/assignment", a.opA, assignment)
+	sch := a.liveSchedule(a.opA, started).Id.String()
+	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+sch+"/status", a.opA, map[string]any{"status": "in_service"})
+	other := map[string]any{"staff_id": staff, "start_at": "2030-01-02T09:00:00Z", "end_at": "2030-01-02T10:00:00Z"}
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+cancelled+"/assignment", a.opA, other)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+cancelled+"/cancel", a.opA, map[string]any{"reason": "not needed"})
+
+	again := func(step, id string, body map[string]any) {
+		t.Helper()
+		before := a.events("")
+		r := a.do(http.MethodPut, "/v1/orders/"+id+"/assignment", a.opA, body)
+		require.Equal(t, http.StatusOK, r.Status, "%s: the same assignment again: %s", step, r)
+		require.Equal(t, before, a.events(""), "%s: the same assignment again appends nothing", step)
+	}
+	again("in service", started, assignment)
+	moved := maps.Clone(assignment)
+	moved["dispatch_note"] = "knock"
+	refused := a.do(http.MethodPut, "/v1/orders/"+started+"/assignment", a.opA, moved)
+	requireProblem(t, refused, http.StatusUnprocessableEntity, "/problems/rule-broken")
+	require.Equal(t, "order.assignment_not_allowed", refused.Body["rule"], "%s", refused)
+	a.must(http.StatusOK, http.MethodPatch, "/v1/staff/"+staff, a.opA, map[string]any{"active": false})
+	again("in service, the staff member inactive", started, assignment)
+	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+sch+"/status", a.opA, map[string]any{"status": "done"})
+	again("completed", started, assignment)
+	again("cancelled", cancelled, other)
 }
 
 func TestListOrders(t *testing.T) {
