@@ -261,6 +261,12 @@ func (h OrderHandlers) Assign(ctx context.Context, cmd AssignOrder) (Written, er
 		return Written{}, err
 	}
 	return h.update(ctx, cmd.OrderTarget, func(ctx context.Context, s Session, o *order.Order) error {
+		// Past dispatching the order's schedule is in service, done or
+		// cancelled, and the assignment stands as it was: restated, it
+		// changes nothing (a schedule must not be made again for it).
+		if o.Status() != order.StatusDispatching && o.Restates(a) {
+			return nil
+		}
 		w := schedule.Window{StaffID: cmd.StaffID, StartAt: cmd.StartAt, EndAt: cmd.EndAt}
 		sch, found, err := s.LiveSchedule(ctx, o.ID())
 		if err != nil {

@@ -347,12 +347,17 @@ func (o Assignment) Validate() error {
 }
 
 // Assign sets the staff member and window (only while pending, confirmed or
-// dispatching) and moves a pending or confirmed order to dispatching.
+// dispatching) and moves a pending or confirmed order to dispatching. The
+// assignment the order has already, restated, changes nothing in any of
+// those statuses past confirmed (Restates).
 func (o *Order) Assign(a Assignment) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
 	a.StartAt, a.EndAt = event.Instant(a.StartAt), event.Instant(a.EndAt)
+	if o.Restates(a) {
+		return nil
+	}
 	switch o.status {
 	case StatusPending, StatusConfirmed, StatusDispatching:
 	default:
@@ -368,11 +373,22 @@ func (o *Order) Assign(a Assignment) error {
 	return nil
 }
 
-// Restates reports whether Assign(a) would change nothing: the order is
-// dispatching with assignment a already.
+// Restates reports whether Assign(a) would change nothing: the order has
+// assignment a already and is dispatching, or past it (in service,
+// completed, or cancelled, which keeps the staff member it had). A PUT sent
+// again after the worker started the job is such a restatement: it
+// succeeds, as every command that changes nothing does, rather than be
+// refused for a change it does not ask for.
 func (o *Order) Restates(a Assignment) bool {
 	a.StartAt, a.EndAt = event.Instant(a.StartAt), event.Instant(a.EndAt)
-	return o.status == StatusDispatching && a.StaffID != "" && a == o.Assignment()
+	if a.StaffID == "" || a != o.Assignment() {
+		return false
+	}
+	switch o.status {
+	case StatusDispatching, StatusInService, StatusCompleted, StatusCancelled:
+		return true
+	}
+	return false
 }
 
 // Assignment returns the current assignment (zero when unassigned).
