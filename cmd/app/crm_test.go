@@ -404,6 +404,32 @@ func types(events []storedEvent) []string {
 
 // Every invalid input of a service request answers 400 or 422 problem+json
 // naming the field or the rule, and appends nothing.
+// A request's appointment is optional, answered null when there is none,
+// and a PATCH that sends null takes it off (a booking to be arranged
+// again): before, null was read as "keep", and the request answered 200
+// with the appointment still there. An end taken off alone leaves the
+// start; an absent field still keeps its value.
+func TestServiceRequestAppointmentTakenOffWithNull(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	id := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA, map[string]any{"customer_id": c, "content": "boiler",
+		"appointment_start_at": "2031-01-01T10:00:00Z", "appointment_end_at": "2031-01-01T11:00:00Z"}).Body["id"].(string)
+	path := "/v1/service-requests/" + id
+
+	end := a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"appointment_end_at": nil})
+	require.Nil(t, end.Body["appointment_end_at"], "null takes the end off: %s", end)
+	require.Equal(t, "2031-01-01T10:00:00Z", end.Body["appointment_start_at"], "%s", end)
+	both := a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"appointment_start_at": nil, "notes": "call back"})
+	require.Nil(t, both.Body["appointment_start_at"], "%s", both)
+	require.Equal(t, 3, intOf(both.Body["version"]), "%s", both)
+	got := a.must(http.StatusOK, http.MethodGet, path+"?min_position="+positionOf(both.Body), a.opA, nil)
+	require.Nil(t, got.Body["appointment_start_at"], "%s", got)
+	require.Nil(t, got.Body["appointment_end_at"], "%s", got)
+	again := a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"appointment_start_at": nil, "appointment_end_at": nil})
+	require.Equal(t, 3, intOf(again.Body["version"]), "no appointment taken off again changes nothing: %s", again)
+}
+
 func TestServiceRequestBadInput(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
