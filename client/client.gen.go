@@ -5800,10 +5800,10 @@ type ServiceRequestStatusInputStatus string
 
 // ServiceRequestUpdate absent fields keep their value; not allowed once converted or cancelled (422 service_request.final)
 type ServiceRequestUpdate struct {
-	// AppointmentEndAt RFC 3339 with an offset; answered in UTC
+	// AppointmentEndAt RFC 3339 with an offset; answered in UTC; null takes it off
 	AppointmentEndAt *time.Time `json:"appointment_end_at,omitempty"`
 
-	// AppointmentStartAt RFC 3339 with an offset; answered in UTC
+	// AppointmentStartAt RFC 3339 with an offset; answered in UTC; null takes it off
 	AppointmentStartAt *time.Time `json:"appointment_start_at,omitempty"`
 
 	// CatalogItemId (a UUID in any case; stored and answered in lower case)

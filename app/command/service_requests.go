@@ -38,6 +38,10 @@ type UpdateServiceRequest struct {
 	AppointmentStartAt *time.Time
 	AppointmentEndAt   *time.Time
 	Notes              *string
+	// ClearAppointmentStartAt and ClearAppointmentEndAt take the
+	// appointment's start or end off (the client sent null): an appointment
+	// is optional, and one given may have to be arranged again.
+	ClearAppointmentStartAt, ClearAppointmentEndAt bool
 }
 
 // ChangeServiceRequestStatus confirms or cancels a request.
@@ -127,10 +131,10 @@ func (h ServiceRequestHandlers) UpdateDetails(ctx context.Context, cmd UpdateSer
 		if cmd.Content != nil {
 			d.Content = *cmd.Content
 		}
-		if cmd.AppointmentStartAt != nil {
+		if cmd.AppointmentStartAt != nil || cmd.ClearAppointmentStartAt {
 			d.AppointmentStartAt = cmd.AppointmentStartAt
 		}
-		if cmd.AppointmentEndAt != nil {
+		if cmd.AppointmentEndAt != nil || cmd.ClearAppointmentEndAt {
 			d.AppointmentEndAt = cmd.AppointmentEndAt
 		}
 		if cmd.Notes != nil {

@@ -1,6 +1,7 @@
 package httpport
 
 import (
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -10,22 +11,50 @@ import (
 )
 
 type serviceRequestInput struct {
-	ExpectedVersion    *int    `json:"expected_version"`
-	CustomerID         *string `json:"customer_id"`
-	CatalogItemID      *string `json:"catalog_item_id"`
-	Content            *string `json:"content" text:"multiline"`
-	AppointmentStartAt *string `json:"appointment_start_at"`
-	AppointmentEndAt   *string `json:"appointment_end_at"`
-	Source             *string `json:"source"`
-	Notes              *string `json:"notes" text:"multiline"`
+	ExpectedVersion    *int     `json:"expected_version"`
+	CustomerID         *string  `json:"customer_id"`
+	CatalogItemID      *string  `json:"catalog_item_id"`
+	Content            *string  `json:"content" text:"multiline"`
+	AppointmentStartAt nullable `json:"appointment_start_at"`
+	AppointmentEndAt   nullable `json:"appointment_end_at"`
+	Source             *string  `json:"source"`
+	Notes              *string  `json:"notes" text:"multiline"`
+}
+
+// nullable is a field that a PATCH takes off with null, as the resource
+// answers it null when unset: encoding/json reads null into a pointer as
+// absent, which would keep the value and answer 200 as if it was taken off.
+type nullable struct {
+	given, null bool
+	text        string
+}
+
+// UnmarshalJSON is called for every member given, null included; a value
+// of another type is a *json.UnmarshalTypeError, which the decoder names
+// by its field.
+func (n *nullable) UnmarshalJSON(b []byte) error {
+	n.given = true
+	if string(b) == "null" {
+		n.null = true
+		return nil
+	}
+	return json.Unmarshal(b, &n.text)
+}
+
+// value is the text given, nil when absent or null.
+func (n nullable) value() *string {
+	if !n.given || n.null {
+		return nil
+	}
+	return &n.text
 }
 
 // appointment parses the appointment window's times.
 func (in serviceRequestInput) appointment() (start, end *time.Time, err error) {
-	if start, err = parseTime("appointment_start_at", in.AppointmentStartAt); err != nil {
+	if start, err = parseTime("appointment_start_at", in.AppointmentStartAt.value()); err != nil {
 		return nil, nil, err
 	}
-	end, err = parseTime("appointment_end_at", in.AppointmentEndAt)
+	end, err = parseTime("appointment_end_at", in.AppointmentEndAt.value())
 	return start, end, err
 }
 
@@ -92,6 +121,7 @@ func (s *server) updateServiceRequest(w http.ResponseWriter, r *http.Request) er
 	out, err := s.App.Commands.ServiceRequests.UpdateDetails(how.seal(r), command.UpdateServiceRequest{
 		RequestTarget: t, CatalogItemID: in.CatalogItemID, Content: in.Content,
 		AppointmentStartAt: start, AppointmentEndAt: end, Notes: in.Notes,
+		ClearAppointmentStartAt: in.AppointmentStartAt.null, ClearAppointmentEndAt: in.AppointmentEndAt.null,
 	})
 	if err != nil {
 		return err
