@@ -424,13 +424,9 @@ func SealErased(subject, eventType string, data []byte, fields []string) ([]byte
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("vault: random key: %w", err)
 	}
-	block, err := aes.NewCipher(key)
+	aead, err := newAEAD(key)
 	if err != nil {
-		return nil, fmt.Errorf("vault: throwaway key: %w", err)
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("vault: throwaway key: %w", err)
+		return nil, err
 	}
 	return SealWith(aead, subject, eventType, data, fields)
 }
