@@ -1060,3 +1060,25 @@ func TestAnErasedCustomersBookingCanBeFreedAndPaid(t *testing.T) {
 		AND type IN ('OrderAssignmentUpdated', 'OrderSettlementUpdated') AND subject_id IS DISTINCT FROM $2`, o, c).Scan(&unsealed))
 	require.Zero(t, unsealed)
 }
+
+// A command that changes nothing succeeds, an erased customer's request
+// included: its content reads as erased (empty), and an empty PATCH, or
+// one restating what it has, must not be refused for a required content
+// the client did not touch. A PATCH that writes text about them is 409.
+func TestAnErasedCustomersRequestTakesAPatchThatChangesNothing(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	req := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA, map[string]any{
+		"customer_id": c, "content": "fix the boiler", "appointment_start_at": "2031-01-01T10:00:00Z"}).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+c+"/erase", a.opA, map[string]any{"confirm": c})
+	before := a.events(req)
+
+	for _, body := range []map[string]any{{}, {"appointment_start_at": "2031-01-01T10:00:00Z"}} {
+		r := a.do(http.MethodPatch, "/v1/service-requests/"+req, a.opA, body)
+		require.Equal(t, http.StatusOK, r.Status, "a PATCH that changes nothing (%v): %s", body, r)
+		require.Equal(t, before, a.events(req))
+	}
+	requireProblem(t, a.do(http.MethodPatch, "/v1/service-requests/"+req, a.opA, map[string]any{"content": "again"}),
+		http.StatusConflict, "/problems/conflict")
+}
