@@ -230,16 +230,18 @@ func (r *Request) Status() Status         { return r.status }
 func (r *Request) Version() int           { return r.version }
 func (r *Request) Changes() []event.Event { return r.changes }
 
-// UpdateDetails changes the details; not allowed once final.
+// UpdateDetails changes the details; not allowed once final. Details equal
+// to the request's change nothing and are not checked again: an erased
+// customer's request reads with its content empty, which no client wrote.
 func (r *Request) UpdateDetails(d Details) error {
 	d = d.normalized()
+	if d.equal(r.details) {
+		return nil
+	}
 	var errs apperr.Fields
 	d.check(&errs)
 	if err := errs.Err(); err != nil {
 		return err
-	}
-	if d.equal(r.details) {
-		return nil
 	}
 	if r.status.Final() {
 		return &apperr.RuleError{Rule: "service_request.final", Detail: fmt.Sprintf("cannot update details: the request is %s", r.status)}
