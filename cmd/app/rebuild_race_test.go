@@ -341,3 +341,52 @@ func execOne(ctx context.Context, db *sql.DB, query string, args ...any) error {
 	_, err := db.ExecContext(ctx, query, args...)
 	return err
 }
+
+// Behind a load balancer, an operator's DELETE /admin/rebuilds/{projection}
+// reaches any instance, and a rebuild may run in another one or in `app
+// rebuild`: the GET there shows it running, so the cancel must reach it too
+// and answer as on the instance that runs it, not 404 as if none ran.
+//
+// The rebuild runs beside the instance (as another process would), its
+// swap held by a reader of the live table so that it is still running when
+// the cancel comes.
+func TestARebuildIsCancelledThroughAnotherInstance(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	a.seedOrders(2)
+	ctx := t.Context()
+	hold, err := a.dbs.rm.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback() }()
+	_, err = hold.ExecContext(ctx, `LOCK TABLE orders IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders"})
+		done <- err
+	}()
+	require.False(t, pgtest.DoneOrWaiting(t, a.dbs.rm.DB, done), "the swap waits for the reader")
+	r := a.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	require.Equal(t, "swap", r.Body["phase"], "the rebuild another process runs: %s", r)
+
+	r = a.do(http.MethodDelete, "/admin/rebuilds/orders", a.admin, nil)
+	require.Equal(t, http.StatusOK, r.Status, "the cancel of a rebuild another process runs: %s", r)
+	require.Equal(t, "cancelled", r.Body["phase"], "%s", r)
+	require.ErrorIs(t, <-done, context.Canceled, "the rebuild stopped as cancelled")
+	var shadows int
+	require.NoError(t, a.dbs.rm.DB.QueryRow(`SELECT count(*) FROM pg_tables WHERE tablename = 'orders_rebuild'`).Scan(&shadows))
+	require.Zero(t, shadows, "the cancelled rebuild left its shadow table behind")
+	require.Zero(t, rebuildLockHolder(t, a.dbs.rm.DB, "orders"), "the cancelled rebuild's lock is free")
+	r = a.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+	require.Equal(t, "cancelled", r.Body["phase"], "%s", r)
+	var audited int
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM admin_audit WHERE action = 'rebuild.cancel' AND target = 'orders'`).Scan(&audited))
+	require.Equal(t, 1, audited, "the cancel is in the audit log")
+
+	// Nothing runs now: a second cancel is the conflict of one that ended.
+	r = a.do(http.MethodDelete, "/admin/rebuilds/orders", a.admin, nil)
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r)
+	require.NoError(t, hold.Rollback())
+}
