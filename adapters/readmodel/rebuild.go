@@ -135,7 +135,7 @@ func (rb *rebuilder) begin(ctx context.Context, conn bun.Conn) error {
 	if _, err := conn.ExecContext(ctx, `INSERT INTO rebuilds (projection, phase, events, total, "rows", rate, started_at, error)
 		VALUES (?, ?, 0, 0, 0, 0, ?, '')
 		ON CONFLICT (projection) DO UPDATE SET phase = excluded.phase, events = 0, total = 0, "rows" = 0, rate = 0,
-			started_at = excluded.started_at, finished_at = NULL, error = '', updated_at = now()`,
+			started_at = excluded.started_at, finished_at = NULL, error = '', updated_at = now(), cancel_requested_at = NULL`,
 		p.Projection, p.Phase, p.StartedAt); err != nil {
 		return fmt.Errorf("record the rebuild of %s: %w", p.Projection, err)
 	}
@@ -162,6 +162,47 @@ func (rb *rebuilder) record() {
 		error = ?, updated_at = now() WHERE projection = ? AND started_at = ?`,
 		p.Phase, p.Events, p.Total, p.Rows, p.Rate, finished, p.Error, p.Projection, p.StartedAt)
 	rb.written = time.Now()
+}
+
+// cancelPollEvery is how often a running rebuild reads whether a cancel
+// was asked for through its row in rebuilds.
+const cancelPollEvery = 500 * time.Millisecond
+
+// watchCancel returns ctx, also cancelled (ops.ErrRebuildCancelAsked) once the
+// rebuild's row says a cancel was asked for, and the func that stops the
+// watch. A failed read is tried again at the next tick: the row only
+// carries the request, and the rebuild goes on meanwhile.
+func (rb *rebuilder) watchCancel(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	projection, started := rb.p.Projection, rb.p.StartedAt
+	stop := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(cancelPollEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			var asked bool
+			err := rb.cfg.DB.QueryRowContext(ctx, `SELECT cancel_requested_at IS NOT NULL FROM rebuilds WHERE projection = ? AND started_at = ?`,
+				projection, started).Scan(&asked)
+			if err == nil && asked {
+				cancel(ops.ErrRebuildCancelAsked)
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		close(stop)
+		<-ended
+		cancel(nil)
+	}
 }
 
 // shadowOf is the name of the shadow table a rebuild of table folds into.
@@ -230,9 +271,20 @@ func (t *table[V, PV, R]) rebuild(ctx context.Context, rb *rebuilder) (err error
 	if err := rb.begin(ctx, conn); err != nil {
 		return err
 	}
+	// From here ctx also ends when another process asks for the cancel
+	// through the read models (Maintenance.Cancel); every deferred call
+	// below reads this ctx, so such a cancel is cleaned up, and recorded,
+	// as its own caller's would be. It stops after them.
+	ctx, stopWatching := rb.watchCancel(ctx)
+	defer stopWatching()
 	// Its outcome is recorded before the lock goes (the deferred calls run
 	// last first: after the shadow table's drop, before the unlock).
-	defer func() { rb.finish(ctx, err) }()
+	defer func() {
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, ops.ErrRebuildCancelAsked) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+		rb.finish(ctx, err)
+	}()
 
 	shadow := shadowOf(t.agg.Table)
 	swapped := false
@@ -715,6 +767,12 @@ func (r *Maintenance) Status(projection string) (ops.RebuildProgress, error) {
 	return rec, nil
 }
 
+// rebuildLockHeldSQL is true when a session holds the rebuild lock whose
+// key's high and low halves are its two parameters (pg_locks shows a
+// bigint key so).
+const rebuildLockHeldSQL = `SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid = ? AND objid = ?
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
 // recordedRebuild reads the projection's latest rebuild from rebuilds. One
 // in a running phase whose rebuild lock no session holds (pg_locks shows a
 // bigint key as its high and low halves) was stopped with its process (kill
@@ -726,8 +784,7 @@ func recordedRebuild(ctx context.Context, db *bun.DB, projection string) (ops.Re
 	key := uint64(advisory.Key(advisory.Rebuild(projection)))
 	var held bool
 	err := db.QueryRowContext(ctx, `SELECT phase, events, total, "rows", rate, started_at, finished_at, error, updated_at,
-		EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid = ? AND objid = ?
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+		EXISTS (`+rebuildLockHeldSQL+`)
 		FROM rebuilds WHERE projection = ?`, int64(key>>32), int64(key&0xffffffff), projection).
 		Scan(&p.Phase, &p.Events, &p.Total, &p.Rows, &p.Rate, &p.StartedAt, &finished, &p.Error, &updated, &held)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -751,18 +808,23 @@ func recordedRebuild(ctx context.Context, db *bun.DB, projection string) (ops.Re
 // Cancel cancels the projection's running rebuild, waits for it to clean
 // up and returns its last progress. A rebuild that had ended (done,
 // failed, cancelled before), or that finished before the cancel reached
-// it, is a conflict: nothing was cancelled.
+// it, is a conflict: nothing was cancelled. One that another process runs
+// (another instance, `app rebuild`) is asked through its row in rebuilds
+// (cancelElsewhere).
 func (r *Maintenance) Cancel(ctx context.Context, projection string) (ops.RebuildProgress, error) {
 	r.mu.Lock()
 	run, ok := r.runs[projection]
 	r.mu.Unlock()
-	if !ok {
-		return ops.RebuildProgress{}, apperr.ErrNotFound
+	running := ok
+	if ok {
+		select {
+		case <-run.done:
+			running = false
+		default:
+		}
 	}
-	select {
-	case <-run.done:
-		return ops.RebuildProgress{}, r.notRunning(projection)
-	default:
+	if !running {
+		return r.cancelElsewhere(ctx, projection)
 	}
 	run.cancel()
 	select {
@@ -775,6 +837,76 @@ func (r *Maintenance) Cancel(ctx context.Context, projection string) (ops.Rebuil
 		return ops.RebuildProgress{}, r.notRunning(projection)
 	}
 	return p, err
+}
+
+// remoteCancelWait bounds how long a cancel asked through the read models
+// waits for the rebuild to stop: it reads the request within
+// cancelPollEvery, and its clean-up is bounded (dropShadow's 10 s).
+const remoteCancelWait = 30 * time.Second
+
+// cancelElsewhere asks the running rebuild of projection that another
+// process runs to stop, through its row in rebuilds (the rebuild reads it:
+// watchCancel), and waits until its row says it ended. Only a row in a
+// running phase whose rebuild lock is held is asked: one whose process
+// died is no rebuild to cancel. None recorded is apperr.ErrNotFound, one
+// that has ended (or ends otherwise meanwhile) a conflict, as on the
+// instance that runs it. A rebuild that does not stop in time (run by an
+// instance of the previous release, which does not read the request) is a
+// conflict saying so; the request stays on its row.
+func (r *Maintenance) cancelElsewhere(ctx context.Context, projection string) (ops.RebuildProgress, error) {
+	if _, err := selectTargets([]string{projection}); err != nil {
+		return ops.RebuildProgress{}, apperr.Invalid("projection", "%v", err)
+	}
+	key := uint64(advisory.Key(advisory.Rebuild(projection)))
+	var started time.Time
+	err := r.db.QueryRowContext(ctx, `UPDATE rebuilds SET cancel_requested_at = coalesce(cancel_requested_at, now())
+		WHERE projection = ? AND finished_at IS NULL AND EXISTS (`+rebuildLockHeldSQL+`)
+		RETURNING started_at`, projection, int64(key>>32), int64(key&0xffffffff)).Scan(&started)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		var held bool
+		if err := r.db.QueryRowContext(ctx, `SELECT EXISTS (`+rebuildLockHeldSQL+`)`, int64(key>>32), int64(key&0xffffffff)).Scan(&held); err != nil {
+			return ops.RebuildProgress{}, fmt.Errorf("ask for the cancel of the rebuild of %s: %w", projection, err)
+		}
+		if held {
+			// Its lock is held, and no running rebuild is recorded: an
+			// instance of a release before the rebuilds table runs it.
+			return ops.RebuildProgress{}, &apperr.ConflictError{Detail: fmt.Sprintf(
+				"a rebuild of %s runs that records nothing (an instance of an earlier release runs it): cancel it on that instance", projection)}
+		}
+		if _, err := recordedRebuild(ctx, r.db, projection); err != nil {
+			return ops.RebuildProgress{}, err
+		}
+		return ops.RebuildProgress{}, r.notRunning(projection)
+	case err != nil:
+		return ops.RebuildProgress{}, fmt.Errorf("ask for the cancel of the rebuild of %s: %w", projection, err)
+	}
+	wait, cancel := context.WithTimeout(ctx, remoteCancelWait)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		p, err := recordedRebuild(wait, r.db, projection)
+		switch {
+		case err == nil && (!p.StartedAt.Equal(started.UTC()) || !p.FinishedAt.IsZero()):
+			if p.StartedAt.Equal(started.UTC()) && p.Phase == "cancelled" {
+				return p, nil
+			}
+			return ops.RebuildProgress{}, r.notRunning(projection)
+		case err != nil && wait.Err() == nil:
+			return ops.RebuildProgress{}, err
+		}
+		select {
+		case <-wait.Done():
+			if ctx.Err() != nil {
+				return ops.RebuildProgress{}, ctx.Err()
+			}
+			return ops.RebuildProgress{}, &apperr.ConflictError{Detail: fmt.Sprintf(
+				"the cancel of the rebuild of %s is asked for, but it has not stopped within %s: an instance of a release before "+
+					"readmodel/010 runs it, which cancels it only where it runs; GET shows when it ends", projection, remoteCancelWait)}
+		case <-tick.C:
+		}
+	}
 }
 
 // notRunning is the conflict of a cancel that found the rebuild ended.

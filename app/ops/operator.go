@@ -48,8 +48,9 @@ type Rebuilds interface {
 	// whichever process ran it (one that died midway reads as failed), or
 	// apperr.ErrNotFound.
 	Status(projection string) (RebuildProgress, error)
-	// Cancel cancels the running rebuild, waits for it to clean up and
-	// returns its last progress.
+	// Cancel cancels the running rebuild, whichever process runs it (one
+	// of another asked through the read models), waits for it to clean up
+	// and returns its last progress.
 	Cancel(ctx context.Context, projection string) (RebuildProgress, error)
 	// Run rebuilds in the foreground until it is done or ctx ends;
 	// progress, when set, is called as it goes.
@@ -279,6 +280,11 @@ func rebuildCancelled(actor, projection string, p RebuildProgress) AuditEntry {
 		Details: map[string]any{"phase": p.Phase, "events": p.Events, "rows": p.Rows}}
 }
 
+// ErrRebuildCancelAsked is in the error of a rebuild that stopped because
+// another process asked for its cancel (Rebuilds.Cancel on an instance
+// that does not run it): that process records the cancel.
+var ErrRebuildCancelAsked = errors.New("cancelled through DELETE /admin/rebuilds on another instance")
+
 // Rebuild rebuilds projection in the foreground (the CLI), as done by
 // actor, calling progress (optional) as it goes; ending ctx cancels it.
 // The start is recorded before the rebuild runs (a failed record stops
@@ -291,7 +297,8 @@ func (o *Operator) Rebuild(ctx context.Context, projection, actor string, progre
 		return RebuildProgress{}, err
 	}
 	p, err := o.rebuilds.Run(ctx, projection, progress)
-	if errors.Is(err, context.Canceled) {
+	// A cancel asked through an instance's DELETE is recorded there.
+	if errors.Is(err, context.Canceled) && !errors.Is(err, ErrRebuildCancelAsked) {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if aerr := o.audit.RecordAudit(actx, rebuildCancelled(actor, projection, p)); aerr != nil {
