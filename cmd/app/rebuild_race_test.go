@@ -390,3 +390,40 @@ func TestARebuildIsCancelledThroughAnotherInstance(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Status, "%s", r)
 	require.NoError(t, hold.Rollback())
 }
+
+// A start of a rebuild while one runs is refused with 409 on the instance
+// that runs it; on another instance (or beside `app rebuild`) it must be
+// refused the same way, not answered 202 and recorded as started in the
+// audit log, to fail at once in the background and leave that instance's
+// GET showing the failed attempt instead of the rebuild that runs.
+func TestARebuildStartedWhileAnotherProcessRunsOneIsAConflict(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	a.seedOrders(2)
+	ctx := t.Context()
+	hold, err := a.dbs.rm.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback() }()
+	_, err = hold.ExecContext(ctx, `LOCK TABLE orders IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders"})
+		done <- err
+	}()
+	require.False(t, pgtest.DoneOrWaiting(t, a.dbs.rm.DB, done), "the swap waits for the reader")
+
+	r := a.do(http.MethodPost, "/admin/rebuilds/orders", a.admin, nil)
+	requireProblem(t, r, http.StatusConflict, "/problems/conflict")
+	require.Contains(t, r.Body["detail"], "already running", "%s", r)
+	var started int
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM admin_audit WHERE action = 'rebuild.start'`).Scan(&started))
+	require.Zero(t, started, "a start refused is not recorded as started")
+	r = a.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+	require.Equal(t, "swap", r.Body["phase"], "the rebuild that runs, not a refused start: %s", r)
+
+	require.NoError(t, hold.Rollback())
+	require.NoError(t, <-done)
+	r = a.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
+	require.Equal(t, "done", r.Body["phase"], "%s", r)
+}
