@@ -711,6 +711,17 @@ func (r *Maintenance) Start(projection string) (ops.RebuildProgress, error) {
 			return ops.RebuildProgress{}, &apperr.ConflictError{Detail: "a rebuild of " + projection + " is already running"}
 		}
 	}
+	// One that another process runs holds the rebuild lock: refused here
+	// as on its instance, rather than accepted and recorded as started to
+	// fail at once in the background. A start that takes the lock between
+	// this look and the run's still fails so, and its status says why.
+	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer lcancel()
+	if held, err := rebuildLockHeld(lctx, r.db, projection); err != nil {
+		return ops.RebuildProgress{}, err
+	} else if held {
+		return ops.RebuildProgress{}, &apperr.ConflictError{Detail: "a rebuild of " + projection + " is already running (in another instance or app rebuild)"}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &rebuildRun{cancel: cancel, done: make(chan struct{}),
 		progress: ops.RebuildProgress{Projection: projection, Phase: "fold", StartedAt: time.Now().UTC()}}
@@ -772,6 +783,17 @@ func (r *Maintenance) Status(projection string) (ops.RebuildProgress, error) {
 // bigint key so).
 const rebuildLockHeldSQL = `SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid = ? AND objid = ?
 	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// rebuildLockHeld reports whether a session holds the projection's
+// rebuild lock: a rebuild of it runs, whichever process runs it.
+func rebuildLockHeld(ctx context.Context, db *bun.DB, projection string) (bool, error) {
+	key := uint64(advisory.Key(advisory.Rebuild(projection)))
+	var held bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (`+rebuildLockHeldSQL+`)`, int64(key>>32), int64(key&0xffffffff)).Scan(&held); err != nil {
+		return false, fmt.Errorf("look for a running rebuild of %s: %w", projection, err)
+	}
+	return held, nil
+}
 
 // recordedRebuild reads the projection's latest rebuild from rebuilds. One
 // in a running phase whose rebuild lock no session holds (pg_locks shows a
@@ -864,8 +886,8 @@ func (r *Maintenance) cancelElsewhere(ctx context.Context, projection string) (o
 		RETURNING started_at`, projection, int64(key>>32), int64(key&0xffffffff)).Scan(&started)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		var held bool
-		if err := r.db.QueryRowContext(ctx, `SELECT EXISTS (`+rebuildLockHeldSQL+`)`, int64(key>>32), int64(key&0xffffffff)).Scan(&held); err != nil {
+		held, err := rebuildLockHeld(ctx, r.db, projection)
+		if err != nil {
 			return ops.RebuildProgress{}, fmt.Errorf("ask for the cancel of the rebuild of %s: %w", projection, err)
 		}
 		if held {
