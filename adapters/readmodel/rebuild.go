@@ -189,9 +189,13 @@ func (rb *rebuilder) watchCancel(ctx context.Context) (context.Context, func()) 
 				return
 			case <-tick.C:
 			}
+			// Bounded: the pool may have no connection to spare for a
+			// while (the rebuild holds one of its own).
+			qctx, qcancel := context.WithTimeout(ctx, recordEvery)
 			var asked bool
-			err := rb.cfg.DB.QueryRowContext(ctx, `SELECT cancel_requested_at IS NOT NULL FROM rebuilds WHERE projection = ? AND started_at = ?`,
+			err := rb.cfg.DB.QueryRowContext(qctx, `SELECT cancel_requested_at IS NOT NULL FROM rebuilds WHERE projection = ? AND started_at = ?`,
 				projection, started).Scan(&asked)
+			qcancel()
 			if err == nil && asked {
 				cancel(ops.ErrRebuildCancelAsked)
 				return
@@ -199,9 +203,11 @@ func (rb *rebuilder) watchCancel(ctx context.Context) (context.Context, func()) 
 		}
 	}()
 	return ctx, func() {
+		// The rebuild has ended (and recorded how): ending ctx first
+		// also ends a look waiting for a connection.
+		cancel(nil)
 		close(stop)
 		<-ended
-		cancel(nil)
 	}
 }
 
@@ -908,20 +914,31 @@ func (r *Maintenance) cancelElsewhere(ctx context.Context, projection string) (o
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		p, err := recordedRebuild(wait, r.db, projection)
+		// The row's own end, not recordedRebuild's reading of it: a
+		// cancelled rebuild ends its lock session while it cleans up,
+		// before it records that it was cancelled, and meanwhile its row
+		// reads as interrupted.
+		var now time.Time
+		var finished bool
+		err := r.db.QueryRowContext(wait, `SELECT started_at, finished_at IS NOT NULL FROM rebuilds WHERE projection = ?`, projection).
+			Scan(&now, &finished)
 		switch {
-		case err == nil && (!p.StartedAt.Equal(started.UTC()) || !p.FinishedAt.IsZero()):
-			if p.StartedAt.Equal(started.UTC()) && p.Phase == "cancelled" {
+		case err == nil && (!now.Equal(started) || finished):
+			p, err := recordedRebuild(ctx, r.db, projection)
+			if err == nil && p.StartedAt.Equal(started) && p.Phase == "cancelled" {
 				return p, nil
 			}
 			return ops.RebuildProgress{}, r.notRunning(projection)
 		case err != nil && wait.Err() == nil:
-			return ops.RebuildProgress{}, err
+			return ops.RebuildProgress{}, fmt.Errorf("wait for the rebuild of %s to stop: %w", projection, err)
 		}
 		select {
 		case <-wait.Done():
 			if ctx.Err() != nil {
 				return ops.RebuildProgress{}, ctx.Err()
+			}
+			if held, err := rebuildLockHeld(ctx, r.db, projection); err == nil && !held {
+				return ops.RebuildProgress{}, r.notRunning(projection) // its process died: interrupted
 			}
 			return ops.RebuildProgress{}, &apperr.ConflictError{Detail: fmt.Sprintf(
 				"the cancel of the rebuild of %s is asked for, but it has not stopped within %s: an instance of a release before "+
