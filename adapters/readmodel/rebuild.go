@@ -909,7 +909,13 @@ func (r *Maintenance) cancelElsewhere(ctx context.Context, projection string) (o
 	case err != nil:
 		return ops.RebuildProgress{}, fmt.Errorf("ask for the cancel of the rebuild of %s: %w", projection, err)
 	}
-	wait, cancel := context.WithTimeout(ctx, remoteCancelWait)
+	// Within the caller's own deadline (a request's HTTP_WRITE_TIMEOUT),
+	// so that the answer can still be given.
+	limit := remoteCancelWait
+	if d, ok := ctx.Deadline(); ok {
+		limit = min(limit, time.Until(d)*9/10)
+	}
+	wait, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -941,8 +947,9 @@ func (r *Maintenance) cancelElsewhere(ctx context.Context, projection string) (o
 				return ops.RebuildProgress{}, r.notRunning(projection) // its process died: interrupted
 			}
 			return ops.RebuildProgress{}, &apperr.ConflictError{Detail: fmt.Sprintf(
-				"the cancel of the rebuild of %s is asked for, but it has not stopped within %s: an instance of a release before "+
-					"readmodel/010 runs it, which cancels it only where it runs; GET shows when it ends", projection, remoteCancelWait)}
+				"the cancel of the rebuild of %s is asked for, but it has not stopped within %s (an instance of a release before "+
+					"readmodel/010 does not read the request: cancel it where it runs); the request stays, and GET shows when it ends",
+				projection, limit.Round(time.Second))}
 		case <-tick.C:
 		}
 	}
