@@ -348,16 +348,48 @@ func TestErasureOfStaffAndRecords(t *testing.T) {
 	require.Equal(t, "dpo@acme.example", actor)
 
 	// An erased customer: no change to the record, no new personal data
-	// about them (an order's notes are personal), and their id stays valid.
+	// about them (an order's notes are personal), and their id stays valid;
+	// their open order can still be closed (TestAnErasedCustomersOrderCanBeCancelled).
 	customer := a.createCustomer(a.opA, "Ada Erased")
 	order := a.createOrder(a.opA, customer, 1500)
 	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+customer+"/erase", a.opA, map[string]any{"confirm": customer})
 	requireProblem(t, a.do(http.MethodPatch, "/v1/customers/"+customer, a.opA, map[string]any{"name": "Ada"}), http.StatusConflict, "/problems/conflict")
 	requireProblem(t, a.do(http.MethodPost, "/v1/orders", a.opA, map[string]any{"customer_id": customer, "amount_cents": 100, "notes": "x"}),
 		http.StatusConflict, "/problems/conflict")
-	requireProblem(t, a.do(http.MethodPost, "/v1/orders/"+order+"/cancel", a.opA, map[string]any{"reason": "moved away"}),
-		http.StatusConflict, "/problems/conflict")
 	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+order+"/status", a.opA, map[string]any{"status": "dispatching"})
+}
+
+// An erased customer's open order can be cancelled, its live schedule with
+// it: the customer's name and address are gone, nobody can make the visit,
+// and an order that cannot be closed stays open on the merchant's lists
+// and holds its staff member's time for ever. A cancellation needs a reason,
+// which is personal text; written for an erased customer it is sealed under
+// a key never stored, so it reads as erased at once and nothing of it is
+// kept. Text about them in any other write stays refused
+// (TestAnErasedCustomersBookingCanBeFreedAndPaid).
+func TestAnErasedCustomersOrderCanBeCancelled(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	c := a.createCustomer(a.opA, "Ada")
+	o := a.createOrder(a.opA, c, 1000)
+	window := map[string]any{"staff_id": a.staffA, "start_at": "2031-01-01T10:00:00Z", "end_at": "2031-01-01T11:00:00Z"}
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+o+"/assignment", a.opA, window)
+	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+c+"/erase", a.opA, map[string]any{"confirm": c})
+
+	r := a.do(http.MethodPost, "/v1/orders/"+o+"/cancel", a.opA, map[string]any{"reason": "moved to Lisbon, per Ada"})
+	require.Equal(t, http.StatusOK, r.Status, "cancelling an erased customer's order: %s", r)
+	got := a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+o+"?min_position="+positionOf(r.Body), a.opA, nil)
+	require.Equal(t, "cancelled", got.Body["status"], "%s", got)
+	require.Nil(t, got.Body["cancellation_reason"], "the reason reads as erased: %s", got)
+	require.NotContains(t, got.String(), "Lisbon")
+	other := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1000)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, window) // the booking was freed
+
+	var clear, unsealed int
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FILTER (WHERE data::text LIKE '%Lisbon%'),
+		count(*) FILTER (WHERE subject_id IS DISTINCT FROM $2) FROM events WHERE stream_id = $1 AND type = 'OrderCancelled'`, o, c).Scan(&clear, &unsealed))
+	require.Zero(t, clear, "the reason is nowhere in clear")
+	require.Zero(t, unsealed, "sealed for the customer, as their other events")
 }
 
 // A writer that still holds the customer's key (another instance, before

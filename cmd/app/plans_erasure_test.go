@@ -21,10 +21,13 @@ import (
 )
 
 // Erasing a customer ends their service plans in the same transaction, and
-// the generator leaves a plan of an erased customer alone: it creates no
-// order and attempts no visit (a visit's order carries notes, its
-// cancellation a reason, both personal: each attempt would fail), run
-// after run. The orders created before the erasure stay.
+// the generator then cancels the orders of the ended plan's visits not
+// started yet, as it does for any plan that ends (their bookings hold staff
+// members' time; nobody can make a visit to a customer whose address is
+// gone), its reason sealed away at once as an erased customer's text is.
+// It creates no order for an erased customer's plan (a visit's order
+// carries notes, personal) and, once those are cancelled, attempts no visit
+// of theirs, run after run.
 func TestErasureEndsPlansAndGeneratorSkipsThem(t *testing.T) {
 	t.Parallel()
 	e := newGeneratorEnv(t)
@@ -87,6 +90,14 @@ func TestErasureEndsPlansAndGeneratorSkipsThem(t *testing.T) {
 		func(_ context.Context, s command.Session) error { s.AddServicePlan(raced); return nil })
 	require.NoError(t, err)
 	attempts = 0
+	done, err = e.run(t, g)
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Cancelled: 4}, done, "the ended plan's visits not started yet are cancelled")
+	var clear int
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM events WHERE type = 'OrderCancelled'
+		AND (data::text LIKE '%no longer has%' OR subject_id IS DISTINCT FROM $1)`, customer).Scan(&clear))
+	require.Zero(t, clear, "the reasons are sealed for the customer, under no key kept")
+	attempts = 0
 	events := a.events("")
 	for range 2 {
 		done, err = e.run(t, g)
@@ -97,6 +108,6 @@ func TestErasureEndsPlansAndGeneratorSkipsThem(t *testing.T) {
 	require.Equal(t, events, a.events(""), "nothing written")
 	require.False(t, ended(later))
 	created, ledger := e.orders(t)
-	require.Equal(t, 4, created, "the orders created before the erasure stay")
+	require.Equal(t, 4, created, "the orders created before the erasure stay, cancelled")
 	require.Equal(t, 4, ledger)
 }
