@@ -417,8 +417,11 @@ func (s *session) queueSubjectLocks(b *pgx.Batch, subjects, spared []string) {
 // nor moved to them, which would start new work for an erased customer),
 // and each of its new events has its personal fields empty (an order that
 // loses its staff member when its schedule is cancelled, a payment without
-// a note). Otherwise an erased customer's booking could never be freed nor
-// their payment recorded: the event types carry a personal field, empty.
+// a note) or closes the aggregate (Facts.Closing: a cancellation, whose
+// reason is required). Otherwise an erased customer's booking could never
+// be freed, their order cancelled nor their payment recorded. Whatever
+// text is written is sealed under a key never stored: it reads as erased
+// at once.
 func (s *session) spared(subjects []string, subject string) (bool, error) {
 	for i, t := range s.ordered {
 		if subjects[i] != subject {
@@ -429,7 +432,7 @@ func (s *session) spared(subjects []string, subject string) (bool, error) {
 		}
 		for _, e := range t.agg.Changes() {
 			fields := t.stream.Personal[e.EventType()]
-			if len(fields) == 0 {
+			if len(fields) == 0 || t.stream.Closing[e.EventType()] {
 				continue
 			}
 			data, err := json.Marshal(e)

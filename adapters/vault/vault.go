@@ -414,8 +414,10 @@ func (v *Vault) Seal(subject, eventType string, data []byte, fields []string) ([
 }
 
 // SealErased is Seal for a subject that was erased, of an event that
-// carries no personal text (Blank): under a key made for it and never
-// stored, as app protect seals an erased customer's events. Readers find
+// carries no personal text (Blank) or closes their aggregate (a
+// cancellation's reason): under a key made for it and never stored, as app
+// protect seals an erased customer's events, so any text in it reads as
+// erased from the moment it is written. Readers find
 // the subject erased and read the fields as erased without opening the
 // box; the event is sealed for the subject like the others, so erasure and
 // app protect find it as theirs.

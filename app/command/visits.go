@@ -139,10 +139,12 @@ type VisitsDone struct {
 // recorded: a visit moved later is re-planned even when its old start has
 // passed since. Started and finished visits are never touched. It stops at
 // the first error, ctx's included; what it committed stays, and the next
-// run carries on from there. A plan of an erased customer is left alone:
-// nothing personal can be written about them (an order's notes, a
-// cancellation's reason), and the erasure ended the plan; its visits'
-// orders already created stay, as the customer's other orders do.
+// run carries on from there. For a plan of an erased customer it creates
+// and moves no order (an order's notes are personal, and nobody can make a
+// visit to a customer whose address is gone), but cancels, as for any
+// ended plan, the orders of visits not started yet (the erasure ended the
+// plan), freeing their bookings: a cancellation closes work, and its reason
+// is sealed away at once (aggregates.Facts.Closing).
 func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDone, error) {
 	var done VisitsDone
 	meta := event.Meta{MerchantID: cmd.MerchantID, Actor: GeneratorActor, CorrelationID: uuid.New(), OccurredAt: event.Instant(cmd.Now)}
@@ -156,15 +158,17 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 		if p, err = s.ServicePlan(ctx, cmd.PlanID); err != nil {
 			return err
 		}
-		if erased, err = s.CustomerErased(ctx, p.CustomerID()); err != nil || erased {
+		if erased, err = s.CustomerErased(ctx, p.CustomerID()); err != nil {
 			return err
 		}
 		if ledger, err = s.PlanVisits(ctx, cmd.PlanID); err != nil {
 			return err
 		}
-		want = p.Visits(cmd.Now, until)
+		if !erased {
+			want = p.Visits(cmd.Now, until)
+		}
 		return nil
-	}); err != nil || erased {
+	}); err != nil {
 		return done, err
 	}
 	have := map[string]PlanVisit{}
@@ -218,8 +222,9 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 		switch {
 		case has && !v.StartAt.Before(until):
 			// Moved beyond the horizon: re-planned at once, its order's
-			// window and booking moved there.
-			if !r.differs(v) {
+			// window and booking moved there (not an erased customer's:
+			// no new work for them).
+			if erased || !r.differs(v) {
 				continue
 			}
 			if err := replan(r.Key); err != nil {

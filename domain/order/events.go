@@ -116,6 +116,11 @@ var Personal = map[string][]string{
 	"OrderSettlementUpdated": {"settlement_note"},
 }
 
+// Closing names the stored event types that close an order and need their
+// personal text to (a cancellation's reason): an erased customer's order
+// must still be cancellable, its reason erased at once.
+var Closing = map[string]bool{"OrderCancelled": true}
+
 var registry = event.Registry{
 	event.PersonalDataErasedType: event.As[event.PersonalDataErased],
 	"OrderCreated":               event.As[Created],

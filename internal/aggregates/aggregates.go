@@ -33,6 +33,12 @@ type Facts struct {
 	// Personal names, by stored event type, the fields that hold personal
 	// data of the aggregate's customer (sealed at rest: adapters/vault).
 	Personal map[string][]string
+	// Closing names the stored event types that close the aggregate's work
+	// and must carry personal text (an order's cancellation, its reason):
+	// written for an erased customer all the same, their text sealed away
+	// at once (adapters/vault.SealErased), since work nobody can do any more
+	// must be closable.
+	Closing map[string]bool
 	// Topic is the Watermill topic its events are published on.
 	Topic string
 	// Projection names its projection, which is also the projection's
@@ -53,7 +59,7 @@ type Kind[A any] struct {
 // The aggregate types.
 var (
 	Order = Kind[*order.Order]{Facts: Facts{
-		Type: order.StreamType, Decode: order.Decode, Personal: order.Personal,
+		Type: order.StreamType, Decode: order.Decode, Personal: order.Personal, Closing: order.Closing,
 		Topic: "orders", Projection: "orders", Table: "orders",
 	}, Rehydrate: order.Rehydrate}
 	ServiceRequest = Kind[*servicerequest.Request]{Facts: Facts{
