@@ -303,3 +303,19 @@ func TestDeliveryCursorAnswerMatchesTheOpenAPIDocument(t *testing.T) {
 	d.send("orders from/to with newest-first cursor", "GET", "/v1/orders?from=2020-01-01T00:00:00Z&cursor="+cursor, op, nil, nil)
 	require.Empty(t, d.violations, "answers the OpenAPI document does not describe:\n%s", strings.Join(d.violations, "\n"))
 }
+
+// Every action the audit log holds is one the document's enum names, the
+// command line's too: `app projections rewind` records its entry in the
+// same log that GET /admin/audit lists.
+func TestAuditLogOfACommandLineActionMatchesTheOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	a := setup(t, urls)
+	d := newDocCheck(t, a)
+	out, err := cli(t.Context(), a.urls(), "projections", "rewind", "--by", "ops: restore 12")
+	require.NoError(t, err, out)
+	l := d.send("audit after a rewind", "GET", "/admin/audit", a.admin, nil, nil)
+	require.Equal(t, http.StatusOK, l.Status, "%s", l)
+	require.Contains(t, l.Raw, `"projections.rewind"`, "the rewind is in the audit log")
+	require.Empty(t, d.violations, "answers the OpenAPI document does not describe:\n%s", strings.Join(d.violations, "\n"))
+}
