@@ -29,6 +29,7 @@ const (
 	AuditEntryActionParkedReplay        AuditEntryAction = "parked.replay"
 	AuditEntryActionParkedSkip          AuditEntryAction = "parked.skip"
 	AuditEntryActionPersonalDataProtect AuditEntryAction = "personal_data.protect"
+	AuditEntryActionProjectionsRewind   AuditEntryAction = "projections.rewind"
 	AuditEntryActionRebuildCancel       AuditEntryAction = "rebuild.cancel"
 	AuditEntryActionRebuildStart        AuditEntryAction = "rebuild.start"
 	AuditEntryActionStaffMemberErase    AuditEntryAction = "staff_member.erase"
@@ -55,6 +56,8 @@ func (e AuditEntryAction) Valid() bool {
 	case AuditEntryActionParkedSkip:
 		return true
 	case AuditEntryActionPersonalDataProtect:
+		return true
+	case AuditEntryActionProjectionsRewind:
 		return true
 	case AuditEntryActionRebuildCancel:
 		return true

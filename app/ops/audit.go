@@ -20,6 +20,9 @@ const (
 	ActionParkedSkip    = "parked.skip"
 	ActionRebuildStart  = "rebuild.start"
 	ActionRebuildCancel = "rebuild.cancel"
+	// ActionProjectionsRewind is `app projections rewind`'s: the command
+	// line's own action, listed by GET /admin/audit with the others.
+	ActionProjectionsRewind = "projections.rewind"
 )
 
 // AuditEntry is one admin action: who did what to what, and when.

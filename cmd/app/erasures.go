@@ -246,9 +246,6 @@ func erasuresApply(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags
 	return nil
 }
 
-// ActionProjectionsRewind is the audit action of `app projections rewind`.
-const ActionProjectionsRewind = "projections.rewind"
-
 // projectionsRewind runs `app projections rewind`: after a read-model
 // database is restored from a backup older than the event store's offsets
 // (two databases), each projection reads its topic again from the oldest
@@ -292,7 +289,7 @@ func projectionsRewind(ctx context.Context, cfg Config, log *slog.Logger, o opsF
 	}
 	// Recorded after the commit, as a rebuild is: the rewind is done
 	// whatever becomes of its entry, which is then logged with the error.
-	entry := ops.AuditEntry{Actor: by, Action: ActionProjectionsRewind, Target: "projections", Details: details}
+	entry := ops.AuditEntry{Actor: by, Action: ops.ActionProjectionsRewind, Target: "projections", Details: details}
 	if err := w.refdata.RecordAudit(ctx, entry); err != nil {
 		log.ErrorContext(ctx, "record the projections' rewind in the audit log", "error", err, "details", details)
 	}
