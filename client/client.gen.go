@@ -20,20 +20,24 @@ import (
 
 // Defines values for AuditEntryAction.
 const (
-	AuditEntryActionCustomerErase       AuditEntryAction = "customer.erase"
-	AuditEntryActionCustomerExport      AuditEntryAction = "customer.export"
-	AuditEntryActionKeyCreate           AuditEntryAction = "key.create"
-	AuditEntryActionKeyRevoke           AuditEntryAction = "key.revoke"
-	AuditEntryActionKeyRotate           AuditEntryAction = "key.rotate"
-	AuditEntryActionKeyringRewrap       AuditEntryAction = "keyring.rewrap"
-	AuditEntryActionParkedReplay        AuditEntryAction = "parked.replay"
-	AuditEntryActionParkedSkip          AuditEntryAction = "parked.skip"
-	AuditEntryActionPersonalDataProtect AuditEntryAction = "personal_data.protect"
-	AuditEntryActionProjectionsRewind   AuditEntryAction = "projections.rewind"
-	AuditEntryActionRebuildCancel       AuditEntryAction = "rebuild.cancel"
-	AuditEntryActionRebuildStart        AuditEntryAction = "rebuild.start"
-	AuditEntryActionStaffMemberErase    AuditEntryAction = "staff_member.erase"
-	AuditEntryActionStaffMemberExport   AuditEntryAction = "staff_member.export"
+	AuditEntryActionCustomerErase               AuditEntryAction = "customer.erase"
+	AuditEntryActionCustomerExport              AuditEntryAction = "customer.export"
+	AuditEntryActionKeyCreate                   AuditEntryAction = "key.create"
+	AuditEntryActionKeyRevoke                   AuditEntryAction = "key.revoke"
+	AuditEntryActionKeyRotate                   AuditEntryAction = "key.rotate"
+	AuditEntryActionKeyringRewrap               AuditEntryAction = "keyring.rewrap"
+	AuditEntryActionParkedReplay                AuditEntryAction = "parked.replay"
+	AuditEntryActionParkedSkip                  AuditEntryAction = "parked.skip"
+	AuditEntryActionPersonalDataProtect         AuditEntryAction = "personal_data.protect"
+	AuditEntryActionProjectionsRewind           AuditEntryAction = "projections.rewind"
+	AuditEntryActionRebuildCancel               AuditEntryAction = "rebuild.cancel"
+	AuditEntryActionRebuildStart                AuditEntryAction = "rebuild.start"
+	AuditEntryActionStaffMemberErase            AuditEntryAction = "staff_member.erase"
+	AuditEntryActionStaffMemberExport           AuditEntryAction = "staff_member.export"
+	AuditEntryActionWebhookEndpointCreate       AuditEntryAction = "webhook_endpoint.create"
+	AuditEntryActionWebhookEndpointDelete       AuditEntryAction = "webhook_endpoint.delete"
+	AuditEntryActionWebhookEndpointRotateSecret AuditEntryAction = "webhook_endpoint.rotate_secret"
+	AuditEntryActionWebhookEndpointUpdate       AuditEntryAction = "webhook_endpoint.update"
 )
 
 // Valid indicates whether the value is a known member of the AuditEntryAction enum.
@@ -66,6 +70,14 @@ func (e AuditEntryAction) Valid() bool {
 	case AuditEntryActionStaffMemberErase:
 		return true
 	case AuditEntryActionStaffMemberExport:
+		return true
+	case AuditEntryActionWebhookEndpointCreate:
+		return true
+	case AuditEntryActionWebhookEndpointDelete:
+		return true
+	case AuditEntryActionWebhookEndpointRotateSecret:
+		return true
+	case AuditEntryActionWebhookEndpointUpdate:
 		return true
 	default:
 		return false
@@ -4114,7 +4126,7 @@ type AuditEntry struct {
 	Details map[string]interface{} `json:"details"`
 	Id      int                    `json:"id"`
 
-	// Target a key id, projection/aggregate id, or a projection
+	// Target a key id, projection/aggregate id, a projection (projections: all of them), customer/<id>, staff_member/<id>, master_key/<id> or webhook_endpoint/<id>
 	Target string `json:"target"`
 }
 

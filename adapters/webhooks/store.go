@@ -49,10 +49,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"hearth/app/access"
 	"hearth/app/command"
+	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/webhook"
@@ -173,10 +175,27 @@ func ignoreDone(err error) error {
 	return err
 }
 
+// writeAudit records a's entry in tx, the write's own transaction: the
+// write and its record commit together, or neither does.
+func writeAudit(ctx context.Context, tx *sql.Tx, a command.Audit) error {
+	if err := ops.CheckActor(a.Actor); err != nil {
+		return err
+	}
+	details, err := json.Marshal(a.Details)
+	if err != nil {
+		return fmt.Errorf("audit details: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO admin_audit (actor, action, target, details) VALUES ($1, $2, $3, $4::jsonb)`,
+		a.Actor, a.Action, a.Target, string(details)); err != nil {
+		return fmt.Errorf("record %s in the audit log: %w", a.Action, err)
+	}
+	return nil
+}
+
 // InsertEndpoint stores a new endpoint, unless the merchant has
 // webhook.MaxEndpoints already (the merchant's row is locked while it
-// counts, so two creates cannot both pass).
-func (s *Store) InsertEndpoint(ctx context.Context, e *webhook.Endpoint) error {
+// counts, so two creates cannot both pass), and records audit.
+func (s *Store) InsertEndpoint(ctx context.Context, e *webhook.Endpoint, audit command.Audit) error {
 	return inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
 		var n int
 		err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM webhook_endpoints WHERE merchant_id = m.id)
@@ -202,7 +221,7 @@ func (s *Store) InsertEndpoint(ctx context.Context, e *webhook.Endpoint) error {
 		if err != nil {
 			return nil, fmt.Errorf("insert webhook endpoint: %w", err)
 		}
-		return e, nil
+		return e, writeAudit(ctx, tx, audit)
 	})
 }
 
@@ -213,8 +232,10 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// UpdateEndpoint changes one endpoint of the merchant in one transaction.
-func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn func(e *webhook.Endpoint) error) (webhook.Endpoint, error) {
+// UpdateEndpoint changes one endpoint of the merchant and records audit's
+// entry of the change, in one transaction.
+func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn func(e *webhook.Endpoint) error,
+	audit func(before, after webhook.Endpoint) command.Audit) (webhook.Endpoint, error) {
 	var out webhook.Endpoint
 	err := inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
 		e, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
@@ -222,6 +243,8 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 		if err != nil {
 			return nil, err
 		}
+		before := e
+		before.EventTypes = slices.Clone(e.EventTypes)
 		if err := fn(&e); err != nil {
 			return nil, err
 		}
@@ -239,6 +262,9 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 		if err != nil {
 			return nil, fmt.Errorf("update webhook endpoint: %w", err)
 		}
+		if err := writeAudit(ctx, tx, audit(before, e)); err != nil {
+			return nil, err
+		}
 		out = e
 		return &out, nil
 	})
@@ -246,32 +272,21 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 }
 
 // DeleteEndpoint deletes one endpoint of the merchant and its deliveries,
-// in a transaction of its own (inTx) when the request's key is checked
-// first; one statement otherwise.
-func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string) error {
-	del := func(db interface {
-		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	}) error {
-		res, err := db.ExecContext(ctx, `DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2`, merchantID, id)
+// and records audit's entry of it, in one transaction (inTx, which checks
+// the request's key first).
+func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string, audit func(deleted webhook.Endpoint) command.Audit) error {
+	return inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
+		deleted := webhook.Endpoint{ID: id, MerchantID: merchantID}
+		err := tx.QueryRowContext(ctx, `DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2 RETURNING url`,
+			merchantID, id).Scan(&deleted.URL)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, apperr.ErrNotFound
+		}
 		if err != nil {
-			return fmt.Errorf("delete webhook endpoint: %w", err)
+			return nil, fmt.Errorf("delete webhook endpoint: %w", err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return cmpErr(err, apperr.ErrNotFound)
-		}
-		return nil
-	}
-	if access.PendingKeyCheck(ctx) == nil {
-		return del(s.db)
-	}
-	return inTx(ctx, s.db, func(tx *sql.Tx) (any, error) { return nil, del(tx) })
-}
-
-func cmpErr(err, otherwise error) error {
-	if err != nil {
-		return err
-	}
-	return otherwise
+		return nil, writeAudit(ctx, tx, audit(deleted))
+	})
 }
 
 // QueueDelivery queues the delivery make returns for the merchant's

@@ -41,7 +41,7 @@ func TestEndpointURLCheckRunsOutsideTheTransaction(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	e, err := h.CreateEndpoint(ctx, merchant, webhook.Endpoint{URL: "https://example.com/hook", Enabled: true}, time.Now())
+	e, err := h.CreateEndpoint(ctx, merchant, "test", webhook.Endpoint{URL: "https://example.com/hook", Enabled: true}, time.Now())
 	require.NoError(t, err)
 
 	type outcome struct {
@@ -51,7 +51,7 @@ func TestEndpointURLCheckRunsOutsideTheTransaction(t *testing.T) {
 	done := make(chan outcome, 1)
 	go func() {
 		url := slow
-		e, err := h.UpdateEndpoint(ctx, merchant, e.ID, command.EndpointChange{URL: &url}, time.Now())
+		e, err := h.UpdateEndpoint(ctx, merchant, "test", e.ID, command.EndpointChange{URL: &url}, time.Now())
 		done <- outcome{e, err}
 	}()
 	<-checking

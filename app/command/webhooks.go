@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,14 +20,19 @@ import (
 // attempt (IdempotentOf) in its own transaction, from the endpoint or the
 // delivery it wrote.
 type WebhookStore interface {
-	// InsertEndpoint stores a new endpoint; a *apperr.RuleError
-	// (webhook.RuleEndpointLimit) when the merchant has MaxEndpoints.
-	InsertEndpoint(ctx context.Context, e *webhook.Endpoint) error
+	// InsertEndpoint stores a new endpoint and records audit, in one
+	// transaction; a *apperr.RuleError (webhook.RuleEndpointLimit) when
+	// the merchant has MaxEndpoints.
+	InsertEndpoint(ctx context.Context, e *webhook.Endpoint, audit Audit) error
 	// UpdateEndpoint loads the merchant's endpoint (apperr.ErrNotFound when
-	// it has none), lets fn change it and saves it, in one transaction.
-	UpdateEndpoint(ctx context.Context, merchantID, id string, fn func(e *webhook.Endpoint) error) (webhook.Endpoint, error)
-	// DeleteEndpoint deletes the merchant's endpoint and its delivery log.
-	DeleteEndpoint(ctx context.Context, merchantID, id string) error
+	// it has none), lets fn change it, saves it and records the entry
+	// audit returns for it before and after, in one transaction.
+	UpdateEndpoint(ctx context.Context, merchantID, id string, fn func(e *webhook.Endpoint) error,
+		audit func(before, after webhook.Endpoint) Audit) (webhook.Endpoint, error)
+	// DeleteEndpoint deletes the merchant's endpoint and its delivery log,
+	// and records the entry audit returns for the endpoint deleted (its
+	// id, merchant and URL), in one transaction.
+	DeleteEndpoint(ctx context.Context, merchantID, id string, audit func(deleted webhook.Endpoint) Audit) error
 	// QueueDelivery queues the delivery that make returns for the
 	// merchant's endpoint, as make sees it (locked until the commit), and
 	// wakes the dispatcher; a *apperr.LimitError (webhook.LimitQueued) when
@@ -35,6 +41,37 @@ type WebhookStore interface {
 	QueueDelivery(ctx context.Context, merchantID, endpointID string, make func(e webhook.Endpoint) (webhook.Delivery, error)) (webhook.Delivery, error)
 	// Delivery reads one delivery of the merchant's endpoint.
 	Delivery(ctx context.Context, merchantID, endpointID, id string) (webhook.Delivery, error)
+}
+
+// Audit actions of the endpoints' writes.
+const (
+	ActionEndpointCreate       = "webhook_endpoint.create"
+	ActionEndpointUpdate       = "webhook_endpoint.update"
+	ActionEndpointRotateSecret = "webhook_endpoint.rotate_secret"
+	ActionEndpointDelete       = "webhook_endpoint.delete"
+)
+
+// Audit is the audit log's entry of an endpoint's write (ops.AuditEntry's
+// fields, which app/command does not import), decided here and recorded
+// by the store in the write's own transaction: an endpoint decides where
+// the merchant's events go, with its customers' personal data, and its
+// secret is what vouches for them, so who changed either is the first
+// thing an audit of a leak asks.
+type Audit struct {
+	Actor   string
+	Action  string
+	Target  string
+	Details map[string]any
+}
+
+// endpointAudit is the entry of action on e by actor. It names where the
+// events go by the URL's origin only (webhook.Origin): the path and query
+// are where receivers keep their tokens, which the platform's audit log
+// has no business holding; never a secret.
+func endpointAudit(actor, action string, e webhook.Endpoint, details map[string]any) Audit {
+	details["merchant_id"] = e.MerchantID
+	details["url"] = webhook.Origin(e.URL)
+	return Audit{Actor: actor, Action: action, Target: "webhook_endpoint/" + e.ID, Details: details}
 }
 
 // TargetCheck refuses (with a reason) a URL whose host is, or resolves
@@ -61,15 +98,17 @@ func NewWebhooks(store WebhookStore, check TargetCheck) (Webhooks, error) {
 const MaxOverlap = 7 * 24 * time.Hour
 
 // CreateEndpoint validates e (URL, its target, event types, description) and
-// stores it for the merchant under a new id with a new signing secret.
-func (h Webhooks) CreateEndpoint(ctx context.Context, merchantID string, e webhook.Endpoint, now time.Time) (webhook.Endpoint, error) {
+// stores it for the merchant under a new id with a new signing secret, as
+// done by actor.
+func (h Webhooks) CreateEndpoint(ctx context.Context, merchantID, actor string, e webhook.Endpoint, now time.Time) (webhook.Endpoint, error) {
 	if err := h.valid(ctx, &e); err != nil {
 		return e, err
 	}
 	now = event.Instant(now)
 	e.ID, e.MerchantID, e.Secret, e.Version, e.CreatedAt, e.UpdatedAt = uuid.New(), merchantID, webhook.NewSecret(), 1, now, now
 	e.DisabledReason, e.DisabledAt, e.PreviousSecret, e.PreviousSecretUntil, e.OlderSecret, e.OlderSecretUntil = "", nil, "", nil, "", nil
-	return e, h.store.InsertEndpoint(ctx, &e)
+	return e, h.store.InsertEndpoint(ctx, &e, endpointAudit(actor, ActionEndpointCreate, e,
+		map[string]any{"event_types": e.EventTypes, "enabled": e.Enabled}))
 }
 
 // valid normalises e and checks its URL's target.
@@ -93,7 +132,7 @@ type EndpointChange struct {
 	ExpectedVersion *int
 }
 
-// UpdateEndpoint applies c. Enabling an endpoint that Hearth disabled clears
+// UpdateEndpoint applies c, as done by actor. Enabling an endpoint that Hearth disabled clears
 // the reason; a change that changes nothing leaves the version alone.
 //
 // A new URL's target is checked before the store's transaction, and its
@@ -103,14 +142,24 @@ type EndpointChange struct {
 // transaction id; while it runs, no reader below pg_snapshot_xmin (every
 // merchant's event feed, the projections, the webhook fan-out) goes past
 // it.
-func (h Webhooks) UpdateEndpoint(ctx context.Context, merchantID, id string, c EndpointChange, now time.Time) (webhook.Endpoint, error) {
+func (h Webhooks) UpdateEndpoint(ctx context.Context, merchantID, actor, id string, c EndpointChange, now time.Time) (webhook.Endpoint, error) {
 	var refused error
 	if c.URL != nil {
 		if u := strings.TrimSpace(*c.URL); webhook.URLProblem(u) == "" {
 			refused = h.check(ctx, u)
 		}
 	}
-	return h.change(ctx, merchantID, id, c.ExpectedVersion, now, func(e *webhook.Endpoint) error {
+	audit := func(before, after webhook.Endpoint) Audit {
+		details := map[string]any{"changed": changedFields(before, after), "enabled": after.Enabled, "version": after.Version}
+		if before.URL != after.URL {
+			details["url_before"] = webhook.Origin(before.URL)
+		}
+		if !slices.Equal(before.EventTypes, after.EventTypes) {
+			details["event_types"] = after.EventTypes
+		}
+		return endpointAudit(actor, ActionEndpointUpdate, after, details)
+	}
+	return h.change(ctx, merchantID, id, c.ExpectedVersion, now, audit, func(e *webhook.Endpoint) error {
 		urlBefore := e.URL
 		set(&e.URL, c.URL)
 		set(&e.EventTypes, c.EventTypes)
@@ -131,30 +180,55 @@ func (h Webhooks) UpdateEndpoint(ctx context.Context, merchantID, id string, c E
 	})
 }
 
+// changedFields names the fields of an endpoint a change changed (never
+// their values: a description is the merchant's free text).
+func changedFields(before, after webhook.Endpoint) []string {
+	changed := []string{}
+	if before.URL != after.URL {
+		changed = append(changed, "url")
+	}
+	if !slices.Equal(before.EventTypes, after.EventTypes) {
+		changed = append(changed, "event_types")
+	}
+	if before.Description != after.Description {
+		changed = append(changed, "description")
+	}
+	if before.Enabled != after.Enabled {
+		changed = append(changed, "enabled")
+	}
+	return changed
+}
+
 func set[V any](dst *V, src *V) {
 	if src != nil {
 		*dst = *src
 	}
 }
 
-// RotateSecret gives the endpoint a new signing secret. For overlap (at
+// RotateSecret gives the endpoint a new signing secret, as done by actor.
+// For overlap (at
 // most MaxOverlap; 0: none) deliveries are signed with both, so that its
 // receiver can switch without refusing any; earlier secrets still inside
 // their overlaps keep signing (webhook.Endpoint.Rotate, at most
 // webhook.MaxSecrets at once).
-func (h Webhooks) RotateSecret(ctx context.Context, merchantID, id string, overlap time.Duration, expected *int, now time.Time) (webhook.Endpoint, error) {
+func (h Webhooks) RotateSecret(ctx context.Context, merchantID, actor, id string, overlap time.Duration, expected *int, now time.Time) (webhook.Endpoint, error) {
 	if overlap < 0 || overlap > MaxOverlap {
 		return webhook.Endpoint{}, apperr.Invalid("overlap", "must be from 0s to %s, got %s", MaxOverlap, overlap)
 	}
 	now = event.Instant(now)
-	return h.change(ctx, merchantID, id, expected, now, func(e *webhook.Endpoint) error {
+	audit := func(_, after webhook.Endpoint) Audit {
+		return endpointAudit(actor, ActionEndpointRotateSecret, after, map[string]any{"overlap": overlap.String(), "version": after.Version})
+	}
+	return h.change(ctx, merchantID, id, expected, now, audit, func(e *webhook.Endpoint) error {
 		return e.Rotate(webhook.NewSecret(), now, overlap)
 	})
 }
 
 // change runs fn on the stored endpoint, checks the version the caller
-// stated, and moves the version and updated_at on when fn changed anything.
-func (h Webhooks) change(ctx context.Context, merchantID, id string, expected *int, now time.Time, fn func(e *webhook.Endpoint) error) (webhook.Endpoint, error) {
+// stated, moves the version and updated_at on when fn changed anything, and
+// has the store record audit's entry with the change.
+func (h Webhooks) change(ctx context.Context, merchantID, id string, expected *int, now time.Time,
+	audit func(before, after webhook.Endpoint) Audit, fn func(e *webhook.Endpoint) error) (webhook.Endpoint, error) {
 	return h.store.UpdateEndpoint(ctx, merchantID, id, func(e *webhook.Endpoint) error {
 		if expected != nil && *expected != e.Version {
 			return &apperr.VersionError{Kind: "webhook endpoint", ID: e.ID, Expected: *expected, Actual: e.Version}
@@ -168,13 +242,15 @@ func (h Webhooks) change(ctx context.Context, merchantID, id string, expected *i
 			e.UpdatedAt = event.Instant(now)
 		}
 		return nil
-	})
+	}, audit)
 }
 
-// DeleteEndpoint deletes the endpoint and its delivery log; deliveries not
-// yet made are dropped.
-func (h Webhooks) DeleteEndpoint(ctx context.Context, merchantID, id string) error {
-	return h.store.DeleteEndpoint(ctx, merchantID, id)
+// DeleteEndpoint deletes the endpoint and its delivery log, as done by
+// actor; deliveries not yet made are dropped.
+func (h Webhooks) DeleteEndpoint(ctx context.Context, merchantID, actor, id string) error {
+	return h.store.DeleteEndpoint(ctx, merchantID, id, func(deleted webhook.Endpoint) Audit {
+		return endpointAudit(actor, ActionEndpointDelete, deleted, map[string]any{})
+	})
 }
 
 // Test queues a ping (webhook_endpoint.ping) to an enabled endpoint: tried

@@ -33,7 +33,9 @@ type AuditEntry struct {
 	// "cli:$USER" otherwise.
 	Actor  string
 	Action string
-	// Target is a key id, "projection/aggregate id" or a projection.
+	// Target is a key id, "projection/aggregate id", a projection, or
+	// "<kind>/<id>" (customer, staff_member, master_key,
+	// webhook_endpoint).
 	Target  string
 	Details map[string]any
 }

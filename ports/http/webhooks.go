@@ -76,7 +76,7 @@ func (s *server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) e
 		e.EventTypes = *in.EventTypes
 	}
 	how := endpointAnswer(http.StatusCreated, true)
-	created, err := s.App.Commands.Webhooks.CreateEndpoint(how.seal(r), principal(r).MerchantID, e, s.Now())
+	created, err := s.App.Commands.Webhooks.CreateEndpoint(how.seal(r), principal(r).MerchantID, principal(r).Subject(), e, s.Now())
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (s *server) updateWebhookEndpoint(w http.ResponseWriter, r *http.Request) e
 		return err
 	}
 	how := endpointAnswer(http.StatusOK, false)
-	e, err := s.App.Commands.Webhooks.UpdateEndpoint(how.seal(r), principal(r).MerchantID, id, command.EndpointChange{
+	e, err := s.App.Commands.Webhooks.UpdateEndpoint(how.seal(r), principal(r).MerchantID, principal(r).Subject(), id, command.EndpointChange{
 		URL: in.URL, EventTypes: in.EventTypes, Description: in.Description, Enabled: in.Enabled, ExpectedVersion: expected,
 	}, s.Now())
 	if err != nil {
@@ -144,7 +144,7 @@ func (s *server) deleteWebhookEndpoint(w http.ResponseWriter, r *http.Request) e
 	if err := noBody(r); err != nil {
 		return err
 	}
-	if err := s.App.Commands.Webhooks.DeleteEndpoint(r.Context(), principal(r).MerchantID, id); err != nil {
+	if err := s.App.Commands.Webhooks.DeleteEndpoint(r.Context(), principal(r).MerchantID, principal(r).Subject(), id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -182,7 +182,7 @@ func (s *server) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	how := endpointAnswer(http.StatusOK, true)
-	e, err := s.App.Commands.Webhooks.RotateSecret(how.seal(r), principal(r).MerchantID, id, overlap, expected, s.Now())
+	e, err := s.App.Commands.Webhooks.RotateSecret(how.seal(r), principal(r).MerchantID, principal(r).Subject(), id, overlap, expected, s.Now())
 	if err != nil {
 		return err
 	}
