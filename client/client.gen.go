@@ -4116,7 +4116,7 @@ type AssignmentInput struct {
 type AuditEntry struct {
 	Action AuditEntryAction `json:"action"`
 
-	// Actor key:<admin key id> over HTTP; the CLI's --by, or cli:$USER
+	// Actor key:<key id> over HTTP (an admin key, or the operator key of an export, an erasure or a webhook endpoint write); the CLI's --by, or cli:$USER
 	Actor string `json:"actor"`
 
 	// At RFC 3339 with an offset; answered in UTC

@@ -29,7 +29,8 @@ const (
 type AuditEntry struct {
 	ID int64
 	At time.Time
-	// Actor is "key:<admin key id>" over HTTP, the CLI's --by or
+	// Actor is "key:<key id>" over HTTP (an operator key exports, erases
+	// and writes webhook endpoints), the CLI's --by or
 	// "cli:$USER" otherwise.
 	Actor  string
 	Action string
