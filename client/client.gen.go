@@ -6506,6 +6506,12 @@ type Unprocessable = Problem
 type ListAuditParams struct {
 	Page     *Page     `form:"page,omitempty" json:"page,omitempty"`
 	PageSize *PageSize `form:"page_size,omitempty" json:"page_size,omitempty"`
+
+	// Target only the entries of this target, exactly as entries name it (customer/<id>, staff_member/<id>, webhook_endpoint/<id>, a key id, ...)
+	Target *string `form:"target,omitempty" json:"target,omitempty"`
+
+	// Action only the entries of this action (customer.export, key.revoke, ...)
+	Action *string `form:"action,omitempty" json:"action,omitempty"`
 }
 
 // ListKeysParams defines parameters for ListKeys.
@@ -8923,7 +8929,7 @@ type ClientInterface interface {
 
 	// ListAudit The admin audit log, newest first
 	//
-	// Key changes, parked replays and skips (written in the action's transaction), rebuild starts and cancels (written right after). With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// Key changes, parked replays and skips, exports, erasures and webhook endpoint writes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
 	// Corresponds with GET /admin/audit (the `ListAudit` operationId).
 	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -9755,7 +9761,7 @@ type ClientInterface interface {
 
 // ListAudit The admin audit log, newest first
 //
-// Key changes, parked replays and skips (written in the action's transaction), rebuild starts and cancels (written right after). With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// Key changes, parked replays and skips, exports, erasures and webhook endpoint writes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
 // Corresponds with GET /admin/audit (the `ListAudit` operationId).
 func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -11757,6 +11763,30 @@ func NewListAuditRequest(server string, params *ListAuditParams) (*http.Request,
 		if params.PageSize != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "page_size", *params.PageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Target != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "target", *params.Target, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Action != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -17714,7 +17744,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListAuditWithResponse The admin audit log, newest first
 	//
-	// Key changes, parked replays and skips (written in the action's transaction), rebuild starts and cancels (written right after). With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// Key changes, parked replays and skips, exports, erasures and webhook endpoint writes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -35360,7 +35390,7 @@ func (r TestWebhookEndpointResponse) ContentType() string {
 
 // ListAuditWithResponse The admin audit log, newest first
 //
-// Key changes, parked replays and skips (written in the action's transaction), rebuild starts and cancels (written right after). With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// Key changes, parked replays and skips, exports, erasures and webhook endpoint writes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -69,7 +69,9 @@ type AuditLog interface {
 	// store (a rebuild runs against the read models).
 	RecordAudit(ctx context.Context, e AuditEntry) error
 	// ListAudit returns a page of the log, newest first.
-	ListAudit(ctx context.Context, p query.Page) ([]AuditEntry, int, error)
+	// ListAudit returns a page of the entries f matches, newest first,
+	// with their count.
+	ListAudit(ctx context.Context, f AuditFilter, p query.Page) ([]AuditEntry, int, error)
 }
 
 // Config is what NewOperator needs.

@@ -95,7 +95,7 @@ func (f *fakeAudit) RecordAudit(_ context.Context, e ops.AuditEntry) error {
 	f.entries = append(f.entries, e)
 	return nil
 }
-func (f *fakeAudit) ListAudit(context.Context, query.Page) ([]ops.AuditEntry, int, error) {
+func (f *fakeAudit) ListAudit(context.Context, ops.AuditFilter, query.Page) ([]ops.AuditEntry, int, error) {
 	return f.entries, len(f.entries), nil
 }
 

@@ -29,7 +29,8 @@ type keyFlags struct {
 	by                          string
 	asJSON                      bool
 	limit                       int
-	merchantGiven               bool // --merchant was on the command line, even empty
+	target, action              string // app audit list's filters
+	merchantGiven               bool   // --merchant was on the command line, even empty
 }
 
 func (k *keyFlags) register(cmd, sub string, fs *flag.FlagSet) {
@@ -54,6 +55,8 @@ func (k *keyFlags) register(cmd, sub string, fs *flag.FlagSet) {
 		fs.StringVar(&k.by, "by", "", "who rewraps, for the audit log (defaults to cli:$USER)")
 	case "audit list":
 		fs.IntVar(&k.limit, "limit", 50, "how many entries, newest first (1 to 1000)")
+		fs.StringVar(&k.target, "target", "", "only this target's entries, however old (customer/ID, staff_member/ID, a key id, ...)")
+		fs.StringVar(&k.action, "action", "", "only this action's entries, however old (customer.export, key.revoke, ...)")
 		fs.BoolVar(&k.asJSON, "json", false, "print JSON")
 	}
 }
@@ -323,7 +326,7 @@ func timeOrDash(t *time.Time) string {
 }
 
 // auditList runs `app audit list`: the newest entries of the admin audit
-// log.
+// log, or of one target's or one action's.
 func auditList(ctx context.Context, cfg Config, k keyFlags, args []string, stdout io.Writer) error {
 	if len(args) > 0 {
 		return usageError{fmt.Sprintf("audit list: unexpected arguments %q", args)}
@@ -331,12 +334,16 @@ func auditList(ctx context.Context, cfg Config, k keyFlags, args []string, stdou
 	if k.limit < 1 || k.limit > 1000 {
 		return usageError{fmt.Sprintf("audit list: --limit must be from 1 to 1000, got %d", k.limit)}
 	}
+	f := ops.AuditFilter{Target: k.target, Action: k.action}
+	if field, problem := f.Problem(); problem != "" {
+		return usageError{fmt.Sprintf("audit list: --%s %s", field, problem)}
+	}
 	tools, err := openAdminTools(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer tools.close()
-	items, total, err := tools.audit.ListAudit(ctx, query.Page{Number: 1, Size: k.limit})
+	items, total, err := tools.audit.ListAuditOf(ctx, f, query.Page{Number: 1, Size: k.limit})
 	if err != nil {
 		return err
 	}

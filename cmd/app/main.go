@@ -4,7 +4,7 @@
 //	app [serve] [--mode api|worker|all] [--http-addr :8080]
 //	app migrate
 //	app keys create|list|revoke|rotate ...
-//	app audit list [--limit N] [--json]
+//	app audit list [--limit N] [--target T] [--action A] [--json]
 //	app customers export --merchant NAME ID [--by WHO]
 //	app customers erase --merchant NAME ID --confirm ID [--by WHO]
 //	app staff export --merchant NAME ID [--by WHO]
@@ -43,7 +43,8 @@ const usage = `usage:
   app keys list [--merchant NAME] [--json]                 keys, newest first (never their secrets)
   app keys revoke ID [--by WHO]                            the key is refused within KEY_CACHE_TTL (API instances cache keys)
   app keys rotate ID [--grace D] [--by WHO]                a new key like it; the old one is revoked, or works for D more
-  app audit list [--limit N] [--json]                      the admin audit log, newest first
+  app audit list [--limit N] [--target T] [--action A] [--json]
+                                                          the admin audit log, newest first (of one target or action: however old)
   app customers export --merchant NAME ID [--by WHO]       everything held about one customer, as JSON (recorded in the audit log)
   app customers erase --merchant NAME ID --confirm ID [--by WHO]
                                                           erase a customer's personal data, irreversibly (recorded in the audit log)

@@ -21,7 +21,7 @@ type KeyAdmin interface {
 
 // AuditLog reads the log of admin actions (ops.AuditTrail).
 type AuditLog interface {
-	ListAudit(ctx context.Context, p query.Page) ([]ops.AuditEntry, int, error)
+	ListAuditOf(ctx context.Context, f ops.AuditFilter, p query.Page) ([]ops.AuditEntry, int, error)
 }
 
 func (s *server) listKeys(w http.ResponseWriter, r *http.Request) error {
@@ -119,11 +119,15 @@ func (s *server) rotateKey(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	p := newParams(r)
+	f := ops.AuditFilter{Target: p.one("target"), Action: p.one("action")}
+	if field, problem := f.Problem(); problem != "" {
+		p.fail(field, "%s", problem)
+	}
 	page := p.page()
 	if p.err != nil {
 		return p.err
 	}
-	items, total, err := s.Audit.ListAudit(r.Context(), page)
+	items, total, err := s.Audit.ListAuditOf(r.Context(), f, page)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func (f *fakeOperator) CancelRebuild(_ context.Context, projection, actor string
 	f.note("cancel " + projection + " by " + actor)
 	return ops.RebuildProgress{Projection: projection, Phase: "cancelled"}, nil
 }
-func (f *fakeOperator) ListAudit(_ context.Context, p query.Page) ([]ops.AuditEntry, int, error) {
+func (f *fakeOperator) ListAuditOf(_ context.Context, _ ops.AuditFilter, p query.Page) ([]ops.AuditEntry, int, error) {
 	return []ops.AuditEntry{{ID: 1, Actor: "key:4", Action: ops.ActionKeyCreate, Target: "k"}}, 1, nil
 }
 func (f *fakeOperator) ListKeys(context.Context, string, query.Page) ([]access.Key, int, error) {
