@@ -32,6 +32,7 @@ const (
 	AuditEntryActionProjectionsRewind           AuditEntryAction = "projections.rewind"
 	AuditEntryActionRebuildCancel               AuditEntryAction = "rebuild.cancel"
 	AuditEntryActionRebuildStart                AuditEntryAction = "rebuild.start"
+	AuditEntryActionSettingsUpdate              AuditEntryAction = "settings.update"
 	AuditEntryActionStaffMemberErase            AuditEntryAction = "staff_member.erase"
 	AuditEntryActionStaffMemberExport           AuditEntryAction = "staff_member.export"
 	AuditEntryActionWebhookEndpointCreate       AuditEntryAction = "webhook_endpoint.create"
@@ -66,6 +67,8 @@ func (e AuditEntryAction) Valid() bool {
 	case AuditEntryActionRebuildCancel:
 		return true
 	case AuditEntryActionRebuildStart:
+		return true
+	case AuditEntryActionSettingsUpdate:
 		return true
 	case AuditEntryActionStaffMemberErase:
 		return true
@@ -4126,7 +4129,7 @@ type AuditEntry struct {
 	Details map[string]interface{} `json:"details"`
 	Id      int                    `json:"id"`
 
-	// Target a key id, projection/aggregate id, a projection (projections: all of them), customer/<id>, staff_member/<id>, master_key/<id> or webhook_endpoint/<id>
+	// Target a key id, projection/aggregate id, a projection (projections: all of them), customer/<id>, staff_member/<id>, master_key/<id>, webhook_endpoint/<id> or merchant/<id> (its settings)
 	Target string `json:"target"`
 }
 
@@ -8929,7 +8932,7 @@ type ClientInterface interface {
 
 	// ListAudit The admin audit log, newest first
 	//
-	// Key changes, parked replays and skips, exports, erasures and webhook endpoint writes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes and settings changes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
 	// Corresponds with GET /admin/audit (the `ListAudit` operationId).
 	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -9761,7 +9764,7 @@ type ClientInterface interface {
 
 // ListAudit The admin audit log, newest first
 //
-// Key changes, parked replays and skips, exports, erasures and webhook endpoint writes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes and settings changes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
 // Corresponds with GET /admin/audit (the `ListAudit` operationId).
 func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -17744,7 +17747,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListAuditWithResponse The admin audit log, newest first
 	//
-	// Key changes, parked replays and skips, exports, erasures and webhook endpoint writes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes and settings changes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -35390,7 +35393,7 @@ func (r TestWebhookEndpointResponse) ContentType() string {
 
 // ListAuditWithResponse The admin audit log, newest first
 //
-// Key changes, parked replays and skips, exports, erasures and webhook endpoint writes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes and settings changes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -17,7 +17,9 @@ import (
 // and its staff members' working hours (reference data, in the event
 // store's database).
 type CalendarStore interface {
-	SetTimeZone(ctx context.Context, merchantID, name string) error
+	// SetTimeZone sets the merchant's time zone and records the entry
+	// audit returns for the zone it had, in one transaction.
+	SetTimeZone(ctx context.Context, merchantID, name string, audit func(before string) Audit) error
 	// PutStaffHours replaces the staff member's working hours and returns
 	// their new version; apperr.ErrNotFound when the merchant has no such
 	// staff member, *apperr.VersionError when expected is set and the
@@ -39,13 +41,22 @@ func NewCalendar(store CalendarStore) (Calendar, error) {
 	return Calendar{store: store}, nil
 }
 
-// SetTimeZone sets the merchant's time zone, an IANA name. Plans created
-// afterwards take it; existing plans keep the zone they were created in.
-func (c Calendar) SetTimeZone(ctx context.Context, merchantID, name string) error {
+// ActionSettingsUpdate is the audit action of a change of the settings.
+const ActionSettingsUpdate = "settings.update"
+
+// SetTimeZone sets the merchant's time zone, an IANA name, as done by
+// actor. Plans created afterwards take it; existing plans keep the zone
+// they were created in. The change is in the audit log with the zone
+// before it: a wrong zone places every later plan's visits hours off, and
+// the first question is who set it, and from what.
+func (c Calendar) SetTimeZone(ctx context.Context, merchantID, actor, name string) error {
 	if _, err := civil.LoadZone("time_zone", name); err != nil {
 		return err
 	}
-	return c.store.SetTimeZone(ctx, merchantID, name)
+	return c.store.SetTimeZone(ctx, merchantID, name, func(before string) Audit {
+		return Audit{Actor: actor, Action: ActionSettingsUpdate, Target: "merchant/" + merchantID,
+			Details: map[string]any{"time_zone": name, "time_zone_before": before}}
+	})
 }
 
 // PutStaffHours replaces a staff member's working hours, exceptions and

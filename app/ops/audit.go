@@ -37,7 +37,7 @@ type AuditEntry struct {
 	Action string
 	// Target is a key id, "projection/aggregate id", a projection, or
 	// "<kind>/<id>" (customer, staff_member, master_key,
-	// webhook_endpoint).
+	// webhook_endpoint, merchant: its settings).
 	Target  string
 	Details map[string]any
 }

@@ -48,7 +48,9 @@ func (b *bench) availability(ctx context.Context) ([]row, error) {
 	defer es.Close()
 	key := keys[0]
 	merchantID := key.MerchantID
-	if err := ref.SetTimeZone(ctx, merchantID, "Europe/London"); err != nil {
+	if err := ref.SetTimeZone(ctx, merchantID, "Europe/London", func(before string) command.Audit {
+		return command.Audit{Actor: "bench", Action: command.ActionSettingsUpdate, Target: "merchant/" + merchantID, Details: map[string]any{"time_zone_before": before}}
+	}); err != nil {
 		return nil, err
 	}
 	var week availability.Week

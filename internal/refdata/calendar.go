@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/app/command"
+	"hearth/app/ops"
 	"hearth/domain/apperr"
 	"hearth/domain/availability"
 	"hearth/internal/idempotency"
@@ -24,35 +25,32 @@ import (
 // $n parameters on the raw pool: the availability query runs them on every
 // request.
 
-// SetTimeZone sets the merchant's time zone: one statement, or a
-// transaction whose first statement checks the request's key (inTx) and
-// whose last stores the answer of an idempotent attempt (the zone set, as
-// a *string), so that the zone is set exactly when the answer is kept.
-func (s *Store) SetTimeZone(ctx context.Context, merchantID, name string) error {
-	set := func(ctx context.Context, db interface {
-		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	}) error {
-		res, err := db.ExecContext(ctx, `UPDATE merchants SET time_zone = $2 WHERE id = $1`, merchantID, name)
+// SetTimeZone sets the merchant's time zone and records audit's entry of
+// the change, in a transaction whose first statement checks the request's
+// key (inTx) and whose last stores the answer of an idempotent attempt
+// (the zone set, as a *string), so that the zone is set exactly when its
+// record and the answer are kept.
+func (s *Store) SetTimeZone(ctx context.Context, merchantID, name string, audit func(before string) command.Audit) error {
+	return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		var before string
+		err := tx.Tx.QueryRowContext(ctx, `UPDATE merchants m SET time_zone = $2
+			FROM (SELECT id, time_zone FROM merchants WHERE id = $1 FOR UPDATE) old
+			WHERE m.id = old.id RETURNING old.time_zone`, merchantID, name).Scan(&before)
+		if errors.Is(err, sql.ErrNoRows) {
+			return apperr.ErrNotFound
+		}
 		if err != nil {
 			return fmt.Errorf("set time zone: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return apperr.ErrNotFound
+		a := audit(before)
+		if err := WriteAudit(ctx, tx, ops.AuditEntry{Actor: a.Actor, Action: a.Action, Target: a.Target, Details: a.Details}); err != nil {
+			return err
+		}
+		if i := command.IdempotentOf(ctx); i != nil {
+			return idempotency.Seal(ctx, tx.Tx, i, &name)
 		}
 		return nil
-	}
-	if needsTx(ctx) {
-		return inTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-			if err := set(ctx, tx.Tx); err != nil {
-				return err
-			}
-			if i := command.IdempotentOf(ctx); i != nil {
-				return idempotency.Seal(ctx, tx.Tx, i, &name)
-			}
-			return nil
-		})
-	}
-	return set(ctx, s.db.DB)
+	})
 }
 
 // TimeZone returns the merchant's time zone.

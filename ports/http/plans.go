@@ -354,7 +354,7 @@ func (s *server) putSettings(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	how := settingsAnswer
-	if err := s.App.Commands.Calendar.SetTimeZone(how.seal(r), principal(r).MerchantID, in.TimeZone); err != nil {
+	if err := s.App.Commands.Calendar.SetTimeZone(how.seal(r), principal(r).MerchantID, principal(r).Subject(), in.TimeZone); err != nil {
 		return err
 	}
 	return how.reply(w, r, &in.TimeZone)
