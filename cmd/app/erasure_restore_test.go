@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"database/sql"
 	"encoding/json"
 	"net/http"
@@ -432,4 +433,32 @@ func TestWebhookDeliveryLeadsAtOnceAfterTheReadModelIsRestored(t *testing.T) {
 	p.run(t)
 	require.Eventually(t, p.deliversWebhooks(t, pgtest.Open(t, urls.EventStore).DB), 10*time.Second, 10*time.Millisecond,
 		"webhook delivery led under the event store's term after the restore")
+}
+
+// `app erasures export` runs from a timer beside the backups (the
+// runbook): it reads ids only, so it needs no MASTER_KEY (the timer's host
+// need not hold the keys that open every customer's data), and it changes
+// nothing, so a newer binary there never migrates the databases at a time
+// nobody chose. On a database it cannot read (not migrated) it says so.
+func TestErasuresExportNeedsNoMasterKeyAndMigratesNothing(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	erased := a.createCustomer(a.opA, "Erased")
+	eraseCLI(t, a.urls(), erased)
+	export := func(url string) (string, error) {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), []string{"erasures", "export"}, env(map[string]string{"DATABASE_URL": url, "LOG_LEVEL": "warn"}), &stdout, &stderr)
+		return stdout.String(), err
+	}
+	out, err := export(a.urls().EventStore)
+	require.NoError(t, err, "without MASTER_KEY: %s", out)
+	require.Contains(t, out, erased)
+
+	fresh := pgtest.NewEmptyDB(t)
+	_, err = export(fresh)
+	require.Error(t, err)
+	require.ErrorContains(t, err, "app migrate")
+	var migrated bool
+	require.NoError(t, pgtest.Open(t, fresh).DB.QueryRow(`SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&migrated))
+	require.False(t, migrated, "the export applied migrations")
 }
