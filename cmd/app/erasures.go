@@ -17,6 +17,7 @@ import (
 	"hearth/adapters/webhooks"
 	"hearth/app/ops"
 	"hearth/internal/advisory"
+	"hearth/internal/database"
 	"hearth/leader"
 )
 
@@ -145,12 +146,35 @@ func erasuresExport(ctx context.Context, cfg Config, log *slog.Logger, args []st
 	if len(args) > 0 {
 		return usageError{fmt.Sprintf("erasures export: unexpected arguments %q (it writes to standard output)", args)}
 	}
-	dbs, w, err := openWired(ctx, cfg, log)
+	// It runs from a timer beside the backups and reads ids only: no
+	// master keys (that host need not hold the keys to every customer's
+	// data) and no migration (a newer binary there must not upgrade the
+	// schema at a time nobody chose). So the event store is opened alone.
+	es, err := database.Open(ctx, cfg.DatabaseURL, 2)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer es.Close()
+	var recorded bool
+	if err := es.QueryRowContext(ctx, `SELECT to_regclass('erased_subjects') IS NOT NULL`).Scan(&recorded); err != nil {
+		return fmt.Errorf("erasures export: %w", err)
+	}
+	if !recorded {
+		return errors.New("erasures export: the database holds no erasure records: it is not Hearth's, or not migrated yet (app migrate, or start Hearth, migrates it)")
+	}
+	store, err := pubsub.NewStore(es, nil, nil)
 	if err != nil {
 		return err
 	}
-	defer dbs.close()
-	list, err := w.erasureRecords.Export(ctx)
+	erasures, err := ops.NewErasures(store, vault.CacheFor)
+	if err != nil {
+		return err
+	}
+	records, err := ops.NewErasureRecords(store, erasures)
+	if err != nil {
+		return err
+	}
+	list, err := records.Export(ctx)
 	if err != nil {
 		return fmt.Errorf("erasures export: %w", err)
 	}
