@@ -21,6 +21,12 @@ import (
 	"hearth/internal/refdata"
 )
 
+// staffKeyNamesInAudit finds the audit entries that name a worker key of
+// the staff member $1, whose names a staff erasure empties: by an index
+// (admin_audit_staff), since the log is never pruned and the look runs
+// under the staff member's lock.
+const staffKeyNamesInAudit = `details->>'staff_id' = $1::uuid::text AND details->>'name' <> ''`
+
 // subjectTables are the reference tables of the data subjects, with the
 // statement that empties a row's personal columns (the row and its id stay:
 // references remain valid). A staff member's working hours go too: their
@@ -38,7 +44,7 @@ var subjectTables = map[string]struct{ table, scrub string }{
 		      named AS (SELECT id FROM api_keys WHERE staff_id = $1 AND merchant_id = $2 AND name <> '' ORDER BY id FOR UPDATE),
 		      keys AS (UPDATE api_keys k SET name = '' FROM named WHERE k.id = named.id),
 		      audit AS (UPDATE admin_audit SET details = jsonb_set(details, '{name}', '""')
-		                WHERE details->>'staff_id' = $1::uuid::text AND details->>'name' <> '')
+		                WHERE ` + staffKeyNamesInAudit + `)
 		 UPDATE staff SET name = '', phone = '', active = false, erased_at = coalesce(erased_at, now()), updated_at = now()
 		 WHERE id = $1 AND merchant_id = $2 RETURNING erased_at`},
 }
