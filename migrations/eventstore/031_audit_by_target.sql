@@ -8,3 +8,7 @@
 -- (docs/operations.md, upgrades).
 CREATE INDEX IF NOT EXISTS admin_audit_target ON admin_audit (target, at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS admin_audit_action ON admin_audit (action, at DESC, id DESC);
+-- A staff member's erasure empties their worker keys' names in the log
+-- (details->>'staff_id'), under the staff member's lock: by this index,
+-- not a read of the whole log.
+CREATE INDEX IF NOT EXISTS admin_audit_staff ON admin_audit ((details->>'staff_id'));
