@@ -519,3 +519,42 @@ func TestParkedReplayAllReportsWhatItReplayedBeforeAFailure(t *testing.T) {
 	require.Contains(t, out, "orders "+first+": applied 1, unparked", "the replay done before the failure is reported")
 	a.awaitOrder(a.opA, first, 2)
 }
+
+// The webhook fan-out's projections park aggregates as the read models'
+// do (operations.md, Webhooks: "/admin/parked, replay and skip as
+// above"), and the alert names them (hearth_projection_parked_aggregates
+// {projection="webhooks_orders"}): an operator who narrows `app parked
+// list` or `app parked replay --all` to such a projection, as the admin
+// API's ?projection= allows, gets its aggregates, not a usage error that
+// lists only the read models' projections.
+func TestParkedCLITakesTheWebhookFanOutsProjections(t *testing.T) {
+	a := withWebhooks(t, pgtest.NewDB(t), hourlyRetries)
+	rc := newReceiver(t)
+	a.createEndpoint(a.opA, rc.URL+"/hook")
+	c := a.createCustomer(a.opA, "Ada")
+	o := a.createOrder(a.opA, c, 100)
+	awaitDelivered(t, rc, 1)
+
+	// The fan-out cannot queue the order's next event: it parks the order
+	// for webhooks_orders only.
+	_, err := a.dbs.es.DB.Exec(fmt.Sprintf(`ALTER TABLE webhook_deliveries ADD CONSTRAINT test_cause CHECK (aggregate_id <> '%s' OR aggregate_version < 2)`, o))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+o+"/status", a.opA, map[string]any{"status": "confirmed"})
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/admin/parked/webhooks_orders/"+o, auth(a.admin), nil)
+		return err == nil && r.Status == http.StatusOK
+	}, 20*time.Second, 10*time.Millisecond)
+
+	urls := a.urls()
+	out, err := cli(t.Context(), urls, "parked", "list", "--projection", "webhooks_orders")
+	require.NoError(t, err, "app parked list --projection webhooks_orders")
+	require.Regexp(t, `(?m)^webhooks_orders +`+o+` `, out, "the fan-out's parked order is listed")
+	require.Contains(t, out, "1 parked")
+
+	_, err = a.dbs.es.DB.Exec(`ALTER TABLE webhook_deliveries DROP CONSTRAINT test_cause`)
+	require.NoError(t, err)
+	out, err = cli(t.Context(), urls, "parked", "replay", "--all", "--projection", "webhooks_orders", "--by", "ops")
+	require.NoError(t, err, "app parked replay --all --projection webhooks_orders")
+	require.Contains(t, out, "webhooks_orders "+o+": applied 1, unparked")
+	awaitDelivered(t, rc, 2)
+}
