@@ -75,13 +75,26 @@ func (f *Fanout) Projections() []projector.Projection {
 	var out []projector.Projection
 	for _, a := range aggregates.Outbound() { // customer.erased and staff_member.erased too
 		out = append(out, projector.Projection{
-			Name: ProjectionPrefix + a.Projection, Topic: a.Topic, Decode: a.Decode,
+			Name: projectionName(a), Topic: a.Topic, Decode: a.Decode,
 			Apply:      func(ctx context.Context, r event.Recorded) error { return f.FanOut(ctx, []event.Recorded{r}, nil) },
 			ApplyBatch: f.FanOut,
 		})
 	}
 	return out
 }
+
+// ProjectionNames names the fan-out's projections, as Projections does,
+// without a database: the CLI checks an operator's --projection against
+// them (and the read models') before it opens one.
+func ProjectionNames() []string {
+	var names []string
+	for _, a := range aggregates.Outbound() {
+		names = append(names, projectionName(a))
+	}
+	return names
+}
+
+func projectionName(a aggregates.Facts) string { return ProjectionPrefix + a.Projection }
 
 // fanOutSQL inserts the deliveries of a batch of events, from one array per
 // column (a fixed text, prepared once per connection), in the batch's

@@ -33,6 +33,7 @@ import (
 	"syscall"
 
 	"hearth/adapters/readmodel"
+	"hearth/adapters/webhooks"
 )
 
 const usage = `usage:
@@ -264,10 +265,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		switch cmd {
 		case "parked", "verify":
 			// Checked before parked and verify open (and migrate) the
-			// databases, as rebuild checks its projection.
-			if p := opArgs.projection; p != "" && !slices.Contains(readmodel.Projections(), p) {
+			// databases, as rebuild checks its projection. Verify compares
+			// the read models; parking holds the webhook fan-out's
+			// projections too, which park aggregates as the read models do.
+			known := readmodel.Projections()
+			if cmd == "parked" {
+				known = append(known, webhooks.ProjectionNames()...)
+			}
+			if p := opArgs.projection; p != "" && !slices.Contains(known, p) {
 				return usageError{fmt.Sprintf("%s: --projection: unknown projection %q; one of %s",
-					strings.TrimSpace(cmd+" "+sub), p, strings.Join(readmodel.Projections(), ", "))}
+					strings.TrimSpace(cmd+" "+sub), p, strings.Join(known, ", "))}
 			}
 			if cmd == "parked" {
 				return parked(ctx, cfg, log, opArgs, sub, rest, getenv, stdout)
