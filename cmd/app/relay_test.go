@@ -62,3 +62,54 @@ func TestServeRelaysEvents(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "the relay leads, has published the order and has no lag: %s", a.metrics())
 	started.shutdown()
 }
+
+// operations.md, Relay, "Publishing everything again (a new stream)": stop
+// every worker, DELETE FROM relay_offsets, start them with the new
+// RELAY_STREAM. JetStream gives a subject to one stream only, so while the
+// old stream still takes the relay's subjects the new one cannot be
+// created and the relay retries for ever: its log must name the stream
+// that holds them, and once that stream is deleted, the new one gets every
+// event again, without a restart.
+func TestRelayPublishesEverythingAgainIntoANewStream(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	srv := natstest.Start(t)
+	vars := map[string]string{
+		"DATABASE_URL": url, "LOG_FORMAT": "json", "POLL_INTERVAL": "20ms", "SHUTDOWN_TIMEOUT": "5s",
+		"RELAY_NATS_URL": srv.URL(), "RELAY_STREAM": "HEARTH",
+	}
+	key := createKeyCLI(t, vars, "--merchant", "acme", "--role", "operator")
+	first := startServe(t, vars)
+	a := &api{t: t, base: "http://" + first.HTTPAddr, client: &http.Client{}}
+	a.createOrder(key, a.createCustomer(key, "Ada"), 1200)
+	a.createOrder(key, a.createCustomer(key, "Grace"), 900)
+
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	db := pgtest.Open(t, url)
+	var events uint64
+	require.NoError(t, db.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&events))
+	require.Eventually(t, func() bool {
+		info, err := js.StreamInfo("HEARTH")
+		return err == nil && info.State.Msgs == events
+	}, 30*time.Second, 10*time.Millisecond, "every event reaches the first stream")
+	first.shutdown()
+
+	_, err = db.DB.Exec(`DELETE FROM relay_offsets`)
+	require.NoError(t, err)
+	vars["RELAY_STREAM"] = "HEARTH2"
+	second := startServe(t, vars)
+	require.Eventually(t, func() bool {
+		return strings.Contains(second.stderr.String(), `create stream HEARTH2: its subjects are taken by stream HEARTH:`)
+	}, 30*time.Second, 10*time.Millisecond, "the relay names the stream that holds its subjects: %s", second.stderr)
+
+	require.NoError(t, js.DeleteStream("HEARTH")) // nats stream rm HEARTH
+	require.Eventually(t, func() bool {
+		info, err := js.StreamInfo("HEARTH2")
+		return err == nil && info.State.Msgs == events
+	}, 30*time.Second, 10*time.Millisecond, "every event is published again, into the new stream")
+	second.shutdown()
+}
