@@ -355,7 +355,7 @@ func (r *Relay) ensureStream(js nats.JetStreamManager, log *slog.Logger) error {
 			Duplicates:  r.cfg.DuplicateWindow,
 		})
 		if err != nil {
-			return fmt.Errorf("create stream %s: %w", r.cfg.Stream, err)
+			return r.createError(js, err)
 		}
 		log.Info("created JetStream stream", "stream", r.cfg.Stream, "subjects", r.cfg.SubjectPrefix+".>", "duplicate_window", r.cfg.DuplicateWindow)
 		return nil
@@ -386,6 +386,28 @@ func (r *Relay) ensureStream(js nats.JetStreamManager, log *slog.Logger) error {
 		log.Info("set the stream's duplicate window", "stream", r.cfg.Stream, "from", info.Config.Duplicates, "to", window)
 	}
 	return nil
+}
+
+// jsStreamSubjectOverlap is JetStream's error code for a stream whose
+// subjects another stream already takes (nats.go names no error for it).
+const jsStreamSubjectOverlap nats.ErrorCode = 10065
+
+// createError is the failure to create the stream. JetStream gives a
+// subject to one stream only, and says only that the subjects overlap:
+// after RELAY_STREAM was changed (publishing everything into a new stream)
+// the old stream still takes them, and the relay would retry for ever, so
+// the error names that stream and the ways out.
+func (r *Relay) createError(js nats.JetStreamManager, err error) error {
+	var apiErr *nats.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsStreamSubjectOverlap {
+		return fmt.Errorf("create stream %s: %w", r.cfg.Stream, err)
+	}
+	holder, lookup := js.StreamNameBySubject(r.cfg.SubjectPrefix + ".>")
+	if lookup != nil {
+		holder = "(not found: " + lookup.Error() + ")"
+	}
+	return fmt.Errorf("create stream %s: its subjects are taken by stream %s: delete that stream (nats stream rm %s), "+
+		"set RELAY_STREAM to it, or set another RELAY_SUBJECT_PREFIX: %w", r.cfg.Stream, holder, holder, err)
 }
 
 // streamGone reports whether a publish failed for want of the stream:
