@@ -656,6 +656,23 @@ func TestRunHelpFlagsAfterACommand(t *testing.T) {
 	}
 }
 
+// -h and --help right after a command that takes a subcommand (`app keys
+// --help`, what an operator types to recall the subcommands) ask for the
+// usage too (README: "before or after a command"), not a usage error that
+// exits 2 naming the subcommands on stderr.
+func TestRunHelpFlagsBeforeASubcommand(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"keys", "--help"}, {"parked", "-h"}, {"customers", "--help"}, {"staff", "-h"}, {"erasures", "--help"},
+		{"keyring", "-h"}, {"audit", "--help"}, {"projections", "-help"},
+	} {
+		var stdout syncBuffer
+		err := run(t.Context(), args, env(nil), &stdout, io.Discard)
+		require.NoError(t, err, "%q", args)
+		require.True(t, strings.HasPrefix(stdout.String(), "usage:"), "%q: %q", args, stdout.String())
+	}
+}
+
 // A bad flag is the command line's mistake, not a setting's: its message
 // does not begin "configuration:".
 func TestRunUnknownFlagIsNoConfigurationError(t *testing.T) {
