@@ -125,7 +125,8 @@ func report(err error, getenv func(string) string, stderr io.Writer) int {
 // (keys); logs go to stderr.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+	isHelp := func(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
+	if len(args) > 0 && isHelp(args[0]) {
 		cmd, args = "help", args[1:]
 	} else if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
@@ -136,6 +137,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "keys", "audit", "customers", "staff", "erasures", "keyring", "parked", "projections":
 		subs := map[string][]string{"keys": {"create", "list", "revoke", "rotate"}, "audit": {"list"}, "customers": {"export", "erase"},
 			"staff": {"export", "erase"}, "erasures": {"list", "run", "export", "apply"}, "keyring": {"new", "rewrap"}, "parked": {"list", "replay", "skip"}, "projections": {"rewind"}}[cmd]
+		if len(args) > 0 && isHelp(args[0]) { // `app keys --help`: help after a command, as before it
+			fmt.Fprintln(stdout, usage)
+			return nil
+		}
 		if len(args) == 0 || !slices.Contains(subs, args[0]) {
 			return usageError{fmt.Sprintf("%s: the subcommands are %s", cmd, strings.Join(subs, ", "))}
 		}
