@@ -108,8 +108,12 @@ func openSQL(ctx context.Context, url string, maxConns int, opts Options) (*sql.
 // firstPing checks that the server answers. Through a multi-host URL, while
 // no host accepts writes (a failover under way, every node a standby), it
 // keeps trying with backoff until ctx ends, and logs each attempt's
-// answers (NoPrimaryError); any other failure (a wrong password, a
-// missing database) ends it at once.
+// answers (NoPrimaryError). Through a one-host URL (a virtual IP or a proxy
+// that follows a Patroni cluster's leader, or a single server restarting)
+// it waits the same way while the server cannot be reached
+// (UnreachableError): an instance that gave up there would stay down for
+// its supervisor's restart backoff after the database is back. Any other
+// failure (a wrong password, a missing database) ends it at once.
 func firstPing(ctx context.Context, sqldb *sql.DB, cfg *pgx.ConnConfig, log *slog.Logger) error {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 200*time.Millisecond, 5*time.Second, 0
@@ -118,12 +122,18 @@ func firstPing(ctx context.Context, sqldb *sql.DB, cfg *pgx.ConnConfig, log *slo
 		err := sqldb.PingContext(pingCtx)
 		cancel()
 		var none *NoPrimaryError
-		if err == nil || !errors.As(err, &none) || ctx.Err() != nil {
+		var unreachable *UnreachableError
+		if err == nil || ctx.Err() != nil || (!errors.As(err, &none) && !errors.As(err, &unreachable)) {
 			return err
 		}
 		wait := bo.NextBackOff()
-		cmp.Or(log, slog.Default()).Warn("no primary among the database hosts; trying again",
-			"hosts", hosts(cfg), "database", cfg.Database, "answers", strings.Join(none.Answers, "; "), "attempt", attempt, "retry_in", wait)
+		if none == nil {
+			cmp.Or(log, slog.Default()).Warn("the database server does not answer; trying again",
+				"host", hosts(cfg), "database", cfg.Database, "error", unreachable.Error(), "attempt", attempt, "retry_in", wait)
+		} else {
+			cmp.Or(log, slog.Default()).Warn("no primary among the database hosts; trying again",
+				"hosts", hosts(cfg), "database", cfg.Database, "answers", strings.Join(none.Answers, "; "), "attempt", attempt, "retry_in", wait)
+		}
 		select {
 		case <-ctx.Done():
 			return errors.Join(err, ctx.Err())
