@@ -1593,3 +1593,40 @@ func TestWebhookQueuedPingsAndRedeliveriesAreCapped(t *testing.T) {
 	require.Empty(t, again.Header.Get("Idempotent-Replayed"), "%s", again)
 	requireProblem(t, a.do(http.MethodPost, path+"/test", a.opA, nil), http.StatusTooManyRequests, "/problems/rate-limited")
 }
+
+// A merchant's endpoints are read without their signing secrets, which no
+// read shows. One secret sealed by a master key this instance does not have
+// (the key lost, a backup restored from before a rotation, an instance
+// started without a line; operations.md, Master keys) fails that
+// endpoint's deliveries and the writes that need its secret, not every
+// read of the merchant's endpoints: the list, the endpoint and its delivery
+// log still answer, so the merchant sees what to fix or re-create, and
+// DELETE removes it.
+func TestWebhookEndpointReadsDoNotNeedTheSecrets(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	const path = "/v1/webhook-endpoints"
+	lost, _ := a.createEndpoint(a.opA, "https://hooks.example.com/lost")
+	kept, _ := a.createEndpoint(a.opA, "https://hooks.example.com/kept")
+	a.must(http.StatusOK, http.MethodPost, path+"/"+kept+"/rotate-secret", a.opA, map[string]any{"overlap": "1h"})
+
+	gone, err := keyring.Parse("gone:" + strings.Repeat("A", 43) + "=")
+	require.NoError(t, err)
+	sealed, err := gone.Seal([]byte(webhook.NewSecret()), []byte(lost))
+	require.NoError(t, err)
+	_, err = a.dbs.es.DB.Exec(`UPDATE webhook_endpoints SET secret = NULL, secret_sealed = $2 WHERE id = $1`, lost, sealed)
+	require.NoError(t, err)
+
+	list := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
+	require.Equal(t, float64(2), list.Body["total"], "the merchant's endpoints are listed: %s", list)
+	got := a.must(http.StatusOK, http.MethodGet, path+"/"+lost, a.opA, nil)
+	require.Equal(t, "https://hooks.example.com/lost", got.Body["url"])
+	a.must(http.StatusOK, http.MethodGet, path+"/"+lost+"/deliveries", a.opA, nil)
+	// A read says as before until when an earlier secret still signs.
+	until, err := time.Parse(time.RFC3339Nano, a.must(http.StatusOK, http.MethodGet, path+"/"+kept, a.opA, nil).Body["previous_secret_expires_at"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(time.Hour), until, time.Minute)
+
+	a.must(http.StatusNoContent, http.MethodDelete, path+"/"+lost, a.opA, nil)
+	a.must(http.StatusNotFound, http.MethodGet, path+"/"+lost, a.opA, nil)
+}
