@@ -96,7 +96,19 @@ func scanEndpoint(row scanner, secrets Sealer) (webhook.Endpoint, error) {
 	return e, err
 }
 
-// scanEndpointSlots is scanEndpoint, with the secrets as stored.
+// scanEndpointUnopened is scanEndpoint without its secrets (empty): the
+// API's reads show none, and a secret sealed by a master key this instance
+// does not have (a lost key, a backup from before a rotation) would
+// otherwise fail every read of the merchant's endpoints, list included,
+// where only that endpoint's signing (and the writes that keep its
+// secrets) can fail.
+func scanEndpointUnopened(row scanner) (webhook.Endpoint, error) {
+	e, _, err := scanEndpointSlots(row, nil)
+	return e, err
+}
+
+// scanEndpointSlots is scanEndpoint, with the secrets as stored; a nil
+// secrets leaves them unopened (scanEndpointUnopened).
 func scanEndpointSlots(row scanner, secrets Sealer) (webhook.Endpoint, [3]storedSecret, error) {
 	var e webhook.Endpoint
 	var types []byte
@@ -111,6 +123,9 @@ func scanEndpointSlots(row scanner, secrets Sealer) (webhook.Endpoint, [3]stored
 		return e, slots, err
 	}
 	for i, dst := range []*string{&e.Secret, &e.PreviousSecret, &e.OlderSecret} {
+		if secrets == nil {
+			break
+		}
 		if *dst, err = slots[i].open(secrets, e.ID); err != nil {
 			return e, slots, err
 		}
@@ -378,7 +393,8 @@ func scanDelivery(row scanner, more ...any) (webhook.Delivery, error) {
 	return d, err
 }
 
-// Endpoints returns a page of the merchant's endpoints, newest first.
+// Endpoints returns a page of the merchant's endpoints, newest first,
+// without their secrets.
 func (s *Store) Endpoints(ctx context.Context, merchantID string, p query.Page) ([]webhook.Endpoint, int, error) {
 	var total int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1`, merchantID).Scan(&total); err != nil {
@@ -392,7 +408,7 @@ func (s *Store) Endpoints(ctx context.Context, merchantID string, p query.Page) 
 	defer rows.Close()
 	var out []webhook.Endpoint
 	for rows.Next() {
-		e, err := scanEndpoint(rows, s.secrets)
+		e, err := scanEndpointUnopened(rows)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -401,10 +417,10 @@ func (s *Store) Endpoints(ctx context.Context, merchantID string, p query.Page) 
 	return out, total, rows.Err()
 }
 
-// Endpoint returns one endpoint of the merchant.
+// Endpoint returns one endpoint of the merchant, without its secrets.
 func (s *Store) Endpoint(ctx context.Context, merchantID, id string) (webhook.Endpoint, error) {
-	return scanEndpoint(s.db.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
-		WHERE merchant_id = $1 AND id = $2`, merchantID, id), s.secrets)
+	return scanEndpointUnopened(s.db.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE merchant_id = $1 AND id = $2`, merchantID, id))
 }
 
 // logOrder names the delivery log's order (newest first, by insertion) in

@@ -33,13 +33,15 @@ func NewWebhooks(rm WebhookReads) (Webhooks, error) {
 	return Webhooks{rm: rm}, nil
 }
 
-// Endpoints returns a page of the merchant's endpoints, newest first.
+// Endpoints returns a page of the merchant's endpoints, newest first,
+// without their signing secrets (empty): no read shows them.
 func (q Webhooks) Endpoints(ctx context.Context, merchantID string, p Page) (List[webhook.Endpoint], error) {
 	items, total, err := q.rm.Endpoints(ctx, merchantID, p)
 	return newList(items, total, p), err
 }
 
-// Endpoint returns one endpoint, or apperr.ErrNotFound.
+// Endpoint returns one endpoint without its signing secrets, or
+// apperr.ErrNotFound.
 func (q Webhooks) Endpoint(ctx context.Context, merchantID, id string) (webhook.Endpoint, error) {
 	return q.rm.Endpoint(ctx, merchantID, id)
 }

@@ -325,12 +325,14 @@ func (e Endpoint) Secrets(now time.Time) []string {
 
 // EarlierSecretsUntil is until when an earlier secret still signs at now:
 // the latest end among the previous secrets still inside their overlaps
-// (nil when only the current secret signs).
+// (nil when only the current secret signs). It reads the overlaps' ends
+// alone, which Rotate sets with their secrets and nothing else does, so an
+// endpoint read without its secrets (the API's reads) says the same.
 func (e Endpoint) EarlierSecretsUntil(now time.Time) *time.Time {
 	var latest *time.Time
-	for _, r := range e.retired(now) {
-		if latest == nil || r.until.After(*latest) {
-			latest = r.until
+	for _, until := range []*time.Time{e.PreviousSecretUntil, e.OlderSecretUntil} {
+		if until != nil && now.Before(*until) && (latest == nil || until.After(*latest)) {
+			latest = until
 		}
 	}
 	return latest
