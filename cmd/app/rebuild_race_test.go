@@ -354,19 +354,7 @@ func TestARebuildIsCancelledThroughAnotherInstance(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewSplitDBs(t))
 	a.seedOrders(2)
-	ctx := t.Context()
-	hold, err := a.dbs.rm.DB.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }()
-	_, err = hold.ExecContext(ctx, `LOCK TABLE orders IN ACCESS SHARE MODE`)
-	require.NoError(t, err)
-
-	done := make(chan error, 1)
-	go func() {
-		_, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders"})
-		done <- err
-	}()
-	require.False(t, pgtest.DoneOrWaiting(t, a.dbs.rm.DB, done), "the swap waits for the reader")
+	hold, done := rebuildHeldAtItsSwap(t, a)
 	r := a.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r)
 	require.Equal(t, "swap", r.Body["phase"], "the rebuild another process runs: %s", r)
@@ -400,18 +388,7 @@ func TestARebuildStartedWhileAnotherProcessRunsOneIsAConflict(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewSplitDBs(t))
 	a.seedOrders(2)
-	ctx := t.Context()
-	hold, err := a.dbs.rm.DB.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = hold.Rollback() }()
-	_, err = hold.ExecContext(ctx, `LOCK TABLE orders IN ACCESS SHARE MODE`)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		_, err := readmodel.Rebuild(ctx, readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders"})
-		done <- err
-	}()
-	require.False(t, pgtest.DoneOrWaiting(t, a.dbs.rm.DB, done), "the swap waits for the reader")
+	hold, done := rebuildHeldAtItsSwap(t, a)
 
 	r := a.do(http.MethodPost, "/admin/rebuilds/orders", a.admin, nil)
 	requireProblem(t, r, http.StatusConflict, "/problems/conflict")
@@ -426,4 +403,24 @@ func TestARebuildStartedWhileAnotherProcessRunsOneIsAConflict(t *testing.T) {
 	require.NoError(t, <-done)
 	r = a.do(http.MethodGet, "/admin/rebuilds/orders", a.admin, nil)
 	require.Equal(t, "done", r.Body["phase"], "%s", r)
+}
+
+// rebuildHeldAtItsSwap runs a rebuild of orders beside the instance, as
+// another process would (another instance, app rebuild), and holds it at
+// its swap with a reader of the live table (hold, rolled back at the end of
+// the test at the latest): it is running while the test asks about it.
+func rebuildHeldAtItsSwap(t *testing.T, a *api) (hold *sql.Tx, done chan error) {
+	t.Helper()
+	hold, err := a.dbs.rm.DB.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Rollback() })
+	_, err = hold.ExecContext(t.Context(), `LOCK TABLE orders IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+	done = make(chan error, 1)
+	go func() {
+		_, err := readmodel.Rebuild(t.Context(), readmodel.RebuildConfig{Log: a.w.eventLog, Decoders: a.w.vault, DB: a.dbs.rm, Projection: "orders"})
+		done <- err
+	}()
+	require.False(t, pgtest.DoneOrWaiting(t, a.dbs.rm.DB, done), "the swap waits for the reader")
+	return hold, done
 }
