@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/internal/harness"
+)
+
+// devProcess is `app dev` (make run) running in a folder of its own, as a
+// newcomer runs it: no DATABASE_URL, no MASTER_KEY, no RELAY_NATS_URL.
+type devProcess struct {
+	cmd            *exec.Cmd
+	addr           string
+	stdout, stderr string // files
+	exited         chan struct{}
+	status         error
+}
+
+func startDev(t *testing.T, bin, dir string) *devProcess {
+	t.Helper()
+	port, err := harness.FreePort()
+	require.NoError(t, err)
+	p := &devProcess{addr: "127.0.0.1:" + strconv.Itoa(port), exited: make(chan struct{})}
+	logs := t.TempDir()
+	p.stdout, p.stderr = filepath.Join(logs, "stdout"), filepath.Join(logs, "stderr")
+	out, err := os.Create(p.stdout)
+	require.NoError(t, err)
+	defer out.Close()
+	errOut, err := os.Create(p.stderr)
+	require.NoError(t, err)
+	defer errOut.Close()
+	p.cmd = exec.Command(bin, "dev", "--http-addr", p.addr)
+	p.cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "DATABASE_URL", "READMODEL_DATABASE_URL", "MASTER_KEY", "MASTER_KEY_FILE", "RELAY_NATS_URL", "HTTP_ADDR", "MODE":
+			continue
+		}
+		p.cmd.Env = append(p.cmd.Env, kv)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = out, errOut
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		p.status = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// stop is Ctrl-C; a run that does not stop in time is killed.
+func (p *devProcess) stop(t *testing.T) {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Minute):
+		t.Errorf("app dev (pid %d) did not stop within 2 minutes of Ctrl-C: killed", p.cmd.Process.Pid)
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// noPostmasterLeft, registered before the runs start and so called after
+// they stopped, stops a Postgres they left in dir, so that no server
+// outlives the test.
+func noPostmasterLeft(t *testing.T, dir string) {
+	pidFile := filepath.Join(dir, devDir, "data", "postmaster.pid")
+	if b, err := os.ReadFile(pidFile); err == nil {
+		first, _, _ := strings.Cut(string(b), "\n")
+		if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && syscall.Kill(pid, 0) == nil {
+			t.Errorf("a postmaster (pid %d) was left running on %s: killed", pid, dir)
+			_ = syscall.Kill(pid, syscall.SIGQUIT)
+		}
+	}
+}
+
+func (p *devProcess) output(file string) string {
+	b, _ := os.ReadFile(file)
+	return string(b)
+}
+
+// banner waits for the banner and returns the operator key it prints, or
+// fails if the process exits first.
+func (p *devProcess) banner(t *testing.T) string {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(p.output(p.stdout), "\n") {
+			if key, ok := strings.CutPrefix(strings.TrimSpace(line), "operator key: "); ok {
+				return key
+			}
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("app dev exited (%v) before its banner:\n%s", p.status, p.output(p.stderr))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no banner within 3 minutes:\n%s", p.output(p.stderr))
+	return ""
+}
+
+// createCustomer answers the status of a POST /v1/customers, waiting for
+// the listener to be up (the banner comes just before it).
+func (p *devProcess) createCustomer(t *testing.T, key string) int {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		req, err := http.NewRequest(http.MethodPost, "http://"+p.addr+"/v1/customers", bytes.NewBufferString(`{"name":"Ada Lovelace"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("POST /v1/customers: %v\n%s", err, p.output(p.stderr))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a listener that is coming up, not a wait for an event
+	}
+}
+
+// A second `make run` in the same folder, while the first runs, must not
+// take the first's data folder: it stops with a message naming the run that
+// holds it, and the first goes on serving on its own Postgres.
+func TestDevRefusesASecondRunOnTheSameDataFolder(t *testing.T) {
+	bin := buildBinary(t)
+	// The folder and its parent traversable, as a home folder is, so that
+	// the throwaway cluster lives under .data/ (as root, Postgres runs as
+	// another OS user and falls back to a temporary folder it cannot reach).
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+
+	t.Cleanup(func() { noPostmasterLeft(t, dir) })
+	first := startDev(t, bin, dir)
+	key := first.banner(t)
+	require.Equal(t, http.StatusCreated, first.createCustomer(t, key), "the first run's API before the second run")
+
+	second := startDev(t, bin, dir)
+	deadline := time.Now().Add(3 * time.Minute)
+	for exited := false; !exited; {
+		select {
+		case <-second.exited:
+			exited = true
+		case <-time.After(50 * time.Millisecond):
+			if strings.Contains(second.output(second.stdout), "operator key: ") {
+				t.Fatalf("the second app dev started beside the first on the same .data/ and printed its banner; "+
+					"the first's stderr:\n%s", first.output(first.stderr))
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the second app dev in the same folder still runs after 3 minutes:\n%s", second.output(second.stderr))
+			}
+		}
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, second.status, &exit, "the second app dev's exit")
+	require.Equal(t, 1, exit.ExitCode(), "the second app dev's exit status:\n%s", second.output(second.stderr))
+	msg := second.output(second.stderr)
+	require.Contains(t, msg, "another app dev (make run)", "the second app dev's message")
+	require.Contains(t, msg, "pid "+strconv.Itoa(first.cmd.Process.Pid), "the second app dev's message names the first")
+
+	require.Equal(t, http.StatusCreated, first.createCustomer(t, key),
+		"the first run's API after the second run was refused:\n%s", first.output(first.stderr))
+	select {
+	case <-first.exited:
+		t.Fatalf("the first app dev exited (%v):\n%s", first.status, first.output(first.stderr))
+	default:
+	}
+}
