@@ -10,6 +10,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -29,6 +32,7 @@ const (
 	devDir       = ".data/postgres"
 	devNATSDir   = ".data/nats"
 	devMasterKey = ".data/master.key"
+	devLock      = ".data/dev.lock"
 )
 
 // dev is `make run`: without DATABASE_URL it starts a fresh throwaway
@@ -45,6 +49,15 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		// would be replaced without a word.
 		return errors.New("READMODEL_DATABASE_URL is set but DATABASE_URL is not: app dev would start a throwaway Postgres for both " +
 			"databases and leave the read model named unused; set DATABASE_URL too, or unset READMODEL_DATABASE_URL")
+	}
+	if throwaway || cfg.RelayNATSURL == "" && cfg.Mode != ModeAPI {
+		// A second run in the same folder would stop this one's Postgres
+		// (as it stops one a killed run left) and remove its data and store.
+		unlock, err := lockDevFolder(devLock)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 	if throwaway {
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -109,6 +122,54 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			"(docs/api.md, \"Events on NATS JetStream\", shows how to consume them).\n\n", cfg.RelayNATSURL, cfg.RelayStream, cfg.RelaySubjectPrefix)
 	}
 	return serve(ctx, cfg, log)
+}
+
+// devFolderBusyError is the rule that one `app dev` at a time uses .data/:
+// another run holds its lock.
+type devFolderBusyError struct {
+	lock string
+	pid  int // 0 when the holder had not written it yet
+}
+
+func (e *devFolderBusyError) Error() string {
+	holder := "another app dev (make run)"
+	if e.pid != 0 {
+		holder += fmt.Sprintf(" (pid %d)", e.pid)
+	}
+	return holder + " is using " + filepath.Dir(e.lock) + "/ in this folder: a second one would stop its Postgres and remove its data. " +
+		"Stop it first (Ctrl-C in its terminal), or run this one from another folder, or with DATABASE_URL and RELAY_NATS_URL set"
+}
+
+// lockDevFolder takes the lock of .data/ for this process, or returns a
+// *devFolderBusyError when another live process holds it. The lock is the
+// kernel's (flock), so a run killed with SIGKILL leaves none behind, and the
+// next run goes on to stop the servers it left. The holder's pid is written
+// in the file for the message.
+func lockDevFolder(file string) (unlock func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return nil, fmt.Errorf("lock data folder: %w", err)
+	}
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock data folder: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			b, _ := io.ReadAll(f)
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return nil, &devFolderBusyError{lock: file, pid: pid}
+		}
+		return nil, fmt.Errorf("lock data folder: %w", err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock data folder: %w", err)
+	}
+	return func() { _ = f.Close() }, nil // closing the file releases the lock
 }
 
 func seedDemo(ctx context.Context, cfg Config, keyFile string, stdout io.Writer) error {
