@@ -182,3 +182,69 @@ func TestDevRefusesASecondRunOnTheSameDataFolder(t *testing.T) {
 	default:
 	}
 }
+
+// processesUsing lists the processes whose command line names dir (an
+// initdb, a postmaster, a nats-server of a run in it).
+func processesUsing(dir string) []string {
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if line := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(line, dir) {
+			found = append(found, e.Name()+": "+line)
+		}
+	}
+	return found
+}
+
+// Stopping `make run` while it starts its throwaway cluster (its stop
+// button in an editor sends SIGINT or SIGTERM to the process alone, not to
+// its children as a terminal's Ctrl-C does) stops it quietly, as a Ctrl-C
+// after the start does, and leaves no initdb or Postgres running behind it.
+func TestDevStoppedDuringTheClusterStartLeavesNothingRunning(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() {
+		for _, p := range processesUsing(dir) {
+			pid, _ := strconv.Atoi(strings.SplitN(p, ":", 2)[0])
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	p := startDev(t, bin, dir)
+	deadline := time.Now().Add(3 * time.Minute)
+	// initdb itself running, not only the runuser that starts it as root.
+	initdbRuns := func() bool {
+		for _, p := range processesUsing(dir) {
+			_, line, _ := strings.Cut(p, ": ")
+			if prog, _, _ := strings.Cut(line, " "); filepath.Base(prog) == "initdb" {
+				return true
+			}
+		}
+		return false
+	}
+	for !initdbRuns() {
+		if time.Now().After(deadline) {
+			t.Fatalf("app dev did not begin its cluster within 3 minutes:\n%s", p.output(p.stderr))
+		}
+		time.Sleep(10 * time.Millisecond) // polling its log for the step, not a wait for an event
+	}
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("app dev still runs 2 minutes after SIGINT:\n%s", p.output(p.stderr))
+	}
+	left := processesUsing(dir)
+	require.Empty(t, left, "processes left running on %s after app dev stopped", dir)
+	require.NoError(t, p.status, "app dev's exit after SIGINT during its start:\n%s", p.output(p.stderr))
+	require.NotContains(t, p.output(p.stderr), "hearth:", "app dev reported an error for a stop during its start")
+}
