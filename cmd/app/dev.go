@@ -63,6 +63,12 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		cluster, err := pgcluster.Start(startCtx, pgcluster.Options{Dir: devDir, Fresh: true, Install: true, Log: log})
 		cancel()
+		if err != nil && ctx.Err() != nil {
+			// Ctrl-C during the start: a stop asked for, as it is once Hearth
+			// serves, not a failure (Start has stopped what it started).
+			log.Info("stopped while the throwaway Postgres was starting", "reason", err)
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("throwaway Postgres: %w", err)
 		}
@@ -104,6 +110,9 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		switch {
 		case errors.Is(startErr, natsserver.ErrNotInstalled):
 			log.Info("nats-server is not installed, so the relay to NATS JetStream stays off (apt-get install nats-server, or set RELAY_NATS_URL)")
+		case startErr != nil && ctx.Err() != nil:
+			log.Info("stopped while the throwaway NATS server was starting", "reason", startErr)
+			return nil
 		case startErr != nil:
 			return fmt.Errorf("throwaway NATS server: %w", startErr)
 		default:

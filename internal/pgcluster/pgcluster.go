@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"hearth/internal/harness"
 )
@@ -40,6 +41,9 @@ const (
 	tailBytes = 2000
 	// pgCtlTimeout is passed to pg_ctl -t (seconds).
 	pgCtlTimeout = "60"
+	// cancelWait bounds how long a cancelled command has to stop on
+	// SIGTERM before it is killed.
+	cancelWait = 10 * time.Second
 )
 
 // errNotFound is returned by Start when no server binaries can be found.
@@ -577,6 +581,13 @@ func runAs(ctx context.Context, u *user.User, dir, name string, args ...string) 
 	defer outFile.Close()
 
 	cmd := exec.CommandContext(ctx, name, args...)
+	// A cancelled start (Ctrl-C of make run) stops the command with
+	// SIGTERM, not SIGKILL: runuser passes SIGTERM on to the program it
+	// runs, where a SIGKILL would kill runuser alone and leave initdb
+	// running, and initdb removes what it had made. One that outlives
+	// cancelWait is killed.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = cancelWait
 	cmd.Dir = dir
 	cmd.Stdout = outFile
 	cmd.Stderr = outFile
