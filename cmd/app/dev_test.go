@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,16 +41,7 @@ func startDev(t *testing.T, bin, dir string) *devProcess {
 	errOut, err := os.Create(p.stderr)
 	require.NoError(t, err)
 	defer errOut.Close()
-	p.cmd = exec.Command(bin, "dev", "--http-addr", p.addr)
-	p.cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		switch name {
-		case "DATABASE_URL", "READMODEL_DATABASE_URL", "MASTER_KEY", "MASTER_KEY_FILE", "RELAY_NATS_URL", "HTTP_ADDR", "MODE":
-			continue
-		}
-		p.cmd.Env = append(p.cmd.Env, kv)
-	}
+	p.cmd = devCommand(bin, dir, p.addr)
 	p.cmd.Stdout, p.cmd.Stderr = out, errOut
 	require.NoError(t, p.cmd.Start())
 	go func() {
@@ -58,6 +50,21 @@ func startDev(t *testing.T, bin, dir string) *devProcess {
 	}()
 	t.Cleanup(func() { p.stop(t) })
 	return p
+}
+
+// devCommand is `app dev` in dir, with a newcomer's environment.
+func devCommand(bin, dir, addr string) *exec.Cmd {
+	cmd := exec.Command(bin, "dev", "--http-addr", addr)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "DATABASE_URL", "READMODEL_DATABASE_URL", "MASTER_KEY", "MASTER_KEY_FILE", "RELAY_NATS_URL", "HTTP_ADDR", "MODE":
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	return cmd
 }
 
 // stop is Ctrl-C; a run that does not stop in time is killed.
@@ -247,4 +254,29 @@ func TestDevStoppedDuringTheClusterStartLeavesNothingRunning(t *testing.T) {
 	require.Empty(t, left, "processes left running on %s after app dev stopped", dir)
 	require.NoError(t, p.status, "app dev's exit after SIGINT during its start:\n%s", p.output(p.stderr))
 	require.NotContains(t, p.output(p.stderr), "hearth:", "app dev reported an error for a stop during its start")
+}
+
+// `make run` with its HTTP port taken (another server on :8080) stops at
+// once, before it starts a cluster or prints keys and a console address
+// that would lead to the other server, and says how to pick another port.
+func TestDevWithItsPortTakenStopsBeforeStartingAnything(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { noPostmasterLeft(t, dir) })
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+
+	cmd := devCommand(bin, dir, taken.Addr().String())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "app dev's exit with its port taken:\n%s", stderr.String())
+	require.Equal(t, 1, exit.ExitCode(), "app dev's exit status:\n%s", stderr.String())
+	require.NotContains(t, stdout.String(), "operator key", "app dev printed its banner with its port taken")
+	require.NotContains(t, stderr.String(), "initialising PostgreSQL cluster", "app dev started a cluster with its port taken")
+	require.Contains(t, stderr.String(), "HTTP_ADDR=", "the message says how to choose another port")
 }
