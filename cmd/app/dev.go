@@ -59,6 +59,12 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		}
 		defer unlock()
 	}
+	// Before anything starts: a taken port would otherwise fail only after
+	// the cluster started and the banner printed keys and a console address
+	// that lead to the other server.
+	if err := checkDevPorts(cfg); err != nil {
+		return err
+	}
 	if throwaway {
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		cluster, err := pgcluster.Start(startCtx, pgcluster.Options{Dir: devDir, Fresh: true, Install: true, Log: log})
@@ -179,6 +185,39 @@ func lockDevFolder(file string) (unlock func(), err error) {
 		return nil, fmt.Errorf("lock data folder: %w", err)
 	}
 	return func() { _ = f.Close() }, nil // closing the file releases the lock
+}
+
+// devPortTakenError is the rule that `app dev` starts only when it can
+// listen where it is told: setting names the address that cannot be bound.
+type devPortTakenError struct {
+	setting, addr string
+	err           error
+}
+
+func (e *devPortTakenError) Error() string {
+	return fmt.Sprintf("%s %s cannot be listened on (%v): another program, or a make run in another folder, may be there; "+
+		"stop it, or choose another address, e.g. %s=:8081 make run", e.setting, e.addr, e.err, e.setting)
+}
+
+func (e *devPortTakenError) Unwrap() error { return e.err }
+
+// checkDevPorts listens once on each address serve will listen on, and
+// closes it again at once.
+func checkDevPorts(cfg Config) error {
+	addrs := [][2]string{{"HTTP_ADDR", cfg.HTTPAddr}}
+	if cfg.AdminAddr != "" {
+		addrs = append(addrs, [2]string{"ADMIN_ADDR", cfg.AdminAddr})
+	}
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a[1])
+		if err != nil {
+			return &devPortTakenError{setting: a[0], addr: a[1], err: err}
+		}
+		if err := ln.Close(); err != nil {
+			return fmt.Errorf("close %s: %w", a[0], err)
+		}
+	}
+	return nil
 }
 
 func seedDemo(ctx context.Context, cfg Config, keyFile string, stdout io.Writer) error {
