@@ -129,3 +129,51 @@ func TestFreePortHandsDistinctPortsBelowTheEphemeralRange(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+// freePortChild is set in the environment of this test binary run again as
+// a child: it then only calls FreePort (TestFreePortChild).
+const freePortChild = "HEARTH_HARNESS_FREEPORT_CHILD"
+
+func TestFreePortChild(t *testing.T) {
+	if os.Getenv(freePortChild) == "" {
+		t.Skip("run by TestFreePortAfterAnotherUser as a child")
+	}
+	if _, err := FreePort(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FreePort works for a user after another user used it on the same
+// machine: make test run as root (as the README says, to install what it
+// misses), then make run as oneself. The counter file root made is not
+// writable by others, and FreePort failed on it: "harness: open
+// /tmp/hearth-harness-port: permission denied", and make run with it.
+func TestFreePortAfterAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root can run as another user")
+	}
+	runuser, err := exec.LookPath("runuser")
+	if err != nil {
+		t.Skip("no runuser")
+	}
+	// A /tmp of this test's own (os.TempDir reads TMPDIR), and this test
+	// binary where the other user can run it.
+	tmp := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(tmp), 0o755))
+	require.NoError(t, os.Chmod(tmp, 0o1777))
+	self, err := os.ReadFile(os.Args[0])
+	require.NoError(t, err)
+	bin := filepath.Join(tmp, "harness.test")
+	require.NoError(t, os.WriteFile(bin, self, 0o755))
+	child := func(asUser ...string) (string, error) {
+		args := append(asUser, bin, "-test.run", "^TestFreePortChild$", "-test.count=1", "-test.v")
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp, freePortChild+"=1")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := child()
+	require.NoError(t, err, "FreePort as root:\n%s", out)
+	out, err = child(runuser, "-u", "nobody", "--")
+	require.NoError(t, err, "FreePort as nobody after root:\n%s", out)
+}
