@@ -156,13 +156,18 @@ func portRange() (lo, hi int) {
 	return hi - 10000, hi
 }
 
-// portCounter is the file that holds the next port FreePort tries.
-var portCounter = filepath.Join(os.TempDir(), "hearth-harness-port")
+// portCounter is the file that holds the next port FreePort tries: one
+// per OS user, since a file another user made (root's make test, before
+// one's own make run) is not writable under the usual umask, and /tmp's
+// sticky bit keeps it from being replaced. Two users' counters may hand out
+// the same port; each is checked to bind, as a port some other program
+// took is.
+var portCounter = filepath.Join(os.TempDir(), "hearth-harness-port-"+strconv.Itoa(os.Getuid()))
 
 // lockPortCounter locks portCounter and reads it; unlock writes the
 // counter back and releases the lock.
 func lockPortCounter() (unlock func(), next *int, err error) {
-	f, err := lockFile(portCounter, 0o666)
+	f, err := lockFile(portCounter, 0o600)
 	if err != nil {
 		return nil, nil, err
 	}
