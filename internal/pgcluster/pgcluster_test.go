@@ -206,3 +206,66 @@ func TestCompareVersions(t *testing.T) {
 		}
 	}
 }
+
+// startChildDir is set in the environment of this test binary run again as
+// another user: TestStartChild then only starts a fresh cluster there.
+const startChildDir = "HEARTH_PGCLUSTER_CHILD_DIR"
+
+func TestStartChild(t *testing.T) {
+	dir := os.Getenv(startChildDir)
+	if dir == "" {
+		t.Skip("run by TestFreshClusterLeftByRootTellsWhatToDo as a child")
+	}
+	c, err := Start(context.Background(), Options{Dir: dir, Fresh: true, Fast: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+}
+
+// A run as root (sudo make run) leaves the cluster's folder to the
+// postgres OS user; the next run as oneself cannot remove it. It must say
+// whose it is and how to remove it, not only "permission denied".
+func TestFreshClusterLeftByRootTellsWhatToDo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root can leave a cluster to another user")
+	}
+	runuser, err := exec.LookPath("runuser")
+	if err != nil {
+		t.Skip("no runuser")
+	}
+	base := t.TempDir()
+	require := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	require(os.Chmod(filepath.Dir(base), 0o755))
+	require(os.Chmod(base, 0o777))
+	// The folder as a root run leaves it: the cluster directory and its
+	// data the postgres user's, private.
+	dir := filepath.Join(base, "pg")
+	c := startCluster(t, Options{Dir: dir})
+	require(c.Stop())
+	owner, err := serverOSUser(context.Background(), slog.Default())
+	require(err)
+
+	self, err := os.ReadFile(os.Args[0])
+	require(err)
+	bin := filepath.Join(base, "pgcluster.test")
+	require(os.WriteFile(bin, self, 0o755))
+	cmd := exec.Command(runuser, "-u", "nobody", "--", bin, "-test.run", "^TestStartChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), startChildDir+"="+dir)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("a fresh start as nobody on root's cluster folder succeeded:\n%s", out)
+	}
+	for _, want := range []string{"belongs to OS user " + owner.Username, "sudo rm -rf " + dir} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the error does not say %q:\n%s", want, out)
+		}
+	}
+}
