@@ -225,6 +225,9 @@ func (c *Cluster) start(ctx context.Context, fresh bool) error {
 	}
 	if fresh {
 		if err := os.RemoveAll(c.DataDir()); err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				err = foreignDir(c.dir, err)
+			}
 			return fmt.Errorf("pgcluster: remove old cluster: %w", err)
 		}
 	}
@@ -484,6 +487,40 @@ func prepareDir(ctx context.Context, requested string, u *user.User, log *slog.L
 		return tmp, true, nil
 	}
 	return dir, false, nil
+}
+
+// ForeignDirError is the rule that a cluster directory is started afresh
+// only by the OS user it belongs to: a run as root leaves it to the server's
+// OS user (postgres), and a later run as oneself cannot remove it.
+type ForeignDirError struct {
+	Dir   string
+	Owner string // the OS user it belongs to, or its uid
+	Err   error
+}
+
+func (e *ForeignDirError) Error() string {
+	return fmt.Sprintf("%v: %s belongs to OS user %s (a run as root leaves it so): remove it as root, sudo rm -rf %s, "+
+		"or go on running as root", e.Err, e.Dir, e.Owner, e.Dir)
+}
+
+func (e *ForeignDirError) Unwrap() error { return e.Err }
+
+// foreignDir names the owner of dir when it is not this process's user,
+// for err, a refused removal in it; otherwise it returns err.
+func foreignDir(dir string, err error) error {
+	info, statErr := os.Stat(dir)
+	if statErr != nil {
+		return err
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) == os.Geteuid() {
+		return err
+	}
+	owner := strconv.FormatUint(uint64(st.Uid), 10)
+	if u, lookupErr := user.LookupId(owner); lookupErr == nil {
+		owner = u.Username
+	}
+	return &ForeignDirError{Dir: dir, Owner: owner, Err: err}
 }
 
 // makeTempDir creates a temporary cluster directory owned by u.
