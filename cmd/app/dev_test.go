@@ -280,3 +280,41 @@ func TestDevWithItsPortTakenStopsBeforeStartingAnything(t *testing.T) {
 	require.NotContains(t, stderr.String(), "initialising PostgreSQL cluster", "app dev started a cluster with its port taken")
 	require.Contains(t, stderr.String(), "HTTP_ADDR=", "the message says how to choose another port")
 }
+
+// After `sudo make run`, `make run` as oneself in the same folder cannot
+// touch what root's run left in .data/ (the cluster is the postgres
+// user's, the NATS store and the lock root's); it must say how to clear
+// it, not only "permission denied" on whichever file it met first.
+func TestDevAfterARunAsRootSaysHowToClearDataFolder(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root can leave .data/ to other users")
+	}
+	runuser, err := exec.LookPath("runuser")
+	if err != nil {
+		t.Skip("no runuser")
+	}
+	bin := buildBinary(t)
+	require.NoError(t, os.Chmod(filepath.Dir(bin), 0o755))
+	require.NoError(t, os.Chmod(filepath.Dir(filepath.Dir(bin)), 0o755))
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o777))
+	t.Cleanup(func() { noPostmasterLeft(t, dir) })
+
+	asRoot := startDev(t, bin, dir)
+	asRoot.banner(t)
+	asRoot.stop(t)
+	require.NoError(t, asRoot.status, "the run as root:\n%s", asRoot.output(asRoot.stderr))
+
+	port, err := harness.FreePort()
+	require.NoError(t, err)
+	cmd := devCommand(bin, dir, "127.0.0.1:"+strconv.Itoa(port))
+	cmd.Args = append([]string{runuser, "-u", "nobody", "--"}, cmd.Args...)
+	cmd.Path = runuser
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "app dev as nobody after root:\n%s", stderr.String())
+	require.Contains(t, stderr.String(), "sudo make clean", "the message says how to clear .data/")
+}
