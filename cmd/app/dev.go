@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/url"
@@ -55,7 +56,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		// (as it stops one a killed run left) and remove its data and store.
 		unlock, err := lockDevFolder(devLock)
 		if err != nil {
-			return err
+			return leftByRoot(err)
 		}
 		defer unlock()
 	}
@@ -76,7 +77,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("throwaway Postgres: %w", err)
+			return leftByRoot(fmt.Errorf("throwaway Postgres: %w", err))
 		}
 		defer func() {
 			log.Info("stopping the throwaway Postgres cluster")
@@ -98,7 +99,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	case cfg.MasterKeys == nil:
 		ring, err := throwawayMasterKey(devMasterKey)
 		if err != nil {
-			return err
+			return leftByRoot(err)
 		}
 		cfg.MasterKeys = ring
 		if keyFile, err = filepath.Abs(devMasterKey); err != nil {
@@ -120,7 +121,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			log.Info("stopped while the throwaway NATS server was starting", "reason", startErr)
 			return nil
 		case startErr != nil:
-			return fmt.Errorf("throwaway NATS server: %w", startErr)
+			return leftByRoot(fmt.Errorf("throwaway NATS server: %w", startErr))
 		default:
 			defer func() {
 				log.Info("stopping the throwaway NATS server")
@@ -185,6 +186,53 @@ func lockDevFolder(file string) (unlock func(), err error) {
 		return nil, fmt.Errorf("lock data folder: %w", err)
 	}
 	return func() { _ = f.Close() }, nil // closing the file releases the lock
+}
+
+// devFolderLeftByRootError is the rule that .data/ is used by one OS user:
+// a run as root leaves it, its lock and NATS store to root and its cluster
+// to the postgres user, which a run as oneself can neither reuse nor
+// remove, file by file.
+type devFolderLeftByRootError struct{ err error }
+
+func (e *devFolderLeftByRootError) Error() string {
+	return fmt.Sprintf("%v\n.data/ holds files of a make run as another user (as root, its cluster runs as postgres): "+
+		"remove them as root, sudo make clean (or sudo rm -rf .data), then run again; or go on running as that user", e.err)
+}
+
+func (e *devFolderLeftByRootError) Unwrap() error { return e.err }
+
+// leftByRoot adds to a refused access in .data/ how to clear it, when
+// .data/ holds files of another OS user (not when, say, the folder is only
+// read-only).
+func leftByRoot(err error) error {
+	if errors.Is(err, fs.ErrPermission) && othersFiles(filepath.Dir(devLock)) {
+		return &devFolderLeftByRootError{err: err}
+	}
+	return err
+}
+
+// othersFiles reports whether dir or anything under it belongs to another
+// OS user than this process's.
+func othersFiles(dir string) bool {
+	found := false
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil && d == nil {
+			return nil // dir itself is missing or cannot be read
+		}
+		info, infoErr := d.Info()
+		if infoErr != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+			found = true
+			return filepath.SkipAll
+		}
+		if err != nil {
+			return fs.SkipDir // a directory of ours it cannot read
+		}
+		return nil
+	})
+	return found
 }
 
 // devPortTakenError is the rule that `app dev` starts only when it can
