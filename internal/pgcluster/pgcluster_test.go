@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -267,5 +268,37 @@ func TestFreshClusterLeftByRootTellsWhatToDo(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the error does not say %q:\n%s", want, out)
 		}
+	}
+}
+
+// As root with the cluster's folder out of the postgres user's reach (a
+// checkout under /root, which is 0700), the cluster lives in a temporary
+// folder instead. A run killed outright (make run's SIGKILL) leaves that
+// server running; the next start on the same folder must stop it and
+// remove its folder, as it does a leftover in the folder itself, or every
+// killed run leaves a Postgres running for good.
+func TestLeftoverOfFallbackIsStopped(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root runs the server as another OS user")
+	}
+	requested := filepath.Join(t.TempDir(), "pg") // its parent is 0700 root
+	first := startCluster(t, Options{Dir: requested, Fresh: true})
+	if !first.temp {
+		t.Fatalf("the first cluster is in %s, not a temporary folder", first.dir)
+	}
+	firstPID, err := first.PostmasterPID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first run is killed: no Stop. The next starts on the same folder.
+	second := startCluster(t, Options{Dir: requested, Fresh: true})
+	if second.dir == first.dir {
+		t.Fatalf("the second cluster reuses %s", first.dir)
+	}
+	if err := syscall.Kill(firstPID, 0); err == nil {
+		t.Errorf("the killed run's postmaster (pid %d, in %s) still runs after the next start", firstPID, first.dir)
+	}
+	if _, err := os.Stat(first.dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed run's temporary folder %s is still there after the next start (%v)", first.dir, err)
 	}
 }
