@@ -54,6 +54,9 @@ var errNotFound = errors.New(`PostgreSQL server binaries (initdb, pg_ctl) not fo
 type Options struct {
 	// Dir is the directory that holds the cluster (data in Dir/data, log in
 	// Dir/postgres.log). Empty: a new temporary directory, removed by Stop.
+	// When running as root and the server's OS user cannot reach Dir, a
+	// temporary directory is used instead and Dir/temporary-cluster names
+	// it, so that the next Start stops a server a killed process left there.
 	Dir string
 	// Fresh removes an existing cluster in Dir before initdb. (When Dir holds
 	// an existing initialised cluster and Fresh is false, reuse it: just start it.)
@@ -73,9 +76,12 @@ type Cluster struct {
 	osUser *user.User // runs initdb and pg_ctl via runuser; nil means the current user
 	dir    string     // holds data/ and postgres.log
 	temp   bool       // dir was created by Start and is removed by Stop
-	port   int
-	fast   bool
-	log    *slog.Logger
+	// fallback, when dir is a temporary one used instead of the folder
+	// asked for, is the file in that folder that names dir.
+	fallback string
+	port     int
+	fast     bool
+	log      *slog.Logger
 
 	mu      sync.Mutex
 	stopped bool
@@ -109,6 +115,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{bin: bin, osUser: osUser, dir: dir, temp: temp, fast: opts.Fast, log: log}
+	if temp && opts.Dir != "" {
+		requested, err := filepath.Abs(opts.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("pgcluster: %w", err)
+		}
+		c.fallback = filepath.Join(requested, fallbackFile)
+	}
 	if err := c.start(ctx, opts.Fresh); err != nil {
 		if stopErr := c.Stop(); stopErr != nil {
 			log.Warn("pgcluster: cleanup after failed start", "err", stopErr)
@@ -144,6 +157,11 @@ func (c *Cluster) Stop() error {
 	if c.temp {
 		if err := os.RemoveAll(c.dir); err != nil {
 			return fmt.Errorf("pgcluster: remove temporary directory: %w", err)
+		}
+	}
+	if c.fallback != "" {
+		if err := os.Remove(c.fallback); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("pgcluster: remove %s: %w", c.fallback, err)
 		}
 	}
 	c.stopped = true
@@ -220,6 +238,9 @@ func (c *Cluster) pidFile() string { return filepath.Join(c.DataDir(), "postmast
 
 // start prepares the data directory and starts the server.
 func (c *Cluster) start(ctx context.Context, fresh bool) error {
+	if err := c.stopFallbackLeftover(ctx); err != nil {
+		return err
+	}
 	if err := c.stopLeftover(ctx); err != nil {
 		return err
 	}
@@ -250,6 +271,40 @@ func (c *Cluster) stopLeftover(ctx context.Context) error {
 	}
 	c.log.Warn("stopping a PostgreSQL server left running on the cluster directory", "data", c.DataDir())
 	return c.stopServer(ctx, "fast")
+}
+
+// fallbackFile, in the folder asked for, names the temporary folder used
+// instead of it.
+const fallbackFile = "temporary-cluster"
+
+// stopFallbackLeftover stops the server of a temporary folder that an
+// earlier start on the same folder used instead and did not stop (its
+// process was killed), removes that folder, and names c's own in its
+// place: without it, every killed run would leave a server running in a
+// folder nothing knows of.
+func (c *Cluster) stopFallbackLeftover(ctx context.Context) error {
+	if c.fallback == "" {
+		return nil
+	}
+	b, err := os.ReadFile(c.fallback)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("pgcluster: read %s: %w", c.fallback, err)
+	}
+	// Only a folder of this package's, whatever the file says.
+	prev := filepath.Clean(strings.TrimSpace(string(b)))
+	if ok, _ := filepath.Match(filepath.Join(os.TempDir(), "hearth-pg-*"), prev); ok && prev != c.dir {
+		old := &Cluster{bin: c.bin, osUser: c.osUser, dir: prev, log: c.log}
+		if err := old.stopLeftover(ctx); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(prev); err != nil {
+			return fmt.Errorf("pgcluster: remove leftover temporary directory: %w", err)
+		}
+	}
+	if err := os.WriteFile(c.fallback, []byte(c.dir+"\n"), 0o600); err != nil {
+		return fmt.Errorf("pgcluster: write %s: %w", c.fallback, err)
+	}
+	return nil
 }
 
 func (c *Cluster) initdb(ctx context.Context) error {
