@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 // from it.
 type docCheck struct {
 	a          *api
+	doc        *openapi3.T
 	router     routers.Router
 	violations []string
 }
@@ -44,7 +46,7 @@ func newDocCheck(t *testing.T, a *api) *docCheck {
 	doc.Servers = openapi3.Servers{{URL: a.base}}
 	router, err := legacy.NewRouter(doc)
 	require.NoError(t, err)
-	return &docCheck{a: a, router: router}
+	return &docCheck{a: a, doc: doc, router: router}
 }
 
 func (d *docCheck) send(label, method, path, key string, header map[string]string, body any) response {
@@ -317,5 +319,65 @@ func TestAuditLogOfACommandLineActionMatchesTheOpenAPIDocument(t *testing.T) {
 	l := d.send("audit after a rewind", "GET", "/admin/audit", a.admin, nil, nil)
 	require.Equal(t, http.StatusOK, l.Status, "%s", l)
 	require.Contains(t, l.Raw, `"projections.rewind"`, "the rewind is in the audit log")
+	require.Empty(t, d.violations, "answers the OpenAPI document does not describe:\n%s", strings.Join(d.violations, "\n"))
+}
+
+// Every GET that takes a position (min_position or Consistency-Position)
+// refuses one that is no write of the key's merchant with a 422, and
+// says in Consistency-Status whether it reached one that is: a route the
+// document gives the parameter but not those answers leaves a client
+// generated from it with neither the problem nor the header. The routes
+// are the document's own, so a new one is checked as it comes.
+func TestPositionAnswersMatchTheOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	d := newDocCheck(t, a)
+	op := a.opA
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer receiver.Close()
+
+	cust := a.createCustomer(op, "Ada")
+	own := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", op, map[string]any{"customer_id": cust})
+	order, pos := own.Body["id"].(string), own.Header.Get("Consistency-Position")
+	other := a.must(http.StatusCreated, http.MethodPost, "/v1/orders", a.opB, map[string]any{"customer_id": a.createCustomer(a.opB, "Bea")})
+	foreign := other.Header.Get("Consistency-Position")
+	require.NotEmpty(t, pos)
+	require.NotEmpty(t, foreign)
+	ep := a.must(http.StatusCreated, http.MethodPost, "/v1/webhook-endpoints", op, map[string]any{"url": receiver.URL}).Body["id"].(string)
+	delivery := a.must(http.StatusAccepted, http.MethodPost, "/v1/webhook-endpoints/"+ep+"/test", op, nil).Body["id"].(string)
+	ids := map[string]string{"/v1/customers/": cust, "/v1/staff/": a.staffA, "/v1/orders/": order, "/v1/webhook-endpoints/": ep}
+
+	checked := 0
+	for template, item := range d.doc.Paths.Map() {
+		get := item.Get
+		if get == nil || get.Parameters.GetByInAndName("query", "min_position") == nil {
+			continue
+		}
+		checked++
+		path := strings.ReplaceAll(template, "{delivery_id}", delivery)
+		if prefix, _, ok := strings.Cut(path, "{id}"); ok {
+			path = strings.Replace(path, "{id}", cmp.Or(ids[prefix], "0b9e7f64-5f3c-4d1a-9a49-3c1d6f1e2a10"), 1)
+		}
+		query := "?"
+		if get.Parameters.GetByInAndName("query", "wait") != nil {
+			query += "wait=0&" // the event feed: answer at once
+		}
+		r := d.send("another merchant's position", http.MethodGet, path+query+"min_position="+foreign, op, nil, nil)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", template, r)
+		r = d.send("another merchant's position in the header", http.MethodGet, path+strings.TrimRight(query, "?&"), op,
+			map[string]string{"Consistency-Position": foreign}, nil)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", template, r)
+
+		r = d.send("its own position", http.MethodGet, path+query+"min_position="+pos, op, nil, nil)
+		if r.Status != http.StatusOK {
+			continue // a required parameter not given, an unknown id: the refusal is checked above
+		}
+		require.Equal(t, "reached", r.Header.Get("Consistency-Status"), "%s: %s", template, r)
+		ok := get.Responses.Status(http.StatusOK)
+		if ok == nil || ok.Value == nil || ok.Value.Headers["Consistency-Status"] == nil {
+			d.violations = append(d.violations, fmt.Sprintf("GET %s -> 200: header Consistency-Status is not declared", template))
+		}
+	}
+	require.Greater(t, checked, 10, "the document's GETs that take min_position")
 	require.Empty(t, d.violations, "answers the OpenAPI document does not describe:\n%s", strings.Join(d.violations, "\n"))
 }
