@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,11 +98,40 @@ func (d *docCheck) send(label, method, path, key string, header map[string]strin
 		Status: res.StatusCode, Header: res.Header, Body: io.NopCloser(bytes.NewReader(raw)),
 		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
 	}
+	for _, name := range undeclaredHeaders(route, res) {
+		d.violations = append(d.violations, fmt.Sprintf("%s: %s %s -> %d: header %s is not declared", label, method, path, res.StatusCode, name))
+	}
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		d.violations = append(d.violations, fmt.Sprintf("%s: %s %s -> %d: %s\n   body: %s", label, method, path, res.StatusCode,
 			truncate(err.Error(), 1500), truncate(string(raw), 600)))
 	}
 	return r
+}
+
+// transportHeaders are the answer's headers of HTTP itself, which no
+// document declares.
+var transportHeaders = []string{"Content-Type", "Content-Length", "Date", "Connection", "Transfer-Encoding", "Vary"}
+
+// undeclaredHeaders is the headers of res the document does not declare
+// for its status: a generated client reads only the declared ones (its
+// HeadersNNN), so a Retry-After, a Location or a correlation id sent
+// without a declaration does not reach its user.
+func undeclaredHeaders(route *routers.Route, res *http.Response) []string {
+	var declared openapi3.Headers
+	if r := route.Operation.Responses.Status(res.StatusCode); r != nil && r.Value != nil {
+		declared = r.Value.Headers
+	}
+	var out []string
+	for name := range res.Header {
+		if slices.ContainsFunc(transportHeaders, func(h string) bool { return strings.EqualFold(h, name) }) {
+			continue
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(declared)), func(h string) bool { return strings.EqualFold(h, name) }) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func truncate(s string, n int) string {
@@ -228,6 +259,9 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	e := d.send("create endpoint", "POST", "/v1/webhook-endpoints", op, nil, map[string]any{"url": receiver.URL + "/hook"})
 	ep, _ := e.Body["id"].(string)
 	d.send("get endpoint", "GET", "/v1/webhook-endpoints/"+ep, op, nil, nil)
+	d.send("create endpoint with a key", "POST", "/v1/webhook-endpoints", op, map[string]string{"Idempotency-Key": "ep-1"}, map[string]any{"url": receiver.URL + "/keyed"})
+	shown := d.send("repeat of a secret's answer", "POST", "/v1/webhook-endpoints", op, map[string]string{"Idempotency-Key": "ep-1"}, map[string]any{"url": receiver.URL + "/keyed"})
+	require.Equal(t, http.StatusConflict, shown.Status, "%s", shown)
 	d.send("list endpoints", "GET", "/v1/webhook-endpoints", op, nil, nil)
 	d.send("patch endpoint", "PATCH", "/v1/webhook-endpoints/"+ep, op, nil, map[string]any{"description": "x"})
 	kept := d.send("if-match on delete endpoint", "DELETE", "/v1/webhook-endpoints/"+ep, op, map[string]string{"If-Match": `"2"`}, nil)

@@ -249,7 +249,19 @@ func TestOpenAPIServed(t *testing.T) {
 // tags take If-Match, and their GETs If-None-Match (answering 304).
 func TestOpenAPIConditionalAndIdempotentHeaders(t *testing.T) {
 	t.Parallel()
-	doc, _ := loadOpenAPI(t)
+	doc, raw := loadOpenAPI(t)
+	// conflictHeaders is the headers the 409 of op declares: a write that
+	// takes Idempotency-Key answers a repeat 409 idempotency-in-progress
+	// with Retry-After, and 409 secret-shown-once with Idempotent-Replayed
+	// and Location, which a generated client reads only when declared.
+	conflictHeaders := func(op openAPIOperation) map[string]any {
+		r, _ := op.Responses["409"].(map[string]any)
+		if ref, ok := r["$ref"].(string); ok {
+			r, _ = raw["components"].(map[string]any)["responses"].(map[string]any)[strings.TrimPrefix(ref, "#/components/responses/")].(map[string]any)
+		}
+		h, _ := r["headers"].(map[string]any)
+		return h
+	}
 	param := func(op openAPIOperation, name string) bool {
 		for _, p := range op.Parameters {
 			if p["$ref"] == "#/components/parameters/"+name {
@@ -271,6 +283,9 @@ func TestOpenAPIConditionalAndIdempotentHeaders(t *testing.T) {
 		if isWrite(rt.pattern) {
 			writes++
 			require.True(t, param(op, "IdempotencyKey"), "%s takes Idempotency-Key", rt.pattern)
+			for _, h := range []string{"Retry-After", "Idempotent-Replayed", "Location"} {
+				require.Contains(t, conflictHeaders(op), h, "%s: a repeat's 409 declares %s", rt.pattern, h)
+			}
 			require.Equal(t, rt.etag, param(op, "IfMatch"), "%s: If-Match exactly where versions are", rt.pattern)
 			require.Contains(t, op.Responses, "412", rt.pattern)
 		}
