@@ -558,3 +558,28 @@ func TestParkedCLITakesTheWebhookFanOutsProjections(t *testing.T) {
 	require.Contains(t, out, "webhooks_orders "+o+": applied 1, unparked")
 	awaitDelivered(t, rc, 2)
 }
+
+// An aggregate parked at its first event has no row yet: its GET answers
+// 404, and says in Projection-Parked (as the document declares) that it is
+// held back, not missing, so that the client that was just answered 201
+// does not take its write for lost and send it again. Another merchant is
+// told nothing.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (architecture.md).
+func TestAnAggregateParkedAtItsFirstEventSaysSoOnItsGet(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	d := newDocCheck(t, a)
+	_, err := a.dbs.rm.DB.Exec(`ALTER TABLE orders ADD CONSTRAINT parked_cause CHECK (amount_cents <> 4242)`)
+	require.NoError(t, err)
+	bad := a.createOrder(a.opA, a.createCustomer(a.opA, "Ada"), 4242)
+	require.Equal(t, 1, intOf(a.awaitParked(bad)["first_version"]), "parked at its first event")
+
+	r := d.send("an order parked at its first event", http.MethodGet, "/v1/orders/"+bad, a.opA, nil, nil)
+	requireProblem(t, r, http.StatusNotFound, "/problems/not-found")
+	require.Contains(t, r.Header.Get(httpport.ParkedHeader), "waiting=1, first_version=1", "%s", r)
+	other := d.send("another merchant's GET of it", http.MethodGet, "/v1/orders/"+bad, a.opB, nil, nil)
+	requireProblem(t, other, http.StatusNotFound, "/problems/not-found")
+	require.Empty(t, other.Header.Get(httpport.ParkedHeader), "%s", other)
+	require.Empty(t, d.violations, "answers the OpenAPI document does not describe:\n%s", strings.Join(d.violations, "\n"))
+}
