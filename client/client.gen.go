@@ -25533,6 +25533,7 @@ type GetOrderResponse403Headers struct {
 type GetOrderResponse404Headers struct {
 	CacheControl        *string
 	ConsistencyStatus   *string
+	ProjectionParked    *string
 	XContentTypeOptions *string
 	XCorrelationID      *string
 }
@@ -25590,7 +25591,7 @@ type GetOrderResponse struct {
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *NotFound
+	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -25646,7 +25647,7 @@ func (r GetOrderResponse) GetApplicationproblemJSON403() *Forbidden {
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetOrderResponse) GetApplicationproblemJSON404() *NotFound {
+func (r GetOrderResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
 }
 
@@ -27804,6 +27805,7 @@ type GetPlanResponse403Headers struct {
 type GetPlanResponse404Headers struct {
 	CacheControl        *string
 	ConsistencyStatus   *string
+	ProjectionParked    *string
 	XContentTypeOptions *string
 	XCorrelationID      *string
 }
@@ -27861,7 +27863,7 @@ type GetPlanResponse struct {
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *NotFound
+	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -27917,7 +27919,7 @@ func (r GetPlanResponse) GetApplicationproblemJSON403() *Forbidden {
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetPlanResponse) GetApplicationproblemJSON404() *NotFound {
+func (r GetPlanResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
 }
 
@@ -30091,6 +30093,7 @@ type GetScheduleResponse403Headers struct {
 type GetScheduleResponse404Headers struct {
 	CacheControl        *string
 	ConsistencyStatus   *string
+	ProjectionParked    *string
 	XContentTypeOptions *string
 	XCorrelationID      *string
 }
@@ -30148,7 +30151,7 @@ type GetScheduleResponse struct {
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *NotFound
+	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -30204,7 +30207,7 @@ func (r GetScheduleResponse) GetApplicationproblemJSON403() *Forbidden {
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetScheduleResponse) GetApplicationproblemJSON404() *NotFound {
+func (r GetScheduleResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
 }
 
@@ -31042,6 +31045,7 @@ type GetServiceRequestResponse403Headers struct {
 type GetServiceRequestResponse404Headers struct {
 	CacheControl        *string
 	ConsistencyStatus   *string
+	ProjectionParked    *string
 	XContentTypeOptions *string
 	XCorrelationID      *string
 }
@@ -31099,7 +31103,7 @@ type GetServiceRequestResponse struct {
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *NotFound
+	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -31155,7 +31159,7 @@ func (r GetServiceRequestResponse) GetApplicationproblemJSON403() *Forbidden {
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r GetServiceRequestResponse) GetApplicationproblemJSON404() *NotFound {
+func (r GetServiceRequestResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
 }
 
@@ -52285,7 +52289,7 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -52534,6 +52538,13 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 				return nil, err
 			}
 			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("Projection-Parked"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Projection-Parked", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ProjectionParked = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -57130,7 +57141,7 @@ func ParseGetPlanResponse(rsp *http.Response) (*GetPlanResponse, error) {
 		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -57379,6 +57390,13 @@ func ParseGetPlanResponse(rsp *http.Response) (*GetPlanResponse, error) {
 				return nil, err
 			}
 			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("Projection-Parked"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Projection-Parked", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ProjectionParked = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -62006,7 +62024,7 @@ func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) 
 		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -62255,6 +62273,13 @@ func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) 
 				return nil, err
 			}
 			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("Projection-Parked"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Projection-Parked", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ProjectionParked = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -64037,7 +64062,7 @@ func ParseGetServiceRequestResponse(rsp *http.Response) (*GetServiceRequestRespo
 		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -64286,6 +64311,13 @@ func ParseGetServiceRequestResponse(rsp *http.Response) (*GetServiceRequestRespo
 				return nil, err
 			}
 			headers.ConsistencyStatus = &value
+		}
+		if values := rsp.Header.Values("Projection-Parked"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Projection-Parked", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ProjectionParked = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string

@@ -2,11 +2,13 @@ package httpport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"hearth/app/ops"
+	"hearth/domain/apperr"
 )
 
 // ParkedAggregates is the operator's use cases of parked aggregates
@@ -164,7 +166,11 @@ func (s *server) cancelRebuild(w http.ResponseWriter, r *http.Request) error {
 
 // parkedHeader wraps a detail handler: when the merchant's row is held
 // behind a parked event, a successful answer carries ParkedHeader, so a
-// client can tell that the row is behind its events.
+// client can tell that the row is behind its events. So does the 404 of an
+// aggregate parked at its first event, which has no row yet: the client
+// its creation answered must not take it for lost and create it again.
+// IsParked looks only at the key's merchant, so another merchant's 404
+// says nothing.
 func (s *server) parkedHeader(projection string, h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if s.Parked == nil {
@@ -182,7 +188,11 @@ func (s *server) parkedHeader(projection string, h handlerFunc) handlerFunc {
 			return h(w, r)
 		}
 		value := fmt.Sprintf("waiting=%d, first_version=%d, since=%s", a.Waiting, a.FirstVersion, a.Since.UTC().Format(time.RFC3339))
-		return h(&headerOnOK{ResponseWriter: w, name: ParkedHeader, value: value}, r)
+		err = h(&headerOnOK{ResponseWriter: w, name: ParkedHeader, value: value}, r)
+		if errors.Is(err, apperr.ErrNotFound) {
+			w.Header().Set(ParkedHeader, value) // answered by the caller, on w
+		}
+		return err
 	}
 }
 
