@@ -82,3 +82,55 @@ func TestAListCursorOfNoSortColumnIsMalformed(t *testing.T) {
 		require.Equal(t, []string{"cursor"}, problemFields(r), "%.200s", r)
 	}
 }
+
+// The availability's next_cursor fits only the query it was answered for,
+// as every list's does (api.md, pages): given with another staff member,
+// duration or range, or by another merchant's key, it is refused naming
+// cursor rather than read as a time to start from, which silently leaves
+// out every slot of that query before it. With the same query it walks on,
+// and the pages together are the slots of one page.
+func TestAnAvailabilityCursorFitsOnlyItsQuery(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	monday := map[string]any{"week": map[string]any{"monday": []any{map[string]any{"start": "08:00", "end": "12:00"}}}}
+	other := a.crmCreate(a.opA, "/v1/staff", map[string]any{"name": "Alan"})
+	for _, staff := range []string{a.staffA, other} {
+		a.must(http.StatusOK, http.MethodPut, "/v1/staff/"+staff+"/working-hours", a.opA, monday)
+	}
+	a.must(http.StatusOK, http.MethodPut, "/v1/staff/"+a.staffB+"/working-hours", a.opB, monday)
+	const day = "&from=2030-01-07T00:00:00Z&to=2030-01-08T00:00:00Z"
+	query := "/v1/availability?duration=2h&staff_id=" + a.staffA + day
+	first := a.must(http.StatusOK, http.MethodGet, query+"&page_size=2", a.opA, nil)
+	cursor, ok := first.Body["next_cursor"].(string)
+	require.True(t, ok, "%s", first)
+	c := url.QueryEscape(cursor)
+
+	for _, tc := range []struct{ what, path, key string }{
+		{"another staff member", "/v1/availability?duration=2h&staff_id=" + other + day + "&cursor=" + c, a.opA},
+		{"another duration", "/v1/availability?duration=1h&staff_id=" + a.staffA + day + "&cursor=" + c, a.opA},
+		{"no staff filter", "/v1/availability?duration=2h" + day + "&cursor=" + c, a.opA},
+		{"another merchant", "/v1/availability?duration=2h&staff_id=" + a.staffB + day + "&cursor=" + c, a.opB},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			r := a.do(http.MethodGet, tc.path, tc.key, nil)
+			require.NotEqual(t, http.StatusOK, r.Status, "a cursor of %s was read on %s as a place in it: %s", query, tc.path, r)
+			requireProblem(t, r, http.StatusUnprocessableEntity, "/problems/validation-failed")
+			require.Equal(t, []string{"cursor"}, problemFields(r), "%s", r)
+		})
+	}
+
+	slots := func(r response) []string {
+		var out []string
+		for _, it := range r.Body["items"].([]any) {
+			out = append(out, it.(map[string]any)["start_at"].(string))
+		}
+		return out
+	}
+	seen := slots(first)
+	for cursor != "" {
+		r := a.must(http.StatusOK, http.MethodGet, query+"&page_size=3&cursor="+url.QueryEscape(cursor), a.opA, nil)
+		seen = append(seen, slots(r)...)
+		cursor, _ = r.Body["next_cursor"].(string)
+	}
+	require.Equal(t, slots(a.must(http.StatusOK, http.MethodGet, query+"&page_size=200", a.opA, nil)), seen)
+}
