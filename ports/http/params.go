@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"hearth/app/query"
@@ -81,7 +82,7 @@ func (p *params) listPage() query.Page {
 		} else if after.List != "" && after.List != p.list() && p.err == nil {
 			// A cursor without List was answered before cursors named
 			// their list (a rolling upgrade): it walks on as it did.
-			p.err = apperr.Invalid("cursor", "was answered for another list, other filters or another merchant; give it with the path, filters and key of the page that answered it, or start again without a cursor")
+			p.err = errOtherList
 		}
 		pg.Number, pg.After = 0, after
 		return pg
@@ -90,6 +91,33 @@ func (p *params) listPage() query.Page {
 		p.fail("page", "must end within the first %d rows (page x page_size); follow next_cursor to go deeper", query.MaxDepth)
 	}
 	return pg
+}
+
+// errOtherList refuses a cursor given with another path, other filters or
+// another merchant's key than the page that answered it.
+var errOtherList = apperr.Invalid("cursor", "was answered for another list, other filters or another merchant; give it with the path, filters and key of the page that answered it, or start again without a cursor")
+
+// boundCursor is the cursor parameter of a list whose cursors are its own
+// (the availability's: a slot's start and staff member), bound to the
+// query that answered it as "<cursor>.<list>" (withList): one of another
+// query would be read as a place in this one, and leave out every row
+// before it. A cursor without ".<list>" was answered before they named
+// their query (a rolling upgrade): it walks on as it did.
+func (p *params) boundCursor() string {
+	c, list, bound := strings.Cut(p.one("cursor"), ".")
+	if bound && list != p.list() && p.err == nil {
+		p.err = errOtherList
+	}
+	return c
+}
+
+// withList is next, a list's own cursor, bound to the query p asked
+// (boundCursor reads it back); empty on the last page.
+func (p *params) withList(next string) string {
+	if next == "" {
+		return ""
+	}
+	return next + "." + p.list()
 }
 
 // list names the list a page was asked of: the path, the key's merchant

@@ -542,7 +542,7 @@ func (s *server) availability(w http.ResponseWriter, r *http.Request) error {
 		Step:          p.minutes("step"),
 		StaffID:       p.uuid("staff_id"),
 		CatalogItemID: p.uuid("catalog_item_id"),
-		Cursor:        p.one("cursor"),
+		Cursor:        p.boundCursor(),
 		Limit:         p.int("page_size", 20, 1, availability.MaxLimit),
 	}
 	if from := p.time("from"); from != nil {
@@ -561,7 +561,7 @@ func (s *server) availability(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b := slotsBody{Items: make([]slotBody, len(page.Slots)), TimeZone: tz, NextCursor: page.Next}
+	b := slotsBody{Items: make([]slotBody, len(page.Slots)), TimeZone: tz, NextCursor: p.withList(page.Next)}
 	for i, sl := range page.Slots {
 		b.Items[i] = slotBody{StaffID: sl.StaffID, StartAt: sl.Start.UTC().Format(time.RFC3339Nano), EndAt: sl.End.UTC().Format(time.RFC3339Nano)}
 	}
