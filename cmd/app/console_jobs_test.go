@@ -63,18 +63,8 @@ func TestConsoleJobsListsEarlierJobsNotFinished(t *testing.T) {
 func TestConsoleRowButtonsNameTheirRow(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
-	customer := a.createCustomer(a.opA, "Grace Hopper")
-	c := newConsoleClient(t, a.base)
-	c.signIn(a.opA)
-	c.referer = "/console/requests"
+	c, customer := inboxWithARequest(t, a, "Grace Hopper")
 	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
-	form := formAt(t, page, "/console/requests")
-	form.Set("customer_id", customer)
-	form.Set("content", "The boiler knocks")
-	form.Set("source", "phone")
-	status, _, body := c.do(http.MethodPost, "/console/requests", form)
-	require.Equal(t, http.StatusSeeOther, status, body)
-	_, _, page = c.do(http.MethodGet, "/console/requests", nil)
 	buttons := regexp.MustCompile(`<button [^>]*>`)
 	for _, visible := range []string{"Confirm", "Cancel request"} {
 		b := regexp.MustCompile(`<button [^>]*>` + visible + `</button>`).FindString(page)

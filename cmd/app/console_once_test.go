@@ -163,19 +163,8 @@ func (c *consoleClient) post(path string, form url.Values) (int, error) {
 func TestConsoleRequestsListRefreshedStaysThePages(t *testing.T) {
 	t.Parallel()
 	a := setup(t, pgtest.NewDB(t))
-	customer := a.createCustomer(a.opA, "Ada Lovelace")
-	c := newConsoleClient(t, a.base)
-	c.signIn(a.opA)
-	c.referer = "/console/requests"
+	c, _ := inboxWithARequest(t, a, "Ada Lovelace")
 	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
-	form := formAt(t, page, "/console/requests")
-	form.Set("customer_id", customer)
-	form.Set("content", "The boiler knocks")
-	form.Set("source", "phone")
-	status, _, body := c.do(http.MethodPost, "/console/requests", form)
-	require.Equal(t, http.StatusSeeOther, status, body)
-
-	_, _, page = c.do(http.MethodGet, "/console/requests", nil)
 	seen := regexp.MustCompile(`id="live-requests-list"[^>]*"X-Console-Seen":"([0-9a-f]+)"`).FindStringSubmatch(page)
 	require.NotNil(t, seen, "the list is a live part")
 	poll := func(seen string) (int, string) {
@@ -338,4 +327,23 @@ func TestConsoleFormAfterTheSessionEndedIsKeptThroughSignIn(t *testing.T) {
 	status, _, _ = c.do(http.MethodPost, "/console/requests", resend)
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, before+1, requests(), "once")
+}
+
+// inboxWithARequest signs an operator of merchant A in to the console and
+// files a service request for a new customer named name through the
+// inbox's form, as a dispatcher taking a call does.
+func inboxWithARequest(t *testing.T, a *api, name string) (*consoleClient, string) {
+	t.Helper()
+	customer := a.createCustomer(a.opA, name)
+	c := newConsoleClient(t, a.base)
+	c.signIn(a.opA)
+	c.referer = "/console/requests"
+	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
+	form := formAt(t, page, "/console/requests")
+	form.Set("customer_id", customer)
+	form.Set("content", "The boiler knocks")
+	form.Set("source", "phone")
+	status, _, body := c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	return c, customer
 }
