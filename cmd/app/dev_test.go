@@ -86,7 +86,7 @@ func noPostmasterLeft(t *testing.T, dir string) {
 	pidFile := filepath.Join(dir, devDir, "data", "postmaster.pid")
 	if b, err := os.ReadFile(pidFile); err == nil {
 		first, _, _ := strings.Cut(string(b), "\n")
-		if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && syscall.Kill(pid, 0) == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && harness.Running(pid) {
 			t.Errorf("a postmaster (pid %d) was left running on %s: killed", pid, dir)
 			_ = syscall.Kill(pid, syscall.SIGQUIT)
 		}

@@ -47,3 +47,17 @@ func Descendants(roots ...int) []int {
 	}
 	return out
 }
+
+// Running reports whether process pid runs: it exists and has not exited.
+// A daemonised server that exited is a zombie until its parent (init, not
+// the harness) reaps it, whenever that comes, and signal 0 still reaches
+// a zombie: so its state is read from /proc instead.
+func Running(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces, so read after its ")".
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
+}

@@ -1,10 +1,8 @@
 package pgcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -14,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"hearth/internal/harness"
 )
 
 // startCluster starts a cluster for a test, skipping the test when no server
@@ -296,28 +296,10 @@ func TestLeftoverOfFallbackIsStopped(t *testing.T) {
 	if second.dir == first.dir {
 		t.Fatalf("the second cluster reuses %s", first.dir)
 	}
-	if running(firstPID) {
+	if harness.Running(firstPID) {
 		t.Errorf("the killed run's postmaster (pid %d, in %s) still runs after the next start", firstPID, first.dir)
 	}
 	if _, err := os.Stat(first.dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the killed run's temporary folder %s is still there after the next start (%v)", first.dir, err)
 	}
-}
-
-// running reports whether process pid runs: it exists and has not exited.
-// A daemonised postmaster that exited is a zombie until its parent (init,
-// here another process than the test) reaps it, whenever that comes; a
-// signal 0 still reaches a zombie, so its state is read instead.
-func running(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) {
-		return false
-	}
-	state := stat[i+2]
-	return state != 'Z' && state != 'X'
 }
