@@ -69,12 +69,7 @@ func TestConsoleFormSentTwiceWritesOnce(t *testing.T) {
 	}
 
 	// A new service request, sent again as it was.
-	c.referer = "/console/requests"
-	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
-	form := formAt(t, page, "/console/requests")
-	form.Set("customer_id", customer)
-	form.Set("content", "The boiler knocks")
-	form.Set("source", "phone")
+	page, form := inboxForm(t, c, customer, "The boiler knocks")
 	before := requests()
 	status, location, body := c.do(http.MethodPost, "/console/requests", form)
 	require.Equal(t, http.StatusSeeOther, status, body)
@@ -289,12 +284,7 @@ func TestConsoleFormAfterTheSessionEndedIsKeptThroughSignIn(t *testing.T) {
 	customer := a.createCustomer(a.opA, "Ada Lovelace")
 	c := newConsoleClient(t, a.base)
 	cookie := c.signIn(a.opA)
-	c.referer = "/console/requests"
-	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
-	form := formAt(t, page, "/console/requests")
-	form.Set("customer_id", customer)
-	form.Set("content", "The boiler knocks & leaks")
-	form.Set("source", "phone")
+	page, form := inboxForm(t, c, customer, "The boiler knocks & leaks")
 	status, _, body := c.do(http.MethodPost, "/console/signout", formAt(t, page, "/console/signout"))
 	require.Equal(t, http.StatusSeeOther, status, body)
 	requests := func() int {
@@ -337,13 +327,21 @@ func inboxWithARequest(t *testing.T, a *api, name string) (*consoleClient, strin
 	customer := a.createCustomer(a.opA, name)
 	c := newConsoleClient(t, a.base)
 	c.signIn(a.opA)
+	_, form := inboxForm(t, c, customer, "The boiler knocks")
+	status, _, body := c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	return c, customer
+}
+
+// inboxForm opens the inbox as c and fills its new request's form for
+// customer (a phone call about content), not sent: the page and the form.
+func inboxForm(t *testing.T, c *consoleClient, customer, content string) (string, url.Values) {
+	t.Helper()
 	c.referer = "/console/requests"
 	_, _, page := c.do(http.MethodGet, "/console/requests", nil)
 	form := formAt(t, page, "/console/requests")
 	form.Set("customer_id", customer)
-	form.Set("content", "The boiler knocks")
+	form.Set("content", content)
 	form.Set("source", "phone")
-	status, _, body := c.do(http.MethodPost, "/console/requests", form)
-	require.Equal(t, http.StatusSeeOther, status, body)
-	return c, customer
+	return page, form
 }
