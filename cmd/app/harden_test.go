@@ -768,3 +768,36 @@ func TestConnectionsPerAddressAreCapped(t *testing.T) {
 		}
 	})
 }
+
+// A connection refused over HTTP_MAX_CONNECTIONS_PER_ADDRESS never
+// becomes a request, so hearth_http_requests_total does not see it; many
+// clients behind one NAT look like one address, and the operator who is to
+// raise the cap or list that address as a proxy learns of the refusals from
+// hearth_http_connections_refused_total, by listener and outcome.
+func TestRefusedConnectionsAreCounted(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{
+		"DATABASE_URL": pgtest.NewDB(t).EventStore, "LOG_FORMAT": "json", "MODE": "api", "ADMIN_ADDR": "127.0.0.1:0",
+		"HTTP_MAX_CONNECTIONS_PER_ADDRESS": "1",
+	}
+	started := startServe(t, vars)
+	get := func() *http.Response {
+		conn, err := net.Dial("tcp", started.HTTPAddr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second))) // the test's bound, far above the server's
+		_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		return res
+	}
+	require.Equal(t, http.StatusOK, get().StatusCode)
+	require.Equal(t, http.StatusTooManyRequests, get().StatusCode, "the address's second connection is refused")
+
+	transport := &http.Transport{}
+	t.Cleanup(transport.CloseIdleConnections)
+	admin := &api{t: t, base: "http://" + started.AdminAddr, client: &http.Client{Transport: transport}}
+	require.Contains(t, admin.metrics(), `hearth_http_connections_refused_total{listener="HTTP_ADDR",outcome="answered"} 1`+"\n")
+}
