@@ -58,7 +58,7 @@ func TestHTTPServerLimits(t *testing.T) {
 	require.Equal(t, maxHeaderBytes, srv.MaxHeaderBytes)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	go func() { _ = serveOn(cfg, srv, ln) }()
+	go func() { _ = serveOn(cfg, srv, ln, nil) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	dial := func(t *testing.T) net.Conn {
@@ -543,7 +543,7 @@ func TestRequestContextEndsWithWriteTimeout(t *testing.T) {
 		}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	go func() { _ = serveOn(Config{}, srv, ln) }()
+	go func() { _ = serveOn(Config{}, srv, ln, nil) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	client := &http.Client{Timeout: time.Minute} // the client would wait far longer
 	go func() {
@@ -578,7 +578,7 @@ func TestSlowBodyAnswers408(t *testing.T) {
 	srv := newHTTPServer(cfg, handler)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	go func() { _ = serveOn(cfg, srv, ln) }()
+	go func() { _ = serveOn(cfg, srv, ln, nil) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	for name, extra := range map[string]string{
@@ -703,7 +703,7 @@ func TestConnectionsPerAddressAreCapped(t *testing.T) {
 		srv := newHTTPServer(cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		go func() { _ = serveOn(cfg, srv, ln) }()
+		go func() { _ = serveOn(cfg, srv, ln, nil) }()
 		t.Cleanup(func() { _ = srv.Close() })
 		return ln.Addr().String()
 	}

@@ -27,6 +27,7 @@ type telemetry struct {
 	projections *projector.Metrics
 	requests    *prometheus.CounterVec
 	durations   *prometheus.HistogramVec
+	refused     *prometheus.CounterVec
 }
 
 func newTelemetry(dbs databases, projections []projector.Projection, log *slog.Logger) (*telemetry, error) {
@@ -43,10 +44,14 @@ func newTelemetry(dbs databases, projections []projector.Projection, log *slog.L
 		// read-your-writes wait up to CONSISTENCY_TIMEOUT.
 		Buckets: append(slices.Clone(prometheus.DefBuckets), 20, 30, 60),
 	}, []string{"method", "route"})
+	t.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hearth_http_connections_refused_total",
+		Help: "Connections refused because their client address held HTTP_MAX_CONNECTIONS_PER_ADDRESS open, by listener (its setting) and outcome: answered 429, or closed unanswered while many refusals were being answered.",
+	}, []string{"listener", "outcome"})
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		t.requests, t.durations,
+		t.requests, t.durations, t.refused,
 		shared(projector.NewStatsCollector(dbs.es.DB, log, projections...)),
 		shared(pubsub.NewTopicStats(dbs.es.DB, log, topics(projections)...)),
 	} {
@@ -167,6 +172,19 @@ func (t *telemetry) handler() http.Handler {
 func (t *telemetry) observeRequest(method, route string, status int, d time.Duration) {
 	t.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
 	t.durations.WithLabelValues(method, route).Observe(d.Seconds())
+}
+
+// connectionRefused counts the connections the listener of setting
+// (HTTP_ADDR, ADMIN_ADDR) refuses over the per-address cap.
+func (t *telemetry) connectionRefused(setting string) func(answered bool) {
+	answered, closed := t.refused.WithLabelValues(setting, "answered"), t.refused.WithLabelValues(setting, "closed")
+	return func(ok bool) {
+		if ok {
+			answered.Inc()
+		} else {
+			closed.Inc()
+		}
+	}
 }
 
 // leadership registers, read from the scheduler on each scrape, what this

@@ -653,7 +653,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		addrs = append(addrs, strings.ToLower(l.setting), ln.Addr().String())
 		srv := newHTTPServer(cfg, handler)
 		g.Go(func() error {
-			if err := serveOn(cfg, srv, ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := serveOn(cfg, srv, ln, w.telemetry.connectionRefused(l.setting)); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("http server (%s): %w", l.setting, err)
 			}
 			return nil
@@ -800,9 +800,10 @@ func newHTTPServer(cfg Config, handler http.Handler) *http.Server {
 // serveOn serves srv on ln, whose connections answer net/http's own errors
 // (headers over maxHeaderBytes, an unreadable request) as problems
 // (httpport.Listener), at most HTTP_MAX_CONNECTIONS_PER_ADDRESS of them
-// open at once per client address (httpport.LimitConnectionsPerAddress).
-func serveOn(cfg Config, srv *http.Server, ln net.Listener) error {
-	ln = httpport.LimitConnectionsPerAddress(ln, cfg.HTTPMaxConnectionsPerAddress, cfg.TrustedProxies)
+// open at once per client address (httpport.LimitConnectionsPerAddress),
+// each connection refused so told to refused (nil for none).
+func serveOn(cfg Config, srv *http.Server, ln net.Listener, refused func(answered bool)) error {
+	ln = httpport.LimitConnectionsPerAddress(ln, cfg.HTTPMaxConnectionsPerAddress, cfg.TrustedProxies, refused)
 	return srv.Serve(httpport.Listener(ln, maxHeaderBytes))
 }
 

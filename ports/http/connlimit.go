@@ -36,12 +36,19 @@ const (
 // connection opens, so a peer in trusted (TRUSTED_PROXIES), which carries
 // many clients, is not capped. A connection over the cap is answered 429
 // (limit connections, Retry-After) and closed, before its request is read.
-// perAddress 0 turns the cap off.
-func LimitConnectionsPerAddress(ln net.Listener, perAddress int, trusted []netip.Prefix) net.Listener {
+// perAddress 0 turns the cap off. refused, if not nil, is told of each
+// refused connection, answered or (past the refusals answered at once)
+// closed without an answer: many clients behind one NAT look like one
+// address, and the operator who sees them refused raises the cap or lists
+// the address as a proxy.
+func LimitConnectionsPerAddress(ln net.Listener, perAddress int, trusted []netip.Prefix, refused func(answered bool)) net.Listener {
 	if perAddress <= 0 {
 		return ln
 	}
-	return &cappedListener{Listener: ln, perAddress: perAddress, trusted: trusted,
+	if refused == nil {
+		refused = func(bool) {}
+	}
+	return &cappedListener{Listener: ln, perAddress: perAddress, trusted: trusted, refused: refused,
 		open: map[netip.Addr]int{}, refusing: make(chan struct{}, refusing)}
 }
 
@@ -50,6 +57,7 @@ type cappedListener struct {
 	perAddress int
 	trusted    []netip.Prefix
 	refusing   chan struct{} // one token per refused connection being answered
+	refused    func(answered bool)
 
 	mu   sync.Mutex
 	open map[netip.Addr]int // connections open per capped address
@@ -104,8 +112,10 @@ func (l *cappedListener) refuse(c net.Conn) {
 	case l.refusing <- struct{}{}:
 	default:
 		_ = c.Close()
+		l.refused(false)
 		return
 	}
+	l.refused(true)
 	go func() {
 		defer func() { <-l.refusing }()
 		defer c.Close()

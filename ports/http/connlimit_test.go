@@ -38,7 +38,7 @@ func (c peerConn) RemoteAddr() net.Addr { return c.peer }
 func TestConnectionsCountPerIPv6Slash64(t *testing.T) {
 	t.Parallel()
 	fake := &fakeListener{conns: make(chan net.Conn, 1)}
-	ln := LimitConnectionsPerAddress(fake, 1, []netip.Prefix{netip.MustParsePrefix("2001:db8:ffff::/48")})
+	ln := LimitConnectionsPerAddress(fake, 1, []netip.Prefix{netip.MustParsePrefix("2001:db8:ffff::/48")}, nil)
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		for {
