@@ -33,6 +33,8 @@ const (
 	AuditEntryActionRebuildCancel               AuditEntryAction = "rebuild.cancel"
 	AuditEntryActionRebuildStart                AuditEntryAction = "rebuild.start"
 	AuditEntryActionSettingsUpdate              AuditEntryAction = "settings.update"
+	AuditEntryActionStaffMemberActivate         AuditEntryAction = "staff_member.activate"
+	AuditEntryActionStaffMemberDeactivate       AuditEntryAction = "staff_member.deactivate"
 	AuditEntryActionStaffMemberErase            AuditEntryAction = "staff_member.erase"
 	AuditEntryActionStaffMemberExport           AuditEntryAction = "staff_member.export"
 	AuditEntryActionWebhookEndpointCreate       AuditEntryAction = "webhook_endpoint.create"
@@ -69,6 +71,10 @@ func (e AuditEntryAction) Valid() bool {
 	case AuditEntryActionRebuildStart:
 		return true
 	case AuditEntryActionSettingsUpdate:
+		return true
+	case AuditEntryActionStaffMemberActivate:
+		return true
+	case AuditEntryActionStaffMemberDeactivate:
 		return true
 	case AuditEntryActionStaffMemberErase:
 		return true
@@ -8932,7 +8938,7 @@ type ClientInterface interface {
 
 	// ListAudit The admin audit log, newest first
 	//
-	// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes and settings changes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes, settings changes and staff members made inactive or active again (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
 	// Corresponds with GET /admin/audit (the `ListAudit` operationId).
 	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -9764,7 +9770,7 @@ type ClientInterface interface {
 
 // ListAudit The admin audit log, newest first
 //
-// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes and settings changes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes, settings changes and staff members made inactive or active again (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
 // Corresponds with GET /admin/audit (the `ListAudit` operationId).
 func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -17747,7 +17753,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListAuditWithResponse The admin audit log, newest first
 	//
-	// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes and settings changes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
+	// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes, settings changes and staff members made inactive or active again (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -36750,7 +36756,7 @@ func (r TestWebhookEndpointResponse) ContentType() string {
 
 // ListAuditWithResponse The admin audit log, newest first
 //
-// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes and settings changes (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
+// Key changes, parked replays and skips, exports, erasures, webhook endpoint writes, settings changes and staff members made inactive or active again (written in the action's transaction), rebuild starts and cancels (written right after), and the command line's actions. target and action narrow it to one target's or one action's entries, however old. With ADMIN_ADDR set, served only on that listener (404 on the public one).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -219,7 +219,7 @@ var staffMadeInactive = map[string]func(f flows, staffID string) error{
 		if err != nil {
 			return err
 		}
-		_, err = records.Update(context.Background(), f.MerchantID, staffID, func(s *reference.StaffMember) { s.Active = false }, time.Now())
+		_, err = records.Update(context.Background(), f.MerchantID, "key:race", staffID, func(s *reference.StaffMember) { s.Active = false }, time.Now())
 		return err
 	},
 	"erased": func(f flows, staffID string) error {

@@ -167,19 +167,24 @@ func TestKeyLifecycleAPI(t *testing.T) {
 	a.must(http.StatusNotFound, http.MethodPost, "/admin/keys/"+uuid.New()+"/rotate", a.admin, nil)
 
 	// Every change is in the audit log, newest first, with the admin key
-	// as actor; the set-up's keys were created by "system".
+	// as actor (the operator key for its staff member's activity); the
+	// set-up's keys were created by "system".
 	lines, entries := a.auditLog()
 	require.Equal(t, []string{
 		"key.rotate " + rot.Body["previous"].(map[string]any)["id"].(string) + " " + actor,
 		"key.rotate " + rotatedID + " " + actor,
 		"key.rotate " + tillID + " " + actor,
 		"key.create " + tillID + " " + actor,
+		// The worker key's staff member made inactive and active again
+		// (above), by the merchant's operator key.
+		"staff_member.activate staff_member/" + a.staffA + " key:" + a.opAKeyID,
+		"staff_member.deactivate staff_member/" + a.staffA + " key:" + a.opAKeyID,
 		"key.revoke " + opID + " " + actor,
 		"key.revoke " + opID + " " + actor,
 		"key.create " + admin2.Body["id"].(string) + " " + actor,
 		"key.create " + newMerchant.Body["id"].(string) + " " + actor,
-	}, lines[:8])
-	require.Equal(t, true, entries[4]["details"].(map[string]any)["already_revoked"])
+	}, lines[:10])
+	require.Equal(t, true, entries[6]["details"].(map[string]any)["already_revoked"])
 	require.Equal(t, "2h0m0s", entries[1]["details"].(map[string]any)["grace"])
 	for _, e := range entries {
 		require.NotEmpty(t, e["at"])

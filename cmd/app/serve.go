@@ -425,6 +425,7 @@ func wire(cfg Config, dbs databases, log *slog.Logger) (wiring, error) {
 	must(err)
 	a.Commands.Staff, err = command.NewRecords(staff)
 	must(err)
+	a.Commands.Staff = a.Commands.Staff.Audited(command.StaffActivity)
 	a.Commands.CatalogItems, err = command.NewRecords(items)
 	must(err)
 	a.Commands.Orders, err = command.NewOrderHandlers(tx)

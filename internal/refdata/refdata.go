@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/app/command"
+	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/reference"
@@ -118,8 +119,9 @@ func (t Table[T, P]) Get(ctx context.Context, merchantID, id string) (T, error) 
 	return t.get(ctx, t.db, merchantID, id, false)
 }
 
-// Update changes one record of the merchant in one transaction.
-func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(v *T) error) (T, error) {
+// Update changes one record of the merchant, with the audit entry fn
+// returns, in one transaction.
+func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(v *T) (*command.Audit, error)) (T, error) {
 	var out T
 	err := inTx(ctx, t.db, func(ctx context.Context, tx bun.Tx) error {
 		if t.lockFirst != "" && uuid.Valid(id) {
@@ -134,12 +136,18 @@ func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(
 		if P(&v).Erased() { // its personal data is gone for good: nothing new is written back
 			return &apperr.ConflictError{Detail: fmt.Sprintf("%s was erased and cannot be changed", id)}
 		}
-		if err := fn(&v); err != nil {
+		a, err := fn(&v)
+		if err != nil {
 			return err
 		}
 		if _, err := tx.NewUpdate().Model(&v).ModelTableExpr(t.expr).
 			Where("merchant_id = ? AND id = ?", merchantID, id).Exec(ctx); err != nil {
 			return fmt.Errorf("update %s: %w", t.expr, err)
+		}
+		if a != nil {
+			if err := WriteAudit(ctx, tx, ops.AuditEntry{Actor: a.Actor, Action: a.Action, Target: a.Target, Details: a.Details}); err != nil {
+				return err
+			}
 		}
 		out = v
 		if i := command.IdempotentOf(ctx); i != nil {

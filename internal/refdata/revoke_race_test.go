@@ -58,7 +58,7 @@ func TestAReferenceWriteNeverCommitsAfterItsKeyWasRevoked(t *testing.T) {
 			done := make(chan error, 1)
 			revokedFirst := false
 			c := check(store, keyID, secret, token[:])
-			_, err = records.Update(access.WithKeyCheck(ctx, c), merchant, staff, func(s *reference.StaffMember) {
+			_, err = records.Update(access.WithKeyCheck(ctx, c), merchant, "key:"+keyID, staff, func(s *reference.StaffMember) {
 				go func() {
 					_, err := store.RevokeKey(ctx, keyID, func(_, after access.Key) ops.AuditEntry {
 						return ops.AuditEntry{Actor: "test", Action: ops.ActionKeyRevoke, Target: "key/" + after.ID}

@@ -106,7 +106,7 @@ func (c *claimAll) Release(context.Context, *command.Idempotent) error {
 type panickingStore struct{}
 
 func (panickingStore) Insert(context.Context, *reference.Customer) error { panic("boom") }
-func (panickingStore) Update(context.Context, string, string, func(*reference.Customer) error) (reference.Customer, error) {
+func (panickingStore) Update(context.Context, string, string, func(*reference.Customer) (*command.Audit, error)) (reference.Customer, error) {
 	panic("boom")
 }
 

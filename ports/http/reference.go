@@ -89,7 +89,7 @@ func (rs records[T, P, In, B]) update(w http.ResponseWriter, r *http.Request) er
 		return err
 	}
 	how := recordAnswerer(http.StatusOK, nil, rs.body)
-	v, err := rs.cmd.Update(how.seal(r), principal(r).MerchantID, id, func(v *T) { rs.patch(in, v) }, rs.s.Now())
+	v, err := rs.cmd.Update(how.seal(r), principal(r).MerchantID, principal(r).Subject(), id, func(v *T) { rs.patch(in, v) }, rs.s.Now())
 	if err != nil {
 		return err
 	}

@@ -145,7 +145,7 @@ func (c *customers) Insert(_ context.Context, v *reference.Customer) error {
 	return nil
 }
 
-func (c *customers) Update(context.Context, string, string, func(v *reference.Customer) error) (reference.Customer, error) {
+func (c *customers) Update(context.Context, string, string, func(v *reference.Customer) (*command.Audit, error)) (reference.Customer, error) {
 	return reference.Customer{}, apperr.ErrNotFound
 }
 

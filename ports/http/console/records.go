@@ -210,7 +210,7 @@ func (rs records[T, P]) update(w http.ResponseWriter, r *http.Request, s *sessio
 	patch := rs.read(f)
 	err = f.Err()
 	if err == nil {
-		_, err = rs.cmd.UpdateSeen(r.Context(), s.principal.MerchantID, id, seen, patch, rs.c.cfg.Now())
+		_, err = rs.cmd.UpdateSeen(r.Context(), s.principal.MerchantID, s.principal.Subject(), id, seen, patch, rs.c.cfg.Now())
 	}
 	if err != nil {
 		return rs.c.refuse(w, r, s, err, "edit", rs.editPage, rs.fieldNames()...)
