@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -671,4 +672,60 @@ type countingConn struct {
 func (c countingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	c.queries.Add(1)
 	return c.Conn.QueryContext(ctx, query, args)
+}
+
+// A cursor names the event it was answered after, and the feed reads on
+// from that event's place. A restore of a backup (a point in time just
+// before an operator's mistake, say) loses the events written after it,
+// and the server's transaction counter goes back with it: the events
+// written from then on take transaction ids the lost ones had, below the
+// cursors feed clients kept of the lost events. Such a cursor is refused
+// (400 naming after: start again) only while the server has not run past
+// its transaction; once it has, it was read as a place in the feed, and
+// every event written since the restore that sorts before it was left out,
+// for good, from a client that followed the documented loop. A cursor
+// made up of a place no event holds was read the same way.
+//
+// The restore is played on the events table: the lost event deleted, the
+// event written after it inserted with a transaction id the lost one's
+// preceded, as the restored server's counter gives it.
+func TestEventFeedRefusesACursorOfAnEventItDoesNotHold(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	ctx := t.Context()
+	customer := a.createCustomer(a.opA, "Ada")
+	kept := a.createOrder(a.opA, customer, 100)
+	backup := a.awaitFeed(a.opA, "limit=10", 1).NextCursor // the backup is taken here
+	lost := a.createOrder(a.opA, customer, 200)
+	stored := a.awaitFeed(a.opA, after(backup, "limit=10"), 1).NextCursor // the client's cursor, past the lost event
+	lostAt := cursorOf(t, stored)
+
+	// The restore: the lost order's event is gone, and the next write
+	// commits under a transaction id below the client's cursor's.
+	_, err := a.dbs.es.DB.ExecContext(ctx, `DELETE FROM events WHERE stream_id = $1`, lost)
+	require.NoError(t, err)
+	var written string
+	err = a.dbs.es.DB.QueryRowContext(ctx, `
+		INSERT INTO events (event_id, stream_type, stream_id, version, merchant_id, type, data, occurred_at, correlation_id, actor, transaction_id)
+		SELECT gen_random_uuid(), stream_type, gen_random_uuid(), 1, merchant_id, type, data, occurred_at, correlation_id, actor, $2::text::xid8
+		FROM events WHERE stream_id = $1 AND version = 1
+		RETURNING event_id::text`, kept, strconv.FormatUint(lostAt.Transaction-1, 10)).Scan(&written)
+	require.NoError(t, err)
+	// And one written later, after the lost event's place: a read from
+	// its cursor finds something to answer.
+	later := a.createOrder(a.opA, customer, 300)
+	since := a.awaitFeed(a.opA, after(backup, "limit=10"), 2)
+	require.Equal(t, written, since.Events[0].ID, "the event written after the restore is in the feed, after the backup's cursor")
+	require.Equal(t, later, since.Events[1].AggregateID)
+
+	made := query.FeedCursor{Transaction: lostAt.Transaction, Position: lostAt.Position + 1_000_000}.String()
+	for name, cursor := range map[string]string{"the lost event's cursor": stored, "a made-up cursor": made} {
+		for _, wait := range []string{"wait=0", "wait=1s"} {
+			r := a.do(http.MethodGet, "/v1/events?"+after(cursor, wait), a.opA, nil)
+			require.Equal(t, http.StatusBadRequest, r.Status,
+				"%s names no event the server holds, yet GET /v1/events?%s read on from its place, leaving out the event written since the restore: %s", name, wait, r)
+			requireProblem(t, r, http.StatusBadRequest, "/problems/malformed-request")
+			require.Equal(t, []string{"after"}, problemFields(r), "%s", r)
+		}
+	}
 }
