@@ -55,10 +55,14 @@ func (c FeedCursor) String() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// ErrCursorAhead is a cursor past every transaction of the server: not one
-// its feed answered. A client that kept it from before a restore must
-// start its feed again.
-var ErrCursorAhead = errors.New("not a cursor of this server's feed: it is past every transaction the server has run " +
+// ErrUnknownCursor is a cursor that names no event the server holds: not
+// one its feed answered, since every cursor it answers names the event it
+// was answered after, and events are never deleted. A client that kept it
+// from before a restore of a backup must start its feed again: the
+// restored server gives the events written from then on the transaction
+// ids the lost ones had, and read as a place, the cursor would leave out
+// those that sort before it.
+var ErrUnknownCursor = errors.New("not a cursor of this server's feed: it names no event the server holds " +
 	"(kept from before a restore?); start the feed again from nothing")
 
 // ErrMalformedCursor is a cursor that String did not make.
@@ -98,10 +102,11 @@ type FeedStore interface {
 	// running. An event an operator skipped in its aggregate's projection
 	// comes as event.Skipped, as the read models applied it.
 	Page(ctx context.Context, merchantID string, after FeedCursor, n int) ([]FeedEntry, error)
-	// Reached reports whether the server's transactions have reached the
-	// cursor's: every cursor the feed answered has been; one that has not
-	// is another server's (a restore from a dump), or made up.
-	Reached(ctx context.Context, c FeedCursor) (bool, error)
+	// Holds reports whether the store holds the event the cursor names
+	// (its transaction and position): every cursor the feed answered
+	// names one; one that names none was answered before a restore of a
+	// backup lost its event, or made up.
+	Holds(ctx context.Context, c FeedCursor) (bool, error)
 }
 
 // FeedWatch tells when a merchant's feed may have grown.
@@ -246,27 +251,28 @@ type feedRead struct {
 
 // read looks at the stored events after `after` until it has req.Limit
 // events of req.Types, reaches the end, or has looked at feedScans pages.
-// The first read of a request (first) checks a cursor with nothing after
-// it (Reached); the reads of its wait do not.
+// The first read of a request (first) checks that the store holds the
+// cursor's event (Holds), whether or not anything follows it: after a
+// restore the events written since may sort before a lost event's cursor
+// while later ones follow it. The reads of its wait go on from cursors of
+// this request.
 func (f Feed) read(ctx context.Context, merchantID string, after FeedCursor, req FeedRequest, first bool) (feedRead, error) {
+	if first && after != (FeedCursor{}) {
+		if holds, err := f.store.Holds(ctx, after); err != nil {
+			return feedRead{}, err
+		} else if !holds {
+			return feedRead{}, ErrUnknownCursor
+		}
+	}
 	n := req.Limit
 	if len(req.Types) > 0 {
 		n = max(n, feedScan)
 	}
 	out := feedRead{FeedPage: FeedPage{Next: after}}
-	for i := range feedScans {
+	for range feedScans {
 		entries, err := f.store.Page(ctx, merchantID, out.Next, n)
 		if err != nil {
 			return feedRead{}, err
-		}
-		if first && i == 0 && len(entries) == 0 && after != (FeedCursor{}) {
-			// Nothing after it: the feed's head, or a cursor it never
-			// answered, which would wait on nothing for ever.
-			if reached, err := f.store.Reached(ctx, after); err != nil {
-				return feedRead{}, err
-			} else if !reached {
-				return feedRead{}, ErrCursorAhead
-			}
 		}
 		out.more = len(entries) == n
 		for _, e := range entries {

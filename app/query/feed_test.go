@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -125,16 +126,11 @@ func (m *memFeed) Page(_ context.Context, _ string, after FeedCursor, n int) ([]
 	return out, nil
 }
 
-// Reached: every cursor up to the last transaction stored, as if the
-// server had run none after it.
-func (m *memFeed) Reached(_ context.Context, c FeedCursor) (bool, error) {
+// Holds: the cursors of the stored entries.
+func (m *memFeed) Holds(_ context.Context, c FeedCursor) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var last uint64
-	for _, e := range m.entries {
-		last = max(last, e.Cursor.Transaction)
-	}
-	return c.Transaction <= last, nil
+	return slices.ContainsFunc(m.entries, func(e FeedEntry) bool { return e.Cursor == c }), nil
 }
 
 func (m *memFeed) Watch(string) (<-chan struct{}, func()) {
@@ -188,6 +184,26 @@ func TestFeedTypesMoveTheCursorPastWhatTheyLeaveOut(t *testing.T) {
 	page, err = f.Read(t.Context(), "m1", FeedRequest{Types: []string{publicevent.OrderStatusChanged}, Limit: 10})
 	if err != nil || len(page.Events) != 1 || page.Events[0].Cursor != last || page.Next != last {
 		t.Fatalf("Read = %v (next %v), %v", types(page), page.Next, err)
+	}
+}
+
+// A cursor that names no stored event (its event lost in a restore, or made
+// up) is refused, also when events follow its place: read as a place, it
+// would leave out the events that sort before it, for good.
+func TestFeedRefusesACursorOfNoStoredEvent(t *testing.T) {
+	t.Parallel()
+	m := newMemFeed()
+	f := newTestFeed(t, m)
+	first := m.add(created(), "OrderCreated", false)
+	m.add(confirmed(), "OrderStatusChanged", false)
+	if page, err := f.Read(t.Context(), "m1", FeedRequest{After: first, Limit: 10}); err != nil || len(page.Events) != 1 {
+		t.Fatalf("Read after a stored event's cursor = %v, %v; want its next event", types(page), err)
+	}
+	gone := FeedCursor{Transaction: first.Transaction, Position: first.Position + 100}
+	for _, wait := range []time.Duration{0, time.Hour} {
+		if page, err := f.Read(t.Context(), "m1", FeedRequest{After: gone, Limit: 10, Wait: wait}); !errors.Is(err, ErrUnknownCursor) {
+			t.Fatalf("Read after %v (wait %v) = %v, %v; want ErrUnknownCursor", gone, wait, types(page), err)
+		}
 	}
 }
 

@@ -37,7 +37,7 @@ func (s *server) listEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	page, err := s.App.Queries.Events.Read(r.Context(), principal(r).MerchantID, req)
-	if errors.Is(err, query.ErrCursorAhead) {
+	if errors.Is(err, query.ErrUnknownCursor) {
 		p.fail("after", "%v", err)
 		return p.err
 	}

@@ -25,7 +25,7 @@ func (emptyFeed) Page(context.Context, string, query.FeedCursor, int) ([]query.F
 	return nil, nil
 }
 
-func (emptyFeed) Reached(context.Context, query.FeedCursor) (bool, error) { return true, nil }
+func (emptyFeed) Holds(context.Context, query.FeedCursor) (bool, error) { return true, nil }
 
 func (f emptyFeed) Watch(string) (<-chan struct{}, func()) {
 	f.watched <- struct{}{}
