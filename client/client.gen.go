@@ -7238,6 +7238,12 @@ type CreateWebhookEndpointParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// DeleteWebhookEndpointParams defines parameters for DeleteWebhookEndpoint.
+type DeleteWebhookEndpointParams struct {
+	// IfMatch The ETag the client read ("3"): the write runs only if the resource is still at that version, else 412 with the current ETag. An alternative to expected_version (give one, or both equal). * matches any version.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
 // GetWebhookEndpointParams defines parameters for GetWebhookEndpoint.
 type GetWebhookEndpointParams struct {
 	// MinPosition Read your writes: wait (bounded, default 2 s, at most 30 s) until the read models reflect the write that returned this position, then answer. The response says Consistency-Status: reached, timeout, or skipped (too many GETs already wait: answered at once, what the read models have now). The position must be one a write of this merchant returned; any other (another merchant's, or none) is 422 validation-failed naming the parameter.
@@ -9705,8 +9711,10 @@ type ClientInterface interface {
 
 	// DeleteWebhookEndpoint Delete the endpoint and its delivery log; deliveries not yet made are dropped
 	//
+	// With If-Match, only while the endpoint is at that version (its ETag): otherwise 412 with the current ETag, and nothing is deleted.
+	//
 	// Corresponds with DELETE /v1/webhook-endpoints/{id} (the `DeleteWebhookEndpoint` operationId).
-	DeleteWebhookEndpoint(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteWebhookEndpoint(ctx context.Context, id Id, params *DeleteWebhookEndpointParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetWebhookEndpoint Get one (never its secret)
 	//
@@ -11567,9 +11575,11 @@ func (c *Client) CreateWebhookEndpoint(ctx context.Context, params *CreateWebhoo
 
 // DeleteWebhookEndpoint Delete the endpoint and its delivery log; deliveries not yet made are dropped
 //
+// With If-Match, only while the endpoint is at that version (its ETag): otherwise 412 with the current ETag, and nothing is deleted.
+//
 // Corresponds with DELETE /v1/webhook-endpoints/{id} (the `DeleteWebhookEndpoint` operationId).
-func (c *Client) DeleteWebhookEndpoint(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteWebhookEndpointRequest(c.Server, id)
+func (c *Client) DeleteWebhookEndpoint(ctx context.Context, id Id, params *DeleteWebhookEndpointParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteWebhookEndpointRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -17096,7 +17106,7 @@ func NewCreateWebhookEndpointRequestWithBody(server string, params *CreateWebhoo
 }
 
 // NewDeleteWebhookEndpointRequest constructs an http.Request for the DeleteWebhookEndpoint method
-func NewDeleteWebhookEndpointRequest(server string, id Id) (*http.Request, error) {
+func NewDeleteWebhookEndpointRequest(server string, id Id, params *DeleteWebhookEndpointParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -17124,6 +17134,21 @@ func NewDeleteWebhookEndpointRequest(server string, id Id) (*http.Request, error
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -18598,10 +18623,12 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteWebhookEndpointWithResponse Delete the endpoint and its delivery log; deliveries not yet made are dropped
 	//
+	// With If-Match, only while the endpoint is at that version (its ETag): otherwise 412 with the current ETag, and nothing is deleted.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/webhook-endpoints/{id} (the `DeleteWebhookEndpoint` operationId).
-	DeleteWebhookEndpointWithResponse(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*DeleteWebhookEndpointResponse, error)
+	DeleteWebhookEndpointWithResponse(ctx context.Context, id Id, params *DeleteWebhookEndpointParams, reqEditors ...RequestEditorFn) (*DeleteWebhookEndpointResponse, error)
 
 	// GetWebhookEndpointWithResponse Get one (never its secret)
 	//
@@ -38219,11 +38246,13 @@ func (c *ClientWithResponses) CreateWebhookEndpointWithResponse(ctx context.Cont
 
 // DeleteWebhookEndpointWithResponse Delete the endpoint and its delivery log; deliveries not yet made are dropped
 //
+// With If-Match, only while the endpoint is at that version (its ETag): otherwise 412 with the current ETag, and nothing is deleted.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /v1/webhook-endpoints/{id} (the `DeleteWebhookEndpoint` operationId).
-func (c *ClientWithResponses) DeleteWebhookEndpointWithResponse(ctx context.Context, id Id, reqEditors ...RequestEditorFn) (*DeleteWebhookEndpointResponse, error) {
-	rsp, err := c.DeleteWebhookEndpoint(ctx, id, reqEditors...)
+func (c *ClientWithResponses) DeleteWebhookEndpointWithResponse(ctx context.Context, id Id, params *DeleteWebhookEndpointParams, reqEditors ...RequestEditorFn) (*DeleteWebhookEndpointResponse, error) {
+	rsp, err := c.DeleteWebhookEndpoint(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

@@ -287,11 +287,27 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 }
 
 // DeleteEndpoint deletes one endpoint of the merchant and its deliveries,
-// and records audit's entry of it, in one transaction (inTx, which checks
-// the request's key first).
-func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string, audit func(deleted webhook.Endpoint) command.Audit) error {
+// with expected set only while it is at that version, and records audit's
+// entry of it, in one transaction (inTx, which checks the request's key
+// first).
+func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string, expected *int, audit func(deleted webhook.Endpoint) command.Audit) error {
 	return inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
 		deleted := webhook.Endpoint{ID: id, MerchantID: merchantID}
+		if expected != nil {
+			// Compared on the locked row: of a change and a delete that
+			// read the same version, the one that commits second is stale.
+			err := tx.QueryRowContext(ctx, `SELECT version FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2 FOR UPDATE`,
+				merchantID, id).Scan(&deleted.Version)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, apperr.ErrNotFound
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read webhook endpoint: %w", err)
+			}
+			if deleted.Version != *expected {
+				return nil, &apperr.VersionError{Kind: "webhook endpoint", ID: id, Expected: *expected, Actual: deleted.Version}
+			}
+		}
 		err := tx.QueryRowContext(ctx, `DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2 RETURNING url`,
 			merchantID, id).Scan(&deleted.URL)
 		if errors.Is(err, sql.ErrNoRows) {

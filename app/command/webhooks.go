@@ -32,7 +32,7 @@ type WebhookStore interface {
 	// DeleteEndpoint deletes the merchant's endpoint and its delivery log,
 	// and records the entry audit returns for the endpoint deleted (its
 	// id, merchant and URL), in one transaction.
-	DeleteEndpoint(ctx context.Context, merchantID, id string, audit func(deleted webhook.Endpoint) Audit) error
+	DeleteEndpoint(ctx context.Context, merchantID, id string, expected *int, audit func(deleted webhook.Endpoint) Audit) error
 	// QueueDelivery queues the delivery that make returns for the
 	// merchant's endpoint, as make sees it (locked until the commit), and
 	// wakes the dispatcher; a *apperr.LimitError (webhook.LimitQueued) when
@@ -246,9 +246,12 @@ func (h Webhooks) change(ctx context.Context, merchantID, id string, expected *i
 }
 
 // DeleteEndpoint deletes the endpoint and its delivery log, as done by
-// actor; deliveries not yet made are dropped.
-func (h Webhooks) DeleteEndpoint(ctx context.Context, merchantID, actor, id string) error {
-	return h.store.DeleteEndpoint(ctx, merchantID, id, func(deleted webhook.Endpoint) Audit {
+// actor; deliveries not yet made are dropped. With expected set, only
+// while the endpoint is at that version (a *apperr.VersionError
+// otherwise): the client deletes the endpoint it read, not one another
+// client has pointed elsewhere since.
+func (h Webhooks) DeleteEndpoint(ctx context.Context, merchantID, actor, id string, expected *int) error {
+	return h.store.DeleteEndpoint(ctx, merchantID, id, expected, func(deleted webhook.Endpoint) Audit {
 		return endpointAudit(actor, ActionEndpointDelete, deleted, map[string]any{})
 	})
 }

@@ -264,7 +264,7 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	require.Equal(t, http.StatusConflict, shown.Status, "%s", shown)
 	d.send("list endpoints", "GET", "/v1/webhook-endpoints", op, nil, nil)
 	d.send("patch endpoint", "PATCH", "/v1/webhook-endpoints/"+ep, op, nil, map[string]any{"description": "x"})
-	kept := d.send("if-match on delete endpoint", "DELETE", "/v1/webhook-endpoints/"+ep, op, map[string]string{"If-Match": `"2"`}, nil)
+	kept := d.send("stale if-match on delete endpoint", "DELETE", "/v1/webhook-endpoints/"+ep, op, map[string]string{"If-Match": `"1"`}, nil)
 	require.Equal(t, http.StatusPreconditionFailed, kept.Status, "%s", kept)
 	d.send("rotate", "POST", "/v1/webhook-endpoints/"+ep+"/rotate-secret", op, nil, map[string]any{"overlap": "1h"})
 	tp := d.send("test ping", "POST", "/v1/webhook-endpoints/"+ep+"/test", op, nil, nil)

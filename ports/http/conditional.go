@@ -109,7 +109,7 @@ func (e *preconditionFailed) Error() string { return e.detail }
 
 // noIfMatch refuses If-Match on writes that check no version: creates,
 // reference records, and the writes that take none (a webhook endpoint's
-// DELETE, the /admin writes). No tag can match there (412), so a client
+// test ping and redelivery, the /admin writes). No tag can match there (412), so a client
 // that sent one must not see the write run as if it had not; "*" runs it.
 // A value that is no tag at all is 400, as on every write.
 func noIfMatch(h handlerFunc) handlerFunc {
@@ -119,7 +119,7 @@ func noIfMatch(h handlerFunc) handlerFunc {
 		case errors.As(err, &bad):
 			return err
 		case err != nil || stated:
-			return &preconditionFailed{detail: "If-Match: " + r.Pattern + " checks no entity tag; only the writes of orders, service requests, schedules, service plans, webhook endpoints (not their DELETE) and working hours do"}
+			return &preconditionFailed{detail: "If-Match: " + r.Pattern + " checks no entity tag; only the writes of orders, service requests, schedules, service plans, webhook endpoints and working hours do"}
 		}
 		return h(w, r)
 	}

@@ -12,7 +12,7 @@ import (
 // never matches: 412); anything else (a list, a tag that is no entity
 // tag's spelling, words) is 400 naming the header, never taken for a
 // weak tag nor ignored. A write that checks no version (a create, a
-// reference record, a DELETE, the /admin writes) refuses any tag with 412
+// reference record, a test ping, the /admin writes) refuses any tag with 412
 // rather than run as if none had been sent.
 func TestIfMatchIsReadTheSameOnEveryWrite(t *testing.T) {
 	t.Parallel()
@@ -27,9 +27,13 @@ func TestIfMatchIsReadTheSameOnEveryWrite(t *testing.T) {
 		writes++
 		t.Run(rt.pattern, func(t *testing.T) {
 			before := f.tx.Position()
+			body := `{}`
+			if method == http.MethodDelete { // takes none: a body would be its 400
+				body = ""
+			}
 			send := func(tag string) answer {
 				_, path := requestPath(rt.pattern)
-				return f.do(method, path, f.keyFor(rt), `{}`, "If-Match", tag)
+				return f.do(method, path, f.keyFor(rt), body, "If-Match", tag)
 			}
 			for _, tag := range malformedTags {
 				a := send(tag)

@@ -20,7 +20,7 @@ func (s *server) webhookRoutes(v1, write, versioned func(string, handlerFunc) ro
 		v1("GET /v1/webhook-endpoints", s.listWebhookEndpoints),
 		v1("GET /v1/webhook-endpoints/{id}", s.getWebhookEndpoint),
 		versioned("PATCH /v1/webhook-endpoints/{id}", s.updateWebhookEndpoint),
-		write("DELETE /v1/webhook-endpoints/{id}", s.deleteWebhookEndpoint),
+		versioned("DELETE /v1/webhook-endpoints/{id}", s.deleteWebhookEndpoint),
 		versioned("POST /v1/webhook-endpoints/{id}/rotate-secret", s.rotateWebhookSecret),
 		write("POST /v1/webhook-endpoints/{id}/test", s.testWebhookEndpoint),
 		v1("GET /v1/webhook-endpoints/{id}/deliveries", s.listWebhookDeliveries),
@@ -141,10 +141,14 @@ func (s *server) deleteWebhookEndpoint(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
+	expected, err := expectedVersion(r, nil)
+	if err != nil {
+		return err
+	}
 	if err := noBody(r); err != nil {
 		return err
 	}
-	if err := s.App.Commands.Webhooks.DeleteEndpoint(r.Context(), principal(r).MerchantID, principal(r).Subject(), id); err != nil {
+	if err := s.App.Commands.Webhooks.DeleteEndpoint(r.Context(), principal(r).MerchantID, principal(r).Subject(), id, expected); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
