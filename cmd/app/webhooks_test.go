@@ -1444,6 +1444,91 @@ func TestWebhookOneRefusedAggregateDoesNotHoldOthers(t *testing.T) {
 	}
 }
 
+// A receiver that takes the merchant's events but refuses one aggregate's
+// (a body it cannot take) until that delivery's retries run out loses that
+// delivery, and the aggregate's events queued behind it, not its endpoint:
+// another delivery succeeded since the lost one's first attempt, so the
+// receiver is up. Disabled, the endpoint would get no event that occurs
+// from then on, not even once it is enabled again. Its later events
+// go out as they come.
+func TestWebhookGiveUpOfOneAggregateKeepsAWorkingEndpoint(t *testing.T) {
+	t.Parallel()
+	a := setupConfigured(t, pgtest.NewDB(t), func(cfg *Config) {
+		// One retry an hour after the first attempt, then no more: the
+		// test moves the first attempt an hour back instead of waiting.
+		cfg.WebhookRetryInitial, cfg.WebhookRetryMax, cfg.WebhookRetryFor = time.Hour, time.Hour, 90*time.Minute
+	}, nil)
+	a.w.webhookRand = func() float64 { return 0.5 } // no jitter: each wait is the base
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})))
+	rc := newReceiver(t)
+	var mu sync.Mutex
+	var poison string
+	rc.setAnswer(func(d delivery) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if d.event.Type == "webhook_endpoint.ping" {
+			return http.StatusOK
+		}
+		if poison == "" {
+			poison = d.event.AggregateID // the first order's events are refused
+		}
+		if d.event.AggregateID == poison {
+			return http.StatusUnprocessableEntity
+		}
+		return http.StatusOK
+	})
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	refused := a.orderEvents(1, 1)[0] // versions 1 and 2; version 1 is refused
+	require.Eventually(t, func() bool {
+		p := a.pendingDeliveries(a.opA, endpoint)
+		return len(p) == 2 && slices.ContainsFunc(p, func(d map[string]any) bool { return d["response_status"] == float64(422) })
+	}, 20*time.Second, 5*time.Millisecond, "version 1 refused once, its retry an hour away")
+
+	taken := a.orderEvents(1, 0)[0] // another order: the receiver takes it
+	delivered := func(order string) bool {
+		for _, d := range rc.delivered() {
+			if d.event.AggregateID == order {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, func() bool { return delivered(taken) }, 20*time.Second, 5*time.Millisecond, "another order's event delivered")
+
+	// An hour on: version 1's retry is due, and it is the last.
+	_, err := a.dbs.es.DB.ExecContext(t.Context(), `UPDATE webhook_deliveries
+		SET first_attempt_at = first_attempt_at - interval '1 hour', next_attempt_at = now()
+		WHERE endpoint_id = $1 AND aggregate_id = $2 AND aggregate_version = 1`, endpoint, refused)
+	require.NoError(t, err)
+	a.must(http.StatusAccepted, http.MethodPost, path+"/test", a.opA, nil) // wakes the endpoint's worker
+
+	status := func(version int) (string, string) {
+		for _, it := range a.must(http.StatusOK, http.MethodGet, path+"/deliveries", a.opA, nil).Body["items"].([]any) {
+			d := it.(map[string]any)
+			if d["aggregate_id"] == refused && intOf(d["aggregate_version"]) == version {
+				return d["status"].(string), d["error"].(string)
+			}
+		}
+		return "", ""
+	}
+	require.Eventually(t, func() bool { s, _ := status(1); return s == "failed" }, 20*time.Second, 5*time.Millisecond, "version 1 given up")
+	e := a.must(http.StatusOK, http.MethodGet, path, a.opA, nil)
+	require.Equal(t, true, e.Body["enabled"],
+		"a delivery whose retries ran out disabled an endpoint whose receiver took another event since its first attempt: %v", e.Body["disabled_reason"])
+	s, why := status(2)
+	require.Equal(t, "failed", s, "version 2 fails with version 1, not sent past it")
+	require.Contains(t, why, "not sent")
+	for _, d := range rc.deliveries() {
+		if d.event.AggregateID == refused {
+			require.Equal(t, 1, d.event.AggregateVersion, "nothing after version 1 went out")
+		}
+	}
+
+	later := a.orderEvents(1, 0)[0]
+	require.Eventually(t, func() bool { return delivered(later) }, 20*time.Second, 5*time.Millisecond, "a later event delivered")
+}
+
 // A receiver that refuses the events of two aggregates (with no success in
 // between) is failing, as one that gives no answer is: the events of other
 // aggregates wait for its next retry. Its operator's ping goes out alone.
