@@ -404,6 +404,14 @@ type result struct {
 	// whose deliveries go on.
 	disable string
 	url     string
+	// gaveUp: the delivery's retries ran out (not a 410). It disables the
+	// endpoint only when no delivery to it succeeded since first, its
+	// first attempt: a receiver that took other events meanwhile is up,
+	// and refuses this aggregate's alone (a body it cannot take). Then
+	// the delivery fails with the aggregate's pending ones behind it, and
+	// the endpoint goes on.
+	gaveUp bool
+	first  time.Time
 	// release puts the claim back untried (the term ended before the send
 	// ended, or the send could not end before the claim's hold).
 	release bool
@@ -1010,7 +1018,7 @@ func (d *Dispatcher) judge(c claim, o Outcome) result {
 			d.cfg.Metrics.outcome("retrying")
 			return r
 		}
-		r.status = webhook.Failed
+		r.status, r.gaveUp, r.first = webhook.Failed, true, c.first
 		// The receiver's words stay in the delivery's own row (see Brief).
 		r.disable = fmt.Sprintf("delivery %s failed for %s (%d attempts since %s; WEBHOOK_RETRY_FOR is %s); its last error: %s",
 			c.id, at.Sub(c.first).Round(time.Second), c.attempts, c.first.UTC().Format(time.RFC3339), d.cfg.Schedule.For, o.Brief())
@@ -1056,13 +1064,17 @@ WHERE id = ANY ($1::text[]::uuid[]) AND status = (SELECT 'pending') AND attempts
 
 // recordStatements store results, and disable the endpoint when one says
 // so (then its pending deliveries fail, all of them locked first in id
-// order: lockPending).
+// order: lockPending). A give-up (result.gaveUp) disables it only when no
+// delivery to it succeeded since the given-up delivery's first attempt
+// (the latest such attempt when a round gave up several); otherwise the
+// pending deliveries of the given-up aggregates fail, and nothing else.
 func recordStatements(endpointID string, results []result) []statement {
-	var ids, statuses, errs, released []string
+	var ids, statuses, errs, released, gaveUp []string
 	var waits []int64
 	var codes []int32
 	var latencies []float64
-	disable, url := "", ""
+	disable, url, gone := "", "", false
+	var since time.Time // of the give-up that decides, when no 410 does
 	for _, r := range results {
 		if r.release {
 			released = append(released, r.id)
@@ -1071,9 +1083,20 @@ func recordStatements(endpointID string, results []result) []statement {
 		ids, statuses, errs = append(ids, r.id), append(statuses, r.status), append(errs, storable(r.err))
 		waits, codes = append(waits, r.wait.Milliseconds()), append(codes, int32(r.code))
 		latencies = append(latencies, float64(r.latency.Microseconds())/1000)
-		if disable == "" && r.disable != "" {
-			disable, url = storable(r.disable), r.url
+		switch {
+		case r.disable == "" || gone:
+		case !r.gaveUp: // a 410: disables whatever else the round did
+			disable, url, gone = storable(r.disable), r.url, true
+		case disable == "" || r.first.After(since):
+			disable, url, since = storable(r.disable), r.url, r.first
 		}
+		if r.gaveUp {
+			gaveUp = append(gaveUp, r.aggregate)
+		}
+	}
+	var unlessSucceededSince any // NULL: disable whatever succeeded
+	if !gone {
+		unlessSucceededSince = since
 	}
 	var out []statement
 	if disable != "" {
@@ -1086,12 +1109,38 @@ func recordStatements(endpointID string, results []result) []statement {
 		out = append(out, statement{sql: releaseSQL, args: []any{released}})
 	}
 	if disable != "" {
+		// A success since the give-up's first attempt is read after
+		// recordSQL: one of this very round counts.
 		out = append(out, statement{sql: `UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2,
-			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled AND url = $3`,
-			args: []any{endpointID, disable, url}, disables: disable},
+			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled AND url = $3
+			AND ($4::timestamptz IS NULL OR NOT EXISTS (SELECT FROM webhook_deliveries s
+				WHERE s.endpoint_id = $1 AND s.status = 'succeeded' AND s.ping_payload IS NULL AND s.completed_at >= $4))`,
+			args: []any{endpointID, disable, url, unlessSucceededSince}, disables: disable},
 			failPending(endpointID, "the endpoint was disabled: "+disable))
 	}
+	if len(gaveUp) > 0 {
+		out = append(out, failAggregates(endpointID, gaveUp, url))
+	}
 	return out
+}
+
+// failAggregates gives up the pending deliveries of the aggregates whose
+// delivery was given up, when the endpoint stays enabled on url (the
+// disabling, just before, found a delivery that succeeded since): they
+// would go out past the lost event. Locked in id order, as failPending's
+// (lockPending has locked them already). A disabled endpoint's fail with
+// failPending's note instead, and an endpoint whose URL changed since the
+// attempt sends them to the new URL.
+func failAggregates(endpointID string, aggregates []string, url string) statement {
+	return statement{sql: `WITH named AS (
+			SELECT id FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND aggregate_id = ANY ($2::text[]::uuid[]) AND status = 'pending'
+			  AND (SELECT enabled AND url = $3 FROM webhook_endpoints WHERE id = $1)
+			ORDER BY id FOR UPDATE)
+		UPDATE webhook_deliveries d SET status = 'failed', completed_at = now(),
+			error = CASE WHEN d.error = '' THEN '` + webhook.NotSent + `' || $4 ELSE d.error || '; then: ' || $4 END
+		FROM named WHERE d.id = named.id`,
+		args: []any{endpointID, aggregates, url, "an earlier event of its aggregate was given up (its retries ran out); redeliver them in order"}}
 }
 
 // noteDisabled logs and counts an endpoint that st disabled.

@@ -28,8 +28,10 @@
 //     other answer, or none, is retried on the schedule (webhook.Schedule),
 //     and so is a body that could not be built for a passing cause (a
 //     data-key lookup); once a delivery's retries run out the endpoint is
-//     disabled with the reason (unless its URL changed since the attempt),
-//     and its pending deliveries fail. A test ping is tried once. Each
+//     disabled with the reason (unless its URL changed since the attempt,
+//     or another delivery to it succeeded since the given-up one's first
+//     attempt: then that delivery fails with its aggregate's pending ones,
+//     and the endpoint goes on), and its pending deliveries fail. A test ping is tried once. Each
 //     error text recorded is storable (cleaned, bounded); failPending's
 //     note may follow one.
 //

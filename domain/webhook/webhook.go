@@ -49,7 +49,8 @@ type Endpoint struct {
 	EventTypes  []string
 	Description string
 	// Enabled endpoints get deliveries. Hearth disables an endpoint whose
-	// retries run out or whose receiver answers 410, and says why in
+	// receiver answers 410, or one of whose deliveries runs out of retries
+	// while no other delivery to it succeeds, and says why in
 	// DisabledReason (cleared when an operator enables it again).
 	Enabled        bool
 	DisabledReason string
