@@ -11,6 +11,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1727,4 +1730,44 @@ func TestWebhookEndpointReadsDoNotNeedTheSecrets(t *testing.T) {
 
 	a.must(http.StatusNoContent, http.MethodDelete, path+"/"+lost, a.opA, nil)
 	a.must(http.StatusNotFound, http.MethodGet, path+"/"+lost, a.opA, nil)
+}
+
+// The runbook's redelivery loop (operations.md, Webhooks: "Redeliver what
+// was missed, oldest first") sends every failed delivery again, in each
+// aggregate's order, also when more failed than one page of the delivery
+// log holds (after a day's outage, every event of the day did).
+func TestWebhookRunbookRedeliversEveryFailedDeliveryInOrder(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	script := regexp.MustCompile("(?s)- \\*\\*Redeliver\\*\\* what was missed.*?```sh\n(.*?)```").FindSubmatch(doc)
+	require.NotNil(t, script, "operations.md has the redelivery loop")
+
+	// Webhook delivery starts once the endpoint is disabled: the fan-out
+	// queues the events that occurred while it was enabled, and they fail
+	// with it (the runbook's case of a fan-out that was behind).
+	a := setupConfigured(t, pgtest.NewDB(t), nil, nil)
+	rc := newReceiver(t)
+	endpoint, _ := a.createEndpoint(a.opA, rc.URL)
+	path := "/v1/webhook-endpoints/" + endpoint
+	const versions = 71
+	orders := a.orderEvents(3, versions-1) // 213 events: more than a page of 200
+	a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"enabled": false})
+	runWebhookLeader(t, a.cfg, a.dbs, a.w, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, path+"/deliveries?status=failed", auth(a.opA), nil)
+		return err == nil && intOf(r.Body["total"]) == 3*versions
+	}, 30*time.Second, 10*time.Millisecond, "every delivery failed")
+
+	// The endpoint enabled again, the loop runs.
+	a.must(http.StatusOK, http.MethodPatch, path, a.opA, map[string]any{"enabled": true})
+	cmd := exec.Command("bash", "-c", string(script[1]))
+	cmd.Env = append(os.Environ(), "B="+a.base, "KEY="+a.opA, "E="+endpoint)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, 3*versions, strings.Count(string(out), "202 "),
+		"the loop redelivers every failed delivery, not the first page of the log only")
+
+	awaitEvery(t, rc, orders, versions)
+	requireInOrder(t, rc.delivered(), orders, versions)
 }
