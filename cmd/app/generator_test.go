@@ -599,6 +599,38 @@ func TestVisitGeneratorBooksNoOneOutsideTheirWorkingHours(t *testing.T) {
 	require.Contains(t, order.Body["notes"], "Not assigned: the preferred staff member "+a.staffA+" is not working then (off on "+day0.Format(time.DateOnly)+")")
 }
 
+// Working hours are written in the merchant's time zone, and availability
+// reads them in the zone the merchant has now; a plan keeps the zone it was
+// created in. After the merchant moves from UTC (where the plan was made)
+// to Tokyo (+09:00, no daylight saving), the staff member's 08:00-18:00 is
+// 23:00-09:00 UTC, and the plan's 09:00-11:00 UTC visits (18:00-20:00 in
+// Tokyo) fall outside it: availability shows no slot then, and the
+// generator must not book them then either.
+func TestVisitGeneratorReadsWorkingHoursInTheMerchantsZone(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	a.must(http.StatusOK, http.MethodPut, "/v1/settings", a.opA, map[string]any{"time_zone": "Asia/Tokyo"})
+	week := map[string]any{}
+	for _, d := range []string{"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"} {
+		week[d] = []map[string]any{{"start": "08:00", "end": "18:00"}}
+	}
+	a.must(http.StatusOK, http.MethodPut, "/v1/staff/"+a.staffA+"/working-hours", a.opA, map[string]any{"week": week})
+	visit := e.firstDay().Add(9 * time.Hour)
+	slots := a.must(http.StatusOK, http.MethodGet, "/v1/availability?duration=2h&staff_id="+a.staffA+
+		"&from="+visit.Format(time.RFC3339)+"&to="+visit.Add(2*time.Hour).Format(time.RFC3339), a.opA, nil)
+	require.Equal(t, "Asia/Tokyo", slots.Body["time_zone"])
+	require.Empty(t, slots.Body["items"], "availability: 18:00 in Tokyo is after the shift")
+
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Empty(t, e.liveBookings(t, a.staffA), "the generator booked the staff member outside the working hours availability shows")
+	require.Equal(t, command.VisitsDone{Created: 4, Unassigned: 4}, done)
+	_, staff, reason := e.ledgerRow(t, e.firstDay())
+	require.Nil(t, staff)
+	require.Contains(t, reason, "outside their working hours")
+}
+
 // handAssigned gives the first visit's order to a new staff member B by
 // hand (the dispatcher's PUT /v1/orders/{id}/assignment) and gives A
 // another job at that time; it returns B and the order's id.
