@@ -18,6 +18,7 @@ import (
 	"hearth/app/command"
 	"hearth/domain/apperr"
 	"hearth/domain/availability"
+	"hearth/domain/civil"
 	"hearth/domain/event"
 	"hearth/domain/order"
 	"hearth/domain/plan"
@@ -784,27 +785,36 @@ func (s *session) StaffActive(ctx context.Context, id string) (exists, active bo
 	return exists, active, nil
 }
 
-func (s *session) StaffHours(ctx context.Context, id string) (availability.WorkingHours, bool, error) {
+func (s *session) StaffHours(ctx context.Context, id string) (availability.WorkingHours, *time.Location, bool, error) {
 	var set bool
-	var week, exceptions string
-	err := s.tx.queryRow(ctx, maybeRow(&set, &week, &exceptions), `SELECT week::text, exceptions::text FROM staff_hours
-		WHERE staff_id = $1 AND merchant_id = $2`, id, s.meta.MerchantID)
+	var week, exceptions, tz string
+	// The merchant's zone comes with the hours, in the same round trip:
+	// the hours are read in it, as availability reads them.
+	err := s.tx.queryRow(ctx, maybeRow(&set, &week, &exceptions, &tz), `SELECT h.week::text, h.exceptions::text, m.time_zone
+		FROM staff_hours h JOIN merchants m ON m.id = h.merchant_id
+		WHERE h.staff_id = $1 AND h.merchant_id = $2`, id, s.meta.MerchantID)
 	if err != nil || !set {
 		if err != nil {
 			err = fmt.Errorf("read working hours of %s: %w", id, err)
 		}
-		return availability.WorkingHours{}, false, err
+		return availability.WorkingHours{}, nil, false, err
 	}
 	var w availability.Week
 	var ex []availability.Exception
 	if err := errors.Join(json.Unmarshal([]byte(week), &w), json.Unmarshal([]byte(exceptions), &ex)); err != nil {
-		return availability.WorkingHours{}, false, fmt.Errorf("working hours of %s: %w", id, err)
+		return availability.WorkingHours{}, nil, false, fmt.Errorf("working hours of %s: %w", id, err)
 	}
 	h, err := availability.NewWorkingHours(w, ex)
 	if err != nil {
-		return availability.WorkingHours{}, false, fmt.Errorf("working hours of %s: %w", id, err)
+		return availability.WorkingHours{}, nil, false, fmt.Errorf("working hours of %s: %w", id, err)
 	}
-	return h, true, nil
+	// StoredZone: a name an instance older than migration eventstore/026
+	// may still write is read as the migration rewrites it, not refused.
+	loc, err := civil.StoredZone(tz)
+	if err != nil {
+		return availability.WorkingHours{}, nil, false, fmt.Errorf("load time zone of working hours of %s: %w", id, err)
+	}
+	return h, loc, true, nil
 }
 
 func (s *session) CatalogItem(ctx context.Context, id string) (price int64, active, found bool, err error) {

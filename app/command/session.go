@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"time"
 
 	"hearth/domain/availability"
 	"hearth/domain/event"
@@ -67,9 +68,12 @@ type Session interface {
 	CustomerErased(ctx context.Context, id string) (bool, error)
 	// StaffActive reports whether the staff member exists and is active.
 	StaffActive(ctx context.Context, id string) (exists, active bool, err error)
-	// StaffHours returns the working hours of the merchant's staff member;
-	// set is false when none were ever written for them.
-	StaffHours(ctx context.Context, id string) (h availability.WorkingHours, set bool, err error)
+	// StaffHours returns the working hours of the merchant's staff member
+	// and the zone they are read in: the merchant's as it is now, the zone
+	// availability reads them in (a plan keeps the zone it was created in,
+	// but the hours are the staff member's, not the plan's). set is false
+	// when none were ever written for them.
+	StaffHours(ctx context.Context, id string) (h availability.WorkingHours, loc *time.Location, set bool, err error)
 	// CatalogItem returns the item's base price; found is false when the
 	// merchant has no such item.
 	CatalogItem(ctx context.Context, id string) (priceCents int64, active, found bool, err error)

@@ -285,7 +285,7 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 		r.OrderID, r.StartAt, r.EndAt, r.PriceCents, r.UnassignedReason = plan.VisitOrderID(key, r.Generation), v.StartAt, v.EndAt, v.PriceCents, ""
 		var sch *schedule.Schedule
 		if v.StaffID != "" {
-			if sch, r.UnassignedReason, err = bookAs(ctx, s, visitScheduleID(key, r.Generation), r.OrderID, p.CustomerID(), v.StaffID, v, p.Location(), nil); err != nil {
+			if sch, r.UnassignedReason, err = bookAs(ctx, s, visitScheduleID(key, r.Generation), r.OrderID, p.CustomerID(), v.StaffID, v, nil); err != nil {
 				return err
 			}
 		}
@@ -319,11 +319,12 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 // bookAs books staff member staffID (the visit's preferred one, or the one
 // its order is assigned to) for the visit, with a schedule of the given id.
 // When the staff member is inactive, not working then (their working
-// hours, when any are set, in loc: a holiday, a sick day, outside their
-// shifts), or already booked over the window: no schedule, and the reason.
+// hours, when any are set, in the merchant's zone as availability reads
+// them, not the plan's: a holiday, a sick day, outside their shifts), or
+// already booked over the window: no schedule, and the reason.
 // A live schedule (held, or nil) that holds the window already is the
 // booking: nothing is written.
-func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID, staffID string, v plan.Visit, loc *time.Location,
+func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID, staffID string, v plan.Visit,
 	held *schedule.Schedule) (*schedule.Schedule, string, error) {
 	who := "the preferred staff member " + staffID
 	if staffID != v.StaffID {
@@ -336,7 +337,7 @@ func bookAs(ctx context.Context, s Session, scheduleID, orderID, customerID, sta
 	if !exists || !active {
 		return nil, who + " is not active", nil
 	}
-	hours, set, err := s.StaffHours(ctx, staffID)
+	hours, loc, set, err := s.StaffHours(ctx, staffID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -648,7 +649,7 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 			if live {
 				held = sch
 			}
-			if booked, reason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), staffID, v, p.Location(), held); err != nil {
+			if booked, reason, err = bookAs(ctx, s, id, o.ID(), o.CustomerID(), staffID, v, held); err != nil {
 				return err
 			}
 			if booked != nil {

@@ -114,7 +114,7 @@ func (s *bookHookSession) Order(ctx context.Context, id string) (*order.Order, e
 	return s.Session.Order(ctx, id)
 }
 
-func (s *bookHookSession) StaffHours(ctx context.Context, id string) (availability.WorkingHours, bool, error) {
+func (s *bookHookSession) StaffHours(ctx context.Context, id string) (availability.WorkingHours, *time.Location, bool, error) {
 	if s.b.atHours {
 		s.b.once.Do(s.b.hook)
 	}

@@ -398,8 +398,8 @@ func (s *session) StaffActive(_ context.Context, id string) (exists, active bool
 }
 
 // StaffHours: the fake keeps no working hours (none set).
-func (s *session) StaffHours(context.Context, string) (availability.WorkingHours, bool, error) {
-	return availability.WorkingHours{}, false, nil
+func (s *session) StaffHours(context.Context, string) (availability.WorkingHours, *time.Location, bool, error) {
+	return availability.WorkingHours{}, nil, false, nil
 }
 
 func (s *session) CatalogItem(_ context.Context, id string) (int64, bool, bool, error) {
