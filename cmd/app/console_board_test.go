@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -48,4 +49,31 @@ func TestConsoleBoardSaysStatusesInWords(t *testing.T) {
 		seen := tags.ReplaceAllString(hidden.ReplaceAllString(chip[1], ""), "")
 		require.Contains(t, seen, strings.ReplaceAll(status, "_", " "), "a %s job's chip says so in words, not only in its colour: %q", status, seen)
 	}
+}
+
+// The board's columns are the days of the week on the session's clock. In
+// Jerusalem the clocks go forward on Friday 26 March 2027 (02:00 to
+// 03:00), so Saturday 00:30 is less than five days of 24 hours after
+// Monday's midnight: the job there is still Saturday's, not Friday's.
+func TestConsoleBoardPutsAJobOnItsDayAfterTheClocksChange(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	jerusalem, err := time.LoadLocation("Asia/Jerusalem")
+	require.NoError(t, err)
+	order := a.createOrder(a.opA, a.createCustomer(a.opA, "Grace Hopper"), 9000)
+	at := time.Date(2027, time.March, 27, 0, 30, 0, 0, jerusalem)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": at.Format(time.RFC3339), "end_at": at.Add(time.Hour).Format(time.RFC3339)})
+	a.crmSchedule(a.opA, order)
+
+	c := newConsoleClient(t, a.base)
+	_, _, page := c.do(http.MethodGet, "/console/signin", nil)
+	m := signinTokenRe.FindStringSubmatch(page)
+	require.NotNil(t, m, "the sign-in form has a token")
+	status, _, body := c.do(http.MethodPost, "/console/signin", url.Values{"token": {m[1]}, "key": {a.opA}, "tz": {"Asia/Jerusalem"}})
+	require.Equal(t, http.StatusSeeOther, status, body)
+	_, _, page = c.do(http.MethodGet, "/console/board?week=2027-03-22", nil)
+	cell := regexp.MustCompile(`(?s)href="/console/orders/` + order + `">.*?aria-label="Assign [^"]* on ([^"]+)"`).FindStringSubmatch(page)
+	require.NotNil(t, cell, "the board shows order %s", order)
+	require.Equal(t, "Sat 27 Mar", cell[1], "the job at 00:30 on Saturday is in Saturday's column")
 }
