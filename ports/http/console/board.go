@@ -259,7 +259,11 @@ func (c *Console) boardPage(r *http.Request, s *session, week string, pick assig
 		if !ok {
 			continue
 		}
-		day := int(x.StartAt.Sub(start).Hours() / 24)
+		// The column is the job's date on the session's clock: a count of
+		// 24 hours from Monday's midnight is a day off after the clocks
+		// change on a weekday (23:30 the day after they go back, 00:30 the
+		// day after they go forward).
+		day := civil.DateOf(x.StartAt, loc).DaysSince(monday)
 		day = min(max(day, 0), 6)
 		d.Rows[i].Cells[day] = append(d.Rows[i].Cells[day], chip{ScheduleID: x.ID, OrderID: x.OrderID,
 			Customer: customers[x.OrderID], Status: x.Status, Start: x.StartAt, End: x.EndAt})
