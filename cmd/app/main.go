@@ -34,6 +34,13 @@ import (
 
 	"hearth/adapters/readmodel"
 	"hearth/adapters/webhooks"
+
+	// Go's copy of the time zone database, read only where the machine
+	// has none (time.LoadLocation tries the system's first): without it,
+	// on a host or image without tzdata every zone but UTC is unknown,
+	// and with it every plan and availability query of a merchant that
+	// set one.
+	_ "time/tzdata"
 )
 
 const usage = `usage:
