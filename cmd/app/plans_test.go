@@ -213,3 +213,34 @@ func TestAvailabilityRefusesAStepOfZero(t *testing.T) {
 	r := a.must(http.StatusOK, http.MethodGet, "/v1/availability?"+rng, a.opA, nil)
 	require.Len(t, r.Body["items"], 3, "09:00, 09:15 and 09:30 on the default grid: %s", r)
 }
+
+// A date written YYYY-MM-DD that is no day of the calendar (29 February of
+// a common year, 31 April) is refused naming its field and saying why: the
+// client wrote the form asked for, and "must be a date written YYYY-MM-DD"
+// would send them looking for a typo.
+func TestADateThatIsNoDayOfTheCalendarIsSaidSo(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	item := a.crmCreate(a.opA, "/v1/catalog-items", map[string]any{"name": "Clean", "base_price_cents": 4500})
+	message := func(r response, field string) string {
+		t.Helper()
+		require.Equal(t, []string{field}, invalidFields(t, r))
+		return r.Body["errors"].([]any)[0].(map[string]any)["message"].(string)
+	}
+	r := a.do(http.MethodPost, "/v1/plans", a.opA, map[string]any{"customer_id": customer, "catalog_item_id": item,
+		"window":     map[string]any{"start": "09:00", "end": "11:00"},
+		"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": "2027-02-29", "count": 4}})
+	require.Equal(t, `is no day of the calendar: February 2027 has 28 days, got "2027-02-29"`, message(r, "recurrence.start"))
+	r = a.do(http.MethodPut, "/v1/staff/"+a.staffA+"/working-hours", a.opA, map[string]any{
+		"exceptions": []map[string]any{{"date": "2027-04-31", "reason": "holiday"}}})
+	require.Equal(t, `is no day of the calendar: April 2027 has 30 days, got "2027-04-31"`, message(r, "exceptions[0].date"))
+	r = a.do(http.MethodPost, "/v1/plans", a.opA, map[string]any{"customer_id": customer, "catalog_item_id": item,
+		"window":     map[string]any{"start": "09:00", "end": "11:00"},
+		"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": "2027-13-01", "count": 4}})
+	require.Equal(t, `is no day of the calendar: a year has 12 months, got "2027-13-01"`, message(r, "recurrence.start"))
+	r = a.do(http.MethodPost, "/v1/plans", a.opA, map[string]any{"customer_id": customer, "catalog_item_id": item,
+		"window":     map[string]any{"start": "09:00", "end": "11:00"},
+		"recurrence": map[string]any{"frequency": "weekly", "interval": 1, "start": "1 March 2027", "count": 4}})
+	require.Equal(t, `must be a date written YYYY-MM-DD, got "1 March 2027"`, message(r, "recurrence.start"))
+}
