@@ -30,13 +30,45 @@ func DateOf(t time.Time, loc *time.Location) Date {
 	return Date{y, m, d}
 }
 
-// ParseDate reads a date written as 2006-01-02.
+// NoSuchDayError is a date written YYYY-MM-DD that is no day of the
+// calendar (2027-02-29, 2027-04-31): its form is right, so a message about
+// the form would send the writer looking for a typo. Why says what the
+// calendar has instead.
+type NoSuchDayError struct {
+	Input string
+	Why   string
+}
+
+func (e *NoSuchDayError) Error() string { return fmt.Sprintf("parse date %q: %s", e.Input, e.Why) }
+
+// ParseDate reads a date written as 2006-01-02; one of that form that is
+// no day of the calendar is a *NoSuchDayError.
 func ParseDate(s string) (Date, error) {
 	t, err := time.Parse(time.DateOnly, s)
-	if err != nil {
-		return Date{}, fmt.Errorf("parse date %q: want YYYY-MM-DD", s)
+	if err == nil {
+		return DateOf(t, time.UTC), nil
 	}
-	return DateOf(t, time.UTC), nil
+	num := func(from, to int) int {
+		n := 0
+		for i := from; i < to; i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return -1
+			}
+			n = n*10 + int(s[i]-'0')
+		}
+		return n
+	}
+	if len(s) == len(time.DateOnly) && s[4] == '-' && s[7] == '-' {
+		y, m, d := num(0, 4), num(5, 7), num(8, 10)
+		switch {
+		case y < 0 || m < 0 || d < 0:
+		case m < 1 || m > 12:
+			return Date{}, &NoSuchDayError{Input: s, Why: "a year has 12 months"}
+		default:
+			return Date{}, &NoSuchDayError{Input: s, Why: fmt.Sprintf("%s %d has %d days", time.Month(m), y, DaysIn(y, time.Month(m)))}
+		}
+	}
+	return Date{}, fmt.Errorf("parse date %q: want YYYY-MM-DD", s)
 }
 
 // IsZero reports whether d is the zero Date (no date given).

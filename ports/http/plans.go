@@ -2,6 +2,7 @@ package httpport
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -76,7 +77,11 @@ func (l *local) date(field, s string) civil.Date {
 		return civil.Date{}
 	}
 	d, err := civil.ParseDate(s)
-	if err != nil {
+	var none *civil.NoSuchDayError
+	switch {
+	case errors.As(err, &none):
+		l.errs.Add(field, "is no day of the calendar: %s, got %q", none.Why, s)
+	case err != nil:
 		l.errs.Add(field, "must be a date written YYYY-MM-DD, got %q", s)
 	}
 	return d

@@ -78,7 +78,11 @@ func (f *formReader) localDate(name string) civil.Date {
 		return civil.Date{}
 	}
 	d, err := civil.ParseDate(v)
-	if err != nil {
+	var none *civil.NoSuchDayError
+	switch {
+	case errors.As(err, &none):
+		f.Add(name, "is no day of the calendar: %s, got %q", none.Why, v)
+	case err != nil:
 		f.Add(name, "must be a date, got %q", v)
 	}
 	return d
