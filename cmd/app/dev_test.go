@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,7 +18,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/internal/advisory"
 	"hearth/internal/harness"
+	"hearth/internal/pgtest"
 )
 
 // devProcess is `app dev` (make run) running in a folder of its own, as a
@@ -317,4 +322,38 @@ func TestDevAfterARunAsRootSaysHowToClearDataFolder(t *testing.T) {
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "app dev as nobody after root:\n%s", stderr.String())
 	require.Contains(t, stderr.String(), "sudo make clean", "the message says how to clear .data/")
+}
+
+// `make run` stopped (Ctrl-C) after its cluster started but before Hearth
+// served (creating the database, migrating, seeding the demo merchant) is
+// a stop asked for, as it is while the cluster starts and once Hearth
+// serves: exit 0 with a line saying what it was doing, not "hearth:
+// context canceled" and status 1.
+func TestDevStoppedBeforeItIsReadyStopsCleanly(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	holder, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = holder.Exec(`SELECT pg_advisory_xact_lock($1)`, advisory.MigrationsKey) // another instance, migrating
+	require.NoError(t, err)
+
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		// Mode api: no throwaway NATS, so no lock of a .data/ folder here.
+		done <- run(ctx, []string{"dev", "--http-addr", "127.0.0.1:0", "--mode", "api"}, env(map[string]string{
+			"DATABASE_URL": url, "MASTER_KEY": testMasterKey, "LOG_FORMAT": "json"}), io.Discard, &stderr)
+	}()
+	require.False(t, pgtest.DoneOrWaiting(t, db, done), "app dev waits for the migrations lock")
+	stop() // Ctrl-C
+	err = <-done
+	require.NoError(t, err, "a stop asked for is not a failure: %s", stderr.String())
+	require.Equal(t, 0, report(err, env(nil), io.Discard))
+	require.Contains(t, stderr.String(), "stopped before Hearth was ready", "%s", stderr.String())
 }
