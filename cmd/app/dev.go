@@ -66,6 +66,16 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	if err := checkDevPorts(cfg); err != nil {
 		return err
 	}
+	// stopped is a set-up step's error, or nil for a stop asked for
+	// (Ctrl-C) while it ran: not a failure, as it is not while the cluster
+	// starts nor once Hearth serves; the line says what it was doing.
+	stopped := func(err error) error {
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			log.Info("stopped before Hearth was ready", "while", err.Error())
+			return nil
+		}
+		return err
+	}
 	if throwaway {
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		cluster, err := pgcluster.Start(startCtx, pgcluster.Options{Dir: devDir, Fresh: true, Install: true, Log: log})
@@ -84,7 +94,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			err = errors.Join(err, cluster.Stop())
 		}()
 		if err := database.CreateDatabase(ctx, cluster.URL("postgres"), "hearth"); err != nil {
-			return err
+			return stopped(err)
 		}
 		cfg.DatabaseURL = cluster.URL("hearth")
 		cfg.ReadModelDatabaseURL = cfg.DatabaseURL
@@ -108,7 +118,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		log.Info("throwaway master key made: set MASTER_KEY or MASTER_KEY_FILE to keep your own", "file", devMasterKey)
 	}
 	if err := migrate(ctx, cfg, log); err != nil {
-		return err
+		return stopped(err)
 	}
 	devNATS := false
 	if cfg.RelayNATSURL == "" && cfg.Mode != ModeAPI {
@@ -131,7 +141,7 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		}
 	}
 	if err := seedDemo(ctx, cfg, keyFile, stdout); err != nil {
-		return err
+		return stopped(err)
 	}
 	if devNATS {
 		fmt.Fprintf(stdout, "Every event is relayed to NATS JetStream at %s: stream %s, subjects %s.<merchant_id>.<type>\n"+
