@@ -357,3 +357,35 @@ func TestDevStoppedBeforeItIsReadyStopsCleanly(t *testing.T) {
 	require.Equal(t, 0, report(err, env(nil), io.Discard))
 	require.Contains(t, stderr.String(), "stopped before Hearth was ready", "%s", stderr.String())
 }
+
+// `make run` against a database of your own (DATABASE_URL set), which
+// outlives the run, leaves no working key behind: the demo's operator,
+// admin and worker keys, printed in a terminal, are revoked when the run
+// stops, and expire within a week if it is killed, rather than piling up a
+// set of admin keys at each run.
+func TestDevKeysInYourOwnDatabaseEndWithTheRun(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"dev", "--http-addr", "127.0.0.1:0", "--mode", "api"}, env(map[string]string{
+			"DATABASE_URL": url, "MASTER_KEY": testMasterKey, "LOG_FORMAT": "json", "ADMIN_ADDR": "127.0.0.1:0"}), io.Discard, &stderr)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), `"msg":"hearth started"`) },
+		time.Minute, 10*time.Millisecond, "app dev never started: %s", &stderr)
+	var working int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM api_keys WHERE revoked_at IS NULL
+		AND expires_at BETWEEN now() AND now() + interval '7 days'`).Scan(&working))
+	require.Equal(t, 3, working, "the demo's keys, each expiring within a week")
+
+	stop() // Ctrl-C
+	require.NoError(t, <-done, "%s", &stderr)
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM api_keys WHERE revoked_at IS NULL`).Scan(&working))
+	require.Zero(t, working, "no key of the run works once it stopped")
+}
