@@ -19,6 +19,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"hearth/app/access"
+	"hearth/app/ops"
 	"hearth/app/query"
 	"hearth/internal/database"
 	"hearth/internal/keyring"
@@ -140,8 +141,20 @@ func dev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 			cfg.RelayNATSURL, devNATS = srv.URL(), true
 		}
 	}
-	if err := seedDemo(ctx, cfg, keyFile, stdout); err != nil {
+	var until *time.Time
+	if !throwaway {
+		// A database of your own outlives the run: its keys end with it
+		// (revoked at the stop; a run killed outright leaves them to their
+		// expiry), rather than a set of admin keys piling up at each run.
+		t := time.Now().Add(demoKeysFor)
+		until = &t
+	}
+	demoKeys, err := seedDemo(ctx, cfg, keyFile, stdout, until)
+	if err != nil {
 		return stopped(err)
+	}
+	if until != nil {
+		defer func() { err = errors.Join(err, revokeDemoKeys(ctx, cfg, demoKeys, log)) }()
 	}
 	if devNATS {
 		fmt.Fprintf(stdout, "Every event is relayed to NATS JetStream at %s: stream %s, subjects %s.<merchant_id>.<type>\n"+
@@ -278,31 +291,45 @@ func checkDevPorts(cfg Config) error {
 	return nil
 }
 
-func seedDemo(ctx context.Context, cfg Config, keyFile string, stdout io.Writer) error {
+// demoKeysFor bounds the life of the demo's keys in a database of your
+// own, should the run that made them be killed before it revokes them.
+const demoKeysFor = 7 * 24 * time.Hour
+
+// seedDemo creates the demo merchant, its staff member and the demo's keys
+// (expiring at until, when set), prints the banner, and returns the keys'
+// ids.
+func seedDemo(ctx context.Context, cfg Config, keyFile string, stdout io.Writer, until *time.Time) (keys []string, err error) {
 	db, err := database.Open(ctx, cfg.DatabaseURL, 2)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer db.Close()
 	store, err := refdata.New(db)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	op, err := store.CreateKey(ctx, "demo", access.Operator, "")
-	if err != nil {
-		return err
+	create := func(merchant string, role access.Role, staffID string) (access.NewKey, error) {
+		k, err := store.CreateKeyAs(ctx, access.KeySpec{MerchantName: merchant, Role: role, StaffID: staffID, Name: "make run", ExpiresAt: until})
+		if err == nil {
+			keys = append(keys, k.ID)
+		}
+		return k, err
 	}
-	admin, err := store.CreateKey(ctx, "", access.Admin, "")
+	op, err := create("demo", access.Operator, "")
 	if err != nil {
-		return err
+		return nil, err
+	}
+	admin, err := create("", access.Admin, "")
+	if err != nil {
+		return keys, err
 	}
 	staffID, err := demoStaff(ctx, db, store, op.MerchantID)
 	if err != nil {
-		return err
+		return keys, err
 	}
-	worker, err := store.CreateKey(ctx, "demo", access.Worker, staffID)
+	worker, err := create("demo", access.Worker, staffID)
 	if err != nil {
-		return err
+		return keys, err
 	}
 	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
 	if host == "" || host == "0.0.0.0" || host == "::" {
@@ -332,6 +359,34 @@ this database; in another shell:
   go run ./cmd/app keys list
 
 `, op.MerchantID, op.Secret, admin.Secret, worker.Secret, staffID, base, op.Secret, base, base, base, printableURL(cfg.DatabaseURL), keyLine(keyFile))
+	if until != nil {
+		fmt.Fprintf(stdout, "These keys are revoked when this run stops (and expire on %s if it is killed).\n\n", until.UTC().Format(time.DateOnly))
+	}
+	return keys, nil
+}
+
+// revokeDemoKeys revokes the keys a run made in a database of your own,
+// once it stops (ctx done: the revocation has a context of its own).
+func revokeDemoKeys(ctx context.Context, cfg Config, ids []string, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	db, err := database.Open(ctx, cfg.DatabaseURL, 1)
+	if err != nil {
+		return fmt.Errorf("revoke the demo keys: %w", err)
+	}
+	defer db.Close()
+	store, err := refdata.New(db)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, err := store.RevokeKey(ctx, id, func(_, after access.Key) ops.AuditEntry {
+			return ops.AuditEntry{Actor: "system", Action: ops.ActionKeyRevoke, Target: after.ID, Details: map[string]any{"reason": "make run stopped"}}
+		}); err != nil {
+			return fmt.Errorf("revoke the demo key %s: %w", id, err)
+		}
+	}
+	log.Info("the demo keys of this run were revoked", "keys", len(ids))
 	return nil
 }
 

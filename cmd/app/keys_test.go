@@ -331,7 +331,8 @@ func TestDevBannerNamesTheDatabaseAndTheMasterKey(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "master.key")
 	require.NoError(t, os.WriteFile(file, []byte(line+"\n"), 0o600))
 	var banner syncBuffer
-	require.NoError(t, seedDemo(t.Context(), Config{DatabaseURL: k.url, HTTPAddr: ":8080"}, file, &banner))
+	_, err = seedDemo(t.Context(), Config{DatabaseURL: k.url, HTTPAddr: ":8080"}, file, &banner, nil)
+	require.NoError(t, err)
 	url := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(banner.String())
 	require.NotNil(t, url, "the banner prints DATABASE_URL:\n%s", banner.String())
 	key := regexp.MustCompile(`export MASTER_KEY_FILE='([^']+)'`).FindStringSubmatch(banner.String())
@@ -347,7 +348,8 @@ func TestDevBannerNamesTheDatabaseAndTheMasterKey(t *testing.T) {
 
 	// With a master key of the user's own, the banner names none.
 	var own syncBuffer
-	require.NoError(t, seedDemo(t.Context(), Config{DatabaseURL: k.url, HTTPAddr: ":8080"}, "", &own))
+	_, err = seedDemo(t.Context(), Config{DatabaseURL: k.url, HTTPAddr: ":8080"}, "", &own, nil)
+	require.NoError(t, err)
 	require.NotContains(t, own.String(), "MASTER_KEY_FILE")
 }
 

@@ -51,11 +51,16 @@ type NewKey = access.NewKey
 // not exist; an admin key takes no merchant (""). A worker key needs the
 // id of one of the merchant's active staff members.
 func (s *Store) CreateKey(ctx context.Context, merchantName string, role access.Role, staffID string) (NewKey, error) {
+	return s.CreateKeyAs(ctx, access.KeySpec{MerchantName: merchantName, Role: role, StaffID: staffID})
+}
+
+// CreateKeyAs is CreateKey for a key spec says (a name, an expiry).
+func (s *Store) CreateKeyAs(ctx context.Context, spec access.KeySpec) (NewKey, error) {
 	keys, err := access.NewKeys(s)
 	if err != nil {
 		return NewKey{}, err
 	}
-	return keys.IssueKey(ctx, access.KeySpec{MerchantName: merchantName, Role: role, StaffID: staffID}, "system")
+	return keys.IssueKey(ctx, spec, "system")
 }
 
 // InsertKey creates a key as spec (checked: access.KeySpec.Check) says and
