@@ -747,6 +747,50 @@ func TestVisitGeneratorKeepsTheAssigneeWhenAVisitMoves(t *testing.T) {
 	require.Equal(t, staffC, staffOf)
 }
 
+// Staff member A leaves (made inactive) while the plan prefers them: the
+// visits already booked keep A, the ones generated since are created
+// unassigned ("not active"). The merchant then gives the plan to staff
+// member B from its first visit on: the plan's new choice is booked for
+// every visit not started yet, the ones left unassigned included, and the
+// next run has nothing left to do.
+func TestVisitGeneratorBooksANewPreferredStaffMemberForVisitsLeftUnassigned(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0 := e.firstDay()
+	// The first run reaches the first two visits only: booked with A.
+	done, err := e.generator(t).All(t.Context(), e.plans, e.now, 9*24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Created: 2}, done)
+	a.must(http.StatusOK, http.MethodPatch, "/v1/staff/"+a.staffA, a.opA, map[string]any{"active": false})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Created: 2, Unassigned: 2}, done)
+	_, staff, reason := e.ledgerRow(t, day0.AddDate(0, 0, 14))
+	require.Nil(t, staff)
+	require.Contains(t, reason, "is not active")
+
+	staffB := a.crmCreate(a.opA, "/v1/staff", map[string]any{"name": "Bea Backup"})
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/change", a.opA,
+		map[string]any{"from": day0.Format(time.DateOnly), "staff_id": staffB})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	at := func(days int) string { return day0.AddDate(0, 0, days).Add(9 * time.Hour).Format("01-02 15:04") }
+	require.Equal(t, []string{at(0), at(7), at(14), at(21)}, e.liveBookings(t, staffB),
+		"the plan's new preferred staff member takes every visit not started yet, the two left unassigned when A left included (run: %+v)", done)
+	require.Empty(t, e.liveBookings(t, a.staffA))
+	require.Equal(t, command.VisitsDone{Replanned: 4}, done)
+	for _, days := range []int{14, 21} {
+		_, staff, reason = e.ledgerRow(t, day0.AddDate(0, 0, days))
+		require.NotNil(t, staff)
+		require.Equal(t, staffB, *staff)
+		require.Empty(t, reason)
+	}
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done, "nothing left to re-plan")
+}
+
 // liveBookings lists the live bookings' starts of staff member staff
 // (UTC, "01-02 15:04").
 func (e generatorEnv) liveBookings(t *testing.T, staff string) []string {
