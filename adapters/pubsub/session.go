@@ -829,12 +829,12 @@ func (s *session) PlanVisits(ctx context.Context, planID string) ([]command.Plan
 	var out []command.PlanVisit
 	b := &pgx.Batch{}
 	b.Queue(`SELECT visit_key, plan_id, order_id, start_at, end_at, coalesce(staff_id::text, ''), price_cents, unassigned_reason, cancelled,
-			withdrawn, generation
+			withdrawn, generation, coalesce(planned_for::text, '')
 		FROM plan_visits WHERE plan_id = $1 AND merchant_id = $2 ORDER BY start_at, visit_key`, planID, s.meta.MerchantID).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var v command.PlanVisit
 			if err := rows.Scan(&v.Key, &v.PlanID, &v.OrderID, &v.StartAt, &v.EndAt, &v.StaffID, &v.PriceCents, &v.UnassignedReason, &v.Cancelled,
-				&v.Withdrawn, &v.Generation); err != nil {
+				&v.Withdrawn, &v.Generation, &v.PlannedFor); err != nil {
 				return err
 			}
 			v.StartAt, v.EndAt, v.Existing = v.StartAt.UTC(), v.EndAt.UTC(), true
@@ -852,18 +852,24 @@ func (s *session) PlanVisits(ctx context.Context, planID string) ([]command.Plan
 // conflict: another attempt created the visit), or updates an existing one.
 func (s *session) SaveVisit(ctx context.Context, v command.PlanVisit) error {
 	b := &pgx.Batch{}
-	var staff *string
+	var staff, plannedFor *string
 	if v.StaffID != "" {
 		staff = &v.StaffID
 	}
+	if v.PlannedFor != "" {
+		plannedFor = &v.PlannedFor
+	}
 	if v.Existing {
 		b.Queue(`UPDATE plan_visits SET start_at = $3, end_at = $4, staff_id = $5, price_cents = $6, unassigned_reason = $7,
-			cancelled = $8, withdrawn = $9, generation = $10, order_id = $11, updated_at = now() WHERE visit_key = $1 AND merchant_id = $2`,
-			v.Key, s.meta.MerchantID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason, v.Cancelled, v.Withdrawn, v.Generation, v.OrderID)
+			cancelled = $8, withdrawn = $9, generation = $10, order_id = $11, planned_for = $12, updated_at = now()
+			WHERE visit_key = $1 AND merchant_id = $2`,
+			v.Key, s.meta.MerchantID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason, v.Cancelled, v.Withdrawn, v.Generation, v.OrderID,
+			plannedFor)
 	} else {
-		b.Queue(`INSERT INTO plan_visits (visit_key, merchant_id, plan_id, order_id, start_at, end_at, staff_id, price_cents, unassigned_reason)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			v.Key, s.meta.MerchantID, v.PlanID, v.OrderID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason)
+		b.Queue(`INSERT INTO plan_visits (visit_key, merchant_id, plan_id, order_id, start_at, end_at, staff_id, price_cents, unassigned_reason,
+			planned_for)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			v.Key, s.meta.MerchantID, v.PlanID, v.OrderID, v.StartAt, v.EndAt, staff, v.PriceCents, v.UnassignedReason, plannedFor)
 	}
 	err := s.tx.send(ctx, b)
 	var pgErr *pgconn.PgError

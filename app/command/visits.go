@@ -32,6 +32,12 @@ type PlanVisit struct {
 	// UnassignedReason says why a visit whose plan prefers a staff member
 	// has none.
 	UnassignedReason string
+	// PlannedFor is the plan's preferred staff member the order was last
+	// planned for, whether it got them or not: a visit left unassigned is
+	// planned again, as a booked one is, when the plan comes to prefer
+	// someone else. "" when the plan preferred nobody, or on a row an
+	// earlier release wrote (staffDiffers).
+	PlannedFor string
 	// Cancelled: the plan no longer has the visit; its order was cancelled.
 	Cancelled bool
 	// Withdrawn: the generator cancelled the order because the plan no
@@ -54,9 +60,14 @@ func (r PlanVisit) differs(v plan.Visit) bool {
 
 // staffDiffers reports whether the plan's preferred staff member for v is
 // not the one the row was planned for. A row left unassigned with a reason
-// was planned for a preferred staff member, whoever it was.
+// was planned for PlannedFor; one an earlier release wrote names nobody
+// there, and is taken as planned for the plan's current choice (else it
+// would be planned again every round).
 func (r PlanVisit) staffDiffers(v plan.Visit) bool {
-	return r.StaffID != v.StaffID && !(r.StaffID == "" && r.UnassignedReason != "" && v.StaffID != "")
+	if r.StaffID == "" && r.UnassignedReason != "" {
+		return r.PlannedFor != "" && r.PlannedFor != v.StaffID
+	}
+	return r.StaffID != v.StaffID
 }
 
 // visitScheduleID is the id of the schedule of the visit's order of the
@@ -283,6 +294,7 @@ func (g *VisitGenerator) create(ctx context.Context, meta event.Meta, planID, ke
 			return nil // created meanwhile
 		}
 		r.OrderID, r.StartAt, r.EndAt, r.PriceCents, r.UnassignedReason = plan.VisitOrderID(key, r.Generation), v.StartAt, v.EndAt, v.PriceCents, ""
+		r.PlannedFor = v.StaffID
 		var sch *schedule.Schedule
 		if v.StaffID != "" {
 			if sch, r.UnassignedReason, err = bookAs(ctx, s, visitScheduleID(key, r.Generation), r.OrderID, p.CustomerID(), v.StaffID, v, nil); err != nil {
@@ -699,7 +711,7 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 				return err
 			}
 		}
-		r.StartAt, r.EndAt, r.PriceCents = v.StartAt, v.EndAt, v.PriceCents
+		r.StartAt, r.EndAt, r.PriceCents, r.PlannedFor = v.StartAt, v.EndAt, v.PriceCents, v.StaffID
 		replanned = true
 		return s.SaveVisit(ctx, r)
 	})
