@@ -791,6 +791,51 @@ func TestVisitGeneratorBooksANewPreferredStaffMemberForVisitsLeftUnassigned(t *t
 	require.Equal(t, command.VisitsDone{}, done, "nothing left to re-plan")
 }
 
+// A re-plan writes to a visit's order what the plan changed, nothing else:
+// a visit moved keeps the amount the dispatcher gave its order by hand (a
+// discount on that visit; the plan's price did not change), and the order
+// of a visit whose new preferred staff member is busy then says why it is
+// unassigned, not that the visit moved (it did not).
+func TestVisitGeneratorReplanWritesOnlyWhatThePlanChanged(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0 := e.firstDay()
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	orderOf := func(d time.Time) string {
+		var id string
+		require.NoError(t, a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE visit_key = $1`,
+			e.planID+"/"+d.Format(time.DateOnly)).Scan(&id))
+		return id
+	}
+	first, second := orderOf(day0), orderOf(day0.AddDate(0, 0, 7))
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+first, a.opA, map[string]any{"amount_cents": 3000})
+	newStart := day0.Add(14 * time.Hour)
+	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "14:00")
+	// From the second visit on the plan prefers C, who has another job then.
+	staffC := a.crmCreate(a.opA, "/v1/staff", map[string]any{"name": "Cy Carer"})
+	other := a.createOrder(a.opA, a.createCustomer(a.opA, "Bob"), 1)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+other+"/assignment", a.opA, map[string]any{"staff_id": staffC,
+		"start_at": day0.AddDate(0, 0, 7).Add(9 * time.Hour).Format(time.RFC3339), "end_at": day0.AddDate(0, 0, 7).Add(11 * time.Hour).Format(time.RFC3339)})
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/change", a.opA,
+		map[string]any{"from": day0.AddDate(0, 0, 7).Format(time.DateOnly), "staff_id": staffC})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Replanned: 4}, done)
+
+	moved := a.crmAwait(a.opA, "/v1/orders/"+first, func(r response) bool {
+		return r.Status == http.StatusOK && r.Body["scheduled_start_at"] == newStart.Format(time.RFC3339)
+	})
+	require.EqualValues(t, 3000, moved.Body["amount_cents"], "the move keeps the amount the dispatcher set: the plan's price did not change")
+	unassigned := a.crmAwait(a.opA, "/v1/orders/"+second, func(r response) bool {
+		return r.Status == http.StatusOK && r.Body["staff_id"] == nil
+	})
+	require.Contains(t, unassigned.Body["notes"], "Not assigned: staff member "+staffC+" is already booked")
+	require.NotContains(t, unassigned.Body["notes"], "Moved to", "the visit did not move: only its preferred staff member changed")
+}
+
 // liveBookings lists the live bookings' starts of staff member staff
 // (UTC, "01-02 15:04").
 func (e generatorEnv) liveBookings(t *testing.T, staff string) []string {
