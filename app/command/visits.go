@@ -581,9 +581,10 @@ func planOwn(err error) bool {
 
 // replan brings the order of a visit not started yet (at its current start)
 // in line with the plan's visit (moved, even beyond the horizon, or changed
-// from an earlier visit on): its price, and its window with the preferred
-// staff member booked anew, or unassigned with the reason when the staff
-// member is busy then. An order that has started, ended or was cancelled by
+// from an earlier visit on): its price when the plan's changed (else the
+// order keeps its amount, one the dispatcher set by hand included), and its
+// window with the preferred staff member booked anew, or unassigned with
+// the reason when the staff member is busy then. An order that has started, ended or was cancelled by
 // hand is left alone; the start the ledger recorded does not matter (it may
 // have passed while the visit, moved later, has not).
 func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, key string, now time.Time) (bool, error) {
@@ -618,7 +619,12 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 			return nil // started, done or cancelled by hand: never touched
 		}
 		d := o.Details()
-		d.AmountCents = v.PriceCents
+		if r.PriceCents != v.PriceCents {
+			// Only a change of the plan's price: the amount the dispatcher
+			// gave this visit's order by hand (a discount) stays through a
+			// move or another staff member.
+			d.AmountCents = v.PriceCents
+		}
 		if r.StartAt.Equal(v.StartAt) && r.EndAt.Equal(v.EndAt) && !r.staffDiffers(v) {
 			// The price alone: the amount changes, nothing else (the
 			// assignment, the dispatcher's by hand included, stays).
@@ -673,7 +679,12 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 			}
 		}
 		if booked == nil {
-			note := fmt.Sprintf(" Moved to %s.", v.StartAt.Format(time.RFC3339))
+			var note string
+			if !r.StartAt.Equal(v.StartAt) || !r.EndAt.Equal(v.EndAt) {
+				// Not when only the preferred staff member changed: the
+				// visit stays where it was.
+				note = fmt.Sprintf(" Moved to %s.", v.StartAt.Format(time.RFC3339))
+			}
 			if r.UnassignedReason != "" {
 				note += " Not assigned: " + r.UnassignedReason
 			}
