@@ -1233,3 +1233,59 @@ func TestVisitGeneratorShareNeverOutlastsTheHorizon(t *testing.T) {
 		})
 	}
 }
+
+// roundsLogged hands the visit generator's "generated visits" records to a
+// test, with their numbers by key.
+type roundsLogged chan map[string]int64
+
+func (h roundsLogged) Enabled(context.Context, slog.Level) bool { return true }
+func (h roundsLogged) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h roundsLogged) WithGroup(string) slog.Handler            { return h }
+func (h roundsLogged) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "generated visits" {
+		return nil
+	}
+	n := map[string]int64{}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Value.Kind() == slog.KindInt64 {
+			n[a.Key] = a.Value.Int64()
+		}
+		return true
+	})
+	h <- n
+	return nil
+}
+
+// The generator's leader logs what a round did, re-plans included, as
+// operations.md says: a round that only re-planned a moved visit says so,
+// not that it did nothing.
+func TestVisitGeneratorLogsWhatARoundReplanned(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	cfg := e.a.cfg
+	cfg.PlanInterval, cfg.PlanHorizon = time.Second, 8*7*24*time.Hour
+	ctx, cancel := context.WithCancel(t.Context())
+	rounds := make(roundsLogged, 64)
+	errc := make(chan error, 1)
+	go func() { errc <- leadPlans(ctx, 1, cfg, 5*time.Second, nil, slog.New(rounds)) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-errc)
+	}()
+	next := func() map[string]int64 {
+		t.Helper()
+		select {
+		case n := <-rounds:
+			return n
+		case err := <-errc:
+			t.Fatalf("the generator's leader stopped: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no round logged what it did")
+		}
+		return nil
+	}
+	require.Equal(t, map[string]int64{"created": 4, "unassigned": 0, "replanned": 0, "cancelled": 0}, next())
+	day0 := e.firstDay()
+	e.move(t, day0.Format(time.DateOnly), day0.Format(time.DateOnly), "14:00")
+	require.Equal(t, map[string]int64{"created": 0, "unassigned": 0, "replanned": 1, "cancelled": 0}, next())
+}
