@@ -86,7 +86,8 @@ func leadPlans(ctx context.Context, term int64, cfg Config, lease time.Duration,
 			}
 			log.ErrorContext(ctx, "generate visits", "error", err) // the next round retries
 		} else if done != (command.VisitsDone{}) {
-			log.InfoContext(ctx, "generated visits", "created", done.Created, "unassigned", done.Unassigned, "cancelled", done.Cancelled)
+			log.InfoContext(ctx, "generated visits", "created", done.Created, "unassigned", done.Unassigned, "replanned", done.Replanned,
+				"cancelled", done.Cancelled)
 		}
 		select {
 		case <-ctx.Done():
