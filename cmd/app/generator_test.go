@@ -556,6 +556,43 @@ func TestVisitGeneratorReplansAMovedVisitAfterItsOldStartHasPassed(t *testing.T)
 	require.Equal(t, newStart, startAt.UTC(), "the booking is the visit's order's")
 }
 
+// A visit moved later and then skipped before any run came between (an
+// outage, a leader change, a long PLAN_INTERVAL) loses its order at the
+// next run, even when that run comes after the visit's old start: "not
+// started" is the visit's current start, as for a re-plan, not the start
+// its order still has. Its order is cancelled and the staff member's time
+// freed, rather than left pending at a time the visit never had again.
+func TestVisitGeneratorCancelsAMovedVisitDroppedAfterItsOldStartHasPassed(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	day0 := e.firstDay()
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+
+	// Tomorrow 09:00 moves to the day after at 14:00, and is then skipped.
+	date := day0.Format(time.DateOnly)
+	e.move(t, date, day0.AddDate(0, 0, 1).Format(time.DateOnly), "14:00")
+	e.a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/skip", e.a.opA, map[string]any{"date": date})
+	var orderID string
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT order_id::text FROM plan_visits WHERE visit_key = $1`,
+		e.planID+"/"+date).Scan(&orderID))
+	version := e.orderVersion(t, orderID)
+
+	// The next run happens at 09:30 tomorrow: after the old start, well
+	// before the new one.
+	later := day0.Add(9*time.Hour + 30*time.Minute)
+	done, err = e.generator(t).All(t.Context(), e.plans, later, 8*7*24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{Cancelled: 1}, done, "the skipped visit's order is withdrawn")
+	require.Equal(t, []string{"OrderCancelled"}, e.orderEvents(t, orderID, version))
+	require.NotContains(t, e.liveBookings(t, e.a.staffA), day0.Add(9*time.Hour).Format("01-02 15:04"), "its booking is freed")
+	var withdrawn bool
+	require.NoError(t, e.a.dbs.es.DB.QueryRowContext(t.Context(), `SELECT cancelled AND withdrawn FROM plan_visits WHERE visit_key = $1`,
+		e.planID+"/"+date).Scan(&withdrawn))
+	require.True(t, withdrawn)
+}
+
 // The generator books the preferred staff member only within their working
 // hours (when they have any set): a visit on their holiday, or outside the
 // day's shifts, is created unassigned with the reason, as for a clash, and
