@@ -244,8 +244,8 @@ func (g *VisitGenerator) Plan(ctx context.Context, cmd GenerateVisits) (VisitsDo
 			continue
 		case has: // its start has passed: started
 			continue
-		case !r.StartAt.After(cmd.Now):
-			continue // gone from the plan after its order's start: never touched
+		case !startOf(p, r).After(cmd.Now):
+			continue // gone from the plan after its start: never touched
 		}
 		if g.Between != nil {
 			g.Between(ctx)
@@ -399,12 +399,15 @@ func (g *VisitGenerator) cancel(ctx context.Context, meta event.Meta, planID, ke
 		if err != nil {
 			return err
 		}
-		if r.Key == "" || r.Cancelled || !r.StartAt.After(now) {
+		if r.Key == "" || r.Cancelled {
 			return nil
 		}
 		p, err := s.ServicePlan(ctx, planID)
 		if err != nil {
 			return err
+		}
+		if !startOf(p, r).After(now) {
+			return nil // started: never touched
 		}
 		// Anywhere, not only up to its old start: a visit moved beyond
 		// the horizon, or one moved earlier whose start has passed, is
@@ -731,6 +734,19 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 		return false, nil // changed meanwhile: the next run looks again
 	}
 	return replanned, err
+}
+
+// startOf is the later of where the ledger row's visit starts by the plan
+// and where its order starts: a visit moved and dropped before a run
+// re-planned its order has two, and has not taken place until both have
+// passed (moved later: the order's start passes first; moved earlier, then
+// paused before its new start: the plan's). A visit the plan's dates no
+// longer hold (changed away) has its order's.
+func startOf(p *plan.Plan, r PlanVisit) time.Time {
+	if at, ok := p.StartOf(r.Key); ok && at.After(r.StartAt) {
+		return at
+	}
+	return r.StartAt
 }
 
 // ledgerRow is the ledger row of the visit with key of a plan; the zero

@@ -495,6 +495,24 @@ func (p *Plan) VisitByKey(key string) (Visit, bool) {
 	return v, true
 }
 
+// StartOf returns where the visit with key (a VisitKey of the plan) starts,
+// moved or not, whether or not the plan still has it (skipped, starting in
+// a pause or after the end); false when its date is no visit of the plan's
+// recurrence (changed away). A visit dropped after it was moved later has
+// not started until that later start, whatever its order still says.
+func (p *Plan) StartOf(key string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(key, p.id+"/")
+	if !ok {
+		return time.Time{}, false
+	}
+	d, err := civil.ParseDate(rest)
+	if err != nil {
+		return time.Time{}, false
+	}
+	v, ok := p.visit(d)
+	return v.StartAt, ok
+}
+
 // occurrences yields the plan's visit dates from lo on, in order
 // (skipped, paused or not), each with the terms in force on it: segment i
 // gives the dates of its recurrence from its own from up to the next

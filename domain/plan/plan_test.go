@@ -755,3 +755,28 @@ func TestStoredZonesDoNotDependOnTheMachine(t *testing.T) {
 		require.Equal(t, london, visits(zone), "%q is read as Europe/London", zone)
 	}
 }
+
+// StartOf answers where a visit starts, moved or not, also once the plan no
+// longer has it (skipped, or after the end); not for a date the plan's
+// recurrence does not give.
+func TestStartOfAVisitThePlanNoLongerHas(t *testing.T) {
+	t.Parallel()
+	p := newPlan(t, "UTC", weekly(t, "2026-12-08", time.Tuesday))
+	key := plan.VisitKey(p.ID(), day(t, "2026-12-08"))
+	require.NoError(t, p.Move(day(t, "2026-12-08"), day(t, "2026-12-10"), civil.At(14, 0), now))
+	require.NoError(t, p.Skip(day(t, "2026-12-08"), now))
+	p = commit(t, p)
+	_, has := p.VisitByKey(key)
+	require.False(t, has)
+	at, ok := p.StartOf(key)
+	require.True(t, ok)
+	require.Equal(t, time.Date(2026, 12, 10, 14, 0, 0, 0, time.UTC), at)
+	require.NoError(t, p.End(now))
+	at, ok = p.StartOf(plan.VisitKey(p.ID(), day(t, "2026-12-15")))
+	require.True(t, ok, "after the end too")
+	require.Equal(t, time.Date(2026, 12, 15, 9, 0, 0, 0, time.UTC), at)
+	_, ok = p.StartOf(plan.VisitKey(p.ID(), day(t, "2026-12-16")))
+	require.False(t, ok, "a Wednesday is no visit of the plan")
+	_, ok = p.StartOf(plan.VisitKey(uuid.New(), day(t, "2026-12-15")))
+	require.False(t, ok, "another plan's key")
+}
