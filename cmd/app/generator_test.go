@@ -873,6 +873,33 @@ func TestVisitGeneratorReplanWritesOnlyWhatThePlanChanged(t *testing.T) {
 	require.NotContains(t, unassigned.Body["notes"], "Moved to", "the visit did not move: only its preferred staff member changed")
 }
 
+// A plan that stops preferring a staff member (staff_id "") leaves its
+// visits' orders with whoever they are assigned to: A keeps the visits the
+// generator gave them, and B the one the dispatcher gave them by hand. The
+// plan names nobody new to book, so nothing is unassigned.
+func TestVisitGeneratorKeepsTheAssigneesWhenThePlanDropsItsStaffMember(t *testing.T) {
+	t.Parallel()
+	e := newGeneratorEnv(t)
+	a := e.a
+	day0 := e.firstDay()
+	done, err := e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, done.Created)
+	staffB, _ := e.handAssigned(t)
+
+	a.must(http.StatusOK, http.MethodPost, "/v1/plans/"+e.planID+"/change", a.opA,
+		map[string]any{"from": day0.Format(time.DateOnly), "staff_id": ""})
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	at := func(days int) string { return day0.AddDate(0, 0, days).Add(9 * time.Hour).Format("01-02 15:04") }
+	require.Equal(t, []string{at(0)}, e.liveBookings(t, staffB), "the dispatcher's choice stays (run: %+v)", done)
+	require.Equal(t, []string{at(0), at(7), at(14), at(21)}, e.liveBookings(t, a.staffA),
+		"A keeps the visits they were booked for, and the other job (run: %+v)", done)
+	done, err = e.run(t, e.generator(t))
+	require.NoError(t, err)
+	require.Equal(t, command.VisitsDone{}, done, "nothing left to re-plan")
+}
+
 // liveBookings lists the live bookings' starts of staff member staff
 // (UTC, "01-02 15:04").
 func (e generatorEnv) liveBookings(t *testing.T, staff string) []string {
