@@ -644,9 +644,11 @@ func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, ke
 		}
 		// Who to book at the new window: whoever the order is assigned to
 		// now (the dispatcher may have chosen them by hand), unless the
-		// plan's preferred staff member changed; then the preferred one.
+		// plan's preferred staff member changed to another; then the
+		// preferred one. A plan that prefers nobody any more names nobody
+		// to book instead: the assignee stays, if they can take the window.
 		var candidates []string
-		if live && !r.staffDiffers(v) {
+		if live && (!r.staffDiffers(v) || v.StaffID == "") {
 			candidates = append(candidates, sch.Window().StaffID)
 		}
 		if v.StaffID != "" && !slices.Contains(candidates, v.StaffID) {
