@@ -587,9 +587,10 @@ func planOwn(err error) bool {
 // from an earlier visit on): its price when the plan's changed (else the
 // order keeps its amount, one the dispatcher set by hand included), and its
 // window with the preferred staff member booked anew, or unassigned with
-// the reason when the staff member is busy then. An order that has started, ended or was cancelled by
-// hand is left alone; the start the ledger recorded does not matter (it may
-// have passed while the visit, moved later, has not).
+// the reason when the staff member is busy then. An order that has started,
+// ended or was cancelled by hand is left alone; the start the ledger
+// recorded does not matter (it may have passed while the visit, moved
+// later, has not).
 func (g *VisitGenerator) replan(ctx context.Context, meta event.Meta, planID, key string, now time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
