@@ -583,3 +583,52 @@ func TestAnAggregateParkedAtItsFirstEventSaysSoOnItsGet(t *testing.T) {
 	require.Empty(t, other.Header.Get(httpport.ParkedHeader), "%s", other)
 	require.Empty(t, d.violations, "answers the OpenAPI document does not describe:\n%s", strings.Join(d.violations, "\n"))
 }
+
+// A worker key cannot see another staff member's order or schedule: its GET
+// answers 404 as for a missing one (api.md). A parked one is no exception:
+// the Projection-Parked header of a 404 tells whoever sends it that the
+// order or schedule exists, how many of its events wait and since when, so
+// a worker key must not get it for what is not its own, whether the row is
+// held back behind a parked event or the aggregate is parked at its first
+// event and has no row yet.
+//
+// Not parallel: the failing handler retries inside its subscriber's
+// transaction (architecture.md).
+func TestAWorkerKeyIsNotToldOfAnotherStaffMembersParkedOrderOrSchedule(t *testing.T) {
+	a := setup(t, pgtest.NewDB(t))
+	colleague, err := a.w.refdata.CreateStaff(t.Context(), a.merchantA, "Colin Colleague")
+	require.NoError(t, err)
+	customer := a.createCustomer(a.opA, "Ada")
+	theirs := a.createOrder(a.opA, customer, 100)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+theirs+"/assignment", a.opA, map[string]any{
+		"staff_id": colleague, "start_at": "2030-06-01T10:00:00Z", "end_at": "2030-06-01T12:00:00Z"})
+	schedule := a.crmSchedule(a.opA, theirs).Body["id"].(string)
+	a.awaitOrder(a.opA, theirs, 3)
+
+	// The colleague's order is held back behind its next event, their
+	// schedule too, and another order is parked at its first event.
+	_, err = a.dbs.rm.DB.Exec(fmt.Sprintf(`ALTER TABLE orders ADD CONSTRAINT parked_cause CHECK ((id <> '%s' OR amount_cents = 100) AND amount_cents <> 4242)`, theirs))
+	require.NoError(t, err)
+	_, err = a.dbs.rm.DB.Exec(fmt.Sprintf(`ALTER TABLE schedules ADD CONSTRAINT parked_cause CHECK (id <> '%s' OR status = 'planned')`, schedule))
+	require.NoError(t, err)
+	a.must(http.StatusOK, http.MethodPatch, "/v1/orders/"+theirs, a.opA, map[string]any{"amount_cents": 150})
+	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+schedule+"/status", a.opA, map[string]any{"status": "in_service"})
+	unborn := a.createOrder(a.opA, customer, 4242)
+	a.awaitParked(theirs)
+	require.Equal(t, 1, intOf(a.awaitParked(unborn)["first_version"]), "parked at its first event")
+	require.Eventually(t, func() bool {
+		r, err := a.send(http.MethodGet, "/admin/parked/schedules/"+schedule, auth(a.admin), nil)
+		return err == nil && r.Status == http.StatusOK
+	}, 20*time.Second, 10*time.Millisecond, "the schedule is parked")
+	// The operator is told, as operations.md says.
+	require.NotEmpty(t, a.must(http.StatusOK, http.MethodGet, "/v1/orders/"+theirs, a.opA, nil).Header.Get(httpport.ParkedHeader))
+
+	for _, path := range []string{"/v1/orders/" + theirs, "/v1/orders/" + unborn, "/v1/schedules/" + schedule} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			r := a.do(method, path, a.worker, nil)
+			require.Equal(t, http.StatusNotFound, r.Status, "%s %s by the worker: %s", method, path, r)
+			require.Empty(t, r.Header.Get(httpport.ParkedHeader),
+				"%s %s by a worker key: another staff member's parked aggregate answers as a missing one, without %s", method, path, httpport.ParkedHeader)
+		}
+	}
+}
