@@ -170,7 +170,11 @@ func (s *server) cancelRebuild(w http.ResponseWriter, r *http.Request) error {
 // aggregate parked at its first event, which has no row yet: the client
 // its creation answered must not take it for lost and create it again.
 // IsParked looks only at the key's merchant, so another merchant's 404
-// says nothing.
+// says nothing. Nor does a worker key's: it sees only its staff member's
+// rows, and its 404 stands as well for another staff member's order or
+// schedule, which it must not learn of (the header would say it exists,
+// and how its events wait); a worker creates no order or schedule, so it
+// has no creation to take for lost.
 func (s *server) parkedHeader(projection string, h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if s.Parked == nil {
@@ -189,7 +193,7 @@ func (s *server) parkedHeader(projection string, h handlerFunc) handlerFunc {
 		}
 		value := fmt.Sprintf("waiting=%d, first_version=%d, since=%s", a.Waiting, a.FirstVersion, a.Since.UTC().Format(time.RFC3339))
 		err = h(&headerOnOK{ResponseWriter: w, name: ParkedHeader, value: value}, r)
-		if errors.Is(err, apperr.ErrNotFound) {
+		if errors.Is(err, apperr.ErrNotFound) && scope(r).StaffID == "" {
 			w.Header().Set(ParkedHeader, value) // answered by the caller, on w
 		}
 		return err
