@@ -84,3 +84,50 @@ func TestConsoleRowButtonsNameTheirRow(t *testing.T) {
 	require.NotEmpty(t, b, "the job has Start")
 	require.Regexp(t, `aria-label="Start[^"]*Grace Hopper`, b, "Start names the job's customer")
 }
+
+// An erased person leaves a gap that still reads well (domain.md: "erased
+// customer", never a blank): a worker's job for a customer erased since
+// says so on My jobs, instead of a card without anyone to go to; and the
+// jobs an erased staff member still has (an erasure leaves their
+// assignments to the dispatcher) sit on the board in a row that says whose
+// they were, and an order's page names its schedule's staff member as
+// erased, rather than a row and a line without a name.
+func TestConsoleNamesErasedPeopleAsErased(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	start := time.Now().UTC().Truncate(time.Hour).Add(2 * time.Hour)
+	assign := func(customer, staff string) (order, sched string) {
+		t.Helper()
+		order = a.createOrder(a.opA, customer, 9000)
+		a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA, map[string]any{
+			"staff_id": staff, "start_at": start.Format(time.RFC3339), "end_at": start.Add(time.Hour).Format(time.RFC3339)})
+		sched = a.crmSchedule(a.opA, order).Body["id"].(string)
+		a.awaitOrder(a.opA, order, 3)
+		return order, sched
+	}
+	ada := a.must(http.StatusCreated, http.MethodPost, "/v1/customers", a.opA, map[string]any{
+		"name": "Ada Gone", "address": "1 Lane End"}).Body["id"].(string)
+	_, adasJob := assign(ada, a.staffA)
+	sam := a.crmCreate(a.opA, "/v1/staff", map[string]any{"name": "Sam Gone"})
+	samsOrder, _ := assign(a.createCustomer(a.opA, "Bob Stays"), sam)
+	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+ada+"/erase", a.opA, map[string]any{"confirm": ada})
+	a.must(http.StatusOK, http.MethodPost, "/v1/staff/"+sam+"/erase", a.opA, map[string]any{"confirm": sam})
+
+	w := newConsoleClient(t, a.base)
+	w.signIn(a.worker)
+	_, _, jobs := w.do(http.MethodGet, "/console/jobs", nil)
+	card := regexp.MustCompile(`(?s)<li class="card job" id="job-` + adasJob + `">.*?</li>`).FindString(jobs)
+	require.NotEmpty(t, card, "the job is on My jobs: %s", jobs)
+	require.NotContains(t, card, "Ada Gone")
+	require.Regexp(t, `<p class="customer">erased customer</p>`, card, "the job's customer reads as erased, not as a blank")
+
+	op := newConsoleClient(t, a.base)
+	op.signIn(a.opA)
+	_, _, board := op.do(http.MethodGet, "/console/board?week="+start.Format(time.DateOnly), nil)
+	require.Contains(t, board, "Bob Stays", "the erased staff member's job is on the board")
+	require.NotContains(t, board, `<th scope="row"> <small>(inactive)</small></th>`, "a row without a name")
+	require.Contains(t, board, `<th scope="row">erased staff member <small>(inactive)</small></th>`)
+	_, _, order := op.do(http.MethodGet, "/console/orders/"+samsOrder, nil)
+	require.NotContains(t, order, "<p>, ", "a schedule line without its staff member")
+	require.Contains(t, order, "<p>erased staff member, ")
+}
