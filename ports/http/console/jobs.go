@@ -10,6 +10,7 @@ import (
 	"hearth/app/query"
 	"hearth/domain/apperr"
 	"hearth/domain/civil"
+	"hearth/domain/reference"
 	"hearth/domain/schedule"
 )
 
@@ -89,7 +90,7 @@ func (c *Console) jobsPage(r *http.Request, s *session) (*page, error) {
 			case err != nil:
 				return nil, err
 			default:
-				j.Customer, j.Address, j.Phone = cu.Name, cu.Address, cu.Phone
+				j.Customer, j.Address, j.Phone = customerName(cu), cu.Address, cu.Phone
 			}
 		}
 		switch {
@@ -136,4 +137,15 @@ func (c *Console) jobStatus(w http.ResponseWriter, r *http.Request, s *session) 
 func dayOf(now time.Time, loc *time.Location) (today, tomorrow time.Time) {
 	day := civil.DateOf(now, loc)
 	return civil.Resolve(day, 0, loc), civil.Resolve(day.AddDays(1), 0, loc)
+}
+
+// customerName is what a page calls the customer of record cu: an erased
+// customer keeps the record's id with every personal field empty, and
+// reads as erased (domain: an erased person leaves a gap that reads well,
+// never a blank).
+func customerName(cu reference.Customer) string {
+	if cu.Erased() {
+		return "erased customer"
+	}
+	return cu.Name
 }

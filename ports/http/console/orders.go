@@ -172,7 +172,7 @@ func (c *Console) orderPage(r *http.Request, s *session) (*page, error) {
 		d.Request = *o.RequestID
 	}
 	if cu, err := c.cfg.App.Queries.Customers.Get(ctx, s.principal.MerchantID, o.CustomerID); err == nil {
-		d.Customer, d.Address, d.Phone = cu.Name, cu.Address, cu.Phone
+		d.Customer, d.Address, d.Phone = customerName(cu), cu.Address, cu.Phone
 	}
 	if d.Schedule, err = c.scheduleOf(r, s, o); err != nil {
 		return nil, err
