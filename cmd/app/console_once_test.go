@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"hearth/app/access"
 	"hearth/domain/servicerequest"
 	"hearth/internal/pgtest"
 )
@@ -344,4 +345,32 @@ func inboxForm(t *testing.T, c *consoleClient, customer, content string) (string
 	form.Set("content", content)
 	form.Set("source", "phone")
 	return page, form
+}
+
+// A form carried through a sign-in (its session ended on the way) is
+// offered to send again only to a key that may send it: a worker signing in
+// at the computer where a dispatcher's form was left is not shown what the
+// dispatcher typed about a customer (a worker sees a customer only through
+// their own jobs), nor offered a form it would be refused, and lands on its
+// own page rather than the dispatcher's.
+func TestConsoleCarriedFormIsOfferedOnlyToAKeyThatMaySendIt(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	customer := a.createCustomer(a.opA, "Ada Lovelace")
+	dispatcher, err := a.w.refdata.CreateKey(t.Context(), "acme", access.Operator, "")
+	require.NoError(t, err)
+	c := newConsoleClient(t, a.base)
+	c.signIn(dispatcher.Secret)
+	_, form := inboxForm(t, c, customer, "Alarm code 4321, the key is under the mat")
+	a.revokeSecret(dispatcher.Secret)
+	status, _, page := c.do(http.MethodPost, "/console/requests", form)
+	require.Equal(t, http.StatusUnauthorized, status, "the form is answered with the sign-in page: %s", page)
+
+	signin := formAt(t, page, "/console/signin")
+	require.NotEmpty(t, signin.Get("carry_action"), "the sign-in form carries the form")
+	signin.Set("key", a.worker)
+	status, location, page := c.do(http.MethodPost, "/console/signin", signin)
+	require.NotContains(t, page, "Alarm code 4321", "a worker signing in is not shown the dispatcher's form (%d)", status)
+	require.Equal(t, http.StatusSeeOther, status, "the worker is signed in and sent on: %s", page)
+	require.Equal(t, "/console/signin?next=%2Fconsole%2Fjobs&nocookie", location, "to the worker's own page")
 }
