@@ -119,6 +119,9 @@ type Console struct {
 	assets *assets
 	waits  chan struct{}
 	mux    *http.ServeMux
+	// roles are the key roles each pattern of a signed-in session's page
+	// or form is for (nil: any), as with checks them.
+	roles  map[string][]access.Role
 	verify verifier
 }
 
@@ -151,7 +154,7 @@ func New(cfg Config) (*Console, error) {
 	if c.tmpl, err = c.templates(); err != nil {
 		return nil, err
 	}
-	c.mux = http.NewServeMux()
+	c.mux, c.roles = http.NewServeMux(), map[string][]access.Role{}
 	c.routes()
 	return c, nil
 }
@@ -180,45 +183,66 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /console/{$}", c.home)
 	m.HandleFunc("GET /console/signin", c.signinPage)
 	m.HandleFunc("POST /console/signin", c.signin)
-	m.Handle("POST /console/signout", c.with(nil, c.signout))
+	c.handle("POST /console/signout", nil, c.signout)
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, nil, http.StatusNotFound, "No such page", "There is no console page at "+r.URL.Path+".")
 	})
 
-	m.Handle("GET /console/board", c.with(op, c.show(c.board, "board-grid", "board-unassigned")))
-	m.Handle("POST /console/board/assign", c.with(op, c.assign))
-	m.Handle("GET /console/board/slots", c.with(op, c.boardSlots))
-	m.Handle("GET /console/requests", c.with(op, c.show(c.requestsPage, "requests-list")))
-	m.Handle("POST /console/requests", c.with(op, c.createRequest))
-	m.Handle("POST /console/requests/{id}/status", c.with(op, c.requestStatus))
-	m.Handle("POST /console/requests/{id}/convert", c.with(op, c.convertRequest))
-	m.Handle("GET /console/orders", c.with(op, c.orders))
-	m.Handle("GET /console/orders/{id}", c.with(op, c.show(c.orderPage, "order-live")))
-	m.Handle("POST /console/orders/{id}/{action}", c.with(op, c.orderAction))
-	m.Handle("GET /console/plans", c.with(op, c.show(c.plansPage)))
-	m.Handle("POST /console/plans", c.with(op, c.createPlan))
-	m.Handle("GET /console/plans/{id}", c.with(op, c.show(c.planPage)))
-	m.Handle("POST /console/plans/{id}/{action}", c.with(op, c.planAction))
+	c.handle("GET /console/board", op, c.show(c.board, "board-grid", "board-unassigned"))
+	c.handle("POST /console/board/assign", op, c.assign)
+	c.handle("GET /console/board/slots", op, c.boardSlots)
+	c.handle("GET /console/requests", op, c.show(c.requestsPage, "requests-list"))
+	c.handle("POST /console/requests", op, c.createRequest)
+	c.handle("POST /console/requests/{id}/status", op, c.requestStatus)
+	c.handle("POST /console/requests/{id}/convert", op, c.convertRequest)
+	c.handle("GET /console/orders", op, c.orders)
+	c.handle("GET /console/orders/{id}", op, c.show(c.orderPage, "order-live"))
+	c.handle("POST /console/orders/{id}/{action}", op, c.orderAction)
+	c.handle("GET /console/plans", op, c.show(c.plansPage))
+	c.handle("POST /console/plans", op, c.createPlan)
+	c.handle("GET /console/plans/{id}", op, c.show(c.planPage))
+	c.handle("POST /console/plans/{id}/{action}", op, c.planAction)
 	for _, k := range c.recordKinds() {
-		m.Handle("GET /console/"+k.path, c.with(op, k.list))
-		m.Handle("POST /console/"+k.path, c.with(op, k.create))
-		m.Handle("GET /console/"+k.path+"/{id}", c.with(op, k.edit))
-		m.Handle("POST /console/"+k.path+"/{id}", c.with(op, k.update))
+		c.handle("GET /console/"+k.path, op, k.list)
+		c.handle("POST /console/"+k.path, op, k.create)
+		c.handle("GET /console/"+k.path+"/{id}", op, k.edit)
+		c.handle("POST /console/"+k.path+"/{id}", op, k.update)
 		if k.path == "staff" {
-			m.Handle("POST /console/staff/{id}/hours/{action}", c.with(op, c.hoursAction(k.page)))
+			c.handle("POST /console/staff/{id}/hours/{action}", op, c.hoursAction(k.page))
 		}
 	}
 
-	m.Handle("GET /console/jobs", c.with(worker, c.show(c.jobsPage, "jobs-list")))
-	m.Handle("POST /console/jobs/{id}/status", c.with(worker, c.jobStatus))
+	c.handle("GET /console/jobs", worker, c.show(c.jobsPage, "jobs-list"))
+	c.handle("POST /console/jobs/{id}/status", worker, c.jobStatus)
 
-	m.Handle("GET /console/oncall", c.with(admin, c.show(c.oncallPage, "oncall-live")))
-	m.Handle("GET /console/oncall/parked/{projection}/{id}", c.with(admin, c.parkedDetail))
-	m.Handle("POST /console/oncall/parked/{projection}/{id}/replay", c.with(admin, c.replay))
-	m.Handle("POST /console/oncall/parked/{projection}/{id}/skip", c.with(admin, c.skip))
-	m.Handle("POST /console/oncall/rebuilds/{projection}", c.with(admin, c.startRebuild))
-	m.Handle("POST /console/oncall/rebuilds/{projection}/cancel", c.with(admin, c.cancelRebuild))
-	m.Handle("POST /console/oncall/verify", c.with(admin, c.startVerify))
+	c.handle("GET /console/oncall", admin, c.show(c.oncallPage, "oncall-live"))
+	c.handle("GET /console/oncall/parked/{projection}/{id}", admin, c.parkedDetail)
+	c.handle("POST /console/oncall/parked/{projection}/{id}/replay", admin, c.replay)
+	c.handle("POST /console/oncall/parked/{projection}/{id}/skip", admin, c.skip)
+	c.handle("POST /console/oncall/rebuilds/{projection}", admin, c.startRebuild)
+	c.handle("POST /console/oncall/rebuilds/{projection}/cancel", admin, c.cancelRebuild)
+	c.handle("POST /console/oncall/verify", admin, c.startVerify)
+}
+
+// handle serves pattern with h for sessions of roles (with), and notes
+// them: a sign-in then offers a carried form, or goes back to a page, only
+// when its key may reach it (allows).
+func (c *Console) handle(pattern string, roles []access.Role, h handler) {
+	c.roles[pattern] = roles
+	c.mux.Handle(pattern, c.with(roles, h))
+}
+
+// allows reports whether a session of role may reach method and path, a
+// console address (a page, a form's action): false for an address no
+// page of a session serves.
+func (c *Console) allows(role access.Role, method, path string) bool {
+	r, err := http.NewRequest(method, path, nil)
+	if err != nil {
+		return false
+	}
+	_, pattern := c.mux.Handler(r)
+	roles, ok := c.roles[pattern]
+	return ok && (roles == nil || slices.Contains(roles, role))
 }
 
 // with runs h for a signed-in session whose key has one of roles (any role
@@ -553,7 +577,15 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, cookie(c.cfg.CookieName, token, int(SessionLifetime.Seconds())))
 	http.SetCookie(w, cookie(c.cfg.CookieName+signinSuffix, "", -1))
-	if pending := carried(r); pending != nil {
+	// The page to go back to, and a form carried, are the last session's
+	// in this browser, which may have been someone else's (a computer a
+	// dispatcher and a worker share): one this key may not reach is
+	// dropped, so that a worker is not shown what a dispatcher typed about
+	// a customer, nor offered a form it would be refused.
+	if next != "" && !c.allows(p.Role, http.MethodGet, next) {
+		next = ""
+	}
+	if pending := carried(r); pending != nil && c.allows(p.Role, http.MethodPost, pending.Action) {
 		// The form sent when the session had ended, shown to send again
 		// under the new session's token. Should the browser have dropped
 		// the cookie, sending it comes back here, still carried.
