@@ -908,3 +908,30 @@ func TestConsoleCustomerSearchInTheAddressIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// A worker key whose staff member is made inactive ends its console
+// sessions at once (console.md), as a revocation does: they are gone, not
+// put aside. Made active again, the staff member's key works again, but a
+// phone still holding the old session's cookie (switched off meanwhile, or
+// handed on) is not signed in by it: someone signs in again with the key.
+func TestConsoleSessionsOfADeactivatedWorkerStayEnded(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	k, err := a.w.refdata.CreateKey(t.Context(), "acme", access.Worker, a.staffA)
+	require.NoError(t, err)
+	phone := newConsoleClient(t, a.base)
+	cookie := phone.signIn(k.Secret)
+	status, _, _ := phone.do(http.MethodGet, "/console/jobs", nil)
+	require.Equal(t, http.StatusOK, status)
+
+	a.must(http.StatusOK, http.MethodPatch, "/v1/staff/"+a.staffA, a.opA, map[string]any{"active": false})
+	a.must(http.StatusOK, http.MethodPatch, "/v1/staff/"+a.staffA, a.opA, map[string]any{"active": true})
+	a.must(http.StatusOK, http.MethodGet, "/v1/schedules", k.Secret, nil) // the key works again
+
+	off := newConsoleClient(t, a.base) // the phone, switched off while the staff member was inactive
+	off.cookies["hearth_console"] = cookie
+	status, location, _ := off.do(http.MethodGet, "/console/jobs", nil)
+	require.Equal(t, http.StatusSeeOther, status, "the old session does not come back with the staff member")
+	require.Equal(t, "/console/signin?ended=session&next=%2Fconsole%2Fjobs", location)
+	require.Zero(t, a.sessionRows(k.ID), "nothing of the ended session stays")
+}
