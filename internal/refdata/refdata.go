@@ -59,6 +59,11 @@ type Table[T any, P reference.Record[T]] struct {
 	// ids) before an update reads the record: the staff's, which takes the
 	// locks of their worker keys (StaffKeysLockSQL).
 	lockFirst string
+	// afterUpdate, when set, is run (with the merchant's and the record's
+	// ids) right after an update writes the record, in its transaction:
+	// the staff's, which ends the console sessions of their worker keys
+	// once they are inactive (staffSessionsEndSQL).
+	afterUpdate string
 }
 
 // Tables of the three kinds of record.
@@ -67,7 +72,8 @@ func Customers(db *bun.DB) Table[reference.Customer, *reference.Customer] {
 }
 
 func Staff(db *bun.DB) Table[reference.StaffMember, *reference.StaffMember] {
-	return Table[reference.StaffMember, *reference.StaffMember]{db: db, expr: "staff AS staff_member", lockFirst: StaffKeysLockSQL}
+	return Table[reference.StaffMember, *reference.StaffMember]{db: db, expr: "staff AS staff_member", lockFirst: StaffKeysLockSQL,
+		afterUpdate: staffSessionsEndSQL}
 }
 
 func CatalogItems(db *bun.DB) Table[reference.CatalogItem, *reference.CatalogItem] {
@@ -143,6 +149,11 @@ func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(
 		if _, err := tx.NewUpdate().Model(&v).ModelTableExpr(t.expr).
 			Where("merchant_id = ? AND id = ?", merchantID, id).Exec(ctx); err != nil {
 			return fmt.Errorf("update %s: %w", t.expr, err)
+		}
+		if t.afterUpdate != "" {
+			if _, err := tx.Tx.ExecContext(ctx, t.afterUpdate, merchantID, id); err != nil {
+				return fmt.Errorf("after updating %s: %w", t.expr, err)
+			}
 		}
 		if a != nil {
 			if err := WriteAudit(ctx, tx, ops.AuditEntry{Actor: a.Actor, Action: a.Action, Target: a.Target, Details: a.Details}); err != nil {

@@ -164,6 +164,17 @@ func (s *Store) CloseSession(ctx context.Context, tokenHash []byte) error {
 	return nil
 }
 
+// staffSessionsEndSQL ends the console sessions of the worker keys of
+// staff member $2 of merchant $1 when the staff member is inactive, in the
+// transaction that updates their row, after the update: a deactivation
+// ends them as a revocation does. Left to the lookup, which refuses them
+// only while the staff member is inactive, they came back when the staff
+// member was made active again, signing in a browser that still held the
+// cookie (a phone switched off meanwhile, or handed on) without the key.
+const staffSessionsEndSQL = `DELETE FROM console_sessions WHERE key_id IN (
+	SELECT k.id FROM api_keys k JOIN staff s ON s.id = k.staff_id
+	WHERE k.merchant_id = $1 AND k.staff_id = $2 AND NOT s.active)`
+
 // endKeySessions ends a key's console sessions, in the transaction that
 // revokes it.
 func endKeySessions(ctx context.Context, tx bun.Tx, keyID string) error {
