@@ -50,6 +50,17 @@ func (s *Store) OpenSession(ctx context.Context, n access.NewSession) error {
 		expires = ends
 	}
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// The key's lock, shared, as a write of the key takes it: a change
+		// that stops a staff member working takes their keys' locks alone
+		// before it touches their row and ends their sessions
+		// (StaffKeysLockSQL, staffSessionsEndSQL), so it waits for this
+		// sign-in and ends its session too, or comes first and this
+		// sign-in reads the staff member inactive. Without it a sign-in
+		// that read them active wrote its session after the change had
+		// deleted the others, and it came back with the staff member.
+		if _, err := tx.Tx.ExecContext(ctx, KeyLockSQL, n.KeyID); err != nil {
+			return fmt.Errorf("lock session key: %w", err)
+		}
 		// The key's row, locked: sign-ins of one key take turns, so that
 		// the cap holds, and a revocation (which updates this row, then
 		// ends the key's sessions) comes wholly before or after this one.
