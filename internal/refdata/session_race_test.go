@@ -61,7 +61,7 @@ func TestASignInNeverOutlivesItsStaffMembersDeactivation(t *testing.T) {
 	require.NoError(t, err)
 	deactivated := make(chan error, 1)
 	go func() {
-		_, err := records.Update(ctx, merchant, staff, func(s *reference.StaffMember) { s.Active = false }, time.Now())
+		_, err := records.Update(ctx, merchant, "key:test", staff, func(s *reference.StaffMember) { s.Active = false }, time.Now())
 		deactivated <- err
 	}()
 	// The deactivation either ends, or waits too (for the sign-in).
