@@ -94,4 +94,22 @@ func TestDeletingAnEndpointLeavesItsLogToThePruning(t *testing.T) {
 	}
 	require.Zero(t, count(endpoint), "the deleted endpoint's delivery log is pruned")
 	require.Equal(t, 10, count(kept), "another endpoint's deliveries younger than WEBHOOK_DELIVERY_KEEP stay")
+
+	// A fan-out that read the endpoint before its deletion committed
+	// queues deliveries for it after that pass: the next one takes them.
+	// The endpoint is remembered until WEBHOOK_DELIVERY_KEEP has passed.
+	grow(endpoint, 5, false)
+	d.prune(ctx)
+	require.Zero(t, count(endpoint), "deliveries queued for the endpoint after its deletion are pruned too")
+	remembered := func() bool {
+		t.Helper()
+		var ok bool
+		require.NoError(t, db.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM webhook_endpoints_deleted WHERE endpoint_id = $1)`, endpoint).Scan(&ok))
+		return ok
+	}
+	require.True(t, remembered(), "a deleted endpoint is remembered for WEBHOOK_DELIVERY_KEEP")
+	_, err = db.DB.ExecContext(ctx, `UPDATE webhook_endpoints_deleted SET deleted_at = now() - interval '2 hours' WHERE endpoint_id = $1`, endpoint)
+	require.NoError(t, err)
+	d.prune(ctx)
+	require.False(t, remembered(), "a deleted endpoint with no delivery left is forgotten after WEBHOOK_DELIVERY_KEEP")
 }

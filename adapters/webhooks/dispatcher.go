@@ -299,13 +299,44 @@ var (
 	queuedSQL  = walkSQL(`d.status = 'pending' AND d.attempts = 0 AND (d.ping_payload IS NOT NULL OR d.redelivery_of IS NOT NULL)`)
 )
 
-// prune deletes finished deliveries older than Keep, a batch at a time.
+// prune deletes finished deliveries older than Keep, and the deliveries of
+// the endpoints deleted (webhook_endpoints_deleted, migration 032: an
+// endpoint's DELETE leaves its log here rather than delete it in the
+// request), a batch at a time. An endpoint deleted is forgotten once its
+// log is gone and Keep has passed: a fan-out that read it before its
+// deletion committed may queue deliveries for it after this pass.
 func (d *Dispatcher) prune(ctx context.Context) {
+	if !d.pruneBatches(ctx, "prune the webhook delivery log", `DELETE FROM webhook_deliveries WHERE id = ANY (ARRAY(
+			SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND completed_at < now() - $2 * interval '1 millisecond'
+			ORDER BY completed_at LIMIT $1))`, d.cfg.Keep.Milliseconds()) {
+		return
+	}
+	// Through each endpoint's entries of webhook_deliveries_log: the
+	// deleted endpoints are few, their deliveries many.
+	if !d.pruneBatches(ctx, "prune the deleted webhook endpoints' deliveries", `DELETE FROM webhook_deliveries WHERE id = ANY (ARRAY(
+			SELECT l.id FROM webhook_endpoints_deleted x CROSS JOIN LATERAL (
+				SELECT d.id FROM webhook_deliveries d WHERE d.endpoint_id = x.endpoint_id LIMIT $1) l
+			LIMIT $1))`) {
+		return
+	}
+	_, err := d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		_, err := tx.ExecContext(ctx, `DELETE FROM webhook_endpoints_deleted x
+			WHERE x.deleted_at < now() - $1 * interval '1 millisecond'
+			  AND NOT EXISTS (SELECT FROM webhook_deliveries d WHERE d.endpoint_id = x.endpoint_id)`, d.cfg.Keep.Milliseconds())
+		return 0, err
+	})
+	if err != nil && ctx.Err() == nil && !errors.Is(err, readmodel.ErrStaleTerm) {
+		d.log.Warn("forget the deleted webhook endpoints", "error", err)
+	}
+}
+
+// pruneBatches runs the pruning statement del (its arguments: the batch,
+// then args) until a batch comes back short; false when it failed (then
+// the pruning stops until its next turn).
+func (d *Dispatcher) pruneBatches(ctx context.Context, what, del string, args ...any) bool {
 	for ctx.Err() == nil {
 		n, err := d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-			res, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id = ANY (ARRAY(
-				SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND completed_at < now() - $1 * interval '1 millisecond'
-				ORDER BY completed_at LIMIT $2))`, d.cfg.Keep.Milliseconds(), pruneBatch)
+			res, err := tx.ExecContext(ctx, del, append([]any{pruneBatch}, args...)...)
 			if err != nil {
 				return 0, err
 			}
@@ -313,14 +344,15 @@ func (d *Dispatcher) prune(ctx context.Context) {
 		})
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, readmodel.ErrStaleTerm) {
-				d.log.Warn("prune the webhook delivery log", "error", err)
+				d.log.Warn(what, "error", err)
 			}
-			return
+			return false
 		}
 		if n < pruneBatch {
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // poke wakes the workers of the endpoints, starting those not running.
@@ -648,7 +680,7 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 		return claims, tgt, 0, err
 	}
 	switch {
-	case !tgt.found: // deleted, and its deliveries with it
+	case !tgt.found: // deleted: its deliveries wait for the pruning
 		return nil, tgt, -1, nil
 	case !tgt.enabled:
 		_, err = d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {

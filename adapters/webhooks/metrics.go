@@ -101,9 +101,13 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	var pending, disabled int64
 	var oldest float64
+	// A deleted endpoint's pending deliveries wait for the pruning
+	// (migration 032), never to be sent: they are not pending for anyone.
 	err := c.db.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'),
-		(SELECT coalesce(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM webhook_deliveries WHERE status = 'pending'),
+		(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'
+			AND endpoint_id NOT IN (SELECT endpoint_id FROM webhook_endpoints_deleted)),
+		(SELECT coalesce(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM webhook_deliveries WHERE status = 'pending'
+			AND endpoint_id NOT IN (SELECT endpoint_id FROM webhook_endpoints_deleted)),
 		(SELECT count(*) FROM webhook_endpoints WHERE NOT enabled AND disabled_reason <> '')`).Scan(&pending, &oldest, &disabled)
 	if err != nil {
 		c.log.Warn("webhook metrics unavailable", "error", err)

@@ -288,10 +288,14 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, fn fu
 	return out, err
 }
 
-// DeleteEndpoint deletes one endpoint of the merchant and its deliveries,
-// with expected set only while it is at that version, and records audit's
-// entry of it, in one transaction (inTx, which checks the request's key
-// first).
+// DeleteEndpoint deletes one endpoint of the merchant, with expected set
+// only while it is at that version, and records audit's entry of it, in
+// one transaction (inTx, which checks the request's key first). Its
+// deliveries are not deleted here: its log may hold millions, which one
+// statement of the request would lock and delete under the request's
+// statement timeout. A trigger records the endpoint in
+// webhook_endpoints_deleted, and the webhook leader's pruning deletes its
+// log a batch at a time (Dispatcher.prune); nothing reads it meanwhile.
 func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string, expected *int, audit func(deleted webhook.Endpoint) command.Audit) error {
 	return inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
 		deleted := webhook.Endpoint{ID: id, MerchantID: merchantID}
@@ -328,7 +332,7 @@ func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string, expec
 // *apperr.LimitError). The endpoint is read FOR NO KEY UPDATE: it cannot be
 // disabled or deleted before the commit, and two queueings of one endpoint
 // take turns, so that both cannot count one below the cap and pass it; the
-// fan-out's inserts (FOR KEY SHARE, the foreign key) do not wait for it.
+// fan-out's inserts do not wait for it.
 func (s *Store) QueueDelivery(ctx context.Context, merchantID, endpointID string, make func(e webhook.Endpoint) (webhook.Delivery, error)) (webhook.Delivery, error) {
 	var out webhook.Delivery
 	err := inTx(ctx, s.db, func(tx *sql.Tx) (any, error) {
@@ -508,8 +512,11 @@ func (s *Store) Deliveries(ctx context.Context, merchantID, endpointID string, s
 	return l, rows.Err()
 }
 
-// Delivery returns one delivery of the merchant's endpoint.
+// Delivery returns one delivery of the merchant's endpoint. A deleted
+// endpoint's deliveries stay in the table until the pruning takes them
+// (migration 032): they are no one's to see or redeliver.
 func (s *Store) Delivery(ctx context.Context, merchantID, endpointID, id string) (webhook.Delivery, error) {
 	return scanDelivery(s.db.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
-		WHERE merchant_id = $1 AND endpoint_id = $2 AND id = $3`, merchantID, endpointID, id))
+		WHERE merchant_id = $1 AND endpoint_id = $2 AND id = $3
+		  AND EXISTS (SELECT FROM webhook_endpoints e WHERE e.id = $2 AND e.merchant_id = $1)`, merchantID, endpointID, id))
 }
