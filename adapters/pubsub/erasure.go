@@ -313,6 +313,14 @@ func (s *Store) PendingErasures(ctx context.Context, dueOnly bool, limit int) ([
 // and a retry would run its write again, a customer's creation making the
 // erased person anew.
 //
+// The answers are found through the ids their bodies name
+// (idempotency_keys_names, migration eventstore/033), not by searching
+// every answer of the merchant for each id: that read IDEMPOTENCY_KEEP of
+// the merchant's writes, once per stream of the subject, under the
+// subject's lock and the request's statement timeout. They are deleted by
+// the row versions found and locked (ctid): joined back on the key, the
+// planner may hash the merchant's whole table for a few rows.
+//
 // The answers are locked first in key order, then deleted. Two erasures of
 // different subjects (a customer and the staff member who served them, or
 // protect beside an erasure) can both match one answer, and a DELETE locks
@@ -325,12 +333,11 @@ func (s *Store) PendingErasures(ctx context.Context, dueOnly bool, limit int) ([
 // together: each takes the subject's lock, alone, first.)
 func queueForgetAnswers(b *pgx.Batch, merchantID string, ids []string, n *int) {
 	b.Queue(`WITH named AS (
-			SELECT scope, key FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
-			AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS id WHERE position(convert_to(id, 'UTF8') IN body) > 0)
+			SELECT ctid FROM idempotency_keys WHERE merchant_id = $1 AND body IS NOT NULL
+			AND hearth_answer_names(body) && $2::text[]::uuid[]
 			ORDER BY scope, key FOR UPDATE),
 		deleted AS (
-			DELETE FROM idempotency_keys k USING named
-			WHERE k.merchant_id = $1 AND k.scope = named.scope AND k.key = named.key
+			DELETE FROM idempotency_keys k WHERE k.ctid = ANY (ARRAY(SELECT ctid FROM named))
 			RETURNING k.merchant_id, k.scope, k.key, k.header ->> 'Location' AS location, k.created_at)
 		INSERT INTO idempotency_forgotten (merchant_id, scope, key, location, created_at)
 		SELECT merchant_id, scope, key, location, created_at FROM deleted
