@@ -362,7 +362,7 @@ func queueForgetAnswers(b *pgx.Batch, merchantID string, ids []string, n *int) {
 // of the customers erased before their events were sealed. The webhook
 // worker that fails a disabled endpoint's pending deliveries, some of them
 // tried already (with an error text), locks them in id order too
-// (webhooks' failPending and lockPending).
+// (webhooks' failPendingSQL, a batch at a time).
 func scrubDeliveryErrors(aggregates string) string {
 	return `WITH named AS (
 			SELECT id FROM webhook_deliveries WHERE ` + aggregates + ` AND error <> '' AND error <> '` + webhook.ErasedError + `'

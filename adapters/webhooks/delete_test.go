@@ -64,7 +64,7 @@ func TestDeletingAnEndpointLeavesItsLogToThePruning(t *testing.T) {
 	h, err := command.NewWebhooks(store, func(context.Context, string) error { return nil })
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- h.DeleteEndpoint(ctx, merchant, "test", endpoint) }()
+	go func() { done <- h.DeleteEndpoint(ctx, merchant, "test", endpoint, nil) }()
 	require.True(t, pgtest.DoneOrWaiting(t, db.DB, done),
 		"the endpoint's DELETE waited for a lock on one of its %d deliveries: it deletes the whole delivery log in the request's transaction", logged)
 	require.NoError(t, <-done)

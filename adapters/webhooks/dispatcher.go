@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,6 +52,9 @@ const (
 	// deleted this often, this many rows per statement.
 	pruneEvery = 10 * time.Minute
 	pruneBatch = 1000
+	// failBatch is how many pending deliveries of a disabled endpoint one
+	// transaction fails.
+	failBatch = 1000
 	// stepTimeout bounds one round's transaction.
 	stepTimeout = 10 * time.Second
 )
@@ -459,6 +463,9 @@ type result struct {
 type target struct {
 	found, enabled bool
 	endpoint       webhook.Endpoint
+	// disabled is the reason this round disabled the endpoint with, if it
+	// did: its pending deliveries fail naming it.
+	disabled string
 }
 
 // work is one endpoint's worker: rounds until nothing is pending.
@@ -645,6 +652,7 @@ const customPlans = "SET LOCAL plan_cache_mode = force_custom_plan"
 // fresh, queued by an operator, or when there is nothing else (negative:
 // nothing is pending); a disabled endpoint's pending deliveries fail then.
 func (d *Dispatcher) round(ctx context.Context, endpointID string, results []result, fresh bool) (claims []claim, tgt target, nextIn time.Duration, err error) {
+	parent := ctx // the failing of a disabled endpoint's backlog: a step per batch
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
 	fence, fenced := readmodel.FenceSQL(ctx)
@@ -683,10 +691,11 @@ func (d *Dispatcher) round(ctx context.Context, endpointID string, results []res
 	case !tgt.found: // deleted: its deliveries wait for the pruning
 		return nil, tgt, -1, nil
 	case !tgt.enabled:
-		_, err = d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-			return exec(ctx, tx, failPending(endpointID, "the endpoint is disabled"))
-		})
-		return nil, tgt, -1, err
+		why := "the endpoint is disabled"
+		if tgt.disabled != "" { // by this round
+			why = "the endpoint was disabled: " + tgt.disabled
+		}
+		return nil, tgt, -1, d.failPending(parent, endpointID, why)
 	}
 	var seconds sql.NullFloat64
 	err = d.cfg.DB.QueryRowContext(ctx, `SELECT EXTRACT(EPOCH FROM coalesce(
@@ -715,12 +724,15 @@ func (d *Dispatcher) readRound(br pgx.BatchResults, endpointID string, fenced bo
 			return err
 		}
 	}
+	disabled := ""
 	for _, st := range record {
 		tag, err := br.Exec()
 		if err != nil {
 			return fmt.Errorf("record webhook deliveries: %w", err)
 		}
-		d.noteDisabled(endpointID, st, tag.RowsAffected())
+		if d.noteDisabled(endpointID, st, tag.RowsAffected()) {
+			disabled = st.disables
+		}
 	}
 	e, err := scanEndpoint(br.QueryRow(), d.cfg.Secrets)
 	switch {
@@ -728,7 +740,7 @@ func (d *Dispatcher) readRound(br pgx.BatchResults, endpointID string, fenced bo
 	case err != nil:
 		return fmt.Errorf("read webhook endpoint: %w", err)
 	default:
-		*tgt = target{found: true, enabled: e.Enabled, endpoint: e}
+		*tgt = target{found: true, enabled: e.Enabled, endpoint: e, disabled: disabled}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -750,45 +762,57 @@ type statement struct {
 	disables string
 }
 
-func exec(ctx context.Context, tx *sql.Tx, sts ...statement) (int64, error) {
-	for _, st := range sts {
-		if _, err := tx.ExecContext(ctx, st.sql, st.args...); err != nil {
-			return 0, err
+// failPending gives up the pending deliveries of the endpoint, once it is
+// disabled (a disable that found the endpoint's URL changed since did not),
+// failBatch a transaction until none is left. They are not failed in the
+// round that disables the endpoint: by then WEBHOOK_RETRY_FOR of the
+// merchant's events may be pending behind the receiver that is down, more
+// than one transaction can lock and update within stepTimeout, and a
+// round that cannot end is rolled back, the endpoint not disabled, and
+// tried again for ever.
+func (d *Dispatcher) failPending(ctx context.Context, endpointID, why string) error {
+	for ctx.Err() == nil {
+		n, err := d.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+			res, err := tx.ExecContext(ctx, failPendingSQL, endpointID, why, failBatch)
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		})
+		if err != nil {
+			return fmt.Errorf("fail the pending webhook deliveries of a disabled endpoint: %w", err)
+		}
+		if n < failBatch {
+			return nil
 		}
 	}
-	return 0, nil
+	return ctx.Err()
 }
 
-// failPending gives up the pending deliveries of the endpoint, once it is
-// disabled (a disable that found the endpoint's URL changed since did not).
+// failPendingSQL fails a batch of the endpoint's pending deliveries ($3 at
+// most, the first queued: the pending index's order), if it is disabled.
 //
-// They are locked first in id order, then updated, as the erasure's scrub
-// of the receivers' error texts locks them (pubsub's scrubDeliveryErrors):
-// a pending delivery tried already holds its receiver's words, so an
-// erasure of the customer of its order matches it too, and an UPDATE
-// locks rows in the order its scan meets them (insertion order, by
+// The batch is locked in id order, then updated, as the erasure's scrub of
+// the receivers' error texts locks them (pubsub's scrubDeliveryErrors): a
+// pending delivery tried already holds its receiver's words, so an erasure
+// of the customer of its order matches it too, and an UPDATE locks rows in
+// the order its scan meets them (insertion order, by
 // webhook_deliveries_pending or the heap): each could hold a row the other
-// waits for (a deadlock, and the erasure or the worker fails).
-func failPending(endpointID, why string) statement {
-	return statement{sql: `WITH named AS (
-			SELECT id FROM webhook_deliveries
-			WHERE endpoint_id = $1 AND status = 'pending' AND NOT (SELECT enabled FROM webhook_endpoints WHERE id = $1)
-			ORDER BY id FOR UPDATE)
-		UPDATE webhook_deliveries d SET status = 'failed', completed_at = now(),
-			error = CASE WHEN d.error = '' THEN '` + webhook.NotSent + `' || $2 ELSE d.error || '; then: ' || $2 END
-		FROM named WHERE d.id = named.id`,
-		args: []any{endpointID, why}}
-}
-
-// lockPending locks the pending deliveries of the endpoint in id order
-// (failPending says why): the round that disables it records its attempts
-// first, and recordSQL and releaseSQL lock their rows in their own order,
-// before failPending locks the others; locked here first, every row the
-// round writes is taken in id order.
-func lockPending(endpointID string) statement {
-	return statement{sql: `SELECT 1 FROM webhook_deliveries WHERE endpoint_id = $1 AND status = 'pending' ORDER BY id FOR UPDATE`,
-		args: []any{endpointID}}
-}
+// waits for (a deadlock, and the erasure or the worker fails). Each takes
+// its rows in ascending id order, so neither waits for the other while
+// holding a row the other waits for. The batch is chosen without locks,
+// by the pending index: ordered by id, it would sort the endpoint's whole
+// backlog for every batch.
+const failPendingSQL = `WITH batch AS (
+		SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 AND status = 'pending' ORDER BY seq LIMIT $3
+	), named AS (
+		SELECT id FROM webhook_deliveries
+		WHERE id = ANY (ARRAY(SELECT id FROM batch)) AND status = 'pending'
+		  AND NOT (SELECT enabled FROM webhook_endpoints WHERE id = $1)
+		ORDER BY id FOR UPDATE)
+	UPDATE webhook_deliveries d SET status = 'failed', completed_at = now(),
+		error = CASE WHEN d.error = '' THEN '` + webhook.NotSent + `' || $2 ELSE d.error || '; then: ' || $2 END
+	FROM named WHERE d.id = named.id`
 
 // claimSQL claims the due deliveries of an enabled endpoint: pending ones
 // whose time has come and that are the first pending one of their
@@ -1095,11 +1119,12 @@ const releaseSQL = `UPDATE webhook_deliveries SET attempts = attempts - 1, next_
 WHERE id = ANY ($1::text[]::uuid[]) AND status = (SELECT 'pending') AND attempts > 0`
 
 // recordStatements store results, and disable the endpoint when one says
-// so (then its pending deliveries fail, all of them locked first in id
-// order: lockPending). A give-up (result.gaveUp) disables it only when no
+// so (its pending deliveries fail after the round's transaction:
+// failPending). A give-up (result.gaveUp) disables it only when no
 // delivery to it succeeded since the given-up delivery's first attempt
 // (the latest such attempt when a round gave up several); otherwise the
-// pending deliveries of the given-up aggregates fail, and nothing else.
+// pending deliveries of the given-up aggregates fail in the round
+// (failAggregates), and nothing else.
 func recordStatements(endpointID string, results []result) []statement {
 	var ids, statuses, errs, released, gaveUp []string
 	var waits []int64
@@ -1131,8 +1156,8 @@ func recordStatements(endpointID string, results []result) []statement {
 		unlessSucceededSince = since
 	}
 	var out []statement
-	if disable != "" {
-		out = append(out, lockPending(endpointID))
+	if len(gaveUp) > 0 {
+		out = append(out, lockGivenUp(endpointID, append(slices.Clone(ids), released...), gaveUp))
 	}
 	if len(ids) > 0 {
 		out = append(out, statement{sql: recordSQL, args: []any{ids, statuses, waits, codes, latencies, errs}})
@@ -1147,8 +1172,7 @@ func recordStatements(endpointID string, results []result) []statement {
 			disabled_at = now(), version = version + 1, updated_at = now() WHERE id = $1 AND enabled AND url = $3
 			AND ($4::timestamptz IS NULL OR NOT EXISTS (SELECT FROM webhook_deliveries s
 				WHERE s.endpoint_id = $1 AND s.status = 'succeeded' AND s.ping_payload IS NULL AND s.completed_at >= $4))`,
-			args: []any{endpointID, disable, url, unlessSucceededSince}, disables: disable},
-			failPending(endpointID, "the endpoint was disabled: "+disable))
+			args: []any{endpointID, disable, url, unlessSucceededSince}, disables: disable})
 	}
 	if len(gaveUp) > 0 {
 		out = append(out, failAggregates(endpointID, gaveUp, url))
@@ -1156,13 +1180,24 @@ func recordStatements(endpointID string, results []result) []statement {
 	return out
 }
 
+// lockGivenUp locks, in id order, the round's deliveries and the pending
+// deliveries of the aggregates it gave up, which recordSQL and
+// failAggregates then write: every row the round writes is taken in id
+// order, as an erasure takes them, so the two cannot deadlock. Only the
+// given-up aggregates' rows, not the endpoint's whole backlog.
+func lockGivenUp(endpointID string, round, aggregates []string) statement {
+	return statement{sql: `SELECT 1 FROM webhook_deliveries WHERE endpoint_id = $1 AND status = 'pending'
+		AND (id = ANY ($2::text[]::uuid[]) OR aggregate_id = ANY ($3::text[]::uuid[])) ORDER BY id FOR UPDATE`,
+		args: []any{endpointID, round, aggregates}}
+}
+
 // failAggregates gives up the pending deliveries of the aggregates whose
 // delivery was given up, when the endpoint stays enabled on url (the
 // disabling, just before, found a delivery that succeeded since): they
 // would go out past the lost event. Locked in id order, as failPending's
-// (lockPending has locked them already). A disabled endpoint's fail with
-// failPending's note instead, and an endpoint whose URL changed since the
-// attempt sends them to the new URL.
+// (lockGivenUp has locked them already, before recordSQL). A disabled
+// endpoint's fail with failPending's note instead, and an endpoint whose
+// URL changed since the attempt sends them to the new URL.
 func failAggregates(endpointID string, aggregates []string, url string) statement {
 	return statement{sql: `WITH named AS (
 			SELECT id FROM webhook_deliveries
@@ -1175,12 +1210,15 @@ func failAggregates(endpointID string, aggregates []string, url string) statemen
 		args: []any{endpointID, aggregates, url, "an earlier event of its aggregate was given up (its retries ran out); redeliver them in order"}}
 }
 
-// noteDisabled logs and counts an endpoint that st disabled.
-func (d *Dispatcher) noteDisabled(endpointID string, st statement, rows int64) {
+// noteDisabled logs and counts an endpoint that st disabled, and reports
+// whether it did.
+func (d *Dispatcher) noteDisabled(endpointID string, st statement, rows int64) bool {
 	if st.disables != "" && rows > 0 {
 		d.log.Warn("webhook endpoint disabled", "endpoint_id", endpointID, "reason", st.disables)
 		d.cfg.Metrics.disabledEndpoint()
+		return true
 	}
+	return false
 }
 
 // flush records, in a transaction of its own, the results a worker could
