@@ -314,7 +314,7 @@ func (s *Store) PendingErasures(ctx context.Context, dueOnly bool, limit int) ([
 // erased person anew.
 //
 // The answers are found through the ids their bodies name
-// (idempotency_keys_names, migration eventstore/033), not by searching
+// (idempotency_keys_names, migration eventstore/034), not by searching
 // every answer of the merchant for each id: that read IDEMPOTENCY_KEEP of
 // the merchant's writes, once per stream of the subject, under the
 // subject's lock and the request's statement timeout. They are deleted by

@@ -304,7 +304,7 @@ var (
 )
 
 // prune deletes finished deliveries older than Keep, and the deliveries of
-// the endpoints deleted (webhook_endpoints_deleted, migration 032: an
+// the endpoints deleted (webhook_endpoints_deleted, migration 033: an
 // endpoint's DELETE leaves its log here rather than delete it in the
 // request), a batch at a time. An endpoint deleted is forgotten once its
 // log is gone and Keep has passed: a fan-out that read it before its

@@ -102,7 +102,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	var pending, disabled int64
 	var oldest float64
 	// A deleted endpoint's pending deliveries wait for the pruning
-	// (migration 032), never to be sent: they are not pending for anyone.
+	// (migration 033), never to be sent: they are not pending for anyone.
 	err := c.db.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'
 			AND endpoint_id NOT IN (SELECT endpoint_id FROM webhook_endpoints_deleted)),

@@ -514,7 +514,7 @@ func (s *Store) Deliveries(ctx context.Context, merchantID, endpointID string, s
 
 // Delivery returns one delivery of the merchant's endpoint. A deleted
 // endpoint's deliveries stay in the table until the pruning takes them
-// (migration 032): they are no one's to see or redeliver.
+// (migration 033): they are no one's to see or redeliver.
 func (s *Store) Delivery(ctx context.Context, merchantID, endpointID, id string) (webhook.Delivery, error) {
 	return scanDelivery(s.db.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
 		WHERE merchant_id = $1 AND endpoint_id = $2 AND id = $3
