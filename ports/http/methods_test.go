@@ -1,0 +1,42 @@
+package httpport
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"hearth/domain/uuid"
+)
+
+// A method a path does not take answers 405 with Allow listing the ones it
+// does (RFC 9110, 15.5.6), not the 404 of a path that names nothing: a
+// client that sends DELETE /v1/orders/{id} must not read "no such order"
+// into a 404, and a client that got the method wrong learns which to use.
+// A path no method takes stays 404.
+func TestAMethodAPathDoesNotTakeAnswers405WithAllow(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	id := f.createOrder()
+	for name, tc := range map[string]struct{ method, path, key, allow string }{
+		"DELETE of an order":          {http.MethodDelete, "/v1/orders/" + id, f.op, "GET, HEAD, PATCH"},
+		"DELETE of an unknown order":  {http.MethodDelete, "/v1/orders/" + uuid.New(), f.op, "GET, HEAD, PATCH"},
+		"PUT of the orders":           {http.MethodPut, "/v1/orders", f.op, "GET, HEAD, POST"},
+		"GET of a status change":      {http.MethodGet, "/v1/orders/" + id + "/status", f.op, "POST"},
+		"POST of an assignment":       {http.MethodPost, "/v1/orders/" + id + "/assignment", f.op, "PUT"},
+		"OPTIONS of the orders":       {http.MethodOptions, "/v1/orders", f.op, "GET, HEAD, POST"},
+		"without a key":               {http.MethodDelete, "/v1/orders/" + id, "", "GET, HEAD, PATCH"},
+		"POST of the health endpoint": {http.MethodPost, "/healthz", "", "GET, HEAD"},
+	} {
+		a := f.do(tc.method, tc.path, tc.key, "")
+		require.Equal(t, http.StatusMethodNotAllowed, a.Code, "%s: %s", name, a.Body.String())
+		require.Equal(t, "application/problem+json", a.Header().Get("Content-Type"), name)
+		require.Equal(t, "/problems/method-not-allowed", a.body["type"], name)
+		require.Equal(t, tc.allow, a.Header().Get("Allow"), name)
+		require.Contains(t, a.body["detail"], tc.allow, name)
+	}
+	a := f.do(http.MethodDelete, "/v1/nothing-here", f.op, "")
+	require.Equal(t, http.StatusNotFound, a.Code, a.Body.String())
+	require.Equal(t, "/problems/not-found", a.body["type"])
+	require.Empty(t, a.Header().Get("Allow"))
+}
