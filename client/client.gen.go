@@ -996,6 +996,7 @@ const (
 	Problemsinternal              ProblemType = "/problems/internal"
 	ProblemsinvalidId             ProblemType = "/problems/invalid-id"
 	ProblemsmalformedRequest      ProblemType = "/problems/malformed-request"
+	ProblemsmethodNotAllowed      ProblemType = "/problems/method-not-allowed"
 	ProblemsnotFound              ProblemType = "/problems/not-found"
 	ProblemsnotImplemented        ProblemType = "/problems/not-implemented"
 	ProblemspreconditionFailed    ProblemType = "/problems/precondition-failed"
@@ -1034,6 +1035,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemsinvalidId:
 		return true
 	case ProblemsmalformedRequest:
+		return true
+	case ProblemsmethodNotAllowed:
 		return true
 	case ProblemsnotFound:
 		return true

@@ -268,9 +268,38 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); allow != "" {
+			// RFC 9110 wants Allow on a 405; a 404 here would read as "no
+			// such resource" (DELETE of an order that exists).
+			w.Header().Set("Allow", allow)
+			writeProblem(w, newProblem(http.StatusMethodNotAllowed, "method-not-allowed",
+				r.URL.Path+" does not take "+r.Method+"; it takes "+allow))
+			return
+		}
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))
 	})
 	return s.logRequests(apiHeaders(s.traceRequests(s.observe(s.recoverPanics(s.limitBody(mux)))))), nil
+}
+
+// routedMethods are the methods a route may be declared with, in the order
+// Allow lists them; HEAD is served wherever GET is (net/http's mux).
+var routedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowedMethods lists, comma-separated, the methods some route of mux
+// serves on r's path ("" when none does). It asks mux itself, so it says
+// exactly what this listener serves (its Surface, its mode). Go's mux would
+// answer 405 with Allow on its own, but only when no pattern matches at
+// all, and the catch-all "/" that answers problems matches every request.
+func allowedMethods(mux *http.ServeMux, r *http.Request) string {
+	var allow []string
+	for _, m := range routedMethods {
+		probe := *r // a shallow copy: mux.Handler reads only the method, host and path
+		probe.Method = m
+		if _, pattern := mux.Handler(&probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return strings.Join(allow, ", ")
 }
 
 // route is one entry of the API: its pattern ("METHOD /path"), the roles
