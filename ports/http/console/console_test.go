@@ -373,6 +373,33 @@ func TestFormsNeedTheCSRFToken(t *testing.T) {
 	require.Equal(t, 1, f.customers.count())
 }
 
+// Behind a proxy that terminates TLS and passes its own upstream Host
+// (nginx's proxy_pass does unless told proxy_set_header Host $host), the
+// browser's Origin names the public host and the request's Host another.
+// A browser that says the form is same-origin (Sec-Fetch-Site, which no
+// page can set) is believed, as net/http's CrossOriginProtection does:
+// otherwise every sign-in and form would be refused as another site's,
+// with nothing to tell the operator why. Another site stays refused.
+func TestFormsBehindAProxyThatPassesItsOwnHost(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	public := []string{"Sec-Fetch-Site", "same-origin", "Origin", "https://crm.example.com"}
+	page := b.do(http.MethodGet, "/console/signin", nil)
+	m := tokenRe.FindStringSubmatch(page.Body.String())
+	require.NotNil(t, m, "the sign-in form has a token")
+	rec := b.do(http.MethodPost, "/console/signin", url.Values{"token": {m[1]}, "key": {opKey}, "tz": {"Europe/Paris"}}, public...)
+	require.Equal(t, http.StatusSeeOther, rec.Code, "the sign-in is refused: %s", rec.Body.String())
+	csrf := b.csrf("/console/customers")
+	rec = b.do(http.MethodPost, "/console/customers", url.Values{"name": {"Ada"}, "csrf": {csrf}}, public...)
+	require.Equal(t, http.StatusSeeOther, rec.Code, "the form is refused: %s", rec.Body.String())
+	require.Equal(t, 1, f.customers.count())
+
+	rec = b.do(http.MethodPost, "/console/customers", url.Values{"name": {"Mallory"}, "csrf": {csrf}},
+		"Sec-Fetch-Site", "cross-site", "Origin", "https://crm.example.com")
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Equal(t, 1, f.customers.count())
+}
+
 // A HEAD request is as safe as a GET (net/http's mux routes it to the GET
 // pattern): it answers as the GET would, not as a form without its token.
 func TestHeadAnswersAsGet(t *testing.T) {
