@@ -377,9 +377,18 @@ func safe(r *http.Request) bool {
 // sameOrigin refuses a write a browser says comes from another site
 // (Sec-Fetch-Site, Origin): defence in depth behind SameSite=Strict and
 // the CSRF token.
+//
+// A browser's Sec-Fetch-Site decides when it is sent, as in net/http's
+// CrossOriginProtection: the browser compared the page's origin with the
+// public URL it sent the form to, and no page can set the header. Origin
+// is compared with the request's Host only without it (an older browser):
+// behind a proxy that passes its own upstream Host, the two differ for
+// every form, and the console would refuse them all.
 func sameOrigin(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "":
+	case "same-origin", "none":
+		return true
 	default:
 		return false
 	}
