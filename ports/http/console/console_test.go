@@ -3,14 +3,17 @@ package console
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -287,6 +290,21 @@ func (b *browser) do(method, path string, form url.Values, header ...string) *ht
 	return rec
 }
 
+// doBody sends a form's raw body, for what url.Values cannot make (a body
+// that breaks off).
+func (b *browser) doBody(method, path string, body io.Reader) *httptest.ResponseRecorder {
+	b.f.t.Helper()
+	req := httptest.NewRequest(method, "http://localhost"+path, body)
+	req.RemoteAddr = b.addr
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, c := range b.cookies {
+		req.AddCookie(c)
+	}
+	rec := httptest.NewRecorder()
+	b.f.server.ServeHTTP(rec, req)
+	return rec
+}
+
 var (
 	tokenRe = regexp.MustCompile(`name="token" value="([^"]+)"`)
 	csrfRe  = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
@@ -398,6 +416,36 @@ func TestFormsBehindAProxyThatPassesItsOwnHost(t *testing.T) {
 		"Sec-Fetch-Site", "cross-site", "Origin", "https://crm.example.com")
 	require.Equal(t, http.StatusForbidden, rec.Code)
 	require.Equal(t, 1, f.customers.count())
+}
+
+// A form whose body cannot be read whole (over the server's body cap, or
+// not all arrived by its read deadline) is refused for that, with nothing
+// written: not as a form without its CSRF token, whose page tells the
+// person to reload and send it again, which fails the same way for ever.
+// The sign-in form likewise.
+func TestAFormThatCannotBeReadSaysWhy(t *testing.T) {
+	f := newFixture(t)
+	b := f.browser("192.0.2.1")
+	page := b.do(http.MethodGet, "/console/signin", nil)
+	m := tokenRe.FindStringSubmatch(page.Body.String())
+	require.NotNil(t, m, "the sign-in form has a token")
+	huge := strings.Repeat("a", 1<<20)
+	rec := b.doBody(http.MethodPost, "/console/signin", strings.NewReader("token="+m[1]+"&key="+opKey+"&notes="+huge))
+	require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), "too large")
+
+	b.signIn(opKey)
+	csrf := b.csrf("/console/customers")
+	rec = b.doBody(http.MethodPost, "/console/customers", strings.NewReader("csrf="+csrf+"&name=Ada&notes="+huge))
+	require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), "Form too large")
+	require.NotContains(t, rec.Body.String(), "Form refused")
+
+	rec = b.doBody(http.MethodPost, "/console/customers", io.MultiReader(strings.NewReader("csrf="+csrf+"&name=Ada&notes=a"),
+		iotest.ErrReader(fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded))))
+	require.Equal(t, http.StatusRequestTimeout, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), "Form not received")
+	require.Zero(t, f.customers.count())
 }
 
 // A HEAD request is as safe as a GET (net/http's mux routes it to the GET
