@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -257,6 +258,9 @@ func (c *Console) with(roles []access.Role, h handler) http.Handler {
 			c.fail(w, r, nil, err)
 			return
 		}
+		if !c.readForm(w, r, s) {
+			return
+		}
 		if s == nil {
 			q := url.Values{}
 			// A cookie that names no live session (signed out, idle, its key
@@ -372,6 +376,35 @@ var endedWhy = map[string]string{
 // Only the others are forms that must carry the CSRF token.
 func safe(r *http.Request) bool {
 	return r.Method == http.MethodGet || r.Method == http.MethodHead
+}
+
+// readForm reads a write's form whole before any of its fields is looked
+// at, and reports false when it answered the request itself because the
+// body could not be read: over the server's body cap (http.MaxBytesReader,
+// 413) or not all arrived by its read deadline (408). r.PostFormValue drops
+// that error and reads every field as empty, so the form would otherwise
+// be refused as one without its CSRF token, whose page says to reload and
+// send it again, which fails the same way.
+func (c *Console) readForm(w http.ResponseWriter, r *http.Request, s *session) bool {
+	if safe(r) {
+		return true
+	}
+	err := r.ParseForm()
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		c.errorPage(w, r, s, http.StatusRequestEntityTooLarge, "Form too large",
+			fmt.Sprintf("This form is larger than the console takes (%d bytes), so nothing was saved. "+
+				"Go back, shorten its longest field and send it again.", tooBig.Limit))
+		return false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.errorPage(w, r, s, http.StatusRequestTimeout, "Form not received",
+			"This form did not all arrive in time (a slow or broken connection), so nothing was saved. Go back and send it again.")
+		return false
+	}
+	// Any other error is a bad escape in the body, which no browser sends:
+	// the fields that did parse are read as before.
+	return true
 }
 
 // sameOrigin refuses a write a browser says comes from another site
@@ -523,6 +556,9 @@ func safeNext(next string) string {
 }
 
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
+	if !c.readForm(w, r, nil) {
+		return
+	}
 	ck, _ := r.Cookie(c.cfg.CookieName + signinSuffix)
 	next := safeNext(r.PostFormValue("next"))
 	if ck == nil || !sameOrigin(r) || !sameToken(r.PostFormValue("token"), ck.Value) {
