@@ -185,6 +185,36 @@ func TestKeysCreateErrors(t *testing.T) {
 	}
 }
 
+// A merchant name that differs from an existing merchant's only in its
+// Unicode form is the same slip as one differing only in case: "Café"
+// typed on one keyboard is U+00E9, pasted from another text e and a
+// combining acute (NFD), and looks the same; a fullwidth or no-break space
+// form looks the same too. Each would make a second, empty merchant whose
+// key works and shows nothing of the first's.
+func TestKeysCreateRefusesAMerchantNamedLikeAnotherButForItsUnicodeForm(t *testing.T) {
+	t.Parallel()
+	k := setupKeys(t)
+	first := k.mustCreate("--merchant", "Café Crème", "--role", "operator")
+	p, err := k.store.Authenticate(t.Context(), first)
+	require.NoError(t, err)
+	for name, like := range map[string]string{
+		"decomposed":     "Café Crème",
+		"fullwidth":      "Ｃａｆé Crème",
+		"no-break space": "Café Crème",
+	} {
+		before := k.keys()
+		out, err := k.create("--merchant", like, "--role", "operator")
+		require.Error(t, err, "%s: a key for a new merchant %q beside %q", name, like, "Café Crème")
+		require.Contains(t, err.Error(), `merchant "Café Crème" exists`, name)
+		require.NotContains(t, out, "hk_", name)
+		require.Equal(t, before, k.keys(), "%s: no key is stored", name)
+	}
+	again := k.mustCreate("--merchant", "Café Crème", "--role", "operator")
+	q, err := k.store.Authenticate(t.Context(), again)
+	require.NoError(t, err)
+	require.Equal(t, p.MerchantID, q.MerchantID, "the very name is the same merchant")
+}
+
 // `app keys list|revoke|rotate` and `app audit list`: a key's whole life
 // on the command line, each change in the audit log.
 func TestKeysLifecycleCLI(t *testing.T) {
