@@ -112,16 +112,19 @@ func keyMerchant(ctx context.Context, tx bun.Tx, spec access.KeySpec) (string, e
 	var id string
 	switch {
 	case spec.MerchantName != "":
-		// A new merchant whose name differs from another's only in case
-		// (or spaces around it) is a slip for that one: the key would
-		// work for a new, empty tenant, and nothing would say so.
+		// A new merchant whose name differs from another's only in case,
+		// spaces around it or its Unicode form (a decomposed accent,
+		// fullwidth letters, a no-break space: NFKC) is a slip for that
+		// one: it looks the same, the key would work for a new, empty
+		// tenant, and nothing would say so.
 		var like string
-		err := tx.QueryRowContext(ctx, `SELECT name FROM merchants WHERE lower(btrim(name)) = lower(btrim(?)) AND name <> ?
+		err := tx.QueryRowContext(ctx, `SELECT name FROM merchants
+			WHERE lower(btrim(normalize(name, NFKC))) = lower(btrim(normalize(?, NFKC))) AND name <> ?
 			AND NOT EXISTS (SELECT 1 FROM merchants WHERE name = ?) ORDER BY name LIMIT 1`,
 			spec.MerchantName, spec.MerchantName, spec.MerchantName).Scan(&like)
 		if err == nil {
 			return "", apperr.Invalid("merchant", "no merchant is named %q, but merchant %q exists: names are matched exactly, and a "+
-				"name differing only in case would make a second merchant", spec.MerchantName, like)
+				"name differing only in case or Unicode form would make a second merchant", spec.MerchantName, like)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return "", fmt.Errorf("merchant: %w", err)
