@@ -986,31 +986,32 @@ func (e ProblemLimit) Valid() bool {
 
 // Defines values for ProblemType.
 const (
-	ProblemsbodyTooLarge          ProblemType = "/problems/body-too-large"
-	Problemsconflict              ProblemType = "/problems/conflict"
-	ProblemsdatabaseUnavailable   ProblemType = "/problems/database-unavailable"
-	Problemsforbidden             ProblemType = "/problems/forbidden"
-	ProblemsheadersTooLarge       ProblemType = "/problems/headers-too-large"
-	ProblemsidempotencyInProgress ProblemType = "/problems/idempotency-in-progress"
-	ProblemsidempotencyKeyReused  ProblemType = "/problems/idempotency-key-reused"
-	Problemsinternal              ProblemType = "/problems/internal"
-	ProblemsinvalidId             ProblemType = "/problems/invalid-id"
-	ProblemsmalformedRequest      ProblemType = "/problems/malformed-request"
-	ProblemsmethodNotAllowed      ProblemType = "/problems/method-not-allowed"
-	ProblemsnotFound              ProblemType = "/problems/not-found"
-	ProblemsnotImplemented        ProblemType = "/problems/not-implemented"
-	ProblemspreconditionFailed    ProblemType = "/problems/precondition-failed"
-	ProblemsrateLimited           ProblemType = "/problems/rate-limited"
-	ProblemsrequestTimeout        ProblemType = "/problems/request-timeout"
-	ProblemsruleBroken            ProblemType = "/problems/rule-broken"
-	ProblemssecretShownOnce       ProblemType = "/problems/secret-shown-once"
-	Problemstimeout               ProblemType = "/problems/timeout"
-	ProblemstooManyExports        ProblemType = "/problems/too-many-exports"
-	ProblemstooManyWaits          ProblemType = "/problems/too-many-waits"
-	Problemsunauthenticated       ProblemType = "/problems/unauthenticated"
-	ProblemsunpublishableEvent    ProblemType = "/problems/unpublishable-event"
-	ProblemsunreadableEvent       ProblemType = "/problems/unreadable-event"
-	ProblemsvalidationFailed      ProblemType = "/problems/validation-failed"
+	ProblemsbodyTooLarge               ProblemType = "/problems/body-too-large"
+	Problemsconflict                   ProblemType = "/problems/conflict"
+	ProblemsdatabaseUnavailable        ProblemType = "/problems/database-unavailable"
+	Problemsforbidden                  ProblemType = "/problems/forbidden"
+	ProblemsheadersTooLarge            ProblemType = "/problems/headers-too-large"
+	ProblemsidempotencyInProgress      ProblemType = "/problems/idempotency-in-progress"
+	ProblemsidempotencyKeyReused       ProblemType = "/problems/idempotency-key-reused"
+	Problemsinternal                   ProblemType = "/problems/internal"
+	ProblemsinvalidId                  ProblemType = "/problems/invalid-id"
+	ProblemsmalformedRequest           ProblemType = "/problems/malformed-request"
+	ProblemsmethodNotAllowed           ProblemType = "/problems/method-not-allowed"
+	ProblemsnotFound                   ProblemType = "/problems/not-found"
+	ProblemsnotImplemented             ProblemType = "/problems/not-implemented"
+	ProblemspreconditionFailed         ProblemType = "/problems/precondition-failed"
+	ProblemsrateLimited                ProblemType = "/problems/rate-limited"
+	ProblemsrequestTimeout             ProblemType = "/problems/request-timeout"
+	ProblemsruleBroken                 ProblemType = "/problems/rule-broken"
+	ProblemssecretShownOnce            ProblemType = "/problems/secret-shown-once"
+	Problemstimeout                    ProblemType = "/problems/timeout"
+	ProblemstooManyExports             ProblemType = "/problems/too-many-exports"
+	ProblemstooManyWaits               ProblemType = "/problems/too-many-waits"
+	Problemsunauthenticated            ProblemType = "/problems/unauthenticated"
+	ProblemsunpublishableEvent         ProblemType = "/problems/unpublishable-event"
+	ProblemsunreadableEvent            ProblemType = "/problems/unreadable-event"
+	ProblemsunsupportedContentEncoding ProblemType = "/problems/unsupported-content-encoding"
+	ProblemsvalidationFailed           ProblemType = "/problems/validation-failed"
 )
 
 // Valid indicates whether the value is a known member of the ProblemType enum.
@@ -1063,6 +1064,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemsunpublishableEvent:
 		return true
 	case ProblemsunreadableEvent:
+		return true
+	case ProblemsunsupportedContentEncoding:
 		return true
 	case ProblemsvalidationFailed:
 		return true
@@ -6513,6 +6516,9 @@ type Unavailable = Problem
 
 // Unprocessable RFC 9457 problem details (application/problem+json).
 type Unprocessable = Problem
+
+// UnsupportedContentEncoding RFC 9457 problem details (application/problem+json).
+type UnsupportedContentEncoding = Problem
 
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
@@ -19105,6 +19111,14 @@ type CreateKeyResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CreateKeyResponse415Headers the declared response headers of an HTTP 415 response for CreateKey
+type CreateKeyResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CreateKeyResponse422Headers the declared response headers of an HTTP 422 response for CreateKey
 type CreateKeyResponse422Headers struct {
 	CacheControl        *string
@@ -19163,6 +19177,8 @@ type CreateKeyResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -19187,6 +19203,8 @@ type CreateKeyResponse struct {
 	Headers412 *CreateKeyResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateKeyResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateKeyResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateKeyResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -19232,6 +19250,11 @@ func (r CreateKeyResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateKeyResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateKeyResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -19559,6 +19582,14 @@ type RotateKeyResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// RotateKeyResponse415Headers the declared response headers of an HTTP 415 response for RotateKey
+type RotateKeyResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // RotateKeyResponse422Headers the declared response headers of an HTTP 422 response for RotateKey
 type RotateKeyResponse422Headers struct {
 	CacheControl        *string
@@ -19619,6 +19650,8 @@ type RotateKeyResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -19645,6 +19678,8 @@ type RotateKeyResponse struct {
 	Headers412 *RotateKeyResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RotateKeyResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *RotateKeyResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *RotateKeyResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -19695,6 +19730,11 @@ func (r RotateKeyResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RotateKeyResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RotateKeyResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -20903,6 +20943,14 @@ type SkipParkedResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// SkipParkedResponse415Headers the declared response headers of an HTTP 415 response for SkipParked
+type SkipParkedResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // SkipParkedResponse422Headers the declared response headers of an HTTP 422 response for SkipParked
 type SkipParkedResponse422Headers struct {
 	CacheControl        *string
@@ -20965,6 +21013,8 @@ type SkipParkedResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -20993,6 +21043,8 @@ type SkipParkedResponse struct {
 	Headers412 *SkipParkedResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *SkipParkedResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *SkipParkedResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *SkipParkedResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -21048,6 +21100,11 @@ func (r SkipParkedResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r SkipParkedResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r SkipParkedResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -22781,6 +22838,14 @@ type CreateCatalogItemResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CreateCatalogItemResponse415Headers the declared response headers of an HTTP 415 response for CreateCatalogItem
+type CreateCatalogItemResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CreateCatalogItemResponse422Headers the declared response headers of an HTTP 422 response for CreateCatalogItem
 type CreateCatalogItemResponse422Headers struct {
 	CacheControl        *string
@@ -22841,6 +22906,8 @@ type CreateCatalogItemResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -22867,6 +22934,8 @@ type CreateCatalogItemResponse struct {
 	Headers412 *CreateCatalogItemResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateCatalogItemResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateCatalogItemResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateCatalogItemResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -22917,6 +22986,11 @@ func (r CreateCatalogItemResponse) GetApplicationproblemJSON412() *PreconditionF
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateCatalogItemResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateCatalogItemResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -23256,6 +23330,14 @@ type UpdateCatalogItemResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// UpdateCatalogItemResponse415Headers the declared response headers of an HTTP 415 response for UpdateCatalogItem
+type UpdateCatalogItemResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // UpdateCatalogItemResponse422Headers the declared response headers of an HTTP 422 response for UpdateCatalogItem
 type UpdateCatalogItemResponse422Headers struct {
 	CacheControl        *string
@@ -23318,6 +23400,8 @@ type UpdateCatalogItemResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -23346,6 +23430,8 @@ type UpdateCatalogItemResponse struct {
 	Headers412 *UpdateCatalogItemResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *UpdateCatalogItemResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateCatalogItemResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *UpdateCatalogItemResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -23401,6 +23487,11 @@ func (r UpdateCatalogItemResponse) GetApplicationproblemJSON412() *PreconditionF
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UpdateCatalogItemResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateCatalogItemResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -23716,6 +23807,14 @@ type CreateCustomerResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CreateCustomerResponse415Headers the declared response headers of an HTTP 415 response for CreateCustomer
+type CreateCustomerResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CreateCustomerResponse422Headers the declared response headers of an HTTP 422 response for CreateCustomer
 type CreateCustomerResponse422Headers struct {
 	CacheControl        *string
@@ -23776,6 +23875,8 @@ type CreateCustomerResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -23802,6 +23903,8 @@ type CreateCustomerResponse struct {
 	Headers412 *CreateCustomerResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateCustomerResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateCustomerResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateCustomerResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -23852,6 +23955,11 @@ func (r CreateCustomerResponse) GetApplicationproblemJSON412() *PreconditionFail
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateCustomerResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateCustomerResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -24191,6 +24299,14 @@ type UpdateCustomerResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// UpdateCustomerResponse415Headers the declared response headers of an HTTP 415 response for UpdateCustomer
+type UpdateCustomerResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // UpdateCustomerResponse422Headers the declared response headers of an HTTP 422 response for UpdateCustomer
 type UpdateCustomerResponse422Headers struct {
 	CacheControl        *string
@@ -24253,6 +24369,8 @@ type UpdateCustomerResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -24281,6 +24399,8 @@ type UpdateCustomerResponse struct {
 	Headers412 *UpdateCustomerResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *UpdateCustomerResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateCustomerResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *UpdateCustomerResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -24336,6 +24456,11 @@ func (r UpdateCustomerResponse) GetApplicationproblemJSON412() *PreconditionFail
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UpdateCustomerResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateCustomerResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -24467,6 +24592,14 @@ type EraseCustomerResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// EraseCustomerResponse415Headers the declared response headers of an HTTP 415 response for EraseCustomer
+type EraseCustomerResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // EraseCustomerResponse422Headers the declared response headers of an HTTP 422 response for EraseCustomer
 type EraseCustomerResponse422Headers struct {
 	CacheControl        *string
@@ -24529,6 +24662,8 @@ type EraseCustomerResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -24557,6 +24692,8 @@ type EraseCustomerResponse struct {
 	Headers412 *EraseCustomerResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *EraseCustomerResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *EraseCustomerResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *EraseCustomerResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -24612,6 +24749,11 @@ func (r EraseCustomerResponse) GetApplicationproblemJSON412() *PreconditionFaile
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r EraseCustomerResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r EraseCustomerResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -25328,6 +25470,14 @@ type CreateOrderResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CreateOrderResponse415Headers the declared response headers of an HTTP 415 response for CreateOrder
+type CreateOrderResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CreateOrderResponse422Headers the declared response headers of an HTTP 422 response for CreateOrder
 type CreateOrderResponse422Headers struct {
 	CacheControl        *string
@@ -25388,6 +25538,8 @@ type CreateOrderResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -25414,6 +25566,8 @@ type CreateOrderResponse struct {
 	Headers412 *CreateOrderResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateOrderResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateOrderResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -25464,6 +25618,11 @@ func (r CreateOrderResponse) GetApplicationproblemJSON412() *PreconditionFailed 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateOrderResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateOrderResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -25818,6 +25977,14 @@ type UpdateOrderResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// UpdateOrderResponse415Headers the declared response headers of an HTTP 415 response for UpdateOrder
+type UpdateOrderResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // UpdateOrderResponse422Headers the declared response headers of an HTTP 422 response for UpdateOrder
 type UpdateOrderResponse422Headers struct {
 	CacheControl        *string
@@ -25880,6 +26047,8 @@ type UpdateOrderResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -25908,6 +26077,8 @@ type UpdateOrderResponse struct {
 	Headers412 *UpdateOrderResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *UpdateOrderResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateOrderResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *UpdateOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -25963,6 +26134,11 @@ func (r UpdateOrderResponse) GetApplicationproblemJSON412() *PreconditionFailed 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UpdateOrderResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateOrderResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -26096,6 +26272,14 @@ type AssignOrderResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// AssignOrderResponse415Headers the declared response headers of an HTTP 415 response for AssignOrder
+type AssignOrderResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // AssignOrderResponse422Headers the declared response headers of an HTTP 422 response for AssignOrder
 type AssignOrderResponse422Headers struct {
 	CacheControl        *string
@@ -26158,6 +26342,8 @@ type AssignOrderResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -26186,6 +26372,8 @@ type AssignOrderResponse struct {
 	Headers412 *AssignOrderResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AssignOrderResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *AssignOrderResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *AssignOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -26241,6 +26429,11 @@ func (r AssignOrderResponse) GetApplicationproblemJSON412() *PreconditionFailed 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r AssignOrderResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AssignOrderResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -26374,6 +26567,14 @@ type CancelOrderResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CancelOrderResponse415Headers the declared response headers of an HTTP 415 response for CancelOrder
+type CancelOrderResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CancelOrderResponse422Headers the declared response headers of an HTTP 422 response for CancelOrder
 type CancelOrderResponse422Headers struct {
 	CacheControl        *string
@@ -26436,6 +26637,8 @@ type CancelOrderResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -26464,6 +26667,8 @@ type CancelOrderResponse struct {
 	Headers412 *CancelOrderResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CancelOrderResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CancelOrderResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CancelOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -26519,6 +26724,11 @@ func (r CancelOrderResponse) GetApplicationproblemJSON412() *PreconditionFailed 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CancelOrderResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -26860,6 +27070,14 @@ type SettleOrderResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// SettleOrderResponse415Headers the declared response headers of an HTTP 415 response for SettleOrder
+type SettleOrderResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // SettleOrderResponse422Headers the declared response headers of an HTTP 422 response for SettleOrder
 type SettleOrderResponse422Headers struct {
 	CacheControl        *string
@@ -26922,6 +27140,8 @@ type SettleOrderResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -26950,6 +27170,8 @@ type SettleOrderResponse struct {
 	Headers412 *SettleOrderResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *SettleOrderResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *SettleOrderResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *SettleOrderResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -27005,6 +27227,11 @@ func (r SettleOrderResponse) GetApplicationproblemJSON412() *PreconditionFailed 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r SettleOrderResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r SettleOrderResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -27138,6 +27365,14 @@ type ChangeOrderStatusResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// ChangeOrderStatusResponse415Headers the declared response headers of an HTTP 415 response for ChangeOrderStatus
+type ChangeOrderStatusResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // ChangeOrderStatusResponse422Headers the declared response headers of an HTTP 422 response for ChangeOrderStatus
 type ChangeOrderStatusResponse422Headers struct {
 	CacheControl        *string
@@ -27200,6 +27435,8 @@ type ChangeOrderStatusResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -27228,6 +27465,8 @@ type ChangeOrderStatusResponse struct {
 	Headers412 *ChangeOrderStatusResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ChangeOrderStatusResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ChangeOrderStatusResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ChangeOrderStatusResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -27283,6 +27522,11 @@ func (r ChangeOrderStatusResponse) GetApplicationproblemJSON412() *PreconditionF
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ChangeOrderStatusResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ChangeOrderStatusResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -27600,6 +27844,14 @@ type CreatePlanResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CreatePlanResponse415Headers the declared response headers of an HTTP 415 response for CreatePlan
+type CreatePlanResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CreatePlanResponse422Headers the declared response headers of an HTTP 422 response for CreatePlan
 type CreatePlanResponse422Headers struct {
 	CacheControl        *string
@@ -27660,6 +27912,8 @@ type CreatePlanResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -27686,6 +27940,8 @@ type CreatePlanResponse struct {
 	Headers412 *CreatePlanResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreatePlanResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreatePlanResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreatePlanResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -27736,6 +27992,11 @@ func (r CreatePlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreatePlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -28090,6 +28351,14 @@ type ChangePlanResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// ChangePlanResponse415Headers the declared response headers of an HTTP 415 response for ChangePlan
+type ChangePlanResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // ChangePlanResponse422Headers the declared response headers of an HTTP 422 response for ChangePlan
 type ChangePlanResponse422Headers struct {
 	CacheControl        *string
@@ -28152,6 +28421,8 @@ type ChangePlanResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -28180,6 +28451,8 @@ type ChangePlanResponse struct {
 	Headers412 *ChangePlanResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ChangePlanResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ChangePlanResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ChangePlanResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -28235,6 +28508,11 @@ func (r ChangePlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ChangePlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ChangePlanResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -28368,6 +28646,14 @@ type EndPlanResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// EndPlanResponse415Headers the declared response headers of an HTTP 415 response for EndPlan
+type EndPlanResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // EndPlanResponse422Headers the declared response headers of an HTTP 422 response for EndPlan
 type EndPlanResponse422Headers struct {
 	CacheControl        *string
@@ -28430,6 +28716,8 @@ type EndPlanResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -28458,6 +28746,8 @@ type EndPlanResponse struct {
 	Headers412 *EndPlanResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *EndPlanResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *EndPlanResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *EndPlanResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -28513,6 +28803,11 @@ func (r EndPlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r EndPlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r EndPlanResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -28646,6 +28941,14 @@ type MoveVisitResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// MoveVisitResponse415Headers the declared response headers of an HTTP 415 response for MoveVisit
+type MoveVisitResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // MoveVisitResponse422Headers the declared response headers of an HTTP 422 response for MoveVisit
 type MoveVisitResponse422Headers struct {
 	CacheControl        *string
@@ -28708,6 +29011,8 @@ type MoveVisitResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -28736,6 +29041,8 @@ type MoveVisitResponse struct {
 	Headers412 *MoveVisitResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *MoveVisitResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *MoveVisitResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *MoveVisitResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -28791,6 +29098,11 @@ func (r MoveVisitResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r MoveVisitResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r MoveVisitResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -28924,6 +29236,14 @@ type PausePlanResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// PausePlanResponse415Headers the declared response headers of an HTTP 415 response for PausePlan
+type PausePlanResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // PausePlanResponse422Headers the declared response headers of an HTTP 422 response for PausePlan
 type PausePlanResponse422Headers struct {
 	CacheControl        *string
@@ -28986,6 +29306,8 @@ type PausePlanResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -29014,6 +29336,8 @@ type PausePlanResponse struct {
 	Headers412 *PausePlanResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PausePlanResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PausePlanResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *PausePlanResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -29069,6 +29393,11 @@ func (r PausePlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r PausePlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PausePlanResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -29202,6 +29531,14 @@ type ResumePlanResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// ResumePlanResponse415Headers the declared response headers of an HTTP 415 response for ResumePlan
+type ResumePlanResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // ResumePlanResponse422Headers the declared response headers of an HTTP 422 response for ResumePlan
 type ResumePlanResponse422Headers struct {
 	CacheControl        *string
@@ -29264,6 +29601,8 @@ type ResumePlanResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -29292,6 +29631,8 @@ type ResumePlanResponse struct {
 	Headers412 *ResumePlanResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ResumePlanResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ResumePlanResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ResumePlanResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -29347,6 +29688,11 @@ func (r ResumePlanResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ResumePlanResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ResumePlanResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -29480,6 +29826,14 @@ type SkipVisitResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// SkipVisitResponse415Headers the declared response headers of an HTTP 415 response for SkipVisit
+type SkipVisitResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // SkipVisitResponse422Headers the declared response headers of an HTTP 422 response for SkipVisit
 type SkipVisitResponse422Headers struct {
 	CacheControl        *string
@@ -29542,6 +29896,8 @@ type SkipVisitResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -29570,6 +29926,8 @@ type SkipVisitResponse struct {
 	Headers412 *SkipVisitResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *SkipVisitResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *SkipVisitResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *SkipVisitResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -29625,6 +29983,11 @@ func (r SkipVisitResponse) GetApplicationproblemJSON412() *PreconditionFailed {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r SkipVisitResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r SkipVisitResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -30378,6 +30741,14 @@ type ChangeScheduleStatusResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// ChangeScheduleStatusResponse415Headers the declared response headers of an HTTP 415 response for ChangeScheduleStatus
+type ChangeScheduleStatusResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // ChangeScheduleStatusResponse422Headers the declared response headers of an HTTP 422 response for ChangeScheduleStatus
 type ChangeScheduleStatusResponse422Headers struct {
 	CacheControl        *string
@@ -30440,6 +30811,8 @@ type ChangeScheduleStatusResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -30468,6 +30841,8 @@ type ChangeScheduleStatusResponse struct {
 	Headers412 *ChangeScheduleStatusResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ChangeScheduleStatusResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ChangeScheduleStatusResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ChangeScheduleStatusResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -30523,6 +30898,11 @@ func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON412() *Preconditi
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ChangeScheduleStatusResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -30840,6 +31220,14 @@ type CreateServiceRequestResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CreateServiceRequestResponse415Headers the declared response headers of an HTTP 415 response for CreateServiceRequest
+type CreateServiceRequestResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CreateServiceRequestResponse422Headers the declared response headers of an HTTP 422 response for CreateServiceRequest
 type CreateServiceRequestResponse422Headers struct {
 	CacheControl        *string
@@ -30900,6 +31288,8 @@ type CreateServiceRequestResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -30926,6 +31316,8 @@ type CreateServiceRequestResponse struct {
 	Headers412 *CreateServiceRequestResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateServiceRequestResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateServiceRequestResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateServiceRequestResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -30976,6 +31368,11 @@ func (r CreateServiceRequestResponse) GetApplicationproblemJSON412() *Preconditi
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateServiceRequestResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateServiceRequestResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -31330,6 +31727,14 @@ type UpdateServiceRequestResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// UpdateServiceRequestResponse415Headers the declared response headers of an HTTP 415 response for UpdateServiceRequest
+type UpdateServiceRequestResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // UpdateServiceRequestResponse422Headers the declared response headers of an HTTP 422 response for UpdateServiceRequest
 type UpdateServiceRequestResponse422Headers struct {
 	CacheControl        *string
@@ -31392,6 +31797,8 @@ type UpdateServiceRequestResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -31420,6 +31827,8 @@ type UpdateServiceRequestResponse struct {
 	Headers412 *UpdateServiceRequestResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *UpdateServiceRequestResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateServiceRequestResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *UpdateServiceRequestResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -31475,6 +31884,11 @@ func (r UpdateServiceRequestResponse) GetApplicationproblemJSON412() *Preconditi
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UpdateServiceRequestResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateServiceRequestResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -31609,6 +32023,14 @@ type ConvertServiceRequestResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// ConvertServiceRequestResponse415Headers the declared response headers of an HTTP 415 response for ConvertServiceRequest
+type ConvertServiceRequestResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // ConvertServiceRequestResponse422Headers the declared response headers of an HTTP 422 response for ConvertServiceRequest
 type ConvertServiceRequestResponse422Headers struct {
 	CacheControl        *string
@@ -31671,6 +32093,8 @@ type ConvertServiceRequestResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -31699,6 +32123,8 @@ type ConvertServiceRequestResponse struct {
 	Headers412 *ConvertServiceRequestResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ConvertServiceRequestResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ConvertServiceRequestResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ConvertServiceRequestResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -31754,6 +32180,11 @@ func (r ConvertServiceRequestResponse) GetApplicationproblemJSON412() *Precondit
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ConvertServiceRequestResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ConvertServiceRequestResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -31887,6 +32318,14 @@ type ChangeServiceRequestStatusResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// ChangeServiceRequestStatusResponse415Headers the declared response headers of an HTTP 415 response for ChangeServiceRequestStatus
+type ChangeServiceRequestStatusResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // ChangeServiceRequestStatusResponse422Headers the declared response headers of an HTTP 422 response for ChangeServiceRequestStatus
 type ChangeServiceRequestStatusResponse422Headers struct {
 	CacheControl        *string
@@ -31949,6 +32388,8 @@ type ChangeServiceRequestStatusResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -31977,6 +32418,8 @@ type ChangeServiceRequestStatusResponse struct {
 	Headers412 *ChangeServiceRequestStatusResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ChangeServiceRequestStatusResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ChangeServiceRequestStatusResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ChangeServiceRequestStatusResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -32032,6 +32475,11 @@ func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON412() *Prec
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ChangeServiceRequestStatusResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -32346,6 +32794,14 @@ type PutSettingsResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// PutSettingsResponse415Headers the declared response headers of an HTTP 415 response for PutSettings
+type PutSettingsResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // PutSettingsResponse422Headers the declared response headers of an HTTP 422 response for PutSettings
 type PutSettingsResponse422Headers struct {
 	CacheControl        *string
@@ -32406,6 +32862,8 @@ type PutSettingsResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -32432,6 +32890,8 @@ type PutSettingsResponse struct {
 	Headers412 *PutSettingsResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PutSettingsResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PutSettingsResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *PutSettingsResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -32482,6 +32942,11 @@ func (r PutSettingsResponse) GetApplicationproblemJSON412() *PreconditionFailed 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r PutSettingsResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PutSettingsResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -32797,6 +33262,14 @@ type CreateStaffMemberResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CreateStaffMemberResponse415Headers the declared response headers of an HTTP 415 response for CreateStaffMember
+type CreateStaffMemberResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CreateStaffMemberResponse422Headers the declared response headers of an HTTP 422 response for CreateStaffMember
 type CreateStaffMemberResponse422Headers struct {
 	CacheControl        *string
@@ -32857,6 +33330,8 @@ type CreateStaffMemberResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -32883,6 +33358,8 @@ type CreateStaffMemberResponse struct {
 	Headers412 *CreateStaffMemberResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateStaffMemberResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateStaffMemberResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateStaffMemberResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -32933,6 +33410,11 @@ func (r CreateStaffMemberResponse) GetApplicationproblemJSON412() *PreconditionF
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateStaffMemberResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateStaffMemberResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -33272,6 +33754,14 @@ type UpdateStaffMemberResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// UpdateStaffMemberResponse415Headers the declared response headers of an HTTP 415 response for UpdateStaffMember
+type UpdateStaffMemberResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // UpdateStaffMemberResponse422Headers the declared response headers of an HTTP 422 response for UpdateStaffMember
 type UpdateStaffMemberResponse422Headers struct {
 	CacheControl        *string
@@ -33334,6 +33824,8 @@ type UpdateStaffMemberResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -33362,6 +33854,8 @@ type UpdateStaffMemberResponse struct {
 	Headers412 *UpdateStaffMemberResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *UpdateStaffMemberResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateStaffMemberResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *UpdateStaffMemberResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -33417,6 +33911,11 @@ func (r UpdateStaffMemberResponse) GetApplicationproblemJSON412() *PreconditionF
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UpdateStaffMemberResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateStaffMemberResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -33548,6 +34047,14 @@ type EraseStaffMemberResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// EraseStaffMemberResponse415Headers the declared response headers of an HTTP 415 response for EraseStaffMember
+type EraseStaffMemberResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // EraseStaffMemberResponse422Headers the declared response headers of an HTTP 422 response for EraseStaffMember
 type EraseStaffMemberResponse422Headers struct {
 	CacheControl        *string
@@ -33610,6 +34117,8 @@ type EraseStaffMemberResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -33638,6 +34147,8 @@ type EraseStaffMemberResponse struct {
 	Headers412 *EraseStaffMemberResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *EraseStaffMemberResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *EraseStaffMemberResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *EraseStaffMemberResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -33693,6 +34204,11 @@ func (r EraseStaffMemberResponse) GetApplicationproblemJSON412() *PreconditionFa
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r EraseStaffMemberResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r EraseStaffMemberResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -34252,6 +34768,14 @@ type PutWorkingHoursResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// PutWorkingHoursResponse415Headers the declared response headers of an HTTP 415 response for PutWorkingHours
+type PutWorkingHoursResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // PutWorkingHoursResponse422Headers the declared response headers of an HTTP 422 response for PutWorkingHours
 type PutWorkingHoursResponse422Headers struct {
 	CacheControl        *string
@@ -34314,6 +34838,8 @@ type PutWorkingHoursResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -34342,6 +34868,8 @@ type PutWorkingHoursResponse struct {
 	Headers412 *PutWorkingHoursResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PutWorkingHoursResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PutWorkingHoursResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *PutWorkingHoursResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -34397,6 +34925,11 @@ func (r PutWorkingHoursResponse) GetApplicationproblemJSON412() *PreconditionFai
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r PutWorkingHoursResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PutWorkingHoursResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -34713,6 +35246,14 @@ type CreateWebhookEndpointResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// CreateWebhookEndpointResponse415Headers the declared response headers of an HTTP 415 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // CreateWebhookEndpointResponse422Headers the declared response headers of an HTTP 422 response for CreateWebhookEndpoint
 type CreateWebhookEndpointResponse422Headers struct {
 	CacheControl        *string
@@ -34773,6 +35314,8 @@ type CreateWebhookEndpointResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -34799,6 +35342,8 @@ type CreateWebhookEndpointResponse struct {
 	Headers412 *CreateWebhookEndpointResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateWebhookEndpointResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateWebhookEndpointResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateWebhookEndpointResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -34849,6 +35394,11 @@ func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON412() *Precondit
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -35400,6 +35950,14 @@ type UpdateWebhookEndpointResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// UpdateWebhookEndpointResponse415Headers the declared response headers of an HTTP 415 response for UpdateWebhookEndpoint
+type UpdateWebhookEndpointResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // UpdateWebhookEndpointResponse422Headers the declared response headers of an HTTP 422 response for UpdateWebhookEndpoint
 type UpdateWebhookEndpointResponse422Headers struct {
 	CacheControl        *string
@@ -35462,6 +36020,8 @@ type UpdateWebhookEndpointResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -35490,6 +36050,8 @@ type UpdateWebhookEndpointResponse struct {
 	Headers412 *UpdateWebhookEndpointResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *UpdateWebhookEndpointResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateWebhookEndpointResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *UpdateWebhookEndpointResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -35545,6 +36107,11 @@ func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON412() *Precondit
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateWebhookEndpointResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -36338,6 +36905,14 @@ type RotateWebhookSecretResponse413Headers struct {
 	XCorrelationID      *string
 }
 
+// RotateWebhookSecretResponse415Headers the declared response headers of an HTTP 415 response for RotateWebhookSecret
+type RotateWebhookSecretResponse415Headers struct {
+	AcceptEncoding      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XCorrelationID      *string
+}
+
 // RotateWebhookSecretResponse422Headers the declared response headers of an HTTP 422 response for RotateWebhookSecret
 type RotateWebhookSecretResponse422Headers struct {
 	CacheControl        *string
@@ -36400,6 +36975,8 @@ type RotateWebhookSecretResponse struct {
 	ApplicationproblemJSON412 *PreconditionFailed
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedContentEncoding
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -36428,6 +37005,8 @@ type RotateWebhookSecretResponse struct {
 	Headers412 *RotateWebhookSecretResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RotateWebhookSecretResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *RotateWebhookSecretResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *RotateWebhookSecretResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -36483,6 +37062,11 @@ func (r RotateWebhookSecretResponse) GetApplicationproblemJSON412() *Preconditio
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RotateWebhookSecretResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationproblemJSON415() *UnsupportedContentEncoding {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -39142,6 +39726,13 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -39397,6 +39988,37 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateKeyResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateKeyResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -40057,6 +40679,13 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -40343,6 +40972,37 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers RotateKeyResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers RotateKeyResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -42753,6 +43413,13 @@ func ParseSkipParkedResponse(rsp *http.Response) (*SkipParkedResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -43084,6 +43751,37 @@ func ParseSkipParkedResponse(rsp *http.Response) (*SkipParkedResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers SkipParkedResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers SkipParkedResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -46472,6 +47170,13 @@ func ParseCreateCatalogItemResponse(rsp *http.Response) (*CreateCatalogItemRespo
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -46786,6 +47491,37 @@ func ParseCreateCatalogItemResponse(rsp *http.Response) (*CreateCatalogItemRespo
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateCatalogItemResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateCatalogItemResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -47460,6 +48196,13 @@ func ParseUpdateCatalogItemResponse(rsp *http.Response) (*UpdateCatalogItemRespo
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -47798,6 +48541,37 @@ func ParseUpdateCatalogItemResponse(rsp *http.Response) (*UpdateCatalogItemRespo
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateCatalogItemResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers UpdateCatalogItemResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -48427,6 +49201,13 @@ func ParseCreateCustomerResponse(rsp *http.Response) (*CreateCustomerResponse, e
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -48741,6 +49522,37 @@ func ParseCreateCustomerResponse(rsp *http.Response) (*CreateCustomerResponse, e
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateCustomerResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateCustomerResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -49415,6 +50227,13 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -49753,6 +50572,37 @@ func ParseUpdateCustomerResponse(rsp *http.Response) (*UpdateCustomerResponse, e
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateCustomerResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers UpdateCustomerResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -49996,6 +50846,13 @@ func ParseEraseCustomerResponse(rsp *http.Response) (*EraseCustomerResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -50335,6 +51192,37 @@ func ParseEraseCustomerResponse(rsp *http.Response) (*EraseCustomerResponse, err
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers EraseCustomerResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers EraseCustomerResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -51786,6 +52674,13 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -52114,6 +53009,37 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateOrderResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateOrderResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -52843,6 +53769,13 @@ func ParseUpdateOrderResponse(rsp *http.Response) (*UpdateOrderResponse, error) 
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -53195,6 +54128,37 @@ func ParseUpdateOrderResponse(rsp *http.Response) (*UpdateOrderResponse, error) 
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateOrderResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers UpdateOrderResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -53438,6 +54402,13 @@ func ParseAssignOrderResponse(rsp *http.Response) (*AssignOrderResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -53791,6 +54762,37 @@ func ParseAssignOrderResponse(rsp *http.Response) (*AssignOrderResponse, error) 
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers AssignOrderResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers AssignOrderResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -54034,6 +55036,13 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -54387,6 +55396,37 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CancelOrderResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CancelOrderResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -55061,6 +56101,13 @@ func ParseSettleOrderResponse(rsp *http.Response) (*SettleOrderResponse, error) 
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -55413,6 +56460,37 @@ func ParseSettleOrderResponse(rsp *http.Response) (*SettleOrderResponse, error) 
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers SettleOrderResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers SettleOrderResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -55656,6 +56734,13 @@ func ParseChangeOrderStatusResponse(rsp *http.Response) (*ChangeOrderStatusRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -56009,6 +57094,37 @@ func ParseChangeOrderStatusResponse(rsp *http.Response) (*ChangeOrderStatusRespo
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ChangeOrderStatusResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers ChangeOrderStatusResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -56638,6 +57754,13 @@ func ParseCreatePlanResponse(rsp *http.Response) (*CreatePlanResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -56966,6 +58089,37 @@ func ParseCreatePlanResponse(rsp *http.Response) (*CreatePlanResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreatePlanResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreatePlanResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -57695,6 +58849,13 @@ func ParseChangePlanResponse(rsp *http.Response) (*ChangePlanResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -58047,6 +59208,37 @@ func ParseChangePlanResponse(rsp *http.Response) (*ChangePlanResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ChangePlanResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers ChangePlanResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -58290,6 +59482,13 @@ func ParseEndPlanResponse(rsp *http.Response) (*EndPlanResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -58643,6 +59842,37 @@ func ParseEndPlanResponse(rsp *http.Response) (*EndPlanResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers EndPlanResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers EndPlanResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -58886,6 +60116,13 @@ func ParseMoveVisitResponse(rsp *http.Response) (*MoveVisitResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -59239,6 +60476,37 @@ func ParseMoveVisitResponse(rsp *http.Response) (*MoveVisitResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers MoveVisitResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers MoveVisitResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -59482,6 +60750,13 @@ func ParsePausePlanResponse(rsp *http.Response) (*PausePlanResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -59835,6 +61110,37 @@ func ParsePausePlanResponse(rsp *http.Response) (*PausePlanResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers PausePlanResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PausePlanResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -60078,6 +61384,13 @@ func ParseResumePlanResponse(rsp *http.Response) (*ResumePlanResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -60431,6 +61744,37 @@ func ParseResumePlanResponse(rsp *http.Response) (*ResumePlanResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ResumePlanResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers ResumePlanResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -60674,6 +62018,13 @@ func ParseSkipVisitResponse(rsp *http.Response) (*SkipVisitResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -61027,6 +62378,37 @@ func ParseSkipVisitResponse(rsp *http.Response) (*SkipVisitResponse, error) {
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers SkipVisitResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers SkipVisitResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -62578,6 +63960,13 @@ func ParseChangeScheduleStatusResponse(rsp *http.Response) (*ChangeScheduleStatu
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -62930,6 +64319,37 @@ func ParseChangeScheduleStatusResponse(rsp *http.Response) (*ChangeScheduleStatu
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ChangeScheduleStatusResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers ChangeScheduleStatusResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -63559,6 +64979,13 @@ func ParseCreateServiceRequestResponse(rsp *http.Response) (*CreateServiceReques
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -63887,6 +65314,37 @@ func ParseCreateServiceRequestResponse(rsp *http.Response) (*CreateServiceReques
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateServiceRequestResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateServiceRequestResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -64616,6 +66074,13 @@ func ParseUpdateServiceRequestResponse(rsp *http.Response) (*UpdateServiceReques
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -64968,6 +66433,37 @@ func ParseUpdateServiceRequestResponse(rsp *http.Response) (*UpdateServiceReques
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateServiceRequestResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers UpdateServiceRequestResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -65211,6 +66707,13 @@ func ParseConvertServiceRequestResponse(rsp *http.Response) (*ConvertServiceRequ
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -65571,6 +67074,37 @@ func ParseConvertServiceRequestResponse(rsp *http.Response) (*ConvertServiceRequ
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ConvertServiceRequestResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers ConvertServiceRequestResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -65814,6 +67348,13 @@ func ParseChangeServiceRequestStatusResponse(rsp *http.Response) (*ChangeService
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -66167,6 +67708,37 @@ func ParseChangeServiceRequestStatusResponse(rsp *http.Response) (*ChangeService
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ChangeServiceRequestStatusResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers ChangeServiceRequestStatusResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -66796,6 +68368,13 @@ func ParsePutSettingsResponse(rsp *http.Response) (*PutSettingsResponse, error) 
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -67103,6 +68682,37 @@ func ParsePutSettingsResponse(rsp *http.Response) (*PutSettingsResponse, error) 
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers PutSettingsResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PutSettingsResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -67732,6 +69342,13 @@ func ParseCreateStaffMemberResponse(rsp *http.Response) (*CreateStaffMemberRespo
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -68046,6 +69663,37 @@ func ParseCreateStaffMemberResponse(rsp *http.Response) (*CreateStaffMemberRespo
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateStaffMemberResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateStaffMemberResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -68720,6 +70368,13 @@ func ParseUpdateStaffMemberResponse(rsp *http.Response) (*UpdateStaffMemberRespo
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -69058,6 +70713,37 @@ func ParseUpdateStaffMemberResponse(rsp *http.Response) (*UpdateStaffMemberRespo
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateStaffMemberResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers UpdateStaffMemberResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -69301,6 +70987,13 @@ func ParseEraseStaffMemberResponse(rsp *http.Response) (*EraseStaffMemberRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -69640,6 +71333,37 @@ func ParseEraseStaffMemberResponse(rsp *http.Response) (*EraseStaffMemberRespons
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers EraseStaffMemberResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers EraseStaffMemberResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -70785,6 +72509,13 @@ func ParsePutWorkingHoursResponse(rsp *http.Response) (*PutWorkingHoursResponse,
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -71130,6 +72861,37 @@ func ParsePutWorkingHoursResponse(rsp *http.Response) (*PutWorkingHoursResponse,
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers PutWorkingHoursResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PutWorkingHoursResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -71759,6 +73521,13 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -72080,6 +73849,37 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateWebhookEndpointResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateWebhookEndpointResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -73214,6 +75014,13 @@ func ParseUpdateWebhookEndpointResponse(rsp *http.Response) (*UpdateWebhookEndpo
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -73559,6 +75366,37 @@ func ParseUpdateWebhookEndpointResponse(rsp *http.Response) (*UpdateWebhookEndpo
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateWebhookEndpointResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers UpdateWebhookEndpointResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -75190,6 +77028,13 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedContentEncoding
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -75535,6 +77380,37 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 			headers.XCorrelationID = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers RotateWebhookSecretResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Correlation-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Correlation-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XCorrelationID = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers RotateWebhookSecretResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {

@@ -61,7 +61,7 @@ func (s *server) idempotent(h handlerFunc) handlerFunc {
 		}
 		body, err := readBody(r)
 		if err != nil {
-			return err // too large: 413; too slow: 408; cut off: 400
+			return err // too large: 413; too slow: 408; compressed: 415; cut off: 400
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		ifMatch := r.Header.Get("If-Match")

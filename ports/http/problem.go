@@ -81,6 +81,7 @@ func ProblemOf(err error) (p Problem, ok bool) {
 		conflict *apperr.ConflictError
 		limited  *apperr.LimitError
 		tooBig   *http.MaxBytesError
+		encoded  *encodedBody
 		ruled    interface{ Rule() string }
 
 		unpublishable *query.UnpublishableEventError
@@ -101,6 +102,8 @@ func ProblemOf(err error) (p Problem, ok bool) {
 			fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit))
 	case errors.Is(err, errBodyTimeout):
 		p = newProblem(http.StatusRequestTimeout, "request-timeout", err.Error())
+	case errors.As(err, &encoded):
+		p = newProblem(http.StatusUnsupportedMediaType, "unsupported-content-encoding", encoded.Error())
 	case errors.As(err, &invalid):
 		p = newProblem(http.StatusUnprocessableEntity, "validation-failed", invalid.Error())
 		p.Errors = invalid.Fields
@@ -176,6 +179,9 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "1")
 	case known && errors.As(err, &limited):
 		w.Header().Set("Retry-After", strconv.Itoa(max(int(limited.RetryAfter.Seconds()), 1)))
+	case known && errors.As(err, new(*encodedBody)):
+		// RFC 9110's answer to a content coding the server does not read.
+		w.Header().Set("Accept-Encoding", "identity")
 	case known:
 	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || sqlState(err) == queryCanceled):
 		return // the client went away; nobody reads an answer
@@ -279,11 +285,36 @@ func parseBody(body []byte, dst any) error {
 // malformed, and nothing failed in Hearth.
 var errBodyTimeout = errors.New("the request body did not arrive within the time the server allows for reading a request; send it at once")
 
+// encodedBody is a request body sent with a content coding (gzip, br, ...):
+// the API reads a body as it is sent. Parsed as it came, a compressed body
+// would answer a baffling "malformed JSON at byte 1", and a plain one
+// labelled gzip would be taken despite its label. It answers 415.
+type encodedBody struct{ coding string }
+
+func (e *encodedBody) Error() string {
+	return "the request body is sent with Content-Encoding " + apperr.Quote(e.coding) + ", which the API does not read; send it uncompressed"
+}
+
+// contentCoding is the request's Content-Encoding, every line of it, when
+// it names a coding other than identity ("" when none does).
+func contentCoding(h http.Header) string {
+	codings := strings.Join(h.Values("Content-Encoding"), ", ")
+	for c := range strings.SplitSeq(codings, ",") {
+		if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+			return codings
+		}
+	}
+	return ""
+}
+
 // readBody reads the whole body: a body over MaxBodyBytes is the
 // *http.MaxBytesError (413), one not arrived by the read deadline
-// errBodyTimeout (408), any other failure (the client went away mid-body) a
-// 400.
+// errBodyTimeout (408), one sent with a content coding *encodedBody (415),
+// any other failure (the client went away mid-body) a 400.
 func readBody(r *http.Request) ([]byte, error) {
+	if coding := contentCoding(r.Header); coding != "" {
+		return nil, &encodedBody{coding: coding}
+	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
