@@ -256,7 +256,11 @@ func (p *params) oneOf(name string, allowed []string) []string {
 	return vals
 }
 
-// parseTime reads an optional RFC 3339 time field of a request body.
+// parseTime reads an optional RFC 3339 time field of a request body, to
+// the microsecond: Hearth stores times so (event.Instant), and the rules
+// must judge the time that is stored. Two times that differ only below a
+// microsecond would otherwise pass a rule that one is after the other and
+// be stored equal (an empty booking, which Postgres refuses).
 func parseTime(field string, s *string) (*time.Time, error) {
 	if s == nil {
 		return nil, nil
@@ -265,6 +269,7 @@ func parseTime(field string, s *string) (*time.Time, error) {
 	if err != nil {
 		return nil, malformed(field, "must be an RFC 3339 time with an offset, got %q", *s)
 	}
+	t = t.Truncate(time.Microsecond) // as event.Instant does, keeping the offset given
 	if problem := event.InstantProblem(t); problem != "" {
 		return nil, malformed(field, "%s, got %q", problem, *s)
 	}
