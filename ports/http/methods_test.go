@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"net/http"
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,5 +71,30 @@ func TestABodyWithAContentEncodingIsRefused(t *testing.T) {
 	}
 	require.Equal(t, before, f.tx.Position(), "nothing written")
 	a := f.do(http.MethodPost, "/v1/orders", f.op, `{"customer_id":"`+f.customer+`","amount_cents":1000}`, "Content-Encoding", "identity")
+	require.Equal(t, http.StatusCreated, a.Code, a.Body.String())
+}
+
+// RFC 3339's offset hour is 00 to 23; Go's parser takes 24 as well, and
+// read 2030-01-02T00:00:00+24:00 as the first of January. A client that
+// wrote it meant something else (24:00 is a time of day, not an offset):
+// it is refused naming the field, in a body and in a query alike.
+func TestAnOffsetOf24HoursIsNotRFC3339(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	before := f.tx.Position()
+	for _, offset := range []string{"+24:00", "-24:00", "+24:30"} {
+		a := f.do(http.MethodPost, "/v1/orders", f.op, `{"customer_id":"`+f.customer+`","amount_cents":1,`+
+			`"scheduled_start_at":"2030-01-02T00:00:00`+offset+`","scheduled_end_at":"2030-01-03T01:00:00Z"}`)
+		require.Equal(t, http.StatusBadRequest, a.Code, "%s: %s", offset, a.Body.String())
+		require.Contains(t, a.body["detail"], "scheduled_start_at", offset)
+
+		q := url.Values{"from": {"2030-01-02T00:00:00" + offset}}
+		a = f.do(http.MethodGet, "/v1/orders?"+q.Encode(), f.op, "")
+		require.Equal(t, http.StatusBadRequest, a.Code, "%s: %s", offset, a.Body.String())
+		require.Contains(t, a.body["detail"], "from", offset)
+	}
+	require.Equal(t, before, f.tx.Position(), "nothing written")
+	a := f.do(http.MethodPost, "/v1/orders", f.op, `{"customer_id":"`+f.customer+`","amount_cents":1,`+
+		`"scheduled_start_at":"2030-01-02T00:00:00+23:59","scheduled_end_at":"2030-01-03T01:00:00-23:59"}`)
 	require.Equal(t, http.StatusCreated, a.Code, a.Body.String())
 }
