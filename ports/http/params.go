@@ -217,8 +217,8 @@ func (p *params) time(name string) *time.Time {
 	if s == "" && !p.v.Has(name) {
 		return nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
+	t, ok := parseRFC3339(s)
+	if !ok {
 		p.fail(name, "must be an RFC 3339 time with an offset, got %q", s)
 		return nil
 	}
@@ -256,6 +256,19 @@ func (p *params) oneOf(name string, allowed []string) []string {
 	return vals
 }
 
+// parseRFC3339 reads an RFC 3339 time of a client's. Go's parser takes an
+// offset hour of 24, which RFC 3339 does not (00 to 23), and would read
+// 2030-01-02T00:00:00+24:00 as the first of January: a client that wrote it
+// meant something else.
+func parseRFC3339(s string) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, false
+	}
+	_, offset := t.Zone()
+	return t, offset > -24*60*60 && offset < 24*60*60
+}
+
 // parseTime reads an optional RFC 3339 time field of a request body, to
 // the microsecond: Hearth stores times so (event.Instant), and the rules
 // must judge the time that is stored. Two times that differ only below a
@@ -265,8 +278,8 @@ func parseTime(field string, s *string) (*time.Time, error) {
 	if s == nil {
 		return nil, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, *s)
-	if err != nil {
+	t, ok := parseRFC3339(*s)
+	if !ok {
 		return nil, malformed(field, "must be an RFC 3339 time with an offset, got %q", *s)
 	}
 	t = t.Truncate(time.Microsecond) // as event.Instant does, keeping the offset given
