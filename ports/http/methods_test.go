@@ -3,7 +3,9 @@ package httpport
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"testing"
 
@@ -97,4 +99,21 @@ func TestAnOffsetOf24HoursIsNotRFC3339(t *testing.T) {
 	a := f.do(http.MethodPost, "/v1/orders", f.op, `{"customer_id":"`+f.customer+`","amount_cents":1,`+
 		`"scheduled_start_at":"2030-01-02T00:00:00+23:59","scheduled_end_at":"2030-01-03T01:00:00-23:59"}`)
 	require.Equal(t, http.StatusCreated, a.Code, a.Body.String())
+}
+
+// A CONNECT names a host, not a path (an open-proxy probe): net/http's mux
+// matches no pattern for it, not even the catch-all, and answered its own
+// text/plain "404 page not found". It is a problem like any other answer.
+func TestAConnectIsAnsweredWithAProblem(t *testing.T) {
+	t.Parallel()
+	f := newFakeApp(t)
+	req := httptest.NewRequest(http.MethodConnect, "example.com:443", nil)
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusNotFound, rec.Code, rec.Body.String())
+	require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"), rec.Body.String())
+	var p problem
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p), rec.Body.String())
+	require.Equal(t, "/problems/not-found", p.Type)
+	require.Contains(t, p.Detail, "CONNECT example.com:443")
 }
