@@ -278,7 +278,21 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		}
 		writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.URL.Path))
 	})
-	return s.logRequests(apiHeaders(s.traceRequests(s.observe(s.recoverPanics(s.limitBody(mux)))))), nil
+	return s.logRequests(apiHeaders(s.traceRequests(s.observe(s.recoverPanics(s.limitBody(pathless(mux))))))), nil
+}
+
+// pathless answers a request whose target has no path, as a CONNECT's
+// host:port (an open-proxy probe): net/http's mux matches no pattern for
+// it, not even the catch-all "/", and would answer its own text/plain 404
+// rather than a problem.
+func pathless(mux http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/") {
+			writeProblem(w, newProblem(http.StatusNotFound, "not-found", "no route for "+r.Method+" "+r.RequestURI))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // routedMethods are the methods a route may be declared with, in the order
