@@ -121,6 +121,34 @@ func TestHTTPServerLimits(t *testing.T) {
 	})
 }
 
+// An Expect other than 100-continue is refused by net/http before any
+// handler runs, with a bare 417 (no body, no type): it is a problem too
+// (httpport.Listener), naming the header, and the connection is closed.
+func TestAnExpectationThatCannotBeMetIsAProblem(t *testing.T) {
+	t.Parallel()
+	cfg := Config{HTTPReadTimeout: 5 * time.Second, HTTPWriteTimeout: 5 * time.Second, HTTPIdleTimeout: 5 * time.Second}
+	srv := newHTTPServer(cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = serveOn(cfg, srv, ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second))) // the test's bound, far above the server's
+	_, err = io.WriteString(conn, "POST /v1/customers HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}")
+	require.NoError(t, err)
+	raw, err := io.ReadAll(conn)
+	require.NoError(t, err, "the server closed the connection (not the test's deadline)")
+	status, p := rawProblem(t, string(raw))
+	require.Equal(t, http.StatusExpectationFailed, status)
+	require.Equal(t, "/problems/malformed-request", p.Type)
+	require.Contains(t, p.Detail, "Expect")
+}
+
 // rawProblem reads a raw HTTP answer that must be a problem: its status and
 // body.
 func rawProblem(t *testing.T, raw string) (int, httpport.Problem) {
