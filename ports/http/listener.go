@@ -17,7 +17,8 @@ import (
 // net/http answers a request it cannot read (headers over
 // http.Server.MaxHeaderBytes: 431; a malformed request line or header: 400;
 // an unsupported transfer coding: 501) by writing a fixed text/plain
-// response straight to the connection, in one write, then closing it; no
+// response straight to the connection, in one write, then closing it, and
+// an Expect other than 100-continue with a bare 417 (expectationFailed); no
 // handler, middleware or hook sees that request. Listener's connections
 // recognise exactly those writes (the status line followed by net/http's
 // fixed "text/plain ... Connection: close" headers) and send the same
@@ -70,9 +71,22 @@ func (c *problemConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// expectationFailed is how net/http (server.go, response.sendExpectationFailed)
+// begins and ends its answer to an Expect other than 100-continue, before
+// any handler runs: a bare 417 whose only other header is the Date between.
+const (
+	expectationFailedHead = "HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: "
+	expectationFailedTail = "\r\nContent-Length: 0\r\n\r\n"
+)
+
 // asProblem is p as a problem+json answer when p is one of net/http's own
 // answers to an unreadable request.
 func (c *problemConn) asProblem(p []byte) ([]byte, bool) {
+	if date, ok := bytes.CutPrefix(p, []byte(expectationFailedHead)); ok && bytes.HasSuffix(date, []byte(expectationFailedTail)) &&
+		len(date) == len(http.TimeFormat)+len(expectationFailedTail) {
+		return answerProblem(newProblem(http.StatusExpectationFailed, "malformed-request",
+			"the request's Expect header asks for what the server does not do: only 100-continue is known; send the request without it"))
+	}
 	rest, ok := bytes.CutPrefix(p, []byte("HTTP/1.1 "))
 	if !ok || len(rest) < 3 {
 		return nil, false
@@ -98,10 +112,15 @@ func (c *problemConn) asProblem(p []byte) ([]byte, bool) {
 	default:
 		pr = newProblem(status, "malformed-request", strings.TrimSuffix("the request could not be read as HTTP/1.1: "+reason, ": "))
 	}
+	return answerProblem(pr)
+}
+
+// answerProblem is the raw answer of pr on a connection that closes after it.
+func answerProblem(pr problem) ([]byte, bool) {
 	body, err := json.Marshal(pr)
 	if err != nil {
 		return nil, false
 	}
 	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/problem+json\r\nX-Content-Type-Options: nosniff\r\n"+
-		"Connection: close\r\nContent-Length: %d\r\n\r\n%s", status, http.StatusText(status), len(body), body), true
+		"Connection: close\r\nContent-Length: %d\r\n\r\n%s", pr.Status, http.StatusText(pr.Status), len(body), body), true
 }
