@@ -170,14 +170,21 @@ func (t Table[T, P]) Update(ctx context.Context, merchantID, id string, fn func(
 }
 
 // List returns a page of the merchant's records, newest first; q matches
-// the name, case-insensitively.
+// the name, case-insensitively, whichever Unicode form (NFC or NFD) the
+// name and q were sent in.
 func (t Table[T, P]) List(ctx context.Context, merchantID, q string, p query.Page) (query.List[T], error) {
 	l, err := keyset.Query[T]{
 		DB: t.db,
 		New: func(model any) *bun.SelectQuery {
 			sel := t.db.NewSelect().Model(model).ModelTableExpr(t.expr).Where("merchant_id = ?", merchantID)
 			if q != "" {
-				sel = sel.Where("name ILIKE ? ESCAPE '\\'", "%"+escapeLike(q)+"%")
+				// Names are stored as sent, and an accented letter has two
+				// forms that look the same (é, or e and a combining accent):
+				// the pattern is tried in both. normalize is immutable, so
+				// Postgres folds it, and for a q without such letters the two
+				// arms are one and the same condition, which it keeps once.
+				pattern := "%" + escapeLike(q) + "%"
+				sel = sel.Where("(name ILIKE normalize(?, NFC) ESCAPE '\\' OR name ILIKE normalize(?, NFD) ESCAPE '\\')", pattern, pattern)
 			}
 			return sel
 		},
