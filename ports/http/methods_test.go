@@ -117,3 +117,19 @@ func TestAConnectIsAnsweredWithAProblem(t *testing.T) {
 	require.Equal(t, "/problems/not-found", p.Type)
 	require.Contains(t, p.Detail, "CONNECT example.com:443")
 }
+
+// A body that begins with a UTF-8 byte order mark (what PowerShell's
+// Out-File -Encoding utf8 writes) is refused saying so: JSON texts must
+// not carry one (RFC 8259, 8.1), and encoding/json's own words for it,
+// "invalid character 'ï' looking for beginning of value", name a character
+// the client never wrote.
+func TestABodyWithAByteOrderMarkIsRefusedSayingSo(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{"\uFEFF{\"name\":\"Bo\"}", "\uFEFF", "\uFEFF\n"} {
+		status, p, panicked := decodeAnswer(body, &customerInput{})
+		require.Nil(t, panicked, "%q", body)
+		require.Equal(t, http.StatusBadRequest, status, "%q", body)
+		require.Equal(t, "/problems/malformed-request", p.Type, "%q", body)
+		require.Contains(t, p.Detail, "byte order mark", "%q", body)
+	}
+}
