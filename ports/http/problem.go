@@ -329,8 +329,18 @@ func readBody(r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
+// byteOrderMark is UTF-8's byte order mark, which some tools write at the
+// start of a file (PowerShell's Out-File -Encoding utf8).
+var byteOrderMark = []byte("\uFEFF")
+
 // decodeJSON is decode's strict JSON decoding.
 func decodeJSON(body []byte, dst any) error {
+	if bytes.HasPrefix(body, byteOrderMark) {
+		// JSON texts must not begin with one (RFC 8259, 8.1), and
+		// encoding/json would name the character it decodes its first byte
+		// as ('ï'), which the client never wrote.
+		return &badRequest{slug: "malformed-request", detail: "request body begins with a UTF-8 byte order mark (EF BB BF), which JSON does not allow; send the body without it"}
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
