@@ -132,7 +132,7 @@ func TestAnExpectationThatCannotBeMetIsAProblem(t *testing.T) {
 	}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	go func() { _ = serveOn(cfg, srv, ln) }()
+	go func() { _ = serveOn(cfg, srv, ln, nil) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	conn, err := net.Dial("tcp", ln.Addr().String())
