@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -111,5 +112,73 @@ func TestRelayPublishesEverythingAgainIntoANewStream(t *testing.T) {
 		info, err := js.StreamInfo("HEARTH2")
 		return err == nil && info.State.Msgs == events
 	}, 30*time.Second, 10*time.Millisecond, "every event is published again, into the new stream")
+	second.shutdown()
+}
+
+// Workers deployed from different manifests may disagree on RELAY_STREAM or
+// RELAY_SUBJECT_PREFIX, and leadership moves the relay between them with
+// its one recorded position: the events relayed after a move would go to
+// another stream (or under other subjects), and the consumers of the first
+// would silently never see them. A worker whose target is not the one the
+// position was recorded for must refuse to relay, saying why, and the
+// relay must go on from a worker whose target is.
+func TestWorkersThatDisagreeOnTheRelayTargetDoNotSplitTheStream(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	srv := natstest.Start(t)
+	vars := map[string]string{
+		"DATABASE_URL": url, "LOG_FORMAT": "json", "POLL_INTERVAL": "20ms", "SHUTDOWN_TIMEOUT": "5s",
+		"RELAY_NATS_URL": srv.URL(), "RELAY_STREAM": "HEARTH", "RELAY_SUBJECT_PREFIX": "hearth",
+	}
+	key := createKeyCLI(t, vars, "--merchant", "acme", "--role", "operator")
+	first := startServe(t, vars)
+	a := &api{t: t, base: "http://" + first.HTTPAddr, client: &http.Client{}}
+	a.createOrder(key, a.createCustomer(key, "Ada"), 1200)
+
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	db := pgtest.Open(t, url)
+	events := func() uint64 {
+		var n uint64
+		require.NoError(t, db.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&n))
+		return n
+	}
+	inStream := func(name string) uint64 {
+		info, err := js.StreamInfo(name)
+		if err != nil {
+			return 0
+		}
+		return info.State.Msgs
+	}
+	require.Eventually(t, func() bool { return inStream("HEARTH") == events() },
+		30*time.Second, 10*time.Millisecond, "every event reaches HEARTH")
+
+	// Another worker's manifest names another stream and prefix; the first
+	// worker goes away, so the relay can only move to it.
+	other := maps.Clone(vars)
+	other["RELAY_STREAM"], other["RELAY_SUBJECT_PREFIX"] = "OTHER", "other"
+	second := startServe(t, other)
+	first.shutdown()
+	b := &api{t: t, base: "http://" + second.HTTPAddr, client: &http.Client{}}
+	b.createOrder(key, b.createCustomer(key, "Grace"), 900)
+	const refusal = `but the relay's position (relay_offsets) was recorded for stream HEARTH`
+	require.Eventually(t, func() bool {
+		return strings.Contains(second.stderr.String(), refusal) || inStream("OTHER") > 0
+	}, 30*time.Second, 10*time.Millisecond, "the second worker neither relays nor refuses: %s", second.stderr)
+	require.Zero(t, inStream("OTHER"),
+		"the second worker relayed the events written since the move into stream OTHER, which HEARTH's consumers never see")
+	require.Contains(t, second.stderr.String(), refusal)
+
+	// A worker with the recorded target takes the relay over (the refusing
+	// one rests) and relays what was written meanwhile into HEARTH.
+	third := startServe(t, vars)
+	require.Eventually(t, func() bool { return inStream("HEARTH") == events() },
+		30*time.Second, 10*time.Millisecond, "the events written while the relay was refused reach HEARTH: %s", third.stderr)
+	_, err = js.StreamInfo("OTHER")
+	require.ErrorIs(t, err, nats.ErrStreamNotFound, "the refusing worker created no stream of its own")
+	third.shutdown()
 	second.shutdown()
 }
