@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"topic"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_relay_failures_total",
-			Help: "Failed relay operations, each retried: stream (set-up), load, read, encode, publish, save.",
+			Help: "Failed relay operations, each retried: stream (set-up), load, read, encode, publish, save; target: a term refused, its RELAY_STREAM or RELAY_SUBJECT_PREFIX not the recorded one.",
 		}, []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{m.sent, m.failures} {

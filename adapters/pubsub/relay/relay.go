@@ -81,6 +81,15 @@
 //   - Fenced: the position is written only under the relay's current term
 //     (hearth_fence); a relay whose term is over gets readmodel.ErrStaleTerm
 //     and Run returns it.
+//   - One stream: each position is recorded with the stream and subject
+//     prefix it was published to (readmodel.RelayTarget). Workers deployed
+//     from different manifests may disagree on them, and leadership moves
+//     the relay between workers: a term whose own target is not the
+//     recorded one ends at once with a *TargetError, before it connects to
+//     NATS, rather than put what follows the position into a stream the
+//     first one's consumers never read. The leader package then rests the
+//     unit on that worker, so a worker whose target is the recorded one
+//     takes it.
 package relay
 
 import (
@@ -205,6 +214,24 @@ type Config struct {
 	Tracer trace.Tracer
 }
 
+// TargetError is why a term refuses to relay: the positions were recorded for another stream or subject prefix than this
+// worker's RELAY_STREAM and RELAY_SUBJECT_PREFIX.
+type TargetError struct {
+	Own      readmodel.RelayTarget
+	Recorded []readmodel.RelayTarget
+}
+
+func (e *TargetError) Error() string {
+	recorded := make([]string, len(e.Recorded))
+	for i, t := range e.Recorded {
+		recorded[i] = fmt.Sprintf("stream %s, subjects %s.>", t.Stream, t.SubjectPrefix)
+	}
+	return fmt.Sprintf("relay target: this worker relays to stream %s (RELAY_STREAM), subjects %s.> (RELAY_SUBJECT_PREFIX), "+
+		"but the relay's position (relay_offsets) was recorded for %s: every worker must have the same RELAY_STREAM and "+
+		"RELAY_SUBJECT_PREFIX, and this one does not relay until it does (operations.md, Relay to NATS JetStream)",
+		e.Own.Stream, e.Own.SubjectPrefix, strings.Join(recorded, " and "))
+}
+
 // Relay publishes the event store's topics to JetStream. Run is one
 // leadership term.
 type Relay struct {
@@ -257,6 +284,11 @@ func Topics() []string {
 func (r *Relay) Run(ctx context.Context, term int64) error {
 	ctx = readmodel.WithFence(ctx, readmodel.Fence{Lock: r.cfg.Lock, Term: term, Lease: r.cfg.Lease})
 	log := r.log.With("term", term)
+	// Before anything reaches NATS: a worker of another target would
+	// create its stream and publish there.
+	if err := r.retry(ctx, log, "load", func() error { return r.checkTarget(ctx) }); err != nil {
+		return r.ended(ctx, err)
+	}
 	es, err := database.OpenSQL(ctx, r.cfg.EventStore, len(aggregates.Outbound())+1, ApplicationName)
 	if err != nil {
 		return fmt.Errorf("open relay pool: %w", err)
@@ -288,6 +320,29 @@ func (r *Relay) Run(ctx context.Context, term int64) error {
 		g.Go(func() error { return r.relay(gctx, es, nc, notifier, a, log.With("topic", a.Topic)) })
 	}
 	return r.ended(ctx, g.Wait())
+}
+
+// target is where this relay publishes.
+func (r *Relay) target() readmodel.RelayTarget {
+	return readmodel.RelayTarget{Stream: r.cfg.Stream, SubjectPrefix: r.cfg.SubjectPrefix}
+}
+
+// checkTarget fails with a *TargetError when a position was recorded for
+// another target than this relay's.
+func (r *Relay) checkTarget(ctx context.Context) error {
+	loadCtx, cancel := context.WithTimeout(ctx, offsetsTimeout)
+	defer cancel()
+	recorded, err := r.cfg.Offsets.Targets(loadCtx)
+	if err != nil {
+		return err
+	}
+	for _, t := range recorded {
+		if t != r.target() {
+			r.cfg.Metrics.failed("target")
+			return &TargetError{Own: r.target(), Recorded: recorded}
+		}
+	}
+	return nil
 }
 
 // ended is what Run returns for err: the stale term, or nothing once the
@@ -522,7 +577,7 @@ func (r *Relay) relay(ctx context.Context, es *sql.DB, nc *nats.Conn, n *project
 		err = r.retry(ctx, log, "save", func() error {
 			saveCtx, cancel := context.WithTimeout(ctx, offsetsTimeout)
 			defer cancel()
-			return r.cfg.Offsets.Save(saveCtx, topic, pos)
+			return r.cfg.Offsets.Save(saveCtx, topic, pos, r.target())
 		})
 		if err != nil {
 			return err
@@ -688,9 +743,9 @@ func (r *Relay) register(ctx context.Context, es *sql.DB, topic string, pos read
 
 // retry runs op (named by what: stream, load, read, encode, publish or save) until
 // it succeeds, ctx ends (it returns ctx's error) or op fails with
-// readmodel.ErrStaleTerm or a *pubsub.TopicGapError (it returns that: the
-// term ends there, and the next one meets the gap again until the operator
-// deals with it), waiting 100 ms doubling to 5 s
+// readmodel.ErrStaleTerm, a *pubsub.TopicGapError or a *TargetError (it
+// returns that: the term ends there, and the next one meets the gap or the
+// other target again until the operator deals with it), waiting 100 ms doubling to 5 s
 // between attempts. The first failure of a streak is
 // logged at Warn, the rest at Debug, the recovery at Info.
 func (r *Relay) retry(ctx context.Context, log *slog.Logger, what string, op func() error) error {
@@ -708,7 +763,7 @@ func (r *Relay) retry(ctx context.Context, log *slog.Logger, what string, op fun
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case errors.Is(err, readmodel.ErrStaleTerm), errors.As(err, new(*pubsub.TopicGapError)):
+		case errors.Is(err, readmodel.ErrStaleTerm), errors.As(err, new(*pubsub.TopicGapError)), errors.As(err, new(*TargetError)):
 			return err
 		}
 		failures++

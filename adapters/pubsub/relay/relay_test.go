@@ -611,7 +611,7 @@ func TestRelayStaleTermCannotMovePosition(t *testing.T) {
 	require.Equal(t, [2]int64{tx, off}, [2]int64{tx2, off2}, "the stale term moved nothing")
 
 	// Outside any term, the store refuses to write at all.
-	require.Error(t, f.offsets.Save(context.Background(), "orders", readmodel.RelayPosition{Offset: 1}))
+	require.Error(t, f.offsets.Save(context.Background(), "orders", readmodel.RelayPosition{Offset: 1}, readmodel.RelayTarget{Stream: "HEARTH", SubjectPrefix: "hearth"}))
 }
 
 // gatherSum adds up every series of the metric name.
