@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -668,4 +669,52 @@ func TestSettingsAreSetOnlyWithTheirAnswer(t *testing.T) {
 	again := a.sendOK(http.MethodPut, "/v1/settings", withKey(a.opA, "tz-unstored"), paris)
 	require.Equal(t, first.Raw, again.Raw)
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+}
+
+// API instances deployed from different manifests may disagree on
+// IDEMPOTENCY_KEEP, and each prunes the one table: a record must be kept as
+// long as the longest setting any instance runs with, or a retry sent
+// through the instance that keeps keys 72h, 30h after its write, finds its
+// record pruned by the one that keeps them 24h and writes again.
+func TestAnInstanceWithAShorterIdempotencyKeepDoesNotPruneWhatAnotherKeeps(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t).EventStore
+	long := map[string]string{"DATABASE_URL": url, "LOG_FORMAT": "json", "MODE": "api", "IDEMPOTENCY_KEEP": "72h"}
+	short := maps.Clone(long)
+	short["IDEMPOTENCY_KEEP"] = "24h"
+	key := createKeyCLI(t, long, "--merchant", "acme", "--role", "operator")
+	db := pgtest.Open(t, url)
+
+	first := startServe(t, long)
+	a := &api{t: t, base: "http://" + first.HTTPAddr, client: &http.Client{}}
+	body := map[string]any{"customer_id": a.createCustomer(key, "Ada"), "amount_cents": 4200}
+	written := a.sendOK(http.MethodPost, "/v1/orders", withKey(key, "order-30h"), body)
+	require.Equal(t, http.StatusCreated, written.Status, "%s", written)
+	old := a.sendOK(http.MethodPost, "/v1/orders", withKey(key, "order-100h"), body)
+	require.Equal(t, http.StatusCreated, old.Status, "%s", old)
+	first.shutdown()
+	_, err := db.DB.Exec(`UPDATE idempotency_keys SET created_at = now() - CASE key
+		WHEN 'order-30h' THEN interval '30 hours' ELSE interval '100 hours' END`)
+	require.NoError(t, err)
+
+	// The instance that keeps keys 24h prunes at its start: the record older
+	// than every setting goes, which says its pruning has run.
+	startServe(t, short)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, db.DB.QueryRow(`SELECT count(*) FROM idempotency_keys WHERE key = 'order-100h'`).Scan(&n))
+		return n == 0
+	}, 30*time.Second, 10*time.Millisecond, "the 24h instance prunes a record of 100h")
+
+	// The retry, 30h after the write, through an instance that keeps keys 72h.
+	again := startServe(t, long)
+	b := &api{t: t, base: "http://" + again.HTTPAddr, client: &http.Client{}}
+	retry := b.sendOK(http.MethodPost, "/v1/orders", withKey(key, "order-30h"), body)
+	require.Equal(t, http.StatusCreated, retry.Status, "%s", retry)
+	require.Equal(t, "true", retry.Header.Get("Idempotent-Replayed"),
+		"the retry within the 72h its instance keeps keys wrote the order again: the 24h instance pruned its record")
+	require.Equal(t, written.Raw, retry.Raw)
+	var orders int
+	require.NoError(t, db.DB.QueryRow(`SELECT count(*) FROM events WHERE type = 'OrderCreated'`).Scan(&orders))
+	require.Equal(t, 2, orders, "one order per key")
 }
