@@ -699,7 +699,9 @@ func TestAnInstanceWithAShorterIdempotencyKeepDoesNotPruneWhatAnotherKeeps(t *te
 
 	// The instance that keeps keys 24h prunes at its start: the record older
 	// than every setting goes, which says its pruning has run.
-	startServe(t, short)
+	pruner := startServe(t, short)
+	require.Contains(t, pruner.stderr.String(), `"msg":"API instances disagree on IDEMPOTENCY_KEEP: idempotency keys are kept for the longest"`,
+		"the instance says that the settings differ")
 	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, db.DB.QueryRow(`SELECT count(*) FROM idempotency_keys WHERE key = 'order-100h'`).Scan(&n))

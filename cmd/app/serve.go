@@ -667,6 +667,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		})
 	}
 	if cfg.Mode != ModeWorker {
+		announceIdempotencyKeep(ctx, cfg, w, log)
 		g.Go(func() error {
 			w.lags.Run(gctx)
 			return nil
@@ -730,6 +731,25 @@ func httpConfig(cfg Config, dbs databases, w wiring, sched *leader.Scheduler, lo
 		}
 	}
 	return hc, nil
+}
+
+// announceIdempotencyKeep records this instance's IDEMPOTENCY_KEEP before
+// it answers a write, so that an instance that keeps keys for less, started
+// after this one stopped, still prunes by it, and says when the instances
+// disagree: records are then kept for the longest. A failure is logged; the
+// pruning rounds announce it again before they prune.
+func announceIdempotencyKeep(ctx context.Context, cfg Config, w wiring, log *slog.Logger) {
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	keeps, err := w.idempotency.Announce(callCtx, cfg.IdempotencyKeep)
+	if err != nil {
+		log.Warn("announce IDEMPOTENCY_KEEP", "error", err)
+		return
+	}
+	if len(keeps) > 1 {
+		log.Warn("API instances disagree on IDEMPOTENCY_KEEP: idempotency keys are kept for the longest",
+			"idempotency_keep", cfg.IdempotencyKeep, "in_force", fmt.Sprint(keeps), "kept_for", keeps[len(keeps)-1])
+	}
 }
 
 // Idempotency keys older than IdempotencyKeep are deleted this often, in

@@ -225,21 +225,69 @@ func (s *Store) Prune(ctx context.Context, keep time.Duration, batch int) (int, 
 	return n, nil
 }
 
+// Announce records that an instance keeps records for keep
+// (IDEMPOTENCY_KEEP) and returns, shortest first, every keep in force: its
+// own and those announced within their own length of now, whose instances
+// may still run (or answered records that are kept that long). Instances
+// deployed from different manifests may disagree on the setting, and each
+// prunes the one table: pruning goes by the longest, so that a retry
+// through any instance finds what the instance that answered it promised
+// to keep. A keep nobody announced within its length is deleted.
+func (s *Store) Announce(ctx context.Context, keep time.Duration) ([]time.Duration, error) {
+	// The DELETE leaves this keep's row alone: one statement may not both
+	// upsert and delete a row.
+	rows, err := s.db.QueryContext(ctx, `
+		WITH seen AS (
+			INSERT INTO idempotency_keeps (keep_ms, seen_at) VALUES ($1, now())
+			ON CONFLICT (keep_ms) DO UPDATE SET seen_at = excluded.seen_at),
+		gone AS (
+			DELETE FROM idempotency_keeps
+			WHERE keep_ms <> $1 AND seen_at < now() - keep_ms * interval '1 millisecond')
+		SELECT keep_ms FROM idempotency_keeps
+		WHERE keep_ms <> $1 AND seen_at >= now() - keep_ms * interval '1 millisecond'
+		UNION SELECT $1::bigint ORDER BY 1`, keep.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("announce idempotency keep: %w", err)
+	}
+	defer rows.Close()
+	var keeps []time.Duration
+	for rows.Next() {
+		var ms int64
+		if err := rows.Scan(&ms); err != nil {
+			return nil, fmt.Errorf("announce idempotency keep: %w", err)
+		}
+		keeps = append(keeps, time.Duration(ms)*time.Millisecond)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("announce idempotency keep: %w", err)
+	}
+	return keeps, nil
+}
+
 // PruneLoop prunes every interval until ctx ends, in batches of batch rows
-// until a batch comes back short. Errors are logged through onError and the
-// loop goes on.
+// until a batch comes back short, records older than the longest keep in
+// force (Announce; keep is this instance's). Errors are logged through
+// onError and the loop goes on; a round whose announcement failed prunes
+// nothing, since it does not know what the other instances keep.
 func (s *Store) PruneLoop(ctx context.Context, keep, interval time.Duration, batch int, onError func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		for {
+		callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		keeps, err := s.Announce(callCtx, keep)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			onError(err)
+		}
+		for err == nil {
 			callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			n, err := s.Prune(callCtx, keep, batch)
+			var n int
+			n, err = s.Prune(callCtx, keeps[len(keeps)-1], batch)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				onError(err)
 			}
-			if err != nil || n < batch {
+			if n < batch {
 				break
 			}
 		}
