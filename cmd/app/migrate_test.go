@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
+	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -104,4 +108,46 @@ func TestCommandsThatReadEventsRefuseWithoutMasterKeysBeforeMigrating(t *testing
 			require.False(t, migrated, "%s migrated the database before it refused to run without the master keys", args[0])
 		})
 	}
+}
+
+// Instances deployed from different manifests may disagree on
+// READMODEL_DATABASE_URL: one worker then projects into a read model the API
+// instances do not read, from the consumer offsets every worker shares (in
+// the event store), so the events it applies are missing from the other for
+// good; and its fencing terms are that database's, so a stale leader of the
+// other is not fenced. An instance whose read model is not the one the
+// event store's instances use must refuse to start, naming the setting.
+func TestAnInstanceWithAnotherReadModelRefusesToStart(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewSplitDBs(t)
+	vars := map[string]string{"DATABASE_URL": urls.EventStore, "READMODEL_DATABASE_URL": urls.ReadModel, "LOG_FORMAT": "json"}
+	startServe(t, vars)
+
+	other := maps.Clone(vars)
+	other["READMODEL_DATABASE_URL"] = pgtest.NewSplitDBs(t).ReadModel
+	other["MASTER_KEY"] = testMasterKey
+	ctx, stop := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--http-addr", "127.0.0.1:0"}, env(other), io.Discard, &stderr)
+	}()
+	returned := false
+	t.Cleanup(func() {
+		if stop(); !returned {
+			<-done
+		}
+	})
+	var err error
+	require.Eventually(t, func() bool {
+		select {
+		case err = <-done:
+			returned = true
+			return true
+		default:
+			return strings.Contains(stderr.String(), `"msg":"hearth started"`)
+		}
+	}, 30*time.Second, 10*time.Millisecond, "serve neither started nor stopped: %s", &stderr)
+	require.Error(t, err, "an instance whose READMODEL_DATABASE_URL names another read model than the other instances' started: %s", &stderr)
+	require.ErrorContains(t, err, "READMODEL_DATABASE_URL")
 }
