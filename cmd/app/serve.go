@@ -138,7 +138,46 @@ func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	if d.rm != d.es {
-		return d.checkReadModelNotAhead(ctx)
+		// First: a pair refused for that records no pairing either.
+		if err := d.checkReadModelNotAhead(ctx); err != nil {
+			return err
+		}
+	}
+	return d.checkReadModelPaired(ctx)
+}
+
+// checkReadModelPaired refuses a read model that is not the one the event
+// store's instances use. Instances deployed from different manifests may
+// disagree on READMODEL_DATABASE_URL, and nothing else would notice: the
+// consumer offsets are the event store's, so a worker of another read model
+// would apply its share of the events there, missing from the one the others
+// read for good, and its fencing terms are that database's, so it would not
+// fence the others' leaders. The read model gets an identity from the first
+// instance that starts on it, and the event store records the first it is
+// used with. Each is a statement of its own, so that instances starting at
+// once read the row whichever of them made it.
+func (d databases) checkReadModelPaired(ctx context.Context) error {
+	if _, err := d.rm.DB.ExecContext(ctx, `INSERT INTO read_model_identity DEFAULT VALUES ON CONFLICT DO NOTHING`); err != nil {
+		return fmt.Errorf("READMODEL_DATABASE_URL: give the read model its identity: %w", err)
+	}
+	var id string
+	if err := d.rm.DB.QueryRowContext(ctx, `SELECT id::text FROM read_model_identity`).Scan(&id); err != nil {
+		return fmt.Errorf("READMODEL_DATABASE_URL: read the read model's identity: %w", err)
+	}
+	if _, err := d.es.DB.ExecContext(ctx, `INSERT INTO read_model_pairing (read_model_id) VALUES ($1) ON CONFLICT DO NOTHING`, id); err != nil {
+		return fmt.Errorf("DATABASE_URL: record the read model: %w", err)
+	}
+	var paired string
+	var since time.Time
+	if err := d.es.DB.QueryRowContext(ctx, `SELECT read_model_id::text, paired_at FROM read_model_pairing`).Scan(&paired, &since); err != nil {
+		return fmt.Errorf("DATABASE_URL: read the read model it is used with: %w", err)
+	}
+	if paired != id {
+		return fmt.Errorf("READMODEL_DATABASE_URL names read model %s, but this event store's instances have used read model %s since %s: "+
+			"every instance must have the same READMODEL_DATABASE_URL (unset: DATABASE_URL's database), or its projections would apply events "+
+			"into a database the others do not read. If this database is the read model now (moved without its table read_model_identity, "+
+			"or restored from a backup taken before it had one), stop every instance and DELETE FROM read_model_pairing in the event store "+
+			"(docs/operations.md#one-read-model-for-every-instance)", id, paired, since.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
