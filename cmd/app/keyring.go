@@ -78,7 +78,11 @@ func keyringCommand(ctx context.Context, cfg Config, sub string, k keyFlags, res
 		if err != nil {
 			return usageError{"keyring new: " + err.Error()}
 		}
-		fmt.Fprintln(stdout, line)
+		// Nothing is stored: a line that could not be written (a full
+		// disk behind `> master.key`) is a key nobody has, not a success.
+		if _, err := fmt.Fprintln(stdout, line); err != nil {
+			return fmt.Errorf("keyring new: print the key line: %w", err)
+		}
 		return nil
 	}
 	return usageError{"keyring: unknown subcommand " + sub}

@@ -198,8 +198,8 @@ func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string
 		if err != nil {
 			return flagError(verb, err, expiresFlag)
 		}
-		fmt.Fprintf(stdout, "# %s; it is shown only now:\n%s\n", describeKey(key.Key), key.Secret)
-		return nil
+		_, err = fmt.Fprintf(stdout, "# %s; it is shown only now:\n%s\n", describeKey(key.Key), key.Secret)
+		return secretUnshown(verb, err, fmt.Sprintf("key %s was created", key.ID), key.ID)
 	case "list":
 		return listKeys(ctx, tools.keys, k, stdout)
 	case "revoke":
@@ -225,10 +225,23 @@ func keys(ctx context.Context, cfg Config, sub string, k keyFlags, args []string
 		if rot.Previous.RevokedAt == nil {
 			old = "works until " + rot.Previous.ExpiresAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(stdout, "# key %s rotated: %s (the old key %s); the new key is shown only now:\n%s\n",
+		_, err = fmt.Fprintf(stdout, "# key %s rotated: %s (the old key %s); the new key is shown only now:\n%s\n",
 			id, describeKey(rot.Key), old, rot.Secret)
+		return secretUnshown(verb, err, fmt.Sprintf("key %s was rotated into key %s (the old key %s)", id, rot.Key.ID, old), rot.Key.ID)
+	}
+}
+
+// secretUnshown is the failure of a key command whose secret could not be
+// written to stdout (a full disk behind a redirect, a closed pipe): the key
+// exists and is shown only once, so exit 0 would leave the operator
+// believing they hold a key nobody has. It says what was done and how to
+// undo it; nil when the write succeeded.
+func secretUnshown(verb string, err error, done, made string) error {
+	if err == nil {
 		return nil
 	}
+	return fmt.Errorf("%s: print the new key: %w; %s, but its secret was never shown: revoke it (app keys revoke %s) and create another",
+		verb, err, done, made)
 }
 
 // keySpec reads the flags of `keys create`; it returns the flag the expiry
