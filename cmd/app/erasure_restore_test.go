@@ -462,3 +462,36 @@ func TestErasuresExportNeedsNoMasterKeyAndMigratesNothing(t *testing.T) {
 	require.NoError(t, pgtest.Open(t, fresh).DB.QueryRow(`SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&migrated))
 	require.False(t, migrated, "the export applied migrations")
 }
+
+// A file `app erasures apply` cannot use is refused in the operator's
+// words, naming the field: not with encoding/json's description of a Go
+// type (the likely slip is the array `app erasures list --json` prints
+// instead of the export's object), and a refused file prints no summary
+// ("0 erased again, ...") as if the list had been applied.
+func TestErasuresApplyRefusesAFileOfAnotherShapeInItsOwnWords(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.NewDB(t)
+	dir := t.TempDir()
+	apply := func(content string) (string, error) {
+		file := filepath.Join(dir, uuid.New()+".json")
+		require.NoError(t, os.WriteFile(file, []byte(content), 0o600))
+		return cli(t.Context(), urls, "erasures", "apply", file)
+	}
+	for name, c := range map[string]struct{ content, want string }{
+		"the list's array": {`[]`, "must be the object app erasures export writes, not an array"},
+		"a string":         {`"hearth.erasures/1"`, "must be the object app erasures export writes, not a string"},
+		"a number for an id": {`{"schema":"hearth.erasures/1","erasures":[{"subject_type":"customer","subject_id":5,"merchant_id":"x"}]}`,
+			"erasures.subject_id: must be a string, not a number"},
+		"an object for the list": {`{"schema":"hearth.erasures/1","erasures":{}}`, "erasures: must be an array, not an object"},
+	} {
+		out, err := apply(c.content)
+		require.Error(t, err, "%s: %s", name, out)
+		require.Contains(t, err.Error(), c.want, name)
+		require.NotContains(t, err.Error(), "Go ", "%s: no Go type in the operator's message", name)
+	}
+
+	out, err := apply(`{"schema":"hearth.erasures/1","erasures":[{"subject_type":"customer","subject_id":"Ada","merchant_id":"x"}]}`)
+	require.Error(t, err, out)
+	require.Contains(t, err.Error(), `erasures[0].subject_id: must be a UUID, got "Ada"`)
+	require.NotContains(t, out, "erased again", "a refused list was not applied: no summary says it was")
+}
