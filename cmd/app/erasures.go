@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -208,7 +209,7 @@ func readErasureList(file string) ([]ops.ErasedSubject, error) {
 		} `json:"erasures"`
 	}
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("read %s: %w", file, err)
+		return nil, erasureListTypeError(file, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("read %s: more data after the document", file)
@@ -227,6 +228,27 @@ func readErasureList(file string) ([]ops.ErasedSubject, error) {
 		}
 	}
 	return out, nil
+}
+
+// erasureListTypeError is the decoder's error in the operator's words: a
+// value of the wrong JSON type (the array `app erasures list --json` prints
+// given for the export's object, a number for an id) is described by
+// encoding/json through the Go type it decodes into, an anonymous struct
+// the operator never wrote.
+func erasureListTypeError(file string, err error) error {
+	var typed *json.UnmarshalTypeError
+	if !errors.As(err, &typed) {
+		return fmt.Errorf("read %s: %w", file, err)
+	}
+	want := map[reflect.Kind]string{reflect.String: "a string", reflect.Slice: "an array", reflect.Struct: "an object", reflect.Pointer: "a time such as 2030-01-02T15:04:05Z"}[typed.Type.Kind()]
+	got := cmpOr(map[string]string{"array": "an array", "object": "an object", "string": "a string", "bool": "a boolean"}[typed.Value], "a "+typed.Value)
+	if strings.HasPrefix(typed.Value, "number") {
+		got = "a number"
+	}
+	if typed.Field == "" {
+		return fmt.Errorf("%s: must be the object app erasures export writes, not %s", file, got)
+	}
+	return fmt.Errorf("%s: %s: must be %s, not %s", file, typed.Field, cmpOr(want, "of another type"), got)
 }
 
 // erasuresApply runs `app erasures apply FILE`: after a restore, every
@@ -259,10 +281,12 @@ func erasuresApply(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags
 		fmt.Fprintf(stdout, "not in this database: %s %s of merchant %s (created after the backup: nothing to erase)\n",
 			strings.ReplaceAll(e.SubjectType, "_", " "), e.SubjectID, e.MerchantID)
 	}
-	fmt.Fprintf(stdout, "%d erased again, %d already erased, %d not in this database\n", len(r.Erased), r.AlreadyErased, len(r.Absent))
 	if err != nil {
+		// No summary: a list refused (or stopped part-way) was not
+		// applied, and the lines above name what was erased before.
 		return fmt.Errorf("erasures apply %s: %w", args[0], err)
 	}
+	fmt.Fprintf(stdout, "%d erased again, %d already erased, %d not in this database\n", len(r.Erased), r.AlreadyErased, len(r.Absent))
 	if r.SecondPassesPending > 0 {
 		fmt.Fprintf(stdout, "%d second passes pending: the erasure worker of a running instance, or app erasures run, runs them (app erasures list lists them)\n",
 			r.SecondPassesPending)
