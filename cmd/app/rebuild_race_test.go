@@ -424,3 +424,25 @@ func rebuildHeldAtItsSwap(t *testing.T, a *api) (hold *sql.Tx, done chan error) 
 	require.False(t, pgtest.DoneOrWaiting(t, a.dbs.rm.DB, done), "the swap waits for the reader")
 	return hold, done
 }
+
+// `app rebuild` beside a rebuild of the same projection that runs (another
+// instance's, another app rebuild's) is refused as a conflict and, as the
+// admin API's start is, not recorded in the audit log as a rebuild started:
+// the log would say two rebuilds ran where one did.
+func TestAnAppRebuildRefusedAsAlreadyRunningIsNotRecordedAsStarted(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewSplitDBs(t))
+	a.seedOrders(2)
+	hold, done := rebuildHeldAtItsSwap(t, a)
+
+	out, err := cli(t.Context(), a.urls(), "rebuild", "orders")
+	require.Error(t, err, out)
+	require.Contains(t, err.Error(), "already running")
+	require.False(t, errors.As(err, new(usageError)), "a failure, not a usage error: %v", err)
+	var started int
+	require.NoError(t, a.dbs.es.DB.QueryRow(`SELECT count(*) FROM admin_audit WHERE action = 'rebuild.start'`).Scan(&started))
+	require.Zero(t, started, "a rebuild refused as already running is not recorded as started")
+
+	require.NoError(t, hold.Rollback())
+	require.NoError(t, <-done)
+}
