@@ -697,6 +697,24 @@ func (r *Maintenance) Run(ctx context.Context, projection string, progress func(
 	return Rebuild(ctx, RebuildConfig{Log: r.log, Decoders: r.dec, DB: r.db, Projection: projection, Progress: progress})
 }
 
+// Running reports whether a rebuild of projection runs now: this
+// process's, or another's that holds its lock.
+func (r *Maintenance) Running(ctx context.Context, projection string) (bool, error) {
+	r.mu.Lock()
+	run, ok := r.runs[projection]
+	r.mu.Unlock()
+	if ok {
+		select {
+		case <-run.done:
+		default:
+			return true, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return rebuildLockHeld(ctx, r.db, projection)
+}
+
 // Verify verifies the read models (see Verify).
 func (r *Maintenance) Verify(ctx context.Context, v ops.Verification) (ops.VerifyReport, error) {
 	return Verify(ctx, VerifyConfig{Log: r.log, Decoders: r.dec, DB: r.db, Verification: v})

@@ -55,6 +55,9 @@ type Rebuilds interface {
 	// Run rebuilds in the foreground until it is done or ctx ends;
 	// progress, when set, is called as it goes.
 	Run(ctx context.Context, projection string, progress func(RebuildProgress)) (RebuildProgress, error)
+	// Running reports whether a rebuild of the projection runs now, in
+	// this process or another (one that holds its lock).
+	Running(ctx context.Context, projection string) (bool, error)
 }
 
 // Verifier compares the read models with the fold of their events
@@ -290,10 +293,19 @@ var ErrRebuildCancelAsked = errors.New("cancelled through DELETE /admin/rebuilds
 // Rebuild rebuilds projection in the foreground (the CLI), as done by
 // actor, calling progress (optional) as it goes; ending ctx cancels it.
 // The start is recorded before the rebuild runs (a failed record stops
-// it), a cancel after it, joined to the error.
+// it), unless one already runs, a cancel after it, joined to the error.
 func (o *Operator) Rebuild(ctx context.Context, projection, actor string, progress func(RebuildProgress)) (RebuildProgress, error) {
 	if err := CheckActor(actor); err != nil {
 		return RebuildProgress{}, err
+	}
+	// Refused before it is recorded, as StartRebuild is: Run would fail
+	// at once on the lock, and the log would hold a start of a rebuild
+	// that never ran beside the one that runs. Two starts in the same
+	// moment can still both be recorded, one of them failing so.
+	if running, err := o.rebuilds.Running(ctx, projection); err != nil {
+		return RebuildProgress{}, err
+	} else if running {
+		return RebuildProgress{}, &apperr.ConflictError{Detail: "a rebuild of " + projection + " is already running (in another instance or app rebuild)"}
 	}
 	if err := o.audit.RecordAudit(ctx, AuditEntry{Actor: actor, Action: ActionRebuildStart, Target: projection}); err != nil {
 		return RebuildProgress{}, err

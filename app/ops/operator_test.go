@@ -54,6 +54,7 @@ func (f *fakeParking) Skip(_ context.Context, s ops.Skip, audit func(ops.SkipRes
 }
 
 type fakeRebuilds struct {
+	running  bool
 	startErr error
 	ran      bool
 	runErr   error
@@ -68,6 +69,7 @@ func (f *fakeRebuilds) Status(projection string) (ops.RebuildProgress, error) {
 func (f *fakeRebuilds) Cancel(_ context.Context, projection string) (ops.RebuildProgress, error) {
 	return ops.RebuildProgress{Projection: projection, Phase: "cancelled", Events: 7, Rows: 3}, nil
 }
+func (f *fakeRebuilds) Running(context.Context, string) (bool, error) { return f.running, nil }
 func (f *fakeRebuilds) Run(_ context.Context, projection string, progress func(ops.RebuildProgress)) (ops.RebuildProgress, error) {
 	f.ran = true
 	p := ops.RebuildProgress{Projection: projection, Phase: "cancelled", Events: 5, Rows: 2}
@@ -292,4 +294,18 @@ func TestForegroundRebuildIsRecorded(t *testing.T) {
 	require.False(t, w.rebuilds.ran, "no record, no rebuild")
 	_, err = w.op.Rebuild(ctx, "orders", "", nil)
 	requireInvalid(t, err, "by", "is required")
+}
+
+// A rebuild in the foreground beside one that runs is refused as a
+// conflict before it is recorded, as StartRebuild is.
+func TestForegroundRebuildBesideARunningOneIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	w := newOperator(t)
+	w.rebuilds.running = true
+	_, err := w.op.Rebuild(t.Context(), "orders", "ops:carol", nil)
+	var conflict *apperr.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Contains(t, conflict.Detail, "already running")
+	require.False(t, w.rebuilds.ran)
+	require.Empty(t, w.audit.entries, "a rebuild refused is not recorded as started")
 }
