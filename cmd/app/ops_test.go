@@ -632,3 +632,29 @@ func TestAWorkerKeyIsNotToldOfAnotherStaffMembersParkedOrderOrSchedule(t *testin
 		}
 	}
 }
+
+// The parked subcommands' command-line mistakes are found before any
+// database is opened, as operations.md says of every command's bad input:
+// a slip (a skip without --reason, a replay of one argument) must not
+// migrate the databases, at a time nobody chose, on its way to exit 2.
+func TestParkedCLIMistakesMigrateNothing(t *testing.T) {
+	t.Parallel()
+	fresh := pgtest.NewEmptyDB(t)
+	urls := pgtest.URLs{EventStore: fresh, ReadModel: fresh}
+	id := uuid.New()
+	for _, args := range [][]string{
+		{"parked", "skip", "orders", id},
+		{"parked", "skip", "orders", "--reason", "why"},
+		{"parked", "replay", "orders"},
+		{"parked", "replay"},
+		{"parked", "replay", "--all", "orders", id},
+		{"parked", "replay", "orders", id, "--projection", "orders"},
+	} {
+		_, err := cli(t.Context(), urls, args...)
+		require.Error(t, err, "%q", args)
+		require.True(t, errors.As(err, new(usageError)), "%q: want a usage error (exit 2), got: %v", args, err)
+		var migrated bool
+		require.NoError(t, pgtest.Open(t, fresh).DB.QueryRow(`SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&migrated))
+		require.False(t, migrated, "%q: a mistyped command applied the migrations", args)
+	}
+}
