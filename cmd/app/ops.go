@@ -260,8 +260,21 @@ func parked(ctx context.Context, cfg Config, log *slog.Logger, o opsFlags, sub s
 }
 
 // checkParkedArgs checks what the command line of `app parked sub` says
-// before anything is opened: the aggregate's and the event's ids.
+// before anything is opened (opening applies pending migrations, which a
+// slip must not do): the arguments' count, the skip's reason, the
+// aggregate's and the event's ids. The projection an argument names is
+// the use case's to check, once open.
 func checkParkedArgs(o opsFlags, sub string, args []string) error {
+	switch {
+	case sub == "list" && len(args) > 0:
+		return usageError{fmt.Sprintf("parked list: unexpected arguments %q", args)}
+	case sub == "replay" && !(o.all && len(args) == 0) && !(!o.all && len(args) == 2 && o.projection == ""):
+		return usageError{"parked replay: PROJECTION AGGREGATE_ID, or --all [--projection P]"}
+	case sub == "skip" && len(args) != 2:
+		return usageError{"parked skip: PROJECTION AGGREGATE_ID --reason WHY [--event EVENT_ID] [--by WHO]"}
+	case sub == "skip" && strings.TrimSpace(o.reason) == "":
+		return apperr.Invalid("reason", "is required: say why the event is skipped")
+	}
 	if (sub == "replay" || sub == "skip") && len(args) == 2 {
 		if !uuid.Valid(args[1]) {
 			return apperr.Invalid("id", "must be a UUID, got %q", args[1])

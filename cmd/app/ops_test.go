@@ -649,6 +649,7 @@ func TestParkedCLIMistakesMigrateNothing(t *testing.T) {
 		{"parked", "replay"},
 		{"parked", "replay", "--all", "orders", id},
 		{"parked", "replay", "orders", id, "--projection", "orders"},
+		{"parked", "list", "orders"},
 	} {
 		_, err := cli(t.Context(), urls, args...)
 		require.Error(t, err, "%q", args)
