@@ -751,3 +751,16 @@ func TestDatabaseURLWithALineBreakIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// An empty --mode or --http-addr (a script's variable that was empty) is a
+// usage error, as an empty --by is: read as left out, it replaced MODE or
+// HTTP_ADDR from the environment by the default, so `MODE=api app serve
+// --mode "$M"` ran the workers too, and on :8080.
+func TestRunRefusesAnEmptyServeFlag(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"serve", "--mode", ""}, {"serve", "--http-addr", ""}, {"serve", "--mode", " "}} {
+		err := run(t.Context(), args, env(map[string]string{"MODE": "api", "HTTP_ADDR": "127.0.0.1:0"}), io.Discard, io.Discard)
+		require.ErrorAs(t, err, new(usageError), "%q: an empty flag read as left out: %v", args, err)
+		require.ErrorContains(t, err, "must not be empty", "%q", args)
+	}
+}
