@@ -386,6 +386,15 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	} else if err != nil {
 		return Config{}, nil, usageError{err.Error()}
 	}
+	// An empty --mode or --http-addr (a script's empty variable) would
+	// replace MODE or HTTP_ADDR by the default below (cmp.Or): an instance
+	// meant for the API alone would run the workers too, or listen
+	// elsewhere. Someone who typed the flag meant a value.
+	for flagName, setting := range map[string]string{"mode": "MODE", "http-addr": "HTTP_ADDR"} {
+		if f := fs.Lookup(flagName); f != nil && visited(fs, flagName) && strings.TrimSpace(f.Value.String()) == "" {
+			return Config{}, nil, usageError{fmt.Sprintf("%s: --%s: must not be empty (leave it out for %s or its default)", fs.Name(), flagName, setting)}
+		}
+	}
 
 	cfg.ReadModelDatabaseURL = cmp.Or(cfg.ReadModelDatabaseURL, cfg.DatabaseURL)
 	cfg.ReadReplicas = readReplicas(getenv, duration, cfg, &errs)
@@ -714,4 +723,11 @@ func (o *setOnce) Set(v string) error {
 func (o *setOnce) IsBoolFlag() bool {
 	b, ok := o.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
+}
+
+// visited reports whether the command line set the flag name.
+func visited(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
