@@ -764,3 +764,16 @@ func TestRunRefusesAnEmptyServeFlag(t *testing.T) {
 		require.ErrorContains(t, err, "must not be empty", "%q", args)
 	}
 }
+
+// --confirm is erase's: given to export (`app customers export ...
+// --confirm ID`, an erase line edited into an export) it is a flag of
+// another subcommand, a usage error as operations.md says, not ignored.
+func TestExportRefusesEraseConfirm(t *testing.T) {
+	t.Parallel()
+	id := "00000000-0000-4000-8000-000000000001"
+	for _, cmd := range []string{"customers", "staff"} {
+		err := run(t.Context(), []string{cmd, "export", "--merchant", "acme", id, "--confirm", id}, env(nil), io.Discard, io.Discard)
+		require.ErrorAs(t, err, new(usageError), "%s export --confirm: %v", cmd, err)
+		require.ErrorContains(t, err, "confirm")
+	}
+}
