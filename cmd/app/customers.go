@@ -24,13 +24,16 @@ type customerFlags struct {
 	merchant, by, confirm string
 }
 
-func (c *customerFlags) register(cmd string, fs *flag.FlagSet) {
+func (c *customerFlags) register(cmd, sub string, fs *flag.FlagSet) {
 	if cmd != "customers" && cmd != "staff" {
 		return
 	}
 	fs.StringVar(&c.merchant, "merchant", "", "the merchant (a name; required)")
 	fs.StringVar(&c.by, "by", "", "who does it, for the audit log (defaults to cli:$USER)")
-	fs.StringVar(&c.confirm, "confirm", "", "erase: the id again, to confirm (an erasure cannot be undone)")
+	// erase's alone: on export it would be ignored without a word.
+	if sub == "erase" {
+		fs.StringVar(&c.confirm, "confirm", "", "the id again, to confirm (an erasure cannot be undone)")
+	}
 }
 
 // openForMerchant checks --by, opens Hearth and finds the merchant --merchant

@@ -164,7 +164,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var opArgs opsFlags
 	opArgs.register(cmd, sub, fs)
 	var customerArgs customerFlags
-	customerArgs.register(cmd, fs)
+	customerArgs.register(cmd, sub, fs)
 	var protectArgs protectFlags
 	protectArgs.register(cmd, fs)
 	cfg, rest, err := loadConfig(getenv, fs, args)
