@@ -62,6 +62,9 @@ type CatchUp struct {
 	// Pages shares the pages read with the process's other consumers of
 	// the topic (see Pages). Optional.
 	Pages *Pages
+	// Skips are the events skipped in each projection, applied as
+	// skipped (see Skips). Nil: none is.
+	Skips *Skips
 }
 
 // Run catches p up and returns how many events it read.
@@ -98,9 +101,14 @@ func (c CatchUp) Run(ctx context.Context, p Projection) (int, error) {
 			}
 			p.Prefetch(payloads)
 		}
+		skipped, err := c.Skips.of(ctx, p.Name)
+		if err != nil {
+			log.Warn("catch-up stopped: the skipped events could not be read; the live subscriber takes over", "error", err)
+			return total, nil
+		}
 		recs := make([]event.Recorded, len(rows))
 		for i, row := range rows {
-			if recs[i], err = event.Unmarshal(row.Msg.Payload, p.Decode); err != nil {
+			if recs[i], err = unmarshal(row.Msg.Payload, p, skipped); err != nil {
 				log.Warn("catch-up stopped at a message that does not decode; the live subscriber takes over",
 					"message_uuid", row.Msg.UUID, "error", err)
 				return total, nil

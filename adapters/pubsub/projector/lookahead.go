@@ -153,10 +153,14 @@ func (pr *Projector) applyAhead(ctx context.Context, l *Lookahead, p Projection,
 		return false
 	}
 	f := l.of(p.Name)
+	skipped, err := pr.skips.of(ctx, p.Name)
+	if err != nil {
+		return false // the handler reads them again for msg, and reports it
+	}
 	var later []*message.Message
 	recs := []event.Recorded{rec}
 	for _, next := range f.following(msg) {
-		r, err := event.Unmarshal(next.Payload, p.Decode)
+		r, err := unmarshal(next.Payload, p, skipped)
 		if err != nil {
 			break // the handler of that message reports it
 		}
@@ -186,7 +190,7 @@ func (pr *Projector) applyAhead(ctx context.Context, l *Lookahead, p Projection,
 		span.SetAttributes(attribute.Int("hearth.batch", len(recs)))
 	}
 	start := time.Now()
-	err := p.ApplyBatch(batchCtx, recs, nil)
+	err = p.ApplyBatch(batchCtx, recs, nil)
 	pr.metrics.observeBatch(p.Name, time.Since(start), len(recs), err)
 	f.settle(msg, later, err == nil)
 	if err != nil {

@@ -75,6 +75,7 @@ type Projector struct {
 	retryClock   Clock
 	pageSize     int
 	parking      *Parking
+	skips        *Skips
 	metrics      *Metrics
 	registry     prometheus.Registerer
 	tracer       trace.Tracer
@@ -98,7 +99,7 @@ func New(cfg Config) (*Projector, error) {
 	return &Projector{
 		db: cfg.EventStore, connString: cfg.ConnString, notifier: cfg.Notifier, sameDB: cfg.SameDB, fallback: cfg.Fallback,
 		log: cmp.Or(cfg.Log, slog.Default()), retryInitial: cfg.RetryInitial, retryClock: cfg.RetryClock,
-		pageSize: cfg.CatchUpPageSize, parking: cfg.Parking, metrics: cfg.Metrics, registry: cfg.Registry,
+		pageSize: cfg.CatchUpPageSize, parking: cfg.Parking, skips: NewSkips(cfg.EventStore), metrics: cfg.Metrics, registry: cfg.Registry,
 		tracer: cfg.Tracer, pages: cfg.Pages, onLive: onLive, projections: cfg.Projections,
 	}, nil
 }
@@ -134,7 +135,7 @@ func (pr *Projector) Run(ctx context.Context) error {
 		return errors.Join(err, g.Wait())
 	}
 
-	catchUp := CatchUp{DB: pr.db, SameDB: pr.sameDB, PageSize: pr.pageSize, Log: log, Tracer: pr.tracer, Pages: pr.pages}
+	catchUp := CatchUp{DB: pr.db, SameDB: pr.sameDB, PageSize: pr.pageSize, Log: log, Tracer: pr.tracer, Pages: pr.pages, Skips: pr.skips}
 	cg, cctx := errgroup.WithContext(gctx)
 	for _, p := range pr.projections {
 		cg.Go(func() error {

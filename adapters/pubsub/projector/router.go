@@ -180,7 +180,11 @@ func (pr *Projector) handler(p Projection, ahead *Lookahead) message.NoPublishHa
 		if ahead != nil && ahead.of(p.Name).appliedAhead(msg) {
 			return nil
 		}
-		rec, err := event.Unmarshal(msg.Payload, p.Decode)
+		skipped, err := pr.skips.of(msg.Context(), p.Name)
+		if err != nil {
+			return fmt.Errorf("message %s: %w", msg.UUID, err) // retried
+		}
+		rec, err := unmarshal(msg.Payload, p, skipped)
 		var temporary interface{ Temporary() bool }
 		switch {
 		case errors.As(err, &temporary) && temporary.Temporary():
