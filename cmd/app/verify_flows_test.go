@@ -126,6 +126,12 @@ func TestVerifyAndRebuildAgreeWithTheLiveReadModelsAfterEveryFlow(t *testing.T) 
 	a.must(http.StatusOK, http.MethodPost, "/v1/staff/"+sam+"/erase", a.opA, map[string]any{"confirm": sam})
 	generate()
 	a.must(http.StatusOK, http.MethodPost, "/v1/orders/"+open+"/cancel", a.opA, map[string]any{"reason": "customer gone"})
+	// Writes that say nothing about the erased customer: their booking's
+	// schedule cancelled (the order loses its staff member), a payment
+	// without a note.
+	a.must(http.StatusOK, http.MethodPost, "/v1/schedules/"+alpha.ids[3]+"/status", a.opA, map[string]any{"status": "cancelled"})
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+alpha.ids[1]+"/settlement", a.opA, map[string]any{
+		"settlement_status": "unsettled", "paid_amount_cents": 0})
 	a.awaitProjected()
 
 	out, err := cli(t.Context(), a.urls(), "verify", "--recheck", "0")
