@@ -123,6 +123,9 @@ func (pk *Parking) hold(ctx context.Context, projection string, r event.Recorded
 	if maybe, err := pk.anyParkedFor(ctx, projection); err != nil || !maybe {
 		return false, err
 	}
+	if s, ok := r.Event.(event.Skipped); ok {
+		r.Type = s.Of // waits as the event it is; replay and skip know it was skipped (skippedWaiting)
+	}
 	env, err := json.Marshal(r.Envelope)
 	if err != nil {
 		return false, err
