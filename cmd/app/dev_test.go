@@ -18,7 +18,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"hearth/internal/advisory"
 	"hearth/internal/harness"
 	"hearth/internal/pgtest"
 )
@@ -332,14 +331,7 @@ func TestDevAfterARunAsRootSaysHowToClearDataFolder(t *testing.T) {
 func TestDevStoppedBeforeItIsReadyStopsCleanly(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDB(t).EventStore
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	defer db.Close()
-	holder, err := db.BeginTx(t.Context(), nil)
-	require.NoError(t, err)
-	defer func() { _ = holder.Rollback() }()
-	_, err = holder.Exec(`SELECT pg_advisory_xact_lock($1)`, advisory.MigrationsKey) // another instance, migrating
-	require.NoError(t, err)
+	db := holdMigrationsLock(t, url) // another instance, migrating
 
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
@@ -352,7 +344,7 @@ func TestDevStoppedBeforeItIsReadyStopsCleanly(t *testing.T) {
 	}()
 	require.False(t, pgtest.DoneOrWaiting(t, db, done), "app dev waits for the migrations lock")
 	stop() // Ctrl-C
-	err = <-done
+	err := <-done
 	require.NoError(t, err, "a stop asked for is not a failure: %s", stderr.String())
 	require.Equal(t, 0, report(err, env(nil), io.Discard))
 	require.Contains(t, stderr.String(), "stopped before Hearth was ready", "%s", stderr.String())

@@ -687,14 +687,7 @@ func TestMetricsFloodSharesOneRoundOfQueries(t *testing.T) {
 func TestServeStoppedBeforeItIsReadyStopsCleanly(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDB(t).EventStore
-	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
-	defer db.Close()
-	holder, err := db.BeginTx(t.Context(), nil)
-	require.NoError(t, err)
-	defer func() { _ = holder.Rollback() }()
-	_, err = holder.Exec(`SELECT pg_advisory_xact_lock($1)`, advisory.MigrationsKey) // another instance, migrating
-	require.NoError(t, err)
+	db := holdMigrationsLock(t, url)
 
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
@@ -706,11 +699,28 @@ func TestServeStoppedBeforeItIsReadyStopsCleanly(t *testing.T) {
 	}()
 	require.False(t, pgtest.DoneOrWaiting(t, db, done), "serve waits for the migrations lock")
 	stop() // the signal
-	err = <-done
+	err := <-done
 	require.NoError(t, err, "a stop asked for is not a failure")
 	require.Equal(t, 0, report(err, env(nil), io.Discard))
 	require.Contains(t, stderr.String(), "stopped before it was ready", "%s", stderr.String())
 	require.Contains(t, stderr.String(), "migrations lock", "what it was doing when stopped: %s", stderr.String())
+}
+
+// holdMigrationsLock holds the migrations lock of the database at url, as
+// another instance migrating it does, until the test ends; it returns a
+// connection pool of that database to watch what waits for it with
+// (pgtest.DoneOrWaiting).
+func holdMigrationsLock(t *testing.T, url string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	holder, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Rollback() })
+	_, err = holder.Exec(`SELECT pg_advisory_xact_lock($1)`, advisory.MigrationsKey)
+	require.NoError(t, err)
+	return db
 }
 
 // A client address may hold at most HTTP_MAX_CONNECTIONS_PER_ADDRESS
