@@ -83,6 +83,10 @@ func setupConfigured(t *testing.T, urls pgtest.URLs, configure func(cfg *Config)
 	dbs, err := openDatabases(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { dbs.close() }) // the request pools too, once open
+	// As an instance's start pairs the read model with the event store
+	// (after its migrations, which pgtest's databases have had): a backup
+	// of the read model taken from now on carries its identity.
+	require.NoError(t, dbs.checkReadModelPaired(ctx))
 	require.NoError(t, dbs.openRequestPools(ctx, cfg))
 	require.Equal(t, urls.Split(), dbs.rm != dbs.es, "one pool per database")
 	w, err := wire(cfg, dbs, log)
