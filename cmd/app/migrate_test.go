@@ -151,3 +151,29 @@ func TestAnInstanceWithAnotherReadModelRefusesToStart(t *testing.T) {
 	require.Error(t, err, "an instance whose READMODEL_DATABASE_URL names another read model than the other instances' started: %s", &stderr)
 	require.ErrorContains(t, err, "READMODEL_DATABASE_URL")
 }
+
+// A database not in UTF-8 (SQL_ASCII, a LATIN1 cluster's default) takes
+// Hearth's migrations, and then its writes fail one by one with a 500: a
+// merchant name compared under NFKC, text Postgres cannot store. An
+// instance or command refuses it at start-up instead, naming the database's
+// encoding and how to make one in UTF-8, before it migrates anything.
+func TestADatabaseNotInUTF8IsRefusedAtStartUp(t *testing.T) {
+	t.Parallel()
+	admin, err := sql.Open("pgx", pgtest.Cluster().URL("postgres"))
+	require.NoError(t, err)
+	defer admin.Close()
+	name := "ascii_" + strings.ReplaceAll(strings.ToLower(t.Name()), "/", "_")
+	_, err = admin.Exec(`CREATE DATABASE ` + name + ` ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`) })
+	url := pgtest.Cluster().URL(name)
+
+	var stdout, stderr syncBuffer
+	err = run(t.Context(), []string{"migrate"}, env(map[string]string{"DATABASE_URL": url, "MASTER_KEY": testMasterKey}), &stdout, &stderr)
+	require.Error(t, err, "a database in SQL_ASCII was migrated")
+	require.ErrorContains(t, err, "SQL_ASCII")
+	require.ErrorContains(t, err, "ENCODING 'UTF8'", "the error says how to make one that works")
+	var migrated bool
+	require.NoError(t, pgtest.Open(t, url).DB.QueryRow(`SELECT to_regclass('hearth_migrations') IS NOT NULL`).Scan(&migrated))
+	require.False(t, migrated, "nothing was applied to it")
+}
