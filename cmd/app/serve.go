@@ -107,6 +107,14 @@ func (d databases) close() {
 }
 
 func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
+	if err := checkUTF8(ctx, d.es.DB, "DATABASE_URL"); err != nil {
+		return err
+	}
+	if d.rm != d.es {
+		if err := checkUTF8(ctx, d.rm.DB, "READMODEL_DATABASE_URL"); err != nil {
+			return err
+		}
+	}
 	if d.rm != d.es {
 		if err := d.checkNotSwapped(ctx); err != nil {
 			return err
@@ -144,6 +152,23 @@ func (d databases) migrate(ctx context.Context, log *slog.Logger) error {
 		}
 	}
 	return d.checkReadModelPaired(ctx)
+}
+
+// checkUTF8 refuses a database whose encoding is not UTF-8, before
+// anything is migrated: Hearth stores text from anywhere, compares
+// merchants' names under Unicode normalisation, and pgx speaks UTF-8 only,
+// so such a database would fail later, one write or query at a time, with
+// errors that name neither the encoding nor the remedy.
+func checkUTF8(ctx context.Context, db *sql.DB, setting string) error {
+	enc, err := database.ParameterStatus(ctx, db, "server_encoding")
+	if err != nil {
+		return fmt.Errorf("%s: read the database's encoding: %w", setting, err)
+	}
+	if enc != "UTF8" {
+		return fmt.Errorf("%s: the database is in encoding %s; Hearth needs UTF8: create it with CREATE DATABASE ... ENCODING 'UTF8' "+
+			"TEMPLATE template0 (and a UTF-8 locale), then move its data there (docs/operations.md)", setting, enc)
+	}
+	return nil
 }
 
 // checkReadModelPaired refuses a read model that is not the one the event

@@ -368,3 +368,28 @@ func readInUTC(conn *pgx.Conn) {
 	conn.TypeMap().RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID,
 		Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
 }
+
+// ParameterStatus returns the run-time parameter name (server_encoding,
+// server_version) as the server reported it when one of db's connections
+// started: no query, so it reads even where pgx refuses to run one (a
+// database whose encoding is not UTF-8).
+func ParameterStatus(ctx context.Context, db *sql.DB, name string) (string, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	var v string
+	err = conn.Raw(func(c any) error {
+		switch c := c.(type) {
+		case bareQueryConn:
+			v = c.Conn.Conn().PgConn().ParameterStatus(name)
+		case *stdlib.Conn:
+			v = c.Conn().PgConn().ParameterStatus(name)
+		default:
+			return fmt.Errorf("database: not a pgx connection: %T", c)
+		}
+		return nil
+	})
+	return v, err
+}
