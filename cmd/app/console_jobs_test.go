@@ -131,3 +131,37 @@ func TestConsoleNamesErasedPeopleAsErased(t *testing.T) {
 	require.NotContains(t, order, "<p>, ", "a schedule line without its staff member")
 	require.Contains(t, order, "<p>erased staff member, ")
 }
+
+// An erased customer reads as erased on every console page that names the
+// customer of a row, not as a blank (a link with no text, a chip with a
+// time and nothing else): the board's chips, the orders list, the request
+// inbox and the customers list, as My jobs and the order's page already do.
+func TestConsoleListsNameAnErasedCustomerAsErased(t *testing.T) {
+	t.Parallel()
+	a := setup(t, pgtest.NewDB(t))
+	start := time.Now().UTC().Truncate(time.Hour).Add(2 * time.Hour)
+	ada := a.must(http.StatusCreated, http.MethodPost, "/v1/customers", a.opA, map[string]any{"name": "Ada Gone"}).Body["id"].(string)
+	order := a.createOrder(a.opA, ada, 9000)
+	a.must(http.StatusOK, http.MethodPut, "/v1/orders/"+order+"/assignment", a.opA, map[string]any{
+		"staff_id": a.staffA, "start_at": start.Format(time.RFC3339), "end_at": start.Add(time.Hour).Format(time.RFC3339)})
+	request := a.must(http.StatusCreated, http.MethodPost, "/v1/service-requests", a.opA, map[string]any{"customer_id": ada, "content": "boiler"}).Body["id"].(string)
+	a.must(http.StatusOK, http.MethodPost, "/v1/customers/"+ada+"/erase", a.opA, map[string]any{"confirm": ada})
+	a.awaitOrder(a.opA, order, 4) // created, assigned, scheduled, erased
+	require.Eventually(t, func() bool {
+		r := a.must(http.StatusOK, http.MethodGet, "/v1/service-requests/"+request, a.opA, nil)
+		return r.Body["customer_name"] == nil
+	}, 10*time.Second, 10*time.Millisecond, "the request's read model shows the erasure")
+
+	op := newConsoleClient(t, a.base)
+	op.signIn(a.opA)
+	for path, want := range map[string]string{
+		"/console/board?week=" + start.Format(time.DateOnly): `(?s)<a class="chip [a-z_]+" href="/console/orders/` + order + `">[^<]*erased customer <span`,
+		"/console/orders":    `<a href="/console/orders/` + order + `">erased customer</a>`,
+		"/console/requests":  `<td data-label="Customer">erased customer<br>`,
+		"/console/customers": `erased customer`,
+	} {
+		_, _, body := op.do(http.MethodGet, path, nil)
+		require.NotContains(t, body, "Ada Gone", path)
+		require.Regexp(t, want, body, "%s names the erased customer as erased, not as a blank", path)
+	}
+}
