@@ -228,6 +228,15 @@ func (c *Console) templates() (*template.Template, error) {
 		"money":  money,
 		"asset":  c.assets.url,
 		"label":  label,
+		// customer is a row's customer's name: only an erasure empties
+		// it (a name is required), and an erased person reads as erased,
+		// never as a blank (domain: personal data).
+		"customer": func(name string) string {
+			if name == "" {
+				return "erased customer"
+			}
+			return name
+		},
 		"pollMs": func() int64 { return c.cfg.PollEvery.Milliseconds() },
 		// A new form key each time a form is rendered (once.go).
 		"formKey": randomToken,
