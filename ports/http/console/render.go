@@ -224,10 +224,10 @@ func money(cents int64) string {
 func (c *Console) templates() (*template.Template, error) {
 	var t *template.Template
 	funcs := template.FuncMap{
-		"field":  field,
-		"money":  money,
-		"asset":  c.assets.url,
-		"label":  label,
+		"field": field,
+		"money": money,
+		"asset": c.assets.url,
+		"label": label,
 		// customer is a row's customer's name: only an erasure empties
 		// it (a name is required), and an erased person reads as erased,
 		// never as a blank (domain: personal data).
