@@ -145,17 +145,24 @@ func (p *devProcess) createCustomer(t *testing.T, key string) int {
 	}
 }
 
+// devFolder is a folder to run `make run` in, it and its parent
+// traversable, as a home folder is, so that the throwaway cluster lives
+// under its .data/ (as root, Postgres runs as another OS user and falls
+// back to a temporary folder it cannot reach).
+func devFolder(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	return dir
+}
+
 // A second `make run` in the same folder, while the first runs, must not
 // take the first's data folder: it stops with a message naming the run that
 // holds it, and the first goes on serving on its own Postgres.
 func TestDevRefusesASecondRunOnTheSameDataFolder(t *testing.T) {
 	bin := buildBinary(t)
-	// The folder and its parent traversable, as a home folder is, so that
-	// the throwaway cluster lives under .data/ (as root, Postgres runs as
-	// another OS user and falls back to a temporary folder it cannot reach).
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
-	require.NoError(t, os.Chmod(dir, 0o755))
+	dir := devFolder(t)
 
 	t.Cleanup(func() { noPostmasterLeft(t, dir) })
 	first := startDev(t, bin, dir)
@@ -220,9 +227,7 @@ func processesUsing(dir string) []string {
 // after the start does, and leaves no initdb or Postgres running behind it.
 func TestDevStoppedDuringTheClusterStartLeavesNothingRunning(t *testing.T) {
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
-	require.NoError(t, os.Chmod(dir, 0o755))
+	dir := devFolder(t)
 	t.Cleanup(func() {
 		for _, p := range processesUsing(dir) {
 			pid, _ := strconv.Atoi(strings.SplitN(p, ":", 2)[0])
@@ -265,9 +270,7 @@ func TestDevStoppedDuringTheClusterStartLeavesNothingRunning(t *testing.T) {
 // that would lead to the other server, and says how to pick another port.
 func TestDevWithItsPortTakenStopsBeforeStartingAnything(t *testing.T) {
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
-	require.NoError(t, os.Chmod(dir, 0o755))
+	dir := devFolder(t)
 	t.Cleanup(func() { noPostmasterLeft(t, dir) })
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -300,8 +303,7 @@ func TestDevAfterARunAsRootSaysHowToClearDataFolder(t *testing.T) {
 	bin := buildBinary(t)
 	require.NoError(t, os.Chmod(filepath.Dir(bin), 0o755))
 	require.NoError(t, os.Chmod(filepath.Dir(filepath.Dir(bin)), 0o755))
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	dir := devFolder(t)
 	require.NoError(t, os.Chmod(dir, 0o777))
 	t.Cleanup(func() { noPostmasterLeft(t, dir) })
 

@@ -723,6 +723,24 @@ func holdMigrationsLock(t *testing.T, url string) *sql.DB {
 	return db
 }
 
+// healthzOn opens a connection to addr and sends GET /healthz on it,
+// leaving it open until the test ends; it returns the connection and the
+// answer.
+func healthzOn(t *testing.T, addr string) (net.Conn, *http.Response, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second))) // the test's bound, far above the server's
+	_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	return conn, res, string(body)
+}
+
 // A client address may hold at most HTTP_MAX_CONNECTIONS_PER_ADDRESS
 // connections open at once: each holds a file descriptor, a goroutine and
 // its buffers, and /healthz, which no key or budget guards, keeps one from
@@ -745,21 +763,7 @@ func TestConnectionsPerAddressAreCapped(t *testing.T) {
 		t.Cleanup(func() { _ = srv.Close() })
 		return ln.Addr().String()
 	}
-	// get opens a connection and sends a request on it, leaving it open;
-	// it returns the connection and the answer.
-	get := func(t *testing.T, addr string) (net.Conn, *http.Response, string) {
-		conn, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = conn.Close() })
-		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second))) // the test's bound, far above the server's
-		_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		require.NoError(t, err)
-		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		require.NoError(t, err)
-		body, _ := io.ReadAll(res.Body)
-		_ = res.Body.Close()
-		return conn, res, string(body)
-	}
+	get := healthzOn
 
 	t.Run("one address", func(t *testing.T) {
 		t.Parallel()
@@ -820,15 +824,7 @@ func TestRefusedConnectionsAreCounted(t *testing.T) {
 	}
 	started := startServe(t, vars)
 	get := func() *http.Response {
-		conn, err := net.Dial("tcp", started.HTTPAddr)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = conn.Close() })
-		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second))) // the test's bound, far above the server's
-		_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		require.NoError(t, err)
-		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		require.NoError(t, err)
-		_ = res.Body.Close()
+		_, res, _ := healthzOn(t, started.HTTPAddr)
 		return res
 	}
 	require.Equal(t, http.StatusOK, get().StatusCode)
